@@ -1,0 +1,263 @@
+"""Versioned msgpack codec for NodeReports and the human-readable hash layout (DESIGN §4).
+
+Stream entries carry the whole report as msgpack; hashes carry decimal strings so a
+person can read them with ``redis-cli HGETALL``. Every decoder raises
+:class:`PayloadError` (and nothing else) for input it cannot trust.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, fields
+from typing import Any
+
+import msgpack
+
+from interference import hist
+from interference.signals import (
+    SCHEMA_VERSION,
+    GpuDevice,
+    NodeMetrics,
+    NodeReport,
+    PodMetrics,
+)
+
+
+class PayloadError(ValueError):
+    """A payload (stream entry, hash, annotation value) is malformed or of an unknown version."""
+
+
+_NODE_METRIC_FIELDS = tuple(f.name for f in fields(NodeMetrics))
+_POD_FLOAT_FIELDS = tuple(
+    f.name for f in fields(PodMetrics) if f.name not in ("namespace", "name", "uid", "qos")
+)
+_GPU_FIELDS = tuple(f.name for f in fields(GpuDevice))
+
+
+def encode_report(report: NodeReport) -> bytes:
+    """msgpack bytes of a report, schema version included as ``v``."""
+    body = asdict(report)
+    body["v"] = SCHEMA_VERSION
+    return msgpack.packb(body, use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def decode_report(payload: bytes) -> NodeReport:
+    """Inverse of :func:`encode_report`; :class:`PayloadError` on anything else."""
+    try:
+        body = msgpack.unpackb(payload, raw=False, strict_map_key=True)
+    except Exception as exc:  # msgpack raises several unrelated types
+        raise PayloadError(f"not a msgpack NodeReport: {exc}") from exc
+    if not isinstance(body, dict):
+        raise PayloadError(f"NodeReport must be a map, got {type(body).__name__}")
+    version = body.get("v")
+    if version != SCHEMA_VERSION:
+        raise PayloadError(
+            f"NodeReport schema version {version!r} is not supported (expected {SCHEMA_VERSION});"
+            " run the same release of agent and scheduler"
+        )
+    try:
+        metrics = NodeMetrics(**_floats(_mapping(body["metrics"], "metrics"), _NODE_METRIC_FIELDS))
+        histograms = {
+            str(name): [int(c) for c in _list(buckets, f"histograms.{name}")]
+            for name, buckets in _mapping(body.get("histograms", {}), "histograms").items()
+        }
+        pods = [_pod(_mapping(p, "pods[]")) for p in _list(body.get("pods", []), "pods")]
+        gpus = [_gpu(_mapping(g, "gpus[]")) for g in _list(body.get("gpus", []), "gpus")]
+        disabled = {
+            str(k): str(v)
+            for k, v in _mapping(body.get("disabled_probes", {}), "disabled_probes").items()
+        }
+        return NodeReport(
+            node=_str(body["node"], "node"),
+            ts=_float(body["ts"], "ts"),
+            interval_s=_float(body["interval_s"], "interval_s"),
+            metrics=metrics,
+            histograms=histograms,
+            pods=pods,
+            gpus=gpus,
+            disabled_probes=disabled,
+        )
+    except PayloadError:
+        raise
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PayloadError(f"NodeReport is missing or has a bad field: {exc!r}") from exc
+
+
+def node_hash(report: NodeReport) -> dict[str, str]:
+    """Fields of ``intf:node:{node}``: every NodeMetrics field plus ``updated_at``,
+    ``interval_s``, ``pods`` (count) and ``gpus`` (count), as decimal strings."""
+    out = {name: _fmt(getattr(report.metrics, name)) for name in _NODE_METRIC_FIELDS}
+    out["updated_at"] = _fmt(report.ts)
+    out["interval_s"] = _fmt(report.interval_s)
+    out["pods"] = str(len(report.pods))
+    out["gpus"] = str(len(report.gpus))
+    for name, buckets in report.histograms.items():
+        out[f"hist_{name}"] = ",".join(str(c) for c in hist.normalize(buckets))
+    if report.disabled_probes:
+        out["disabled_probes"] = ",".join(sorted(report.disabled_probes))
+    return out
+
+
+def parse_node_hash(raw: Mapping[Any, Any]) -> tuple[NodeMetrics, float]:
+    """NodeMetrics and ``updated_at`` from an ``intf:node:*`` hash (bytes or str keys)."""
+    data = decoded_hash(raw)
+    if not data:
+        raise PayloadError("node hash is empty")
+    try:
+        metrics = NodeMetrics(**{n: _float(data[n], n) for n in _NODE_METRIC_FIELDS if n in data})
+        return metrics, _float(data["updated_at"], "updated_at")
+    except KeyError as exc:
+        raise PayloadError(f"node hash lacks field {exc.args[0]!r}") from exc
+
+
+def parse_histogram_field(value: str) -> list[int]:
+    """A ``hist_*`` hash field back into buckets."""
+    try:
+        return [int(x) for x in value.split(",") if x != ""]
+    except ValueError as exc:
+        raise PayloadError(f"bad histogram field {value[:40]!r}") from exc
+
+
+def pod_hash(pod: PodMetrics, node: str, ts: float) -> dict[str, str]:
+    """Fields of ``intf:pod:{ns}/{name}``: the pod's metrics, ``node`` and ``updated_at``."""
+    out = {"namespace": pod.namespace, "name": pod.name, "uid": pod.uid, "qos": pod.qos}
+    out.update({n: _fmt(getattr(pod, n)) for n in _POD_FLOAT_FIELDS})
+    out["node"] = node
+    out["updated_at"] = _fmt(ts)
+    return out
+
+
+def parse_pod_hash(raw: Mapping[Any, Any]) -> tuple[PodMetrics, str, float]:
+    """PodMetrics, node and ``updated_at`` from an ``intf:pod:*`` hash."""
+    data = decoded_hash(raw)
+    try:
+        pod = PodMetrics(
+            namespace=data["namespace"],
+            name=data["name"],
+            uid=data.get("uid", ""),
+            qos=data.get("qos", ""),
+            **{n: _float(data[n], n) for n in _POD_FLOAT_FIELDS if n in data},
+        )
+        return pod, data["node"], _float(data["updated_at"], "updated_at")
+    except KeyError as exc:
+        raise PayloadError(f"pod hash lacks field {exc.args[0]!r}") from exc
+
+
+def gpu_hash(gpus: list[GpuDevice]) -> dict[str, str]:
+    """Fields of ``intf:gpu:{node}``: ``count`` and ``{index}.{field}`` per device."""
+    out = {"count": str(len(gpus))}
+    for gpu in gpus:
+        for name in _GPU_FIELDS:
+            if name != "index":
+                out[f"{gpu.index}.{name}"] = _fmt(getattr(gpu, name))
+    return out
+
+
+def parse_gpu_hash(raw: Mapping[Any, Any]) -> list[GpuDevice]:
+    """Inverse of :func:`gpu_hash`."""
+    data = decoded_hash(raw)
+    try:
+        count = int(data.get("count", "0"))
+        return [
+            GpuDevice(
+                index=i,
+                uuid=data[f"{i}.uuid"],
+                model=data[f"{i}.model"],
+                memory_total_mib=_float(data[f"{i}.memory_total_mib"], "memory_total_mib"),
+                memory_used_mib=_float(data[f"{i}.memory_used_mib"], "memory_used_mib"),
+                utilization_pct=_float(data[f"{i}.utilization_pct"], "utilization_pct"),
+                process_count=int(data[f"{i}.process_count"]),
+            )
+            for i in range(count)
+        ]
+    except (KeyError, ValueError) as exc:
+        raise PayloadError(f"bad GPU hash: {exc!r}") from exc
+
+
+def _fmt(value: float | int | str) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return str(value)
+    if value == int(value) and abs(value) < 1e15:
+        return str(int(value))
+    return f"{value:.3f}".rstrip("0").rstrip(".")
+
+
+def decoded_hash(raw: Mapping[Any, Any]) -> dict[str, str]:
+    """A Redis hash reply (bytes or str) as str → str; PayloadError on non-UTF-8."""
+    try:
+        return {
+            (k.decode() if isinstance(k, bytes) else str(k)): (
+                v.decode() if isinstance(v, bytes) else str(v)
+            )
+            for k, v in raw.items()
+        }
+    except UnicodeDecodeError as exc:
+        raise PayloadError(f"hash holds non-UTF-8 data: {exc}") from exc
+
+
+def _float(value: Any, name: str) -> float:
+    if isinstance(value, bool):
+        raise PayloadError(f"{name} must be a number, got a boolean")
+    try:
+        out = float(value)
+    except (TypeError, ValueError) as exc:
+        raise PayloadError(f"{name} must be a number, got {value!r}") from exc
+    if math.isnan(out) or math.isinf(out):
+        raise PayloadError(f"{name} must be finite, got {value!r}")
+    return out
+
+
+def _floats(data: Mapping[str, Any], names: tuple[str, ...]) -> dict[str, float]:
+    unknown = set(data) - set(names)
+    if unknown:
+        raise PayloadError(f"unknown fields {sorted(unknown)}")
+    return {n: _float(data[n], n) for n in names if n in data}
+
+
+def _str(value: Any, name: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise PayloadError(f"{name} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _mapping(value: Any, name: str) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise PayloadError(f"{name} must be a map, got {type(value).__name__}")
+    return value
+
+
+def _list(value: Any, name: str) -> list[Any]:
+    if not isinstance(value, list | tuple):
+        raise PayloadError(f"{name} must be a list, got {type(value).__name__}")
+    return list(value)
+
+
+def _pod(data: Mapping[str, Any]) -> PodMetrics:
+    unknown = set(data) - {f.name for f in fields(PodMetrics)}
+    if unknown:
+        raise PayloadError(f"unknown pod fields {sorted(unknown)}")
+    return PodMetrics(
+        namespace=str(data.get("namespace", "")),
+        name=_str(data.get("name"), "pods[].name"),
+        uid=str(data.get("uid", "")),
+        qos=str(data.get("qos", "")),
+        **{n: _float(data[n], n) for n in _POD_FLOAT_FIELDS if n in data},
+    )
+
+
+def _gpu(data: Mapping[str, Any]) -> GpuDevice:
+    try:
+        return GpuDevice(
+            index=int(data["index"]),
+            uuid=str(data["uuid"]),
+            model=str(data["model"]),
+            memory_total_mib=_float(data["memory_total_mib"], "memory_total_mib"),
+            memory_used_mib=_float(data["memory_used_mib"], "memory_used_mib"),
+            utilization_pct=_float(data["utilization_pct"], "utilization_pct"),
+            process_count=int(data["process_count"]),
+        )
+    except KeyError as exc:
+        raise PayloadError(f"gpu entry lacks {exc.args[0]!r}") from exc

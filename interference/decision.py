@@ -1,0 +1,98 @@
+"""The scheduler's decision record, ``intf:decision:{ns}/{pod}`` (DESIGN §5).
+
+A hash a person can read with ``redis-cli HGETALL``: ``result``, ``node``, ``message``,
+``ts``, ``dry_run`` and ``candidates`` — a JSON list with, per node, its filter
+verdict and its score breakdown.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from interference.codec import PayloadError, decoded_hash
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateVerdict:
+    """One node's outcome for one pod."""
+
+    node: str
+    passed: bool
+    reasons: list[str] = field(default_factory=list)
+    """Why a filter rejected the node (kube-scheduler wording), empty when it passed."""
+    scores: dict[str, float] = field(default_factory=dict)
+    """Per-plugin score 0–100 before weighting."""
+    total: float = 0.0
+    """Weighted sum the node was ranked by."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What the scheduler decided for one pod in one cycle."""
+
+    namespace: str
+    pod: str
+    result: str
+    """``scheduled``, ``unschedulable``, ``bind_failed`` or ``dry_run``."""
+    node: str
+    message: str
+    ts: float
+    dry_run: bool = False
+    candidates: list[CandidateVerdict] = field(default_factory=list)
+
+
+def decision_hash(decision: Decision) -> dict[str, str]:
+    """The hash fields written to ``intf:decision:{ns}/{pod}``."""
+    return {
+        "namespace": decision.namespace,
+        "pod": decision.pod,
+        "result": decision.result,
+        "node": decision.node,
+        "message": decision.message,
+        "ts": f"{decision.ts:.3f}",
+        "dry_run": "1" if decision.dry_run else "0",
+        "candidates": json.dumps(
+            [
+                {
+                    "node": c.node,
+                    "passed": c.passed,
+                    "reasons": c.reasons,
+                    "scores": {k: round(v, 2) for k, v in c.scores.items()},
+                    "total": round(c.total, 2),
+                }
+                for c in decision.candidates
+            ],
+            separators=(",", ":"),
+        ),
+    }
+
+
+def parse_decision_hash(raw: Mapping[Any, Any]) -> Decision:
+    """Inverse of :func:`decision_hash`; :class:`PayloadError` when malformed."""
+    data = decoded_hash(raw)
+    try:
+        candidates = [
+            CandidateVerdict(
+                node=str(c["node"]),
+                passed=bool(c["passed"]),
+                reasons=[str(r) for r in c.get("reasons", [])],
+                scores={str(k): float(v) for k, v in c.get("scores", {}).items()},
+                total=float(c.get("total", 0.0)),
+            )
+            for c in json.loads(data.get("candidates", "[]"))
+        ]
+        return Decision(
+            namespace=data["namespace"],
+            pod=data["pod"],
+            result=data["result"],
+            node=data.get("node", ""),
+            message=data.get("message", ""),
+            ts=float(data["ts"]),
+            dry_run=data.get("dry_run") == "1",
+            candidates=candidates,
+        )
+    except (KeyError, ValueError, TypeError, AttributeError) as exc:
+        raise PayloadError(f"bad decision record: {exc!r}") from exc

@@ -1,0 +1,1 @@
+"""I/O adapters behind the Protocols of ``scheduler.ports``."""

@@ -1,0 +1,1 @@
+"""Pure filter functions: node table in, boolean masks and reasons out."""

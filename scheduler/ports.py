@@ -1,0 +1,105 @@
+"""The scheduler's boundaries: small Protocols that adapters implement (DESIGN §2, §5).
+
+The engine never talks to Kubernetes or Redis itself. Kubernetes objects cross this
+boundary as plain JSON dicts exactly as the API server serialises them (camelCase keys),
+never as the client's model classes, which are slow to build for large lists.
+
+Implementations: ``scheduler.adapters.kubernetes`` (real API server),
+``scheduler.adapters.memory`` (in-memory, for tests and simulation) and the demo's local
+backend; ``scheduler.adapters.redis_signals`` for signals and decisions.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from interference.decision import Decision
+from interference.signals import GpuDevice, NodeMetrics
+
+ObjectKind = Literal["Node", "Pod"]
+EventType = Literal["ADDED", "MODIFIED", "DELETED"]
+K8sObject = dict[str, Any]
+
+
+class ClusterError(RuntimeError):
+    """The cluster backend failed; the message says what and how to fix it."""
+
+
+class ApiUnavailable(ClusterError):
+    """The API server could not be reached or answered 5xx/429; retry with backoff."""
+
+
+class BindConflict(ClusterError):
+    """The pod is already bound or gone (HTTP 409/404): drop it, do not retry."""
+
+
+class Forbidden(ClusterError):
+    """RBAC denied a call (HTTP 401/403); the message names the verb and resource."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodRef:
+    """Enough to address a pod in write calls."""
+
+    namespace: str
+    name: str
+    uid: str = ""
+
+
+class ClusterHandler(Protocol):
+    """Receives the informer stream; implemented by the scheduler's cluster cache."""
+
+    def replace(self, kind: ObjectKind, objects: list[K8sObject]) -> None:
+        """Full state of a kind after a (re)list; objects absent from it are gone."""
+
+    def apply(self, kind: ObjectKind, event: EventType, obj: K8sObject) -> None:
+        """One watch event."""
+
+
+class Cluster(Protocol):
+    """Reads and writes the cluster state the scheduler needs."""
+
+    def run_informers(self, handler: ClusterHandler, stop: threading.Event) -> None:
+        """List then watch nodes and pods until ``stop`` is set, feeding ``handler``.
+
+        Relists on 410 Gone and backs off on 429/5xx; never returns early on errors.
+        """
+
+    def bind(self, pod: PodRef, node: str) -> None:
+        """Bind through the Binding subresource; :class:`BindConflict` on 409/404."""
+
+    def record_event(self, pod: PodRef, event_type: str, reason: str, message: str) -> None:
+        """Emit an Event (``Normal``/``Warning``) about the pod, reported by this scheduler."""
+
+    def set_unschedulable(self, pod: PodRef, message: str) -> None:
+        """Set the pod's ``PodScheduled`` condition to False / ``Unschedulable``."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSignals:
+    """The latest interference report of one node, as the scheduler sees it."""
+
+    metrics: NodeMetrics
+    updated_at: float
+    """Unix time of the agent's report."""
+    gpus: tuple[GpuDevice, ...] = field(default_factory=tuple)
+
+
+class SignalSource(Protocol):
+    """Latest per-node signals (the Redis signal cache, or a recorded trace)."""
+
+    def snapshot(self) -> Mapping[str, NodeSignals]:
+        """Node name → latest signals; nodes without any report are absent."""
+
+    def healthy(self) -> bool:
+        """False while the source cannot be read (the scheduler then runs interference-blind)."""
+
+
+class DecisionSink(Protocol):
+    """Where decision records go (``intf:decision:{ns}/{pod}`` in Redis)."""
+
+    def write(self, decision: Decision) -> None:
+        """Store a decision; must not raise (log and count failures instead)."""

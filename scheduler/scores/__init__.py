@@ -1,0 +1,1 @@
+"""Pure score functions: node table in, 0–100 vectors out."""
