@@ -80,7 +80,7 @@ def decode_report(payload: bytes) -> NodeReport:
         )
     except PayloadError:
         raise
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:  # int(inf) overflows
         raise PayloadError(f"NodeReport is missing or has a bad field: {exc!r}") from exc
 
 

@@ -1,0 +1,64 @@
+/* Shared definitions of the interference agent's BPF programs (compiled by BCC).
+ *
+ * Contract with node_agent/probes/bpf_loader.py:
+ *  - every per-cgroup map is keyed by struct cgroup_key, whose generation is the value
+ *    of drain_generation[0] when the event was counted. The agent bumps the generation,
+ *    waits a grace period for in-flight programs, then reads and deletes the old
+ *    generation's entries: counts arriving during the drain land in the new generation,
+ *    so none is lost and every interval starts from empty maps (bounded size).
+ *  - programs read tracepoint arguments and helpers only, never kernel struct fields,
+ *    so they stay correct when the headers BCC compiles against differ from the kernel.
+ */
+#ifndef INTERFERENCE_INTF_H
+#define INTERFERENCE_INTF_H
+
+/* Log2 histogram slots, as interference/hist.py MAX_SLOTS: slot i counts floor(log2(v)). */
+#define HIST_SLOTS 27
+/* Cgroups that can be active within one drain interval. */
+#define MAX_CGROUPS 8192
+/* Tasks tracked at once (runnable or mid-reclaim). */
+#define MAX_TASKS 32768
+
+struct cgroup_key {
+    u64 cgroup_id;  /* cgroup v2 id: inode of the cgroup directory */
+    u64 generation; /* drain generation the counts belong to */
+};
+
+BPF_ARRAY(drain_generation, u64, 1);
+
+static __always_inline u64 current_generation(void)
+{
+    u32 zero = 0;
+    u64 *generation = drain_generation.lookup(&zero);
+    return generation ? *generation : 0;
+}
+
+static __always_inline struct cgroup_key current_cgroup_key(void)
+{
+    struct cgroup_key key = {
+        .cgroup_id = bpf_get_current_cgroup_id(),
+        .generation = current_generation(),
+    };
+    return key;
+}
+
+/* floor(log2(v)), 0 for v <= 1, capped to the last slot (same as hist.slot_of). */
+static __always_inline u32 log2_slot(u64 v)
+{
+    u32 r, shift;
+
+    r = (v > 0xFFFFFFFFULL) << 5; v >>= r;
+    shift = (v > 0xFFFF) << 4; v >>= shift; r |= shift;
+    shift = (v > 0xFF) << 3; v >>= shift; r |= shift;
+    shift = (v > 0xF) << 2; v >>= shift; r |= shift;
+    shift = (v > 0x3) << 1; v >>= shift; r |= shift;
+    r |= (u32)(v >> 1);
+    return r < HIST_SLOTS ? r : HIST_SLOTS - 1;
+}
+
+static __always_inline u32 current_pid(void)
+{
+    return (u32)bpf_get_current_pid_tgid();
+}
+
+#endif

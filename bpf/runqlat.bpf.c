@@ -1,0 +1,116 @@
+/* Per-cgroup run-queue delay (count, sum, log2 µs histogram) and on-CPU time.
+ *
+ * Enqueue: sched_wakeup / sched_wakeup_new, and a `prev` switched out still runnable.
+ * At switch-in the delay of `next` is known but the current task is still `prev`, so the
+ * delay is stashed per pid and added to the task's own cgroup
+ * (bpf_get_current_cgroup_id()) at its next switch-out, when it is current.
+ * On-CPU time runs from switch-in to switch-out on each CPU.
+ */
+#include "intf.h"
+
+/* sched_switch's prev_state holds TASK_REPORT bits (0xff, idle included) and
+ * TASK_REPORT_MAX (0x100) for a preempted task; no state bit means still runnable. */
+#define TASK_REPORT_STATE_MASK 0xffUL
+
+struct runq_stats {
+    u64 runq_count;
+    u64 runq_ns;
+    u64 oncpu_ns;
+    u64 runq_us_slots[HIST_SLOTS];
+};
+
+struct task_state {
+    u64 enqueued_ns;      /* when it became runnable; 0 when not queued */
+    u64 pending_delay_ns; /* delay measured at switch-in, not yet attributed */
+    u64 has_pending;
+};
+
+BPF_HASH(tasks, u32, struct task_state, MAX_TASKS);
+BPF_PERCPU_ARRAY(oncpu_since_ns, u64, 1);
+BPF_PERCPU_HASH(stats, struct cgroup_key, struct runq_stats, MAX_CGROUPS);
+
+static __always_inline int mark_enqueued(u32 pid, u64 now)
+{
+    if (pid == 0)
+        return 0;
+    struct task_state *task = tasks.lookup(&pid);
+    if (task) {
+        task->enqueued_ns = now;
+        return 0;
+    }
+    struct task_state fresh = {.enqueued_ns = now};
+    tasks.update(&pid, &fresh);
+    return 0;
+}
+
+TRACEPOINT_PROBE(sched, sched_wakeup)
+{
+    return mark_enqueued(args->pid, bpf_ktime_get_ns());
+}
+
+TRACEPOINT_PROBE(sched, sched_wakeup_new)
+{
+    return mark_enqueued(args->pid, bpf_ktime_get_ns());
+}
+
+/* `prev` is current: charge its cgroup with its on-CPU time and its stashed delay. */
+static __always_inline void switch_out(u32 pid, long prev_state, u64 now, u64 oncpu_since)
+{
+    struct task_state *task = tasks.lookup(&pid);
+    struct cgroup_key key = current_cgroup_key();
+    struct runq_stats zero = {};
+    struct runq_stats *cg = stats.lookup_or_try_init(&key, &zero);
+
+    if (cg) {
+        if (oncpu_since && now > oncpu_since)
+            cg->oncpu_ns += now - oncpu_since;
+        if (task && task->has_pending) {
+            u64 delay = task->pending_delay_ns;
+            cg->runq_count += 1;
+            cg->runq_ns += delay;
+            u32 slot = log2_slot(delay / 1000);
+            if (slot < HIST_SLOTS)
+                cg->runq_us_slots[slot] += 1;
+        }
+    }
+    if ((prev_state & TASK_REPORT_STATE_MASK) == 0) {
+        if (task) {
+            task->enqueued_ns = now;
+            task->has_pending = 0;
+        } else {
+            struct task_state fresh = {.enqueued_ns = now};
+            tasks.update(&pid, &fresh);
+        }
+    } else if (task) {
+        /* Sleeping or exiting: a wakeup re-creates the entry, so the map stays small. */
+        tasks.delete(&pid);
+    }
+}
+
+static __always_inline void switch_in(u32 pid, u64 now)
+{
+    struct task_state *task = tasks.lookup(&pid);
+    if (task && task->enqueued_ns) {
+        task->pending_delay_ns = now > task->enqueued_ns ? now - task->enqueued_ns : 0;
+        task->has_pending = 1;
+        task->enqueued_ns = 0;
+    }
+}
+
+TRACEPOINT_PROBE(sched, sched_switch)
+{
+    u64 now = bpf_ktime_get_ns();
+    u32 zero = 0;
+    u64 *since = oncpu_since_ns.lookup(&zero);
+    u32 prev = args->prev_pid;
+    u32 next = args->next_pid;
+
+    /* pid 0 is the idle task of every CPU: never queued, its time is not a cgroup's. */
+    if (prev != 0)
+        switch_out(prev, args->prev_state, now, since ? *since : 0);
+    if (next != 0)
+        switch_in(next, now);
+    if (since)
+        *since = now;
+    return 0;
+}

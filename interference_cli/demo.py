@@ -1,0 +1,512 @@
+"""``make demo``: the whole pipeline on this one machine, interference-aware vs blind.
+
+1. a local redis-server on a free loopback port;
+2. a :class:`~interference_cli.local_cluster.LocalCluster` from ``deploy/demo/``: two
+   "nodes", each a cgroup partition with its own CPU (cpuset) — node-a already runs a
+   BestEffort ``stress-ng`` batch pod, node-b an idle cache pod that requests half a CPU;
+3. one real ``interference-agent`` per node (``--cgroup-root`` = the node's partition);
+4. two real scheduling loops over the same cluster: ``interference-scheduler`` with the
+   demo policy and Redis signals, and ``interference-blind`` with the same policy but no
+   signals (the loop's documented interference-blind mode: tolerance filters off,
+   interference weight 0), i.e. what a request-based scheduler such as LeastAllocated does;
+5. the same latency-sensitive pod submitted to each, then its run-queue p99 measured by
+   the agents on the node each scheduler chose, side by side, with the kernel's own
+   ``/proc/PID/schedstat`` wait per run as a cross-check.
+
+Everything it starts is ended by PID and every cgroup removed, also on Ctrl-C / SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import dataclasses
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+import redis
+from prometheus_client import CollectorRegistry
+from rich.console import Console
+from rich.table import Table
+
+from interference import keys
+from interference.decision import Decision
+from interference_cli import views
+from interference_cli.local_cluster import (
+    LocalCluster,
+    host_settings,
+    load_manifests,
+    load_nodes,
+)
+from interference_cli.store import CliError, NodeRow, Store
+from scheduler.adapters.redis_signals import RedisDecisionSink, RedisSignalCache
+from scheduler.config import load_config
+from scheduler.loop import SchedulingLoop
+from scheduler.metrics import SchedulerMetrics
+from scheduler.ports import ClusterError, K8sObject, NodeSignals
+
+DEMO_DIR = Path(__file__).resolve().parent.parent / "deploy" / "demo"
+AWARE_SCHEDULER = "interference-scheduler"
+BLIND_SCHEDULER = "interference-blind"
+LATENCY_POD = "latency-web"
+NAMESPACE = "demo"
+
+
+@dataclass(frozen=True, slots=True)
+class DemoSettings:
+    """Phases and inputs of one demo run."""
+
+    nodes_file: Path = DEMO_DIR / "nodes.yaml"
+    pods_dir: Path = DEMO_DIR / "pods"
+    policy_file: Path = DEMO_DIR / "policies" / "interference-aware.yaml"
+    """Scheduler config both loops use (the blind one without signals)."""
+    partition: str = ""
+    """Top-level cgroup name; empty means ``intf-demo-<pid>``."""
+    warmup_s: float = 6.0
+    """Seconds the agents report before the pods are submitted."""
+    measure_s: float = 20.0
+    """Seconds the latency pods' run-queue delay is measured after both are running."""
+    linger_s: float = 0.0
+    """Seconds to keep everything running at the end for the printed commands."""
+    interval_s: float = 1.0
+    """Agent report interval."""
+    bind_timeout_s: float = 60.0
+    """How long both schedulers get to bind their pod."""
+
+
+SHORT = {"warmup_s": 3.0, "measure_s": 6.0}
+"""``--short`` (the test): shorter warm-up and measurement."""
+
+
+class DemoError(Exception):
+    """The demo cannot run here; the message says why and what to do."""
+
+
+class Stopped(Exception):
+    """SIGTERM/SIGHUP arrived; unwind and clean up."""
+
+
+@dataclass
+class PodResult:
+    """What one scheduler did with its copy of the latency pod, and what it cost."""
+
+    scheduler: str
+    node: str = ""
+    runq_p99_us: list[float] = dataclasses.field(default_factory=list)
+    """The agent's per-interval run-queue p99 of the pod."""
+    schedstat_start: tuple[int, int] = (0, 0)
+    """Kernel ``run_delay`` ns and run count of the pod's processes at measurement start."""
+    schedstat_end: tuple[int, int] = (0, 0)
+
+    @property
+    def median_p99_us(self) -> float:
+        return statistics.median(self.runq_p99_us) if self.runq_p99_us else float("nan")
+
+    @property
+    def wait_per_run_us(self) -> float:
+        delay = self.schedstat_end[0] - self.schedstat_start[0]
+        runs = self.schedstat_end[1] - self.schedstat_start[1]
+        return delay / runs / 1000 if runs > 0 else float("nan")
+
+
+class Processes:
+    """Processes this demo started; :meth:`stop_all` ends them by PID."""
+
+    def __init__(self) -> None:
+        self.started: list[subprocess.Popen[bytes]] = []
+
+    def start(self, argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+        with log_path.open("wb") as log:
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+            )
+        self.started.append(proc)
+        return proc
+
+    def stop_all(self, grace_s: float = 5.0) -> None:
+        for proc in self.started:
+            if proc.poll() is None:
+                proc.terminate()
+        deadline = time.monotonic() + grace_s
+        for proc in self.started:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the demo; 0 on success, 1 with one line on stderr when it cannot run."""
+    parser = argparse.ArgumentParser(prog="make demo", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--short", action="store_true", help="short phases (for tests)")
+    parser.add_argument("--partition", default="", help="cgroup name (default intf-demo-PID)")
+    parser.add_argument(
+        "--linger", type=float, default=0.0, help="keep running S seconds at the end"
+    )
+    args = parser.parse_args(argv)
+    settings = DemoSettings(partition=args.partition, linger_s=args.linger)
+    if args.short:
+        settings = dataclasses.replace(settings, **SHORT)
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    previous = {sig: signal.signal(sig, _raise_stopped) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        run_demo(settings, console)
+        return 0
+    except (DemoError, ClusterError, CliError) as exc:
+        print(f"demo: {exc}", file=sys.stderr)
+        return 1
+    except (KeyboardInterrupt, Stopped):
+        print("demo: interrupted; everything it started has been stopped", file=sys.stderr)
+        return 130
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def run_demo(settings: DemoSettings, console: Console) -> None:
+    """Build, run, measure and tear down the local cluster (cleanup in ``finally``)."""
+    _check_host()
+    partition = settings.partition or f"intf-demo-{os.getpid()}"
+    nodes = load_nodes(settings.nodes_file)
+    manifests = load_manifests(sorted(settings.pods_dir.glob("*.yaml")))
+    manifests.append(_blind_copy(_find(manifests, LATENCY_POD)))
+    engine_settings = load_config(settings.policy_file).engine
+    cluster = LocalCluster(nodes, manifests, host_settings(partition, log=console.print))
+    processes = Processes()
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
+    with tempfile.TemporaryDirectory(prefix=f"{partition}-") as workdir:
+        try:
+            url = _start_redis(processes, Path(workdir))
+            console.rule("local cluster")
+            console.print(f"partition /{partition}: redis at {url}")
+            for node in nodes:
+                console.print(f"  {node.name}: cpuset {node.cpus} — {node.description}")
+            cluster.create_partitions()
+            pods_file = Path(workdir, "pods.json")
+            cluster.write_pods_file(pods_file)
+            for node in nodes:
+                _start_agent(processes, node.name, url, cluster, pods_file, settings, workdir)
+            store = Store(url)
+            console.rule(f"agents warming up ({settings.warmup_s:g} s)")
+            _watch_signals(store, [n.name for n in nodes], settings.warmup_s, console)
+
+            console.rule("scheduling the latency-sensitive pod with both policies")
+            for name, signals in (
+                (AWARE_SCHEDULER, RedisSignalCache(url)),
+                (BLIND_SCHEDULER, _NoSignals()),
+            ):
+                loop = SchedulingLoop(
+                    cluster,
+                    signals,
+                    RedisDecisionSink(url),
+                    engine_settings,
+                    dataclasses.replace(load_config(settings.policy_file).loop, scheduler_name=name),
+                    _leading(),
+                    SchedulerMetrics(CollectorRegistry()),
+                )
+                thread = threading.Thread(target=loop.run, args=(stop,), name=name, daemon=True)
+                thread.start()
+                threads.append(thread)
+            results = {
+                AWARE_SCHEDULER: PodResult(AWARE_SCHEDULER),
+                BLIND_SCHEDULER: PodResult(BLIND_SCHEDULER),
+            }
+            for pod_name, result in zip(
+                (LATENCY_POD, f"{LATENCY_POD}-blind"), results.values(), strict=True
+            ):
+                result.node = _await_bound(cluster, pod_name, settings.bind_timeout_s)
+                decision = _await_decision(store, pod_name, settings.bind_timeout_s)
+                console.print(views.decision_view(decision, time.time()))
+
+            console.rule(f"measuring both copies of the pod ({settings.measure_s:g} s)")
+            _measure(store, cluster, results, settings.measure_s, console)
+            _print_result(results, console)
+            _print_next_steps(url, nodes[0].name, console, settings.linger_s)
+            if settings.linger_s > 0:
+                time.sleep(settings.linger_s)
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(timeout=10)
+            processes.stop_all()
+            cluster.close()
+            console.print(f"cleaned up: processes stopped, cgroups under /{partition} removed")
+
+
+# ---- setup -------------------------------------------------------------------------------
+
+
+def _check_host() -> None:
+    if os.geteuid() != 0:
+        raise DemoError("the demo creates cgroups and loads BPF programs: run it as root")
+    for binary in ("redis-server", "stress-ng"):
+        if shutil.which(binary) is None:
+            raise DemoError(f"{binary} is not installed; run `make setup` first")
+
+
+def _start_redis(processes: Processes, workdir: Path) -> str:
+    binary = shutil.which("redis-server")
+    assert binary is not None  # _check_host
+    port = _free_port()
+    processes.start(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(workdir)],
+        workdir / "redis.log",
+    )
+    client = redis.Redis(port=port, socket_timeout=0.5)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            client.ping()
+            return f"redis://127.0.0.1:{port}/0"
+        except redis.ConnectionError:
+            time.sleep(0.05)
+    raise DemoError(f"redis-server did not start on port {port}; see {workdir}/redis.log")
+
+
+def _start_agent(
+    processes: Processes,
+    node: str,
+    url: str,
+    cluster: LocalCluster,
+    pods_file: Path,
+    settings: DemoSettings,
+    workdir: str,
+) -> None:
+    agent = Path(sys.executable).with_name("interference-agent")
+    if not agent.exists():
+        raise DemoError(f"{agent} is missing; run `make setup` to install the project")
+    argv = [
+        str(agent),
+        "--node-name", node,
+        "--redis-url", url,
+        "--interval", f"{settings.interval_s:g}",
+        "--cgroup-root", cluster.node_cgroup_root(node),
+        "--pods-file", str(pods_file),
+        "--no-kubernetes",
+    ]  # fmt: skip
+    processes.start(argv, Path(workdir, f"agent-{node}.log"))
+
+
+def _find(manifests: list[K8sObject], name: str) -> K8sObject:
+    for manifest in manifests:
+        if manifest["metadata"]["name"] == name:
+            return manifest
+    raise DemoError(f"deploy/demo/pods has no pod named {name}")
+
+
+def _blind_copy(manifest: K8sObject) -> K8sObject:
+    """The same pod for the interference-blind scheduler."""
+    blind = copy.deepcopy(manifest)
+    blind["metadata"]["name"] = f"{manifest['metadata']['name']}-blind"
+    blind["spec"]["schedulerName"] = BLIND_SCHEDULER
+    return blind
+
+
+def _leading() -> threading.Event:
+    leading = threading.Event()
+    leading.set()  # one replica per scheduler name: no election needed
+    return leading
+
+
+class _NoSignals:
+    """A SignalSource with no signals: the loop then schedules interference-blind."""
+
+    def snapshot(self) -> Mapping[str, NodeSignals]:
+        return {}
+
+    def healthy(self) -> bool:
+        return False
+
+
+# ---- watching ----------------------------------------------------------------------------
+
+
+def _watch_signals(store: Store, nodes: list[str], seconds: float, console: Console) -> None:
+    """Print each node's live signals once per second."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        time.sleep(1.0)
+        console.print(_signals_line(store, nodes))
+    missing = [n for n in nodes if not _reported(store, n)]
+    if missing:
+        raise DemoError(
+            f"no report from the agent of {', '.join(missing)} after {seconds:g} s; "
+            "see its log (agent-NODE.log in the demo's temp dir) or run it by hand"
+        )
+
+
+def _signals_line(store: Store, nodes: list[str]) -> str:
+    parts = []
+    now = time.time()
+    rows = {r.node: r for r in _rows_or_empty(store, now)}
+    for node in nodes:
+        row = rows.get(node)
+        if row is None or row.metrics is None:
+            parts.append(f"{node}: (no report yet)")
+            continue
+        m = row.metrics
+        parts.append(
+            f"{node}: score {m.score:5.1f}  runq p99 {m.runq_p99_us:7.0f} µs  "
+            f"wait ratio {m.runq_wait_ratio:5.2f}"
+        )
+    return time.strftime("%H:%M:%S  ") + "  |  ".join(parts)
+
+
+def _rows_or_empty(store: Store, now: float) -> list[NodeRow]:
+    try:
+        return store.node_rows(now)
+    except CliError:
+        return []
+
+
+def _reported(store: Store, node: str) -> bool:
+    return any(r.node == node and r.metrics is not None for r in _rows_or_empty(store, time.time()))
+
+
+def _await_bound(cluster: LocalCluster, pod: str, timeout_s: float) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        node = cluster.pod(NAMESPACE, pod)["spec"].get("nodeName")
+        if node:
+            return str(node)
+        time.sleep(0.1)
+    raise DemoError(f"pod {NAMESPACE}/{pod} was not bound within {timeout_s:g} s")
+
+
+def _await_decision(store: Store, pod: str, timeout_s: float) -> Decision:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return store.decision(NAMESPACE, pod)
+        except CliError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def _measure(
+    store: Store,
+    cluster: LocalCluster,
+    results: Mapping[str, PodResult],
+    seconds: float,
+    console: Console,
+) -> None:
+    """Collect the agents' per-interval p99 of both pods and their kernel schedstat."""
+    pods = {AWARE_SCHEDULER: LATENCY_POD, BLIND_SCHEDULER: f"{LATENCY_POD}-blind"}
+    for scheduler, result in results.items():
+        result.schedstat_start = _schedstat(cluster.pod_pids(NAMESPACE, pods[scheduler]))
+    seen: dict[str, float] = {}
+    end = time.monotonic() + seconds
+    nodes = sorted(cluster.nodes)
+    while time.monotonic() < end:
+        time.sleep(1.0)
+        console.print(_signals_line(store, nodes))
+        for scheduler, result in results.items():
+            sample = _pod_sample(store, pods[scheduler])
+            if sample is not None and sample[1] > seen.get(scheduler, 0.0):
+                seen[scheduler] = sample[1]
+                result.runq_p99_us.append(sample[0])
+    for scheduler, result in results.items():
+        result.schedstat_end = _schedstat(cluster.pod_pids(NAMESPACE, pods[scheduler]))
+
+
+def _pod_sample(store: Store, pod: str) -> tuple[float, float] | None:
+    """The pod's latest ``(runq_p99_us, updated_at)`` from its hash, if it has one."""
+    row = store.pod_row(NAMESPACE, pod)
+    return None if row is None else (row.metrics.runq_p99_us, row.updated_at)
+
+
+def _schedstat(pids: list[int]) -> tuple[int, int]:
+    """Σ ``run_delay`` ns and Σ run count of the processes (``/proc/PID/schedstat``)."""
+    delay = runs = 0
+    for pid in pids:
+        with contextlib.suppress(OSError, ValueError):
+            _, wait_ns, count = Path(f"/proc/{pid}/schedstat").read_text().split()
+            delay += int(wait_ns)
+            runs += int(count)
+    return delay, runs
+
+
+# ---- report ------------------------------------------------------------------------------
+
+
+def _print_result(results: Mapping[str, PodResult], console: Console) -> None:
+    aware, blind = results[AWARE_SCHEDULER], results[BLIND_SCHEDULER]
+    table = Table(title="latency-sensitive pod: interference-aware vs interference-blind")
+    table.add_column("")
+    table.add_column("interference-aware", justify="right")
+    table.add_column("interference-blind (LeastAllocated)", justify="right")
+    table.add_row("node chosen", aware.node, blind.node)
+    table.add_row(
+        "pod run-queue p99, µs (agent, median of intervals)",
+        f"{aware.median_p99_us:.0f}",
+        f"{blind.median_p99_us:.0f}",
+    )
+    table.add_row(
+        "intervals measured", str(len(aware.runq_p99_us)), str(len(blind.runq_p99_us))
+    )
+    table.add_row(
+        "mean wait per run, µs (kernel schedstat)",
+        f"{aware.wait_per_run_us:.0f}",
+        f"{blind.wait_per_run_us:.0f}",
+    )
+    console.print(table)
+    if aware.node == blind.node:
+        console.print("both schedulers chose the same node this time: no difference to show")
+    elif aware.median_p99_us > 0 and blind.median_p99_us > 0:
+        console.print(
+            f"the blind choice ({blind.node}) gave the pod a "
+            f"{blind.median_p99_us / aware.median_p99_us:.1f}× higher run-queue p99 than "
+            f"the interference-aware choice ({aware.node})"
+        )
+
+
+def _print_next_steps(url: str, node: str, console: Console, linger_s: float) -> None:
+    port = url.rsplit(":", 1)[1].split("/")[0]
+    console.rule("look further")
+    for command in (
+        f"redis-cli -p {port} ZREVRANGE {keys.NODES_BY_SCORE} 0 -1 WITHSCORES",
+        f"redis-cli -p {port} HGETALL {keys.node_key(node)}",
+        f"redis-cli -p {port} HGETALL {keys.decision_key(NAMESPACE, LATENCY_POD)}",
+        f"interference --redis-url {url} top --watch",
+        f"interference --redis-url {url} node {node}",
+        f"interference --redis-url {url} explain {NAMESPACE}/{LATENCY_POD}",
+    ):
+        console.print(f"  {command}")
+    if linger_s > 0:
+        console.print(f"(everything keeps running for {linger_s:g} s; Ctrl-C ends it sooner)")
+    else:
+        console.print(
+            "(this Redis stops with the demo; to try them while it runs: "
+            ".venv/bin/python -m interference_cli.demo --linger 300)"
+        )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _raise_stopped(signum: int, frame: FrameType | None) -> None:
+    raise Stopped(signal.Signals(signum).name)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,297 @@
+"""Read-only access to the interference store in Redis for the ``interference`` CLI.
+
+Every failure the user can fix (Redis unreachable, nothing published yet, unknown node
+or pod, a malformed record) becomes a :class:`CliError` whose message is the one line
+the CLI prints.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import redis
+
+from interference import keys
+from interference.codec import (
+    PayloadError,
+    decoded_hash,
+    parse_histogram_field,
+    parse_node_hash,
+    parse_pod_hash,
+)
+from interference.decision import Decision, parse_decision_hash
+from interference.signals import NodeMetrics, PodMetrics
+
+T = TypeVar("T")
+
+
+class CliError(Exception):
+    """A problem the user can act on; the message is printed as one line on stderr."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRow:
+    """One node as ``interference top`` shows it."""
+
+    node: str
+    metrics: NodeMetrics | None
+    """None when the node's hash has expired (its agent stopped reporting)."""
+    updated_at: float
+    """Unix time of the node's latest report (0 when unknown)."""
+    interval_s: float
+    pod_count: int
+    stale: bool
+
+    def age_s(self, now: float) -> float:
+        """Seconds since the node's latest report."""
+        return max(0.0, now - self.updated_at) if self.updated_at else float("inf")
+
+
+@dataclass(frozen=True, slots=True)
+class PodRow:
+    """One pod's metrics on a node."""
+
+    metrics: PodMetrics
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class NodeDetail:
+    """Everything ``interference node NODE`` shows."""
+
+    row: NodeRow
+    histograms: dict[str, list[int]] = field(default_factory=dict)
+    pods: list[PodRow] = field(default_factory=list)
+    disabled_probes: str = ""
+
+
+def is_stale(updated_at: float, interval_s: float, now: float) -> bool:
+    """A node is stale once its latest report is older than the hash TTL.
+
+    ``stale ⇔ now − updated_at > ttl_seconds(interval_s)`` (3 × interval, at least 5 s):
+    past that point the agent's hashes have expired and only the sorted sets remember it.
+    """
+    return now - updated_at > keys.ttl_seconds(interval_s)
+
+
+class Store:
+    """The Redis store, read through one connection."""
+
+    def __init__(self, url: str, *, timeout_s: float = 3.0) -> None:
+        self.url = url
+        try:
+            self._redis: redis.Redis[bytes] = redis.Redis.from_url(
+                url,
+                decode_responses=False,
+                socket_timeout=timeout_s,
+                socket_connect_timeout=timeout_s,
+            )
+        except ValueError as exc:
+            raise CliError(
+                f"bad Redis URL {url!r}: {exc}; use redis://HOST:PORT/DB or set REDIS_URL"
+            ) from exc
+
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except redis.AuthenticationError as exc:
+            raise CliError(
+                f"Redis at {self.url} refused the credentials ({exc}); "
+                "put user:password in the URL or REDIS_URL"
+            ) from exc
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise CliError(
+                f"cannot reach Redis at {self.url} while reading {what} ({exc}); "
+                "start redis-server or pass --redis-url / REDIS_URL"
+            ) from exc
+        except redis.ResponseError as exc:
+            raise CliError(f"Redis at {self.url} rejected reading {what}: {exc}") from exc
+
+    def node_rows(self, now: float | None = None) -> list[NodeRow]:
+        """Every known node, highest interference score first; stale ones last.
+
+        Raises :class:`CliError` when no agent has ever published to this Redis.
+        """
+        now = time.time() if now is None else now
+
+        def read() -> tuple[list[str], dict[str, float], list[dict[bytes, bytes]]]:
+            scored = self._redis.zrange(keys.NODES_BY_SCORE, 0, -1)
+            updated = self._redis.zrange(keys.NODES_UPDATED, 0, -1, withscores=True)
+            updated_at = {_text(m): float(s) for m, s in updated}
+            names = sorted({_text(m) for m in scored} | set(updated_at))
+            pipe = self._redis.pipeline(transaction=False)
+            for name in names:
+                pipe.hgetall(keys.node_key(name))
+            return names, updated_at, list(pipe.execute())
+
+        names, updated_at, hashes = self._call("the node list", read)
+        if not names:
+            raise CliError(
+                f"no node reports in Redis at {self.url} ({keys.NODES_BY_SCORE} is empty); "
+                "is an interference-agent running with --redis-url pointing here?"
+            )
+        rows = [
+            self._node_row(name, raw, updated_at.get(name, 0.0), now)
+            for name, raw in zip(names, hashes, strict=True)
+        ]
+        rows.sort(key=lambda r: (r.stale, -(r.metrics.score if r.metrics else 0.0), r.node))
+        return rows
+
+    def node_detail(self, node: str, now: float | None = None) -> NodeDetail:
+        """A node's metrics, histograms and pods; :class:`CliError` for an unknown node."""
+        now = time.time() if now is None else now
+
+        def read() -> tuple[dict[bytes, bytes], float | None, set[bytes]]:
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.hgetall(keys.node_key(node))
+            pipe.zscore(keys.NODES_UPDATED, node)
+            pipe.smembers(keys.node_pods_key(node))
+            raw, updated, members = pipe.execute()
+            return raw, updated, members
+
+        raw, updated, members = self._call(f"node {node!r}", read)
+        if not raw:
+            if updated is None:
+                raise CliError(
+                    f"unknown node {node!r}: no agent has reported it to {self.url}; "
+                    "`interference top` lists the known nodes"
+                )
+            raise CliError(
+                f"node {node!r} is stale: its last report ({now - float(updated):.0f} s ago) "
+                "has expired; check that its interference-agent is running"
+            )
+        row = self._node_row(node, raw, float(updated or 0.0), now)
+        data = decoded_hash(raw)
+        histograms = {
+            name.removeprefix("hist_"): _histogram(node, name, value)
+            for name, value in sorted(data.items())
+            if name.startswith("hist_")
+        }
+        return NodeDetail(
+            row=row,
+            histograms=histograms,
+            pods=self._pods(node, sorted(_text(m) for m in members)),
+            disabled_probes=data.get("disabled_probes", ""),
+        )
+
+    def decision(self, namespace: str, pod: str) -> Decision:
+        """The scheduler's latest decision for a pod; :class:`CliError` when there is none."""
+        raw = self._call(
+            f"the decision for {namespace}/{pod}",
+            lambda: self._redis.hgetall(keys.decision_key(namespace, pod)),
+        )
+        if not raw:
+            raise CliError(
+                f"no scheduling decision for pod {namespace}/{pod} in {self.url}; "
+                "is the pod scheduled by interference-scheduler (spec.schedulerName) "
+                f"and younger than {keys.DECISION_TTL_S // 3600} h?"
+            )
+        try:
+            return parse_decision_hash(raw)
+        except PayloadError as exc:
+            raise CliError(
+                f"decision record {keys.decision_key(namespace, pod)} is malformed: {exc}"
+            ) from exc
+
+    def pod_row(self, namespace: str, name: str) -> PodRow | None:
+        """A pod's latest metrics, None while it has none; CliError when malformed."""
+        raw = self._call(
+            f"pod {namespace}/{name}", lambda: self._redis.hgetall(keys.pod_key(namespace, name))
+        )
+        return self._pod_row(raw, f"pod {namespace}/{name}") if raw else None
+
+    def stream_after(
+        self, last_id: str, *, block_ms: int, count: int = 500
+    ) -> list[tuple[str, bytes]]:
+        """Stream entries after ``last_id`` (``$`` for only new ones) as ``(id, payload)``,
+        waiting up to ``block_ms`` for the first; entries without a report field are skipped."""
+        reply = self._call(
+            f"the stream {keys.STREAM}",
+            lambda: self._redis.xread({keys.STREAM: last_id}, count=count, block=block_ms),
+        )
+        entries: list[tuple[str, bytes]] = []
+        for _, messages in reply or []:
+            for entry_id, entry in messages:
+                payload = entry.get(keys.STREAM_FIELD.encode())
+                if payload is not None:
+                    entries.append((_text(entry_id), payload))
+        return entries
+
+    def last_stream_id(self) -> str:
+        """Id of the newest stream entry, ``0-0`` when the stream is empty or absent."""
+        reply = self._call(
+            f"the stream {keys.STREAM}", lambda: self._redis.xrevrange(keys.STREAM, count=1)
+        )
+        return _text(reply[0][0]) if reply else "0-0"
+
+    def _pods(self, node: str, members: list[str]) -> list[PodRow]:
+        refs = [_split_pod_member(m) for m in members]
+
+        def read() -> list[dict[bytes, bytes]]:
+            pipe = self._redis.pipeline(transaction=False)
+            for namespace, name in refs:
+                pipe.hgetall(keys.pod_key(namespace, name))
+            return list(pipe.execute())
+
+        # A pod's hash may expire between the two reads: skip it.
+        return [
+            self._pod_row(raw, f"a pod of node {node!r}")
+            for raw in self._call(f"the pods of node {node!r}", read)
+            if raw
+        ]
+
+    def _pod_row(self, raw: dict[bytes, bytes], what: str) -> PodRow:
+        try:
+            metrics, _, updated_at = parse_pod_hash(raw)
+        except PayloadError as exc:
+            raise CliError(f"the hash of {what} is malformed: {exc}") from exc
+        return PodRow(metrics=metrics, updated_at=updated_at)
+
+    def _node_row(
+        self, node: str, raw: dict[bytes, bytes], updated_at: float, now: float
+    ) -> NodeRow:
+        if not raw:
+            return NodeRow(node, None, updated_at, 0.0, 0, stale=True)
+        try:
+            metrics, hash_updated_at = parse_node_hash(raw)
+            data = decoded_hash(raw)
+            interval_s = float(data.get("interval_s", "1"))
+            pod_count = int(data.get("pods", "0"))
+        except (PayloadError, ValueError) as exc:
+            raise CliError(f"node hash {keys.node_key(node)} is malformed: {exc}") from exc
+        return NodeRow(
+            node,
+            metrics,
+            hash_updated_at,
+            interval_s,
+            pod_count,
+            stale=is_stale(hash_updated_at, interval_s, now),
+        )
+
+
+def split_pod_ref(ref: str) -> tuple[str, str]:
+    """``NAMESPACE/POD`` into its parts; :class:`CliError` for anything else."""
+    namespace, sep, name = ref.partition("/")
+    if not sep or not namespace or not name or "/" in name:
+        raise CliError(f"expected NAMESPACE/POD (e.g. default/web-0), got {ref!r}")
+    return namespace, name
+
+
+def _split_pod_member(member: str) -> tuple[str, str]:
+    # The system bucket and UID-only pods are listed without a namespace (PodMetrics.key).
+    namespace, sep, name = member.partition("/")
+    return (namespace, name) if sep else ("", member)
+
+
+def _histogram(node: str, name: str, value: str) -> list[int]:
+    try:
+        return parse_histogram_field(value)
+    except PayloadError as exc:
+        raise CliError(f"field {name} of node {node!r} is malformed: {exc}") from exc
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -1,0 +1,172 @@
+"""Rich renderings of what the store holds: node ranking, one node, one decision."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from interference import hist
+from interference.decision import Decision
+from interference_cli.store import NodeDetail, NodeRow, PodRow
+
+BAR_WIDTH = 40
+"""Characters of the longest histogram bar."""
+
+TOP_PODS = 5
+"""Victim and antagonist pods listed per node."""
+
+
+def top_table(rows: Sequence[NodeRow], now: float, source: str) -> Table:
+    """Nodes ranked by interference score with the key metrics; stale nodes marked."""
+    table = Table(title=f"interference by node — {source}", title_justify="left")
+    for name in ("node", "score", "runq p99 µs", "wait ratio", "reclaim ms/s"):
+        table.add_column(name, justify="left" if name == "node" else "right")
+    for name in ("throttled ms/s", "psi cpu %", "psi mem %", "pods", "age s", "state"):
+        table.add_column(name, justify="right" if name != "state" else "left")
+    for row in rows:
+        age = row.age_s(now)
+        age_text = "—" if age == float("inf") else f"{age:.1f}"
+        state = Text("stale", style="bold red") if row.stale else Text("ok", style="green")
+        m = row.metrics
+        if m is None:
+            table.add_row(row.node, *["—"] * 8, age_text, Text("stale (expired)", style="red"))
+            continue
+        table.add_row(
+            row.node,
+            Text(f"{m.score:.1f}", style=_score_style(m.score)),
+            f"{m.runq_p99_us:.0f}",
+            f"{m.runq_wait_ratio:.3f}",
+            f"{m.reclaim_stall_ms_per_s:.2f}",
+            f"{m.throttled_ms_per_s:.1f}",
+            f"{m.psi_cpu_some:.1f}",
+            f"{m.psi_mem_some:.1f}",
+            str(row.pod_count),
+            age_text,
+            state,
+        )
+    return table
+
+
+def node_view(detail: NodeDetail, now: float) -> RenderableType:
+    """A node's metrics, its histograms as bars, and its top victim and antagonist pods."""
+    row = detail.row
+    assert row.metrics is not None  # node_detail raises for expired nodes
+    state = "STALE" if row.stale else "ok"
+    metrics = Table(
+        title=f"node {row.node} — {state}, report {row.age_s(now):.1f} s old, "
+        f"interval {row.interval_s:g} s, {row.pod_count} pods",
+        title_justify="left",
+        show_header=False,
+    )
+    metrics.add_column("metric")
+    metrics.add_column("value", justify="right")
+    for name in type(row.metrics).__dataclass_fields__:
+        metrics.add_row(name, f"{getattr(row.metrics, name):g}")
+    parts: list[RenderableType] = [metrics]
+    if detail.disabled_probes:
+        parts.append(Text(f"disabled probes: {detail.disabled_probes}", style="yellow"))
+    for name, buckets in detail.histograms.items():
+        parts.append(histogram_table(name, buckets))
+    parts.append(
+        pod_table(
+            "victims (most run-queue wait)",
+            sorted(detail.pods, key=lambda p: -p.metrics.runq_wait_ms_per_s)[:TOP_PODS],
+        )
+    )
+    parts.append(
+        pod_table(
+            "antagonists (most CPU)",
+            sorted(detail.pods, key=lambda p: -p.metrics.cpu_ms_per_s)[:TOP_PODS],
+        )
+    )
+    return Group(*parts)
+
+
+def histogram_table(name: str, buckets: Sequence[int]) -> RenderableType:
+    """A log2 histogram drawn as bars, from the first to the last non-empty slot."""
+    used = [i for i, count in enumerate(buckets) if count > 0]
+    if not used:
+        return Text(f"{name}: no samples this interval", style="dim")
+    unit = name.rsplit("_", 1)[-1] if "_" in name else ""
+    p50 = hist.percentile(buckets, 0.5)
+    p99 = hist.percentile(buckets, 0.99)
+    table = Table(
+        title=f"{name}: {hist.total(buckets)} samples, p50 ≈ {p50:.0f} {unit}, "
+        f"p99 ≈ {p99:.0f} {unit}",
+        title_justify="left",
+        show_edge=False,
+    )
+    table.add_column(f"range {unit}", justify="right")
+    table.add_column("count", justify="right")
+    table.add_column("distribution")
+    peak = max(buckets)
+    for slot in range(used[0], used[-1] + 1):
+        lo, hi = hist.slot_bounds(slot)
+        count = buckets[slot]
+        width = round(BAR_WIDTH * count / peak) if count else 0
+        table.add_row(f"{lo} – {hi}", str(count), Text("█" * max(width, 1 if count else 0)))
+    return table
+
+
+def pod_table(title: str, pods: Sequence[PodRow]) -> Table:
+    """Pods with their per-pod metrics."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("pod")
+    table.add_column("qos")
+    for name in ("cpu ms/s", "runq wait ms/s", "runq p99 µs", "reclaim ms/s", "throttled ms/s"):
+        table.add_column(name, justify="right")
+    for pod in pods:
+        m = pod.metrics
+        table.add_row(
+            m.key,
+            m.qos or "—",
+            f"{m.cpu_ms_per_s:.1f}",
+            f"{m.runq_wait_ms_per_s:.2f}",
+            f"{m.runq_p99_us:.0f}",
+            f"{m.reclaim_stall_ms_per_s:.2f}",
+            f"{m.throttled_ms_per_s:.1f}",
+        )
+    return table
+
+
+def decision_view(decision: Decision, now: float) -> RenderableType:
+    """The decision record: outcome, chosen node, and every candidate's verdicts and scores."""
+    header = Text()
+    header.append(f"{decision.namespace}/{decision.pod}: ", style="bold")
+    header.append(decision.result, style="green" if decision.result == "scheduled" else "red")
+    if decision.node:
+        header.append(f" on {decision.node}", style="bold")
+    header.append(f" ({now - decision.ts:.0f} s ago{', dry run' if decision.dry_run else ''})")
+    plugins = sorted({name for c in decision.candidates for name in c.scores})
+    table = Table(title="candidates", title_justify="left")
+    table.add_column("node")
+    table.add_column("filters")
+    for name in plugins:
+        table.add_column(name, justify="right")
+    table.add_column("total", justify="right")
+    ranked = sorted(decision.candidates, key=lambda c: (not c.passed, -c.total, c.node))
+    for cand in ranked:
+        chosen = cand.node == decision.node
+        verdict = (
+            Text("pass", style="green")
+            if cand.passed
+            else Text("; ".join(cand.reasons) or "rejected", style="red")
+        )
+        table.add_row(
+            Text(("▶ " if chosen else "  ") + cand.node, style="bold" if chosen else ""),
+            verdict,
+            *[f"{cand.scores[n]:.1f}" if n in cand.scores else "—" for n in plugins],
+            f"{cand.total:.1f}" if cand.passed else "—",
+        )
+    return Group(header, Text(decision.message), table)
+
+
+def _score_style(score: float) -> str:
+    if score >= 50:
+        return "bold red"
+    if score >= 20:
+        return "yellow"
+    return "green"

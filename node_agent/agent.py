@@ -1,0 +1,210 @@
+"""The node agent: probes → attribution → aggregation → one report per interval → Redis.
+
+Probes that cannot run on this host are logged once with their reason and left out
+(degraded mode); when the BPF probes cannot load, taskstats delay accounting stands in
+for them. Nothing a probe, the API server or Redis does ends the loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Protocol
+
+from interference.signals import GpuDevice, NodeReport
+from node_agent.aggregate import aggregate, resolve_owners
+from node_agent.attribution import Attributor
+from node_agent.gpu import GpuInventory
+from node_agent.pods import (
+    KubernetesPodDirectory,
+    PodDirectory,
+    StaticPodDirectory,
+    kubernetes_directory_from_environment,
+)
+from node_agent.probes import base
+from node_agent.publisher import PublisherSettings, RedisPublisher
+from node_agent.settings import BPF_PROBES, FALLBACK_PROBE, AgentSettings
+
+log = logging.getLogger(__name__)
+
+
+class ReportSink(Protocol):
+    """Where reports go (Redis in production)."""
+
+    def publish(self, report: NodeReport) -> bool:
+        """Deliver one report; False when it was dropped. Must not raise."""
+
+    def close(self) -> None:
+        """Release connections."""
+
+
+class Agent:
+    """Measures one node every ``settings.interval_s`` and hands each report to ``sink``."""
+
+    def __init__(
+        self,
+        settings: AgentSettings,
+        directory: PodDirectory,
+        sink: ReportSink | None = None,
+        gpu_inventory: GpuInventory | None = None,
+    ) -> None:
+        """``sink`` None only measures (``--once``); ``gpu_inventory`` None reports no GPUs."""
+        self.settings = settings
+        self._ctx = settings.probe_context()
+        self._directory = directory
+        self._attributor = Attributor(self._ctx, directory)
+        self._sink = sink
+        self._gpu_inventory = gpu_inventory
+        self._probes: list[base.Probe] = []
+        self._failing_probes: set[str] = set()
+        self._last_collect = 0.0
+        self.disabled_probes: dict[str, str] = {}
+        """Probes that could not start, with the reason (published in every report)."""
+
+    @property
+    def running_probes(self) -> list[str]:
+        """Names of the probes collecting now."""
+        return [p.name for p in self._probes]
+
+    def start(self) -> None:
+        """Start the probes: the configured list, or every registered one with taskstats
+        only as the stand-in for BPF probes that cannot load."""
+        registered = base.registered()
+        explicit = bool(self.settings.probes)
+        names = (
+            list(self.settings.probes)
+            if explicit
+            else [n for n in sorted(registered) if n != FALLBACK_PROBE]
+        )
+        self._probes, self.disabled_probes = base.start_probes(names, self._ctx)
+        missing_bpf = [n for n in BPF_PROBES if n in self.disabled_probes]
+        if not explicit and missing_bpf and FALLBACK_PROBE in registered:
+            log.warning(
+                "BPF probe(s) %s unavailable: falling back to %s delay accounting (per-task "
+                "run-queue and reclaim delay, coarser percentiles)",
+                ", ".join(missing_bpf),
+                FALLBACK_PROBE,
+            )
+            fallback, fallback_disabled = base.start_probes([FALLBACK_PROBE], self._ctx)
+            self._probes += fallback
+            self.disabled_probes.update(fallback_disabled)
+        if self.disabled_probes:
+            log.warning(
+                "degraded mode: running %s; disabled %s (reasons above)",
+                ", ".join(self.running_probes) or "no probe at all",
+                ", ".join(sorted(self.disabled_probes)),
+            )
+        else:
+            log.info("running probes: %s", ", ".join(self.running_probes) or "none")
+        if self._gpu_inventory is not None:
+            self._gpu_inventory.start()
+        self._last_collect = time.monotonic()
+
+    def measure(self) -> NodeReport:
+        """Collect every probe and build the report for the time since the last call."""
+        samples: dict[str, base.Sample] = {}
+        for probe in self._probes:
+            samples[probe.name] = self._collect(probe)
+        now = time.monotonic()
+        interval_s = max(now - self._last_collect, 1e-3)
+        self._last_collect = now
+        owners = resolve_owners(samples.values(), self._attributor, self.settings.cgroup_root)
+        result = aggregate(
+            samples, owners, interval_s, self.settings.ncpu, self.settings.score_refs
+        )
+        return NodeReport(
+            node=self.settings.node_name,
+            ts=time.time(),
+            interval_s=round(interval_s, 6),
+            metrics=result.metrics,
+            histograms=result.histograms,
+            pods=result.pods,
+            gpus=self._gpus(),
+            disabled_probes=dict(self.disabled_probes),
+        )
+
+    def run(self, stop: threading.Event) -> None:
+        """Report every interval until ``stop`` is set; ticks that fall behind are skipped."""
+        interval = self.settings.interval_s
+        next_tick = time.monotonic() + interval
+        while not stop.wait(max(0.0, next_tick - time.monotonic())):
+            report = self.measure()
+            if self._sink is not None:
+                self._sink.publish(report)
+            next_tick += interval
+            now = time.monotonic()
+            if next_tick <= now:  # fell behind (a stalled host): realign, don't burst
+                next_tick = now + interval
+
+    def close(self) -> None:
+        """Close probes and the sink; safe to call twice."""
+        for probe in self._probes:
+            try:
+                probe.close()
+            except Exception:
+                log.exception("closing probe %s failed", probe.name)
+        self._probes = []
+        if self._sink is not None:
+            self._sink.close()
+        if isinstance(self._directory, KubernetesPodDirectory):
+            self._directory.stop()
+        if self._gpu_inventory is not None:
+            self._gpu_inventory.close()
+
+    def _collect(self, probe: base.Probe) -> base.Sample:
+        # Probes promise not to raise; a bug in one must still not end the loop.
+        try:
+            sample = probe.collect()
+        except Exception:
+            if probe.name not in self._failing_probes:
+                log.exception("probe %s failed to collect; its data is left out", probe.name)
+                self._failing_probes.add(probe.name)
+            return base.Sample()
+        self._failing_probes.discard(probe.name)
+        return sample
+
+    def _gpus(self) -> list[GpuDevice]:
+        if self._gpu_inventory is None:
+            return []
+        try:
+            return self._gpu_inventory.devices()
+        except Exception:
+            log.exception("GPU inventory failed; reporting no GPUs this interval")
+            return []
+
+
+def pod_directory(settings: AgentSettings) -> PodDirectory:
+    """The pods-file directory, else the API (when enabled and credentials exist), else
+    an empty directory that leaves pods named by UID."""
+    if settings.pods_file:
+        return StaticPodDirectory.from_file(settings.pods_file)
+    if settings.kubernetes:
+        if settings.kubeconfig:
+            from kubernetes import client, config
+
+            api_client = config.new_client_from_config(config_file=settings.kubeconfig)  # type: ignore[no-untyped-call]
+            directory = KubernetesPodDirectory(client.CoreV1Api(api_client), settings.node_name)
+            directory.start()
+            return directory
+        found = kubernetes_directory_from_environment(settings.node_name)
+        if found is not None:
+            return found
+    return StaticPodDirectory()
+
+
+def build_agent(settings: AgentSettings, *, publish: bool = True) -> Agent:
+    """An agent wired to Redis (when ``publish``), the pod directory and NVML."""
+    sink = None
+    if publish:
+        sink = RedisPublisher(
+            PublisherSettings(
+                redis_url=settings.redis_url,
+                username=settings.redis_username,
+                password=settings.redis_password,
+                ttl_s=settings.effective_ttl_s,
+                stream_maxlen=settings.stream_maxlen,
+                socket_timeout_s=settings.redis_socket_timeout_s,
+            )
+        )
+    return Agent(settings, pod_directory(settings), sink, GpuInventory())

@@ -1,0 +1,289 @@
+"""Pod UID → (namespace, name) for the pods on this node.
+
+:class:`KubernetesPodDirectory` lists and watches the pods bound to this node
+(``fieldSelector=spec.nodeName=NODE``) with the ``kubernetes`` client in a background
+thread: it resumes watches from the last resourceVersion, relists on ``410 Gone``, backs
+off on errors and never lets an exception end the thread. :class:`StaticPodDirectory` is
+a fixed mapping for tests and the demo. Without API credentials the agent uses no
+directory at all and names pods by UID (see :func:`kubernetes_directory_from_environment`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import yaml
+
+log = logging.getLogger(__name__)
+
+
+class PodDirectory(Protocol):
+    """Looks up the namespace and name of a pod on this node by its UID."""
+
+    def lookup(self, uid: str) -> tuple[str, str] | None:
+        """``(namespace, name)``, or ``None`` when the UID is unknown."""
+
+
+class PodDirectoryFileError(ValueError):
+    """A static pod directory file is unreadable or not a ``{uid: "namespace/name"}`` map."""
+
+
+class StaticPodDirectory:
+    """A fixed ``{uid: (namespace, name)}`` mapping (tests, demo, hosts without an API)."""
+
+    def __init__(self, pods: Mapping[str, tuple[str, str]] | None = None) -> None:
+        self._pods = {uid.lower(): ref for uid, ref in (pods or {}).items()}
+
+    def lookup(self, uid: str) -> tuple[str, str] | None:
+        """``(namespace, name)`` for a known UID, else ``None``."""
+        return self._pods.get(uid.lower())
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> StaticPodDirectory:
+        """Load a YAML or JSON file holding ``{uid: "namespace/name"}``.
+
+        Raises :class:`PodDirectoryFileError` saying which entry is wrong and why.
+        """
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise PodDirectoryFileError(f"cannot read pod directory file {path}: {exc}") from exc
+        try:
+            # YAML is a superset of JSON, so one parser reads both.
+            data: Any = yaml.safe_load(text) if text.strip() else {}
+        except yaml.YAMLError as exc:
+            raise PodDirectoryFileError(f"{path} is not valid YAML/JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise PodDirectoryFileError(
+                f'{path} must hold a mapping {{uid: "namespace/name"}}, got {type(data).__name__}'
+            )
+        pods: dict[str, tuple[str, str]] = {}
+        for uid, ref in data.items():
+            namespace, _, name = str(ref).partition("/")
+            if not isinstance(ref, str) or not namespace or not name or "/" in name:
+                raise PodDirectoryFileError(
+                    f'{path}: entry {uid!r}: {json.dumps(ref)} is not "namespace/name"'
+                )
+            pods[str(uid)] = (namespace, name)
+        return cls(pods)
+
+
+@dataclass(frozen=True)
+class PodWatchSettings:
+    """How :class:`KubernetesPodDirectory` talks to the API server."""
+
+    watch_timeout_s: int = 300
+    """Server-side timeout of one watch request; the watch is then resumed."""
+    read_timeout_s: float = 30.0
+    """Client-side read timeout; an idle stream is reopened after this long."""
+    backoff_initial_s: float = 1.0
+    """First wait after an error; doubles on each consecutive error."""
+    backoff_max_s: float = 30.0
+    """Longest wait between retries."""
+    deleted_grace_s: float = 60.0
+    """Deleted pods stay known this long, so their last interval is still attributed."""
+
+
+class KubernetesPodDirectory:
+    """Pods on ``node_name``, listed and then watched in a daemon thread.
+
+    ``api`` is a ``kubernetes.client.CoreV1Api``. Errors are logged (once per streak,
+    then at DEBUG) and retried with exponential backoff; ``410 Gone`` relists at once.
+    """
+
+    def __init__(
+        self,
+        api: Any,
+        node_name: str,
+        settings: PodWatchSettings | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._api = api
+        self._node = node_name
+        self._settings = settings or PodWatchSettings()
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._pods: dict[str, tuple[str, str]] = {}
+        self._deleted_at: dict[str, float] = {}
+        self._synced = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._resource_version: str | None = None
+        self.relists = 0
+        """Number of full lists done (the first one included)."""
+        self.errors = 0
+        """Number of failed list/watch requests."""
+
+    # -- PodDirectory ---------------------------------------------------------------
+    def lookup(self, uid: str) -> tuple[str, str] | None:
+        """``(namespace, name)`` of a pod on this node (or deleted within the grace)."""
+        with self._lock:
+            self._forget_expired()
+            return self._pods.get(uid)
+
+    # -- lifecycle ------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the list+watch thread (returns at once; see :meth:`wait_synced`)."""
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._run, name="pod-watch", daemon=True)
+        self._thread.start()
+
+    def wait_synced(self, timeout_s: float) -> bool:
+        """Whether the first list completed within ``timeout_s``."""
+        return self._synced.wait(timeout_s)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Ask the thread to stop and wait for it up to ``timeout_s``."""
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    # -- the loop -------------------------------------------------------------------
+    def _run(self) -> None:
+        from kubernetes.client.exceptions import ApiException  # lazy: optional at import
+
+        backoff = self._settings.backoff_initial_s
+        failing = False
+        while not self._stopping.is_set():
+            try:
+                if self._resource_version is None:
+                    self._relist()
+                self._watch()
+                backoff = self._settings.backoff_initial_s
+                failing = False
+            except ApiException as exc:
+                if exc.status == 410:
+                    log.info(
+                        "pod watch on %s: resourceVersion expired (410), relisting", self._node
+                    )
+                    self._resource_version = None
+                    continue
+                self._on_error(f"API server answered {exc.status} {exc.reason}", failing)
+                failing = True
+                self._stopping.wait(backoff)
+                backoff = min(backoff * 2, self._settings.backoff_max_s)
+            except Exception as exc:  # the thread must survive anything the client raises
+                if _is_read_timeout(exc):
+                    continue  # an idle stream: reopen it from the same resourceVersion
+                self._on_error(f"{type(exc).__name__}: {exc}", failing)
+                failing = True
+                self._stopping.wait(backoff)
+                backoff = min(backoff * 2, self._settings.backoff_max_s)
+
+    def _on_error(self, what: str, already_failing: bool) -> None:
+        self.errors += 1
+        level = logging.DEBUG if already_failing else logging.WARNING
+        log.log(
+            level,
+            "pod list/watch for node %s failed (%s); retrying with backoff, pods keep being "
+            "reported by UID meanwhile — check the API server address and the agent's RBAC "
+            "(list/watch pods)",
+            self._node,
+            what,
+        )
+
+    def _relist(self) -> None:
+        pod_list = self._api.list_pod_for_all_namespaces(
+            field_selector=f"spec.nodeName={self._node}",
+            _request_timeout=self._settings.read_timeout_s,
+        )
+        pods = {
+            pod.metadata.uid: (pod.metadata.namespace, pod.metadata.name)
+            for pod in pod_list.items
+            if self._on_this_node(pod)
+        }
+        with self._lock:
+            gone = set(self._pods) - set(pods)
+            self._pods.update(pods)
+            for uid in pods:
+                self._deleted_at.pop(uid, None)
+            now = self._clock()
+            for uid in gone:
+                self._deleted_at.setdefault(uid, now)
+        self._resource_version = pod_list.metadata.resource_version
+        self.relists += 1
+        self._synced.set()
+
+    def _watch(self) -> None:
+        from kubernetes import watch
+
+        stream = watch.Watch()  # type: ignore[no-untyped-call]
+        for event in stream.stream(  # type: ignore[no-untyped-call]
+            self._api.list_pod_for_all_namespaces,
+            field_selector=f"spec.nodeName={self._node}",
+            resource_version=self._resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=self._settings.watch_timeout_s,
+            _request_timeout=self._settings.read_timeout_s,
+        ):
+            if self._stopping.is_set():
+                stream.stop()  # type: ignore[no-untyped-call]
+                return
+            self._apply(event["type"], event["object"])
+            self._resource_version = stream.resource_version
+
+    def _apply(self, kind: str, pod: Any) -> None:
+        if kind == "BOOKMARK" or not hasattr(pod, "metadata") or pod.metadata is None:
+            return
+        uid = pod.metadata.uid
+        with self._lock:
+            if kind == "DELETED" or not self._on_this_node(pod):
+                if uid in self._pods:
+                    self._deleted_at.setdefault(uid, self._clock())
+            else:
+                self._pods[uid] = (pod.metadata.namespace, pod.metadata.name)
+                self._deleted_at.pop(uid, None)
+
+    def _on_this_node(self, pod: Any) -> bool:
+        # The field selector already filters server-side; this guards against servers
+        # (and emulators) that ignore it.
+        return bool(pod.spec is not None and pod.spec.node_name == self._node)
+
+    def _forget_expired(self) -> None:
+        horizon = self._clock() - self._settings.deleted_grace_s
+        for uid in [uid for uid, at in self._deleted_at.items() if at <= horizon]:
+            del self._deleted_at[uid]
+            self._pods.pop(uid, None)
+
+
+def _is_read_timeout(exc: Exception) -> bool:
+    from urllib3.exceptions import ReadTimeoutError
+
+    return isinstance(exc, ReadTimeoutError) or isinstance(
+        getattr(exc, "reason", None), ReadTimeoutError
+    )
+
+
+def kubernetes_directory_from_environment(
+    node_name: str, settings: PodWatchSettings | None = None
+) -> KubernetesPodDirectory | None:
+    """A started directory using in-cluster config, else ``~/.kube/config``; ``None`` if neither.
+
+    ``None`` is logged once at INFO: the agent then names pods by UID.
+    """
+    from kubernetes import client, config
+
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        try:
+            config.load_kube_config()  # type: ignore[no-untyped-call]
+        except (config.ConfigException, OSError) as exc:
+            log.info(
+                "no Kubernetes credentials (not in a pod, no kubeconfig: %s); pods are "
+                "reported by UID — mount a service account that can list/watch pods to get names",
+                exc,
+            )
+            return None
+    directory = KubernetesPodDirectory(client.CoreV1Api(), node_name, settings)
+    directory.start()
+    return directory

@@ -1,0 +1,101 @@
+"""Everything the node agent is configured with, in one dataclass passed explicitly."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+
+from interference import keys
+from interference.score import ScoreReferences
+from node_agent.probes.base import ProbeContext
+
+BPF_PROBES = ("runqlat", "reclaim")
+"""Probes backed by BPF programs; ``taskstats`` stands in for them when they cannot load."""
+FALLBACK_PROBE = "taskstats"
+"""Delay accounting over netlink: run-queue and reclaim delay without BPF."""
+
+
+def detect_cgroup_v2_mount(sys_fs_cgroup: str = "/sys/fs/cgroup") -> str:
+    """Where the cgroup v2 hierarchy lives: ``/sys/fs/cgroup`` on pure-v2 hosts (it has
+    ``cgroup.controllers``), else the hybrid layout's ``/sys/fs/cgroup/unified``."""
+    if os.path.exists(os.path.join(sys_fs_cgroup, "cgroup.controllers")):
+        return sys_fs_cgroup
+    return os.path.join(sys_fs_cgroup, "unified")
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """Configuration of one node agent (built by ``node_agent.cli`` from flags and env)."""
+
+    node_name: str = field(default_factory=socket.gethostname)
+    """Name under which the node's keys are published; the Kubernetes node name."""
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    """``redis://`` or ``rediss://`` URL of the store (credentials are better passed below)."""
+    redis_username: str | None = None
+    """ACL user the agent writes as (``REDIS_USERNAME``); None uses the URL's or the default."""
+    redis_password: str | None = None
+    """Password of that user (``REDIS_PASSWORD``, from a Secret)."""
+    redis_socket_timeout_s: float = 0.5
+    """Connect and read timeout; short so an unreachable Redis never stalls the interval."""
+    interval_s: float = 1.0
+    """Seconds between reports."""
+    ttl_s: int | None = None
+    """TTL of every hash; None means :func:`interference.keys.ttl_seconds` of the interval."""
+    stream_maxlen: int = keys.STREAM_MAXLEN
+    """Approximate cap of ``intf:stream`` (``XADD MAXLEN ~``)."""
+    probes: tuple[str, ...] = ()
+    """Probes to run; empty means every registered probe, with ``taskstats`` only as the
+    fallback for BPF probes that cannot load."""
+    cgroup_root: str = "/"
+    """Only cgroups at or below this path (in each hierarchy) are measured."""
+    cgroup_v2_mount: str = field(default_factory=detect_cgroup_v2_mount)
+    """Mount point of the cgroup v2 hierarchy."""
+    cgroup_v1_mount: str = "/sys/fs/cgroup"
+    """Parent of the v1 controller mounts on hybrid hosts."""
+    proc_root: str = "/proc"
+    tracefs: str = "/sys/kernel/tracing"
+    bpf_source_dir: str = ""
+    """Directory with ``*.bpf.c``; empty lets the probes find them (``INTERFERENCE_BPF_DIR``,
+    then the ``bpf/`` folder shipped with the agent)."""
+    score_refs: ScoreReferences = field(default_factory=ScoreReferences)
+    """References and weights of the node interference score."""
+    pods_file: str | None = None
+    """Static ``{uid: "namespace/name"}`` file naming pods (demo, tests); wins over the API."""
+    kubernetes: bool = True
+    """Name pods through the API (watching this node's pods) when credentials exist:
+    in-cluster service account, else ``kubeconfig``; without them pods are named by UID."""
+    kubeconfig: str | None = None
+    """Kubeconfig file; None tries the in-cluster config, then ``~/.kube/config``."""
+    ncpu: int = field(default_factory=lambda: os.cpu_count() or 1)
+    """CPUs of the node, the denominator of the run-queue wait ratio."""
+
+    def __post_init__(self) -> None:
+        if not self.node_name:
+            raise ValueError("node name is empty: pass --node-name or set NODE_NAME")
+        if not self.interval_s > 0:
+            raise ValueError(f"interval must be > 0 seconds, got {self.interval_s}")
+        if self.ttl_s is not None and self.ttl_s < 1:
+            raise ValueError(f"ttl must be at least 1 second, got {self.ttl_s}")
+        if self.stream_maxlen < 1:
+            raise ValueError(f"stream maxlen must be at least 1, got {self.stream_maxlen}")
+        if not self.cgroup_root.startswith("/"):
+            raise ValueError(f"cgroup root must be an absolute path, got {self.cgroup_root!r}")
+        if self.ncpu < 1:
+            raise ValueError(f"ncpu must be at least 1, got {self.ncpu}")
+
+    @property
+    def effective_ttl_s(self) -> int:
+        """The TTL written on every hash."""
+        return self.ttl_s if self.ttl_s is not None else keys.ttl_seconds(self.interval_s)
+
+    def probe_context(self) -> ProbeContext:
+        """What the probes need to know about this host."""
+        return ProbeContext(
+            cgroup_root=self.cgroup_root,
+            cgroup_v2_mount=self.cgroup_v2_mount,
+            cgroup_v1_mount=self.cgroup_v1_mount,
+            proc_root=self.proc_root,
+            tracefs=self.tracefs,
+            bpf_source_dir=self.bpf_source_dir,
+        )

@@ -1,0 +1,522 @@
+"""The :class:`~scheduler.ports.Cluster` on a real API server, through the ``kubernetes`` client.
+
+Informers: list nodes and pods (paged), then watch from the list's resourceVersion with
+bookmarks; 410 Gone (on the watch or a list continue) relists at once; 429, 5xx and
+connection errors back off (exponential, capped, full jitter; ``Retry-After`` honoured);
+nothing stops an informer thread but ``stop``. Every call passes ``_preload_content=False``
+and the body is parsed with ``json.loads`` (watch lines are split by
+``kubernetes.watch.watch.iter_resp_lines``): the client's model deserialisation is far too
+slow for lists of 50,000 pods.
+
+Pods are watched with ``status.phase!=Succeeded,status.phase!=Failed`` as kube-scheduler
+does: finished pods hold no resources.
+
+Writes:
+
+* bind — ``POST /api/v1/namespaces/{ns}/pods/{name}/binding``;
+* Events — ``events.k8s.io/v1`` (what kube-scheduler uses), ``reportingController``
+  ``interference-scheduler``, action ``Binding`` for ``Scheduled`` and ``Scheduling`` for
+  everything else, ``note`` truncated to the API's 1 KiB;
+* PodScheduled=False/Unschedulable — strategic-merge PATCH of ``pods/status`` (conditions
+  merge by ``type``, the other conditions stay).
+
+Every API call goes through one method of :class:`KubernetesCluster`
+(``list_page``, ``open_watch``, ``bind``, ``record_event``, ``set_unschedulable``), and
+:data:`REQUIRED_PERMISSIONS` lists the RBAC rules they need, so a test can check the
+deploy manifests against the calls. Client exceptions never escape: they become
+:class:`~scheduler.ports.ClusterError` subclasses that say what to do.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+from kubernetes.watch.watch import iter_resp_lines
+
+from scheduler.ports import (
+    ApiUnavailable,
+    BindConflict,
+    ClusterError,
+    ClusterHandler,
+    EventType,
+    Forbidden,
+    K8sObject,
+    ObjectKind,
+    PodRef,
+)
+
+log = logging.getLogger(__name__)
+
+SCHEDULER_NAME = "interference-scheduler"
+"""``reportingController`` of our Events (also the default ``schedulerName``)."""
+
+POD_FIELD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
+
+REQUIRED_PERMISSIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("", "nodes", ("list", "watch")),
+    ("", "pods", ("list", "watch")),
+    ("", "pods/binding", ("create",)),
+    ("", "pods/status", ("patch",)),
+    ("events.k8s.io", "events", ("create",)),
+)
+"""(apiGroup, resource, verbs) the cluster adapter calls; the elector adds its Lease rule."""
+
+_NOTE_MAX = 1024
+_MIN_QUIET_WATCH_S = 1.0
+"""A watch that ends sooner without any event is retried with backoff."""
+_WATCH_EVENTS: frozenset[str] = frozenset({"ADDED", "MODIFIED", "DELETED"})
+
+
+@dataclass(frozen=True, slots=True)
+class KubernetesSettings:
+    """How to reach and follow the API server."""
+
+    kubeconfig: str = ""
+    """Path of a kubeconfig file; empty: in-cluster service account, else ``$KUBECONFIG``
+    or ``~/.kube/config``."""
+    context: str = ""
+    """kubeconfig context; empty: the file's current context."""
+    page_size: int = 500
+    """Objects per list page (``limit``)."""
+    watch_timeout_s: int = 300
+    """Server-side watch timeout; each watch asks for a random value in [t, 2t) like client-go."""
+    request_timeout_s: float = 30.0
+    """Client-side timeout of non-watch calls (and of connecting)."""
+    backoff_initial_s: float = 0.5
+    """First retry delay after a 429/5xx/connection error; doubles per failure."""
+    backoff_max_s: float = 30.0
+    """Cap of the retry delay."""
+
+
+class _Gone(Exception):
+    """410 Gone: the resourceVersion or continue token expired; relist."""
+
+
+class _RetryLater(ApiUnavailable):
+    """429/503 with a ``Retry-After`` header."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class Backoff:
+    """Capped exponential backoff with full jitter: delay n is uniform in [0, min(cap, b·2ⁿ)]."""
+
+    def __init__(self, initial_s: float, max_s: float, rng: random.Random | None = None) -> None:
+        self.initial_s = initial_s
+        self.max_s = max_s
+        self.failures = 0
+        self._rng = rng or random.Random()
+
+    def next_delay(self, at_least_s: float = 0.0) -> float:
+        ceiling = min(self.max_s, self.initial_s * 2**self.failures)
+        self.failures += 1
+        return max(at_least_s, self._rng.uniform(ceiling / 2, ceiling))
+
+    def reset(self) -> None:
+        self.failures = 0
+
+
+def make_api_client(kubeconfig: str = "", context: str = "") -> client.ApiClient:
+    """An ApiClient from a kubeconfig path, the in-cluster service account, or the default
+    kubeconfig; :class:`ClusterError` saying which sources were tried."""
+    try:
+        if kubeconfig:
+            return config.new_client_from_config(config_file=kubeconfig, context=context or None)
+        if os.environ.get("KUBERNETES_SERVICE_HOST"):
+            configuration = client.Configuration()
+            config.load_incluster_config(client_configuration=configuration)
+            return client.ApiClient(configuration)
+        return config.new_client_from_config(context=context or None)
+    except (ConfigException, OSError, TypeError, ValueError) as exc:
+        raise ClusterError(
+            f"no usable Kubernetes credentials ({exc}); pass --kubeconfig FILE, set KUBECONFIG,"
+            " or run in a pod with a service account"
+        ) from exc
+
+
+def translate_error(exc: Exception, verb: str, resource: str, host: str) -> ClusterError:
+    """A client exception as one of our errors, naming the call and the fix."""
+    if isinstance(exc, ClusterError):
+        return exc
+    if isinstance(exc, ApiException):
+        status = int(exc.status or 0)
+        detail = _status_message(exc.body) or exc.reason or ""
+        what = f"{verb} {resource}"
+        if status in (401, 403):
+            return Forbidden(
+                f"the API server refused {what} (HTTP {status}: {detail}); grant the scheduler's"
+                f" ServiceAccount verb '{verb}' on '{resource}' in its ClusterRole"
+                " (deploy/base/rbac.yaml)"
+            )
+        if status == 410:
+            return ClusterError(f"{what}: 410 Gone ({detail})")
+        if status == 429 or status >= 500:
+            message = f"{what}: the API server answered HTTP {status} ({detail}); retrying"
+            retry_after = _retry_after(exc)
+            if retry_after is not None:
+                return _RetryLater(message, retry_after)
+            return ApiUnavailable(message)
+        return ClusterError(f"{what} failed with HTTP {status}: {detail}")
+    if isinstance(exc, urllib3.exceptions.HTTPError | OSError):
+        return ApiUnavailable(
+            f"cannot reach the API server at {host} for {verb} {resource} ({exc}); check the"
+            " kubeconfig server address and that the API server is up"
+        )
+    return ClusterError(f"{verb} {resource}: unexpected client error {exc!r}")
+
+
+def _status_message(body: Any) -> str:
+    if not body:
+        return ""
+    try:
+        parsed = json.loads(body)
+        return str(parsed.get("message", "")) if isinstance(parsed, dict) else ""
+    except (ValueError, TypeError):
+        return str(body)[:200]
+
+
+def _retry_after(exc: ApiException) -> float | None:
+    headers = exc.headers or {}
+    value = headers.get("Retry-After") or headers.get("retry-after")
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _micro_time(now: float) -> str:
+    """RFC 3339 with microseconds (``MicroTime``), UTC."""
+    stamp = dt.datetime.fromtimestamp(now, tz=dt.UTC)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class KubernetesCluster:
+    """Informers and writes against a real API server (see the module docstring)."""
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        settings: KubernetesSettings | None = None,
+        identity: str = SCHEDULER_NAME,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.settings = settings or KubernetesSettings()
+        self.identity = identity
+        """``reportingInstance`` of our Events (the elector's identity)."""
+        self.host = str(api_client.configuration.host)
+        self._core = client.CoreV1Api(api_client)
+        self._events = client.EventsV1Api(api_client)
+        self._rng = rng or random.Random()
+        self._lock = threading.Lock()
+        self._open_watches: set[urllib3.response.BaseHTTPResponse] = set()
+        self._synced: dict[ObjectKind, bool] = {"Node": False, "Pod": False}
+        self.relists: dict[ObjectKind, int] = {"Node": 0, "Pod": 0}
+        """Lists done per kind (the first one included); for tests and metrics."""
+
+    # --- the API calls (each one needs a rule in REQUIRED_PERMISSIONS) ---
+
+    def list_page(self, kind: ObjectKind, continue_token: str = "") -> K8sObject:
+        """One page of nodes or (non-finished) pods, parsed with json.loads."""
+        kwargs: dict[str, Any] = {
+            "limit": self.settings.page_size,
+            "_preload_content": False,
+            "_request_timeout": self.settings.request_timeout_s,
+        }
+        if continue_token:
+            kwargs["_continue"] = continue_token
+        try:
+            if kind == "Node":
+                response = self._core.list_node(**kwargs)
+            else:
+                response = self._core.list_pod_for_all_namespaces(
+                    field_selector=POD_FIELD_SELECTOR, **kwargs
+                )
+            body = json.loads(response.data)
+        except ApiException as exc:
+            if exc.status == 410:
+                raise _Gone(_status_message(exc.body)) from exc
+            raise translate_error(exc, "list", _plural(kind), self.host) from exc
+        except ValueError as exc:
+            raise ApiUnavailable(f"list {_plural(kind)}: the answer is not JSON ({exc})") from exc
+        except Exception as exc:
+            raise translate_error(exc, "list", _plural(kind), self.host) from exc
+        if not isinstance(body, dict) or not isinstance(body.get("items"), list):
+            raise ApiUnavailable(f"list {_plural(kind)}: the answer is not a list object")
+        return body
+
+    def open_watch(self, kind: ObjectKind, resource_version: str) -> urllib3.BaseHTTPResponse:
+        """A streaming watch from ``resource_version`` (bookmarks on)."""
+        timeout = int(self.settings.watch_timeout_s * (1 + self._rng.random()))
+        kwargs: dict[str, Any] = {
+            "watch": True,
+            "resource_version": resource_version,
+            "allow_watch_bookmarks": True,
+            "timeout_seconds": timeout,
+            "_preload_content": False,
+            "_request_timeout": (self.settings.request_timeout_s, timeout + 30),
+        }
+        try:
+            if kind == "Node":
+                response = self._core.list_node(**kwargs)
+            else:
+                response = self._core.list_pod_for_all_namespaces(
+                    field_selector=POD_FIELD_SELECTOR, **kwargs
+                )
+        except ApiException as exc:
+            if exc.status == 410:
+                raise _Gone(_status_message(exc.body)) from exc
+            raise translate_error(exc, "watch", _plural(kind), self.host) from exc
+        except Exception as exc:
+            raise translate_error(exc, "watch", _plural(kind), self.host) from exc
+        return response  # type: ignore[no-any-return]
+
+    def bind(self, pod: PodRef, node: str) -> None:
+        """POST the Binding; :class:`BindConflict` on 409/404."""
+        metadata: dict[str, Any] = {"name": pod.name, "namespace": pod.namespace}
+        if pod.uid:
+            metadata["uid"] = pod.uid
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": metadata,
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        try:
+            self._core.create_namespaced_pod_binding(
+                pod.name,
+                pod.namespace,
+                body,
+                _preload_content=False,
+                _request_timeout=self.settings.request_timeout_s,
+            )
+        except ApiException as exc:
+            if exc.status in (404, 409):
+                raise BindConflict(
+                    f"pod {pod.namespace}/{pod.name} cannot be bound to {node}:"
+                    f" {_status_message(exc.body) or exc.reason}"
+                ) from exc
+            raise translate_error(exc, "create", "pods/binding", self.host) from exc
+        except Exception as exc:
+            raise translate_error(exc, "create", "pods/binding", self.host) from exc
+
+    def record_event(self, pod: PodRef, event_type: str, reason: str, message: str) -> None:
+        """An ``events.k8s.io/v1`` Event about the pod, in kube-scheduler's style."""
+        body = {
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{pod.name}.", "namespace": pod.namespace},
+            "eventTime": _micro_time(time.time()),
+            "reportingController": SCHEDULER_NAME,
+            "reportingInstance": self.identity[:128],
+            "action": "Binding" if reason == "Scheduled" else "Scheduling",
+            "reason": reason,
+            "note": message[:_NOTE_MAX],
+            "type": event_type,
+            "regarding": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "namespace": pod.namespace,
+                "name": pod.name,
+                "uid": pod.uid,
+            },
+        }
+        try:
+            self._events.create_namespaced_event(
+                pod.namespace,
+                body,
+                _preload_content=False,
+                _request_timeout=self.settings.request_timeout_s,
+            )
+        except Exception as exc:
+            raise translate_error(exc, "create", "events.k8s.io/events", self.host) from exc
+
+    def set_unschedulable(self, pod: PodRef, message: str) -> None:
+        """PodScheduled=False, reason Unschedulable, via a strategic-merge PATCH of pods/status."""
+        condition = {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": message,
+            "lastProbeTime": None,
+            "lastTransitionTime": dt.datetime.now(tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+        try:
+            self._core.patch_namespaced_pod_status(
+                pod.name,
+                pod.namespace,
+                {"status": {"conditions": [condition]}},
+                _preload_content=False,
+                _content_type="application/strategic-merge-patch+json",
+                _request_timeout=self.settings.request_timeout_s,
+            )
+        except Exception as exc:
+            raise translate_error(exc, "patch", "pods/status", self.host) from exc
+
+    # --- informers ---
+
+    def synced(self) -> bool:
+        """True once nodes and pods have each been listed (and handed to the handler)."""
+        with self._lock:
+            return all(self._synced.values())
+
+    def run_informers(self, handler: ClusterHandler, stop: threading.Event) -> None:
+        """List then watch nodes and pods until ``stop`` is set (blocks)."""
+        threads = [
+            threading.Thread(
+                target=self._inform,
+                args=(kind, handler, stop),
+                name=f"informer-{kind.lower()}",
+                daemon=True,
+            )
+            for kind in ("Node", "Pod")
+        ]
+        for thread in threads:
+            thread.start()
+        stop.wait()
+        with self._lock:
+            for response in self._open_watches:  # unblocks a reader waiting for an event
+                response.shutdown()
+        for thread in threads:
+            thread.join(timeout=self.settings.request_timeout_s + 5)
+
+    def _inform(self, kind: ObjectKind, handler: ClusterHandler, stop: threading.Event) -> None:
+        backoff = Backoff(self.settings.backoff_initial_s, self.settings.backoff_max_s, self._rng)
+        resource_version = ""
+        gone_in_a_row = 0
+        while not stop.is_set():
+            try:
+                if not resource_version:
+                    resource_version = self._relist(kind, handler)
+                started = time.monotonic()
+                resource_version, events = self._follow(kind, resource_version, handler, stop)
+                gone_in_a_row = 0
+                if events or time.monotonic() - started > _MIN_QUIET_WATCH_S:
+                    backoff.reset()
+                else:  # a server that closes every watch at once must not be hammered
+                    stop.wait(backoff.next_delay())
+            except _Gone as exc:
+                log.info("%s: resourceVersion expired (%s); relisting", _plural(kind), exc)
+                resource_version = ""
+                gone_in_a_row += 1
+                if gone_in_a_row > 1:
+                    stop.wait(backoff.next_delay())
+            except ClusterError as exc:
+                delay = backoff.next_delay(getattr(exc, "retry_after_s", 0.0))
+                if not stop.is_set():
+                    log.warning("%s informer: %s (next try in %.1f s)", _plural(kind), exc, delay)
+                stop.wait(delay)
+            except Exception:
+                # A bug in the handler must not kill the informer: relist from scratch.
+                delay = backoff.next_delay()
+                log.exception("%s informer failed; relisting in %.1f s", _plural(kind), delay)
+                resource_version = ""
+                stop.wait(delay)
+
+    def _relist(self, kind: ObjectKind, handler: ClusterHandler) -> str:
+        items: list[K8sObject] = []
+        token = ""
+        while True:
+            page = self.list_page(kind, token)
+            items.extend(page["items"])
+            metadata = page.get("metadata") or {}
+            token = str(metadata.get("continue") or "")
+            if not token:
+                break
+        handler.replace(kind, items)
+        with self._lock:
+            self._synced[kind] = True
+            self.relists[kind] += 1
+        return str(metadata.get("resourceVersion") or "")
+
+    def _follow(
+        self,
+        kind: ObjectKind,
+        resource_version: str,
+        handler: ClusterHandler,
+        stop: threading.Event,
+    ) -> tuple[str, int]:
+        """Apply watch events until the stream ends: the resourceVersion to continue from
+        and how many events arrived."""
+        response = self.open_watch(kind, resource_version)
+        events = 0
+        with self._lock:  # run_informers shuts down what is registered once stop is set
+            if stop.is_set():
+                response.shutdown()
+            self._open_watches.add(response)
+        try:
+            for event_type, obj in self._events_of(kind, response):
+                if stop.is_set():
+                    break
+                events += 1
+                if event_type == "BOOKMARK":
+                    resource_version = _resource_version(obj) or resource_version
+                    continue
+                handler.apply(kind, _watch_event(event_type), obj)
+                resource_version = _resource_version(obj) or resource_version
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            if not stop.is_set():
+                raise translate_error(exc, "watch", _plural(kind), self.host) from exc
+        finally:
+            with self._lock:
+                self._open_watches.discard(response)
+            response.close()  # never return a half-read stream to the connection pool
+            response.release_conn()
+        return resource_version, events
+
+    def _events_of(
+        self, kind: ObjectKind, response: urllib3.BaseHTTPResponse
+    ) -> Iterator[tuple[str, K8sObject]]:
+        for line in iter_resp_lines(response):
+            if not line:
+                continue
+            try:
+                event = json.loads(line)
+                event_type, obj = str(event["type"]), event["object"]
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ApiUnavailable(
+                    f"watch {_plural(kind)}: unreadable event {line[:120]!r} ({exc}); rewatching"
+                ) from exc
+            if event_type == "ERROR":
+                code = obj.get("code") if isinstance(obj, dict) else None
+                message = obj.get("message", "") if isinstance(obj, dict) else str(obj)
+                if code == 410:
+                    raise _Gone(message)
+                raise ApiUnavailable(f"watch {_plural(kind)}: server error {code}: {message}")
+            if event_type != "BOOKMARK" and event_type not in _WATCH_EVENTS:
+                log.warning("watch %s: ignoring event type %r", _plural(kind), event_type)
+                continue
+            if not isinstance(obj, dict):
+                raise ApiUnavailable(f"watch {_plural(kind)}: event object is not a map")
+            yield event_type, obj
+
+
+def _plural(kind: ObjectKind) -> str:
+    return "nodes" if kind == "Node" else "pods"
+
+
+def _resource_version(obj: K8sObject) -> str:
+    metadata = obj.get("metadata")
+    return str(metadata.get("resourceVersion") or "") if isinstance(metadata, dict) else ""
+
+
+def _watch_event(event_type: str) -> EventType:
+    if event_type == "ADDED":
+        return "ADDED"
+    if event_type == "DELETED":
+        return "DELETED"
+    return "MODIFIED"

@@ -1,0 +1,399 @@
+"""An in-memory Kubernetes cluster implementing :class:`scheduler.ports.Cluster`.
+
+Nodes and pods are API-style JSON dicts (camelCase, as the API server serialises them)
+with a cluster-wide ``resourceVersion`` counter. :meth:`InMemoryCluster.run_informers`
+delivers ``replace`` for both kinds, then every later change as ``apply`` events in the
+order they happened, like list-then-watch. :meth:`InMemoryCluster.bind` behaves like the
+Binding subresource (409 → :class:`BindConflict` when the pod is already bound or gone).
+Events, conditions and binds are recorded for assertions.
+
+Used by the engine tests, the throughput benchmark and ``interference simulate``.
+The builders :func:`node_object` and :func:`pod_object` make well-formed objects.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from scheduler.ports import (
+    BindConflict,
+    ClusterError,
+    ClusterHandler,
+    EventType,
+    K8sObject,
+    ObjectKind,
+    PodRef,
+)
+
+DEFAULT_SCHEDULER = "interference-scheduler"
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedEvent:
+    """An Event the scheduler emitted about a pod."""
+
+    namespace: str
+    pod: str
+    type: str
+    """``Normal`` or ``Warning``."""
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Change:
+    kind: ObjectKind
+    event: EventType
+    obj: K8sObject
+
+
+def rfc3339(ts: float) -> str:
+    """Unix time → the API server's timestamp format (second precision, ``Z``)."""
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def node_object(
+    name: str,
+    *,
+    cpu: str = "8",
+    memory: str = "32Gi",
+    pods: str = "110",
+    gpus: int = 0,
+    ephemeral_storage: str = "100Gi",
+    labels: Mapping[str, str] | None = None,
+    taints: Iterable[Mapping[str, str]] = (),
+    ready: bool = True,
+    unschedulable: bool = False,
+    extra_allocatable: Mapping[str, str] | None = None,
+) -> K8sObject:
+    """A Node as the API server returns it; ``gpus`` sets ``nvidia.com/gpu``."""
+    allocatable = {
+        "cpu": cpu,
+        "memory": memory,
+        "pods": pods,
+        "ephemeral-storage": ephemeral_storage,
+    }
+    if gpus:
+        allocatable["nvidia.com/gpu"] = str(gpus)
+    allocatable.update(extra_allocatable or {})
+    spec: dict[str, Any] = {}
+    if taints:
+        spec["taints"] = [dict(t) for t in taints]
+    if unschedulable:
+        spec["unschedulable"] = True
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "uid": f"node-{name}",
+            "labels": {"kubernetes.io/hostname": name, **(labels or {})},
+        },
+        "spec": spec,
+        "status": {
+            "capacity": dict(allocatable),
+            "allocatable": allocatable,
+            "conditions": [
+                {"type": "Ready", "status": "True" if ready else "False"},
+            ],
+        },
+    }
+
+
+def pod_object(
+    name: str,
+    *,
+    namespace: str = "default",
+    cpu: str | None = "100m",
+    memory: str | None = "128Mi",
+    gpus: int = 0,
+    scheduler_name: str = DEFAULT_SCHEDULER,
+    node_name: str | None = None,
+    priority: int | None = None,
+    created_at: float | None = None,
+    annotations: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
+    node_selector: Mapping[str, str] | None = None,
+    tolerations: Iterable[Mapping[str, Any]] = (),
+    affinity: Mapping[str, Any] | None = None,
+    phase: str = "Pending",
+) -> K8sObject:
+    """A single-container Pod as the API server returns it.
+
+    ``node_name`` makes it a running pod bound to that node; ``created_at`` (Unix time)
+    sets ``metadata.creationTimestamp``.
+    """
+    requests: dict[str, str] = {}
+    if cpu is not None:
+        requests["cpu"] = cpu
+    if memory is not None:
+        requests["memory"] = memory
+    resources: dict[str, Any] = {"requests": requests}
+    if gpus:
+        requests["nvidia.com/gpu"] = str(gpus)
+        resources["limits"] = {"nvidia.com/gpu": str(gpus)}
+    spec: dict[str, Any] = {
+        "schedulerName": scheduler_name,
+        "containers": [{"name": "main", "image": "busybox", "resources": resources}],
+    }
+    if node_name:
+        spec["nodeName"] = node_name
+    if priority is not None:
+        spec["priority"] = priority
+    if node_selector:
+        spec["nodeSelector"] = dict(node_selector)
+    if tolerations:
+        spec["tolerations"] = [dict(t) for t in tolerations]
+    if affinity:
+        spec["affinity"] = copy.deepcopy(dict(affinity))
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "uid": f"uid-{namespace}-{name}",
+    }
+    if created_at is not None:
+        metadata["creationTimestamp"] = rfc3339(created_at)
+    if annotations:
+        metadata["annotations"] = dict(annotations)
+    if labels:
+        metadata["labels"] = dict(labels)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": spec,
+        "status": {"phase": "Running" if node_name and phase == "Pending" else phase},
+    }
+
+
+def _object_key(kind: ObjectKind, obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata", {})
+    if kind == "Node":
+        return str(meta["name"])
+    return f"{meta.get('namespace', 'default')}/{meta['name']}"
+
+
+class InMemoryInformer:
+    """One list-then-watch consumer of an :class:`InMemoryCluster`.
+
+    :meth:`sync` delivers, in the caller's thread, the initial ``replace`` on its first
+    call and every change since the previous call afterwards — deterministic tests call
+    it directly; :meth:`InMemoryCluster.run_informers` calls it in a loop.
+    """
+
+    def __init__(self, cluster: InMemoryCluster, handler: ClusterHandler) -> None:
+        self._cluster = cluster
+        self._handler = handler
+        self._position: int | None = None
+
+    def sync(self) -> int:
+        """Deliver what the handler has not seen yet; returns the number of calls made."""
+        if self._position is None:
+            nodes, pods, self._position = self._cluster._snapshot()
+            self._handler.replace("Node", nodes)
+            self._handler.replace("Pod", pods)
+            return 2
+        changes, self._position = self._cluster._changes_since(self._position)
+        for change in changes:
+            self._handler.apply(change.kind, change.event, change.obj)
+        return len(changes)
+
+
+class InMemoryCluster:
+    """A cluster held in dicts; thread-safe; records what the scheduler wrote."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Condition(threading.Lock())
+        self._objects: dict[ObjectKind, dict[str, K8sObject]] = {"Node": {}, "Pod": {}}
+        self._changes: list[_Change] = []
+        self._resource_version = 0
+        self._bind_failures: list[ClusterError] = []
+        self.events: list[RecordedEvent] = []
+        """Every Event recorded, in order."""
+        self.binds: list[tuple[str, str]] = []
+        """``(namespace/name, node)`` for every successful bind, in order."""
+        self.bind_calls = 0
+        """Every call to :meth:`bind`, successful or not."""
+
+    # ---- the Cluster Protocol --------------------------------------------------------
+
+    def informer(self, handler: ClusterHandler) -> InMemoryInformer:
+        """A list-then-watch consumer driven by hand (see :class:`InMemoryInformer`)."""
+        return InMemoryInformer(self, handler)
+
+    def run_informers(self, handler: ClusterHandler, stop: threading.Event) -> None:
+        """List then watch until ``stop`` is set."""
+        informer = self.informer(handler)
+        while not stop.is_set():
+            informer.sync()
+            with self._lock:
+                if informer._position == len(self._changes):
+                    self._lock.wait(0.05)
+
+    def bind(self, pod: PodRef, node: str) -> None:
+        """Set ``spec.nodeName``; :class:`BindConflict` when bound already or gone."""
+        key = f"{pod.namespace}/{pod.name}"
+        with self._lock:
+            self.bind_calls += 1
+            if self._bind_failures:
+                raise self._bind_failures.pop(0)
+            obj = self._objects["Pod"].get(key)
+            if obj is None:
+                raise BindConflict(f"pods {key!r} not found (404)")
+            if pod.uid and obj["metadata"].get("uid") != pod.uid:
+                raise BindConflict(f"pod {key!r} was recreated with another uid (409)")
+            bound = obj["spec"].get("nodeName")
+            if bound:
+                raise BindConflict(f"pod {key!r} is already assigned to node {bound!r} (409)")
+            if node not in self._objects["Node"]:
+                raise ClusterError(f"node {node!r} not found")
+            updated = copy.deepcopy(obj)
+            updated["spec"]["nodeName"] = node
+            updated["status"]["phase"] = "Running"
+            conditions = [
+                c for c in updated["status"].get("conditions", []) if c["type"] != "PodScheduled"
+            ]
+            conditions.append({"type": "PodScheduled", "status": "True"})
+            updated["status"]["conditions"] = conditions
+            self._store("Pod", "MODIFIED", updated)
+            self.binds.append((key, node))
+
+    def record_event(self, pod: PodRef, event_type: str, reason: str, message: str) -> None:
+        """Keep the Event in :attr:`events`."""
+        with self._lock:
+            self.events.append(RecordedEvent(pod.namespace, pod.name, event_type, reason, message))
+
+    def set_unschedulable(self, pod: PodRef, message: str) -> None:
+        """Set ``PodScheduled=False/Unschedulable`` (a status update watchers see)."""
+        key = f"{pod.namespace}/{pod.name}"
+        with self._lock:
+            obj = self._objects["Pod"].get(key)
+            if obj is None:
+                raise BindConflict(f"pods {key!r} not found (404)")
+            updated = copy.deepcopy(obj)
+            conditions = [
+                c for c in updated["status"].get("conditions", []) if c["type"] != "PodScheduled"
+            ]
+            conditions.append(
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": message,
+                }
+            )
+            updated["status"]["conditions"] = conditions
+            self._store("Pod", "MODIFIED", updated)
+
+    # ---- helpers for tests and simulation ---------------------------------------------
+
+    def add_node(self, obj: K8sObject) -> None:
+        """Create or replace a node (ADDED when new, MODIFIED otherwise)."""
+        self._put("Node", obj)
+
+    def add_pod(self, obj: K8sObject) -> None:
+        """Create or replace a pod (ADDED when new, MODIFIED otherwise)."""
+        self._put("Pod", obj)
+
+    def add_raw(self, kind: ObjectKind, obj: K8sObject) -> None:
+        """Store an object without looking inside it (for malformed-object tests).
+
+        It is keyed by a fresh synthetic name so even objects without metadata fit.
+        """
+        with self._lock:
+            self._resource_version += 1
+            stored = copy.deepcopy(obj)
+            self._objects[kind][f"raw/{self._resource_version}"] = stored
+            self._changes.append(_Change(kind, "ADDED", stored))
+            self._lock.notify_all()
+
+    def delete_node(self, name: str) -> None:
+        """Delete a node (no-op when absent)."""
+        self._delete("Node", name)
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        """Delete a pod (no-op when absent)."""
+        self._delete("Pod", f"{namespace}/{name}")
+
+    def get_node(self, name: str) -> K8sObject | None:
+        """A copy of the node, or None."""
+        with self._lock:
+            obj = self._objects["Node"].get(name)
+            return copy.deepcopy(obj) if obj is not None else None
+
+    def get_pod(self, namespace: str, name: str) -> K8sObject | None:
+        """A copy of the pod, or None."""
+        with self._lock:
+            obj = self._objects["Pod"].get(f"{namespace}/{name}")
+            return copy.deepcopy(obj) if obj is not None else None
+
+    def pods(self) -> list[K8sObject]:
+        """Copies of every pod."""
+        with self._lock:
+            return [copy.deepcopy(o) for o in self._objects["Pod"].values()]
+
+    def node_of(self, namespace: str, name: str) -> str | None:
+        """The node the pod is bound to, or None."""
+        pod = self.get_pod(namespace, name)
+        return None if pod is None else pod["spec"].get("nodeName")
+
+    def fail_next_binds(self, *errors: ClusterError) -> None:
+        """Make the next ``len(errors)`` bind calls raise these errors, in order."""
+        with self._lock:
+            self._bind_failures.extend(errors)
+
+    def events_for(self, namespace: str, name: str) -> list[RecordedEvent]:
+        """Events recorded about one pod, in order."""
+        with self._lock:
+            return [e for e in self.events if (e.namespace, e.pod) == (namespace, name)]
+
+    def pod_condition(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The pod's ``PodScheduled`` condition, or None."""
+        pod = self.get_pod(namespace, name)
+        if pod is None:
+            return None
+        for condition in pod["status"].get("conditions", []):
+            if condition.get("type") == "PodScheduled":
+                return dict(condition)
+        return None
+
+    # ---- internals -------------------------------------------------------------------
+
+    def _put(self, kind: ObjectKind, obj: K8sObject) -> None:
+        with self._lock:
+            key = _object_key(kind, obj)
+            event: EventType = "MODIFIED" if key in self._objects[kind] else "ADDED"
+            self._store(kind, event, copy.deepcopy(obj))
+
+    def _delete(self, kind: ObjectKind, key: str) -> None:
+        with self._lock:
+            obj = self._objects[kind].pop(key, None)
+            if obj is not None:
+                self._resource_version += 1
+                self._changes.append(_Change(kind, "DELETED", obj))
+                self._lock.notify_all()
+
+    def _store(self, kind: ObjectKind, event: EventType, obj: K8sObject) -> None:
+        """Caller holds the lock and hands over ``obj`` (never mutated afterwards)."""
+        self._resource_version += 1
+        obj["metadata"]["resourceVersion"] = str(self._resource_version)
+        self._objects[kind][_object_key(kind, obj)] = obj
+        self._changes.append(_Change(kind, event, obj))
+        self._lock.notify_all()
+
+    def _snapshot(self) -> tuple[list[K8sObject], list[K8sObject], int]:
+        with self._lock:
+            return (
+                list(self._objects["Node"].values()),
+                list(self._objects["Pod"].values()),
+                len(self._changes),
+            )
+
+    def _changes_since(self, position: int) -> tuple[list[_Change], int]:
+        with self._lock:
+            return self._changes[position:], len(self._changes)

@@ -1,0 +1,353 @@
+"""Interference signals from Redis (:class:`RedisSignalCache`) and decision records
+(:class:`RedisDecisionSink`), per DESIGN §4.
+
+The cache bootstraps from the ``intf:node:*`` and ``intf:gpu:*`` hashes (SCAN +
+pipelined HGETALL), then follows ``intf:stream`` with XREAD from the last id, so its
+cost is O(updates), not O(nodes). The stream's last id is read *before* the scan: a
+report published during the scan arrives again through the stream and the newer ``ts``
+wins, so nothing is missed.
+
+* A malformed hash or stream entry (:class:`~interference.codec.PayloadError`) is
+  counted (``interference_scheduler_signal_payload_errors_total{source}``), logged at
+  most once per ``log_interval_s`` and skipped.
+* A node whose latest report is older than its TTL (:func:`interference.keys.ttl_seconds`
+  of its interval) is stale: :meth:`RedisSignalCache.stale_nodes` lists it; its entry stays
+  in the snapshot with its real ``updated_at`` so the engine applies its stale policy.
+* Redis unreachable: :meth:`~RedisSignalCache.healthy` turns False (the scheduler runs
+  interference-blind), ``interference_scheduler_redis_errors_total`` counts it, one
+  warning is logged per outage, the last data stay (ageing into staleness), and the
+  cache retries with capped backoff and re-bootstraps once Redis answers again (a
+  restarted Redis has a new stream whose ids start over).
+
+Credentials: the URL's, overridden by ``REDIS_USERNAME`` / ``REDIS_PASSWORD`` (the
+scheduler's ACL user needs ``+scan +hgetall +xread +xrevrange +hset +expire`` on
+``~intf:*``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+import redis
+from prometheus_client import CollectorRegistry, Counter
+
+from interference import keys
+from interference.codec import PayloadError, decode_report, parse_gpu_hash, parse_node_hash
+from interference.decision import Decision, decision_hash
+from scheduler.ports import NodeSignals
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RedisSettings:
+    """Where the signals live and how the scheduler reads them."""
+
+    url: str = "redis://127.0.0.1:6379/0"
+    """``redis://`` or ``rediss://`` URL; ``REDIS_USERNAME``/``REDIS_PASSWORD`` override
+    its credentials."""
+    socket_timeout_s: float = 5.0
+    """Timeout of every Redis call (XREAD's block is kept below it)."""
+    block_ms: int = 1000
+    """How long one XREAD waits for new reports; also how fast ``stop`` is noticed."""
+    batch: int = 1000
+    """Stream entries per XREAD and keys per SCAN page."""
+    report_interval_s: float = 1.0
+    """The agents' interval, used for the TTL of nodes whose report does not carry it."""
+    retry_initial_s: float = 0.5
+    """First reconnect delay after an error; doubles up to ``retry_max_s``."""
+    retry_max_s: float = 10.0
+    decision_ttl_s: int = keys.DECISION_TTL_S
+    """Lifetime of ``intf:decision:{ns}/{pod}`` records."""
+    log_interval_s: float = 30.0
+    """At most one log line per this many seconds about malformed payloads."""
+
+
+def connect(settings: RedisSettings, env: Mapping[str, str] | None = None) -> redis.Redis:
+    """A client for ``settings.url`` with credentials from the environment when set."""
+    env = os.environ if env is None else env
+    kwargs: dict[str, Any] = {
+        "socket_timeout": settings.socket_timeout_s,
+        "socket_connect_timeout": settings.socket_timeout_s,
+        "health_check_interval": 30,
+    }
+    if env.get("REDIS_USERNAME"):
+        kwargs["username"] = env["REDIS_USERNAME"]
+    if env.get("REDIS_PASSWORD"):
+        kwargs["password"] = env["REDIS_PASSWORD"]
+    return redis.Redis.from_url(settings.url, **kwargs)
+
+
+class _RateLimitedLog:
+    """Logs one line per interval and says how many were suppressed in between."""
+
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self._last = -float("inf")
+        self._suppressed = 0
+
+    def warning(self, message: str, *args: object) -> None:
+        now = time.monotonic()
+        if now - self._last < self.interval_s:
+            self._suppressed += 1
+            return
+        if self._suppressed:
+            message += f" ({self._suppressed} similar messages suppressed)"
+        log.warning(message, *args)
+        self._last, self._suppressed = now, 0
+
+
+class SignalMetrics:
+    """Counters of the Redis adapters (registered on the scheduler's registry)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.payload_errors = Counter(
+            "interference_scheduler_signal_payload_errors",
+            "Malformed node hashes or stream entries skipped, by source (hash, gpu, stream).",
+            ["source"],
+            registry=registry,
+        )
+        self.redis_errors = Counter(
+            "interference_scheduler_redis_errors",
+            "Failed Redis calls of the signal cache (each starts or prolongs an outage).",
+            registry=registry,
+        )
+        self.decision_write_errors = Counter(
+            "interference_scheduler_decision_write_errors",
+            "Decision records that could not be written to Redis.",
+            registry=registry,
+        )
+        for source in ("hash", "gpu", "stream"):
+            self.payload_errors.labels(source)
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    signals: NodeSignals
+    ttl_s: float
+
+
+class RedisSignalCache:
+    """The :class:`~scheduler.ports.SignalSource` on Redis; run :meth:`run` in a thread."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        settings: RedisSettings,
+        metrics: SignalMetrics,
+        clock: Any = time.time,
+    ) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self._redis = client
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._entries: dict[str, _Entry] = {}
+        self._snapshot: Mapping[str, NodeSignals] = MappingProxyType({})
+        self._dirty = False
+        self._healthy = False
+        self._last_id = "0-0"
+        self._payload_log = _RateLimitedLog(settings.log_interval_s)
+        self.bootstraps = 0
+        """How many times the cache (re)loaded the hashes; for tests and logs."""
+
+    # --- SignalSource ---
+
+    def snapshot(self) -> Mapping[str, NodeSignals]:
+        """Node → latest signals; a read-only copy rebuilt only after updates."""
+        with self._lock:
+            if self._dirty:
+                self._snapshot = MappingProxyType({n: e.signals for n, e in self._entries.items()})
+                self._dirty = False
+            return self._snapshot
+
+    def healthy(self) -> bool:
+        with self._lock:
+            return self._healthy
+
+    def stale_nodes(self, now: float | None = None) -> list[str]:
+        """Nodes whose latest report is older than its TTL (3 × interval, at least 5 s)."""
+        now = self._clock() if now is None else now
+        with self._lock:
+            return sorted(
+                node
+                for node, entry in self._entries.items()
+                if now - entry.signals.updated_at > entry.ttl_s
+            )
+
+    # --- the follower ---
+
+    def run(self, stop: threading.Event) -> None:
+        """Bootstrap then follow the stream until ``stop``; survives any Redis outage."""
+        delay = self.settings.retry_initial_s
+        bootstrapped = False
+        while not stop.is_set():
+            try:
+                if not bootstrapped:
+                    self.bootstrap()
+                    bootstrapped = True
+                    delay = self.settings.retry_initial_s
+                self.follow_once()
+            except redis.RedisError as exc:
+                self.metrics.redis_errors.inc()
+                bootstrapped = False
+                if self._set_healthy(False):
+                    log.warning(
+                        "Redis at %s is unavailable (%s); scheduling interference-blind until it"
+                        " is back (retrying every ≤ %.0f s)",
+                        _safe_url(self.settings.url),
+                        exc,
+                        self.settings.retry_max_s,
+                    )
+                stop.wait(delay)
+                delay = min(delay * 2, self.settings.retry_max_s)
+
+    def bootstrap(self) -> None:
+        """Load every node and GPU hash; the stream is then followed from its current end."""
+        last = self._redis.xrevrange(keys.STREAM, count=1)
+        last_id = _text(last[0][0]) if last else "0-0"
+        nodes = self._load_hashes(keys.node_key("*"), "hash")
+        gpus = self._load_hashes(keys.gpu_key("*"), "gpu")
+        loaded: dict[str, _Entry] = {}
+        for key, raw in nodes.items():
+            try:
+                node = keys.node_from_key(key)
+            except ValueError:
+                continue  # intf:node:{node}:pods sets
+            try:
+                metrics, updated_at = parse_node_hash(raw)
+                interval = float(_text(raw.get(b"interval_s", b"")) or self.settings.report_interval_s)
+            except (PayloadError, ValueError) as exc:
+                self._malformed("hash", f"{key}: {exc}")
+                continue
+            loaded[node] = _Entry(NodeSignals(metrics, updated_at), keys.ttl_seconds(interval))
+        prefix = keys.gpu_key("")
+        for key, raw in gpus.items():
+            node = key[len(prefix) :]
+            try:
+                devices = tuple(parse_gpu_hash(raw))
+            except PayloadError as exc:
+                self._malformed("gpu", f"{key}: {exc}")
+                continue
+            if node in loaded:
+                entry = loaded[node]
+                signals = NodeSignals(entry.signals.metrics, entry.signals.updated_at, devices)
+                loaded[node] = _Entry(signals, entry.ttl_s)
+        with self._lock:
+            for node, entry in loaded.items():
+                current = self._entries.get(node)
+                if current is None or current.signals.updated_at <= entry.signals.updated_at:
+                    self._entries[node] = entry
+            self._dirty = True
+            self._last_id = last_id
+        self.bootstraps += 1
+        if self._set_healthy(True):
+            log.info("signal cache loaded %d nodes from Redis; following %s", len(loaded), keys.STREAM)
+
+    def follow_once(self) -> int:
+        """One XREAD from the last id; applies and returns how many entries arrived."""
+        reply = self._redis.xread(
+            {keys.STREAM: self._last_id}, count=self.settings.batch, block=self.settings.block_ms
+        )
+        applied = 0
+        for _stream, entries in reply or []:
+            for entry_id, fields in entries:
+                self._last_id = _text(entry_id)
+                applied += self._apply_entry(fields)
+        return applied
+
+    def _apply_entry(self, fields: Mapping[Any, Any]) -> int:
+        payload = fields.get(keys.STREAM_FIELD.encode(), fields.get(keys.STREAM_FIELD))
+        if not isinstance(payload, bytes):
+            self._malformed("stream", f"entry lacks the {keys.STREAM_FIELD!r} field")
+            return 0
+        try:
+            report = decode_report(payload)
+        except PayloadError as exc:
+            self._malformed("stream", str(exc))
+            return 0
+        signals = NodeSignals(report.metrics, report.ts, tuple(report.gpus))
+        entry = _Entry(signals, keys.ttl_seconds(report.interval_s))
+        with self._lock:
+            current = self._entries.get(report.node)
+            if current is not None and current.signals.updated_at > report.ts:
+                return 0  # an older report than the one we hold (e.g. replayed after bootstrap)
+            self._entries[report.node] = entry
+            self._dirty = True
+        return 1
+
+    def _load_hashes(self, pattern: str, source: str) -> dict[str, Mapping[bytes, bytes]]:
+        found: dict[str, Mapping[bytes, bytes]] = {}
+        batch: list[str] = []
+        for key in self._redis.scan_iter(match=pattern, count=self.settings.batch, _type="hash"):
+            batch.append(_text(key))
+            if len(batch) >= self.settings.batch:
+                found.update(self._hgetall(batch))
+                batch = []
+        if batch:
+            found.update(self._hgetall(batch))
+        return found
+
+    def _hgetall(self, names: list[str]) -> dict[str, Mapping[bytes, bytes]]:
+        pipe = self._redis.pipeline(transaction=False)
+        for name in names:
+            pipe.hgetall(name)
+        # An empty reply means the hash expired between SCAN and HGETALL: skip it.
+        return {name: raw for name, raw in zip(names, pipe.execute(), strict=True) if raw}
+
+    def _malformed(self, source: str, detail: str) -> None:
+        self.metrics.payload_errors.labels(source).inc()
+        self._payload_log.warning(
+            "skipped a malformed %s payload from Redis: %s; check that agents and scheduler run"
+            " the same release",
+            source,
+            detail,
+        )
+
+    def _set_healthy(self, healthy: bool) -> bool:
+        """Set the health flag; True when it changed."""
+        with self._lock:
+            changed = self._healthy != healthy
+            self._healthy = healthy
+            return changed
+
+
+class RedisDecisionSink:
+    """The :class:`~scheduler.ports.DecisionSink`: HSET + EXPIRE in one round trip; never raises."""
+
+    def __init__(self, client: redis.Redis, settings: RedisSettings, metrics: SignalMetrics) -> None:
+        self._redis = client
+        self._ttl_s = settings.decision_ttl_s
+        self._metrics = metrics
+        self._log = _RateLimitedLog(settings.log_interval_s)
+
+    def write(self, decision: Decision) -> None:
+        key = keys.decision_key(decision.namespace, decision.pod)
+        try:
+            pipe = self._redis.pipeline(transaction=True)
+            pipe.delete(key)  # a record is one decision, never a mix of two
+            pipe.hset(key, mapping=decision_hash(decision))
+            pipe.expire(key, self._ttl_s)
+            pipe.execute()
+        except Exception as exc:
+            self._metrics.decision_write_errors.inc()
+            self._log.warning("could not write decision record %s: %s", key, exc)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _safe_url(url: str) -> str:
+    """The URL without its password, for logs."""
+    if "@" not in url:
+        return url
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://***@{rest.rsplit('@', 1)[1]}"

@@ -1,0 +1,289 @@
+"""The scheduler's view of the cluster, fed by the informers (DESIGN §5).
+
+:class:`ClusterCache` implements :class:`scheduler.ports.ClusterHandler`. It parses
+every node and pod (a malformed object is logged, counted and skipped — it never stops
+the informer), keeps the :class:`~scheduler.table.NodeTable` the engine reads, and the
+set of **pending** pods: ``spec.schedulerName`` is ours, no ``spec.nodeName``, not
+terminating, no scheduling gates, not in an ignored namespace.
+
+A pod occupies a node in the table while it is bound there and not finished
+(``Succeeded``/``Failed``), or while it is **assumed**: the scheduler picked the node and
+the bind is in flight. An assumed pod is confirmed when the watch shows it bound and
+forgotten when the bind fails.
+
+The cache tells the queue about pending pods and about events that may make
+unschedulable pods fit (a node added, or changed in a field the engine reads; a pod
+on a node deleted or finished).
+
+Thread-safety: the informer thread calls :meth:`replace`/:meth:`apply`, the scheduling
+thread reads the table and assumes, binder threads forget; all hold :attr:`lock`. The
+scheduling thread holds it across one engine decision and the assume, so the table
+never changes under the engine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable, Collection, Mapping
+from typing import TypeVar
+
+from scheduler.metrics import SchedulerMetrics
+from scheduler.model import NodeInfo, ObjectError, PodInfo, parse_node, parse_pod
+from scheduler.ports import EventType, K8sObject, ObjectKind
+from scheduler.queue import SchedulingQueue
+from scheduler.table import NodeTable
+
+log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+
+FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+"""Pods in these phases no longer use their node's resources."""
+
+
+class ClusterCache:
+    """Nodes, placed pods and pending pods, kept consistent with the informer stream."""
+
+    def __init__(
+        self,
+        table: NodeTable,
+        queue: SchedulingQueue,
+        metrics: SchedulerMetrics,
+        scheduler_name: str,
+        ignore_namespaces: Collection[str] = (),
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.lock = threading.RLock()
+        """Held while reading or changing the table (see the module docstring)."""
+        self.table = table
+        self._queue = queue
+        self._metrics = metrics
+        self._scheduler_name = scheduler_name
+        self._ignore_namespaces = frozenset(ignore_namespaces)
+        self._clock = clock
+        self._nodes: dict[str, NodeInfo] = {}
+        self._placed: dict[str, PodInfo] = {}
+        """Pods counted in the table by key; ``node_name`` is where (the assumed node for
+        assumed pods)."""
+        self._assumed: dict[str, str] = {}
+        """Assumed pod key → node, until the watch confirms the bind."""
+        self._unbound: dict[str, PodInfo] = {}
+        """Every live pod without ``spec.nodeName``, whoever schedules it."""
+        self._pending: dict[str, PodInfo] = {}
+        """The unbound pods this scheduler should place (and has not assumed)."""
+        self._synced: set[ObjectKind] = set()
+
+    # ---- settings --------------------------------------------------------------------
+
+    def configure(self, scheduler_name: str, ignore_namespaces: Collection[str]) -> None:
+        """Apply reloaded settings; unbound pods that change sides join or leave the queue."""
+        with self.lock:
+            self._scheduler_name = scheduler_name
+            self._ignore_namespaces = frozenset(ignore_namespaces)
+            for pod in list(self._unbound.values()):
+                self._track_unbound(pod)
+
+    # ---- ClusterHandler --------------------------------------------------------------
+
+    def replace(self, kind: ObjectKind, objects: list[K8sObject]) -> None:
+        """A full (re)list: objects missing from it are deleted."""
+        with self.lock:
+            if kind == "Node":
+                nodes = {n.name: n for n in self._parse_each(objects, parse_node, kind)}
+                for name in list(self._nodes):
+                    if name not in nodes:
+                        self._delete_node(name)
+                for node in nodes.values():
+                    self._upsert_node(node)
+            else:
+                pods = {p.pod.key: p for p in self._parse_each(objects, _parse_pod_state, kind)}
+                known = self._placed.keys() | self._unbound.keys() | self._assumed.keys()
+                for key in known - pods.keys():
+                    self._delete_pod(key)
+                for state in pods.values():
+                    self._upsert_pod(state)
+            self._synced.add(kind)
+            self._queue.cluster_event()
+
+    def apply(self, kind: ObjectKind, event: EventType, obj: K8sObject) -> None:
+        """One watch event."""
+        with self.lock:
+            if kind == "Node":
+                node = self._parse(obj, parse_node, kind)
+                if node is None:
+                    return
+                if event == "DELETED":
+                    self._delete_node(node.name)
+                elif self._upsert_node(node):
+                    self._queue.cluster_event()
+                return
+            state = self._parse(obj, _parse_pod_state, kind)
+            if state is None:
+                return
+            if event == "DELETED":
+                if self._delete_pod(state.pod.key):
+                    self._queue.cluster_event()
+            elif self._upsert_pod(state):
+                self._queue.cluster_event()
+
+    # ---- used by the scheduling loop and the binder ------------------------------------
+
+    def synced(self) -> bool:
+        """True once both kinds have been listed."""
+        with self.lock:
+            return self._synced == {"Node", "Pod"}
+
+    def pending_pod(self, key: str) -> PodInfo | None:
+        """The latest object of a pending pod, or None when it is no longer pending."""
+        with self.lock:
+            return self._pending.get(key)
+
+    def pending_count(self) -> int:
+        """How many pods wait for this scheduler (not counting assumed ones)."""
+        with self.lock:
+            return len(self._pending)
+
+    def assume(self, pod: PodInfo, node: str) -> None:
+        """Count the pod on ``node`` now, before the bind is confirmed."""
+        with self.lock:
+            self._pending.pop(pod.key, None)
+            self._place(pod, node)
+            self._assumed[pod.key] = node
+
+    def forget(self, key: str) -> PodInfo | None:
+        """Undo :meth:`assume` after a bind that did not happen.
+
+        Returns the pod when it is pending again (the caller decides when to retry it);
+        None when it is gone, bound meanwhile, or no longer ours.
+        """
+        with self.lock:
+            if self._assumed.pop(key, None) is not None:
+                self._unplace(key)
+                pod = self._unbound.get(key)
+                if pod is not None:
+                    self._track_unbound(pod, enqueue=False)
+            return self._pending.get(key)
+
+    def assumed_node(self, key: str) -> str | None:
+        """Where the pod is assumed, or None when it is not (or no longer) assumed."""
+        with self.lock:
+            return self._assumed.get(key)
+
+    def placed_node(self, key: str) -> str | None:
+        """The node the table counts the pod on (bound or assumed), or None."""
+        with self.lock:
+            pod = self._placed.get(key)
+            return None if pod is None else pod.node_name
+
+    def node_names(self) -> list[str]:
+        """Every node in the cache."""
+        with self.lock:
+            return list(self._nodes)
+
+    # ---- internals (caller holds the lock) ---------------------------------------------
+
+    def _parse_each(
+        self, objects: list[K8sObject], parse: Callable[[K8sObject], _T], kind: ObjectKind
+    ) -> list[_T]:
+        parsed = (self._parse(obj, parse, kind) for obj in objects)
+        return [item for item in parsed if item is not None]
+
+    def _parse(
+        self, obj: K8sObject, parse: Callable[[K8sObject], _T], kind: ObjectKind
+    ) -> _T | None:
+        try:
+            return parse(obj)
+        except ObjectError as exc:
+            self._metrics.malformed_objects.labels(kind).inc()
+            log.warning("skipping malformed %s (fix or delete the object): %s", kind, exc)
+            return None
+
+    def _upsert_node(self, node: NodeInfo) -> bool:
+        """Store the node; True when it is new or changed in a field the engine reads."""
+        if self._nodes.get(node.name) == node:
+            return False  # a heartbeat: nothing the engine reads changed
+        self._nodes[node.name] = node
+        self.table.upsert_node(node)
+        return True
+
+    def _delete_node(self, name: str) -> None:
+        if self._nodes.pop(name, None) is not None:
+            self.table.remove_node(name)
+
+    def _upsert_pod(self, state: _PodState) -> bool:
+        """Track the pod; True when that freed resources on a node."""
+        pod = state.pod
+        key = pod.key
+        if not pod.node_name:
+            if state.finished:
+                return self._delete_pod(key)
+            self._unbound[key] = pod
+            if key not in self._assumed:  # else the watch has not caught up with our bind
+                self._track_unbound(pod)
+            return False
+        self._unbound.pop(key, None)
+        self._pending.pop(key, None)
+        self._assumed.pop(key, None)
+        self._queue.remove(key)
+        if state.finished:
+            return self._unplace(key)
+        if self._placed.get(key) != pod:
+            self._place(pod, pod.node_name)
+        return False
+
+    def _track_unbound(self, pod: PodInfo, enqueue: bool = True) -> None:
+        if self._is_pending(pod):
+            self._pending[pod.key] = pod
+            if enqueue:
+                self._queue.add(pod.key, pod.priority, pod.created_at)
+        else:
+            self._pending.pop(pod.key, None)
+            self._queue.remove(pod.key)
+
+    def _delete_pod(self, key: str) -> bool:
+        """Forget the pod; True when that freed resources on a node."""
+        self._unbound.pop(key, None)
+        self._pending.pop(key, None)
+        self._assumed.pop(key, None)
+        self._queue.remove(key)
+        return self._unplace(key)
+
+    def _is_pending(self, pod: PodInfo) -> bool:
+        return (
+            pod.scheduler_name == self._scheduler_name
+            and not pod.node_name
+            and not pod.terminating
+            and not pod.scheduling_gates
+            and pod.namespace not in self._ignore_namespaces
+        )
+
+    def _place(self, pod: PodInfo, node: str) -> None:
+        """Count the pod on ``node``, replacing any earlier placement of the same key.
+
+        The table counts pods on nodes it does not know yet once the node arrives.
+        """
+        placed = pod if pod.node_name == node else dataclasses.replace(pod, node_name=node)
+        self._placed[pod.key] = placed
+        self.table.add_pod(placed, node, self._clock())
+
+    def _unplace(self, key: str) -> bool:
+        pod = self._placed.pop(key, None)
+        if pod is None:
+            return False
+        self.table.remove_pod(pod)
+        return True
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _PodState:
+    pod: PodInfo
+    finished: bool
+    """``status.phase`` is Succeeded or Failed: the pod no longer uses its node."""
+
+
+def _parse_pod_state(obj: K8sObject) -> _PodState:
+    status = obj.get("status") if isinstance(obj, Mapping) else None
+    phase = status.get("phase") if isinstance(status, Mapping) else None
+    return _PodState(parse_pod(obj), phase in FINISHED_PHASES)

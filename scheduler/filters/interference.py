@@ -1,0 +1,63 @@
+"""Interference filters.
+
+Tolerance (only for pods that declare one, see :mod:`scheduler.model` for the
+annotations), on nodes with fresh signals::
+
+    runq_exceeded[i]    = runq_p99_us[i] > max_runq_p99_us
+    reclaim_exceeded[i] = reclaim_stall_ms_per_s[i] > max_reclaim_stall_ms_per_s
+    score_exceeded[i]   = index[i] > max_score   (index includes load placed since the report)
+
+Stale or missing signals pass under ``neutral``/``avoid``; under ``reject`` they fail for
+every pod (``node(s) had stale or missing interference signals``). The loop drops these
+filters for a pod pending longer than ``relax_after_s`` only because of them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from scheduler.filters.base import FilterResult, all_pass, any_per_node
+from scheduler.model import PodInfo
+from scheduler.scores.interference import effective_index, fresh_signals
+from scheduler.settings import EngineSettings
+from scheduler.table import NodeTable
+
+STALE_SIGNALS = "node(s) had stale or missing interference signals"
+RUNQ_EXCEEDED = "node(s) had run-queue p99 above the pod's interference tolerance"
+RECLAIM_EXCEEDED = "node(s) had memory reclaim stall above the pod's interference tolerance"
+SCORE_EXCEEDED = "node(s) had an interference score above the pod's interference tolerance"
+
+
+def interference_filter(
+    table: NodeTable, pod: PodInfo, settings: EngineSettings, now: float
+) -> FilterResult:
+    """Nodes acceptable under the stale policy and the pod's interference tolerance."""
+    reject_stale = settings.stale_policy == "reject"
+    tolerance = pod.tolerance
+    if tolerance is None and not reject_stale:
+        return all_pass("Interference", len(table))
+    fresh = fresh_signals(table, settings, now)
+    columns: list[NDArray[np.bool_]] = []
+    reasons: list[str] = []
+    if reject_stale:
+        columns.append(~fresh)
+        reasons.append(STALE_SIGNALS)
+    if tolerance is not None:
+        bounds = (
+            (tolerance.max_runq_p99_us, table.runq_p99_us, RUNQ_EXCEEDED),
+            (
+                tolerance.max_reclaim_stall_ms_per_s,
+                table.reclaim_stall_ms_per_s,
+                RECLAIM_EXCEEDED,
+            ),
+            (tolerance.max_score, None, SCORE_EXCEEDED),
+        )
+        for bound, values, reason in bounds:
+            if bound is None:
+                continue
+            measured = effective_index(table, settings) if values is None else values
+            columns.append(fresh & (measured > bound))
+            reasons.append(reason)
+    matrix = np.stack(columns, axis=1) if columns else np.zeros((len(table), 0), dtype=np.bool_)
+    return FilterResult("Interference", ~any_per_node(matrix), tuple(reasons), lambda: matrix)

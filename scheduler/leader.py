@@ -1,0 +1,196 @@
+"""Lease leader election (``coordination.k8s.io/v1``) with the client's ``leaderelection``.
+
+The client's :class:`kubernetes.leaderelection.leaderelection.LeaderElection` holds the
+algorithm (acquire when the Lease is absent, unheld or expired by our own clock; renew
+every ``retry_period``; give up after ``renew_deadline`` without a renewal). Three small
+adapters make it fit a long-running scheduler:
+
+* its ``LeaseLock`` talks through the global default configuration, so
+  :class:`_ApiLeaseLock` points it at our ``ApiClient``;
+* it has no way to stop and lets client exceptions escape ``run()``, so
+  :class:`_Election` checks ``stop`` before every attempt (raising :class:`_Stopped`)
+  and turns any exception into a failed attempt;
+* it only reports leadership after ``renew_deadline`` has passed without a renewal, so
+  ``leading`` follows every attempt instead: set on a successful acquire/renew, cleared
+  at once on a failed one. Binding therefore stops at the first renewal attempt after the
+  lease was lost — within one ``retry_period`` — and a replica that merely failed one
+  renewal (API blip) resumes binding on its next success.
+
+On ``stop`` a leader hands the Lease back (empty holder) so the other replica takes over
+at its next attempt instead of waiting ``lease_duration``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+from kubernetes.leaderelection import electionconfig
+from kubernetes.leaderelection.leaderelection import LeaderElection
+from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
+
+log = logging.getLogger(__name__)
+
+LEASE_PERMISSIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("coordination.k8s.io", "leases", ("get", "create", "update")),
+)
+"""(apiGroup, resource, verbs) the elector calls."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderElectionSettings:
+    """Lease election timing, in whole seconds as the client library needs.
+
+    Constraints (checked by :mod:`scheduler.config`): ``lease_duration_s`` >
+    ``renew_deadline_s`` > 1.2 × ``retry_period_s`` ≥ 1.
+    """
+
+    enabled: bool = True
+    """False: this replica leads unconditionally (one replica, tests, dry runs)."""
+    lease_name: str = "interference-scheduler"
+    namespace: str = ""
+    """Namespace of the Lease; empty: ``$POD_NAMESPACE``, else ``kube-system``."""
+    lease_duration_s: int = 15
+    """How long followers wait after the last observed renewal before taking over."""
+    renew_deadline_s: int = 10
+    """How long the leader keeps retrying a failed renewal before giving up the loop."""
+    retry_period_s: int = 2
+    """Interval between acquire/renew attempts; binding stops within one of these."""
+
+
+def default_identity() -> str:
+    """``$POD_NAME`` (else the hostname) plus a random suffix, unique per process."""
+    base = os.environ.get("POD_NAME") or socket.gethostname()
+    return f"{base}_{secrets.token_hex(4)}"
+
+
+def lease_namespace(settings: LeaderElectionSettings) -> str:
+    return settings.namespace or os.environ.get("POD_NAMESPACE") or "kube-system"
+
+
+class _Stopped(Exception):
+    """Raised inside the library's loops to leave ``run()`` when ``stop`` is set."""
+
+
+class _ApiLeaseLock(LeaseLock):  # type: ignore[misc]
+    """The client's LeaseLock, on an explicit ApiClient."""
+
+    def __init__(self, name: str, namespace: str, identity: str, api: client.ApiClient) -> None:
+        super().__init__(name, namespace, identity)
+        self.api_instance = client.CoordinationV1Api(api)
+
+
+class _Election(LeaderElection):  # type: ignore[misc]
+    def __init__(self, config: Any, on_attempt: Callable[[bool, str], None], stop: threading.Event):
+        super().__init__(config)
+        self._on_attempt = on_attempt
+        self._stop = stop
+
+    def try_acquire_or_renew(self) -> bool:
+        if self._stop.is_set():
+            raise _Stopped
+        try:
+            ok = bool(super().try_acquire_or_renew())
+        except Exception as exc:  # the library lets connection errors escape
+            log.warning("leader election: lease call failed: %r", exc)
+            ok = False
+        record = self.observed_record
+        holder = str(record.holder_identity) if record and record.holder_identity else ""
+        self._on_attempt(ok, holder)
+        return ok
+
+
+class LeaderElector:
+    """Runs the election until ``stop``; keeps ``leading`` set exactly while we may bind."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        settings: LeaderElectionSettings,
+        leading: threading.Event,
+        identity: str = "",
+        on_change: Callable[[bool], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.leading = leading
+        self.identity = identity or default_identity()
+        self.namespace = lease_namespace(settings)
+        self.holder = ""
+        """The holder of the Lease as last observed (for /readyz and logs)."""
+        self.renewals = 0
+        """Successful acquire/renew attempts of this replica."""
+        self._api = api
+        self._on_change = on_change
+        self._lock = _ApiLeaseLock(settings.lease_name, self.namespace, self.identity, api)
+
+    def run(self, stop: threading.Event) -> None:
+        """Blocks until ``stop`` is set; releases the Lease if this replica holds it."""
+        if not self.settings.enabled:
+            self._set_leading(True)
+            stop.wait()
+            self._set_leading(False)
+            return
+        config = electionconfig.Config(
+            lock=self._lock,
+            lease_duration=self.settings.lease_duration_s,
+            renew_deadline=self.settings.renew_deadline_s,
+            retry_period=self.settings.retry_period_s,
+            onstarted_leading=lambda: log.info("%s started leading", self.identity),
+            onstopped_leading=lambda: self._set_leading(False),
+        )
+        while not stop.is_set():
+            try:
+                _Election(config, self._attempted, stop).run()
+            except _Stopped:
+                break
+            except Exception:  # never let the elector thread die; start over
+                log.exception("leader election failed; restarting it")
+                self._set_leading(False)
+                stop.wait(self.settings.retry_period_s)
+        was_leading = self.leading.is_set()
+        self._set_leading(False)
+        if was_leading:
+            self._release()
+
+    def _attempted(self, ok: bool, holder: str) -> None:
+        self.holder = holder
+        if ok:
+            self.renewals += 1
+        self._set_leading(ok and holder == self.identity)
+
+    def _set_leading(self, leading: bool) -> None:
+        if leading == self.leading.is_set():
+            return
+        if leading:
+            self.leading.set()
+        else:
+            self.leading.clear()
+        log.info(
+            "%s %s leading (lease %s/%s)",
+            self.identity,
+            "started" if leading else "stopped",
+            self.namespace,
+            self.settings.lease_name,
+        )
+        if self._on_change is not None:
+            self._on_change(leading)
+
+    def _release(self) -> None:
+        """Hand the Lease back so the other replica need not wait for it to expire."""
+        api = client.CoordinationV1Api(self._api)
+        try:
+            lease = api.read_namespaced_lease(self.settings.lease_name, self.namespace)
+            if lease.spec is None or lease.spec.holder_identity != self.identity:
+                return
+            lease.spec.holder_identity = None
+            api.replace_namespaced_lease(self.settings.lease_name, self.namespace, lease)
+            log.info("%s released the lease", self.identity)
+        except Exception as exc:
+            log.warning("could not release the lease (it expires by itself): %r", exc)

@@ -1,0 +1,465 @@
+"""The scheduling loop: queue → engine → assume → bind, with Events and decision records.
+
+One scheduling thread pops a pending pod, reads the latest signals into the node table,
+asks the :class:`~scheduler.engine.Engine` for a node and, when there is one, assumes
+the pod in the cache and hands the bind to the :class:`~scheduler.binder.Binder`
+(another thread). Every attempt produces a decision record; Events and the
+``PodScheduled`` condition follow kube-scheduler:
+
+* bound → ``Normal Scheduled "Successfully assigned ns/pod to node"``;
+* no node → ``Warning FailedScheduling`` with the engine's message
+  ("0/12 nodes are available: …"), ``PodScheduled=False/Unschedulable``, backoff;
+* the bind failed → ``Warning FailedScheduling "Binding rejected: …"``, backoff;
+* each field the pod asks for that the engine does not implement → one
+  ``Warning UnsupportedConstraint`` Event naming it (once per pod).
+
+Relax rule: when a pod has been blocked *only* by interference filters for at least
+``EngineSettings.relax_after_s``, it is retried with those filters off; if that finds a
+node a ``Warning InterferenceRelaxed`` Event says so.
+
+Signals: while ``signals.healthy()`` is False the loop schedules interference-blind
+(tolerance filters off, interference weight 0, stale policy ``neutral``) and counts
+those attempts in ``interference_scheduler_interference_blind_attempts_total``.
+
+Leadership: the loop schedules and binds only while ``leading`` is set; when it is
+cleared, binds not yet sent are dropped and their pods requeued (see the binder).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from interference.decision import CandidateVerdict, Decision
+from scheduler.binder import Binder, BindOutcome, BindRequest, BindStatus
+from scheduler.cache import ClusterCache
+from scheduler.engine import Engine, EngineResult
+from scheduler.messages import relaxed_message, scheduled_message, unsupported_message
+from scheduler.metrics import SchedulerMetrics
+from scheduler.model import PodInfo
+from scheduler.ports import Cluster, DecisionSink, PodRef, SignalSource
+from scheduler.queue import QueueState, SchedulingQueue
+from scheduler.settings import EngineSettings
+from scheduler.table import NodeTable
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SCHEDULER_NAME = "interference-scheduler"
+
+
+@dataclass(frozen=True, slots=True)
+class LoopSettings:
+    """How the scheduling loop runs (the engine's own settings are separate)."""
+
+    scheduler_name: str = DEFAULT_SCHEDULER_NAME
+    """Pods with this ``spec.schedulerName`` are ours; every other pod is left alone."""
+    dry_run: bool = False
+    """Record decisions (result ``dry_run``) but assume and bind nothing."""
+    ignore_namespaces: tuple[str, ...] = ()
+    """Pending pods in these namespaces are never scheduled (their running pods still
+    count on their nodes)."""
+    bind_workers: int = 16
+    """Threads that POST Bindings, Events and conditions in parallel."""
+    idle_wait_s: float = 1.0
+    """Longest sleep when no pod is ready (new pods and backoff expiry wake it sooner)."""
+    stale_gauge_interval_s: float = 1.0
+    """How often the stale-node gauge is recomputed (it walks every node)."""
+
+    def __post_init__(self) -> None:
+        if not self.scheduler_name:
+            raise ValueError("scheduler_name: must not be empty, e.g. interference-scheduler")
+        if self.bind_workers < 1:
+            raise ValueError(f"bind_workers: {self.bind_workers!r} must be an integer ≥ 1")
+        for name in ("idle_wait_s", "stale_gauge_interval_s"):
+            value = getattr(self, name)
+            if not value > 0:
+                raise ValueError(f"{name}: {value!r} must be a number > 0")
+
+
+@dataclass(frozen=True, slots=True)
+class _Verdict:
+    """The outcome of the engine for one attempt, with how it was reached."""
+
+    result: EngineResult
+    relaxed_after_s: float | None
+    """Seconds the pod had waited when interference filters were relaxed, else None."""
+    blind: bool
+
+
+class SchedulingLoop:
+    """Schedules the pods of one scheduler name over one cluster."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        signals: SignalSource,
+        decisions: DecisionSink,
+        engine_settings: EngineSettings,
+        loop_settings: LoopSettings,
+        leading: threading.Event,
+        metrics: SchedulerMetrics,
+        *,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        seed: int | None = None,
+    ) -> None:
+        self._cluster = cluster
+        self._signals = signals
+        self._decisions = decisions
+        self._leading = leading
+        self._metrics = metrics
+        self._clock = clock
+        self._monotonic = monotonic
+        self._seed = seed
+        self._engine_settings = engine_settings
+        self._loop_settings = loop_settings
+        self._engine = Engine(engine_settings, seed)
+        self._blind_engine = Engine(_blind(engine_settings), seed)
+        self.queue = SchedulingQueue(clock=monotonic)
+        self.cache = ClusterCache(
+            NodeTable(),
+            self.queue,
+            metrics,
+            loop_settings.scheduler_name,
+            loop_settings.ignore_namespaces,
+            clock=clock,
+        )
+        self._binder = Binder(
+            cluster, leading, self._on_bind_outcome, metrics, loop_settings.bind_workers
+        )
+        self._state_lock = threading.Lock()
+        self._bind_decisions: dict[str, Decision] = {}
+        """Decision of each bind in flight, written once the bind's outcome is known."""
+        self._blocked_since: dict[str, float] = {}
+        """When each pod was first found blocked only by interference filters."""
+        self._warned_unsupported: dict[str, tuple[str, ...]] = {}
+        self._signals_healthy: bool | None = None
+        self._stale_gauge_at = -float("inf")
+
+    # ---- settings --------------------------------------------------------------------
+
+    @property
+    def engine_settings(self) -> EngineSettings:
+        return self._engine_settings
+
+    @property
+    def loop_settings(self) -> LoopSettings:
+        return self._loop_settings
+
+    def update_settings(self, engine_settings: EngineSettings, loop_settings: LoopSettings) -> None:
+        """Apply a reloaded configuration without restarting.
+
+        The swap happens under the cache lock, i.e. between two scheduling attempts.
+        """
+        with self.cache.lock:
+            if engine_settings != self._engine_settings:
+                self._engine = Engine(engine_settings, self._seed)
+                self._blind_engine = Engine(_blind(engine_settings), self._seed)
+                self._engine_settings = engine_settings
+            old = self._loop_settings
+            self._loop_settings = loop_settings
+            if (old.scheduler_name, old.ignore_namespaces) != (
+                loop_settings.scheduler_name,
+                loop_settings.ignore_namespaces,
+            ):
+                self.cache.configure(loop_settings.scheduler_name, loop_settings.ignore_namespaces)
+            if old.bind_workers != loop_settings.bind_workers:
+                retired = self._binder
+                self._binder = Binder(
+                    self._cluster,
+                    self._leading,
+                    self._on_bind_outcome,
+                    self._metrics,
+                    loop_settings.bind_workers,
+                )
+                # Finish the old pool's queued work without blocking the reload.
+                threading.Thread(target=retired.close, name="binder-retire", daemon=True).start()
+        log.info("scheduler settings updated")
+
+    # ---- running ---------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """Run the informers and the scheduling loop until ``stop`` is set."""
+        informer = threading.Thread(
+            target=self._cluster.run_informers,
+            args=(self.cache, stop),
+            name="informers",
+            daemon=True,
+        )
+        informer.start()
+        try:
+            while not stop.is_set():
+                self.run_once(wait=True)
+                if not self._leading.is_set() or not self.cache.synced():
+                    stop.wait(0.1)
+        finally:
+            self._binder.close()
+            informer.join(timeout=5.0)
+
+    def run_once(self, wait: bool = False) -> bool:
+        """Schedule the next ready pod; with ``wait``, sleep briefly when there is none.
+
+        Returns True when a pod was attempted.
+        """
+        leading = self._leading.is_set()
+        self._metrics.leader.set(1 if leading else 0)
+        if not leading or not self.cache.synced():
+            return False
+        key = self.queue.pop()
+        if key is None:
+            self._update_queue_gauges()
+            if wait:
+                self.queue.wait(self._loop_settings.idle_wait_s)
+            return False
+        self.schedule(key)
+        return True
+
+    def schedule_pending_once(self) -> int:
+        """Attempt every pod that is ready now, once each; returns how many (for tests).
+
+        Binds complete asynchronously: call :meth:`flush` to wait for them.
+        """
+        attempted = 0
+        for _ in range(len(self.queue)):
+            if not self.run_once():
+                break
+            attempted += 1
+        return attempted
+
+    def flush(self, timeout_s: float = 30.0) -> bool:
+        """Wait until every bind, Event, condition and decision write has finished."""
+        return self._binder.flush(timeout_s)
+
+    def close(self) -> None:
+        """Finish queued writes and stop the binder threads (after :meth:`run` returned
+        or when driving the loop by hand)."""
+        self._binder.close()
+
+    # ---- one attempt -----------------------------------------------------------------
+
+    def schedule(self, key: str) -> None:
+        """One scheduling attempt for a popped pod."""
+        started = time.perf_counter()
+        pod = self.cache.pending_pod(key)
+        if pod is None:  # bound, deleted or no longer ours since it was queued
+            self.queue.remove(key)
+            self._forget_pod_state(key)
+            return
+        if not self._leading.is_set():
+            self.queue.requeue(key)
+            return
+        self._warn_unsupported(pod)
+        settings = self._loop_settings
+        try:
+            with self.cache.lock:
+                now = self._clock()
+                verdict = self._decide(pod, now)
+                node = verdict.result.node
+                if node is not None and not settings.dry_run:
+                    self.cache.assume(pod, node)
+        except Exception:
+            log.exception("scheduling %s failed; retrying with backoff", key)
+            self._metrics.attempts.labels("error").inc()
+            self.queue.backoff(key)
+            return
+        result = verdict.result
+        if verdict.blind:
+            self._metrics.interference_blind_attempts.inc()
+        if result.node is None:
+            outcome = "unschedulable"
+            self._unschedulable(pod, result, now)
+        elif settings.dry_run:
+            outcome = "dry_run"
+            self._write_decision(self._decision(pod, result, "dry_run", result.node, now))
+            self.queue.backoff(key)  # stays pending: look again later, not in a hot loop
+        else:
+            outcome = "scheduled"
+            if verdict.relaxed_after_s is not None:
+                self._metrics.relaxed.inc()
+                self._event(
+                    pod, "Warning", "InterferenceRelaxed", relaxed_message(verdict.relaxed_after_s)
+                )
+            message = scheduled_message(key, result.node)
+            with self._state_lock:
+                self._bind_decisions[key] = self._decision(
+                    pod, result, "scheduled", result.node, now, message
+                )
+            self._binder.bind(BindRequest(_ref(pod), key, result.node))
+        self._metrics.attempts.labels(outcome).inc()
+        self._metrics.attempt_duration.labels(outcome).observe(time.perf_counter() - started)
+        self._update_queue_gauges()
+
+    def _decide(self, pod: PodInfo, now: float) -> _Verdict:
+        """Run the engine (caller holds the cache lock), applying the relax rule."""
+        table = self.cache.table
+        healthy = self._signals.healthy()
+        self._note_signal_health(healthy)
+        if not healthy:
+            blind = self._blind_engine.schedule(pod, table, now, relax_interference=True)
+            return _Verdict(blind, None, blind=True)
+        table.set_signals(self._signals.snapshot())
+        self._update_stale_gauge(now)
+        result = self._engine.schedule(pod, table, now)
+        if result.node is not None or not result.blocked_only_by_interference:
+            self._blocked_since.pop(pod.key, None)
+            return _Verdict(result, None, blind=False)
+        waited = now - self._blocked_since.setdefault(pod.key, now)
+        if waited < self._engine_settings.relax_after_s:
+            return _Verdict(result, None, blind=False)
+        relaxed = self._engine.schedule(pod, table, now, relax_interference=True)
+        if relaxed.node is None:
+            return _Verdict(result, None, blind=False)
+        self._blocked_since.pop(pod.key, None)
+        return _Verdict(relaxed, waited, blind=False)
+
+    def _unschedulable(self, pod: PodInfo, result: EngineResult, now: float) -> None:
+        self.queue.backoff(pod.key)
+        self._write_decision(self._decision(pod, result, "unschedulable", "", now))
+        if self._loop_settings.dry_run:
+            return  # a dry run writes decision records only, never to the cluster
+        ref = _ref(pod)
+        self._event(pod, "Warning", "FailedScheduling", result.message)
+        self._binder.submit(
+            lambda: self._cluster.set_unschedulable(ref, result.message), "condition"
+        )
+
+    # ---- bind outcomes (binder threads) ------------------------------------------------
+
+    def _on_bind_outcome(self, outcome: BindOutcome) -> None:
+        request = outcome.request
+        key = request.key
+        with self._state_lock:
+            decision = self._bind_decisions.pop(key, None)
+        if outcome.status is BindStatus.BOUND:
+            self.queue.remove(key)
+            self._forget_pod_state(key)
+            self._binder.submit(
+                lambda: self._cluster.record_event(
+                    request.pod,
+                    "Normal",
+                    "Scheduled",
+                    scheduled_message(key, request.node),
+                ),
+                "event",
+            )
+            if decision is not None:
+                self._write_decision(decision)
+            return
+        pending = self.cache.forget(key)
+        if outcome.status is BindStatus.DROPPED:
+            log.info("dropped bind of %s to %s: %s", key, request.node, outcome.error)
+            if pending is None:
+                self.queue.remove(key)
+            else:
+                self.queue.requeue(key)
+            return
+        log.warning("binding %s to %s failed: %s", key, request.node, outcome.error)
+        if outcome.status is BindStatus.CONFLICT or pending is None:
+            self.queue.remove(key)
+            self._forget_pod_state(key)
+        else:
+            self.queue.backoff(key)
+            self._binder.submit(
+                lambda: self._cluster.record_event(
+                    request.pod, "Warning", "FailedScheduling", f"Binding rejected: {outcome.error}"
+                ),
+                "event",
+            )
+        if decision is not None:
+            self._write_decision(
+                dataclasses.replace(
+                    decision,
+                    result="bind_failed",
+                    message=f"binding to {request.node} failed: {outcome.error}",
+                    ts=self._clock(),
+                )
+            )
+
+    # ---- helpers ---------------------------------------------------------------------
+
+    def _decision(
+        self,
+        pod: PodInfo,
+        result: EngineResult,
+        outcome: str,
+        node: str,
+        now: float,
+        message: str | None = None,
+    ) -> Decision:
+        candidates: list[CandidateVerdict] = list(result.candidates)
+        return Decision(
+            namespace=pod.namespace,
+            pod=pod.name,
+            result=outcome,
+            node=node,
+            message=result.message if message is None else message,
+            ts=now,
+            dry_run=self._loop_settings.dry_run,
+            candidates=candidates,
+        )
+
+    def _write_decision(self, decision: Decision) -> None:
+        self._binder.submit(lambda: self._decisions.write(decision), "decision")
+
+    def _event(self, pod: PodInfo, event_type: str, reason: str, message: str) -> None:
+        ref = _ref(pod)
+        self._binder.submit(
+            lambda: self._cluster.record_event(ref, event_type, reason, message), "event"
+        )
+
+    def _warn_unsupported(self, pod: PodInfo) -> None:
+        """A Warning Event naming each unsupported field, once per pod (and per change)."""
+        if not pod.unsupported or self._warned_unsupported.get(pod.key) == pod.unsupported:
+            return
+        self._warned_unsupported[pod.key] = pod.unsupported
+        if not self._loop_settings.dry_run:
+            message = unsupported_message(pod.unsupported)
+            self._event(pod, "Warning", "UnsupportedConstraint", message)
+
+    def _forget_pod_state(self, key: str) -> None:
+        self._blocked_since.pop(key, None)
+        self._warned_unsupported.pop(key, None)
+
+    def _note_signal_health(self, healthy: bool) -> None:
+        if healthy == self._signals_healthy:
+            return
+        self._signals_healthy = healthy
+        self._metrics.signals_healthy.set(1 if healthy else 0)
+        if healthy:
+            log.info("interference signals are readable again; scheduling with them")
+        else:
+            log.warning(
+                "interference signals cannot be read; scheduling interference-blind "
+                "until the signal source recovers"
+            )
+
+    def _update_stale_gauge(self, now: float) -> None:
+        moment = self._monotonic()
+        if moment - self._stale_gauge_at < self._loop_settings.stale_gauge_interval_s:
+            return
+        self._stale_gauge_at = moment
+        table = self.cache.table
+        stale = int((table.signals_at < now - self._engine_settings.stale_after_s).sum())
+        self._metrics.stale_nodes.set(stale)
+
+    def _update_queue_gauges(self) -> None:
+        counts = self.queue.counts()
+        for state in (QueueState.ACTIVE, QueueState.BACKOFF):
+            self._metrics.pending_pods.labels(state.value).set(counts[state])
+
+
+def _ref(pod: PodInfo) -> PodRef:
+    return PodRef(pod.namespace, pod.name, pod.uid)
+
+
+def _blind(settings: EngineSettings) -> EngineSettings:
+    """Settings that ignore interference signals entirely (used while they are unreadable)."""
+    return dataclasses.replace(
+        settings,
+        weights=dataclasses.replace(settings.weights, interference=0.0),
+        stale_policy="neutral",
+    )

@@ -1,0 +1,43 @@
+"""Event and condition messages in kube-scheduler's wording.
+
+``FailedScheduling`` follows kube-scheduler's ``FitError.Error()``: every reason of every
+rejected node is counted, each rendered ``"<count> <reason>"``, the strings sorted as plain
+strings (Go's ``sort.Strings``, so ``"10 …"`` sorts before ``"3 …"``), joined with ``", "``::
+
+    0/12 nodes are available: 3 Insufficient nvidia.com/gpu, 9 node(s) had untolerated taint {k: v}.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+NO_NODES = "no nodes available to schedule pods"
+
+
+def failed_scheduling_message(node_count: int, reason_counts: Mapping[str, int]) -> str:
+    """The ``FailedScheduling`` message for ``node_count`` nodes that all failed."""
+    if node_count == 0:
+        return NO_NODES
+    histogram = sorted(f"{count} {reason}" for reason, count in reason_counts.items() if count)
+    return f"0/{node_count} nodes are available: {', '.join(histogram)}."
+
+
+def scheduled_message(pod_key: str, node: str) -> str:
+    """The ``Scheduled`` Event message (``pod_key`` is ``namespace/name``)."""
+    return f"Successfully assigned {pod_key} to {node}"
+
+
+def unsupported_message(fields: Iterable[str]) -> str:
+    """Warning Event for pod fields this scheduler does not enforce."""
+    return (
+        f"interference-scheduler does not implement {', '.join(fields)}; these constraints "
+        "are not enforced for this pod (remove them or use the default scheduler)"
+    )
+
+
+def relaxed_message(waited_s: float) -> str:
+    """Event for a pod scheduled without interference filters after waiting too long."""
+    return (
+        f"pod waited {waited_s:.0f}s blocked only by interference filters; "
+        "scheduling it without them (its interference tolerance is not enforced this time)"
+    )

@@ -1,0 +1,94 @@
+"""Prometheus metrics of the scheduler (served on ``/metrics``).
+
+Every metric is registered on the registry passed in, so tests and several schedulers
+in one process never collide on the global default registry.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+ATTEMPT_RESULTS = ("scheduled", "unschedulable", "dry_run", "error")
+"""Values of the ``result`` label of ``interference_scheduler_attempts_total``."""
+
+BIND_ERROR_REASONS = ("conflict", "error", "dropped")
+"""``conflict``: 409/404, the pod is dropped; ``error``: other API error, requeued with
+backoff; ``dropped``: not sent because this replica stopped leading, requeued."""
+
+
+class SchedulerMetrics:
+    """The scheduler's counters, gauges and histograms."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.attempts = Counter(
+            "interference_scheduler_attempts",
+            "Scheduling attempts by result.",
+            ["result"],
+            registry=registry,
+        )
+        self.attempt_duration = Histogram(
+            "interference_scheduler_attempt_duration_seconds",
+            "Time from popping a pod to the engine's verdict (filter + score + assume).",
+            ["result"],
+            buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 1.0),
+            registry=registry,
+        )
+        self.pending_pods = Gauge(
+            "interference_scheduler_pending_pods",
+            "Pods waiting in the scheduling queue, by queue state.",
+            ["queue"],
+            registry=registry,
+        )
+        self.binds = Counter(
+            "interference_scheduler_binds",
+            "Pods bound through the Binding subresource.",
+            registry=registry,
+        )
+        self.bind_errors = Counter(
+            "interference_scheduler_bind_errors",
+            "Binds that did not happen, by reason (conflict, error, dropped).",
+            ["reason"],
+            registry=registry,
+        )
+        self.signals_healthy = Gauge(
+            "interference_scheduler_signals_healthy",
+            "1 while the interference signal source can be read, else 0.",
+            registry=registry,
+        )
+        self.interference_blind_attempts = Counter(
+            "interference_scheduler_interference_blind_attempts",
+            "Attempts made without interference signals because the source was unhealthy.",
+            registry=registry,
+        )
+        self.stale_nodes = Gauge(
+            "interference_scheduler_stale_nodes",
+            "Nodes whose interference signals are missing or older than the stale limit.",
+            registry=registry,
+        )
+        self.leader = Gauge(
+            "interference_scheduler_leader",
+            "1 while this replica holds the leader lease and may bind.",
+            registry=registry,
+        )
+        self.relaxed = Counter(
+            "interference_scheduler_interference_relaxed",
+            "Pods scheduled with interference filters relaxed after waiting too long.",
+            registry=registry,
+        )
+        self.malformed_objects = Counter(
+            "interference_scheduler_malformed_objects",
+            "Kubernetes objects skipped because they could not be parsed, by kind.",
+            ["kind"],
+            registry=registry,
+        )
+        self.side_effect_errors = Counter(
+            "interference_scheduler_side_effect_errors",
+            "Events, conditions or decision records that could not be written, by kind.",
+            ["kind"],
+            registry=registry,
+        )
+        for result in ATTEMPT_RESULTS:
+            self.attempts.labels(result)
+        for reason in BIND_ERROR_REASONS:
+            self.bind_errors.labels(reason)

@@ -1,0 +1,676 @@
+"""Cheap parsing of raw API JSON (camelCase dicts) into what the scheduler needs.
+
+Large lists never go through the ``kubernetes`` client's model classes; adapters hand the
+JSON dicts straight to :func:`parse_node` and :func:`parse_pod`, which read only the fields
+scheduling needs and raise :class:`ObjectError` naming the offending field.
+
+Pod requests are counted as kube-scheduler counts them (``resource.PodRequests``)::
+
+    requests = max(Σ containers + Σ sidecars, max over init containers i of
+                   (init_i + Σ sidecars started before i)) + overhead
+
+per resource, where sidecars are init containers with ``restartPolicy: Always``; pod-level
+``spec.resources.requests`` (cpu, memory) replace the container sum when set. CPU is in
+millicores, memory and ephemeral storage in bytes, extended resources (``nvidia.com/gpu``)
+in units.
+
+Interference tolerance — annotations a pod may set to keep off noisy nodes (each optional;
+a node whose fresh signals exceed any of them is filtered out):
+
+``interference.io/max-runq-p99-us``
+    highest node run-queue p99 the pod accepts, microseconds (non-negative number, ``"500"``).
+``interference.io/max-reclaim-stall-ms-per-s``
+    highest node memory-reclaim stall, milliseconds per second (non-negative number, ``"2"``).
+``interference.io/max-score``
+    highest node interference index, 0–100 (``"40"``); the index includes load bound to the
+    node since its last report.
+
+Fields a pod asks for that the scheduler does not implement (pod affinity, anti-affinity on
+other topology keys, topology spread, PVC volume topology, …) are listed in
+:attr:`PodInfo.unsupported` so the loop can warn about them instead of silently passing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from scheduler.quantity import CPU, MEMORY, QuantityError, resource_amount
+
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+UNSCHEDULABLE_TAINT_KEY = "node.kubernetes.io/unschedulable"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
+
+ANNOTATION_MAX_RUNQ_P99_US = "interference.io/max-runq-p99-us"
+ANNOTATION_MAX_RECLAIM_STALL_MS_PER_S = "interference.io/max-reclaim-stall-ms-per-s"
+ANNOTATION_MAX_SCORE = "interference.io/max-score"
+
+DEFAULT_MILLI_CPU_REQUEST = 100
+"""kube-scheduler's stand-in for a container without a CPU request, in scoring only."""
+DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
+"""kube-scheduler's stand-in for a container without a memory request, in scoring only."""
+
+NO_SCHEDULE = "NoSchedule"
+NO_EXECUTE = "NoExecute"
+PREFER_NO_SCHEDULE = "PreferNoSchedule"
+NODE_SELECTOR_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
+LABEL_SELECTOR_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist"})
+
+
+class ObjectError(ValueError):
+    """A malformed object or annotation; the message names the object and the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str
+    operator: str
+    """``Equal`` or ``Exists``."""
+    value: str
+    effect: str
+    """Empty tolerates every effect."""
+
+    def tolerates(self, taint: Taint) -> bool:
+        """kube's ``ToleratesTaint``: effect (if set) and key (if set) equal, then
+        ``Exists`` matches any value and ``Equal`` needs the same value."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.key and self.key != taint.key:
+            return False
+        if self.operator == "Exists":
+            return True
+        return self.operator == "Equal" and self.value == taint.value
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """One ``key operator values`` expression of a node or label selector."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSelectorTerm:
+    """Expressions over labels and fields (``metadata.name``), all of which must hold."""
+
+    match_expressions: tuple[Requirement, ...]
+    match_fields: tuple[Requirement, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LabelSelector:
+    """``matchLabels`` (as ``In`` requirements) and ``matchExpressions``, ANDed."""
+
+    requirements: tuple[Requirement, ...]
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        """True when every requirement holds (an empty selector matches everything)."""
+        return all(_label_requirement_holds(r, labels) for r in self.requirements)
+
+
+@dataclass(frozen=True, slots=True)
+class AntiAffinityTerm:
+    """A required pod anti-affinity term on ``kubernetes.io/hostname``."""
+
+    selector: LabelSelector
+    namespaces: frozenset[str] | None
+    """Namespaces whose pods it considers; ``None`` means all namespaces."""
+
+    def matches(self, namespace: str, labels: Mapping[str, str]) -> bool:
+        """True when a pod in ``namespace`` with ``labels`` falls under this term."""
+        in_scope = self.namespaces is None or namespace in self.namespaces
+        return in_scope and self.selector.matches(labels)
+
+
+@dataclass(frozen=True, slots=True)
+class HostPort:
+    protocol: str
+    port: int
+    host_ip: str
+    """``0.0.0.0`` when the pod binds every address."""
+
+    def conflicts(self, other: HostPort) -> bool:
+        """Same protocol and port, and either binds every address or both the same one."""
+        if self.protocol != other.protocol or self.port != other.port:
+            return False
+        return WILDCARD_IP in (self.host_ip, other.host_ip) or self.host_ip == other.host_ip
+
+
+WILDCARD_IP = "0.0.0.0"
+
+
+@dataclass(frozen=True, slots=True)
+class InterferenceTolerance:
+    """Upper bounds a pod accepts on its node's signals; ``None`` = no bound."""
+
+    max_runq_p99_us: float | None = None
+    max_reclaim_stall_ms_per_s: float | None = None
+    max_score: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    name: str
+    labels: Mapping[str, str]
+    taints: tuple[Taint, ...]
+    allocatable: Mapping[str, int]
+    """Resource → amount (cpu in millicores), as in :mod:`scheduler.quantity`."""
+    ready: bool
+    """The ``Ready`` condition is ``True``."""
+    unschedulable: bool
+    """``spec.unschedulable`` (cordoned)."""
+
+    def constraints_equal(self, other: NodeInfo) -> bool:
+        """True when every field a cached constraint mask depends on is the same."""
+        return (
+            self.labels == other.labels
+            and self.taints == other.taints
+            and self.ready == other.ready
+            and self.unschedulable == other.unschedulable
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    namespace: str
+    name: str
+    uid: str
+    priority: int
+    created_at: float
+    """Unix time of ``metadata.creationTimestamp`` (0 when absent)."""
+    scheduler_name: str
+    node_name: str
+    """``spec.nodeName``; empty while pending."""
+    terminating: bool
+    """``metadata.deletionTimestamp`` is set."""
+    finished: bool
+    """``status.phase`` is ``Succeeded`` or ``Failed``: it no longer holds node resources."""
+    requests: Mapping[str, int]
+    """Effective requests as kube-scheduler counts them (see the module docstring)."""
+    nonzero_cpu_m: int
+    """CPU request for scoring: containers without one count as 100m."""
+    nonzero_memory: int
+    """Memory request for scoring: containers without one count as 200Mi."""
+    host_ports: tuple[HostPort, ...]
+    tolerations: tuple[Toleration, ...]
+    node_selector: tuple[tuple[str, str], ...]
+    """``spec.nodeSelector`` as sorted pairs."""
+    required_node_affinity: tuple[NodeSelectorTerm, ...] | None
+    """Required node affinity terms (ORed); ``None`` when the pod sets none."""
+    anti_affinity: tuple[AntiAffinityTerm, ...]
+    """Required pod anti-affinity terms on ``kubernetes.io/hostname``."""
+    labels: Mapping[str, str]
+    tolerance: InterferenceTolerance | None
+    """Interference tolerance from annotations; ``None`` when the pod declares none."""
+    scheduling_gates: tuple[str, ...]
+    """``spec.schedulingGates`` names; a gated pod must not be scheduled yet."""
+    unsupported: tuple[str, ...]
+    """Fields the pod asks for that this scheduler does not implement."""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def signature(self) -> tuple[object, ...]:
+        """Hashable key of everything the cached constraint masks depend on."""
+        return (self.tolerations, self.node_selector, self.required_node_affinity)
+
+
+def parse_node(obj: Mapping[str, Any]) -> NodeInfo:
+    """A node from its API JSON; :class:`ObjectError` names the malformed field."""
+    reader = _Reader(obj, "node")
+    name = reader.name
+    spec = reader.mapping(obj, "spec")
+    status = reader.mapping(obj, "status")
+    quantities = reader.mapping(status, "status.allocatable") or reader.mapping(
+        status, "status.capacity"
+    )
+    allocatable = reader.resources(quantities, "status.allocatable")
+    conditions = [
+        reader.as_mapping(c, f"status.conditions[{i}]")
+        for i, c in enumerate(reader.sequence(status, "status.conditions"))
+    ]
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    taints = tuple(
+        Taint(
+            key=reader.string(t, "key", f"spec.taints[{i}].key"),
+            value=reader.string(t, "value", f"spec.taints[{i}].value"),
+            effect=reader.string(t, "effect", f"spec.taints[{i}].effect"),
+        )
+        for i, t in enumerate(reader.sequence(spec, "spec.taints"))
+    )
+    return NodeInfo(
+        name=name,
+        labels=reader.string_map(reader.metadata, "labels", "metadata.labels"),
+        taints=taints,
+        allocatable=allocatable,
+        ready=ready,
+        unschedulable=bool(spec.get("unschedulable", False)),
+    )
+
+
+def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
+    """A pod from its API JSON; :class:`ObjectError` names the malformed field or annotation."""
+    reader = _Reader(obj, "pod")
+    metadata = reader.metadata
+    spec = reader.mapping(obj, "spec")
+    unsupported: list[str] = []
+    requests, nonzero_cpu_m, nonzero_memory = _pod_requests(reader, spec)
+    annotations = reader.string_map(metadata, "annotations", "metadata.annotations")
+    priority = spec.get("priority", 0)
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise reader.error("spec.priority", f"{priority!r} is not an integer")
+    gates = tuple(
+        reader.string(g, "name", f"spec.schedulingGates[{i}].name")
+        for i, g in enumerate(reader.sequence(spec, "spec.schedulingGates"))
+    )
+    affinity = reader.mapping(spec, "spec.affinity")
+    return PodInfo(
+        namespace=reader.string(metadata, "namespace", "metadata.namespace") or "default",
+        name=reader.name,
+        uid=reader.string(metadata, "uid", "metadata.uid"),
+        priority=priority,
+        created_at=_timestamp(reader, metadata.get("creationTimestamp")),
+        scheduler_name=reader.string(spec, "schedulerName", "spec.schedulerName")
+        or "default-scheduler",
+        node_name=reader.string(spec, "nodeName", "spec.nodeName"),
+        terminating=metadata.get("deletionTimestamp") is not None,
+        finished=reader.mapping(obj, "status").get("phase") in ("Succeeded", "Failed"),
+        requests=requests,
+        nonzero_cpu_m=nonzero_cpu_m,
+        nonzero_memory=nonzero_memory,
+        host_ports=_host_ports(reader, spec),
+        tolerations=_tolerations(reader, spec),
+        node_selector=tuple(
+            sorted(reader.string_map(spec, "nodeSelector", "spec.nodeSelector").items())
+        ),
+        required_node_affinity=_node_affinity(reader, affinity, unsupported),
+        anti_affinity=_pod_anti_affinity(reader, affinity, unsupported),
+        labels=reader.string_map(metadata, "labels", "metadata.labels"),
+        tolerance=_tolerance(reader, annotations),
+        scheduling_gates=gates,
+        unsupported=tuple(unsupported + _unsupported_spec_fields(reader, spec)),
+    )
+
+
+class _Reader:
+    """Typed access to one object's JSON, raising :class:`ObjectError` with the field path."""
+
+    def __init__(self, obj: Mapping[str, Any], kind: str) -> None:
+        if not isinstance(obj, Mapping):
+            raise ObjectError(f"{kind}: expected a JSON object, got {type(obj).__name__}")
+        self.kind = kind
+        self.label = kind
+        self.metadata = self.mapping(obj, "metadata")
+        name = self.metadata.get("name")
+        if not isinstance(name, str) or not name:
+            raise self.error("metadata.name", "missing or not a string")
+        self.name = name
+        namespace = self.metadata.get("namespace")
+        self.label = f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
+
+    def error(self, field: str, problem: str) -> ObjectError:
+        return ObjectError(f"{self.label}: {field}: {problem}")
+
+    def mapping(self, parent: Mapping[str, Any], path: str) -> Mapping[str, Any]:
+        """The object at ``path``'s last segment under ``parent`` (``{}`` when absent)."""
+        return self.as_mapping(parent.get(path.rsplit(".", 1)[-1]), path)
+
+    def as_mapping(self, value: Any, path: str) -> Mapping[str, Any]:
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            raise self.error(path, f"expected an object, got {type(value).__name__}")
+        return value
+
+    def sequence(self, parent: Mapping[str, Any], path: str) -> list[Any]:
+        """The list at ``path``'s last segment under ``parent`` (``[]`` when absent)."""
+        value = parent.get(path.rsplit(".", 1)[-1])
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            raise self.error(path, f"expected a list, got {type(value).__name__}")
+        return value
+
+    def string(self, parent: Mapping[str, Any], key: str, path: str) -> str:
+        if not isinstance(parent, Mapping):
+            raise self.error(path.rsplit(".", 1)[0], "expected an object")
+        value = parent.get(key)
+        if value is None:
+            return ""
+        if not isinstance(value, str):
+            raise self.error(path, f"expected a string, got {value!r}")
+        return value
+
+    def string_map(self, parent: Mapping[str, Any], key: str, path: str) -> dict[str, str]:
+        value = parent.get(key)
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        ):
+            raise self.error(path, "expected an object of string values")
+        return dict(value)
+
+    def resources(self, quantities: Mapping[str, Any], path: str) -> dict[str, int]:
+        amounts: dict[str, int] = {}
+        for resource, quantity in quantities.items():
+            try:
+                amounts[resource] = resource_amount(resource, quantity)
+            except QuantityError as exc:
+                raise self.error(f"{path}.{resource}", str(exc)) from exc
+        return amounts
+
+
+def _pod_requests(reader: _Reader, spec: Mapping[str, Any]) -> tuple[dict[str, int], int, int]:
+    """Effective requests, plus CPU and memory with kube's scoring defaults per container."""
+
+    def container_requests(path: str, container: Any, defaults: bool) -> dict[str, int]:
+        if not isinstance(container, Mapping):
+            raise reader.error(path, "expected an object")
+        resources = reader.mapping(container, f"{path}.resources")
+        amounts = reader.resources(
+            reader.mapping(resources, f"{path}.resources.requests"), f"{path}.resources.requests"
+        )
+        if defaults:
+            amounts.setdefault(CPU, DEFAULT_MILLI_CPU_REQUEST)
+            amounts.setdefault(MEMORY, DEFAULT_MEMORY_REQUEST)
+        return amounts
+
+    def aggregate(defaults: bool) -> dict[str, int]:
+        total: dict[str, int] = {}
+        for i, c in enumerate(reader.sequence(spec, "spec.containers")):
+            _add(total, container_requests(f"spec.containers[{i}]", c, defaults))
+        sidecars: dict[str, int] = {}
+        init_peak: dict[str, int] = {}
+        for i, c in enumerate(reader.sequence(spec, "spec.initContainers")):
+            amounts = container_requests(f"spec.initContainers[{i}]", c, defaults)
+            if c.get("restartPolicy") == "Always":
+                _add(total, amounts)
+                _add(sidecars, amounts)
+                running = dict(sidecars)
+            else:
+                running = dict(amounts)
+                _add(running, sidecars)
+            for resource, amount in running.items():
+                init_peak[resource] = max(init_peak.get(resource, 0), amount)
+        pod_level = reader.resources(
+            reader.mapping(reader.mapping(spec, "spec.resources"), "spec.resources.requests"),
+            "spec.resources.requests",
+        )
+        total.update(pod_level)
+        for resource, amount in init_peak.items():
+            total[resource] = max(total.get(resource, 0), amount)
+        _add(total, reader.resources(reader.mapping(spec, "spec.overhead"), "spec.overhead"))
+        return total
+
+    requests = {r: a for r, a in aggregate(defaults=False).items() if a > 0}
+    scoring = aggregate(defaults=True)
+    return requests, scoring.get(CPU, 0), scoring.get(MEMORY, 0)
+
+
+def _add(total: dict[str, int], amounts: Mapping[str, int]) -> None:
+    for resource, amount in amounts.items():
+        total[resource] = total.get(resource, 0) + amount
+
+
+def _host_ports(reader: _Reader, spec: Mapping[str, Any]) -> tuple[HostPort, ...]:
+    ports: list[HostPort] = []
+    containers = [
+        (f"spec.containers[{i}]", c) for i, c in enumerate(reader.sequence(spec, "spec.containers"))
+    ] + [
+        (f"spec.initContainers[{i}]", c)
+        for i, c in enumerate(reader.sequence(spec, "spec.initContainers"))
+        if isinstance(c, Mapping) and c.get("restartPolicy") == "Always"
+    ]
+    for path, container in containers:
+        for j, p in enumerate(reader.sequence(container, f"{path}.ports")):
+            field = f"{path}.ports[{j}]"
+            if not isinstance(p, Mapping):
+                raise reader.error(field, "expected an object")
+            host_port = p.get("hostPort", 0)
+            if not isinstance(host_port, int) or not 0 <= host_port <= 65535:
+                raise reader.error(f"{field}.hostPort", f"{host_port!r} is not a port number")
+            if host_port:
+                ports.append(
+                    HostPort(
+                        protocol=reader.string(p, "protocol", f"{field}.protocol") or "TCP",
+                        port=host_port,
+                        host_ip=reader.string(p, "hostIP", f"{field}.hostIP") or WILDCARD_IP,
+                    )
+                )
+    return tuple(ports)
+
+
+def _tolerations(reader: _Reader, spec: Mapping[str, Any]) -> tuple[Toleration, ...]:
+    tolerations = []
+    for i, t in enumerate(reader.sequence(spec, "spec.tolerations")):
+        field = f"spec.tolerations[{i}]"
+        operator = reader.string(t, "operator", f"{field}.operator") or "Equal"
+        if operator not in ("Equal", "Exists"):
+            raise reader.error(f"{field}.operator", f"{operator!r} is not Equal or Exists")
+        tolerations.append(
+            Toleration(
+                key=reader.string(t, "key", f"{field}.key"),
+                operator=operator,
+                value=reader.string(t, "value", f"{field}.value"),
+                effect=reader.string(t, "effect", f"{field}.effect"),
+            )
+        )
+    return tuple(tolerations)
+
+
+def _requirements(
+    reader: _Reader, items: list[Any], path: str, operators: frozenset[str]
+) -> tuple[Requirement, ...]:
+    requirements = []
+    for i, item in enumerate(items):
+        field = f"{path}[{i}]"
+        operator = reader.string(item, "operator", f"{field}.operator")
+        if operator not in operators:
+            raise reader.error(
+                f"{field}.operator", f"{operator!r} is not one of {', '.join(sorted(operators))}"
+            )
+        values = reader.sequence(item, f"{field}.values")
+        if not all(isinstance(v, str) for v in values):
+            raise reader.error(f"{field}.values", "expected a list of strings")
+        if operator in ("Gt", "Lt") and (len(values) != 1 or not _is_integer(values[0])):
+            raise reader.error(f"{field}.values", f"{operator} needs exactly one integer")
+        requirements.append(
+            Requirement(reader.string(item, "key", f"{field}.key"), operator, tuple(values))
+        )
+    return tuple(requirements)
+
+
+def _node_affinity(
+    reader: _Reader, affinity: Mapping[str, Any], unsupported: list[str]
+) -> tuple[NodeSelectorTerm, ...] | None:
+    node_affinity = reader.mapping(affinity, "spec.affinity.nodeAffinity")
+    path = "spec.affinity.nodeAffinity"
+    if node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution"):
+        unsupported.append(f"{path}.preferredDuringSchedulingIgnoredDuringExecution")
+    required = reader.mapping(
+        node_affinity, f"{path}.requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    if "nodeSelectorTerms" not in required:
+        return None
+    terms_path = f"{path}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
+    terms = []
+    for i, term in enumerate(reader.sequence(required, terms_path)):
+        field = f"{terms_path}[{i}]"
+        if not isinstance(term, Mapping):
+            raise reader.error(field, "expected an object")
+        expressions = _requirements(
+            reader,
+            reader.sequence(term, f"{field}.matchExpressions"),
+            f"{field}.matchExpressions",
+            NODE_SELECTOR_OPERATORS,
+        )
+        fields = _requirements(
+            reader,
+            reader.sequence(term, f"{field}.matchFields"),
+            f"{field}.matchFields",
+            frozenset({"In", "NotIn"}),
+        )
+        for j, requirement in enumerate(fields):
+            if requirement.key != "metadata.name":
+                raise reader.error(
+                    f"{field}.matchFields[{j}].key",
+                    f"{requirement.key!r} is not supported; only metadata.name is",
+                )
+        terms.append(NodeSelectorTerm(expressions, fields))
+    return tuple(terms)
+
+
+def _label_selector(reader: _Reader, selector: Any, path: str) -> LabelSelector | None:
+    if selector is None:
+        return None
+    if not isinstance(selector, Mapping):
+        raise reader.error(path, "expected an object")
+    match_labels = reader.string_map(selector, "matchLabels", f"{path}.matchLabels")
+    requirements = tuple(Requirement(k, "In", (v,)) for k, v in sorted(match_labels.items()))
+    expressions = _requirements(
+        reader,
+        reader.sequence(selector, f"{path}.matchExpressions"),
+        f"{path}.matchExpressions",
+        LABEL_SELECTOR_OPERATORS,
+    )
+    return LabelSelector(requirements + expressions)
+
+
+def _pod_anti_affinity(
+    reader: _Reader, affinity: Mapping[str, Any], unsupported: list[str]
+) -> tuple[AntiAffinityTerm, ...]:
+    if affinity.get("podAffinity"):
+        unsupported.append("spec.affinity.podAffinity")
+    path = "spec.affinity.podAntiAffinity"
+    anti = reader.mapping(affinity, path)
+    if anti.get("preferredDuringSchedulingIgnoredDuringExecution"):
+        unsupported.append(f"{path}.preferredDuringSchedulingIgnoredDuringExecution")
+    namespace = reader.string(reader.metadata, "namespace", "metadata.namespace") or "default"
+    terms = []
+    required_path = f"{path}.requiredDuringSchedulingIgnoredDuringExecution"
+    for i, term in enumerate(reader.sequence(anti, required_path)):
+        field = f"{required_path}[{i}]"
+        if not isinstance(term, Mapping):
+            raise reader.error(field, "expected an object")
+        topology_key = reader.string(term, "topologyKey", f"{field}.topologyKey")
+        if topology_key != HOSTNAME_LABEL:
+            unsupported.append(f"{field}.topologyKey={topology_key}")
+            continue
+        skipped = [k for k in ("matchLabelKeys", "mismatchLabelKeys") if term.get(k)]
+        namespace_selector = term.get("namespaceSelector")
+        if namespace_selector:
+            skipped.append("namespaceSelector")
+        if skipped:
+            unsupported.extend(f"{field}.{k}" for k in skipped)
+            continue
+        selector = _label_selector(reader, term.get("labelSelector"), f"{field}.labelSelector")
+        if selector is None:  # a null selector matches no pod: the term can never conflict
+            continue
+        names = reader.sequence(term, f"{field}.namespaces")
+        if not all(isinstance(n, str) for n in names):
+            raise reader.error(f"{field}.namespaces", "expected a list of strings")
+        namespaces: frozenset[str] | None
+        if namespace_selector is not None:  # an empty namespaceSelector selects all namespaces
+            namespaces = None
+        else:
+            namespaces = frozenset(names) if names else frozenset({namespace})
+        terms.append(AntiAffinityTerm(selector, namespaces))
+    return tuple(terms)
+
+
+def _unsupported_spec_fields(reader: _Reader, spec: Mapping[str, Any]) -> list[str]:
+    fields = []
+    if spec.get("topologySpreadConstraints"):
+        fields.append("spec.topologySpreadConstraints")
+    if spec.get("resourceClaims"):
+        fields.append("spec.resourceClaims")
+    for i, volume in enumerate(reader.sequence(spec, "spec.volumes")):
+        if not isinstance(volume, Mapping):
+            raise reader.error(f"spec.volumes[{i}]", "expected an object")
+        for source in ("persistentVolumeClaim", "ephemeral"):
+            if source in volume:
+                fields.append(f"spec.volumes[{i}].{source}")
+    return fields
+
+
+def _tolerance(reader: _Reader, annotations: Mapping[str, str]) -> InterferenceTolerance | None:
+    bounds = {
+        ANNOTATION_MAX_RUNQ_P99_US: ("a non-negative number of microseconds", '"500"', None),
+        ANNOTATION_MAX_RECLAIM_STALL_MS_PER_S: (
+            "a non-negative number of milliseconds per second",
+            '"2"',
+            None,
+        ),
+        ANNOTATION_MAX_SCORE: ("a number from 0 to 100", '"40"', 100.0),
+    }
+    values: dict[str, float | None] = {}
+    for annotation, (expected, example, upper) in bounds.items():
+        raw = annotations.get(annotation)
+        if raw is None:
+            values[annotation] = None
+            continue
+        try:
+            value = float(raw)
+        except ValueError:
+            value = float("nan")
+        if not (math.isfinite(value) and value >= 0 and (upper is None or value <= upper)):
+            raise reader.error(
+                f"annotation {annotation}",
+                f"{raw!r} is not valid; expected {expected}, e.g. {annotation}: {example}",
+            )
+        values[annotation] = value
+    if all(v is None for v in values.values()):
+        return None
+    return InterferenceTolerance(
+        max_runq_p99_us=values[ANNOTATION_MAX_RUNQ_P99_US],
+        max_reclaim_stall_ms_per_s=values[ANNOTATION_MAX_RECLAIM_STALL_MS_PER_S],
+        max_score=values[ANNOTATION_MAX_SCORE],
+    )
+
+
+def _timestamp(reader: _Reader, value: Any) -> float:
+    if value is None:
+        return 0.0
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+    except ValueError as exc:
+        raise reader.error(
+            "metadata.creationTimestamp", f"{value!r} is not an RFC 3339 time"
+        ) from exc
+
+
+def _is_integer(text: str) -> bool:
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _label_requirement_holds(requirement: Requirement, labels: Mapping[str, str]) -> bool:
+    """Label-selector semantics: ``NotIn`` and ``DoesNotExist`` hold when the key is absent."""
+    value = labels.get(requirement.key)
+    op = requirement.operator
+    if op == "In":
+        return value is not None and value in requirement.values
+    if op == "NotIn":
+        return value is None or value not in requirement.values
+    if op == "Exists":
+        return value is not None
+    return value is None  # DoesNotExist

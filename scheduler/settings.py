@@ -1,0 +1,77 @@
+"""Settings of the scheduling engine (filters, scores and their weights).
+
+Plain dataclasses with defaults, passed explicitly; the config loader builds them from
+YAML. Invalid values raise :class:`ValueError` naming the field and the accepted range.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+StalePolicy = Literal["neutral", "avoid", "reject"]
+STALE_POLICIES: tuple[StalePolicy, ...] = ("neutral", "avoid", "reject")
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreWeights:
+    """Weight of each score plugin in the weighted sum nodes are ranked by (0 disables one)."""
+
+    interference: float = 2.0
+    """:mod:`scheduler.scores.interference` — prefer quiet nodes."""
+    balance: float = 1.0
+    """:mod:`scheduler.scores.balance` — least-allocated CPU and memory."""
+    gpu_packing: float = 1.0
+    """:mod:`scheduler.scores.gpu_packing` — GPU pods fill partly used GPU nodes first."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSettings:
+    """Everything :class:`scheduler.engine.Engine` needs besides the node table."""
+
+    weights: ScoreWeights = field(default_factory=ScoreWeights)
+    stale_after_s: float = 10.0
+    """Signals older than this (or missing) are stale."""
+    stale_policy: StalePolicy = "neutral"
+    """Stale or missing signals: ``neutral`` scores the node 50 and lets it pass tolerance
+    filters, ``avoid`` scores it 0, ``reject`` filters it out for every pod."""
+    relax_after_s: float = 60.0
+    """A pod pending this long only because of interference filters is scheduled without them."""
+    runq_p99_reference_us: float = 1000.0
+    """Node run-queue p99 that counts as fully contended in the interference score."""
+    reclaim_stall_reference_ms_per_s: float = 5.0
+    """Node reclaim stall that counts as fully memory-starved in the interference score."""
+    recent_load_weight: float = 100.0
+    """Interference points added per node's worth of CPU requested by pods bound to it since
+    its last report (so a burst does not all land on the one quiet node)."""
+    gpu_resource: str = "nvidia.com/gpu"
+    """Extended resource that counts as GPUs for packing."""
+    record_top_k: int = 5
+    """Candidates with a score breakdown (best first) in each decision record; failed nodes
+    add up to this many examples with their reasons."""
+
+    def __post_init__(self) -> None:
+        if self.stale_policy not in STALE_POLICIES:
+            raise ValueError(
+                f"stale_policy: {self.stale_policy!r} is not one of {', '.join(STALE_POLICIES)}"
+            )
+        for name in ("interference", "balance", "gpu_packing"):
+            weight = getattr(self.weights, name)
+            if not weight >= 0:
+                raise ValueError(f"weights.{name}: {weight!r} must be a number ≥ 0")
+        positive = (
+            "stale_after_s",
+            "relax_after_s",
+            "runq_p99_reference_us",
+            "reclaim_stall_reference_ms_per_s",
+        )
+        for name in positive:
+            value = getattr(self, name)
+            if not value > 0:
+                raise ValueError(f"{name}: {value!r} must be a number > 0")
+        if not self.recent_load_weight >= 0:
+            raise ValueError(f"recent_load_weight: {self.recent_load_weight!r} must be ≥ 0")
+        if self.record_top_k < 0:
+            raise ValueError(f"record_top_k: {self.record_top_k!r} must be an integer ≥ 0")
+        if not self.gpu_resource:
+            raise ValueError("gpu_resource: must name an extended resource, e.g. nvidia.com/gpu")

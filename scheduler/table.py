@@ -1,0 +1,474 @@
+"""Columnar node table: one row per node, numpy columns the filters and scores vectorise over.
+
+Row ``i`` of every column belongs to ``names[i]``. Removing a node moves the last row into
+its place, so row numbers are only stable between layout changes; :attr:`NodeTable.generation`
+changes with every layout change and with every change of a node's labels, taints,
+readiness or cordon, and :attr:`NodeTable.mask_cache` (per-pod-signature constraint masks)
+is emptied at the same time. Heartbeat updates that change only allocatable leave it alone.
+
+Pods are kept by ``namespace/name`` with the node they are bound (or assumed) to; a pod on
+a node the table does not know yet is counted once that node arrives. Resource accounting::
+
+    requested[r, node] = Σ requests[r] of the node's pods      (``pods`` counts 1 per pod)
+    free[r, node]      = allocatable[r, node] − requested[r, node]
+
+Signals: the latest :class:`scheduler.ports.NodeSignals` per node, and ``recent_cpu_m`` —
+CPU (millicores) requested by pods added to the node after its report's ``updated_at``; a
+newer report drops them, since its measurements include their load.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from scheduler.model import AntiAffinityTerm, HostPort, LabelSelector, NodeInfo, PodInfo, Taint
+from scheduler.ports import NodeSignals
+from scheduler.quantity import CPU, EPHEMERAL_STORAGE, MEMORY, PODS
+
+BASE_RESOURCES = (CPU, MEMORY, EPHEMERAL_STORAGE, PODS)
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V", bound=Hashable)
+ABSENT = -1
+"""Label code of a node that does not have the label."""
+
+
+@dataclass(frozen=True, slots=True)
+class LabelColumn:
+    """One label key over all nodes: ``codes[i]`` indexes ``values`` or is :data:`ABSENT`."""
+
+    codes: NDArray[np.int32]
+    values: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TaintColumns:
+    """Distinct taints of the cluster and which node carries which."""
+
+    taints: tuple[Taint, ...]
+    present: NDArray[np.bool_]
+    """``present[i, t]``: node ``i`` carries ``taints[t]``."""
+
+
+@dataclass(frozen=True, slots=True)
+class _PlacedPod:
+    pod: PodInfo
+    node: str
+
+
+class NodeTable:
+    """Nodes, the pods placed on them and their latest signals, as numpy columns."""
+
+    def __init__(self, capacity: int = 64) -> None:
+        self._capacity = max(1, capacity)
+        self._count = 0
+        self.names: list[str] = []
+        """Node name of each row."""
+        self._index: dict[str, int] = {}
+        self._nodes: list[NodeInfo] = []
+        self._resource_rows: dict[str, int] = {r: i for i, r in enumerate(BASE_RESOURCES)}
+        cap, rows = self._capacity, len(BASE_RESOURCES)
+        self._alloc = np.zeros((rows, cap), dtype=np.int64)
+        self._requested = np.zeros((rows, cap), dtype=np.int64)
+        self._free = np.zeros((rows, cap), dtype=np.int64)
+        self._vectors: dict[str, NDArray[Any]] = {
+            "ready": np.zeros(cap, dtype=np.bool_),
+            "unschedulable": np.zeros(cap, dtype=np.bool_),
+            "nonzero_cpu_m": np.zeros(cap),
+            "nonzero_memory": np.zeros(cap),
+            "signals_at": np.full(cap, -np.inf),
+            "runq_p99_us": np.zeros(cap),
+            "reclaim_stall_ms_per_s": np.zeros(cap),
+            "interference_score": np.zeros(cap),
+            "recent_cpu_m": np.zeros(cap),
+        }
+        self.generation = 0
+        """Changes whenever rows move or a node's constraint-relevant fields change."""
+        self.signals_generation = 0
+        """Changes whenever any node's signals change."""
+        self.mask_cache: dict[Hashable, object] = {}
+        """Per-pod-signature results; emptied whenever :attr:`generation` changes."""
+        self.signal_cache: dict[Hashable, object] = {}
+        """Results derived from signals; emptied whenever signals or rows change."""
+        self._derived: dict[str, object] = {}
+        self.alloc_cache: dict[Hashable, NDArray[Any]] = {}
+        """Arrays derived from allocatable; emptied whenever any node's allocatable changes."""
+        self._pods: dict[str, _PlacedPod] = {}
+        self._pods_by_node: dict[str, dict[str, PodInfo]] = {}
+        self._pods_by_label: dict[tuple[str, str], set[str]] = {}
+        self._pods_by_namespace: dict[str, set[str]] = {}
+        self._anti_terms: dict[AntiAffinityTerm, Counter[str]] = {}
+        self._ports: dict[tuple[str, int], dict[str, Counter[HostPort]]] = {}
+        self._recent: dict[str, dict[str, tuple[float, int]]] = {}
+        self._signals: dict[str, NodeSignals] = {}
+        self._signals_source: Mapping[str, NodeSignals] | None = None
+        self._refresh_views()
+
+    # ---- nodes -------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._index
+
+    def index_of(self, name: str) -> int | None:
+        """Row of node ``name``, ``None`` when unknown."""
+        return self._index.get(name)
+
+    def node(self, row: int) -> NodeInfo:
+        return self._nodes[row]
+
+    def upsert_node(self, node: NodeInfo) -> None:
+        """Add a node or update it; pods already placed on it by name are counted."""
+        row = self._index.get(node.name)
+        if row is None:
+            row = self._append_row(node)
+            for pod in self._pods_by_node.get(node.name, {}).values():
+                self._account(row, pod, sign=1)
+            self._apply_signals(row, self._signals.get(node.name))
+            self._bump_generation()
+        else:
+            previous = self._nodes[row]
+            if not node.constraints_equal(previous):
+                self._bump_generation()
+            elif node.allocatable != previous.allocatable:
+                self.alloc_cache.clear()
+            self._nodes[row] = node
+        self._vectors["ready"][row] = node.ready
+        self._vectors["unschedulable"][row] = node.unschedulable
+        self._alloc[:, row] = 0
+        for resource, amount in node.allocatable.items():
+            resource_row = self._ensure_resource(resource)  # may reallocate the matrices
+            self._alloc[resource_row, row] = amount
+        self._free[:, row] = self._alloc[:, row] - self._requested[:, row]
+
+    def remove_node(self, name: str) -> None:
+        """Drop a node's row; its pods stay known and count again if it comes back."""
+        row = self._index.pop(name, None)
+        if row is None:
+            return
+        last = self._count - 1
+        if row != last:
+            moved = self.names[last]
+            self.names[row] = moved
+            self._nodes[row] = self._nodes[last]
+            self._index[moved] = row
+            for matrix in (self._alloc, self._requested, self._free):
+                matrix[:, row] = matrix[:, last]
+            for vector in self._vectors.values():
+                vector[row] = vector[last]
+        self.names.pop()
+        self._nodes.pop()
+        self._count = last
+        for matrix in (self._alloc, self._requested, self._free):
+            matrix[:, last] = 0
+        self._refresh_views()
+        self._bump_generation()
+
+    # ---- pods --------------------------------------------------------------------------
+
+    def add_pod(self, pod: PodInfo, node: str, now: float) -> None:
+        """Count a pod bound or assumed on ``node`` (re-adding the same pod replaces it).
+
+        ``now`` stamps its load for the interference score until the node reports again.
+        """
+        previous = self._pods.get(pod.key)
+        added_at: float | None = now
+        if previous is not None:
+            if previous.node == node:  # a confirmation keeps the original stamp, if any
+                entry = self._recent.get(node, {}).get(pod.key)
+                added_at = entry[0] if entry else None
+            self.remove_pod(previous.pod)
+        self._pods[pod.key] = _PlacedPod(pod, node)
+        self._pods_by_node.setdefault(node, {})[pod.key] = pod
+        for item in pod.labels.items():
+            self._pods_by_label.setdefault(item, set()).add(pod.key)
+        self._pods_by_namespace.setdefault(pod.namespace, set()).add(pod.key)
+        for term in pod.anti_affinity:
+            self._anti_terms.setdefault(term, Counter())[node] += 1
+        for port in pod.host_ports:
+            self._ports.setdefault((port.protocol, port.port), {}).setdefault(node, Counter())[
+                port
+            ] += 1
+        for resource in pod.requests:
+            self._ensure_resource(resource)
+        signals = self._signals.get(node)
+        if added_at is not None and (signals is None or added_at > signals.updated_at):
+            self._recent.setdefault(node, {})[pod.key] = (added_at, pod.requests.get(CPU, 0))
+        row = self._index.get(node)
+        if row is not None:
+            self._account(row, pod, sign=1)
+
+    def remove_pod(self, pod: PodInfo) -> None:
+        """Forget a pod (deleted, finished, or an assumption that failed to bind)."""
+        placed = self._pods.pop(pod.key, None)
+        if placed is None:
+            return
+        pod, node = placed.pod, placed.node
+        del self._pods_by_node[node][pod.key]
+        for item in pod.labels.items():
+            _discard(self._pods_by_label, item, pod.key)
+        _discard(self._pods_by_namespace, pod.namespace, pod.key)
+        for term in pod.anti_affinity:
+            _decrement(self._anti_terms, term, node)
+        for port in pod.host_ports:
+            users = self._ports[(port.protocol, port.port)]
+            _decrement(users, node, port)
+            if not users:
+                del self._ports[(port.protocol, port.port)]
+        self._recent.get(node, {}).pop(pod.key, None)
+        row = self._index.get(node)
+        if row is not None:
+            self._account(row, pod, sign=-1)
+
+    def pod_node(self, key: str) -> str | None:
+        """Node a pod (``namespace/name``) is placed on, ``None`` when unknown."""
+        placed = self._pods.get(key)
+        return placed.node if placed else None
+
+    def pods_on(self, node: str) -> Mapping[str, PodInfo]:
+        """Pods placed on ``node`` by key."""
+        return self._pods_by_node.get(node, {})
+
+    # ---- signals -----------------------------------------------------------------------
+
+    def set_signals(self, signals: Mapping[str, NodeSignals]) -> None:
+        """Replace all signals with a snapshot (nodes absent from it have none).
+
+        Passing the same mapping object again is free; otherwise only changed nodes are
+        touched.
+        """
+        if signals is self._signals_source:
+            return
+        self._signals_source = signals
+        changed = [name for name, s in signals.items() if self._signals.get(name) != s]
+        gone = [name for name in self._signals if name not in signals]
+        if not changed and not gone:
+            return
+        for name in gone:
+            del self._signals[name]
+        for name in changed:
+            self._signals[name] = signals[name]
+        for name in changed + gone:
+            row = self._index.get(name)
+            if row is not None:
+                self._apply_signals(row, self._signals.get(name))
+        self.signals_generation += 1
+        self.signal_cache.clear()
+
+    def signals(self, name: str) -> NodeSignals | None:
+        """The latest signals of a node, ``None`` when it has none."""
+        return self._signals.get(name)
+
+    # ---- columns for filters and scores ------------------------------------------------
+
+    def resource_row(self, resource: str) -> int | None:
+        """Row of ``resource`` in :attr:`alloc`/:attr:`requested`/:attr:`free`, if known."""
+        return self._resource_rows.get(resource)
+
+    def inverse_allocatable(self, resource: str) -> NDArray[np.float64]:
+        """``1 / allocatable`` per node for ``resource`` (0 where it has none), cached."""
+        key = ("inverse", resource)
+        cached = self.alloc_cache.get(key)
+        if cached is None:
+            row = self._resource_rows.get(resource)
+            capacity = np.zeros(self._count) if row is None else self.alloc[row].astype(np.float64)
+            cached = np.divide(1.0, capacity, out=np.zeros(self._count), where=capacity > 0)
+            self.alloc_cache[key] = cached
+        return cached
+
+    def label_column(self, key: str) -> LabelColumn:
+        """Codes of label ``key`` over all nodes (``metadata.name`` gives node names)."""
+        cache_key = f"label:{key}"
+        cached = self._derived.get(cache_key)
+        if isinstance(cached, LabelColumn):
+            return cached
+        vocabulary: dict[str, int] = {}
+        codes = np.full(self._count, ABSENT, dtype=np.int32)
+        for row, node in enumerate(self._nodes):
+            value = node.name if key == "metadata.name" else node.labels.get(key)
+            if value is not None:
+                codes[row] = vocabulary.setdefault(value, len(vocabulary))
+        column = LabelColumn(codes, tuple(vocabulary))
+        self._derived[cache_key] = column
+        return column
+
+    def taint_columns(self) -> TaintColumns:
+        """Distinct taints and a node × taint presence matrix."""
+        cached = self._derived.get("taints")
+        if isinstance(cached, TaintColumns):
+            return cached
+        vocabulary: dict[Taint, int] = {}
+        for node in self._nodes:
+            for taint in node.taints:
+                vocabulary.setdefault(taint, len(vocabulary))
+        present = np.zeros((self._count, len(vocabulary)), dtype=np.bool_)
+        for row, node in enumerate(self._nodes):
+            for taint in node.taints:
+                present[row, vocabulary[taint]] = True
+        columns = TaintColumns(tuple(vocabulary), present)
+        self._derived["taints"] = columns
+        return columns
+
+    def pods_matching(self, term: AntiAffinityTerm) -> Iterable[PodInfo]:
+        """Placed pods that fall under ``term`` (index lookups first, then a full check)."""
+        candidates = _positive_candidates(term.selector, self._pods_by_label)
+        if candidates is None:
+            if term.namespaces is None:
+                candidates = set(self._pods)
+            else:
+                candidates = set().union(
+                    *(self._pods_by_namespace.get(ns, set()) for ns in term.namespaces)
+                )
+        for key in candidates:
+            pod = self._pods[key].pod
+            if term.matches(pod.namespace, pod.labels):
+                yield pod
+
+    def anti_affinity_terms(self) -> Mapping[AntiAffinityTerm, Mapping[str, int]]:
+        """Required anti-affinity terms of placed pods → node → number of pods with it."""
+        return self._anti_terms
+
+    def host_port_users(self, protocol: str, port: int) -> Mapping[str, Counter[HostPort]]:
+        """Node → host ports in use with this protocol and port number."""
+        return self._ports.get((protocol, port), {})
+
+    # ---- internals ---------------------------------------------------------------------
+
+    def _append_row(self, node: NodeInfo) -> int:
+        if self._count == self._capacity:
+            self._grow(self._capacity * 2)
+        row = self._count
+        self._count += 1
+        self.names.append(node.name)
+        self._nodes.append(node)
+        self._index[node.name] = row
+        for name, vector in self._vectors.items():
+            vector[row] = -np.inf if name == "signals_at" else 0
+        self._refresh_views()
+        return row
+
+    def _grow(self, capacity: int) -> None:
+        def widen(array: NDArray[Any]) -> NDArray[Any]:
+            shape = (*array.shape[:-1], capacity)
+            grown = np.zeros(shape, dtype=array.dtype)
+            grown[..., : self._capacity] = array
+            return grown
+
+        self._alloc, self._requested, self._free = (
+            widen(self._alloc),
+            widen(self._requested),
+            widen(self._free),
+        )
+        self._vectors = {name: widen(v) for name, v in self._vectors.items()}
+        self._capacity = capacity
+
+    def _ensure_resource(self, resource: str) -> int:
+        row = self._resource_rows.get(resource)
+        if row is None:
+            row = len(self._resource_rows)
+            self._resource_rows[resource] = row
+            extra = np.zeros((1, self._capacity), dtype=np.int64)
+            self._alloc = np.vstack([self._alloc, extra])
+            self._requested = np.vstack([self._requested, extra])
+            self._free = np.vstack([self._free, extra])
+            self._refresh_views()
+        return row
+
+    def _account(self, row: int, pod: PodInfo, sign: int) -> None:
+        for resource, amount in pod.requests.items():
+            r = self._resource_rows[resource]
+            self._requested[r, row] += sign * amount
+            self._free[r, row] -= sign * amount
+        pods_row = self._resource_rows[PODS]
+        self._requested[pods_row, row] += sign
+        self._free[pods_row, row] -= sign
+        self._vectors["nonzero_cpu_m"][row] += sign * pod.nonzero_cpu_m
+        self._vectors["nonzero_memory"][row] += sign * pod.nonzero_memory
+        self._set_recent_cpu(row, self.names[row])
+
+    def _apply_signals(self, row: int, signals: NodeSignals | None) -> None:
+        name = self.names[row]
+        if signals is None:
+            self._vectors["signals_at"][row] = -np.inf
+        else:
+            metrics = signals.metrics
+            self._vectors["signals_at"][row] = signals.updated_at
+            self._vectors["runq_p99_us"][row] = metrics.runq_p99_us
+            self._vectors["reclaim_stall_ms_per_s"][row] = metrics.reclaim_stall_ms_per_s
+            self._vectors["interference_score"][row] = metrics.score
+            recent = self._recent.get(name, {})
+            for key in [k for k, (at, _) in recent.items() if at <= signals.updated_at]:
+                del recent[key]
+        self._set_recent_cpu(row, name)
+
+    def _set_recent_cpu(self, row: int, name: str) -> None:
+        self._vectors["recent_cpu_m"][row] = sum(
+            cpu for _, cpu in self._recent.get(name, {}).values()
+        )
+
+    def _bump_generation(self) -> None:
+        self.generation += 1
+        self.mask_cache.clear()
+        self.signal_cache.clear()
+        self._derived.clear()
+        self.alloc_cache.clear()
+
+    def _refresh_views(self) -> None:
+        """Point the public columns at the live rows (views share memory with storage)."""
+        n = self._count
+        self.alloc: NDArray[np.int64] = self._alloc[:, :n]
+        """Allocatable per resource row × node."""
+        self.requested: NDArray[np.int64] = self._requested[:, :n]
+        self.free: NDArray[np.int64] = self._free[:, :n]
+        v = self._vectors
+        self.ready: NDArray[np.bool_] = v["ready"][:n]
+        self.unschedulable: NDArray[np.bool_] = v["unschedulable"][:n]
+        self.nonzero_cpu_m: NDArray[np.float64] = v["nonzero_cpu_m"][:n]
+        """CPU requested per node as counted for scoring (100m per container without one)."""
+        self.nonzero_memory: NDArray[np.float64] = v["nonzero_memory"][:n]
+        self.signals_at: NDArray[np.float64] = v["signals_at"][:n]
+        """Unix time of each node's report; ``-inf`` without one."""
+        self.runq_p99_us: NDArray[np.float64] = v["runq_p99_us"][:n]
+        self.reclaim_stall_ms_per_s: NDArray[np.float64] = v["reclaim_stall_ms_per_s"][:n]
+        self.interference_score: NDArray[np.float64] = v["interference_score"][:n]
+        self.recent_cpu_m: NDArray[np.float64] = v["recent_cpu_m"][:n]
+        """CPU requested by pods added since each node's last report, millicores."""
+
+
+def _positive_candidates(
+    selector: LabelSelector, index: Mapping[tuple[str, str], set[str]]
+) -> set[str] | None:
+    """Pods that can match ``In`` requirements (intersection of unions); ``None`` if none."""
+    result: set[str] | None = None
+    for requirement in selector.requirements:
+        if requirement.operator != "In":
+            continue
+        matching = set().union(
+            *(index.get((requirement.key, v), set()) for v in requirement.values)
+        )
+        result = matching if result is None else result & matching
+    return result
+
+
+def _discard(index: dict[K, set[str]], key: K, item: str) -> None:
+    members = index.get(key)
+    if members is not None:
+        members.discard(item)
+        if not members:
+            del index[key]
+
+
+def _decrement(counters: dict[K, Counter[V]], key: K, item: V) -> None:
+    counter = counters[key]
+    counter[item] -= 1
+    if counter[item] <= 0:
+        del counter[item]
+        if not counter:
+            del counters[key]

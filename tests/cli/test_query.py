@@ -1,0 +1,173 @@
+"""The query CLI (`top`, `node`, `explain`) against a real redis-server."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+
+from interference import keys
+from interference.decision import CandidateVerdict, Decision, decision_hash
+from interference.signals import NodeMetrics, NodeReport, PodMetrics
+from interference_cli.main import main
+from node_agent.publisher import PublisherSettings, RedisPublisher
+from tests.conftest import RedisServer, free_port
+
+pytestmark = pytest.mark.redis
+
+
+def publish(client: redis.Redis, report: NodeReport) -> None:
+    """Write a report with the agent's own publisher."""
+    url = "redis://{host}:{port}/0".format(**client.connection_pool.connection_kwargs)
+    publisher = RedisPublisher(PublisherSettings(url, ttl_s=keys.ttl_seconds(report.interval_s)))
+    try:
+        assert publisher.publish(report)
+    finally:
+        publisher.close()
+
+
+def _report(node: str, score: float, ts: float, pods: list[PodMetrics]) -> NodeReport:
+    return NodeReport(
+        node=node,
+        ts=ts,
+        interval_s=1.0,
+        metrics=NodeMetrics(runq_p99_us=40 * score, runq_wait_ratio=score / 100, score=score),
+        histograms={"runq_us": [0, 3, 10, 40, 7, 0, 2]},
+        pods=pods,
+    )
+
+
+@pytest.fixture
+def filled(redis_server: RedisServer) -> RedisServer:
+    client = redis_server.client()
+    now = time.time()
+    publish(
+        client,
+        _report(
+            "busy-node",
+            72.5,
+            now,
+            [
+                PodMetrics("batch", "stress-1", uid="u1", qos="besteffort", cpu_ms_per_s=990.0),
+                PodMetrics("web", "api-0", uid="u2", qos="burstable", runq_wait_ms_per_s=35.0),
+            ],
+        ),
+    )
+    publish(client, _report("quiet-node", 3.0, now, [PodMetrics("", "system")]))
+    # A node whose agent died: the sorted set remembers it, the hash has expired.
+    client.zadd(keys.NODES_UPDATED, {"dead-node": now - 60})
+    client.zadd(keys.NODES_BY_SCORE, {"dead-node": 10.0})
+    decision = Decision(
+        namespace="web",
+        pod="api-1",
+        result="scheduled",
+        node="quiet-node",
+        message="scheduled on quiet-node (total 91.0)",
+        ts=now,
+        candidates=[
+            CandidateVerdict("quiet-node", True, [], {"interference": 97.0, "least": 80.0}, 91.0),
+            CandidateVerdict("busy-node", True, [], {"interference": 27.5, "least": 85.0}, 45.2),
+            CandidateVerdict("gpu-node", False, ["Insufficient nvidia.com/gpu"]),
+        ],
+    )
+    client.hset(keys.decision_key("web", "api-1"), mapping=decision_hash(decision))
+    return redis_server
+
+
+def _cli(capsys: pytest.CaptureFixture[str], url: str, *args: str) -> tuple[int, str, str]:
+    code = main(["--redis-url", url, *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_top_ranks_nodes_by_score_and_marks_stale(
+    filled: RedisServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = _cli(capsys, filled.url, "top")
+    assert code == 0, err
+    lines = out.splitlines()
+    busy = next(i for i, line in enumerate(lines) if "busy-node" in line)
+    quiet = next(i for i, line in enumerate(lines) if "quiet-node" in line)
+    dead = next(i for i, line in enumerate(lines) if "dead-node" in line)
+    assert busy < quiet < dead
+    assert "72.5" in lines[busy] and "2900" in lines[busy]
+    assert "stale" in lines[dead] and "stale" not in lines[busy]
+
+
+def test_node_shows_metrics_histogram_and_pods(
+    filled: RedisServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = _cli(capsys, filled.url, "node", "busy-node")
+    assert code == 0, err
+    assert "runq_p99_us" in out and "2900" in out
+    assert "runq_us: 62 samples" in out
+    assert "8 – 15" in out and "█" * 40 in out  # the fullest slot has the full-width bar
+    victims = out[out.index("victims") : out.index("antagonists")]
+    antagonists = out[out.index("antagonists") :]
+    assert victims.index("web/api-0") < victims.index("batch/stress-1")
+    assert antagonists.index("batch/stress-1") < antagonists.index("web/api-0")
+
+
+def test_explain_shows_every_candidate(
+    filled: RedisServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = _cli(capsys, filled.url, "explain", "web/api-1")
+    assert code == 0, err
+    assert "scheduled on quiet-node" in out
+    assert "▶ quiet-node" in out
+    assert "Insufficient nvidia.com/gpu" in out
+    assert "97.0" in out and "45.2" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("node", "no-such-node"), "unknown node 'no-such-node'"),
+        (("node", "dead-node"), "node 'dead-node' is stale"),
+        (("explain", "web/no-such-pod"), "no scheduling decision for pod web/no-such-pod"),
+        (("explain", "missing-namespace"), "expected NAMESPACE/POD"),
+    ],
+)
+def test_unknown_objects_give_one_line_and_exit_1(
+    filled: RedisServer,
+    capsys: pytest.CaptureFixture[str],
+    args: tuple[str, ...],
+    expected: str,
+) -> None:
+    code, out, err = _cli(capsys, filled.url, *args)
+    assert code == 1
+    assert out == ""
+    assert err.count("\n") == 1 and expected in err
+
+
+@pytest.mark.parametrize("command", [("top",), ("node", "n"), ("explain", "a/b")])
+def test_empty_redis_gives_one_line_and_exit_1(
+    redis_server: RedisServer, capsys: pytest.CaptureFixture[str], command: tuple[str, ...]
+) -> None:
+    code, _, err = _cli(capsys, redis_server.url, *command)
+    assert code == 1
+    assert err.count("\n") == 1 and err.startswith("interference: ")
+    if command == ("top",):
+        assert "no node reports" in err
+
+
+@pytest.mark.parametrize("command", [("top",), ("node", "n"), ("explain", "a/b")])
+def test_unreachable_redis_gives_one_line_and_exit_1(
+    capsys: pytest.CaptureFixture[str], command: tuple[str, ...]
+) -> None:
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    code, _, err = _cli(capsys, url, *command)
+    assert code == 1
+    assert err.count("\n") == 1 and f"cannot reach Redis at {url}" in err
+
+
+def test_malformed_node_hash_is_reported_not_crashed(
+    redis_server: RedisServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    client = redis_server.client()
+    client.zadd(keys.NODES_UPDATED, {"bad": time.time()})
+    client.hset(keys.node_key("bad"), mapping={"score": "lots", "updated_at": "1"})
+    code, _, err = _cli(capsys, redis_server.url, "top")
+    assert code == 1
+    assert "intf:node:bad is malformed" in err and err.count("\n") == 1

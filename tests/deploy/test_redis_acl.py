@@ -1,0 +1,133 @@
+"""The deployed Redis: its entrypoint, its ACL users, and that each program's ACL user can do
+exactly what the program does — tested with the real publisher and signal cache against a
+redis-server started by the rendered entrypoint script."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import redis
+
+from interference import keys
+from interference.signals import GpuDevice, NodeMetrics, NodeReport, PodMetrics
+from node_agent.publisher import PublisherSettings, RedisPublisher
+from tests.deploy.conftest import DeployedRedis, example_secret, redis_manifests
+
+pytestmark = pytest.mark.redis
+
+AGENT = ("DaemonSet", "interference-agent", "agent")
+
+
+def report(node: str, ts: float, pods: list[PodMetrics], score: float = 10.0) -> NodeReport:
+    gpus = [GpuDevice(0, "GPU-0", "NVIDIA H100 80GB HBM3", 81559, 1200, 35.0, 1)]
+    return NodeReport(
+        node=node,
+        ts=ts,
+        interval_s=1.0,
+        metrics=NodeMetrics(runq_p99_us=850.0, score=score),
+        histograms={"runq_us": [0, 3, 9, 4, 1]},
+        pods=pods,
+        gpus=gpus,
+    )
+
+
+def agent_publisher(server: DeployedRedis) -> RedisPublisher:
+    username, password = server.credentials(*AGENT)
+    return RedisPublisher(PublisherSettings(server.url, username=username, password=password))
+
+
+def publish_two_reports(publisher: RedisPublisher, node: str) -> None:
+    """Every branch of the publisher: pods present, then one departed; GPUs; the stream."""
+    first = [PodMetrics("shop", "api-0", uid="u0"), PodMetrics("shop", "api-1", uid="u1")]
+    assert publisher.publish(report(node, 1000.0, first))
+    assert publisher.publish(report(node, 1001.0, first[:1]))
+
+
+def test_example_passwords_make_the_entrypoint_warn(tmp_path: Path) -> None:
+    server = DeployedRedis(workdir=tmp_path, secret=example_secret())
+    server.start()
+    server.stop()
+    assert "still holds the example passwords" in server.stderr
+
+
+def test_a_missing_password_stops_the_entrypoint_naming_the_secret_key(tmp_path: Path) -> None:
+    config, env = redis_manifests()
+    (tmp_path / "entrypoint.sh").write_text(config["entrypoint.sh"])
+    environment = {"PATH": "/usr/bin:/bin", "REDIS_ADMIN_PASSWORD": "x", "REDIS_AGENT_PASSWORD": ""}
+    done = subprocess.run(
+        ["sh", str(tmp_path / "entrypoint.sh")],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode != 0
+    assert "set agent-password in the redis-credentials Secret" in done.stderr
+    assert {"REDIS_ADMIN_PASSWORD", "REDIS_AGENT_PASSWORD"} <= {str(v["name"]) for v in env}
+
+
+def test_passwords_are_stored_hashed(deployed_redis: DeployedRedis) -> None:
+    acl = (deployed_redis.workdir / "users.acl").read_text()
+    assert acl.count("#") >= 3
+    for password in deployed_redis.secret.values():
+        assert password not in acl
+
+
+def test_the_agent_user_publishes_with_the_real_publisher(deployed_redis: DeployedRedis) -> None:
+    publisher = agent_publisher(deployed_redis)
+    try:
+        publish_two_reports(publisher, "gpu-node-1")
+    finally:
+        publisher.close()
+    admin = deployed_redis.admin()
+    assert admin.hget(keys.node_key("gpu-node-1"), "score") == "10"
+    assert admin.smembers(keys.node_pods_key("gpu-node-1")) == {"shop/api-0"}
+    assert admin.xlen(keys.STREAM) == 2
+    assert admin.acl_log() == []
+
+
+def test_the_agent_user_is_confined_to_its_keys_and_commands(
+    deployed_redis: DeployedRedis,
+) -> None:
+    username, password = deployed_redis.credentials(*AGENT)
+    agent = redis.Redis(port=deployed_redis.port, username=username, password=password)
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        agent.hset("other:key", "a", "1")
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        agent.flushall()
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        agent.hgetall(keys.node_key("gpu-node-1"))
+    with pytest.raises(redis.exceptions.AuthenticationError):
+        redis.Redis(port=deployed_redis.port, username=username, password="wrong").ping()
+
+
+def test_the_agent_user_may_run_exactly_the_commands_the_publisher_sends(
+    deployed_redis: DeployedRedis,
+) -> None:
+    """Both ways: every command the publisher sends is granted, nothing else is."""
+    admin = deployed_redis.admin()
+    admin.config_resetstat()
+    publisher = agent_publisher(deployed_redis)
+    try:
+        publish_two_reports(publisher, "gpu-node-1")
+    finally:
+        publisher.close()
+    used = commands_called(admin) - {"auth"}
+    username, _ = deployed_redis.credentials(*AGENT)
+    assert granted_commands(admin, username) == used
+
+
+def commands_called(admin: redis.Redis) -> set[str]:
+    """Commands run since the last CONFIG RESETSTAT, minus the INFO that asks."""
+    stats = admin.info("commandstats")
+    return {name.removeprefix("cmdstat_") for name in stats} - {"info", "config|resetstat"}
+
+
+def granted_commands(admin: redis.Redis, username: str) -> set[str]:
+    """The ``+command`` grants of an ACL user, which must grant no category."""
+    user = admin.acl_getuser(username)
+    assert user["categories"] == ["-@all"], f"{username} must grant commands one by one"
+    assert all(c.startswith("+") for c in user["commands"]), user["commands"]
+    return {c[1:] for c in user["commands"]}

@@ -1,0 +1,234 @@
+"""The versioned msgpack codec and the hash codecs: round trips and PayloadError (acceptance 6)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from interference import codec, hist
+from interference.codec import PayloadError
+from interference.signals import SCHEMA_VERSION, GpuDevice, NodeMetrics, NodeReport, PodMetrics
+
+REPORT = NodeReport(
+    node="gpu-node-1",
+    ts=1_700_000_000.25,
+    interval_s=1.0,
+    metrics=NodeMetrics(runq_p50_us=12.5, runq_p99_us=900.0, runq_wait_ratio=0.25, score=41.5),
+    histograms={"runq_us": [0, 3, 5, 1], "reclaim_us": []},
+    pods=[
+        PodMetrics(
+            namespace="ml",
+            name="trainer-0",
+            uid="0b6f6d2e-6a43-4f8e-9c1a-1f2e3d4c5b6a",
+            qos="guaranteed",
+            cpu_ms_per_s=950.0,
+            runq_wait_ms_per_s=120.5,
+        ),
+        PodMetrics(namespace="", name="system", cpu_ms_per_s=30.0),
+    ],
+    gpus=[GpuDevice(0, "GPU-abc", "NVIDIA H100", 81559.0, 1024.0, 37.0, 2)],
+    disabled_probes={"reclaim": "tracefs is not mounted"},
+)
+
+
+def packed(body: Any) -> bytes:
+    return msgpack.packb(body, use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def valid_body() -> dict[str, Any]:
+    body = asdict(REPORT)
+    body["v"] = SCHEMA_VERSION
+    return body
+
+
+def with_change(path: tuple[str | int, ...], value: Any) -> bytes:
+    """The valid report with one nested field replaced (``value is DELETE`` removes it)."""
+    body = valid_body()
+    target: Any = body
+    for step in path[:-1]:
+        target = target[step]
+    if value is DELETE:
+        del target[path[-1]]
+    else:
+        target[path[-1]] = value
+    return packed(body)
+
+
+DELETE = object()
+
+
+def test_report_round_trips() -> None:
+    assert codec.decode_report(codec.encode_report(REPORT)) == REPORT
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        (b"", "not a msgpack"),
+        (b"\xc1", "not a msgpack"),
+        (b"\x92\x01", "not a msgpack"),  # truncated array
+        (packed([1, 2]), "must be a map"),
+        (packed(7), "must be a map"),
+        (packed({"node": "n"}), "schema version None"),
+        (with_change(("v",), SCHEMA_VERSION + 1), f"version {SCHEMA_VERSION + 1}"),
+        (with_change(("v",), str(SCHEMA_VERSION)), "version '1'"),
+        (with_change(("v",), DELETE), "version None"),
+        (with_change(("metrics",), DELETE), "missing or has a bad field"),
+        (with_change(("metrics",), [1.0]), "metrics must be a map"),
+        (with_change(("metrics", "bogus_ms"), 1.0), "unknown fields ['bogus_ms']"),
+        (with_change(("metrics", "score"), "high"), "score must be a number"),
+        (with_change(("metrics", "score"), float("nan")), "score must be finite"),
+        (with_change(("metrics", "score"), True), "got a boolean"),
+        (with_change(("node",), ""), "node must be a non-empty string"),
+        (with_change(("node",), 5), "node must be a non-empty string"),
+        (with_change(("ts",), DELETE), "missing or has a bad field"),
+        (with_change(("ts",), "yesterday"), "ts must be a number"),
+        (with_change(("interval_s",), float("inf")), "interval_s must be finite"),
+        (with_change(("histograms",), [1, 2]), "histograms must be a map"),
+        (with_change(("histograms", "runq_us"), 3), "must be a list"),
+        (with_change(("histograms", "runq_us"), ["x"]), "missing or has a bad field"),
+        (with_change(("histograms", "runq_us"), [float("inf")]), "missing or has a bad field"),
+        (with_change(("pods",), {"a": 1}), "pods must be a list"),
+        (with_change(("pods", 0), "trainer-0"), "pods[] must be a map"),
+        (with_change(("pods", 0, "name"), DELETE), "pods[].name must be a non-empty"),
+        (with_change(("pods", 0, "gpu_ms"), 1.0), "unknown pod fields ['gpu_ms']"),
+        (with_change(("pods", 0, "cpu_ms_per_s"), None), "cpu_ms_per_s must be a number"),
+        (with_change(("gpus", 0, "uuid"), DELETE), "gpu entry lacks 'uuid'"),
+        (with_change(("gpus", 0, "index"), "first"), "missing or has a bad field"),
+        (with_change(("gpus", 0, "process_count"), float("inf")), "missing or has a bad field"),
+        (with_change(("disabled_probes",), ["reclaim"]), "disabled_probes must be a map"),
+    ],
+)
+def test_malformed_or_unknown_version_reports_raise_payload_error(
+    payload: bytes, message: str
+) -> None:
+    with pytest.raises(PayloadError) as caught:
+        codec.decode_report(payload)
+    assert message in str(caught.value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=512))
+def test_random_bytes_only_ever_raise_payload_error(payload: bytes) -> None:
+    try:
+        report = codec.decode_report(payload)
+    except PayloadError:
+        return
+    assert report.v == SCHEMA_VERSION  # the rare random input that is a valid report
+
+
+_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**63), max_value=2**64 - 1),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=8),
+    st.binary(max_size=8),
+)
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=12), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+_field_names = st.sampled_from(
+    ["node", "ts", "interval_s", "metrics", "histograms", "pods", "gpus", "disabled_probes"]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(_field_names, _values, max_size=8), st.data())
+def test_current_version_maps_with_random_fields_only_raise_payload_error(
+    fields: dict[str, Any], data: st.DataObject
+) -> None:
+    body = valid_body()
+    body.update(fields)
+    # Also corrupt one field inside a nested entry now and then.
+    if data.draw(st.booleans()) and body.get("pods"):
+        pods = body["pods"]
+        if isinstance(pods, list) and pods and isinstance(pods[0], dict):
+            pods[0][data.draw(st.sampled_from(list(pods[0])))] = data.draw(_values)
+    try:
+        codec.decode_report(packed(body))
+    except PayloadError:
+        pass
+
+
+def test_node_hash_is_readable_and_round_trips() -> None:
+    fields = codec.node_hash(REPORT)
+    assert fields["score"] == "41.5"
+    assert fields["runq_p99_us"] == "900"
+    assert fields["updated_at"] == "1700000000.25"
+    assert fields["pods"] == "2"
+    assert fields["gpus"] == "1"
+    assert fields["disabled_probes"] == "reclaim"
+    assert codec.parse_histogram_field(fields["hist_runq_us"]) == hist.normalize([0, 3, 5, 1])
+    as_bytes = {k.encode(): v.encode() for k, v in fields.items()}
+    assert codec.parse_node_hash(as_bytes) == (REPORT.metrics, REPORT.ts)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({}, "node hash is empty"),
+        ({"score": "1"}, "lacks field 'updated_at'"),
+        ({"score": "high", "updated_at": "1"}, "score must be a number"),
+        ({"score": "nan", "updated_at": "1"}, "score must be finite"),
+        ({b"score": b"\xff", b"updated_at": b"1"}, "non-UTF-8"),
+    ],
+)
+def test_bad_node_hashes_raise_payload_error(raw: dict[Any, Any], message: str) -> None:
+    with pytest.raises(PayloadError, match=message):
+        codec.parse_node_hash(raw)
+
+
+def test_pod_hash_round_trips() -> None:
+    pod = REPORT.pods[0]
+    fields = codec.pod_hash(pod, "gpu-node-1", 5.0)
+    assert fields["runq_wait_ms_per_s"] == "120.5"
+    assert codec.parse_pod_hash(fields) == (pod, "gpu-node-1", 5.0)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"name": "p", "node": "n", "updated_at": "1"},
+        {"namespace": "ns", "name": "p", "updated_at": "1"},
+        {"namespace": "ns", "name": "p", "node": "n", "updated_at": "soon"},
+        {"namespace": "ns", "name": "p", "node": "n", "updated_at": "1", "cpu_ms_per_s": "x"},
+    ],
+)
+def test_bad_pod_hashes_raise_payload_error(raw: dict[str, str]) -> None:
+    with pytest.raises(PayloadError):
+        codec.parse_pod_hash(raw)
+
+
+def test_gpu_hash_round_trips_and_empty_inventory_counts_zero() -> None:
+    assert codec.parse_gpu_hash(codec.gpu_hash(REPORT.gpus)) == REPORT.gpus
+    assert codec.gpu_hash([]) == {"count": "0"}
+    assert codec.parse_gpu_hash({}) == []
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"count": "many"},
+        {"count": "1"},
+        {"count": "1", "0.uuid": "u", "0.model": "m", "0.memory_total_mib": "x"},
+    ],
+)
+def test_bad_gpu_hashes_raise_payload_error(raw: dict[str, str]) -> None:
+    with pytest.raises(PayloadError):
+        codec.parse_gpu_hash(raw)
+
+
+@pytest.mark.parametrize("value", ["1,x,3", "1.5", "a"])
+def test_bad_histogram_fields_raise_payload_error(value: str) -> None:
+    with pytest.raises(PayloadError):
+        codec.parse_histogram_field(value)

@@ -1,0 +1,73 @@
+"""The scheduler's decision record (interference.decision): round trip and PayloadError."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from interference.codec import PayloadError
+from interference.decision import CandidateVerdict, Decision, decision_hash, parse_decision_hash
+
+DECISION = Decision(
+    namespace="ml",
+    pod="trainer-0",
+    result="scheduled",
+    node="gpu-2",
+    message="bound to gpu-2",
+    ts=1_700_000_000.5,
+    dry_run=False,
+    candidates=[
+        CandidateVerdict("gpu-1", False, ["Insufficient nvidia.com/gpu"]),
+        CandidateVerdict("gpu-2", True, [], {"interference": 80.0, "gpu_pack": 55.5}, 71.25),
+    ],
+)
+
+
+def test_decision_round_trips_and_reads_well() -> None:
+    fields = decision_hash(DECISION)
+    assert fields["result"] == "scheduled"
+    assert fields["dry_run"] == "0"
+    assert json.loads(fields["candidates"])[0]["reasons"] == ["Insufficient nvidia.com/gpu"]
+    assert parse_decision_hash(fields) == DECISION
+    as_bytes = {k.encode(): v.encode() for k, v in fields.items()}
+    assert parse_decision_hash(as_bytes) == DECISION
+
+
+def test_dry_run_flag_round_trips() -> None:
+    fields = decision_hash(Decision("ns", "p", "dry_run", "n", "", 1.0, dry_run=True))
+    assert fields["dry_run"] == "1"
+    assert parse_decision_hash(fields).dry_run is True
+
+
+def _with(**changes: str | None) -> dict[str, str]:
+    fields = decision_hash(DECISION)
+    for name, value in changes.items():
+        if value is None:
+            del fields[name]
+        else:
+            fields[name] = value
+    return fields
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {},
+        _with(namespace=None),
+        _with(pod=None),
+        _with(result=None),
+        _with(ts=None),
+        _with(ts="later"),
+        _with(candidates="[not json"),
+        _with(candidates="5"),
+        _with(candidates='["gpu-1"]'),
+        _with(candidates='[{"passed": true}]'),
+        _with(candidates='[{"node": "a", "passed": true, "scores": [1]}]'),
+        _with(candidates='[{"node": "a", "passed": true, "scores": {"x": "high"}}]'),
+        {b"namespace": b"\xff"},
+    ],
+)
+def test_malformed_decision_records_raise_payload_error(raw: dict[object, object]) -> None:
+    with pytest.raises(PayloadError):
+        parse_decision_hash(raw)

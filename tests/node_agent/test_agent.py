@@ -1,0 +1,353 @@
+"""The whole agent, run as the real ``interference-agent`` process (acceptance 5 and the
+end-to-end kernel check), plus the Agent class's degraded mode in-process."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+import redis
+
+from interference import codec, keys
+from interference.signals import SCHEMA_VERSION, NodeMetrics, NodeReport
+from node_agent.agent import Agent
+from node_agent.pods import StaticPodDirectory
+from node_agent.publisher import PublisherSettings, RedisPublisher
+from node_agent.settings import AgentSettings, detect_cgroup_v2_mount
+from tests.conftest import RedisServer
+from tests.node_agent.bpf_workloads import BUSY_LOOP, many_started_in, started_in
+from tests.node_agent.own_cgroups import cgroup_tree, unique_name
+
+AGENT = str(Path(sys.executable).with_name("interference-agent"))
+V2_MOUNT = detect_cgroup_v2_mount()
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(3600)"]
+T = TypeVar("T")
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float = 60.0) -> T:
+    """Poll ``probe`` until it returns something truthy; fail saying ``what`` never happened."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.1)
+    pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
+
+
+@dataclass
+class AgentProcess:
+    """A running ``interference-agent`` and where its log goes."""
+
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    node: str
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def rss_kib(self) -> int:
+        status = Path(f"/proc/{self.proc.pid}/status").read_text()
+        match = re.search(r"^VmRSS:\s+(\d+) kB", status, re.MULTILINE)
+        assert match is not None
+        return int(match.group(1))
+
+    def stop(self) -> int:
+        """SIGTERM, then the exit status (a clean stop is 0)."""
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=30)
+
+
+@pytest.fixture
+def test_cgroup_root() -> Iterator[str]:
+    """A fresh cgroup subtree the agent is limited to (``--cgroup-root``)."""
+    name = unique_name("intf-test-c")
+    if os.geteuid() != 0:
+        yield f"/{name}"  # cannot create cgroups: an empty subtree limits the agent just as well
+        return
+    with cgroup_tree(V2_MOUNT, name):
+        yield f"/{name}"
+
+
+@pytest.fixture
+def start_agent(tmp_path: Path) -> Iterator[Callable[..., AgentProcess]]:
+    started: list[AgentProcess] = []
+
+    def start(*args: str, node: str | None = None) -> AgentProcess:
+        node = node or f"test-node-{uuid.uuid4().hex[:8]}"
+        log_path = tmp_path / f"{node}.log"
+        with log_path.open("wb") as log_file:
+            proc = subprocess.Popen(
+                [AGENT, "--node-name", node, "--no-kubernetes", *args],
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+            )
+        agent = AgentProcess(proc, log_path, node)
+        started.append(agent)
+        return agent
+
+    yield start
+    for agent in started:
+        if agent.proc.poll() is None:
+            agent.proc.kill()
+            agent.proc.wait()
+
+
+def stream_reports(server: RedisServer, node: str) -> list[NodeReport]:
+    raw = redis.Redis(port=server.port, socket_timeout=2)
+    reports = [codec.decode_report(e[keys.STREAM_FIELD.encode()]) for _, e in raw.xrange(keys.STREAM)]
+    return [r for r in reports if r.node == node]
+
+
+@pytest.mark.redis
+@pytest.mark.slow
+def test_agent_publishes_readable_keys_that_expire_after_it_stops(
+    redis_server: RedisServer,
+    start_agent: Callable[..., AgentProcess],
+    test_cgroup_root: str,
+) -> None:
+    agent = start_agent(
+        "--redis-url", redis_server.url, "--interval", "1", "--cgroup-root", test_cgroup_root
+    )
+    reports = wait_for(
+        "two reports in the stream", lambda: (r := stream_reports(redis_server, agent.node))
+        and len(r) >= 2 and r
+    )
+    r = redis_server.client()
+
+    fields = r.hgetall(keys.node_key(agent.node))
+    for name in (*NodeMetrics.__dataclass_fields__, "updated_at", "interval_s"):
+        assert re.fullmatch(r"-?\d+(\.\d+)?", fields[name]), (name, fields[name])
+    metrics, updated_at = codec.parse_node_hash(fields)
+    assert abs(updated_at - time.time()) < 60
+    assert 0 <= metrics.score <= 100
+    assert 0 < r.ttl(keys.node_key(agent.node)) <= keys.ttl_seconds(1.0)
+
+    ranking = r.zrevrange(keys.NODES_BY_SCORE, 0, -1, withscores=True)
+    assert (agent.node, float(r.zscore(keys.NODES_BY_SCORE, agent.node) or -1)) in ranking
+    assert r.zscore(keys.NODES_UPDATED, agent.node) is not None
+
+    latest = reports[-1]
+    assert latest.v == SCHEMA_VERSION
+    assert latest.interval_s == pytest.approx(1.0, rel=0.5)
+    assert 0 < latest.ts - reports[0].ts
+    assert latest.histograms.keys() == {"runq_us", "reclaim_us"}
+    assert r.hget(keys.gpu_key(agent.node), "count") == "0"  # no NVML on this host
+
+    assert agent.stop() == 0
+    assert "stopping" in agent.log()
+    node_keys = [keys.node_key(agent.node), keys.gpu_key(agent.node)]
+    wait_for(
+        "the node's keys to expire",
+        lambda: r.exists(*node_keys) == 0,
+        timeout_s=keys.ttl_seconds(1.0) + 15,
+    )
+
+
+@pytest.mark.redis
+@pytest.mark.slow
+def test_agent_survives_a_redis_restart_with_bounded_memory(
+    redis_server: RedisServer,
+    start_agent: Callable[..., AgentProcess],
+    test_cgroup_root: str,
+) -> None:
+    interval = 0.25
+    agent = start_agent(
+        "--redis-url",
+        redis_server.url,
+        "--interval",
+        str(interval),
+        "--cgroup-root",
+        test_cgroup_root,
+        "--log-level",
+        "DEBUG",
+    )
+    wait_for("two reports", lambda: len(stream_reports(redis_server, agent.node)) >= 2)
+
+    redis_server.stop()
+    wait_for("the agent to notice the outage", lambda: "unreachable" in agent.log(), 30)
+    time.sleep(2)  # let allocations settle after the first failures
+    rss_early = agent.rss_kib()
+    wait_for(
+        "40 dropped reports",
+        lambda: agent.log().count("dropped the report") >= 40,
+        timeout_s=120,
+    )
+    rss_late = agent.rss_kib()
+    assert agent.proc.poll() is None, "the agent died while Redis was down"
+    # Logged once per outage, not once per interval.
+    assert agent.log().count("is unreachable") == 1
+
+    redis_server.start()
+    back_at = time.time()
+    first = wait_for(
+        "the first report after the restart",
+        lambda: (r := stream_reports(redis_server, agent.node)) and r[0],
+        timeout_s=30,
+    )
+    dropped_after_restart = [
+        float(ts)
+        for ts in re.findall(r"dropped the report of \S+ at ts=([\d.]+)", agent.log())
+        if float(ts) > back_at
+    ]
+    print(
+        f"\nRSS during outage: {rss_early} KiB -> {rss_late} KiB; first report "
+        f"{first.ts - back_at:+.2f} s after restart; reports dropped after it: "
+        f"{len(dropped_after_restart)}"
+    )
+    # Resumed within 2 intervals: at most one report measured after Redis came back was lost.
+    assert len(dropped_after_restart) <= 1
+    assert "is back after" in agent.log()
+    assert rss_late - rss_early < 8 * 1024, "memory grew while reports were being dropped"
+    assert redis_server.client().hget(keys.node_key(agent.node), "score") is not None
+    assert agent.stop() == 0
+
+
+@pytest.mark.bpf
+@pytest.mark.redis
+@pytest.mark.slow
+def test_busy_pod_shows_run_queue_wait_and_idle_sibling_none(
+    redis_server: RedisServer,
+    start_agent: Callable[..., AgentProcess],
+    test_cgroup_root: str,
+    tmp_path: Path,
+) -> None:
+    """Three busy loops pinned to one CPU in one pod, a sleeping process in its sibling pod; the
+    agent (real BPF, real attribution via --pods-file) sees wait in one pod only."""
+    busy_uid, idle_uid = str(uuid.uuid4()), str(uuid.uuid4())
+    pods_file = tmp_path / "pods.yaml"
+    pods_file.write_text(f"{busy_uid}: test/busy\n{idle_uid}: test/idle\n")
+    qos = Path(V2_MOUNT, test_cgroup_root.strip("/"), "kubepods", "besteffort")
+    busy_dir, idle_dir = qos / f"pod{busy_uid}" / ("b" * 64), qos / f"pod{idle_uid}" / ("c" * 64)
+    busy_dir.mkdir(parents=True)
+    idle_dir.mkdir(parents=True)
+
+    with (
+        many_started_in(3, [busy_dir / "cgroup.procs"], BUSY_LOOP, cpu=0),
+        started_in([idle_dir / "cgroup.procs"], SLEEPER, cpu=0),
+    ):
+        agent = start_agent(
+            "--redis-url",
+            redis_server.url,
+            "--interval",
+            "1",
+            "--cgroup-root",
+            test_cgroup_root,
+            "--pods-file",
+            str(pods_file),
+        )
+        reports = wait_for(
+            "three reports", lambda: (r := stream_reports(redis_server, agent.node))
+            and len(r) >= 3 and r
+        )
+        pod_hash = redis_server.client().hgetall(keys.pod_key("test", "busy"))
+        assert agent.stop() == 0
+
+    assert "runqlat" not in reports[-1].disabled_probes, agent.log()
+    rows = {p.key: p for p in reports[-1].pods}
+    busy = rows["test/busy"]
+    idle_wait = rows["test/idle"].runq_wait_ms_per_s if "test/idle" in rows else 0.0
+    print(f"\nbusy pod waits {busy.runq_wait_ms_per_s:.1f} ms/s, idle pod {idle_wait:.2f} ms/s")
+    # Three loops sharing one CPU: each waits about 2/3 of the time, ≈ 2000 ms/s in all.
+    assert busy.runq_wait_ms_per_s > 500
+    assert busy.cpu_ms_per_s > 300
+    assert busy.runq_p99_us > 0
+    assert busy.uid == busy_uid and busy.qos == "besteffort"
+    assert idle_wait < 0.01 * busy.runq_wait_ms_per_s
+    assert reports[-1].metrics.runq_wait_ratio > 0
+    assert float(pod_hash["runq_wait_ms_per_s"]) > 500
+
+
+@pytest.mark.bpf
+def test_agent_falls_back_to_the_remaining_probes_when_bpf_cannot_load(
+    tmp_path: Path, test_cgroup_root: str
+) -> None:
+    """BPF sources missing: runqlat and reclaim are disabled with their reason, the rest run,
+    and reports still flow (degraded mode)."""
+    settings = AgentSettings(
+        node_name="degraded-node",
+        interval_s=0.2,
+        cgroup_root=test_cgroup_root,
+        bpf_source_dir=str(tmp_path / "no-bpf-here"),
+    )
+    agent = Agent(settings, StaticPodDirectory())
+    agent.start()
+    try:
+        assert {"runqlat", "reclaim"} <= set(agent.disabled_probes)
+        assert all("no-bpf-here" in agent.disabled_probes[n] for n in ("runqlat", "reclaim"))
+        assert "psi" in agent.running_probes
+        report = agent.measure()
+        assert report.disabled_probes == agent.disabled_probes
+        assert report.metrics.runq_wait_ratio == 0.0
+    finally:
+        agent.close()
+
+
+@pytest.mark.redis
+def test_agent_class_runs_in_a_thread_and_stops_on_request(
+    redis_server: RedisServer, test_cgroup_root: str
+) -> None:
+    settings = AgentSettings(
+        node_name="thread-node",
+        interval_s=0.2,
+        cgroup_root=test_cgroup_root,
+        probes=("psi", "cpu_throttle"),
+        redis_url=redis_server.url,
+    )
+    publisher = RedisPublisher(PublisherSettings(redis_url=redis_server.url, ttl_s=5))
+    agent = Agent(settings, StaticPodDirectory(), publisher)
+    agent.start()
+    stop = threading.Event()
+    thread = threading.Thread(target=agent.run, args=(stop,))
+    thread.start()
+    try:
+        wait_for("three published reports", lambda: publisher.published >= 3, 30)
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+        agent.close()
+    assert not thread.is_alive()
+    assert agent.running_probes == ["psi", "cpu_throttle"]
+    reports = stream_reports(redis_server, "thread-node")
+    assert len(reports) == publisher.published
+    assert all(b.ts > a.ts for a, b in zip(reports, reports[1:], strict=False))
+
+
+@pytest.mark.bpf
+def test_once_prints_a_report_as_json_without_redis(test_cgroup_root: str) -> None:
+    done = subprocess.run(
+        [
+            AGENT,
+            "--once",
+            "--no-kubernetes",
+            "--node-name",
+            "once-node",
+            "--interval",
+            "0.5",
+            "--cgroup-root",
+            test_cgroup_root,
+            "--redis-url",
+            "redis://127.0.0.1:1/0",  # nothing listens there: --once must not care
+        ],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    body = json.loads(done.stdout)
+    assert body["node"] == "once-node"
+    assert body["v"] == SCHEMA_VERSION
+    assert set(body["metrics"]) == set(NodeMetrics.__dataclass_fields__)
+    assert "running probes" in done.stderr.decode()

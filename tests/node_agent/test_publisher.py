@@ -1,0 +1,170 @@
+"""The Redis publisher against a real redis-server: layout, TTLs, round trips, outages, ACLs."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import pytest
+import redis
+
+from interference import codec, keys
+from interference.signals import GpuDevice, NodeMetrics, NodeReport, PodMetrics
+from node_agent.publisher import PublisherSettings, RedisPublisher
+from tests.conftest import RedisServer
+
+pytestmark = pytest.mark.redis
+
+TRAINER = PodMetrics(
+    namespace="ml", name="trainer-0", uid="u-1", qos="guaranteed", cpu_ms_per_s=900.0
+)
+UID_ONLY = PodMetrics(namespace="", name="u-2", uid="u-2", qos="besteffort", cpu_ms_per_s=5.0)
+SYSTEM_ROW = PodMetrics(namespace="", name="system", cpu_ms_per_s=40.0)
+REPORT = NodeReport(
+    node="gpu-node-1",
+    ts=1_700_000_000.5,
+    interval_s=1.0,
+    metrics=NodeMetrics(runq_p99_us=1500.0, runq_wait_ratio=0.2, score=42.25),
+    histograms={"runq_us": [0, 1, 2], "reclaim_us": []},
+    pods=[SYSTEM_ROW, TRAINER, UID_ONLY],
+    gpus=[GpuDevice(0, "GPU-1", "NVIDIA H100 80GB HBM3", 81559.0, 100.0, 3.0, 1)],
+)
+
+
+@pytest.fixture
+def publisher(redis_server: RedisServer) -> Iterator[RedisPublisher]:
+    pub = RedisPublisher(PublisherSettings(redis_url=redis_server.url, ttl_s=7))
+    yield pub
+    pub.close()
+
+
+def test_one_flush_writes_the_whole_layout(
+    publisher: RedisPublisher, redis_server: RedisServer
+) -> None:
+    assert publisher.publish(REPORT) is True
+    r = redis_server.client()
+
+    node = r.hgetall(keys.node_key("gpu-node-1"))
+    assert node["score"] == "42.25"
+    assert node["runq_p99_us"] == "1500"
+    assert node["updated_at"] == "1700000000.5"
+    assert node["pods"] == "3"
+    assert 0 < r.ttl(keys.node_key("gpu-node-1")) <= 7
+    assert r.zrevrange(keys.NODES_BY_SCORE, 0, -1, withscores=True) == [("gpu-node-1", 42.25)]
+    assert r.zscore(keys.NODES_UPDATED, "gpu-node-1") == 1_700_000_000.5
+
+    trainer = r.hgetall(keys.pod_key("ml", "trainer-0"))
+    assert codec.parse_pod_hash(trainer) == (TRAINER, "gpu-node-1", REPORT.ts)
+    assert 0 < r.ttl(keys.pod_key("ml", "trainer-0")) <= 7
+    assert r.hgetall(keys.pod_key("", "u-2"))["uid"] == "u-2"
+    # The per-node system bucket has no pod key: it would collide between nodes.
+    assert r.exists(keys.pod_key("", "system")) == 0
+    assert r.smembers(keys.node_pods_key("gpu-node-1")) == {"ml/trainer-0", "u-2"}
+    assert 0 < r.ttl(keys.node_pods_key("gpu-node-1")) <= 7
+
+    assert codec.parse_gpu_hash(r.hgetall(keys.gpu_key("gpu-node-1"))) == REPORT.gpus
+    assert 0 < r.ttl(keys.gpu_key("gpu-node-1")) <= 7
+
+    raw = redis.Redis(port=redis_server.port)
+    [(_id, entry)] = raw.xrange(keys.STREAM)
+    assert codec.decode_report(entry[keys.STREAM_FIELD.encode()]) == REPORT
+
+
+def test_each_flush_is_one_round_trip(
+    publisher: RedisPublisher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert publisher.publish(REPORT)  # connects (the handshake has round trips of its own)
+    sends: list[int] = []
+    original = redis.connection.Connection.send_packed_command
+
+    def counting(self: redis.connection.Connection, command: Any, check_health: bool = True) -> None:
+        sends.append(1)
+        original(self, command, check_health)
+
+    monkeypatch.setattr(redis.connection.Connection, "send_packed_command", counting)
+    for i in range(1, 4):
+        assert publisher.publish(replace(REPORT, ts=REPORT.ts + i))
+    assert len(sends) == 3
+
+
+def test_departed_pods_leave_the_node_pod_set(
+    publisher: RedisPublisher, redis_server: RedisServer
+) -> None:
+    publisher.publish(REPORT)
+    publisher.publish(replace(REPORT, pods=[SYSTEM_ROW, TRAINER]))
+    r = redis_server.client()
+    assert r.smembers(keys.node_pods_key("gpu-node-1")) == {"ml/trainer-0"}
+
+
+def test_stream_is_capped(redis_server: RedisServer) -> None:
+    pub = RedisPublisher(PublisherSettings(redis_url=redis_server.url, stream_maxlen=10))
+    for i in range(400):
+        pub.publish(replace(REPORT, ts=REPORT.ts + i))
+    pub.close()
+    # MAXLEN ~ trims whole stream nodes (100 entries by default), never keeps all 400.
+    assert 10 <= redis_server.client().xlen(keys.STREAM) <= 110
+
+
+def test_outage_drops_reports_logs_once_and_the_next_flush_after_restart_succeeds(
+    publisher: RedisPublisher, redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert publisher.publish(REPORT)
+    redis_server.stop()
+    caplog.set_level(logging.WARNING, logger="node_agent.publisher")
+    results = [publisher.publish(replace(REPORT, ts=REPORT.ts + i)) for i in range(1, 6)]
+    assert results == [False] * 5
+    assert publisher.dropped == 5
+    outage_logs = [r for r in caplog.records if "unreachable" in r.getMessage()]
+    assert len(outage_logs) == 1
+    assert str(redis_server.port) in outage_logs[0].getMessage()
+
+    redis_server.start()
+    assert publisher.publish(replace(REPORT, ts=REPORT.ts + 6)) is True
+    assert any("is back" in r.getMessage() and "5 report(s)" in r.getMessage() for r in caplog.records)
+    updated_at = redis_server.client().hget(keys.node_key("gpu-node-1"), "updated_at")
+    assert updated_at == "1700000006.5"
+
+
+AGENT_ACL = "~intf:* -@all +hset +expire +zadd +sadd +srem +xadd +ping"
+
+
+def test_publishes_as_a_restricted_acl_user(redis_server: RedisServer) -> None:
+    redis_server.client().execute_command("ACL", "SETUSER", "agent", "on", ">s3cret", *AGENT_ACL.split())
+    pub = RedisPublisher(
+        PublisherSettings(redis_url=redis_server.url, username="agent", password="s3cret")
+    )
+    assert pub.publish(REPORT) is True
+    pub.close()
+    assert redis_server.client().hget(keys.node_key("gpu-node-1"), "score") == "42.25"
+
+
+@pytest.mark.parametrize(
+    ("acl", "password", "message"),
+    [
+        (AGENT_ACL, "wrong", "check REDIS_USERNAME/REDIS_PASSWORD"),
+        (AGENT_ACL.replace(" +xadd", ""), "s3cret", "needs HSET, EXPIRE, ZADD"),
+    ],
+)
+def test_refused_credentials_or_permissions_are_reported_not_raised(
+    redis_server: RedisServer,
+    caplog: pytest.LogCaptureFixture,
+    acl: str,
+    password: str,
+    message: str,
+) -> None:
+    redis_server.client().execute_command("ACL", "SETUSER", "agent", "on", ">s3cret", *acl.split())
+    pub = RedisPublisher(
+        PublisherSettings(redis_url=redis_server.url, username="agent", password=password)
+    )
+    caplog.set_level(logging.ERROR, logger="node_agent.publisher")
+    assert pub.publish(REPORT) is False
+    assert pub.publish(REPORT) is False
+    pub.close()
+    assert [message in r.getMessage() for r in caplog.records] == [True]
+
+
+def test_unparseable_url_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="redis://"):
+        RedisPublisher(PublisherSettings(redis_url="localhost:6379"))

@@ -1,0 +1,293 @@
+"""ClusterCache: pending set, table accounting, assume/forget/confirm, malformed objects."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from scheduler.adapters.memory import InMemoryCluster, InMemoryInformer, node_object, pod_object
+from scheduler.cache import ClusterCache
+from scheduler.metrics import SchedulerMetrics
+from scheduler.model import PodInfo, parse_pod
+from scheduler.ports import PodRef
+from scheduler.queue import QueueState, SchedulingQueue
+from scheduler.table import NodeTable
+
+NAME = "interference-scheduler"
+
+
+class Harness:
+    """A cache fed by an in-memory cluster through a hand-driven informer."""
+
+    def __init__(self, ignore: tuple[str, ...] = ()) -> None:
+        self.now = 1000.0
+        self.cluster = InMemoryCluster()
+        self.queue = SchedulingQueue(clock=lambda: self.now)
+        self.metrics = SchedulerMetrics(CollectorRegistry())
+        self.table = NodeTable()
+        self.cache = ClusterCache(
+            self.table, self.queue, self.metrics, NAME, ignore, clock=lambda: self.now
+        )
+        self.informer: InMemoryInformer = self.cluster.informer(self.cache)
+
+    def sync(self) -> None:
+        self.informer.sync()
+
+    def cpu_requested(self, node: str) -> int:
+        row = self.table.index_of(node)
+        assert row is not None, f"{node} is not in the table"
+        cpu = self.table.resource_row("cpu")
+        assert cpu is not None
+        return int(self.table.requested[cpu, row])
+
+    def malformed(self, kind: str) -> float:
+        value = self.metrics.registry.get_sample_value(
+            "interference_scheduler_malformed_objects_total", {"kind": kind}
+        )
+        return value or 0.0
+
+    def pod(self, name: str) -> PodInfo:
+        obj = self.cluster.get_pod("default", name)
+        assert obj is not None
+        return parse_pod(obj)
+
+
+@pytest.fixture
+def h() -> Harness:
+    harness = Harness(ignore=("kube-system",))
+    harness.cluster.add_node(node_object("n1", cpu="4"))
+    harness.cluster.add_node(node_object("n2", cpu="4"))
+    return harness
+
+
+@pytest.mark.parametrize(
+    ("pod", "pending"),
+    [
+        pytest.param(pod_object("ours"), True, id="ours-unbound"),
+        pytest.param(
+            pod_object("theirs", scheduler_name="default-scheduler"), False, id="other-scheduler"
+        ),
+        pytest.param(pod_object("bound", node_name="n1"), False, id="already-bound"),
+        pytest.param(pod_object("sys", namespace="kube-system"), False, id="ignored-namespace"),
+        pytest.param(
+            {
+                **pod_object("gone"),
+                "metadata": {
+                    **pod_object("gone")["metadata"],
+                    "deletionTimestamp": "2026-01-01T00:00:00Z",
+                },
+            },
+            False,
+            id="terminating",
+        ),
+        pytest.param(
+            {
+                **pod_object("gated"),
+                "spec": {**pod_object("gated")["spec"], "schedulingGates": [{"name": "wait"}]},
+            },
+            False,
+            id="scheduling-gate",
+        ),
+        pytest.param(pod_object("done", phase="Succeeded"), False, id="finished"),
+    ],
+)
+def test_pending_selection(h: Harness, pod: dict[str, Any], pending: bool) -> None:
+    h.cluster.add_pod(pod)
+    h.sync()
+    meta = pod["metadata"]
+    key = f"{meta['namespace']}/{meta['name']}"
+    assert (h.cache.pending_pod(key) is not None) is pending
+    assert (h.queue.state(key) is QueueState.ACTIVE) is pending
+
+
+def test_bound_pods_count_on_their_node(h: Harness) -> None:
+    h.cluster.add_pod(pod_object("a", cpu="1", node_name="n1"))
+    h.cluster.add_pod(
+        pod_object("b", cpu="500m", node_name="n1", scheduler_name="default-scheduler")
+    )
+    h.cluster.add_pod(pod_object("kube", cpu="250m", node_name="n2", namespace="kube-system"))
+    h.sync()
+    assert h.cpu_requested("n1") == 1500
+    assert h.cpu_requested("n2") == 250  # ignored namespaces still occupy nodes
+    h.cluster.delete_pod("default", "a")
+    h.sync()
+    assert h.cpu_requested("n1") == 500
+
+
+def test_pod_watched_before_its_node_counts_once_the_node_arrives() -> None:
+    h = Harness()
+    h.sync()
+    h.cluster.add_pod(pod_object("early", cpu="2", node_name="late"))
+    h.sync()
+    h.cluster.add_node(node_object("late", cpu="4"))
+    h.sync()
+    assert h.cpu_requested("late") == 2000
+
+
+def test_finished_pod_frees_its_node_and_requeues_backed_off_pods(h: Harness) -> None:
+    h.cluster.add_pod(pod_object("job", cpu="3", node_name="n1"))
+    h.cluster.add_pod(pod_object("waiting"))
+    h.sync()
+    assert h.queue.pop() == "default/waiting"
+    h.queue.backoff("default/waiting")
+    h.queue.pop()
+    h.queue.backoff("default/waiting")  # 2 s
+    h.now += 1.0
+    h.cluster.add_pod(pod_object("job", cpu="3", node_name="n1", phase="Succeeded"))
+    h.sync()
+    assert h.cpu_requested("n1") == 0
+    assert h.queue.state("default/waiting") is QueueState.ACTIVE
+
+
+def test_assume_forget_and_confirm(h: Harness) -> None:
+    h.cluster.add_pod(pod_object("p", cpu="2"))
+    h.sync()
+    pod = h.pod("p")
+    h.cache.assume(pod, "n2")
+    assert h.cache.pending_pod("default/p") is None
+    assert h.cache.assumed_node("default/p") == "n2"
+    assert h.cpu_requested("n2") == 2000
+    # Our own status update arrives while the bind is in flight: still assumed, not pending.
+    h.cluster.add_pod(pod_object("p", cpu="2", labels={"touched": "yes"}))
+    h.sync()
+    assert h.cache.assumed_node("default/p") == "n2"
+    assert h.cache.pending_pod("default/p") is None
+    forgotten = h.cache.forget("default/p")
+    assert forgotten is not None and forgotten.labels == {"touched": "yes"}
+    assert h.cpu_requested("n2") == 0
+    assert h.cache.pending_pod("default/p") is not None
+    # Assume again and let the watch confirm the bind.
+    h.cache.assume(forgotten, "n2")
+    h.cluster.bind(PodRef("default", "p"), "n2")
+    h.sync()
+    assert h.cache.assumed_node("default/p") is None
+    assert h.cache.placed_node("default/p") == "n2"
+    assert h.cpu_requested("n2") == 2000  # counted once
+    assert h.queue.state("default/p") is None
+    assert h.cache.forget("default/p") is None  # nothing to undo after confirmation
+    assert h.cpu_requested("n2") == 2000
+
+
+def test_bound_elsewhere_moves_the_assumed_pod(h: Harness) -> None:
+    h.cluster.add_pod(pod_object("p", cpu="2"))
+    h.sync()
+    h.cache.assume(h.pod("p"), "n1")
+    h.cluster.add_pod(pod_object("p", cpu="2", node_name="n2"))  # another binder won
+    h.sync()
+    assert h.cpu_requested("n1") == 0
+    assert h.cpu_requested("n2") == 2000
+    assert h.cache.forget("default/p") is None
+
+
+def test_deleted_while_assumed(h: Harness) -> None:
+    h.cluster.add_pod(pod_object("p", cpu="2"))
+    h.sync()
+    h.cache.assume(h.pod("p"), "n1")
+    h.cluster.delete_pod("default", "p")
+    h.sync()
+    assert h.cpu_requested("n1") == 0
+    assert h.cache.forget("default/p") is None
+
+
+def test_malformed_objects_are_skipped_and_counted(
+    h: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    bad_pod = pod_object("bad")
+    bad_pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "lots"
+    h.cluster.add_pod(bad_pod)
+    h.cluster.add_raw("Node", {"metadata": {"labels": "oops"}})
+    h.cluster.add_pod(pod_object("good"))
+    h.sync()
+    assert h.cache.pending_pod("default/good") is not None
+    assert h.cache.pending_pod("default/bad") is None
+    assert h.malformed("Pod") == 1
+    assert h.malformed("Node") == 1
+    assert "spec.containers[0].resources.requests.cpu" in caplog.text
+    # The same in the watch stream.
+    h.cluster.add_raw("Pod", {"kind": "Pod", "metadata": {"name": "x"}, "spec": []})
+    h.cluster.add_pod(pod_object("after"))
+    h.sync()
+    assert h.malformed("Pod") == 2
+    assert h.cache.pending_pod("default/after") is not None
+
+
+def test_node_heartbeat_does_not_requeue_but_a_real_change_does(h: Harness) -> None:
+    h.cluster.add_pod(pod_object("w"))
+    h.sync()
+    h.queue.pop()
+    h.queue.backoff("default/w")
+    h.queue.pop()
+    h.queue.backoff("default/w")  # ready in 2 s
+    h.now += 1.5
+    heartbeat = node_object("n1", cpu="4")
+    heartbeat["status"]["conditions"][0]["lastHeartbeatTime"] = "2026-11-22T00:00:00Z"
+    h.cluster.add_node(heartbeat)
+    h.sync()
+    assert h.queue.state("default/w") is QueueState.BACKOFF
+    h.cluster.add_node(node_object("n1", cpu="16"))
+    h.sync()
+    assert h.queue.state("default/w") is QueueState.ACTIVE
+
+
+def test_relist_removes_what_disappeared(h: Harness) -> None:
+    h.cluster.add_pod(pod_object("stay", cpu="1", node_name="n1"))
+    h.cluster.add_pod(pod_object("vanish", cpu="1", node_name="n1"))
+    h.cluster.add_pod(pod_object("pending-vanish"))
+    h.sync()
+    assert h.cpu_requested("n1") == 2000
+    h.cache.replace("Node", [h.cluster.get_node("n1")])  # type: ignore[list-item]
+    h.cache.replace("Pod", [h.cluster.get_pod("default", "stay")])  # type: ignore[list-item]
+    assert h.cpu_requested("n1") == 1000
+    assert h.table.index_of("n2") is None
+    assert h.cache.pending_pod("default/pending-vanish") is None
+    assert h.queue.state("default/pending-vanish") is None
+    assert h.cache.synced()
+
+
+def test_configure_moves_pods_between_schedulers(h: Harness) -> None:
+    h.cluster.add_pod(pod_object("mine"))
+    h.cluster.add_pod(pod_object("other", scheduler_name="gpu-scheduler"))
+    h.sync()
+    h.cache.configure("gpu-scheduler", ())
+    assert h.cache.pending_pod("default/mine") is None
+    assert h.queue.state("default/mine") is None
+    assert h.queue.state("default/other") is QueueState.ACTIVE
+
+
+def test_concurrent_informer_and_assume_stay_consistent() -> None:
+    h = Harness()
+    for i in range(4):
+        h.cluster.add_node(node_object(f"n{i}", cpu="1000"))
+    h.sync()
+    names = [f"p{i}" for i in range(300)]
+    stop = threading.Event()
+    informer = threading.Thread(target=h.cluster.run_informers, args=(h.cache, stop))
+    informer.start()
+    try:
+        for name in names:
+            h.cluster.add_pod(pod_object(name, cpu="1"))
+        assumed = 0
+        deadline = 300
+        while assumed < len(names) and deadline:
+            key = h.queue.pop()
+            if key is None:
+                h.queue.wait(0.1)
+                deadline -= 1
+                continue
+            pod = h.cache.pending_pod(key)
+            assert pod is not None
+            h.cache.assume(pod, f"n{assumed % 4}")
+            if assumed % 3 == 0:
+                h.cache.forget(key)
+                h.queue.remove(key)
+            assumed += 1
+        assert assumed == len(names)
+    finally:
+        stop.set()
+        informer.join(30)
+    total = sum(h.cpu_requested(f"n{i}") for i in range(4))
+    kept = len([i for i in range(len(names)) if i % 3 != 0])
+    assert total == kept * 1000  # millicores

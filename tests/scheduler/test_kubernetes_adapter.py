@@ -1,0 +1,384 @@
+"""KubernetesCluster with the real ``kubernetes`` client over HTTP against the emulator."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from scheduler.adapters.kubernetes import (
+    REQUIRED_PERMISSIONS,
+    Backoff,
+    KubernetesCluster,
+    KubernetesSettings,
+)
+from scheduler.ports import (
+    ApiUnavailable,
+    BindConflict,
+    ClusterError,
+    EventType,
+    Forbidden,
+    K8sObject,
+    ObjectKind,
+    PodRef,
+)
+from tests.conftest import free_port
+from tests.scheduler.k8s_emulator import EmulatorThread, node, pod, running_emulator
+
+FAST = KubernetesSettings(page_size=2, backoff_initial_s=0.01, backoff_max_s=0.2)
+
+
+class RecordingHandler:
+    """A ClusterHandler that keeps the informer's view and lets a test wait for it."""
+
+    def __init__(self) -> None:
+        self.state: dict[ObjectKind, dict[str, K8sObject]] = {"Node": {}, "Pod": {}}
+        self.calls: list[tuple[str, ObjectKind, str]] = []
+        self.fail_next_apply = False
+        self._cond = threading.Condition()
+
+    def replace(self, kind: ObjectKind, objects: list[K8sObject]) -> None:
+        with self._cond:
+            self.state[kind] = {_key(o): o for o in objects}
+            self.calls.append(("replace", kind, ""))
+            self._cond.notify_all()
+
+    def apply(self, kind: ObjectKind, event: EventType, obj: K8sObject) -> None:
+        with self._cond:
+            if self.fail_next_apply:
+                self.fail_next_apply = False
+                raise RuntimeError("handler bug")
+            if event == "DELETED":
+                self.state[kind].pop(_key(obj), None)
+            else:
+                self.state[kind][_key(obj)] = obj
+            self.calls.append(("apply", kind, event))
+            self._cond.notify_all()
+
+    def wait_for(self, predicate: Callable[[RecordingHandler], bool], timeout: float = 30) -> None:
+        with self._cond:
+            assert self._cond.wait_for(lambda: predicate(self), timeout), self.calls
+
+
+def _key(obj: K8sObject) -> str:
+    meta = obj["metadata"]
+    return f"{meta.get('namespace', '')}/{meta['name']}"
+
+
+def api_client(url: str) -> client.ApiClient:
+    configuration = client.Configuration()
+    configuration.host = url
+    return client.ApiClient(configuration)
+
+
+@pytest.fixture
+def emulator() -> Iterator[EmulatorThread]:
+    with running_emulator() as server:
+        yield server
+
+
+@pytest.fixture
+def cluster(emulator: EmulatorThread) -> KubernetesCluster:
+    return KubernetesCluster(api_client(emulator.url), FAST, identity="sched-0", rng=random.Random(1))
+
+
+@pytest.fixture
+def informers(cluster: KubernetesCluster) -> Iterator[Callable[[], RecordingHandler]]:
+    """Starts the informers when called (after the test put its objects)."""
+    handler = RecordingHandler()
+    stop = threading.Event()
+    thread = threading.Thread(target=cluster.run_informers, args=(handler, stop), daemon=True)
+
+    def start() -> RecordingHandler:
+        thread.start()
+        return handler
+
+    yield start
+    stop.set()
+    if thread.is_alive():
+        thread.join(30)
+        assert not thread.is_alive(), "run_informers did not return after stop"
+
+
+def _populate(emulator: EmulatorThread) -> None:
+    for name in ("n1", "n2", "n3"):
+        emulator.put("nodes", node(name))
+    emulator.put("pods", pod("pending"))
+    emulator.put("pods", pod("running", node="n1", phase="Running"))
+    emulator.put("pods", pod("done", node="n2", phase="Succeeded"))
+
+
+def test_lists_in_pages_then_watches_from_the_list_resource_version(
+    emulator: EmulatorThread, cluster: KubernetesCluster, informers: Callable[[], RecordingHandler]
+) -> None:
+    _populate(emulator)
+    handler = informers()
+    handler.wait_for(lambda h: cluster.synced())
+    assert set(handler.state["Node"]) == {"/n1", "/n2", "/n3"}
+    assert set(handler.state["Pod"]) == {"default/pending", "default/running"}  # finished excluded
+
+    emulator.put("pods", pod("new"))
+    handler.wait_for(lambda h: "default/new" in h.state["Pod"])
+
+    requests = emulator.requests()
+    node_lists = [r for r in requests if r[1] == "/api/v1/nodes" and "watch" not in r[2]]
+    assert len(node_lists) == 2  # 3 nodes, pages of 2
+    assert "continue" in node_lists[1][2]
+    pod_list = next(r for r in requests if r[1] == "/api/v1/pods" and "watch" not in r[2])
+    assert pod_list[2]["fieldSelector"] == "status.phase!=Succeeded,status.phase!=Failed"
+    pod_watch = next(r for r in requests if r[1] == "/api/v1/pods" and "watch" in r[2])
+    assert pod_watch[2]["resourceVersion"] == "106"  # the list's, after 3 nodes + 3 pods
+    assert pod_watch[2]["allowWatchBookmarks"] == "true"
+    assert handler.calls.count(("apply", "Pod", "ADDED")) == 1  # no replays of listed pods
+
+
+def test_watch_events_update_and_delete(emulator: EmulatorThread, informers: Callable[[], RecordingHandler]) -> None:
+    _populate(emulator)
+    handler = informers()
+    handler.wait_for(lambda h: "default/pending" in h.state["Pod"])
+    bound = pod("pending", node="n2")
+    emulator.put("pods", bound)
+    handler.wait_for(lambda h: h.state["Pod"]["default/pending"]["spec"]["nodeName"] == "n2")
+    emulator.delete("nodes", "", "n3")
+    handler.wait_for(lambda h: "/n3" not in h.state["Node"])
+    # Leaving the field selector (phase Succeeded) is a DELETED for the informer.
+    emulator.put("pods", pod("running", node="n1", phase="Succeeded"))
+    handler.wait_for(lambda h: "default/running" not in h.state["Pod"])
+
+
+def test_relists_on_410_gone(
+    emulator: EmulatorThread, cluster: KubernetesCluster, informers: Callable[[], RecordingHandler]
+) -> None:
+    _populate(emulator)
+    handler = informers()
+    handler.wait_for(lambda h: cluster.synced())
+    emulator.put("pods", pod("seen-by-watch"))
+    handler.wait_for(lambda h: "default/seen-by-watch" in h.state["Pod"])
+    assert handler.calls.count(("replace", "Pod", "")) == 1
+
+    emulator.compact()  # etcd compaction: the informer's resourceVersion is now too old
+    emulator.drop_watches()  # the watch ends, the informer rewatches from its old RV → 410
+    handler.wait_for(lambda h: h.calls.count(("replace", "Pod", "")) == 2)
+    emulator.put("pods", pod("after-relist"))
+    handler.wait_for(lambda h: "default/after-relist" in h.state["Pod"])
+    gone_watch = [r for r in emulator.requests() if r[1] == "/api/v1/pods" and "watch" in r[2]][1]
+    relist = [r for r in emulator.requests() if r[1] == "/api/v1/pods" and "watch" not in r[2]][1]
+    assert "resourceVersion" not in relist[2]  # a fresh list, not from the expired version
+    assert int(gone_watch[2]["resourceVersion"]) < emulator.call(lambda e: e.compacted_below)
+
+
+def test_backs_off_and_recovers_on_429_and_5xx(
+    emulator: EmulatorThread, cluster: KubernetesCluster, informers: Callable[[], RecordingHandler]
+) -> None:
+    emulator.fail("GET", r"^/api/v1/nodes$", 500, times=2)
+    emulator.fail("GET", r"^/api/v1/nodes$", 429, times=1)
+    emulator.put("nodes", node("n1"))
+    handler = informers()
+    handler.wait_for(lambda h: cluster.synced())
+    node_gets = [r for r in emulator.requests() if r[1] == "/api/v1/nodes"]
+    assert len(node_gets) >= 4  # three refused lists, then the good one (and its watch)
+    assert set(handler.state["Node"]) == {"/n1"}
+
+
+def test_a_failing_handler_does_not_kill_the_informer(
+    emulator: EmulatorThread, cluster: KubernetesCluster, informers: Callable[[], RecordingHandler]
+) -> None:
+    _populate(emulator)
+    handler = informers()
+    handler.wait_for(lambda h: cluster.synced())
+    handler.fail_next_apply = True
+    emulator.put("pods", pod("lost-to-a-bug"))
+    # The informer relists after the exception, so the pod still reaches the handler.
+    handler.wait_for(lambda h: "default/lost-to-a-bug" in h.state["Pod"])
+    assert handler.calls.count(("replace", "Pod", "")) == 2
+
+
+def test_bind_posts_a_binding(emulator: EmulatorThread, cluster: KubernetesCluster) -> None:
+    emulator.put("nodes", node("n1"))
+    created = emulator.put("pods", pod("p1", namespace="ml"))
+    uid = created["metadata"]["uid"]
+    cluster.bind(PodRef("ml", "p1", uid), "n1")
+    method, path, _, body = emulator.requests()[-1]
+    assert (method, path) == ("POST", "/api/v1/namespaces/ml/pods/p1/binding")
+    assert body == {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": "p1", "namespace": "ml", "uid": uid},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"},
+    }
+    stored = emulator.get("pods", "ml", "p1")
+    assert stored is not None and stored["spec"]["nodeName"] == "n1"
+
+
+@pytest.mark.parametrize(
+    ("setup", "name"),
+    [
+        pytest.param(lambda e: e.put("pods", pod("p1", node="n2")), "p1", id="409-already-bound"),
+        pytest.param(lambda e: None, "ghost", id="404-pod-gone"),
+    ],
+)
+def test_bind_conflicts(
+    emulator: EmulatorThread,
+    cluster: KubernetesCluster,
+    setup: Callable[[EmulatorThread], Any],
+    name: str,
+) -> None:
+    setup(emulator)
+    with pytest.raises(BindConflict, match=name):
+        cluster.bind(PodRef("default", name), "n1")
+
+
+@pytest.mark.parametrize(
+    ("status", "error", "match"),
+    [
+        (403, Forbidden, "verb 'create' on 'pods/binding'"),
+        (401, Forbidden, "ClusterRole"),
+        (500, ApiUnavailable, "HTTP 500"),
+        (429, ApiUnavailable, "HTTP 429"),
+        (422, ClusterError, "HTTP 422"),
+    ],
+)
+def test_bind_errors_are_translated(
+    emulator: EmulatorThread,
+    cluster: KubernetesCluster,
+    status: int,
+    error: type[ClusterError],
+    match: str,
+) -> None:
+    emulator.put("pods", pod("p1"))
+    emulator.fail("POST", r"/binding$", status)
+    with pytest.raises(error, match=re.escape(match)) as caught:
+        cluster.bind(PodRef("default", "p1"), "n1")
+    assert not isinstance(caught.value, BindConflict)
+
+
+def test_unreachable_api_server_is_api_unavailable() -> None:
+    cluster = KubernetesCluster(
+        api_client(f"http://127.0.0.1:{free_port()}"),
+        KubernetesSettings(request_timeout_s=5),
+    )
+    with pytest.raises(ApiUnavailable, match="cannot reach the API server"):
+        cluster.bind(PodRef("default", "p1"), "n1")
+    with pytest.raises(ApiUnavailable, match="list nodes"):
+        cluster.list_page("Node")
+
+
+def test_events_in_kube_scheduler_style(emulator: EmulatorThread, cluster: KubernetesCluster) -> None:
+    cluster.record_event(PodRef("ml", "p1", "u-1"), "Normal", "Scheduled", "Successfully assigned ml/p1 to n1")
+    message = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+    cluster.record_event(PodRef("ml", "p2", "u-2"), "Warning", "FailedScheduling", message + "x" * 2000)
+    events = sorted(emulator.all("events"), key=lambda e: e["regarding"]["name"])
+    assert [e["metadata"]["namespace"] for e in events] == ["ml", "ml"]
+    scheduled, failed = events
+    assert scheduled["apiVersion"] == "events.k8s.io/v1"
+    assert scheduled["reason"] == "Scheduled" and scheduled["type"] == "Normal"
+    assert scheduled["action"] == "Binding"
+    assert scheduled["reportingController"] == "interference-scheduler"
+    assert scheduled["reportingInstance"] == "sched-0"
+    assert scheduled["regarding"] == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "namespace": "ml",
+        "name": "p1",
+        "uid": "u-1",
+    }
+    event_time = dt.datetime.fromisoformat(scheduled["eventTime"])  # RFC 3339 MicroTime
+    assert event_time.utcoffset() == dt.timedelta(0)
+    assert abs(event_time.timestamp() - time.time()) < 3600
+    assert failed["action"] == "Scheduling" and failed["type"] == "Warning"
+    assert failed["note"].startswith(message) and len(failed["note"]) == 1024
+
+
+def test_unschedulable_condition_is_merged_into_pod_status(
+    emulator: EmulatorThread, cluster: KubernetesCluster
+) -> None:
+    existing = pod("p1")
+    existing["status"]["conditions"] = [{"type": "Initialized", "status": "True"}]
+    emulator.put("pods", existing)
+    cluster.set_unschedulable(PodRef("default", "p1"), "0/3 nodes are available: 3 Too many pods.")
+    method, path, _, body = emulator.requests()[-1]
+    assert (method, path) == ("PATCH", "/api/v1/namespaces/default/pods/p1/status")
+    assert body["status"]["conditions"][0]["type"] == "PodScheduled"
+    stored = emulator.get("pods", "default", "p1")
+    assert stored is not None
+    conditions = {c["type"]: c for c in stored["status"]["conditions"]}
+    assert conditions["Initialized"]["status"] == "True"  # strategic merge kept it
+    assert conditions["PodScheduled"]["status"] == "False"
+    assert conditions["PodScheduled"]["reason"] == "Unschedulable"
+    assert conditions["PodScheduled"]["message"] == "0/3 nodes are available: 3 Too many pods."
+
+
+def test_every_call_is_covered_by_required_permissions(
+    emulator: EmulatorThread, cluster: KubernetesCluster, informers: Callable[[], RecordingHandler]
+) -> None:
+    """Exercises every API method and maps each recorded request to an RBAC rule."""
+    _populate(emulator)
+    handler = informers()
+    handler.wait_for(lambda h: cluster.synced())
+    cluster.bind(PodRef("default", "pending"), "n1")
+    cluster.record_event(PodRef("default", "pending"), "Normal", "Scheduled", "ok")
+    cluster.set_unschedulable(PodRef("default", "running"), "no")
+    needed = {rbac_rule(method, path, query) for method, path, query, _ in emulator.requests()}
+    granted = {(g, r, v) for g, r, verbs in REQUIRED_PERMISSIONS for v in verbs}
+    assert needed <= granted
+    assert needed == granted  # and nothing is granted that the code does not use
+
+
+def rbac_rule(method: str, path: str, query: dict[str, str]) -> tuple[str, str, str]:
+    """(apiGroup, resource[/subresource], verb) of a request, as the API server authorises it."""
+    parts = path.strip("/").split("/")
+    group, rest = ("", parts[2:]) if parts[0] == "api" else (parts[1], parts[3:])
+    if rest[:1] == ["namespaces"] and len(rest) > 2:
+        rest = rest[2:]
+    resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
+    named = len(rest) > 1
+    verb = {
+        "GET": "watch" if query.get("watch") == "true" else ("get" if named else "list"),
+        "POST": "create",
+        "PUT": "update",
+        "PATCH": "patch",
+        "DELETE": "delete",
+    }[method]
+    return group, resource, verb
+
+
+@pytest.mark.parametrize(
+    ("failures", "ceiling"),
+    [(0, 1.0), (1, 2.0), (3, 8.0), (5, 10.0), (50, 10.0)],
+)
+def test_backoff_is_capped_exponential_with_jitter(failures: int, ceiling: float) -> None:
+    backoff = Backoff(1.0, 10.0, random.Random(7))
+    backoff.failures = failures
+    delays = []
+    for _ in range(50):
+        backoff.failures = failures
+        delays.append(backoff.next_delay())
+    assert all(ceiling / 2 <= d <= ceiling for d in delays)
+    assert len(set(delays)) > 1  # jittered
+    backoff.failures = failures
+    assert backoff.next_delay(at_least_s=30.0) == 30.0  # Retry-After wins
+    backoff.reset()
+    assert backoff.next_delay() <= 1.0
+
+
+def test_stop_ends_informers_promptly_even_mid_watch(
+    emulator: EmulatorThread, cluster: KubernetesCluster
+) -> None:
+    handler = RecordingHandler()
+    stop = threading.Event()
+    thread = threading.Thread(target=cluster.run_informers, args=(handler, stop), daemon=True)
+    thread.start()
+    handler.wait_for(lambda h: cluster.synced())
+    deadline = time.monotonic() + 30
+    while emulator.watch_count("pods") == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    stop.set()
+    thread.join(30)
+    assert not thread.is_alive()

@@ -1,0 +1,295 @@
+"""SchedulingLoop mechanics: bind path, Events, conditions, decisions, backoff, leadership,
+dry run, signal health, settings reload — the real loop over an InMemoryCluster."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from scheduler.adapters.memory import InMemoryCluster, node_object, pod_object
+from scheduler.loop import LoopSettings
+from scheduler.ports import ApiUnavailable, BindConflict, PodRef
+from scheduler.queue import QueueState
+from scheduler.settings import EngineSettings
+from tests.scheduler.runtime_helpers import LoopHarness
+
+
+@pytest.fixture
+def h() -> Iterator[LoopHarness]:
+    harness = LoopHarness()
+    harness.cluster.add_node(node_object("n1", cpu="4"))
+    harness.cluster.add_node(node_object("n2", cpu="4"))
+    yield harness
+    harness.close()
+
+
+def events(h: LoopHarness, name: str) -> list[tuple[str, str, str]]:
+    return [(e.type, e.reason, e.message) for e in h.cluster.events_for("default", name)]
+
+
+def test_pod_is_bound_with_event_and_decision(h: LoopHarness) -> None:
+    h.cluster.add_pod(pod_object("web", cpu="1"))
+    assert h.cycle() == 1
+    node = h.cluster.node_of("default", "web")
+    assert node in ("n1", "n2")
+    assert events(h, "web") == [
+        ("Normal", "Scheduled", f"Successfully assigned default/web to {node}")
+    ]
+    decision = h.decisions.last("web")
+    assert (decision.result, decision.node, decision.dry_run) == ("scheduled", node, False)
+    assert decision.candidates and decision.candidates[0].node == node
+    assert {c.node for c in decision.candidates} == {"n1", "n2"}
+    assert h.metric("interference_scheduler_attempts_total", result="scheduled") == 1
+    assert h.metric("interference_scheduler_binds_total") == 1
+    assert h.loop.queue.state("default/web") is None
+    assert h.loop.cache.placed_node("default/web") == node
+
+
+def test_other_schedulers_pods_are_left_alone(h: LoopHarness) -> None:
+    h.cluster.add_pod(pod_object("theirs", scheduler_name="default-scheduler"))
+    assert h.cycle() == 0
+    assert h.cluster.bind_calls == 0
+    assert h.cluster.events == []
+
+
+def test_unschedulable_pod_gets_event_condition_backoff_then_fits(h: LoopHarness) -> None:
+    h.cluster.add_pod(pod_object("big", cpu="6"))
+    assert h.cycle() == 1
+    message = "0/2 nodes are available: 2 Insufficient cpu."
+    assert events(h, "big") == [("Warning", "FailedScheduling", message)]
+    assert h.cluster.pod_condition("default", "big") == {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": message,
+    }
+    decision = h.decisions.last("big")
+    assert (decision.result, decision.node, decision.message) == ("unschedulable", "", message)
+    assert all(not c.passed and c.reasons == ["Insufficient cpu"] for c in decision.candidates)
+    assert h.loop.queue.state("default/big") is QueueState.BACKOFF
+    assert h.cycle() == 0  # still backing off: not retried in a hot loop
+    # A bigger node arrives: a relevant event requeues the pod before its backoff ends.
+    h.clock.advance(1.0)
+    h.cluster.add_node(node_object("n3", cpu="8"))
+    assert h.cycle() == 1
+    assert h.cluster.node_of("default", "big") == "n3"
+
+
+def test_backoff_doubles_between_attempts(h: LoopHarness) -> None:
+    h.cluster.add_pod(pod_object("big", cpu="6"))
+    attempts_at = []
+    for _ in range(80):  # 40 s in half-second steps
+        if h.cycle():
+            attempts_at.append(h.clock.now)
+        h.clock.advance(0.5)
+    gaps = [b - a for a, b in itertools.pairwise(attempts_at)]
+    assert gaps[:6] == [1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
+
+
+def test_bind_conflict_drops_the_pod(h: LoopHarness) -> None:
+    h.cluster.add_pod(pod_object("raced", cpu="1"))
+    h.cluster.fail_next_binds(BindConflict("pod default/raced is already assigned (409)"))
+    h.cycle()
+    decision = h.decisions.last("raced")
+    assert decision.result == "bind_failed"
+    assert "409" in decision.message
+    assert h.loop.queue.state("default/raced") is None
+    assert h.loop.cache.placed_node("default/raced") is None  # the assumption was forgotten
+    assert h.metric("interference_scheduler_bind_errors_total", reason="conflict") == 1
+
+
+def test_bind_error_forgets_and_retries_with_backoff(h: LoopHarness) -> None:
+    h.cluster.add_pod(pod_object("flaky", cpu="1"))
+    h.cluster.fail_next_binds(ApiUnavailable("API server answered 503"))
+    h.cycle()
+    assert h.cluster.node_of("default", "flaky") is None
+    assert ("Warning", "FailedScheduling", "Binding rejected: API server answered 503") in events(
+        h, "flaky"
+    )
+    assert h.decisions.last("flaky").result == "bind_failed"
+    assert h.loop.queue.state("default/flaky") is QueueState.BACKOFF
+    assert h.loop.cache.placed_node("default/flaky") is None
+    h.clock.advance(1.0)
+    assert h.cycle() == 1
+    assert h.cluster.node_of("default", "flaky") is not None
+    assert h.decisions.last("flaky").result == "scheduled"
+
+
+def test_follower_schedules_nothing_until_it_leads() -> None:
+    h = LoopHarness(leading=False)
+    try:
+        h.cluster.add_node(node_object("n1"))
+        h.cluster.add_pod(pod_object("p"))
+        assert h.cycle() == 0
+        assert h.cluster.bind_calls == 0
+        assert h.decisions.items == []
+        assert h.metric("interference_scheduler_leader") == 0
+        h.leading.set()
+        assert h.cycle() == 1
+        assert h.cluster.node_of("default", "p") == "n1"
+        assert h.metric("interference_scheduler_leader") == 1
+    finally:
+        h.close()
+
+
+def test_losing_the_lease_stops_binding_at_once() -> None:
+    entered = threading.Event()
+    release = threading.Event()
+
+    class SlowCluster(InMemoryCluster):
+        def bind(self, pod: PodRef, node: str) -> None:
+            entered.set()
+            assert release.wait(60)
+            super().bind(pod, node)
+
+    h = LoopHarness(cluster=SlowCluster(), loop=LoopSettings(bind_workers=1))
+    try:
+        h.cluster.add_node(node_object("n1", cpu="64"))
+        for i in range(5):
+            h.cluster.add_pod(pod_object(f"p{i}", created_at=1000.0 + i))
+        h.informer.sync()
+        assert h.loop.schedule_pending_once() == 5  # all assumed, p0's bind is on the wire
+        assert entered.wait(60)
+        h.leading.clear()
+        release.set()
+        assert h.loop.flush(60)
+        h.informer.sync()
+        assert h.cluster.binds == [("default/p0", "n1")]
+        for i in range(1, 5):
+            key = f"default/p{i}"
+            assert h.loop.queue.state(key) is QueueState.ACTIVE
+            assert h.loop.cache.placed_node(key) is None
+        assert h.metric("interference_scheduler_bind_errors_total", reason="dropped") == 4
+        assert h.cycle() == 0  # follower: nothing more
+        h.leading.set()
+        assert h.cycle() == 4
+        assert len(h.cluster.binds) == 5
+    finally:
+        h.close()
+
+
+def test_dry_run_records_decisions_and_touches_nothing() -> None:
+    h = LoopHarness(loop=LoopSettings(dry_run=True))
+    try:
+        h.cluster.add_node(node_object("n1", cpu="4"))
+        h.cluster.add_pod(pod_object("fits", cpu="1"))
+        h.cluster.add_pod(pod_object("huge", cpu="64"))
+        assert h.cycle() == 2
+        assert h.cluster.bind_calls == 0
+        assert h.cluster.events == []
+        assert h.cluster.pod_condition("default", "huge") is None
+        fits, huge = h.decisions.last("fits"), h.decisions.last("huge")
+        assert (fits.result, fits.node, fits.dry_run) == ("dry_run", "n1", True)
+        assert (huge.result, huge.dry_run) == ("unschedulable", True)
+        row = h.loop.cache.table.index_of("n1")
+        cpu = h.loop.cache.table.resource_row("cpu")
+        assert row is not None and cpu is not None
+        assert h.loop.cache.table.requested[cpu, row] == 0  # nothing assumed
+        assert h.metric("interference_scheduler_attempts_total", result="dry_run") == 1
+    finally:
+        h.close()
+
+
+def test_unsupported_fields_are_named_once(h: LoopHarness) -> None:
+    pod = pod_object("spread", cpu="64")
+    pod["spec"]["topologySpreadConstraints"] = [
+        {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}
+    ]
+    h.cluster.add_pod(pod)
+    h.cycle()
+    h.clock.advance(1.0)
+    h.cycle()
+    warnings = [e for e in events(h, "spread") if e[1] == "UnsupportedConstraint"]
+    assert len(warnings) == 1
+    assert warnings[0][0] == "Warning"
+    assert "spec.topologySpreadConstraints" in warnings[0][2]
+
+
+def test_unhealthy_signals_schedule_interference_blind(
+    h: LoopHarness, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING)
+    h.loop.update_settings(EngineSettings(stale_policy="reject"), h.loop.loop_settings)
+    h.signals.is_healthy = False  # no signals at all, and reject would refuse every node
+    h.cluster.add_pod(pod_object("blind", cpu="1"))
+    assert h.cycle() == 1
+    assert h.cluster.node_of("default", "blind") is not None
+    assert h.metric("interference_scheduler_interference_blind_attempts_total") == 1
+    assert h.metric("interference_scheduler_signals_healthy") == 0
+    assert "interference-blind" in caplog.text
+    # Healthy again: the reject policy applies again (no node has signals).
+    h.signals.is_healthy = True
+    h.cluster.add_pod(pod_object("seeing", cpu="1"))
+    h.cycle()
+    assert h.cluster.node_of("default", "seeing") is None
+    assert "stale or missing interference signals" in h.decisions.last("seeing").message
+    assert h.metric("interference_scheduler_signals_healthy") == 1
+    assert h.metric("interference_scheduler_stale_nodes") == 2
+
+
+def test_engine_crash_is_contained(h: LoopHarness, monkeypatch: pytest.MonkeyPatch) -> None:
+    h.cluster.add_pod(pod_object("p"))
+
+    def explode(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("engine bug")
+
+    monkeypatch.setattr(h.loop._engine, "schedule", explode)
+    assert h.cycle() == 1
+    assert h.metric("interference_scheduler_attempts_total", result="error") == 1
+    assert h.loop.queue.state("default/p") is QueueState.BACKOFF
+    assert h.loop.cache.placed_node("default/p") is None
+
+
+def test_update_settings_switches_scheduler_name_and_dry_run(h: LoopHarness) -> None:
+    h.cluster.add_pod(pod_object("renamed", scheduler_name="gpu-scheduler", cpu="1"))
+    assert h.cycle() == 0
+    h.loop.update_settings(
+        h.loop.engine_settings, LoopSettings(scheduler_name="gpu-scheduler", dry_run=True)
+    )
+    assert h.cycle() == 1
+    assert h.decisions.last("renamed").result == "dry_run"
+    h.loop.update_settings(
+        h.loop.engine_settings, LoopSettings(scheduler_name="gpu-scheduler", bind_workers=2)
+    )
+    h.clock.advance(1.0)
+    assert h.cycle() == 1
+    assert h.cluster.node_of("default", "renamed") is not None
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("scheduler_name", "", "scheduler_name"),
+        ("bind_workers", 0, "bind_workers"),
+        ("idle_wait_s", 0.0, "idle_wait_s"),
+    ],
+)
+def test_loop_settings_validation(field: str, value: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        LoopSettings(**{field: value})  # type: ignore[arg-type]
+
+
+def test_run_binds_with_real_threads() -> None:
+    h = LoopHarness()
+    stop = threading.Event()
+    thread = threading.Thread(target=h.loop.run, args=(stop,))
+    try:
+        h.cluster.add_node(node_object("n1", cpu="32"))
+        thread.start()
+        for i in range(20):
+            h.cluster.add_pod(pod_object(f"p{i}", cpu="1"))
+        deadline = threading.Event()
+        for _ in range(600):
+            if len(h.cluster.binds) == 20:
+                break
+            deadline.wait(0.1)
+        assert len(h.cluster.binds) == 20
+        assert {node for _, node in h.cluster.binds} == {"n1"}
+    finally:
+        stop.set()
+        thread.join(60)
+    assert not thread.is_alive()
