@@ -42,8 +42,6 @@ BCC_RUNQLAT = "runqlat-bpfcc"
 NODE = "bench-node"
 READY_TIMEOUT_S = 120.0
 TRACING_BANNER = "Tracing run queue latency"
-PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
@@ -145,10 +143,12 @@ def stop(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
 
 
 def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process, seconds."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields_after_comm = stat.rsplit(")", 1)[1].split()
-    return (int(fields_after_comm[11]) + int(fields_after_comm[12])) / TICKS
+    """CPU time of all threads of a process (``/proc/PID/task/*/schedstat``, ns precision)."""
+    total_ns = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError):  # a thread that just ended
+            total_ns += int((task / "schedstat").read_text().split()[0])
+    return total_ns / 1e9
 
 
 def status_kb(pid: int, name: str) -> float:

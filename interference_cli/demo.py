@@ -23,13 +23,9 @@ import contextlib
 import copy
 import dataclasses
 import os
-import shutil
 import signal
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Mapping
@@ -37,26 +33,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-import redis
 from prometheus_client import CollectorRegistry
 from rich.console import Console
 from rich.table import Table
+from scheduler.config import SchedulerConfig, load_config
 
 from interference import keys
 from interference.decision import Decision
 from interference_cli import views
-from interference_cli.local_cluster import (
-    LocalCluster,
-    host_settings,
-    load_manifests,
-    load_nodes,
-)
+from interference_cli.lab import LabError, LocalLab
+from interference_cli.local_cluster import LocalCluster, load_manifests, load_nodes
 from interference_cli.store import CliError, NodeRow, Store
-from scheduler.adapters.redis_signals import RedisDecisionSink, RedisSignalCache
-from scheduler.config import load_config
+from scheduler.adapters.redis_signals import (
+    RedisDecisionSink,
+    RedisSettings,
+    RedisSignalCache,
+    SignalMetrics,
+    connect,
+)
 from scheduler.loop import SchedulingLoop
 from scheduler.metrics import SchedulerMetrics
-from scheduler.ports import ClusterError, K8sObject, NodeSignals
+from scheduler.ports import ClusterError, K8sObject, NodeSignals, SignalSource
 
 DEMO_DIR = Path(__file__).resolve().parent.parent / "deploy" / "demo"
 AWARE_SCHEDULER = "interference-scheduler"
@@ -87,11 +84,12 @@ class DemoSettings:
     """How long both schedulers get to bind their pod."""
 
 
-SHORT = {"warmup_s": 3.0, "measure_s": 6.0}
+SHORT_WARMUP_S = 3.0
+SHORT_MEASURE_S = 6.0
 """``--short`` (the test): shorter warm-up and measurement."""
 
 
-class DemoError(Exception):
+class DemoError(LabError):
     """The demo cannot run here; the message says why and what to do."""
 
 
@@ -104,6 +102,7 @@ class PodResult:
     """What one scheduler did with its copy of the latency pod, and what it cost."""
 
     scheduler: str
+    pod: str
     node: str = ""
     runq_p99_us: list[float] = dataclasses.field(default_factory=list)
     """The agent's per-interval run-queue p99 of the pod."""
@@ -122,33 +121,6 @@ class PodResult:
         return delay / runs / 1000 if runs > 0 else float("nan")
 
 
-class Processes:
-    """Processes this demo started; :meth:`stop_all` ends them by PID."""
-
-    def __init__(self) -> None:
-        self.started: list[subprocess.Popen[bytes]] = []
-
-    def start(self, argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:
-        with log_path.open("wb") as log:
-            proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
-            )
-        self.started.append(proc)
-        return proc
-
-    def stop_all(self, grace_s: float = 5.0) -> None:
-        for proc in self.started:
-            if proc.poll() is None:
-                proc.terminate()
-        deadline = time.monotonic() + grace_s
-        for proc in self.started:
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the demo; 0 on success, 1 with one line on stderr when it cannot run."""
     parser = argparse.ArgumentParser(prog="make demo", description=__doc__.split("\n\n")[0])
@@ -160,13 +132,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     settings = DemoSettings(partition=args.partition, linger_s=args.linger)
     if args.short:
-        settings = dataclasses.replace(settings, **SHORT)
+        settings = dataclasses.replace(settings, warmup_s=SHORT_WARMUP_S, measure_s=SHORT_MEASURE_S)
     console = Console(width=None if sys.stdout.isatty() else 120)
     previous = {sig: signal.signal(sig, _raise_stopped) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         run_demo(settings, console)
         return 0
-    except (DemoError, ClusterError, CliError) as exc:
+    except (ClusterError, CliError) as exc:
         print(f"demo: {exc}", file=sys.stderr)
         return 1
     except (KeyboardInterrupt, Stopped):
@@ -179,128 +151,83 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_demo(settings: DemoSettings, console: Console) -> None:
     """Build, run, measure and tear down the local cluster (cleanup in ``finally``)."""
-    _check_host()
     partition = settings.partition or f"intf-demo-{os.getpid()}"
     nodes = load_nodes(settings.nodes_file)
     manifests = load_manifests(sorted(settings.pods_dir.glob("*.yaml")))
     manifests.append(_blind_copy(_find(manifests, LATENCY_POD)))
-    engine_settings = load_config(settings.policy_file).engine
-    cluster = LocalCluster(nodes, manifests, host_settings(partition, log=console.print))
-    processes = Processes()
+    config = load_config(settings.policy_file)
+    lab = LocalLab(nodes, manifests, partition, interval_s=settings.interval_s, log=console.print)
     stop = threading.Event()
     threads: list[threading.Thread] = []
-    with tempfile.TemporaryDirectory(prefix=f"{partition}-") as workdir:
-        try:
-            url = _start_redis(processes, Path(workdir))
-            console.rule("local cluster")
-            console.print(f"partition /{partition}: redis at {url}")
-            for node in nodes:
-                console.print(f"  {node.name}: cpuset {node.cpus} — {node.description}")
-            cluster.create_partitions()
-            pods_file = Path(workdir, "pods.json")
-            cluster.write_pods_file(pods_file)
-            for node in nodes:
-                _start_agent(processes, node.name, url, cluster, pods_file, settings, workdir)
-            store = Store(url)
-            console.rule(f"agents warming up ({settings.warmup_s:g} s)")
-            _watch_signals(store, [n.name for n in nodes], settings.warmup_s, console)
+    try:
+        console.rule("local cluster")
+        lab.start()
+        console.print(f"cgroup partition /{partition}, redis at {lab.url}")
+        for node in nodes:
+            console.print(f"  {node.name}: cpuset {node.cpus} — {node.description}")
+        store = Store(lab.url)
+        console.print("waiting for every agent's first report (they compile BPF programs)…")
+        console.print(f"all agents reporting after {lab.await_reports():.1f} s")
+        console.rule(f"live signals ({settings.warmup_s:g} s)")
+        _watch_signals(lab, store, settings.warmup_s, console)
 
-            console.rule("scheduling the latency-sensitive pod with both policies")
-            for name, signals in (
-                (AWARE_SCHEDULER, RedisSignalCache(url)),
-                (BLIND_SCHEDULER, _NoSignals()),
-            ):
-                loop = SchedulingLoop(
-                    cluster,
-                    signals,
-                    RedisDecisionSink(url),
-                    engine_settings,
-                    dataclasses.replace(load_config(settings.policy_file).loop, scheduler_name=name),
-                    _leading(),
-                    SchedulerMetrics(CollectorRegistry()),
-                )
-                thread = threading.Thread(target=loop.run, args=(stop,), name=name, daemon=True)
-                thread.start()
-                threads.append(thread)
-            results = {
-                AWARE_SCHEDULER: PodResult(AWARE_SCHEDULER),
-                BLIND_SCHEDULER: PodResult(BLIND_SCHEDULER),
-            }
-            for pod_name, result in zip(
-                (LATENCY_POD, f"{LATENCY_POD}-blind"), results.values(), strict=True
-            ):
-                result.node = _await_bound(cluster, pod_name, settings.bind_timeout_s)
-                decision = _await_decision(store, pod_name, settings.bind_timeout_s)
-                console.print(views.decision_view(decision, time.time()))
+        console.rule("scheduling the latency-sensitive pod with both policies")
+        threads = _start_schedulers(lab, config, stop)
+        results = {
+            AWARE_SCHEDULER: PodResult(AWARE_SCHEDULER, LATENCY_POD),
+            BLIND_SCHEDULER: PodResult(BLIND_SCHEDULER, f"{LATENCY_POD}-blind"),
+        }
+        for result in results.values():
+            result.node = _await_bound(lab.cluster, result.pod, settings.bind_timeout_s)
+            decision = _await_decision(store, result.pod, settings.bind_timeout_s)
+            console.print(views.decision_view(decision, time.time()))
 
-            console.rule(f"measuring both copies of the pod ({settings.measure_s:g} s)")
-            _measure(store, cluster, results, settings.measure_s, console)
-            _print_result(results, console)
-            _print_next_steps(url, nodes[0].name, console, settings.linger_s)
-            if settings.linger_s > 0:
-                time.sleep(settings.linger_s)
-        finally:
-            stop.set()
-            for thread in threads:
-                thread.join(timeout=10)
-            processes.stop_all()
-            cluster.close()
-            console.print(f"cleaned up: processes stopped, cgroups under /{partition} removed")
+        console.rule(f"measuring both copies of the pod ({settings.measure_s:g} s)")
+        _measure(lab, store, results, settings.measure_s, console)
+        _print_result(results, console)
+        _print_next_steps(lab.url, nodes[0].name, console, settings.linger_s)
+        if settings.linger_s > 0:
+            time.sleep(settings.linger_s)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=10)
+        lab.close()
+        console.print(f"cleaned up: every process stopped, cgroups under /{partition} removed")
+
+
+def _start_schedulers(
+    lab: LocalLab, config: SchedulerConfig, stop: threading.Event
+) -> list[threading.Thread]:
+    """The Redis signal cache and the two scheduling loops, each in its own thread."""
+    redis_settings = RedisSettings(url=lab.url, report_interval_s=lab.interval_s)
+    client = connect(redis_settings)
+    signal_metrics = SignalMetrics(CollectorRegistry())
+    signal_cache = RedisSignalCache(client, redis_settings, signal_metrics)
+    sink = RedisDecisionSink(client, redis_settings, signal_metrics)
+    threads = [threading.Thread(target=signal_cache.run, args=(stop,), name="signals")]
+    sources: list[tuple[str, SignalSource]] = [
+        (AWARE_SCHEDULER, signal_cache),
+        (BLIND_SCHEDULER, _NoSignals()),
+    ]
+    for name, signals in sources:
+        loop = SchedulingLoop(
+            lab.cluster,
+            signals,
+            sink,
+            config.engine,
+            dataclasses.replace(config.loop, scheduler_name=name),
+            _leading(),
+            SchedulerMetrics(CollectorRegistry()),
+        )
+        threads.append(threading.Thread(target=loop.run, args=(stop,), name=name))
+    for thread in threads:
+        thread.daemon = True
+        thread.start()
+    return threads
 
 
 # ---- setup -------------------------------------------------------------------------------
-
-
-def _check_host() -> None:
-    if os.geteuid() != 0:
-        raise DemoError("the demo creates cgroups and loads BPF programs: run it as root")
-    for binary in ("redis-server", "stress-ng"):
-        if shutil.which(binary) is None:
-            raise DemoError(f"{binary} is not installed; run `make setup` first")
-
-
-def _start_redis(processes: Processes, workdir: Path) -> str:
-    binary = shutil.which("redis-server")
-    assert binary is not None  # _check_host
-    port = _free_port()
-    processes.start(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(workdir)],
-        workdir / "redis.log",
-    )
-    client = redis.Redis(port=port, socket_timeout=0.5)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            client.ping()
-            return f"redis://127.0.0.1:{port}/0"
-        except redis.ConnectionError:
-            time.sleep(0.05)
-    raise DemoError(f"redis-server did not start on port {port}; see {workdir}/redis.log")
-
-
-def _start_agent(
-    processes: Processes,
-    node: str,
-    url: str,
-    cluster: LocalCluster,
-    pods_file: Path,
-    settings: DemoSettings,
-    workdir: str,
-) -> None:
-    agent = Path(sys.executable).with_name("interference-agent")
-    if not agent.exists():
-        raise DemoError(f"{agent} is missing; run `make setup` to install the project")
-    argv = [
-        str(agent),
-        "--node-name", node,
-        "--redis-url", url,
-        "--interval", f"{settings.interval_s:g}",
-        "--cgroup-root", cluster.node_cgroup_root(node),
-        "--pods-file", str(pods_file),
-        "--no-kubernetes",
-    ]  # fmt: skip
-    processes.start(argv, Path(workdir, f"agent-{node}.log"))
 
 
 def _find(manifests: list[K8sObject], name: str) -> K8sObject:
@@ -337,18 +264,20 @@ class _NoSignals:
 # ---- watching ----------------------------------------------------------------------------
 
 
-def _watch_signals(store: Store, nodes: list[str], seconds: float, console: Console) -> None:
-    """Print each node's live signals once per second."""
+def _watch_signals(lab: LocalLab, store: Store, seconds: float, console: Console) -> None:
+    """Print each node's live signals once per second; DemoError if an agent is silent."""
+    nodes = [n.name for n in lab.nodes]
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         time.sleep(1.0)
         console.print(_signals_line(store, nodes))
-    missing = [n for n in nodes if not _reported(store, n)]
-    if missing:
-        raise DemoError(
-            f"no report from the agent of {', '.join(missing)} after {seconds:g} s; "
-            "see its log (agent-NODE.log in the demo's temp dir) or run it by hand"
-        )
+    for node in nodes:
+        if not _reported(store, node):
+            log = lab.agent_log(node).read_text(errors="replace").strip().splitlines()
+            raise DemoError(
+                f"no report from the agent of {node} after {seconds:g} s; its last log line: "
+                f"{log[-1] if log else '(empty)'}"
+            )
 
 
 def _signals_line(store: Store, nodes: list[str]) -> str:
@@ -401,35 +330,28 @@ def _await_decision(store: Store, pod: str, timeout_s: float) -> Decision:
 
 
 def _measure(
+    lab: LocalLab,
     store: Store,
-    cluster: LocalCluster,
     results: Mapping[str, PodResult],
     seconds: float,
     console: Console,
 ) -> None:
     """Collect the agents' per-interval p99 of both pods and their kernel schedstat."""
-    pods = {AWARE_SCHEDULER: LATENCY_POD, BLIND_SCHEDULER: f"{LATENCY_POD}-blind"}
-    for scheduler, result in results.items():
-        result.schedstat_start = _schedstat(cluster.pod_pids(NAMESPACE, pods[scheduler]))
+    for result in results.values():
+        result.schedstat_start = _schedstat(lab.cluster.pod_pids(NAMESPACE, result.pod))
     seen: dict[str, float] = {}
     end = time.monotonic() + seconds
-    nodes = sorted(cluster.nodes)
+    nodes = [n.name for n in lab.nodes]
     while time.monotonic() < end:
         time.sleep(1.0)
         console.print(_signals_line(store, nodes))
-        for scheduler, result in results.items():
-            sample = _pod_sample(store, pods[scheduler])
-            if sample is not None and sample[1] > seen.get(scheduler, 0.0):
-                seen[scheduler] = sample[1]
-                result.runq_p99_us.append(sample[0])
-    for scheduler, result in results.items():
-        result.schedstat_end = _schedstat(cluster.pod_pids(NAMESPACE, pods[scheduler]))
-
-
-def _pod_sample(store: Store, pod: str) -> tuple[float, float] | None:
-    """The pod's latest ``(runq_p99_us, updated_at)`` from its hash, if it has one."""
-    row = store.pod_row(NAMESPACE, pod)
-    return None if row is None else (row.metrics.runq_p99_us, row.updated_at)
+        for result in results.values():
+            row = store.pod_row(NAMESPACE, result.pod)
+            if row is not None and row.updated_at > seen.get(result.pod, 0.0):
+                seen[result.pod] = row.updated_at
+                result.runq_p99_us.append(row.metrics.runq_p99_us)
+    for result in results.values():
+        result.schedstat_end = _schedstat(lab.cluster.pod_pids(NAMESPACE, result.pod))
 
 
 def _schedstat(pids: list[int]) -> tuple[int, int]:
@@ -458,9 +380,7 @@ def _print_result(results: Mapping[str, PodResult], console: Console) -> None:
         f"{aware.median_p99_us:.0f}",
         f"{blind.median_p99_us:.0f}",
     )
-    table.add_row(
-        "intervals measured", str(len(aware.runq_p99_us)), str(len(blind.runq_p99_us))
-    )
+    table.add_row("intervals measured", str(len(aware.runq_p99_us)), str(len(blind.runq_p99_us)))
     table.add_row(
         "mean wait per run, µs (kernel schedstat)",
         f"{aware.wait_per_run_us:.0f}",
@@ -496,12 +416,6 @@ def _print_next_steps(url: str, node: str, console: Console, linger_s: float) ->
             "(this Redis stops with the demo; to try them while it runs: "
             ".venv/bin/python -m interference_cli.demo --linger 300)"
         )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _raise_stopped(signum: int, frame: FrameType | None) -> None:

@@ -131,5 +131,3 @@ class GpuInventory:
                 self._nvml.nvmlShutdown()
             except self._nvml.NVMLError as exc:
                 log.debug("nvmlShutdown failed: %s", exc)
-
-

@@ -83,10 +83,10 @@ class Engine:
             return EngineResult(None, [], NO_NODES, False, pod.unsupported, 0)
         static = self._static_stage(pod, table)
         dynamic = [host_ports(table, pod), resources_fit(table, pod), pod_anti_affinity(table, pod)]
-        passed = static.passed.copy()
+        passed = static.passed
         for result in dynamic:
             if result.reasons:  # a filter with no possible reason passes every node
-                passed &= result.passed
+                passed = passed & result.passed
         without_interference = passed
         if not relax_interference:
             interference = interference_filter(table, pod, self.settings, now)
@@ -174,7 +174,7 @@ class Engine:
         if k == 0:
             return []
         if len(feasible) > k:
-            top = np.argpartition(-feasible_totals, k - 1)[:k]
+            top = np.argpartition(feasible_totals, -k)[-k:]
             rows = feasible[top[np.argsort(-feasible_totals[top], kind="stable")]]
         else:
             rows = feasible[np.argsort(-feasible_totals, kind="stable")]

@@ -64,6 +64,23 @@ class LeaderElectionSettings:
     retry_period_s: int = 2
     """Interval between acquire/renew attempts; binding stops within one of these."""
 
+    def __post_init__(self) -> None:
+        # The client library calls sys.exit() on these, so they are checked here first.
+        if not self.lease_name:
+            raise ValueError("lease_name: must not be empty, e.g. interference-scheduler")
+        if self.retry_period_s < 1:
+            raise ValueError(f"retry_period_s: {self.retry_period_s!r} must be an integer ≥ 1")
+        if not self.renew_deadline_s > 1.2 * self.retry_period_s:
+            raise ValueError(
+                f"renew_deadline_s: {self.renew_deadline_s!r} must be greater than 1.2 ×"
+                f" retry_period_s ({self.retry_period_s}); e.g. 10 with retry_period_s 2"
+            )
+        if not self.lease_duration_s > self.renew_deadline_s:
+            raise ValueError(
+                f"lease_duration_s: {self.lease_duration_s!r} must be greater than"
+                f" renew_deadline_s ({self.renew_deadline_s}); e.g. 15 with renew_deadline_s 10"
+            )
+
 
 def default_identity() -> str:
     """``$POD_NAME`` (else the hostname) plus a random suffix, unique per process."""

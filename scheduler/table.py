@@ -91,6 +91,8 @@ class NodeTable:
         """Changes whenever rows move or a node's constraint-relevant fields change."""
         self.signals_generation = 0
         """Changes whenever any node's signals change."""
+        self.load_generation = 0
+        """Changes whenever requests or signals change on any node."""
         self.mask_cache: dict[Hashable, object] = {}
         """Per-pod-signature results; emptied whenever :attr:`generation` changes."""
         self.signal_cache: dict[Hashable, object] = {}
@@ -247,7 +249,12 @@ class NodeTable:
         if signals is self._signals_source:
             return
         self._signals_source = signals
-        changed = [name for name, s in signals.items() if self._signals.get(name) != s]
+        known = self._signals
+        changed = [
+            name
+            for name, s in signals.items()
+            if (previous := known.get(name)) is not s and previous != s
+        ]
         gone = [name for name in self._signals if name not in signals]
         if not changed and not gone:
             return
@@ -271,6 +278,15 @@ class NodeTable:
     def resource_row(self, resource: str) -> int | None:
         """Row of ``resource`` in :attr:`alloc`/:attr:`requested`/:attr:`free`, if known."""
         return self._resource_rows.get(resource)
+
+    def everyone(self) -> NDArray[np.bool_]:
+        """A read-only all-True node mask (cached)."""
+        cached = self.mask_cache.get("everyone")
+        if not isinstance(cached, np.ndarray):
+            cached = np.ones(self._count, dtype=np.bool_)
+            cached.setflags(write=False)
+            self.mask_cache["everyone"] = cached
+        return cached
 
     def inverse_allocatable(self, resource: str) -> NDArray[np.float64]:
         """``1 / allocatable`` per node for ``resource`` (0 where it has none), cached."""
@@ -382,6 +398,7 @@ class NodeTable:
         return row
 
     def _account(self, row: int, pod: PodInfo, sign: int) -> None:
+        self.load_generation += 1
         for resource, amount in pod.requests.items():
             r = self._resource_rows[resource]
             self._requested[r, row] += sign * amount
@@ -394,6 +411,7 @@ class NodeTable:
         self._set_recent_cpu(row, self.names[row])
 
     def _apply_signals(self, row: int, signals: NodeSignals | None) -> None:
+        self.load_generation += 1
         name = self.names[row]
         if signals is None:
             self._vectors["signals_at"][row] = -np.inf

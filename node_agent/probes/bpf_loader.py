@@ -16,12 +16,17 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
+import importlib.util
+import json
 import logging
 import os
 import re
-import tempfile
+import socket
+import subprocess
+import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -169,20 +174,152 @@ def import_bcc() -> Any:
     return bcc
 
 
-@contextlib.contextmanager
-def captured_stderr() -> Iterator[list[str]]:
-    """Collect what native code writes to fd 2 (clang and verifier output) into a list."""
-    lines: list[str] = []
-    with tempfile.TemporaryFile(mode="w+b") as sink:
-        saved = os.dup(2)
-        os.dup2(sink.fileno(), 2)
-        try:
-            yield lines
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            sink.seek(0)
-            lines.extend(sink.read().decode(errors="replace").splitlines())
+COMPILE_TIMEOUT_S = 180.0
+"""Upper bound for one BCC compile + load + attach on a busy node."""
+
+_COMPILER_ENTRY = "from node_agent.probes.bpf_loader import compiler_main; compiler_main()"
+
+
+def _describe_u64_struct(struct: Any) -> list[tuple[str, int]]:
+    """``[(field, length)]`` of a ctypes struct of u64s (length 0) and u64 arrays."""
+    fields: list[tuple[str, int]] = []
+    for field_name, field_type, *_ in struct._fields_:
+        length = getattr(field_type, "_length_", 0)
+        element = field_type._type_ if length else field_type
+        if ctypes.sizeof(element) != 8:
+            raise ValueError(f"field {field_name} is not u64 (bpf/intf.h contract)")
+        fields.append((field_name, length))
+    return fields
+
+
+def compiler_main() -> None:
+    """Entry point of the compiler process (see :func:`load_program`).
+
+    Reads the program text on stdin, compiles, loads and attaches it with BCC, sends
+    the map and attachment file descriptors plus the ``stats`` layout over the socket
+    named by ``argv[1]``, then exits without BCC's clean-up (which would disable the
+    attachments the agent now holds). Errors go to stderr with exit status 1.
+    """
+    sock = socket.socket(fileno=int(sys.argv[1]))
+    try:
+        bcc = import_bcc()
+        program = bcc.BPF(text=sys.stdin.buffer.read())
+        stats, generation = program[STATS_TABLE], program[GENERATION_TABLE]
+        layout = {
+            "key": _describe_u64_struct(stats.Key),
+            "leaf": _describe_u64_struct(stats.sLeaf),
+            "max_entries": int(stats.max_entries),
+        }
+        fds = [stats.map_fd, generation.map_fd, *program.tracepoint_fds.values()]
+        socket.send_fds(sock, [json.dumps(layout).encode()], fds)
+    except Exception as exc:  # bcc raises bare Exception for compile, load and attach
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        os._exit(1)
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _struct_type(name: str, fields: Sequence[Sequence[Any]]) -> type[ctypes.Structure]:
+    members = [
+        (str(field), ctypes.c_uint64 * int(length) if length else ctypes.c_uint64)
+        for field, length in fields
+    ]
+    return type(name, (ctypes.Structure,), {"_fields_": members})
+
+
+def possible_cpus(path: str = "/sys/devices/system/cpu/possible") -> int:
+    """Number of possible CPUs (the length of every per-CPU map value), e.g. ``0-3`` → 4."""
+    count = 0
+    for part in Path(path).read_text().strip().split(","):
+        first, _, last = part.partition("-")
+        count += int(last or first) - int(first) + 1
+    return count
+
+
+class _ElemAttr(ctypes.Structure):
+    """``union bpf_attr`` as the BPF_MAP_*_ELEM and BPF_MAP_GET_NEXT_KEY commands read it."""
+
+    _fields_ = (
+        ("map_fd", ctypes.c_uint32),
+        ("pad", ctypes.c_uint32),
+        ("key", ctypes.c_uint64),
+        ("value", ctypes.c_uint64),
+        ("flags", ctypes.c_uint64),
+    )
+
+
+BPF_MAP_LOOKUP_ELEM = 1
+BPF_MAP_UPDATE_ELEM = 2
+BPF_MAP_DELETE_ELEM = 3
+BPF_MAP_GET_NEXT_KEY = 4
+_SYS_BPF = {"x86_64": 321, "aarch64": 280}
+
+
+class LoadedProgram:
+    """A program's maps and attachments, held as file descriptors by the agent.
+
+    Compiling with BCC pulls LLVM and clang into a process (well over 100 MB), so a
+    short-lived compiler process does it and hands over the descriptors; this side
+    reads and writes the maps with plain ``bpf(2)`` calls. Closing the descriptors
+    detaches the program.
+    """
+
+    def __init__(self, fds: Sequence[int], layout: Mapping[str, Any]) -> None:
+        self._stats_fd, self._generation_fd, *self._attachment_fds = fds
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self._sys_bpf = _SYS_BPF[os.uname().machine]
+        self.key_type = _struct_type("cgroup_key", layout["key"])
+        self.leaf_type = _struct_type("stats", layout["leaf"])
+        self.leaf_fields = tuple(str(field) for field, _length in layout["leaf"])
+        self._max_entries = int(layout["max_entries"])
+        self._per_cpu_type = self.leaf_type * possible_cpus()
+        self._closed = False
+
+    def _call(self, command: int, fd: int, key: Any, value: Any = None, flags: int = 0) -> bool:
+        """One ``bpf(2)`` map command; False for ENOENT (no such / no next key)."""
+        attr = _ElemAttr(map_fd=fd, key=ctypes.addressof(key) if key is not None else 0)
+        attr.value = ctypes.addressof(value) if value is not None else 0
+        attr.flags = flags
+        size = ctypes.c_uint(ctypes.sizeof(attr))
+        if self._libc.syscall(self._sys_bpf, command, ctypes.byref(attr), size) == 0:
+            return True
+        err = ctypes.get_errno()
+        if err == errno.ENOENT:
+            return False
+        raise OSError(err, f"bpf(2) map command {command}: {os.strerror(err)}")
+
+    def set_generation(self, generation: int) -> None:
+        index, value = ctypes.c_uint32(0), ctypes.c_uint64(generation)
+        self._call(BPF_MAP_UPDATE_ELEM, self._generation_fd, index, value)
+
+    def stats_keys(self) -> list[Any]:
+        """Every key of the ``stats`` map (bounded by its size, even while it changes)."""
+        found: list[Any] = []
+        previous = None
+        while len(found) <= self._max_entries:
+            key = self.key_type()
+            if not self._call(BPF_MAP_GET_NEXT_KEY, self._stats_fd, previous, key):
+                break
+            found.append(key)
+            previous = key
+        return found
+
+    def lookup_per_cpu(self, key: Any) -> Any:
+        """The per-CPU values stored under ``key`` (None when it is gone)."""
+        values = self._per_cpu_type()
+        found = self._call(BPF_MAP_LOOKUP_ELEM, self._stats_fd, key, values)
+        return values if found else None
+
+    def delete(self, key: Any) -> None:
+        self._call(BPF_MAP_DELETE_ELEM, self._stats_fd, key)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for fd in (*self._attachment_fds, self._stats_fd, self._generation_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 def load_program(
@@ -190,33 +327,57 @@ def load_program(
     ctx: ProbeContext,
     tracepoints: Sequence[str],
     paths: HostPaths | None = None,
-) -> Any:
-    """Check prerequisites, compile ``NAME.bpf.c`` with BCC and attach its tracepoints.
+) -> LoadedProgram:
+    """Check prerequisites, then compile, load and attach ``NAME.bpf.c`` in a compiler
+    process (:func:`compiler_main`) and take over its maps and attachments.
 
-    Returns the ``bcc.BPF`` object; every failure is a :class:`ProbeUnavailable` whose
-    message says what to mount, install or grant.
+    Every failure is a :class:`ProbeUnavailable` whose message says what to mount,
+    install or grant; compiler and verifier output is included.
     """
     check_privileges(effective_capabilities(ctx.proc_root))
     check_tracepoints(ctx.tracefs, tracepoints)
     check_kernel_headers(paths or HostPaths())
-    bcc = import_bcc()
+    if importlib.util.find_spec("bcc") is None:
+        import_bcc()  # raises with the installation hint
     source_dir = resolve_source_dir(ctx)
     text = read_program(source_dir, name)
-    output: list[str] = []
-    try:
-        with captured_stderr() as output:
-            program = bcc.BPF(text=text.encode())
-    except Exception as exc:  # bcc raises bare Exception for compile, load and attach
-        details = "\n".join(output[-15:])
-        raise ProbeUnavailable(
-            f"BPF program {source_dir / name}.bpf.c failed to compile, load or attach "
-            f"({exc}); check the kernel headers at /lib/modules/$(uname -r)/build and "
-            f"that the kernel allows BPF (kernel.unprivileged_bpf_disabled does not "
-            f"matter for root; lockdown=confidentiality blocks it). Output:\n{details}"
-        ) from exc
-    if output:
-        log.debug("BCC output while loading %s:\n%s", name, "\n".join(output))
-    return program
+    where = f"{source_dir / name}.bpf.c"
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with ours:
+        with theirs:
+            compiler = subprocess.Popen(
+                [sys.executable, "-c", _COMPILER_ENTRY, str(theirs.fileno())],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                pass_fds=(theirs.fileno(),),
+            )
+        try:
+            _, err = compiler.communicate(text.encode(), timeout=COMPILE_TIMEOUT_S)
+        except subprocess.TimeoutExpired as exc:
+            compiler.kill()
+            compiler.communicate()
+            raise ProbeUnavailable(
+                f"compiling {where} took over {COMPILE_TIMEOUT_S:.0f} s; the node is "
+                f"overloaded or the compiler hangs"
+            ) from exc
+        output = err.decode(errors="replace").splitlines()
+        if compiler.returncode != 0:
+            reason = next(
+                (line[len("error: ") :] for line in reversed(output) if line.startswith("error: ")),
+                f"exit status {compiler.returncode}",
+            )
+            raise ProbeUnavailable(
+                f"BPF program {where} failed to compile, load or attach ({reason}); check "
+                f"the kernel headers at /lib/modules/$(uname -r)/build and that the kernel "
+                f"allows BPF (lockdown=confidentiality blocks it). Output:\n"
+                + "\n".join(output[-15:])
+            )
+        if output:
+            log.debug("BCC output while loading %s:\n%s", name, "\n".join(output))
+        ours.settimeout(5.0)
+        message, fds, _flags, _address = socket.recv_fds(ours, 1 << 16, 64)
+    return LoadedProgram(fds, json.loads(message))
 
 
 @dataclass
@@ -296,19 +457,17 @@ class BpfCgroupProbe:
         self._ctx = ctx
         self._paths = paths
         self._scope = CgroupScope(ctx)
-        self._program: Any = None
+        self._program: LoadedProgram | None = None
         self._generation = 0
 
     def start(self) -> None:
         program = load_program(self.name, self._ctx, self.tracepoints, self._paths)
-        leaf = program[STATS_TABLE].sLeaf
-        fields = {field_name for field_name, *_ in leaf._fields_}
-        expected = set(self.counters) | set(self.histograms)
-        if not expected <= fields:
-            program.cleanup()
+        missing = (set(self.counters) | set(self.histograms)) - set(program.leaf_fields)
+        if missing:
+            program.close()
             raise ProbeUnavailable(
                 f"bpf/{self.name}.bpf.c does not match this agent: its stats struct lacks "
-                f"{sorted(expected - fields)}; ship the bpf/ directory of the same release"
+                f"{sorted(missing)}; ship the bpf/ directory of the same release"
             )
         self._program = program
 
@@ -317,8 +476,8 @@ class BpfCgroupProbe:
         if self._program is None:
             return sample
         try:
-            totals = self.drain()
-        except Exception as exc:  # bcc reports syscall failures as bare Exception
+            totals = self.drain(self._program)
+        except OSError as exc:
             log.warning("probe %s: draining BPF maps failed: %s", self.name, exc)
             return sample
         for cgid in self._scope.select(list(totals)):
@@ -333,29 +492,27 @@ class BpfCgroupProbe:
             }
         return sample
 
-    def drain(self) -> dict[int, CgroupTotals]:
+    def drain(self, program: LoadedProgram) -> dict[int, CgroupTotals]:
         """Move to a new generation and return (and delete) everything counted before it."""
-        program = self._program
-        table = program[STATS_TABLE]
         self._generation += 1
-        program[GENERATION_TABLE][ctypes.c_int(0)] = ctypes.c_uint64(self._generation)
+        program.set_generation(self._generation)
         time.sleep(DRAIN_GRACE_S)
         totals: dict[int, CgroupTotals] = {}
-        stale: list[Any] = []
-        for key, per_cpu in table.items_lookup_batch():
+        for key in program.stats_keys():
             if key.generation == self._generation:
                 continue
-            stale.append(table.Key(key.cgroup_id, key.generation))
+            per_cpu = program.lookup_per_cpu(key)
+            program.delete(key)
+            if per_cpu is None:
+                continue
             cgroup = sum_per_cpu(per_cpu)
             if key.cgroup_id in totals:
                 merge_totals(totals[key.cgroup_id], cgroup)
             else:
                 totals[key.cgroup_id] = cgroup
-        if stale:
-            table.items_delete_batch((table.Key * len(stale))(*stale))
         return totals
 
     def close(self) -> None:
         program, self._program = self._program, None
         if program is not None:
-            program.cleanup()
+            program.close()

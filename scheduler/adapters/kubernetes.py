@@ -100,6 +100,15 @@ class KubernetesSettings:
     backoff_max_s: float = 30.0
     """Cap of the retry delay."""
 
+    def __post_init__(self) -> None:
+        if self.page_size < 1:
+            raise ValueError(f"page_size: {self.page_size!r} must be an integer ≥ 1, e.g. 500")
+        if self.watch_timeout_s < 1:
+            raise ValueError(f"watch_timeout_s: {self.watch_timeout_s!r} must be an integer ≥ 1")
+        for name in ("request_timeout_s", "backoff_initial_s", "backoff_max_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}: {getattr(self, name)!r} must be a number > 0")
+
 
 class _Gone(Exception):
     """410 Gone: the resourceVersion or continue token expired; relist."""

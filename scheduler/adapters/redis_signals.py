@@ -19,9 +19,9 @@ wins, so nothing is missed.
   cache retries with capped backoff and re-bootstraps once Redis answers again (a
   restarted Redis has a new stream whose ids start over).
 
-Credentials: the URL's, overridden by ``REDIS_USERNAME`` / ``REDIS_PASSWORD`` (the
-scheduler's ACL user needs ``+scan +hgetall +xread +xrevrange +hset +expire`` on
-``~intf:*``).
+Credentials: the URL's, overridden by ``REDIS_USERNAME`` / ``REDIS_PASSWORD``. The
+scheduler's ACL user needs exactly :data:`ACL_COMMANDS`: read ``%R~intf:*``, write
+``~intf:decision:*``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -44,6 +44,9 @@ from interference.decision import Decision, decision_hash
 from scheduler.ports import NodeSignals
 
 log = logging.getLogger(__name__)
+
+ACL_COMMANDS = ("scan", "hgetall", "xread", "xrevrange", "hset", "expire")
+"""Every Redis command the scheduler sends (its ACL user needs ``+`` each of them)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +72,24 @@ class RedisSettings:
     log_interval_s: float = 30.0
     """At most one log line per this many seconds about malformed payloads."""
 
+    def __post_init__(self) -> None:
+        if not self.url.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError(
+                f"url: {self.url!r} must start with redis://, rediss:// or unix://,"
+                " e.g. redis://redis.interference:6379/0"
+            )
+        for name in ("socket_timeout_s", "report_interval_s", "retry_initial_s", "retry_max_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}: {getattr(self, name)!r} must be a number > 0")
+        if not 0 < self.block_ms < self.socket_timeout_s * 1000:
+            raise ValueError(
+                f"block_ms: {self.block_ms!r} must be > 0 and below socket_timeout_s × 1000"
+                f" ({self.socket_timeout_s * 1000:.0f})"
+            )
+        for name in ("batch", "decision_ttl_s"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: {getattr(self, name)!r} must be an integer ≥ 1")
+
 
 def connect(settings: RedisSettings, env: Mapping[str, str] | None = None) -> redis.Redis:
     """A client for ``settings.url`` with credentials from the environment when set."""
@@ -76,7 +97,6 @@ def connect(settings: RedisSettings, env: Mapping[str, str] | None = None) -> re
     kwargs: dict[str, Any] = {
         "socket_timeout": settings.socket_timeout_s,
         "socket_connect_timeout": settings.socket_timeout_s,
-        "health_check_interval": 30,
     }
     if env.get("REDIS_USERNAME"):
         kwargs["username"] = env["REDIS_USERNAME"]
@@ -184,11 +204,16 @@ class RedisSignalCache:
 
     # --- the follower ---
 
-    def run(self, stop: threading.Event) -> None:
-        """Bootstrap then follow the stream until ``stop``; survives any Redis outage."""
+    def run(self, stop: threading.Event, on_iteration: Callable[[], None] | None = None) -> None:
+        """Bootstrap then follow the stream until ``stop``; survives any Redis outage.
+
+        ``on_iteration`` is called once per XREAD or retry (a liveness heartbeat).
+        """
         delay = self.settings.retry_initial_s
         bootstrapped = False
         while not stop.is_set():
+            if on_iteration is not None:
+                on_iteration()
             try:
                 if not bootstrapped:
                     self.bootstrap()
@@ -331,8 +356,8 @@ class RedisDecisionSink:
     def write(self, decision: Decision) -> None:
         key = keys.decision_key(decision.namespace, decision.pod)
         try:
-            pipe = self._redis.pipeline(transaction=True)
-            pipe.delete(key)  # a record is one decision, never a mix of two
+            # Every record has the same fields, so HSET overwrites the previous one whole.
+            pipe = self._redis.pipeline(transaction=False)
             pipe.hset(key, mapping=decision_hash(decision))
             pipe.expire(key, self._ttl_s)
             pipe.execute()

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
+from scheduler.table import NodeTable
+
 
 @dataclass(slots=True)
 class FilterResult:
@@ -47,6 +49,6 @@ def any_per_node(matrix: NDArray[np.bool_]) -> NDArray[np.bool_]:
     return np.asarray(matrix.any(axis=1), dtype=np.bool_)
 
 
-def all_pass(name: str, count: int) -> FilterResult:
-    """A filter with nothing to check for this pod."""
-    return FilterResult(name, np.ones(count, dtype=np.bool_), ())
+def all_pass(name: str, table: NodeTable) -> FilterResult:
+    """A filter with nothing to check for this pod (every node passes)."""
+    return FilterResult(name, table.everyone(), ())

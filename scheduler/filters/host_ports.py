@@ -19,7 +19,7 @@ PORTS_TAKEN = "node(s) didn't have free ports for the requested pod ports"
 def host_ports(table: NodeTable, pod: PodInfo) -> FilterResult:
     """Nodes where none of the pod's host ports is already taken."""
     if not pod.host_ports:
-        return all_pass("NodePorts", len(table))
+        return all_pass("NodePorts", table)
     passed = np.ones(len(table), dtype=np.bool_)
     for wanted in pod.host_ports:
         for node, used in table.host_port_users(wanted.protocol, wanted.port).items():

@@ -36,7 +36,7 @@ def interference_filter(
     reject_stale = settings.stale_policy == "reject"
     tolerance = pod.tolerance
     if tolerance is None and not reject_stale:
-        return all_pass("Interference", len(table))
+        return all_pass("Interference", table)
     fresh = fresh_signals(table, settings, now)
     columns: list[NDArray[np.bool_]] = []
     reasons: list[str] = []

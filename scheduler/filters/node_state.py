@@ -8,9 +8,7 @@
 
 from __future__ import annotations
 
-import numpy as np
-
-from scheduler.filters.base import FilterResult
+from scheduler.filters.base import FilterResult, all_pass
 from scheduler.model import NO_SCHEDULE, UNSCHEDULABLE_TAINT_KEY, PodInfo, Taint
 from scheduler.table import NodeTable
 
@@ -27,5 +25,5 @@ def node_ready(table: NodeTable) -> FilterResult:
 def node_schedulable(table: NodeTable, pod: PodInfo) -> FilterResult:
     """Nodes that are not cordoned, or all nodes if the pod tolerates the cordon taint."""
     if any(t.tolerates(_CORDON_TAINT) for t in pod.tolerations):
-        return FilterResult("NodeUnschedulable", np.ones(len(table), dtype=np.bool_), ())
+        return all_pass("NodeUnschedulable", table)
     return FilterResult("NodeUnschedulable", ~table.unschedulable, (UNSCHEDULABLE,))

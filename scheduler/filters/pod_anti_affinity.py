@@ -32,7 +32,7 @@ def pod_anti_affinity(table: NodeTable, pod: PodInfo) -> FilterResult:
     """Nodes where neither the pod's nor the placed pods' anti-affinity terms conflict."""
     existing_terms = table.anti_affinity_terms()
     if not pod.anti_affinity and not existing_terms:
-        return all_pass("InterPodAffinity", len(table))
+        return all_pass("InterPodAffinity", table)
     existing_ok = np.ones(len(table), dtype=np.bool_)
     for term, nodes in existing_terms.items():
         if term.matches(pod.namespace, pod.labels):

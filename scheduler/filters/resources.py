@@ -14,6 +14,8 @@ A resource no node offers is insufficient everywhere. Reasons: ``Too many pods``
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -31,27 +33,49 @@ def insufficient_reason(resource: str) -> str:
     return f"Insufficient {resource}"
 
 
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What to compare for one set of requests: table rows, amounts, reasons."""
+
+    rows: tuple[int, ...]
+    amounts: tuple[int, ...]
+    reasons: tuple[str, ...]
+
+
 def resources_fit(table: NodeTable, pod: PodInfo) -> FilterResult:
     """Nodes with room for the pod's requests and one more pod."""
-    # kube-scheduler checks (and lists) cpu, memory, ephemeral storage, then the rest
-    wanted = sorted(pod.requests.items(), key=lambda item: (_ORDER.get(item[0], 3), item[0]))
-    resources = [PODS, *(r for r, _ in wanted)]
-    amounts = [1, *(a for _, a in wanted)]
-    rows = [table.resource_row(r) for r in resources]
-    if None in rows:  # a resource no node has ever offered
-        passed = np.zeros(len(table), dtype=np.bool_)
-    else:
-        free = table.free
-        passed = free[rows[0]] >= amounts[0]
-        for row, amount in zip(rows[1:], amounts[1:], strict=True):
-            passed &= free[row] >= amount
-    reasons = (TOO_MANY_PODS, *(insufficient_reason(r) for r in resources[1:]))
+    key = ("resources", *pod.requests.items())
+    plan = table.mask_cache.get(key)
+    if not isinstance(plan, _Plan):
+        # kube-scheduler checks (and lists) cpu, memory, ephemeral storage, then the rest
+        wanted = sorted(pod.requests.items(), key=lambda item: (_ORDER.get(item[0], 3), item[0]))
+        rows = [table.resource_row(r) for r in (PODS, *(r for r, _ in wanted))]
+        reasons = (TOO_MANY_PODS, *(insufficient_reason(r) for r, _ in wanted))
+        if None in rows:  # a resource no node has ever offered fails everywhere
+            return FilterResult(
+                "NodeResourcesFit",
+                np.zeros(len(table), dtype=np.bool_),
+                reasons,
+                lambda: _unoffered(table, rows, [1, *(a for _, a in wanted)]),
+            )
+        plan = _Plan(tuple(r for r in rows if r is not None), (1, *(a for _, a in wanted)), reasons)
+        table.mask_cache[key] = plan
+    free = table.free
+    passed = free[plan.rows[0]] >= plan.amounts[0]
+    for row, amount in zip(plan.rows[1:], plan.amounts[1:], strict=True):
+        passed &= free[row] >= amount
+    return FilterResult("NodeResourcesFit", passed, plan.reasons, lambda: _lacking(table, plan))
 
-    def explain() -> NDArray[np.bool_]:
-        matrix = np.ones((len(table), len(resources)), dtype=np.bool_)
-        for j, (row, amount) in enumerate(zip(rows, amounts, strict=True)):
-            if row is not None:
-                matrix[:, j] = table.free[row] < amount
-        return matrix
 
-    return FilterResult("NodeResourcesFit", passed, reasons, explain)
+def _lacking(table: NodeTable, plan: _Plan) -> NDArray[np.bool_]:
+    return np.stack(
+        [table.free[r] < a for r, a in zip(plan.rows, plan.amounts, strict=True)], axis=1
+    )
+
+
+def _unoffered(table: NodeTable, rows: list[int | None], amounts: list[int]) -> NDArray[np.bool_]:
+    matrix = np.ones((len(table), len(rows)), dtype=np.bool_)
+    for j, (row, amount) in enumerate(zip(rows, amounts, strict=True)):
+        if row is not None:
+            matrix[:, j] = table.free[row] < amount
+    return matrix

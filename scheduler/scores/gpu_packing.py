@@ -36,7 +36,7 @@ def gpu_packing_score(
     row = table.resource_row(gpu)
     if row is None:
         return np.zeros(len(table))
-    packed = (table.requested[row] + want) * inverse
+    packed: NDArray[np.float64] = (table.requested[row] + want) * inverse
     np.minimum(packed, 1.0, out=packed)
     packed *= 100.0
     return packed

@@ -32,11 +32,21 @@ def fresh_signals(table: NodeTable, settings: EngineSettings, now: float) -> NDA
 
 
 def effective_index(table: NodeTable, settings: EngineSettings) -> NDArray[np.float64]:
-    """``index`` of the module formula: the agent's index plus load placed since its report."""
+    """``index`` of the module formula: the agent's index plus load placed since its report.
+
+    Cached until the table's load or signals change; callers must not modify the result.
+    """
+    key = ("effective_index", settings.recent_load_weight)
+    cached = table.signal_cache.get(key)
+    if isinstance(cached, tuple) and cached[0] == table.load_generation:
+        index: NDArray[np.float64] = cached[1]
+        return index
     index = table.recent_cpu_m * table.inverse_allocatable(CPU)
     index *= settings.recent_load_weight
     index += table.interference_score
     np.minimum(index, 100.0, out=index)
+    index.setflags(write=False)
+    table.signal_cache[key] = (table.load_generation, index)
     return index
 
 
@@ -53,6 +63,7 @@ def signal_pressure(table: NodeTable, settings: EngineSettings) -> NDArray[np.fl
     runq = table.runq_p99_us / settings.runq_p99_reference_us
     reclaim = table.reclaim_stall_ms_per_s / settings.reclaim_stall_reference_ms_per_s
     pressure: NDArray[np.float64] = 100.0 * np.minimum(1.0, np.maximum(runq, reclaim))
+    pressure.setflags(write=False)
     table.signal_cache[key] = pressure
     return pressure
 
@@ -61,8 +72,7 @@ def interference_score(
     table: NodeTable, settings: EngineSettings, now: float
 ) -> NDArray[np.float64]:
     """0–100 per node, higher is quieter (see the module formula)."""
-    score = effective_index(table, settings)
-    np.maximum(score, signal_pressure(table, settings), out=score)
+    score = np.maximum(effective_index(table, settings), signal_pressure(table, settings))
     np.subtract(100.0, score, out=score)
     stale_score = NEUTRAL_SCORE if settings.stale_policy == "neutral" else 0.0
     score[table.signals_at < now - settings.stale_after_s] = stale_score

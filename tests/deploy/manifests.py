@@ -54,9 +54,7 @@ def find(objects: tuple[Obj, ...] | list[Obj], kind: str, name: str) -> Obj:
     """The one object of ``kind`` named ``name`` (plus the hash suffix kustomize gives
     generated ConfigMaps and Secrets)."""
     pattern = re.compile(rf"{re.escape(name)}(-[a-z0-9]{{10}})?")
-    matches = [
-        o for o in objects if o["kind"] == kind and pattern.fullmatch(o["metadata"]["name"])
-    ]
+    matches = [o for o in objects if o["kind"] == kind and pattern.fullmatch(o["metadata"]["name"])]
     assert len(matches) == 1, f"expected one {kind}/{name}, found {len(matches)}"
     return matches[0]
 

@@ -9,15 +9,27 @@ from pathlib import Path
 
 import pytest
 import redis
+from prometheus_client import CollectorRegistry
 
 from interference import keys
+from interference.decision import Decision
 from interference.signals import GpuDevice, NodeMetrics, NodeReport, PodMetrics
 from node_agent.publisher import PublisherSettings, RedisPublisher
+from scheduler.adapters.redis_signals import (
+    ACL_COMMANDS,
+    RedisDecisionSink,
+    RedisSettings,
+    RedisSignalCache,
+    SignalMetrics,
+    connect,
+)
 from tests.deploy.conftest import DeployedRedis, example_secret, redis_manifests
 
 pytestmark = pytest.mark.redis
 
 AGENT = ("DaemonSet", "interference-agent", "agent")
+AUTHENTICATION = {"auth", "hello"}
+"""How redis-py logs in (``HELLO 3 AUTH …``); Redis runs them for any user, before the ACL."""
 
 
 def report(node: str, ts: float, pods: list[PodMetrics], score: float = 10.0) -> NodeReport:
@@ -114,7 +126,7 @@ def test_the_agent_user_may_run_exactly_the_commands_the_publisher_sends(
         publish_two_reports(publisher, "gpu-node-1")
     finally:
         publisher.close()
-    used = commands_called(admin) - {"auth"}
+    used = commands_called(admin) - AUTHENTICATION
     username, _ = deployed_redis.credentials(*AGENT)
     assert granted_commands(admin, username) == used
 
@@ -131,3 +143,73 @@ def granted_commands(admin: redis.Redis, username: str) -> set[str]:
     assert user["categories"] == ["-@all"], f"{username} must grant commands one by one"
     assert all(c.startswith("+") for c in user["commands"]), user["commands"]
     return {c[1:] for c in user["commands"]}
+
+
+SCHEDULER = ("Deployment", "interference-scheduler", "scheduler")
+
+
+def exercise_scheduler_store(server: DeployedRedis) -> tuple[RedisSignalCache, set[str]]:
+    """The scheduler's Redis adapters as deployed: bootstrap from the hashes, follow the
+    stream, write a decision record — logged in with the Deployment's credentials.
+
+    Returns the cache and the commands the adapters sent (the agent's publish in between,
+    which gives the stream something to follow, is left out)."""
+    admin = server.admin()
+    username, password = server.credentials(*SCHEDULER)
+    settings = RedisSettings(url=server.url, block_ms=200)
+    metrics = SignalMetrics(CollectorRegistry())
+    client = connect(settings, {"REDIS_USERNAME": username, "REDIS_PASSWORD": password})
+    cache = RedisSignalCache(client, settings, metrics, clock=lambda: 1002.0)
+    admin.config_resetstat()
+    cache.bootstrap()
+    used = commands_called(admin)
+    publisher = agent_publisher(server)
+    try:
+        assert publisher.publish(report("cpu-node-2", 1001.5, [], score=55.0))
+    finally:
+        publisher.close()
+    admin.config_resetstat()
+    cache.follow_once()
+    RedisDecisionSink(client, settings, metrics).write(
+        Decision("shop", "api-2", "scheduled", "cpu-node-2", "assigned", 1002.0)
+    )
+    return cache, (used | commands_called(admin)) - AUTHENTICATION
+
+
+def test_the_scheduler_user_reads_signals_and_writes_decisions(
+    deployed_redis: DeployedRedis,
+) -> None:
+    publisher = agent_publisher(deployed_redis)
+    try:
+        publish_two_reports(publisher, "gpu-node-1")
+    finally:
+        publisher.close()
+    cache, _ = exercise_scheduler_store(deployed_redis)
+    assert cache.healthy()
+    assert set(cache.snapshot()) == {"gpu-node-1", "cpu-node-2"}
+    admin = deployed_redis.admin()
+    assert admin.hget(keys.decision_key("shop", "api-2"), "node") == "cpu-node-2"
+    assert admin.acl_log() == []
+
+
+def test_the_scheduler_user_cannot_write_signals(deployed_redis: DeployedRedis) -> None:
+    username, password = deployed_redis.credentials(*SCHEDULER)
+    scheduler = redis.Redis(port=deployed_redis.port, username=username, password=password)
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        scheduler.hset(keys.node_key("gpu-node-1"), "score", "0")
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        scheduler.xadd(keys.STREAM, {"r": b"x"})
+
+
+def test_the_scheduler_user_may_run_exactly_the_commands_its_adapters_send(
+    deployed_redis: DeployedRedis,
+) -> None:
+    publisher = agent_publisher(deployed_redis)
+    try:
+        publish_two_reports(publisher, "gpu-node-1")
+    finally:
+        publisher.close()
+    """Both ways, and the adapters' own ACL_COMMANDS (quoted in their error messages) agree."""
+    _, used = exercise_scheduler_store(deployed_redis)
+    username, _ = deployed_redis.credentials(*SCHEDULER)
+    assert granted_commands(deployed_redis.admin(), username) == used == set(ACL_COMMANDS)

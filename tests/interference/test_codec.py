@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import asdict
 from typing import Any
 
@@ -152,12 +153,10 @@ def test_current_version_maps_with_random_fields_only_raise_payload_error(
     # Also corrupt one field inside a nested entry now and then.
     if data.draw(st.booleans()) and body.get("pods"):
         pods = body["pods"]
-        if isinstance(pods, list) and pods and isinstance(pods[0], dict):
+        if isinstance(pods, list) and pods and isinstance(pods[0], dict) and pods[0]:
             pods[0][data.draw(st.sampled_from(list(pods[0])))] = data.draw(_values)
-    try:
+    with contextlib.suppress(PayloadError):  # a valid report is fine too
         codec.decode_report(packed(body))
-    except PayloadError:
-        pass
 
 
 def test_node_hash_is_readable_and_round_trips() -> None:

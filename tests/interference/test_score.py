@@ -74,6 +74,8 @@ def test_default_weights_sum_to_one_so_each_term_reads_as_points() -> None:
         ({"psi_cpu_some": 1.0 / 3}, REFS, round(100 * 0.05 / 150, 2)),  # rounded to 2 places
     ],
 )
-def test_interference_score(signals: dict[str, float], refs: ScoreReferences, expected: float) -> None:
+def test_interference_score(
+    signals: dict[str, float], refs: ScoreReferences, expected: float
+) -> None:
     args: dict[str, Any] = {**QUIET, **signals}
     assert interference_score(**args, refs=refs) == pytest.approx(expected)

@@ -3,6 +3,7 @@ end-to-end kernel check), plus the Agent class's degraded mode in-process."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -107,8 +108,22 @@ def start_agent(tmp_path: Path) -> Iterator[Callable[..., AgentProcess]]:
 
 def stream_reports(server: RedisServer, node: str) -> list[NodeReport]:
     raw = redis.Redis(port=server.port, socket_timeout=2)
-    reports = [codec.decode_report(e[keys.STREAM_FIELD.encode()]) for _, e in raw.xrange(keys.STREAM)]
+    reports = [
+        codec.decode_report(e[keys.STREAM_FIELD.encode()]) for _, e in raw.xrange(keys.STREAM)
+    ]
     return [r for r in reports if r.node == node]
+
+
+def wait_for_reports(
+    server: RedisServer, node: str, count: int, timeout_s: float = 60.0
+) -> list[NodeReport]:
+    """The node's reports in the stream once there are at least ``count``."""
+
+    def enough() -> list[NodeReport] | None:
+        reports = stream_reports(server, node)
+        return reports if len(reports) >= count else None
+
+    return wait_for(f"{count} report(s) of {node} in the stream", enough, timeout_s)
 
 
 @pytest.mark.redis
@@ -121,10 +136,7 @@ def test_agent_publishes_readable_keys_that_expire_after_it_stops(
     agent = start_agent(
         "--redis-url", redis_server.url, "--interval", "1", "--cgroup-root", test_cgroup_root
     )
-    reports = wait_for(
-        "two reports in the stream", lambda: (r := stream_reports(redis_server, agent.node))
-        and len(r) >= 2 and r
-    )
+    reports = wait_for_reports(redis_server, agent.node, 2)
     r = redis_server.client()
 
     fields = r.hgetall(keys.node_key(agent.node))
@@ -142,7 +154,7 @@ def test_agent_publishes_readable_keys_that_expire_after_it_stops(
     latest = reports[-1]
     assert latest.v == SCHEMA_VERSION
     assert latest.interval_s == pytest.approx(1.0, rel=0.5)
-    assert 0 < latest.ts - reports[0].ts
+    assert latest.ts > reports[0].ts
     assert latest.histograms.keys() == {"runq_us", "reclaim_us"}
     assert r.hget(keys.gpu_key(agent.node), "count") == "0"  # no NVML on this host
 
@@ -174,7 +186,7 @@ def test_agent_survives_a_redis_restart_with_bounded_memory(
         "--log-level",
         "DEBUG",
     )
-    wait_for("two reports", lambda: len(stream_reports(redis_server, agent.node)) >= 2)
+    wait_for_reports(redis_server, agent.node, 2)
 
     redis_server.stop()
     wait_for("the agent to notice the outage", lambda: "unreachable" in agent.log(), 30)
@@ -192,11 +204,7 @@ def test_agent_survives_a_redis_restart_with_bounded_memory(
 
     redis_server.start()
     back_at = time.time()
-    first = wait_for(
-        "the first report after the restart",
-        lambda: (r := stream_reports(redis_server, agent.node)) and r[0],
-        timeout_s=30,
-    )
+    first = wait_for_reports(redis_server, agent.node, 1, timeout_s=30)[0]
     dropped_after_restart = [
         float(ts)
         for ts in re.findall(r"dropped the report of \S+ at ts=([\d.]+)", agent.log())
@@ -248,10 +256,7 @@ def test_busy_pod_shows_run_queue_wait_and_idle_sibling_none(
             "--pods-file",
             str(pods_file),
         )
-        reports = wait_for(
-            "three reports", lambda: (r := stream_reports(redis_server, agent.node))
-            and len(r) >= 3 and r
-        )
+        reports = wait_for_reports(redis_server, agent.node, 3)
         pod_hash = redis_server.client().hgetall(keys.pod_key("test", "busy"))
         assert agent.stop() == 0
 
@@ -309,6 +314,7 @@ def test_agent_class_runs_in_a_thread_and_stops_on_request(
     publisher = RedisPublisher(PublisherSettings(redis_url=redis_server.url, ttl_s=5))
     agent = Agent(settings, StaticPodDirectory(), publisher)
     agent.start()
+    assert agent.running_probes == ["psi", "cpu_throttle"]
     stop = threading.Event()
     thread = threading.Thread(target=agent.run, args=(stop,))
     thread.start()
@@ -319,10 +325,9 @@ def test_agent_class_runs_in_a_thread_and_stops_on_request(
         thread.join(timeout=10)
         agent.close()
     assert not thread.is_alive()
-    assert agent.running_probes == ["psi", "cpu_throttle"]
     reports = stream_reports(redis_server, "thread-node")
     assert len(reports) == publisher.published
-    assert all(b.ts > a.ts for a, b in zip(reports, reports[1:], strict=False))
+    assert all(b.ts > a.ts for a, b in itertools.pairwise(reports))
 
 
 @pytest.mark.bpf

@@ -275,7 +275,9 @@ def test_score_uses_the_given_references() -> None:
 
 
 @pytest.mark.parametrize(("interval_s", "ncpu"), [(0.0, 1), (-1.0, 1), (1.0, 0)])
-def test_aggregate_rejects_impossible_intervals_and_cpu_counts(interval_s: float, ncpu: int) -> None:
+def test_aggregate_rejects_impossible_intervals_and_cpu_counts(
+    interval_s: float, ncpu: int
+) -> None:
     with pytest.raises(ValueError):
         aggregate({}, Owners(), interval_s, ncpu)
 

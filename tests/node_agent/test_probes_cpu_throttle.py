@@ -19,7 +19,10 @@ from node_agent.probes.cgroup_files import CgroupCounters, Hierarchy
 from node_agent.probes.cpu_throttle import CpuThrottleProbe, read_v2_throttling
 from tests.node_agent.own_cgroups import cgroup_tree, process_in, unique_name
 
-V2_STAT = "usage_usec {u}\nuser_usec 1\nsystem_usec 1\nnr_periods 9\nnr_throttled {n}\nthrottled_usec {t}\n"
+V2_STAT = (
+    "usage_usec {u}\nuser_usec 1\nsystem_usec 1\n"
+    "nr_periods 9\nnr_throttled {n}\nthrottled_usec {t}\n"
+)
 
 
 def fake_v2(tmp_path: Path) -> Path:

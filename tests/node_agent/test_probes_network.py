@@ -101,7 +101,9 @@ def iproute2_drops_backlog(netns: str) -> tuple[int, int]:
 
     links = show("ip", "-n", netns, "-s", "-j", "link", "show")
     qdiscs = show("tc", "-n", netns, "-s", "-j", "qdisc", "show")
-    drops = sum(link["stats64"]["rx"]["dropped"] + link["stats64"]["tx"]["dropped"] for link in links)
+    drops = sum(
+        link["stats64"]["rx"]["dropped"] + link["stats64"]["tx"]["dropped"] for link in links
+    )
     drops += sum(int(q.get("drops", 0)) for q in qdiscs)
     return drops, sum(int(q.get("backlog", 0)) for q in qdiscs)
 

@@ -79,7 +79,9 @@ def test_each_flush_is_one_round_trip(
     sends: list[int] = []
     original = redis.connection.Connection.send_packed_command
 
-    def counting(self: redis.connection.Connection, command: Any, check_health: bool = True) -> None:
+    def counting(
+        self: redis.connection.Connection, command: Any, check_health: bool = True
+    ) -> None:
         sends.append(1)
         original(self, command, check_health)
 
@@ -122,7 +124,9 @@ def test_outage_drops_reports_logs_once_and_the_next_flush_after_restart_succeed
 
     redis_server.start()
     assert publisher.publish(replace(REPORT, ts=REPORT.ts + 6)) is True
-    assert any("is back" in r.getMessage() and "5 report(s)" in r.getMessage() for r in caplog.records)
+    assert any(
+        "is back" in r.getMessage() and "5 report(s)" in r.getMessage() for r in caplog.records
+    )
     updated_at = redis_server.client().hget(keys.node_key("gpu-node-1"), "updated_at")
     assert updated_at == "1700000006.5"
 
@@ -131,7 +135,9 @@ AGENT_ACL = "~intf:* -@all +hset +expire +zadd +sadd +srem +xadd +ping"
 
 
 def test_publishes_as_a_restricted_acl_user(redis_server: RedisServer) -> None:
-    redis_server.client().execute_command("ACL", "SETUSER", "agent", "on", ">s3cret", *AGENT_ACL.split())
+    redis_server.client().execute_command(
+        "ACL", "SETUSER", "agent", "on", ">s3cret", *AGENT_ACL.split()
+    )
     pub = RedisPublisher(
         PublisherSettings(redis_url=redis_server.url, username="agent", password="s3cret")
     )

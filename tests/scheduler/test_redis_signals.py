@@ -17,6 +17,7 @@ from interference.codec import encode_report, gpu_hash, node_hash
 from interference.decision import CandidateVerdict, Decision, parse_decision_hash
 from interference.signals import GpuDevice, NodeMetrics, NodeReport
 from scheduler.adapters.redis_signals import (
+    ACL_COMMANDS,
     RedisDecisionSink,
     RedisSettings,
     RedisSignalCache,
@@ -192,6 +193,7 @@ def test_redis_down_goes_blind_with_a_metric_and_one_log_then_recovers(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="scheduler.adapters.redis_signals")
+    wait_until(running.healthy)
     publish_stream(raw, report("a", time.time(), score=33))
     wait_until(lambda: "a" in running.snapshot())
     redis_server.stop()
@@ -212,7 +214,9 @@ def test_redis_down_goes_blind_with_a_metric_and_one_log_then_recovers(
 
 
 def test_unreachable_at_start_is_unhealthy_not_fatal(registry: CollectorRegistry) -> None:
-    settings = RedisSettings(url=f"redis://127.0.0.1:{free_port()}/0", retry_initial_s=0.05, retry_max_s=0.1, socket_timeout_s=1)
+    settings = dataclasses.replace(
+        SETTINGS, url=f"redis://127.0.0.1:{free_port()}/0", socket_timeout_s=1
+    )
     cache = RedisSignalCache(connect(settings), settings, SignalMetrics(registry))
     stop = threading.Event()
     thread = threading.Thread(target=cache.run, args=(stop,), daemon=True)
@@ -240,31 +244,52 @@ def decision() -> Decision:
 def test_decision_sink_writes_the_record_with_a_ttl(raw: redis.Redis, redis_server: RedisServer) -> None:
     settings = _settings(redis_server)
     sink = RedisDecisionSink(connect(settings), settings, SignalMetrics(CollectorRegistry()))
-    raw.hset(keys.decision_key("ml", "train-0"), mapping={"leftover": "1"})
-    sink.write(decision())
+    earlier = dataclasses.replace(
+        decision(), result="unschedulable", node="", message="0/1 nodes are available", dry_run=True
+    )
+    sink.write(earlier)
+    sink.write(decision())  # the newer decision replaces the whole record
     key = keys.decision_key("ml", "train-0")
-    stored = raw.hgetall(key)
-    assert parse_decision_hash(stored) == decision()
-    assert b"leftover" not in stored
+    assert parse_decision_hash(raw.hgetall(key)) == decision()
     assert 0 < raw.ttl(key) <= keys.DECISION_TTL_S
 
 
 def test_decision_sink_never_raises(registry: CollectorRegistry) -> None:
-    settings = RedisSettings(url=f"redis://127.0.0.1:{free_port()}/0", socket_timeout_s=1)
+    settings = dataclasses.replace(
+        SETTINGS, url=f"redis://127.0.0.1:{free_port()}/0", socket_timeout_s=1
+    )
     sink = RedisDecisionSink(connect(settings), settings, SignalMetrics(registry))
     sink.write(decision())
     sink.write(decision())
     assert registry.get_sample_value("interference_scheduler_decision_write_errors_total") == 2
 
 
-def test_credentials_come_from_the_environment(raw: redis.Redis, redis_server: RedisServer) -> None:
-    raw.execute_command("ACL", "SETUSER", "scheduler", "on", ">s3cret", "~intf:*", "+@all")
+def test_works_as_the_scheduler_acl_user_from_the_environment(raw: redis.Redis, redis_server: RedisServer) -> None:
+    # The scheduler's ACL user as deploy/ defines it: read intf:*, write decisions only,
+    # and no command beyond ACL_COMMANDS.
+    rules = ["resetkeys", "%R~intf:*", "~intf:decision:*", "resetchannels", "-@all"]
+    raw.execute_command(
+        "ACL", "SETUSER", "scheduler", "on", ">s3cret", *rules, *(f"+{c}" for c in ACL_COMMANDS)
+    )
+    now = time.time()
+    publish_hash(raw, report("a", now - 1))
+    raw.hset(keys.gpu_key("a"), mapping=gpu_hash([GPU]))
     settings = _settings(redis_server)
-    client = connect(settings, env={"REDIS_USERNAME": "scheduler", "REDIS_PASSWORD": "s3cret"})
-    assert client.acl_whoami() == b"scheduler"
+    env = {"REDIS_USERNAME": "scheduler", "REDIS_PASSWORD": "s3cret"}
+    registry = CollectorRegistry()
+    metrics = SignalMetrics(registry)
+    cache = RedisSignalCache(connect(settings, env=env), settings, metrics)
+    cache.bootstrap()
+    publish_stream(raw, report("a", now, score=64))
+    assert cache.follow_once() == 1
+    assert cache.snapshot()["a"].metrics.score == 64
+    RedisDecisionSink(connect(settings, env=env), settings, metrics).write(decision())
+    assert registry.get_sample_value("interference_scheduler_decision_write_errors_total") == 0
+    assert raw.exists(keys.decision_key("ml", "train-0"))
+
     wrong = connect(settings, env={"REDIS_USERNAME": "scheduler", "REDIS_PASSWORD": "nope"})
     with pytest.raises(redis.AuthenticationError):
-        wrong.ping()
+        wrong.hgetall(keys.node_key("a"))
 
 
 def _calls(raw: redis.Redis, command: str) -> int:

@@ -1,0 +1,383 @@
+"""``interference simulate``: what would each policy have done on a recorded trace?
+
+The trace's NodeReports are replayed in time order together with a pod arrival list;
+every arrival is placed by the real :class:`scheduler.engine.Engine` over a real
+:class:`scheduler.table.NodeTable` (no copy of any filter or score), with the signals
+of the latest report of each node at that moment. Per policy it reports:
+
+``violations``
+    placements whose node exceeded the pod's interference tolerance during the windows
+    that followed: of the node's reports in ``(t, t + horizon_s]`` after placement at
+    ``t``, at least ``violation_fraction`` failed the pod's tolerance, judged by the
+    scheduler's own tolerance filter (:func:`scheduler.filters.interference.interference_filter`)
+    on that report with default engine settings — the same judge for every policy.
+``nodes_used``
+    distinct nodes that received at least one of the simulated pods.
+``gpu_fragmentation``
+    after the last arrival, the share of free GPUs that sit on partly used GPU nodes:
+    ``Σ free GPUs on nodes with 0 < used < allocatable / Σ free GPUs`` (0 with none free).
+``decisions_per_s``
+    engine decisions per second of time spent in the engine.
+
+The trace's measurements already contain whatever ran on the nodes when it was recorded,
+not the simulated pods' own load; the engine's recent-load term stands in for that.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import heapq
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+from rich.table import Table
+from scheduler.config import load_config
+
+from interference.signals import NodeReport
+from interference_cli.store import CliError
+from interference_cli.trace import load_trace
+from scheduler.adapters.memory import node_object, pod_object
+from scheduler.engine import Engine
+from scheduler.filters.interference import interference_filter
+from scheduler.model import ObjectError, PodInfo, parse_node, parse_pod
+from scheduler.ports import NodeSignals
+from scheduler.settings import EngineSettings
+from scheduler.table import NodeTable
+
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """One pod arriving ``at_s`` seconds after the trace's first report."""
+
+    at_s: float
+    obj: dict[str, Any]
+    """The pod as the API server would return it."""
+    duration_s: float | None
+    """Seconds until it leaves (frees its resources); None stays to the end."""
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """The ``--pods`` file: node sizes, arrivals and how violations are judged."""
+
+    node_allocatable: Mapping[str, Mapping[str, str]]
+    """Per node name (``default`` for the rest) the allocatable resources."""
+    arrivals: list[Arrival]
+    horizon_s: float = 10.0
+    """Seconds after a placement whose reports are judged against the pod's tolerance."""
+    violation_fraction: float = 0.5
+    """Share of those reports that must exceed the tolerance to count a violation."""
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """A scheduler config file as the simulator runs it."""
+
+    name: str
+    settings: EngineSettings
+    interference_blind: bool
+    """Schedule as the loop does without signals: tolerance filters off."""
+
+
+@dataclass
+class PolicyResult:
+    """What one policy did on the trace."""
+
+    policy: str
+    placed: int = 0
+    unschedulable: int = 0
+    violations: int = 0
+    with_tolerance: int = 0
+    """Placed pods that declare a tolerance (the ones that can violate it)."""
+    nodes_used: int = 0
+    gpu_fragmentation: float = 0.0
+    decisions_per_s: float = 0.0
+    placements: list[tuple[float, str, str]] = field(default_factory=list)
+    """``(t_s, pod, node)`` of every placement."""
+
+    def as_json(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["placements"] = [list(p) for p in self.placements]
+        return out
+
+
+def load_workload(path: str | Path) -> Workload:
+    """Read a ``--pods`` file; :class:`CliError` naming what is wrong.
+
+    Format::
+
+        nodes:                       # allocatable per trace node; `default` for the rest
+          default: {cpu: "4", memory: 16Gi, pods: "110"}
+        evaluation: {horizon_s: 10, violation_fraction: 0.5}
+        arrivals:
+          - {at_s: 2, count: 10, every_s: 1, name: web, cpu: 250m, memory: 256Mi,
+             gpus: 0, duration_s: 60, annotations: {interference.io/max-runq-p99-us: "1000"}}
+    """
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise CliError(f"cannot read pod arrival file {path}: {exc}") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("arrivals"), list):
+        raise CliError(f"pod arrival file {path} needs an `arrivals:` list")
+    try:
+        nodes = {
+            str(name): {str(k): str(v) for k, v in resources.items()}
+            for name, resources in (data.get("nodes") or {}).items()
+        }
+        evaluation = data.get("evaluation") or {}
+        arrivals = [a for i, entry in enumerate(data["arrivals"]) for a in _expand(i, entry)]
+        workload = Workload(
+            nodes,
+            sorted(arrivals, key=lambda a: a.at_s),
+            horizon_s=float(evaluation.get("horizon_s", 10.0)),
+            violation_fraction=float(evaluation.get("violation_fraction", 0.5)),
+        )
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise CliError(f"pod arrival file {path} is malformed: {exc!r}") from exc
+    if not workload.arrivals:
+        raise CliError(f"pod arrival file {path} has no arrivals")
+    if not 0 < workload.violation_fraction <= 1 or workload.horizon_s <= 0:
+        raise CliError(
+            f"pod arrival file {path}: evaluation needs horizon_s > 0 and "
+            "0 < violation_fraction ≤ 1"
+        )
+    return workload
+
+
+def _expand(index: int, entry: Mapping[str, Any]) -> list[Arrival]:
+    count = int(entry.get("count", 1))
+    every_s = float(entry.get("every_s", 0.0))
+    name = str(entry.get("name", f"pod{index}"))
+    duration = entry.get("duration_s")
+    return [
+        Arrival(
+            at_s=float(entry["at_s"]) + k * every_s,
+            obj=pod_object(
+                f"{name}-{k}" if count > 1 else name,
+                namespace=str(entry.get("namespace", "default")),
+                cpu=str(entry.get("cpu", "100m")),
+                memory=str(entry.get("memory", "128Mi")),
+                gpus=int(entry.get("gpus", 0)),
+                annotations={str(a): str(v) for a, v in (entry.get("annotations") or {}).items()},
+            ),
+            duration_s=None if duration is None else float(duration),
+        )
+        for k in range(count)
+    ]
+
+
+def load_policy(path: str | Path) -> Policy:
+    """A scheduler config file; :class:`CliError` when it does not load."""
+    try:
+        config = load_config(path)
+    except (OSError, ValueError) as exc:
+        raise CliError(f"policy {path}: {exc}") from exc
+    settings = config.engine
+    return Policy(Path(path).stem, settings, interference_blind=is_interference_blind(settings))
+
+
+def is_interference_blind(settings: EngineSettings) -> bool:
+    """A policy that gives interference no weight ignores it entirely, as the loop does
+    when it has no signals (tolerance filters off too)."""
+    return settings.weights.interference == 0
+
+
+def simulate(reports: Sequence[NodeReport], workload: Workload, policy: Policy) -> PolicyResult:
+    """Replay ``reports`` and ``workload`` through the engine under ``policy``."""
+    if not reports:
+        raise CliError("the trace holds no reports")
+    ordered = sorted(reports, key=lambda r: r.ts)
+    t0 = ordered[0].ts
+    nodes = sorted({r.node for r in ordered})
+    table = NodeTable(len(nodes))
+    for name in nodes:
+        table.upsert_node(parse_node(_node(name, workload.node_allocatable)))
+    engine = Engine(policy.settings, seed=0)
+    result = PolicyResult(policy.name)
+    latest: dict[str, NodeSignals] = {}
+    departures: list[tuple[float, int, PodInfo]] = []
+    engine_s = 0.0
+    report_index = 0
+    used: set[str] = set()
+    placed: list[tuple[float, PodInfo, str]] = []
+    for arrival in workload.arrivals:
+        now = t0 + arrival.at_s
+        while report_index < len(ordered) and ordered[report_index].ts <= now:
+            report = ordered[report_index]
+            latest[report.node] = _signals(report)
+            report_index += 1
+        while departures and departures[0][0] <= now:
+            table.remove_pod(heapq.heappop(departures)[2])
+        try:
+            pod = parse_pod(arrival.obj)
+        except ObjectError as exc:
+            raise CliError(f"pod {arrival.obj['metadata']['name']}: {exc}") from exc
+        table.set_signals(dict(latest))
+        started = time.perf_counter()
+        decision = engine.schedule(pod, table, now, relax_interference=policy.interference_blind)
+        engine_s += time.perf_counter() - started
+        if decision.node is None:
+            result.unschedulable += 1
+            continue
+        table.add_pod(pod, decision.node, now)
+        used.add(decision.node)
+        placed.append((now, pod, decision.node))
+        result.placements.append((round(arrival.at_s, 3), pod.key, decision.node))
+        if arrival.duration_s is not None:
+            heapq.heappush(departures, (now + arrival.duration_s, len(placed), pod))
+    result.placed = len(placed)
+    result.nodes_used = len(used)
+    result.gpu_fragmentation = gpu_fragmentation(table)
+    decisions = result.placed + result.unschedulable
+    result.decisions_per_s = decisions / engine_s if engine_s > 0 else 0.0
+    judge = _ToleranceJudge(ordered, workload)
+    for now, pod, node in placed:
+        if pod.tolerance is None:
+            continue
+        result.with_tolerance += 1
+        if judge.violated(pod, node, now):
+            result.violations += 1
+    return result
+
+
+class _ToleranceJudge:
+    """Decides with the scheduler's own tolerance filter whether a placement violated it."""
+
+    def __init__(self, reports: Sequence[NodeReport], workload: Workload) -> None:
+        self._by_node: dict[str, list[NodeReport]] = {}
+        for report in reports:
+            self._by_node.setdefault(report.node, []).append(report)
+        self._workload = workload
+        self._settings = EngineSettings()
+        self._tables: dict[str, NodeTable] = {}
+
+    def violated(self, pod: PodInfo, node: str, placed_at: float) -> bool:
+        end = placed_at + self._workload.horizon_s
+        windows = [r for r in self._by_node.get(node, []) if placed_at < r.ts <= end]
+        if not windows:
+            return False
+        table = self._table(node)
+        exceeded = 0
+        for report in windows:
+            table.set_signals({node: _signals(report)})
+            if not interference_filter(table, pod, self._settings, report.ts).passed[0]:
+                exceeded += 1
+        return exceeded >= self._workload.violation_fraction * len(windows)
+
+    def _table(self, node: str) -> NodeTable:
+        if node not in self._tables:
+            table = NodeTable(1)
+            table.upsert_node(parse_node(_node(node, self._workload.node_allocatable)))
+            self._tables[node] = table
+        return self._tables[node]
+
+
+def gpu_fragmentation(table: NodeTable) -> float:
+    """Share of free GPUs on partly used nodes (see the module docstring)."""
+    row = table.resource_row(GPU_RESOURCE)
+    if row is None:
+        return 0.0
+    alloc = table.alloc[row]
+    used = table.requested[row]
+    free = alloc - used
+    total_free = int(free[free > 0].sum())
+    if total_free == 0:
+        return 0.0
+    partly = (used > 0) & (used < alloc)
+    return float(free[partly].sum()) / total_free
+
+
+def _node(name: str, allocatable: Mapping[str, Mapping[str, str]]) -> dict[str, Any]:
+    resources = dict(allocatable.get(name) or allocatable.get("default") or {})
+    gpus = int(resources.pop(GPU_RESOURCE, "0"))
+    return node_object(
+        name,
+        cpu=resources.pop("cpu", "8"),
+        memory=resources.pop("memory", "32Gi"),
+        pods=resources.pop("pods", "110"),
+        gpus=gpus,
+        extra_allocatable=resources,
+    )
+
+
+def _signals(report: NodeReport) -> NodeSignals:
+    return NodeSignals(metrics=report.metrics, updated_at=report.ts, gpus=tuple(report.gpus))
+
+
+# ---- command -----------------------------------------------------------------------------
+
+
+def run_simulate_command(args: argparse.Namespace, console: Console) -> int:
+    """``interference simulate``: print (or JSON-dump, or plot) the side-by-side result."""
+    reports = load_trace(args.trace)
+    workload = load_workload(args.pods)
+    policies = [load_policy(p) for p in args.policy]
+    results = [simulate(reports, workload, p) for p in policies]
+    if args.json:
+        print(
+            json.dumps({"trace_reports": len(reports), "policies": [r.as_json() for r in results]})
+        )
+    else:
+        console.print(result_table(results, len(reports), len(workload.arrivals)))
+    if args.plot:
+        plot(results, args.plot)
+        if not args.json:
+            console.print(f"plot written to {args.plot}")
+    return 0
+
+
+def result_table(results: Sequence[PolicyResult], reports: int, arrivals: int) -> Table:
+    """Policies side by side."""
+    table = Table(title=f"{arrivals} pod arrivals replayed over {reports} node reports")
+    table.add_column("")
+    for result in results:
+        table.add_column(result.policy, justify="right")
+    rows: list[tuple[str, list[str]]] = [
+        ("placed", [str(r.placed) for r in results]),
+        ("unschedulable", [str(r.unschedulable) for r in results]),
+        (
+            "tolerance-violating placements",
+            [f"{r.violations} / {r.with_tolerance}" for r in results],
+        ),
+        ("nodes used", [str(r.nodes_used) for r in results]),
+        ("GPU fragmentation", [f"{100 * r.gpu_fragmentation:.0f} %" for r in results]),
+        ("decisions/s", [f"{r.decisions_per_s:,.0f}" for r in results]),
+    ]
+    for label, values in rows:
+        table.add_row(label, *values)
+    return table
+
+
+def plot(results: Sequence[PolicyResult], path: str) -> None:
+    """Bar charts of violations and nodes used per policy (matplotlib, loaded lazily)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise CliError(
+            "--plot needs matplotlib: pip install 'interference-scheduler[plot]'"
+        ) from exc
+    names = [r.policy for r in results]
+    figure, (left, right) = plt.subplots(1, 2, figsize=(9, 3.5))
+    left.bar(names, [r.violations for r in results], color="tab:red")
+    left.set_title("tolerance-violating placements")
+    right.bar(names, [r.nodes_used for r in results], color="tab:blue")
+    right.set_title("nodes used")
+    figure.tight_layout()
+    try:
+        figure.savefig(path)
+    except OSError as exc:
+        raise CliError(f"cannot write plot {path}: {exc}") from exc
+    finally:
+        plt.close(figure)

@@ -1,0 +1,278 @@
+"""The scheduler's YAML configuration (a ConfigMap): loading, validation and reload.
+
+The file mirrors :class:`SchedulerConfig`; every section is optional and every key has
+a default (see each settings dataclass for its meaning)::
+
+    engine:            # scheduler.settings.EngineSettings
+      weights: {interference: 2, balance: 1, gpu_packing: 1}
+      stale_policy: neutral          # neutral | avoid | reject
+    loop:              # scheduler.loop.LoopSettings
+      scheduler_name: interference-scheduler
+      dry_run: false
+      ignore_namespaces: [kube-system]
+    redis:             # scheduler.adapters.redis_signals.RedisSettings
+      url: redis://redis.interference:6379/0
+    kubernetes:        # scheduler.adapters.kubernetes.KubernetesSettings
+      kubeconfig: ""
+    leader_election:   # scheduler.leader.LeaderElectionSettings
+      lease_duration_s: 15
+    http:              # scheduler.http.HttpSettings
+      port: 10251
+    reload_interval_s: 5
+
+Validation collects every problem, each naming the field and the fix
+(``engine.weights.gpu_packing: must be a number, got 'high'``); unknown keys are
+rejected with a did-you-mean. Types are strict: a quoted number is a string, not a
+number, so a typo cannot silently become a default.
+
+Reload: :class:`ConfigWatcher` polls the file (mtime, size and inode, so a ConfigMap's
+symlink swap counts) and hands a new valid config to a callback; a bad file is logged
+and the running config stays. Only ``engine`` and ``loop`` apply live; changes to the
+other sections are logged as needing a restart.
+
+Simulator policies (``interference simulate --policy A.yaml``) are files of this format.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import logging
+import os
+import threading
+import types
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args, get_origin
+
+import yaml
+
+from scheduler.adapters.kubernetes import KubernetesSettings
+from scheduler.adapters.redis_signals import RedisSettings
+from scheduler.http import HttpSettings
+from scheduler.leader import LeaderElectionSettings
+from scheduler.loop import LoopSettings
+from scheduler.settings import EngineSettings
+
+log = logging.getLogger(__name__)
+
+LIVE_SECTIONS = ("engine", "loop")
+"""Sections a reload applies without a restart."""
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; ``problems`` holds one line per field."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__(f"{source}: invalid configuration:\n  " + "\n  ".join(problems))
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    """Everything the scheduler process is configured with."""
+
+    engine: EngineSettings = field(default_factory=EngineSettings)
+    loop: LoopSettings = field(default_factory=LoopSettings)
+    redis: RedisSettings = field(default_factory=RedisSettings)
+    kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
+    leader_election: LeaderElectionSettings = field(default_factory=LeaderElectionSettings)
+    http: HttpSettings = field(default_factory=HttpSettings)
+    reload_interval_s: float = 5.0
+    """How often the config file is checked for changes."""
+
+    def __post_init__(self) -> None:
+        if not self.reload_interval_s > 0:
+            raise ValueError(f"reload_interval_s: {self.reload_interval_s!r} must be a number > 0")
+
+
+def parse_config(mapping: Mapping[str, Any] | None, source: str = "config") -> SchedulerConfig:
+    """A validated :class:`SchedulerConfig` from a parsed YAML mapping (None: defaults)."""
+    problems: list[str] = []
+    config = _build(SchedulerConfig, {} if mapping is None else mapping, "", problems)
+    if problems or not isinstance(config, SchedulerConfig):
+        raise ConfigError(source, problems)
+    return config
+
+
+def load_config(path: str) -> SchedulerConfig:
+    """Read and validate a config file; :class:`ConfigError` says what to fix."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            document = yaml.safe_load(handle)
+    except OSError as exc:
+        raise ConfigError(path, [f"cannot read the file: {exc.strerror or exc}"]) from exc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(path, [f"not valid YAML{where}: {problem}"]) from exc
+    if document is not None and not isinstance(document, dict):
+        raise ConfigError(path, [f"top level must be a mapping of sections, got {_kind(document)}"])
+    return parse_config(document, path)
+
+
+def _build(cls: type[Any], data: Any, path: str, problems: list[str]) -> Any:
+    """Instantiate dataclass ``cls`` from ``data``, appending problems instead of raising."""
+    where = path.rstrip(".") or "top level"
+    if not isinstance(data, Mapping):
+        problems.append(f"{where}: must be a mapping, got {_kind(data)}")
+        return None
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs: dict[str, Any] = {}
+    ok = True
+    for key, value in data.items():
+        if key not in names:
+            ok = False
+            problems.append(_unknown_key(f"{path}{key}", str(key), names))
+            continue
+        converted = _convert(hints[key], value, f"{path}{key}", problems)
+        if converted is _INVALID:
+            ok = False
+        else:
+            kwargs[key] = converted
+    if not ok:
+        return None
+    try:
+        return cls(**kwargs)
+    except ValueError as exc:  # the dataclass's own range checks name the field
+        problems.append(f"{path}{exc}")
+        return None
+
+
+_INVALID = object()
+
+
+def _convert(hint: Any, value: Any, path: str, problems: list[str]) -> Any:
+    origin = get_origin(hint)
+    if dataclasses.is_dataclass(hint):
+        built = _build(hint, value, f"{path}.", problems)  # type: ignore[arg-type]
+        return _INVALID if built is None else built
+    if origin is Literal:
+        choices = get_args(hint)
+        if value in choices:
+            return value
+        problems.append(f"{path}: must be one of {', '.join(map(str, choices))}, got {value!r}")
+        return _INVALID
+    if origin is tuple:
+        if value is None:
+            return ()
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            problems.append(f"{path}: must be a list of names, e.g. [kube-system], got {value!r}")
+            return _INVALID
+        return tuple(value)
+    if origin in (types.UnionType, typing.Union):
+        inner = [a for a in get_args(hint) if a is not type(None)]
+        if value is None:
+            return None
+        return _convert(inner[0], value, path, problems)
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        problems.append(f"{path}: must be true or false, got {value!r}")
+        return _INVALID
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        problems.append(f"{path}: must be a whole number, got {value!r}")
+        return _INVALID
+    if hint is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        problems.append(f"{path}: must be a number, got {value!r}")
+        return _INVALID
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        problems.append(f"{path}: must be a string (quote it), got {value!r}")
+        return _INVALID
+    raise TypeError(f"{path}: the config loader does not handle type {hint!r}")
+
+
+def _unknown_key(path: str, key: str, names: list[str]) -> str:
+    close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(names)}"
+    return f"{path}: unknown key; {hint}"
+
+
+def _kind(value: Any) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string"}.get(type(value), repr(value))
+
+
+def with_overrides(config: SchedulerConfig, **sections: Any) -> SchedulerConfig:
+    """``config`` with fields of some sections replaced, e.g.
+    ``with_overrides(c, loop={"dry_run": True})``; validated like the file."""
+    problems: list[str] = []
+    replaced: dict[str, Any] = {}
+    for name, changes in sections.items():
+        current = getattr(config, name)
+        merged = {f.name: getattr(current, f.name) for f in dataclasses.fields(current)}
+        merged.update(changes)
+        try:
+            replaced[name] = type(current)(**merged)
+        except ValueError as exc:
+            problems.append(f"{name}.{exc}")
+    if problems:
+        raise ConfigError("command line/environment", problems)
+    return dataclasses.replace(config, **replaced)
+
+
+class ConfigWatcher:
+    """Polls a config file and calls ``on_change`` with each new valid config."""
+
+    def __init__(
+        self,
+        path: str,
+        current: SchedulerConfig,
+        on_change: Callable[[SchedulerConfig], None],
+        transform: Callable[[SchedulerConfig], SchedulerConfig] = lambda c: c,
+    ) -> None:
+        self.path = path
+        self.current = current
+        self.error = ""
+        """Why the file on disk is invalid right now (empty while it is valid)."""
+        self.reloads = 0
+        self._on_change = on_change
+        self._transform = transform
+        self._signature = self._stat()
+
+    def _stat(self) -> tuple[float, int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return (st.st_mtime, st.st_size, st.st_ino)
+
+    def check(self) -> bool:
+        """Reload if the file changed; True when a new config was applied."""
+        signature = self._stat()
+        if signature == self._signature:
+            return False
+        self._signature = signature
+        try:
+            new = self._transform(load_config(self.path))
+        except ConfigError as exc:
+            self.error = "; ".join(exc.problems)
+            log.error("%s; keeping the running configuration", exc)
+            return False
+        self.error = ""
+        if new == self.current:
+            return False
+        for name in dataclasses.fields(SchedulerConfig):
+            section = name.name
+            if section not in LIVE_SECTIONS and getattr(new, section) != getattr(self.current, section):
+                log.warning("config: changes to %r take effect after a restart", section)
+        self.current = new
+        self.reloads += 1
+        self._on_change(new)
+        log.info("configuration reloaded from %s", self.path)
+        return True
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.wait(self.current.reload_interval_s):
+            try:
+                self.check()
+            except Exception:  # a callback bug must not end reloading
+                log.exception("applying the reloaded configuration failed")

@@ -1,0 +1,315 @@
+"""Acceptance 2: the rendered RBAC is exactly what the code uses.
+
+The real adapters — the scheduler's ``KubernetesCluster`` and ``LeaderElector``, the agent's
+``KubernetesPodDirectory`` — run every API call they make with the real ``kubernetes``
+client against the HTTP API emulator (tests/scheduler/k8s_emulator.py, on kmock). Each
+recorded request becomes a permission (API group, resource[/subresource], verb, namespace),
+which is compared both ways with the ClusterRoles and Roles bound to the workload's
+ServiceAccount in every rendered kustomization: nothing missing, nothing extra, no wildcards.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import pytest
+from kubernetes import client
+
+from node_agent.pods import KubernetesPodDirectory, PodWatchSettings
+from scheduler.adapters.kubernetes import REQUIRED_PERMISSIONS, KubernetesCluster
+from scheduler.leader import LEASE_PERMISSIONS, LeaderElectionSettings, LeaderElector
+from scheduler.ports import BindConflict, EventType, K8sObject, ObjectKind, PodRef
+from tests.deploy.manifests import Obj, container, find, kustomizations, render
+from tests.scheduler.k8s_emulator import EmulatorThread, node, pod, running_emulator
+
+ALL_NAMESPACES = "*"
+
+
+@dataclass(frozen=True, order=True)
+class Permission:
+    """One RBAC verb on one resource, in one namespace or (``*``) cluster-wide."""
+
+    group: str
+    resource: str
+    verb: str
+    namespace: str
+
+    def covers(self, used: Permission) -> bool:
+        same = (self.group, self.resource, self.verb) == (used.group, used.resource, used.verb)
+        return same and self.namespace in (ALL_NAMESPACES, used.namespace)
+
+
+def permission_of(method: str, path: str, query: dict[str, str]) -> Permission:
+    """The permission the API server checks for one request (its authorizer's view)."""
+    parts = path.strip("/").split("/")
+    if parts[0] == "api":
+        group, rest = "", parts[2:]
+    elif parts[0] == "apis":
+        group, rest = parts[1], parts[3:]
+    else:
+        raise AssertionError(f"non-resource request {method} {path}: RBAC needs nonResourceURLs")
+    namespace = ALL_NAMESPACES
+    if rest[0] == "namespaces" and len(rest) >= 3:
+        namespace, rest = rest[1], rest[2:]
+    resource = rest[0] + (f"/{rest[2]}" if len(rest) == 3 else "")
+    named = len(rest) >= 2
+    watching = query.get("watch") in ("true", "1")
+    verb = {
+        "GET": "watch" if watching else ("get" if named else "list"),
+        "POST": "create",
+        "PUT": "update",
+        "PATCH": "patch",
+        "DELETE": "delete" if named else "deletecollection",
+    }[method]
+    return Permission(group, resource, verb, namespace)
+
+
+def used_permissions(emulator: EmulatorThread) -> set[Permission]:
+    return {permission_of(method, path, query) for method, path, query, _ in emulator.requests()}
+
+
+def granted_permissions(objects: tuple[Obj, ...], workload_kind: str, name: str) -> set[Permission]:
+    """What the rendered RBAC grants the ServiceAccount of a rendered workload."""
+    workload = find(objects, workload_kind, name)
+    account = workload["spec"]["template"]["spec"]["serviceAccountName"]
+    namespace = workload["metadata"]["namespace"]
+    granted: set[Permission] = set()
+    for binding in objects:
+        if binding["kind"] not in ("ClusterRoleBinding", "RoleBinding"):
+            continue
+        subjects = binding.get("subjects", [])
+        if not any(
+            s["kind"] == "ServiceAccount"
+            and s["name"] == account
+            and s.get("namespace") == namespace
+            for s in subjects
+        ):
+            continue
+        role = find(objects, binding["roleRef"]["kind"], binding["roleRef"]["name"])
+        scope = (
+            ALL_NAMESPACES
+            if binding["kind"] == "ClusterRoleBinding"
+            else binding["metadata"]["namespace"]
+        )
+        for rule in role["rules"]:
+            for value in (*rule["apiGroups"], *rule["resources"], *rule["verbs"]):
+                assert "*" not in value, f"wildcard {value!r} in {role['metadata']['name']}"
+            assert "resourceNames" not in rule and "nonResourceURLs" not in rule
+            granted |= {
+                Permission(group, resource, verb, scope)
+                for group in rule["apiGroups"]
+                for resource in rule["resources"]
+                for verb in rule["verbs"]
+            }
+    return granted
+
+
+def compare(used: set[Permission], granted: set[Permission]) -> tuple[list[str], list[str]]:
+    missing = sorted(str(u) for u in used if not any(g.covers(u) for g in granted))
+    extra = sorted(str(g) for g in granted if not any(g.covers(u) for u in used))
+    return missing, extra
+
+
+# --- driving the real adapters ------------------------------------------------------
+
+
+class Handler:
+    """A ClusterHandler that just counts what the informers deliver."""
+
+    def __init__(self) -> None:
+        self.applied: list[tuple[ObjectKind, EventType, str]] = []
+
+    def replace(self, kind: ObjectKind, objects: list[K8sObject]) -> None:
+        pass
+
+    def apply(self, kind: ObjectKind, event: EventType, obj: K8sObject) -> None:
+        self.applied.append((kind, event, obj["metadata"]["name"]))
+
+
+def api_client(url: str) -> client.ApiClient:
+    configuration = client.Configuration()
+    configuration.host = url
+    return client.ApiClient(configuration)
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def emulator() -> Iterator[EmulatorThread]:
+    with running_emulator() as server:
+        yield server
+
+
+def exercise_scheduler(emulator: EmulatorThread, lease_namespace: str) -> None:
+    """Every call of KubernetesCluster and the elector: informers (list + watch) of nodes
+    and pods, bind (also a conflicting one), an Event, the PodScheduled condition, and a
+    Lease acquired, renewed and released."""
+    emulator.put("nodes", node("gpu-node-1"))
+    emulator.put("pods", pod("pending-a", namespace="shop"))
+    emulator.put("pods", pod("pending-b", namespace="shop"))
+    api = api_client(emulator.url)
+    cluster = KubernetesCluster(api)
+    handler, stop = Handler(), threading.Event()
+    informers = threading.Thread(target=cluster.run_informers, args=(handler, stop), daemon=True)
+    leading = threading.Event()
+    elector = LeaderElector(
+        api,
+        LeaderElectionSettings(
+            namespace=lease_namespace, lease_duration_s=4, renew_deadline_s=3, retry_period_s=1
+        ),
+        leading,
+        identity="scheduler-0",
+    )
+    election = threading.Thread(target=elector.run, args=(stop,), daemon=True)
+    informers.start()
+    election.start()
+    try:
+        wait_until(cluster.synced, "the informers to sync")
+        emulator.put("pods", pod("pending-c", namespace="shop"))
+        wait_until(lambda: ("Pod", "ADDED", "pending-c") in handler.applied, "a watch event")
+        cluster.bind(PodRef("shop", "pending-a"), "gpu-node-1")
+        with pytest.raises(BindConflict):
+            cluster.bind(PodRef("shop", "pending-a"), "gpu-node-1")
+        cluster.record_event(PodRef("shop", "pending-b"), "Warning", "FailedScheduling", "0/1")
+        cluster.set_unschedulable(PodRef("shop", "pending-b"), "0/1 nodes are available")
+        wait_until(lambda: elector.renewals >= 3 and leading.is_set(), "a renewed lease")
+    finally:
+        stop.set()
+        informers.join(30)
+        election.join(30)
+    assert not leading.is_set()
+    lease = emulator.get("leases", lease_namespace, "interference-scheduler")
+    assert lease is not None and not lease["spec"].get("holderIdentity"), "lease not released"
+
+
+def exercise_agent(emulator: EmulatorThread, node_name: str) -> None:
+    """The agent's pod directory: list then watch the pods on its node."""
+    emulator.put("pods", pod("api-0", namespace="shop", node=node_name, phase="Running"))
+    directory = KubernetesPodDirectory(
+        client.CoreV1Api(api_client(emulator.url)), node_name, PodWatchSettings(read_timeout_s=5)
+    )
+    directory.start()
+    try:
+        assert directory.wait_synced(30)
+        added = emulator.put("pods", pod("api-1", namespace="shop", node=node_name))
+        uid = added["metadata"]["uid"]
+        wait_until(lambda: directory.lookup(uid) == ("shop", "api-1"), "a watched pod")
+    finally:
+        directory.stop()
+
+
+@pytest.fixture(scope="module")
+def scheduler_calls() -> set[Permission]:
+    objects = render(kustomizations()["base"])
+    deployment = find(objects, "Deployment", "interference-scheduler")
+    env = {e["name"]: e for e in container(deployment, "scheduler")["env"]}
+    # The elector puts its Lease in $POD_NAMESPACE: the namespace the scheduler runs in.
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    with running_emulator() as server:
+        exercise_scheduler(server, deployment["metadata"]["namespace"])
+        return used_permissions(server)
+
+
+@pytest.fixture(scope="module")
+def agent_calls() -> set[Permission]:
+    with running_emulator() as server:
+        exercise_agent(server, "gpu-node-1")
+        return used_permissions(server)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(kustomizations()))
+def test_scheduler_rbac_is_exactly_what_it_calls(
+    name: str, scheduler_calls: set[Permission]
+) -> None:
+    granted = granted_permissions(
+        render(kustomizations()[name]), "Deployment", "interference-scheduler"
+    )
+    missing, extra = compare(scheduler_calls, granted)
+    assert missing == [] and extra == [], f"missing: {missing}\nextra: {extra}"
+
+
+@pytest.mark.parametrize("name", sorted(kustomizations()))
+def test_agent_rbac_is_exactly_what_it_calls(name: str, agent_calls: set[Permission]) -> None:
+    granted = granted_permissions(render(kustomizations()[name]), "DaemonSet", "interference-agent")
+    missing, extra = compare(agent_calls, granted)
+    assert missing == [] and extra == [], f"missing: {missing}\nextra: {extra}"
+
+
+@pytest.mark.slow
+def test_the_scheduler_declares_the_permissions_it_uses(scheduler_calls: set[Permission]) -> None:
+    """REQUIRED_PERMISSIONS + LEASE_PERMISSIONS (the code's own list, used in its Forbidden
+    messages) match the recorded calls."""
+    declared = {
+        (group, resource, verb)
+        for group, resource, verbs in (*REQUIRED_PERMISSIONS, *LEASE_PERMISSIONS)
+        for verb in verbs
+    }
+    assert declared == {(p.group, p.resource, p.verb) for p in scheduler_calls}
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "query", "expected"),
+    [
+        ("GET", "/api/v1/nodes", {}, Permission("", "nodes", "list", "*")),
+        ("GET", "/api/v1/pods", {"watch": "true"}, Permission("", "pods", "watch", "*")),
+        (
+            "POST",
+            "/api/v1/namespaces/shop/pods/p/binding",
+            {},
+            Permission("", "pods/binding", "create", "shop"),
+        ),
+        (
+            "PATCH",
+            "/api/v1/namespaces/shop/pods/p/status",
+            {},
+            Permission("", "pods/status", "patch", "shop"),
+        ),
+        (
+            "POST",
+            "/apis/events.k8s.io/v1/namespaces/shop/events",
+            {},
+            Permission("events.k8s.io", "events", "create", "shop"),
+        ),
+        (
+            "GET",
+            "/apis/coordination.k8s.io/v1/namespaces/x/leases/l",
+            {},
+            Permission("coordination.k8s.io", "leases", "get", "x"),
+        ),
+        (
+            "PUT",
+            "/apis/coordination.k8s.io/v1/namespaces/x/leases/l",
+            {},
+            Permission("coordination.k8s.io", "leases", "update", "x"),
+        ),
+        (
+            "DELETE",
+            "/api/v1/namespaces/x/pods",
+            {},
+            Permission("", "pods", "deletecollection", "x"),
+        ),
+    ],
+    ids=["list", "watch", "binding", "status", "event", "get-lease", "update-lease", "deletecoll"],
+)
+def test_permission_of_a_request(
+    method: str, path: str, query: dict[str, str], expected: Permission
+) -> None:
+    assert permission_of(method, path, query) == expected
+
+
+def test_compare_finds_missing_and_extra_grants() -> None:
+    used = {Permission("", "pods", "list", "*"), Permission("", "pods/binding", "create", "shop")}
+    granted = {Permission("", "pods", "list", "*"), Permission("", "nodes", "get", "*")}
+    assert compare(used, granted) == (
+        ["Permission(group='', resource='pods/binding', verb='create', namespace='shop')"],
+        ["Permission(group='', resource='nodes', verb='get', namespace='*')"],
+    )

@@ -1,0 +1,161 @@
+"""``interference-agent`` flags, env fallbacks and errors."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+from interference.score import ScoreReferences
+from node_agent import cli
+from node_agent.settings import AgentSettings
+
+
+def settings_for(argv: list[str], environ: dict[str, str]) -> AgentSettings:
+    args = cli.parser(environ).parse_args(argv)
+    return cli.settings_from_args(args, environ)
+
+
+def test_defaults_without_flags_or_env() -> None:
+    settings = settings_for([], {})
+    assert settings.node_name == socket.gethostname()
+    assert settings.redis_url == "redis://127.0.0.1:6379/0"
+    assert settings.redis_username is None and settings.redis_password is None
+    assert settings.interval_s == 1.0
+    assert settings.cgroup_root == "/"
+    assert settings.probes == ()
+    assert settings.effective_ttl_s == 5
+    assert settings.kubernetes is True
+    assert settings.score_refs == ScoreReferences()
+
+
+ENV = {
+    "NODE_NAME": "gpu-7",
+    "REDIS_URL": "redis://redis.intf:6379/2",
+    "REDIS_USERNAME": "agent",
+    "REDIS_PASSWORD": "s3cret",
+    "INTERVAL_S": "2.5",
+    "CGROUP_ROOT": "/kubepods.slice",
+    "PROBES": "psi, runqlat,,",
+    "PODS_FILE": "/etc/pods.yaml",
+    "INTERFERENCE_BPF_DIR": "/opt/bpf",
+    "TTL_S": "12",
+    "STREAM_MAXLEN": "500",
+}
+
+
+def test_env_fallbacks() -> None:
+    settings = settings_for([], ENV)
+    assert settings.node_name == "gpu-7"
+    assert settings.redis_url == "redis://redis.intf:6379/2"
+    assert (settings.redis_username, settings.redis_password) == ("agent", "s3cret")
+    assert settings.interval_s == 2.5
+    assert settings.cgroup_root == "/kubepods.slice"
+    assert settings.probes == ("psi", "runqlat")
+    assert settings.pods_file == "/etc/pods.yaml"
+    assert settings.bpf_source_dir == "/opt/bpf"
+    assert settings.effective_ttl_s == 12
+    assert settings.stream_maxlen == 500
+
+
+def test_flags_win_over_env() -> None:
+    settings = settings_for(
+        [
+            "--node-name",
+            "n2",
+            "--redis-url",
+            "redis://127.0.0.1:7000/0",
+            "--interval",
+            "0.5",
+            "--cgroup-root",
+            "/test",
+            "--probes",
+            "cpu_throttle",
+            "--no-kubernetes",
+            "--score-ref",
+            "runq_p99_us=2000",
+            "--score-ref",
+            "weight_net_drops=0",
+        ],
+        ENV,
+    )
+    assert (settings.node_name, settings.interval_s, settings.cgroup_root) == ("n2", 0.5, "/test")
+    assert settings.redis_url == "redis://127.0.0.1:7000/0"
+    assert settings.probes == ("cpu_throttle",)
+    assert settings.kubernetes is False
+    assert settings.score_refs == ScoreReferences(runq_p99_us=2000.0, weight_net_drops=0.0)
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ", "message"),
+    [
+        ([], {"INTERVAL_S": "fast"}, "--interval: invalid float value: 'fast'"),
+        (["--interval", "0"], {}, "interval must be > 0 seconds"),
+        (["--cgroup-root", "kubepods"], {}, "cgroup root must be an absolute path"),
+        (["--node-name", ""], {}, "node name is empty"),
+        (["--ttl", "0"], {}, "ttl must be at least 1 second"),
+        (["--score-ref", "runq=5"], {}, "NAME one of runq_p99_us"),
+        (["--score-ref", "runq_p99_us=soon"], {}, "'soon' is not a number"),
+        (["--redis-url", "localhost:6379"], {}, "redis://"),
+        (["--log-level", "LOUD"], {}, "invalid choice: 'LOUD'"),
+    ],
+)
+def test_bad_configuration_exits_2_saying_what_is_wrong(
+    argv: list[str], environ: dict[str, str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--no-kubernetes", *argv], environ)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bad_pods_file_exits_2_naming_the_entry(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pods = tmp_path / "pods.yaml"
+    pods.write_text("abc-123: just-a-name\n")
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--pods-file", str(pods), "--once"], {})
+    assert exit_info.value.code == 2
+    assert "'abc-123'" in capsys.readouterr().err
+
+
+def test_once_prints_one_report_and_lists_unknown_probes_as_disabled(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status = cli.main(
+        [
+            "--once",
+            "--no-kubernetes",
+            "--node-name",
+            "cli-node",
+            "--interval",
+            "0.2",
+            "--probes",
+            "psi,no_such_probe",
+            "--cgroup-root",
+            "/intf-test-c-does-not-exist",
+        ],
+        {},
+    )
+    assert status == 0
+    out = capsys.readouterr()
+    report = json.loads(out.out)
+    assert report["node"] == "cli-node"
+    assert report["interval_s"] == pytest.approx(0.2, abs=0.5)
+    assert "unknown probe" in report["disabled_probes"]["no_such_probe"]
+    assert "psi" in report["disabled_probes"]["no_such_probe"]  # lists the known ones
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+        ("redis://agent:s3cret@redis:6379/0", "redis://agent:***@redis:6379/0"),
+        ("rediss://:s3cret@redis:6380", "rediss://:***@redis:6380"),
+    ],
+)
+def test_logged_urls_hide_the_password(url: str, shown: str) -> None:
+    assert cli.redact_url(url) == shown

@@ -1,0 +1,236 @@
+"""Config loading, validation errors that name the field and the fix, and live reload."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scheduler.config import (
+    ConfigError,
+    ConfigWatcher,
+    SchedulerConfig,
+    load_config,
+    parse_config,
+    with_overrides,
+)
+from scheduler.settings import EngineSettings, ScoreWeights
+
+FULL = """
+engine:
+  weights: {interference: 3, balance: 1.5, gpu_packing: 0}
+  stale_policy: avoid
+  stale_after_s: 20
+loop:
+  scheduler_name: my-scheduler
+  dry_run: true
+  ignore_namespaces: [kube-system, monitoring]
+redis:
+  url: redis://redis.interference:6379/1
+kubernetes:
+  kubeconfig: /etc/kube/config
+  page_size: 1000
+leader_election:
+  lease_duration_s: 20
+  renew_deadline_s: 15
+  retry_period_s: 3
+http:
+  port: 9090
+reload_interval_s: 2
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "config.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_loads_every_section(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, FULL))
+    assert config.engine.weights == ScoreWeights(interference=3.0, balance=1.5, gpu_packing=0.0)
+    assert config.engine.stale_policy == "avoid"
+    assert config.engine.stale_after_s == 20.0
+    assert config.loop.scheduler_name == "my-scheduler"
+    assert config.loop.dry_run is True
+    assert config.loop.ignore_namespaces == ("kube-system", "monitoring")
+    assert config.redis.url == "redis://redis.interference:6379/1"
+    assert config.kubernetes.kubeconfig == "/etc/kube/config"
+    assert config.kubernetes.page_size == 1000
+    assert config.leader_election.lease_duration_s == 20
+    assert config.http.port == 9090
+    assert config.reload_interval_s == 2.0
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n", "{}\n"])
+def test_empty_file_means_defaults(tmp_path: Path, text: str) -> None:
+    assert load_config(write(tmp_path, text)) == SchedulerConfig()
+
+
+@pytest.mark.parametrize(
+    ("document", "expected"),
+    [
+        pytest.param(
+            {"engine": {"weights": {"gpu_packing": "high"}}},
+            "engine.weights.gpu_packing: must be a number, got 'high'",
+            id="string-for-number",
+        ),
+        pytest.param(
+            {"engine": {"weights": {"gpu_packing": -1}}},
+            "engine.weights.gpu_packing: -1.0 must be a number ≥ 0",
+            id="negative-weight",
+        ),
+        pytest.param(
+            {"engine": {"wieghts": {}}},
+            "engine.wieghts: unknown key; did you mean 'weights'?",
+            id="typo-did-you-mean",
+        ),
+        pytest.param(
+            {"enigne": {}},
+            "enigne: unknown key; did you mean 'engine'?",
+            id="typo-section",
+        ),
+        pytest.param(
+            {"engine": {"stale_policy": "ignore"}},
+            "engine.stale_policy: must be one of neutral, avoid, reject, got 'ignore'",
+            id="bad-literal",
+        ),
+        pytest.param(
+            {"loop": {"dry_run": "yes please"}},
+            "loop.dry_run: must be true or false, got 'yes please'",
+            id="bad-bool",
+        ),
+        pytest.param(
+            {"loop": {"ignore_namespaces": "kube-system"}},
+            "loop.ignore_namespaces: must be a list of names, e.g. [kube-system], got 'kube-system'",
+            id="string-for-list",
+        ),
+        pytest.param(
+            {"loop": {"scheduler_name": ""}},
+            "loop.scheduler_name: must not be empty, e.g. interference-scheduler",
+            id="empty-name",
+        ),
+        pytest.param(
+            {"kubernetes": {"page_size": 2.5}},
+            "kubernetes.page_size: must be a whole number, got 2.5",
+            id="float-for-int",
+        ),
+        pytest.param(
+            {"redis": {"url": "localhost:6379"}},
+            "redis.url: 'localhost:6379' must start with redis://, rediss:// or unix://",
+            id="bad-redis-url",
+        ),
+        pytest.param(
+            {"leader_election": {"lease_duration_s": 10, "renew_deadline_s": 10}},
+            "leader_election.lease_duration_s: 10 must be greater than renew_deadline_s (10)",
+            id="lease-timing",
+        ),
+        pytest.param(
+            {"http": {"port": 70000}},
+            "http.port: 70000 must be an integer in 0–65535",
+            id="bad-port",
+        ),
+        pytest.param(
+            {"http": 10251},
+            "http: must be a mapping, got 10251",
+            id="scalar-for-section",
+        ),
+        pytest.param(
+            {"reload_interval_s": 0},
+            "reload_interval_s: 0.0 must be a number > 0",
+            id="top-level-range",
+        ),
+    ],
+)
+def test_errors_name_the_field_and_the_fix(document: dict[str, Any], expected: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(document, "policy.yaml")
+    assert any(p.startswith(expected) for p in caught.value.problems), caught.value.problems
+    assert str(caught.value).startswith("policy.yaml: invalid configuration:")
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"engine": {"weights": {"balance": "x"}, "stale_policy": "no"}, "bogus": 1})
+    assert len(caught.value.problems) == 3
+
+
+def test_yaml_syntax_errors_say_where(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"not valid YAML at line 3, column \d+"):
+        load_config(write(tmp_path, "engine:\n  weights: {a: 1\nloop: [\n"))
+    with pytest.raises(ConfigError, match="top level must be a mapping of sections, got a list"):
+        load_config(write(tmp_path, "- engine\n"))
+    with pytest.raises(ConfigError, match="cannot read the file"):
+        load_config(str(tmp_path / "missing.yaml"))
+
+
+def test_overrides_are_validated() -> None:
+    config = with_overrides(SchedulerConfig(), loop={"dry_run": True}, kubernetes={"kubeconfig": "k"})
+    assert config.loop.dry_run and config.kubernetes.kubeconfig == "k"
+    with pytest.raises(ConfigError, match="redis.url"):
+        with_overrides(SchedulerConfig(), redis={"url": "nope"})
+
+
+def _rewrite(path: str, text: str) -> None:
+    """Replace the file the way a ConfigMap update does: a new inode renamed into place."""
+    tmp = path + ".new"
+    Path(tmp).write_text(text)
+    os.replace(tmp, path)
+
+
+def test_reload_applies_a_valid_change_and_keeps_the_old_config_on_a_bad_one(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = write(tmp_path, "engine:\n  stale_policy: neutral\n")
+    applied: list[SchedulerConfig] = []
+    watcher = ConfigWatcher(path, load_config(path), applied.append)
+    assert not watcher.check()  # unchanged
+
+    _rewrite(path, "engine:\n  stale_policy: reject\n")
+    assert watcher.check()
+    assert [c.engine.stale_policy for c in applied] == ["reject"]
+
+    caplog.set_level(logging.ERROR, logger="scheduler.config")
+    _rewrite(path, "engine:\n  stale_policy: sometimes\n")
+    assert not watcher.check()
+    assert watcher.current.engine.stale_policy == "reject"  # kept
+    assert "engine.stale_policy: must be one of" in watcher.error
+    assert any("keeping the running configuration" in r.getMessage() for r in caplog.records)
+    assert len(applied) == 1
+
+    _rewrite(path, "engine:\n  stale_policy: avoid\n")
+    assert watcher.check()
+    assert watcher.error == ""
+    assert [c.engine.stale_policy for c in applied] == ["reject", "avoid"]
+
+
+def test_restart_only_sections_are_flagged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = write(tmp_path, "http:\n  port: 9000\n")
+    watcher = ConfigWatcher(path, load_config(path), lambda c: None)
+    caplog.set_level(logging.WARNING, logger="scheduler.config")
+    _rewrite(path, "http:\n  port: 9001\n")
+    assert watcher.check()
+    assert any("'http' take effect after a restart" in r.getMessage() for r in caplog.records)
+
+
+def test_watcher_thread_reloads_without_restart(tmp_path: Path) -> None:
+    path = write(tmp_path, "reload_interval_s: 0.05\nengine:\n  stale_after_s: 10\n")
+    applied: list[EngineSettings] = []
+    watcher = ConfigWatcher(path, load_config(path), lambda c: applied.append(c.engine))
+    stop = threading.Event()
+    thread = threading.Thread(target=watcher.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        _rewrite(path, "reload_interval_s: 0.05\nengine:\n  stale_after_s: 42\n")
+        deadline = time.monotonic() + 30
+        while not applied and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert [e.stale_after_s for e in applied] == [42.0]
+    finally:
+        stop.set()
+        thread.join(30)
