@@ -8,7 +8,9 @@ Also printed: the agent's CPU % while the benchmark runs, and its peak (VmHWM) a
 steady RSS ≤ 120 MB.
 
 Run as root from the repository root (``make bench`` runs it):
-``.venv/bin/python bench/agent_overhead.py [--repetitions 5] [--loops 200000] [--cpu 0]``.
+``.venv/bin/python bench/agent_overhead.py [--repetitions 5] [--loops 200000] [--cpu 0]
+[--rt-priority 50]``. The ratio of a set-up is the median over repetitions of its
+throughput divided by that repetition's unattached throughput.
 The agent runs for real (``interference-agent --interval 1``) and publishes to its own
 ``redis-server`` on a free loopback port.
 """
@@ -56,6 +58,9 @@ class BenchSettings:
     """CPU the pipe benchmark is pinned to (``taskset -c``)."""
     agent_interval_s: float = 1.0
     """The agent's report interval (``--interval``)."""
+    rt_priority: int = 50
+    """SCHED_FIFO priority of the pipe benchmark (``chrt -f``), so other load on a shared
+    machine cannot preempt it and every set-up sees the same CPU; 0 = normal scheduling."""
 
 
 @dataclass
@@ -103,7 +108,8 @@ def redis_server(workdir: str) -> Iterator[str]:
 
 def pipe_ops_per_s(settings: BenchSettings) -> float:
     """One pinned ``perf bench sched pipe`` run; its ops/sec."""
-    argv = ["taskset", "-c", str(settings.cpu), "perf", "bench", "sched", "pipe"]
+    argv = ["chrt", "-f", str(settings.rt_priority)] if settings.rt_priority else []
+    argv += ["taskset", "-c", str(settings.cpu), "perf", "bench", "sched", "pipe"]
     argv += ["-l", str(settings.loops)]
     out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=600).stdout
     match = re.search(r"(\d+)\s+ops/sec", out)
@@ -194,7 +200,7 @@ def check_prerequisites() -> None:
     problems = []
     if os.geteuid() != 0:
         problems.append("run as root (the agent and the runqlat tools load BPF programs)")
-    for tool in ("perf", "taskset", LIBBPF_RUNQLAT, BCC_RUNQLAT):
+    for tool in ("perf", "taskset", "chrt", LIBBPF_RUNQLAT, BCC_RUNQLAT):
         if shutil.which(tool) is None:
             problems.append(
                 f"{tool} is missing: run `make setup` (linux-perf, libbpf-tools, bpfcc-tools)"
@@ -211,8 +217,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--repetitions", type=int, default=defaults.repetitions)
     parser.add_argument("--loops", type=int, default=defaults.loops)
     parser.add_argument("--cpu", type=int, default=defaults.cpu)
+    parser.add_argument("--rt-priority", type=int, default=defaults.rt_priority)
     args = parser.parse_args(argv)
-    settings = BenchSettings(repetitions=args.repetitions, loops=args.loops, cpu=args.cpu)
+    settings = BenchSettings(
+        repetitions=args.repetitions, loops=args.loops, cpu=args.cpu, rt_priority=args.rt_priority
+    )
     check_prerequisites()
 
     ops: dict[str, list[float]] = {"none": [], "agent": [], "libbpf-tools": [], "bcc": []}
@@ -234,18 +243,24 @@ def main(argv: Sequence[str] | None = None) -> None:
                 ops[name].append(runs[name]())
                 print(f"  rep {repetition + 1} {name:13s} {ops[name][-1]:9.0f} ops/s", flush=True)
 
-    base = statistics.median(ops["none"])
+    # Each repetition's own baseline cancels slow drifts in the machine's load.
+    ratios = {
+        name: [value / base for value, base in zip(values, ops["none"], strict=True)]
+        for name, values in ops.items()
+    }
     print()
     print(
-        f"perf bench sched pipe -l {settings.loops}, pinned to CPU {settings.cpu}; "
+        f"perf bench sched pipe -l {settings.loops}, pinned to CPU {settings.cpu}"
+        f"{f', SCHED_FIFO {settings.rt_priority}' if settings.rt_priority else ''}; "
         f"medians of {settings.repetitions} interleaved repetitions"
     )
-    print(f"{'attached':14s} {'ops/s':>9s} {'ratio':>7s}")
+    print(f"{'attached':14s} {'ops/s':>9s} {'ratio':>7s}  ratio range")
     for name, values in ops.items():
-        median = statistics.median(values)
-        print(f"{name:14s} {median:9.0f} {median / base:7.3f}")
-    ours = statistics.median(ops["agent"]) / base
-    libbpf = statistics.median(ops["libbpf-tools"]) / base
+        spread = f"{min(ratios[name]):.3f}-{max(ratios[name]):.3f}"
+        median_ratio = statistics.median(ratios[name])
+        print(f"{name:14s} {statistics.median(values):9.0f} {median_ratio:7.3f}  {spread}")
+    ours = statistics.median(ratios["agent"])
+    libbpf = statistics.median(ratios["libbpf-tools"])
     print()
     print(f"agent CPU while piping: {statistics.median(usage.cpu_percent):.1f} % of one CPU")
     print(

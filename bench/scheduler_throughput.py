@@ -110,7 +110,7 @@ def build_cluster(nodes: int, running: int, pending: int, seed: int) -> InMemory
         cluster.add_node(node_object(name, cpu="64", memory="256Gi", labels=labels, taints=taints))
     for j in range(running):
         node = f"node-{j % nodes:05d}"
-        gpus = 1 if node in gpu_nodes and rng.random() < 0.5 else 0
+        gpus = 1 if node in gpu_nodes and rng.random() < 0.2 else 0
         cluster.add_pod(
             pod_object(
                 f"running-{j}",
@@ -379,9 +379,15 @@ class _EmulatorHandler(BaseHTTPRequestHandler):
         self._reply(404, {"kind": "Status", "status": "Failure", "code": 404})
 
 
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Clients closing keep-alive connections at exit are not errors."""
+
+
 def _serve_emulator(port_out: Any) -> None:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _EmulatorHandler)
-    server.daemon_threads = True
+    server = _QuietServer(("127.0.0.1", 0), _EmulatorHandler)
     port_out.put(server.server_address[1])
     server.serve_forever()
 
@@ -504,11 +510,17 @@ def bench_end_to_end(
             while not loop.cache.synced():
                 time.sleep(0.01)
             synced = time.perf_counter()
-            deadline = synced + 600
-            while len(memory.binds) < pending and time.perf_counter() < deadline:
+            progress = (0, synced)
+            while len(memory.binds) < pending:
                 time.sleep(0.01)
                 peak = max(peak, rss_mib())
-            finished = time.perf_counter()
+                bound = len(memory.binds)
+                if bound != progress[0]:
+                    progress = (bound, time.perf_counter())
+                elif time.perf_counter() - progress[1] > 30:
+                    print(f"stalled: {pending - bound} pods not bound after 30 s", flush=True)
+                    break
+            finished = progress[1]
             loop.flush(60)
         finally:
             stop.set()

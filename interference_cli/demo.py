@@ -3,10 +3,10 @@
 1. a local redis-server on a free loopback port;
 2. a :class:`~interference_cli.local_cluster.LocalCluster` from ``deploy/demo/``: two
    "nodes", each a cgroup partition with its own CPU (cpuset) — node-a already runs a
-   BestEffort ``stress-ng`` batch pod, node-b an idle cache pod that requests half a CPU;
+   BestEffort ``stress-ng`` batch pod, node-b an idle cache pod that requests 300m CPU;
 3. one real ``interference-agent`` per node (``--cgroup-root`` = the node's partition);
 4. two real scheduling loops over the same cluster: ``interference-scheduler`` with the
-   demo policy and Redis signals, and ``interference-blind`` with the same policy but no
+   default policy and Redis signals, and ``interference-blind`` with the same policy but no
    signals (the loop's documented interference-blind mode: tolerance filters off,
    interference weight 0), i.e. what a request-based scheduler such as LeastAllocated does;
 5. the same latency-sensitive pod submitted to each, then its run-queue p99 measured by
@@ -36,7 +36,6 @@ from types import FrameType
 from prometheus_client import CollectorRegistry
 from rich.console import Console
 from rich.table import Table
-from scheduler.config import SchedulerConfig, load_config
 
 from interference import keys
 from interference.decision import Decision
@@ -51,6 +50,7 @@ from scheduler.adapters.redis_signals import (
     SignalMetrics,
     connect,
 )
+from scheduler.config import SchedulerConfig, load_config
 from scheduler.loop import SchedulingLoop
 from scheduler.metrics import SchedulerMetrics
 from scheduler.ports import ClusterError, K8sObject, NodeSignals, SignalSource
@@ -60,6 +60,8 @@ AWARE_SCHEDULER = "interference-scheduler"
 BLIND_SCHEDULER = "interference-blind"
 LATENCY_POD = "latency-web"
 NAMESPACE = "demo"
+SIGNALS_TIMEOUT_S = 30.0
+"""How long the scheduler's signal cache may take to load the agents' reports."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +103,6 @@ class Stopped(Exception):
 class PodResult:
     """What one scheduler did with its copy of the latency pod, and what it cost."""
 
-    scheduler: str
     pod: str
     node: str = ""
     runq_p99_us: list[float] = dataclasses.field(default_factory=list)
@@ -155,7 +156,7 @@ def run_demo(settings: DemoSettings, console: Console) -> None:
     nodes = load_nodes(settings.nodes_file)
     manifests = load_manifests(sorted(settings.pods_dir.glob("*.yaml")))
     manifests.append(_blind_copy(_find(manifests, LATENCY_POD)))
-    config = load_config(settings.policy_file)
+    config = load_config(str(settings.policy_file))
     lab = LocalLab(nodes, manifests, partition, interval_s=settings.interval_s, log=console.print)
     stop = threading.Event()
     threads: list[threading.Thread] = []
@@ -172,10 +173,14 @@ def run_demo(settings: DemoSettings, console: Console) -> None:
         _watch_signals(lab, store, settings.warmup_s, console)
 
         console.rule("scheduling the latency-sensitive pod with both policies")
+        console.print(
+            f"{AWARE_SCHEDULER} reads the agents' signals; {BLIND_SCHEDULER} runs the same "
+            "loop without any (it logs that it schedules interference-blind)"
+        )
         threads = _start_schedulers(lab, config, stop)
         results = {
-            AWARE_SCHEDULER: PodResult(AWARE_SCHEDULER, LATENCY_POD),
-            BLIND_SCHEDULER: PodResult(BLIND_SCHEDULER, f"{LATENCY_POD}-blind"),
+            AWARE_SCHEDULER: PodResult(LATENCY_POD),
+            BLIND_SCHEDULER: PodResult(f"{LATENCY_POD}-blind"),
         }
         for result in results.values():
             result.node = _await_bound(lab.cluster, result.pod, settings.bind_timeout_s)
@@ -205,7 +210,19 @@ def _start_schedulers(
     signal_metrics = SignalMetrics(CollectorRegistry())
     signal_cache = RedisSignalCache(client, redis_settings, signal_metrics)
     sink = RedisDecisionSink(client, redis_settings, signal_metrics)
-    threads = [threading.Thread(target=signal_cache.run, args=(stop,), name="signals")]
+    signals_thread = threading.Thread(
+        target=signal_cache.run, args=(stop,), name="signals", daemon=True
+    )
+    signals_thread.start()
+    threads = [signals_thread]
+    deadline = time.monotonic() + SIGNALS_TIMEOUT_S
+    nodes = {n.name for n in lab.nodes}
+    # The aware loop must not start before the cache holds every node, or its first
+    # attempt would see no signals and (correctly) schedule blind.
+    while not (signal_cache.healthy() and nodes <= set(signal_cache.snapshot())):
+        if time.monotonic() > deadline:
+            raise DemoError(f"the scheduler's signal cache did not load {lab.url} in time")
+        time.sleep(0.1)
     sources: list[tuple[str, SignalSource]] = [
         (AWARE_SCHEDULER, signal_cache),
         (BLIND_SCHEDULER, _NoSignals()),
@@ -221,7 +238,7 @@ def _start_schedulers(
             SchedulerMetrics(CollectorRegistry()),
         )
         threads.append(threading.Thread(target=loop.run, args=(stop,), name=name))
-    for thread in threads:
+    for thread in threads[1:]:
         thread.daemon = True
         thread.start()
     return threads
@@ -265,19 +282,12 @@ class _NoSignals:
 
 
 def _watch_signals(lab: LocalLab, store: Store, seconds: float, console: Console) -> None:
-    """Print each node's live signals once per second; DemoError if an agent is silent."""
+    """Print each node's live signals once per second."""
     nodes = [n.name for n in lab.nodes]
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         time.sleep(1.0)
         console.print(_signals_line(store, nodes))
-    for node in nodes:
-        if not _reported(store, node):
-            log = lab.agent_log(node).read_text(errors="replace").strip().splitlines()
-            raise DemoError(
-                f"no report from the agent of {node} after {seconds:g} s; its last log line: "
-                f"{log[-1] if log else '(empty)'}"
-            )
 
 
 def _signals_line(store: Store, nodes: list[str]) -> str:
@@ -291,10 +301,10 @@ def _signals_line(store: Store, nodes: list[str]) -> str:
             continue
         m = row.metrics
         parts.append(
-            f"{node}: score {m.score:5.1f}  runq p99 {m.runq_p99_us:7.0f} µs  "
-            f"wait ratio {m.runq_wait_ratio:5.2f}"
+            f"{node}: score {m.score:4.1f} runq p99 {m.runq_p99_us / 1000:6.1f} ms "
+            f"wait {m.runq_wait_ratio:4.2f}"
         )
-    return time.strftime("%H:%M:%S  ") + "  |  ".join(parts)
+    return time.strftime("%H:%M:%S ") + " | ".join(parts)
 
 
 def _rows_or_empty(store: Store, now: float) -> list[NodeRow]:
@@ -302,10 +312,6 @@ def _rows_or_empty(store: Store, now: float) -> list[NodeRow]:
         return store.node_rows(now)
     except CliError:
         return []
-
-
-def _reported(store: Store, node: str) -> bool:
-    return any(r.node == node and r.metrics is not None for r in _rows_or_empty(store, time.time()))
 
 
 def _await_bound(cluster: LocalCluster, pod: str, timeout_s: float) -> str:

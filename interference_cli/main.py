@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from rich.console import Console
 from rich.live import Live
+from rich.table import Table
 from rich.text import Text
 
 from interference_cli import views
@@ -96,7 +97,11 @@ def _run(args: argparse.Namespace, console: Console) -> int:
             duration_s=args.duration,
             max_reports=args.count,
             from_start=args.from_start,
-            progress=lambda n: console.print(f"recorded {n} reports", end="\r"),
+            progress=(
+                (lambda n: console.print(f"recorded {n} reports", end="\r"))
+                if console.is_terminal
+                else (lambda _: None)
+            ),
         )
         console.print(f"recorded {count} reports to {args.out}")
         return 0
@@ -121,15 +126,29 @@ def _run(args: argparse.Namespace, console: Console) -> int:
 
 
 def _watch_top(store: Store, console: Console, interval_s: float) -> None:
-    """Refresh the ranking until Ctrl-C; a failing read shows its error and keeps trying."""
-    with Live(console=console, auto_refresh=False) as live:
-        while True:
-            now = time.time()
-            try:
-                live.update(views.top_table(store.node_rows(now), now, store.url), refresh=True)
-            except CliError as exc:
-                live.update(Text(f"{time.strftime('%H:%M:%S')} {exc}", style="red"), refresh=True)
-            time.sleep(interval_s)
+    """Refresh the ranking until Ctrl-C; a failing read shows its error and keeps trying.
+
+    On a terminal the table is redrawn in place; piped, each refresh is printed in turn.
+    """
+
+    def view() -> Table | Text:
+        now = time.time()
+        try:
+            return views.top_table(store.node_rows(now), now, store.url)
+        except CliError as exc:
+            return Text(f"{time.strftime('%H:%M:%S')} {exc}", style="red")
+
+    try:
+        if not console.is_terminal:
+            while True:
+                console.print(view())
+                time.sleep(interval_s)
+        with Live(console=console, auto_refresh=False) as live:
+            while True:
+                live.update(view(), refresh=True)
+                time.sleep(interval_s)
+    except KeyboardInterrupt:
+        pass  # Ctrl-C is how a watch ends
 
 
 if __name__ == "__main__":

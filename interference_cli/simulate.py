@@ -38,12 +38,12 @@ from typing import Any
 import yaml
 from rich.console import Console
 from rich.table import Table
-from scheduler.config import load_config
 
 from interference.signals import NodeReport
 from interference_cli.store import CliError
 from interference_cli.trace import load_trace
 from scheduler.adapters.memory import node_object, pod_object
+from scheduler.config import ConfigError, load_config
 from scheduler.engine import Engine
 from scheduler.filters.interference import interference_filter
 from scheduler.model import ObjectError, PodInfo, parse_node, parse_pod
@@ -178,7 +178,9 @@ def _expand(index: int, entry: Mapping[str, Any]) -> list[Arrival]:
 def load_policy(path: str | Path) -> Policy:
     """A scheduler config file; :class:`CliError` when it does not load."""
     try:
-        config = load_config(path)
+        config = load_config(str(path))
+    except ConfigError as exc:
+        raise CliError(f"policy {path} is invalid: {'; '.join(exc.problems)}") from exc
     except (OSError, ValueError) as exc:
         raise CliError(f"policy {path}: {exc}") from exc
     settings = config.engine

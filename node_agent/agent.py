@@ -28,6 +28,9 @@ from node_agent.settings import BPF_PROBES, FALLBACK_PROBE, AgentSettings
 
 log = logging.getLogger(__name__)
 
+POD_SYNC_WAIT_S = 5.0
+"""How long start-up waits for the first list of this node's pods."""
+
 
 class ReportSink(Protocol):
     """Where reports go (Redis in production)."""
@@ -128,10 +131,19 @@ class Agent:
         """Report every interval until ``stop`` is set; ticks that fall behind are skipped."""
         interval = self.settings.interval_s
         next_tick = time.monotonic() + interval
+        failing = False
         while not stop.wait(max(0.0, next_tick - time.monotonic())):
-            report = self.measure()
-            if self._sink is not None:
-                self._sink.publish(report)
+            try:
+                report = self.measure()
+            except Exception:
+                # A bug must cost one interval, not the agent; logged once per streak.
+                if not failing:
+                    log.exception("measuring the interval failed; skipping it")
+                failing = True
+            else:
+                failing = False
+                if self._sink is not None:
+                    self._sink.publish(report)
             next_tick += interval
             now = time.monotonic()
             if next_tick <= now:  # fell behind (a stalled host): realign, don't burst
@@ -180,17 +192,31 @@ def pod_directory(settings: AgentSettings) -> PodDirectory:
     if settings.pods_file:
         return StaticPodDirectory.from_file(settings.pods_file)
     if settings.kubernetes:
-        if settings.kubeconfig:
-            from kubernetes import client, config
-
-            api_client = config.new_client_from_config(config_file=settings.kubeconfig)  # type: ignore[no-untyped-call]
-            directory = KubernetesPodDirectory(client.CoreV1Api(api_client), settings.node_name)
-            directory.start()
-            return directory
-        found = kubernetes_directory_from_environment(settings.node_name)
+        found = _kubernetes_directory(settings)
         if found is not None:
+            # Names for the first reports too; pods stay keyed by UID until the list lands.
+            if not found.wait_synced(POD_SYNC_WAIT_S):
+                log.warning(
+                    "pods on %s not listed within %g s; reporting them by UID until they are",
+                    settings.node_name,
+                    POD_SYNC_WAIT_S,
+                )
             return found
     return StaticPodDirectory()
+
+
+def _kubernetes_directory(settings: AgentSettings) -> KubernetesPodDirectory | None:
+    if not settings.kubeconfig:
+        return kubernetes_directory_from_environment(settings.node_name)
+    from kubernetes import client, config
+
+    try:
+        api_client = config.new_client_from_config(config_file=settings.kubeconfig)  # type: ignore[no-untyped-call]
+    except (config.ConfigException, OSError) as exc:
+        raise ValueError(f"cannot use kubeconfig {settings.kubeconfig}: {exc}") from exc
+    directory = KubernetesPodDirectory(client.CoreV1Api(api_client), settings.node_name)
+    directory.start()
+    return directory
 
 
 def build_agent(settings: AgentSettings, *, publish: bool = True) -> Agent:

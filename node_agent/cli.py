@@ -11,6 +11,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import sys
@@ -21,6 +22,7 @@ from types import FrameType
 from urllib.parse import urlsplit, urlunsplit
 
 from interference.score import ScoreReferences
+from interference.signals import NodeReport
 from node_agent import probes
 from node_agent.agent import build_agent
 from node_agent.settings import AgentSettings
@@ -160,6 +162,12 @@ def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> 
     )
 
 
+def report_json(report: NodeReport) -> str:
+    """The report as indented JSON, with each histogram on one line."""
+    text = json.dumps(asdict(report), indent=2)
+    return re.sub(r"\[([\d\s,.]*)\]", lambda m: "[" + " ".join(m.group(1).split()) + "]", text)
+
+
 def redact_url(url: str) -> str:
     """``url`` with its password (if any) replaced by ``***``, for logs."""
     parts = urlsplit(url)
@@ -175,11 +183,13 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     env = os.environ if environ is None else environ
     arg_parser = parser(env)
     args = arg_parser.parse_args(argv)
+    # DEBUG is for the agent's own loggers; libraries (pyroute2, urllib3) stay at INFO.
     logging.basicConfig(
-        level=args.log_level,
+        level=max(logging.INFO, logging.getLevelName(args.log_level)),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    log.setLevel(args.log_level)
     try:
         settings = settings_from_args(args, env)
         agent = build_agent(settings, publish=not args.once)
@@ -199,8 +209,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         if args.once:
             if stop.wait(settings.interval_s):
                 return 0
-            json.dump(asdict(agent.measure()), sys.stdout, indent=2)
-            sys.stdout.write("\n")
+            sys.stdout.write(report_json(agent.measure()) + "\n")
             return 0
         log.info(
             "publishing node %s to %s every %g s",

@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from interference import codec, keys
 from interference.signals import SYSTEM_POD, NodeReport
@@ -47,7 +49,9 @@ class RedisPublisher:
             password=settings.password,
             socket_timeout=settings.socket_timeout_s,
             socket_connect_timeout=settings.socket_timeout_s,
-            retry_on_timeout=False,
+            # No retries inside a flush: a failed flush is dropped and the next interval
+            # tries again, so a dead Redis never holds up measuring.
+            retry=Retry(NoBackoff(), 0),
         )
         self._failing_since: float | None = None
         self._failure: str = ""
@@ -60,10 +64,11 @@ class RedisPublisher:
 
     def publish(self, report: NodeReport) -> bool:
         """Write one report in one round trip; False (report dropped) when that failed."""
-        pipe = self._client.pipeline(transaction=False)
-        pod_keys = self._queue_commands(pipe, report)
         try:
-            pipe.execute()
+            # The context manager resets the pipeline, so a failed flush keeps nothing.
+            with self._client.pipeline(transaction=False) as pipe:
+                pod_keys = self._queue_commands(pipe, report)
+                pipe.execute()
         except redis.AuthenticationError as exc:
             return self._failed(
                 report,

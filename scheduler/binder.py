@@ -111,15 +111,23 @@ class Binder:
             self._finished()
             log.warning("scheduler is stopping; dropped a %s write", kind)
 
-    def _guarded(self, task: Callable[[], None], kind: str) -> None:
+    def write_now(self, write: Callable[[], None], kind: str) -> None:
+        """Run a write in the calling thread with the same error handling as :meth:`submit`.
+
+        For callbacks that already run on a binder thread (bind outcomes).
+        """
         try:
-            task()
+            write()
         except ClusterError as exc:
             self._metrics.side_effect_errors.labels(kind).inc()
             log.warning("could not write %s: %s", kind, exc)
         except Exception:
             self._metrics.side_effect_errors.labels(kind).inc()
             log.exception("unexpected error writing %s", kind)
+
+    def _guarded(self, task: Callable[[], None], kind: str) -> None:
+        try:
+            self.write_now(task, kind)
         finally:
             self._finished()
 

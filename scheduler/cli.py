@@ -36,7 +36,13 @@ from scheduler.adapters.redis_signals import (
     SignalMetrics,
     connect,
 )
-from scheduler.config import ConfigError, ConfigWatcher, SchedulerConfig, load_config, with_overrides
+from scheduler.config import (
+    ConfigError,
+    ConfigWatcher,
+    SchedulerConfig,
+    load_config,
+    with_overrides,
+)
 from scheduler.http import HealthServer, Heartbeat, Status
 from scheduler.leader import LeaderElector, default_identity
 from scheduler.loop import SchedulingLoop
@@ -82,7 +88,7 @@ def overrides(args: argparse.Namespace, env: Mapping[str, str]) -> dict[str, dic
     sections: dict[str, dict[str, Any]] = {}
     if env.get("REDIS_URL"):
         sections["redis"] = {"url": env["REDIS_URL"]}
-    dry_run = args.dry_run if args.dry_run is not None else None
+    dry_run = args.dry_run
     if dry_run is None and env.get("DRY_RUN"):
         dry_run = env["DRY_RUN"].strip().lower() in _TRUE
     if dry_run is not None:
@@ -92,22 +98,29 @@ def overrides(args: argparse.Namespace, env: Mapping[str, str]) -> dict[str, dic
     return sections
 
 
-def build_config(args: argparse.Namespace, env: Mapping[str, str]) -> SchedulerConfig:
-    config = load_config(args.config) if args.config else SchedulerConfig()
-    return with_overrides(config, **overrides(args, env))
-
-
 class Scheduler:
     """The whole process: build with a config, :meth:`run` until ``stop`` is set."""
 
-    def __init__(self, config: SchedulerConfig, config_path: str = "", env: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        config_path: str = "",
+        fixed: Mapping[str, dict[str, Any]] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        """``fixed``: the flag/environment overrides (see :func:`overrides`), re-applied to
+        every reloaded file so they keep winning."""
         env = os.environ if env is None else env
+        fixed = dict(fixed or {})
         self.config = config
         self.registry = CollectorRegistry()
         self.metrics = SchedulerMetrics(self.registry)
         signal_metrics = SignalMetrics(self.registry)
         self.identity = default_identity()
         self.api = make_api_client(config.kubernetes.kubeconfig, config.kubernetes.context)
+        self.api.user_agent = (
+            f"interference-scheduler/{self.identity}"  # names the replica in audit logs
+        )
         self.cluster = KubernetesCluster(self.api, config.kubernetes, identity=self.identity)
         self.redis = connect(config.redis, env)
         self.signals = RedisSignalCache(self.redis, config.redis, signal_metrics)
@@ -129,15 +142,12 @@ class Scheduler:
             self.leading,
             self.metrics,
         )
-        args_overrides = overrides(argparse.Namespace(dry_run=None, kubeconfig=""), env)
         self.watcher = (
             ConfigWatcher(
                 config_path,
                 config,
                 lambda new: self.loop.update_settings(new.engine, new.loop),
-                transform=lambda loaded: with_overrides(
-                    loaded, **{**args_overrides, **self._fixed_overrides()}
-                ),
+                transform=lambda loaded: with_overrides(loaded, **fixed),
             )
             if config_path
             else None
@@ -147,16 +157,6 @@ class Scheduler:
         )
         self._threads: list[threading.Thread] = []
         self.http: HealthServer | None = None
-
-    def _fixed_overrides(self) -> dict[str, dict[str, Any]]:
-        """Flags given at start keep winning over reloaded files."""
-        fixed: dict[str, dict[str, Any]] = {}
-        if self.config.kubernetes.kubeconfig:
-            fixed["kubernetes"] = {"kubeconfig": self.config.kubernetes.kubeconfig}
-        fixed["loop"] = {"dry_run": self.config.loop.dry_run} if self._dry_run_forced else {}
-        return {k: v for k, v in fixed.items() if v}
-
-    _dry_run_forced = False
 
     def report_reachability(self) -> None:
         """One clear line each when the API server or Redis cannot be reached at start."""
@@ -220,16 +220,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    fixed = overrides(args, os.environ)
     try:
-        config = build_config(args, os.environ)
-        scheduler = Scheduler(config, args.config)
-    except ConfigError as exc:
+        loaded = load_config(args.config) if args.config else SchedulerConfig()
+        scheduler = Scheduler(with_overrides(loaded, **fixed), args.config, fixed)
+    except (ConfigError, ClusterError) as exc:
         print(f"interference-scheduler: {exc}", file=sys.stderr)
         return 2
-    except ClusterError as exc:
-        print(f"interference-scheduler: {exc}", file=sys.stderr)
-        return 2
-    scheduler._dry_run_forced = args.dry_run is not None
+    if not args.config:
+        log.warning("no --config given: running with the built-in defaults")
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())

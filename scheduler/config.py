@@ -198,7 +198,11 @@ def _unknown_key(path: str, key: str, names: list[str]) -> str:
 
 
 def _kind(value: Any) -> str:
-    return {dict: "a mapping", list: "a list", str: "a string"}.get(type(value), repr(value))
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return repr(value)
 
 
 def with_overrides(config: SchedulerConfig, **sections: Any) -> SchedulerConfig:
@@ -262,7 +266,9 @@ class ConfigWatcher:
             return False
         for name in dataclasses.fields(SchedulerConfig):
             section = name.name
-            if section not in LIVE_SECTIONS and getattr(new, section) != getattr(self.current, section):
+            if section not in LIVE_SECTIONS and getattr(new, section) != getattr(
+                self.current, section
+            ):
                 log.warning("config: changes to %r take effect after a restart", section)
         self.current = new
         self.reloads += 1

@@ -14,6 +14,7 @@ up to as many rejected nodes with the reasons of their first failing filter.
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from dataclasses import dataclass
 
@@ -73,7 +74,7 @@ class Engine:
 
     def __init__(self, settings: EngineSettings, seed: int | None = None) -> None:
         self.settings = settings
-        self._rng = np.random.default_rng(seed)
+        self._random = random.Random(seed)
 
     def schedule(
         self, pod: PodInfo, table: NodeTable, now: float, relax_interference: bool = False
@@ -104,14 +105,13 @@ class Engine:
                 unsupported=pod.unsupported,
                 feasible=0,
             )
-        scores = self._scores(pod, table, now)
-        totals = np.zeros(len(table))
-        for weight, score in scores.values():
-            totals += weight * score
+        plugins, weights, scores = self._scores(pod, table, now)
+        totals = weights @ scores
         feasible_totals = totals[feasible]
-        ties = feasible[feasible_totals == feasible_totals.max()]
-        chosen = int(ties[self._rng.integers(len(ties))]) if len(ties) > 1 else int(ties[0])
-        candidates = self._ranked(table, feasible, feasible_totals, chosen, scores, totals)
+        ties = np.flatnonzero(feasible_totals == feasible_totals.max())
+        pick = ties[self._random.randrange(len(ties))] if len(ties) > 1 else ties[0]
+        chosen = int(feasible[pick])
+        candidates = self._ranked(table, feasible, feasible_totals, chosen, plugins, scores, totals)
         return EngineResult(
             node=table.names[chosen],
             candidates=candidates,
@@ -143,23 +143,26 @@ class Engine:
 
     def _scores(
         self, pod: PodInfo, table: NodeTable, now: float
-    ) -> dict[str, tuple[float, NDArray[np.float64]]]:
-        """Plugin → (weight, score vector) for plugins with a non-zero weight."""
+    ) -> tuple[tuple[str, ...], NDArray[np.float64], NDArray[np.float64]]:
+        """Plugins with a non-zero weight, their weights, and a ``[plugin, node]`` matrix."""
         weights = self.settings.weights
-        scores: dict[str, tuple[float, NDArray[np.float64]]] = {}
+        plugins: list[str] = []
+        rows: list[NDArray[np.float64]] = []
         if weights.interference > 0:
-            scores["interference"] = (
-                weights.interference,
-                interference_score(table, self.settings, now),
-            )
+            plugins.append("interference")
+            rows.append(interference_score(table, self.settings, now))
         if weights.balance > 0:
-            scores["balance"] = (weights.balance, balance_score(table, pod))
+            plugins.append("balance")
+            rows.append(balance_score(table, pod))
         if weights.gpu_packing > 0:
-            scores["gpu_packing"] = (
-                weights.gpu_packing,
-                gpu_packing_score(table, pod, self.settings),
-            )
-        return scores
+            plugins.append("gpu_packing")
+            rows.append(gpu_packing_score(table, pod, self.settings))
+        matrix = np.stack(rows) if rows else np.zeros((0, len(table)))
+        return (
+            tuple(plugins),
+            np.array([getattr(weights, p) for p in plugins], dtype=np.float64),
+            matrix,
+        )
 
     def _ranked(
         self,
@@ -167,28 +170,31 @@ class Engine:
         feasible: NDArray[np.intp],
         feasible_totals: NDArray[np.float64],
         chosen: int,
-        scores: dict[str, tuple[float, NDArray[np.float64]]],
+        plugins: tuple[str, ...],
+        scores: NDArray[np.float64],
         totals: NDArray[np.float64],
     ) -> list[CandidateVerdict]:
+        """The chosen node, then the next best feasible nodes, with their breakdowns."""
         k = self.settings.record_top_k
         if k == 0:
             return []
         if len(feasible) > k:
             top = np.argpartition(feasible_totals, -k)[-k:]
-            rows = feasible[top[np.argsort(-feasible_totals[top], kind="stable")]]
+            top = top[np.argsort(-feasible_totals[top], kind="stable")]
         else:
-            rows = feasible[np.argsort(-feasible_totals, kind="stable")]
-        ordered = [chosen, *(r for r in rows.tolist() if r != chosen)][:k]
-        names = list(scores)
-        per_node = np.array([s[ordered] for _, s in scores.values()]).T.tolist()
+            top = np.argsort(-feasible_totals, kind="stable")
+        rows: list[int] = feasible[top].tolist()
+        if chosen in rows:
+            rows.remove(chosen)
+        else:  # a tie beyond the first k: it replaces the last of them
+            rows.pop()
+        rows.insert(0, chosen)
+        names = table.names
         return [
-            CandidateVerdict(
-                node=table.names[row],
-                passed=True,
-                scores=dict(zip(names, values, strict=True)),
-                total=total,
+            CandidateVerdict(names[row], True, [], dict(zip(plugins, values, strict=True)), total)
+            for row, values, total in zip(
+                rows, scores[:, rows].T.tolist(), totals[rows].tolist(), strict=True
             )
-            for row, values, total in zip(ordered, per_node, totals[ordered].tolist(), strict=True)
         ]
 
     def _rejected(

@@ -50,7 +50,9 @@ class Heartbeat:
     """A loop calls :meth:`beat` each iteration; silent for longer than ``max_silence_s``
     means wedged."""
 
-    def __init__(self, name: str, max_silence_s: float, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self, name: str, max_silence_s: float, clock: Callable[[], float] = time.monotonic
+    ):
         self.name = name
         self.max_silence_s = max_silence_s
         self._clock = clock
@@ -90,9 +92,7 @@ class HealthServer:
         self._server = ThreadingHTTPServer((settings.host, settings.port), handler)
         self._server.daemon_threads = True
         self.port = int(self._server.server_address[1])
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="http", daemon=True
-        )
+        self._thread = threading.Thread(target=self._server.serve_forever, name="http", daemon=True)
 
     def start(self) -> None:
         self._thread.start()

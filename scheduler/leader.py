@@ -96,17 +96,17 @@ class _Stopped(Exception):
     """Raised inside the library's loops to leave ``run()`` when ``stop`` is set."""
 
 
-class _ApiLeaseLock(LeaseLock):  # type: ignore[misc]
+class _ApiLeaseLock(LeaseLock):
     """The client's LeaseLock, on an explicit ApiClient."""
 
     def __init__(self, name: str, namespace: str, identity: str, api: client.ApiClient) -> None:
-        super().__init__(name, namespace, identity)
+        super().__init__(name, namespace, identity)  # type: ignore[no-untyped-call]
         self.api_instance = client.CoordinationV1Api(api)
 
 
-class _Election(LeaderElection):  # type: ignore[misc]
+class _Election(LeaderElection):
     def __init__(self, config: Any, on_attempt: Callable[[bool, str], None], stop: threading.Event):
-        super().__init__(config)
+        super().__init__(config)  # type: ignore[no-untyped-call]
         self._on_attempt = on_attempt
         self._stop = stop
 
@@ -114,7 +114,7 @@ class _Election(LeaderElection):  # type: ignore[misc]
         if self._stop.is_set():
             raise _Stopped
         try:
-            ok = bool(super().try_acquire_or_renew())
+            ok = bool(super().try_acquire_or_renew())  # type: ignore[no-untyped-call]
         except Exception as exc:  # the library lets connection errors escape
             log.warning("leader election: lease call failed: %r", exc)
             ok = False
@@ -154,7 +154,7 @@ class LeaderElector:
             stop.wait()
             self._set_leading(False)
             return
-        config = electionconfig.Config(
+        config = electionconfig.Config(  # type: ignore[no-untyped-call]
             lock=self._lock,
             lease_duration=self.settings.lease_duration_s,
             renew_deadline=self.settings.renew_deadline_s,
@@ -164,7 +164,7 @@ class LeaderElector:
         )
         while not stop.is_set():
             try:
-                _Election(config, self._attempted, stop).run()
+                _Election(config, self._attempted, stop).run()  # type: ignore[no-untyped-call]
             except _Stopped:
                 break
             except Exception:  # never let the elector thread die; start over

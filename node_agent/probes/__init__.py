@@ -6,9 +6,19 @@ Importing this package registers every probe in ``base``'s registry.
 from node_agent.probes import (
     cpu_throttle,
     memory_events,
+    network,
     psi,
     reclaim,
     runqlat,
+    taskstats,
 )
 
-__all__ = ["cpu_throttle", "memory_events", "psi", "reclaim", "runqlat"]
+__all__ = [
+    "cpu_throttle",
+    "memory_events",
+    "network",
+    "psi",
+    "reclaim",
+    "runqlat",
+    "taskstats",
+]

@@ -8,8 +8,10 @@ period for programs already running, then reads and deletes the old generation: 
 counted during the drain land in the new generation, so nothing is lost and the map
 starts every interval empty.
 
-``bcc`` is imported only when a program is loaded, so the agent (and its tests) import
-fine on machines without it.
+BCC (with LLVM and clang, well over 100 MB resident) runs only in a short-lived compiler
+process per program; it hands the map and tracepoint-attachment file descriptors to the
+agent over a Unix socket, and the agent drains the maps with plain ``bpf(2)`` calls. So
+the agent never imports ``bcc``, imports fine on machines without it, and stays small.
 """
 
 from __future__ import annotations
@@ -180,7 +182,7 @@ COMPILE_TIMEOUT_S = 180.0
 _COMPILER_ENTRY = "from node_agent.probes.bpf_loader import compiler_main; compiler_main()"
 
 
-def _describe_u64_struct(struct: Any) -> list[tuple[str, int]]:
+def describe_u64_struct(struct: Any) -> list[tuple[str, int]]:
     """``[(field, length)]`` of a ctypes struct of u64s (length 0) and u64 arrays."""
     fields: list[tuple[str, int]] = []
     for field_name, field_type, *_ in struct._fields_:
@@ -206,8 +208,8 @@ def compiler_main() -> None:
         program = bcc.BPF(text=sys.stdin.buffer.read())
         stats, generation = program[STATS_TABLE], program[GENERATION_TABLE]
         layout = {
-            "key": _describe_u64_struct(stats.Key),
-            "leaf": _describe_u64_struct(stats.sLeaf),
+            "key": describe_u64_struct(stats.Key),
+            "leaf": describe_u64_struct(stats.sLeaf),
             "max_entries": int(stats.max_entries),
         }
         fds = [stats.map_fd, generation.map_fd, *program.tracepoint_fds.values()]

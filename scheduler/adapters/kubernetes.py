@@ -145,17 +145,43 @@ def make_api_client(kubeconfig: str = "", context: str = "") -> client.ApiClient
     kubeconfig; :class:`ClusterError` saying which sources were tried."""
     try:
         if kubeconfig:
-            return config.new_client_from_config(config_file=kubeconfig, context=context or None)
+            return _new_client(kubeconfig, context)
         if os.environ.get("KUBERNETES_SERVICE_HOST"):
             configuration = client.Configuration()
-            config.load_incluster_config(client_configuration=configuration)
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
             return client.ApiClient(configuration)
-        return config.new_client_from_config(context=context or None)
+        return _new_client(None, context)
     except (ConfigException, OSError, TypeError, ValueError) as exc:
         raise ClusterError(
             f"no usable Kubernetes credentials ({exc}); pass --kubeconfig FILE, set KUBECONFIG,"
             " or run in a pod with a service account"
         ) from exc
+
+
+def _new_client(kubeconfig: str | None, context: str) -> client.ApiClient:
+    api: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
+        config_file=kubeconfig, context=context or None
+    )
+    return api
+
+
+def _raw(response: object) -> urllib3.BaseHTTPResponse:
+    """With ``_preload_content=False`` the client returns the urllib3 response, whatever
+    its annotations say."""
+    if not isinstance(response, urllib3.BaseHTTPResponse):
+        raise TypeError(f"expected a raw urllib3 response, got {type(response).__name__}")
+    return response
+
+
+def _read(response: object) -> bytes:
+    """The whole body of a non-streaming answer; its connection goes back to the pool
+    (an unreleased ``_preload_content=False`` response would cost a new TCP connection
+    per call)."""
+    raw = _raw(response)
+    try:
+        return raw.data
+    finally:
+        raw.release_conn()
 
 
 def translate_error(exc: Exception, verb: str, resource: str, host: str) -> ClusterError:
@@ -234,8 +260,6 @@ class KubernetesCluster:
         self._lock = threading.Lock()
         self._open_watches: set[urllib3.response.BaseHTTPResponse] = set()
         self._synced: dict[ObjectKind, bool] = {"Node": False, "Pod": False}
-        self.relists: dict[ObjectKind, int] = {"Node": 0, "Pod": 0}
-        """Lists done per kind (the first one included); for tests and metrics."""
 
     # --- the API calls (each one needs a rule in REQUIRED_PERMISSIONS) ---
 
@@ -249,13 +273,7 @@ class KubernetesCluster:
         if continue_token:
             kwargs["_continue"] = continue_token
         try:
-            if kind == "Node":
-                response = self._core.list_node(**kwargs)
-            else:
-                response = self._core.list_pod_for_all_namespaces(
-                    field_selector=POD_FIELD_SELECTOR, **kwargs
-                )
-            body = json.loads(response.data)
+            body = json.loads(_read(self._list_or_watch(kind, kwargs)))
         except ApiException as exc:
             if exc.status == 410:
                 raise _Gone(_status_message(exc.body)) from exc
@@ -280,38 +298,41 @@ class KubernetesCluster:
             "_request_timeout": (self.settings.request_timeout_s, timeout + 30),
         }
         try:
-            if kind == "Node":
-                response = self._core.list_node(**kwargs)
-            else:
-                response = self._core.list_pod_for_all_namespaces(
-                    field_selector=POD_FIELD_SELECTOR, **kwargs
-                )
+            return self._list_or_watch(kind, kwargs)
         except ApiException as exc:
             if exc.status == 410:
                 raise _Gone(_status_message(exc.body)) from exc
             raise translate_error(exc, "watch", _plural(kind), self.host) from exc
         except Exception as exc:
             raise translate_error(exc, "watch", _plural(kind), self.host) from exc
-        return response  # type: ignore[no-any-return]
+
+    def _list_or_watch(self, kind: ObjectKind, kwargs: dict[str, Any]) -> urllib3.BaseHTTPResponse:
+        if kind == "Node":
+            return _raw(self._core.list_node(**kwargs))
+        return _raw(
+            self._core.list_pod_for_all_namespaces(field_selector=POD_FIELD_SELECTOR, **kwargs)
+        )
 
     def bind(self, pod: PodRef, node: str) -> None:
         """POST the Binding; :class:`BindConflict` on 409/404."""
         metadata: dict[str, Any] = {"name": pod.name, "namespace": pod.namespace}
         if pod.uid:
             metadata["uid"] = pod.uid
-        body = {
+        body: Any = {  # the client accepts a dict for its V1Binding parameter
             "apiVersion": "v1",
             "kind": "Binding",
             "metadata": metadata,
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         try:
-            self._core.create_namespaced_pod_binding(
-                pod.name,
-                pod.namespace,
-                body,
-                _preload_content=False,
-                _request_timeout=self.settings.request_timeout_s,
+            _read(
+                self._core.create_namespaced_pod_binding(
+                    pod.name,
+                    pod.namespace,
+                    body,
+                    _preload_content=False,
+                    _request_timeout=self.settings.request_timeout_s,
+                )
             )
         except ApiException as exc:
             if exc.status in (404, 409):
@@ -325,7 +346,7 @@ class KubernetesCluster:
 
     def record_event(self, pod: PodRef, event_type: str, reason: str, message: str) -> None:
         """An ``events.k8s.io/v1`` Event about the pod, in kube-scheduler's style."""
-        body = {
+        body: Any = {  # the client accepts a dict for its EventsV1Event parameter
             "apiVersion": "events.k8s.io/v1",
             "kind": "Event",
             "metadata": {"generateName": f"{pod.name}.", "namespace": pod.namespace},
@@ -345,11 +366,13 @@ class KubernetesCluster:
             },
         }
         try:
-            self._events.create_namespaced_event(
-                pod.namespace,
-                body,
-                _preload_content=False,
-                _request_timeout=self.settings.request_timeout_s,
+            _read(
+                self._events.create_namespaced_event(
+                    pod.namespace,
+                    body,
+                    _preload_content=False,
+                    _request_timeout=self.settings.request_timeout_s,
+                )
             )
         except Exception as exc:
             raise translate_error(exc, "create", "events.k8s.io/events", self.host) from exc
@@ -365,13 +388,15 @@ class KubernetesCluster:
             "lastTransitionTime": dt.datetime.now(tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         }
         try:
-            self._core.patch_namespaced_pod_status(
-                pod.name,
-                pod.namespace,
-                {"status": {"conditions": [condition]}},
-                _preload_content=False,
-                _content_type="application/strategic-merge-patch+json",
-                _request_timeout=self.settings.request_timeout_s,
+            _read(
+                self._core.patch_namespaced_pod_status(
+                    pod.name,
+                    pod.namespace,
+                    {"status": {"conditions": [condition]}},
+                    _preload_content=False,
+                    _content_type="application/strategic-merge-patch+json",
+                    _request_timeout=self.settings.request_timeout_s,
+                )
             )
         except Exception as exc:
             raise translate_error(exc, "patch", "pods/status", self.host) from exc
@@ -449,7 +474,6 @@ class KubernetesCluster:
         handler.replace(kind, items)
         with self._lock:
             self._synced[kind] = True
-            self.relists[kind] += 1
         return str(metadata.get("resourceVersion") or "")
 
     def _follow(
@@ -490,7 +514,7 @@ class KubernetesCluster:
     def _events_of(
         self, kind: ObjectKind, response: urllib3.BaseHTTPResponse
     ) -> Iterator[tuple[str, K8sObject]]:
-        for line in iter_resp_lines(response):
+        for line in iter_resp_lines(response):  # type: ignore[no-untyped-call]
             if not line:
                 continue
             try:

@@ -39,7 +39,13 @@ import redis
 from prometheus_client import CollectorRegistry, Counter
 
 from interference import keys
-from interference.codec import PayloadError, decode_report, parse_gpu_hash, parse_node_hash
+from interference.codec import (
+    PayloadError,
+    decode_report,
+    decoded_hash,
+    parse_gpu_hash,
+    parse_node_hash,
+)
 from interference.decision import Decision, decision_hash
 from scheduler.ports import NodeSignals
 
@@ -91,7 +97,7 @@ class RedisSettings:
                 raise ValueError(f"{name}: {getattr(self, name)!r} must be an integer ≥ 1")
 
 
-def connect(settings: RedisSettings, env: Mapping[str, str] | None = None) -> redis.Redis:
+def connect(settings: RedisSettings, env: Mapping[str, str] | None = None) -> redis.Redis[bytes]:
     """A client for ``settings.url`` with credentials from the environment when set."""
     env = os.environ if env is None else env
     kwargs: dict[str, Any] = {
@@ -159,7 +165,7 @@ class RedisSignalCache:
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: redis.Redis[bytes],
         settings: RedisSettings,
         metrics: SignalMetrics,
         clock: Any = time.time,
@@ -248,7 +254,9 @@ class RedisSignalCache:
                 continue  # intf:node:{node}:pods sets
             try:
                 metrics, updated_at = parse_node_hash(raw)
-                interval = float(_text(raw.get(b"interval_s", b"")) or self.settings.report_interval_s)
+                interval = float(
+                    decoded_hash(raw).get("interval_s") or self.settings.report_interval_s
+                )
             except (PayloadError, ValueError) as exc:
                 self._malformed("hash", f"{key}: {exc}")
                 continue
@@ -274,7 +282,9 @@ class RedisSignalCache:
             self._last_id = last_id
         self.bootstraps += 1
         if self._set_healthy(True):
-            log.info("signal cache loaded %d nodes from Redis; following %s", len(loaded), keys.STREAM)
+            log.info(
+                "signal cache loaded %d nodes from Redis; following %s", len(loaded), keys.STREAM
+            )
 
     def follow_once(self) -> int:
         """One XREAD from the last id; applies and returns how many entries arrived."""
@@ -347,7 +357,9 @@ class RedisSignalCache:
 class RedisDecisionSink:
     """The :class:`~scheduler.ports.DecisionSink`: HSET + EXPIRE in one round trip; never raises."""
 
-    def __init__(self, client: redis.Redis, settings: RedisSettings, metrics: SignalMetrics) -> None:
+    def __init__(
+        self, client: redis.Redis[bytes], settings: RedisSettings, metrics: SignalMetrics
+    ) -> None:
         self._redis = client
         self._ttl_s = settings.decision_ttl_s
         self._metrics = metrics
@@ -358,7 +370,9 @@ class RedisDecisionSink:
         try:
             # Every record has the same fields, so HSET overwrites the previous one whole.
             pipe = self._redis.pipeline(transaction=False)
-            pipe.hset(key, mapping=decision_hash(decision))
+            fields: dict[str | bytes, bytes | float | int | str] = {}
+            fields.update(decision_hash(decision))
+            pipe.hset(key, mapping=fields)
             pipe.expire(key, self._ttl_s)
             pipe.execute()
         except Exception as exc:

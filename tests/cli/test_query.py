@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -15,6 +18,8 @@ from node_agent.publisher import PublisherSettings, RedisPublisher
 from tests.conftest import RedisServer, free_port
 
 pytestmark = pytest.mark.redis
+
+CLI = [sys.executable, "-m", "interference_cli.main"]
 
 
 def publish(client: redis.Redis, report: NodeReport) -> None:
@@ -171,3 +176,23 @@ def test_malformed_node_hash_is_reported_not_crashed(
     code, _, err = _cli(capsys, redis_server.url, "top")
     assert code == 1
     assert "intf:node:bad is malformed" in err and err.count("\n") == 1
+
+
+def test_top_watch_refreshes_until_ctrl_c(filled: RedisServer) -> None:
+    watch = subprocess.Popen(
+        [*CLI, "--redis-url", filled.url, "top", "--watch", "--interval", "0.2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(2.0)  # several refreshes
+        filled.stop()  # a Redis outage is shown, not fatal
+        time.sleep(1.0)
+        assert watch.poll() is None
+    finally:
+        watch.send_signal(signal.SIGINT)
+        out, err = watch.communicate(timeout=30)
+    assert watch.returncode == 0, err
+    assert "busy-node" in out  # the table was drawn while Redis was up
+    assert "cannot reach Redis" in out

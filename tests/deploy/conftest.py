@@ -123,7 +123,7 @@ class DeployedRedis:
                 _, self.stderr = self.proc.communicate()
             self.proc = None
 
-    def admin(self) -> redis.Redis:
+    def admin(self) -> redis.Redis[str]:
         """A client authenticated as the container's redis-cli is (``REDISCLI_AUTH``)."""
         return redis.Redis(
             port=self.port, password=self.env()["REDISCLI_AUTH"], decode_responses=True

@@ -75,4 +75,5 @@ def container(workload: Obj, name: str) -> Obj:
     containers = workload["spec"]["template"]["spec"]["containers"]
     matches = [c for c in containers if c["name"] == name]
     assert len(matches) == 1, f"{workload['metadata']['name']} has no container {name}"
-    return matches[0]
+    found: Obj = matches[0]
+    return found

@@ -16,17 +16,20 @@ import re
 import shlex
 import shutil
 import subprocess
-import threading
+import time
 from pathlib import Path
 
 import pytest
 import redis
 import yaml
+from prometheus_client import CollectorRegistry
 
 from interference import keys
 from interference.decision import CandidateVerdict, Decision, decision_hash
 from interference.signals import GpuDevice, NodeMetrics, NodeReport, PodMetrics
 from node_agent.publisher import PublisherSettings, RedisPublisher
+from scheduler.adapters.redis_signals import SignalMetrics
+from scheduler.metrics import SchedulerMetrics
 from tests.conftest import RedisServer
 from tests.deploy.conftest import DeployedRedis, redis_manifests
 from tests.deploy.manifests import DEPLOY, REPO, find
@@ -193,12 +196,10 @@ def run_recipe(recipe: str, store: Store, tmp_path: Path) -> subprocess.Complete
     )
     if "BLOCK" in recipe:
         # The recipe waits for the next report: keep publishing until it has seen one.
-        finished = threading.Event()
-        waiter = threading.Thread(target=lambda: (proc.wait(30), finished.set()))
-        waiter.start()
-        while not finished.wait(0.3):
+        deadline = time.monotonic() + 30
+        while proc.poll() is None and time.monotonic() < deadline:
             store.publish_all()
-        waiter.join()
+            time.sleep(0.3)
     stdout, stderr = proc.communicate(timeout=30)
     return subprocess.CompletedProcess(recipe, proc.returncode, stdout, stderr)
 
@@ -292,6 +293,7 @@ def test_external_redis_acl_commands_match_the_bundled_users(
     documented, bundled = redis_server.client(), deployed_redis.admin()
     for user in ("interference-agent", "interference-scheduler"):
         ours, theirs = documented.acl_getuser(user), bundled.acl_getuser(user)
+        assert ours is not None and theirs is not None
         for aspect in ("flags", "commands", "keys", "channels", "categories"):
             assert sorted(ours[aspect]) == sorted(theirs[aspect]), (user, aspect)
 
@@ -334,3 +336,17 @@ def test_credential_generator_replaces_the_example_passwords(tmp_path: Path) -> 
     assert set(values) == needed
     assert all(len(v) == 48 and not v.startswith("REPLACE-ME") for v in values.values())
     assert len(set(values.values())) == len(values)
+
+
+def test_documented_metrics_are_exported() -> None:
+    """Every ``interference_scheduler_*`` series the doc names is in the scheduler's /metrics."""
+    registry = CollectorRegistry()
+    SchedulerMetrics(registry)
+    SignalMetrics(registry)
+    exported = {
+        family.name + ("_total" if family.type == "counter" else "")
+        for family in registry.collect()
+    }
+    documented = set(re.findall(r"\binterference_scheduler_\w+", DOC.read_text()))
+    assert len(documented) >= 5
+    assert documented <= exported, sorted(documented - exported)

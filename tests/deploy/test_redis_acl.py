@@ -4,7 +4,10 @@ redis-server started by the rendered entrypoint script."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -23,7 +26,8 @@ from scheduler.adapters.redis_signals import (
     SignalMetrics,
     connect,
 )
-from tests.deploy.conftest import DeployedRedis, example_secret, redis_manifests
+from tests.deploy.conftest import DeployedRedis, container_env, example_secret, redis_manifests
+from tests.deploy.manifests import DEPLOY, container, find, render
 
 pytestmark = pytest.mark.redis
 
@@ -131,15 +135,16 @@ def test_the_agent_user_may_run_exactly_the_commands_the_publisher_sends(
     assert granted_commands(admin, username) == used
 
 
-def commands_called(admin: redis.Redis) -> set[str]:
+def commands_called(admin: redis.Redis[str]) -> set[str]:
     """Commands run since the last CONFIG RESETSTAT, minus the INFO that asks."""
     stats = admin.info("commandstats")
     return {name.removeprefix("cmdstat_") for name in stats} - {"info", "config|resetstat"}
 
 
-def granted_commands(admin: redis.Redis, username: str) -> set[str]:
+def granted_commands(admin: redis.Redis[str], username: str) -> set[str]:
     """The ``+command`` grants of an ACL user, which must grant no category."""
     user = admin.acl_getuser(username)
+    assert user is not None, f"no ACL user {username}"
     assert user["categories"] == ["-@all"], f"{username} must grant commands one by one"
     assert all(c.startswith("+") for c in user["commands"]), user["commands"]
     return {c[1:] for c in user["commands"]}
@@ -213,3 +218,38 @@ def test_the_scheduler_user_may_run_exactly_the_commands_its_adapters_send(
     _, used = exercise_scheduler_store(deployed_redis)
     username, _ = deployed_redis.credentials(*SCHEDULER)
     assert granted_commands(deployed_redis.admin(), username) == used == set(ACL_COMMANDS)
+
+
+@pytest.mark.slow
+def test_the_real_agent_publishes_with_the_daemonset_env(deployed_redis: DeployedRedis) -> None:
+    """``interference-agent`` started with the DaemonSet's environment (only the Redis
+    address pointed here) logs in as its ACL user and publishes its node."""
+    workload = find(render(DEPLOY), AGENT[0], AGENT[1])
+    env = container_env(container(workload, AGENT[2])["env"], deployed_redis.secret)
+    env = {**env, "REDIS_URL": deployed_redis.url, "PATH": os.environ["PATH"]}
+    agent = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "interference-agent"),
+            "--no-kubernetes",
+            "--probes",
+            "psi,network",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    admin = deployed_redis.admin()
+    try:
+        deadline = time.monotonic() + 60
+        while not admin.exists(keys.node_key(env["NODE_NAME"])):
+            assert agent.poll() is None, agent.communicate()[1]
+            assert time.monotonic() < deadline, "the agent published nothing within 60 s"
+            time.sleep(0.2)
+    finally:
+        agent.terminate()
+        _, stderr = agent.communicate(timeout=30)
+    assert agent.returncode == 0, stderr
+    assert "ERROR node_agent.publisher" not in stderr, stderr
+    assert admin.acl_log() == []
+    assert admin.zscore(keys.NODES_UPDATED, env["NODE_NAME"]) is not None

@@ -26,7 +26,9 @@ from node_agent.probes.bpf_loader import (
     check_privileges,
     check_tracepoints,
     default_bpf_dir,
+    describe_u64_struct,
     effective_capabilities,
+    possible_cpus,
     read_program,
     resolve_source_dir,
     sum_per_cpu,
@@ -146,6 +148,24 @@ def test_per_cpu_values_are_summed_field_by_field() -> None:
     assert totals.slots == {"runq_us_slots": [0, 3, 0, 4]}
 
 
+class _Mixed(ctypes.Structure):
+    _fields_ = [("count", ctypes.c_uint64), ("flag", ctypes.c_uint32)]
+
+
+def test_stats_layout_is_described_and_non_u64_fields_are_refused() -> None:
+    assert describe_u64_struct(_Stats) == [("runq_count", 0), ("runq_ns", 0), ("runq_us_slots", 4)]
+    with pytest.raises(ValueError, match="flag is not u64"):
+        describe_u64_struct(_Mixed)
+
+
+@pytest.mark.parametrize(
+    ("text", "count"), [("0\n", 1), ("0-1\n", 2), ("0-3,8-11\n", 8), ("0,2,4-5\n", 4)]
+)
+def test_possible_cpus(tmp_path: Path, text: str, count: int) -> None:
+    (tmp_path / "possible").write_text(text)
+    assert possible_cpus(str(tmp_path / "possible")) == count
+
+
 def test_probes_are_registered_under_their_names() -> None:
     factories = base.registered()
     assert factories["runqlat"] is runqlat.make_runqlat
@@ -219,3 +239,27 @@ def test_unprivileged_agent_is_told_which_capabilities_it_needs() -> None:
         dropped, capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[2]
     )
     assert "CAP_BPF+CAP_PERFMON (or root" in result.stdout, result.stderr
+
+
+@pytest.mark.bpf
+def test_agent_side_holds_the_programs_without_loading_bcc() -> None:
+    """The compiler process loads LLVM; the agent keeps only descriptors and stays small."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to load BPF programs")
+    script = (
+        "import sys, time\n"
+        "from node_agent.probes.base import ProbeContext\n"
+        "from node_agent.probes.runqlat import RunqlatProbe\n"
+        "probe = RunqlatProbe(ProbeContext())\n"
+        "probe.start()\n"
+        "time.sleep(0.3)\n"
+        "sample = probe.collect()\n"
+        "probe.close()\n"
+        "print('bcc' in sys.modules, sum(m['runq_count'] for m in sample.by_cgroup_id.values()))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=240
+    )
+    imported, waits = result.stdout.split()
+    assert imported == "False", result.stderr
+    assert float(waits) > 0

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import logging
+import tracemalloc
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -129,6 +131,33 @@ def test_outage_drops_reports_logs_once_and_the_next_flush_after_restart_succeed
     )
     updated_at = redis_server.client().hget(keys.node_key("gpu-node-1"), "updated_at")
     assert updated_at == "1700000006.5"
+
+
+def test_reports_dropped_during_an_outage_are_not_kept(redis_server: RedisServer) -> None:
+    """A queue of unsent reports would grow by 270 × the report size here; nothing may."""
+    big = replace(
+        REPORT,
+        pods=[replace(TRAINER, name=f"trainer-{i}", uid=f"u-{i}") for i in range(100)],
+    )
+    pub = RedisPublisher(PublisherSettings(redis_url=redis_server.url))
+    redis_server.stop()
+    for _ in range(20):  # warm up: first failure, logging, connection objects
+        pub.publish(big)
+    tracemalloc.start()
+    try:
+        for _ in range(30):
+            assert pub.publish(big) is False
+        gc.collect()
+        early, _ = tracemalloc.get_traced_memory()
+        for _ in range(270):
+            assert pub.publish(big) is False
+        gc.collect()
+        late, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    pub.close()
+    assert len(codec.encode_report(big)) * 270 > 3_000_000  # what a queue would hold
+    assert late - early < 100_000
 
 
 AGENT_ACL = "~intf:* -@all +hset +expire +zadd +sadd +srem +xadd +ping"

@@ -87,7 +87,10 @@ def _merge(target: Obj, patch: Obj, strategic: bool) -> None:
         elif strategic and key == "conditions" and isinstance(value, list):
             by_type = {c.get("type"): c for c in target.get(key, [])}
             for condition in value:
-                by_type[condition.get("type")] = {**by_type.get(condition.get("type"), {}), **condition}
+                by_type[condition.get("type")] = {
+                    **by_type.get(condition.get("type"), {}),
+                    **condition,
+                }
             target[key] = list(by_type.values())
         elif isinstance(value, dict) and isinstance(target.get(key), dict):
             _merge(target[key], value, strategic)
@@ -112,7 +115,7 @@ class ApiServerEmulator(KubernetesScaffold):
 
     # --- state changes (run on the emulator's loop) ---
 
-    def put(self, plural: str, obj: Obj) -> Obj:
+    def put_object(self, plural: str, obj: Obj) -> Obj:
         meta = obj.setdefault("metadata", {})
         key = (plural, meta.get("namespace", ""), meta["name"])
         before = self.objects.get(key)
@@ -124,7 +127,7 @@ class ApiServerEmulator(KubernetesScaffold):
         self._publish(plural, "MODIFIED" if before else "ADDED", obj, before)
         return obj
 
-    def delete(self, plural: str, namespace: str, name: str) -> None:
+    def delete_object(self, plural: str, namespace: str, name: str) -> None:
         obj = self.objects.pop((plural, namespace, name))
         self.resource_version += 1
         obj = copy.deepcopy(obj)
@@ -168,7 +171,11 @@ class ApiServerEmulator(KubernetesScaffold):
     async def _handle(self, request: Request) -> aiohttp.web.StreamResponse:
         method = str(request.method.value).upper()
         for fault in self.faults:
-            if fault.remaining and fault.method == method and fault.path.search(request.url.path):
+            if (
+                fault.remaining
+                and fault.method == method
+                and fault.path.search(request.url.path_qs)
+            ):
                 fault.remaining -= 1
                 headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after else {}
                 return aiohttp.web.json_response(
@@ -181,7 +188,7 @@ class ApiServerEmulator(KubernetesScaffold):
             return await super()._handle(request)
         plural = str(resource.plural)
         if request.subresource == "binding" and method == "POST":
-            return _json(self._bind(request))
+            return _json(self._bind(request), status=201)
         if request.subresource == "status" and method == "PATCH":
             return _json(self._patch_status(request))
         if request.name is None and method == "GET":
@@ -253,8 +260,8 @@ class ApiServerEmulator(KubernetesScaffold):
                 if event is _STREAM_END:
                     break
                 await response.write(json.dumps(event).encode() + b"\n")
-        except (ConnectionResetError, asyncio.CancelledError):
-            pass
+        except ConnectionResetError:
+            pass  # the client went away
         finally:
             self.watchers.remove(watcher)
         return response
@@ -269,7 +276,7 @@ class ApiServerEmulator(KubernetesScaffold):
                 409,
                 "Conflict",
                 f'Operation cannot be fulfilled on pods/binding "{request.name}": pod '
-                f"{request.name} is already assigned to node \"{pod['spec']['nodeName']}\"",
+                f'{request.name} is already assigned to node "{pod["spec"]["nodeName"]}"',
             )
         updated = copy.deepcopy(pod)
         updated["spec"]["nodeName"] = body["target"]["name"]
@@ -278,8 +285,8 @@ class ApiServerEmulator(KubernetesScaffold):
             {"conditions": [{"type": "PodScheduled", "status": "True"}]},
             strategic=True,
         )
-        self.put("pods", updated)
-        return _status(201, "", "")  # the real server answers with a Status of success
+        self.put_object("pods", updated)
+        return _status(201, "", "")  # the real server answers 201 with a Status of success
 
     def _patch_status(self, request: Request) -> Obj:
         pod = copy.deepcopy(self._get("pods", request))
@@ -288,7 +295,7 @@ class ApiServerEmulator(KubernetesScaffold):
             raise KubernetesError(415, "UnsupportedMediaType", f"content type {content_type}")
         patch = request.data or {}
         _merge(pod.setdefault("status", {}), patch.get("status", {}), "strategic" in content_type)
-        return copy.deepcopy(self.put("pods", pod))
+        return copy.deepcopy(self.put_object("pods", pod))
 
     def _create(self, request: Request, plural: str) -> Obj:
         obj = copy.deepcopy(request.data or {})
@@ -298,7 +305,7 @@ class ApiServerEmulator(KubernetesScaffold):
             meta["name"] = f"{meta['generateName']}{next(self.names):05d}"
         if (plural, meta["namespace"], meta.get("name", "")) in self.objects:
             raise KubernetesError(409, "AlreadyExists", f'{plural} "{meta["name"]}" already exists')
-        return copy.deepcopy(self.put(plural, obj))
+        return copy.deepcopy(self.put_object(plural, obj))
 
     def _replace(self, request: Request, plural: str) -> Obj:
         current = self._get(plural, request)
@@ -312,7 +319,7 @@ class ApiServerEmulator(KubernetesScaffold):
                 " been modified; please apply your changes to the latest version and try again",
             )
         obj["metadata"]["uid"] = current["metadata"]["uid"]
-        return copy.deepcopy(self.put(plural, obj))
+        return copy.deepcopy(self.put_object(plural, obj))
 
 
 _HANDLED = {"pods", "nodes", "events", "leases"}
@@ -382,10 +389,10 @@ class EmulatorThread:
     # --- conveniences for tests ---
 
     def put(self, plural: str, obj: Obj) -> Obj:
-        return self.call(lambda e: copy.deepcopy(e.put(plural, copy.deepcopy(obj))))
+        return self.call(lambda e: copy.deepcopy(e.put_object(plural, copy.deepcopy(obj))))
 
     def delete(self, plural: str, namespace: str, name: str) -> None:
-        self.call(lambda e: e.delete(plural, namespace, name))
+        self.call(lambda e: e.delete_object(plural, namespace, name))
 
     def get(self, plural: str, namespace: str, name: str) -> Obj | None:
         return self.call(lambda e: copy.deepcopy(e.objects.get((plural, namespace, name))))
@@ -404,7 +411,8 @@ class EmulatorThread:
     def fail(
         self, method: str, path: str, status: int, times: int = 1, retry_after: int | None = None
     ) -> None:
-        """The next ``times`` requests ``method`` whose path matches ``path`` get ``status``."""
+        """The next ``times`` requests ``method`` whose path and query match ``path`` get
+        ``status``."""
         fault = _Fault(method.upper(), re.compile(path), status, times, retry_after)
         self.call(lambda e: e.faults.append(fault))
 
@@ -417,8 +425,40 @@ class EmulatorThread:
             ]
         )
 
+    def user_agents(self, path: str) -> list[str]:
+        """User-Agent of every request whose path matches ``path``, in order."""
+        pattern = re.compile(path)
+        return self.call(
+            lambda e: [
+                r.headers.get("User-Agent", "") for r in e._requests if pattern.search(r.url.path)
+            ]
+        )
+
     def watch_count(self, plural: str) -> int:
         return self.call(lambda e: sum(1 for w in e.watchers if w.plural == plural))
+
+
+def rbac_rule(method: str, path: str, query: dict[str, str]) -> tuple[str, str, str]:
+    """(apiGroup, resource[/subresource], verb) of a request, as the API server authorises it."""
+    parts = path.strip("/").split("/")
+    group, rest = ("", parts[2:]) if parts[0] == "api" else (parts[1], parts[3:])
+    if rest[:1] == ["namespaces"] and len(rest) > 2:
+        rest = rest[2:]
+    resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
+    named = len(rest) > 1
+    verb = {
+        "GET": "watch" if query.get("watch") == "true" else ("get" if named else "list"),
+        "POST": "create",
+        "PUT": "update",
+        "PATCH": "patch",
+        "DELETE": "delete",
+    }[method]
+    return group, resource, verb
+
+
+def observed_rbac_rules(server: EmulatorThread) -> set[tuple[str, str, str]]:
+    """The RBAC rules every request served so far needed (for checking a ClusterRole)."""
+    return {rbac_rule(method, path, query) for method, path, query, _ in server.requests()}
 
 
 @contextmanager

@@ -19,6 +19,7 @@ from scheduler.adapters.kubernetes import (
     KubernetesCluster,
     KubernetesSettings,
 )
+from scheduler.leader import LEASE_PERMISSIONS, LeaderElectionSettings, LeaderElector
 from scheduler.ports import (
     ApiUnavailable,
     BindConflict,
@@ -30,7 +31,13 @@ from scheduler.ports import (
     PodRef,
 )
 from tests.conftest import free_port
-from tests.scheduler.k8s_emulator import EmulatorThread, node, pod, running_emulator
+from tests.scheduler.k8s_emulator import (
+    EmulatorThread,
+    node,
+    observed_rbac_rules,
+    pod,
+    running_emulator,
+)
 
 FAST = KubernetesSettings(page_size=2, backoff_initial_s=0.01, backoff_max_s=0.2)
 
@@ -86,7 +93,9 @@ def emulator() -> Iterator[EmulatorThread]:
 
 @pytest.fixture
 def cluster(emulator: EmulatorThread) -> KubernetesCluster:
-    return KubernetesCluster(api_client(emulator.url), FAST, identity="sched-0", rng=random.Random(1))
+    return KubernetesCluster(
+        api_client(emulator.url), FAST, identity="sched-0", rng=random.Random(1)
+    )
 
 
 @pytest.fixture
@@ -139,7 +148,9 @@ def test_lists_in_pages_then_watches_from_the_list_resource_version(
     assert handler.calls.count(("apply", "Pod", "ADDED")) == 1  # no replays of listed pods
 
 
-def test_watch_events_update_and_delete(emulator: EmulatorThread, informers: Callable[[], RecordingHandler]) -> None:
+def test_watch_events_update_and_delete(
+    emulator: EmulatorThread, informers: Callable[[], RecordingHandler]
+) -> None:
     _populate(emulator)
     handler = informers()
     handler.wait_for(lambda h: "default/pending" in h.state["Pod"])
@@ -177,14 +188,38 @@ def test_relists_on_410_gone(
 def test_backs_off_and_recovers_on_429_and_5xx(
     emulator: EmulatorThread, cluster: KubernetesCluster, informers: Callable[[], RecordingHandler]
 ) -> None:
-    emulator.fail("GET", r"^/api/v1/nodes$", 500, times=2)
-    emulator.fail("GET", r"^/api/v1/nodes$", 429, times=1)
+    emulator.fail("GET", r"^/api/v1/nodes\?limit=", 500, times=2)
+    emulator.fail("GET", r"^/api/v1/nodes\?limit=", 429, times=1)
     emulator.put("nodes", node("n1"))
     handler = informers()
     handler.wait_for(lambda h: cluster.synced())
     node_gets = [r for r in emulator.requests() if r[1] == "/api/v1/nodes"]
     assert len(node_gets) >= 4  # three refused lists, then the good one (and its watch)
     assert set(handler.state["Node"]) == {"/n1"}
+
+
+def test_relists_from_scratch_when_a_continue_token_expires(
+    emulator: EmulatorThread,
+    cluster: KubernetesCluster,
+    informers: Callable[[], RecordingHandler],
+) -> None:
+    for name in ("n1", "n2", "n3"):
+        emulator.put("nodes", node(name))
+    emulator.fail("GET", r"^/api/v1/nodes\?continue=", 410)
+    handler = informers()
+    handler.wait_for(lambda h: cluster.synced())
+    assert set(handler.state["Node"]) == {"/n1", "/n2", "/n3"}
+    lists = [q for _, p, q, _ in emulator.requests() if p == "/api/v1/nodes" and "watch" not in q]
+    assert ["continue" in q for q in lists] == [False, True, False, True]  # 410, then anew
+    assert handler.calls.count(("replace", "Node", "")) == 1  # no partial list reached it
+
+
+def test_retry_after_is_honoured(emulator: EmulatorThread, cluster: KubernetesCluster) -> None:
+    emulator.put("pods", pod("p1"))
+    emulator.fail("POST", r"/binding$", 429, retry_after=7)
+    with pytest.raises(ApiUnavailable) as caught:
+        cluster.bind(PodRef("default", "p1"), "n1")
+    assert getattr(caught.value, "retry_after_s", None) == 7.0
 
 
 def test_a_failing_handler_does_not_kill_the_informer(
@@ -270,10 +305,16 @@ def test_unreachable_api_server_is_api_unavailable() -> None:
         cluster.list_page("Node")
 
 
-def test_events_in_kube_scheduler_style(emulator: EmulatorThread, cluster: KubernetesCluster) -> None:
-    cluster.record_event(PodRef("ml", "p1", "u-1"), "Normal", "Scheduled", "Successfully assigned ml/p1 to n1")
+def test_events_in_kube_scheduler_style(
+    emulator: EmulatorThread, cluster: KubernetesCluster
+) -> None:
+    cluster.record_event(
+        PodRef("ml", "p1", "u-1"), "Normal", "Scheduled", "Successfully assigned ml/p1 to n1"
+    )
     message = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
-    cluster.record_event(PodRef("ml", "p2", "u-2"), "Warning", "FailedScheduling", message + "x" * 2000)
+    cluster.record_event(
+        PodRef("ml", "p2", "u-2"), "Warning", "FailedScheduling", message + "x" * 2000
+    )
     events = sorted(emulator.all("events"), key=lambda e: e["regarding"]["name"])
     assert [e["metadata"]["namespace"] for e in events] == ["ml", "ml"]
     scheduled, failed = events
@@ -318,35 +359,34 @@ def test_unschedulable_condition_is_merged_into_pod_status(
 def test_every_call_is_covered_by_required_permissions(
     emulator: EmulatorThread, cluster: KubernetesCluster, informers: Callable[[], RecordingHandler]
 ) -> None:
-    """Exercises every API method and maps each recorded request to an RBAC rule."""
+    """Exercises every API method of the adapter and the elector; each recorded request
+    maps to exactly the RBAC rules they declare (deploy/ checks its ClusterRole against
+    ``REQUIRED_PERMISSIONS + LEASE_PERMISSIONS``)."""
     _populate(emulator)
     handler = informers()
     handler.wait_for(lambda h: cluster.synced())
     cluster.bind(PodRef("default", "pending"), "n1")
     cluster.record_event(PodRef("default", "pending"), "Normal", "Scheduled", "ok")
     cluster.set_unschedulable(PodRef("default", "running"), "no")
-    needed = {rbac_rule(method, path, query) for method, path, query, _ in emulator.requests()}
-    granted = {(g, r, v) for g, r, verbs in REQUIRED_PERMISSIONS for v in verbs}
-    assert needed <= granted
-    assert needed == granted  # and nothing is granted that the code does not use
+    leading, stop = threading.Event(), threading.Event()
+    settings = LeaderElectionSettings(
+        namespace="kube-system", lease_duration_s=3, renew_deadline_s=2, retry_period_s=1
+    )
+    elector = LeaderElector(api_client(emulator.url), settings, leading, "rbac-check")
+    thread = threading.Thread(target=elector.run, args=(stop,), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while elector.renewals < 2 and time.monotonic() < deadline:  # create, then get + update
+        time.sleep(0.05)
+    stop.set()
+    thread.join(30)
 
-
-def rbac_rule(method: str, path: str, query: dict[str, str]) -> tuple[str, str, str]:
-    """(apiGroup, resource[/subresource], verb) of a request, as the API server authorises it."""
-    parts = path.strip("/").split("/")
-    group, rest = ("", parts[2:]) if parts[0] == "api" else (parts[1], parts[3:])
-    if rest[:1] == ["namespaces"] and len(rest) > 2:
-        rest = rest[2:]
-    resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
-    named = len(rest) > 1
-    verb = {
-        "GET": "watch" if query.get("watch") == "true" else ("get" if named else "list"),
-        "POST": "create",
-        "PUT": "update",
-        "PATCH": "patch",
-        "DELETE": "delete",
-    }[method]
-    return group, resource, verb
+    granted = {
+        (group, resource, verb)
+        for group, resource, verbs in REQUIRED_PERMISSIONS + LEASE_PERMISSIONS
+        for verb in verbs
+    }
+    assert observed_rbac_rules(emulator) == granted  # all used, nothing more granted
 
 
 @pytest.mark.parametrize(

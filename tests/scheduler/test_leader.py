@@ -19,7 +19,11 @@ from scheduler.ports import PodRef
 from tests.scheduler.k8s_emulator import EmulatorThread, node, pod, running_emulator
 
 FAST = LeaderElectionSettings(
-    lease_name="sched", namespace="kube-system", lease_duration_s=3, renew_deadline_s=2, retry_period_s=1
+    lease_name="sched",
+    namespace="kube-system",
+    lease_duration_s=3,
+    renew_deadline_s=2,
+    retry_period_s=1,
 )
 
 
@@ -91,7 +95,9 @@ def binding_posts(emulator: EmulatorThread) -> list[str]:
     return [path for method, path, _, _ in emulator.requests() if path.endswith("/binding")]
 
 
-def test_only_the_leader_binds(emulator: EmulatorThread, replicas: Callable[[str], Replica]) -> None:
+def test_only_the_leader_binds(
+    emulator: EmulatorThread, replicas: Callable[[str], Replica]
+) -> None:
     first = replicas("a")
     wait_until(lambda: first.leading)
     second = replicas("b")

@@ -36,11 +36,18 @@ def report(node: str, ts: float, score: float = 10.0, interval_s: float = 1.0) -
     return NodeReport(node=node, ts=ts, interval_s=interval_s, metrics=metrics)
 
 
-def publish_hash(r: redis.Redis, rep: NodeReport) -> None:
-    r.hset(keys.node_key(rep.node), mapping=node_hash(rep))
+def as_mapping(fields: dict[str, str]) -> dict[str | bytes, bytes | float | int | str]:
+    """A hash for redis-py's ``hset(mapping=...)`` (whose stub wants the wider key type)."""
+    wide: dict[str | bytes, bytes | float | int | str] = {}
+    wide.update(fields)
+    return wide
 
 
-def publish_stream(r: redis.Redis, rep: NodeReport) -> None:
+def publish_hash(r: redis.Redis[bytes], rep: NodeReport) -> None:
+    r.hset(keys.node_key(rep.node), mapping=as_mapping(node_hash(rep)))
+
+
+def publish_stream(r: redis.Redis[bytes], rep: NodeReport) -> None:
     r.xadd(keys.STREAM, {keys.STREAM_FIELD: encode_report(rep)})
 
 
@@ -62,7 +69,7 @@ SETTINGS = RedisSettings(block_ms=100, retry_initial_s=0.05, retry_max_s=0.2, lo
 
 
 @pytest.fixture
-def raw(redis_server: RedisServer) -> redis.Redis:
+def raw(redis_server: RedisServer) -> redis.Redis[bytes]:
     return redis.Redis(port=redis_server.port)
 
 
@@ -93,12 +100,12 @@ def running(cache: RedisSignalCache) -> Iterator[RedisSignalCache]:
 
 
 def test_bootstraps_from_node_and_gpu_hashes(
-    raw: redis.Redis, cache: RedisSignalCache, registry: CollectorRegistry
+    raw: redis.Redis[bytes], cache: RedisSignalCache, registry: CollectorRegistry
 ) -> None:
     now = time.time()
     for i, node in enumerate(("a", "b", "c")):
         publish_hash(raw, report(node, now - i, score=10 * i))
-    raw.hset(keys.gpu_key("b"), mapping=gpu_hash([GPU]))
+    raw.hset(keys.gpu_key("b"), mapping=as_mapping(gpu_hash([GPU])))
     raw.sadd(keys.node_pods_key("a"), "default/p1")  # not a node hash
     raw.hset(keys.node_key("broken"), mapping={"score": "high", "updated_at": "1"})
     raw.hset(keys.gpu_key("c"), mapping={"count": "2"})  # devices missing
@@ -117,7 +124,9 @@ def test_bootstraps_from_node_and_gpu_hashes(
     assert payload_errors(registry, "gpu") == 1
 
 
-def test_follows_the_stream_with_xread_not_rescans(raw: redis.Redis, running: RedisSignalCache) -> None:
+def test_follows_the_stream_with_xread_not_rescans(
+    raw: redis.Redis[bytes], running: RedisSignalCache
+) -> None:
     now = time.time()
     publish_hash(raw, report("a", now - 5, score=1))
     wait_until(running.healthy)
@@ -127,14 +136,20 @@ def test_follows_the_stream_with_xread_not_rescans(raw: redis.Redis, running: Re
     for step in range(1, 6):
         publish_stream(raw, report("a", now + step, score=step * 10))
         publish_stream(raw, report("new", now + step, score=step))
-    wait_until(lambda: running.snapshot().get("a") is not None and running.snapshot()["a"].metrics.score == 50)
+    wait_until(
+        lambda: (
+            running.snapshot().get("a") is not None and running.snapshot()["a"].metrics.score == 50
+        )
+    )
     wait_until(lambda: "new" in running.snapshot() and running.snapshot()["new"].metrics.score == 5)
     assert running.snapshot()["a"].updated_at == pytest.approx(now + 5)
     assert _calls(raw, "scan") == scans_before  # O(updates): no rescans while following
     assert _calls(raw, "xread") >= 1
 
 
-def test_an_older_report_never_replaces_a_newer_one(raw: redis.Redis, cache: RedisSignalCache) -> None:
+def test_an_older_report_never_replaces_a_newer_one(
+    raw: redis.Redis[bytes], cache: RedisSignalCache
+) -> None:
     now = time.time()
     publish_hash(raw, report("a", now, score=70))
     cache.bootstrap()
@@ -144,7 +159,7 @@ def test_an_older_report_never_replaces_a_newer_one(raw: redis.Redis, cache: Red
 
 
 def test_counts_and_skips_malformed_stream_entries(
-    raw: redis.Redis,
+    raw: redis.Redis[bytes],
     running: RedisSignalCache,
     registry: CollectorRegistry,
     caplog: pytest.LogCaptureFixture,
@@ -166,7 +181,9 @@ def test_counts_and_skips_malformed_stream_entries(
     assert "same release" in malformed[0].getMessage()
 
 
-def test_marks_nodes_stale_after_their_ttl(raw: redis.Redis, redis_server: RedisServer) -> None:
+def test_marks_nodes_stale_after_their_ttl(
+    raw: redis.Redis[bytes], redis_server: RedisServer
+) -> None:
     now = 1_000_000.0
     clock = [now]
     settings = _settings(redis_server)
@@ -186,7 +203,7 @@ def test_marks_nodes_stale_after_their_ttl(raw: redis.Redis, redis_server: Redis
 
 
 def test_redis_down_goes_blind_with_a_metric_and_one_log_then_recovers(
-    raw: redis.Redis,
+    raw: redis.Redis[bytes],
     redis_server: RedisServer,
     running: RedisSignalCache,
     registry: CollectorRegistry,
@@ -198,7 +215,9 @@ def test_redis_down_goes_blind_with_a_metric_and_one_log_then_recovers(
     wait_until(lambda: "a" in running.snapshot())
     redis_server.stop()
     wait_until(lambda: not running.healthy())
-    wait_until(lambda: (registry.get_sample_value("interference_scheduler_redis_errors_total") or 0) >= 3)
+    wait_until(
+        lambda: (registry.get_sample_value("interference_scheduler_redis_errors_total") or 0) >= 3
+    )
     assert running.snapshot()["a"].metrics.score == 33  # the last data stay, ageing
     outage_lines = [r for r in caplog.records if "unavailable" in r.getMessage()]
     assert len(outage_lines) == 1
@@ -221,7 +240,9 @@ def test_unreachable_at_start_is_unhealthy_not_fatal(registry: CollectorRegistry
     stop = threading.Event()
     thread = threading.Thread(target=cache.run, args=(stop,), daemon=True)
     thread.start()
-    wait_until(lambda: (registry.get_sample_value("interference_scheduler_redis_errors_total") or 0) >= 2)
+    wait_until(
+        lambda: (registry.get_sample_value("interference_scheduler_redis_errors_total") or 0) >= 2
+    )
     assert not cache.healthy()
     assert cache.snapshot() == {}
     stop.set()
@@ -241,7 +262,9 @@ def decision() -> Decision:
     )
 
 
-def test_decision_sink_writes_the_record_with_a_ttl(raw: redis.Redis, redis_server: RedisServer) -> None:
+def test_decision_sink_writes_the_record_with_a_ttl(
+    raw: redis.Redis[bytes], redis_server: RedisServer
+) -> None:
     settings = _settings(redis_server)
     sink = RedisDecisionSink(connect(settings), settings, SignalMetrics(CollectorRegistry()))
     earlier = dataclasses.replace(
@@ -264,7 +287,9 @@ def test_decision_sink_never_raises(registry: CollectorRegistry) -> None:
     assert registry.get_sample_value("interference_scheduler_decision_write_errors_total") == 2
 
 
-def test_works_as_the_scheduler_acl_user_from_the_environment(raw: redis.Redis, redis_server: RedisServer) -> None:
+def test_works_as_the_scheduler_acl_user_from_the_environment(
+    raw: redis.Redis[bytes], redis_server: RedisServer
+) -> None:
     # The scheduler's ACL user as deploy/ defines it: read intf:*, write decisions only,
     # and no command beyond ACL_COMMANDS.
     rules = ["resetkeys", "%R~intf:*", "~intf:decision:*", "resetchannels", "-@all"]
@@ -273,7 +298,7 @@ def test_works_as_the_scheduler_acl_user_from_the_environment(raw: redis.Redis, 
     )
     now = time.time()
     publish_hash(raw, report("a", now - 1))
-    raw.hset(keys.gpu_key("a"), mapping=gpu_hash([GPU]))
+    raw.hset(keys.gpu_key("a"), mapping=as_mapping(gpu_hash([GPU])))
     settings = _settings(redis_server)
     env = {"REDIS_USERNAME": "scheduler", "REDIS_PASSWORD": "s3cret"}
     registry = CollectorRegistry()
@@ -292,6 +317,6 @@ def test_works_as_the_scheduler_acl_user_from_the_environment(raw: redis.Redis, 
         wrong.hgetall(keys.node_key("a"))
 
 
-def _calls(raw: redis.Redis, command: str) -> int:
+def _calls(raw: redis.Redis[bytes], command: str) -> int:
     stats = raw.info("commandstats")
     return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))

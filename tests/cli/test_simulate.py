@@ -1,0 +1,179 @@
+"""`interference simulate` on the trace recorded by the real agents, and its parts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from interference.codec import encode_report
+from interference.signals import NodeMetrics, NodeReport, PodMetrics
+from interference_cli.main import main
+from interference_cli.simulate import (
+    Arrival,
+    Policy,
+    Workload,
+    gpu_fragmentation,
+    load_policy,
+    load_workload,
+    simulate,
+)
+from interference_cli.store import CliError
+from interference_cli.trace import load_trace, write_trace
+from scheduler.adapters.memory import node_object, pod_object
+from scheduler.model import parse_node, parse_pod
+from scheduler.settings import EngineSettings, ScoreWeights
+from scheduler.table import NodeTable
+
+ROOT = Path(__file__).resolve().parents[2]
+TRACE = ROOT / "tests" / "data" / "lab-trace.msgpack"
+ARRIVALS = ROOT / "tests" / "data" / "lab-arrivals.yaml"
+AWARE = ROOT / "deploy" / "demo" / "policies" / "interference-aware.yaml"
+BLIND = ROOT / "deploy" / "demo" / "policies" / "least-allocated.yaml"
+
+
+def test_committed_trace_comes_from_several_agents_with_stress_ng() -> None:
+    reports = load_trace(TRACE)
+    nodes = {r.node for r in reports}
+    assert nodes == {"node-1", "node-2", "node-3", "node-4"}
+    stressed = {r.node for r in reports for p in r.pods if p.name.startswith("batch-stress")}
+    assert stressed == {"node-1", "node-3"}
+    # The agents measured the pods they were given: every node reports its own probe.
+    for node in nodes:
+        assert any(p.name == f"probe-{node[-1]}" for r in reports if r.node == node for p in r.pods)
+
+
+def test_acceptance_aware_default_policy_beats_least_allocated_on_the_trace() -> None:
+    """Acceptance 2: ≥ 80 % fewer tolerance-violating placements, ≤ 5 % more nodes."""
+    reports = load_trace(TRACE)
+    workload = load_workload(ARRIVALS)
+    aware_policy = load_policy(AWARE)
+    assert aware_policy.settings == EngineSettings()  # the embedded default policy
+    aware = simulate(reports, workload, aware_policy)
+    blind = simulate(reports, workload, load_policy(BLIND))
+    assert blind.violations >= 10  # the comparison is not vacuous
+    assert aware.violations <= 0.2 * blind.violations
+    assert aware.nodes_used <= 1.05 * blind.nodes_used
+    assert aware.placed >= 0.9 * len(workload.arrivals)
+
+
+def test_simulate_command_prints_policies_side_by_side(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    plot = tmp_path / "compare.png"
+    args = ["simulate", "--trace", str(TRACE), "--pods", str(ARRIVALS)]
+    args += ["--policy", str(AWARE), "--policy", str(BLIND), "--plot", str(plot)]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if "interference-aware" in line)
+    assert header.index("interference-aware") < header.index("least-allocated")
+    for label in ("tolerance-violating placements", "nodes used", "GPU fragmentation"):
+        assert label in out
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_simulate_json(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["simulate", "--trace", str(TRACE), "--pods", str(ARRIVALS), "--json"]
+    assert main([*args, "--policy", str(AWARE), "--policy", str(BLIND)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["trace_reports"] == 160
+    assert [p["policy"] for p in data["policies"]] == ["interference-aware", "least-allocated"]
+    for policy in data["policies"]:
+        assert policy["placed"] == len(policy["placements"])
+        assert policy["decisions_per_s"] > 0
+
+
+def _report(node: str, ts: float, runq_p99_us: float) -> NodeReport:
+    return NodeReport(node, ts, 1.0, NodeMetrics(runq_p99_us=runq_p99_us))
+
+
+def _workload(tolerance_us: str | None, horizon_s: float = 3.0) -> Workload:
+    annotations = {} if tolerance_us is None else {"interference.io/max-runq-p99-us": tolerance_us}
+    return Workload(
+        {"default": {"cpu": "4", "memory": "8Gi"}},
+        [Arrival(at_s=1.5, obj=pod_object("p", annotations=annotations), duration_s=None)],
+        horizon_s=horizon_s,
+    )
+
+
+@pytest.mark.parametrize(
+    ("after", "tolerance", "violations"),
+    [
+        ([900, 900, 900], "1000", 0),  # quiet after placement
+        ([5000, 5000, 900], "1000", 1),  # 2 of 3 windows above: violation
+        ([5000, 900, 900], "1000", 0),  # 1 of 3 windows above: below the 0.5 fraction
+        ([5000, 5000, 5000], None, 0),  # no tolerance declared: cannot violate
+    ],
+)
+def test_violation_is_judged_on_the_windows_after_placement(
+    after: list[int], tolerance: str | None, violations: int
+) -> None:
+    # One node, quiet until the placement at t=1.5 (so even the blind engine picks it).
+    reports = [_report("n", 0.0, 100), _report("n", 1.0, 100)]
+    reports += [_report("n", 2.0 + i, v) for i, v in enumerate(after)]
+    reports.append(_report("n", 10.0, 99999))  # beyond the horizon: ignored
+    blind = Policy("blind", EngineSettings(weights=ScoreWeights(interference=0)), True)
+    result = simulate(reports, _workload(tolerance), blind)
+    assert result.placed == 1
+    assert result.violations == violations
+
+
+@pytest.mark.parametrize(
+    ("gpus_per_node", "pod_gpus", "expected"),
+    [
+        ([8, 8], [], 0.0),  # nothing used: no fragmentation
+        ([8, 8], [8], 0.0),  # one node full, the other whole
+        ([8, 8], [4], 4 / 12),  # 4 free GPUs stranded on a half-used node out of 12 free
+        ([8, 8], [4, 4], 8 / 8),  # every free GPU is on a partly used node
+        ([0, 0], [], 0.0),  # no GPUs at all
+    ],
+)
+def test_gpu_fragmentation(gpus_per_node: list[int], pod_gpus: list[int], expected: float) -> None:
+    table = NodeTable()
+    for i, gpus in enumerate(gpus_per_node):
+        table.upsert_node(parse_node(node_object(f"n{i}", gpus=gpus)))
+    for i, gpus in enumerate(pod_gpus):
+        table.add_pod(parse_pod(pod_object(f"p{i}", gpus=gpus)), f"n{i}", now=0.0)
+    assert gpu_fragmentation(table) == pytest.approx(expected)
+
+
+def test_trace_roundtrip_and_bad_files(tmp_path: Path) -> None:
+    report = NodeReport("n", 1.0, 1.0, NodeMetrics(score=3.0), pods=[PodMetrics("a", "b")])
+    good = tmp_path / "good.msgpack"
+    write_trace(good, [encode_report(report)], "test")
+    assert load_trace(good) == [report]
+    not_trace = tmp_path / "other.msgpack"
+    not_trace.write_bytes(b"\x93\x01\x02\x03")
+    with pytest.raises(CliError, match="is not an interference trace"):
+        load_trace(not_trace)
+    with pytest.raises(CliError, match="cannot read trace file"):
+        load_trace(tmp_path / "missing")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("pods: []\n", "needs an `arrivals:` list"),
+        ("arrivals: []\n", "has no arrivals"),
+        ("arrivals: [{count: 2}]\n", "is malformed"),
+        ("arrivals: [{at_s: 1}]\nevaluation: {violation_fraction: 2}\n", "violation_fraction"),
+    ],
+)
+def test_bad_arrival_files_name_the_problem(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "arrivals.yaml"
+    path.write_text(text)
+    with pytest.raises(CliError, match=message):
+        load_workload(path)
+
+
+def test_bad_policy_is_one_line_and_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = tmp_path / "bad.yaml"
+    policy.write_text("engine: {weights: {interference: high}}\n")
+    args = ["simulate", "--trace", str(TRACE), "--pods", str(ARRIVALS), "--policy", str(policy)]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert "engine.weights.interference" in err and err.startswith("interference: ")
+    assert err.count("\n") == 1

@@ -1,0 +1,224 @@
+"""The engine over a hand-built node table: choice, tie-break, messages, caching, relax."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from interference.signals import NodeMetrics
+from scheduler.engine import Engine
+from scheduler.model import ANNOTATION_MAX_RUNQ_P99_US, parse_node, parse_pod
+from scheduler.ports import NodeSignals
+from scheduler.settings import EngineSettings, ScoreWeights
+from scheduler.table import NodeTable
+from tests.scheduler.test_model import affinity_terms, node_obj, pod_obj, table_of
+
+NOW = 1000.0
+GPU = "nvidia.com/gpu"
+
+
+def _signals(table: NodeTable, **scores: float) -> None:
+    table.set_signals(
+        {name: NodeSignals(NodeMetrics(score=s), updated_at=NOW) for name, s in scores.items()}
+    )
+
+
+def test_issue_example_message_matches_kube_scheduler() -> None:
+    nodes = [node_obj(f"cpu-{i}") for i in range(3)]
+    nodes += [
+        node_obj(f"gpu-{i}", extra={GPU: "8"}, taints=[("k", "v", "NoSchedule")]) for i in range(9)
+    ]
+    result = Engine(EngineSettings()).schedule(
+        parse_pod(pod_obj(requests={GPU: "1"})), table_of(nodes), NOW
+    )
+    assert result.node is None
+    assert result.message == (
+        "0/12 nodes are available: 3 Insufficient nvidia.com/gpu, "
+        "9 node(s) had untolerated taint {k: v}."
+    )
+    assert not result.blocked_only_by_interference
+    assert result.feasible == 0
+
+
+def test_each_node_counts_its_first_failing_filter_only() -> None:
+    nodes = [
+        node_obj("down", ready=False, cpu="1"),  # also too small: counted as not ready only
+        node_obj("cordoned", unschedulable=True),
+        node_obj("small", cpu="1", memory="1Gi"),  # fails cpu and memory: both counted
+        node_obj("elsewhere", labels={"zone": "b"}),
+    ]
+    pod = parse_pod(
+        pod_obj(
+            requests={"cpu": "2", "memory": "2Gi"},
+            affinity=affinity_terms([("zone", "NotIn", ["b"])]),
+        )
+    )
+    result = Engine(EngineSettings()).schedule(pod, table_of(nodes), NOW)
+    assert result.message == (
+        "0/4 nodes are available: 1 Insufficient cpu, 1 Insufficient memory, "
+        "1 node(s) didn't match Pod's node affinity/selector, 1 node(s) were not ready, "
+        "1 node(s) were unschedulable."
+    )
+    reasons = {c.node: c.reasons for c in result.candidates}
+    assert reasons == {
+        "down": ["node(s) were not ready"],
+        "cordoned": ["node(s) were unschedulable"],
+        "small": ["Insufficient cpu", "Insufficient memory"],
+        "elsewhere": ["node(s) didn't match Pod's node affinity/selector"],
+    }
+    assert not any(c.passed for c in result.candidates)
+
+
+def test_no_nodes() -> None:
+    result = Engine(EngineSettings()).schedule(parse_pod(pod_obj()), NodeTable(), NOW)
+    assert (result.node, result.message) == (None, "no nodes available to schedule pods")
+
+
+def test_highest_total_wins_and_breakdown_is_recorded() -> None:
+    table = table_of([node_obj("noisy"), node_obj("quiet"), node_obj("medium")])
+    _signals(table, noisy=90, quiet=5, medium=40)
+    settings = EngineSettings(weights=ScoreWeights(interference=2.0, balance=1.0, gpu_packing=0.0))
+    result = Engine(settings, seed=1).schedule(
+        parse_pod(pod_obj("p", requests={"cpu": "1"})), table, NOW
+    )
+    assert result.node == "quiet"
+    assert result.message == "Successfully assigned default/p to quiet"
+    assert [c.node for c in result.candidates] == ["quiet", "medium", "noisy"]
+    best = result.candidates[0]
+    assert best.passed and set(best.scores) == {"interference", "balance"}
+    assert best.scores["interference"] == pytest.approx(95.0)
+    assert best.total == pytest.approx(2 * best.scores["interference"] + best.scores["balance"])
+    assert result.feasible == 3
+
+
+def test_record_top_k_limits_candidates() -> None:
+    table = table_of([node_obj(f"n{i}") for i in range(20)])
+    result = Engine(EngineSettings(record_top_k=3), seed=0).schedule(
+        parse_pod(pod_obj()), table, NOW
+    )
+    assert len(result.candidates) == 3 and result.candidates[0].node == result.node
+    totals = [c.total for c in result.candidates]
+    assert totals == sorted(totals, reverse=True)
+
+
+def test_ties_are_broken_randomly_and_reproducibly() -> None:
+    table = table_of([node_obj(f"n{i}") for i in range(8)])
+    pod = parse_pod(pod_obj())
+
+    def choices(seed: int) -> list[str | None]:
+        engine = Engine(EngineSettings(), seed=seed)
+        return [engine.schedule(pod, table, NOW).node for _ in range(200)]
+
+    first = choices(7)
+    assert len(Counter(first)) == 8  # every tied node gets picked
+    assert max(Counter(first).values()) < 60
+    assert choices(7) == first
+
+
+def test_tolerance_blocks_then_relax_schedules() -> None:
+    table = table_of([node_obj("a"), node_obj("b")])
+    table.set_signals(
+        {n: NodeSignals(NodeMetrics(runq_p99_us=2000), updated_at=NOW) for n in ("a", "b")}
+    )
+    pod = parse_pod(pod_obj(annotations={ANNOTATION_MAX_RUNQ_P99_US: "500"}))
+    engine = Engine(EngineSettings(), seed=0)
+    blocked = engine.schedule(pod, table, NOW)
+    assert blocked.node is None and blocked.blocked_only_by_interference
+    assert blocked.message == (
+        "0/2 nodes are available: "
+        "2 node(s) had run-queue p99 above the pod's interference tolerance."
+    )
+    relaxed = engine.schedule(pod, table, NOW, relax_interference=True)
+    assert relaxed.node in ("a", "b")
+
+
+def test_not_blocked_only_by_interference_when_resources_also_block() -> None:
+    table = table_of([node_obj("a", cpu="1"), node_obj("b")])
+    table.set_signals({"b": NodeSignals(NodeMetrics(runq_p99_us=2000), updated_at=NOW)})
+    pod = parse_pod(pod_obj(requests={"cpu": "2"}, annotations={ANNOTATION_MAX_RUNQ_P99_US: "500"}))
+    result = Engine(EngineSettings()).schedule(pod, table, NOW)
+    assert result.node is None and result.blocked_only_by_interference  # b passes without it
+    table.upsert_node(parse_node(node_obj("b", cpu="1")))
+    result = Engine(EngineSettings()).schedule(pod, table, NOW)
+    assert result.node is None and not result.blocked_only_by_interference
+
+
+def test_stale_reject_filters_nodes_without_reports() -> None:
+    table = table_of([node_obj("reporting"), node_obj("silent")])
+    _signals(table, reporting=80)
+    result = Engine(EngineSettings(stale_policy="reject")).schedule(
+        parse_pod(pod_obj()), table, NOW
+    )
+    assert result.node == "reporting"
+
+
+def test_burst_spreads_off_the_quiet_node() -> None:
+    table = table_of(
+        [node_obj("quiet", cpu="8"), node_obj("busy-1", cpu="8"), node_obj("busy-2", cpu="8")]
+    )
+    table.set_signals(
+        {
+            "quiet": NodeSignals(NodeMetrics(score=0), updated_at=NOW - 1),
+            "busy-1": NodeSignals(NodeMetrics(score=30), updated_at=NOW - 1),
+            "busy-2": NodeSignals(NodeMetrics(score=30), updated_at=NOW - 1),
+        }
+    )
+    engine = Engine(EngineSettings(), seed=3)
+    placed: Counter[str] = Counter()
+    for i in range(12):
+        pod = parse_pod(pod_obj(f"p{i}", requests={"cpu": "500m"}))
+        node = engine.schedule(pod, table, NOW).node
+        assert node is not None
+        table.add_pod(pod, node, NOW)
+        placed[node] += 1
+    assert 0 < placed["quiet"] < 12
+    assert placed["busy-1"] + placed["busy-2"] > 0
+
+
+def test_signature_cache_follows_label_changes() -> None:
+    table = table_of([node_obj("a", labels={"zone": "x"}), node_obj("b", labels={"zone": "y"})])
+    pod = parse_pod(pod_obj(nodeSelector={"zone": "x"}))
+    engine = Engine(EngineSettings())
+    assert engine.schedule(pod, table, NOW).node == "a"
+    generation = table.generation
+    table.upsert_node(parse_node(node_obj("a", labels={"zone": "y"})))
+    table.upsert_node(parse_node(node_obj("b", labels={"zone": "x"})))
+    assert table.generation > generation
+    assert engine.schedule(pod, table, NOW).node == "b"
+
+
+def test_allocatable_heartbeat_keeps_cache_but_counts() -> None:
+    table = table_of([node_obj("a", cpu="1")])
+    pod = parse_pod(pod_obj(requests={"cpu": "2"}))
+    engine = Engine(EngineSettings())
+    assert engine.schedule(pod, table, NOW).node is None
+    generation = table.generation
+    table.upsert_node(parse_node(node_obj("a", cpu="4")))
+    assert table.generation == generation
+    assert engine.schedule(pod, table, NOW).node == "a"
+
+
+def test_unsupported_fields_are_passed_through() -> None:
+    obj: dict[str, Any] = pod_obj(topologySpreadConstraints=[{"maxSkew": 1}])
+    result = Engine(EngineSettings()).schedule(parse_pod(obj), table_of([node_obj("a")]), NOW)
+    assert result.node == "a" and result.unsupported == ("spec.topologySpreadConstraints",)
+
+
+def test_table_rows_stay_consistent_when_nodes_come_and_go() -> None:
+    table = table_of([node_obj("a", cpu="4"), node_obj("b", cpu="4"), node_obj("c", cpu="4")])
+    table.add_pod(parse_pod(pod_obj("on-c", requests={"cpu": "3"})), "c", NOW)
+    table.add_pod(parse_pod(pod_obj("early", requests={"cpu": "3"})), "d", NOW)  # before its node
+    table.remove_node("a")  # c moves into a's row
+    assert sorted(table.names) == ["b", "c"] and len(table) == 2
+    table.upsert_node(parse_node(node_obj("d", cpu="4")))
+    engine = Engine(EngineSettings())
+    pod = parse_pod(pod_obj("big", requests={"cpu": "2"}))
+    assert engine.schedule(pod, table, NOW).node == "b"
+    table.remove_node("c")
+    table.upsert_node(parse_node(node_obj("c", cpu="4")))  # back, with its pod still counted
+    table.remove_node("b")
+    result = engine.schedule(pod, table, NOW)
+    assert result.node is None
+    assert result.message == "0/2 nodes are available: 2 Insufficient cpu."

@@ -1,0 +1,119 @@
+"""Interference tolerance and stale-signal filters."""
+
+from __future__ import annotations
+
+import pytest
+
+from interference.signals import NodeMetrics
+from scheduler.filters.interference import (
+    RECLAIM_EXCEEDED,
+    RUNQ_EXCEEDED,
+    SCORE_EXCEEDED,
+    STALE_SIGNALS,
+    interference_filter,
+)
+from scheduler.model import (
+    ANNOTATION_MAX_RECLAIM_STALL_MS_PER_S,
+    ANNOTATION_MAX_RUNQ_P99_US,
+    ANNOTATION_MAX_SCORE,
+    parse_pod,
+)
+from scheduler.ports import NodeSignals
+from scheduler.settings import EngineSettings, StalePolicy
+from scheduler.table import NodeTable
+from tests.scheduler.test_model import node_obj, pod_obj, table_of
+
+NOW = 1000.0
+
+
+def _table(metrics: NodeMetrics, age_s: float = 1.0) -> NodeTable:
+    table = table_of([node_obj("n", cpu="10")])
+    table.set_signals({"n": NodeSignals(metrics, updated_at=NOW - age_s)})
+    return table
+
+
+@pytest.mark.parametrize(
+    ("annotations", "metrics", "reasons"),
+    [
+        ({ANNOTATION_MAX_RUNQ_P99_US: "500"}, NodeMetrics(runq_p99_us=499), []),
+        ({ANNOTATION_MAX_RUNQ_P99_US: "500"}, NodeMetrics(runq_p99_us=500), []),
+        ({ANNOTATION_MAX_RUNQ_P99_US: "500"}, NodeMetrics(runq_p99_us=501), [RUNQ_EXCEEDED]),
+        (
+            {ANNOTATION_MAX_RECLAIM_STALL_MS_PER_S: "2"},
+            NodeMetrics(reclaim_stall_ms_per_s=3),
+            [RECLAIM_EXCEEDED],
+        ),
+        ({ANNOTATION_MAX_SCORE: "40"}, NodeMetrics(score=41), [SCORE_EXCEEDED]),
+        ({ANNOTATION_MAX_SCORE: "40"}, NodeMetrics(score=40), []),
+        (
+            {ANNOTATION_MAX_RUNQ_P99_US: "100", ANNOTATION_MAX_SCORE: "10"},
+            NodeMetrics(runq_p99_us=900, score=80),
+            [RUNQ_EXCEEDED, SCORE_EXCEEDED],
+        ),
+        ({}, NodeMetrics(runq_p99_us=10_000, score=100), []),
+    ],
+    ids=[
+        "runq-below",
+        "runq-at-bound",
+        "runq-above",
+        "reclaim-above",
+        "score-above",
+        "score-at-bound",
+        "two-bounds-exceeded",
+        "no-tolerance-no-filter",
+    ],
+)
+def test_tolerance(annotations: dict[str, str], metrics: NodeMetrics, reasons: list[str]) -> None:
+    result = interference_filter(
+        _table(metrics), parse_pod(pod_obj(annotations=annotations)), EngineSettings(), NOW
+    )
+    assert bool(result.passed[0]) is (not reasons)
+    assert result.reasons_for(0) == reasons
+
+
+def test_load_placed_since_report_counts_toward_max_score() -> None:
+    table = _table(NodeMetrics(score=30))
+    pod = parse_pod(pod_obj(annotations={ANNOTATION_MAX_SCORE: "40"}))
+    settings = EngineSettings(recent_load_weight=100.0)
+    assert interference_filter(table, pod, settings, NOW).passed[0]
+    # 2 of 10 CPUs placed after the report: index 30 + 100·0.2 = 50 > 40
+    table.add_pod(parse_pod(pod_obj("burst", requests={"cpu": "2"})), "n", NOW)
+    assert interference_filter(table, pod, settings, NOW).reasons_for(0) == [SCORE_EXCEEDED]
+    # a newer report includes that load and replaces the estimate
+    table.set_signals({"n": NodeSignals(NodeMetrics(score=35), updated_at=NOW + 1)})
+    assert interference_filter(table, pod, settings, NOW + 1).passed[0]
+
+
+@pytest.mark.parametrize(
+    ("policy", "age_s", "tolerant_passes", "plain_passes"),
+    [
+        ("neutral", 60.0, True, True),
+        ("avoid", 60.0, True, True),
+        ("reject", 60.0, False, False),
+        ("reject", 1.0, False, True),
+    ],
+    ids=[
+        "neutral-stale-passes",
+        "avoid-stale-passes",
+        "reject-stale-fails-everyone",
+        "reject-fresh-checks-tolerance",
+    ],
+)
+def test_stale_policies(
+    policy: StalePolicy, age_s: float, tolerant_passes: bool, plain_passes: bool
+) -> None:
+    table = _table(NodeMetrics(runq_p99_us=5000), age_s=age_s)
+    settings = EngineSettings(stale_policy=policy, stale_after_s=10.0)
+    tolerant = parse_pod(pod_obj("t", annotations={ANNOTATION_MAX_RUNQ_P99_US: "100"}))
+    plain = parse_pod(pod_obj("p"))
+    assert bool(interference_filter(table, tolerant, settings, NOW).passed[0]) is tolerant_passes
+    assert bool(interference_filter(table, plain, settings, NOW).passed[0]) is plain_passes
+    if policy == "reject" and age_s > 10:
+        assert interference_filter(table, plain, settings, NOW).reasons_for(0) == [STALE_SIGNALS]
+
+
+def test_missing_signals_are_stale() -> None:
+    table = table_of([node_obj("n")])
+    settings = EngineSettings(stale_policy="reject")
+    result = interference_filter(table, parse_pod(pod_obj()), settings, NOW)
+    assert result.reasons_for(0) == [STALE_SIGNALS]

@@ -1,0 +1,135 @@
+"""NodeAffinity filter: nodeSelector, every operator, matchFields, ORed terms."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from scheduler.filters.node_affinity import NODE_AFFINITY, node_affinity
+from scheduler.model import parse_pod
+from tests.scheduler.test_model import affinity_terms, node_obj, pod_obj, table_of
+
+NODES = [
+    node_obj("a", labels={"zone": "z1", "gen": "5", "disk": "ssd"}),
+    node_obj("b", labels={"zone": "z2", "gen": "3"}),
+    node_obj("c", labels={"zone": "z3", "gen": "x"}),
+    node_obj("d"),
+]
+
+Expr = tuple[str, str, Sequence[str]]
+
+
+@pytest.mark.parametrize(
+    ("terms", "passing"),
+    [
+        ([[("zone", "In", ["z1", "z2"])]], ["a", "b"]),
+        ([[("zone", "NotIn", ["z1"])]], ["b", "c", "d"]),
+        ([[("disk", "Exists", [])]], ["a"]),
+        ([[("disk", "DoesNotExist", [])]], ["b", "c", "d"]),
+        ([[("gen", "Gt", ["3"])]], ["a"]),
+        ([[("gen", "Lt", ["5"])]], ["b"]),
+        ([[("gen", "Gt", ["-1"])]], ["a", "b"]),
+        ([[("zone", "In", ["z1", "z2", "z3"]), ("gen", "Lt", ["4"])]], ["b"]),
+        ([[("zone", "In", ["z1"])], [("zone", "In", ["z3"])]], ["a", "c"]),
+        ([[("zone", "In", ["nowhere"])]], []),
+        ([[]], []),
+        ([[("missing", "NotIn", ["v"])]], ["a", "b", "c", "d"]),
+    ],
+    ids=[
+        "in",
+        "notin-includes-unlabelled",
+        "exists",
+        "doesnotexist",
+        "gt",
+        "lt",
+        "gt-negative-skips-non-integer-and-absent",
+        "expressions-anded",
+        "terms-ored",
+        "in-no-match",
+        "empty-term-matches-nothing",
+        "notin-absent-key",
+    ],
+)
+def test_required_node_affinity(terms: list[list[Expr]], passing: list[str]) -> None:
+    table = table_of(NODES)
+    result = node_affinity(table, parse_pod(pod_obj(affinity=affinity_terms(*terms))))
+    assert [table.names[i] for i in result.passed.nonzero()[0]] == passing
+
+
+@pytest.mark.parametrize(
+    ("match_fields", "passing"),
+    [
+        ([{"key": "metadata.name", "operator": "In", "values": ["b", "d"]}], ["b", "d"]),
+        ([{"key": "metadata.name", "operator": "NotIn", "values": ["a"]}], ["b", "c", "d"]),
+    ],
+    ids=["fields-in", "fields-notin"],
+)
+def test_match_fields_on_node_name(match_fields: list[dict[str, Any]], passing: list[str]) -> None:
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchFields": match_fields,
+                        "matchExpressions": [{"key": "gen", "operator": "Exists"}],
+                    }
+                ]
+            }
+        }
+    }
+    table = table_of(NODES)
+    result = node_affinity(table, parse_pod(pod_obj(affinity=affinity)))
+    assert [table.names[i] for i in result.passed.nonzero()[0]] == [n for n in passing if n != "d"]
+
+
+@pytest.mark.parametrize(
+    ("selector", "passing"),
+    [
+        ({}, ["a", "b", "c", "d"]),
+        ({"zone": "z2"}, ["b"]),
+        ({"zone": "z1", "disk": "ssd"}, ["a"]),
+        ({"zone": "z2", "disk": "ssd"}, []),
+        ({"kubernetes.io/hostname": "c"}, ["c"]),
+    ],
+    ids=["empty", "one-label", "all-labels-must-match", "partial-match-fails", "hostname"],
+)
+def test_node_selector(selector: dict[str, str], passing: list[str]) -> None:
+    table = table_of(NODES)
+    result = node_affinity(table, parse_pod(pod_obj(nodeSelector=selector)))
+    assert [table.names[i] for i in result.passed.nonzero()[0]] == passing
+
+
+def test_selector_and_affinity_both_apply() -> None:
+    table = table_of(NODES)
+    pod = parse_pod(
+        pod_obj(nodeSelector={"gen": "5"}, affinity=affinity_terms([("zone", "In", ["z2"])]))
+    )
+    result = node_affinity(table, pod)
+    assert not result.passed.any()
+    assert result.reasons_for(0) == [NODE_AFFINITY]
+
+
+def test_gpu_product_label_selects_gpu_model() -> None:
+    table = table_of(
+        [
+            node_obj(
+                "a100",
+                labels={
+                    "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
+                    "nvidia.com/gpu.memory": "81920",
+                },
+            ),
+            node_obj(
+                "t4",
+                labels={"nvidia.com/gpu.product": "Tesla-T4", "nvidia.com/gpu.memory": "15360"},
+            ),
+        ]
+    )
+    by_model = parse_pod(pod_obj(nodeSelector={"nvidia.com/gpu.product": "Tesla-T4"}))
+    by_memory = parse_pod(
+        pod_obj(affinity=affinity_terms([("nvidia.com/gpu.memory", "Gt", ["40000"])]))
+    )
+    assert node_affinity(table, by_model).passed.tolist() == [False, True]
+    assert node_affinity(table, by_memory).passed.tolist() == [True, False]

@@ -1,0 +1,133 @@
+"""Required pod anti-affinity on kubernetes.io/hostname, both directions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from scheduler.filters.pod_anti_affinity import (
+    EXISTING_ANTI_AFFINITY,
+    POD_ANTI_AFFINITY,
+    pod_anti_affinity,
+)
+from scheduler.model import parse_pod
+from tests.scheduler.test_model import node_obj, pod_obj, table_of
+
+
+def _anti(selector: dict[str, Any] | None, **term: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"topologyKey": "kubernetes.io/hostname", **term}
+    if selector is not None:
+        body["labelSelector"] = selector
+    return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [body]}}
+
+
+DB = {"matchLabels": {"app": "db"}}
+
+
+@pytest.mark.parametrize(
+    ("placed", "incoming", "reasons"),
+    [
+        (
+            pod_obj("db-0", labels={"app": "db"}),
+            pod_obj("db-1", labels={"app": "db"}, affinity=_anti(DB)),
+            [POD_ANTI_AFFINITY],
+        ),
+        (
+            pod_obj("web", labels={"app": "web"}),
+            pod_obj("db-1", labels={"app": "db"}, affinity=_anti(DB)),
+            [],
+        ),
+        (
+            pod_obj("db-0", "other", labels={"app": "db"}),
+            pod_obj("db-1", labels={"app": "db"}, affinity=_anti(DB)),
+            [],
+        ),
+        (
+            pod_obj("db-0", "other", labels={"app": "db"}),
+            pod_obj("db-1", labels={"app": "db"}, affinity=_anti(DB, namespaces=["other"])),
+            [POD_ANTI_AFFINITY],
+        ),
+        (
+            pod_obj("db-0", "other", labels={"app": "db"}),
+            pod_obj("db-1", labels={"app": "db"}, affinity=_anti(DB, namespaceSelector={})),
+            [POD_ANTI_AFFINITY],
+        ),
+        (
+            pod_obj("db-0", labels={"app": "db"}, affinity=_anti(DB)),
+            pod_obj("db-1", labels={"app": "db"}),
+            [EXISTING_ANTI_AFFINITY],
+        ),
+        (
+            pod_obj("db-0", labels={"app": "db"}, affinity=_anti(DB)),
+            pod_obj("web", labels={"app": "web"}),
+            [],
+        ),
+        (
+            pod_obj("db-0", labels={"app": "db"}, affinity=_anti(DB)),
+            pod_obj("db-1", labels={"app": "db"}, affinity=_anti(DB)),
+            [EXISTING_ANTI_AFFINITY],
+        ),
+        (
+            pod_obj("x", labels={"tier": "a"}),
+            pod_obj(
+                "y", affinity=_anti({"matchExpressions": [{"key": "tier", "operator": "Exists"}]})
+            ),
+            [POD_ANTI_AFFINITY],
+        ),
+        (
+            pod_obj("x", labels={"tier": "a"}),
+            pod_obj(
+                "y",
+                affinity=_anti(
+                    {"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["a"]}]}
+                ),
+            ),
+            [],
+        ),
+        (pod_obj("x", labels={"tier": "a"}), pod_obj("y", affinity=_anti({})), [POD_ANTI_AFFINITY]),
+        (pod_obj("x", labels={"tier": "a"}), pod_obj("y", affinity=_anti(None)), []),
+    ],
+    ids=[
+        "own-term-matches",
+        "own-term-other-labels",
+        "own-term-other-namespace",
+        "own-term-listed-namespace",
+        "own-term-all-namespaces",
+        "existing-term-matches-incoming",
+        "existing-term-not-matching",
+        "both-fail-reports-existing-first",
+        "exists-expression",
+        "notin-expression",
+        "empty-selector-matches-all",
+        "null-selector-matches-none",
+    ],
+)
+def test_pod_anti_affinity(
+    placed: dict[str, Any], incoming: dict[str, Any], reasons: list[str]
+) -> None:
+    table = table_of([node_obj("taken"), node_obj("empty")], [(placed, "taken")])
+    result = pod_anti_affinity(table, parse_pod(incoming))
+    assert result.passed.tolist() == [not reasons, True]
+    assert result.reasons_for(0) == reasons
+
+
+def test_conflict_clears_when_pod_removed() -> None:
+    placed = pod_obj("db-0", labels={"app": "db"})
+    table = table_of([node_obj("n")], [(placed, "n")])
+    incoming = parse_pod(pod_obj("db-1", labels={"app": "db"}, affinity=_anti(DB)))
+    assert not pod_anti_affinity(table, incoming).passed[0]
+    table.remove_pod(parse_pod(placed))
+    assert pod_anti_affinity(table, incoming).passed[0]
+
+
+def test_spreads_replicas_one_per_node() -> None:
+    table = table_of([node_obj(f"n{i}") for i in range(3)])
+    for i, node in enumerate(["n0", "n2"]):
+        table.add_pod(
+            parse_pod(pod_obj(f"db-{i}", labels={"app": "db"}, affinity=_anti(DB))), node, 0.0
+        )
+    result = pod_anti_affinity(
+        table, parse_pod(pod_obj("db-2", labels={"app": "db"}, affinity=_anti(DB)))
+    )
+    assert result.passed.tolist() == [False, True, False]

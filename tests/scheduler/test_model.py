@@ -1,0 +1,655 @@
+"""Parsing of API JSON into NodeInfo/PodInfo, quantities, and the builders other tests use."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from fractions import Fraction
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from scheduler.model import (
+    ANNOTATION_MAX_RECLAIM_STALL_MS_PER_S,
+    ANNOTATION_MAX_RUNQ_P99_US,
+    ANNOTATION_MAX_SCORE,
+    DEFAULT_MEMORY_REQUEST,
+    AntiAffinityTerm,
+    HostPort,
+    InterferenceTolerance,
+    LabelSelector,
+    ObjectError,
+    Requirement,
+    Taint,
+    Toleration,
+    parse_node,
+    parse_pod,
+)
+from scheduler.quantity import QuantityError, parse_quantity, resource_amount
+from scheduler.table import NodeTable
+
+GiB = 2**30
+MiB = 2**20
+
+# ---- builders (API JSON exactly as the API server serialises it) ---------------------------
+
+
+def node_obj(
+    name: str = "n1",
+    *,
+    cpu: str = "4",
+    memory: str = "8Gi",
+    pods: str = "110",
+    extra: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
+    taints: Iterable[tuple[str, str, str]] = (),
+    ready: bool = True,
+    unschedulable: bool = False,
+) -> dict[str, Any]:
+    """A Node; ``taints`` as ``(key, value, effect)``."""
+    allocatable = {"cpu": cpu, "memory": memory, "pods": pods, "ephemeral-storage": "100Gi"}
+    allocatable.update(extra or {})
+    return {
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+        "spec": {
+            "unschedulable": unschedulable,
+            "taints": [{"key": k, "value": v, "effect": e} for k, v, e in taints],
+        },
+        "status": {
+            "allocatable": allocatable,
+            "conditions": [
+                {"type": "MemoryPressure", "status": "False"},
+                {"type": "Ready", "status": "True" if ready else "False"},
+            ],
+        },
+    }
+
+
+def container(requests: Mapping[str, str] | None = None, **extra: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"name": "c", "image": "busybox", **extra}
+    if requests is not None:
+        body["resources"] = {"requests": dict(requests)}
+    return body
+
+
+def pod_obj(
+    name: str = "p",
+    namespace: str = "default",
+    *,
+    requests: Mapping[str, str] | None = None,
+    containers: Sequence[dict[str, Any]] | None = None,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A pending Pod of interference-scheduler; extra keyword arguments go into ``spec``."""
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": f"uid-{name}",
+            "labels": dict(labels or {}),
+            "annotations": dict(annotations or {}),
+            "creationTimestamp": "2024-05-01T12:00:00Z",
+        },
+        "spec": {
+            "schedulerName": "interference-scheduler",
+            "containers": list(containers) if containers else [container(requests or {})],
+            **spec,
+        },
+    }
+
+
+def table_of(
+    nodes: Iterable[dict[str, Any]], placed: Iterable[tuple[dict[str, Any], str]] = ()
+) -> NodeTable:
+    """A node table with these nodes and ``(pod, node)`` placements (added at time 0)."""
+    table = NodeTable()
+    for node in nodes:
+        table.upsert_node(parse_node(node))
+    for pod, node_name in placed:
+        table.add_pod(parse_pod(pod), node_name, 0.0)
+    return table
+
+
+def affinity_terms(*terms: Sequence[tuple[str, str, Sequence[str]]]) -> dict[str, Any]:
+    """Required node affinity with terms of ``(key, operator, values)`` expressions."""
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": k, "operator": op, "values": list(v)} for k, op, v in term
+                        ]
+                    }
+                    for term in terms
+                ]
+            }
+        }
+    }
+
+
+# ---- quantities ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("0", Fraction(0)),
+        ("1", Fraction(1)),
+        ("500m", Fraction(1, 2)),
+        ("1.5", Fraction(3, 2)),
+        (".5", Fraction(1, 2)),
+        ("100n", Fraction(1, 10**7)),
+        ("3u", Fraction(3, 10**6)),
+        ("2k", Fraction(2000)),
+        ("1M", Fraction(10**6)),
+        ("1G", Fraction(10**9)),
+        ("1T", Fraction(10**12)),
+        ("1P", Fraction(10**15)),
+        ("1E", Fraction(10**18)),
+        ("1Ki", Fraction(1024)),
+        ("1.5Gi", Fraction(3 * 2**29)),
+        ("2Mi", Fraction(2 * MiB)),
+        ("1Ti", Fraction(2**40)),
+        ("1Pi", Fraction(2**50)),
+        ("1Ei", Fraction(2**60)),
+        ("1e3", Fraction(1000)),
+        ("12E-1", Fraction(6, 5)),
+        ("+5", Fraction(5)),
+        (7, Fraction(7)),
+        (0.25, Fraction(1, 4)),
+    ],
+    ids=lambda v: repr(v),
+)
+def test_parse_quantity(text: object, value: Fraction) -> None:
+    assert parse_quantity(text) == value
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "abc", "1Qi", "1 Gi", "1.2.3", "Gi", "1e", "1e999", "--1", True, None, [1], float("inf")],
+    ids=repr,
+)
+def test_parse_quantity_rejects(text: object) -> None:
+    with pytest.raises(QuantityError, match="not a Kubernetes quantity"):
+        parse_quantity(text)
+
+
+@pytest.mark.parametrize(
+    ("resource", "text", "amount"),
+    [
+        ("cpu", "250m", 250),
+        ("cpu", "1", 1000),
+        ("cpu", "0.1", 100),
+        ("cpu", "1n", 1),  # rounded up, like MilliValue()
+        ("memory", "1Gi", GiB),
+        ("memory", "1.5", 2),  # rounded up, like Value()
+        ("nvidia.com/gpu", "2", 2),
+    ],
+    ids=[
+        "cpu-milli",
+        "cpu-whole",
+        "cpu-decimal",
+        "cpu-rounds-up",
+        "memory",
+        "memory-rounds-up",
+        "gpu",
+    ],
+)
+def test_resource_amount(resource: str, text: str, amount: int) -> None:
+    assert resource_amount(resource, text) == amount
+
+
+def test_resource_amount_rejects_negative() -> None:
+    with pytest.raises(QuantityError, match="negative"):
+        resource_amount("memory", "-1Gi")
+
+
+SUFFIXES = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+
+
+@given(st.integers(min_value=0, max_value=10**9), st.sampled_from(sorted(SUFFIXES)))
+def test_integer_quantities_scale_exactly(number: int, suffix: str) -> None:
+    assert parse_quantity(f"{number}{suffix}") == number * SUFFIXES[suffix]
+
+
+@given(st.integers(min_value=0, max_value=10**12))
+def test_cpu_millicores_round_trip(millicores: int) -> None:
+    assert resource_amount("cpu", f"{millicores}m") == millicores
+    assert resource_amount("cpu", str(Fraction(millicores, 1000).__float__())) >= millicores
+
+
+@given(st.decimals(min_value=0, max_value=10**6, places=3, allow_nan=False))
+def test_decimal_quantities_are_exact(number: object) -> None:
+    assert parse_quantity(str(number)) == Fraction(str(number))
+
+
+# ---- nodes ---------------------------------------------------------------------------------
+
+
+def test_parse_node_reads_scheduling_fields() -> None:
+    node = parse_node(
+        node_obj(
+            "gpu-1",
+            cpu="15900m",
+            memory="62Gi",
+            extra={"nvidia.com/gpu": "8"},
+            labels={"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"},
+            taints=[("nvidia.com/gpu", "present", "NoSchedule")],
+            unschedulable=True,
+        )
+    )
+    assert node.name == "gpu-1"
+    assert node.allocatable == {
+        "cpu": 15900,
+        "memory": 62 * GiB,
+        "pods": 110,
+        "ephemeral-storage": 100 * GiB,
+        "nvidia.com/gpu": 8,
+    }
+    assert node.labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-80GB"
+    assert node.taints == (Taint("nvidia.com/gpu", "present", "NoSchedule"),)
+    assert node.ready and node.unschedulable
+
+
+def test_parse_node_not_ready_and_capacity_fallback() -> None:
+    obj = node_obj(ready=False)
+    obj["status"]["capacity"] = obj["status"].pop("allocatable")
+    node = parse_node(obj)
+    assert not node.ready
+    assert node.allocatable["cpu"] == 4000
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda o: o["metadata"].pop("name"), "metadata.name"),
+        (lambda o: o["status"]["allocatable"].update(cpu="lots"), "status.allocatable.cpu"),
+        (lambda o: o["spec"].update(taints={"key": "x"}), "spec.taints"),
+        (lambda o: o["metadata"].update(labels={"a": 1}), "metadata.labels"),
+        (lambda o: o["spec"]["taints"].append({"key": 3}), "spec.taints[0].key"),
+    ],
+    ids=["missing-name", "bad-quantity", "taints-not-list", "label-not-string", "taint-key-type"],
+)
+def test_parse_node_errors_name_the_field(mutate: Any, field: str) -> None:
+    obj = node_obj()
+    mutate(obj)
+    with pytest.raises(ObjectError, match=field.replace("[", r"\[").replace("]", r"\]")):
+        parse_node(obj)
+
+
+# ---- pod requests (kube-scheduler's PodRequests) ----------------------------------------------
+
+
+def _init(requests: Mapping[str, str], sidecar: bool = False) -> dict[str, Any]:
+    return container(requests, **({"restartPolicy": "Always"} if sidecar else {}))
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ({"containers": [container({"cpu": "100m"}), container({"cpu": "200m"})]}, {"cpu": 300}),
+        (
+            {
+                "containers": [container({"cpu": "100m", "memory": "1Gi"})],
+                "initContainers": [_init({"cpu": "2"}), _init({"memory": "512Mi"})],
+            },
+            {"cpu": 2000, "memory": GiB},
+        ),
+        (
+            {
+                "containers": [container({"cpu": "1"})],
+                "initContainers": [_init({"cpu": "500m"}, sidecar=True), _init({"cpu": "1200m"})],
+            },
+            {"cpu": 1700},  # init runs beside the sidecar: 1200 + 500 > 1000 + 500
+        ),
+        (
+            {
+                "containers": [container({"cpu": "1"})],
+                "initContainers": [_init({"cpu": "1200m"}), _init({"cpu": "500m"}, sidecar=True)],
+            },
+            {"cpu": 1500},  # sidecar starts after the init container: max(1200, 1000 + 500)
+        ),
+        (
+            {
+                "containers": [container({"cpu": "1"})],
+                "overhead": {"cpu": "250m", "memory": "64Mi"},
+            },
+            {"cpu": 1250, "memory": 64 * MiB},
+        ),
+        (
+            {
+                "containers": [container({"cpu": "1"})],
+                "initContainers": [_init({"cpu": "3"})],
+                "overhead": {"cpu": "100m"},
+            },
+            {"cpu": 3100},  # overhead on top of the init peak
+        ),
+        (
+            {
+                "containers": [
+                    container({"nvidia.com/gpu": "1"}),
+                    container({"nvidia.com/gpu": "2"}),
+                ],
+                "initContainers": [_init({"nvidia.com/gpu": "1"})],
+            },
+            {"nvidia.com/gpu": 3},
+        ),
+        (
+            {"containers": [container({"cpu": "1"})], "resources": {"requests": {"cpu": "3"}}},
+            {"cpu": 3000},  # pod-level requests replace the container sum
+        ),
+        ({"containers": [container(None)]}, {}),
+        ({"containers": [container({"cpu": "0"})]}, {}),
+    ],
+    ids=[
+        "containers-sum",
+        "init-max-per-resource",
+        "sidecar-beside-later-init",
+        "sidecar-after-init",
+        "overhead-added",
+        "overhead-on-init-peak",
+        "extended-resource-gpu",
+        "pod-level-requests",
+        "no-requests",
+        "zero-request-dropped",
+    ],
+)
+def test_pod_requests_follow_kube_scheduler(spec: dict[str, Any], expected: dict[str, int]) -> None:
+    obj = pod_obj()
+    obj["spec"].update(spec)
+    assert dict(parse_pod(obj).requests) == expected
+
+
+def test_scoring_requests_default_per_container() -> None:
+    pod = parse_pod(pod_obj(containers=[container({"cpu": "1"}), container(None)]))
+    assert pod.nonzero_cpu_m == 1100
+    assert pod.nonzero_memory == 2 * DEFAULT_MEMORY_REQUEST
+    assert pod.requests == {"cpu": 1000}
+
+
+# ---- pod fields -------------------------------------------------------------------------------
+
+
+def test_parse_pod_reads_metadata_and_constraints() -> None:
+    obj = pod_obj(
+        "web",
+        "shop",
+        labels={"app": "web"},
+        priority=100,
+        nodeSelector={"zone": "a", "disk": "ssd"},
+        tolerations=[{"key": "k", "operator": "Exists", "effect": "NoSchedule"}, {"key": "x"}],
+        affinity=affinity_terms([("zone", "In", ["a", "b"])]),
+        schedulingGates=[{"name": "wait"}],
+        containers=[
+            container({"cpu": "1"}, ports=[{"containerPort": 80, "hostPort": 8080}]),
+            container(
+                {},
+                ports=[
+                    {"containerPort": 53, "hostPort": 53, "protocol": "UDP", "hostIP": "10.0.0.1"}
+                ],
+            ),
+        ],
+    )
+    obj["metadata"]["deletionTimestamp"] = "2024-05-01T12:01:00Z"
+    obj["status"] = {"phase": "Succeeded"}
+    pod = parse_pod(obj)
+    assert (pod.key, pod.uid, pod.priority) == ("shop/web", "uid-web", 100)
+    assert pod.created_at == 1714564800.0
+    assert pod.scheduler_name == "interference-scheduler"
+    assert pod.terminating and pod.finished
+    assert pod.node_selector == (("disk", "ssd"), ("zone", "a"))
+    assert pod.tolerations == (
+        Toleration("k", "Exists", "", "NoSchedule"),
+        Toleration("x", "Equal", "", ""),
+    )
+    assert pod.required_node_affinity is not None
+    assert pod.required_node_affinity[0].match_expressions == (
+        Requirement("zone", "In", ("a", "b")),
+    )
+    assert pod.host_ports == (HostPort("TCP", 8080, "0.0.0.0"), HostPort("UDP", 53, "10.0.0.1"))
+    assert pod.scheduling_gates == ("wait",)
+    assert pod.unsupported == ()
+    assert pod.tolerance is None
+
+
+def test_signature_equal_for_equal_constraints_only() -> None:
+    a = parse_pod(pod_obj("a", nodeSelector={"zone": "a"}, requests={"cpu": "1"}))
+    b = parse_pod(pod_obj("b", nodeSelector={"zone": "a"}, requests={"cpu": "2"}))
+    c = parse_pod(pod_obj("c", nodeSelector={"zone": "b"}))
+    assert a.signature == b.signature and hash(a.signature) == hash(b.signature)
+    assert a.signature != c.signature
+
+
+def test_anti_affinity_terms_on_hostname() -> None:
+    term = {
+        "topologyKey": "kubernetes.io/hostname",
+        "labelSelector": {
+            "matchLabels": {"app": "db"},
+            "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["test"]}],
+        },
+    }
+    all_ns = {**term, "namespaceSelector": {}}
+    listed = {**term, "namespaces": ["a", "b"]}
+    pod = parse_pod(
+        pod_obj(
+            "db-0",
+            "data",
+            affinity={
+                "podAntiAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": [term, all_ns, listed]
+                }
+            },
+        )
+    )
+    selector = LabelSelector(
+        (Requirement("app", "In", ("db",)), Requirement("tier", "NotIn", ("test",)))
+    )
+    assert pod.anti_affinity == (
+        AntiAffinityTerm(selector, frozenset({"data"})),
+        AntiAffinityTerm(selector, None),
+        AntiAffinityTerm(selector, frozenset({"a", "b"})),
+    )
+    assert pod.anti_affinity[0].matches("data", {"app": "db"})
+    assert not pod.anti_affinity[0].matches("other", {"app": "db"})
+    assert not pod.anti_affinity[0].matches("data", {"app": "db", "tier": "test"})
+    assert pod.anti_affinity[1].matches("other", {"app": "db"})
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"topologySpreadConstraints": [{"maxSkew": 1}]}, "spec.topologySpreadConstraints"),
+        (
+            {"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{}]}}},
+            "spec.affinity.podAffinity",
+        ),
+        (
+            {
+                "affinity": {
+                    "podAntiAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": [
+                            {"topologyKey": "topology.kubernetes.io/zone", "labelSelector": {}}
+                        ]
+                    }
+                }
+            },
+            "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].topologyKey=topology.kubernetes.io/zone",
+        ),
+        (
+            {
+                "affinity": {
+                    "podAntiAffinity": {
+                        "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1}]
+                    }
+                }
+            },
+            "spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution",
+        ),
+        (
+            {
+                "affinity": {
+                    "nodeAffinity": {
+                        "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1}]
+                    }
+                }
+            },
+            "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution",
+        ),
+        (
+            {
+                "affinity": {
+                    "podAntiAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": [
+                            {
+                                "topologyKey": "kubernetes.io/hostname",
+                                "labelSelector": {},
+                                "namespaceSelector": {"matchLabels": {"team": "a"}},
+                            }
+                        ]
+                    }
+                }
+            },
+            "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].namespaceSelector",
+        ),
+        (
+            {"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "d"}}]},
+            "spec.volumes[0].persistentVolumeClaim",
+        ),
+        (
+            {"volumes": [{"name": "e", "emptyDir": {}}, {"name": "s", "ephemeral": {}}]},
+            "spec.volumes[1].ephemeral",
+        ),
+        ({"resourceClaims": [{"name": "gpu"}]}, "spec.resourceClaims"),
+    ],
+    ids=[
+        "topology-spread",
+        "pod-affinity",
+        "anti-affinity-zone",
+        "preferred-anti-affinity",
+        "preferred-node-affinity",
+        "anti-affinity-namespace-selector",
+        "pvc",
+        "generic-ephemeral-volume",
+        "resource-claims",
+    ],
+)
+def test_unsupported_fields_are_named(spec: dict[str, Any], field: str) -> None:
+    obj = pod_obj()
+    obj["spec"].update(spec)
+    pod = parse_pod(obj)
+    assert pod.unsupported == (field,)
+
+
+@pytest.mark.parametrize(
+    ("annotations", "tolerance"),
+    [
+        ({}, None),
+        ({ANNOTATION_MAX_RUNQ_P99_US: "500"}, InterferenceTolerance(max_runq_p99_us=500.0)),
+        (
+            {ANNOTATION_MAX_RECLAIM_STALL_MS_PER_S: "2.5", ANNOTATION_MAX_SCORE: "40"},
+            InterferenceTolerance(max_reclaim_stall_ms_per_s=2.5, max_score=40.0),
+        ),
+        ({ANNOTATION_MAX_SCORE: "0"}, InterferenceTolerance(max_score=0.0)),
+    ],
+    ids=["none", "runq", "reclaim-and-score", "zero-score"],
+)
+def test_tolerance_annotations(
+    annotations: dict[str, str], tolerance: InterferenceTolerance | None
+) -> None:
+    assert parse_pod(pod_obj(annotations=annotations)).tolerance == tolerance
+
+
+@pytest.mark.parametrize(
+    ("annotation", "value", "expected"),
+    [
+        (ANNOTATION_MAX_RUNQ_P99_US, "fast", "non-negative number of microseconds"),
+        (ANNOTATION_MAX_RUNQ_P99_US, "-1", "non-negative number of microseconds"),
+        (ANNOTATION_MAX_RECLAIM_STALL_MS_PER_S, "nan", "milliseconds per second"),
+        (ANNOTATION_MAX_SCORE, "101", "from 0 to 100"),
+        (ANNOTATION_MAX_SCORE, "inf", "from 0 to 100"),
+    ],
+    ids=["runq-word", "runq-negative", "reclaim-nan", "score-above-100", "score-inf"],
+)
+def test_malformed_tolerance_names_annotation_and_format(
+    annotation: str, value: str, expected: str
+) -> None:
+    with pytest.raises(ObjectError) as info:
+        parse_pod(pod_obj("lat", annotations={annotation: value}))
+    message = str(info.value)
+    assert "pod default/lat" in message and annotation in message and expected in message
+    assert repr(value) in message
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        (
+            {"containers": [container({"cpu": "one"})]},
+            r"spec.containers\[0\].resources.requests.cpu",
+        ),
+        (
+            {"initContainers": [container({"memory": "1Qi"})]},
+            r"spec.initContainers\[0\].resources.requests.memory",
+        ),
+        ({"overhead": {"cpu": "x"}}, "spec.overhead.cpu"),
+        ({"tolerations": [{"key": "k", "operator": "Maybe"}]}, r"spec.tolerations\[0\].operator"),
+        ({"priority": "high"}, "spec.priority"),
+        (
+            {"affinity": affinity_terms([("zone", "Near", ["a"])])},
+            r"matchExpressions\[0\].operator",
+        ),
+        ({"affinity": affinity_terms([("gen", "Gt", ["x"])])}, r"matchExpressions\[0\].values"),
+        (
+            {"affinity": affinity_terms([("gen", "Lt", ["1", "2"])])},
+            r"matchExpressions\[0\].values",
+        ),
+        (
+            {"containers": [container({}, ports=[{"hostPort": 70000}])]},
+            r"spec.containers\[0\].ports\[0\].hostPort",
+        ),
+        (
+            {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {
+                                    "matchFields": [
+                                        {"key": "spec.podCIDR", "operator": "In", "values": ["x"]}
+                                    ]
+                                }
+                            ]
+                        }
+                    }
+                }
+            },
+            r"matchFields\[0\].key",
+        ),
+    ],
+    ids=[
+        "container-quantity",
+        "init-quantity",
+        "overhead-quantity",
+        "toleration-operator",
+        "priority-type",
+        "affinity-operator",
+        "gt-not-integer",
+        "lt-two-values",
+        "host-port-range",
+        "match-fields-key",
+    ],
+)
+def test_parse_pod_errors_name_the_field(spec: dict[str, Any], field: str) -> None:
+    obj = pod_obj()
+    obj["spec"].update(spec)
+    with pytest.raises(ObjectError, match=field):
+        parse_pod(obj)
+
+
+def test_parse_pod_rejects_non_object() -> None:
+    with pytest.raises(ObjectError, match="expected a JSON object"):
+        parse_pod(["not", "a", "pod"])  # type: ignore[arg-type]
