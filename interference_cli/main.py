@@ -91,7 +91,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     if args.command == "record":
         from interference_cli.trace import record_to_file
 
-        count = record_to_file(
+        recorded = record_to_file(
             Store(args.redis_url),
             args.out,
             duration_s=args.duration,
@@ -103,7 +103,12 @@ def _run(args: argparse.Namespace, console: Console) -> int:
                 else (lambda _: None)
             ),
         )
-        console.print(f"recorded {count} reports to {args.out}")
+        console.print(f"recorded {recorded.written} reports to {args.out}")
+        if recorded.skipped:
+            console.print(
+                f"skipped {len(recorded.skipped)} malformed stream entries, "
+                f"first: {recorded.skipped[0]}"
+            )
         return 0
     if args.command == "simulate":
         from interference_cli.simulate import run_simulate_command

@@ -14,10 +14,12 @@ of the latest report of each node at that moment. Per policy it reports:
 ``nodes_used``
     distinct nodes that received at least one of the simulated pods.
 ``gpu_fragmentation``
-    after the last arrival, the share of free GPUs that sit on partly used GPU nodes:
+    at the end of the replay, the share of free GPUs that sit on partly used GPU nodes:
     ``Σ free GPUs on nodes with 0 < used < allocatable / Σ free GPUs`` (0 with none free).
+``unschedulable``
+    pods that never found a node (each is retried with backoff while the trace lasts).
 ``decisions_per_s``
-    engine decisions per second of time spent in the engine.
+    engine decisions (attempts, retries included) per second of time spent in the engine.
 
 The trace's measurements already contain whatever ran on the nodes when it was recorded,
 not the simulated pods' own load; the engine's recent-load term stands in for that.
@@ -52,6 +54,9 @@ from scheduler.settings import EngineSettings
 from scheduler.table import NodeTable
 
 GPU_RESOURCE = "nvidia.com/gpu"
+RETRY_INITIAL_S = 1.0
+RETRY_MAX_S = 10.0
+"""Backoff of an unschedulable pod between attempts, as the scheduling queue's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,61 +199,116 @@ def is_interference_blind(settings: EngineSettings) -> bool:
 
 
 def simulate(reports: Sequence[NodeReport], workload: Workload, policy: Policy) -> PolicyResult:
-    """Replay ``reports`` and ``workload`` through the engine under ``policy``."""
+    """Replay ``reports`` and ``workload`` through the engine under ``policy``.
+
+    Time advances over every report and arrival. A pod is attempted when it arrives; an
+    unschedulable one is retried with the scheduling queue's backoff (1 s doubling to
+    10 s) while the trace lasts, and counts as unschedulable if it never fits.
+    """
     if not reports:
         raise CliError("the trace holds no reports")
     ordered = sorted(reports, key=lambda r: r.ts)
     t0 = ordered[0].ts
-    nodes = sorted({r.node for r in ordered})
-    table = NodeTable(len(nodes))
-    for name in nodes:
-        table.upsert_node(parse_node(_node(name, workload.node_allocatable)))
-    engine = Engine(policy.settings, seed=0)
-    result = PolicyResult(policy.name)
-    latest: dict[str, NodeSignals] = {}
-    departures: list[tuple[float, int, PodInfo]] = []
-    engine_s = 0.0
-    report_index = 0
-    used: set[str] = set()
-    placed: list[tuple[float, PodInfo, str]] = []
-    for arrival in workload.arrivals:
-        now = t0 + arrival.at_s
-        while report_index < len(ordered) and ordered[report_index].ts <= now:
-            report = ordered[report_index]
-            latest[report.node] = _signals(report)
-            report_index += 1
-        while departures and departures[0][0] <= now:
-            table.remove_pod(heapq.heappop(departures)[2])
+    replay = _Replay(ordered, workload, policy)
+    ticks = sorted(
+        [(report.ts, 0, None) for report in ordered]
+        + [(t0 + arrival.at_s, 1, arrival) for arrival in workload.arrivals],
+        key=lambda tick: (tick[0], tick[1]),
+    )
+    for now, _, arrival in ticks:
+        replay.advance(now)
+        replay.retry_pending(now)
+        if arrival is not None:
+            replay.arrive(arrival, now)
+    result = replay.result
+    result.unschedulable = len(replay.pending)
+    result.placed = len(replay.placed)
+    result.nodes_used = len({node for _, _, node in replay.placed})
+    result.gpu_fragmentation = gpu_fragmentation(replay.table)
+    result.decisions_per_s = replay.attempts / replay.engine_s if replay.engine_s > 0 else 0.0
+    result.placements = [(round(t - t0, 3), pod.key, node) for t, pod, node in replay.placed]
+    judge = _ToleranceJudge(ordered, workload)
+    for placed_at, pod, node in replay.placed:
+        if pod.tolerance is None:
+            continue
+        result.with_tolerance += 1
+        if judge.violated(pod, node, placed_at):
+            result.violations += 1
+    return result
+
+
+@dataclass
+class _Pending:
+    pod: PodInfo
+    duration_s: float | None
+    next_try: float
+    backoff_s: float
+
+
+class _Replay:
+    """The state of one policy's replay: the node table, signals, pods and timings."""
+
+    def __init__(self, ordered: Sequence[NodeReport], workload: Workload, policy: Policy):
+        self._reports = ordered
+        self._next_report = 0
+        self._policy = policy
+        self._engine = Engine(policy.settings, seed=0)
+        self._latest: dict[str, NodeSignals] = {}
+        self._departures: list[tuple[float, int, PodInfo]] = []
+        self.table = NodeTable()
+        for name in sorted({r.node for r in ordered}):
+            self.table.upsert_node(parse_node(_node(name, workload.node_allocatable)))
+        self.result = PolicyResult(policy.name)
+        self.pending: list[_Pending] = []
+        self.placed: list[tuple[float, PodInfo, str]] = []
+        """``(time, pod, node)`` of every placement."""
+        self.attempts = 0
+        self.engine_s = 0.0
+
+    def advance(self, now: float) -> None:
+        """Apply the reports and departures up to ``now``."""
+        while self._next_report < len(self._reports):
+            report = self._reports[self._next_report]
+            if report.ts > now:
+                break
+            self._latest[report.node] = _signals(report)
+            self._next_report += 1
+        while self._departures and self._departures[0][0] <= now:
+            self.table.remove_pod(heapq.heappop(self._departures)[2])
+
+    def arrive(self, arrival: Arrival, now: float) -> None:
         try:
             pod = parse_pod(arrival.obj)
         except ObjectError as exc:
             raise CliError(f"pod {arrival.obj['metadata']['name']}: {exc}") from exc
-        table.set_signals(dict(latest))
+        if not self._attempt(pod, arrival.duration_s, now):
+            self.pending.append(
+                _Pending(pod, arrival.duration_s, now + RETRY_INITIAL_S, RETRY_INITIAL_S)
+            )
+
+    def retry_pending(self, now: float) -> None:
+        for entry in [e for e in self.pending if e.next_try <= now]:
+            if self._attempt(entry.pod, entry.duration_s, now):
+                self.pending.remove(entry)
+            else:
+                entry.backoff_s = min(2 * entry.backoff_s, RETRY_MAX_S)
+                entry.next_try = now + entry.backoff_s
+
+    def _attempt(self, pod: PodInfo, duration_s: float | None, now: float) -> bool:
+        self.table.set_signals(dict(self._latest))
         started = time.perf_counter()
-        decision = engine.schedule(pod, table, now, relax_interference=policy.interference_blind)
-        engine_s += time.perf_counter() - started
+        decision = self._engine.schedule(
+            pod, self.table, now, relax_interference=self._policy.interference_blind
+        )
+        self.engine_s += time.perf_counter() - started
+        self.attempts += 1
         if decision.node is None:
-            result.unschedulable += 1
-            continue
-        table.add_pod(pod, decision.node, now)
-        used.add(decision.node)
-        placed.append((now, pod, decision.node))
-        result.placements.append((round(arrival.at_s, 3), pod.key, decision.node))
-        if arrival.duration_s is not None:
-            heapq.heappush(departures, (now + arrival.duration_s, len(placed), pod))
-    result.placed = len(placed)
-    result.nodes_used = len(used)
-    result.gpu_fragmentation = gpu_fragmentation(table)
-    decisions = result.placed + result.unschedulable
-    result.decisions_per_s = decisions / engine_s if engine_s > 0 else 0.0
-    judge = _ToleranceJudge(ordered, workload)
-    for now, pod, node in placed:
-        if pod.tolerance is None:
-            continue
-        result.with_tolerance += 1
-        if judge.violated(pod, node, now):
-            result.violations += 1
-    return result
+            return False
+        self.table.add_pod(pod, decision.node, now)
+        self.placed.append((now, pod, decision.node))
+        if duration_s is not None:
+            heapq.heappush(self._departures, (now + duration_s, len(self.placed), pod))
+        return True
 
 
 class _ToleranceJudge:

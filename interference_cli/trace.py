@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,15 @@ READ_BLOCK_MS = 500
 """How long one stream read waits, so Ctrl-C and --duration are noticed promptly."""
 
 
+@dataclass(frozen=True, slots=True)
+class RecordResult:
+    """What a recording wrote."""
+
+    written: int
+    skipped: list[str]
+    """``"<stream id>: <why>"`` of every malformed stream entry left out."""
+
+
 def record_to_file(
     store: Store,
     out: str | Path,
@@ -33,12 +43,14 @@ def record_to_file(
     max_reports: int = 0,
     from_start: bool = False,
     progress: Callable[[int], None] = lambda _: None,
-) -> int:
+) -> RecordResult:
     """Append stream reports to a new trace file until the duration or count is reached,
-    or Ctrl-C; returns how many were written. Each report is flushed as it arrives."""
+    or Ctrl-C. Each report is flushed as it arrives; an entry the codec rejects is
+    skipped and counted (the trace holds only reports the simulator can replay)."""
     last_id = "0-0" if from_start else store.last_stream_id()
     deadline = time.monotonic() + duration_s if duration_s > 0 else float("inf")
     written = 0
+    skipped: list[str] = []
     try:
         with Path(out).open("wb") as handle:
             handle.write(msgpack.packb(_header(store.url), use_bin_type=True))
@@ -46,6 +58,11 @@ def record_to_file(
                 while time.monotonic() < deadline and not (max_reports and written >= max_reports):
                     for entry_id, payload in store.stream_after(last_id, block_ms=READ_BLOCK_MS):
                         last_id = entry_id
+                        try:
+                            decode_report(payload)
+                        except PayloadError as exc:
+                            skipped.append(f"{entry_id}: {exc}")
+                            continue
                         handle.write(msgpack.packb(payload, use_bin_type=True))
                         written += 1
                         if max_reports and written >= max_reports:
@@ -56,7 +73,7 @@ def record_to_file(
                 pass  # Ctrl-C ends a recording; everything read so far is in the file
     except OSError as exc:
         raise CliError(f"cannot write trace file {out}: {exc}") from exc
-    return written
+    return RecordResult(written, skipped)
 
 
 def write_trace(path: str | Path, payloads: list[bytes], source: str) -> None:

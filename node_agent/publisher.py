@@ -11,10 +11,16 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import Any, TypeAlias
+from urllib.parse import urlsplit
 
 import redis
 from redis.backoff import NoBackoff
+from redis.client import Pipeline as SinglePipeline
+from redis.cluster import ClusterPipeline, RedisCluster
+from redis.exceptions import RedisClusterException
 from redis.retry import Retry
+from redis.sentinel import Sentinel
 
 from interference import codec, keys
 from interference.signals import SYSTEM_POD, NodeReport
@@ -27,6 +33,8 @@ class PublisherSettings:
     """Where and how reports are written."""
 
     redis_url: str
+    """``redis://``/``rediss://`` URL of the server, of one cluster node (``cluster``), or
+    only the database and TLS choice when ``sentinels`` are given."""
     username: str | None = None
     password: str | None = None
     ttl_s: int = 5
@@ -35,6 +43,16 @@ class PublisherSettings:
     """Approximate cap of the stream (``MAXLEN ~``)."""
     socket_timeout_s: float = 0.5
     """Connect and read timeout of the Redis socket."""
+    sentinels: tuple[tuple[str, int], ...] = ()
+    """Sentinel ``(host, port)`` pairs; when set, the master comes from them."""
+    sentinel_master: str = "mymaster"
+    """Name of the monitored master the sentinels are asked for."""
+    cluster: bool = False
+    """The URL points at a Redis Cluster node (pipelines are split per shard)."""
+
+
+Client: TypeAlias = "redis.Redis[bytes] | RedisCluster[bytes]"
+Pipeline: TypeAlias = "SinglePipeline[bytes] | ClusterPipeline[bytes]"
 
 
 class RedisPublisher:
@@ -42,17 +60,32 @@ class RedisPublisher:
 
     def __init__(self, settings: PublisherSettings) -> None:
         """Raises ``ValueError`` for a URL redis-py cannot parse."""
+        if settings.sentinels and settings.cluster:
+            raise ValueError("use either Redis Sentinel or Redis Cluster, not both")
         self._settings = settings
-        self._client = redis.Redis.from_url(
-            settings.redis_url,
-            username=settings.username,
-            password=settings.password,
-            socket_timeout=settings.socket_timeout_s,
-            socket_connect_timeout=settings.socket_timeout_s,
-            # No retries inside a flush: a failed flush is dropped and the next interval
-            # tries again, so a dead Redis never holds up measuring.
-            retry=Retry(NoBackoff(), 0),
-        )
+        # No retries inside a flush: a failed flush is dropped and the next interval tries
+        # again, so a dead Redis never holds up measuring.
+        self._connection_kwargs: dict[str, Any] = {
+            "username": settings.username,
+            "password": settings.password,
+            "socket_timeout": settings.socket_timeout_s,
+            "socket_connect_timeout": settings.socket_timeout_s,
+            "retry": Retry(NoBackoff(), 0),
+        }
+        parts = urlsplit(settings.redis_url)
+        if parts.scheme not in ("redis", "rediss", "unix"):
+            raise ValueError(
+                f"Redis URL must start with redis://, rediss:// or unix://, got "
+                f"{settings.redis_url!r}"
+            )
+        self._where = parts.path if parts.scheme == "unix" else f"{parts.hostname}:{parts.port}"
+        if settings.sentinels:
+            self._where = f"master {settings.sentinel_master!r} via sentinels " + ",".join(
+                f"{host}:{port}" for host, port in settings.sentinels
+            )
+        # A cluster client asks for the slot map as it is built, so it is built on the
+        # first flush (and again after a failure), never at start-up.
+        self._client: Client | None = None if settings.cluster else self._connect()
         self._failing_since: float | None = None
         self._failure: str = ""
         self._dropped_in_outage = 0
@@ -62,9 +95,34 @@ class RedisPublisher:
         self.published = 0
         """Reports written (since start)."""
 
+    def _connect(self) -> Client:
+        settings = self._settings
+        if settings.cluster:
+            return RedisCluster.from_url(settings.redis_url, **self._connection_kwargs)
+        if settings.sentinels:
+            sentinel = Sentinel(
+                list(settings.sentinels),
+                sentinel_kwargs={
+                    "socket_timeout": settings.socket_timeout_s,
+                    "socket_connect_timeout": settings.socket_timeout_s,
+                },
+            )
+            parts = urlsplit(settings.redis_url)
+            database = int(parts.path.strip("/") or 0)
+            master: redis.Redis[bytes] = sentinel.master_for(
+                settings.sentinel_master,
+                db=database,
+                ssl=parts.scheme == "rediss",
+                **self._connection_kwargs,
+            )
+            return master
+        return redis.Redis.from_url(settings.redis_url, **self._connection_kwargs)
+
     def publish(self, report: NodeReport) -> bool:
         """Write one report in one round trip; False (report dropped) when that failed."""
         try:
+            if self._client is None:
+                self._client = self._connect()
             # The context manager resets the pipeline, so a failed flush keeps nothing.
             with self._client.pipeline(transaction=False) as pipe:
                 pod_keys = self._queue_commands(pipe, report)
@@ -77,7 +135,7 @@ class RedisPublisher:
             )
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             return self._failed(
-                report, "unreachable", f"Redis at {self._where()} is unreachable ({exc})"
+                report, "unreachable", f"Redis at {self._where} is unreachable ({exc})"
             )
         except redis.ResponseError as exc:
             return self._failed(
@@ -86,12 +144,12 @@ class RedisPublisher:
                 f"Redis refused a write ({exc}); the agent's ACL user needs HSET, EXPIRE, ZADD,"
                 " SADD, SREM and XADD on keys intf:*",
             )
-        except redis.RedisError as exc:
-            return self._failed(report, "error", f"Redis error ({exc!r})")
+        except (redis.RedisError, RedisClusterException) as exc:
+            return self._failed(report, "error", f"Redis error at {self._where} ({exc!r})")
         if self._failing_since is not None:
             log.warning(
                 "Redis at %s is back after %.1f s; %d report(s) were dropped meanwhile",
-                self._where(),
+                self._where,
                 time.monotonic() - self._failing_since,
                 self._dropped_in_outage,
             )
@@ -103,10 +161,11 @@ class RedisPublisher:
         return True
 
     def close(self) -> None:
-        """Close the connection pool; safe to call twice."""
-        self._client.close()
+        """Close the connections; safe to call twice."""
+        if self._client is not None:
+            self._client.close()
 
-    def _queue_commands(self, pipe: redis.client.Pipeline[bytes], report: NodeReport) -> set[str]:
+    def _queue_commands(self, pipe: Pipeline, report: NodeReport) -> set[str]:
         """Queue the flush; returns the pod set's members once it is written."""
         node, ttl = report.node, self._settings.ttl_s
         node_key = keys.node_key(node)
@@ -150,12 +209,11 @@ class RedisPublisher:
             self._failure = kind
             if self._failing_since is None:
                 self._failing_since = time.monotonic()
-        # A half-read reply must not poison the next round trip.
-        self._client.connection_pool.disconnect()
+        # A half-read reply must not poison the next round trip; a cluster client is
+        # rebuilt so that it fetches the slot map again.
+        if isinstance(self._client, RedisCluster):
+            self._client.close()
+            self._client = None
+        elif self._client is not None:
+            self._client.connection_pool.disconnect()
         return False
-
-    def _where(self) -> str:
-        kwargs = self._client.connection_pool.connection_kwargs
-        if "path" in kwargs:
-            return str(kwargs["path"])
-        return f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"

@@ -29,12 +29,14 @@ from typing import Any
 import redis
 from prometheus_client import CollectorRegistry
 
+from interference import keys
 from scheduler.adapters.kubernetes import KubernetesCluster, make_api_client
 from scheduler.adapters.redis_signals import (
     RedisDecisionSink,
     RedisSignalCache,
     SignalMetrics,
     connect,
+    safe_url,
 )
 from scheduler.config import (
     ConfigError,
@@ -165,12 +167,12 @@ class Scheduler:
         except ClusterError as exc:
             log.error("Kubernetes API: %s (retrying in the background)", exc)
         try:
-            self.redis.hgetall("intf:node:-")
+            self.redis.xrevrange(keys.STREAM, count=1)
         except redis.RedisError as exc:
             log.error(
                 "Redis: cannot reach %s (%s); check redis.url / REDIS_URL and REDIS_USERNAME /"
                 " REDIS_PASSWORD; scheduling interference-blind until it answers",
-                self.config.redis.url.split("@")[-1],
+                safe_url(self.config.redis.url),
                 exc,
             )
 

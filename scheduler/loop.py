@@ -49,6 +49,8 @@ from scheduler.table import NodeTable
 log = logging.getLogger(__name__)
 
 DEFAULT_SCHEDULER_NAME = "interference-scheduler"
+_PRUNE_EVERY = 4096
+"""Attempts between sweeps of per-pod notes (also swept whenever the queue runs dry)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +139,9 @@ class SchedulingLoop:
         self._blocked_since: dict[str, float] = {}
         """When each pod was first found blocked only by interference filters."""
         self._warned_unsupported: dict[str, tuple[str, ...]] = {}
+        """Unsupported fields each pod was warned about. Both dicts change from several
+        threads one key at a time; iterate them only under ``_state_lock``."""
+        self._attempts_since_prune = 0
         self._signals_healthy: bool | None = None
         self._stale_gauge_at = -float("inf")
 
@@ -212,10 +217,14 @@ class SchedulingLoop:
         key = self.queue.pop()
         if key is None:
             self._update_queue_gauges()
+            self._prune_pod_state()
             if wait:
                 self.queue.wait(self._loop_settings.idle_wait_s)
             return False
         self.schedule(key)
+        self._attempts_since_prune += 1
+        if self._attempts_since_prune >= _PRUNE_EVERY:
+            self._prune_pod_state()
         return True
 
     def schedule_pending_once(self) -> int:
@@ -224,7 +233,7 @@ class SchedulingLoop:
         Binds complete asynchronously: call :meth:`flush` to wait for them.
         """
         attempted = 0
-        for _ in range(len(self.queue)):
+        for _ in range(len(self.queue) + 1):  # the last call finds none and tidies up
             if not self.run_once():
                 break
             attempted += 1
@@ -318,36 +327,47 @@ class SchedulingLoop:
 
     def _unschedulable(self, pod: PodInfo, result: EngineResult, now: float) -> None:
         self.queue.backoff(pod.key)
-        self._write_decision(self._decision(pod, result, "unschedulable", "", now))
-        if self._loop_settings.dry_run:
-            return  # a dry run writes decision records only, never to the cluster
+        decision = self._decision(pod, result, "unschedulable", "", now)
+        if self._loop_settings.dry_run:  # a dry run writes decision records only
+            self._write_decision(decision)
+            return
         ref = _ref(pod)
-        self._event(pod, "Warning", "FailedScheduling", result.message)
-        self._binder.submit(
-            lambda: self._cluster.set_unschedulable(ref, result.message), "condition"
-        )
+
+        def report() -> None:  # one task: the three writes share a binder thread
+            binder = self._binder
+            binder.write_now(
+                lambda: self._cluster.record_event(
+                    ref, "Warning", "FailedScheduling", result.message
+                ),
+                "event",
+            )
+            binder.write_now(
+                lambda: self._cluster.set_unschedulable(ref, result.message), "condition"
+            )
+            binder.write_now(lambda: self._decisions.write(decision), "decision")
+
+        self._binder.submit(report, "report")
 
     # ---- bind outcomes (binder threads) ------------------------------------------------
 
     def _on_bind_outcome(self, outcome: BindOutcome) -> None:
+        """Runs on the binder thread that did the bind; its writes stay on that thread."""
         request = outcome.request
         key = request.key
+        binder = self._binder
         with self._state_lock:
             decision = self._bind_decisions.pop(key, None)
         if outcome.status is BindStatus.BOUND:
             self.queue.remove(key)
             self._forget_pod_state(key)
-            self._binder.submit(
+            binder.write_now(
                 lambda: self._cluster.record_event(
-                    request.pod,
-                    "Normal",
-                    "Scheduled",
-                    scheduled_message(key, request.node),
+                    request.pod, "Normal", "Scheduled", scheduled_message(key, request.node)
                 ),
                 "event",
             )
             if decision is not None:
-                self._write_decision(decision)
+                binder.write_now(lambda: self._decisions.write(decision), "decision")
             return
         pending = self.cache.forget(key)
         if outcome.status is BindStatus.DROPPED:
@@ -363,21 +383,20 @@ class SchedulingLoop:
             self._forget_pod_state(key)
         else:
             self.queue.backoff(key)
-            self._binder.submit(
+            binder.write_now(
                 lambda: self._cluster.record_event(
                     request.pod, "Warning", "FailedScheduling", f"Binding rejected: {outcome.error}"
                 ),
                 "event",
             )
         if decision is not None:
-            self._write_decision(
-                dataclasses.replace(
-                    decision,
-                    result="bind_failed",
-                    message=f"binding to {request.node} failed: {outcome.error}",
-                    ts=self._clock(),
-                )
+            failed = dataclasses.replace(
+                decision,
+                result="bind_failed",
+                message=f"binding to {request.node} failed: {outcome.error}",
+                ts=self._clock(),
             )
+            binder.write_now(lambda: self._decisions.write(failed), "decision")
 
     # ---- helpers ---------------------------------------------------------------------
 
@@ -421,8 +440,18 @@ class SchedulingLoop:
             self._event(pod, "Warning", "UnsupportedConstraint", message)
 
     def _forget_pod_state(self, key: str) -> None:
-        self._blocked_since.pop(key, None)
-        self._warned_unsupported.pop(key, None)
+        with self._state_lock:
+            self._blocked_since.pop(key, None)
+            self._warned_unsupported.pop(key, None)
+
+    def _prune_pod_state(self) -> None:
+        """Drop the notes of pods that left the queue without an outcome (deleted while
+        waiting), so they do not accumulate."""
+        self._attempts_since_prune = 0
+        with self._state_lock:
+            for notes in (self._blocked_since, self._warned_unsupported):
+                for key in [k for k in notes if self.queue.state(k) is None]:
+                    del notes[key]
 
     def _note_signal_health(self, healthy: bool) -> None:
         if healthy == self._signals_healthy:

@@ -233,7 +233,7 @@ class RedisSignalCache:
                     log.warning(
                         "Redis at %s is unavailable (%s); scheduling interference-blind until it"
                         " is back (retrying every ≤ %.0f s)",
-                        _safe_url(self.settings.url),
+                        safe_url(self.settings.url),
                         exc,
                         self.settings.retry_max_s,
                     )
@@ -384,7 +384,7 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _safe_url(url: str) -> str:
+def safe_url(url: str) -> str:
     """The URL without its password, for logs."""
     if "@" not in url:
         return url

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import redis
@@ -14,6 +15,7 @@ from interference import keys
 from interference.decision import CandidateVerdict, Decision, decision_hash
 from interference.signals import NodeMetrics, NodeReport, PodMetrics
 from interference_cli.main import main
+from interference_cli.trace import load_trace
 from node_agent.publisher import PublisherSettings, RedisPublisher
 from tests.conftest import RedisServer, free_port
 
@@ -196,3 +198,18 @@ def test_top_watch_refreshes_until_ctrl_c(filled: RedisServer) -> None:
     assert watch.returncode == 0, err
     assert "busy-node" in out  # the table was drawn while Redis was up
     assert "cannot reach Redis" in out
+
+
+def test_record_keeps_valid_reports_and_skips_malformed_entries(
+    redis_server: RedisServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    client = redis_server.client()
+    publish(client, _report("n1", 10.0, time.time(), []))
+    redis.Redis(port=redis_server.port).xadd(keys.STREAM, {keys.STREAM_FIELD: b"\xc1garbage"})
+    publish(client, _report("n2", 20.0, time.time(), []))
+    out = tmp_path / "trace.msgpack"
+    args = ["record", "--out", str(out), "--from-start", "--duration", "1.5"]
+    code, stdout, err = _cli(capsys, redis_server.url, *args)
+    assert code == 0, err
+    assert "recorded 2 reports" in stdout and "skipped 1 malformed" in stdout
+    assert [r.node for r in load_trace(out)] == ["n1", "n2"]

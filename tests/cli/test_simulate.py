@@ -177,3 +177,15 @@ def test_bad_policy_is_one_line_and_exit_1(
     err = capsys.readouterr().err
     assert "engine.weights.interference" in err and err.startswith("interference: ")
     assert err.count("\n") == 1
+
+
+def test_unschedulable_pod_is_retried_with_backoff_until_a_node_fits() -> None:
+    # The only node is too noisy when the pod arrives (t=1.5) and quiet from t=4 on.
+    noisy, quiet = [0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0, 8.0]
+    reports = [_report("n", t, 50_000) for t in noisy] + [_report("n", t, 100) for t in quiet]
+    aware = Policy("aware", EngineSettings(), False)
+    result = simulate(reports, _workload("1000"), aware)
+    assert (result.placed, result.unschedulable, result.violations) == (1, 0, 0)
+    assert 4.0 <= result.placements[0][0] <= 4.0 + 4.0  # placed after the backoff once quiet
+    never_quiet = [_report("n", t, 50_000) for t in noisy + quiet]
+    assert simulate(never_quiet, _workload("1000"), aware).unschedulable == 1

@@ -40,10 +40,10 @@ def main() -> None:
         lab.start()
         lab.await_reports()
         time.sleep(WARMUP_S)
-        count = record_to_file(Store(lab.url), args.out, duration_s=args.seconds)
+        recorded = record_to_file(Store(lab.url), args.out, duration_s=args.seconds)
     finally:
         lab.close()
-    print(f"recorded {count} reports to {args.out}")
+    print(f"recorded {recorded.written} reports to {args.out}")
 
 
 if __name__ == "__main__":

@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import gc
 import logging
+import subprocess
+import time
 import tracemalloc
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from redis.cluster import RedisCluster
 
 from interference import codec, keys
 from interference.signals import GpuDevice, NodeMetrics, NodeReport, PodMetrics
 from node_agent.publisher import PublisherSettings, RedisPublisher
-from tests.conftest import RedisServer
+from tests.conftest import RedisServer, free_port
 
 pytestmark = pytest.mark.redis
 
@@ -133,6 +138,7 @@ def test_outage_drops_reports_logs_once_and_the_next_flush_after_restart_succeed
     assert updated_at == "1700000006.5"
 
 
+@pytest.mark.slow
 def test_reports_dropped_during_an_outage_are_not_kept(redis_server: RedisServer) -> None:
     """A queue of unsent reports would grow by 270 × the report size here; nothing may."""
     big = replace(
@@ -203,3 +209,135 @@ def test_refused_credentials_or_permissions_are_reported_not_raised(
 def test_unparseable_url_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="redis://"):
         RedisPublisher(PublisherSettings(redis_url="localhost:6379"))
+
+
+def _spawn_redis(args: list[str], port: int) -> subprocess.Popen[bytes]:
+    """A redis-server (or sentinel) this test owns, once it answers PING."""
+    proc = subprocess.Popen(
+        ["redis-server", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            redis.Redis(port=port, socket_timeout=0.5).ping()
+            return proc
+        except redis.ConnectionError:
+            time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    pytest.fail(f"redis-server {args} did not start on port {port}")
+
+
+@contextmanager
+def _spawned(*procs: subprocess.Popen[bytes]) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=10)
+
+
+def test_publishes_to_the_master_a_sentinel_names(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    port = free_port()
+    conf = tmp_path / "sentinel.conf"
+    conf.write_text(
+        f"port {port}\nbind 127.0.0.1\ndir {tmp_path}\n"
+        f"sentinel monitor intf-master 127.0.0.1 {redis_server.port} 1\n"
+    )
+    with _spawned(_spawn_redis([str(conf), "--sentinel"], port)):
+        pub = RedisPublisher(
+            PublisherSettings(
+                redis_url="redis://127.0.0.1/0",
+                sentinels=(("127.0.0.1", port),),
+                sentinel_master="intf-master",
+            )
+        )
+        assert pub.publish(REPORT) is True
+        pub.close()
+    assert redis_server.client().hget(keys.node_key("gpu-node-1"), "score") == "42.25"
+
+
+def test_sentinel_without_the_master_is_an_outage_not_a_crash(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    port = free_port()
+    conf = tmp_path / "sentinel.conf"
+    conf.write_text(f"port {port}\nbind 127.0.0.1\ndir {tmp_path}\n")
+    with _spawned(_spawn_redis([str(conf), "--sentinel"], port)):
+        pub = RedisPublisher(
+            PublisherSettings(
+                redis_url="redis://127.0.0.1/0",
+                sentinels=(("127.0.0.1", port),),
+                sentinel_master="nobody",
+            )
+        )
+        caplog.set_level(logging.ERROR, logger="node_agent.publisher")
+        assert pub.publish(REPORT) is False
+        pub.close()
+    assert "master 'nobody' via sentinels" in caplog.text
+
+
+@pytest.mark.slow
+def test_publishes_to_a_redis_cluster(tmp_path: Path) -> None:
+    ports = [free_port() for _ in range(3)]
+    procs = [
+        _spawn_redis(
+            [
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                f"nodes-{port}.conf",
+                "--dir",
+                str(tmp_path),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+            port,
+        )
+        for port in ports
+    ]
+    with _spawned(*procs):
+        subprocess.run(
+            ["redis-cli", "--cluster", "create", *(f"127.0.0.1:{p}" for p in ports)]
+            + ["--cluster-replicas", "0", "--cluster-yes"],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        deadline = time.monotonic() + 30
+        while b"cluster_state:ok" not in redis.Redis(port=ports[0]).execute_command(
+            "CLUSTER", "INFO"
+        ):
+            assert time.monotonic() < deadline, "the test cluster never became ready"
+            time.sleep(0.2)
+        url = f"redis://127.0.0.1:{ports[0]}/0"
+        pub = RedisPublisher(PublisherSettings(redis_url=url, cluster=True))
+        assert pub.publish(REPORT) is True
+        assert pub.publish(replace(REPORT, pods=[TRAINER])) is True
+        pub.close()
+
+        reader = RedisCluster.from_url(url, decode_responses=True)
+        assert reader.hget(keys.node_key("gpu-node-1"), "score") == "42.25"
+        assert reader.smembers(keys.node_pods_key("gpu-node-1")) == {"ml/trainer-0"}
+        assert codec.parse_pod_hash(reader.hgetall(keys.pod_key("ml", "trainer-0")))[0] == TRAINER
+        assert reader.xlen(keys.STREAM) == 2
+        reader.close()
+
+
+def test_unreachable_cluster_is_an_outage_not_a_crash() -> None:
+    pub = RedisPublisher(
+        PublisherSettings(redis_url=f"redis://127.0.0.1:{free_port()}/0", cluster=True)
+    )
+    assert pub.publish(REPORT) is False
+    assert pub.publish(REPORT) is False
+    assert pub.dropped == 2
+    pub.close()

@@ -145,6 +145,19 @@ class ApiServerEmulator(KubernetesScaffold):
         for watcher in self.watchers:
             watcher.queue.put_nowait(_STREAM_END)
 
+    def emit(self, plural: str, event: Obj) -> None:
+        """Send a raw watch event (``BOOKMARK``, ``ERROR``) to every open watch of ``plural``."""
+        for watcher in self.watchers:
+            if watcher.plural == plural:
+                watcher.queue.put_nowait(event)
+
+    def bookmark(self, plural: str) -> str:
+        """An unrelated write elsewhere, announced by a BOOKMARK; returns its resourceVersion."""
+        self.resource_version += 1
+        rv = str(self.resource_version)
+        self.emit(plural, {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": rv}}})
+        return rv
+
     def _publish(self, plural: str, kind: str, obj: Obj, before: Obj | None) -> None:
         snapshot = copy.deepcopy(obj)
         self.history.append((self.resource_version, plural, kind, snapshot, before))
@@ -407,6 +420,12 @@ class EmulatorThread:
 
     def drop_watches(self) -> None:
         self.call(lambda e: e.drop_watches())
+
+    def bookmark(self, plural: str) -> str:
+        return self.call(lambda e: e.bookmark(plural))
+
+    def emit(self, plural: str, event: Obj) -> None:
+        self.call(lambda e: e.emit(plural, event))
 
     def fail(
         self, method: str, path: str, status: int, times: int = 1, retry_after: int | None = None

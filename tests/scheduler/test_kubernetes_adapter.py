@@ -198,6 +198,38 @@ def test_backs_off_and_recovers_on_429_and_5xx(
     assert set(handler.state["Node"]) == {"/n1"}
 
 
+def test_bookmarks_advance_the_resource_version_and_errors_rewatch_without_relisting(
+    emulator: EmulatorThread,
+    cluster: KubernetesCluster,
+    informers: Callable[[], RecordingHandler],
+) -> None:
+    _populate(emulator)
+    handler = informers()
+    handler.wait_for(lambda h: cluster.synced())
+
+    def pod_watches() -> list[dict[str, str]]:
+        return [q for _, p, q, _ in emulator.requests() if p == "/api/v1/pods" and "watch" in q]
+
+    deadline = time.monotonic() + 30
+    while emulator.watch_count("pods") == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    bookmark_rv = emulator.bookmark("pods")
+    emulator.drop_watches()  # queued after the bookmark, so the stream carries it first
+    deadline = time.monotonic() + 30
+    while len(pod_watches()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert pod_watches()[1]["resourceVersion"] == bookmark_rv
+
+    while emulator.watch_count("pods") == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    error = {"kind": "Status", "code": 500, "message": "etcd leader changed"}
+    emulator.emit("pods", {"type": "ERROR", "object": error})
+    while len(pod_watches()) < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert pod_watches()[2]["resourceVersion"] == bookmark_rv  # resumed, not relisted
+    assert handler.calls.count(("replace", "Pod", "")) == 1
+
+
 def test_relists_from_scratch_when_a_continue_token_expires(
     emulator: EmulatorThread,
     cluster: KubernetesCluster,

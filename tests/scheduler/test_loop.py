@@ -209,6 +209,23 @@ def test_unsupported_fields_are_named_once(h: LoopHarness) -> None:
     assert "spec.topologySpreadConstraints" in warnings[0][2]
 
 
+def test_recreated_pod_is_warned_again(h: LoopHarness) -> None:
+    def spread_pod() -> dict[str, object]:
+        pod = pod_object("spread", cpu="64")
+        pod["spec"]["topologySpreadConstraints"] = [{"maxSkew": 1, "topologyKey": "zone"}]
+        return pod
+
+    h.cluster.add_pod(spread_pod())
+    h.cycle()
+    h.cluster.delete_pod("default", "spread")  # deleted while backing off
+    h.cycle()  # idle: the loop sweeps notes of pods that left the queue
+    h.cluster.add_pod(spread_pod())
+    h.clock.advance(1.0)
+    h.cycle()
+    warnings = [e for e in events(h, "spread") if e[1] == "UnsupportedConstraint"]
+    assert len(warnings) == 2
+
+
 def test_unhealthy_signals_schedule_interference_blind(
     h: LoopHarness, caplog: pytest.LogCaptureFixture
 ) -> None:
