@@ -157,7 +157,9 @@ class Engine:
         if weights.gpu_packing > 0:
             plugins.append("gpu_packing")
             rows.append(gpu_packing_score(table, pod, self.settings))
-        matrix = np.stack(rows) if rows else np.zeros((0, len(table)))
+        matrix = np.empty((len(rows), len(table)))
+        for i, row in enumerate(rows):
+            matrix[i] = row
         return (
             tuple(plugins),
             np.array([getattr(weights, p) for p in plugins], dtype=np.float64),

@@ -118,7 +118,10 @@ class LabelSelector:
 
     def matches(self, labels: Mapping[str, str]) -> bool:
         """True when every requirement holds (an empty selector matches everything)."""
-        return all(_label_requirement_holds(r, labels) for r in self.requirements)
+        for requirement in self.requirements:  # a plain loop: this runs per pod per term
+            if not _label_requirement_holds(requirement, labels):
+                return False
+        return True
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,8 @@
 """Workloads for the kernel (``bpf``) tests: processes that enter their cgroups before exec.
 
-A child writes its own pid into every ``cgroup.procs`` and pins itself to a CPU between
-fork and exec, so none of its work happens outside the test cgroups.
+A tiny shell wrapper writes its own pid into every ``cgroup.procs`` and then execs the
+workload (through ``taskset`` when pinned), so none of the workload's work happens
+outside the test cgroups and its pid is the wrapper's.
 """
 
 from __future__ import annotations
@@ -18,13 +19,13 @@ from pathlib import Path
 BUSY_LOOP = [sys.executable, "-c", "while True: pass"]
 NAPPER = [sys.executable, "-c", "import time\nwhile True: time.sleep(0.05)"]
 
+_ENTER_THEN_EXEC = 'while [ "$1" != -- ]; do echo $$ > "$1"; shift; done; shift; exec "$@"'
 
-def enter_cgroups_then_exec(procs_files: Sequence[Path], cpu: int | None) -> None:
-    """Runs in the child between fork and exec: join the cgroups, pin to ``cpu``."""
-    for procs in procs_files:
-        procs.write_text(str(os.getpid()))
-    if cpu is not None:
-        os.sched_setaffinity(0, {cpu})
+
+def wrapped(procs_files: Sequence[Path], argv: Sequence[str], cpu: int | None) -> list[str]:
+    """``argv`` behind the wrapper that joins ``procs_files`` (and pins to ``cpu``) first."""
+    pin = ["taskset", "-c", str(cpu)] if cpu is not None else []
+    return ["sh", "-c", _ENTER_THEN_EXEC, "sh", *map(str, procs_files), "--", *pin, *argv]
 
 
 @contextmanager
@@ -33,10 +34,7 @@ def started_in(
 ) -> Iterator[subprocess.Popen[bytes]]:
     """Run ``argv`` inside the cgroups of ``procs_files``; kill it (by pid) afterwards."""
     proc = subprocess.Popen(
-        list(argv),
-        preexec_fn=lambda: enter_cgroups_then_exec(procs_files, cpu),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        wrapped(procs_files, argv, cpu), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
         yield proc

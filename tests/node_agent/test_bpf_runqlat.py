@@ -9,6 +9,8 @@ cgroup must show (near) zero wait.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +33,7 @@ from tests.node_agent.bpf_workloads import (
     many_started_in,
     schedstat_totals,
     started_in,
+    wrapped,
 )
 from tests.node_agent.own_cgroups import cgroup_tree, kernel_cgroup_id, unique_name
 
@@ -124,3 +127,15 @@ def test_run_queue_wait_matches_schedstat_and_idle_sibling_is_zero(
     assert idle_row.get(RUNQ_NS, 0.0) < 0.05 * busy_row[RUNQ_NS]
     assert idle_row.get(RUNQ_NS, 0.0) == pytest.approx(idle_truth, rel=0.2, abs=2e6)
     assert set(measured) <= {busy_id, idle_id, kernel_cgroup_id(str(tree))}
+
+
+def test_workloads_start_inside_their_cgroup_and_pinned() -> None:
+    require_root()
+    name = unique_name("intf-test-wrapper")
+    cpu = sorted(os.sched_getaffinity(0))[-1]
+    report = "import os; print(open('/proc/self/cgroup').read(), sorted(os.sched_getaffinity(0)))"
+    with cgroup_tree(V2_MOUNT, name) as tree:
+        argv = wrapped([tree / "cgroup.procs"], [sys.executable, "-c", report], cpu)
+        out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=60).stdout
+    assert f"0::/{name}\n" in out
+    assert out.rstrip().endswith(f"[{cpu}]")

@@ -283,6 +283,8 @@ def test_sentinel_without_the_master_is_an_outage_not_a_crash(
 @pytest.mark.slow
 def test_publishes_to_a_redis_cluster(tmp_path: Path) -> None:
     ports = [free_port() for _ in range(3)]
+    # Explicit bus ports: the default (port + 10000) may be taken or out of range.
+    bus_ports = [free_port() for _ in range(3)]
     procs = [
         _spawn_redis(
             [
@@ -292,6 +294,8 @@ def test_publishes_to_a_redis_cluster(tmp_path: Path) -> None:
                 "127.0.0.1",
                 "--cluster-enabled",
                 "yes",
+                "--cluster-port",
+                str(bus),
                 "--cluster-config-file",
                 f"nodes-{port}.conf",
                 "--dir",
@@ -303,12 +307,19 @@ def test_publishes_to_a_redis_cluster(tmp_path: Path) -> None:
             ],
             port,
         )
-        for port in ports
+        for port, bus in zip(ports, bus_ports, strict=True)
     ]
     with _spawned(*procs):
         subprocess.run(
-            ["redis-cli", "--cluster", "create", *(f"127.0.0.1:{p}" for p in ports)]
-            + ["--cluster-replicas", "0", "--cluster-yes"],
+            [
+                "redis-cli",
+                "--cluster",
+                "create",
+                *(f"127.0.0.1:{p}" for p in ports),
+                "--cluster-replicas",
+                "0",
+                "--cluster-yes",
+            ],
             check=True,
             capture_output=True,
             timeout=60,
