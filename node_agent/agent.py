@@ -231,6 +231,9 @@ def build_agent(settings: AgentSettings, *, publish: bool = True) -> Agent:
                 ttl_s=settings.effective_ttl_s,
                 stream_maxlen=settings.stream_maxlen,
                 socket_timeout_s=settings.redis_socket_timeout_s,
+                sentinels=settings.redis_sentinels,
+                sentinel_master=settings.redis_sentinel_master,
+                cluster=settings.redis_cluster,
             )
         )
     return Agent(settings, pod_directory(settings), sink, GpuInventory())

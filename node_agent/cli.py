@@ -52,6 +52,24 @@ def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         "and password come from env REDIS_USERNAME / REDIS_PASSWORD",
     )
     p.add_argument(
+        "--redis-sentinels",
+        default=environ.get("REDIS_SENTINELS", ""),
+        metavar="HOST:PORT,…",
+        help="find the master through these Redis Sentinels (env REDIS_SENTINELS); "
+        "--redis-url then only gives the database number and rediss:// for TLS",
+    )
+    p.add_argument(
+        "--redis-sentinel-master",
+        default=environ.get("REDIS_SENTINEL_MASTER", "mymaster"),
+        help="master name the sentinels monitor (env REDIS_SENTINEL_MASTER; default %(default)s)",
+    )
+    p.add_argument(
+        "--redis-cluster",
+        action="store_true",
+        default=environ.get("REDIS_CLUSTER", "").lower() in ("1", "true", "yes"),
+        help="--redis-url names a Redis Cluster node (env REDIS_CLUSTER=1)",
+    )
+    p.add_argument(
         "--interval",
         type=float,
         default=environ.get("INTERVAL_S", "1"),
@@ -142,6 +160,19 @@ def score_references(overrides: Sequence[str]) -> ScoreReferences:
     return refs
 
 
+def sentinel_addresses(value: str) -> tuple[tuple[str, int], ...]:
+    """``host:port,host:port`` as pairs; ``ValueError`` naming the entry that is wrong."""
+    out: list[tuple[str, int]] = []
+    for item in (part.strip() for part in value.split(",")):
+        if not item:
+            continue
+        host, sep, port = item.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"--redis-sentinels entry {item!r} is not HOST:PORT")
+        out.append((host, int(port)))
+    return tuple(out)
+
+
 def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> AgentSettings:
     """Settings from parsed flags; ``ValueError`` for values that make no sense."""
     return AgentSettings(
@@ -149,6 +180,9 @@ def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> 
         redis_url=args.redis_url,
         redis_username=environ.get("REDIS_USERNAME") or None,
         redis_password=environ.get("REDIS_PASSWORD") or None,
+        redis_sentinels=sentinel_addresses(args.redis_sentinels),
+        redis_sentinel_master=args.redis_sentinel_master,
+        redis_cluster=args.redis_cluster,
         interval_s=args.interval,
         ttl_s=args.ttl,
         stream_maxlen=args.stream_maxlen,
@@ -166,6 +200,15 @@ def report_json(report: NodeReport) -> str:
     """The report as indented JSON, with each histogram on one line."""
     text = json.dumps(asdict(report), indent=2)
     return re.sub(r"\[([\d\s,.]*)\]", lambda m: "[" + " ".join(m.group(1).split()) + "]", text)
+
+
+def redis_description(settings: AgentSettings) -> str:
+    """Where reports go, for the start-up log line (no password)."""
+    if settings.redis_sentinels:
+        sentinels = ",".join(f"{host}:{port}" for host, port in settings.redis_sentinels)
+        return f"Redis master {settings.redis_sentinel_master!r} via sentinels {sentinels}"
+    kind = "Redis Cluster at " if settings.redis_cluster else ""
+    return kind + redact_url(settings.redis_url)
 
 
 def redact_url(url: str) -> str:
@@ -214,7 +257,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         log.info(
             "publishing node %s to %s every %g s",
             settings.node_name,
-            redact_url(settings.redis_url),
+            redis_description(settings),
             settings.interval_s,
         )
         agent.run(stop)

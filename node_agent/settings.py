@@ -36,6 +36,13 @@ class AgentSettings:
     """ACL user the agent writes as (``REDIS_USERNAME``); None uses the URL's or the default."""
     redis_password: str | None = None
     """Password of that user (``REDIS_PASSWORD``, from a Secret)."""
+    redis_sentinels: tuple[tuple[str, int], ...] = ()
+    """Sentinel ``(host, port)`` pairs; when set the master is found through them and
+    ``redis_url`` only gives the database (and ``rediss://`` for TLS)."""
+    redis_sentinel_master: str = "mymaster"
+    """Master name the sentinels monitor."""
+    redis_cluster: bool = False
+    """``redis_url`` names a node of a Redis Cluster."""
     redis_socket_timeout_s: float = 0.5
     """Connect and read timeout; short so an unreachable Redis never stalls the interval."""
     interval_s: float = 1.0
@@ -79,6 +86,8 @@ class AgentSettings:
             raise ValueError(f"ttl must be at least 1 second, got {self.ttl_s}")
         if self.stream_maxlen < 1:
             raise ValueError(f"stream maxlen must be at least 1, got {self.stream_maxlen}")
+        if self.redis_sentinels and self.redis_cluster:
+            raise ValueError("use either Redis Sentinel or Redis Cluster, not both")
         if not self.cgroup_root.startswith("/"):
             raise ValueError(f"cgroup root must be an absolute path, got {self.cgroup_root!r}")
         if self.ncpu < 1:

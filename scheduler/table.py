@@ -128,6 +128,7 @@ class NodeTable:
 
     def upsert_node(self, node: NodeInfo) -> None:
         """Add a node or update it; pods already placed on it by name are counted."""
+        self.load_generation += 1  # allocatable may change, and with it the load share
         row = self._index.get(node.name)
         if row is None:
             row = self._append_row(node)
@@ -243,19 +244,22 @@ class NodeTable:
     def set_signals(self, signals: Mapping[str, NodeSignals]) -> None:
         """Replace all signals with a snapshot (nodes absent from it have none).
 
-        Passing the same mapping object again is free; otherwise only changed nodes are
-        touched.
+        A snapshot must not change after it is passed: a changed snapshot is a new mapping.
+        Passing the same mapping again is free; a new one costs a scan of its entries
+        (identity first, so unchanged ``NodeSignals`` objects are cheap), and only changed
+        nodes are touched.
         """
         if signals is self._signals_source:
             return
         self._signals_source = signals
         known = self._signals
-        changed = [
-            name
-            for name, s in signals.items()
-            if (previous := known.get(name)) is not s and previous != s
-        ]
-        gone = [name for name in self._signals if name not in signals]
+        candidates = [name for name, s in signals.items() if known.get(name) is not s]
+        changed = [name for name in candidates if known.get(name) != signals[name]]
+        new_names = sum(1 for name in candidates if name not in known)
+        if len(signals) - new_names == len(known):  # every known node is still there
+            gone = []
+        else:
+            gone = [name for name in known if name not in signals]
         if not changed and not gone:
             return
         for name in gone:

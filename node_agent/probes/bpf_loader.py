@@ -122,8 +122,9 @@ def effective_capabilities(proc_root: str = "/proc") -> int:
 
 def check_privileges(capabilities: int) -> None:
     """Raise unless the capability mask allows loading tracing BPF programs."""
-    has = [(capabilities >> bit) & 1 == 1 for bit in (CAP_SYS_ADMIN, CAP_BPF, CAP_PERFMON)]
-    sys_admin, bpf, perfmon = has
+    sys_admin, bpf, perfmon = (
+        (capabilities >> bit) & 1 == 1 for bit in (CAP_SYS_ADMIN, CAP_BPF, CAP_PERFMON)
+    )
     if sys_admin or (bpf and perfmon):
         return
     raise ProbeUnavailable(
@@ -348,7 +349,8 @@ def load_program(
     with ours:
         with theirs:
             compiler = subprocess.Popen(
-                [sys.executable, "-c", _COMPILER_ENTRY, str(theirs.fileno())],
+                # -P: no current directory on sys.path of a root process
+                [sys.executable, "-P", "-c", _COMPILER_ENTRY, str(theirs.fileno())],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,

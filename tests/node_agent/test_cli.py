@@ -43,6 +43,9 @@ ENV = {
     "INTERFERENCE_BPF_DIR": "/opt/bpf",
     "TTL_S": "12",
     "STREAM_MAXLEN": "500",
+    "REDIS_SENTINELS": "sentinel-0.redis:26379, 10.0.0.7:26380",
+    "REDIS_SENTINEL_MASTER": "intf",
+    "REDIS_CLUSTER": "",
 }
 
 
@@ -58,6 +61,10 @@ def test_env_fallbacks() -> None:
     assert settings.bpf_source_dir == "/opt/bpf"
     assert settings.effective_ttl_s == 12
     assert settings.stream_maxlen == 500
+    assert settings.redis_sentinels == (("sentinel-0.redis", 26379), ("10.0.0.7", 26380))
+    assert settings.redis_sentinel_master == "intf"
+    assert settings.redis_cluster is False
+    assert settings_for([], {"REDIS_CLUSTER": "true"}).redis_cluster is True
 
 
 def test_flags_win_over_env() -> None:
@@ -100,6 +107,8 @@ def test_flags_win_over_env() -> None:
         (["--score-ref", "runq_p99_us=soon"], {}, "'soon' is not a number"),
         (["--redis-url", "localhost:6379"], {}, "redis://"),
         (["--log-level", "LOUD"], {}, "invalid choice: 'LOUD'"),
+        (["--redis-sentinels", "sentinel-0"], {}, "entry 'sentinel-0' is not HOST:PORT"),
+        (["--redis-sentinels", "a:1", "--redis-cluster"], {}, "not both"),
     ],
 )
 def test_bad_configuration_exits_2_saying_what_is_wrong(
