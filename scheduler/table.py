@@ -104,7 +104,8 @@ class NodeTable:
         self._pods_by_node: dict[str, dict[str, PodInfo]] = {}
         self._pods_by_label: dict[tuple[str, str], set[str]] = {}
         self._pods_by_namespace: dict[str, set[str]] = {}
-        self._anti_terms: dict[AntiAffinityTerm, Counter[str]] = {}
+        self._anti_terms: dict[str | None, dict[AntiAffinityTerm, Counter[str]]] = {}
+        """Namespace a term applies to (``None``: all) → term → node → pods with it."""
         self._ports: dict[tuple[str, int], dict[str, Counter[HostPort]]] = {}
         self._recent: dict[str, dict[str, tuple[float, int]]] = {}
         self._signals: dict[str, NodeSignals] = {}
@@ -194,7 +195,8 @@ class NodeTable:
             self._pods_by_label.setdefault(item, set()).add(pod.key)
         self._pods_by_namespace.setdefault(pod.namespace, set()).add(pod.key)
         for term in pod.anti_affinity:
-            self._anti_terms.setdefault(term, Counter())[node] += 1
+            for scope in term.namespaces or (None,):
+                self._anti_terms.setdefault(scope, {}).setdefault(term, Counter())[node] += 1
         for port in pod.host_ports:
             self._ports.setdefault((port.protocol, port.port), {}).setdefault(node, Counter())[
                 port
@@ -219,7 +221,10 @@ class NodeTable:
             _discard(self._pods_by_label, item, pod.key)
         _discard(self._pods_by_namespace, pod.namespace, pod.key)
         for term in pod.anti_affinity:
-            _decrement(self._anti_terms, term, node)
+            for scope in term.namespaces or (None,):
+                _decrement(self._anti_terms[scope], term, node)
+                if not self._anti_terms[scope]:
+                    del self._anti_terms[scope]
         for port in pod.host_ports:
             users = self._ports[(port.protocol, port.port)]
             _decrement(users, node, port)
@@ -351,9 +356,15 @@ class NodeTable:
             if term.matches(pod.namespace, pod.labels):
                 yield pod
 
-    def anti_affinity_terms(self) -> Mapping[AntiAffinityTerm, Mapping[str, int]]:
-        """Required anti-affinity terms of placed pods → node → number of pods with it."""
-        return self._anti_terms
+    def anti_affinity_terms(
+        self, namespace: str
+    ) -> list[tuple[AntiAffinityTerm, Mapping[str, int]]]:
+        """Placed pods' required anti-affinity terms that consider pods in ``namespace``,
+        each with node → number of placed pods carrying it."""
+        return [
+            *self._anti_terms.get(namespace, {}).items(),
+            *self._anti_terms.get(None, {}).items(),
+        ]
 
     def host_port_users(self, protocol: str, port: int) -> Mapping[str, Counter[HostPort]]:
         """Node → host ports in use with this protocol and port number."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -31,6 +32,8 @@ from scheduler.ports import (
 )
 
 DEFAULT_SCHEDULER = "interference-scheduler"
+_TRIM_BATCH = 4096
+"""Seen changes are dropped in batches of at least this many."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +214,10 @@ class InMemoryCluster:
         self._lock = threading.Condition(threading.Lock())
         self._objects: dict[ObjectKind, dict[str, K8sObject]] = {"Node": {}, "Pod": {}}
         self._changes: list[_Change] = []
+        self._log_start = 0
+        """Position (counted since the cluster was made) of ``_changes[0]``; changes every
+        informer has seen are dropped so a long simulation does not grow without bound."""
+        self._informers: weakref.WeakSet[InMemoryInformer] = weakref.WeakSet()
         self._resource_version = 0
         self._bind_failures: list[ClusterError] = []
         self.events: list[RecordedEvent] = []
@@ -224,7 +231,10 @@ class InMemoryCluster:
 
     def informer(self, handler: ClusterHandler) -> InMemoryInformer:
         """A list-then-watch consumer driven by hand (see :class:`InMemoryInformer`)."""
-        return InMemoryInformer(self, handler)
+        informer = InMemoryInformer(self, handler)
+        with self._lock:
+            self._informers.add(informer)
+        return informer
 
     def run_informers(self, handler: ClusterHandler, stop: threading.Event) -> None:
         """List then watch until ``stop`` is set."""
@@ -232,7 +242,7 @@ class InMemoryCluster:
         while not stop.is_set():
             informer.sync()
             with self._lock:
-                if informer._position == len(self._changes):
+                if informer._position == self._log_end():
                     self._lock.wait(0.05)
 
     def bind(self, pod: PodRef, node: str) -> None:
@@ -391,9 +401,25 @@ class InMemoryCluster:
             return (
                 list(self._objects["Node"].values()),
                 list(self._objects["Pod"].values()),
-                len(self._changes),
+                self._log_end(),
             )
 
     def _changes_since(self, position: int) -> tuple[list[_Change], int]:
         with self._lock:
-            return self._changes[position:], len(self._changes)
+            changes = self._changes[position - self._log_start :]
+            end = self._log_end()
+            self._trim(position)
+            return changes, end
+
+    def _log_end(self) -> int:
+        return self._log_start + len(self._changes)
+
+    def _trim(self, reader_position: int) -> None:
+        """Drop changes before the lowest position any live informer still needs."""
+        positions = [
+            i._position for i in self._informers if i._position is not None and i._position > 0
+        ]
+        low = min([*positions, reader_position, self._log_end()])
+        if low - self._log_start >= _TRIM_BATCH:
+            del self._changes[: low - self._log_start]
+            self._log_start = low

@@ -30,11 +30,11 @@ POD_ANTI_AFFINITY = "node(s) didn't match pod anti-affinity rules"
 
 def pod_anti_affinity(table: NodeTable, pod: PodInfo) -> FilterResult:
     """Nodes where neither the pod's nor the placed pods' anti-affinity terms conflict."""
-    existing_terms = table.anti_affinity_terms()
+    existing_terms = table.anti_affinity_terms(pod.namespace)
     if not pod.anti_affinity and not existing_terms:
         return all_pass("InterPodAffinity", table)
     existing_ok = np.ones(len(table), dtype=np.bool_)
-    for term, nodes in existing_terms.items():
+    for term, nodes in existing_terms:
         if term.matches(pod.namespace, pod.labels):
             _clear_rows(table, existing_ok, nodes)
     own_ok = np.ones(len(table), dtype=np.bool_)

@@ -23,13 +23,14 @@ import redis
 
 from interference import codec, keys
 from interference.signals import SCHEMA_VERSION, NodeMetrics, NodeReport
-from node_agent.agent import Agent
-from node_agent.pods import StaticPodDirectory
+from node_agent.agent import Agent, pod_directory
+from node_agent.pods import KubernetesPodDirectory, StaticPodDirectory
 from node_agent.publisher import PublisherSettings, RedisPublisher
 from node_agent.settings import AgentSettings, detect_cgroup_v2_mount
 from tests.conftest import RedisServer
 from tests.node_agent.bpf_workloads import BUSY_LOOP, many_started_in, started_in
 from tests.node_agent.own_cgroups import cgroup_tree, unique_name
+from tests.node_agent.test_pods import Emulator, core_api, pod
 
 AGENT = str(Path(sys.executable).with_name("interference-agent"))
 V2_MOUNT = detect_cgroup_v2_mount()
@@ -368,3 +369,38 @@ def test_once_prints_a_report_as_json_without_redis(test_cgroup_root: str) -> No
     assert body["v"] == SCHEMA_VERSION
     assert set(body["metrics"]) == set(NodeMetrics.__dataclass_fields__)
     assert "running probes" in done.stderr.decode()
+
+
+def test_kubeconfig_names_pods_through_the_api_server(tmp_path: Path) -> None:
+    """--kubeconfig wiring: the real kubernetes client against the kmock emulator."""
+    with Emulator() as emulator:
+        api = core_api(emulator.url)
+        api.create_namespaced_pod("ml", pod("ml", "trainer-0", "uid-t0", "gpu-node-3"))
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "emu", "cluster": {"server": emulator.url}}],
+                    "users": [{"name": "agent", "user": {"token": "t"}}],
+                    "contexts": [{"name": "emu", "context": {"cluster": "emu", "user": "agent"}}],
+                    "current-context": "emu",
+                }
+            )
+        )
+        directory = pod_directory(AgentSettings(node_name="gpu-node-3", kubeconfig=str(kubeconfig)))
+        try:
+            assert isinstance(directory, KubernetesPodDirectory)
+            assert directory.lookup("uid-t0") == ("ml", "trainer-0")  # synced before return
+        finally:
+            directory.stop()
+
+
+def test_unusable_kubeconfig_is_a_clear_error(tmp_path: Path) -> None:
+    broken = tmp_path / "kubeconfig"
+    broken.write_text("clusters: [}")
+    with pytest.raises(ValueError, match=f"cannot use kubeconfig {broken}"):
+        pod_directory(AgentSettings(node_name="n", kubeconfig=str(broken)))
+    with pytest.raises(ValueError, match="cannot use kubeconfig"):
+        pod_directory(AgentSettings(node_name="n", kubeconfig=str(tmp_path / "absent")))

@@ -69,6 +69,25 @@ DB = {"matchLabels": {"app": "db"}}
             [EXISTING_ANTI_AFFINITY],
         ),
         (
+            pod_obj("db-0", "other", labels={"app": "db"}, affinity=_anti(DB)),
+            pod_obj("db-1", labels={"app": "db"}),
+            [],
+        ),
+        (
+            pod_obj(
+                "db-0", "other", labels={"app": "db"}, affinity=_anti(DB, namespaceSelector={})
+            ),
+            pod_obj("db-1", labels={"app": "db"}),
+            [EXISTING_ANTI_AFFINITY],
+        ),
+        (
+            pod_obj(
+                "db-0", "other", labels={"app": "db"}, affinity=_anti(DB, namespaces=["default"])
+            ),
+            pod_obj("db-1", labels={"app": "db"}),
+            [EXISTING_ANTI_AFFINITY],
+        ),
+        (
             pod_obj("x", labels={"tier": "a"}),
             pod_obj(
                 "y", affinity=_anti({"matchExpressions": [{"key": "tier", "operator": "Exists"}]})
@@ -97,6 +116,9 @@ DB = {"matchLabels": {"app": "db"}}
         "existing-term-matches-incoming",
         "existing-term-not-matching",
         "both-fail-reports-existing-first",
+        "existing-term-own-namespace-only",
+        "existing-term-all-namespaces",
+        "existing-term-listed-namespace",
         "exists-expression",
         "notin-expression",
         "empty-selector-matches-all",

@@ -99,3 +99,18 @@ def test_signals_arriving_before_the_node_apply_when_it_joins() -> None:
     )
     table.upsert_node(parse_node(node_obj("b")))
     assert interference_score(table, EngineSettings(), NOW).tolist() == [90.0, 40.0]
+
+
+def test_node_absent_from_a_new_snapshot_loses_its_signals() -> None:
+    table = table_of([node_obj("a"), node_obj("b")])
+    both = {
+        "a": NodeSignals(NodeMetrics(score=10), updated_at=NOW),
+        "b": NodeSignals(NodeMetrics(score=20), updated_at=NOW),
+    }
+    table.set_signals(both)
+    generation = table.signals_generation
+    table.set_signals(dict(both))  # same content, new mapping: nothing changes
+    assert table.signals_generation == generation
+    table.set_signals({"a": both["a"]})
+    assert table.signals("b") is None
+    assert interference_score(table, EngineSettings(), NOW).tolist() == [90.0, 50.0]
