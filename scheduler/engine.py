@@ -38,9 +38,6 @@ from scheduler.scores.interference import interference_score
 from scheduler.settings import EngineSettings
 from scheduler.table import NodeTable
 
-_MASK_CACHE_LIMIT = 4096
-"""Distinct pod signatures kept per table generation before the cache starts over."""
-
 
 @dataclass(frozen=True, slots=True)
 class EngineResult:
@@ -136,9 +133,7 @@ class Engine:
         for result in results[1:]:
             passed &= result.passed
         stage = _StaticStage(passed, results)
-        if len(table.mask_cache) >= _MASK_CACHE_LIMIT:
-            table.mask_cache.clear()
-        table.mask_cache[key] = stage
+        table.remember(key, stage)
         return stage
 
     def _scores(

@@ -143,6 +143,9 @@ class SchedulingLoop:
         threads one key at a time; iterate them only under ``_state_lock``."""
         self._attempts_since_prune = 0
         self._signals_healthy: bool | None = None
+        self.last_cycle_at = monotonic()
+        """Monotonic time the scheduling thread last went round (for ``/healthz``: a loop
+        that is alive comes back at least every ``idle_wait_s``)."""
         self._stale_gauge_at = -float("inf")
 
     # ---- settings --------------------------------------------------------------------
@@ -210,6 +213,7 @@ class SchedulingLoop:
 
         Returns True when a pod was attempted.
         """
+        self.last_cycle_at = self._monotonic()
         leading = self._leading.is_set()
         self._metrics.leader.set(1 if leading else 0)
         if not leading or not self.cache.synced():

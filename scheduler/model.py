@@ -56,7 +56,6 @@ DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
 
 NO_SCHEDULE = "NoSchedule"
 NO_EXECUTE = "NoExecute"
-PREFER_NO_SCHEDULE = "PreferNoSchedule"
 NODE_SELECTOR_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
 LABEL_SELECTOR_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist"})
 
@@ -274,7 +273,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
     unsupported: list[str] = []
     requests, nonzero_cpu_m, nonzero_memory = _pod_requests(reader, spec)
     annotations = reader.string_map(metadata, "annotations", "metadata.annotations")
-    priority = spec.get("priority", 0)
+    priority = spec.get("priority") or 0
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise reader.error("spec.priority", f"{priority!r} is not an integer")
     gates = tuple(

@@ -47,8 +47,8 @@ class EngineSettings:
     gpu_resource: str = "nvidia.com/gpu"
     """Extended resource that counts as GPUs for packing."""
     record_top_k: int = 5
-    """Candidates with a score breakdown (best first) in each decision record; failed nodes
-    add up to this many examples with their reasons."""
+    """Candidates in each decision record: the chosen node and the next best with their
+    score breakdown, or, when no node fits, this many rejected nodes with their reasons."""
 
     def __post_init__(self) -> None:
         if self.stale_policy not in STALE_POLICIES:

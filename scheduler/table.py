@@ -34,6 +34,8 @@ from scheduler.quantity import CPU, EPHEMERAL_STORAGE, MEMORY, PODS
 BASE_RESOURCES = (CPU, MEMORY, EPHEMERAL_STORAGE, PODS)
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V", bound=Hashable)
+MASK_CACHE_LIMIT = 512
+"""Entries (a signature's masks take ~30 KB at 5,000 nodes) before the cache starts over."""
 ABSENT = -1
 """Label code of a node that does not have the label."""
 
@@ -116,9 +118,6 @@ class NodeTable:
 
     def __len__(self) -> int:
         return self._count
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._index
 
     def index_of(self, name: str) -> int | None:
         """Row of node ``name``, ``None`` when unknown."""
@@ -216,7 +215,10 @@ class NodeTable:
         if placed is None:
             return
         pod, node = placed.pod, placed.node
-        del self._pods_by_node[node][pod.key]
+        on_node = self._pods_by_node[node]
+        del on_node[pod.key]
+        if not on_node:
+            del self._pods_by_node[node]
         for item in pod.labels.items():
             _discard(self._pods_by_label, item, pod.key)
         _discard(self._pods_by_namespace, pod.namespace, pod.key)
@@ -230,7 +232,11 @@ class NodeTable:
             _decrement(users, node, port)
             if not users:
                 del self._ports[(port.protocol, port.port)]
-        self._recent.get(node, {}).pop(pod.key, None)
+        recent = self._recent.get(node)
+        if recent is not None:
+            recent.pop(pod.key, None)
+            if not recent:
+                del self._recent[node]
         row = self._index.get(node)
         if row is not None:
             self._account(row, pod, sign=-1)
@@ -239,10 +245,6 @@ class NodeTable:
         """Node a pod (``namespace/name``) is placed on, ``None`` when unknown."""
         placed = self._pods.get(key)
         return placed.node if placed else None
-
-    def pods_on(self, node: str) -> Mapping[str, PodInfo]:
-        """Pods placed on ``node`` by key."""
-        return self._pods_by_node.get(node, {})
 
     # ---- signals -----------------------------------------------------------------------
 
@@ -288,13 +290,19 @@ class NodeTable:
         """Row of ``resource`` in :attr:`alloc`/:attr:`requested`/:attr:`free`, if known."""
         return self._resource_rows.get(resource)
 
+    def remember(self, key: Hashable, value: object) -> None:
+        """Store a per-signature result in :attr:`mask_cache`, which starts over when full."""
+        if len(self.mask_cache) >= MASK_CACHE_LIMIT:
+            self.mask_cache.clear()
+        self.mask_cache[key] = value
+
     def everyone(self) -> NDArray[np.bool_]:
         """A read-only all-True node mask (cached)."""
         cached = self.mask_cache.get("everyone")
         if not isinstance(cached, np.ndarray):
             cached = np.ones(self._count, dtype=np.bool_)
             cached.setflags(write=False)
-            self.mask_cache["everyone"] = cached
+            self.remember("everyone", cached)
         return cached
 
     def inverse_allocatable(self, resource: str) -> NDArray[np.float64]:

@@ -406,20 +406,16 @@ class InMemoryCluster:
 
     def _changes_since(self, position: int) -> tuple[list[_Change], int]:
         with self._lock:
-            changes = self._changes[position - self._log_start :]
-            end = self._log_end()
-            self._trim(position)
-            return changes, end
+            self._trim()
+            return self._changes[position - self._log_start :], self._log_end()
 
     def _log_end(self) -> int:
         return self._log_start + len(self._changes)
 
-    def _trim(self, reader_position: int) -> None:
-        """Drop changes before the lowest position any live informer still needs."""
-        positions = [
-            i._position for i in self._informers if i._position is not None and i._position > 0
-        ]
-        low = min([*positions, reader_position, self._log_end()])
+    def _trim(self) -> None:
+        """Drop changes before the lowest position a live informer still needs."""
+        positions = [i._position for i in self._informers if i._position is not None]
+        low = min(positions, default=self._log_end())
         if low - self._log_start >= _TRIM_BATCH:
             del self._changes[: low - self._log_start]
             self._log_start = low

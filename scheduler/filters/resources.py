@@ -59,7 +59,7 @@ def resources_fit(table: NodeTable, pod: PodInfo) -> FilterResult:
                 lambda: _unoffered(table, rows, [1, *(a for _, a in wanted)]),
             )
         plan = _Plan(tuple(r for r in rows if r is not None), (1, *(a for _, a in wanted)), reasons)
-        table.mask_cache[key] = plan
+        table.remember(key, plan)
     free = table.free
     passed = free[plan.rows[0]] >= plan.amounts[0]
     for row, amount in zip(plan.rows[1:], plan.amounts[1:], strict=True):

@@ -7,6 +7,7 @@ import itertools
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -404,3 +405,36 @@ def test_unusable_kubeconfig_is_a_clear_error(tmp_path: Path) -> None:
         pod_directory(AgentSettings(node_name="n", kubeconfig=str(broken)))
     with pytest.raises(ValueError, match="cannot use kubeconfig"):
         pod_directory(AgentSettings(node_name="n", kubeconfig=str(tmp_path / "absent")))
+
+
+@pytest.mark.bpf
+def test_without_capabilities_the_agent_says_what_it_needs_and_runs_degraded(
+    test_cgroup_root: str,
+) -> None:
+    """Root with every capability dropped (as in an unprivileged pod): BPF probes are
+    disabled with a message naming the capabilities, and the report still comes out."""
+    setpriv = shutil.which("setpriv")
+    assert setpriv is not None, "setpriv (util-linux) is needed to drop capabilities"
+    done = subprocess.run(
+        [
+            setpriv,
+            "--bounding-set=-all",
+            "--inh-caps=-all",
+            "--",
+            AGENT,
+            "--once",
+            "--no-kubernetes",
+            "--interval",
+            "0.5",
+            "--cgroup-root",
+            test_cgroup_root,
+        ],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    disabled = json.loads(done.stdout)["disabled_probes"]
+    for name in ("runqlat", "reclaim"):
+        assert "CAP_BPF" in disabled[name], disabled
+    assert "degraded mode" in done.stderr.decode()

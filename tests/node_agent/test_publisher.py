@@ -8,7 +8,7 @@ import subprocess
 import time
 import tracemalloc
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -211,31 +211,30 @@ def test_unparseable_url_is_a_clear_error() -> None:
         RedisPublisher(PublisherSettings(redis_url="localhost:6379"))
 
 
-def _spawn_redis(args: list[str], port: int) -> subprocess.Popen[bytes]:
-    """A redis-server (or sentinel) this test owns, once it answers PING."""
+@contextmanager
+def _redis_process(args: list[str], port: int) -> Iterator[None]:
+    """A redis-server (or sentinel) this test owns, answering PING; ended by pid after."""
     proc = subprocess.Popen(
         ["redis-server", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        try:
-            redis.Redis(port=port, socket_timeout=0.5).ping()
-            return proc
-        except redis.ConnectionError:
-            time.sleep(0.05)
-    proc.kill()
-    proc.wait()
-    pytest.fail(f"redis-server {args} did not start on port {port}")
-
-
-@contextmanager
-def _spawned(*procs: subprocess.Popen[bytes]) -> Iterator[None]:
     try:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                redis.Redis(port=port, socket_timeout=0.5).ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    pytest.fail(f"redis-server {args} did not start on port {port}")
+                time.sleep(0.05)
         yield
     finally:
-        for proc in procs:
-            proc.terminate()
+        proc.terminate()
+        try:
             proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def test_publishes_to_the_master_a_sentinel_names(
@@ -247,7 +246,7 @@ def test_publishes_to_the_master_a_sentinel_names(
         f"port {port}\nbind 127.0.0.1\ndir {tmp_path}\n"
         f"sentinel monitor intf-master 127.0.0.1 {redis_server.port} 1\n"
     )
-    with _spawned(_spawn_redis([str(conf), "--sentinel"], port)):
+    with _redis_process([str(conf), "--sentinel"], port):
         pub = RedisPublisher(
             PublisherSettings(
                 redis_url="redis://127.0.0.1/0",
@@ -266,7 +265,7 @@ def test_sentinel_without_the_master_is_an_outage_not_a_crash(
     port = free_port()
     conf = tmp_path / "sentinel.conf"
     conf.write_text(f"port {port}\nbind 127.0.0.1\ndir {tmp_path}\n")
-    with _spawned(_spawn_redis([str(conf), "--sentinel"], port)):
+    with _redis_process([str(conf), "--sentinel"], port):
         pub = RedisPublisher(
             PublisherSettings(
                 redis_url="redis://127.0.0.1/0",
@@ -285,31 +284,31 @@ def test_publishes_to_a_redis_cluster(tmp_path: Path) -> None:
     ports = [free_port() for _ in range(3)]
     # Explicit bus ports: the default (port + 10000) may be taken or out of range.
     bus_ports = [free_port() for _ in range(3)]
-    procs = [
-        _spawn_redis(
-            [
-                "--port",
-                str(port),
-                "--bind",
-                "127.0.0.1",
-                "--cluster-enabled",
-                "yes",
-                "--cluster-port",
-                str(bus),
-                "--cluster-config-file",
-                f"nodes-{port}.conf",
-                "--dir",
-                str(tmp_path),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ],
-            port,
-        )
-        for port, bus in zip(ports, bus_ports, strict=True)
-    ]
-    with _spawned(*procs):
+    with ExitStack() as nodes:
+        for port, bus in zip(ports, bus_ports, strict=True):
+            nodes.enter_context(
+                _redis_process(
+                    [
+                        "--port",
+                        str(port),
+                        "--bind",
+                        "127.0.0.1",
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-port",
+                        str(bus),
+                        "--cluster-config-file",
+                        f"nodes-{port}.conf",
+                        "--dir",
+                        str(tmp_path),
+                        "--save",
+                        "",
+                        "--appendonly",
+                        "no",
+                    ],
+                    port,
+                )
+            )
         subprocess.run(
             [
                 "redis-cli",

@@ -6,13 +6,16 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from interference.signals import NodeMetrics
 from scheduler.engine import Engine
+from scheduler.filters.node_affinity import node_affinity
 from scheduler.model import ANNOTATION_MAX_RUNQ_P99_US, parse_node, parse_pod
 from scheduler.ports import NodeSignals
 from scheduler.settings import EngineSettings, ScoreWeights
-from scheduler.table import NodeTable
+from scheduler.table import MASK_CACHE_LIMIT, NodeTable
 from tests.scheduler.test_model import affinity_terms, node_obj, pod_obj, table_of
 
 NOW = 1000.0
@@ -222,3 +225,104 @@ def test_table_rows_stay_consistent_when_nodes_come_and_go() -> None:
     result = engine.schedule(pod, table, NOW)
     assert result.node is None
     assert result.message == "0/2 nodes are available: 2 Insufficient cpu."
+
+
+def test_mask_cache_is_bounded() -> None:
+    table = table_of([node_obj("a", labels={"zone": "x"})])
+    engine = Engine(EngineSettings())
+    for i in range(MASK_CACHE_LIMIT + 50):
+        pod = parse_pod(pod_obj(f"p{i}", nodeSelector={"zone": "x", "slot": str(i)}))
+        assert engine.schedule(pod, table, NOW).node is None
+    assert 0 < len(table.mask_cache) <= MASK_CACHE_LIMIT
+    assert engine.schedule(parse_pod(pod_obj(nodeSelector={"zone": "x"})), table, NOW).node == "a"
+
+
+# ---- property tests: the incremental table against a from-scratch recount ------------------
+
+NODE_NAMES = ["a", "b", "c", "d"]
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("add_pod"), st.integers(0, 5), st.sampled_from(NODE_NAMES)),
+        st.tuples(st.just("remove_pod"), st.integers(0, 5), st.just("")),
+        st.tuples(st.just("add_node"), st.integers(1, 8), st.sampled_from(NODE_NAMES)),
+        st.tuples(st.just("remove_node"), st.just(0), st.sampled_from(NODE_NAMES)),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(operations)
+def test_table_accounting_matches_recount(ops: list[tuple[str, int, str]]) -> None:
+    table = NodeTable(capacity=1)
+    pods = [
+        parse_pod(pod_obj(f"p{i}", requests={"cpu": f"{(i + 1) * 300}m", GPU: str(i % 2)}))
+        for i in range(6)
+    ]
+    placed: dict[str, str] = {}
+    nodes: dict[str, int] = {}
+    for op, number, node in ops:
+        if op == "add_pod":
+            table.add_pod(pods[number], node, NOW)
+            placed[pods[number].key] = node
+        elif op == "remove_pod":
+            table.remove_pod(pods[number])
+            placed.pop(pods[number].key, None)
+        elif op == "add_node":
+            table.upsert_node(parse_node(node_obj(node, cpu=str(number), extra={GPU: "2"})))
+            nodes[node] = number
+        else:
+            table.remove_node(node)
+            nodes.pop(node, None)
+    assert sorted(table.names) == sorted(nodes)
+    for name, cpus in nodes.items():
+        row = table.index_of(name)
+        assert row is not None
+        on_node = [p for p in pods if placed.get(p.key) == name]
+        for resource, allocatable in (("cpu", cpus * 1000), (GPU, 2), ("pods", 110)):
+            used = sum(1 if resource == "pods" else p.requests.get(resource, 0) for p in on_node)
+            r = table.resource_row(resource)
+            assert r is not None
+            assert table.requested[r, row] == used
+            assert table.free[r, row] == allocatable - used
+        assert table.recent_cpu_m[row] == sum(p.requests.get("cpu", 0) for p in on_node)
+
+
+label_values = st.sampled_from(["1", "2", "10", "x", "y"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.dictionaries(st.sampled_from(["k", "j"]), label_values, max_size=2),
+        min_size=1,
+        max_size=6,
+    ),
+    st.sampled_from(["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]),
+    st.sampled_from(["k", "j"]),
+    st.lists(st.sampled_from(["1", "2", "10", "x"]), min_size=1, max_size=2),
+)
+def test_vectorised_affinity_matches_per_node_rule(
+    labels: list[dict[str, str]], operator: str, key: str, values: list[str]
+) -> None:
+    if operator in ("Gt", "Lt"):
+        values = [v for v in values if v.isdigit()][:1] or ["2"]
+    table = table_of([node_obj(f"n{i}", labels=lab) for i, lab in enumerate(labels)])
+    pod = parse_pod(pod_obj(affinity=affinity_terms([(key, operator, values)])))
+    mask = node_affinity(table, pod).passed.tolist()
+
+    def holds(node_labels: dict[str, str]) -> bool:
+        value = node_labels.get(key)
+        if operator == "In":
+            return value in values
+        if operator == "NotIn":
+            return value not in values
+        if operator == "Exists":
+            return value is not None
+        if operator == "DoesNotExist":
+            return value is None
+        if value is None or not value.isdigit():
+            return False
+        return int(value) > int(values[0]) if operator == "Gt" else int(value) < int(values[0])
+
+    assert mask == [holds(lab) for lab in labels]

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from scheduler.filters.node_affinity import NODE_AFFINITY, node_affinity
-from scheduler.model import parse_pod
+from scheduler.model import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, parse_pod
 from tests.scheduler.test_model import affinity_terms, node_obj, pod_obj, table_of
 
 NODES = [
@@ -117,19 +117,17 @@ def test_gpu_product_label_selects_gpu_model() -> None:
             node_obj(
                 "a100",
                 labels={
-                    "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
-                    "nvidia.com/gpu.memory": "81920",
+                    GPU_PRODUCT_LABEL: "NVIDIA-A100-SXM4-80GB",
+                    GPU_MEMORY_LABEL: "81920",
                 },
             ),
             node_obj(
                 "t4",
-                labels={"nvidia.com/gpu.product": "Tesla-T4", "nvidia.com/gpu.memory": "15360"},
+                labels={GPU_PRODUCT_LABEL: "Tesla-T4", GPU_MEMORY_LABEL: "15360"},
             ),
         ]
     )
-    by_model = parse_pod(pod_obj(nodeSelector={"nvidia.com/gpu.product": "Tesla-T4"}))
-    by_memory = parse_pod(
-        pod_obj(affinity=affinity_terms([("nvidia.com/gpu.memory", "Gt", ["40000"])]))
-    )
+    by_model = parse_pod(pod_obj(nodeSelector={GPU_PRODUCT_LABEL: "Tesla-T4"}))
+    by_memory = parse_pod(pod_obj(affinity=affinity_terms([(GPU_MEMORY_LABEL, "Gt", ["40000"])])))
     assert node_affinity(table, by_model).passed.tolist() == [False, True]
     assert node_affinity(table, by_memory).passed.tolist() == [True, False]

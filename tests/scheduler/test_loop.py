@@ -306,6 +306,12 @@ def test_run_binds_with_real_threads() -> None:
             deadline.wait(0.1)
         assert len(h.cluster.binds) == 20
         assert {node for _, node in h.cluster.binds} == {"n1"}
+        beat = h.loop.last_cycle_at
+        for _ in range(600):  # idle, the loop still goes round (a liveness heartbeat)
+            if h.loop.last_cycle_at > beat:
+                break
+            deadline.wait(0.1)
+        assert h.loop.last_cycle_at > beat
     finally:
         stop.set()
         thread.join(60)

@@ -161,3 +161,24 @@ def test_builders_make_parseable_quantities() -> None:
     assert requests["nvidia.com/gpu"] == "2"
     assert pod["metadata"]["creationTimestamp"] == "1970-01-01T00:00:00Z"
     assert pod_object("r", node_name="n1")["status"]["phase"] == "Running"
+
+
+def test_change_log_is_trimmed_once_every_informer_has_seen_it() -> None:
+    cluster = InMemoryCluster()
+    fast, slow = RecordingHandler(), RecordingHandler()
+    fast_informer, slow_informer = cluster.informer(fast), cluster.informer(slow)
+    fast_informer.sync()
+    slow_informer.sync()
+    for i in range(10_000):
+        cluster.add_node(node_object("churn", cpu=str(i % 7 + 1)))
+        if i % 100 == 0:
+            fast_informer.sync()
+    fast_informer.sync()
+    assert len(cluster._changes) == 10_000  # the slow informer has not read them yet
+    assert slow_informer.sync() == 10_000  # and still gets every one
+    fast_informer.sync()
+    slow_informer.sync()
+    assert len(cluster._changes) < 4096
+    cluster.add_node(node_object("after"))
+    assert fast_informer.sync() == slow_informer.sync() == 1
+    assert fast.calls[-1] == slow.calls[-1] == ("apply", "Node", "ADDED", "after")
