@@ -153,5 +153,10 @@ def start_probes(names: list[str], ctx: ProbeContext) -> tuple[list[Probe], dict
             log.warning("probe %s disabled: %s", name, exc)
             probe.close()
             continue
+        except Exception as exc:  # a probe bug must not take the other probes down with it
+            disabled[name] = f"failed to start ({type(exc).__name__}: {exc}); please report this"
+            log.exception("probe %s disabled: unexpected error at start", name)
+            probe.close()
+            continue
         running.append(probe)
     return running, disabled
