@@ -177,6 +177,7 @@ class LocalLab:
             "--cgroup-root", self.cluster.node_cgroup_root(node),
             "--pods-file", str(pods_file),
             "--no-kubernetes",
+            "--http-port", "0",  # several agents share this host; the demo needs no probes
         ]  # fmt: skip
         self._agents[node] = self.processes.start(argv, self.agent_log(node))
 

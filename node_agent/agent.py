@@ -13,11 +13,13 @@ import time
 from typing import Protocol
 
 import yaml
+from prometheus_client import CollectorRegistry
 
 from interference.signals import GpuDevice, NodeReport
 from node_agent.aggregate import aggregate, resolve_owners
 from node_agent.attribution import Attributor
 from node_agent.gpu import GpuInventory
+from node_agent.health import AgentMetrics, liveness_problem
 from node_agent.pods import (
     KubernetesPodDirectory,
     PodDirectory,
@@ -53,9 +55,16 @@ class Agent:
         directory: PodDirectory,
         sink: ReportSink | None = None,
         gpu_inventory: GpuInventory | None = None,
+        metrics: AgentMetrics | None = None,
     ) -> None:
-        """``sink`` None only measures (``--once``); ``gpu_inventory`` None reports no GPUs."""
+        """``sink`` None only measures (``--once``); ``gpu_inventory`` None reports no GPUs;
+        ``metrics`` None records into a registry of its own."""
         self.settings = settings
+        cpus = settings.cpus()
+        self.ncpu = cpus.count
+        """CPUs the run-queue wait ratio divides by."""
+        log.info("run-queue wait ratio divides by %d CPU(s), from %s", cpus.count, cpus.source)
+        self.metrics = metrics if metrics is not None else AgentMetrics(CollectorRegistry())
         self._ctx = settings.probe_context()
         self._directory = directory
         self._attributor = Attributor(self._ctx, directory)
@@ -64,6 +73,8 @@ class Agent:
         self._probes: list[base.Probe] = []
         self._failing_probes: set[str] = set()
         self._last_collect = 0.0
+        self._loop_started: float | None = None
+        self._last_measured: float | None = None
         self.disabled_probes: dict[str, str] = {}
         """Probes that could not start, with the reason (published in every report)."""
 
@@ -102,9 +113,20 @@ class Agent:
             )
         else:
             log.info("running probes: %s", ", ".join(self.running_probes) or "none")
+        self.metrics.set_probes(self.running_probes, self.disabled_probes)
         if self._gpu_inventory is not None:
             self._gpu_inventory.start()
         self._last_collect = time.monotonic()
+
+    def liveness_problem(self) -> str:
+        """Why ``/healthz`` fails ("" while an interval completed in the last 3)."""
+        return liveness_problem(
+            time.monotonic(), self._loop_started, self._last_measured, self.settings.interval_s
+        )
+
+    def readiness_problem(self) -> str:
+        """Why ``/readyz`` fails ("" once the first report was measured)."""
+        return "" if self._last_measured is not None else "no report measured yet"
 
     def measure(self) -> NodeReport:
         """Collect every probe and build the report for the time since the last call."""
@@ -115,10 +137,8 @@ class Agent:
         interval_s = max(now - self._last_collect, 1e-3)
         self._last_collect = now
         owners = resolve_owners(samples.values(), self._attributor, self.settings.cgroup_root)
-        result = aggregate(
-            samples, owners, interval_s, self.settings.ncpu, self.settings.score_refs
-        )
-        return NodeReport(
+        result = aggregate(samples, owners, interval_s, self.ncpu, self.settings.score_refs)
+        report = NodeReport(
             node=self.settings.node_name,
             ts=time.time(),
             interval_s=round(interval_s, 6),
@@ -128,11 +148,15 @@ class Agent:
             gpus=self._gpus(),
             disabled_probes=dict(self.disabled_probes),
         )
+        self._last_measured = time.monotonic()
+        self.metrics.intervals_measured.inc()
+        return report
 
     def run(self, stop: threading.Event) -> None:
         """Report every interval until ``stop`` is set; ticks that fall behind are skipped."""
         interval = self.settings.interval_s
-        next_tick = time.monotonic() + interval
+        self._loop_started = time.monotonic()
+        next_tick = self._loop_started + interval
         failing = False
         while not stop.wait(max(0.0, next_tick - time.monotonic())):
             try:
@@ -144,8 +168,8 @@ class Agent:
                 failing = True
             else:
                 failing = False
-                if self._sink is not None:
-                    self._sink.publish(report)
+                if self._sink is not None and not self._sink.publish(report):
+                    self.metrics.publish_failures.inc()
             next_tick += interval
             now = time.monotonic()
             if next_tick <= now:  # fell behind (a stalled host): realign, don't burst
@@ -169,7 +193,8 @@ class Agent:
     def _collect(self, probe: base.Probe) -> base.Sample:
         # Probes promise not to raise; a bug in one must still not end the loop.
         try:
-            sample = probe.collect()
+            with self.metrics.collect_duration.labels(probe=probe.name).time():
+                sample = probe.collect()
         except Exception:
             if probe.name not in self._failing_probes:
                 log.exception("probe %s failed to collect; its data is left out", probe.name)
@@ -222,8 +247,10 @@ def _kubernetes_directory(settings: AgentSettings) -> KubernetesPodDirectory | N
     return directory
 
 
-def build_agent(settings: AgentSettings, *, publish: bool = True) -> Agent:
-    """An agent wired to Redis (when ``publish``), the pod directory and NVML."""
+def build_agent(
+    settings: AgentSettings, *, publish: bool = True, metrics: AgentMetrics | None = None
+) -> Agent:
+    """An agent wired to Redis (when ``publish``), the pod directory, NVML and ``metrics``."""
     sink = None
     if publish:
         sink = RedisPublisher(
@@ -239,4 +266,4 @@ def build_agent(settings: AgentSettings, *, publish: bool = True) -> Agent:
                 cluster=settings.redis_cluster,
             )
         )
-    return Agent(settings, pod_directory(settings), sink, GpuInventory())
+    return Agent(settings, pod_directory(settings), sink, GpuInventory(), metrics)

@@ -21,10 +21,13 @@ from dataclasses import asdict, fields, replace
 from types import FrameType
 from urllib.parse import urlsplit, urlunsplit
 
+from prometheus_client import CollectorRegistry
+
 from interference.score import ScoreReferences
 from interference.signals import NodeReport
 from node_agent import probes
-from node_agent.agent import build_agent
+from node_agent.agent import Agent, build_agent
+from node_agent.health import AgentHttpServer, AgentMetrics
 from node_agent.settings import AgentSettings
 
 log = logging.getLogger("node_agent")
@@ -79,6 +82,25 @@ def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         "--cgroup-root",
         default=environ.get("CGROUP_ROOT", "/"),
         help="only measure cgroups at or below this path (env CGROUP_ROOT; default /)",
+    )
+    p.add_argument(
+        "--ncpu",
+        type=int,
+        default=environ.get("NCPU") or None,
+        help="CPUs the run-queue wait ratio divides by (env NCPU; default: the CPUs of the "
+        "--cgroup-root cpuset, read from cgroupfs)",
+    )
+    p.add_argument(
+        "--http-address",
+        default=environ.get("HTTP_ADDRESS", AgentSettings.http_address),
+        help="address serving /healthz, /readyz and /metrics (env HTTP_ADDRESS; "
+        "default %(default)s)",
+    )
+    p.add_argument(
+        "--http-port",
+        type=int,
+        default=environ.get("HTTP_PORT", str(AgentSettings.http_port)),
+        help="port of that endpoint, 0 to serve nothing (env HTTP_PORT; default %(default)s)",
     )
     p.add_argument(
         "--probes",
@@ -188,6 +210,9 @@ def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> 
         stream_maxlen=args.stream_maxlen,
         probes=tuple(n.strip() for n in args.probes.split(",") if n.strip()),
         cgroup_root=args.cgroup_root,
+        ncpu=args.ncpu,
+        http_address=args.http_address,
+        http_port=args.http_port,
         bpf_source_dir=args.bpf_dir,
         score_refs=score_references(args.score_ref),
         pods_file=args.pods_file,
@@ -232,11 +257,26 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         stream=sys.stderr,
     )
     log.setLevel(args.log_level)
+    metrics = AgentMetrics(CollectorRegistry())
     try:
         settings = settings_from_args(args, env)
-        agent = build_agent(settings, publish=not args.once)
+        agent = build_agent(settings, publish=not args.once, metrics=metrics)
     except ValueError as exc:
         arg_parser.error(str(exc))
+    server = None
+    if not args.once and settings.http_port:
+        try:
+            server = http_server(settings, agent)
+        except OSError as exc:
+            # Measuring matters more than the endpoint; a liveness probe will say the rest.
+            log.error("%s; measuring and publishing go on without it", exc)
+        else:
+            server.start()
+            log.info(
+                "serving /healthz, /readyz and /metrics on %s:%d",
+                settings.http_address,
+                server.port,
+            )
 
     stop = threading.Event()
 
@@ -262,7 +302,21 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         agent.run(stop)
         return 0
     finally:
+        if server is not None:
+            server.stop()
         agent.close()
+
+
+def http_server(settings: AgentSettings, agent: Agent) -> AgentHttpServer:
+    """The agent's health and metrics endpoint (not started); ``OSError`` saying why
+    it cannot bind."""
+    return AgentHttpServer(
+        settings.http_address,
+        settings.http_port,
+        agent.metrics.registry,
+        health=agent.liveness_problem,
+        ready=agent.readiness_problem,
+    )
 
 
 if __name__ == "__main__":

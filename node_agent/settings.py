@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from interference import keys
 from interference.score import ScoreReferences
+from node_agent.cpus import CpuCount, subtree_cpus
 from node_agent.probes.base import ProbeContext
 
 BPF_PROBES = ("runqlat", "reclaim")
@@ -74,8 +75,13 @@ class AgentSettings:
     in-cluster service account, else ``kubeconfig``; without them pods are named by UID."""
     kubeconfig: str | None = None
     """Kubeconfig file; None tries the in-cluster config, then ``~/.kube/config``."""
-    ncpu: int = field(default_factory=lambda: os.cpu_count() or 1)
-    """CPUs of the node, the denominator of the run-queue wait ratio."""
+    ncpu: int | None = None
+    """CPUs the measured pods can run on, the denominator of the run-queue wait ratio;
+    None reads the cpuset of ``cgroup_root`` (:func:`node_agent.cpus.subtree_cpus`)."""
+    http_address: str = "127.0.0.1"
+    """Address of the ``/healthz``, ``/readyz`` and ``/metrics`` endpoint."""
+    http_port: int = 10254
+    """Port of that endpoint; 0 serves nothing."""
 
     def __post_init__(self) -> None:
         if not self.node_name:
@@ -90,13 +96,22 @@ class AgentSettings:
             raise ValueError("use either Redis Sentinel or Redis Cluster, not both")
         if not self.cgroup_root.startswith("/"):
             raise ValueError(f"cgroup root must be an absolute path, got {self.cgroup_root!r}")
-        if self.ncpu < 1:
+        if self.ncpu is not None and self.ncpu < 1:
             raise ValueError(f"ncpu must be at least 1, got {self.ncpu}")
+        if not 0 <= self.http_port <= 65535:
+            raise ValueError(f"http port must be 0 (off) to 65535, got {self.http_port}")
 
     @property
     def effective_ttl_s(self) -> int:
         """The TTL written on every hash."""
         return self.ttl_s if self.ttl_s is not None else keys.ttl_seconds(self.interval_s)
+
+    def cpus(self) -> CpuCount:
+        """The run-queue wait ratio's CPU count: ``ncpu`` when given, else the cpuset of
+        ``cgroup_root`` (reads cgroupfs)."""
+        if self.ncpu is not None:
+            return CpuCount(count=self.ncpu, source="--ncpu")
+        return subtree_cpus(self.cgroup_root, self.cgroup_v2_mount, self.cgroup_v1_mount)
 
     def probe_context(self) -> ProbeContext:
         """What the probes need to know about this host."""

@@ -102,13 +102,15 @@ class Engine:
                 unsupported=pod.unsupported,
                 feasible=0,
             )
-        plugins, weights, scores = self._scores(pod, table, now)
-        totals = weights @ scores
+        scores = self._scores(pod, table, now)
+        totals = np.zeros(len(table))
+        for weight, score in scores.values():
+            totals += score * weight  # never in place on score: it may be a cached column
         feasible_totals = totals[feasible]
         ties = np.flatnonzero(feasible_totals == feasible_totals.max())
         pick = ties[self._random.randrange(len(ties))] if len(ties) > 1 else ties[0]
         chosen = int(feasible[pick])
-        candidates = self._ranked(table, feasible, feasible_totals, chosen, plugins, scores, totals)
+        candidates = self._ranked(table, feasible, feasible_totals, chosen, scores, totals)
         return EngineResult(
             node=table.names[chosen],
             candidates=candidates,
@@ -124,7 +126,7 @@ class Engine:
         if isinstance(cached, _StaticStage):
             return cached
         results = (
-            node_ready(table),
+            node_ready(table, pod),
             node_schedulable(table, pod),
             taint_toleration(table, pod),
             node_affinity(table, pod),
@@ -138,28 +140,23 @@ class Engine:
 
     def _scores(
         self, pod: PodInfo, table: NodeTable, now: float
-    ) -> tuple[tuple[str, ...], NDArray[np.float64], NDArray[np.float64]]:
-        """Plugins with a non-zero weight, their weights, and a ``[plugin, node]`` matrix."""
+    ) -> dict[str, tuple[float, NDArray[np.float64]]]:
+        """Plugin → (weight, score per node) for the plugins with a non-zero weight."""
         weights = self.settings.weights
-        plugins: list[str] = []
-        rows: list[NDArray[np.float64]] = []
+        scores: dict[str, tuple[float, NDArray[np.float64]]] = {}
         if weights.interference > 0:
-            plugins.append("interference")
-            rows.append(interference_score(table, self.settings, now))
+            scores["interference"] = (
+                weights.interference,
+                interference_score(table, self.settings, now),
+            )
         if weights.balance > 0:
-            plugins.append("balance")
-            rows.append(balance_score(table, pod))
+            scores["balance"] = (weights.balance, balance_score(table, pod))
         if weights.gpu_packing > 0:
-            plugins.append("gpu_packing")
-            rows.append(gpu_packing_score(table, pod, self.settings))
-        matrix = np.empty((len(rows), len(table)))
-        for i, row in enumerate(rows):
-            matrix[i] = row
-        return (
-            tuple(plugins),
-            np.array([getattr(weights, p) for p in plugins], dtype=np.float64),
-            matrix,
-        )
+            scores["gpu_packing"] = (
+                weights.gpu_packing,
+                gpu_packing_score(table, pod, self.settings),
+            )
+        return scores
 
     def _ranked(
         self,
@@ -167,8 +164,7 @@ class Engine:
         feasible: NDArray[np.intp],
         feasible_totals: NDArray[np.float64],
         chosen: int,
-        plugins: tuple[str, ...],
-        scores: NDArray[np.float64],
+        scores: dict[str, tuple[float, NDArray[np.float64]]],
         totals: NDArray[np.float64],
     ) -> list[CandidateVerdict]:
         """The chosen node, then the next best feasible nodes, with their breakdowns."""
@@ -186,12 +182,12 @@ class Engine:
         else:  # a tie beyond the first k: it replaces the last of them
             rows.pop()
         rows.insert(0, chosen)
+        plugins = list(scores)
+        per_plugin = [score[rows].tolist() for _, score in scores.values()]
         names = table.names
         return [
             CandidateVerdict(names[row], True, [], dict(zip(plugins, values, strict=True)), total)
-            for row, values, total in zip(
-                rows, scores[:, rows].T.tolist(), totals[rows].tolist(), strict=True
-            )
+            for row, total, *values in zip(rows, totals[rows].tolist(), *per_plugin, strict=True)
         ]
 
     def _rejected(

@@ -133,6 +133,8 @@ class SchedulingLoop:
         self._binder = Binder(
             cluster, leading, self._on_bind_outcome, metrics, loop_settings.bind_workers
         )
+        self._retired_binders: list[Binder] = []
+        """Pools replaced by a reload; they finish their queued work in the background."""
         self._state_lock = threading.Lock()
         self._bind_decisions: dict[str, Decision] = {}
         """Decision of each bind in flight, written once the bind's outcome is known."""
@@ -177,6 +179,7 @@ class SchedulingLoop:
                 self.cache.configure(loop_settings.scheduler_name, loop_settings.ignore_namespaces)
             if old.bind_workers != loop_settings.bind_workers:
                 retired = self._binder
+                self._retired_binders.append(retired)
                 self._binder = Binder(
                     self._cluster,
                     self._leading,
@@ -245,7 +248,9 @@ class SchedulingLoop:
 
     def flush(self, timeout_s: float = 30.0) -> bool:
         """Wait until every bind, Event, condition and decision write has finished."""
-        return self._binder.flush(timeout_s)
+        deadline = time.monotonic() + timeout_s
+        binders = [*self._retired_binders, self._binder]
+        return all(b.flush(max(0.0, deadline - time.monotonic())) for b in binders)
 
     def close(self) -> None:
         """Finish queued writes and stop the binder threads (after :meth:`run` returned

@@ -42,6 +42,7 @@ from scheduler.quantity import CPU, MEMORY, QuantityError, resource_amount
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 UNSCHEDULABLE_TAINT_KEY = "node.kubernetes.io/unschedulable"
+NOT_READY_TAINT_KEY = "node.kubernetes.io/not-ready"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
 

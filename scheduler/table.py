@@ -20,7 +20,7 @@ newer report drops them, since its measurements include their load.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -34,6 +34,8 @@ from scheduler.quantity import CPU, EPHEMERAL_STORAGE, MEMORY, PODS
 BASE_RESOURCES = (CPU, MEMORY, EPHEMERAL_STORAGE, PODS)
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V", bound=Hashable)
+CHANGED_ROWS_LIMIT = 32
+"""Changed rows :meth:`NodeTable.derived` refreshes one by one; beyond that it rebuilds."""
 MASK_CACHE_LIMIT = 512
 """Entries (a signature's masks take ~30 KB at 5,000 nodes) before the cache starts over."""
 ABSENT = -1
@@ -94,20 +96,23 @@ class NodeTable:
         self.signals_generation = 0
         """Changes whenever any node's signals change."""
         self.load_generation = 0
-        """Changes whenever requests or signals change on any node."""
+        """Changes whenever a node's requests, signals or allocatable change."""
+        self._changed_rows: list[int] = []
+        """Row changed by each load generation since ``_changed_rows_start``."""
+        self._changed_rows_start = 0
         self.mask_cache: dict[Hashable, object] = {}
         """Per-pod-signature results; emptied whenever :attr:`generation` changes."""
         self.signal_cache: dict[Hashable, object] = {}
         """Results derived from signals; emptied whenever signals or rows change."""
-        self._derived: dict[str, object] = {}
+        self._derived: dict[Hashable, object] = {}
+        self._row_derived: dict[Hashable, tuple[int, NDArray[np.float64]]] = {}
         self.alloc_cache: dict[Hashable, NDArray[Any]] = {}
         """Arrays derived from allocatable; emptied whenever any node's allocatable changes."""
         self._pods: dict[str, _PlacedPod] = {}
         self._pods_by_node: dict[str, dict[str, PodInfo]] = {}
         self._pods_by_label: dict[tuple[str, str], set[str]] = {}
         self._pods_by_namespace: dict[str, set[str]] = {}
-        self._anti_terms: dict[str | None, dict[AntiAffinityTerm, Counter[str]]] = {}
-        """Namespace a term applies to (``None``: all) → term → node → pods with it."""
+        self._anti_terms = _AntiAffinityIndex()
         self._ports: dict[tuple[str, int], dict[str, Counter[HostPort]]] = {}
         self._recent: dict[str, dict[str, tuple[float, int]]] = {}
         self._signals: dict[str, NodeSignals] = {}
@@ -128,7 +133,6 @@ class NodeTable:
 
     def upsert_node(self, node: NodeInfo) -> None:
         """Add a node or update it; pods already placed on it by name are counted."""
-        self.load_generation += 1  # allocatable may change, and with it the load share
         row = self._index.get(node.name)
         if row is None:
             row = self._append_row(node)
@@ -142,6 +146,7 @@ class NodeTable:
                 self._bump_generation()
             elif node.allocatable != previous.allocatable:
                 self.alloc_cache.clear()
+                self._note_load_change(row)
             self._nodes[row] = node
         self._vectors["ready"][row] = node.ready
         self._vectors["unschedulable"][row] = node.unschedulable
@@ -194,8 +199,7 @@ class NodeTable:
             self._pods_by_label.setdefault(item, set()).add(pod.key)
         self._pods_by_namespace.setdefault(pod.namespace, set()).add(pod.key)
         for term in pod.anti_affinity:
-            for scope in term.namespaces or (None,):
-                self._anti_terms.setdefault(scope, {}).setdefault(term, Counter())[node] += 1
+            self._anti_terms.add(term, node)
         for port in pod.host_ports:
             self._ports.setdefault((port.protocol, port.port), {}).setdefault(node, Counter())[
                 port
@@ -223,10 +227,7 @@ class NodeTable:
             _discard(self._pods_by_label, item, pod.key)
         _discard(self._pods_by_namespace, pod.namespace, pod.key)
         for term in pod.anti_affinity:
-            for scope in term.namespaces or (None,):
-                _decrement(self._anti_terms[scope], term, node)
-                if not self._anti_terms[scope]:
-                    del self._anti_terms[scope]
+            self._anti_terms.remove(term, node)
         for port in pod.host_ports:
             users = self._ports[(port.protocol, port.port)]
             _decrement(users, node, port)
@@ -305,6 +306,32 @@ class NodeTable:
             self.remember("everyone", cached)
         return cached
 
+    def derived(
+        self,
+        key: Hashable,
+        compute: Callable[[], NDArray[np.float64]],
+        compute_row: Callable[[int], float],
+    ) -> NDArray[np.float64]:
+        """A per-node column derived from this table's per-node columns, kept current
+        cheaply: ``compute()`` builds it whole (a new array) after rows move or many rows
+        changed; otherwise ``compute_row(row)`` — the same formula on one row's scalars,
+        in the same order of operations — refreshes only the rows whose requests, signals
+        or allocatable changed (usually one per decision). Callers must not modify it.
+        """
+        entry = self._row_derived.get(key)
+        if entry is not None:
+            built_at, values = entry
+            if built_at == self.load_generation:
+                return values
+            if built_at >= self._changed_rows_start:
+                for row in set(self._changed_rows[built_at - self._changed_rows_start :]):
+                    values[row] = compute_row(row)
+                self._row_derived[key] = (self.load_generation, values)
+                return values
+        values = compute()
+        self._row_derived[key] = (self.load_generation, values)
+        return values
+
     def inverse_allocatable(self, resource: str) -> NDArray[np.float64]:
         """``1 / allocatable`` per node for ``resource`` (0 where it has none), cached."""
         key = ("inverse", resource)
@@ -316,16 +343,19 @@ class NodeTable:
             self.alloc_cache[key] = cached
         return cached
 
-    def label_column(self, key: str) -> LabelColumn:
-        """Codes of label ``key`` over all nodes (``metadata.name`` gives node names)."""
-        cache_key = f"label:{key}"
+    def label_column(self, key: str, field: bool = False) -> LabelColumn:
+        """Codes of label ``key`` over all nodes; with ``field``, of the node field ``key``
+        (only ``metadata.name`` exists for node selectors)."""
+        cache_key = ("field" if field else "label", key)
         cached = self._derived.get(cache_key)
         if isinstance(cached, LabelColumn):
             return cached
         vocabulary: dict[str, int] = {}
         codes = np.full(self._count, ABSENT, dtype=np.int32)
         for row, node in enumerate(self._nodes):
-            value = node.name if key == "metadata.name" else node.labels.get(key)
+            value = (
+                (node.name if key == "metadata.name" else None) if field else node.labels.get(key)
+            )
             if value is not None:
                 codes[row] = vocabulary.setdefault(value, len(vocabulary))
         column = LabelColumn(codes, tuple(vocabulary))
@@ -365,14 +395,12 @@ class NodeTable:
                 yield pod
 
     def anti_affinity_terms(
-        self, namespace: str
+        self, namespace: str, labels: Mapping[str, str]
     ) -> list[tuple[AntiAffinityTerm, Mapping[str, int]]]:
-        """Placed pods' required anti-affinity terms that consider pods in ``namespace``,
-        each with node → number of placed pods carrying it."""
-        return [
-            *self._anti_terms.get(namespace, {}).items(),
-            *self._anti_terms.get(None, {}).items(),
-        ]
+        """Placed pods' required anti-affinity terms that may match a pod in ``namespace``
+        with ``labels`` (a superset: check :meth:`AntiAffinityTerm.matches`), each with
+        node → number of placed pods carrying it."""
+        return self._anti_terms.candidates(namespace, labels)
 
     def host_port_users(self, protocol: str, port: int) -> Mapping[str, Counter[HostPort]]:
         """Node → host ports in use with this protocol and port number."""
@@ -421,7 +449,7 @@ class NodeTable:
         return row
 
     def _account(self, row: int, pod: PodInfo, sign: int) -> None:
-        self.load_generation += 1
+        self._note_load_change(row)
         for resource, amount in pod.requests.items():
             r = self._resource_rows[resource]
             self._requested[r, row] += sign * amount
@@ -434,16 +462,18 @@ class NodeTable:
         self._set_recent_cpu(row, self.names[row])
 
     def _apply_signals(self, row: int, signals: NodeSignals | None) -> None:
-        self.load_generation += 1
+        self._note_load_change(row)
         name = self.names[row]
         if signals is None:
             self._vectors["signals_at"][row] = -np.inf
         else:
             metrics = signals.metrics
             self._vectors["signals_at"][row] = signals.updated_at
-            self._vectors["runq_p99_us"][row] = metrics.runq_p99_us
-            self._vectors["reclaim_stall_ms_per_s"][row] = metrics.reclaim_stall_ms_per_s
-            self._vectors["interference_score"][row] = metrics.score
+            self._vectors["runq_p99_us"][row] = _measurement(metrics.runq_p99_us)
+            self._vectors["reclaim_stall_ms_per_s"][row] = _measurement(
+                metrics.reclaim_stall_ms_per_s
+            )
+            self._vectors["interference_score"][row] = _measurement(metrics.score)
             recent = self._recent.get(name, {})
             for key in [k for k, (at, _) in recent.items() if at <= signals.updated_at]:
                 del recent[key]
@@ -454,12 +484,23 @@ class NodeTable:
             cpu for _, cpu in self._recent.get(name, {}).values()
         )
 
+    def _note_load_change(self, row: int | None) -> None:
+        """A new load generation that changed ``row`` (``None``: rows moved, or too many)."""
+        self.load_generation += 1
+        if row is None or len(self._changed_rows) >= CHANGED_ROWS_LIMIT:
+            self._changed_rows = []
+            self._changed_rows_start = self.load_generation
+        else:
+            self._changed_rows.append(row)
+
     def _bump_generation(self) -> None:
         self.generation += 1
         self.mask_cache.clear()
         self.signal_cache.clear()
         self._derived.clear()
+        self._row_derived.clear()
         self.alloc_cache.clear()
+        self._note_load_change(None)
 
     def _refresh_views(self) -> None:
         """Point the public columns at the live rows (views share memory with storage)."""
@@ -483,6 +524,58 @@ class NodeTable:
         """CPU requested by pods added since each node's last report, millicores."""
 
 
+class _AntiAffinityIndex:
+    """Placed pods' anti-affinity terms, indexed so a pod only meets terms that could match it.
+
+    A term is filed under each namespace it considers (``None``: all) and under the
+    ``(key, value)`` pairs of its first ``In`` requirement (``None``: no ``In``), since a
+    pod can only match it when it carries one of those labels.
+    """
+
+    def __init__(self) -> None:
+        self._nodes: dict[AntiAffinityTerm, Counter[str]] = {}
+        self._filed: dict[tuple[str | None, tuple[str, str] | None], set[AntiAffinityTerm]] = {}
+
+    def add(self, term: AntiAffinityTerm, node: str) -> None:
+        nodes = self._nodes.get(term)
+        if nodes is None:
+            nodes = self._nodes[term] = Counter()
+            for key in _filing_keys(term):
+                self._filed.setdefault(key, set()).add(term)
+        nodes[node] += 1
+
+    def remove(self, term: AntiAffinityTerm, node: str) -> None:
+        _decrement(self._nodes, term, node)
+        if term not in self._nodes:
+            for key in _filing_keys(term):
+                _discard(self._filed, key, term)
+
+    def candidates(
+        self, namespace: str, labels: Mapping[str, str]
+    ) -> list[tuple[AntiAffinityTerm, Mapping[str, int]]]:
+        if not self._nodes:
+            return []
+        found: set[AntiAffinityTerm] = set()
+        for scope in (namespace, None):
+            found.update(self._filed.get((scope, None), ()))
+            for item in labels.items():
+                found.update(self._filed.get((scope, item), ()))
+        return [(term, self._nodes[term]) for term in found]
+
+
+def _filing_keys(term: AntiAffinityTerm) -> list[tuple[str | None, tuple[str, str] | None]]:
+    first_in = next((r for r in term.selector.requirements if r.operator == "In"), None)
+    items: list[tuple[str, str] | None] = (
+        [None] if first_in is None else [(first_in.key, v) for v in first_in.values]
+    )
+    return [(scope, item) for scope in term.namespaces or (None,) for item in items]
+
+
+def _measurement(value: float) -> float:
+    """A signal as the scores use it: NaN and negative values (never valid) count as 0."""
+    return value if value > 0 else 0.0  # NaN > 0 is False
+
+
 def _positive_candidates(
     selector: LabelSelector, index: Mapping[tuple[str, str], set[str]]
 ) -> set[str] | None:
@@ -498,7 +591,7 @@ def _positive_candidates(
     return result
 
 
-def _discard(index: dict[K, set[str]], key: K, item: str) -> None:
+def _discard(index: dict[K, set[V]], key: K, item: V) -> None:
     members = index.get(key)
     if members is not None:
         members.discard(item)

@@ -12,6 +12,7 @@ intervals lose their last partial interval.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import struct
@@ -94,6 +95,7 @@ class TaskstatsProbe:
                 f"taskstats netlink family unavailable ({exc}): the kernel needs "
                 "CONFIG_TASKSTATS and the agent CAP_NET_ADMIN"
             ) from exc
+        self._check_query_allowed()
         if (
             read_text(os.path.join(self._ctx.proc_root, "sys/kernel/task_delayacct")) or ""
         ).strip() == "0":
@@ -102,6 +104,25 @@ class TaskstatsProbe:
                 "(sysctl -w kernel.task_delayacct=1 turns it on)"
             )
         self._deltas.update(self._read())
+
+    def _check_query_allowed(self) -> None:
+        """Query the agent's own pid: without CAP_NET_ADMIN the family binds but refuses
+        every query, which would otherwise read as tasks that never wait."""
+        from pyroute2.netlink.exceptions import NetlinkError
+
+        try:
+            self._socket.get_pid_stat(os.getpid())
+        except NetlinkError as exc:
+            self.close()
+            if exc.code == errno.EPERM:
+                raise ProbeUnavailable(
+                    "taskstats refused a query for the agent's own pid (EPERM): it needs "
+                    "CAP_NET_ADMIN (add NET_ADMIN to the container's capabilities)"
+                ) from exc
+            raise ProbeUnavailable(
+                f"taskstats query for the agent's own pid failed ({exc}); the kernel needs "
+                "CONFIG_TASKSTATS"
+            ) from exc
 
     def _task_ids(self) -> set[int]:
         tids: set[int] = set()
@@ -118,8 +139,10 @@ class TaskstatsProbe:
         for tid in self._task_ids():
             try:
                 (reply,) = self._socket.get_pid_stat(tid)
-            except NetlinkError:  # ESRCH: the task exited after it was listed
-                continue
+            except NetlinkError as exc:
+                if exc.code == errno.ESRCH:  # the task exited after it was listed
+                    continue
+                raise
             aggregate = reply.get_attr("TASKSTATS_TYPE_AGGR_PID")
             stats = aggregate.get_attr("TASKSTATS_TYPE_STATS") if aggregate else None
             if stats is not None:
@@ -130,9 +153,11 @@ class TaskstatsProbe:
         """Delay accumulated since the previous call, per task with any."""
         if self._socket is None:
             return Sample()
+        from pyroute2.netlink.exceptions import NetlinkError
+
         try:
             deltas = self._deltas.update(self._read())
-        except OSError as exc:
+        except (OSError, NetlinkError) as exc:
             log.warning("taskstats read failed (%s); skipping this interval", exc)
             return Sample()
         by_pid = {

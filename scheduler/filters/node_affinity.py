@@ -37,12 +37,14 @@ def node_affinity(table: NodeTable, pod: PodInfo) -> FilterResult:
 def _terms_mask(table: NodeTable, terms: tuple[NodeSelectorTerm, ...]) -> NDArray[np.bool_]:
     matched = np.zeros(len(table), dtype=np.bool_)
     for term in terms:
-        requirements = term.match_expressions + term.match_fields
-        if not requirements:
+        if not term.match_expressions and not term.match_fields:
             continue
         term_mask = np.ones(len(table), dtype=np.bool_)
-        for requirement in requirements:
+        for requirement in term.match_expressions:
             term_mask &= requirement_mask(table.label_column(requirement.key), requirement)
+        for requirement in term.match_fields:
+            column = table.label_column(requirement.key, field=True)
+            term_mask &= requirement_mask(column, requirement)
         matched |= term_mask
     return matched
 

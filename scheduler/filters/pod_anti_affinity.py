@@ -30,7 +30,7 @@ POD_ANTI_AFFINITY = "node(s) didn't match pod anti-affinity rules"
 
 def pod_anti_affinity(table: NodeTable, pod: PodInfo) -> FilterResult:
     """Nodes where neither the pod's nor the placed pods' anti-affinity terms conflict."""
-    existing_terms = table.anti_affinity_terms(pod.namespace)
+    existing_terms = table.anti_affinity_terms(pod.namespace, pod.labels)
     if not pod.anti_affinity and not existing_terms:
         return all_pass("InterPodAffinity", table)
     existing_ok = np.ones(len(table), dtype=np.bool_)

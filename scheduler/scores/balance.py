@@ -6,6 +6,10 @@ without a request count 100m CPU / 200Mi memory)::
     part[r] = 100 · max(0, 1 − (requested[r] + pod[r]) / allocatable[r])
               (0 where allocatable is 0)
     score   = (part[cpu] + part[memory]) / 2
+
+computed as ``max(0, room[r] − pod[r] · per_unit[r])`` with ``per_unit = 50 / allocatable``
+(0 without allocatable) and ``room = 50 − requested · per_unit``, a column the table keeps
+current row by row.
 """
 
 from __future__ import annotations
@@ -17,22 +21,30 @@ from scheduler.model import PodInfo
 from scheduler.quantity import CPU, MEMORY
 from scheduler.table import NodeTable
 
+_HALF = 50.0
+"""Each resource's share of the 0–100 score."""
+
 
 def least_allocated(
     table: NodeTable, resource: str, requested: NDArray[np.float64], pod_request: float
 ) -> NDArray[np.float64]:
-    """``part`` of the module formula for one resource."""
-    inverse = table.inverse_allocatable(resource)
-    key = ("balance_scale", resource)
-    scale = table.alloc_cache.get(key)
-    if scale is None:  # 100 where the node has the resource, else 0
-        scale = np.where(inverse > 0, 100.0, 0.0)
-        table.alloc_cache[key] = scale
-    part = requested + pod_request
-    part *= inverse
-    np.subtract(1.0, part, out=part)
+    """Half of ``part`` of the module formula for one resource (the two halves add up)."""
+    key = ("balance_per_unit", resource)
+    per_unit = table.alloc_cache.get(key)
+    if per_unit is None:
+        per_unit = table.inverse_allocatable(resource) * _HALF
+        table.alloc_cache[key] = per_unit
+
+    def room() -> NDArray[np.float64]:
+        left: NDArray[np.float64] = np.where(per_unit > 0, _HALF - requested * per_unit, 0.0)
+        return left
+
+    def room_at(row: int) -> float:
+        return float(_HALF - requested[row] * per_unit[row]) if per_unit[row] > 0 else 0.0
+
+    part = per_unit * -pod_request
+    part += table.derived(("balance_room", resource), room, room_at)
     np.maximum(part, 0.0, out=part)
-    part *= scale
     return part
 
 
@@ -40,5 +52,4 @@ def balance_score(table: NodeTable, pod: PodInfo) -> NDArray[np.float64]:
     """0–100 per node, higher is emptier (see the module formula)."""
     score = least_allocated(table, CPU, table.nonzero_cpu_m, pod.nonzero_cpu_m)
     score += least_allocated(table, MEMORY, table.nonzero_memory, pod.nonzero_memory)
-    score *= 0.5
     return score

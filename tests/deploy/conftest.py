@@ -39,6 +39,7 @@ POD_FIELDS = {
     "spec.nodeName": "gpu-node-1",
     "metadata.name": "interference-scheduler-6d4b9c7f5-k2x8p",
     "metadata.namespace": "interference-system",
+    "status.podIP": "10.0.3.17",
 }
 """Downward-API values a pod would get, for resolving ``fieldRef`` env vars."""
 

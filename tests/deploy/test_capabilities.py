@@ -75,3 +75,4 @@ def test_the_taskstats_fallback_needs_net_admin() -> None:
     without = run_agent(daemonset_capabilities() - {"NET_ADMIN"}, "taskstats")
     assert with_it["pods"] and with_it["metrics"]["runq_wait_ratio"] > 0
     assert without["pods"] == [] and without["metrics"]["runq_wait_ratio"] == 0
+    assert "CAP_NET_ADMIN" in without["disabled_probes"]["taskstats"]

@@ -26,6 +26,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from node_agent import cli as agent_cli
+from node_agent.health import AgentHttpServer
 from node_agent.probes.bpf_loader import BPF_DIR_ENV, HostPaths
 from node_agent.settings import AgentSettings, detect_cgroup_v2_mount
 from scheduler import cli as scheduler_cli
@@ -187,11 +188,13 @@ def test_agent_image_has_bcc_and_points_the_agent_at_its_bpf_sources() -> None:
 
 
 def perturbed(value: str) -> str:
-    """A different value of the same sort (a number stays a number)."""
-    try:
-        return str(float(value) * 2 + 1)
-    except ValueError:
-        return f"{value}-changed"
+    """A different value of the same sort (an integer stays an integer, a number a number)."""
+    for number in (int, float):
+        try:
+            return str(number(value) * 2 + 1)
+        except ValueError:
+            continue
+    return f"{value}-changed"
 
 
 def test_every_agent_env_var_is_read_by_the_agent() -> None:
@@ -202,6 +205,54 @@ def test_every_agent_env_var_is_read_by_the_agent() -> None:
         assert agent_settings(changed) != full, f"the agent ignores env {name}"
     assert full.node_name == POD_FIELDS["spec.nodeName"]
     assert full.redis_password == SECRET["agent-password"]
+
+
+def test_agent_port_probes_and_scrape_annotation_match_what_it_serves() -> None:
+    env = container_env(agent_container()["env"], SECRET)
+    settings = agent_settings(env)
+    # hostNetwork: the pod IP is the node's, so kubelet and Prometheus reach the agent there.
+    assert settings.http_address == POD_FIELDS["status.podIP"]
+    ports = {p["name"]: p["containerPort"] for p in agent_container()["ports"]}
+    assert ports["http"] == settings.http_port != 0
+    template = find(base(), "DaemonSet", "interference-agent")["spec"]["template"]
+    assert template["spec"]["hostNetwork"] is True
+    annotations = template["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == str(settings.http_port)
+    probes = {
+        kind: agent_container()[kind]["httpGet"]
+        for kind in ("startupProbe", "livenessProbe", "readinessProbe")
+    }
+    assert all(p["port"] in ("http", settings.http_port) for p in probes.values())
+    paths = {
+        **{kind: p["path"] for kind, p in probes.items()},
+        "scrape": annotations["prometheus.io/path"],
+    }
+    assert agent_serves(paths, healthy=True) == dict.fromkeys(paths, 200)
+    # The probes really check something: a stuck, unready agent fails all three of them.
+    failing = agent_serves(paths, healthy=False)
+    assert failing == {**dict.fromkeys(probes, 503), "scrape": 200}
+
+
+def agent_serves(paths: dict[str, str], *, healthy: bool) -> dict[str, int]:
+    """Status codes the real agent endpoint answers for ``paths`` when its loop is (not)
+    alive and ready."""
+    problem = "" if healthy else "stuck"
+    server = AgentHttpServer("127.0.0.1", 0, CollectorRegistry(), lambda: problem, lambda: problem)
+    server.start()
+    codes = {}
+    try:
+        for name, path in paths.items():
+            try:
+                with urllib.request.urlopen(
+                    f"http://127.0.0.1:{server.port}{path}", timeout=10
+                ) as r:
+                    codes[name] = r.status
+            except urllib.error.HTTPError as exc:
+                codes[name] = exc.code
+    finally:
+        server.stop()
+    return codes
 
 
 def test_agent_mounts_the_host_paths_it_reads_read_only() -> None:

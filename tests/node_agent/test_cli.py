@@ -168,3 +168,27 @@ def test_once_prints_one_report_and_lists_unknown_probes_as_disabled(
 )
 def test_logged_urls_hide_the_password(url: str, shown: str) -> None:
     assert cli.redact_url(url) == shown
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ", "ncpu", "address", "port"),
+    [
+        ([], {}, None, "127.0.0.1", 10254),
+        ([], {"NCPU": "3", "HTTP_ADDRESS": "10.0.0.5", "HTTP_PORT": "9100"}, 3, "10.0.0.5", 9100),
+        (["--ncpu", "2", "--http-port", "0"], {"NCPU": "8"}, 2, "127.0.0.1", 0),
+    ],
+)
+def test_cpu_count_and_http_endpoint_flags(
+    argv: list[str], environ: dict[str, str], ncpu: int | None, address: str, port: int
+) -> None:
+    settings = settings_for(argv, environ)
+    assert (settings.ncpu, settings.http_address, settings.http_port) == (ncpu, address, port)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [(["--ncpu", "0"], "ncpu must be at least 1"), (["--http-port", "70000"], "http port")],
+)
+def test_bad_cpu_count_or_port_is_a_clear_error(argv: list[str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        settings_for(argv, {})

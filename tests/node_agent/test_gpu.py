@@ -162,8 +162,9 @@ def test_lost_gpu_is_skipped_and_logged_once(caplog: pytest.LogCaptureFixture) -
     lost = FakeDevice(uuid="GPU-lost", name="x", total=MIB, used=0, gpu_pct=0, lost=True)
     nvml = NvmlLike([H100, lost])
     inventory = GpuInventory(nvml=nvml)
-    assert inventory.start() is True
+    # Before start(): an earlier cli.main() may have left the logger at INFO.
     caplog.set_level(logging.WARNING, logger="node_agent.gpu")
+    assert inventory.start() is True
     for _ in range(3):
         assert [d.uuid for d in inventory.devices()] == [H100.uuid]
     assert len(caplog.records) == 1

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import struct
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -91,3 +94,40 @@ def wait_for_loops(cgroup: Path, count: int) -> list[int]:
             return loops
         time.sleep(0.05)
     raise TimeoutError(f"busy loops did not start in {cgroup}")
+
+
+START_PROBE = """
+from node_agent.probes.base import ProbeContext, ProbeUnavailable
+from node_agent.probes.taskstats import TaskstatsProbe
+probe = TaskstatsProbe(ProbeContext(cgroup_v2_mount={mount!r}))
+try:
+    probe.start()
+except ProbeUnavailable as exc:
+    print("unavailable:", exc)
+else:
+    print("started")
+    probe.close()
+"""
+
+
+@needs_root_v2
+@pytest.mark.parametrize(
+    ("bounding_set", "expected"),
+    [
+        ("-all,+net_admin", "started"),
+        ("-all", "unavailable: taskstats refused a query for the agent's own pid (EPERM): it "
+         "needs CAP_NET_ADMIN"),
+    ],
+)  # fmt: skip
+def test_start_fails_with_the_reason_without_net_admin(bounding_set: str, expected: str) -> None:
+    """As uid 0 with every capability dropped but (or including) NET_ADMIN: the family
+    binds either way, so ``start()`` itself must find out that queries are refused."""
+    setpriv = shutil.which("setpriv")
+    assert setpriv is not None, "setpriv (util-linux) is needed to drop capabilities"
+    done = subprocess.run(
+        [setpriv, "--reuid=0", "--inh-caps=-all", f"--bounding-set={bounding_set}", "--",
+         sys.executable, "-c", START_PROBE.format(mount=V2_MOUNT)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(expected), done.stdout + done.stderr

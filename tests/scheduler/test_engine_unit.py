@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,6 +15,8 @@ from scheduler.engine import Engine
 from scheduler.filters.node_affinity import node_affinity
 from scheduler.model import ANNOTATION_MAX_RUNQ_P99_US, parse_node, parse_pod
 from scheduler.ports import NodeSignals
+from scheduler.scores.balance import balance_score
+from scheduler.scores.interference import interference_score
 from scheduler.settings import EngineSettings, ScoreWeights
 from scheduler.table import MASK_CACHE_LIMIT, NodeTable
 from tests.scheduler.test_model import affinity_terms, node_obj, pod_obj, table_of
@@ -326,3 +329,68 @@ def test_vectorised_affinity_matches_per_node_rule(
         return int(value) > int(values[0]) if operator == "Gt" else int(value) < int(values[0])
 
     assert mask == [holds(lab) for lab in labels]
+
+
+score_operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("add_pod"), st.integers(0, 5), st.sampled_from(NODE_NAMES)),
+        st.tuples(st.just("remove_pod"), st.integers(0, 5), st.just("")),
+        st.tuples(st.just("resize_node"), st.integers(0, 8), st.sampled_from(NODE_NAMES)),
+        st.tuples(st.just("report"), st.integers(0, 100), st.sampled_from(NODE_NAMES)),
+        st.tuples(st.just("remove_node"), st.just(0), st.sampled_from(NODE_NAMES)),
+        st.tuples(st.just("score"), st.just(0), st.just("")),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(score_operations)
+def test_row_by_row_scores_match_the_formulas(ops: list[tuple[str, int, str]]) -> None:
+    table = table_of([node_obj(n, cpu="4", memory="8Gi") for n in NODE_NAMES])
+    engine_settings = EngineSettings(stale_after_s=5.0)
+    pods = [parse_pod(pod_obj(f"p{i}", requests={"cpu": f"{(i + 1) * 200}m"})) for i in range(6)]
+    incoming = parse_pod(pod_obj("new", requests={"cpu": "300m", "memory": "1Gi"}))
+    reports: dict[str, NodeSignals] = {}
+    clock = NOW
+    for op, number, node in ops:
+        clock += 1.0
+        if op == "add_pod":
+            table.add_pod(pods[number], node, clock)
+        elif op == "remove_pod":
+            table.remove_pod(pods[number])
+        elif op == "resize_node":
+            table.upsert_node(parse_node(node_obj(node, cpu=str(number), memory="8Gi")))
+        elif op == "report":
+            metrics = NodeMetrics(score=number, runq_p99_us=number * 15, reclaim_stall_ms_per_s=1)
+            reports[node] = NodeSignals(metrics, updated_at=clock)
+            table.set_signals(dict(reports))
+        elif op == "remove_node":
+            table.remove_node(node)
+        # score after every step, so later steps update the cached columns row by row
+        interference = interference_score(table, engine_settings, clock)
+        balance = balance_score(table, incoming)
+    if not len(table):
+        return
+    interference = interference_score(table, engine_settings, clock)
+    balance = balance_score(table, incoming)
+    cpu, memory = table.resource_row("cpu"), table.resource_row("memory")
+    assert cpu is not None and memory is not None
+    alloc_cpu = table.alloc[cpu].astype(float)
+    load = np.divide(table.recent_cpu_m, alloc_cpu, out=np.zeros(len(table)), where=alloc_cpu > 0)
+    index = np.minimum(100.0, table.interference_score + 100.0 * load)
+    signal = 100 * np.minimum(
+        1, np.maximum(table.runq_p99_us / 1000, table.reclaim_stall_ms_per_s / 5)
+    )
+    expected = np.where(table.signals_at >= clock - 5.0, 100 - np.maximum(index, signal), 50.0)
+    assert interference == pytest.approx(expected)
+
+    def part(alloc: np.ndarray, used: np.ndarray, request: float) -> np.ndarray:
+        share = np.divide(used + request, alloc, out=np.ones(len(alloc)), where=alloc > 0)
+        return np.where(alloc > 0, 100 * np.maximum(0, 1 - share), 0.0)
+
+    expected_balance = (
+        part(alloc_cpu, table.nonzero_cpu_m, incoming.nonzero_cpu_m)
+        + part(table.alloc[memory].astype(float), table.nonzero_memory, incoming.nonzero_memory)
+    ) / 2
+    assert balance == pytest.approx(expected_balance)

@@ -131,3 +131,16 @@ def test_gpu_product_label_selects_gpu_model() -> None:
     by_memory = parse_pod(pod_obj(affinity=affinity_terms([(GPU_MEMORY_LABEL, "Gt", ["40000"])])))
     assert node_affinity(table, by_model).passed.tolist() == [False, True]
     assert node_affinity(table, by_memory).passed.tolist() == [True, False]
+
+
+def test_fields_and_labels_named_alike_stay_apart() -> None:
+    table = table_of([node_obj("real-name", labels={"metadata.name": "label-value"})])
+
+    def passes(kind: str, value: str) -> bool:
+        term = {kind: [{"key": "metadata.name", "operator": "In", "values": [value]}]}
+        required = {"nodeSelectorTerms": [term]}
+        affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
+        return bool(node_affinity(table, parse_pod(pod_obj(affinity=affinity))).passed[0])
+
+    assert passes("matchExpressions", "label-value") and not passes("matchExpressions", "real-name")
+    assert passes("matchFields", "real-name") and not passes("matchFields", "label-value")

@@ -9,12 +9,34 @@ from scheduler.model import parse_pod
 from tests.scheduler.test_model import node_obj, pod_obj, table_of
 
 
-def test_node_ready_rejects_not_ready_nodes() -> None:
+@pytest.mark.parametrize(
+    ("tolerations", "down_passes"),
+    [
+        ([], False),
+        (
+            [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoSchedule"}],
+            True,
+        ),
+        (
+            [
+                {
+                    "key": "node.kubernetes.io/not-ready",
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": 300,
+                }
+            ],
+            False,
+        ),
+    ],
+    ids=["no-toleration", "tolerates-not-ready-noschedule", "default-noexecute-toleration-only"],
+)
+def test_node_ready(tolerations: list[dict[str, object]], down_passes: bool) -> None:
     table = table_of([node_obj("up"), node_obj("down", ready=False)])
-    result = node_ready(table)
-    assert result.passed.tolist() == [True, False]
+    result = node_ready(table, parse_pod(pod_obj(tolerations=tolerations)))
+    assert result.passed.tolist() == [True, down_passes]
     assert result.reasons_for(0) == []
-    assert result.reasons_for(1) == [NOT_READY]
+    assert result.reasons_for(1) == ([] if down_passes else [NOT_READY])
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scheduler.filters.pod_anti_affinity import (
     EXISTING_ANTI_AFFINITY,
@@ -153,3 +156,58 @@ def test_spreads_replicas_one_per_node() -> None:
         table, parse_pod(pod_obj("db-2", labels={"app": "db"}, affinity=_anti(DB)))
     )
     assert result.passed.tolist() == [False, True, False]
+
+
+label_sets = st.dictionaries(
+    st.sampled_from(["app", "tier"]), st.sampled_from(["a", "b"]), max_size=2
+)
+selectors = st.one_of(
+    st.builds(lambda labels: {"matchLabels": labels}, label_sets),
+    st.builds(
+        lambda key, op, values: {
+            "matchExpressions": [{"key": key, "operator": op, "values": values}]
+        },
+        st.sampled_from(["app", "tier"]),
+        st.sampled_from(["In", "NotIn"]),
+        st.lists(st.sampled_from(["a", "b"]), min_size=1, max_size=2),
+    ),
+)
+placements = st.lists(
+    st.tuples(
+        st.sampled_from(["x", "y"]),  # namespace
+        label_sets,
+        st.one_of(st.none(), selectors),  # the placed pod's own anti-affinity selector
+        st.sampled_from(["n0", "n1", "n2"]),
+    ),
+    max_size=8,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(placements, st.sampled_from(["x", "y"]), label_sets, st.one_of(st.none(), selectors))
+def test_indexed_terms_match_a_plain_scan(
+    placed: list[tuple[str, dict[str, str], dict[str, Any] | None, str]],
+    namespace: str,
+    labels: dict[str, str],
+    selector: dict[str, Any] | None,
+) -> None:
+    table = table_of([node_obj("n0"), node_obj("n1"), node_obj("n2")])
+    placed_pods = []
+    for i, (ns, pod_labels, own, node) in enumerate(placed):
+        obj = pod_obj(f"p{i}", ns, labels=pod_labels, affinity=_anti(own) if own else None)
+        placed_pods.append((parse_pod(obj), node))
+        table.add_pod(placed_pods[-1][0], node, 0.0)
+    if placed_pods:  # remove and re-add one, to exercise the bookkeeping
+        table.remove_pod(placed_pods[0][0])
+        table.add_pod(*placed_pods[0], 0.0)
+    incoming = parse_pod(
+        pod_obj("new", namespace, labels=labels, affinity=_anti(selector) if selector else None)
+    )
+    blocked = set()
+    for pod, node in placed_pods:
+        if any(t.matches(incoming.namespace, incoming.labels) for t in pod.anti_affinity):
+            blocked.add(node)
+        if any(t.matches(pod.namespace, pod.labels) for t in incoming.anti_affinity):
+            blocked.add(node)
+    result = pod_anti_affinity(table, incoming)
+    assert [table.names[i] for i in np.flatnonzero(~result.passed)] == sorted(blocked)

@@ -310,6 +310,7 @@ def test_run_binds_with_real_threads() -> None:
         for _ in range(600):  # idle, the loop still goes round (a liveness heartbeat)
             if h.loop.last_cycle_at > beat:
                 break
+            h.clock.advance(1.0)
             deadline.wait(0.1)
         assert h.loop.last_cycle_at > beat
     finally:
