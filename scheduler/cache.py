@@ -110,22 +110,25 @@ class ClusterCache:
     def apply(self, kind: ObjectKind, event: EventType, obj: K8sObject) -> None:
         """One watch event."""
         with self.lock:
+            if event == "DELETED":
+                # Only the name matters, so even an object that no longer parses is
+                # removed (its last good version must not stay counted).
+                key = _object_key(kind, obj)
+                if key is None:
+                    self._metrics.malformed_objects.labels(kind).inc()
+                    log.warning("skipping a %s deletion without metadata.name: %.200r", kind, obj)
+                elif kind == "Node":
+                    self._delete_node(key)
+                elif self._delete_pod(key):
+                    self._queue.cluster_event()
+                return
             if kind == "Node":
                 node = self._parse(obj, parse_node, kind)
-                if node is None:
-                    return
-                if event == "DELETED":
-                    self._delete_node(node.name)
-                elif self._upsert_node(node):
+                if node is not None and self._upsert_node(node):
                     self._queue.cluster_event()
                 return
             state = self._parse(obj, _parse_pod_state, kind)
-            if state is None:
-                return
-            if event == "DELETED":
-                if self._delete_pod(state.pod.key):
-                    self._queue.cluster_event()
-            elif self._upsert_pod(state):
+            if state is not None and self._upsert_pod(state):
                 self._queue.cluster_event()
 
     # ---- used by the scheduling loop and the binder ------------------------------------
@@ -287,3 +290,15 @@ def _parse_pod_state(obj: K8sObject) -> _PodState:
     status = obj.get("status") if isinstance(obj, Mapping) else None
     phase = status.get("phase") if isinstance(status, Mapping) else None
     return _PodState(parse_pod(obj), phase in FINISHED_PHASES)
+
+
+def _object_key(kind: ObjectKind, obj: K8sObject) -> str | None:
+    """``name`` of a node or ``namespace/name`` of a pod, None when it has no name."""
+    metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    if not isinstance(name, str) or not name:
+        return None
+    if kind == "Node":
+        return name
+    namespace = metadata.get("namespace") if isinstance(metadata, Mapping) else None
+    return f"{namespace if isinstance(namespace, str) and namespace else 'default'}/{name}"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -103,14 +104,15 @@ class Engine:
                 feasible=0,
             )
         scores = self._scores(pod, table, now)
-        totals = np.zeros(len(table))
-        for weight, score in scores.values():
-            totals += score * weight  # never in place on score: it may be a cached column
+        totals = _weighted_sum(scores.values(), len(table))
         feasible_totals = totals[feasible]
-        ties = np.flatnonzero(feasible_totals == feasible_totals.max())
-        pick = ties[self._random.randrange(len(ties))] if len(ties) > 1 else ties[0]
-        chosen = int(feasible[pick])
-        candidates = self._ranked(table, feasible, feasible_totals, chosen, scores, totals)
+        best = _best_first(feasible_totals, max(2, self.settings.record_top_k))
+        if len(best) > 1 and feasible_totals[best[1]] == feasible_totals[best[0]]:
+            ties = np.flatnonzero(feasible_totals == feasible_totals[best[0]])
+            chosen = int(feasible[ties[self._random.randrange(len(ties))]])
+        else:
+            chosen = int(feasible[best[0]])
+        candidates = self._ranked(table, feasible[best].tolist(), chosen, scores, totals)
         return EngineResult(
             node=table.names[chosen],
             candidates=candidates,
@@ -161,8 +163,7 @@ class Engine:
     def _ranked(
         self,
         table: NodeTable,
-        feasible: NDArray[np.intp],
-        feasible_totals: NDArray[np.float64],
+        best_rows: list[int],
         chosen: int,
         scores: dict[str, tuple[float, NDArray[np.float64]]],
         totals: NDArray[np.float64],
@@ -171,17 +172,7 @@ class Engine:
         k = self.settings.record_top_k
         if k == 0:
             return []
-        if len(feasible) > k:
-            top = np.argpartition(feasible_totals, -k)[-k:]
-            top = top[np.argsort(-feasible_totals[top], kind="stable")]
-        else:
-            top = np.argsort(-feasible_totals, kind="stable")
-        rows: list[int] = feasible[top].tolist()
-        if chosen in rows:
-            rows.remove(chosen)
-        else:  # a tie beyond the first k: it replaces the last of them
-            rows.pop()
-        rows.insert(0, chosen)
+        rows = [chosen, *(r for r in best_rows if r != chosen)][:k]
         plugins = list(scores)
         per_plugin = [score[rows].tolist() for _, score in scores.values()]
         names = table.names
@@ -203,6 +194,24 @@ class Engine:
                 )
             )
         return verdicts
+
+
+def _weighted_sum(
+    scores: Iterable[tuple[float, NDArray[np.float64]]], count: int
+) -> NDArray[np.float64]:
+    """``Σ weight · score`` per node, never writing into a score (it may be a cached column)."""
+    totals = np.zeros(count)
+    for weight, score in scores:
+        totals += score if weight == 1 else score * weight
+    return totals
+
+
+def _best_first(values: NDArray[np.float64], k: int) -> NDArray[np.intp]:
+    """Indices of the ``k`` largest values, largest first (ties in index order)."""
+    if len(values) > k:
+        top = np.argpartition(values, -k)[-k:]
+        return top[np.argsort(-values[top], kind="stable")]
+    return np.argsort(-values, kind="stable")
 
 
 def _reason_counts(stages: tuple[FilterResult, ...], count: int) -> Counter[str]:

@@ -15,6 +15,12 @@ a node the table does not know yet is counted once that node arrives. Resource a
 Signals: the latest :class:`scheduler.ports.NodeSignals` per node, and ``recent_cpu_m`` —
 CPU (millicores) requested by pods added to the node after its report's ``updated_at``; a
 newer report drops them, since its measurements include their load.
+
+Caches, so a decision costs O(nodes) numpy passes and few of them: ``mask_cache`` (per pod
+signature, emptied when :attr:`NodeTable.generation` changes), ``alloc_cache`` (emptied
+when any allocatable changes), ``signal_cache`` (emptied when signals change) and
+:meth:`NodeTable.derived` columns, refreshed only at the rows whose requests, signals or
+allocatable changed (:attr:`NodeTable.load_generation`).
 """
 
 from __future__ import annotations

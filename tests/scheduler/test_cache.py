@@ -214,6 +214,31 @@ def test_malformed_objects_are_skipped_and_counted(
     assert h.cache.pending_pod("default/after") is not None
 
 
+def test_deleting_an_object_that_became_malformed_removes_its_last_good_version(
+    h: Harness,
+) -> None:
+    h.cluster.add_pod(pod_object("p", cpu="2", node_name="n1"))
+    h.sync()
+    assert h.cpu_requested("n1") == 2000
+    broken = pod_object("p", cpu="2", node_name="n1")
+    broken["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "two"
+    h.cluster.add_pod(broken)
+    h.sync()
+    assert h.malformed("Pod") == 1
+    assert h.cpu_requested("n1") == 2000  # the last good version still counts
+    h.cluster.delete_pod("default", "p")
+    h.sync()
+    assert h.cpu_requested("n1") == 0
+    broken_node = node_object("n2", cpu="4")
+    broken_node["status"]["allocatable"]["cpu"] = "-1"
+    h.cluster.add_node(broken_node)
+    h.cluster.delete_node("n2")
+    h.sync()
+    assert h.table.index_of("n2") is None
+    h.cache.apply("Pod", "DELETED", {"metadata": {}})  # no name at all: counted, skipped
+    assert h.malformed("Pod") == 2
+
+
 def test_node_heartbeat_does_not_requeue_but_a_real_change_does(h: Harness) -> None:
     h.cluster.add_pod(pod_object("w"))
     h.sync()

@@ -114,3 +114,19 @@ def test_node_absent_from_a_new_snapshot_loses_its_signals() -> None:
     table.set_signals({"a": both["a"]})
     assert table.signals("b") is None
     assert interference_score(table, EngineSettings(), NOW).tolist() == [90.0, 50.0]
+
+
+def test_signals_turn_stale_as_time_passes() -> None:
+    table = table_of([node_obj("a"), node_obj("b")])
+    table.set_signals(
+        {
+            "a": NodeSignals(NodeMetrics(score=20), updated_at=NOW),
+            "b": NodeSignals(NodeMetrics(score=40), updated_at=NOW + 5),
+        }
+    )
+    settings = EngineSettings(stale_after_s=10.0)
+    assert interference_score(table, settings, NOW + 1).tolist() == [80.0, 60.0]
+    assert interference_score(table, settings, NOW + 10).tolist() == [80.0, 60.0]
+    assert interference_score(table, settings, NOW + 10.5).tolist() == [50.0, 60.0]
+    assert interference_score(table, settings, NOW + 16).tolist() == [50.0, 50.0]
+    assert interference_score(table, settings, NOW + 2).tolist() == [80.0, 60.0]  # clock skew
