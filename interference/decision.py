@@ -1,8 +1,9 @@
 """The scheduler's decision record, ``intf:decision:{ns}/{pod}`` (DESIGN §5).
 
 A hash a person can read with ``redis-cli HGETALL``: ``result``, ``node``, ``message``,
-``ts``, ``dry_run`` and ``candidates`` — a JSON list with, per node, its filter
-verdict and its score breakdown.
+``ts``, ``dry_run``, ``candidates`` — a JSON list with, per node, its filter verdict,
+its score breakdown and details such as its GPU model — and ``rejected``, a JSON object
+counting the nodes each filter reason rejected (each node at its first failing filter).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ class CandidateVerdict:
     """Per-plugin score 0–100 before weighting."""
     total: float = 0.0
     """Weighted sum the node was ranked by."""
+    details: dict[str, str] = field(default_factory=dict)
+    """Facts about the node that explain the verdict, e.g. ``gpu_model`` for GPU pods."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +45,8 @@ class Decision:
     ts: float
     dry_run: bool = False
     candidates: list[CandidateVerdict] = field(default_factory=list)
+    rejected_by_reason: dict[str, int] = field(default_factory=dict)
+    """Filter reason → nodes it rejected (also for pods that were scheduled)."""
 
 
 def decision_hash(decision: Decision) -> dict[str, str]:
@@ -62,11 +67,13 @@ def decision_hash(decision: Decision) -> dict[str, str]:
                     "reasons": c.reasons,
                     "scores": {k: round(v, 2) for k, v in c.scores.items()},
                     "total": round(c.total, 2),
+                    **({"details": c.details} if c.details else {}),
                 }
                 for c in decision.candidates
             ],
             separators=(",", ":"),
         ),
+        "rejected": json.dumps(decision.rejected_by_reason, separators=(",", ":")),
     }
 
 
@@ -81,6 +88,7 @@ def parse_decision_hash(raw: Mapping[Any, Any]) -> Decision:
                 reasons=[str(r) for r in c.get("reasons", [])],
                 scores={str(k): float(v) for k, v in c.get("scores", {}).items()},
                 total=float(c.get("total", 0.0)),
+                details={str(k): str(v) for k, v in c.get("details", {}).items()},
             )
             for c in json.loads(data.get("candidates", "[]"))
         ]
@@ -93,6 +101,9 @@ def parse_decision_hash(raw: Mapping[Any, Any]) -> Decision:
             ts=float(data["ts"]),
             dry_run=data.get("dry_run") == "1",
             candidates=candidates,
+            rejected_by_reason={
+                str(k): int(v) for k, v in json.loads(data.get("rejected", "{}")).items()
+            },
         )
     except (KeyError, ValueError, TypeError, AttributeError) as exc:
         raise PayloadError(f"bad decision record: {exc!r}") from exc

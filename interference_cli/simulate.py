@@ -89,8 +89,8 @@ class Policy:
 
     name: str
     settings: EngineSettings
-    interference_blind: bool
-    """Schedule as the loop does without signals: tolerance filters off."""
+    """``engine:`` of the file; ``interference_aware: false`` makes an interference-blind
+    policy (tolerance filters off, no interference score), as the loop runs without signals."""
 
 
 @dataclass
@@ -188,14 +188,7 @@ def load_policy(path: str | Path) -> Policy:
         raise CliError(f"policy {path} is invalid: {'; '.join(exc.problems)}") from exc
     except (OSError, ValueError) as exc:
         raise CliError(f"policy {path}: {exc}") from exc
-    settings = config.engine
-    return Policy(Path(path).stem, settings, interference_blind=is_interference_blind(settings))
-
-
-def is_interference_blind(settings: EngineSettings) -> bool:
-    """A policy that gives interference no weight ignores it entirely, as the loop does
-    when it has no signals (tolerance filters off too)."""
-    return settings.weights.interference == 0
+    return Policy(Path(path).stem, config.engine)
 
 
 def simulate(reports: Sequence[NodeReport], workload: Workload, policy: Policy) -> PolicyResult:
@@ -251,7 +244,6 @@ class _Replay:
     def __init__(self, ordered: Sequence[NodeReport], workload: Workload, policy: Policy):
         self._reports = ordered
         self._next_report = 0
-        self._policy = policy
         self._engine = Engine(policy.settings, seed=0)
         self._latest: dict[str, NodeSignals] = {}
         self._departures: list[tuple[float, int, PodInfo]] = []
@@ -297,9 +289,7 @@ class _Replay:
     def _attempt(self, pod: PodInfo, duration_s: float | None, now: float) -> bool:
         self.table.set_signals(dict(self._latest))
         started = time.perf_counter()
-        decision = self._engine.schedule(
-            pod, self.table, now, relax_interference=self._policy.interference_blind
-        )
+        decision = self._engine.schedule(pod, self.table, now)
         self.engine_s += time.perf_counter() - started
         self.attempts += 1
         if decision.node is None:

@@ -147,6 +147,9 @@ def decision_view(decision: Decision, now: float) -> RenderableType:
     for name in plugins:
         table.add_column(name, justify="right")
     table.add_column("total", justify="right")
+    details = sorted({key for c in decision.candidates for key in c.details})
+    for key in details:
+        table.add_column(key)
     ranked = sorted(decision.candidates, key=lambda c: (not c.passed, -c.total, c.node))
     for cand in ranked:
         chosen = cand.node == decision.node
@@ -160,8 +163,15 @@ def decision_view(decision: Decision, now: float) -> RenderableType:
             verdict,
             *[f"{cand.scores[n]:.1f}" if n in cand.scores else "—" for n in plugins],
             f"{cand.total:.1f}" if cand.passed else "—",
+            *[cand.details.get(key, "—") for key in details],
         )
-    return Group(header, Text(decision.message), table)
+    parts: list[RenderableType] = [header, Text(decision.message), table]
+    if decision.rejected_by_reason:
+        rejected = ", ".join(
+            f"{count} {reason}" for reason, count in sorted(decision.rejected_by_reason.items())
+        )
+        parts.append(Text(f"rejected: {rejected}", style="red"))
+    return Group(*parts)
 
 
 def _score_style(score: float) -> str:

@@ -32,6 +32,7 @@ from prometheus_client import CollectorRegistry
 from interference import keys
 from scheduler.adapters.kubernetes import KubernetesCluster, make_api_client
 from scheduler.adapters.redis_signals import (
+    QueuedDecisionSink,
     RedisDecisionSink,
     RedisSignalCache,
     SignalMetrics,
@@ -126,7 +127,9 @@ class Scheduler:
         self.cluster = KubernetesCluster(self.api, config.kubernetes, identity=self.identity)
         self.redis = connect(config.redis, env)
         self.signals = RedisSignalCache(self.redis, config.redis, signal_metrics)
-        self.decisions = RedisDecisionSink(self.redis, config.redis, signal_metrics)
+        self.decisions = QueuedDecisionSink(
+            RedisDecisionSink(self.redis, config.redis, signal_metrics), config.redis
+        )
         self.leading = threading.Event()
         self.elector = LeaderElector(
             self.api,
@@ -148,7 +151,7 @@ class Scheduler:
             ConfigWatcher(
                 config_path,
                 config,
-                lambda new: self.loop.update_settings(new.engine, new.loop),
+                self._apply_reload,
                 transform=lambda loaded: with_overrides(loaded, **fixed),
             )
             if config_path
@@ -157,8 +160,18 @@ class Scheduler:
         self.signal_heartbeat = Heartbeat(
             "redis signal follower", max_silence_s=60 + 2 * config.redis.socket_timeout_s
         )
+        loop = self.loop
+        self.loop_heartbeat = Heartbeat(
+            "scheduling loop",
+            max_silence_s=config.loop.wedged_after_s,
+            last_beat=lambda: loop.last_cycle_at,
+        )
         self._threads: list[threading.Thread] = []
         self.http: HealthServer | None = None
+
+    def _apply_reload(self, new: SchedulerConfig) -> None:
+        self.loop.update_settings(new.engine, new.loop)
+        self.loop_heartbeat.max_silence_s = new.loop.wedged_after_s
 
     def report_reachability(self) -> None:
         """One clear line each when the API server or Redis cannot be reached at start."""
@@ -193,7 +206,7 @@ class Scheduler:
                 synced=self.loop.cache.synced,
                 config_error=(lambda: watcher.error) if watcher else (lambda: ""),
                 leading=self.leading.is_set,
-                heartbeats=(self.signal_heartbeat,),
+                heartbeats=(self.signal_heartbeat, self.loop_heartbeat),
                 threads=(loop_thread, elector_thread, signals_thread),
             ),
         )
@@ -208,6 +221,7 @@ class Scheduler:
         log.info("stopping")
         for thread in self._threads:
             thread.join(timeout=30)
+        self.decisions.close()  # the loop has stopped: write the records still queued
         self.http.stop()
 
     def _start(self, name: str, target: Any, *args: Any) -> threading.Thread:

@@ -8,16 +8,23 @@ failing filter in the ``FailedScheduling`` message, as in kube-scheduler.
 Scores (0–100 each) are combined as ``total = Σ weightₚ · scoreₚ`` over
 :class:`scheduler.settings.ScoreWeights`; the highest total wins and ties are broken
 uniformly at random. The result carries, for the decision record, the best ``record_top_k``
-candidates with their score breakdown (the chosen node first) — or, when no node passes,
-up to as many rejected nodes with the reasons of their first failing filter.
+candidates with their score breakdown (the chosen node first), then up to as many rejected
+nodes with the reasons of their first failing filter — those the interference filters
+rejected first, so ``interference explain`` shows why a noisy node lost — and the count
+of nodes per reason. Reasons are looked up only for the recorded nodes; counts need the
+per-reason split only for filters with several reasons, and the signature-cached filters'
+counts are cached with their masks.
+
+With ``EngineSettings.interference_aware`` False the interference filters are skipped
+and the interference score is left out of the sum (interference-blind scheduling).
 """
 
 from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
@@ -32,12 +39,17 @@ from scheduler.filters.pod_anti_affinity import pod_anti_affinity
 from scheduler.filters.resources import resources_fit
 from scheduler.filters.taints import taint_toleration
 from scheduler.messages import NO_NODES, failed_scheduling_message, scheduled_message
-from scheduler.model import PodInfo
+from scheduler.model import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, PodInfo
 from scheduler.scores.balance import balance_score
 from scheduler.scores.gpu_packing import gpu_packing_score
 from scheduler.scores.interference import interference_score
 from scheduler.settings import EngineSettings
 from scheduler.table import NodeTable
+
+GPU_MODEL = "gpu_model"
+"""Candidate detail: the node's GPU model (``nvidia.com/gpu.product``), for GPU pods."""
+GPU_MEMORY_MIB = "gpu_memory_mib"
+"""Candidate detail: memory per GPU in MiB (``nvidia.com/gpu.memory``), for GPU pods."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +59,10 @@ class EngineResult:
     node: str | None
     """Chosen node, ``None`` when no node passed every filter."""
     candidates: list[CandidateVerdict]
-    """The chosen node and the next best, with score breakdowns; or, when no node passed,
-    sample rejected nodes with their reasons."""
+    """The chosen node and the next best with score breakdowns (none when no node passed),
+    then up to ``record_top_k`` rejected nodes with the reasons of their first failing
+    filter, those rejected by the interference filters first. For GPU pods each carries
+    the node's GPU model and memory in ``details``."""
     message: str
     """``Successfully assigned ns/pod to node`` or kube-scheduler's FailedScheduling text."""
     blocked_only_by_interference: bool
@@ -57,6 +71,9 @@ class EngineResult:
     """The pod's fields this scheduler does not enforce (for a Warning Event)."""
     feasible: int
     """How many nodes passed every filter."""
+    reason_counts: dict[str, int] = field(default_factory=dict)
+    """Filter reason → nodes it rejected, each node counted at its first failing filter
+    (the FailedScheduling histogram; also for scheduled pods)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +82,22 @@ class _StaticStage:
 
     passed: NDArray[np.bool_]
     results: tuple[FilterResult, ...]
+    passed_count: int
+    rejections: _Rejections
+    """Which nodes these filters reject first, and why (cached with the masks)."""
+    verdicts: dict[tuple[int, bool], list[CandidateVerdict]] = field(default_factory=dict)
+    """Record entries of the first rejected nodes by (how many, with GPU details); they
+    depend only on what the masks depend on, so they are built once per signature."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Rejections:
+    """Nodes rejected by a sequence of filters, each at its first failing filter."""
+
+    counts: Counter[str]
+    """Reason → nodes (a node failing a filter for two reasons counts under both)."""
+    rows: tuple[tuple[FilterResult, NDArray[np.intp]], ...]
+    """Per filter that rejected any node first, in filter order: the rows it rejected."""
 
 
 class Engine:
@@ -87,21 +120,31 @@ class Engine:
             if result.reasons:  # a filter with no possible reason passes every node
                 passed = passed & result.passed
         without_interference = passed
-        if not relax_interference:
+        if self.settings.interference_aware and not relax_interference:
             interference = interference_filter(table, pod, self.settings, now)
             dynamic.append(interference)
             if interference.reasons:
                 passed = passed & interference.passed
-        stages = (*static.results, *dynamic)
         feasible = np.flatnonzero(passed)
+        details = self._details_for(pod, table)
+        counts = static.rejections.counts
+        rejected: list[CandidateVerdict] = []
+        if static.passed_count > len(feasible):
+            dynamic_rejections = _rejections(dynamic, static.passed)
+            counts = counts + dynamic_rejections.counts
+            rejected = self._rejected(table, dynamic_rejections.rows, details)
+        left = self.settings.record_top_k - len(rejected)
+        if left > 0 and static.rejections.rows:
+            rejected += self._static_verdicts(table, static, left, details)
         if len(feasible) == 0:
             return EngineResult(
                 node=None,
-                candidates=self._rejected(table, stages, passed),
-                message=failed_scheduling_message(len(table), _reason_counts(stages, len(table))),
+                candidates=rejected,
+                message=failed_scheduling_message(len(table), counts),
                 blocked_only_by_interference=bool(without_interference.any()),
                 unsupported=pod.unsupported,
                 feasible=0,
+                reason_counts=dict(counts),
             )
         scores = self._scores(pod, table, now)
         totals = _weighted_sum(scores.values(), len(table))
@@ -112,14 +155,15 @@ class Engine:
             chosen = int(feasible[ties[self._random.randrange(len(ties))]])
         else:
             chosen = int(feasible[best[0]])
-        candidates = self._ranked(table, feasible[best].tolist(), chosen, scores, totals)
+        ranked = self._ranked(table, feasible[best].tolist(), chosen, scores, totals, details)
         return EngineResult(
             node=table.names[chosen],
-            candidates=candidates,
+            candidates=ranked + rejected,
             message=scheduled_message(pod.key, table.names[chosen]),
             blocked_only_by_interference=False,
             unsupported=pod.unsupported,
             feasible=len(feasible),
+            reason_counts=dict(counts),
         )
 
     def _static_stage(self, pod: PodInfo, table: NodeTable) -> _StaticStage:
@@ -136,7 +180,10 @@ class Engine:
         passed = results[0].passed.copy()
         for result in results[1:]:
             passed &= result.passed
-        stage = _StaticStage(passed, results)
+        everyone = np.ones(len(table), dtype=np.bool_)
+        stage = _StaticStage(
+            passed, results, int(np.count_nonzero(passed)), _rejections(results, everyone)
+        )
         table.remember(key, stage)
         return stage
 
@@ -146,7 +193,7 @@ class Engine:
         """Plugin → (weight, score per node) for the plugins with a non-zero weight."""
         weights = self.settings.weights
         scores: dict[str, tuple[float, NDArray[np.float64]]] = {}
-        if weights.interference > 0:
+        if weights.interference > 0 and self.settings.interference_aware:
             scores["interference"] = (
                 weights.interference,
                 interference_score(table, self.settings, now),
@@ -160,6 +207,34 @@ class Engine:
             )
         return scores
 
+    def _static_verdicts(
+        self,
+        table: NodeTable,
+        static: _StaticStage,
+        count: int,
+        details: Callable[[int], dict[str, str]],
+    ) -> list[CandidateVerdict]:
+        """:meth:`_rejected` for the signature-cached filters, built once per signature."""
+        key = (count, details is not _no_details)
+        verdicts = static.verdicts.get(key)
+        if verdicts is None:
+            verdicts = self._rejected(table, static.rejections.rows, details, count)
+            static.verdicts[key] = verdicts
+        return verdicts
+
+    def _details_for(self, pod: PodInfo, table: NodeTable) -> Callable[[int], dict[str, str]]:
+        """What a candidate record says about a node besides verdict and scores: for GPU
+        pods, the node's GPU model and memory (labels, else the agent's devices)."""
+        if pod.requests.get(self.settings.gpu_resource, 0) == 0:
+            return _no_details
+
+        def gpu_details(row: int) -> dict[str, str]:
+            labels = ((GPU_MODEL, GPU_PRODUCT_LABEL), (GPU_MEMORY_MIB, GPU_MEMORY_LABEL))
+            found = {name: table.node_label(row, label) for name, label in labels}
+            return {name: value for name, value in found.items() if value is not None}
+
+        return gpu_details
+
     def _ranked(
         self,
         table: NodeTable,
@@ -167,6 +242,7 @@ class Engine:
         chosen: int,
         scores: dict[str, tuple[float, NDArray[np.float64]]],
         totals: NDArray[np.float64],
+        details: Callable[[int], dict[str, str]],
     ) -> list[CandidateVerdict]:
         """The chosen node, then the next best feasible nodes, with their breakdowns."""
         k = self.settings.record_top_k
@@ -177,23 +253,40 @@ class Engine:
         per_plugin = [score[rows].tolist() for _, score in scores.values()]
         names = table.names
         return [
-            CandidateVerdict(names[row], True, [], dict(zip(plugins, values, strict=True)), total)
+            CandidateVerdict(
+                names[row], True, [], dict(zip(plugins, values, strict=True)), total, details(row)
+            )
             for row, total, *values in zip(rows, totals[rows].tolist(), *per_plugin, strict=True)
         ]
 
     def _rejected(
-        self, table: NodeTable, stages: tuple[FilterResult, ...], passed: NDArray[np.bool_]
+        self,
+        table: NodeTable,
+        rejections: tuple[tuple[FilterResult, NDArray[np.intp]], ...],
+        details: Callable[[int], dict[str, str]],
+        count: int | None = None,
     ) -> list[CandidateVerdict]:
-        """Up to ``record_top_k`` rejected nodes with the reasons of their first failing filter."""
-        verdicts = []
-        for row in np.flatnonzero(~passed)[: self.settings.record_top_k]:
-            first_failure = next(r for r in stages if not r.passed[row])
-            verdicts.append(
-                CandidateVerdict(
-                    node=table.names[row], passed=False, reasons=first_failure.reasons_for(row)
+        """Up to ``count`` (``record_top_k``) rejected nodes with the reasons of their first
+        failing filter, the latest filter first: interference, so a noisy node shows why it
+        lost, then anti-affinity, resources, … readiness. Reasons are looked up for these
+        nodes only."""
+        verdicts: list[CandidateVerdict] = []
+        left = self.settings.record_top_k if count is None else count
+        for stage, rows in reversed(rejections):
+            if left <= 0:
+                break
+            recorded = rows[:left]
+            reasons = stage.failure_reasons(recorded)
+            for row, why in zip(recorded.tolist(), reasons, strict=True):
+                verdicts.append(
+                    CandidateVerdict(table.names[row], False, why, details=details(row))
                 )
-            )
+            left -= len(rows)
         return verdicts
+
+
+def _no_details(row: int) -> dict[str, str]:
+    return {}
 
 
 def _weighted_sum(
@@ -214,15 +307,23 @@ def _best_first(values: NDArray[np.float64], k: int) -> NDArray[np.intp]:
     return np.argsort(-values, kind="stable")
 
 
-def _reason_counts(stages: tuple[FilterResult, ...], count: int) -> Counter[str]:
-    """Reason → nodes it applies to, each node counted at its first failing filter only."""
+def _rejections(stages: Iterable[FilterResult], undecided: NDArray[np.bool_]) -> _Rejections:
+    """Nodes among ``undecided`` that ``stages`` reject, each at its first failing filter.
+    A filter with one reason needs no reason matrix."""
     counts: Counter[str] = Counter()
-    undecided = np.ones(count, dtype=np.bool_)
+    rows: list[tuple[FilterResult, NDArray[np.intp]]] = []
     for stage in stages:
-        failing = undecided & ~stage.passed
-        if failing.any():
-            per_reason = stage.reason_matrix()[failing].sum(axis=0)
-            for reason, nodes in zip(stage.reasons, per_reason, strict=True):
+        if not stage.reasons:
+            continue
+        failing_rows = np.flatnonzero(np.greater(undecided, stage.passed))  # ∧ ¬passed
+        if len(failing_rows) == 0:
+            continue
+        rows.append((stage, failing_rows))
+        if len(stage.reasons) == 1:
+            counts[stage.reasons[0]] += len(failing_rows)
+        else:
+            per_reason = stage.reason_rows(failing_rows).sum(axis=0)
+            for reason, nodes in zip(stage.reasons, per_reason.tolist(), strict=True):
                 counts[reason] += int(nodes)
-        undecided &= stage.passed
-    return counts
+        undecided = undecided & stage.passed
+    return _Rejections(counts, tuple(rows))

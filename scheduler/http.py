@@ -47,22 +47,29 @@ class HttpSettings:
 
 
 class Heartbeat:
-    """A loop calls :meth:`beat` each iteration; silent for longer than ``max_silence_s``
+    """A loop calls :meth:`beat` each iteration, or publishes the ``clock`` time of its
+    last iteration for ``last_beat`` to read; silent for longer than ``max_silence_s``
     means wedged."""
 
     def __init__(
-        self, name: str, max_silence_s: float, clock: Callable[[], float] = time.monotonic
+        self,
+        name: str,
+        max_silence_s: float,
+        clock: Callable[[], float] = time.monotonic,
+        last_beat: Callable[[], float] | None = None,
     ):
         self.name = name
         self.max_silence_s = max_silence_s
         self._clock = clock
         self._last = clock()
+        self._last_beat = last_beat
 
     def beat(self) -> None:
         self._last = self._clock()
 
     def silence_s(self) -> float:
-        return self._clock() - self._last
+        last = self._last if self._last_beat is None else self._last_beat()
+        return self._clock() - last
 
     def alive(self) -> bool:
         return self.silence_s() <= self.max_silence_s

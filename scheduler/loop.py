@@ -70,6 +70,10 @@ class LoopSettings:
     """Longest sleep when no pod is ready (new pods and backoff expiry wake it sooner)."""
     stale_gauge_interval_s: float = 1.0
     """How often the stale-node gauge is recomputed (it walks every node)."""
+    wedged_after_s: float = 60.0
+    """``/healthz`` fails when the scheduling thread has not come round for this long
+    (it comes round at least every ``idle_wait_s``; a relist of a large cluster can hold
+    it for seconds, so keep a wide margin)."""
 
     def __post_init__(self) -> None:
         if not self.scheduler_name:
@@ -80,6 +84,11 @@ class LoopSettings:
             value = getattr(self, name)
             if not value > 0:
                 raise ValueError(f"{name}: {value!r} must be a number > 0")
+        if not self.wedged_after_s > self.idle_wait_s:
+            raise ValueError(
+                f"wedged_after_s: {self.wedged_after_s!r} must be a number of seconds above"
+                f" idle_wait_s ({self.idle_wait_s!r}), e.g. 60"
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,12 @@ class EngineSettings:
     """Everything :class:`scheduler.engine.Engine` needs besides the node table."""
 
     weights: ScoreWeights = field(default_factory=ScoreWeights)
+    interference_aware: bool = True
+    """False schedules interference-blind, as kube-scheduler would: the interference
+    filters (pod tolerances and the ``reject`` stale policy) are off and the interference
+    score is not computed (as if ``weights.interference`` were 0 and ``stale_policy``
+    ``neutral``), whatever those fields say. The loop uses it while signals are unreadable;
+    an interference-blind policy for ``interference simulate`` sets it."""
     stale_after_s: float = 10.0
     """Signals older than this (or missing) are stale."""
     stale_policy: StalePolicy = "neutral"
@@ -47,8 +53,9 @@ class EngineSettings:
     gpu_resource: str = "nvidia.com/gpu"
     """Extended resource that counts as GPUs for packing."""
     record_top_k: int = 5
-    """Candidates in each decision record: the chosen node and the next best with their
-    score breakdown, or, when no node fits, this many rejected nodes with their reasons."""
+    """Nodes of each kind in each decision record: the chosen node and the next best with
+    their score breakdown, and this many rejected nodes with their reasons (those the
+    interference filters rejected first)."""
 
     def __post_init__(self) -> None:
         if self.stale_policy not in STALE_POLICIES:

@@ -12,6 +12,13 @@ a node the table does not know yet is counted once that node arrives. Resource a
     requested[r, node] = Σ requests[r] of the node's pods      (``pods`` counts 1 per pod)
     free[r, node]      = allocatable[r, node] − requested[r, node]
 
+GPU labels: a node without ``nvidia.com/gpu.product`` / ``nvidia.com/gpu.memory`` labels
+gets them, label by label, from the GPUs in its latest signals
+(:func:`scheduler.model.gpu_labels`), so node selectors, node affinity, GPU packing and
+decision records see the same labels either way. Only a change of those derived labels
+(a new inventory, not utilisation) changes :attr:`NodeTable.generation`; they go when the
+node's signals go.
+
 Signals: the latest :class:`scheduler.ports.NodeSignals` per node, and ``recent_cpu_m`` —
 CPU (millicores) requested by pods added to the node after its report's ``updated_at``; a
 newer report drops them, since its measurements include their load.
@@ -33,7 +40,17 @@ from typing import Any, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-from scheduler.model import AntiAffinityTerm, HostPort, LabelSelector, NodeInfo, PodInfo, Taint
+from scheduler.model import (
+    GPU_LABELS,
+    GPU_PRODUCT_LABEL,
+    AntiAffinityTerm,
+    HostPort,
+    LabelSelector,
+    NodeInfo,
+    PodInfo,
+    Taint,
+    gpu_labels,
+)
 from scheduler.ports import NodeSignals
 from scheduler.quantity import CPU, EPHEMERAL_STORAGE, MEMORY, PODS
 
@@ -122,6 +139,8 @@ class NodeTable:
         self._ports: dict[tuple[str, int], dict[str, Counter[HostPort]]] = {}
         self._recent: dict[str, dict[str, tuple[float, int]]] = {}
         self._signals: dict[str, NodeSignals] = {}
+        self._gpu_labels: dict[str, dict[str, str]] = {}
+        """GPU labels derived from each node's signals (used where the node lacks them)."""
         self._signals_source: Mapping[str, NodeSignals] | None = None
         self._refresh_views()
 
@@ -280,16 +299,33 @@ class NodeTable:
             del self._signals[name]
         for name in changed:
             self._signals[name] = signals[name]
+        inventory_changed = False
         for name in changed + gone:
+            inventory_changed |= self._derive_gpu_labels(name) and name in self._index
             row = self._index.get(name)
             if row is not None:
                 self._apply_signals(row, self._signals.get(name))
         self.signals_generation += 1
         self.signal_cache.clear()
+        if inventory_changed:
+            self._bump_generation()
 
     def signals(self, name: str) -> NodeSignals | None:
         """The latest signals of a node, ``None`` when it has none."""
         return self._signals.get(name)
+
+    def node_label(self, row: int, key: str) -> str | None:
+        """Label ``key`` of the node at ``row``; GPU labels fall back to its signals' GPUs."""
+        node = self._nodes[row]
+        value = node.labels.get(key)
+        if value is None and key in GPU_LABELS:
+            value = self._gpu_labels.get(node.name, {}).get(key)
+        return value
+
+    def gpu_model_known(self) -> NDArray[np.bool_]:
+        """Nodes with a GPU model (``nvidia.com/gpu.product``, labelled or reported)."""
+        present: NDArray[np.bool_] = self.label_column(GPU_PRODUCT_LABEL).codes != ABSENT
+        return present
 
     # ---- columns for filters and scores ------------------------------------------------
 
@@ -359,9 +395,10 @@ class NodeTable:
         vocabulary: dict[str, int] = {}
         codes = np.full(self._count, ABSENT, dtype=np.int32)
         for row, node in enumerate(self._nodes):
-            value = (
-                (node.name if key == "metadata.name" else None) if field else node.labels.get(key)
-            )
+            if field:
+                value = node.name if key == "metadata.name" else None
+            else:
+                value = self.node_label(row, key)
             if value is not None:
                 codes[row] = vocabulary.setdefault(value, len(vocabulary))
         column = LabelColumn(codes, tuple(vocabulary))
@@ -484,6 +521,18 @@ class NodeTable:
             for key in [k for k, (at, _) in recent.items() if at <= signals.updated_at]:
                 del recent[key]
         self._set_recent_cpu(row, name)
+
+    def _derive_gpu_labels(self, name: str) -> bool:
+        """Refresh the GPU labels derived from ``name``'s signals; True when they changed."""
+        signals = self._signals.get(name)
+        derived = gpu_labels(signals.gpus) if signals is not None else {}
+        if derived == self._gpu_labels.get(name, {}):
+            return False
+        if derived:
+            self._gpu_labels[name] = derived
+        else:
+            del self._gpu_labels[name]
+        return True
 
     def _set_recent_cpu(self, row: int, name: str) -> None:
         self._vectors["recent_cpu_m"][row] = sum(

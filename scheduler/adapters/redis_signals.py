@@ -1,5 +1,6 @@
 """Interference signals from Redis (:class:`RedisSignalCache`) and decision records
-(:class:`RedisDecisionSink`), per DESIGN §4.
+(:class:`RedisDecisionSink`, and :class:`QueuedDecisionSink` which batches them off the
+scheduling path), per DESIGN §4.
 
 The cache bootstraps from the ``intf:node:*`` and ``intf:gpu:*`` hashes (SCAN +
 pipelined HGETALL), then follows ``intf:stream`` with XREAD from the last id, so its
@@ -30,7 +31,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -77,6 +79,15 @@ class RedisSettings:
     """Lifetime of ``intf:decision:{ns}/{pod}`` records."""
     log_interval_s: float = 30.0
     """At most one log line per this many seconds about malformed payloads."""
+    decision_queue_size: int = 10_000
+    """Decision records that may wait for the writer thread; when it is full (Redis slow
+    or down) a write waits up to ``socket_timeout_s``, then the record is counted in
+    ``interference_scheduler_decision_write_errors_total`` and skipped."""
+    decision_batch: int = 500
+    """Most decision records written in one pipeline."""
+    decision_linger_s: float = 0.05
+    """How long the writer waits for a batch to fill before writing what it has (records
+    reach Redis at most this late; a pipeline per record would cost scheduling CPU)."""
 
     def __post_init__(self) -> None:
         if not self.url.startswith(("redis://", "rediss://", "unix://")):
@@ -84,7 +95,13 @@ class RedisSettings:
                 f"url: {self.url!r} must start with redis://, rediss:// or unix://,"
                 " e.g. redis://redis.interference:6379/0"
             )
-        for name in ("socket_timeout_s", "report_interval_s", "retry_initial_s", "retry_max_s"):
+        for name in (
+            "socket_timeout_s",
+            "report_interval_s",
+            "retry_initial_s",
+            "retry_max_s",
+            "decision_linger_s",
+        ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}: {getattr(self, name)!r} must be a number > 0")
         if not 0 < self.block_ms < self.socket_timeout_s * 1000:
@@ -92,7 +109,7 @@ class RedisSettings:
                 f"block_ms: {self.block_ms!r} must be > 0 and below socket_timeout_s × 1000"
                 f" ({self.socket_timeout_s * 1000:.0f})"
             )
-        for name in ("batch", "decision_ttl_s"):
+        for name in ("batch", "decision_ttl_s", "decision_queue_size", "decision_batch"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: {getattr(self, name)!r} must be an integer ≥ 1")
 
@@ -355,7 +372,8 @@ class RedisSignalCache:
 
 
 class RedisDecisionSink:
-    """The :class:`~scheduler.ports.DecisionSink`: HSET + EXPIRE in one round trip; never raises."""
+    """The :class:`~scheduler.ports.DecisionSink`: HSET + EXPIRE per record, a whole batch
+    in one round trip; never raises."""
 
     def __init__(
         self, client: redis.Redis[bytes], settings: RedisSettings, metrics: SignalMetrics
@@ -366,18 +384,121 @@ class RedisDecisionSink:
         self._log = _RateLimitedLog(settings.log_interval_s)
 
     def write(self, decision: Decision) -> None:
-        key = keys.decision_key(decision.namespace, decision.pod)
+        self.write_many((decision,))
+
+    def write_many(self, decisions: Iterable[Decision]) -> None:
+        """Write every record in one pipeline; a failure counts each of them."""
+        pipe = self._redis.pipeline(transaction=False)
+        names: list[str] = []
         try:
-            # Every record has the same fields, so HSET overwrites the previous one whole.
-            pipe = self._redis.pipeline(transaction=False)
-            fields: dict[str | bytes, bytes | float | int | str] = {}
-            fields.update(decision_hash(decision))
-            pipe.hset(key, mapping=fields)
-            pipe.expire(key, self._ttl_s)
-            pipe.execute()
+            for decision in decisions:
+                key = keys.decision_key(decision.namespace, decision.pod)
+                names.append(key)
+                # Every record has the same fields, so HSET overwrites the previous one whole.
+                fields: dict[str | bytes, bytes | float | int | str] = {}
+                fields.update(decision_hash(decision))
+                pipe.hset(key, mapping=fields)
+                pipe.expire(key, self._ttl_s)
+            if names:
+                pipe.execute()
         except Exception as exc:
-            self._metrics.decision_write_errors.inc()
-            self._log.warning("could not write decision record %s: %s", key, exc)
+            self._metrics.decision_write_errors.inc(max(1, len(names)))
+            what = names[0] if len(names) == 1 else f"{len(names)} decision records"
+            self._log.warning("could not write %s: %s", what, exc)
+
+    def failed(self, count: int, reason: str) -> None:
+        """Count ``count`` records that were not written, and say why (rate-limited)."""
+        self._metrics.decision_write_errors.inc(count)
+        self._log.warning("skipped %d decision records: %s", count, reason)
+
+
+class QueuedDecisionSink:
+    """A :class:`~scheduler.ports.DecisionSink` that queues records for a writer thread,
+    which writes them in one pipeline per ``decision_batch`` records or per
+    ``decision_linger_s``, whichever comes first.
+
+    :meth:`write` costs the caller a lock and an append, not a Redis round trip. The queue
+    is bounded (``decision_queue_size``): while it is full a write waits at most
+    ``socket_timeout_s``, then the record is counted as a write error and skipped, so a
+    slow or absent Redis never stalls scheduling for long. After :meth:`close`, records
+    are written synchronously.
+    """
+
+    def __init__(self, sink: RedisDecisionSink, settings: RedisSettings) -> None:
+        self._sink = sink
+        self._capacity = settings.decision_queue_size
+        self._batch = settings.decision_batch
+        self._linger_s = settings.decision_linger_s
+        self._wait_s = settings.socket_timeout_s
+        self._queue: deque[Decision] = deque()
+        self._writing = 0
+        self._flushing = 0
+        self._closed = False
+        self._changed = threading.Condition(threading.Lock())
+        self._thread = threading.Thread(target=self._run, name="decision-writer", daemon=True)
+        self._thread.start()
+
+    def write(self, decision: Decision) -> None:
+        with self._changed:
+            if not self._closed:
+                if not self._changed.wait_for(
+                    lambda: len(self._queue) < self._capacity or self._closed, self._wait_s
+                ):
+                    self._sink.failed(
+                        1,
+                        f"the decision queue stayed full ({self._capacity} records) for"
+                        f" {self._wait_s:.0f} s; is Redis slow or down?",
+                    )
+                    return
+                if not self._closed:
+                    self._queue.append(decision)
+                    if len(self._queue) == self._batch:  # else the writer wakes by itself
+                        self._changed.notify_all()
+                    return
+        self._sink.write(decision)
+
+    def flush(self, timeout_s: float = 30.0) -> bool:
+        """Wait until every queued record has been written (or failed); False on timeout."""
+        with self._changed:
+            self._flushing += 1  # the writer stops lingering
+            self._changed.notify_all()
+            try:
+                return self._changed.wait_for(
+                    lambda: not self._queue and not self._writing, timeout_s
+                )
+            finally:
+                self._flushing -= 1
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Write what is queued and stop the writer thread."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+        self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                self._changed.wait_for(
+                    lambda: (
+                        len(self._queue) >= self._batch
+                        or (self._flushing and self._queue)
+                        or self._closed
+                    ),
+                    self._linger_s,
+                )
+                if not self._queue:
+                    if self._closed:
+                        return  # closed and drained
+                    continue
+                count = min(len(self._queue), self._batch)
+                batch = [self._queue.popleft() for _ in range(count)]
+                self._writing = count
+                self._changed.notify_all()  # room for writers waiting on a full queue
+            self._sink.write_many(batch)
+            with self._changed:
+                self._writing = 0
+                self._changed.notify_all()
 
 
 def _text(value: Any) -> str:

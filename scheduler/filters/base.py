@@ -25,6 +25,8 @@ class FilterResult:
     reasons: tuple[str, ...]
     explain: Callable[[], NDArray[np.bool_]] | None = None
     """Builds the ``[nodes, reasons]`` matrix; ``None`` means one reason for every failure."""
+    explain_rows: Callable[[NDArray[np.intp]], NDArray[np.bool_]] | None = None
+    """The same matrix for some rows only (cheaper when few nodes failed); optional."""
     _matrix: NDArray[np.bool_] | None = field(default=None, repr=False)
 
     def reason_matrix(self) -> NDArray[np.bool_]:
@@ -36,12 +38,26 @@ class FilterResult:
                 self._matrix = self.explain()
         return self._matrix
 
+    def reason_rows(self, rows: NDArray[np.intp]) -> NDArray[np.bool_]:
+        """``reason_matrix()[rows]``, without building the whole matrix when it can."""
+        if self._matrix is None and self.explain_rows is not None:
+            return self.explain_rows(rows)
+        return self.reason_matrix()[rows]
+
     def reasons_for(self, row: int) -> list[str]:
         """The reasons node ``row`` failed this filter (empty when it passed)."""
         if self.passed[row]:
             return []
-        flags = self.reason_matrix()[row]
-        return [reason for reason, flag in zip(self.reasons, flags, strict=True) if flag]
+        return self.failure_reasons(np.array([row]))[0]
+
+    def failure_reasons(self, rows: NDArray[np.intp]) -> list[list[str]]:
+        """:meth:`reasons_for` each of ``rows``, nodes known to have failed this filter."""
+        if len(self.reasons) == 1:  # a failing node fails for some reason: the only one
+            return [list(self.reasons) for _ in range(len(rows))]
+        return [
+            [reason for reason, flag in zip(self.reasons, flags, strict=True) if flag]
+            for flags in self.reason_rows(rows).tolist()
+        ]
 
 
 def any_per_node(matrix: NDArray[np.bool_]) -> NDArray[np.bool_]:

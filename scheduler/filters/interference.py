@@ -64,4 +64,10 @@ def interference_filter(
     failing = columns[0].copy()
     for column in columns[1:]:
         failing |= column  # column by column: numpy reduces a [nodes, k] matrix slowly
-    return FilterResult("Interference", ~failing, tuple(reasons), lambda: np.stack(columns, axis=1))
+    return FilterResult(
+        "Interference",
+        ~failing,
+        tuple(reasons),
+        lambda: np.stack(columns, axis=1),
+        lambda rows: np.stack([column[rows] for column in columns], axis=1),
+    )

@@ -64,12 +64,18 @@ def resources_fit(table: NodeTable, pod: PodInfo) -> FilterResult:
     passed = free[plan.rows[0]] >= plan.amounts[0]
     for row, amount in zip(plan.rows[1:], plan.amounts[1:], strict=True):
         passed &= free[row] >= amount
-    return FilterResult("NodeResourcesFit", passed, plan.reasons, lambda: _lacking(table, plan))
+    return FilterResult(
+        "NodeResourcesFit",
+        passed,
+        plan.reasons,
+        lambda: _lacking(table, plan, slice(None)),
+        lambda rows: _lacking(table, plan, rows),
+    )
 
 
-def _lacking(table: NodeTable, plan: _Plan) -> NDArray[np.bool_]:
+def _lacking(table: NodeTable, plan: _Plan, rows: NDArray[np.intp] | slice) -> NDArray[np.bool_]:
     return np.stack(
-        [table.free[r] < a for r, a in zip(plan.rows, plan.amounts, strict=True)], axis=1
+        [table.free[r, rows] < a for r, a in zip(plan.rows, plan.amounts, strict=True)], axis=1
     )
 
 

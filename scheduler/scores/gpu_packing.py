@@ -4,9 +4,13 @@ With ``g`` the GPU extended resource (``nvidia.com/gpu``) and ``want`` the pod's
 
     GPU pod (want > 0):  score = 100 · min(1, (requested[g] + want) / allocatable[g]),
                          0 where allocatable[g] = 0
-    other pods:          score = 0 on nodes with allocatable[g] > 0, else 100
+    other pods:          score = 0 on GPU nodes, else 100
+    GPU node:            allocatable[g] > 0, or a known GPU model (``nvidia.com/gpu.product``
+                         labelled, or reported by the node's agent)
 
-Most-allocated on GPUs leaves whole nodes free for large GPU pods (less fragmentation).
+Most-allocated on GPUs leaves whole nodes free for large GPU pods (less fragmentation);
+counting nodes whose GPUs the agent reports keeps other pods off them even before their
+device plugin advertises ``nvidia.com/gpu``.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ def gpu_packing_score(
         key = ("keep_off_gpus", gpu)
         keep_off = table.alloc_cache.get(key)
         if keep_off is None:
-            keep_off = np.where(inverse > 0, 0.0, 100.0)
+            keep_off = np.where((inverse > 0) | table.gpu_model_known(), 0.0, 100.0)
             table.alloc_cache[key] = keep_off
         return keep_off
     row = table.resource_row(gpu)

@@ -73,10 +73,18 @@ def filled(redis_server: RedisServer) -> RedisServer:
         message="scheduled on quiet-node (total 91.0)",
         ts=now,
         candidates=[
-            CandidateVerdict("quiet-node", True, [], {"interference": 97.0, "least": 80.0}, 91.0),
+            CandidateVerdict(
+                "quiet-node",
+                True,
+                [],
+                {"interference": 97.0, "least": 80.0},
+                91.0,
+                details={"gpu_model": "NVIDIA-H100-80GB-HBM3"},
+            ),
             CandidateVerdict("busy-node", True, [], {"interference": 27.5, "least": 85.0}, 45.2),
             CandidateVerdict("gpu-node", False, ["Insufficient nvidia.com/gpu"]),
         ],
+        rejected_by_reason={"Insufficient nvidia.com/gpu": 1, "node(s) were unschedulable": 3},
     )
     client.hset(keys.decision_key("web", "api-1"), mapping=decision_hash(decision))
     return redis_server
@@ -125,6 +133,8 @@ def test_explain_shows_every_candidate(
     assert "▶ quiet-node" in out
     assert "Insufficient nvidia.com/gpu" in out
     assert "97.0" in out and "45.2" in out
+    assert "NVIDIA-H100-80GB-HBM3" in out  # per-candidate details, e.g. the GPU model
+    assert "rejected: 1 Insufficient nvidia.com/gpu, 3 node(s) were unschedulable" in out
 
 
 @pytest.mark.parametrize(

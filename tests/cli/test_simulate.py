@@ -58,6 +58,23 @@ def test_acceptance_aware_default_policy_beats_least_allocated_on_the_trace() ->
     assert aware.placed >= 0.9 * len(workload.arrivals)
 
 
+def test_blind_policy_file_says_so_explicitly() -> None:
+    assert load_policy(BLIND).settings.interference_aware is False
+    assert load_policy(AWARE).settings.interference_aware is True
+
+
+def test_blind_policy_ignores_tolerance_even_with_interference_weight(tmp_path: Path) -> None:
+    # Blindness is the explicit switch, not an inference from weight 0: a blind policy
+    # that keeps its interference weight still places the pod on the only (noisy) node.
+    policy = tmp_path / "blind-weighted.yaml"
+    policy.write_text("engine: {interference_aware: false, weights: {interference: 2}}\n")
+    noisy = [_report("n", float(t), 50_000) for t in range(6)]
+    blind = simulate(noisy, _workload("1000"), load_policy(policy))
+    assert (blind.placed, blind.violations) == (1, 1)
+    zero_weight_aware = Policy("aware", EngineSettings(weights=ScoreWeights(interference=0)))
+    assert simulate(noisy, _workload("1000"), zero_weight_aware).placed == 0
+
+
 def test_simulate_command_prints_policies_side_by_side(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -113,7 +130,7 @@ def test_violation_is_judged_on_the_windows_after_placement(
     reports = [_report("n", 0.0, 100), _report("n", 1.0, 100)]
     reports += [_report("n", 2.0 + i, v) for i, v in enumerate(after)]
     reports.append(_report("n", 10.0, 99999))  # beyond the horizon: ignored
-    blind = Policy("blind", EngineSettings(weights=ScoreWeights(interference=0)), True)
+    blind = Policy("blind", EngineSettings(interference_aware=False))
     result = simulate(reports, _workload(tolerance), blind)
     assert result.placed == 1
     assert result.violations == violations
@@ -183,7 +200,7 @@ def test_unschedulable_pod_is_retried_with_backoff_until_a_node_fits() -> None:
     # The only node is too noisy when the pod arrives (t=1.5) and quiet from t=4 on.
     noisy, quiet = [0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0, 8.0]
     reports = [_report("n", t, 50_000) for t in noisy] + [_report("n", t, 100) for t in quiet]
-    aware = Policy("aware", EngineSettings(), False)
+    aware = Policy("aware", EngineSettings())
     result = simulate(reports, _workload("1000"), aware)
     assert (result.placed, result.unschedulable, result.violations) == (1, 0, 0)
     assert 4.0 <= result.placements[0][0] <= 4.0 + 4.0  # placed after the backoff once quiet

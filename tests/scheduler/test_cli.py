@@ -295,3 +295,30 @@ def test_unreachable_api_server_and_redis_are_one_line_each_and_it_keeps_running
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
+
+
+def test_healthz_fails_while_the_scheduling_loop_is_wedged(
+    tmp_path: Path, emulator: EmulatorThread, redis_server: RedisServer
+) -> None:
+    emulator.put("nodes", node("n1"))
+    port = free_port()
+    path = tmp_path / "scheduler.yaml"
+    text = config_text(redis_server.url, kubeconfig(tmp_path, emulator.url), port, dry_run=False)
+    path.write_text(
+        text.replace("  idle_wait_s: 0.1\n", "  idle_wait_s: 0.1\n  wedged_after_s: 1\n")
+    )
+    scheduler = Scheduler(load_config(str(path)), str(path))
+    stop = threading.Event()
+    thread = threading.Thread(target=scheduler.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: http_get(port, "/readyz")[0] == 200)
+        assert http_get(port, "/healthz") == (200, "ok\n")
+        # Holding the cache lock blocks the scheduling thread, as a stuck call would.
+        with scheduler.loop.cache.lock:
+            wait_until(lambda: http_get(port, "/healthz")[0] == 500)
+            assert "scheduling loop silent for" in http_get(port, "/healthz")[1]
+        wait_until(lambda: http_get(port, "/healthz") == (200, "ok\n"))
+    finally:
+        stop.set()
+        thread.join(60)

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from scheduler.adapters.memory import node_object, pod_object
+from scheduler.filters.interference import RUNQ_EXCEEDED
 from scheduler.model import ANNOTATION_MAX_RUNQ_P99_US, ANNOTATION_MAX_SCORE
 from scheduler.settings import EngineSettings, StalePolicy
 from tests.scheduler.runtime_helpers import LoopHarness
@@ -56,8 +57,10 @@ def test_latency_sensitive_pod_avoids_the_noisy_node(h: LoopHarness) -> None:
     assert None not in bound.values()
     assert "noisy" not in bound.values()
     record = h.decisions.last("latency-0")
-    assert record.candidates and all(c.passed for c in record.candidates)
-    assert "noisy" not in {c.node for c in record.candidates}
+    assert [c.node for c in record.candidates if c.passed]
+    assert "noisy" not in {c.node for c in record.candidates if c.passed}
+    (noisy,) = [c for c in record.candidates if c.node == "noisy"]
+    assert noisy.reasons == [RUNQ_EXCEEDED]
     # A pod without a tolerance is free to use the big noisy node (score only).
     h.cluster.add_pod(pod_object("batch", cpu="4"))
     h.cycle()

@@ -85,6 +85,30 @@ def test_healthz_fails_when_a_loop_is_wedged_or_a_thread_died(setup: Setup) -> N
     assert get(server, "/healthz")[0] == 200
 
 
+def test_healthz_fails_when_a_published_last_beat_stops_advancing() -> None:
+    """The scheduling loop publishes ``last_cycle_at`` instead of calling beat()."""
+    clock = Clock()
+    last_cycle_at = [clock.now]
+    loop_beat = Heartbeat(
+        "scheduling loop", max_silence_s=60, clock=clock, last_beat=lambda: last_cycle_at[0]
+    )
+    status = Status(
+        synced=lambda: True, config_error=lambda: "", leading=lambda: True, heartbeats=(loop_beat,)
+    )
+    server = HealthServer(HttpSettings(host="127.0.0.1", port=0), CollectorRegistry(), status)
+    server.start()
+    try:
+        clock.now += 59
+        assert get(server, "/healthz")[::2] == (200, "ok\n")
+        clock.now += 2
+        code, _, body = get(server, "/healthz")
+        assert code == 500 and "scheduling loop silent for 61 s (limit 60 s)" in body
+        last_cycle_at[0] = clock.now  # the loop came round again
+        assert get(server, "/healthz")[::2] == (200, "ok\n")
+    finally:
+        server.stop()
+
+
 def test_healthz_reports_dead_threads() -> None:
     finished = threading.Thread(target=lambda: None, name="scheduling-loop")
     finished.start()

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
+import http.server
 import random
 import re
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from kubernetes import client
@@ -454,3 +455,92 @@ def test_stop_ends_informers_promptly_even_mid_watch(
     stop.set()
     thread.join(30)
     assert not thread.is_alive()
+
+
+def test_writes_send_the_current_bearer_token_and_the_user_agent(
+    emulator: EmulatorThread,
+) -> None:
+    """Writes bypass the generated client but authenticate like it: the token is read
+    through the Configuration on every request, so its refresh hook can rotate it."""
+    configuration = client.Configuration()
+    configuration.host = emulator.url
+    configuration.api_key = {"authorization": "token-0"}
+    configuration.api_key_prefix = {"authorization": "Bearer"}
+    refreshed = iter(range(1, 100))
+
+    def refresh(config: client.Configuration) -> None:
+        config.api_key["authorization"] = f"token-{next(refreshed)}"
+
+    configuration.refresh_api_key_hook = refresh  # type: ignore[assignment]  # typed as None
+    api = client.ApiClient(configuration)
+    api.user_agent = "interference-scheduler/test"
+    cluster = KubernetesCluster(api, FAST)
+    emulator.put("nodes", node("n1"))
+    emulator.put("pods", pod("p1"))
+    cluster.bind(PodRef("default", "p1"), "n1")
+    cluster.record_event(PodRef("default", "p1"), "Normal", "Scheduled", "ok")
+    cluster.set_unschedulable(PodRef("default", "p1"), "no")
+    seen = emulator.call(
+        lambda e: [
+            (r.url.path, r.headers.get("Authorization"), r.headers.get("Content-Type"))
+            for r in e._requests
+            if r.method.value.upper() in ("POST", "PATCH")
+        ]
+    )
+    assert seen == [
+        ("/api/v1/namespaces/default/pods/p1/binding", "Bearer token-1", "application/json"),
+        (
+            "/apis/events.k8s.io/v1/namespaces/default/events",
+            "Bearer token-2",
+            "application/json",
+        ),
+        (
+            "/api/v1/namespaces/default/pods/p1/status",
+            "Bearer token-3",
+            "application/strategic-merge-patch+json",
+        ),
+    ]
+    assert set(emulator.user_agents("/binding$|/events$|/status$")) == {
+        "interference-scheduler/test"
+    }
+
+
+class _ClosingHandler(http.server.BaseHTTPRequestHandler):
+    """Answers a Binding 201 and closes the connection without saying so, as an API
+    server (or a load balancer in front of it) does with an idle keep-alive connection."""
+
+    protocol_version = "HTTP/1.1"
+    posts: ClassVar[list[str]] = []
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.posts.append(self.path)
+        body = b'{"kind":"Status","status":"Success","code":201}'
+        self.send_response(201)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        self.close_connection = True
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_writes_reconnect_after_the_server_closed_an_idle_connection() -> None:
+    """A kept-alive connection the server has closed is replaced before the next write,
+    never used for it (a Binding must not be sent twice, nor fail for nothing)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ClosingHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        cluster = KubernetesCluster(api_client(f"http://127.0.0.1:{server.server_port}"), FAST)
+        for name in ("p1", "p2", "p3"):
+            cluster.bind(PodRef("default", name), "n1")
+            time.sleep(0.05)  # let the server's close arrive, as it would while idle
+        assert _ClosingHandler.posts == [
+            f"/api/v1/namespaces/default/pods/{name}/binding" for name in ("p1", "p2", "p3")
+        ]
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -6,7 +6,8 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -18,6 +19,7 @@ from interference.decision import CandidateVerdict, Decision, parse_decision_has
 from interference.signals import GpuDevice, NodeMetrics, NodeReport
 from scheduler.adapters.redis_signals import (
     ACL_COMMANDS,
+    QueuedDecisionSink,
     RedisDecisionSink,
     RedisSettings,
     RedisSignalCache,
@@ -285,6 +287,84 @@ def test_decision_sink_never_raises(registry: CollectorRegistry) -> None:
     sink.write(decision())
     sink.write(decision())
     assert registry.get_sample_value("interference_scheduler_decision_write_errors_total") == 2
+
+
+class BatchRecordingSink(RedisDecisionSink):
+    """The real sink, noting the size of every batch the queue hands it."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.batches: list[int] = []
+
+    def write_many(self, decisions: Iterable[Decision]) -> None:
+        batch = list(decisions)
+        self.batches.append(len(batch))
+        super().write_many(batch)
+
+
+def pod_decision(index: int) -> Decision:
+    return dataclasses.replace(decision(), pod=f"train-{index}")
+
+
+def test_queued_sink_writes_every_record_in_batches(
+    raw: redis.Redis[bytes], redis_server: RedisServer, registry: CollectorRegistry
+) -> None:
+    # A long linger: only a full batch or flush() makes the writer write.
+    settings = dataclasses.replace(_settings(redis_server), decision_batch=4, decision_linger_s=60)
+    sink = BatchRecordingSink(connect(settings), settings, SignalMetrics(registry))
+    queued = QueuedDecisionSink(sink, settings)
+    try:
+        for index in range(10):
+            queued.write(pod_decision(index))
+        assert queued.flush(30)
+        for index in range(10):
+            key = keys.decision_key("ml", f"train-{index}")
+            assert parse_decision_hash(raw.hgetall(key)) == pod_decision(index)
+            assert 0 < raw.ttl(key) <= keys.DECISION_TTL_S
+        assert sum(sink.batches) == 10 and max(sink.batches) <= 4
+        assert sink.batches[:2] == [4, 4]  # two full batches, then flush() wrote the rest
+        assert registry.get_sample_value("interference_scheduler_decision_write_errors_total") == 0
+    finally:
+        queued.close()
+    queued.write(pod_decision(10))  # after close: written at once, nothing lost
+    assert raw.exists(keys.decision_key("ml", "train-10"))
+
+
+def test_queued_sink_close_writes_what_is_still_queued(
+    raw: redis.Redis[bytes], redis_server: RedisServer, registry: CollectorRegistry
+) -> None:
+    settings = dataclasses.replace(_settings(redis_server), decision_linger_s=60)
+    queued = QueuedDecisionSink(
+        RedisDecisionSink(connect(settings), settings, SignalMetrics(registry)), settings
+    )
+    for index in range(3):
+        queued.write(pod_decision(index))
+    queued.close()
+    assert all(raw.exists(keys.decision_key("ml", f"train-{index}")) for index in range(3))
+
+
+def test_queued_sink_with_redis_down_counts_every_record_and_never_raises(
+    registry: CollectorRegistry,
+) -> None:
+    settings = dataclasses.replace(
+        SETTINGS,
+        url=f"redis://127.0.0.1:{free_port()}/0",
+        socket_timeout_s=1,
+        decision_queue_size=2,
+        decision_batch=1,
+        decision_linger_s=0.01,
+    )
+    queued = QueuedDecisionSink(
+        RedisDecisionSink(connect(settings), settings, SignalMetrics(registry)), settings
+    )
+    try:
+        for index in range(8):  # more than the queue holds: some wait, none raise
+            queued.write(pod_decision(index))
+        assert queued.flush(60)
+    finally:
+        queued.close()
+    # Each record either failed in a pipeline or was skipped on a full queue: all counted.
+    assert registry.get_sample_value("interference_scheduler_decision_write_errors_total") == 8
 
 
 def test_works_as_the_scheduler_acl_user_from_the_environment(

@@ -1,0 +1,185 @@
+"""Decision-record content of engine results, and the interference-blind switch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from interference.decision import CandidateVerdict, Decision, decision_hash, parse_decision_hash
+from interference.signals import NodeMetrics
+from scheduler.config import ConfigError, parse_config
+from scheduler.engine import Engine
+from scheduler.filters.interference import RUNQ_EXCEEDED, STALE_SIGNALS
+from scheduler.filters.resources import insufficient_reason
+from scheduler.filters.taints import untolerated_taint_reason
+from scheduler.model import ANNOTATION_MAX_RUNQ_P99_US, Taint, parse_pod
+from scheduler.ports import NodeSignals
+from scheduler.settings import EngineSettings, ScoreWeights
+from scheduler.table import NodeTable
+from tests.scheduler.test_model import node_obj, pod_obj, table_of
+
+NOW = 1000.0
+NOT_READY = "node(s) were not ready"
+
+
+def _runq(table: NodeTable, **runq_p99_us: float) -> None:
+    table.set_signals(
+        {
+            name: NodeSignals(NodeMetrics(runq_p99_us=value), updated_at=NOW)
+            for name, value in runq_p99_us.items()
+        }
+    )
+
+
+def _latency_pod(max_runq_us: str = "500", **kwargs: Any) -> dict[str, Any]:
+    return pod_obj(annotations={ANNOTATION_MAX_RUNQ_P99_US: max_runq_us}, **kwargs)
+
+
+def _cluster() -> NodeTable:
+    """quiet-a/quiet-b fit; noisy-1/noisy-2 exceed 500 µs; small lacks CPU; down is not ready;
+    tainted carries an untolerated taint."""
+    table = table_of(
+        [
+            node_obj("quiet-a"),
+            node_obj("quiet-b"),
+            node_obj("noisy-1"),
+            node_obj("noisy-2"),
+            node_obj("small", cpu="100m"),
+            node_obj("down", ready=False),
+            node_obj("tainted", taints=[("dedicated", "db", "NoSchedule")]),
+        ]
+    )
+    _runq(table, **{"quiet-a": 50, "quiet-b": 80, "noisy-1": 4000, "noisy-2": 3000, "small": 50})
+    return table
+
+
+def test_scheduled_pod_records_rejected_nodes_interference_first_and_counts() -> None:
+    pod = parse_pod(_latency_pod(requests={"cpu": "1"}))
+    result = Engine(EngineSettings(record_top_k=3)).schedule(pod, _cluster(), NOW)
+    assert result.node == "quiet-a"
+    feasible = [c for c in result.candidates if c.passed]
+    rejected = [c for c in result.candidates if not c.passed]
+    assert [c.node for c in feasible] == ["quiet-a", "quiet-b"]
+    assert all(c.scores and c.total > 0 for c in feasible)
+    # The noisy nodes come first, with the reason the pod's tolerance rejected them.
+    assert [(c.node, c.reasons) for c in rejected[:2]] == [
+        ("noisy-1", [RUNQ_EXCEEDED]),
+        ("noisy-2", [RUNQ_EXCEEDED]),
+    ]
+    assert (rejected[2].node, rejected[2].reasons) == ("small", [insufficient_reason("cpu")])
+    assert result.reason_counts == {
+        RUNQ_EXCEEDED: 2,
+        insufficient_reason("cpu"): 1,
+        NOT_READY: 1,
+        untolerated_taint_reason(Taint("dedicated", "db", "NoSchedule")): 1,
+    }
+    assert result.feasible == 2
+
+
+@pytest.mark.parametrize(
+    ("top_k", "feasible", "rejected"),
+    [
+        (0, [], []),  # nothing recorded, counts still kept
+        (1, ["quiet-a"], ["noisy-1"]),
+        (2, ["quiet-a", "quiet-b"], ["noisy-1", "noisy-2"]),
+        # latest failing filter first: interference, resources, taints, readiness
+        (9, ["quiet-a", "quiet-b"], ["noisy-1", "noisy-2", "small", "tainted", "down"]),
+    ],
+)
+def test_record_top_k_bounds_both_kinds(
+    top_k: int, feasible: list[str], rejected: list[str]
+) -> None:
+    pod = parse_pod(_latency_pod(requests={"cpu": "1"}))
+    result = Engine(EngineSettings(record_top_k=top_k)).schedule(pod, _cluster(), NOW)
+    assert [c.node for c in result.candidates if c.passed] == feasible
+    assert [c.node for c in result.candidates if not c.passed] == rejected
+    assert sum(result.reason_counts.values()) == 5
+
+
+def test_every_node_feasible_records_no_rejections() -> None:
+    table = table_of([node_obj("a"), node_obj("b")])
+    result = Engine(EngineSettings()).schedule(parse_pod(pod_obj()), table, NOW)
+    assert all(c.passed for c in result.candidates)
+    assert result.reason_counts == {}
+
+
+def test_unschedulable_pod_lists_interference_rejections_first() -> None:
+    pod = parse_pod(_latency_pod("10", requests={"cpu": "1"}))  # every node too noisy
+    result = Engine(EngineSettings(record_top_k=2)).schedule(pod, _cluster(), NOW)
+    assert result.node is None
+    assert [c.node for c in result.candidates] == ["quiet-a", "quiet-b"]
+    assert result.candidates[0].reasons == [RUNQ_EXCEEDED]
+    assert result.reason_counts[RUNQ_EXCEEDED] == 4  # quiet-a, quiet-b, noisy-1, noisy-2
+    assert result.message == (
+        "0/7 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint "
+        "{dedicated: db}, 1 node(s) were not ready, "
+        f"4 {RUNQ_EXCEEDED}."
+    )
+
+
+def test_record_counts_and_details_round_trip_through_the_decision_hash() -> None:
+    pod = parse_pod(_latency_pod(requests={"cpu": "1"}))
+    result = Engine(EngineSettings()).schedule(pod, _cluster(), NOW)
+    decision = Decision(
+        "default",
+        "p",
+        "scheduled",
+        result.node or "",
+        result.message,
+        NOW,
+        candidates=[*result.candidates, CandidateVerdict("g", True, details={"gpu_model": "X"})],
+        rejected_by_reason=result.reason_counts,
+    )
+    parsed = parse_decision_hash(decision_hash(decision))
+    assert parsed.rejected_by_reason == result.reason_counts
+    assert parsed.candidates[-1].details == {"gpu_model": "X"}
+    assert [c.node for c in parsed.candidates] == [c.node for c in result.candidates] + ["g"]
+
+
+# ---- interference_aware: false ---------------------------------------------------------------
+
+
+def test_blind_engine_ignores_tolerance_stale_reject_and_interference_weight() -> None:
+    settings = EngineSettings(
+        interference_aware=False, stale_policy="reject", weights=ScoreWeights(interference=50)
+    )
+    table = table_of([node_obj("noisy"), node_obj("unreported")])
+    _runq(table, noisy=50_000)
+    pod = parse_pod(_latency_pod(requests={"cpu": "1"}))
+    result = Engine(settings, seed=0).schedule(pod, table, NOW)
+    assert result.node in {"noisy", "unreported"}
+    assert result.feasible == 2
+    assert result.reason_counts == {}
+    assert all(set(c.scores) == {"balance", "gpu_packing"} for c in result.candidates)
+    aware = Engine(EngineSettings(stale_policy="reject")).schedule(pod, table, NOW)
+    assert aware.node is None
+    assert aware.reason_counts == {RUNQ_EXCEEDED: 1, STALE_SIGNALS: 1}
+
+
+def test_interference_weight_zero_alone_keeps_tolerance_filters() -> None:
+    table = table_of([node_obj("noisy")])
+    _runq(table, noisy=50_000)
+    settings = EngineSettings(weights=ScoreWeights(interference=0))
+    result = Engine(settings).schedule(parse_pod(_latency_pod()), table, NOW)
+    assert result.node is None and result.blocked_only_by_interference
+
+
+@pytest.mark.parametrize(
+    ("engine", "aware", "problem"),
+    [
+        ({}, True, None),
+        ({"interference_aware": False}, False, None),
+        ({"interference_aware": True}, True, None),
+        ({"interference_aware": "no"}, None, "engine.interference_aware: must be true or false"),
+        ({"interference_awre": False}, None, "did you mean 'interference_aware'?"),
+    ],
+)
+def test_config_validates_interference_aware(
+    engine: dict[str, Any], aware: bool | None, problem: str | None
+) -> None:
+    if problem is None:
+        assert parse_config({"engine": engine}).engine.interference_aware is aware
+    else:
+        with pytest.raises(ConfigError, match=problem):
+            parse_config({"engine": engine})
