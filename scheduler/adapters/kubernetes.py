@@ -224,6 +224,11 @@ def translate_error(exc: Exception, verb: str, resource: str, host: str) -> Clus
                 return _RetryLater(message, retry_after)
             return ApiUnavailable(message)
         return ClusterError(f"{what} failed with HTTP {status}: {detail}")
+    if isinstance(exc, ssl.SSLError | urllib3.exceptions.SSLError):
+        return ApiUnavailable(
+            f"TLS with the API server at {host} failed for {verb} {resource} ({exc}); check the"
+            " kubeconfig's certificate-authority and client certificate"
+        )
     if isinstance(exc, urllib3.exceptions.HTTPError | http.client.HTTPException | OSError):
         return ApiUnavailable(
             f"cannot reach the API server at {host} for {verb} {resource} ({exc}); check the"

@@ -6,10 +6,14 @@ import datetime as dt
 import http.server
 import random
 import re
+import shutil
+import ssl
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, ClassVar
+from contextlib import contextmanager
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -507,14 +511,15 @@ def test_writes_send_the_current_bearer_token_and_the_user_agent(
 
 class _ClosingHandler(http.server.BaseHTTPRequestHandler):
     """Answers a Binding 201 and closes the connection without saying so, as an API
-    server (or a load balancer in front of it) does with an idle keep-alive connection."""
+    server (or a load balancer in front of it) does with an idle keep-alive connection.
+    ``server.posts`` collects the paths POSTed."""
 
     protocol_version = "HTTP/1.1"
-    posts: ClassVar[list[str]] = []
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers["Content-Length"]))
-        self.posts.append(self.path)
+        posts: list[str] = self.server.posts  # type: ignore[attr-defined]  # _binding_server
+        posts.append(self.path)
         body = b'{"kind":"Status","status":"Success","code":201}'
         self.send_response(201)
         self.send_header("Content-Type", "application/json")
@@ -527,20 +532,82 @@ class _ClosingHandler(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def test_writes_reconnect_after_the_server_closed_an_idle_connection() -> None:
-    """A kept-alive connection the server has closed is replaced before the next write,
-    never used for it (a Binding must not be sent twice, nor fail for nothing)."""
+@contextmanager
+def _binding_server(tls: ssl.SSLContext | None = None) -> Iterator[tuple[str, list[str]]]:
+    """A stdlib HTTP(S) server answering Bindings; yields its URL and the paths POSTed."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ClosingHandler)
+    posts: list[str] = []
+    server.posts = posts  # type: ignore[attr-defined]
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        cluster = KubernetesCluster(api_client(f"http://127.0.0.1:{server.server_port}"), FAST)
-        for name in ("p1", "p2", "p3"):
-            cluster.bind(PodRef("default", name), "n1")
-            time.sleep(0.05)  # let the server's close arrive, as it would while idle
-        assert _ClosingHandler.posts == [
-            f"/api/v1/namespaces/default/pods/{name}/binding" for name in ("p1", "p2", "p3")
-        ]
+        yield f"{'https' if tls else 'http'}://127.0.0.1:{server.server_port}", posts
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_writes_reconnect_after_the_server_closed_an_idle_connection() -> None:
+    """A kept-alive connection the server has closed is replaced before the next write,
+    never used for it (a Binding must not be sent twice, nor fail for nothing)."""
+    with _binding_server() as (url, posts):
+        cluster = KubernetesCluster(api_client(url), FAST)
+        for name in ("p1", "p2", "p3"):
+            cluster.bind(PodRef("default", name), "n1")
+            time.sleep(0.05)  # let the server's close arrive, as it would while idle
+        assert posts == [
+            f"/api/v1/namespaces/default/pods/{name}/binding" for name in ("p1", "p2", "p3")
+        ]
+
+
+@pytest.fixture(scope="module")
+def self_signed(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """A certificate for 127.0.0.1 that is its own CA, and its key (made by openssl)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = str(folder / "cert.pem"), str(folder / "key.pem")
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-keyout", key, "-out", cert, "-subj", "/CN=127.0.0.1"),
+            *("-addext", "subjectAltName=IP:127.0.0.1"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+def test_writes_over_tls_verify_the_server_with_the_configured_ca(
+    self_signed: tuple[str, str],
+) -> None:
+    cert, key = self_signed
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    with _binding_server(tls) as (url, posts):
+        trusting = client.Configuration()
+        trusting.host = url
+        trusting.ssl_ca_cert = cert
+        KubernetesCluster(client.ApiClient(trusting), FAST).bind(PodRef("default", "p1"), "n1")
+        assert posts == ["/api/v1/namespaces/default/pods/p1/binding"]
+
+        untrusting = api_client(url)  # the system CAs do not know this certificate
+        with pytest.raises(ApiUnavailable, match=r"TLS with the API server .* certificate-auth"):
+            KubernetesCluster(untrusting, FAST).bind(PodRef("default", "p2"), "n1")
+
+        unverified = api_client(url)
+        unverified.configuration.verify_ssl = False
+        KubernetesCluster(unverified, FAST).bind(PodRef("default", "p3"), "n1")
+        assert posts[-1] == "/api/v1/namespaces/default/pods/p3/binding"
+        assert len(posts) == 2  # the refused handshake sent nothing
+
+        # tls_server_name is beyond http.client: the client's own urllib3 pool sends it.
+        named = client.Configuration()
+        named.host = url
+        named.ssl_ca_cert = cert
+        named.tls_server_name = "127.0.0.1"
+        KubernetesCluster(client.ApiClient(named), FAST).bind(PodRef("default", "p4"), "n1")
+        assert posts[-1] == "/api/v1/namespaces/default/pods/p4/binding"
