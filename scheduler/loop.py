@@ -326,7 +326,7 @@ class SchedulingLoop:
         healthy = self._signals.healthy()
         self._note_signal_health(healthy)
         if not healthy:
-            blind = self._blind_engine.schedule(pod, table, now, relax_interference=True)
+            blind = self._blind_engine.schedule(pod, table, now)
             return _Verdict(blind, None, blind=True)
         table.set_signals(self._signals.snapshot())
         self._update_stale_gauge(now)
@@ -437,6 +437,7 @@ class SchedulingLoop:
             ts=now,
             dry_run=self._loop_settings.dry_run,
             candidates=candidates,
+            rejected_by_reason=dict(result.reason_counts),
         )
 
     def _write_decision(self, decision: Decision) -> None:
@@ -505,8 +506,4 @@ def _ref(pod: PodInfo) -> PodRef:
 
 def _blind(settings: EngineSettings) -> EngineSettings:
     """Settings that ignore interference signals entirely (used while they are unreadable)."""
-    return dataclasses.replace(
-        settings,
-        weights=dataclasses.replace(settings.weights, interference=0.0),
-        stale_policy="neutral",
-    )
+    return dataclasses.replace(settings, interference_aware=False)

@@ -551,7 +551,7 @@ class KubernetesCluster:
         stop.wait()
         with self._lock:
             for response in self._open_watches:  # unblocks a reader waiting for an event
-                response.shutdown()
+                _interrupt(response)
         for thread in threads:
             thread.join(timeout=self.settings.request_timeout_s + 5)
 
@@ -616,7 +616,7 @@ class KubernetesCluster:
         events = 0
         with self._lock:  # run_informers shuts down what is registered once stop is set
             if stop.is_set():
-                response.shutdown()
+                _interrupt(response)
             self._open_watches.add(response)
         try:
             for event_type, obj in self._events_of(kind, response):
@@ -680,3 +680,11 @@ def _watch_event(event_type: str) -> EventType:
     if event_type == "DELETED":
         return "DELETED"
     return "MODIFIED"
+
+
+def _interrupt(response: Any) -> None:
+    """Unblock a thread reading a watch response; the response may already be finished."""
+    try:
+        response.shutdown()
+    except (ValueError, OSError):  # urllib3: no socket left to shut down (already released)
+        response.release_conn()

@@ -61,6 +61,7 @@ def test_latency_sensitive_pod_avoids_the_noisy_node(h: LoopHarness) -> None:
     assert "noisy" not in {c.node for c in record.candidates if c.passed}
     (noisy,) = [c for c in record.candidates if c.node == "noisy"]
     assert noisy.reasons == [RUNQ_EXCEEDED]
+    assert record.rejected_by_reason == {RUNQ_EXCEEDED: 1}
     # A pod without a tolerance is free to use the big noisy node (score only).
     h.cluster.add_pod(pod_object("batch", cpu="4"))
     h.cycle()
