@@ -23,19 +23,19 @@ import os
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
 
 from interference import keys
+from interference_cli.redis_process import private_redis_server
 
 REPO = Path(__file__).resolve().parents[1]
 AGENT = REPO / ".venv" / "bin" / "interference-agent"
@@ -70,40 +70,6 @@ class AgentUsage:
     cpu_percent: list[float] = field(default_factory=list)
     peak_rss_mb: list[float] = field(default_factory=list)
     steady_rss_mb: list[float] = field(default_factory=list)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def redis_server(workdir: str) -> Iterator[str]:
-    """A private redis-server on a free loopback port; yields its URL."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        sys.exit("redis-server is not installed: run `make setup`")
-    port = free_port()
-    argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
-    argv += ["--appendonly", "no", "--dir", workdir]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
-    url = f"redis://127.0.0.1:{port}/0"
-    try:
-        client = redis.Redis.from_url(url)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def pipe_ops_per_s(settings: BenchSettings) -> float:
@@ -205,6 +171,8 @@ def check_prerequisites() -> None:
             problems.append(
                 f"{tool} is missing: run `make setup` (linux-perf, libbpf-tools, bpfcc-tools)"
             )
+    if shutil.which("redis-server") is None:
+        problems.append("redis-server is missing: run `make setup`")
     if not AGENT.exists():
         problems.append(f"{AGENT} is missing: run `make setup`")
     if problems:
@@ -228,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     usage = AgentUsage()
     with (
         tempfile.TemporaryDirectory(prefix="agent-overhead-") as workdir,
-        redis_server(workdir) as url,
+        private_redis_server(workdir) as url,
     ):
         runs = {
             "none": lambda: pipe_ops_per_s(settings),

@@ -45,10 +45,7 @@ import os
 import pstats
 import random
 import re
-import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -65,6 +62,7 @@ from prometheus_client import CollectorRegistry
 
 from interference.decision import Decision
 from interference.signals import NodeMetrics
+from interference_cli.redis_process import RedisServerError, private_redis_server
 from scheduler.adapters.kubernetes import KubernetesCluster
 from scheduler.adapters.memory import InMemoryCluster, node_object, pod_object
 from scheduler.adapters.redis_signals import (
@@ -444,41 +442,15 @@ def http_emulator() -> Iterator[str]:
 @contextlib.contextmanager
 def redis_server() -> Iterator[redis.Redis[bytes]]:
     """A throwaway redis-server on a free loopback port."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        sys.exit("redis-server not found: run `make setup` (it installs it)")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    workdir = tempfile.mkdtemp(prefix="bench-redis-")
-    process = subprocess.Popen(
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            workdir,
-        ],
-        stdout=subprocess.DEVNULL,
-    )
-    try:
-        connection = redis.Redis(host="127.0.0.1", port=port)
-        for _ in range(200):
-            with contextlib.suppress(redis.ConnectionError):
-                connection.ping()
-                break
-            time.sleep(0.05)
-        yield connection
-    finally:
-        process.terminate()
-        process.wait(10)
-        shutil.rmtree(workdir, ignore_errors=True)
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-redis-") as workdir,
+        private_redis_server(workdir) as url,
+    ):
+        connection = redis.Redis.from_url(url)
+        try:
+            yield connection
+        finally:
+            connection.close()
 
 
 class HttpBoundCluster:
@@ -705,7 +677,10 @@ def main(argv: list[str] | None = None) -> int:
                 ),
             )
     if not args.skip_end_to_end:
-        e2e = bench_end_to_end(cluster, signals, args.pending, args.bind_workers)
+        try:
+            e2e = bench_end_to_end(cluster, signals, args.pending, args.bind_workers)
+        except RedisServerError as exc:
+            sys.exit(str(exc))
         run = e2e.run
         if not args.skip_in_memory:
             local = bench_in_memory(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,6 +20,12 @@ import redis
 
 from interference import keys
 from interference_cli.local_cluster import LocalCluster, NodeSpec, host_settings
+from interference_cli.redis_process import (
+    RedisServerError,
+    free_port,
+    redis_server_argv,
+    wait_until_answering,
+)
 from scheduler.ports import ClusterError, K8sObject
 
 AGENT_START_TIMEOUT_S = 120.0
@@ -151,22 +156,14 @@ class LocalLab:
             self._workdir = None
 
     def _start_redis(self) -> str:
-        binary = shutil.which("redis-server")
-        assert binary is not None  # check_host
         port = free_port()
-        argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                "--appendonly", "no", "--dir", str(self.workdir)]  # fmt: skip
-        proc = self.processes.start(argv, self.workdir / "redis.log")
-        client = redis.Redis(port=port, socket_timeout=0.5)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                client.ping()
-                return f"redis://127.0.0.1:{port}/0"
-            except redis.ConnectionError:
-                time.sleep(0.05)
-        log = (self.workdir / "redis.log").read_text()[-300:]
-        raise LabError(f"redis-server did not start on port {port}: {log}")
+        log_path = self.workdir / "redis.log"
+        proc = self.processes.start(redis_server_argv(port, str(self.workdir)), log_path)
+        try:
+            wait_until_answering(port, proc)
+        except RedisServerError as exc:
+            raise LabError(f"{exc}: {log_path.read_text()[-300:]}") from None
+        return f"redis://127.0.0.1:{port}/0"
 
     def _start_agent(self, node: str, pods_file: Path) -> None:
         argv = [
@@ -184,10 +181,3 @@ class LocalLab:
     def _last_log(self, node: str) -> str:
         lines = self.agent_log(node).read_text(errors="replace").strip().splitlines()
         return lines[-1] if lines else "(empty)"
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])

@@ -28,7 +28,7 @@ from interference.signals import NodeReport
 from node_agent import probes
 from node_agent.agent import Agent, build_agent
 from node_agent.health import AgentHttpServer, AgentMetrics
-from node_agent.settings import AgentSettings
+from node_agent.settings import AgentSettings, detect_cgroup_v2_mount
 
 log = logging.getLogger("node_agent")
 
@@ -82,6 +82,18 @@ def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         "--cgroup-root",
         default=environ.get("CGROUP_ROOT", "/"),
         help="only measure cgroups at or below this path (env CGROUP_ROOT; default /)",
+    )
+    p.add_argument(
+        "--cgroup-v2-mount",
+        default=environ.get("CGROUP_V2_MOUNT") or detect_cgroup_v2_mount(),
+        help="where the cgroup v2 hierarchy is mounted (env CGROUP_V2_MOUNT; default "
+        "/sys/fs/cgroup on pure-v2 hosts, else /sys/fs/cgroup/unified)",
+    )
+    p.add_argument(
+        "--cgroup-v1-mount",
+        default=environ.get("CGROUP_V1_MOUNT", AgentSettings.cgroup_v1_mount),
+        help="parent of the v1 controller mounts cpu/, memory/, … (env CGROUP_V1_MOUNT; "
+        "default %(default)s)",
     )
     p.add_argument(
         "--ncpu",
@@ -210,6 +222,8 @@ def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> 
         stream_maxlen=args.stream_maxlen,
         probes=tuple(n.strip() for n in args.probes.split(",") if n.strip()),
         cgroup_root=args.cgroup_root,
+        cgroup_v2_mount=args.cgroup_v2_mount,
+        cgroup_v1_mount=args.cgroup_v1_mount,
         ncpu=args.ncpu,
         http_address=args.http_address,
         http_port=args.http_port,

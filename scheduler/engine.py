@@ -22,7 +22,6 @@ and the interference score is left out of the sum (interference-blind scheduling
 from __future__ import annotations
 
 import random
-from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -94,10 +93,11 @@ class _StaticStage:
 class _Rejections:
     """Nodes rejected by a sequence of filters, each at its first failing filter."""
 
-    counts: Counter[str]
-    """Reason → nodes (a node failing a filter for two reasons counts under both)."""
-    rows: tuple[tuple[FilterResult, NDArray[np.intp]], ...]
-    """Per filter that rejected any node first, in filter order: the rows it rejected."""
+    counts: dict[str, int]
+    """Reason → nodes, reasons with none left out (a node failing a filter for two
+    reasons counts under both)."""
+    failing: tuple[tuple[FilterResult, NDArray[np.bool_]], ...]
+    """Per filter that rejected any node first, in filter order: the nodes it rejected."""
 
 
 class Engine:
@@ -114,29 +114,32 @@ class Engine:
         if len(table) == 0:
             return EngineResult(None, [], NO_NODES, False, pod.unsupported, 0)
         static = self._static_stage(pod, table)
-        dynamic = [host_ports(table, pod), resources_fit(table, pod), pod_anti_affinity(table, pod)]
-        passed = static.passed
-        for result in dynamic:
-            if result.reasons:  # a filter with no possible reason passes every node
-                passed = passed & result.passed
+        # a filter with no possible reason passes every node: leave it out
+        dynamic = [
+            stage for stage in (host_ports(table, pod), resources_fit(table, pod)) if stage.reasons
+        ]
+        anti_affinity = pod_anti_affinity(table, pod)
+        if anti_affinity.reasons:
+            dynamic.append(anti_affinity)
+        passed = _all_of(static.passed, dynamic)
         without_interference = passed
         if self.settings.interference_aware and not relax_interference:
             interference = interference_filter(table, pod, self.settings, now)
-            dynamic.append(interference)
             if interference.reasons:
+                dynamic.append(interference)
                 passed = passed & interference.passed
-        feasible = np.flatnonzero(passed)
+        feasible = int(np.count_nonzero(passed))
         details = self._details_for(pod, table)
-        counts = static.rejections.counts
+        counts = dict(static.rejections.counts)  # the result's own, the cached one stays
         rejected: list[CandidateVerdict] = []
-        if static.passed_count > len(feasible):
+        if static.passed_count > feasible:
             dynamic_rejections = _rejections(dynamic, static.passed)
-            counts = counts + dynamic_rejections.counts
-            rejected = self._rejected(table, dynamic_rejections.rows, details)
+            counts = _merged(counts, dynamic_rejections.counts)
+            rejected = self._rejected(table, dynamic_rejections.failing, details)
         left = self.settings.record_top_k - len(rejected)
-        if left > 0 and static.rejections.rows:
+        if left > 0 and static.rejections.failing:
             rejected += self._static_verdicts(table, static, left, details)
-        if len(feasible) == 0:
+        if feasible == 0:
             return EngineResult(
                 node=None,
                 candidates=rejected,
@@ -144,26 +147,25 @@ class Engine:
                 blocked_only_by_interference=bool(without_interference.any()),
                 unsupported=pod.unsupported,
                 feasible=0,
-                reason_counts=dict(counts),
+                reason_counts=counts,
             )
         scores = self._scores(pod, table, now)
         totals = _weighted_sum(scores.values(), len(table))
-        feasible_totals = totals[feasible]
-        best = _best_first(feasible_totals, max(2, self.settings.record_top_k))
-        if len(best) > 1 and feasible_totals[best[1]] == feasible_totals[best[0]]:
-            ties = np.flatnonzero(feasible_totals == feasible_totals[best[0]])
-            chosen = int(feasible[ties[self._random.randrange(len(ties))]])
-        else:
-            chosen = int(feasible[best[0]])
-        ranked = self._ranked(table, feasible[best].tolist(), chosen, scores, totals, details)
+        np.putmask(totals, ~passed, -np.inf)  # infeasible nodes rank last, never chosen
+        best = _best_first(totals, min(max(2, self.settings.record_top_k), feasible))
+        chosen = best[0]
+        if len(best) > 1 and totals[best[1]] == totals[chosen]:
+            ties = np.flatnonzero(totals == totals[chosen])
+            chosen = int(ties[self._random.randrange(len(ties))])
+        ranked = self._ranked(table, best, chosen, scores, totals, details)
         return EngineResult(
             node=table.names[chosen],
             candidates=ranked + rejected,
             message=scheduled_message(pod.key, table.names[chosen]),
             blocked_only_by_interference=False,
             unsupported=pod.unsupported,
-            feasible=len(feasible),
-            reason_counts=dict(counts),
+            feasible=feasible,
+            reason_counts=counts,
         )
 
     def _static_stage(self, pod: PodInfo, table: NodeTable) -> _StaticStage:
@@ -177,12 +179,9 @@ class Engine:
             taint_toleration(table, pod),
             node_affinity(table, pod),
         )
-        passed = results[0].passed.copy()
-        for result in results[1:]:
-            passed &= result.passed
-        everyone = np.ones(len(table), dtype=np.bool_)
+        passed = _all_of(results[0].passed, results[1:])
         stage = _StaticStage(
-            passed, results, int(np.count_nonzero(passed)), _rejections(results, everyone)
+            passed, results, int(np.count_nonzero(passed)), _rejections(results, table.everyone())
         )
         table.remember(key, stage)
         return stage
@@ -218,7 +217,7 @@ class Engine:
         key = (count, details is not _no_details)
         verdicts = static.verdicts.get(key)
         if verdicts is None:
-            verdicts = self._rejected(table, static.rejections.rows, details, count)
+            verdicts = self._rejected(table, static.rejections.failing, details, count)
             static.verdicts[key] = verdicts
         return verdicts
 
@@ -228,10 +227,21 @@ class Engine:
         if pod.requests.get(self.settings.gpu_resource, 0) == 0:
             return _no_details
 
+        # labels change only with the table's generation, which empties mask_cache
+        known = table.mask_cache.get("gpu_details")
+        if not isinstance(known, dict):
+            known = {}
+            table.remember("gpu_details", known)
+        found: dict[int, dict[str, str]] = known
+
         def gpu_details(row: int) -> dict[str, str]:
-            labels = ((GPU_MODEL, GPU_PRODUCT_LABEL), (GPU_MEMORY_MIB, GPU_MEMORY_LABEL))
-            found = {name: table.node_label(row, label) for name, label in labels}
-            return {name: value for name, value in found.items() if value is not None}
+            cached = found.get(row)
+            if cached is None:
+                labels = ((GPU_MODEL, GPU_PRODUCT_LABEL), (GPU_MEMORY_MIB, GPU_MEMORY_LABEL))
+                values = {name: table.node_label(row, label) for name, label in labels}
+                cached = {name: value for name, value in values.items() if value is not None}
+                found[row] = cached
+            return cached
 
         return gpu_details
 
@@ -246,23 +256,24 @@ class Engine:
     ) -> list[CandidateVerdict]:
         """The chosen node, then the next best feasible nodes, with their breakdowns."""
         k = self.settings.record_top_k
-        if k == 0:
-            return []
         rows = [chosen, *(r for r in best_rows if r != chosen)][:k]
-        plugins = list(scores)
-        per_plugin = [score[rows].tolist() for _, score in scores.values()]
         names = table.names
         return [
             CandidateVerdict(
-                names[row], True, [], dict(zip(plugins, values, strict=True)), total, details(row)
+                names[row],
+                True,
+                [],
+                {plugin: score.item(row) for plugin, (_, score) in scores.items()},
+                totals.item(row),
+                details(row),
             )
-            for row, total, *values in zip(rows, totals[rows].tolist(), *per_plugin, strict=True)
+            for row in rows
         ]
 
     def _rejected(
         self,
         table: NodeTable,
-        rejections: tuple[tuple[FilterResult, NDArray[np.intp]], ...],
+        rejections: tuple[tuple[FilterResult, NDArray[np.bool_]], ...],
         details: Callable[[int], dict[str, str]],
         count: int | None = None,
     ) -> list[CandidateVerdict]:
@@ -272,16 +283,16 @@ class Engine:
         nodes only."""
         verdicts: list[CandidateVerdict] = []
         left = self.settings.record_top_k if count is None else count
-        for stage, rows in reversed(rejections):
+        for stage, failing in reversed(rejections):
             if left <= 0:
                 break
-            recorded = rows[:left]
+            recorded = np.flatnonzero(failing)[:left]
             reasons = stage.failure_reasons(recorded)
             for row, why in zip(recorded.tolist(), reasons, strict=True):
                 verdicts.append(
                     CandidateVerdict(table.names[row], False, why, details=details(row))
                 )
-            left -= len(rows)
+            left -= len(recorded)
         return verdicts
 
 
@@ -289,41 +300,71 @@ def _no_details(row: int) -> dict[str, str]:
     return {}
 
 
+def _all_of(first: NDArray[np.bool_], stages: Iterable[FilterResult]) -> NDArray[np.bool_]:
+    """``first ∧ passed`` of every stage, never writing into ``first`` or a stage's mask."""
+    passed = first
+    for stage in stages:
+        if passed is first:
+            passed = first & stage.passed
+        else:
+            passed &= stage.passed
+    return passed
+
+
 def _weighted_sum(
     scores: Iterable[tuple[float, NDArray[np.float64]]], count: int
 ) -> NDArray[np.float64]:
-    """``Σ weight · score`` per node, never writing into a score (it may be a cached column)."""
-    totals = np.zeros(count)
+    """``Σ weight · score`` per node as a new array, never writing into a score (it may be a
+    cached column)."""
+    totals: NDArray[np.float64] | None = None
     for weight, score in scores:
-        totals += score if weight == 1 else score * weight
-    return totals
+        if totals is None:
+            totals = score.copy() if weight == 1 else score * weight
+        else:
+            totals += score if weight == 1 else score * weight
+    return np.zeros(count) if totals is None else totals
 
 
-def _best_first(values: NDArray[np.float64], k: int) -> NDArray[np.intp]:
-    """Indices of the ``k`` largest values, largest first (ties in index order)."""
-    if len(values) > k:
-        top = np.argpartition(values, -k)[-k:]
-        return top[np.argsort(-values[top], kind="stable")]
-    return np.argsort(-values, kind="stable")
+def _best_first(values: NDArray[np.float64], k: int) -> list[int]:
+    """Indices of the ``k`` largest values, largest first, ties in index order.
+
+    ``k`` is small (the record's length), so ``k`` arg-max passes beat a partition of every
+    node; each found value is masked for the next pass and put back at the end.
+    """
+    rows: list[int] = []
+    found: list[float] = []
+    for _ in range(k):
+        row = int(values.argmax())
+        rows.append(row)
+        found.append(values.item(row))
+        values[row] = -np.inf
+    values[rows] = found
+    return rows
+
+
+def _merged(counts: dict[str, int], more: dict[str, int]) -> dict[str, int]:
+    """``counts`` with ``more`` added reason by reason (``counts`` is updated and returned)."""
+    for reason, nodes in more.items():
+        counts[reason] = counts.get(reason, 0) + nodes
+    return counts
 
 
 def _rejections(stages: Iterable[FilterResult], undecided: NDArray[np.bool_]) -> _Rejections:
     """Nodes among ``undecided`` that ``stages`` reject, each at its first failing filter.
-    A filter with one reason needs no reason matrix."""
-    counts: Counter[str] = Counter()
-    rows: list[tuple[FilterResult, NDArray[np.intp]]] = []
+    A filter with one reason needs no per-reason columns."""
+    counts: dict[str, int] = {}
+    failing_per_stage: list[tuple[FilterResult, NDArray[np.bool_]]] = []
     for stage in stages:
         if not stage.reasons:
             continue
-        failing_rows = np.flatnonzero(np.greater(undecided, stage.passed))  # ∧ ¬passed
-        if len(failing_rows) == 0:
+        failing = np.greater(undecided, stage.passed)  # undecided ∧ ¬passed
+        rejected = int(np.count_nonzero(failing))
+        if rejected == 0:
             continue
-        rows.append((stage, failing_rows))
-        if len(stage.reasons) == 1:
-            counts[stage.reasons[0]] += len(failing_rows)
-        else:
-            per_reason = stage.reason_rows(failing_rows).sum(axis=0)
-            for reason, nodes in zip(stage.reasons, per_reason.tolist(), strict=True):
-                counts[reason] += int(nodes)
+        failing_per_stage.append((stage, failing))
+        per_reason = [rejected] if len(stage.reasons) == 1 else stage.reason_counts(failing)
+        for reason, nodes in zip(stage.reasons, per_reason, strict=True):
+            if nodes:
+                counts[reason] = counts.get(reason, 0) + nodes
         undecided = undecided & stage.passed
-    return _Rejections(counts, tuple(rows))
+    return _Rejections(counts, tuple(failing_per_stage))

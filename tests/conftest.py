@@ -3,23 +3,22 @@
 from __future__ import annotations
 
 import os
-import shutil
-import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 import redis
 
+from interference_cli.redis_process import (
+    RedisServerError,
+    free_port,
+    start_redis_server,
+    stop_redis_server,
+)
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+__all__ = ["RedisServer", "free_port", "redis_server"]
 
 
 @dataclass
@@ -35,47 +34,17 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            pytest.fail("redis-server is not installed; run `make setup`")
-        self.proc = subprocess.Popen(
-            [
-                binary,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                self.workdir,
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                redis.Redis(port=self.port, socket_timeout=0.5).ping()
-                return
-            except redis.ConnectionError:
-                time.sleep(0.05)
-        self.stop()
-        pytest.fail(f"redis-server did not start on port {self.port}")
+        try:
+            self.proc = start_redis_server(self.port, self.workdir)
+        except RedisServerError as exc:
+            pytest.fail(str(exc))
 
     def stop(self) -> None:
         if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            stop_redis_server(self.proc)
             self.proc = None
 
-    def client(self) -> redis.Redis:
+    def client(self) -> redis.Redis[str]:
         return redis.Redis(port=self.port, decode_responses=True)
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import ClassVar, Generic, TypeVar
 
-from node_agent.probes.base import ProbeContext
+from node_agent.probes.base import ProbeContext, ProbeUnavailable, Sample
 
 
 @dataclass(frozen=True)
@@ -157,3 +157,53 @@ class CgroupCounters:
             if nonzero:
                 changed[key] = nonzero
         return changed
+
+
+class CgroupCounterProbe:
+    """A probe reporting per-cgroup counter deltas from one controller's files.
+
+    Subclasses name the ``controller`` and give one reader per cgroup version; ``start()``
+    prefers the v2 hierarchy when it has the controller, else the v1 controller mount.
+    Results are keyed by cgroup path in ``Sample.by_cgroup_path``; cgroups whose counters
+    did not move in the interval are left out.
+    """
+
+    name: str
+    controller: ClassVar[str]
+    """The cgroup controller whose files are read: ``cpu``, ``memory``."""
+    counters_description: ClassVar[str]
+    """What is missing when neither hierarchy has the controller, e.g. "CFS throttling
+    counters"; starts the :class:`ProbeUnavailable` message."""
+    readers: ClassVar[Mapping[int, CounterReader]]
+    """The reader of one cgroup directory's counters, by cgroup version (1 and 2)."""
+
+    def __init__(self, ctx: ProbeContext) -> None:
+        self._ctx = ctx
+        self._counters: CgroupCounters | None = None
+
+    def start(self) -> None:
+        """Pick the hierarchy that has the controller and take the baseline."""
+        hierarchy = v2_hierarchy(self._ctx, self.controller) or v1_hierarchy(
+            self._ctx, self.controller
+        )
+        if hierarchy is None:
+            v1_mount = os.path.join(self._ctx.cgroup_v1_mount, self.controller)
+            raise ProbeUnavailable(
+                f"no {self.counters_description}: the cgroup v2 hierarchy at "
+                f"{self._ctx.cgroup_v2_mount} lacks the {self.controller} controller and no "
+                f"v1 {self.controller} controller is mounted at {v1_mount}; mount the host's "
+                "/sys/fs/cgroup into the agent (or pass --cgroup-v2-mount/--cgroup-v1-mount)"
+            )
+        read = self.readers[hierarchy.version]
+        self._counters = CgroupCounters(hierarchy, self._ctx.cgroup_root, read)
+        self._counters.collect()
+
+    def collect(self) -> Sample:
+        """Counter increases since the previous call, per cgroup whose counters moved."""
+        if self._counters is None:
+            return Sample()
+        return Sample(by_cgroup_path=self._counters.collect())
+
+    def close(self) -> None:
+        """Nothing to release (files are opened and closed per read)."""
+        self._counters = None

@@ -19,22 +19,15 @@ with at least one event in the interval are reported.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from typing import ClassVar
 
-from node_agent.probes.base import (
-    MEM_HIGH_EVENTS,
-    MEM_MAX_EVENTS,
-    MEM_OOM_EVENTS,
-    ProbeContext,
-    ProbeUnavailable,
-    Sample,
-    register,
-)
+from node_agent.probes.base import MEM_HIGH_EVENTS, MEM_MAX_EVENTS, MEM_OOM_EVENTS, register
 from node_agent.probes.cgroup_files import (
-    CgroupCounters,
+    CgroupCounterProbe,
+    CounterReader,
     read_flat_keyed,
     read_text,
-    v1_hierarchy,
-    v2_hierarchy,
 )
 
 
@@ -62,38 +55,13 @@ def read_v1_memory_events(directory: str) -> dict[str, int] | None:
 
 
 @register("memory_events")
-class MemoryEventsProbe:
+class MemoryEventsProbe(CgroupCounterProbe):
     """Per-cgroup memory.high/max/OOM event deltas, keyed by path in ``by_cgroup_path``."""
 
     name = "memory_events"
-
-    def __init__(self, ctx: ProbeContext) -> None:
-        self._ctx = ctx
-        self._counters: CgroupCounters | None = None
-
-    def start(self) -> None:
-        """Pick the hierarchy that has the memory controller and take the baseline."""
-        v2 = v2_hierarchy(self._ctx, "memory")
-        v1 = v1_hierarchy(self._ctx, "memory")
-        if v2 is not None:
-            self._counters = CgroupCounters(v2, self._ctx.cgroup_root, read_v2_memory_events)
-        elif v1 is not None:
-            self._counters = CgroupCounters(v1, self._ctx.cgroup_root, read_v1_memory_events)
-        else:
-            raise ProbeUnavailable(
-                f"no memory-limit counters: the cgroup v2 hierarchy at "
-                f"{self._ctx.cgroup_v2_mount} lacks the memory controller and no v1 memory "
-                f"controller is mounted at {os.path.join(self._ctx.cgroup_v1_mount, 'memory')}; "
-                "mount the host's /sys/fs/cgroup into the agent"
-            )
-        self._counters.collect()
-
-    def collect(self) -> Sample:
-        """Events since the previous call, per cgroup that had any."""
-        if self._counters is None:
-            return Sample()
-        return Sample(by_cgroup_path=self._counters.collect())
-
-    def close(self) -> None:
-        """Nothing to release."""
-        self._counters = None
+    controller = "memory"
+    counters_description = "memory-limit counters"
+    readers: ClassVar[Mapping[int, CounterReader]] = {
+        2: read_v2_memory_events,
+        1: read_v1_memory_events,
+    }

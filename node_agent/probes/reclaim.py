@@ -17,12 +17,12 @@ from node_agent.probes.base import (
     RECLAIM_COUNT,
     RECLAIM_NS,
     VMSCAN_THROTTLED,
-    ProbeContext,
     register,
 )
 from node_agent.probes.bpf_loader import BpfCgroupProbe
 
 
+@register("reclaim")
 class ReclaimProbe(BpfCgroupProbe):
     """Reclaim stalls per cgroup: count, stall ns, log2 µs histogram; throttle events."""
 
@@ -40,9 +40,3 @@ class ReclaimProbe(BpfCgroupProbe):
         "vmscan_throttled": VMSCAN_THROTTLED,
     }
     histograms: ClassVar[Mapping[str, str]] = {"reclaim_us_slots": HIST_RECLAIM_US}
-
-
-@register("reclaim")
-def make_reclaim(ctx: ProbeContext) -> ReclaimProbe:
-    """Registry factory: the probe is inert until ``start()``."""
-    return ReclaimProbe(ctx)

@@ -16,12 +16,12 @@ from node_agent.probes.base import (
     ONCPU_NS,
     RUNQ_COUNT,
     RUNQ_NS,
-    ProbeContext,
     register,
 )
 from node_agent.probes.bpf_loader import BpfCgroupProbe
 
 
+@register("runqlat")
 class RunqlatProbe(BpfCgroupProbe):
     """Run-queue delay per cgroup: count, sum ns, log2 µs histogram; on-CPU ns."""
 
@@ -33,9 +33,3 @@ class RunqlatProbe(BpfCgroupProbe):
         "oncpu_ns": ONCPU_NS,
     }
     histograms: ClassVar[Mapping[str, str]] = {"runq_us_slots": HIST_RUNQ_US}
-
-
-@register("runqlat")
-def make_runqlat(ctx: ProbeContext) -> RunqlatProbe:
-    """Registry factory: the probe is inert until ``start()``."""
-    return RunqlatProbe(ctx)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -16,33 +16,30 @@ class FilterResult:
     """One filter over all nodes of a table.
 
     ``passed[i]`` says whether node row ``i`` passes. ``reasons`` are the kube-scheduler
-    style messages this filter can give; :meth:`reason_matrix` says which apply to each
+    style messages this filter can give; :meth:`reason_columns` says which apply to each
     node (computed lazily, once, since only failure messages and decision records need it).
     """
 
     name: str
     passed: NDArray[np.bool_]
     reasons: tuple[str, ...]
-    explain: Callable[[], NDArray[np.bool_]] | None = None
-    """Builds the ``[nodes, reasons]`` matrix; ``None`` means one reason for every failure."""
-    explain_rows: Callable[[NDArray[np.intp]], NDArray[np.bool_]] | None = None
-    """The same matrix for some rows only (cheaper when few nodes failed); optional."""
-    _matrix: NDArray[np.bool_] | None = field(default=None, repr=False)
+    explain: Callable[[], Sequence[NDArray[np.bool_]]] | None = None
+    """Builds :meth:`reason_columns`; ``None`` means one reason for every failure."""
+    _columns: Sequence[NDArray[np.bool_]] | None = field(default=None, repr=False)
 
-    def reason_matrix(self) -> NDArray[np.bool_]:
-        """``matrix[i, j]``: reason ``j`` applies to node ``i`` (all False where it passed)."""
-        if self._matrix is None:
-            if self.explain is None:
-                self._matrix = ~self.passed[:, np.newaxis]
-            else:
-                self._matrix = self.explain()
-        return self._matrix
+    def reason_columns(self) -> Sequence[NDArray[np.bool_]]:
+        """Per reason, a node mask: ``column[i]`` says whether the reason applies to node
+        ``i``; read only where the node failed (a passing node's entries mean nothing)."""
+        if self._columns is None:
+            self._columns = (~self.passed,) if self.explain is None else self.explain()
+        return self._columns
 
-    def reason_rows(self, rows: NDArray[np.intp]) -> NDArray[np.bool_]:
-        """``reason_matrix()[rows]``, without building the whole matrix when it can."""
-        if self._matrix is None and self.explain_rows is not None:
-            return self.explain_rows(rows)
-        return self.reason_matrix()[rows]
+    def reason_counts(self, failing: NDArray[np.bool_]) -> list[int]:
+        """Per reason, how many of the ``failing`` nodes (a mask of nodes this filter
+        rejected) it applies to: ``count(failing ∧ column)``."""
+        if len(self.reasons) == 1:  # a failing node fails for some reason: the only one
+            return [int(np.count_nonzero(failing))]
+        return [int(np.count_nonzero(failing & column)) for column in self.reason_columns()]
 
     def reasons_for(self, row: int) -> list[str]:
         """The reasons node ``row`` failed this filter (empty when it passed)."""
@@ -52,11 +49,12 @@ class FilterResult:
 
     def failure_reasons(self, rows: NDArray[np.intp]) -> list[list[str]]:
         """:meth:`reasons_for` each of ``rows``, nodes known to have failed this filter."""
-        if len(self.reasons) == 1:  # a failing node fails for some reason: the only one
+        if len(self.reasons) == 1:
             return [list(self.reasons) for _ in range(len(rows))]
+        flags = np.stack([column[rows] for column in self.reason_columns()], axis=1)
         return [
-            [reason for reason, flag in zip(self.reasons, flags, strict=True) if flag]
-            for flags in self.reason_rows(rows).tolist()
+            [reason for reason, flag in zip(self.reasons, node_flags, strict=True) if flag]
+            for node_flags in flags.tolist()
         ]
 
 

@@ -42,8 +42,8 @@ def pod_anti_affinity(table: NodeTable, pod: PodInfo) -> FilterResult:
         _clear_rows(table, own_ok, {table.pod_node(p.key) or "" for p in table.pods_matching(term)})
     passed = existing_ok & own_ok
 
-    def explain() -> NDArray[np.bool_]:
-        return np.stack([~existing_ok, existing_ok & ~own_ok], axis=1)
+    def explain() -> tuple[NDArray[np.bool_], NDArray[np.bool_]]:
+        return ~existing_ok, existing_ok & ~own_ok
 
     return FilterResult(
         "InterPodAffinity", passed, (EXISTING_ANTI_AFFINITY, POD_ANTI_AFFINITY), explain

@@ -68,20 +68,14 @@ def resources_fit(table: NodeTable, pod: PodInfo) -> FilterResult:
         "NodeResourcesFit",
         passed,
         plan.reasons,
-        lambda: _lacking(table, plan, slice(None)),
-        lambda rows: _lacking(table, plan, rows),
+        lambda: [free[r] < a for r, a in zip(plan.rows, plan.amounts, strict=True)],
     )
 
 
-def _lacking(table: NodeTable, plan: _Plan, rows: NDArray[np.intp] | slice) -> NDArray[np.bool_]:
-    return np.stack(
-        [table.free[r, rows] < a for r, a in zip(plan.rows, plan.amounts, strict=True)], axis=1
-    )
-
-
-def _unoffered(table: NodeTable, rows: list[int | None], amounts: list[int]) -> NDArray[np.bool_]:
-    matrix = np.ones((len(table), len(rows)), dtype=np.bool_)
-    for j, (row, amount) in enumerate(zip(rows, amounts, strict=True)):
-        if row is not None:
-            matrix[:, j] = table.free[row] < amount
-    return matrix
+def _unoffered(
+    table: NodeTable, rows: list[int | None], amounts: list[int]
+) -> list[NDArray[np.bool_]]:
+    return [
+        np.ones(len(table), dtype=np.bool_) if row is None else table.free[row] < amount
+        for row, amount in zip(rows, amounts, strict=True)
+    ]

@@ -38,11 +38,11 @@ def taint_toleration(table: NodeTable, pod: PodInfo) -> FilterResult:
     reasons = tuple(dict.fromkeys(untolerated_taint_reason(t) for t in untolerated_taints))
     reason_column = {reason: j for j, reason in enumerate(reasons)}
 
-    def explain() -> NDArray[np.bool_]:
-        matrix = np.zeros((len(table), len(reasons)), dtype=np.bool_)
-        for row in np.flatnonzero(~passed):
-            first = next(t for t in table.node(int(row)).taints if t in untolerated_taints)
-            matrix[row, reason_column[untolerated_taint_reason(first)]] = True
-        return matrix
+    def explain() -> list[NDArray[np.bool_]]:
+        columns = [np.zeros(len(table), dtype=np.bool_) for _ in reasons]
+        for row in np.flatnonzero(~passed).tolist():
+            first = next(t for t in table.node(row).taints if t in untolerated_taints)
+            columns[reason_column[untolerated_taint_reason(first)]][row] = True
+        return columns
 
     return FilterResult("TaintToleration", passed, reasons, explain)

@@ -72,7 +72,8 @@ def effective_index(table: NodeTable, settings: EngineSettings) -> NDArray[np.fl
         return index
 
     def compute_row(row: int) -> float:
-        return min(float(recent[row] * inverse_cpu[row] * weight + reported[row]), 100.0)
+        # Python floats: the same IEEE operations as numpy's, without numpy scalar overhead
+        return min(recent.item(row) * inverse_cpu.item(row) * weight + reported.item(row), 100.0)
 
     return table.derived(("effective_index", weight), compute, compute_row)
 
@@ -96,8 +97,10 @@ def fresh_score(table: NodeTable, settings: EngineSettings) -> NDArray[np.float6
         return signal
 
     def compute_row(row: int) -> float:
-        signal = min(max(runq[row] / runq_reference, reclaim[row] / reclaim_reference), 1.0)
-        return float(100.0 - max(signal * 100.0, index[row]))
+        signal = min(
+            max(runq.item(row) / runq_reference, reclaim.item(row) / reclaim_reference), 1.0
+        )
+        return 100.0 - max(signal * 100.0, index.item(row))
 
     key = ("fresh_score", settings.recent_load_weight, runq_reference, reclaim_reference)
     return table.derived(key, compute, compute_row)

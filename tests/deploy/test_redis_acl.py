@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -49,16 +51,23 @@ def report(node: str, ts: float, pods: list[PodMetrics], score: float = 10.0) ->
     )
 
 
-def agent_publisher(server: DeployedRedis) -> RedisPublisher:
+@contextmanager
+def agent_publisher(server: DeployedRedis) -> Iterator[RedisPublisher]:
+    """The real publisher logged in as the DaemonSet's ACL user; closed on exit."""
     username, password = server.credentials(*AGENT)
-    return RedisPublisher(PublisherSettings(server.url, username=username, password=password))
+    publisher = RedisPublisher(PublisherSettings(server.url, username=username, password=password))
+    try:
+        yield publisher
+    finally:
+        publisher.close()
 
 
-def publish_two_reports(publisher: RedisPublisher, node: str) -> None:
+def publish_two_reports(server: DeployedRedis, node: str) -> None:
     """Every branch of the publisher: pods present, then one departed; GPUs; the stream."""
     first = [PodMetrics("shop", "api-0", uid="u0"), PodMetrics("shop", "api-1", uid="u1")]
-    assert publisher.publish(report(node, 1000.0, first))
-    assert publisher.publish(report(node, 1001.0, first[:1]))
+    with agent_publisher(server) as publisher:
+        assert publisher.publish(report(node, 1000.0, first))
+        assert publisher.publish(report(node, 1001.0, first[:1]))
 
 
 def test_example_passwords_make_the_entrypoint_warn(tmp_path: Path) -> None:
@@ -92,11 +101,7 @@ def test_passwords_are_stored_hashed(deployed_redis: DeployedRedis) -> None:
 
 
 def test_the_agent_user_publishes_with_the_real_publisher(deployed_redis: DeployedRedis) -> None:
-    publisher = agent_publisher(deployed_redis)
-    try:
-        publish_two_reports(publisher, "gpu-node-1")
-    finally:
-        publisher.close()
+    publish_two_reports(deployed_redis, "gpu-node-1")
     admin = deployed_redis.admin()
     assert admin.hget(keys.node_key("gpu-node-1"), "score") == "10"
     assert admin.smembers(keys.node_pods_key("gpu-node-1")) == {"shop/api-0"}
@@ -125,11 +130,7 @@ def test_the_agent_user_may_run_exactly_the_commands_the_publisher_sends(
     """Both ways: every command the publisher sends is granted, nothing else is."""
     admin = deployed_redis.admin()
     admin.config_resetstat()
-    publisher = agent_publisher(deployed_redis)
-    try:
-        publish_two_reports(publisher, "gpu-node-1")
-    finally:
-        publisher.close()
+    publish_two_reports(deployed_redis, "gpu-node-1")
     used = commands_called(admin) - AUTHENTICATION
     username, _ = deployed_redis.credentials(*AGENT)
     assert granted_commands(admin, username) == used
@@ -168,11 +169,8 @@ def exercise_scheduler_store(server: DeployedRedis) -> tuple[RedisSignalCache, s
     admin.config_resetstat()
     cache.bootstrap()
     used = commands_called(admin)
-    publisher = agent_publisher(server)
-    try:
+    with agent_publisher(server) as publisher:
         assert publisher.publish(report("cpu-node-2", 1001.5, [], score=55.0))
-    finally:
-        publisher.close()
     admin.config_resetstat()
     cache.follow_once()
     RedisDecisionSink(client, settings, metrics).write(
@@ -184,11 +182,7 @@ def exercise_scheduler_store(server: DeployedRedis) -> tuple[RedisSignalCache, s
 def test_the_scheduler_user_reads_signals_and_writes_decisions(
     deployed_redis: DeployedRedis,
 ) -> None:
-    publisher = agent_publisher(deployed_redis)
-    try:
-        publish_two_reports(publisher, "gpu-node-1")
-    finally:
-        publisher.close()
+    publish_two_reports(deployed_redis, "gpu-node-1")
     cache, _ = exercise_scheduler_store(deployed_redis)
     assert cache.healthy()
     assert set(cache.snapshot()) == {"gpu-node-1", "cpu-node-2"}
@@ -209,12 +203,8 @@ def test_the_scheduler_user_cannot_write_signals(deployed_redis: DeployedRedis) 
 def test_the_scheduler_user_may_run_exactly_the_commands_its_adapters_send(
     deployed_redis: DeployedRedis,
 ) -> None:
-    publisher = agent_publisher(deployed_redis)
-    try:
-        publish_two_reports(publisher, "gpu-node-1")
-    finally:
-        publisher.close()
     """Both ways, and the adapters' own ACL_COMMANDS (quoted in their error messages) agree."""
+    publish_two_reports(deployed_redis, "gpu-node-1")
     _, used = exercise_scheduler_store(deployed_redis)
     username, _ = deployed_redis.credentials(*SCHEDULER)
     assert granted_commands(deployed_redis.admin(), username) == used == set(ACL_COMMANDS)

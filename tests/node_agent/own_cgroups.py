@@ -42,6 +42,15 @@ def kernel_cgroup_id(directory: str) -> int:
     return int(struct.unpack("<Q", bytes(handle.f_handle))[0])
 
 
+def fake_v2_mount(tmp_path: Path, controllers: str) -> Path:
+    """A directory standing in for the v2 mount in file-parsing tests: ``tmp_path/v2``
+    whose ``cgroup.controllers`` lists ``controllers`` (space-separated)."""
+    mount = tmp_path / "v2"
+    mount.mkdir()
+    (mount / "cgroup.controllers").write_text(controllers + "\n")
+    return mount
+
+
 def unique_name(prefix: str = "intf-test-b") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 

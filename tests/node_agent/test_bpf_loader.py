@@ -168,8 +168,8 @@ def test_possible_cpus(tmp_path: Path, text: str, count: int) -> None:
 
 def test_probes_are_registered_under_their_names() -> None:
     factories = base.registered()
-    assert factories["runqlat"] is runqlat.make_runqlat
-    assert factories["reclaim"] is reclaim.make_reclaim
+    assert factories["runqlat"] is runqlat.RunqlatProbe
+    assert factories["reclaim"] is reclaim.ReclaimProbe
     assert isinstance(factories["runqlat"](ProbeContext()), runqlat.RunqlatProbe)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 from pathlib import Path
 
@@ -10,7 +11,11 @@ import pytest
 
 from interference.score import ScoreReferences
 from node_agent import cli
-from node_agent.settings import AgentSettings
+from node_agent.probes.base import ProbeContext, ProbeUnavailable
+from node_agent.probes.cgroup_files import CgroupCounterProbe
+from node_agent.probes.cpu_throttle import CpuThrottleProbe
+from node_agent.probes.memory_events import MemoryEventsProbe
+from node_agent.settings import AgentSettings, detect_cgroup_v2_mount
 
 
 def settings_for(argv: list[str], environ: dict[str, str]) -> AgentSettings:
@@ -25,6 +30,8 @@ def test_defaults_without_flags_or_env() -> None:
     assert settings.redis_username is None and settings.redis_password is None
     assert settings.interval_s == 1.0
     assert settings.cgroup_root == "/"
+    assert settings.cgroup_v2_mount == detect_cgroup_v2_mount()
+    assert settings.cgroup_v1_mount == "/sys/fs/cgroup"
     assert settings.probes == ()
     assert settings.effective_ttl_s == 5
     assert settings.kubernetes is True
@@ -38,6 +45,8 @@ ENV = {
     "REDIS_PASSWORD": "s3cret",
     "INTERVAL_S": "2.5",
     "CGROUP_ROOT": "/kubepods.slice",
+    "CGROUP_V2_MOUNT": "/host/sys/fs/cgroup",
+    "CGROUP_V1_MOUNT": "/host/sys/fs/cgroup-v1",
     "PROBES": "psi, runqlat,,",
     "PODS_FILE": "/etc/pods.yaml",
     "INTERFERENCE_BPF_DIR": "/opt/bpf",
@@ -56,6 +65,8 @@ def test_env_fallbacks() -> None:
     assert (settings.redis_username, settings.redis_password) == ("agent", "s3cret")
     assert settings.interval_s == 2.5
     assert settings.cgroup_root == "/kubepods.slice"
+    assert settings.cgroup_v2_mount == "/host/sys/fs/cgroup"
+    assert settings.cgroup_v1_mount == "/host/sys/fs/cgroup-v1"
     assert settings.probes == ("psi", "runqlat")
     assert settings.pods_file == "/etc/pods.yaml"
     assert settings.bpf_source_dir == "/opt/bpf"
@@ -78,6 +89,10 @@ def test_flags_win_over_env() -> None:
             "0.5",
             "--cgroup-root",
             "/test",
+            "--cgroup-v2-mount",
+            "/mnt/v2",
+            "--cgroup-v1-mount",
+            "/mnt/v1",
             "--probes",
             "cpu_throttle",
             "--no-kubernetes",
@@ -90,6 +105,7 @@ def test_flags_win_over_env() -> None:
     )
     assert (settings.node_name, settings.interval_s, settings.cgroup_root) == ("n2", 0.5, "/test")
     assert settings.redis_url == "redis://127.0.0.1:7000/0"
+    assert (settings.cgroup_v2_mount, settings.cgroup_v1_mount) == ("/mnt/v2", "/mnt/v1")
     assert settings.probes == ("cpu_throttle",)
     assert settings.kubernetes is False
     assert settings.score_refs == ScoreReferences(runq_p99_us=2000.0, weight_net_drops=0.0)
@@ -192,3 +208,15 @@ def test_cpu_count_and_http_endpoint_flags(
 def test_bad_cpu_count_or_port_is_a_clear_error(argv: list[str], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         settings_for(argv, {})
+
+
+@pytest.mark.parametrize("probe_class", [CpuThrottleProbe, MemoryEventsProbe])
+def test_cgroup_probes_hint_at_flags_that_exist(
+    tmp_path: Path, probe_class: type[CgroupCounterProbe]
+) -> None:
+    ctx = ProbeContext(cgroup_v2_mount=str(tmp_path / "v2"), cgroup_v1_mount=str(tmp_path))
+    with pytest.raises(ProbeUnavailable) as raised:
+        probe_class(ctx).start()
+    hinted = set(re.findall(r"--[a-z0-9-]+", str(raised.value)))
+    assert hinted == {"--cgroup-v2-mount", "--cgroup-v1-mount"}
+    assert hinted <= set(cli.parser({})._option_string_actions)

@@ -17,7 +17,7 @@ from node_agent.probes.base import (
 )
 from node_agent.probes.cgroup_files import CgroupCounters, Hierarchy
 from node_agent.probes.cpu_throttle import CpuThrottleProbe, read_v2_throttling
-from tests.node_agent.own_cgroups import cgroup_tree, process_in, unique_name
+from tests.node_agent.own_cgroups import cgroup_tree, fake_v2_mount, process_in, unique_name
 
 V2_STAT = (
     "usage_usec {u}\nuser_usec 1\nsystem_usec 1\n"
@@ -26,10 +26,7 @@ V2_STAT = (
 
 
 def fake_v2(tmp_path: Path) -> Path:
-    mount = tmp_path / "v2"
-    mount.mkdir()
-    (mount / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
-    return mount
+    return fake_v2_mount(tmp_path, "cpuset cpu io memory pids")
 
 
 def test_registered() -> None:
@@ -90,9 +87,7 @@ def test_cgroup_vanishing_mid_walk_is_skipped(tmp_path: Path) -> None:
 
 
 def test_unavailable_without_cpu_controller(tmp_path: Path) -> None:
-    mount = tmp_path / "v2"
-    mount.mkdir()
-    (mount / "cgroup.controllers").write_text("hugetlb\n")
+    mount = fake_v2_mount(tmp_path, "hugetlb")
     ctx = ProbeContext(cgroup_v2_mount=str(mount), cgroup_v1_mount=str(tmp_path / "none"))
     with pytest.raises(ProbeUnavailable, match="cpu controller"):
         CpuThrottleProbe(ctx).start()

@@ -17,16 +17,9 @@ from node_agent.probes.base import (
     registered,
 )
 from node_agent.probes.memory_events import MemoryEventsProbe
-from tests.node_agent.own_cgroups import cgroup_tree, process_in, unique_name
+from tests.node_agent.own_cgroups import cgroup_tree, fake_v2_mount, process_in, unique_name
 
 EVENTS = "low 0\nhigh {high}\nmax {max}\noom {oom}\noom_kill {oom}\noom_group_kill 0\n"
-
-
-def fake_v2(tmp_path: Path) -> Path:
-    mount = tmp_path / "v2"
-    mount.mkdir()
-    (mount / "cgroup.controllers").write_text("cpu io memory pids\n")
-    return mount
 
 
 def test_registered() -> None:
@@ -34,7 +27,7 @@ def test_registered() -> None:
 
 
 def test_v2_prefers_local_events_and_reports_changes(tmp_path: Path) -> None:
-    mount = fake_v2(tmp_path)
+    mount = fake_v2_mount(tmp_path, "cpu io memory pids")
     pod = mount / "kubepods/burstable/podA"
     container = pod / "c1"
     container.mkdir(parents=True)

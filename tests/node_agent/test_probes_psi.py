@@ -19,7 +19,7 @@ from node_agent.probes.base import (
 )
 from node_agent.probes.cgroup_files import read_pressure_totals
 from node_agent.probes.psi import PsiProbe
-from tests.node_agent.own_cgroups import cgroup_tree, process_in, unique_name
+from tests.node_agent.own_cgroups import cgroup_tree, fake_v2_mount, process_in, unique_name
 
 PRESSURE = (
     "some avg10=1.00 avg60=0.50 avg300=0.10 total={some}\n"
@@ -54,10 +54,8 @@ def test_read_pressure_totals(tmp_path: Path, text: str, expected: dict[str, int
 
 def test_node_and_cgroup_deltas(tmp_path: Path) -> None:
     proc = tmp_path / "proc"
-    mount = tmp_path / "v2"
     write_pressure(proc / "pressure", "", cpu=1000, mem=500, mem_full=100)
-    mount.mkdir()
-    (mount / "cgroup.controllers").write_text("\n")
+    mount = fake_v2_mount(tmp_path, "")
     write_pressure(mount / "demo/podA", ".pressure", cpu=10, mem=0, mem_full=0)
     probe = PsiProbe(
         ProbeContext(cgroup_root="/demo", cgroup_v2_mount=str(mount), proc_root=str(proc))

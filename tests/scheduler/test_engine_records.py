@@ -183,3 +183,15 @@ def test_config_validates_interference_aware(
     else:
         with pytest.raises(ConfigError, match=problem):
             parse_config({"engine": engine})
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_tied_candidates_are_recorded_in_table_order_after_the_chosen_node(seed: int) -> None:
+    table = table_of([node_obj(f"n{i}") for i in range(8)])  # every node scores the same
+    result = Engine(EngineSettings(record_top_k=3), seed=seed).schedule(
+        parse_pod(pod_obj()), table, NOW
+    )
+    recorded = [c.node for c in result.candidates]
+    others = [name for name in ("n0", "n1", "n2", "n3") if name != result.node]
+    assert recorded == [result.node, *others[:2]]
+    assert len({c.total for c in result.candidates}) == 1
