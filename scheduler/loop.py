@@ -213,7 +213,11 @@ class SchedulingLoop:
         informer.start()
         try:
             while not stop.is_set():
-                self.run_once(wait=True)
+                if self.run_once(wait=True):
+                    # Hand the interpreter lock to binder threads waiting on it now; else
+                    # each waits out a forced switch (5 ms) and binds fall behind
+                    # decisions (end to end 690 → 756 pods/s median, bench/).
+                    time.sleep(0)
                 if not self._leading.is_set() or not self.cache.synced():
                     stop.wait(0.1)
         finally:
