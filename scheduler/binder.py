@@ -78,6 +78,8 @@ class Binder:
         self._metrics = metrics
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="binder")
         self._outstanding = 0
+        self._wake_below = 0
+        """While the scheduling thread waits for room: wake it when fewer tasks remain."""
         self._idle = threading.Condition(threading.Lock())
 
     def bind(self, request: BindRequest) -> None:
@@ -96,6 +98,15 @@ class Binder:
         """Wait until every queued task has finished; False on timeout."""
         with self._idle:
             return self._idle.wait_for(lambda: self._outstanding == 0, timeout_s)
+
+    def wait_for_room(self, limit: int, timeout_s: float) -> bool:
+        """Wait while ``limit`` or more tasks are queued or running; False on timeout."""
+        with self._idle:
+            self._wake_below = limit
+            try:
+                return self._idle.wait_for(lambda: self._outstanding < limit, timeout_s)
+            finally:
+                self._wake_below = 0
 
     def close(self) -> None:
         """Finish queued work and stop the threads."""
@@ -134,7 +145,7 @@ class Binder:
     def _finished(self) -> None:
         with self._idle:
             self._outstanding -= 1
-            if self._outstanding == 0:
+            if self._outstanding == 0 or self._outstanding < self._wake_below:
                 self._idle.notify_all()
 
     def _bind(self, request: BindRequest) -> None:

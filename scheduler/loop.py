@@ -66,6 +66,10 @@ class LoopSettings:
     count on their nodes)."""
     bind_workers: int = 16
     """Threads that POST Bindings, Events and conditions in parallel."""
+    max_writes_in_flight: int = 64
+    """Binds and other writes queued or running before the scheduling thread waits for
+    them: bounds the backlog (and what a lost lease drops) when the API server is slower
+    than decisions, and leaves the interpreter lock to the writers meanwhile."""
     idle_wait_s: float = 1.0
     """Longest sleep when no pod is ready (new pods and backoff expiry wake it sooner)."""
     stale_gauge_interval_s: float = 1.0
@@ -80,6 +84,11 @@ class LoopSettings:
             raise ValueError("scheduler_name: must not be empty, e.g. interference-scheduler")
         if self.bind_workers < 1:
             raise ValueError(f"bind_workers: {self.bind_workers!r} must be an integer ≥ 1")
+        if self.max_writes_in_flight < 1:
+            raise ValueError(
+                f"max_writes_in_flight: {self.max_writes_in_flight!r} must be an integer ≥ 1,"
+                " e.g. 64"
+            )
         for name in ("idle_wait_s", "stale_gauge_interval_s"):
             value = getattr(self, name)
             if not value > 0:
@@ -218,6 +227,9 @@ class SchedulingLoop:
                     # each waits out a forced switch (5 ms) and binds fall behind
                     # decisions (end to end 690 → 756 pods/s median, bench/).
                     time.sleep(0)
+                    self._binder.wait_for_room(
+                        self._loop_settings.max_writes_in_flight, self._loop_settings.idle_wait_s
+                    )
                 if not self._leading.is_set() or not self.cache.synced():
                     stop.wait(0.1)
         finally:

@@ -15,6 +15,7 @@ resources).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from fractions import Fraction
@@ -87,11 +88,22 @@ def resource_amount(resource: str, value: object) -> int:
 
     Negative amounts are rejected with :class:`QuantityError` (the API server refuses them).
     """
+    if isinstance(value, str):
+        return _text_amount(resource == CPU, value)
+    return _amount(resource == CPU, value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _text_amount(milli: bool, text: str) -> int:
+    # A cluster's pods repeat a few quantities ("100m", "128Mi") tens of thousands of times.
+    return _amount(milli, text)
+
+
+def _amount(milli: bool, value: object) -> int:
     quantity = parse_quantity(value)
     if quantity < 0:
         raise QuantityError(f"{value!r} is negative; resource amounts must be ≥ 0")
-    scaled = quantity * 1000 if resource == CPU else quantity
-    return math.ceil(scaled)
+    return math.ceil(quantity * 1000 if milli else quantity)
 
 
 def _explain(value: object) -> str:

@@ -188,3 +188,28 @@ def test_submit_after_close_is_dropped_without_hanging(
 def test_workers_must_be_positive(cluster: InMemoryCluster, metrics: SchedulerMetrics) -> None:
     with pytest.raises(ValueError, match="at least 1"):
         make_binder(cluster, metrics, Outcomes(), workers=0)
+
+
+def test_wait_for_room_blocks_until_writes_drain_below_the_limit(
+    cluster: InMemoryCluster, metrics: SchedulerMetrics
+) -> None:
+    binder = make_binder(cluster, metrics, Outcomes(), workers=2)
+    release = threading.Event()
+
+    def slow_write() -> None:
+        release.wait(10)
+
+    try:
+        for _ in range(3):
+            binder.submit(slow_write, "event")
+        assert binder.wait_for_room(3, timeout_s=0.05) is False  # three still running/queued
+        assert binder.wait_for_room(4, timeout_s=0.05) is True
+        waited: list[bool] = []
+        waiter = threading.Thread(target=lambda: waited.append(binder.wait_for_room(1, 10)))
+        waiter.start()
+        release.set()
+        waiter.join(10)
+        assert waited == [True]
+    finally:
+        release.set()
+        binder.close()

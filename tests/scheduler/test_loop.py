@@ -282,6 +282,7 @@ def test_update_settings_switches_scheduler_name_and_dry_run(h: LoopHarness) -> 
     [
         ("scheduler_name", "", "scheduler_name"),
         ("bind_workers", 0, "bind_workers"),
+        ("max_writes_in_flight", 0, "max_writes_in_flight"),
         ("idle_wait_s", 0.0, "idle_wait_s"),
     ],
 )
