@@ -26,7 +26,7 @@ kept-alive HTTP/1.1 connection per thread (:mod:`scheduler.adapters.http11`), bu
 from the client's ``Configuration`` (host and path prefix, CA, client certificate, ``verify_ssl``,
 ``assert_hostname``, default headers such as the User-Agent, and the bearer token read
 through ``get_api_key_with_prefix`` on every request so its ``refresh_api_key_hook``
-still rotates expiring tokens). That costs about a fifth of the CPU of the generated
+still rotates expiring tokens). That costs a small part of the CPU of the generated
 client's call (its per-call parameter validation, serialisation and urllib3's pool and
 retry layers); a ``Configuration`` with a proxy or ``tls_server_name`` uses the client's
 own urllib3 pool manager instead. Answers go through the same error mapping as the
