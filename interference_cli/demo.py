@@ -396,10 +396,17 @@ def _print_result(results: Mapping[str, PodResult], console: Console) -> None:
     if aware.node == blind.node:
         console.print("both schedulers chose the same node this time: no difference to show")
     elif aware.median_p99_us > 0 and blind.median_p99_us > 0:
-        console.print(
+        line = (
             f"the blind choice ({blind.node}) gave the pod a "
-            f"{blind.median_p99_us / aware.median_p99_us:.1f}× higher run-queue p99 than "
-            f"the interference-aware choice ({aware.node})"
+            f"{blind.median_p99_us / aware.median_p99_us:.1f}× higher run-queue p99"
+        )
+        if aware.wait_per_run_us > 0:
+            line += f" and a {blind.wait_per_run_us / aware.wait_per_run_us:.1f}× longer mean wait"
+        console.print(f"{line} than the interference-aware choice ({aware.node})")
+        console.print(
+            "(p99s are read from log2 histograms, so within one power of two they are"
+            " interpolated; the mean wait is exact)",
+            style="dim",
         )
 
 
