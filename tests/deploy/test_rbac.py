@@ -17,13 +17,18 @@ from dataclasses import dataclass
 
 import pytest
 from kubernetes import client
+from prometheus_client import CollectorRegistry
 
 from node_agent.pods import KubernetesPodDirectory, PodWatchSettings
 from scheduler.adapters.kubernetes import REQUIRED_PERMISSIONS, KubernetesCluster
 from scheduler.leader import LEASE_PERMISSIONS, LeaderElectionSettings, LeaderElector
+from scheduler.loop import LoopSettings, SchedulingLoop
+from scheduler.metrics import SchedulerMetrics
 from scheduler.ports import BindConflict, EventType, K8sObject, ObjectKind, PodRef
+from scheduler.settings import EngineSettings
 from tests.deploy.manifests import Obj, container, find, kustomizations, render
 from tests.scheduler.k8s_emulator import EmulatorThread, node, pod, running_emulator
+from tests.scheduler.runtime_helpers import MemoryDecisions, MemorySignals
 
 ALL_NAMESPACES = "*"
 
@@ -190,6 +195,56 @@ def exercise_scheduler(emulator: EmulatorThread, lease_namespace: str) -> None:
     assert lease is not None and not lease["spec"].get("holderIdentity"), "lease not released"
 
 
+def exercise_dry_run_scheduler(emulator: EmulatorThread, lease_namespace: str) -> None:
+    """The real loop with ``dry_run``, leading through a real Lease, over the real adapter:
+    it decides a pod that fits, one that fits nowhere and one asking for an unsupported
+    field, records each decision, and writes nothing else to the API."""
+    emulator.put("nodes", node("gpu-node-1"))
+    emulator.put("pods", pod("fits", namespace="shop"))
+    too_big = pod("too-big", namespace="shop")
+    too_big["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "64"}}
+    emulator.put("pods", too_big)
+    unsupported = pod("with-pod-affinity", namespace="shop")
+    unsupported["spec"]["affinity"] = {"podAffinity": {}}
+    emulator.put("pods", unsupported)
+    api = api_client(emulator.url)
+    leading, stop, decisions = threading.Event(), threading.Event(), MemoryDecisions()
+    loop = SchedulingLoop(
+        KubernetesCluster(api),
+        MemorySignals(),
+        decisions,
+        EngineSettings(),
+        LoopSettings(dry_run=True),
+        leading,
+        SchedulerMetrics(CollectorRegistry()),
+    )
+    elector = LeaderElector(
+        api,
+        LeaderElectionSettings(
+            namespace=lease_namespace, lease_duration_s=4, renew_deadline_s=3, retry_period_s=1
+        ),
+        leading,
+        identity="scheduler-0",
+    )
+    threads = [
+        threading.Thread(target=loop.run, args=(stop,), daemon=True),
+        threading.Thread(target=elector.run, args=(stop,), daemon=True),
+    ]
+    for thread in threads:
+        thread.start()
+    try:
+        wait_until(
+            lambda: {d.pod for d in decisions.items} == {"fits", "too-big", "with-pod-affinity"},
+            "a decision record for each pod",
+        )
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(30)
+    assert {d.pod: d.result for d in decisions.items}["too-big"] == "unschedulable"
+    assert decisions.last("fits", "shop").result == "dry_run"
+
+
 def exercise_agent(emulator: EmulatorThread, node_name: str) -> None:
     """The agent's pod directory: list then watch the pods on its node."""
     emulator.put("pods", pod("api-0", namespace="shop", node=node_name, phase="Running"))
@@ -219,6 +274,15 @@ def scheduler_calls() -> set[Permission]:
 
 
 @pytest.fixture(scope="module")
+def dry_run_scheduler_calls() -> set[Permission]:
+    objects = render(kustomizations()["dry-run"])
+    deployment = find(objects, "Deployment", "interference-scheduler")
+    with running_emulator() as server:
+        exercise_dry_run_scheduler(server, deployment["metadata"]["namespace"])
+        return used_permissions(server)
+
+
+@pytest.fixture(scope="module")
 def agent_calls() -> set[Permission]:
     with running_emulator() as server:
         exercise_agent(server, "gpu-node-1")
@@ -228,12 +292,15 @@ def agent_calls() -> set[Permission]:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(kustomizations()))
 def test_scheduler_rbac_is_exactly_what_it_calls(
-    name: str, scheduler_calls: set[Permission]
+    name: str, scheduler_calls: set[Permission], dry_run_scheduler_calls: set[Permission]
 ) -> None:
+    """The dry-run overlay's scheduler binds nothing and writes no Events or conditions,
+    so it is granted only what that mode calls."""
     granted = granted_permissions(
         render(kustomizations()[name]), "Deployment", "interference-scheduler"
     )
-    missing, extra = compare(scheduler_calls, granted)
+    used = dry_run_scheduler_calls if name == "dry-run" else scheduler_calls
+    missing, extra = compare(used, granted)
     assert missing == [] and extra == [], f"missing: {missing}\nextra: {extra}"
 
 
