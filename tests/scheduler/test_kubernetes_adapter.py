@@ -604,7 +604,7 @@ def test_writes_over_tls_verify_the_server_with_the_configured_ca(
         assert posts[-1] == "/api/v1/namespaces/default/pods/p3/binding"
         assert len(posts) == 2  # the refused handshake sent nothing
 
-        # tls_server_name is beyond http.client: the client's own urllib3 pool sends it.
+        # tls_server_name is beyond our HTTP/1.1 connection: the client's own urllib3 pool sends it.
         named = client.Configuration()
         named.host = url
         named.ssl_ca_cert = cert
