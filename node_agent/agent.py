@@ -264,6 +264,7 @@ def build_agent(
                 sentinels=settings.redis_sentinels,
                 sentinel_master=settings.redis_sentinel_master,
                 cluster=settings.redis_cluster,
+                tls=settings.redis_tls,
             )
         )
     return Agent(settings, pod_directory(settings), sink, GpuInventory(), metrics)

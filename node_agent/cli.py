@@ -19,12 +19,15 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, fields, replace
 from types import FrameType
-from urllib.parse import urlsplit, urlunsplit
 
 from prometheus_client import CollectorRegistry
 
+from interference.cliparse import RUNTIME_EXIT, OneLineParser
+from interference.logsetup import configure_logging
+from interference.redis_tls import RedisTls
 from interference.score import ScoreReferences
 from interference.signals import NodeReport
+from interference.strict import SettingError, check_range, mask_url, parse_bool, parse_number
 from node_agent import probes
 from node_agent.agent import Agent, build_agent
 from node_agent.health import AgentHttpServer, AgentMetrics
@@ -36,12 +39,18 @@ _SCORE_REF_NAMES = tuple(f.name for f in fields(ScoreReferences))
 
 
 def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
-    """The argument parser; defaults come from ``environ``."""
+    """The argument parser; string defaults come from ``environ``, numbers and booleans
+    are read from flag or environment by :func:`settings_from_args` so that an error
+    names whichever the value came from."""
     known = ", ".join(sorted(probes.base.registered())) or "none registered"
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="interference-agent",
         description="Measure per-pod CPU run-queue and memory-reclaim interference on this "
-        "node every interval and publish it to Redis (DESIGN §3–§4).",
+        "node every interval and publish it to Redis. Every flag falls back to the "
+        "environment variable named in its help (a DaemonSet configures the agent that "
+        "way); booleans accept true/false, 1/0, yes/no.",
+        epilog="example: interference-agent --once --no-kubernetes --probes psi,cpu_throttle"
+        "  (measure one interval, print it as JSON, no Redis needed)",
     )
     p.add_argument(
         "--node-name",
@@ -51,8 +60,27 @@ def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     p.add_argument(
         "--redis-url",
         default=environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
-        help="redis:// or rediss:// URL (env REDIS_URL; default %(default)s); the ACL user "
-        "and password come from env REDIS_USERNAME / REDIS_PASSWORD",
+        help="redis:// or rediss:// (TLS) URL (env REDIS_URL; default %(default)s); the ACL "
+        "user and password come from env REDIS_USERNAME / REDIS_PASSWORD",
+    )
+    p.add_argument(
+        "--redis-ca-file",
+        default=environ.get("REDIS_CA_FILE") or None,
+        metavar="PEM",
+        help="CA certificate that signed the Redis server's (env REDIS_CA_FILE; rediss:// "
+        "only; default: the system's CAs)",
+    )
+    p.add_argument(
+        "--redis-cert-file",
+        default=environ.get("REDIS_CERT_FILE") or None,
+        metavar="PEM",
+        help="client certificate for Redis TLS client authentication (env REDIS_CERT_FILE)",
+    )
+    p.add_argument(
+        "--redis-key-file",
+        default=environ.get("REDIS_KEY_FILE") or None,
+        metavar="PEM",
+        help="private key of that certificate (env REDIS_KEY_FILE)",
     )
     p.add_argument(
         "--redis-sentinels",
@@ -69,19 +97,19 @@ def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     p.add_argument(
         "--redis-cluster",
         action="store_true",
-        default=environ.get("REDIS_CLUSTER", "").lower() in ("1", "true", "yes"),
-        help="--redis-url names a Redis Cluster node (env REDIS_CLUSTER=1)",
+        default=None,
+        help="--redis-url names a Redis Cluster node (env REDIS_CLUSTER=true)",
     )
     p.add_argument(
         "--interval",
-        type=float,
-        default=environ.get("INTERVAL_S", "1"),
-        help="seconds between reports (env INTERVAL_S; default 1)",
+        metavar="SECONDS",
+        help="seconds between reports, > 0 (env INTERVAL_S; default 1)",
     )
     p.add_argument(
         "--cgroup-root",
         default=environ.get("CGROUP_ROOT", "/"),
-        help="only measure cgroups at or below this path (env CGROUP_ROOT; default /)",
+        help="only measure cgroups at or below this path, which must exist (env CGROUP_ROOT; "
+        "default /)",
     )
     p.add_argument(
         "--cgroup-v2-mount",
@@ -97,10 +125,9 @@ def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--ncpu",
-        type=int,
-        default=environ.get("NCPU") or None,
-        help="CPUs the run-queue wait ratio divides by (env NCPU; default: the CPUs of the "
-        "--cgroup-root cpuset, read from cgroupfs)",
+        metavar="N",
+        help="CPUs the run-queue wait ratio divides by, ≥ 1 (env NCPU; default: the CPUs of "
+        "the --cgroup-root cpuset, read from cgroupfs)",
     )
     p.add_argument(
         "--http-address",
@@ -110,15 +137,15 @@ def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--http-port",
-        type=int,
-        default=environ.get("HTTP_PORT", str(AgentSettings.http_port)),
-        help="port of that endpoint, 0 to serve nothing (env HTTP_PORT; default %(default)s)",
+        metavar="PORT",
+        help=f"port of that endpoint, 0–65535, 0 to serve nothing; a port in use is fatal "
+        f"(env HTTP_PORT; default {AgentSettings.http_port})",
     )
     p.add_argument(
         "--probes",
         default=environ.get("PROBES", ""),
-        help=f"comma-separated probes to run (env PROBES; default: all of {known}, with "
-        "taskstats only as the fallback for BPF probes that cannot load)",
+        help=f"comma-separated probes to run, each one of {known} (env PROBES; default: "
+        "all, with taskstats only as the fallback for BPF probes that cannot load)",
     )
     p.add_argument(
         "--pods-file",
@@ -143,22 +170,22 @@ def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--ttl",
-        type=int,
-        default=environ.get("TTL_S") or None,
-        help="TTL of the Redis hashes in seconds (env TTL_S; default 3 × interval, at least 5)",
+        metavar="SECONDS",
+        help="TTL of the Redis hashes in seconds, ≥ 1 (env TTL_S; default 3 × interval, "
+        "at least 5)",
     )
     p.add_argument(
         "--stream-maxlen",
-        type=int,
-        default=environ.get("STREAM_MAXLEN") or AgentSettings.stream_maxlen,
-        help="approximate cap of the report stream (env STREAM_MAXLEN; default %(default)s)",
+        metavar="N",
+        help=f"approximate cap of the report stream, ≥ 1 (env STREAM_MAXLEN; default "
+        f"{AgentSettings.stream_maxlen})",
     )
     p.add_argument(
         "--score-ref",
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="override a score reference or weight, repeatable; NAME is one of "
+        help="override a score reference or weight (a number ≥ 0), repeatable; NAME is one of "
         + ", ".join(_SCORE_REF_NAMES),
     )
     p.add_argument(
@@ -169,11 +196,47 @@ def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     p.add_argument(
         "--log-level",
         default=environ.get("LOG_LEVEL", "INFO"),
-        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        type=str.upper,
-        help="log verbosity (env LOG_LEVEL; default INFO)",
+        help="DEBUG, INFO, WARNING or ERROR, any case (env LOG_LEVEL; default INFO)",
+    )
+    p.add_argument(
+        "--log-format",
+        default=environ.get("LOG_FORMAT", "text"),
+        help="json (one object per line, for log collectors) or text (env LOG_FORMAT; "
+        "default text)",
     )
     return p
+
+
+def _flag_or_env(
+    value: str | None, environ: Mapping[str, str], flag: str, variable: str
+) -> tuple[str, str | None]:
+    """(name to blame, raw value): the flag when given, else the environment variable."""
+    if value is not None:
+        return flag, value
+    raw = environ.get(variable)
+    return variable, raw if raw not in (None, "") else None
+
+
+def _number(
+    value: str | None,
+    environ: Mapping[str, str],
+    flag: str,
+    variable: str,
+    **bounds: float,
+) -> float | None:
+    name, raw = _flag_or_env(value, environ, flag, variable)
+    return None if raw is None else parse_number(name, raw, **bounds)
+
+
+def _integer(
+    value: str | None,
+    environ: Mapping[str, str],
+    flag: str,
+    variable: str,
+    **bounds: float,
+) -> int | None:
+    name, raw = _flag_or_env(value, environ, flag, variable)
+    return None if raw is None else int(parse_number(name, raw, integer=True, **bounds))
 
 
 def score_references(overrides: Sequence[str]) -> ScoreReferences:
@@ -190,6 +253,7 @@ def score_references(overrides: Sequence[str]) -> ScoreReferences:
             number = float(value)
         except ValueError:
             raise ValueError(f"--score-ref {item!r}: {value!r} is not a number") from None
+        check_range(f"--score-ref {name}", number, minimum=0)
         refs = replace(refs, **{name: number})
     return refs
 
@@ -208,31 +272,74 @@ def sentinel_addresses(value: str) -> tuple[tuple[str, int], ...]:
 
 
 def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> AgentSettings:
-    """Settings from parsed flags; ``ValueError`` for values that make no sense."""
+    """Settings from parsed flags and the environment; ``ValueError`` (a
+    :class:`~interference.strict.SettingError` for a bad number or boolean) naming the
+    flag or variable and what it accepts."""
+    cluster = args.redis_cluster
+    if cluster is None:
+        raw_cluster = environ.get("REDIS_CLUSTER", "")
+        cluster = parse_bool("REDIS_CLUSTER", raw_cluster) if raw_cluster.strip() else False
+    interval = _number(args.interval, environ, "--interval", "INTERVAL_S", above=0)
+    maxlen = _integer(args.stream_maxlen, environ, "--stream-maxlen", "STREAM_MAXLEN", minimum=1)
+    port = _integer(args.http_port, environ, "--http-port", "HTTP_PORT", minimum=0, maximum=65535)
+    probe_names = tuple(n.strip() for n in args.probes.split(",") if n.strip())
+    check_probe_names(probe_names)
+    tls = RedisTls(args.redis_ca_file, args.redis_cert_file, args.redis_key_file)
+    tls.check(args.redis_url)
     return AgentSettings(
         node_name=args.node_name,
         redis_url=args.redis_url,
         redis_username=environ.get("REDIS_USERNAME") or None,
         redis_password=environ.get("REDIS_PASSWORD") or None,
+        redis_tls=tls,
         redis_sentinels=sentinel_addresses(args.redis_sentinels),
         redis_sentinel_master=args.redis_sentinel_master,
-        redis_cluster=args.redis_cluster,
-        interval_s=args.interval,
-        ttl_s=args.ttl,
-        stream_maxlen=args.stream_maxlen,
-        probes=tuple(n.strip() for n in args.probes.split(",") if n.strip()),
+        redis_cluster=cluster,
+        interval_s=AgentSettings.interval_s if interval is None else interval,
+        ttl_s=_integer(args.ttl, environ, "--ttl", "TTL_S", minimum=1),
+        stream_maxlen=AgentSettings.stream_maxlen if maxlen is None else maxlen,
+        probes=probe_names,
         cgroup_root=args.cgroup_root,
         cgroup_v2_mount=args.cgroup_v2_mount,
         cgroup_v1_mount=args.cgroup_v1_mount,
-        ncpu=args.ncpu,
+        ncpu=_integer(args.ncpu, environ, "--ncpu", "NCPU", minimum=1),
         http_address=args.http_address,
-        http_port=args.http_port,
+        http_port=AgentSettings.http_port if port is None else port,
         bpf_source_dir=args.bpf_dir,
         score_refs=score_references(args.score_ref),
         pods_file=args.pods_file,
         kubernetes=not args.no_kubernetes,
         kubeconfig=args.kubeconfig,
     )
+
+
+def check_probe_names(names: Sequence[str]) -> None:
+    """``ValueError`` naming every probe that does not exist and the ones that do."""
+    known = probes.base.registered()
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise SettingError(
+            f"unknown probe(s) {', '.join(unknown)} in --probes/PROBES; "
+            f"choose from {', '.join(sorted(known))}"
+        )
+
+
+def check_cgroup_root(settings: AgentSettings) -> None:
+    """``ValueError`` when ``--cgroup-root`` names a cgroup that exists in neither the v2
+    hierarchy nor a v1 controller: the agent would measure nothing, silently."""
+    if settings.cgroup_root == "/":
+        return
+    relative = settings.cgroup_root.strip("/")
+    candidates = [os.path.join(settings.cgroup_v2_mount, relative)] + [
+        os.path.join(settings.cgroup_v1_mount, controller, relative)
+        for controller in ("cpu,cpuacct", "cpu", "cpuacct", "memory", "cpuset")
+    ]
+    if not any(os.path.isdir(path) for path in candidates):
+        raise SettingError(
+            f"--cgroup-root/CGROUP_ROOT {settings.cgroup_root!r} is not a cgroup: "
+            f"{candidates[0]} does not exist (nor under the v1 controllers of "
+            f"{settings.cgroup_v1_mount}); name an existing cgroup or use /"
+        )
 
 
 def report_json(report: NodeReport) -> str:
@@ -252,28 +359,25 @@ def redis_description(settings: AgentSettings) -> str:
 
 def redact_url(url: str) -> str:
     """``url`` with its password (if any) replaced by ``***``, for logs."""
-    parts = urlsplit(url)
-    if not parts.password:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+    return mask_url(url)
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
-    """Entry point of ``interference-agent``; returns the exit status."""
+    """Entry point of ``interference-agent``; returns the exit status: 2 for a bad flag or
+    environment value (one line saying which and what it accepts), 1 when it cannot run
+    (the health port is taken), 0 after SIGTERM or ``--once``."""
     env = os.environ if environ is None else environ
     arg_parser = parser(env)
     args = arg_parser.parse_args(argv)
-    # DEBUG is for the agent's own loggers; libraries (pyroute2, urllib3) stay at INFO.
-    logging.basicConfig(
-        level=max(logging.INFO, logging.getLevelName(args.log_level)),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    log.setLevel(args.log_level)
+    try:
+        # DEBUG is for the agent's own loggers; libraries (pyroute2, urllib3) stay at INFO.
+        configure_logging(args.log_level, args.log_format, own=["node_agent"])
+        settings = settings_from_args(args, env)
+        check_cgroup_root(settings)
+    except ValueError as exc:
+        arg_parser.error(str(exc))
     metrics = AgentMetrics(CollectorRegistry())
     try:
-        settings = settings_from_args(args, env)
         agent = build_agent(settings, publish=not args.once, metrics=metrics)
     except ValueError as exc:
         arg_parser.error(str(exc))
@@ -282,15 +386,16 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         try:
             server = http_server(settings, agent)
         except OSError as exc:
-            # Measuring matters more than the endpoint; a liveness probe will say the rest.
-            log.error("%s; measuring and publishing go on without it", exc)
-        else:
-            server.start()
-            log.info(
-                "serving /healthz, /readyz and /metrics on %s:%d",
-                settings.http_address,
-                server.port,
-            )
+            # Fatal: with hostNetwork, kubelet's probes would reach whoever holds the port.
+            log.error("%s; free the port or set HTTP_PORT/--http-port (0 serves nothing)", exc)
+            agent.close()
+            return RUNTIME_EXIT
+        server.start()
+        log.info(
+            "serving /healthz, /readyz and /metrics on %s:%d",
+            settings.http_address,
+            server.port,
+        )
 
     stop = threading.Event()
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 from urllib.parse import urlsplit
 
@@ -23,6 +23,7 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from interference import codec, keys
+from interference.redis_tls import RedisTls
 from interference.signals import SYSTEM_POD, NodeReport
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,8 @@ class PublisherSettings:
     """Name of the monitored master the sentinels are asked for."""
     cluster: bool = False
     """The URL points at a Redis Cluster node (pipelines are split per shard)."""
+    tls: RedisTls = field(default_factory=RedisTls)
+    """CA and client certificate for ``rediss://``."""
 
 
 Client: TypeAlias = "redis.Redis[bytes] | RedisCluster[bytes]"
@@ -71,6 +74,7 @@ class RedisPublisher:
             "socket_timeout": settings.socket_timeout_s,
             "socket_connect_timeout": settings.socket_timeout_s,
             "retry": Retry(NoBackoff(), 0),
+            **settings.tls.client_kwargs(),
         }
         parts = urlsplit(settings.redis_url)
         if parts.scheme not in ("redis", "rediss", "unix"):

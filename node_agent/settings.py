@@ -7,9 +7,17 @@ import socket
 from dataclasses import dataclass, field
 
 from interference import keys
-from interference.score import ScoreReferences
+from interference.redis_tls import RedisTls
+from interference.score import IndexReferences
 from node_agent.cpus import CpuCount, subtree_cpus
 from node_agent.probes.base import ProbeContext
+
+DEFAULT_HTTP_PORT = 10271
+"""The agent's health and metrics port on the node (hostNetwork). Chosen outside the
+Prometheus exporters' range 9100–9999 (fully allocated: node-exporter 9100, dcgm-exporter
+9400, …), outside Kubernetes' own 10248–10259 (kubelet, kube-proxy, controllers) and
+ingress-nginx's 10254, below the NodePort range 30000–32767 and Linux's ephemeral ports
+32768–60999, where a hostNetwork listener would race outgoing connections."""
 
 BPF_PROBES = ("runqlat", "reclaim")
 """Probes backed by BPF programs; ``taskstats`` stands in for them when they cannot load."""
@@ -37,6 +45,8 @@ class AgentSettings:
     """ACL user the agent writes as (``REDIS_USERNAME``); None uses the URL's or the default."""
     redis_password: str | None = None
     """Password of that user (``REDIS_PASSWORD``, from a Secret)."""
+    redis_tls: RedisTls = field(default_factory=RedisTls)
+    """CA and client certificate for a ``rediss://`` URL."""
     redis_sentinels: tuple[tuple[str, int], ...] = ()
     """Sentinel ``(host, port)`` pairs; when set the master is found through them and
     ``redis_url`` only gives the database (and ``rediss://`` for TLS)."""
@@ -66,8 +76,8 @@ class AgentSettings:
     bpf_source_dir: str = ""
     """Directory with ``*.bpf.c``; empty lets the probes find them (``INTERFERENCE_BPF_DIR``,
     then the ``bpf/`` folder shipped with the agent)."""
-    score_refs: ScoreReferences = field(default_factory=ScoreReferences)
-    """References and weights of the node interference score."""
+    score_refs: IndexReferences = field(default_factory=IndexReferences)
+    """Reference curves and weights of the interference index (:mod:`interference.score`)."""
     pods_file: str | None = None
     """Static ``{uid: "namespace/name"}`` file naming pods (demo, tests); wins over the API."""
     kubernetes: bool = True
@@ -80,7 +90,7 @@ class AgentSettings:
     None reads the cpuset of ``cgroup_root`` (:func:`node_agent.cpus.subtree_cpus`)."""
     http_address: str = "127.0.0.1"
     """Address of the ``/healthz``, ``/readyz`` and ``/metrics`` endpoint."""
-    http_port: int = 10254
+    http_port: int = DEFAULT_HTTP_PORT
     """Port of that endpoint; 0 serves nothing."""
 
     def __post_init__(self) -> None:

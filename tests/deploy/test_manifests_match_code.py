@@ -25,6 +25,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
+from interference.strict import parse_log_format
 from node_agent import cli as agent_cli
 from node_agent.health import AgentHttpServer
 from node_agent.probes.bpf_loader import BPF_DIR_ENV, HostPaths
@@ -55,6 +56,8 @@ DOCKERFILES = {
 }
 RUNTIME_ONLY_ENV = {"NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"}
 """Env vars read by the NVIDIA container runtime (to expose NVML), not by the agent."""
+LOGGING_ENV = {"LOG_FORMAT"}
+"""Env vars of the logging set-up rather than of the settings."""
 SECRET = {"admin-password": "a", "agent-password": "b", "scheduler-password": "c"}
 
 
@@ -200,9 +203,12 @@ def perturbed(value: str) -> str:
 def test_every_agent_env_var_is_read_by_the_agent() -> None:
     env = container_env(agent_container()["env"], SECRET)
     full = agent_settings(env)
-    for name in sorted(set(env) - RUNTIME_ONLY_ENV):
+    for name in sorted(set(env) - RUNTIME_ONLY_ENV - LOGGING_ENV):
         changed = {**env, name: perturbed(env[name])}
         assert agent_settings(changed) != full, f"the agent ignores env {name}"
+    # Logging is set up before the settings are built; the parser reads it.
+    args = agent_cli.parser(env).parse_args(agent_container().get("args", []))
+    assert parse_log_format(args.log_format) == env["LOG_FORMAT"] == "json"
     assert full.node_name == POD_FIELDS["spec.nodeName"]
     assert full.redis_password == SECRET["agent-password"]
 

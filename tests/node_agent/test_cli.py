@@ -15,7 +15,7 @@ from node_agent.probes.base import ProbeContext, ProbeUnavailable
 from node_agent.probes.cgroup_files import CgroupCounterProbe
 from node_agent.probes.cpu_throttle import CpuThrottleProbe
 from node_agent.probes.memory_events import MemoryEventsProbe
-from node_agent.settings import AgentSettings, detect_cgroup_v2_mount
+from node_agent.settings import DEFAULT_HTTP_PORT, AgentSettings, detect_cgroup_v2_mount
 
 
 def settings_for(argv: list[str], environ: dict[str, str]) -> AgentSettings:
@@ -114,15 +114,20 @@ def test_flags_win_over_env() -> None:
 @pytest.mark.parametrize(
     ("argv", "environ", "message"),
     [
-        ([], {"INTERVAL_S": "fast"}, "--interval: invalid float value: 'fast'"),
-        (["--interval", "0"], {}, "interval must be > 0 seconds"),
+        ([], {"INTERVAL_S": "fast"}, "INTERVAL_S='fast' is not a number; allowed: > 0"),
+        (["--interval", "0"], {}, "--interval=0 is out of range; allowed: > 0"),
         (["--cgroup-root", "kubepods"], {}, "cgroup root must be an absolute path"),
         (["--node-name", ""], {}, "node name is empty"),
-        (["--ttl", "0"], {}, "ttl must be at least 1 second"),
+        (["--ttl", "0"], {}, "--ttl=0 is out of range; allowed: ≥ 1"),
         (["--score-ref", "runq=5"], {}, "NAME one of runq_p99_us"),
         (["--score-ref", "runq_p99_us=soon"], {}, "'soon' is not a number"),
         (["--redis-url", "localhost:6379"], {}, "redis://"),
-        (["--log-level", "LOUD"], {}, "invalid choice: 'LOUD'"),
+        (["--log-level", "LOUD"], {}, "log level 'LOUD' is not one of DEBUG, INFO"),
+        ([], {"REDIS_CLUSTER": "Y"}, "REDIS_CLUSTER='Y' is not a boolean"),
+        (["--probes", "bogus,psi"], {}, "unknown probe(s) bogus"),
+        (["--cgroup-root", "/intf-test-c-does-not-exist"], {}, "is not a cgroup"),
+        (["--http-port", "-1"], {}, "--http-port=-1 is out of range; allowed: 0–65535"),
+        (["--score-ref", "runq_p99_us=-5"], {}, "allowed: ≥ 0"),
         (["--redis-sentinels", "sentinel-0"], {}, "entry 'sentinel-0' is not HOST:PORT"),
         (["--redis-sentinels", "a:1", "--redis-cluster"], {}, "not both"),
     ],
@@ -147,9 +152,7 @@ def test_bad_pods_file_exits_2_naming_the_entry(
     assert "'abc-123'" in capsys.readouterr().err
 
 
-def test_once_prints_one_report_and_lists_unknown_probes_as_disabled(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
+def test_once_prints_one_report(capsys: pytest.CaptureFixture[str]) -> None:
     status = cli.main(
         [
             "--once",
@@ -159,9 +162,7 @@ def test_once_prints_one_report_and_lists_unknown_probes_as_disabled(
             "--interval",
             "0.2",
             "--probes",
-            "psi,no_such_probe",
-            "--cgroup-root",
-            "/intf-test-c-does-not-exist",
+            "psi",
         ],
         {},
     )
@@ -170,8 +171,7 @@ def test_once_prints_one_report_and_lists_unknown_probes_as_disabled(
     report = json.loads(out.out)
     assert report["node"] == "cli-node"
     assert report["interval_s"] == pytest.approx(0.2, abs=0.5)
-    assert "unknown probe" in report["disabled_probes"]["no_such_probe"]
-    assert "psi" in report["disabled_probes"]["no_such_probe"]  # lists the known ones
+    assert report["disabled_probes"] == {}
 
 
 @pytest.mark.parametrize(
@@ -189,7 +189,7 @@ def test_logged_urls_hide_the_password(url: str, shown: str) -> None:
 @pytest.mark.parametrize(
     ("argv", "environ", "ncpu", "address", "port"),
     [
-        ([], {}, None, "127.0.0.1", 10254),
+        ([], {}, None, "127.0.0.1", DEFAULT_HTTP_PORT),
         ([], {"NCPU": "3", "HTTP_ADDRESS": "10.0.0.5", "HTTP_PORT": "9100"}, 3, "10.0.0.5", 9100),
         (["--ncpu", "2", "--http-port", "0"], {"NCPU": "8"}, 2, "127.0.0.1", 0),
     ],
@@ -203,7 +203,7 @@ def test_cpu_count_and_http_endpoint_flags(
 
 @pytest.mark.parametrize(
     ("argv", "message"),
-    [(["--ncpu", "0"], "ncpu must be at least 1"), (["--http-port", "70000"], "http port")],
+    [(["--ncpu", "0"], "--ncpu=0 is out of range"), (["--http-port", "70000"], "--http-port")],
 )
 def test_bad_cpu_count_or_port_is_a_clear_error(argv: list[str], message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -220,3 +220,49 @@ def test_cgroup_probes_hint_at_flags_that_exist(
     hinted = set(re.findall(r"--[a-z0-9-]+", str(raised.value)))
     assert hinted == {"--cgroup-v2-mount", "--cgroup-v1-mount"}
     assert hinted <= set(cli.parser({})._option_string_actions)
+
+
+def test_a_taken_health_port_is_fatal(capsys: pytest.CaptureFixture[str]) -> None:
+    """With hostNetwork, kubelet's probes would reach whoever holds the port: exit 1."""
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    try:
+        status = cli.main(
+            ["--no-kubernetes", "--probes", "psi", "--http-port", str(port)],
+            {"REDIS_URL": "redis://127.0.0.1:1/0"},
+        )
+    finally:
+        holder.close()
+    assert status == 1
+    err = capsys.readouterr().err
+    assert "free the port or set HTTP_PORT/--http-port (0 serves nothing)" in err
+    assert "Traceback" not in err
+
+
+def test_log_format_json_gives_one_object_per_line(capsys: pytest.CaptureFixture[str]) -> None:
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    try:
+        cli.main(
+            [
+                "--no-kubernetes",
+                "--probes",
+                "psi",
+                "--http-port",
+                str(holder.getsockname()[1]),
+                "--log-format",
+                "JSON",
+                "--log-level",
+                "debug",
+            ],
+            {"REDIS_URL": "redis://agent:s3cret@127.0.0.1:1/0"},
+        )
+    finally:
+        holder.close()
+    lines = capsys.readouterr().err.splitlines()
+    entries = [json.loads(line) for line in lines]
+    assert entries and all({"time", "level", "logger", "message"} <= set(e) for e in entries)
+    assert any("free the port" in e["message"] and e["level"] == "ERROR" for e in entries)

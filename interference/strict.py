@@ -1,0 +1,130 @@
+"""Strict parsing of settings that come from the environment or the command line.
+
+A value that is not exactly one of the accepted spellings is an error naming the variable
+and the accepted values, never a silent default: ``DRY_RUN=Y`` must not mean "bind".
+"""
+
+from __future__ import annotations
+
+import math
+from urllib.parse import urlsplit, urlunsplit
+
+TRUE_WORDS = ("true", "1", "yes")
+FALSE_WORDS = ("false", "0", "no")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+LOG_FORMATS = ("json", "text")
+
+
+class SettingError(ValueError):
+    """A setting has a value outside what it accepts; the message says which and why."""
+
+
+def parse_bool(name: str, value: str) -> bool:
+    """``true``/``1``/``yes`` → True, ``false``/``0``/``no`` → False (case-insensitive,
+    surrounding blanks ignored); anything else raises :class:`SettingError` naming ``name``."""
+    word = value.strip().lower()
+    if word in TRUE_WORDS:
+        return True
+    if word in FALSE_WORDS:
+        return False
+    raise SettingError(
+        f"{name}={value!r} is not a boolean; use one of "
+        + "/".join(w for pair in zip(TRUE_WORDS, FALSE_WORDS, strict=True) for w in pair)
+    )
+
+
+def parse_number(
+    name: str,
+    value: str,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    above: float | None = None,
+    integer: bool = False,
+) -> float:
+    """``value`` as a finite number within the range, else :class:`SettingError` saying
+    the allowed range: ``minimum ≤ v ≤ maximum`` and ``v > above`` (each bound optional)."""
+    try:
+        number = int(value.strip()) if integer else float(value.strip())
+    except ValueError:
+        kind = "a whole number" if integer else "a number"
+        raise SettingError(
+            f"{name}={value!r} is not {kind}; {allowed_range(minimum, maximum, above)}"
+        ) from None
+    check_range(name, number, minimum=minimum, maximum=maximum, above=above)
+    return number
+
+
+def check_range(
+    name: str,
+    number: float,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    above: float | None = None,
+) -> None:
+    """:class:`SettingError` unless ``number`` is finite and within the range."""
+    inside = (
+        math.isfinite(number)
+        and (minimum is None or number >= minimum)
+        and (maximum is None or number <= maximum)
+        and (above is None or number > above)
+    )
+    if not inside:
+        raise SettingError(
+            f"{name}={number:g} is out of range; {allowed_range(minimum, maximum, above)}"
+        )
+
+
+def allowed_range(
+    minimum: float | None = None, maximum: float | None = None, above: float | None = None
+) -> str:
+    """The range as a person reads it: ``allowed: 0–100``, ``allowed: > 0``."""
+    parts = []
+    if above is not None:
+        parts.append(f"> {above:g}")
+    if minimum is not None and maximum is not None and above is None:
+        return f"allowed: {minimum:g}–{maximum:g}"
+    if minimum is not None:
+        parts.append(f"≥ {minimum:g}")
+    if maximum is not None:
+        parts.append(f"≤ {maximum:g}")
+    return "allowed: " + (" and ".join(parts) or "any finite number")
+
+
+def parse_log_level(value: str) -> str:
+    """A log level name in any case (``debug``, ``Info``) as ``DEBUG``…; SettingError else."""
+    level = value.strip().upper()
+    if level == "WARN":
+        level = "WARNING"
+    if level not in LOG_LEVELS:
+        raise SettingError(f"log level {value!r} is not one of {', '.join(LOG_LEVELS)} (any case)")
+    return level
+
+
+def parse_log_format(value: str) -> str:
+    """``json`` or ``text`` in any case; SettingError else."""
+    fmt = value.strip().lower()
+    if fmt not in LOG_FORMATS:
+        raise SettingError(f"log format {value!r} is not one of {', '.join(LOG_FORMATS)}")
+    return fmt
+
+
+def mask_url(url: str) -> str:
+    """``url`` with its password replaced by ``***`` (the user name stays), for anything a
+    person or a log collector sees. A URL that cannot be parsed is masked after its ``@``."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+        username = parts.username
+        host = parts.netloc.rpartition("@")[2]
+    except ValueError:
+        scheme, sep, rest = url.partition("://")
+        if "@" not in rest:
+            return url
+        return f"{scheme}{sep}***@{rest.rpartition('@')[2]}"
+    if password is None and "@" not in parts.netloc:
+        return url
+    if password is None:
+        return url  # user name only: nothing secret
+    return urlunsplit(parts._replace(netloc=f"{username or ''}:***@{host}"))
