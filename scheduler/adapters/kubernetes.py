@@ -14,9 +14,10 @@ does: finished pods hold no resources.
 Writes:
 
 * bind — ``POST /api/v1/namespaces/{ns}/pods/{name}/binding``;
-* Events — ``events.k8s.io/v1`` (what kube-scheduler uses), ``reportingController``
-  ``interference-scheduler``, action ``Binding`` for ``Scheduled`` and ``Scheduling`` for
-  everything else, ``note`` truncated to the API's 1 KiB;
+* Events — ``events.k8s.io/v1`` (what kube-scheduler uses), named ``<pod>.<hex ns>``,
+  ``reportingController`` ``interference-scheduler``, action ``Binding`` for ``Scheduled``
+  and ``Scheduling`` for everything else, ``note`` truncated to the API's 1 KiB; repeats
+  PATCH one series per pod and reason (``series.count``, ``series.lastObservedTime``);
 * PodScheduled=False/Unschedulable — strategic-merge PATCH of ``pods/status`` (conditions
   merge by ``type``, the other conditions stay).
 
@@ -53,7 +54,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import urllib3
@@ -88,7 +89,7 @@ REQUIRED_PERMISSIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("", "pods", ("list", "watch")),
     ("", "pods/binding", ("create",)),
     ("", "pods/status", ("patch",)),
-    ("events.k8s.io", "events", ("create",)),
+    ("events.k8s.io", "events", ("create", "patch")),
 )
 """(apiGroup, resource, verbs) the cluster adapter calls; the elector adds its Lease rule."""
 
@@ -378,6 +379,43 @@ def _micro_time(now: float) -> str:
     return stamp.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+SERIES_PATCH_INTERVAL_S = 30.0
+"""Shortest time between two writes of one Event series after its second occurrence."""
+SERIES_FORGET_AFTER_S = 360.0
+"""A series not seen for this long is forgotten; the next occurrence starts a new Event
+(client-go's events broadcaster uses the same 6 minutes)."""
+_NAME_MAX = 253
+
+
+def event_name(pod_name: str, now_ns: int) -> str:
+    """kube-scheduler's Event name ``<pod>.<hex nanoseconds>``, the pod part shortened so
+    the whole stays a valid DNS subdomain (at most 253 characters)."""
+    suffix = f".{now_ns:x}"
+    return pod_name[: _NAME_MAX - len(suffix)].rstrip(".-") + suffix
+
+
+@dataclass(slots=True)
+class _EventSeries:
+    """One (pod, reason) Event and its repeats."""
+
+    first_at: float
+    count: int = 0
+    last_at: float = 0.0
+    name: str = ""
+    """The Event's name once created."""
+    written_at: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    """Serialises the writes of this series (a create must finish before its PATCH)."""
+
+
+class _EventGone(Exception):
+    """The Event of a series no longer exists (404)."""
+
+
+def _series_body(series: _EventSeries) -> dict[str, Any]:
+    return {"count": series.count, "lastObservedTime": _micro_time(series.last_at)}
+
+
 class KubernetesCluster:
     """Informers and writes against a real API server (see the module docstring)."""
 
@@ -398,6 +436,9 @@ class KubernetesCluster:
         self._lock = threading.Lock()
         self._open_watches: set[urllib3.response.BaseHTTPResponse] = set()
         self._synced: dict[ObjectKind, bool] = {"Node": False, "Pod": False}
+        self._series: dict[tuple[str, ...], _EventSeries] = {}
+        """Event series by (namespace, pod, uid, reason, action, type)."""
+        self._series_swept_at = 0.0
 
     # --- the API calls (each one needs a rule in REQUIRED_PERMISSIONS) ---
 
@@ -476,15 +517,58 @@ class KubernetesCluster:
             raise translate_error(exc, "create", "pods/binding", self.host) from exc
 
     def record_event(self, pod: PodRef, event_type: str, reason: str, message: str) -> None:
-        """An ``events.k8s.io/v1`` Event about the pod, in kube-scheduler's style."""
-        body = {
+        """An ``events.k8s.io/v1`` Event about the pod, in kube-scheduler's style.
+
+        Repeats are one series, as client-go's events broadcaster does: the first
+        occurrence of (pod, reason, action) is created as ``<pod>.<hex nanoseconds>``;
+        the next ones PATCH that Event's ``series`` (``count``, ``lastObservedTime``) —
+        at once for the second, then at most every :data:`SERIES_PATCH_INTERVAL_S`
+        (the latest count goes out with the next repeat). The note of a series is the
+        first occurrence's (the API keeps it immutable).
+        """
+        action = "Binding" if reason == "Scheduled" else "Scheduling"
+        key = (pod.namespace, pod.name, pod.uid, reason, action, event_type)
+        now = time.time()
+        with self._lock:
+            self._expire_series(now)
+            series = self._series.get(key)
+            if series is None:
+                series = _EventSeries(first_at=now)
+                self._series[key] = series
+        with series.lock:
+            series.count += 1
+            series.last_at = now
+            if (
+                series.name
+                and series.count > 2
+                and now - series.written_at < SERIES_PATCH_INTERVAL_S
+            ):
+                return  # counted; written with the next repeat after the interval
+            if series.name:
+                try:
+                    self._patch_series(pod, series)
+                    return
+                except _EventGone:
+                    series.name = ""  # expired (Events live 1 h by default): start anew
+            self._create_event(pod, event_type, reason, action, message, series)
+
+    def _create_event(
+        self,
+        pod: PodRef,
+        event_type: str,
+        reason: str,
+        action: str,
+        message: str,
+        series: _EventSeries,
+    ) -> None:
+        body: dict[str, Any] = {
             "apiVersion": "events.k8s.io/v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{pod.name}.", "namespace": pod.namespace},
-            "eventTime": _micro_time(time.time()),
+            "metadata": {"name": event_name(pod.name, time.time_ns()), "namespace": pod.namespace},
+            "eventTime": _micro_time(series.first_at),
             "reportingController": SCHEDULER_NAME,
             "reportingInstance": self.identity[:128],
-            "action": "Binding" if reason == "Scheduled" else "Scheduling",
+            "action": action,
             "reason": reason,
             "note": message[:_NOTE_MAX],
             "type": event_type,
@@ -496,11 +580,41 @@ class KubernetesCluster:
                 "uid": pod.uid,
             },
         }
+        if series.count > 1:
+            body["series"] = _series_body(series)
         path = f"/apis/events.k8s.io/v1/namespaces/{_path_part(pod.namespace)}/events"
         try:
             self._writer.send("POST", path, _json(body), "application/json")
         except Exception as exc:
             raise translate_error(exc, "create", "events.k8s.io/events", self.host) from exc
+        series.name = body["metadata"]["name"]
+        series.written_at = time.time()
+
+    def _patch_series(self, pod: PodRef, series: _EventSeries) -> None:
+        path = (
+            f"/apis/events.k8s.io/v1/namespaces/{_path_part(pod.namespace)}"
+            f"/events/{_path_part(series.name)}"
+        )
+        body = {"series": _series_body(series)}
+        try:
+            self._writer.send("PATCH", path, _json(body), "application/merge-patch+json")
+        except ApiException as exc:
+            if exc.status == 404:
+                raise _EventGone() from exc
+            raise translate_error(exc, "patch", "events.k8s.io/events", self.host) from exc
+        except Exception as exc:
+            raise translate_error(exc, "patch", "events.k8s.io/events", self.host) from exc
+        series.written_at = time.time()
+
+    def _expire_series(self, now: float) -> None:
+        """Forget series not seen for :data:`SERIES_FORGET_AFTER_S` (caller holds the lock);
+        swept at most once a minute."""
+        if now - self._series_swept_at < 60.0:
+            return
+        self._series_swept_at = now
+        horizon = now - SERIES_FORGET_AFTER_S
+        for key in [k for k, s in self._series.items() if s.last_at < horizon]:
+            del self._series[key]
 
     def set_unschedulable(self, pod: PodRef, message: str) -> None:
         """PodScheduled=False, reason Unschedulable, via a strategic-merge PATCH of pods/status."""

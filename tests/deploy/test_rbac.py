@@ -183,7 +183,8 @@ def exercise_scheduler(emulator: EmulatorThread, lease_namespace: str) -> None:
         cluster.bind(PodRef("shop", "pending-a"), "gpu-node-1")
         with pytest.raises(BindConflict):
             cluster.bind(PodRef("shop", "pending-a"), "gpu-node-1")
-        cluster.record_event(PodRef("shop", "pending-b"), "Warning", "FailedScheduling", "0/1")
+        for _ in range(2):  # a repeat PATCHes the Event's series
+            cluster.record_event(PodRef("shop", "pending-b"), "Warning", "FailedScheduling", "0/1")
         cluster.set_unschedulable(PodRef("shop", "pending-b"), "0/1 nodes are available")
         wait_until(lambda: elector.renewals >= 3 and leading.is_set(), "a renewed lease")
     finally:

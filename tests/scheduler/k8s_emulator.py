@@ -214,6 +214,8 @@ class ApiServerEmulator(KubernetesScaffold):
             return _json(copy.deepcopy(self._get(plural, request)))
         if method == "PUT":
             return _json(self._replace(request, plural))
+        if method == "PATCH" and plural == "events":
+            return _json(self._patch_event(request))
         raise KubernetesError(405, "MethodNotAllowed", f"{method} {request.url.path}")
 
     def _get(self, plural: str, request: Request) -> Obj:
@@ -316,9 +318,22 @@ class ApiServerEmulator(KubernetesScaffold):
         meta.setdefault("namespace", request.namespace or "")
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = f"{meta['generateName']}{next(self.names):05d}"
+        if not _DNS_SUBDOMAIN.fullmatch(meta.get("name", "")):
+            # As the real registry: e.g. a generateName ending in "." is refused.
+            raise KubernetesError(
+                422, "Invalid", f'metadata.name: Invalid value: "{meta.get("name", "")}"'
+            )
         if (plural, meta["namespace"], meta.get("name", "")) in self.objects:
             raise KubernetesError(409, "AlreadyExists", f'{plural} "{meta["name"]}" already exists')
         return copy.deepcopy(self.put_object(plural, obj))
+
+    def _patch_event(self, request: Request) -> Obj:
+        event = copy.deepcopy(self._get("events", request))
+        content_type = request.headers.get("Content-Type", "")
+        if "merge-patch" not in content_type:
+            raise KubernetesError(415, "UnsupportedMediaType", f"content type {content_type}")
+        _merge(event, request.data or {}, False)
+        return copy.deepcopy(self.put_object("events", event))
 
     def _replace(self, request: Request, plural: str) -> Obj:
         current = self._get(plural, request)
@@ -336,6 +351,9 @@ class ApiServerEmulator(KubernetesScaffold):
 
 
 _HANDLED = {"pods", "nodes", "events", "leases"}
+_DNS_SUBDOMAIN = re.compile(
+    r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+)
 
 
 def _status(code: int, reason: str, message: str) -> Obj:

@@ -18,11 +18,13 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from scheduler.adapters import kubernetes as kubernetes_adapter
 from scheduler.adapters.kubernetes import (
     REQUIRED_PERMISSIONS,
     Backoff,
     KubernetesCluster,
     KubernetesSettings,
+    event_name,
 )
 from scheduler.leader import LEASE_PERMISSIONS, LeaderElectionSettings, LeaderElector
 from scheduler.ports import (
@@ -374,6 +376,56 @@ def test_events_in_kube_scheduler_style(
     assert failed["note"].startswith(message) and len(failed["note"]) == 1024
 
 
+@pytest.mark.parametrize(
+    ("pod_name", "now_ns", "expected"),
+    [
+        ("web-0", 0x187A3B2C4D5E6F70, "web-0.187a3b2c4d5e6f70"),
+        ("a" * 253, 0x10, "a" * 250 + ".10"),  # shortened to stay ≤ 253 characters
+        ("a" * 249 + "-b", 0x10, "a" * 249 + ".10"),  # never ends a label with "-"
+    ],
+)
+def test_event_names_are_kube_schedulers(pod_name: str, now_ns: int, expected: str) -> None:
+    assert event_name(pod_name, now_ns) == expected
+
+
+def test_repeated_events_are_one_series(
+    emulator: EmulatorThread, cluster: KubernetesCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """First occurrence: a create named ``<pod>.<hex>``; second: PATCH ``series.count=2``;
+    further ones within the interval are only counted, the next one after it writes the
+    count; another reason is its own Event; a deleted Event starts a new series Event."""
+    ref = PodRef("ml", "p1", "u-1")
+    clock = [1_000.0]
+    monkeypatch.setattr(kubernetes_adapter.time, "time", lambda: clock[0])
+    cluster.record_event(ref, "Warning", "FailedScheduling", "0/3 nodes are available: a.")
+    (event,) = emulator.all("events")
+    assert re.fullmatch(r"p1\.[0-9a-f]+", event["metadata"]["name"])
+    assert "series" not in event
+    clock[0] += 10
+    cluster.record_event(ref, "Warning", "FailedScheduling", "0/3 nodes are available: b.")
+    (event,) = emulator.all("events")
+    assert event["series"]["count"] == 2
+    assert event["note"] == "0/3 nodes are available: a."  # a series keeps its first note
+    for _ in range(3):
+        clock[0] += 1
+        cluster.record_event(ref, "Warning", "FailedScheduling", "again")
+    (event,) = emulator.all("events")
+    assert event["series"]["count"] == 2  # counted, not written yet
+    clock[0] += kubernetes_adapter.SERIES_PATCH_INTERVAL_S
+    cluster.record_event(ref, "Warning", "FailedScheduling", "again")
+    (event,) = emulator.all("events")
+    assert event["series"]["count"] == 6
+    last = dt.datetime.fromisoformat(event["series"]["lastObservedTime"]).timestamp()
+    assert last == pytest.approx(clock[0])
+    cluster.record_event(ref, "Normal", "Scheduled", "Successfully assigned ml/p1 to n1")
+    assert sorted(e["reason"] for e in emulator.all("events")) == ["FailedScheduling", "Scheduled"]
+    emulator.delete("events", "ml", event["metadata"]["name"])
+    clock[0] += kubernetes_adapter.SERIES_PATCH_INTERVAL_S
+    cluster.record_event(ref, "Warning", "FailedScheduling", "again")
+    recreated = [e for e in emulator.all("events") if e["reason"] == "FailedScheduling"]
+    assert len(recreated) == 1 and recreated[0]["series"]["count"] == 7
+
+
 def test_unschedulable_condition_is_merged_into_pod_status(
     emulator: EmulatorThread, cluster: KubernetesCluster
 ) -> None:
@@ -403,7 +455,8 @@ def test_every_call_is_covered_by_required_permissions(
     handler = informers()
     handler.wait_for(lambda h: cluster.synced())
     cluster.bind(PodRef("default", "pending"), "n1")
-    cluster.record_event(PodRef("default", "pending"), "Normal", "Scheduled", "ok")
+    for _ in range(2):  # the repeat PATCHes the Event's series
+        cluster.record_event(PodRef("default", "pending"), "Normal", "Scheduled", "ok")
     cluster.set_unschedulable(PodRef("default", "running"), "no")
     leading, stop = threading.Event(), threading.Event()
     settings = LeaderElectionSettings(
