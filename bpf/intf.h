@@ -56,6 +56,12 @@ static __always_inline u32 log2_slot(u64 v)
     return r < HIST_SLOTS ? r : HIST_SLOTS - 1;
 }
 
+/* What every tracepoint program returns. A perf-attached tracepoint program that returns
+ * 0 makes the kernel drop that event for every other perf user on the tracepoint
+ * (`perf stat -e sched:sched_switch` would count nothing while the agent runs); 1 keeps
+ * their samples. */
+#define KEEP_PERF_SAMPLES 1
+
 static __always_inline u32 current_pid(void)
 {
     return (u32)bpf_get_current_pid_tgid();

@@ -62,22 +62,26 @@ static __always_inline int reclaim_end(u32 kind)
 
 TRACEPOINT_PROBE(vmscan, mm_vmscan_memcg_reclaim_begin)
 {
-    return reclaim_begin(RECLAIM_MEMCG);
+    reclaim_begin(RECLAIM_MEMCG);
+    return KEEP_PERF_SAMPLES;
 }
 
 TRACEPOINT_PROBE(vmscan, mm_vmscan_memcg_reclaim_end)
 {
-    return reclaim_end(RECLAIM_MEMCG);
+    reclaim_end(RECLAIM_MEMCG);
+    return KEEP_PERF_SAMPLES;
 }
 
 TRACEPOINT_PROBE(vmscan, mm_vmscan_direct_reclaim_begin)
 {
-    return reclaim_begin(RECLAIM_DIRECT);
+    reclaim_begin(RECLAIM_DIRECT);
+    return KEEP_PERF_SAMPLES;
 }
 
 TRACEPOINT_PROBE(vmscan, mm_vmscan_direct_reclaim_end)
 {
-    return reclaim_end(RECLAIM_DIRECT);
+    reclaim_end(RECLAIM_DIRECT);
+    return KEEP_PERF_SAMPLES;
 }
 
 TRACEPOINT_PROBE(vmscan, mm_vmscan_throttled)
@@ -85,5 +89,5 @@ TRACEPOINT_PROBE(vmscan, mm_vmscan_throttled)
     struct reclaim_stats *cg = current_cgroup_stats();
     if (cg)
         cg->vmscan_throttled += 1;
-    return 0;
+    return KEEP_PERF_SAMPLES;
 }

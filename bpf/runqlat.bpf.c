@@ -1,10 +1,15 @@
-/* Per-cgroup run-queue delay (count, sum, log2 µs histogram) and on-CPU time.
+/* Per-cgroup run-queue delay (count, sum, log2 µs histogram), idle wake-up delay and
+ * on-CPU time.
  *
  * Enqueue: sched_wakeup / sched_wakeup_new, and a `prev` switched out still runnable.
  * At switch-in the delay of `next` is known but the current task is still `prev`, so the
  * delay is stashed per pid and added to the task's own cgroup
  * (bpf_get_current_cgroup_id()) at its next switch-out, when it is current.
  * On-CPU time runs from switch-in to switch-out on each CPU.
+ *
+ * A switch-in whose `prev` is the idle task waited for the CPU to wake up, not behind
+ * another task: that delay is the CPU's idle-exit latency (C-states, vCPU wake-up), no
+ * neighbour's fault, so it goes to idle_wakeup_* and never into the run-queue figures.
  */
 #include "intf.h"
 
@@ -15,6 +20,8 @@
 struct runq_stats {
     u64 runq_count;
     u64 runq_ns;
+    u64 idle_wakeup_count;
+    u64 idle_wakeup_ns;
     u64 oncpu_ns;
     u64 runq_us_slots[HIST_SLOTS];
 };
@@ -23,6 +30,7 @@ struct task_state {
     u64 enqueued_ns;      /* when it became runnable; 0 when not queued */
     u64 pending_delay_ns; /* delay measured at switch-in, not yet attributed */
     u64 has_pending;
+    u64 pending_from_idle; /* the stashed delay ended by switching in from the idle task */
 };
 
 BPF_HASH(tasks, u32, struct task_state, MAX_TASKS);
@@ -45,12 +53,14 @@ static __always_inline int mark_enqueued(u32 pid, u64 now)
 
 TRACEPOINT_PROBE(sched, sched_wakeup)
 {
-    return mark_enqueued(args->pid, bpf_ktime_get_ns());
+    mark_enqueued(args->pid, bpf_ktime_get_ns());
+    return KEEP_PERF_SAMPLES;
 }
 
 TRACEPOINT_PROBE(sched, sched_wakeup_new)
 {
-    return mark_enqueued(args->pid, bpf_ktime_get_ns());
+    mark_enqueued(args->pid, bpf_ktime_get_ns());
+    return KEEP_PERF_SAMPLES;
 }
 
 /* `prev` is current: charge its cgroup with its on-CPU time and its stashed delay. */
@@ -64,7 +74,10 @@ static __always_inline void switch_out(u32 pid, long prev_state, u64 now, u64 on
     if (cg) {
         if (oncpu_since && now > oncpu_since)
             cg->oncpu_ns += now - oncpu_since;
-        if (task && task->has_pending) {
+        if (task && task->has_pending && task->pending_from_idle) {
+            cg->idle_wakeup_count += 1;
+            cg->idle_wakeup_ns += task->pending_delay_ns;
+        } else if (task && task->has_pending) {
             u64 delay = task->pending_delay_ns;
             cg->runq_count += 1;
             cg->runq_ns += delay;
@@ -87,12 +100,13 @@ static __always_inline void switch_out(u32 pid, long prev_state, u64 now, u64 on
     }
 }
 
-static __always_inline void switch_in(u32 pid, u64 now)
+static __always_inline void switch_in(u32 pid, u64 now, u64 from_idle)
 {
     struct task_state *task = tasks.lookup(&pid);
     if (task && task->enqueued_ns) {
         task->pending_delay_ns = now > task->enqueued_ns ? now - task->enqueued_ns : 0;
         task->has_pending = 1;
+        task->pending_from_idle = from_idle;
         task->enqueued_ns = 0;
     }
 }
@@ -109,8 +123,8 @@ TRACEPOINT_PROBE(sched, sched_switch)
     if (prev != 0)
         switch_out(prev, args->prev_state, now, since ? *since : 0);
     if (next != 0)
-        switch_in(next, now);
+        switch_in(next, now, prev == 0);
     if (since)
         *since = now;
-    return 0;
+    return KEEP_PERF_SAMPLES;
 }

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from interference import hist
-from node_agent.probes.base import ProbeContext, ProbeUnavailable, Sample
+from node_agent.probes.base import BPF_MISSED_EVENTS, ProbeContext, ProbeUnavailable, Sample
 
 log = logging.getLogger(__name__)
 
@@ -208,12 +208,14 @@ def compiler_main() -> None:
         bcc = import_bcc()
         program = bcc.BPF(text=sys.stdin.buffer.read())
         stats, generation = program[STATS_TABLE], program[GENERATION_TABLE]
+        program_fds = [function.fd for function in program.funcs.values()]
         layout = {
             "key": describe_u64_struct(stats.Key),
             "leaf": describe_u64_struct(stats.sLeaf),
             "max_entries": int(stats.max_entries),
+            "programs": len(program_fds),
         }
-        fds = [stats.map_fd, generation.map_fd, *program.tracepoint_fds.values()]
+        fds = [stats.map_fd, generation.map_fd, *program_fds, *program.tracepoint_fds.values()]
         socket.send_fds(sock, [json.dumps(layout).encode()], fds)
     except Exception as exc:  # bcc raises bare Exception for compile, load and attach
         print(f"error: {exc}", file=sys.stderr, flush=True)
@@ -251,6 +253,19 @@ class _ElemAttr(ctypes.Structure):
     )
 
 
+def recursion_misses(fd: int, proc_root: str = "/proc") -> int:
+    """``recursion_misses`` of the BPF program behind ``fd`` (0 where the kernel, < 5.12,
+    does not report it)."""
+    try:
+        with open(f"{proc_root}/self/fdinfo/{fd}") as info:
+            for line in info:
+                if line.startswith("recursion_misses:"):
+                    return int(line.split(":", 1)[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
 BPF_MAP_LOOKUP_ELEM = 1
 BPF_MAP_UPDATE_ELEM = 2
 BPF_MAP_DELETE_ELEM = 3
@@ -268,7 +283,9 @@ class LoadedProgram:
     """
 
     def __init__(self, fds: Sequence[int], layout: Mapping[str, Any]) -> None:
-        self._stats_fd, self._generation_fd, *self._attachment_fds = fds
+        self._stats_fd, self._generation_fd, *rest = fds
+        programs = int(layout.get("programs", 0))
+        self._program_fds, self._attachment_fds = rest[:programs], rest[programs:]
         self._libc = ctypes.CDLL(None, use_errno=True)
         self._sys_bpf = _SYS_BPF[os.uname().machine]
         self.key_type = _struct_type("cgroup_key", layout["key"])
@@ -316,11 +333,28 @@ class LoadedProgram:
     def delete(self, key: Any) -> None:
         self._call(BPF_MAP_DELETE_ELEM, self._stats_fd, key)
 
+    def missed_events(self) -> int:
+        """Runs of this program's BPF programs the kernel skipped since they were loaded.
+
+        The kernel runs at most one perf-attached tracing program per CPU at a time: an
+        event that fires while that CPU's guard is held — by another such program, or by
+        a ``bpf(2)`` map call (ours while draining, anyone's) interrupted by the event's
+        hard IRQ — is skipped and counted in the program's ``recursion_misses``. Each
+        skipped wakeup loses at most that task's next wait. The count makes such loss
+        visible instead of silent.
+        """
+        return sum(recursion_misses(fd) for fd in self._program_fds)
+
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        for fd in (*self._attachment_fds, self._stats_fd, self._generation_fd):
+        for fd in (
+            *self._attachment_fds,
+            *self._program_fds,
+            self._stats_fd,
+            self._generation_fd,
+        ):
             with contextlib.suppress(OSError):
                 os.close(fd)
 
@@ -463,6 +497,7 @@ class BpfCgroupProbe:
         self._scope = CgroupScope(ctx)
         self._program: LoadedProgram | None = None
         self._generation = 0
+        self._missed_events = 0
 
     def start(self) -> None:
         program = load_program(self.name, self._ctx, self.tracepoints, self._paths)
@@ -484,6 +519,9 @@ class BpfCgroupProbe:
         except OSError as exc:
             log.warning("probe %s: draining BPF maps failed: %s", self.name, exc)
             return sample
+        missed = self._program.missed_events()
+        sample.node[BPF_MISSED_EVENTS] = float(missed - self._missed_events)
+        self._missed_events = missed
         for cgid in self._scope.select(list(totals)):
             cgroup = totals[cgid]
             sample.by_cgroup_id[cgid] = {

@@ -2,8 +2,11 @@
 
 A task's wait is measured from the moment it becomes runnable (wakeup, new task, or
 switched out while still runnable) to its switch-in, and charged to the task's own
-cgroup at its next switch-out (DESIGN §3). Each interval yields per cgroup v2 id:
-``runq_count``, ``runq_ns``, ``oncpu_ns`` and the ``runq_us`` log2 histogram.
+cgroup at its next switch-out (docs/design.md, "Signals"). A wait that ends by switching
+in from the idle task is the CPU waking up, not contention: it is counted apart as
+``idle_wakeup_*`` and published, never scored. Each interval yields per cgroup v2 id:
+``runq_count``, ``runq_ns``, ``idle_wakeup_count``, ``idle_wakeup_ns``, ``oncpu_ns`` and
+the ``runq_us`` log2 histogram, and ``bpf_missed_events`` for the node.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from typing import ClassVar
 
 from node_agent.probes.base import (
     HIST_RUNQ_US,
+    IDLE_WAKEUP_COUNT,
+    IDLE_WAKEUP_NS,
     ONCPU_NS,
     RUNQ_COUNT,
     RUNQ_NS,
@@ -30,6 +35,8 @@ class RunqlatProbe(BpfCgroupProbe):
     counters: ClassVar[Mapping[str, str]] = {
         "runq_count": RUNQ_COUNT,
         "runq_ns": RUNQ_NS,
+        "idle_wakeup_count": IDLE_WAKEUP_COUNT,
+        "idle_wakeup_ns": IDLE_WAKEUP_NS,
         "oncpu_ns": ONCPU_NS,
     }
     histograms: ClassVar[Mapping[str, str]] = {"runq_us_slots": HIST_RUNQ_US}

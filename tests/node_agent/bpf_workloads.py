@@ -59,11 +59,20 @@ class SchedStat:
 
     on_cpu_ns: int
     run_delay_ns: int
+    timeslices: int
+    """Switch-ins (``sched_info.pcount``): every wait that ended."""
 
     @classmethod
     def of(cls, pid: int) -> SchedStat:
-        on_cpu, run_delay, _timeslices = Path(f"/proc/{pid}/schedstat").read_text().split()
-        return cls(on_cpu_ns=int(on_cpu), run_delay_ns=int(run_delay))
+        on_cpu, run_delay, timeslices = Path(f"/proc/{pid}/schedstat").read_text().split()
+        return cls(on_cpu_ns=int(on_cpu), run_delay_ns=int(run_delay), timeslices=int(timeslices))
+
+    def __sub__(self, before: SchedStat) -> SchedStat:
+        return SchedStat(
+            on_cpu_ns=self.on_cpu_ns - before.on_cpu_ns,
+            run_delay_ns=self.run_delay_ns - before.run_delay_ns,
+            timeslices=self.timeslices - before.timeslices,
+        )
 
 
 def schedstat_totals(pids: Sequence[int]) -> SchedStat:
@@ -72,4 +81,5 @@ def schedstat_totals(pids: Sequence[int]) -> SchedStat:
     return SchedStat(
         on_cpu_ns=sum(s.on_cpu_ns for s in stats),
         run_delay_ns=sum(s.run_delay_ns for s in stats),
+        timeslices=sum(s.timeslices for s in stats),
     )
