@@ -30,6 +30,9 @@ import redis
 from prometheus_client import CollectorRegistry
 
 from interference import keys
+from interference.cliparse import RUNTIME_EXIT, USAGE_EXIT, OneLineParser
+from interference.logsetup import configure_logging, mask_credentials
+from interference.strict import SettingError, parse_bool
 from scheduler.adapters.kubernetes import KubernetesCluster, make_api_client
 from scheduler.adapters.redis_signals import (
     QueuedDecisionSink,
@@ -54,14 +57,19 @@ from scheduler.ports import ClusterError
 
 log = logging.getLogger("scheduler")
 
-_TRUE = {"1", "true", "yes", "on"}
+TLS_ENV = {"REDIS_CA_FILE": "ca_file", "REDIS_CERT_FILE": "cert_file", "REDIS_KEY_FILE": "key_file"}
+"""Environment variables that set the Redis TLS options of the config's ``redis`` section."""
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+def build_parser() -> OneLineParser:
+    """The argument parser (one-line errors, exit status 2)."""
+    parser = OneLineParser(
         prog="interference-scheduler",
         description="Schedules pods with spec.schedulerName: interference-scheduler using"
-        " per-node interference signals from Redis.",
+        " per-node interference signals from Redis. Flags win over the environment, which"
+        " wins over the config file; booleans accept true/false, 1/0, yes/no.",
+        epilog="example: interference-scheduler --config scheduler.yaml --dry-run "
+        "--log-format json  (decide and record, bind nothing)",
     )
     parser.add_argument(
         "--config",
@@ -76,24 +84,40 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--dry-run",
         action="store_true",
         default=None,
-        help="record decisions in Redis, bind nothing (env DRY_RUN)",
+        help="record decisions in Redis, bind nothing (env DRY_RUN=true)",
     )
     parser.add_argument(
         "--log-level",
         default=os.environ.get("LOG_LEVEL", "INFO"),
-        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="DEBUG, INFO, WARNING or ERROR, any case (env LOG_LEVEL; default INFO)",
     )
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--log-format",
+        default=os.environ.get("LOG_FORMAT", "text"),
+        help="json (one object per line) or text (env LOG_FORMAT; default text)",
+    )
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
 
 
 def overrides(args: argparse.Namespace, env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
-    """Config fields set by flags or the environment."""
+    """Config fields set by flags or the environment; :class:`SettingError` for a
+    malformed ``DRY_RUN`` (a mistyped value must never mean "bind")."""
     sections: dict[str, dict[str, Any]] = {}
+    redis_section: dict[str, Any] = {}
     if env.get("REDIS_URL"):
-        sections["redis"] = {"url": env["REDIS_URL"]}
+        redis_section["url"] = env["REDIS_URL"]
+    for variable, name in TLS_ENV.items():
+        if env.get(variable):
+            redis_section[name] = env[variable]
+    if redis_section:
+        sections["redis"] = redis_section
     dry_run = args.dry_run
-    if dry_run is None and env.get("DRY_RUN"):
-        dry_run = env["DRY_RUN"].strip().lower() in _TRUE
+    if dry_run is None and env.get("DRY_RUN", "").strip():
+        dry_run = parse_bool("DRY_RUN", env["DRY_RUN"])
     if dry_run is not None:
         sections["loop"] = {"dry_run": dry_run}
     if args.kubeconfig:
@@ -232,24 +256,46 @@ class Scheduler:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    fixed = overrides(args, os.environ)
+    """Entry point; exit status 2 for a bad flag, variable or configuration, 1 when it
+    cannot run (its HTTP port is taken), 0 after SIGTERM."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        configure_logging(args.log_level, args.log_format, own=["scheduler"])
+        fixed = overrides(args, os.environ)
+    except SettingError as exc:
+        parser.error(str(exc))
     try:
         loaded = load_config(args.config) if args.config else SchedulerConfig()
         scheduler = Scheduler(with_overrides(loaded, **fixed), args.config, fixed)
-    except (ConfigError, ClusterError) as exc:
-        print(f"interference-scheduler: {exc}", file=sys.stderr)
-        return 2
+    except ConfigError as exc:
+        print(f"interference-scheduler: {one_line(exc)}", file=sys.stderr)
+        return USAGE_EXIT
+    except (ClusterError, ValueError) as exc:
+        print(f"interference-scheduler: {mask_credentials(str(exc))}", file=sys.stderr)
+        return USAGE_EXIT
     if not args.config:
         log.warning("no --config given: running with the built-in defaults")
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    scheduler.run(stop)
+    try:
+        scheduler.run(stop)
+    except OSError as exc:
+        log.error(
+            "cannot serve /healthz, /readyz and /metrics on %s:%d (%s); free the port or set "
+            "http.port",
+            scheduler.config.http.host,
+            scheduler.config.http.port,
+            exc.strerror or exc,
+        )
+        return RUNTIME_EXIT
     return 0
+
+
+def one_line(error: ConfigError) -> str:
+    """A configuration error as one line: the file, then every problem."""
+    return str(error).split(":", 1)[0] + ": invalid configuration: " + "; ".join(error.problems)
 
 
 if __name__ == "__main__":

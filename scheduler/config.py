@@ -84,7 +84,9 @@ class SchedulerConfig:
 
     def __post_init__(self) -> None:
         if not self.reload_interval_s > 0:
-            raise ValueError(f"reload_interval_s: {self.reload_interval_s!r} must be a number > 0")
+            raise ValueError(
+                f"reload_interval_s: {self.reload_interval_s!r} is out of range; allowed: > 0"
+            )
 
 
 def parse_config(mapping: Mapping[str, Any] | None, source: str = "config") -> SchedulerConfig:

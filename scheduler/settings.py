@@ -11,11 +11,14 @@ from typing import Literal
 
 StalePolicy = Literal["neutral", "avoid", "reject"]
 STALE_POLICIES: tuple[StalePolicy, ...] = ("neutral", "avoid", "reject")
+MAX_WEIGHT = 100.0
+"""Largest weight of a score plugin (weights are relative; 0 disables a plugin)."""
 
 
 @dataclass(frozen=True, slots=True)
 class ScoreWeights:
-    """Weight of each score plugin in the weighted sum nodes are ranked by (0 disables one)."""
+    """Weight of each score plugin in the weighted sum nodes are ranked by, each 0–100
+    (0 disables one)."""
 
     interference: float = 2.0
     """:mod:`scheduler.scores.interference` — prefer quiet nodes."""
@@ -64,8 +67,10 @@ class EngineSettings:
             )
         for name in ("interference", "balance", "gpu_packing"):
             weight = getattr(self.weights, name)
-            if not weight >= 0:
-                raise ValueError(f"weights.{name}: {weight!r} must be a number ≥ 0")
+            if not 0 <= weight <= MAX_WEIGHT:
+                raise ValueError(
+                    f"weights.{name}: {weight!r} is out of range; allowed: 0–{MAX_WEIGHT:g}"
+                )
         positive = (
             "stale_after_s",
             "relax_after_s",
@@ -75,7 +80,7 @@ class EngineSettings:
         for name in positive:
             value = getattr(self, name)
             if not value > 0:
-                raise ValueError(f"{name}: {value!r} must be a number > 0")
+                raise ValueError(f"{name}: {value!r} is out of range; allowed: > 0")
         if not self.recent_load_weight >= 0:
             raise ValueError(f"recent_load_weight: {self.recent_load_weight!r} must be ≥ 0")
         if self.record_top_k < 0:

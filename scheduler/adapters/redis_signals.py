@@ -49,6 +49,8 @@ from interference.codec import (
     parse_node_hash,
 )
 from interference.decision import Decision, decision_hash
+from interference.redis_tls import RedisTls
+from interference.strict import SettingError, mask_url
 from scheduler.ports import NodeSignals
 
 log = logging.getLogger(__name__)
@@ -88,6 +90,13 @@ class RedisSettings:
     decision_linger_s: float = 0.05
     """How long the writer waits for a batch to fill before writing what it has (records
     reach Redis at most this late; a pipeline per record would cost scheduling CPU)."""
+    ca_file: str | None = None
+    """CA certificate that signed the server's (``rediss://`` only; env ``REDIS_CA_FILE``);
+    None trusts the system's CAs."""
+    cert_file: str | None = None
+    """Client certificate for TLS client authentication (env ``REDIS_CERT_FILE``)."""
+    key_file: str | None = None
+    """Its private key (env ``REDIS_KEY_FILE``)."""
 
     def __post_init__(self) -> None:
         if not self.url.startswith(("redis://", "rediss://", "unix://")):
@@ -112,6 +121,15 @@ class RedisSettings:
         for name in ("batch", "decision_ttl_s", "decision_queue_size", "decision_batch"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: {getattr(self, name)!r} must be an integer ≥ 1")
+        try:
+            self.tls.check(self.url)
+        except SettingError as exc:
+            raise ValueError(f"url: {exc}") from None
+
+    @property
+    def tls(self) -> RedisTls:
+        """The TLS options as the shared helper takes them."""
+        return RedisTls(self.ca_file, self.cert_file, self.key_file)
 
 
 def connect(settings: RedisSettings, env: Mapping[str, str] | None = None) -> redis.Redis[bytes]:
@@ -125,6 +143,7 @@ def connect(settings: RedisSettings, env: Mapping[str, str] | None = None) -> re
         kwargs["username"] = env["REDIS_USERNAME"]
     if env.get("REDIS_PASSWORD"):
         kwargs["password"] = env["REDIS_PASSWORD"]
+    kwargs.update(settings.tls.client_kwargs())
     return redis.Redis.from_url(settings.url, **kwargs)
 
 
@@ -507,7 +526,4 @@ def _text(value: Any) -> str:
 
 def safe_url(url: str) -> str:
     """The URL without its password, for logs."""
-    if "@" not in url:
-        return url
-    scheme, _, rest = url.partition("://")
-    return f"{scheme}://***@{rest.rsplit('@', 1)[1]}"
+    return mask_url(url)

@@ -303,6 +303,9 @@ def test_scheduler_config_map_is_valid_for_the_code() -> None:
     config = scheduler_config(env)
     assert config.loop.dry_run is False
     assert config.leader_election.enabled is True
+    assert parse_log_format(scheduler_cli.parse_args(scheduler_container()["args"]).log_format) == (
+        "json"
+    )
     overlay = render(kustomizations()["dry-run"])
     args = container(find(overlay, "Deployment", "interference-scheduler"), "scheduler")["args"]
     dry = with_overrides(config, **scheduler_cli.overrides(scheduler_cli.parse_args(args), env))

@@ -82,7 +82,7 @@ def test_empty_file_means_defaults(tmp_path: Path, text: str) -> None:
         ),
         pytest.param(
             {"engine": {"weights": {"gpu_packing": -1}}},
-            "engine.weights.gpu_packing: -1.0 must be a number ≥ 0",
+            "engine.weights.gpu_packing: -1.0 is out of range; allowed: 0–100",
             id="negative-weight",
         ),
         pytest.param(
@@ -142,7 +142,7 @@ def test_empty_file_means_defaults(tmp_path: Path, text: str) -> None:
         ),
         pytest.param(
             {"reload_interval_s": 0},
-            "reload_interval_s: 0.0 must be a number > 0",
+            "reload_interval_s: 0.0 is out of range; allowed: > 0",
             id="top-level-range",
         ),
     ],
