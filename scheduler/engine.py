@@ -17,6 +17,13 @@ counts are cached with their masks.
 
 With ``EngineSettings.interference_aware`` False the interference filters are skipped
 and the interference score is left out of the sum (interference-blind scheduling).
+
+A pod asking for a field the engine does not implement (:attr:`PodInfo.unsupported`) is
+refused before any filter runs: no node, and a message naming the field. No pod is ever
+placed with a constraint ignored.
+
+Preemption is not done, but when no node fits, the message says on how many nodes evicting
+lower-priority pods would have made room (see :func:`preemption_would_help`).
 """
 
 from __future__ import annotations
@@ -37,11 +44,18 @@ from scheduler.filters.node_state import node_ready, node_schedulable
 from scheduler.filters.pod_anti_affinity import pod_anti_affinity
 from scheduler.filters.resources import resources_fit
 from scheduler.filters.taints import taint_toleration
-from scheduler.messages import NO_NODES, failed_scheduling_message, scheduled_message
-from scheduler.model import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, PodInfo
+from scheduler.messages import (
+    NO_NODES,
+    failed_scheduling_message,
+    preemption_message,
+    refused_message,
+    scheduled_message,
+)
+from scheduler.model import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, PREEMPT_NEVER, PodInfo
+from scheduler.quantity import PODS
 from scheduler.scores.balance import balance_score
 from scheduler.scores.gpu_packing import gpu_packing_score
-from scheduler.scores.interference import interference_score
+from scheduler.scores.interference import quietness
 from scheduler.settings import EngineSettings
 from scheduler.table import NodeTable
 
@@ -67,7 +81,7 @@ class EngineResult:
     blocked_only_by_interference: bool
     """No node passed, but some would have without the interference filters."""
     unsupported: tuple[str, ...]
-    """The pod's fields this scheduler does not enforce (for a Warning Event)."""
+    """The pod's fields standalone mode does not implement; when any, the pod was refused."""
     feasible: int
     """How many nodes passed every filter."""
     reason_counts: dict[str, int] = field(default_factory=dict)
@@ -113,11 +127,13 @@ class Engine:
         """Pick a node for ``pod`` (``relax_interference`` drops the interference filters)."""
         if len(table) == 0:
             return EngineResult(None, [], NO_NODES, False, pod.unsupported, 0)
+        if pod.unsupported:
+            message = refused_message(len(table), pod.unsupported)
+            return EngineResult(None, [], message, False, pod.unsupported, 0)
         static = self._static_stage(pod, table)
+        fit = resources_fit(table, pod)
         # a filter with no possible reason passes every node: leave it out
-        dynamic = [
-            stage for stage in (host_ports(table, pod), resources_fit(table, pod)) if stage.reasons
-        ]
+        dynamic = [stage for stage in (host_ports(table, pod), fit) if stage.reasons]
         anti_affinity = pod_anti_affinity(table, pod)
         if anti_affinity.reasons:
             dynamic.append(anti_affinity)
@@ -140,10 +156,16 @@ class Engine:
         if left > 0 and static.rejections.failing:
             rejected += self._static_verdicts(table, static, left, details)
         if feasible == 0:
+            message = failed_scheduling_message(len(table), counts)
+            if fit.reasons:
+                only_resources = _all_of(static.passed, (s for s in dynamic if s is not fit))
+                helpful = preemption_would_help(table, pod, only_resources & ~fit.passed)
+                if helpful:
+                    message += preemption_message(helpful, len(table))
             return EngineResult(
                 node=None,
                 candidates=rejected,
-                message=failed_scheduling_message(len(table), counts),
+                message=message,
                 blocked_only_by_interference=bool(without_interference.any()),
                 unsupported=pod.unsupported,
                 feasible=0,
@@ -195,7 +217,7 @@ class Engine:
         if weights.interference > 0 and self.settings.interference_aware:
             scores["interference"] = (
                 weights.interference,
-                interference_score(table, self.settings, now),
+                quietness(table, self.settings, now),
             )
         if weights.balance > 0:
             scores["balance"] = (weights.balance, balance_score(table, pod))
@@ -257,6 +279,7 @@ class Engine:
         """The chosen node, then the next best feasible nodes, with their breakdowns."""
         k = self.settings.record_top_k
         rows = [chosen, *(r for r in best_rows if r != chosen)][:k]
+        weights = {plugin: weight for plugin, (weight, _) in scores.items()}
         names = table.names
         return [
             CandidateVerdict(
@@ -266,6 +289,7 @@ class Engine:
                 {plugin: score.item(row) for plugin, (_, score) in scores.items()},
                 totals.item(row),
                 details(row),
+                weights,
             )
             for row in rows
         ]
@@ -294,6 +318,47 @@ class Engine:
                 )
             left -= len(recorded)
         return verdicts
+
+
+def preemption_would_help(table: NodeTable, pod: PodInfo, candidates: NDArray[np.bool_]) -> int:
+    """On how many ``candidates`` (nodes that failed only for resources) evicting every pod
+    of lower priority than ``pod`` would make room::
+
+        helps[i] = ∀ r ∈ requests: free[r, i] + Σ_{q on i, prio(q) < prio(pod)} req[q, r] ≥ req[r]
+                   ∧ free[pods, i] + |{q on i, prio(q) < prio(pod)}| ≥ 1
+
+    0 when the pod's ``preemptionPolicy`` is ``Never`` or no placed pod has a lower
+    priority. Other filters a victim's eviction could also satisfy (anti-affinity, host
+    ports) are not considered, so this is a lower bound on what kube-scheduler would find.
+    """
+    lowest = table.lowest_priority()
+    if pod.preemption_policy == PREEMPT_NEVER or lowest is None or lowest >= pod.priority:
+        return 0
+    wanted: list[tuple[str, int, int]] = []  # resource, its table row, amount
+    for resource, amount in pod.requests.items():
+        row = table.resource_row(resource)
+        if row is None:
+            return 0  # a resource no node offers: no eviction makes room for it
+        wanted.append((resource, row, amount))
+    pods_row = table.resource_row(PODS)
+    if pods_row is None:
+        return 0
+    free = table.free
+    helpful = 0
+    for node_row in np.flatnonzero(candidates).tolist():
+        victims = [
+            q
+            for q in table.pods_on_node(table.names[node_row]).values()
+            if q.priority < pod.priority
+        ]
+        if not victims or free[pods_row, node_row] + len(victims) < 1:
+            continue
+        if all(
+            free[row, node_row] + sum(q.requests.get(resource, 0) for q in victims) >= amount
+            for resource, row, amount in wanted
+        ):
+            helpful += 1
+    return helpful
 
 
 def _no_details(row: int) -> dict[str, str]:

@@ -10,8 +10,8 @@ the pod in the cache and hands the bind to the :class:`~scheduler.binder.Binder`
 * no node → ``Warning FailedScheduling`` with the engine's message
   ("0/12 nodes are available: …"), ``PodScheduled=False/Unschedulable``, backoff;
 * the bind failed → ``Warning FailedScheduling "Binding rejected: …"``, backoff;
-* each field the pod asks for that the engine does not implement → one
-  ``Warning UnsupportedConstraint`` Event naming it (once per pod).
+* a pod asking for a field the engine does not implement is refused like a pod that fits
+  nowhere: ``Warning FailedScheduling`` naming the field, ``PodScheduled=False``, backoff.
 
 Relax rule: when a pod has been blocked *only* by interference filters for at least
 ``EngineSettings.relax_after_s``, it is retried with those filters off; if that finds a
@@ -38,7 +38,7 @@ from interference.decision import CandidateVerdict, Decision
 from scheduler.binder import Binder, BindOutcome, BindRequest, BindStatus
 from scheduler.cache import ClusterCache
 from scheduler.engine import Engine, EngineResult
-from scheduler.messages import relaxed_message, scheduled_message, unsupported_message
+from scheduler.messages import relaxed_message, scheduled_message
 from scheduler.metrics import SchedulerMetrics
 from scheduler.model import PodInfo
 from scheduler.ports import Cluster, DecisionSink, PodRef, SignalSource
@@ -157,10 +157,8 @@ class SchedulingLoop:
         self._bind_decisions: dict[str, Decision] = {}
         """Decision of each bind in flight, written once the bind's outcome is known."""
         self._blocked_since: dict[str, float] = {}
-        """When each pod was first found blocked only by interference filters."""
-        self._warned_unsupported: dict[str, tuple[str, ...]] = {}
-        """Unsupported fields each pod was warned about. Both dicts change from several
-        threads one key at a time; iterate them only under ``_state_lock``."""
+        """When each pod was first found blocked only by interference filters. Changes from
+        several threads one key at a time; iterate it only under ``_state_lock``."""
         self._attempts_since_prune = 0
         self._signals_healthy: bool | None = None
         self.last_cycle_at = monotonic()
@@ -295,7 +293,6 @@ class SchedulingLoop:
         if not self._leading.is_set():
             self.queue.requeue(key)
             return
-        self._warn_unsupported(pod)
         settings = self._loop_settings
         try:
             with self.cache.lock:
@@ -465,28 +462,17 @@ class SchedulingLoop:
             lambda: self._cluster.record_event(ref, event_type, reason, message), "event"
         )
 
-    def _warn_unsupported(self, pod: PodInfo) -> None:
-        """A Warning Event naming each unsupported field, once per pod (and per change)."""
-        if not pod.unsupported or self._warned_unsupported.get(pod.key) == pod.unsupported:
-            return
-        self._warned_unsupported[pod.key] = pod.unsupported
-        if not self._loop_settings.dry_run:
-            message = unsupported_message(pod.unsupported)
-            self._event(pod, "Warning", "UnsupportedConstraint", message)
-
     def _forget_pod_state(self, key: str) -> None:
         with self._state_lock:
             self._blocked_since.pop(key, None)
-            self._warned_unsupported.pop(key, None)
 
     def _prune_pod_state(self) -> None:
         """Drop the notes of pods that left the queue without an outcome (deleted while
         waiting), so they do not accumulate."""
         self._attempts_since_prune = 0
         with self._state_lock:
-            for notes in (self._blocked_since, self._warned_unsupported):
-                for key in [k for k in notes if self.queue.state(k) is None]:
-                    del notes[key]
+            for key in [k for k in self._blocked_since if self.queue.state(k) is None]:
+                del self._blocked_since[key]
 
     def _note_signal_health(self, healthy: bool) -> None:
         if healthy == self._signals_healthy:
@@ -507,7 +493,7 @@ class SchedulingLoop:
             return
         self._stale_gauge_at = moment
         table = self.cache.table
-        stale = int((table.signals_at < now - self._engine_settings.stale_after_s).sum())
+        stale = int((table.fresh_until < now).sum())  # stale, degraded or missing
         self._metrics.stale_nodes.set(stale)
 
     def _update_queue_gauges(self) -> None:

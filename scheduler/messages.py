@@ -27,11 +27,24 @@ def scheduled_message(pod_key: str, node: str) -> str:
     return f"Successfully assigned {pod_key} to {node}"
 
 
-def unsupported_message(fields: Iterable[str]) -> str:
-    """Warning Event for pod fields this scheduler does not enforce."""
+def refused_message(node_count: int, fields: Iterable[str]) -> str:
+    """``FailedScheduling`` for a pod asking for fields standalone mode does not implement:
+    it is refused (left Pending), never placed with the constraint ignored."""
     return (
-        f"interference-scheduler does not implement {', '.join(fields)}; these constraints "
-        "are not enforced for this pod (remove them or use the default scheduler)"
+        f"0/{node_count} nodes are available: standalone interference-scheduler does not "
+        f"implement {', '.join(fields)}; the pod stays Pending rather than be placed with "
+        "that ignored. Schedule it with kube-scheduler running interference-scheduler as an "
+        "extender (extender mode), or with the default scheduler, or remove the field."
+    )
+
+
+def preemption_message(helpful_nodes: int, node_count: int) -> str:
+    """Appended to ``FailedScheduling`` when evicting lower-priority pods would have made
+    room (kube-scheduler would preempt; standalone mode does not)."""
+    return (
+        f" preemption: {helpful_nodes}/{node_count} nodes would fit the pod after evicting "
+        "lower-priority pods, but standalone interference-scheduler does not preempt "
+        "(extender mode keeps kube-scheduler's preemption)."
     )
 
 

@@ -25,9 +25,11 @@ a node whose fresh signals exceed any of them is filtered out):
     highest node interference index, 0–100 (``"40"``); the index includes load bound to the
     node since its last report.
 
-Fields a pod asks for that the scheduler does not implement (pod affinity, anti-affinity on
-other topology keys, topology spread, PVC volume topology, …) are listed in
-:attr:`PodInfo.unsupported` so the loop can warn about them instead of silently passing.
+Fields a pod asks for that standalone mode does not implement (pod affinity, anti-affinity
+on other topology keys, topology spread, volumes that need binding or volume topology, …)
+are listed in :attr:`PodInfo.unsupported`: the engine refuses such a pod (it stays Pending
+with a ``FailedScheduling`` Event naming the field) rather than place it with a constraint
+ignored.
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ NO_SCHEDULE = "NoSchedule"
 NO_EXECUTE = "NoExecute"
 NODE_SELECTOR_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
 LABEL_SELECTOR_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist"})
+PREEMPT_LOWER_PRIORITY = "PreemptLowerPriority"
+PREEMPT_NEVER = "Never"
 
 
 class ObjectError(ValueError):
@@ -225,7 +229,9 @@ class PodInfo:
     scheduling_gates: tuple[str, ...]
     """``spec.schedulingGates`` names; a gated pod must not be scheduled yet."""
     unsupported: tuple[str, ...]
-    """Fields the pod asks for that this scheduler does not implement."""
+    """Fields the pod asks for that standalone mode does not implement (the pod is refused)."""
+    preemption_policy: str = PREEMPT_LOWER_PRIORITY
+    """``spec.preemptionPolicy``: ``PreemptLowerPriority`` or ``Never``."""
 
     @property
     def key(self) -> str:
@@ -316,6 +322,14 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         for i, g in enumerate(reader.sequence(spec, "spec.schedulingGates"))
     )
     affinity = reader.mapping(spec, "spec.affinity")
+    preemption_policy = (
+        reader.string(spec, "preemptionPolicy", "spec.preemptionPolicy") or PREEMPT_LOWER_PRIORITY
+    )
+    if preemption_policy not in (PREEMPT_LOWER_PRIORITY, PREEMPT_NEVER):
+        raise reader.error(
+            "spec.preemptionPolicy",
+            f"{preemption_policy!r} is not {PREEMPT_LOWER_PRIORITY} or {PREEMPT_NEVER}",
+        )
     return PodInfo(
         namespace=reader.string(metadata, "namespace", "metadata.namespace") or "default",
         name=reader.name,
@@ -341,6 +355,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         tolerance=_tolerance(reader, annotations),
         scheduling_gates=gates,
         unsupported=tuple(unsupported + _unsupported_spec_fields(reader, spec)),
+        preemption_policy=preemption_policy,
     )
 
 
@@ -640,9 +655,17 @@ def _unsupported_spec_fields(reader: _Reader, spec: Mapping[str, Any]) -> list[s
     for i, volume in enumerate(reader.sequence(spec, "spec.volumes")):
         if not isinstance(volume, Mapping):
             raise reader.error(f"spec.volumes[{i}]", "expected an object")
-        for source in ("persistentVolumeClaim", "ephemeral"):
-            if source in volume:
-                fields.append(f"spec.volumes[{i}].{source}")
+        claim = volume.get("persistentVolumeClaim")
+        if claim is not None:
+            name = reader.string(
+                reader.as_mapping(claim, f"spec.volumes[{i}].persistentVolumeClaim"),
+                "claimName",
+                f"spec.volumes[{i}].persistentVolumeClaim.claimName",
+            )
+            fields.append(f"spec.volumes[{i}].persistentVolumeClaim (claim {name})")
+        if "ephemeral" in volume:  # its claim is named <pod>-<volume>
+            volume_name = reader.string(volume, "name", f"spec.volumes[{i}].name")
+            fields.append(f"spec.volumes[{i}].ephemeral (claim {reader.name}-{volume_name})")
     return fields
 
 

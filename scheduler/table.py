@@ -135,6 +135,8 @@ class NodeTable:
         self._pods_by_node: dict[str, dict[str, PodInfo]] = {}
         self._pods_by_label: dict[tuple[str, str], set[str]] = {}
         self._pods_by_namespace: dict[str, set[str]] = {}
+        self._priorities: Counter[int] = Counter()
+        """Placed pods per priority (tells at once whether a pod could preempt anyone)."""
         self._anti_terms = _AntiAffinityIndex()
         self._ports: dict[tuple[str, int], dict[str, Counter[HostPort]]] = {}
         self._recent: dict[str, dict[str, tuple[float, int]]] = {}
@@ -223,6 +225,7 @@ class NodeTable:
         for item in pod.labels.items():
             self._pods_by_label.setdefault(item, set()).add(pod.key)
         self._pods_by_namespace.setdefault(pod.namespace, set()).add(pod.key)
+        self._priorities[pod.priority] += 1
         for term in pod.anti_affinity:
             self._anti_terms.add(term, node)
         for port in pod.host_ports:
@@ -251,6 +254,9 @@ class NodeTable:
         for item in pod.labels.items():
             _discard(self._pods_by_label, item, pod.key)
         _discard(self._pods_by_namespace, pod.namespace, pod.key)
+        self._priorities[pod.priority] -= 1
+        if not self._priorities[pod.priority]:
+            del self._priorities[pod.priority]
         for term in pod.anti_affinity:
             self._anti_terms.remove(term, node)
         for port in pod.host_ports:
@@ -266,6 +272,14 @@ class NodeTable:
         row = self._index.get(node)
         if row is not None:
             self._account(row, pod, sign=-1)
+
+    def pods_on_node(self, name: str) -> Mapping[str, PodInfo]:
+        """Pods placed on node ``name`` by key (read only)."""
+        return self._pods_by_node.get(name, {})
+
+    def lowest_priority(self) -> int | None:
+        """The lowest priority of any placed pod, ``None`` without pods."""
+        return min(self._priorities) if self._priorities else None
 
     def pod_node(self, key: str) -> str | None:
         """Node a pod (``namespace/name``) is placed on, ``None`` when unknown."""

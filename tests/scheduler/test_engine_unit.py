@@ -206,10 +206,59 @@ def test_allocatable_heartbeat_keeps_cache_but_counts() -> None:
     assert engine.schedule(pod, table, NOW).node == "a"
 
 
-def test_unsupported_fields_are_passed_through() -> None:
+def test_pod_with_unsupported_field_is_refused_on_every_node() -> None:
     obj: dict[str, Any] = pod_obj(topologySpreadConstraints=[{"maxSkew": 1}])
     result = Engine(EngineSettings()).schedule(parse_pod(obj), table_of([node_obj("a")]), NOW)
-    assert result.node == "a" and result.unsupported == ("spec.topologySpreadConstraints",)
+    assert result.node is None and result.feasible == 0
+    assert result.unsupported == ("spec.topologySpreadConstraints",)
+    assert "does not implement spec.topologySpreadConstraints" in result.message
+    assert not result.blocked_only_by_interference
+
+
+def _preemption_case(
+    pod_priority: int, victim_priority: int, policy: str | None = None
+) -> tuple[str, str | None]:
+    """Two 4-CPU nodes, one holding a 3-CPU pod of ``victim_priority``, the other tainted;
+    a 2-CPU pod of ``pod_priority`` fits nowhere. Returns its message and chosen node."""
+    nodes = [
+        node_obj("busy", cpu="4"),
+        node_obj("tainted", cpu="4", taints=[("k", "v", "NoSchedule")]),
+    ]
+    victim = pod_obj("victim", requests={"cpu": "3"}, priority=victim_priority)
+    spec: dict[str, Any] = {"priority": pod_priority}
+    if policy is not None:
+        spec["preemptionPolicy"] = policy
+    pod = parse_pod(pod_obj("urgent", requests={"cpu": "2"}, **spec))
+    result = Engine(EngineSettings()).schedule(pod, table_of(nodes, [(victim, "busy")]), NOW)
+    return result.message, result.node
+
+
+@pytest.mark.parametrize(
+    ("pod_priority", "victim_priority", "policy", "helps"),
+    [
+        (1000, 0, None, True),
+        (1000, 0, "Never", False),
+        (0, 0, None, False),
+        (0, 1000, None, False),
+    ],
+    ids=["lower-priority-victim", "preemption-policy-never", "equal-priority", "higher-priority"],
+)
+def test_message_says_when_preemption_could_have_helped(
+    pod_priority: int, victim_priority: int, policy: str | None, helps: bool
+) -> None:
+    message, node = _preemption_case(pod_priority, victim_priority, policy)
+    assert node is None
+    assert message.startswith(
+        "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint"
+    )
+    if helps:  # only the busy node: the tainted one fails for a reason eviction cannot fix
+        assert message.endswith(
+            " preemption: 1/2 nodes would fit the pod after evicting lower-priority pods, but "
+            "standalone interference-scheduler does not preempt (extender mode keeps "
+            "kube-scheduler's preemption)."
+        )
+    else:
+        assert "preemption" not in message
 
 
 def test_table_rows_stay_consistent_when_nodes_come_and_go() -> None:

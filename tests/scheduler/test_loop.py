@@ -194,36 +194,111 @@ def test_dry_run_records_decisions_and_touches_nothing() -> None:
         h.close()
 
 
-def test_unsupported_fields_are_named_once(h: LoopHarness) -> None:
-    pod = pod_object("spread", cpu="64")
-    pod["spec"]["topologySpreadConstraints"] = [
-        {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}
-    ]
+UNSUPPORTED_SHAPES = {
+    "topology-spread-do-not-schedule": (
+        {
+            "topologySpreadConstraints": [
+                {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}
+            ]
+        },
+        "spec.topologySpreadConstraints",
+    ),
+    "required-pod-affinity": (
+        {
+            "affinity": {
+                "podAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": [
+                        {"topologyKey": "zone", "labelSelector": {"matchLabels": {"app": "db"}}}
+                    ]
+                }
+            }
+        },
+        "spec.affinity.podAffinity",
+    ),
+    "unbound-pvc": (
+        {"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data-0"}}]},
+        "spec.volumes[0].persistentVolumeClaim (claim data-0)",
+    ),
+    "generic-ephemeral-volume": (
+        {"volumes": [{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {}}}]},
+        "spec.volumes[0].ephemeral (claim refused-scratch)",
+    ),
+    "resource-claims": (
+        {"resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu-0"}]},
+        "spec.resourceClaims",
+    ),
+    "anti-affinity-on-zone": (
+        {
+            "affinity": {
+                "podAntiAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": [
+                        {"topologyKey": "zone", "labelSelector": {"matchLabels": {"app": "a"}}}
+                    ]
+                }
+            }
+        },
+        "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]"
+        ".topologyKey=zone",
+    ),
+    "preferred-node-affinity": (
+        {
+            "affinity": {
+                "nodeAffinity": {
+                    "preferredDuringSchedulingIgnoredDuringExecution": [
+                        {
+                            "weight": 1,
+                            "preference": {
+                                "matchExpressions": [
+                                    {"key": "zone", "operator": "In", "values": ["a"]}
+                                ]
+                            },
+                        }
+                    ]
+                }
+            }
+        },
+        "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"), list(UNSUPPORTED_SHAPES.values()), ids=list(UNSUPPORTED_SHAPES)
+)
+def test_pod_with_an_unsupported_field_is_refused_not_placed(
+    h: LoopHarness, spec: dict[str, object], field: str
+) -> None:
+    pod = pod_object("refused", cpu="100m")  # fits anywhere but for the field
+    pod["spec"].update(spec)
+    h.cluster.add_pod(pod)
+    assert h.cycle() == 1
+    assert h.cluster.bind_calls == 0
+    assert h.cluster.node_of("default", "refused") is None
+    [(kind, reason, message)] = events(h, "refused")
+    assert (kind, reason) == ("Warning", "FailedScheduling")
+    assert message.startswith("0/2 nodes are available: standalone interference-scheduler")
+    assert field in message and "extender mode" in message
+    condition = h.cluster.pod_condition("default", "refused")
+    assert condition is not None
+    assert (condition["status"], condition["reason"]) == ("False", "Unschedulable")
+    assert field in condition["message"]
+    decision = h.decisions.last("refused")
+    assert (decision.result, decision.node) == ("unschedulable", "")
+    assert h.loop.queue.state("default/refused") is QueueState.BACKOFF
+
+
+def test_refused_pod_is_placed_once_the_field_is_removed(h: LoopHarness) -> None:
+    pod = pod_object("spread", cpu="100m")
+    pod["spec"]["topologySpreadConstraints"] = [{"maxSkew": 1, "topologyKey": "zone"}]
     h.cluster.add_pod(pod)
     h.cycle()
+    assert h.cluster.node_of("default", "spread") is None
+    h.cluster.delete_pod("default", "spread")
+    h.cycle()
+    h.cluster.add_pod(pod_object("spread", cpu="100m"))
     h.clock.advance(1.0)
     h.cycle()
-    warnings = [e for e in events(h, "spread") if e[1] == "UnsupportedConstraint"]
-    assert len(warnings) == 1
-    assert warnings[0][0] == "Warning"
-    assert "spec.topologySpreadConstraints" in warnings[0][2]
-
-
-def test_recreated_pod_is_warned_again(h: LoopHarness) -> None:
-    def spread_pod() -> dict[str, object]:
-        pod = pod_object("spread", cpu="64")
-        pod["spec"]["topologySpreadConstraints"] = [{"maxSkew": 1, "topologyKey": "zone"}]
-        return pod
-
-    h.cluster.add_pod(spread_pod())
-    h.cycle()
-    h.cluster.delete_pod("default", "spread")  # deleted while backing off
-    h.cycle()  # idle: the loop sweeps notes of pods that left the queue
-    h.cluster.add_pod(spread_pod())
-    h.clock.advance(1.0)
-    h.cycle()
-    warnings = [e for e in events(h, "spread") if e[1] == "UnsupportedConstraint"]
-    assert len(warnings) == 2
+    assert h.cluster.node_of("default", "spread") in ("n1", "n2")
 
 
 def test_unhealthy_signals_schedule_interference_blind(

@@ -7,9 +7,10 @@ import pytest
 from scheduler.messages import (
     NO_NODES,
     failed_scheduling_message,
+    preemption_message,
+    refused_message,
     relaxed_message,
     scheduled_message,
-    unsupported_message,
 )
 
 
@@ -54,9 +55,11 @@ def test_failed_scheduling_message(nodes: int, counts: dict[str, int], expected:
 
 def test_other_messages() -> None:
     assert scheduled_message("ml/train-0", "gpu-3") == "Successfully assigned ml/train-0 to gpu-3"
-    unsupported = unsupported_message(
-        ["spec.topologySpreadConstraints", "spec.affinity.podAffinity"]
-    )
-    assert "spec.topologySpreadConstraints, spec.affinity.podAffinity" in unsupported
-    assert "not enforced" in unsupported
+    refused = refused_message(3, ["spec.topologySpreadConstraints", "spec.affinity.podAffinity"])
+    assert refused.startswith("0/3 nodes are available: standalone interference-scheduler")
+    assert "spec.topologySpreadConstraints, spec.affinity.podAffinity" in refused
+    assert "stays Pending" in refused and "extender mode" in refused
+    preemption = preemption_message(2, 5)
+    assert preemption.startswith(" preemption: 2/5 nodes would fit")
+    assert "does not preempt" in preemption
     assert relaxed_message(61.2).startswith("pod waited 61s blocked only by interference filters")

@@ -517,11 +517,11 @@ def test_anti_affinity_terms_on_hostname() -> None:
         ),
         (
             {"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "d"}}]},
-            "spec.volumes[0].persistentVolumeClaim",
+            "spec.volumes[0].persistentVolumeClaim (claim d)",
         ),
         (
             {"volumes": [{"name": "e", "emptyDir": {}}, {"name": "s", "ephemeral": {}}]},
-            "spec.volumes[1].ephemeral",
+            "spec.volumes[1].ephemeral (claim p-s)",
         ),
         ({"resourceClaims": [{"name": "gpu"}]}, "spec.resourceClaims"),
     ],
