@@ -55,7 +55,7 @@ from scheduler.model import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, PREEMPT_NEVER, 
 from scheduler.quantity import PODS
 from scheduler.scores.balance import balance_score
 from scheduler.scores.gpu_packing import gpu_packing_score
-from scheduler.scores.interference import quietness
+from scheduler.scores.interference import interference_score
 from scheduler.settings import EngineSettings
 from scheduler.table import NodeTable
 
@@ -217,7 +217,7 @@ class Engine:
         if weights.interference > 0 and self.settings.interference_aware:
             scores["interference"] = (
                 weights.interference,
-                quietness(table, self.settings, now),
+                interference_score(table, self.settings, now),
             )
         if weights.balance > 0:
             scores["balance"] = (weights.balance, balance_score(table, pod))
@@ -279,7 +279,6 @@ class Engine:
         """The chosen node, then the next best feasible nodes, with their breakdowns."""
         k = self.settings.record_top_k
         rows = [chosen, *(r for r in best_rows if r != chosen)][:k]
-        weights = {plugin: weight for plugin, (weight, _) in scores.items()}
         names = table.names
         return [
             CandidateVerdict(
@@ -289,7 +288,6 @@ class Engine:
                 {plugin: score.item(row) for plugin, (_, score) in scores.items()},
                 totals.item(row),
                 details(row),
-                weights,
             )
             for row in rows
         ]
