@@ -30,6 +30,8 @@ class CandidateVerdict:
     """Weighted sum the node was ranked by."""
     details: dict[str, str] = field(default_factory=dict)
     """Facts about the node that explain the verdict, e.g. ``gpu_model`` for GPU pods."""
+    weights: dict[str, float] = field(default_factory=dict)
+    """Weight of each plugin in ``total``: ``total = Σ weights[p] · scores[p]``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +70,7 @@ def decision_hash(decision: Decision) -> dict[str, str]:
                     "scores": {k: round(v, 2) for k, v in c.scores.items()},
                     "total": round(c.total, 2),
                     **({"details": c.details} if c.details else {}),
+                    **({"weights": c.weights} if c.weights else {}),
                 }
                 for c in decision.candidates
             ],
@@ -89,6 +92,7 @@ def parse_decision_hash(raw: Mapping[Any, Any]) -> Decision:
                 scores={str(k): float(v) for k, v in c.get("scores", {}).items()},
                 total=float(c.get("total", 0.0)),
                 details={str(k): str(v) for k, v in c.get("details", {}).items()},
+                weights={str(k): float(v) for k, v in c.get("weights", {}).items()},
             )
             for c in json.loads(data.get("candidates", "[]"))
         ]

@@ -4,9 +4,12 @@
     interference node NODE              one node: metrics, histograms, victim/antagonist pods
     interference explain NS/POD         the scheduler's decision record for a pod
     interference record --out FILE      save NodeReports from the stream to a trace file
-    interference simulate --trace FILE --pods FILE --policy A.yaml --policy B.yaml
+    interference simulate --trace FILE --pods FILE --policy A.yaml [--explain NS/POD]
 
-Every problem the user can fix prints one line on stderr and exits 1.
+The Redis options may come before or after the command. Credentials: the URL's, or
+REDIS_USERNAME / REDIS_PASSWORD (never printed). A bad command line exits 2, a problem
+at run time (Redis unreachable, unknown node, unreadable file) exits 1; both print one
+line on stderr saying what is wrong and what to do.
 """
 
 from __future__ import annotations
@@ -15,13 +18,16 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from interference.cliparse import RUNTIME_EXIT, USAGE_EXIT, OneLineParser
+from interference.redis_tls import RedisTls
+from interference.strict import SettingError
 from interference_cli import views
 from interference_cli.store import CliError, Store, split_pod_ref
 
@@ -30,37 +36,154 @@ WIDE_OUTPUT_COLUMNS = 160
 """Width used when stdout is not a terminal, so piped tables keep every column."""
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of every subcommand."""
-    parser = argparse.ArgumentParser(
+def _number_type(
+    what: str, *, integer: bool = False, positive: bool = False
+) -> Callable[[str], float]:
+    """An argparse ``type`` accepting finite numbers ≥ 0 (> 0 with ``positive``)."""
+    bound = "> 0" if positive else "≥ 0"
+
+    def convert(text: str) -> float:
+        try:
+            value = int(text) if integer else float(text)
+        except ValueError:
+            kind = "a whole number" if integer else "a number"
+            raise argparse.ArgumentTypeError(f"{text!r} is not {kind} ({what})") from None
+        if value != value or value in (float("inf"), float("-inf")):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number ({what})")
+        if value < 0 or (positive and value == 0):
+            raise argparse.ArgumentTypeError(f"{text} is out of range; allowed: {bound} ({what})")
+        return value
+
+    return convert
+
+
+def _redis_options(parser: argparse.ArgumentParser, environ: Mapping[str, str], top: bool) -> None:
+    """The Redis options; on subcommands their default is "not given", so a value before
+    the command is not overwritten by the subcommand's default."""
+
+    def default(value: str | None) -> str | None:
+        return value if top else argparse.SUPPRESS
+
+    group = parser.add_argument_group("Redis")
+    group.add_argument(
+        "--redis-url",
+        default=default(environ.get("REDIS_URL") or DEFAULT_REDIS_URL),
+        help="Redis holding the agents' reports, redis:// or rediss:// (TLS) (default: "
+        f"$REDIS_URL or {DEFAULT_REDIS_URL}); user and password: REDIS_USERNAME, "
+        "REDIS_PASSWORD",
+    )
+    group.add_argument(
+        "--redis-ca-file",
+        metavar="PEM",
+        default=default(environ.get("REDIS_CA_FILE") or None),
+        help="CA that signed the Redis server's certificate (env REDIS_CA_FILE)",
+    )
+    group.add_argument(
+        "--redis-cert-file",
+        metavar="PEM",
+        default=default(environ.get("REDIS_CERT_FILE") or None),
+        help="client certificate for TLS client authentication (env REDIS_CERT_FILE)",
+    )
+    group.add_argument(
+        "--redis-key-file",
+        metavar="PEM",
+        default=default(environ.get("REDIS_KEY_FILE") or None),
+        help="private key of the client certificate (env REDIS_KEY_FILE)",
+    )
+
+
+def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
+    """The argument parser of every subcommand (defaults from ``environ``)."""
+    env = os.environ if environ is None else environ
+    parser = OneLineParser(
         prog="interference", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    parser.add_argument(
-        "--redis-url",
-        default=os.environ.get("REDIS_URL", DEFAULT_REDIS_URL),
-        help="Redis holding the agents' reports (default: $REDIS_URL or %(default)s)",
-    )
+    _redis_options(parser, env, top=True)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    top = sub.add_parser("top", help="nodes ranked by interference score")
+    def command(name: str, summary: str, description: str, example: str) -> OneLineParser:
+        made: OneLineParser = sub.add_parser(
+            name,
+            help=summary,
+            description=description,
+            epilog=f"example:\n  {example}",
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        _redis_options(made, env, top=False)
+        return made
+
+    top = command(
+        "top",
+        "nodes ranked by interference score",
+        "Every node that reported to Redis, noisiest first, with its signals and the age "
+        "of its latest report; stale nodes last.",
+        "interference top --watch --interval 2",
+    )
     top.add_argument("--watch", action="store_true", help="refresh until Ctrl-C")
-    top.add_argument("--interval", type=float, default=1.0, help="refresh period, s")
+    top.add_argument(
+        "--interval",
+        type=_number_type("refresh period in seconds", positive=True),
+        default=1.0,
+        help="refresh period in seconds, > 0 (default 1)",
+    )
 
-    node = sub.add_parser("node", help="one node's metrics, histograms and pods")
-    node.add_argument("node")
+    node = command(
+        "node",
+        "one node's metrics, histograms and pods",
+        "One node's latest report: metrics, run-queue and reclaim histograms, and its pods "
+        "ranked as victims (waiting most) and antagonists (using most CPU).",
+        "interference node gpu-node-1",
+    )
+    node.add_argument("node", help="node name, as `interference top` lists it")
 
-    explain = sub.add_parser("explain", help="the scheduling decision record of a pod")
-    explain.add_argument("pod", metavar="NS/POD")
+    explain = command(
+        "explain",
+        "the scheduling decision record of a pod",
+        "The interference-scheduler's latest decision for a pod: the chosen node, each "
+        "rejected node with the reason and the measured value against the pod's tolerance, "
+        "and each candidate's scores with their weights (total = Σ weight × score). "
+        "Without a cluster: `interference simulate … --explain NS/POD`.",
+        "interference explain shop/checkout-api-5b7d9c8f6-q4k2m",
+    )
+    explain.add_argument("pod", metavar="NS/POD", help="namespace/name of the pod")
 
-    record = sub.add_parser("record", help="save NodeReports from the stream to a trace file")
+    record = command(
+        "record",
+        "save NodeReports from the stream to a trace file",
+        "Append the agents' reports from the Redis stream to a trace file (msgpack) for "
+        "`interference simulate`, until --duration, --count or Ctrl-C.",
+        "interference record --out trace.msgpack --duration 600",
+    )
     record.add_argument("--out", required=True, help="trace file to write (msgpack)")
-    record.add_argument("--duration", type=float, default=0.0, help="stop after S seconds")
-    record.add_argument("--count", type=int, default=0, help="stop after N reports")
+    record.add_argument(
+        "--duration",
+        type=_number_type("seconds to record"),
+        default=0.0,
+        help="stop after S seconds, ≥ 0 (default 0: until --count or Ctrl-C)",
+    )
+    record.add_argument(
+        "--count",
+        type=_number_type("reports to record", integer=True),
+        default=0,
+        help="stop after N reports, ≥ 0 (default 0: until --duration or Ctrl-C)",
+    )
     record.add_argument(
         "--from-start", action="store_true", help="include reports already in the stream"
     )
 
-    simulate = sub.add_parser("simulate", help="replay a trace through the engine per policy")
+    simulate = command(
+        "simulate",
+        "replay a trace through the engine per policy",
+        "Replay a recorded trace with a pod arrival list through the real scheduling engine "
+        "once per policy and compare the results side by side. The arrival format is "
+        "documented in docs/operations.md (example: deploy/demo/arrivals.yaml). With "
+        "--explain, also print the decision record one pod would have got under each "
+        "policy: the offline way to read a decision without a cluster.",
+        "interference simulate --trace tests/data/lab-trace.msgpack "
+        "--pods deploy/demo/arrivals.yaml \\\n"
+        "      --policy deploy/demo/policies/interference-aware.yaml "
+        "--policy deploy/demo/policies/least-allocated.yaml --explain default/web-0",
+    )
     simulate.add_argument("--trace", required=True, help="trace file from `interference record`")
     simulate.add_argument("--pods", required=True, help="pod arrival list (YAML)")
     simulate.add_argument(
@@ -71,28 +194,57 @@ def build_parser() -> argparse.ArgumentParser:
     )
     simulate.add_argument("--json", action="store_true", help="print results as JSON")
     simulate.add_argument("--plot", metavar="PNG", help="write a comparison chart")
+    simulate.add_argument(
+        "--explain",
+        metavar="NS/POD",
+        help="print the decision record of this pod (its last attempt) under each policy",
+    )
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def store_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> Store:
+    """The store the Redis options and REDIS_USERNAME / REDIS_PASSWORD point at."""
+    tls = RedisTls(args.redis_ca_file, args.redis_cert_file, args.redis_key_file)
+    tls.check(args.redis_url)
+    return Store(
+        args.redis_url,
+        username=environ.get("REDIS_USERNAME") or None,
+        password=environ.get("REDIS_PASSWORD") or None,
+        tls=tls,
+    )
+
+
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     """Entry point of the ``interference`` console script; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    env = os.environ if environ is None else environ
+    parser = build_parser(env)
+    args = parser.parse_args(argv)
     console = Console(width=None if sys.stdout.isatty() else WIDE_OUTPUT_COLUMNS)
     try:
-        return _run(args, console)
+        return _run(args, console, env)
+    except SettingError as exc:
+        print(f"interference: error: {exc}", file=sys.stderr)
+        return USAGE_EXIT
     except CliError as exc:
         print(f"interference: {exc}", file=sys.stderr)
-        return 1
+        return RUNTIME_EXIT
+    except BrokenPipeError:
+        return RUNTIME_EXIT  # `interference top | head`: the reader is gone
     except KeyboardInterrupt:
         return 130
 
 
-def _run(args: argparse.Namespace, console: Console) -> int:
+def _run(args: argparse.Namespace, console: Console, env: Mapping[str, str]) -> int:
+    if args.command == "simulate":
+        from interference_cli.simulate import run_simulate_command
+
+        return run_simulate_command(args, console)
+    store = store_from_args(args, env)
     if args.command == "record":
         from interference_cli.trace import record_to_file
 
         recorded = record_to_file(
-            Store(args.redis_url),
+            store,
             args.out,
             duration_s=args.duration,
             max_reports=args.count,
@@ -110,17 +262,11 @@ def _run(args: argparse.Namespace, console: Console) -> int:
                 f"first: {recorded.skipped[0]}"
             )
         return 0
-    if args.command == "simulate":
-        from interference_cli.simulate import run_simulate_command
-
-        return run_simulate_command(args, console)
-
-    store = Store(args.redis_url)
     if args.command == "top":
         if args.watch:
             _watch_top(store, console, args.interval)
         else:
-            console.print(views.top_table(store.node_rows(), time.time(), store.url))
+            console.print(views.top_table(store.node_rows(), time.time(), store.shown_url))
     elif args.command == "node":
         now = time.time()
         console.print(views.node_view(store.node_detail(args.node, now), now))
@@ -139,7 +285,7 @@ def _watch_top(store: Store, console: Console, interval_s: float) -> None:
     def view() -> Table | Text:
         now = time.time()
         try:
-            return views.top_table(store.node_rows(now), now, store.url)
+            return views.top_table(store.node_rows(now), now, store.shown_url)
         except CliError as exc:
             return Text(f"{time.strftime('%H:%M:%S')} {exc}", style="red")
 

@@ -41,9 +41,11 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from interference.decision import Decision, decision_hash
 from interference.signals import NodeReport
-from interference_cli.store import CliError
+from interference_cli.store import CliError, split_pod_ref
 from interference_cli.trace import load_trace
+from interference_cli.views import decision_view
 from scheduler.adapters.memory import node_object, pod_object
 from scheduler.config import ConfigError, load_config
 from scheduler.engine import Engine
@@ -54,6 +56,7 @@ from scheduler.settings import EngineSettings
 from scheduler.table import NodeTable
 
 GPU_RESOURCE = "nvidia.com/gpu"
+MAX_ARRIVALS_PER_ENTRY = 100_000
 RETRY_INITIAL_S = 1.0
 RETRY_MAX_S = 10.0
 """Backoff of an unschedulable pod between attempts, as the scheduling queue's."""
@@ -108,10 +111,14 @@ class PolicyResult:
     decisions_per_s: float = 0.0
     placements: list[tuple[float, str, str]] = field(default_factory=list)
     """``(t_s, pod, node)`` of every placement."""
+    explained: Decision | None = None
+    """The decision record of the pod asked for with ``explain`` (its last attempt), as
+    the scheduler would have written it."""
 
     def as_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["placements"] = [list(p) for p in self.placements]
+        out["explained"] = decision_hash(self.explained) if self.explained else None
         return out
 
 
@@ -128,9 +135,16 @@ def load_workload(path: str | Path) -> Workload:
              gpus: 0, duration_s: 60, annotations: {interference.io/max-runq-p99-us: "1000"}}
     """
     try:
-        data = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise CliError(f"cannot read pod arrival file {path}: {exc}") from exc
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise CliError(
+            f"pod arrival file {path} is not text (UTF-8 YAML); see deploy/demo/arrivals.yaml "
+            "for the format"
+        ) from None
+    except OSError as exc:
+        raise CliError(f"cannot read pod arrival file {path}: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise CliError(f"pod arrival file {path} is not valid YAML: {one_line(exc)}") from exc
     if not isinstance(data, dict) or not isinstance(data.get("arrivals"), list):
         raise CliError(f"pod arrival file {path} needs an `arrivals:` list")
     try:
@@ -147,7 +161,10 @@ def load_workload(path: str | Path) -> Workload:
             violation_fraction=float(evaluation.get("violation_fraction", 0.5)),
         )
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
-        raise CliError(f"pod arrival file {path} is malformed: {exc!r}") from exc
+        raise CliError(
+            f"pod arrival file {path} is malformed ({type(exc).__name__}: {one_line(exc)}); "
+            "see the format in docs/operations.md and deploy/demo/arrivals.yaml"
+        ) from exc
     if not workload.arrivals:
         raise CliError(f"pod arrival file {path} has no arrivals")
     if not 0 < workload.violation_fraction <= 1 or workload.horizon_s <= 0:
@@ -158,9 +175,18 @@ def load_workload(path: str | Path) -> Workload:
     return workload
 
 
+def one_line(exc: Exception) -> str:
+    """An exception's message on one line."""
+    return " ".join(str(exc).split())
+
+
 def _expand(index: int, entry: Mapping[str, Any]) -> list[Arrival]:
     count = int(entry.get("count", 1))
     every_s = float(entry.get("every_s", 0.0))
+    if not 1 <= count <= MAX_ARRIVALS_PER_ENTRY:
+        raise ValueError(f"arrival {index}: count {count} is out of range; allowed: 1–100000")
+    if not (every_s >= 0 and float(entry["at_s"]) >= 0):
+        raise ValueError(f"arrival {index}: at_s and every_s must be ≥ 0")
     name = str(entry.get("name", f"pod{index}"))
     duration = entry.get("duration_s")
     return [
@@ -191,18 +217,24 @@ def load_policy(path: str | Path) -> Policy:
     return Policy(Path(path).stem, config.engine)
 
 
-def simulate(reports: Sequence[NodeReport], workload: Workload, policy: Policy) -> PolicyResult:
+def simulate(
+    reports: Sequence[NodeReport],
+    workload: Workload,
+    policy: Policy,
+    explain: str | None = None,
+) -> PolicyResult:
     """Replay ``reports`` and ``workload`` through the engine under ``policy``.
 
     Time advances over every report and arrival. A pod is attempted when it arrives; an
     unschedulable one is retried with the scheduling queue's backoff (1 s doubling to
     10 s) while the trace lasts, and counts as unschedulable if it never fits.
+    ``explain`` (``NAMESPACE/POD``) keeps that pod's decision record of its last attempt.
     """
     if not reports:
         raise CliError("the trace holds no reports")
     ordered = sorted(reports, key=lambda r: r.ts)
     t0 = ordered[0].ts
-    replay = _Replay(ordered, workload, policy)
+    replay = _Replay(ordered, workload, policy, explain)
     ticks = sorted(
         [(report.ts, 0, None) for report in ordered]
         + [(t0 + arrival.at_s, 1, arrival) for arrival in workload.arrivals],
@@ -220,6 +252,7 @@ def simulate(reports: Sequence[NodeReport], workload: Workload, policy: Policy) 
     result.gpu_fragmentation = gpu_fragmentation(replay.table)
     result.decisions_per_s = replay.attempts / replay.engine_s if replay.engine_s > 0 else 0.0
     result.placements = [(round(t - t0, 3), pod.key, node) for t, pod, node in replay.placed]
+    result.explained = replay.explained
     judge = _ToleranceJudge(ordered, workload)
     for placed_at, pod, node in replay.placed:
         if pod.tolerance is None:
@@ -241,7 +274,13 @@ class _Pending:
 class _Replay:
     """The state of one policy's replay: the node table, signals, pods and timings."""
 
-    def __init__(self, ordered: Sequence[NodeReport], workload: Workload, policy: Policy):
+    def __init__(
+        self,
+        ordered: Sequence[NodeReport],
+        workload: Workload,
+        policy: Policy,
+        explain: str | None = None,
+    ):
         self._reports = ordered
         self._next_report = 0
         self._engine = Engine(policy.settings, seed=0)
@@ -256,6 +295,8 @@ class _Replay:
         """``(time, pod, node)`` of every placement."""
         self.attempts = 0
         self.engine_s = 0.0
+        self._explain = explain
+        self.explained: Decision | None = None
 
     def advance(self, now: float) -> None:
         """Apply the reports and departures up to ``now``."""
@@ -292,6 +333,17 @@ class _Replay:
         decision = self._engine.schedule(pod, self.table, now)
         self.engine_s += time.perf_counter() - started
         self.attempts += 1
+        if pod.key == self._explain:
+            self.explained = Decision(
+                pod.namespace,
+                pod.name,
+                "unschedulable" if decision.node is None else "scheduled",
+                decision.node or "",
+                decision.message,
+                now,
+                candidates=decision.candidates,
+                rejected_by_reason=dict(decision.reason_counts),
+            )
         if decision.node is None:
             return False
         self.table.add_pod(pod, decision.node, now)
@@ -373,18 +425,42 @@ def run_simulate_command(args: argparse.Namespace, console: Console) -> int:
     reports = load_trace(args.trace)
     workload = load_workload(args.pods)
     policies = [load_policy(p) for p in args.policy]
-    results = [simulate(reports, workload, p) for p in policies]
+    explain = getattr(args, "explain", None)
+    if explain is not None:
+        namespace, name = split_pod_ref(explain)
+        explain = f"{namespace}/{name}"
+        if not any(_arrival_key(a) == explain for a in workload.arrivals):
+            raise CliError(
+                f"--explain {explain}: no such pod in {args.pods}; its arrivals are named "
+                + ", ".join(sorted({_arrival_key(a) for a in workload.arrivals})[:5])
+                + (" …" if len(workload.arrivals) > 5 else "")
+            )
+    results = [simulate(reports, workload, p, explain) for p in policies]
     if args.json:
         print(
             json.dumps({"trace_reports": len(reports), "policies": [r.as_json() for r in results]})
         )
     else:
         console.print(result_table(results, len(reports), len(workload.arrivals)))
+    if explain is not None and not args.json:
+        t0 = min(r.ts for r in reports)
+        for result in results:
+            console.print(f"\n[bold]policy {result.policy}[/bold]")
+            if result.explained is None:  # the pod never reached the engine
+                console.print(f"{explain} was never attempted")
+                continue
+            when = f"at {result.explained.ts - t0:.1f} s into the trace"
+            console.print(decision_view(result.explained, result.explained.ts, when=when))
     if args.plot:
         plot(results, args.plot)
         if not args.json:
             console.print(f"plot written to {args.plot}")
     return 0
+
+
+def _arrival_key(arrival: Arrival) -> str:
+    meta = arrival.obj["metadata"]
+    return f"{meta.get('namespace', 'default')}/{meta['name']}"
 
 
 def result_table(results: Sequence[PolicyResult], reports: int, arrivals: int) -> Table:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import redis
 
@@ -23,7 +23,10 @@ from interference.codec import (
     parse_pod_hash,
 )
 from interference.decision import Decision, parse_decision_hash
+from interference.logsetup import mask_credentials
+from interference.redis_tls import RedisTls
 from interference.signals import NodeMetrics, PodMetrics
+from interference.strict import mask_url
 
 T = TypeVar("T")
 
@@ -80,35 +83,71 @@ def is_stale(updated_at: float, interval_s: float, now: float) -> bool:
 class Store:
     """The Redis store, read through one connection."""
 
-    def __init__(self, url: str, *, timeout_s: float = 3.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout_s: float = 3.0,
+        username: str | None = None,
+        password: str | None = None,
+        tls: RedisTls | None = None,
+    ) -> None:
+        """``username``/``password`` (REDIS_USERNAME/REDIS_PASSWORD) win over the URL's."""
         self.url = url
+        self.shown_url = mask_url(url)
+        """The URL as printed: its password masked."""
+        kwargs: dict[str, Any] = {} if tls is None else tls.client_kwargs()
+        if username:
+            kwargs["username"] = username
+        if password:
+            kwargs["password"] = password
+        if not url.startswith(("redis://", "rediss://", "unix://")):
+            raise CliError(
+                f"bad Redis URL {self.shown_url!r}: it must start with redis://, rediss:// or "
+                "unix://; use e.g. redis://127.0.0.1:6379/0 in --redis-url or REDIS_URL"
+            )
         try:
             self._redis: redis.Redis[bytes] = redis.Redis.from_url(
                 url,
                 decode_responses=False,
                 socket_timeout=timeout_s,
                 socket_connect_timeout=timeout_s,
+                **kwargs,
             )
-        except ValueError as exc:
+        except (ValueError, TypeError) as exc:
             raise CliError(
-                f"bad Redis URL {url!r}: {exc}; use redis://HOST:PORT/DB or set REDIS_URL"
+                f"bad Redis URL {self.shown_url!r}: {mask_credentials(str(exc))}; "
+                "use redis://HOST:PORT/DB in --redis-url or REDIS_URL"
             ) from exc
 
     def _call(self, what: str, fn: Callable[[], T]) -> T:
+        where = self.shown_url
         try:
             return fn()
         except redis.AuthenticationError as exc:
             raise CliError(
-                f"Redis at {self.url} refused the credentials ({exc}); "
-                "put user:password in the URL or REDIS_URL"
+                f"Redis at {where} refused the credentials ({exc}); "
+                "set REDIS_USERNAME and REDIS_PASSWORD (or user:password in the URL)"
             ) from exc
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise CliError(
-                f"cannot reach Redis at {self.url} while reading {what} ({exc}); "
-                "start redis-server or pass --redis-url / REDIS_URL"
+                f"cannot reach Redis at {where} while reading {what} "
+                f"({mask_credentials(str(exc))}); start redis-server or pass --redis-url / "
+                "REDIS_URL"
+            ) from exc
+        except redis.exceptions.NoPermissionError as exc:
+            raise CliError(
+                f"Redis at {where} does not let this user read {what} ({exc}); use the "
+                "viewer user (REDIS_USERNAME=interference-viewer)"
             ) from exc
         except redis.ResponseError as exc:
-            raise CliError(f"Redis at {self.url} rejected reading {what}: {exc}") from exc
+            raise CliError(f"Redis at {where} rejected reading {what}: {exc}") from exc
+        except redis.RedisError as exc:
+            # e.g. InvalidResponse: something that is not Redis answers on that port
+            raise CliError(
+                f"{where} did not answer like a Redis server while reading {what} "
+                f"({type(exc).__name__}: {mask_credentials(str(exc))}); check --redis-url"
+            ) from exc
 
     def node_rows(self, now: float | None = None) -> list[NodeRow]:
         """Every known node, highest interference score first; stale ones last.
@@ -130,7 +169,7 @@ class Store:
         names, updated_at, hashes = self._call("the node list", read)
         if not names:
             raise CliError(
-                f"no node reports in Redis at {self.url} ({keys.NODES_BY_SCORE} is empty); "
+                f"no node reports in Redis at {self.shown_url} ({keys.NODES_BY_SCORE} is empty); "
                 "is an interference-agent running with --redis-url pointing here?"
             )
         rows = [
@@ -156,7 +195,7 @@ class Store:
         if not raw:
             if updated is None:
                 raise CliError(
-                    f"unknown node {node!r}: no agent has reported it to {self.url}; "
+                    f"unknown node {node!r}: no agent has reported it to {self.shown_url}; "
                     "`interference top` lists the known nodes"
                 )
             raise CliError(
@@ -185,7 +224,7 @@ class Store:
         )
         if not raw:
             raise CliError(
-                f"no scheduling decision for pod {namespace}/{pod} in {self.url}; "
+                f"no scheduling decision for pod {namespace}/{pod} in {self.shown_url}; "
                 "is the pod scheduled by interference-scheduler (spec.schedulerName) "
                 f"and younger than {keys.DECISION_TTL_S // 3600} h?"
             )

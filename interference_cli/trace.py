@@ -53,7 +53,7 @@ def record_to_file(
     skipped: list[str] = []
     try:
         with Path(out).open("wb") as handle:
-            handle.write(msgpack.packb(_header(store.url), use_bin_type=True))
+            handle.write(msgpack.packb(_header(store.shown_url), use_bin_type=True))
             try:
                 while time.monotonic() < deadline and not (max_reports and written >= max_reports):
                     for entry_id, payload in store.stream_after(last_id, block_ms=READ_BLOCK_MS):
@@ -95,8 +95,15 @@ def load_trace(path: str | Path) -> list[NodeReport]:
     unpacker.feed(data)
     try:
         objects = list(unpacker)
-    except (msgpack.ExtraData, ValueError) as exc:
+    except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError) as exc:
         raise CliError(f"trace file {path} is not msgpack: {exc}") from exc
+    if unpacker.tell() != len(data):
+        # The unpacker stops silently at an incomplete object: a file cut short.
+        raise CliError(
+            f"trace file {path} is truncated: {len(data) - unpacker.tell()} bytes after "
+            f"entry {max(len(objects) - 1, 0)} are an incomplete entry; record it again "
+            "(or cut it at the last complete entry)"
+        )
     if not objects or not _is_header(objects[0]):
         raise CliError(
             f"{path} is not an interference trace (no {TRACE_FORMAT} header); "

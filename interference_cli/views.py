@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from interference import hist
-from interference.decision import Decision
+from interference.decision import CandidateVerdict, Decision
 from interference_cli.store import NodeDetail, NodeRow, PodRow
 
 BAR_WIDTH = 40
@@ -132,21 +132,25 @@ def pod_table(title: str, pods: Sequence[PodRow]) -> Table:
     return table
 
 
-def decision_view(decision: Decision, now: float) -> RenderableType:
-    """The decision record: outcome, chosen node, and every candidate's verdicts and scores."""
+def decision_view(decision: Decision, now: float, when: str | None = None) -> RenderableType:
+    """The decision record: outcome, chosen node, and every candidate's verdicts and scores
+    (``when`` replaces the record's age, e.g. for a simulated decision)."""
     header = Text()
     header.append(f"{decision.namespace}/{decision.pod}: ", style="bold")
     header.append(decision.result, style="green" if decision.result == "scheduled" else "red")
     if decision.node:
         header.append(f" on {decision.node}", style="bold")
-    header.append(f" ({now - decision.ts:.0f} s ago{', dry run' if decision.dry_run else ''})")
+    age = when if when is not None else f"{now - decision.ts:.0f} s ago"
+    header.append(f" ({age}{', dry run' if decision.dry_run else ''})")
     plugins = sorted({name for c in decision.candidates for name in c.scores})
+    weights = {name: w for c in decision.candidates for name, w in c.weights.items()}
     table = Table(title="candidates", title_justify="left")
     table.add_column("node")
     table.add_column("filters")
     for name in plugins:
-        table.add_column(name, justify="right")
-    table.add_column("total", justify="right")
+        column = f"{name} ×{weights[name]:g}" if name in weights else name
+        table.add_column(column, justify="right")
+    table.add_column("total" + (" = Σ weighted" if weights else ""), justify="right")
     details = sorted({key for c in decision.candidates for key in c.details})
     for key in details:
         table.add_column(key)
@@ -161,17 +165,33 @@ def decision_view(decision: Decision, now: float) -> RenderableType:
         table.add_row(
             Text(("▶ " if chosen else "  ") + cand.node, style="bold" if chosen else ""),
             verdict,
-            *[f"{cand.scores[n]:.1f}" if n in cand.scores else "—" for n in plugins],
+            *[_score_cell(cand, n) for n in plugins],
             f"{cand.total:.1f}" if cand.passed else "—",
             *[cand.details.get(key, "—") for key in details],
         )
     parts: list[RenderableType] = [header, Text(decision.message), table]
+    if weights:
+        parts.append(
+            Text(
+                "total = Σ weight × score (0–100 each): "
+                + ", ".join(f"{name} ×{w:g}" for name, w in sorted(weights.items()))
+            )
+        )
     if decision.rejected_by_reason:
         rejected = ", ".join(
             f"{count} {reason}" for reason, count in sorted(decision.rejected_by_reason.items())
         )
         parts.append(Text(f"rejected: {rejected}", style="red"))
     return Group(*parts)
+
+
+def _score_cell(candidate: CandidateVerdict, plugin: str) -> str:
+    """``score`` or, when the record carries the weight, ``score → weighted part``."""
+    if plugin not in candidate.scores:
+        return "—"
+    score = candidate.scores[plugin]
+    weight = candidate.weights.get(plugin)
+    return f"{score:.1f}" if weight is None else f"{score:.1f} → {weight * score:.1f}"
 
 
 def _score_style(score: float) -> str:

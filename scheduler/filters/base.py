@@ -25,6 +25,9 @@ class FilterResult:
     reasons: tuple[str, ...]
     explain: Callable[[], Sequence[NDArray[np.bool_]]] | None = None
     """Builds :meth:`reason_columns`; ``None`` means one reason for every failure."""
+    measured: Callable[[int, int], str] | None = None
+    """``(reason index, node row)`` → what was measured against what bound, appended to
+    that reason in decision records (e.g. ``2900 µs measured > 500 µs tolerated``)."""
     _columns: Sequence[NDArray[np.bool_]] | None = field(default=None, repr=False)
 
     def reason_columns(self) -> Sequence[NDArray[np.bool_]]:
@@ -48,13 +51,21 @@ class FilterResult:
         return self.failure_reasons(np.array([row]))[0]
 
     def failure_reasons(self, rows: NDArray[np.intp]) -> list[list[str]]:
-        """:meth:`reasons_for` each of ``rows``, nodes known to have failed this filter."""
+        """:meth:`reasons_for` each of ``rows``, nodes known to have failed this filter,
+        each followed by its measurement when the filter has one (``reason (what)``)."""
         if len(self.reasons) == 1:
-            return [list(self.reasons) for _ in range(len(rows))]
-        flags = np.stack([column[rows] for column in self.reason_columns()], axis=1)
+            flags = [[True] for _ in range(len(rows))]
+        else:
+            stacked = np.stack([column[rows] for column in self.reason_columns()], axis=1)
+            flags = stacked.tolist()
+        measured = self.measured
         return [
-            [reason for reason, flag in zip(self.reasons, node_flags, strict=True) if flag]
-            for node_flags in flags.tolist()
+            [
+                reason if measured is None else f"{reason} ({measured(index, row)})"
+                for index, (reason, flag) in enumerate(zip(self.reasons, node_flags, strict=True))
+                if flag
+            ]
+            for row, node_flags in zip(rows.tolist(), flags, strict=True)
         ]
 
 

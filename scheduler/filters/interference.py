@@ -14,6 +14,8 @@ filters for a pod pending longer than ``relax_after_s`` only because of them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -40,9 +42,11 @@ def interference_filter(
     fresh = fresh_signals(table, settings, now)
     columns: list[NDArray[np.bool_]] = []
     reasons: list[str] = []
+    measurements: list[Callable[[int], str]] = []
     if reject_stale:
         columns.append(~fresh)
         reasons.append(STALE_SIGNALS)
+        measurements.append(lambda row: _age(table, row, now))
     if tolerance is not None:
         bounds = (
             (tolerance.max_runq_p99_us, table.runq_p99_us, RUNQ_EXCEEDED),
@@ -53,12 +57,14 @@ def interference_filter(
             ),
             (tolerance.max_score, None, SCORE_EXCEEDED),
         )
+        units = {RUNQ_EXCEEDED: "µs", RECLAIM_EXCEEDED: "ms/s", SCORE_EXCEEDED: ""}
         for bound, values, reason in bounds:
             if bound is None:
                 continue
             measured = effective_index(table, settings) if values is None else values
             columns.append(fresh & (measured > bound))
             reasons.append(reason)
+            measurements.append(_versus(measured, bound, units[reason]))
     if not columns:  # a tolerance without any bound
         return all_pass("Interference", table)
     failing = columns[0].copy()
@@ -69,4 +75,16 @@ def interference_filter(
         ~failing,
         tuple(reasons),
         lambda: columns,
+        lambda index, row: measurements[index](row),
     )
+
+
+def _versus(measured: NDArray[np.float64], bound: float, unit: str) -> Callable[[int], str]:
+    """``row`` → ``measured 2900 µs > tolerance 500 µs``."""
+    suffix = f" {unit}" if unit else ""
+    return lambda row: f"measured {measured[row]:g}{suffix} > tolerance {bound:g}{suffix}"
+
+
+def _age(table: NodeTable, row: int, now: float) -> str:
+    updated = float(table.signals_at[row])
+    return "no report" if not np.isfinite(updated) else f"latest report {now - updated:.0f} s old"

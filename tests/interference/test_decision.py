@@ -19,7 +19,14 @@ DECISION = Decision(
     dry_run=False,
     candidates=[
         CandidateVerdict("gpu-1", False, ["Insufficient nvidia.com/gpu"]),
-        CandidateVerdict("gpu-2", True, [], {"interference": 80.0, "gpu_pack": 55.5}, 71.25),
+        CandidateVerdict(
+            "gpu-2",
+            True,
+            [],
+            {"interference": 80.0, "gpu_pack": 55.5},
+            215.5,
+            weights={"interference": 2.0, "gpu_pack": 1.0},
+        ),
     ],
 )
 

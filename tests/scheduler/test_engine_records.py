@@ -62,10 +62,17 @@ def test_scheduled_pod_records_rejected_nodes_interference_first_and_counts() ->
     rejected = [c for c in result.candidates if not c.passed]
     assert [c.node for c in feasible] == ["quiet-a", "quiet-b"]
     assert all(c.scores and c.total > 0 for c in feasible)
+    # The record carries the weights: its total is the sum of the weighted parts.
+    assert all(
+        c.weights == {"interference": 2.0, "balance": 1.0, "gpu_packing": 1.0} for c in feasible
+    )
+    for c in feasible:
+        assert c.total == pytest.approx(sum(c.weights[p] * s for p, s in c.scores.items()))
     # The noisy nodes come first, with the reason the pod's tolerance rejected them.
+    # Each interference reason carries what was measured against the tolerance.
     assert [(c.node, c.reasons) for c in rejected[:2]] == [
-        ("noisy-1", [RUNQ_EXCEEDED]),
-        ("noisy-2", [RUNQ_EXCEEDED]),
+        ("noisy-1", [f"{RUNQ_EXCEEDED} (measured 4000 µs > tolerance 500 µs)"]),
+        ("noisy-2", [f"{RUNQ_EXCEEDED} (measured 3000 µs > tolerance 500 µs)"]),
     ]
     assert (rejected[2].node, rejected[2].reasons) == ("small", [insufficient_reason("cpu")])
     assert result.reason_counts == {
@@ -109,7 +116,7 @@ def test_unschedulable_pod_lists_interference_rejections_first() -> None:
     result = Engine(EngineSettings(record_top_k=2)).schedule(pod, _cluster(), NOW)
     assert result.node is None
     assert [c.node for c in result.candidates] == ["quiet-a", "quiet-b"]
-    assert result.candidates[0].reasons == [RUNQ_EXCEEDED]
+    assert result.candidates[0].reasons == [f"{RUNQ_EXCEEDED} (measured 50 µs > tolerance 10 µs)"]
     assert result.reason_counts[RUNQ_EXCEEDED] == 4  # quiet-a, quiet-b, noisy-1, noisy-2
     assert result.message == (
         "0/7 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint "
