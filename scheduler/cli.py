@@ -69,7 +69,8 @@ def build_parser() -> OneLineParser:
         " per-node interference signals from Redis. Flags win over the environment, which"
         " wins over the config file; booleans accept true/false, 1/0, yes/no.",
         epilog="example: interference-scheduler --config scheduler.yaml --dry-run "
-        "--log-format json  (decide and record, bind nothing)",
+        "--log-format json  (decide and record, bind nothing); `interference-scheduler"
+        " extender --help`: kube-scheduler extender mode",
     )
     parser.add_argument(
         "--config",
@@ -257,9 +258,15 @@ class Scheduler:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; exit status 2 for a bad flag, variable or configuration, 1 when it
-    cannot run (its HTTP port is taken), 0 after SIGTERM."""
+    cannot run (its HTTP port is taken), 0 after SIGTERM. ``extender`` as the first
+    argument runs kube-scheduler extender mode (:mod:`scheduler.extender_cli`)."""
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    if arguments[:1] == ["extender"]:
+        from scheduler.extender_cli import main as extender_main  # it imports this module
+
+        return extender_main(arguments[1:])
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(arguments)
     try:
         configure_logging(args.log_level, args.log_format, own=["scheduler"])
         fixed = overrides(args, os.environ)

@@ -12,6 +12,11 @@ kube-scheduler on the same host nor pretends to be TLS.
   valid; the body says ``leader`` or ``follower`` (both are ready: a follower is a
   healthy standby). 503 lists what is missing. Point the readiness probe here.
 * ``/metrics`` — the Prometheus registry passed in.
+* ``POST`` routes given by the caller (extender mode's ``/filter`` and ``/prioritize``):
+  each handler takes the request body and returns status, body and content type.
+
+HTTP/1.1 with keep-alive, so a caller that posts many requests (kube-scheduler calling an
+extender) reuses its connection.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -28,6 +33,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 10251
+MAX_BODY_BYTES = 64 * 1024 * 1024
+"""Largest POST body accepted (an extender request without ``nodeCacheCapable`` carries
+every Node object)."""
+
+PostRoute = Callable[[bytes], tuple[int, bytes, str]]
+"""A POST handler: request body → (status, body, content type)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,9 +103,16 @@ class Status:
 class HealthServer:
     """Serves the endpoints from a daemon thread; ``port`` is the bound port."""
 
-    def __init__(self, settings: HttpSettings, registry: CollectorRegistry, status: Status):
+    def __init__(
+        self,
+        settings: HttpSettings,
+        registry: CollectorRegistry,
+        status: Status,
+        post_routes: Mapping[str, PostRoute] | None = None,
+    ):
         self._registry = registry
         self._status = status
+        self._post_routes = dict(post_routes or {})
         handler = self._handler_class()
         self._server = ThreadingHTTPServer((settings.host, settings.port), handler)
         self._server.daemon_threads = True
@@ -137,6 +155,30 @@ class HealthServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                route = server._post_routes.get(self.path.split("?", 1)[0])
+                try:
+                    length = int(self.headers.get("Content-Length", ""))
+                except ValueError:
+                    length = -1
+                if not 0 <= length <= MAX_BODY_BYTES:
+                    self.close_connection = True
+                    self._send(411, b"POST needs a Content-Length of at most 64 MiB\n")
+                    return
+                body = self.rfile.read(length)
+                if route is None:
+                    known = ", ".join(sorted(server._post_routes)) or "none"
+                    self._send(404, f"not found: POST routes here: {known}\n".encode())
+                    return
+                try:
+                    code, answer, content_type = route(body)
+                except Exception as exc:  # a failing handler is an error answer, not a crash
+                    log.exception("POST %s failed", self.path)
+                    code, answer, content_type = 500, f"failed: {exc!r}\n".encode(), "text/plain"
+                self._send(code, answer, content_type)
+
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":

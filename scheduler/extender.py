@@ -1,0 +1,528 @@
+"""kube-scheduler's HTTP extender protocol: ``POST /filter`` and ``POST /prioritize``.
+
+In extender mode kube-scheduler (a second one, ``schedulerName: interference-scheduler``)
+runs every one of its own plugins — volumes, topology spread, pod affinity, DRA,
+preemption — and binds; it calls this extender for the nodes that passed them. The
+extender answers from the same node table, informer cache, Redis signal cache and
+decision records as standalone mode, and never binds.
+
+Protocol (``k8s.io/kube-scheduler/extender/v1``), JSON over HTTP:
+
+* request (both verbs), ``ExtenderArgs``: ``{"pod": Pod, "nodenames": [names]}`` with
+  ``nodeCacheCapable: true`` (recommended: the extender keeps its own node view from
+  the informers), or ``{"pod": Pod, "nodes": NodeList}`` without it;
+* filter answer, ``ExtenderFilterResult``: ``nodenames`` (or ``nodes``) that pass,
+  ``failedNodes`` (name → reason; preemption may help: resources, host ports,
+  anti-affinity, a node not yet in our cache), ``failedAndUnresolvableNodes`` (name →
+  reason; preemption cannot help: readiness, cordon, taints, node affinity, interference)
+  and ``error`` (the pod cannot be evaluated: kube-scheduler fails the attempt with it);
+* prioritize answer, ``HostPriorityList``: ``[{"host": name, "score": 0..10}]``.
+
+Filters: the engine's, in its order (readiness, cordon, taints, node affinity/selector,
+host ports, resources, pod anti-affinity, interference), so GPU filtering (counts and
+GPU labels, derived from the agent's inventory when a node lacks them) and interference
+tolerances hold as in standalone. kube-scheduler has already run its own versions of the
+first ones, so the answer is the intersection: never a node kube-scheduler refused.
+Fields standalone mode refuses (:attr:`PodInfo.unsupported`: volumes, spread, pod
+affinity, …) are left to kube-scheduler here, which implements them.
+
+Scores: the engine's plugins and weights (``engine.weights``), mapped to kube-scheduler's
+extender range::
+
+    total[i] = Σ_p weight_p · score_p[i]                  (score_p in 0–100)
+    score[i] = round(MAX_EXTENDER_PRIORITY · total[i] / (100 · Σ_p weight_p))   ∈ 0..10
+
+over the plugins that run (the interference score only while signals are readable).
+kube-scheduler multiplies it by the extender's ``weight`` and by 100 / 10 and adds it to
+its own plugins' scores.
+
+Signals unreadable: interference-blind, as standalone (tolerances and the interference
+score off). Relax rule as standalone: a pod whose every offered node is refused only by
+interference filters for ``relax_after_s`` gets those filters dropped.
+
+Decision records (``intf:decision:{ns}/{pod}``): ``result`` is ``filtered`` (the filter
+verb's verdicts; some nodes passed), ``unschedulable`` (none passed) or ``prioritized``
+(the scores of the nodes kube-scheduler asked about, the best first, with the rejected
+nodes of the preceding filter call). ``node`` stays empty: kube-scheduler chooses and binds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from interference.decision import CandidateVerdict, Decision
+from scheduler.cache import ClusterCache
+from scheduler.filters.base import FilterResult
+from scheduler.filters.host_ports import host_ports
+from scheduler.filters.interference import interference_filter
+from scheduler.filters.node_affinity import node_affinity
+from scheduler.filters.node_state import node_ready, node_schedulable
+from scheduler.filters.pod_anti_affinity import pod_anti_affinity
+from scheduler.filters.resources import resources_fit
+from scheduler.filters.taints import taint_toleration
+from scheduler.http import PostRoute
+from scheduler.messages import failed_scheduling_message
+from scheduler.metrics import SchedulerMetrics
+from scheduler.model import ObjectError, PodInfo, parse_pod
+from scheduler.ports import DecisionSink, SignalSource
+from scheduler.scores.balance import balance_score
+from scheduler.scores.gpu_packing import gpu_packing_score
+from scheduler.scores.interference import quietness
+from scheduler.settings import EngineSettings
+from scheduler.table import NodeTable
+
+log = logging.getLogger(__name__)
+
+MAX_EXTENDER_PRIORITY = 10
+"""kube-scheduler's ``extenderv1.MaxExtenderPriority``: extender scores are 0..10."""
+FILTER_PATH = "/filter"
+PRIORITIZE_PATH = "/prioritize"
+VERBS = ("filter", "prioritize")
+UNKNOWN_NODE = "node(s) not yet in interference-scheduler's node cache"
+PREEMPTION_MAY_HELP = frozenset({"NodePorts", "NodeResourcesFit", "InterPodAffinity"})
+"""Filters whose rejections eviction could undo (reported as ``failedNodes``); the others
+go to ``failedAndUnresolvableNodes`` so kube-scheduler does not preempt for nothing."""
+REMEMBERED_FILTER_CALLS = 4096
+"""Filter verdicts kept for the decision record of the following prioritize call."""
+JSON = "application/json"
+DURATION_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+"""Request-duration buckets: kube-scheduler's default extender timeout is 5 s."""
+
+
+class ExtenderRequestError(ValueError):
+    """The request is not an ``ExtenderArgs`` object; the message says what is wrong."""
+
+
+class ExtenderMetrics:
+    """Extender-mode metrics (next to :class:`SchedulerMetrics` on one registry)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.request_duration = Histogram(
+            "interference_scheduler_extender_request_duration_seconds",
+            "Time to answer one extender request, by verb (filter, prioritize).",
+            ["verb"],
+            buckets=DURATION_BUCKETS_S,
+            registry=registry,
+        )
+        self.requests = Counter(
+            "interference_scheduler_extender_requests",
+            "Extender requests by verb and result (ok, error: the answer carried an error"
+            " or was not 200).",
+            ["verb", "result"],
+            registry=registry,
+        )
+        self.filtered_nodes = Counter(
+            "interference_scheduler_extender_filtered_nodes",
+            "Nodes the filter verb answered about, by outcome (passed, failed).",
+            ["outcome"],
+            registry=registry,
+        )
+        self.relaxed = Counter(
+            "interference_scheduler_extender_interference_relaxed",
+            "Filter answers given with interference filters relaxed after the pod waited"
+            " relax_after_s.",
+            registry=registry,
+        )
+        for verb in VERBS:
+            self.request_duration.labels(verb)
+            for result in ("ok", "error"):
+                self.requests.labels(verb, result)
+        for outcome in ("passed", "failed"):
+            self.filtered_nodes.labels(outcome)
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderArgs:
+    """A parsed request: the pod and the node names kube-scheduler asks about."""
+
+    pod: PodInfo
+    names: tuple[str, ...]
+    nodes: tuple[Mapping[str, Any], ...] | None
+    """The Node objects when the request carried them (``nodeCacheCapable: false``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FilterVerdict:
+    """The filter verb's verdict per offered node."""
+
+    passed: tuple[str, ...]
+    failed: dict[str, str]
+    """Name → reason, where preemption may help."""
+    unresolvable: dict[str, str]
+    """Name → reason, where preemption cannot help."""
+    reason_counts: dict[str, int]
+    rejected: list[CandidateVerdict]
+    relaxed: bool = False
+
+
+def parse_args(body: bytes) -> ExtenderArgs:
+    """An ``ExtenderArgs`` JSON body → :class:`ExtenderArgs`.
+
+    :class:`ExtenderRequestError` for a body that is not one; :class:`ObjectError` for
+    a pod the scheduler cannot read.
+    """
+    try:
+        data = json.loads(body)
+    except ValueError as exc:
+        raise ExtenderRequestError(f"request body is not JSON: {exc}") from exc
+    if not isinstance(data, Mapping):
+        raise ExtenderRequestError("request body must be a JSON object (ExtenderArgs)")
+    pod_obj = data.get("pod")
+    if not isinstance(pod_obj, Mapping):
+        raise ExtenderRequestError('ExtenderArgs has no "pod" object')
+    names_value = data.get("nodenames")
+    nodes_value = data.get("nodes")
+    nodes: tuple[Mapping[str, Any], ...] | None = None
+    if names_value is not None:
+        if not isinstance(names_value, list) or not all(isinstance(n, str) for n in names_value):
+            raise ExtenderRequestError('"nodenames" must be a list of node names')
+        names = tuple(names_value)
+    elif nodes_value is not None:
+        items = nodes_value.get("items") if isinstance(nodes_value, Mapping) else None
+        if not isinstance(items, list) or not all(isinstance(n, Mapping) for n in items):
+            raise ExtenderRequestError('"nodes" must be a NodeList with an "items" list')
+        nodes = tuple(items)
+        names = tuple(_node_name(node) for node in nodes)
+    else:
+        raise ExtenderRequestError(
+            'ExtenderArgs has neither "nodenames" nor "nodes"; set nodeCacheCapable: true'
+            " in the extender's configuration"
+        )
+    pod = parse_pod(pod_obj)
+    # kube-scheduler enforces what standalone mode refuses (volumes, spread, pod affinity)
+    return ExtenderArgs(dataclasses.replace(pod, unsupported=()), names, nodes)
+
+
+def _node_name(node: Mapping[str, Any]) -> str:
+    metadata = node.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    if not isinstance(name, str) or not name:
+        raise ExtenderRequestError('a Node in "nodes" has no metadata.name')
+    return name
+
+
+def extender_score(total: float, max_total: float) -> int:
+    """``round(MAX_EXTENDER_PRIORITY · total / max_total)`` clipped to 0..10 (0 when
+    ``max_total`` is 0: no score plugin runs)."""
+    if max_total <= 0:
+        return 0
+    scaled = round(MAX_EXTENDER_PRIORITY * total / max_total)
+    return int(min(MAX_EXTENDER_PRIORITY, max(0, scaled)))
+
+
+class Extender:
+    """Answers filter and prioritize calls from the cluster cache and the signal cache."""
+
+    def __init__(
+        self,
+        cache: ClusterCache,
+        signals: SignalSource,
+        decisions: DecisionSink,
+        settings: EngineSettings,
+        metrics: SchedulerMetrics,
+        extender_metrics: ExtenderMetrics,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._cache = cache
+        self._signals = signals
+        self._decisions = decisions
+        self._settings = settings
+        self._metrics = metrics
+        self._extender_metrics = extender_metrics
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._blocked_since: OrderedDict[str, float] = OrderedDict()
+        """Pod key → when its offered nodes were first all refused only by interference."""
+        self._filtered: OrderedDict[str, FilterVerdict] = OrderedDict()
+        """Pod key → its latest filter verdict (for the prioritize call's record)."""
+        self._signals_healthy: bool | None = None
+
+    def update_settings(self, settings: EngineSettings) -> None:
+        """Apply a reloaded ``engine`` section (between two requests)."""
+        with self._cache.lock:
+            self._settings = settings
+
+    def routes(self) -> dict[str, PostRoute]:
+        """The POST routes to serve: ``/filter`` and ``/prioritize``."""
+        return {FILTER_PATH: self.filter_route, PRIORITIZE_PATH: self.prioritize_route}
+
+    # ---- HTTP ------------------------------------------------------------------------
+
+    def filter_route(self, body: bytes) -> tuple[int, bytes, str]:
+        started = time.perf_counter()
+        code, answer = 200, {}
+        try:
+            args = parse_args(body)
+            answer = self.filter(args)
+        except ExtenderRequestError as exc:
+            code, answer = 400, {"error": str(exc)}
+        except ObjectError as exc:
+            answer = {"error": f"interference-scheduler cannot read the pod: {exc}"}
+        self._observe("filter", started, code == 200 and "error" not in answer)
+        return code, _json(answer), JSON
+
+    def prioritize_route(self, body: bytes) -> tuple[int, bytes, str]:
+        started = time.perf_counter()
+        try:
+            args = parse_args(body)
+        except (ExtenderRequestError, ObjectError) as exc:
+            self._observe("prioritize", started, False)
+            return 400, f"{exc}\n".encode(), "text/plain"
+        priorities = self.prioritize(args)
+        self._observe("prioritize", started, True)
+        return 200, _json(priorities), JSON
+
+    def _observe(self, verb: str, started: float, ok: bool) -> None:
+        metrics = self._extender_metrics
+        metrics.request_duration.labels(verb).observe(time.perf_counter() - started)
+        metrics.requests.labels(verb, "ok" if ok else "error").inc()
+
+    # ---- verbs -----------------------------------------------------------------------
+
+    def filter(self, args: ExtenderArgs) -> dict[str, Any]:
+        """The ``ExtenderFilterResult`` for ``args`` (see the module docstring)."""
+        pod = args.pod
+        with self._cache.lock:
+            now = self._clock()
+            table = self._cache.table
+            settings = self._current_settings(table)
+            verdict = self._filter(pod, args.names, table, settings, now)
+        with self._lock:
+            self._filtered[pod.key] = verdict
+            self._filtered.move_to_end(pod.key)
+            while len(self._filtered) > REMEMBERED_FILTER_CALLS:
+                self._filtered.popitem(last=False)
+        metrics = self._extender_metrics
+        metrics.filtered_nodes.labels("passed").inc(len(verdict.passed))
+        metrics.filtered_nodes.labels("failed").inc(len(args.names) - len(verdict.passed))
+        if verdict.relaxed:
+            metrics.relaxed.inc()
+        self._decisions.write(self._filter_decision(pod, args, verdict, now, settings))
+        answer: dict[str, Any] = {
+            "failedNodes": verdict.failed,
+            "failedAndUnresolvableNodes": verdict.unresolvable,
+        }
+        if args.nodes is None:
+            answer["nodenames"] = list(verdict.passed)
+        else:
+            keep = set(verdict.passed)
+            answer["nodes"] = {
+                "apiVersion": "v1",
+                "kind": "NodeList",
+                "items": [node for node in args.nodes if _node_name(node) in keep],
+            }
+        return answer
+
+    def prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:
+        """The ``HostPriorityList`` for ``args``: each offered node scored 0..10."""
+        pod = args.pod
+        with self._cache.lock:
+            now = self._clock()
+            table = self._cache.table
+            settings = self._current_settings(table)
+            plugins = _scores(pod, table, settings, now)
+            max_total = 100.0 * sum(weight for weight, _ in plugins.values())
+            rows = [table.index_of(name) for name in args.names]
+            breakdown = [
+                {} if row is None else {p: s.item(row) for p, (_, s) in plugins.items()}
+                for row in rows
+            ]
+        totals = [sum(plugins[p][0] * value for p, value in scores.items()) for scores in breakdown]
+        priorities = [
+            {"host": name, "score": 0 if row is None else extender_score(total, max_total)}
+            for name, row, total in zip(args.names, rows, totals, strict=True)
+        ]
+        with self._lock:
+            filtered = self._filtered.pop(pod.key, None)
+        ranked = sorted(range(len(args.names)), key=lambda i: -totals[i])
+        top = ranked[: max(1, settings.record_top_k)]
+        candidates = [
+            CandidateVerdict(args.names[i], True, [], breakdown[i], totals[i]) for i in top
+        ]
+        decision = Decision(
+            namespace=pod.namespace,
+            pod=pod.name,
+            result="prioritized",
+            node="",
+            message=f"scored {len(args.names)} node(s) for kube-scheduler, which picks and binds",
+            ts=now,
+            candidates=candidates + (filtered.rejected if filtered else []),
+            rejected_by_reason=dict(filtered.reason_counts) if filtered else {},
+        )
+        self._decisions.write(decision)
+        return priorities
+
+    # ---- internals (the first ones run under the cache lock) ---------------------------
+
+    def _current_settings(self, table: NodeTable) -> EngineSettings:
+        """Settings for this request: interference-blind while signals are unreadable;
+        otherwise the table gets the latest signals first."""
+        healthy = self._signals.healthy()
+        if healthy != self._signals_healthy:
+            self._signals_healthy = healthy
+            self._metrics.signals_healthy.set(1 if healthy else 0)
+            if not healthy:
+                log.warning("interference signals cannot be read; answering interference-blind")
+        if not healthy:
+            self._metrics.interference_blind_attempts.inc()
+            return dataclasses.replace(self._settings, interference_aware=False)
+        table.set_signals(self._signals.snapshot())
+        return self._settings
+
+    def _filter(
+        self,
+        pod: PodInfo,
+        names: Sequence[str],
+        table: NodeTable,
+        settings: EngineSettings,
+        now: float,
+    ) -> FilterVerdict:
+        stages = [*_static_stages(pod, table), host_ports(table, pod), resources_fit(table, pod)]
+        stages.append(pod_anti_affinity(table, pod))
+        interference: FilterResult | None = None
+        if settings.interference_aware:
+            interference = interference_filter(table, pod, settings, now)
+        rows = {name: table.index_of(name) for name in names}
+        known = np.array([row for row in rows.values() if row is not None], dtype=np.intp)
+        without_interference = _passed_rows(stages, known)
+        relaxed = False
+        passed_rows = without_interference
+        if interference is not None and interference.reasons:
+            passed_rows = without_interference[interference.passed[without_interference]]
+            if len(passed_rows) == 0 and len(without_interference) > 0:
+                relaxed = self._relax(pod.key, now, settings.relax_after_s)
+                if relaxed:
+                    passed_rows = without_interference
+            else:
+                self._forget_blocked(pod.key)
+            if not relaxed:
+                stages.append(interference)
+        passing = set(passed_rows.tolist())
+        passed: list[str] = []
+        failed: dict[str, str] = {}
+        unresolvable: dict[str, str] = {}
+        counts: dict[str, int] = {}
+        rejected: list[CandidateVerdict] = []
+        for name, row in rows.items():
+            if row is not None and row in passing:
+                passed.append(name)
+                continue
+            if row is None:
+                stage_name, reasons = "", [UNKNOWN_NODE]
+            else:
+                stage = next(s for s in stages if not s.passed[row])
+                stage_name, reasons = stage.name, stage.reasons_for(row)
+            for reason in reasons:
+                counts[reason] = counts.get(reason, 0) + 1
+            text = ", ".join(reasons)
+            if stage_name and stage_name not in PREEMPTION_MAY_HELP:
+                unresolvable[name] = text
+            else:
+                failed[name] = text
+            if len(rejected) < settings.record_top_k:
+                rejected.append(CandidateVerdict(name, False, reasons))
+        return FilterVerdict(tuple(passed), failed, unresolvable, counts, rejected, relaxed)
+
+    def _relax(self, key: str, now: float, relax_after_s: float) -> bool:
+        """Whether a pod refused only by interference filters has waited long enough."""
+        with self._lock:
+            since = self._blocked_since.setdefault(key, now)
+            self._blocked_since.move_to_end(key)
+            while len(self._blocked_since) > REMEMBERED_FILTER_CALLS:
+                self._blocked_since.popitem(last=False)
+            if now - since < relax_after_s:
+                return False
+            del self._blocked_since[key]
+            return True
+
+    def _forget_blocked(self, key: str) -> None:
+        with self._lock:
+            self._blocked_since.pop(key, None)
+
+    def _filter_decision(
+        self,
+        pod: PodInfo,
+        args: ExtenderArgs,
+        verdict: FilterVerdict,
+        now: float,
+        settings: EngineSettings,
+    ) -> Decision:
+        if verdict.passed:
+            result = "filtered"
+            message = (
+                f"{len(verdict.passed)}/{len(args.names)} nodes passed interference-scheduler's"
+                " filters; kube-scheduler picks and binds"
+            )
+            if verdict.relaxed:
+                message += " (interference filters relaxed after relax_after_s)"
+        else:
+            result = "unschedulable"
+            message = failed_scheduling_message(len(args.names), verdict.reason_counts)
+        return Decision(
+            namespace=pod.namespace,
+            pod=pod.name,
+            result=result,
+            node="",
+            message=message,
+            ts=now,
+            candidates=[CandidateVerdict(n, True) for n in verdict.passed[: settings.record_top_k]]
+            + verdict.rejected,
+            rejected_by_reason=dict(verdict.reason_counts),
+        )
+
+
+def _static_stages(pod: PodInfo, table: NodeTable) -> tuple[FilterResult, ...]:
+    """Readiness, cordon, taints and node affinity: cached per pod signature until the
+    table's generation changes (the table empties ``mask_cache`` then)."""
+    key = ("extender-static", pod.signature)
+    cached = table.mask_cache.get(key)
+    if isinstance(cached, tuple):
+        return cached
+    stages = (
+        node_ready(table, pod),
+        node_schedulable(table, pod),
+        taint_toleration(table, pod),
+        node_affinity(table, pod),
+    )
+    table.remember(key, stages)
+    return stages
+
+
+def _passed_rows(stages: Sequence[FilterResult], rows: NDArray[np.intp]) -> NDArray[np.intp]:
+    """The ``rows`` that pass every stage."""
+    keep = np.ones(len(rows), dtype=np.bool_)
+    for stage in stages:
+        keep &= stage.passed[rows]
+    return rows[keep]
+
+
+def _scores(
+    pod: PodInfo, table: NodeTable, settings: EngineSettings, now: float
+) -> dict[str, tuple[float, NDArray[np.float64]]]:
+    """Plugin → (weight, 0–100 score per node), as the engine weighs them."""
+    weights = settings.weights
+    scores: dict[str, tuple[float, NDArray[np.float64]]] = {}
+    if weights.interference > 0 and settings.interference_aware:
+        scores["interference"] = (weights.interference, quietness(table, settings, now))
+    if weights.balance > 0:
+        scores["balance"] = (weights.balance, balance_score(table, pod))
+    if weights.gpu_packing > 0:
+        scores["gpu_packing"] = (weights.gpu_packing, gpu_packing_score(table, pod, settings))
+    return scores
+
+
+def _json(value: object) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()

@@ -1,0 +1,242 @@
+"""``interference-scheduler extender``: serve kube-scheduler's extender protocol.
+
+The same config file, flags and environment as standalone mode (``loop.dry_run`` and
+``leader_election`` do not apply: kube-scheduler elects its leader and binds; every
+replica of the extender answers). ``/filter`` and ``/prioritize`` are served on the
+``http`` port beside ``/healthz``, ``/readyz`` and ``/metrics``
+(:mod:`scheduler.extender` describes the protocol, :mod:`scheduler.http` the endpoints).
+
+The node and pod view comes from the same informers (list + watch) as standalone mode,
+the signals from the same Redis signal cache, and decision records go to the same
+Redis keys. ``/readyz`` fails until nodes and pods are listed, so kube-scheduler's
+calls go to a replica that knows the cluster.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import redis
+from prometheus_client import CollectorRegistry
+
+from interference import keys
+from interference.cliparse import RUNTIME_EXIT, USAGE_EXIT, OneLineParser
+from interference.logsetup import configure_logging, mask_credentials
+from interference.strict import SettingError
+from scheduler.adapters.kubernetes import KubernetesCluster, make_api_client
+from scheduler.adapters.redis_signals import (
+    QueuedDecisionSink,
+    RedisDecisionSink,
+    RedisSignalCache,
+    SignalMetrics,
+    connect,
+    safe_url,
+)
+from scheduler.cache import ClusterCache
+from scheduler.cli import one_line, overrides
+from scheduler.config import (
+    ConfigError,
+    ConfigWatcher,
+    SchedulerConfig,
+    load_config,
+    with_overrides,
+)
+from scheduler.extender import Extender, ExtenderMetrics
+from scheduler.http import HealthServer, Heartbeat, Status
+from scheduler.leader import default_identity
+from scheduler.metrics import SchedulerMetrics
+from scheduler.ports import ClusterError
+from scheduler.queue import SchedulingQueue
+from scheduler.table import NodeTable
+
+log = logging.getLogger("scheduler")
+
+
+def build_parser() -> OneLineParser:
+    """The ``extender`` subcommand's parser (one-line errors, exit status 2)."""
+    parser = OneLineParser(
+        prog="interference-scheduler extender",
+        description="Serves kube-scheduler's HTTP extender protocol (POST /filter and"
+        " /prioritize on the http port) with the interference filters and scores; never"
+        " binds. Flags win over the environment, which wins over the config file.",
+        epilog="example: interference-scheduler extender --config scheduler.yaml",
+    )
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=os.environ.get("INTERFERENCE_SCHEDULER_CONFIG", ""),
+        help="YAML config file, reloaded on change (env INTERFERENCE_SCHEDULER_CONFIG)",
+    )
+    parser.add_argument(
+        "--kubeconfig", metavar="FILE", default="", help="kubeconfig (default: in-cluster)"
+    )
+    parser.add_argument(
+        "--log-level",
+        default=os.environ.get("LOG_LEVEL", "INFO"),
+        help="DEBUG, INFO, WARNING or ERROR, any case (env LOG_LEVEL; default INFO)",
+    )
+    parser.add_argument(
+        "--log-format",
+        default=os.environ.get("LOG_FORMAT", "text"),
+        help="json (one object per line) or text (env LOG_FORMAT; default text)",
+    )
+    parser.set_defaults(dry_run=None)  # nothing to dry-run: the extender never binds
+    return parser
+
+
+class ExtenderProcess:
+    """The whole extender process: build with a config, :meth:`run` until ``stop`` is set."""
+
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        config_path: str = "",
+        fixed: Mapping[str, dict[str, Any]] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        env = os.environ if env is None else env
+        fixed = dict(fixed or {})
+        self.config = config
+        self.registry = CollectorRegistry()
+        self.metrics = SchedulerMetrics(self.registry)
+        self.extender_metrics = ExtenderMetrics(self.registry)
+        signal_metrics = SignalMetrics(self.registry)
+        self.identity = default_identity()
+        self.api = make_api_client(config.kubernetes.kubeconfig, config.kubernetes.context)
+        self.api.user_agent = f"interference-scheduler-extender/{self.identity}"
+        self.cluster = KubernetesCluster(self.api, config.kubernetes, identity=self.identity)
+        self.redis = connect(config.redis, env)
+        self.signals = RedisSignalCache(self.redis, config.redis, signal_metrics)
+        self.decisions = QueuedDecisionSink(
+            RedisDecisionSink(self.redis, config.redis, signal_metrics), config.redis
+        )
+        # Pods of our scheduler name wait in this queue unread (kube-scheduler schedules
+        # them); it holds one key per pending pod and drops each once it is bound.
+        self.cache = ClusterCache(
+            NodeTable(),
+            SchedulingQueue(),
+            self.metrics,
+            config.loop.scheduler_name,
+            config.loop.ignore_namespaces,
+        )
+        self.extender = Extender(
+            self.cache,
+            self.signals,
+            self.decisions,
+            config.engine,
+            self.metrics,
+            self.extender_metrics,
+        )
+        self.watcher = (
+            ConfigWatcher(
+                config_path,
+                config,
+                lambda new: self.extender.update_settings(new.engine),
+                transform=lambda loaded: with_overrides(loaded, **fixed),
+            )
+            if config_path
+            else None
+        )
+        self.signal_heartbeat = Heartbeat(
+            "redis signal follower", max_silence_s=60 + 2 * config.redis.socket_timeout_s
+        )
+        self._threads: list[threading.Thread] = []
+        self.http: HealthServer | None = None
+
+    def report_reachability(self) -> None:
+        """One clear line each when the API server or Redis cannot be reached at start."""
+        try:
+            self.cluster.list_page("Node", "")
+        except ClusterError as exc:
+            log.error("Kubernetes API: %s (retrying in the background)", exc)
+        try:
+            self.redis.xrevrange(keys.STREAM, count=1)
+        except redis.RedisError as exc:
+            log.error(
+                "Redis: cannot reach %s (%s); check redis.url / REDIS_URL and REDIS_USERNAME /"
+                " REDIS_PASSWORD; answering interference-blind until it answers",
+                safe_url(self.config.redis.url),
+                exc,
+            )
+
+    def run(self, stop: threading.Event) -> None:
+        self.report_reachability()
+        informers = self._start("informers", self.cluster.run_informers, self.cache, stop)
+        signals = self._start("signal-cache", self.signals.run, stop, self.signal_heartbeat.beat)
+        if self.watcher is not None:
+            self._start("config-watcher", self.watcher.run, stop)
+        watcher = self.watcher
+        self.http = HealthServer(
+            self.config.http,
+            self.registry,
+            Status(
+                synced=self.cache.synced,
+                config_error=(lambda: watcher.error) if watcher else (lambda: ""),
+                leading=lambda: True,  # every extender replica answers
+                heartbeats=(self.signal_heartbeat,),
+                threads=(informers, signals),
+            ),
+            post_routes=self.extender.routes(),
+        )
+        self.http.start()
+        log.info(
+            "interference-scheduler extender %s answering /filter and /prioritize on port %d",
+            self.identity,
+            self.http.port,
+        )
+        stop.wait()
+        log.info("stopping")
+        for thread in self._threads:
+            thread.join(timeout=30)
+        self.decisions.close()
+        self.http.stop()
+
+    def _start(self, name: str, target: Any, *args: Any) -> threading.Thread:
+        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+        return thread
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``interference-scheduler extender``; exit status as standalone's."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        configure_logging(args.log_level, args.log_format, own=["scheduler"])
+        fixed = overrides(args, os.environ)
+    except SettingError as exc:
+        parser.error(str(exc))
+    fixed.pop("loop", None)  # DRY_RUN does not apply: the extender never binds
+    try:
+        loaded = load_config(args.config) if args.config else SchedulerConfig()
+        process = ExtenderProcess(with_overrides(loaded, **fixed), args.config, fixed)
+    except ConfigError as exc:
+        print(f"interference-scheduler extender: {one_line(exc)}", file=sys.stderr)
+        return USAGE_EXIT
+    except (ClusterError, ValueError) as exc:
+        print(f"interference-scheduler extender: {mask_credentials(str(exc))}", file=sys.stderr)
+        return USAGE_EXIT
+    if not args.config:
+        log.warning("no --config given: running with the built-in defaults")
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    try:
+        process.run(stop)
+    except OSError as exc:
+        log.error(
+            "cannot serve the extender and /healthz, /readyz, /metrics on %s:%d (%s); free the"
+            " port or set http.port",
+            process.config.http.host,
+            process.config.http.port,
+            exc.strerror or exc,
+        )
+        return RUNTIME_EXIT
+    return 0

@@ -1,0 +1,353 @@
+"""kube-scheduler extender protocol: ``/filter`` and ``/prioritize`` answers (table-driven),
+then the same handler behind the real HTTP server."""
+
+from __future__ import annotations
+
+import http.client
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from scheduler.cache import ClusterCache
+from scheduler.extender import (
+    MAX_EXTENDER_PRIORITY,
+    UNKNOWN_NODE,
+    Extender,
+    ExtenderMetrics,
+    extender_score,
+)
+from scheduler.filters.interference import RUNQ_EXCEEDED
+from scheduler.http import HealthServer, HttpSettings, Status
+from scheduler.metrics import SchedulerMetrics
+from scheduler.model import ANNOTATION_MAX_RUNQ_P99_US
+from scheduler.queue import SchedulingQueue
+from scheduler.settings import EngineSettings, ScoreWeights
+from scheduler.table import NodeTable
+from tests.scheduler.runtime_helpers import START, FakeClock, MemoryDecisions, MemorySignals
+from tests.scheduler.test_model import node_obj, pod_obj
+
+TOLERANT = {ANNOTATION_MAX_RUNQ_P99_US: "500"}
+"""A pod that tolerates a run-queue p99 up to 500 µs."""
+NODES = [
+    node_obj("quiet", cpu="8"),
+    node_obj("noisy", cpu="8"),
+    node_obj("small", cpu="1"),
+    node_obj("tainted", cpu="8", taints=[("dedicated", "db", "NoSchedule")]),
+    node_obj("cordoned", cpu="8", unschedulable=True),
+    node_obj("gpu", cpu="8", extra={"nvidia.com/gpu": "4"}),
+]
+
+
+class Harness:
+    """An :class:`Extender` over a cache fed with ``NODES`` and two signal reports."""
+
+    def __init__(self, settings: EngineSettings | None = None) -> None:
+        self.clock = FakeClock()
+        self.signals = MemorySignals()
+        self.signals.report("quiet", START - 1, runq_p99_us=50, interference_index=5)
+        self.signals.report("noisy", START - 1, runq_p99_us=900, interference_index=90)
+        self.decisions = MemoryDecisions()
+        self.registry = CollectorRegistry()
+        metrics = SchedulerMetrics(self.registry)
+        self.cache = ClusterCache(NodeTable(), SchedulingQueue(), metrics, "interference-scheduler")
+        self.cache.replace("Node", [dict(n) for n in NODES])
+        self.cache.replace("Pod", [])
+        self.extender = Extender(
+            self.cache,
+            self.signals,
+            self.decisions,
+            settings or EngineSettings(),
+            metrics,
+            ExtenderMetrics(self.registry),
+            clock=self.clock,
+        )
+
+    def filter(self, pod: Mapping[str, Any], names: list[str]) -> tuple[int, dict[str, Any]]:
+        body = json.dumps({"pod": pod, "nodenames": names}).encode()
+        code, answer, content_type = self.extender.filter_route(body)
+        assert content_type == "application/json"
+        return code, json.loads(answer)
+
+    def prioritize(self, pod: Mapping[str, Any], names: list[str]) -> dict[str, int]:
+        body = json.dumps({"pod": pod, "nodenames": names}).encode()
+        code, answer, _ = self.extender.prioritize_route(body)
+        assert code == 200, answer
+        priorities = json.loads(answer)
+        assert [p["host"] for p in priorities] == names  # one entry per node, in order
+        return {p["host"]: p["score"] for p in priorities}
+
+    def sample(self, name: str, **labels: str) -> float:
+        value = self.registry.get_sample_value(name, labels)
+        return 0.0 if value is None else value
+
+
+ALL = [n["metadata"]["name"] for n in NODES]
+PVC_VOLUME = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
+SPREAD = [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule",
+           "labelSelector": {"matchLabels": {"app": "web"}}}]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("pod", "names", "passed", "failed", "unresolvable"),
+    [
+        (
+            pod_obj(requests={"cpu": "500m"}),
+            ["quiet", "noisy", "small"],
+            ["quiet", "noisy", "small"],
+            {},
+            {},
+        ),
+        (
+            pod_obj(requests={"cpu": "2"}),
+            ["quiet", "small"],
+            ["quiet"],
+            {"small": "Insufficient cpu"},
+            {},
+        ),
+        (
+            pod_obj(requests={"cpu": "1"}),
+            ["quiet", "tainted", "cordoned"],
+            ["quiet"],
+            {},
+            {"tainted": "taint", "cordoned": "unschedulable"},
+        ),
+        (
+            pod_obj(requests={"cpu": "1"}, annotations=TOLERANT),
+            ["quiet", "noisy"],
+            ["quiet"],
+            {},
+            {"noisy": RUNQ_EXCEEDED},
+        ),
+        (
+            pod_obj(requests={"cpu": "1"}, annotations=TOLERANT),
+            ["quiet", "gone"],
+            ["quiet"],
+            {"gone": UNKNOWN_NODE},
+            {},
+        ),
+        (
+            pod_obj(requests={"cpu": "1", "nvidia.com/gpu": "2"}),
+            ["quiet", "gpu"],
+            ["gpu"],
+            {"quiet": "Insufficient nvidia.com/gpu"},
+            {},
+        ),
+        (
+            pod_obj(requests={"cpu": "1"}, volumes=PVC_VOLUME, topologySpreadConstraints=SPREAD),
+            ["quiet", "noisy"],
+            ["quiet", "noisy"],
+            {},
+            {},
+        ),
+        (
+            pod_obj(requests={"cpu": "2"}, annotations=TOLERANT),
+            ["noisy", "small"],
+            [],
+            {"small": "Insufficient cpu"},
+            {"noisy": RUNQ_EXCEEDED},
+        ),
+        (pod_obj(requests={"cpu": "1"}), [], [], {}, {}),
+    ],
+    ids=[
+        "all-pass",
+        "insufficient-cpu-preemption-may-help",
+        "taint-and-cordon-unresolvable",
+        "tolerance-keeps-pod-off-noisy-node",
+        "node-not-in-cache-yet",
+        "gpu-count",
+        "volumes-and-spread-left-to-kube-scheduler",
+        "nothing-passes",
+        "no-nodes-offered",
+    ],
+)
+def test_filter(
+    pod: dict[str, Any],
+    names: list[str],
+    passed: list[str],
+    failed: dict[str, str],
+    unresolvable: dict[str, str],
+) -> None:
+    harness = Harness()
+    code, answer = harness.filter(pod, names)
+    assert code == 200
+    assert "error" not in answer
+    assert answer["nodenames"] == passed
+    assert answer["failedNodes"].keys() == failed.keys()
+    assert answer["failedAndUnresolvableNodes"].keys() == unresolvable.keys()
+    for got, wanted in ((answer["failedNodes"], failed), (answer["failedAndUnresolvableNodes"],
+                                                           unresolvable)):  # fmt: skip
+        for node, fragment in wanted.items():
+            assert fragment in got[node], (node, got[node])
+    decision = harness.decisions.last("p")
+    assert decision.result == ("filtered" if passed else "unschedulable")
+    assert decision.node == ""  # kube-scheduler binds
+    assert sum(decision.rejected_by_reason.values()) >= len(failed) + len(unresolvable)
+    if not passed and names:
+        assert decision.message.startswith(f"0/{len(names)} nodes are available")
+    assert harness.sample("interference_scheduler_extender_requests_total",
+                          verb="filter", result="ok") == 1  # fmt: skip
+    assert harness.sample("interference_scheduler_extender_filtered_nodes_total",
+                          outcome="passed") == len(passed)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "error"),
+    [
+        (b"{not json", 400, "not JSON"),
+        (b"[]", 400, "JSON object"),
+        (json.dumps({"nodenames": ["quiet"]}).encode(), 400, '"pod"'),
+        (json.dumps({"pod": pod_obj()}).encode(), 400, "nodeCacheCapable"),
+        (json.dumps({"pod": pod_obj(), "nodenames": "quiet"}).encode(), 400, "list"),
+        (
+            json.dumps({"pod": pod_obj(requests={"cpu": "lots"}), "nodenames": ["quiet"]}).encode(),
+            200,
+            "cannot read the pod",
+        ),
+    ],
+    ids=["not-json", "not-an-object", "no-pod", "no-nodes", "names-not-a-list", "bad-pod"],
+)
+def test_filter_rejects_bad_requests(body: bytes, code: int, error: str) -> None:
+    harness = Harness()
+    got_code, answer, _ = harness.extender.filter_route(body)
+    assert got_code == code
+    message = json.loads(answer)["error"]
+    assert error in message and "\n" not in message
+    assert harness.sample("interference_scheduler_extender_requests_total",
+                          verb="filter", result="error") == 1  # fmt: skip
+    assert harness.decisions.items == []
+
+
+def test_filter_without_node_cache_answers_node_objects() -> None:
+    harness = Harness()
+    offered = [n for n in NODES if n["metadata"]["name"] in ("quiet", "small")]
+    body = {"pod": pod_obj(requests={"cpu": "2"}), "nodes": {"items": offered}}
+    code, raw, _ = harness.extender.filter_route(json.dumps(body).encode())
+    answer = json.loads(raw)
+    assert code == 200 and "nodenames" not in answer
+    assert [n["metadata"]["name"] for n in answer["nodes"]["items"]] == ["quiet"]
+    assert answer["failedNodes"] == {"small": "Insufficient cpu"}
+
+
+def test_unreadable_signals_make_filter_interference_blind() -> None:
+    harness = Harness()
+    harness.signals.is_healthy = False
+    _, answer = harness.filter(pod_obj(annotations=TOLERANT), ["quiet", "noisy"])
+    assert answer["nodenames"] == ["quiet", "noisy"]
+    assert harness.sample("interference_scheduler_signals_healthy") == 0
+    assert harness.sample("interference_scheduler_interference_blind_attempts_total") == 1
+
+
+def test_pod_refused_only_by_interference_is_relaxed_after_relax_after_s() -> None:
+    harness = Harness(EngineSettings(relax_after_s=30))
+    pod = pod_obj(annotations=TOLERANT)
+    answers = []
+    for seconds in (0, 29, 2):
+        harness.clock.advance(seconds)
+        harness.signals.report("noisy", harness.clock.now - 1, runq_p99_us=900)  # still noisy
+        answers.append(harness.filter(pod, ["noisy"])[1])
+    first, before, after = answers
+    assert first["nodenames"] == before["nodenames"] == []
+    assert after["nodenames"] == ["noisy"]
+    assert "relaxed" in harness.decisions.last("p").message
+    assert harness.sample("interference_scheduler_extender_interference_relaxed_total") == 1
+
+
+@pytest.mark.parametrize(
+    ("weights", "names", "expected"),
+    [
+        (
+            ScoreWeights(interference=1, balance=0, gpu_packing=0),
+            ["quiet", "noisy", "gone"],
+            {"quiet": 10, "noisy": 1, "gone": 0},
+        ),
+        (
+            ScoreWeights(interference=0, balance=1, gpu_packing=0),
+            ["quiet", "small"],
+            {"quiet": 10, "small": 7},
+        ),
+        (
+            ScoreWeights(interference=0, balance=0, gpu_packing=0),
+            ["quiet", "noisy"],
+            {"quiet": 0, "noisy": 0},
+        ),
+    ],
+    ids=["interference-only", "balance-only", "no-score-plugin"],
+)
+def test_prioritize(weights: ScoreWeights, names: list[str], expected: dict[str, int]) -> None:
+    harness = Harness(EngineSettings(weights=weights))
+    scores = harness.prioritize(pod_obj(requests={"cpu": "500m", "memory": "64Mi"}), names)
+    assert scores == expected
+
+
+def test_prioritize_default_weights_stay_in_range_and_prefer_quiet() -> None:
+    harness = Harness()
+    pod = pod_obj(requests={"cpu": "1"}, annotations=TOLERANT)
+    harness.filter(pod, ["quiet", "noisy", "small"])
+    scores = harness.prioritize(pod, ALL)
+    assert all(0 <= s <= MAX_EXTENDER_PRIORITY for s in scores.values())
+    assert scores["quiet"] > scores["noisy"]
+    decision = harness.decisions.last("p")
+    assert decision.result == "prioritized" and decision.node == ""
+    assert decision.candidates[0].passed and decision.candidates[0].node == "quiet"
+    rejected = {c.node: c.reasons for c in decision.candidates if not c.passed}
+    (reason,) = rejected["noisy"]  # from the filter call before
+    assert reason.startswith(RUNQ_EXCEEDED)
+    assert harness.sample("interference_scheduler_extender_request_duration_seconds_count",
+                          verb="prioritize") == 1  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("total", "max_total", "score"),
+    [
+        (0, 300, 0),
+        (300, 300, 10),
+        (150, 300, 5),
+        (149, 300, 5),
+        (14, 300, 0),
+        (16, 300, 1),
+        (400, 300, 10),
+        (-5, 300, 0),
+        (50, 0, 0),
+    ],
+)
+def test_extender_score(total: float, max_total: float, score: int) -> None:
+    assert extender_score(total, max_total) == score
+
+
+def test_served_over_http_with_keep_alive_and_metrics() -> None:
+    harness = Harness()
+    status = Status(synced=harness.cache.synced, config_error=lambda: "", leading=lambda: True)
+    server = HealthServer(
+        HttpSettings(port=0, host="127.0.0.1"),
+        harness.registry,
+        status,
+        post_routes=harness.extender.routes(),
+    )
+    server.start()
+    try:
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+        pod = pod_obj(requests={"cpu": "2"}, annotations=TOLERANT)
+        body = json.dumps({"pod": pod, "nodenames": ["quiet", "noisy", "small"]})
+        connection.request("POST", "/filter", body, {"Content-Type": "application/json"})
+        answer = json.loads(connection.getresponse().read())
+        assert answer["nodenames"] == ["quiet"]
+        connection.request("POST", "/prioritize", body)  # the same connection, kept alive
+        priorities = json.loads(connection.getresponse().read())
+        assert {p["host"] for p in priorities} == {"quiet", "noisy", "small"}
+        connection.request("POST", "/bind", body)
+        missing = connection.getresponse()
+        assert missing.status == 404 and b"/filter, /prioritize" in missing.read()
+        connection.request("GET", "/metrics")
+        metrics = connection.getresponse().read().decode()
+        for verb in ("filter", "prioritize"):
+            assert (
+                f'interference_scheduler_extender_request_duration_seconds_count{{verb="{verb}"}}'
+                " 1.0" in metrics
+            )
+        assert 'extender_request_duration_seconds_bucket{le="0.005",verb="filter"}' in metrics
+        connection.close()
+    finally:
+        server.stop()
