@@ -302,7 +302,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def one_line(error: ConfigError) -> str:
     """A configuration error as one line: the file, then every problem."""
-    return str(error).split(":", 1)[0] + ": invalid configuration: " + "; ".join(error.problems)
+    problems = "; ".join(" ".join(problem.split()) for problem in error.problems)
+    return str(error).split(":", 1)[0] + ": invalid configuration: " + problems
 
 
 if __name__ == "__main__":
