@@ -15,7 +15,8 @@ Protocol (``k8s.io/kube-scheduler/extender/v1``), JSON over HTTP:
   ``failedNodes`` (name → reason; preemption may help: resources, host ports,
   anti-affinity, a node not yet in our cache), ``failedAndUnresolvableNodes`` (name →
   reason; preemption cannot help: readiness, cordon, taints, node affinity, interference)
-  and ``error`` (the pod cannot be evaluated: kube-scheduler fails the attempt with it);
+  and ``error`` (the pod cannot be read, or the informers have not listed nodes and pods
+  yet: kube-scheduler fails the attempt with it and retries);
 * prioritize answer, ``HostPriorityList``: ``[{"host": name, "score": 0..10}]``.
 
 Filters: the engine's, in its order (readiness, cordon, taints, node affinity/selector,
@@ -91,6 +92,7 @@ FILTER_PATH = "/filter"
 PRIORITIZE_PATH = "/prioritize"
 VERBS = ("filter", "prioritize")
 UNKNOWN_NODE = "node(s) not yet in interference-scheduler's node cache"
+NOT_SYNCED = "interference-scheduler is still listing nodes and pods; retry shortly"
 PREEMPTION_MAY_HELP = frozenset({"NodePorts", "NodeResourcesFit", "InterPodAffinity"})
 """Filters whose rejections eviction could undo (reported as ``failedNodes``); the others
 go to ``failedAndUnresolvableNodes`` so kube-scheduler does not preempt for nothing."""
@@ -266,7 +268,10 @@ class Extender:
         code, answer = 200, {}
         try:
             args = parse_args(body)
-            answer = self.filter(args)
+            if self._cache.synced():
+                answer = self.filter(args)
+            else:  # an unknown node must not look refused, nor a half-listed one free
+                answer = {"error": NOT_SYNCED}
         except ExtenderRequestError as exc:
             code, answer = 400, {"error": str(exc)}
         except ObjectError as exc:

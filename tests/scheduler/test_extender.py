@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 from scheduler.cache import ClusterCache
 from scheduler.extender import (
     MAX_EXTENDER_PRIORITY,
+    NOT_SYNCED,
     UNKNOWN_NODE,
     Extender,
     ExtenderMetrics,
@@ -44,7 +45,7 @@ NODES = [
 class Harness:
     """An :class:`Extender` over a cache fed with ``NODES`` and two signal reports."""
 
-    def __init__(self, settings: EngineSettings | None = None) -> None:
+    def __init__(self, settings: EngineSettings | None = None, pods_listed: bool = True) -> None:
         self.clock = FakeClock()
         self.signals = MemorySignals()
         self.signals.report("quiet", START - 1, runq_p99_us=50, interference_index=5)
@@ -54,7 +55,8 @@ class Harness:
         metrics = SchedulerMetrics(self.registry)
         self.cache = ClusterCache(NodeTable(), SchedulingQueue(), metrics, "interference-scheduler")
         self.cache.replace("Node", [dict(n) for n in NODES])
-        self.cache.replace("Pod", [])
+        if pods_listed:
+            self.cache.replace("Pod", [])
         self.extender = Extender(
             self.cache,
             self.signals,
@@ -218,6 +220,14 @@ def test_filter_rejects_bad_requests(body: bytes, code: int, error: str) -> None
     assert harness.sample("interference_scheduler_extender_requests_total",
                           verb="filter", result="error") == 1  # fmt: skip
     assert harness.decisions.items == []
+
+
+def test_filter_answers_an_error_until_the_cache_has_listed_nodes_and_pods() -> None:
+    harness = Harness(pods_listed=False)
+    code, answer = harness.filter(pod_obj(), ["quiet"])
+    assert code == 200 and answer == {"error": NOT_SYNCED}
+    harness.cache.replace("Pod", [])
+    assert harness.filter(pod_obj(), ["quiet"])[1]["nodenames"] == ["quiet"]
 
 
 def test_filter_without_node_cache_answers_node_objects() -> None:
