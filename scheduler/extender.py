@@ -268,10 +268,8 @@ class Extender:
         code, answer = 200, {}
         try:
             args = parse_args(body)
-            if self._cache.synced():
-                answer = self.filter(args)
-            else:  # an unknown node must not look refused, nor a half-listed one free
-                answer = {"error": NOT_SYNCED}
+            # before the first list an unknown node must not look refused, nor a node free
+            answer = self.filter(args) if self._cache.synced() else {"error": NOT_SYNCED}
         except ExtenderRequestError as exc:
             code, answer = 400, {"error": str(exc)}
         except ObjectError as exc:
