@@ -265,7 +265,7 @@ class Extender:
 
     def filter_route(self, body: bytes) -> tuple[int, bytes, str]:
         started = time.perf_counter()
-        code, answer = 200, {}
+        code, answer = 200, dict[str, Any]()
         try:
             args = parse_args(body)
             # before the first list an unknown node must not look refused, nor a node free
