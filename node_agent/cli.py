@@ -362,25 +362,34 @@ def redact_url(url: str) -> str:
     return mask_url(url)
 
 
+def prepare(
+    argv: Sequence[str] | None, environ: Mapping[str, str]
+) -> tuple[argparse.Namespace, AgentSettings]:
+    """Parse the flags, set up logging and validate the settings; a bad value exits 2
+    with one line naming the flag or variable. Touches nothing but the logging set-up."""
+    arg_parser = parser(environ)
+    args = arg_parser.parse_args(argv)
+    try:
+        # DEBUG is for the agent's own loggers; libraries (pyroute2, urllib3) stay at INFO.
+        configure_logging(args.log_level, args.log_format, own=["node_agent"])
+        settings = settings_from_args(args, environ)
+        check_cgroup_root(settings)
+    except ValueError as exc:
+        arg_parser.error(str(exc))
+    return args, settings
+
+
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     """Entry point of ``interference-agent``; returns the exit status: 2 for a bad flag or
     environment value (one line saying which and what it accepts), 1 when it cannot run
     (the health port is taken), 0 after SIGTERM or ``--once``."""
     env = os.environ if environ is None else environ
-    arg_parser = parser(env)
-    args = arg_parser.parse_args(argv)
-    try:
-        # DEBUG is for the agent's own loggers; libraries (pyroute2, urllib3) stay at INFO.
-        configure_logging(args.log_level, args.log_format, own=["node_agent"])
-        settings = settings_from_args(args, env)
-        check_cgroup_root(settings)
-    except ValueError as exc:
-        arg_parser.error(str(exc))
+    args, settings = prepare(argv, env)
     metrics = AgentMetrics(CollectorRegistry())
     try:
         agent = build_agent(settings, publish=not args.once, metrics=metrics)
     except ValueError as exc:
-        arg_parser.error(str(exc))
+        parser(env).error(str(exc))
     server = None
     if not args.once and settings.http_port:
         try:

@@ -256,6 +256,28 @@ class Scheduler:
         return thread
 
 
+def prepare(
+    argv: Sequence[str] | None, env: Mapping[str, str]
+) -> tuple[argparse.Namespace, dict[str, dict[str, Any]], SchedulerConfig]:
+    """Parse the flags, set up logging, read the environment and the config file; a bad
+    value exits 2 (SystemExit) with one line saying what is wrong. Touches nothing but the
+    logging set-up. Returns the arguments, the flag/env overrides and the configuration."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        configure_logging(args.log_level, args.log_format, own=["scheduler"])
+        fixed = overrides(args, env)
+    except SettingError as exc:
+        parser.error(str(exc))
+    try:
+        loaded = load_config(args.config) if args.config else SchedulerConfig()
+        config = with_overrides(loaded, **fixed)
+    except ConfigError as exc:
+        print(f"interference-scheduler: {one_line(exc)}", file=sys.stderr)
+        raise SystemExit(USAGE_EXIT) from None
+    return args, fixed, config
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; exit status 2 for a bad flag, variable or configuration, 1 when it
     cannot run (its HTTP port is taken), 0 after SIGTERM. ``extender`` as the first
@@ -265,19 +287,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from scheduler.extender_cli import main as extender_main  # it imports this module
 
         return extender_main(arguments[1:])
-    parser = build_parser()
-    args = parser.parse_args(arguments)
     try:
-        configure_logging(args.log_level, args.log_format, own=["scheduler"])
-        fixed = overrides(args, os.environ)
-    except SettingError as exc:
-        parser.error(str(exc))
+        args, fixed, config = prepare(arguments, os.environ)
+    except SystemExit as exc:
+        return int(exc.code or 0)
     try:
-        loaded = load_config(args.config) if args.config else SchedulerConfig()
-        scheduler = Scheduler(with_overrides(loaded, **fixed), args.config, fixed)
-    except ConfigError as exc:
-        print(f"interference-scheduler: {one_line(exc)}", file=sys.stderr)
-        return USAGE_EXIT
+        scheduler = Scheduler(config, args.config, fixed)
     except (ClusterError, ValueError) as exc:
         print(f"interference-scheduler: {mask_credentials(str(exc))}", file=sys.stderr)
         return USAGE_EXIT

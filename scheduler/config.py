@@ -105,6 +105,8 @@ def load_config(path: str) -> SchedulerConfig:
             document = yaml.safe_load(handle)
     except OSError as exc:
         raise ConfigError(path, [f"cannot read the file: {exc.strerror or exc}"]) from exc
+    except UnicodeDecodeError:
+        raise ConfigError(path, ["not text: a config file is UTF-8 YAML"]) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
