@@ -6,18 +6,20 @@ preemption — and binds; it calls this extender for the nodes that passed them.
 extender answers from the same node table, informer cache, Redis signal cache and
 decision records as standalone mode, and never binds.
 
-Protocol (``k8s.io/kube-scheduler/extender/v1``), JSON over HTTP:
+Protocol (``k8s.io/kube-scheduler/extender/v1``), JSON over HTTP. Its Go structs have no
+JSON tags, so the field names on the wire are the Go names and Go decodes them
+case-insensitively; requests are read the same way, answers use the Go names:
 
-* request (both verbs), ``ExtenderArgs``: ``{"pod": Pod, "nodenames": [names]}`` with
+* request (both verbs), ``ExtenderArgs``: ``{"Pod": Pod, "NodeNames": [names]}`` with
   ``nodeCacheCapable: true`` (recommended: the extender keeps its own node view from
-  the informers), or ``{"pod": Pod, "nodes": NodeList}`` without it;
-* filter answer, ``ExtenderFilterResult``: ``nodenames`` (or ``nodes``) that pass,
-  ``failedNodes`` (name → reason; preemption may help: resources, host ports,
-  anti-affinity, a node not yet in our cache), ``failedAndUnresolvableNodes`` (name →
+  the informers), or ``{"Pod": Pod, "Nodes": NodeList}`` without it;
+* filter answer, ``ExtenderFilterResult``: ``NodeNames`` (or ``Nodes``) that pass,
+  ``FailedNodes`` (name → reason; preemption may help: resources, host ports,
+  anti-affinity, a node not yet in our cache), ``FailedAndUnresolvableNodes`` (name →
   reason; preemption cannot help: readiness, cordon, taints, node affinity, interference)
-  and ``error`` (the pod cannot be read, or the informers have not listed nodes and pods
+  and ``Error`` (the pod cannot be read, or the informers have not listed nodes and pods
   yet: kube-scheduler fails the attempt with it and retries);
-* prioritize answer, ``HostPriorityList``: ``[{"host": name, "score": 0..10}]``.
+* prioritize answer, ``HostPriorityList``: ``[{"Host": name, "Score": 0..10}]``.
 
 Filters: the engine's, in its order (readiness, cordon, taints, node affinity/selector,
 host ports, resources, pod anti-affinity, interference), so GPU filtering (counts and
@@ -181,25 +183,26 @@ def parse_args(body: bytes) -> ExtenderArgs:
         raise ExtenderRequestError(f"request body is not JSON: {exc}") from exc
     if not isinstance(data, Mapping):
         raise ExtenderRequestError("request body must be a JSON object (ExtenderArgs)")
-    pod_obj = data.get("pod")
+    fields = {str(key).lower(): value for key, value in data.items()}  # as Go decodes
+    pod_obj = fields.get("pod")
     if not isinstance(pod_obj, Mapping):
-        raise ExtenderRequestError('ExtenderArgs has no "pod" object')
-    names_value = data.get("nodenames")
-    nodes_value = data.get("nodes")
+        raise ExtenderRequestError('ExtenderArgs has no "Pod" object')
+    names_value = fields.get("nodenames")
+    nodes_value = fields.get("nodes")
     nodes: tuple[Mapping[str, Any], ...] | None = None
     if names_value is not None:
         if not isinstance(names_value, list) or not all(isinstance(n, str) for n in names_value):
-            raise ExtenderRequestError('"nodenames" must be a list of node names')
+            raise ExtenderRequestError('"NodeNames" must be a list of node names')
         names = tuple(names_value)
     elif nodes_value is not None:
         items = nodes_value.get("items") if isinstance(nodes_value, Mapping) else None
         if not isinstance(items, list) or not all(isinstance(n, Mapping) for n in items):
-            raise ExtenderRequestError('"nodes" must be a NodeList with an "items" list')
+            raise ExtenderRequestError('"Nodes" must be a NodeList with an "items" list')
         nodes = tuple(items)
         names = tuple(_node_name(node) for node in nodes)
     else:
         raise ExtenderRequestError(
-            'ExtenderArgs has neither "nodenames" nor "nodes"; set nodeCacheCapable: true'
+            'ExtenderArgs has neither "NodeNames" nor "Nodes"; set nodeCacheCapable: true'
             " in the extender's configuration"
         )
     pod = parse_pod(pod_obj)
@@ -211,7 +214,7 @@ def _node_name(node: Mapping[str, Any]) -> str:
     metadata = node.get("metadata")
     name = metadata.get("name") if isinstance(metadata, Mapping) else None
     if not isinstance(name, str) or not name:
-        raise ExtenderRequestError('a Node in "nodes" has no metadata.name')
+        raise ExtenderRequestError('a Node in "Nodes" has no metadata.name')
     return name
 
 
@@ -269,12 +272,13 @@ class Extender:
         try:
             args = parse_args(body)
             # before the first list an unknown node must not look refused, nor a node free
-            answer = self.filter(args) if self._cache.synced() else {"error": NOT_SYNCED}
+            answer = self.filter(args) if self._cache.synced() else {"Error": NOT_SYNCED}
         except ExtenderRequestError as exc:
-            code, answer = 400, {"error": str(exc)}
+            log.warning("bad extender filter request: %s", exc)
+            code, answer = 400, {"Error": str(exc)}
         except ObjectError as exc:
-            answer = {"error": f"interference-scheduler cannot read the pod: {exc}"}
-        self._observe("filter", started, code == 200 and "error" not in answer)
+            answer = {"Error": f"interference-scheduler cannot read the pod: {exc}"}
+        self._observe("filter", started, code == 200 and "Error" not in answer)
         return code, _json(answer), JSON
 
     def prioritize_route(self, body: bytes) -> tuple[int, bytes, str]:
@@ -282,6 +286,7 @@ class Extender:
         try:
             args = parse_args(body)
         except (ExtenderRequestError, ObjectError) as exc:
+            log.warning("bad extender prioritize request: %s", exc)
             self._observe("prioritize", started, False)
             return 400, f"{exc}\n".encode(), "text/plain"
         priorities = self.prioritize(args)
@@ -315,14 +320,14 @@ class Extender:
             metrics.relaxed.inc()
         self._decisions.write(self._filter_decision(pod, args, verdict, now, settings))
         answer: dict[str, Any] = {
-            "failedNodes": verdict.failed,
-            "failedAndUnresolvableNodes": verdict.unresolvable,
+            "FailedNodes": verdict.failed,
+            "FailedAndUnresolvableNodes": verdict.unresolvable,
         }
         if args.nodes is None:
-            answer["nodenames"] = list(verdict.passed)
+            answer["NodeNames"] = list(verdict.passed)
         else:
             keep = set(verdict.passed)
-            answer["nodes"] = {
+            answer["Nodes"] = {
                 "apiVersion": "v1",
                 "kind": "NodeList",
                 "items": [node for node in args.nodes if _node_name(node) in keep],
@@ -345,7 +350,7 @@ class Extender:
             ]
         totals = [sum(plugins[p][0] * value for p, value in scores.items()) for scores in breakdown]
         priorities = [
-            {"host": name, "score": 0 if row is None else extender_score(total, max_total)}
+            {"Host": name, "Score": 0 if row is None else extender_score(total, max_total)}
             for name, row, total in zip(args.names, rows, totals, strict=True)
         ]
         with self._lock:

@@ -68,18 +68,18 @@ class Harness:
         )
 
     def filter(self, pod: Mapping[str, Any], names: list[str]) -> tuple[int, dict[str, Any]]:
-        body = json.dumps({"pod": pod, "nodenames": names}).encode()
+        body = json.dumps({"Pod": pod, "NodeNames": names}).encode()
         code, answer, content_type = self.extender.filter_route(body)
         assert content_type == "application/json"
         return code, json.loads(answer)
 
     def prioritize(self, pod: Mapping[str, Any], names: list[str]) -> dict[str, int]:
-        body = json.dumps({"pod": pod, "nodenames": names}).encode()
+        body = json.dumps({"Pod": pod, "NodeNames": names}).encode()
         code, answer, _ = self.extender.prioritize_route(body)
         assert code == 200, answer
         priorities = json.loads(answer)
-        assert [p["host"] for p in priorities] == names  # one entry per node, in order
-        return {p["host"]: p["score"] for p in priorities}
+        assert [p["Host"] for p in priorities] == names  # one entry per node, in order
+        return {p["Host"]: p["Score"] for p in priorities}
 
     def sample(self, name: str, **labels: str) -> float:
         value = self.registry.get_sample_value(name, labels)
@@ -175,11 +175,11 @@ def test_filter(
     harness = Harness()
     code, answer = harness.filter(pod, names)
     assert code == 200
-    assert "error" not in answer
-    assert answer["nodenames"] == passed
-    assert answer["failedNodes"].keys() == failed.keys()
-    assert answer["failedAndUnresolvableNodes"].keys() == unresolvable.keys()
-    for got, wanted in ((answer["failedNodes"], failed), (answer["failedAndUnresolvableNodes"],
+    assert "Error" not in answer
+    assert answer["NodeNames"] == passed
+    assert answer["FailedNodes"].keys() == failed.keys()
+    assert answer["FailedAndUnresolvableNodes"].keys() == unresolvable.keys()
+    for got, wanted in ((answer["FailedNodes"], failed), (answer["FailedAndUnresolvableNodes"],
                                                            unresolvable)):  # fmt: skip
         for node, fragment in wanted.items():
             assert fragment in got[node], (node, got[node])
@@ -200,7 +200,7 @@ def test_filter(
     [
         (b"{not json", 400, "not JSON"),
         (b"[]", 400, "JSON object"),
-        (json.dumps({"nodenames": ["quiet"]}).encode(), 400, '"pod"'),
+        (json.dumps({"nodenames": ["quiet"]}).encode(), 400, '"Pod"'),
         (json.dumps({"pod": pod_obj()}).encode(), 400, "nodeCacheCapable"),
         (json.dumps({"pod": pod_obj(), "nodenames": "quiet"}).encode(), 400, "list"),
         (
@@ -215,7 +215,7 @@ def test_filter_rejects_bad_requests(body: bytes, code: int, error: str) -> None
     harness = Harness()
     got_code, answer, _ = harness.extender.filter_route(body)
     assert got_code == code
-    message = json.loads(answer)["error"]
+    message = json.loads(answer)["Error"]
     assert error in message and "\n" not in message
     assert harness.sample("interference_scheduler_extender_requests_total",
                           verb="filter", result="error") == 1  # fmt: skip
@@ -225,27 +225,27 @@ def test_filter_rejects_bad_requests(body: bytes, code: int, error: str) -> None
 def test_filter_answers_an_error_until_the_cache_has_listed_nodes_and_pods() -> None:
     harness = Harness(pods_listed=False)
     code, answer = harness.filter(pod_obj(), ["quiet"])
-    assert code == 200 and answer == {"error": NOT_SYNCED}
+    assert code == 200 and answer == {"Error": NOT_SYNCED}
     harness.cache.replace("Pod", [])
-    assert harness.filter(pod_obj(), ["quiet"])[1]["nodenames"] == ["quiet"]
+    assert harness.filter(pod_obj(), ["quiet"])[1]["NodeNames"] == ["quiet"]
 
 
-def test_filter_without_node_cache_answers_node_objects() -> None:
+def test_filter_without_node_cache_answers_node_objects_and_reads_any_key_case() -> None:
     harness = Harness()
     offered = [n for n in NODES if n["metadata"]["name"] in ("quiet", "small")]
     body = {"pod": pod_obj(requests={"cpu": "2"}), "nodes": {"items": offered}}
     code, raw, _ = harness.extender.filter_route(json.dumps(body).encode())
     answer = json.loads(raw)
-    assert code == 200 and "nodenames" not in answer
-    assert [n["metadata"]["name"] for n in answer["nodes"]["items"]] == ["quiet"]
-    assert answer["failedNodes"] == {"small": "Insufficient cpu"}
+    assert code == 200 and "NodeNames" not in answer
+    assert [n["metadata"]["name"] for n in answer["Nodes"]["items"]] == ["quiet"]
+    assert answer["FailedNodes"] == {"small": "Insufficient cpu"}
 
 
 def test_unreadable_signals_make_filter_interference_blind() -> None:
     harness = Harness()
     harness.signals.is_healthy = False
     _, answer = harness.filter(pod_obj(annotations=TOLERANT), ["quiet", "noisy"])
-    assert answer["nodenames"] == ["quiet", "noisy"]
+    assert answer["NodeNames"] == ["quiet", "noisy"]
     assert harness.sample("interference_scheduler_signals_healthy") == 0
     assert harness.sample("interference_scheduler_interference_blind_attempts_total") == 1
 
@@ -259,8 +259,8 @@ def test_pod_refused_only_by_interference_is_relaxed_after_relax_after_s() -> No
         harness.signals.report("noisy", harness.clock.now - 1, runq_p99_us=900)  # still noisy
         answers.append(harness.filter(pod, ["noisy"])[1])
     first, before, after = answers
-    assert first["nodenames"] == before["nodenames"] == []
-    assert after["nodenames"] == ["noisy"]
+    assert first["NodeNames"] == before["NodeNames"] == []
+    assert after["NodeNames"] == ["noisy"]
     assert "relaxed" in harness.decisions.last("p").message
     assert harness.sample("interference_scheduler_extender_interference_relaxed_total") == 1
 
@@ -340,13 +340,13 @@ def test_served_over_http_with_keep_alive_and_metrics() -> None:
     try:
         connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
         pod = pod_obj(requests={"cpu": "2"}, annotations=TOLERANT)
-        body = json.dumps({"pod": pod, "nodenames": ["quiet", "noisy", "small"]})
+        body = json.dumps({"Pod": pod, "NodeNames": ["quiet", "noisy", "small"]})
         connection.request("POST", "/filter", body, {"Content-Type": "application/json"})
         answer = json.loads(connection.getresponse().read())
-        assert answer["nodenames"] == ["quiet"]
+        assert answer["NodeNames"] == ["quiet"]
         connection.request("POST", "/prioritize", body)  # the same connection, kept alive
         priorities = json.loads(connection.getresponse().read())
-        assert {p["host"] for p in priorities} == {"quiet", "noisy", "small"}
+        assert {p["Host"] for p in priorities} == {"quiet", "noisy", "small"}
         connection.request("POST", "/bind", body)
         missing = connection.getresponse()
         assert missing.status == 404 and b"/filter, /prioritize" in missing.read()

@@ -1,0 +1,343 @@
+"""Extender mode end to end: the real kube-scheduler (a second profile named like ours)
+calls ``interference-scheduler extender`` over HTTP, on a real kube-apiserver, with
+signals from a real redis-server.
+
+kube-scheduler keeps every one of its own rules — a PVC bound to a node-affine PV, a
+``DoNotSchedule`` topology spread, required pod affinity — and binds; the extender's
+interference filter still keeps a tolerance-bearing pod off the noisy node. Nodes are
+Node objects without a kubelet (status written through ``nodes/status``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import yaml
+
+from interference import keys
+from interference.codec import encode_report, node_hash
+from interference.decision import parse_decision_hash
+from interference.signals import SIGNAL_FAMILIES, NodeMetrics, NodeReport
+from interference_cli.redis_process import free_port
+from scheduler.filters.interference import RUNQ_EXCEEDED
+from scheduler.model import ANNOTATION_MAX_RUNQ_P99_US
+from tests.e2e.conftest import NAMESPACE as SYSTEM_NAMESPACE
+from tests.e2e.conftest import scheduler_command
+from tests.e2e.control_plane import Assets, ControlPlane
+from tests.e2e.kube import Kube, Obj, SchedulerProcess, wait_for
+
+pytestmark = [pytest.mark.e2e]
+
+SCHEDULER = "e2e-extender"
+NAMESPACE = "e2e-extender"
+POOL = {"e2e-pool": "extender"}
+"""Every pod here selects these nodes, so nodes of other tests never count."""
+ZONE = "topology.kubernetes.io/zone"
+HOSTNAME = "kubernetes.io/hostname"
+NODES = {"ext-a1": "a", "ext-a2": "a", "ext-b1": "b", "ext-noisy": "b"}
+"""Node → zone."""
+TOLERANCE_TIER = {"ext-a2", "ext-noisy"}
+"""Nodes labelled ``tier: tol`` (where the tolerance-bearing pod may go)."""
+REPORT_INTERVAL_S = 120.0
+"""Interval the published reports claim: they stay fresh (3 intervals) for the whole test."""
+TIMEOUT_S = 60.0
+
+
+@dataclass
+class ExtenderSetup:
+    kube: Kube
+    extender: SchedulerProcess
+    redis: redis.Redis[bytes]
+    workdir: Path
+
+
+def _labels(node: str) -> dict[str, str]:
+    labels = {**POOL, ZONE: NODES[node], HOSTNAME: node}
+    if node in TOLERANCE_TIER:
+        labels["tier"] = "tol"
+    return labels
+
+
+def _publish(store: redis.Redis[bytes], node: str, runq_p99_us: float, index: float) -> None:
+    report = NodeReport(
+        node=node,
+        ts=time.time(),
+        interval_s=REPORT_INTERVAL_S,
+        metrics=NodeMetrics(runq_p99_us=runq_p99_us, interference_index=index),
+        measured=SIGNAL_FAMILIES,
+    )
+    store.hset(keys.node_key(node), mapping=dict(node_hash(report)))  # type: ignore[arg-type]
+    store.xadd(keys.STREAM, {keys.STREAM_FIELD: encode_report(report)})
+
+
+def _pod(
+    name: str,
+    *,
+    labels: dict[str, str] | None = None,
+    node_name: str = "",
+    cpu: str = "100m",
+    annotations: dict[str, str] | None = None,
+    node_selector: dict[str, str] | None = None,
+    **spec: Any,
+) -> Obj:
+    body: Obj = {
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels or {},
+                     "annotations": annotations or {}},
+        "spec": {
+            "schedulerName": SCHEDULER,
+            "nodeSelector": {**POOL, **(node_selector or {})},
+            "containers": [{"name": "c", "image": "registry.invalid/pause:1",
+                            "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}],
+            **spec,
+        },
+    }  # fmt: skip
+    if node_name:
+        body["spec"]["nodeName"] = node_name
+    return body
+
+
+def _create(kube: Kube, obj: Obj, path: str) -> None:
+    kube.request("POST", path, obj)
+
+
+def _node_of(kube: Kube, name: str) -> str:
+    return str(
+        wait_for(
+            lambda: kube.pod(NAMESPACE, name)["spec"].get("nodeName"),
+            f"{name} to be bound by kube-scheduler",
+            TIMEOUT_S,
+        )
+    )
+
+
+def _wait_http(url: str, what: str) -> None:
+    def ok() -> bool:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as answer:
+                return bool(answer.status == 200)
+        except OSError:
+            return False
+
+    wait_for(ok, what, TIMEOUT_S)
+
+
+def _start(argv: list[str], log_path: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    with log_path.open("ab") as log:
+        return subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def _kube_scheduler_config(kube: Kube, extender_port: int, path: Path) -> Path:
+    config = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": str(kube.kubeconfig)},
+        "leaderElection": {"leaderElect": False},
+        "profiles": [{"schedulerName": SCHEDULER}],
+        "extenders": [
+            {
+                "urlPrefix": f"http://127.0.0.1:{extender_port}",
+                "filterVerb": "filter",
+                "prioritizeVerb": "prioritize",
+                "weight": 5,
+                "enableHTTPS": False,
+                "nodeCacheCapable": True,
+                "ignorable": False,
+                "httpTimeout": "5s",
+            }
+        ],
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture(scope="module")
+def setup(
+    assets: Assets,
+    control_plane: ControlPlane,
+    kube: Kube,
+    scheduler_kubeconfig: Path,
+    redis_url: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[ExtenderSetup]:
+    """Nodes, signals (ext-noisy noisy), the extender, then kube-scheduler calling it."""
+    if assets.kube_scheduler is None:
+        pytest.skip("kube-scheduler is not among the assets (KUBEBUILDER_ASSETS or ../shared/k8s)")
+    workdir = tmp_path_factory.mktemp("extender")
+    kube.ensure_namespace(NAMESPACE)
+    for node in NODES:
+        kube.create_node(node, cpu="4", labels=_labels(node))
+    store: redis.Redis[bytes] = redis.Redis.from_url(redis_url)
+    for node in NODES:
+        noisy = node == "ext-noisy"
+        _publish(store, node, runq_p99_us=2000 if noisy else 40, index=85 if noisy else 5)
+    port = free_port()
+    config = {
+        "loop": {"scheduler_name": SCHEDULER},
+        "redis": {"url": redis_url},
+        "http": {"port": port, "host": "127.0.0.1"},
+    }
+    config_path = workdir / "extender.yaml"
+    config_path.write_text(yaml.safe_dump(config))
+    env = {**os.environ, "POD_NAME": "extender-0", "POD_NAMESPACE": SYSTEM_NAMESPACE}
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    env.pop("REDIS_URL", None)
+    log_path = workdir / "extender.log"
+    argv = [*scheduler_command(), "extender", "--config", str(config_path),
+            "--kubeconfig", str(scheduler_kubeconfig)]  # fmt: skip
+    extender = SchedulerProcess("extender-0", _start(argv, log_path, env), log_path, port)
+    kube_scheduler: subprocess.Popen[bytes] | None = None
+    try:
+        _wait_http(f"http://127.0.0.1:{port}/readyz", "the extender to list nodes and pods")
+        scheduler_port = free_port()
+        scheduler_config = _kube_scheduler_config(kube, port, workdir / "kube-scheduler.yaml")
+        kube_scheduler = _start(
+            [
+                str(assets.kube_scheduler),
+                f"--config={scheduler_config}",
+                f"--authentication-kubeconfig={kube.kubeconfig}",
+                f"--authorization-kubeconfig={kube.kubeconfig}",
+                "--authentication-skip-lookup=true",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={scheduler_port}",
+                f"--cert-dir={workdir / 'kube-scheduler-certs'}",
+                "--v=2",
+            ],
+            workdir / "kube-scheduler.log",
+            env,
+        )
+        yield ExtenderSetup(kube, extender, store, workdir)
+    finally:
+        if kube_scheduler is not None:
+            _stop(kube_scheduler)
+        extender.stop()
+        print("--- extender log (last 40 lines) ---")
+        print("\n".join(extender.log().splitlines()[-40:]))
+        print("--- kube-scheduler log (last 40 lines) ---")
+        sched_log = workdir / "kube-scheduler.log"
+        print("\n".join(sched_log.read_text(errors="replace").splitlines()[-40:]))
+        for pod in kube.pods(NAMESPACE):
+            kube.delete_pod(NAMESPACE, pod["metadata"]["name"])
+        for path in ("/api/v1/persistentvolumes/ext-pv",
+                     f"/api/v1/namespaces/{NAMESPACE}/persistentvolumeclaims/data"):  # fmt: skip
+            # no controller manager removes the protection finalizers: drop them first
+            with contextlib.suppress(OSError):
+                kube.request("PATCH", path, {"metadata": {"finalizers": None}},
+                             "application/merge-patch+json")  # fmt: skip
+                kube.request("DELETE", path)
+        for node in NODES:
+            kube.delete_node(node)
+        store.close()
+    extender.assert_no_rejected_writes()
+    assert kube_scheduler is None or kube_scheduler.returncode is not None
+
+
+def test_pvc_bound_to_node_affine_pv_lands_on_that_node(setup: ExtenderSetup) -> None:
+    kube = setup.kube
+    pv = {
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "ext-pv"},
+        "spec": {
+            "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "local",
+            "local": {"path": "/mnt/data"},
+            "claimRef": {"namespace": NAMESPACE, "name": "data"},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": HOSTNAME, "operator": "In", "values": ["ext-b1"]}]}]}},
+        },
+    }  # fmt: skip
+    _create(kube, pv, "/api/v1/persistentvolumes")
+    pvc = {
+        "metadata": {"name": "data", "annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "local",
+                 "resources": {"requests": {"storage": "1Gi"}}, "volumeName": "ext-pv"},
+    }  # fmt: skip
+    _create(kube, pvc, f"/api/v1/namespaces/{NAMESPACE}/persistentvolumeclaims")
+    bound = {"status": {"phase": "Bound"}}
+    kube.request("PATCH", "/api/v1/persistentvolumes/ext-pv/status", bound,
+                 "application/merge-patch+json")  # fmt: skip
+    kube.request(
+        "PATCH", f"/api/v1/namespaces/{NAMESPACE}/persistentvolumeclaims/data/status", bound,
+        "application/merge-patch+json",
+    )  # fmt: skip
+    volumes = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
+    _create(kube, _pod("with-pvc", volumes=volumes), f"/api/v1/namespaces/{NAMESPACE}/pods")
+    assert _node_of(kube, "with-pvc") == "ext-b1"
+
+
+def test_do_not_schedule_spread_lands_in_the_emptier_zone(setup: ExtenderSetup) -> None:
+    kube = setup.kube
+    path = f"/api/v1/namespaces/{NAMESPACE}/pods"
+    _create(kube, _pod("web-0", labels={"app": "web"}, node_name="ext-a1"), path)
+    spread = [{"maxSkew": 1, "topologyKey": ZONE, "whenUnsatisfiable": "DoNotSchedule",
+               "labelSelector": {"matchLabels": {"app": "web"}}}]  # fmt: skip
+    _create(kube, _pod("web-1", labels={"app": "web"}, topologySpreadConstraints=spread), path)
+    assert NODES[_node_of(kube, "web-1")] == "b"  # zone a already has one
+
+
+def test_required_pod_affinity_lands_beside_its_peer(setup: ExtenderSetup) -> None:
+    kube = setup.kube
+    path = f"/api/v1/namespaces/{NAMESPACE}/pods"
+    _create(kube, _pod("db-0", labels={"app": "db"}, node_name="ext-a2"), path)
+    affinity = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": HOSTNAME}]}}  # fmt: skip
+    _create(kube, _pod("cache-0", affinity=affinity), path)
+    assert _node_of(kube, "cache-0") == "ext-a2"
+
+
+def test_interference_filter_keeps_tolerance_bearing_pod_off_noisy_node(
+    setup: ExtenderSetup,
+) -> None:
+    kube = setup.kube
+    path = f"/api/v1/namespaces/{NAMESPACE}/pods"
+    # ext-a2 carries load, so kube-scheduler's own scores would prefer ext-noisy
+    _create(kube, _pod("busy", node_name="ext-a2", cpu="2500m"), path)
+    tolerance = {ANNOTATION_MAX_RUNQ_P99_US: "500"}
+    _create(kube, _pod("latency", annotations=tolerance, node_selector={"tier": "tol"}), path)
+    assert _node_of(kube, "latency") == "ext-a2"
+    record = parse_decision_hash(setup.redis.hgetall(keys.decision_key(NAMESPACE, "latency")))
+    assert record.node == ""  # kube-scheduler chose and bound
+    rejected = {c.node: c.reasons for c in record.candidates if not c.passed}
+    assert rejected["ext-noisy"][0].startswith(RUNQ_EXCEEDED)
+
+    # only the noisy node offered: the pod stays Pending with the extender's reason
+    _create(kube, _pod("latency-2", annotations=tolerance,
+                       node_selector={HOSTNAME: "ext-noisy"}), path)  # fmt: skip
+
+    def failed_scheduling() -> list[Obj]:
+        events = kube.events(NAMESPACE)
+        return [e for e in events if e["regarding"]["name"] == "latency-2"
+                and e["reason"] == "FailedScheduling"]  # fmt: skip
+
+    events = wait_for(failed_scheduling, "a FailedScheduling Event for latency-2", TIMEOUT_S)
+    assert all(RUNQ_EXCEEDED in e["note"] for e in events), [e["note"] for e in events]
+    assert not kube.pod(NAMESPACE, "latency-2")["spec"].get("nodeName")
+
+    # kube-scheduler, not the extender, bound the pods: its Scheduled Events name its profile
+    scheduled = [e for e in kube.events(NAMESPACE) if e["reason"] == "Scheduled"]
+    assert {e["regarding"]["name"] for e in scheduled} >= {"latency"}
+    assert {e["reportingController"] for e in scheduled} == {SCHEDULER}
+    metrics = setup.extender.metrics()
+    count = 'interference_scheduler_extender_request_duration_seconds_count{verb="filter"}'
+    assert metrics.get(count, 0) >= 2
