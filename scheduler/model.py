@@ -116,6 +116,10 @@ class NodeSelectorTerm:
 
     match_expressions: tuple[Requirement, ...]
     match_fields: tuple[Requirement, ...]
+    parse_errors: tuple[str, ...] = ()
+    """Why kube-scheduler could not build this term's selector (an invalid key or value,
+    a ``Gt``/``Lt`` bound that is not a base-10 int64, …); such a term matches no node,
+    while the pod's other terms still count."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -540,8 +544,6 @@ def _requirements(
         values = reader.sequence(item, f"{field}.values")
         if not all(isinstance(v, str) for v in values):
             raise reader.error(f"{field}.values", "expected a list of strings")
-        if operator in ("Gt", "Lt") and (len(values) != 1 or not _is_integer(values[0])):
-            raise reader.error(f"{field}.values", f"{operator} needs exactly one integer")
         requirements.append(
             Requirement(reader.string(item, "key", f"{field}.key"), operator, tuple(values))
         )
@@ -578,13 +580,21 @@ def _node_affinity(
             f"{field}.matchFields",
             frozenset({"In", "NotIn"}),
         )
+        errors = []
         for j, requirement in enumerate(fields):
             if requirement.key != "metadata.name":
                 raise reader.error(
                     f"{field}.matchFields[{j}].key",
                     f"{requirement.key!r} is not supported; only metadata.name is",
                 )
-        terms.append(NodeSelectorTerm(expressions, fields))
+            if len(requirement.values) != 1:
+                errors.append(f"{field}.matchFields[{j}].values: must have one element")
+        for j, requirement in enumerate(expressions):
+            errors.extend(
+                f"{field}.matchExpressions[{j}].{problem}"
+                for problem in node_requirement_errors(requirement)
+            )
+        terms.append(NodeSelectorTerm(expressions, fields, tuple(errors)))
     return tuple(terms)
 
 
@@ -715,12 +725,61 @@ def _timestamp(reader: _Reader, value: Any) -> float:
         ) from exc
 
 
-def _is_integer(text: str) -> bool:
-    try:
-        int(text)
-    except ValueError:
+def node_requirement_errors(requirement: Requirement) -> list[str]:
+    """Why kube's ``labels.NewRequirement`` would reject a node-selector expression (none
+    when it is valid): the key must be a qualified name; ``In``/``NotIn`` need values,
+    ``Exists``/``DoesNotExist`` none, ``Gt``/``Lt`` exactly one base-10 int64; and every
+    value must be a valid label value (so a negative ``Gt`` bound is rejected too)."""
+    errors = []
+    if not _is_qualified_name(requirement.key):
+        errors.append(f"key: {requirement.key!r} is not a valid label key")
+    op, values = requirement.operator, requirement.values
+    if op in ("In", "NotIn") and not values:
+        errors.append(f"values: {op} needs at least one value")
+    elif op in ("Exists", "DoesNotExist") and values:
+        errors.append(f"values: {op} takes no values")
+    elif op in ("Gt", "Lt"):
+        if len(values) != 1:
+            errors.append(f"values: {op} needs exactly one value")
+        errors.extend(
+            f"values[{i}]: {v!r} is not a base-10 64-bit integer"
+            for i, v in enumerate(values)
+            if parse_int64(v) is None
+        )
+    errors.extend(
+        f"values[{i}]: {v!r} is not a valid label value"
+        for i, v in enumerate(values)
+        if not is_label_value(v)
+    )
+    return errors
+
+
+def parse_int64(text: str) -> int | None:
+    """Go's ``strconv.ParseInt(text, 10, 64)``: an optional sign and ASCII digits only
+    (no spaces, no ``_``), within the signed 64-bit range; ``None`` otherwise."""
+    if not _DECIMAL.fullmatch(text):
+        return None
+    number = int(text)
+    return number if -(2**63) <= number < 2**63 else None
+
+
+def is_label_value(text: str) -> bool:
+    """A valid label value: empty, or at most 63 alphanumerics, ``-``, ``_``, ``.``,
+    beginning and ending with an alphanumeric."""
+    return len(text) <= 63 and _LABEL_VALUE.fullmatch(text) is not None
+
+
+def _is_qualified_name(text: str) -> bool:
+    prefix, slash, name = text.rpartition("/")
+    if slash and not (0 < len(prefix) <= 253 and _DNS_SUBDOMAIN.fullmatch(prefix)):
         return False
-    return True
+    return 0 < len(name) <= 63 and _LABEL_VALUE.fullmatch(name) is not None
+
+
+_DECIMAL = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?)?", re.ASCII)
+_DNS_LABEL = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
+_DNS_SUBDOMAIN = re.compile(rf"{_DNS_LABEL}(?:\.{_DNS_LABEL})*")
 
 
 def _label_requirement_holds(requirement: Requirement, labels: Mapping[str, str]) -> bool:

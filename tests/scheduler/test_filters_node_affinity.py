@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from scheduler.filters.node_affinity import NODE_AFFINITY, node_affinity
-from scheduler.model import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, parse_pod
+from scheduler.model import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, parse_int64, parse_pod
 from tests.scheduler.test_model import affinity_terms, node_obj, pod_obj, table_of
 
 NODES = [
@@ -30,7 +30,7 @@ Expr = tuple[str, str, Sequence[str]]
         ([[("disk", "DoesNotExist", [])]], ["b", "c", "d"]),
         ([[("gen", "Gt", ["3"])]], ["a"]),
         ([[("gen", "Lt", ["5"])]], ["b"]),
-        ([[("gen", "Gt", ["-1"])]], ["a", "b"]),
+        ([[("gen", "Gt", ["2"])]], ["a", "b"]),
         ([[("zone", "In", ["z1", "z2", "z3"]), ("gen", "Lt", ["4"])]], ["b"]),
         ([[("zone", "In", ["z1"])], [("zone", "In", ["z3"])]], ["a", "c"]),
         ([[("zone", "In", ["nowhere"])]], []),
@@ -44,7 +44,7 @@ Expr = tuple[str, str, Sequence[str]]
         "doesnotexist",
         "gt",
         "lt",
-        "gt-negative-skips-non-integer-and-absent",
+        "gt-skips-non-integer-and-absent",
         "expressions-anded",
         "terms-ored",
         "in-no-match",
@@ -61,10 +61,12 @@ def test_required_node_affinity(terms: list[list[Expr]], passing: list[str]) -> 
 @pytest.mark.parametrize(
     ("match_fields", "passing"),
     [
-        ([{"key": "metadata.name", "operator": "In", "values": ["b", "d"]}], ["b", "d"]),
+        ([{"key": "metadata.name", "operator": "In", "values": ["b"]}], ["b"]),
         ([{"key": "metadata.name", "operator": "NotIn", "values": ["a"]}], ["b", "c", "d"]),
+        # kube's field selector takes exactly one value: a term with two matches nothing
+        ([{"key": "metadata.name", "operator": "In", "values": ["b", "d"]}], []),
     ],
-    ids=["fields-in", "fields-notin"],
+    ids=["fields-in", "fields-notin", "fields-in-two-values-term-matches-nothing"],
 )
 def test_match_fields_on_node_name(match_fields: list[dict[str, Any]], passing: list[str]) -> None:
     affinity = {
@@ -144,3 +146,74 @@ def test_fields_and_labels_named_alike_stay_apart() -> None:
 
     assert passes("matchExpressions", "label-value") and not passes("matchExpressions", "real-name")
     assert passes("matchFields", "real-name") and not passes("matchFields", "label-value")
+
+
+# kube-scheduler builds each required term with ``nodeaffinity.NewLazyErrorNodeSelector``:
+# a term whose requirements ``labels.NewRequirement`` rejects matches nothing, and the
+# other (ORed) terms still count.
+INVALID_TERM_NODES = [
+    node_obj("z1", labels={"zone": "z1", "gen": "5"}),
+    node_obj("z2", labels={"zone": "z2", "gen": "1_000"}),
+    node_obj("big", labels={"zone": "z3", "gen": "99999999999999999999"}),
+]
+
+
+@pytest.mark.parametrize(
+    ("terms", "passing"),
+    [
+        ([[("zone", "In", ["z1", "bad value!"])]], []),
+        ([[("zone", "NotIn", ["bad value!"])]], []),
+        ([[("zone", "In", ["z1", "bad value!"])], [("zone", "In", ["z2"])]], ["z2"]),
+        ([[("gen", "Gt", ["x"])], [("zone", "In", ["z1"])]], ["z1"]),
+        ([[("gen", "Gt", ["1_000"])]], []),
+        ([[("gen", "Lt", ["99999999999999999999"])]], []),
+        ([[("gen", "Gt", ["-1"])]], []),
+        ([[("gen", "Lt", ["1", "2"])]], []),
+        ([[("gen", "Gt", ["4"])]], ["z1"]),
+        ([[("gen", "Lt", ["9223372036854775807"])]], ["z1"]),
+        ([[("zone", "Exists", ["z1"])]], []),
+        ([[("bad key!", "Exists", [])], [("zone", "In", ["z3"])]], ["big"]),
+    ],
+    ids=[
+        "in-invalid-label-value-whole-term-matches-nothing",
+        "notin-invalid-label-value-whole-term-matches-nothing",
+        "invalid-term-ored-with-valid-term",
+        "gt-non-integer-bound-term-matches-nothing-other-term-counts",
+        "gt-bound-with-underscore-is-not-parseint",
+        "lt-bound-beyond-int64-is-not-parseint",
+        "gt-negative-bound-is-not-a-label-value",
+        "lt-two-values",
+        "gt-node-label-not-parseint-is-no-match",
+        "lt-node-label-beyond-int64-is-no-match",
+        "exists-with-values",
+        "invalid-key",
+    ],
+)
+def test_lazy_error_node_selector_invalid_term_matches_nothing(
+    terms: list[list[Expr]], passing: list[str]
+) -> None:
+    table = table_of(INVALID_TERM_NODES)
+    pod = parse_pod(pod_obj(affinity=affinity_terms(*terms)))  # parses: never unschedulable
+    result = node_affinity(table, pod)
+    assert [table.names[i] for i in result.passed.nonzero()[0]] == passing
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("42", 42),
+        ("-7", -7),
+        ("+7", 7),
+        ("007", 7),
+        ("9223372036854775807", 2**63 - 1),
+        ("-9223372036854775808", -(2**63)),
+        ("9223372036854775808", None),
+        ("1_000", None),
+        (" 1", None),
+        ("1.0", None),
+        ("", None),
+        ("\u0661", None),  # Arabic-Indic digit one: Python's int() takes it, Go's does not
+    ],
+)
+def test_strconv_parseint_base10_int64(text: str, expected: int | None) -> None:
+    assert parse_int64(text) == expected
