@@ -21,7 +21,7 @@ import yaml
 from interference_cli.redis_process import free_port
 from tests.conftest import RedisServer
 from tests.deploy.manifests import DEPLOY, render
-from tests.e2e.control_plane import AssetsMissing, Assets, ControlPlane, find_assets, pid_alive
+from tests.e2e.control_plane import Assets, AssetsMissing, ControlPlane, find_assets, pid_alive
 from tests.e2e.kube import Kube, SchedulerProcess
 
 NAMESPACE = "interference-system"

@@ -136,6 +136,8 @@ class ControlPlane:
     etcd_proc: subprocess.Popen[bytes] | None = None
     apiserver_proc: subprocess.Popen[bytes] | None = None
     started_pids: list[int] = field(default_factory=list)
+    ready_at: float = 0.0
+    """Unix time the apiserver last answered /readyz with ok."""
 
     @property
     def url(self) -> str:
@@ -234,6 +236,7 @@ class ControlPlane:
                 raise RuntimeError(f"kube-apiserver exited: {self.tail('kube-apiserver.log')}")
             with contextlib.suppress(OSError, ValueError):
                 if self.request("GET", "/readyz") == "ok":
+                    self.ready_at = time.time()
                     return
             time.sleep(0.3)
         log = self.tail("kube-apiserver.log")

@@ -85,8 +85,11 @@ def test_unschedulable_pod_gets_one_failed_scheduling_series(
     assert found["reason"] == "Unschedulable" and found["message"].startswith(message)
 
     def failed_series() -> list[dict]:
-        events = [e for e in kube.events(NAMESPACE)
-                  if e["regarding"]["name"] == "too-big" and e["reason"] == "FailedScheduling"]  # fmt: skip
+        events = [
+            e
+            for e in kube.events(NAMESPACE)
+            if e["regarding"]["name"] == "too-big" and e["reason"] == "FailedScheduling"
+        ]
         return events if events and (events[0].get("series") or {}).get("count", 0) >= 2 else []
 
     # Retries back off 1 s, 2 s, 4 s, ...: the second attempt PATCHes the series at once.
