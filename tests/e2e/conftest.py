@@ -8,6 +8,7 @@ Without binaries every e2e test is skipped with one line saying how to enable th
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -30,12 +31,28 @@ RBAC_KINDS = ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"
               "RoleBinding")  # fmt: skip
 
 
-@pytest.fixture(scope="session")
-def assets() -> Assets:
+@functools.cache
+def _assets() -> Assets | str:
+    """The binaries, or why there are none (found once per session)."""
     try:
         return find_assets()
     except AssetsMissing as exc:
-        pytest.skip(str(exc))
+        return str(exc)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Skip every e2e test with the same reason, raised here so ``-ra`` folds them into
+    one line."""
+    if isinstance(_assets(), str) and item.get_closest_marker("e2e"):
+        pytest.skip(str(_assets()))
+
+
+@pytest.fixture(scope="session")
+def assets() -> Assets:
+    found = _assets()
+    if isinstance(found, str):
+        pytest.skip(found)
+    return found
 
 
 def _processes_mentioning(text: str) -> list[str]:
