@@ -42,7 +42,7 @@ def test_issue_example_message_matches_kube_scheduler() -> None:
     assert result.node is None
     assert result.message == (
         "0/12 nodes are available: 3 Insufficient nvidia.com/gpu, "
-        "9 node(s) had untolerated taint {k: v}."
+        "9 node(s) had untolerated taint(s)."
     )
     assert not result.blocked_only_by_interference
     assert result.feasible == 0
