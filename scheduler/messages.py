@@ -4,7 +4,7 @@
 rejected node is counted, each rendered ``"<count> <reason>"``, the strings sorted as plain
 strings (Go's ``sort.Strings``, so ``"10 …"`` sorts before ``"3 …"``), joined with ``", "``::
 
-    0/12 nodes are available: 3 Insufficient nvidia.com/gpu, 9 node(s) had untolerated taint {k: v}.
+    0/12 nodes are available: 3 Insufficient nvidia.com/gpu, 9 node(s) had untolerated taint(s).
 """
 
 from __future__ import annotations

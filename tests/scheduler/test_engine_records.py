@@ -12,8 +12,8 @@ from scheduler.config import ConfigError, parse_config
 from scheduler.engine import Engine
 from scheduler.filters.interference import RUNQ_EXCEEDED, STALE_SIGNALS
 from scheduler.filters.resources import insufficient_reason
-from scheduler.filters.taints import untolerated_taint_reason
-from scheduler.model import ANNOTATION_MAX_RUNQ_P99_US, Taint, parse_pod
+from scheduler.filters.taints import UNTOLERATED_TAINT
+from scheduler.model import ANNOTATION_MAX_RUNQ_P99_US, parse_pod
 from scheduler.ports import NodeSignals
 from scheduler.settings import EngineSettings, ScoreWeights
 from scheduler.table import NodeTable
@@ -79,7 +79,7 @@ def test_scheduled_pod_records_rejected_nodes_interference_first_and_counts() ->
         RUNQ_EXCEEDED: 2,
         insufficient_reason("cpu"): 1,
         NOT_READY: 1,
-        untolerated_taint_reason(Taint("dedicated", "db", "NoSchedule")): 1,
+        UNTOLERATED_TAINT: 1,
     }
     assert result.feasible == 2
 
@@ -119,8 +119,8 @@ def test_unschedulable_pod_lists_interference_rejections_first() -> None:
     assert result.candidates[0].reasons == [f"{RUNQ_EXCEEDED} (measured 50 µs > tolerance 10 µs)"]
     assert result.reason_counts[RUNQ_EXCEEDED] == 4  # quiet-a, quiet-b, noisy-1, noisy-2
     assert result.message == (
-        "0/7 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint "
-        "{dedicated: db}, 1 node(s) were not ready, "
+        "0/7 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint(s), "
+        "1 node(s) were not ready, "
         f"4 {RUNQ_EXCEEDED}."
     )
 

@@ -6,8 +6,10 @@ from typing import Any
 
 import pytest
 
+from scheduler.engine import Engine
 from scheduler.filters.taints import taint_toleration
 from scheduler.model import parse_pod
+from scheduler.settings import EngineSettings
 from tests.scheduler.test_model import node_obj, pod_obj, table_of
 
 GPU_TAINT = ("nvidia.com/gpu", "present", "NoSchedule")
@@ -105,8 +107,21 @@ def test_reason_names_first_untolerated_taint_in_node_order() -> None:
         table, parse_pod(pod_obj(tolerations=[{"key": "dedicated", "operator": "Exists"}]))
     )
     assert result.passed.tolist() == [False, False, True, True]
-    assert result.reasons_for(0) == ["node(s) had untolerated taint {k: v}"]
+    assert result.reasons_for(0) == ["node(s) had untolerated taint(s)"]
     result = taint_toleration(table, parse_pod(pod_obj()))
-    assert result.reasons_for(0) == ["node(s) had untolerated taint {dedicated: infra}"]
-    assert result.reasons_for(1) == ["node(s) had untolerated taint {k: v}"]
+    # kube-scheduler v1.36: one reason whatever the taints, so nodes count under it together
+    assert result.reasons == ("node(s) had untolerated taint(s)",)
+    assert result.reasons_for(0) == ["node(s) had untolerated taint(s)"]
+    assert result.reasons_for(1) == ["node(s) had untolerated taint(s)"]
     assert result.reasons_for(3) == []
+
+
+def test_untolerated_taints_count_as_one_reason_like_kube_scheduler_v1_36() -> None:
+    nodes = [
+        node_obj("gpu", taints=[("nvidia.com/gpu", "present", "NoSchedule")]),
+        node_obj("infra", taints=[("dedicated", "infra", "NoExecute")]),
+        node_obj("both", taints=[("a", "1", "NoSchedule"), ("b", "2", "NoSchedule")]),
+    ]
+    result = Engine(EngineSettings()).schedule(parse_pod(pod_obj()), table_of(nodes), 0.0)
+    assert result.message == "0/3 nodes are available: 3 node(s) had untolerated taint(s)."
+    assert result.reason_counts == {"node(s) had untolerated taint(s)": 3}

@@ -19,9 +19,9 @@ from scheduler.messages import (
     [
         (
             12,
-            {"node(s) had untolerated taint {k: v}": 9, "Insufficient nvidia.com/gpu": 3},
+            {"node(s) had untolerated taint(s)": 9, "Insufficient nvidia.com/gpu": 3},
             "0/12 nodes are available: 3 Insufficient nvidia.com/gpu, "
-            "9 node(s) had untolerated taint {k: v}.",
+            "9 node(s) had untolerated taint(s).",
         ),
         (
             13,
