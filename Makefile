@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test lint unit demo bench images clean
+.PHONY: setup test lint unit demo bench images base-image local-images e2e-cluster clean
 
 $(STAMP): pyproject.toml scripts/setup.sh
 	bash scripts/setup.sh
@@ -27,9 +27,22 @@ bench: setup
 	$(PY) bench/agent_overhead.py
 	$(PY) bench/scheduler_throughput.py
 
+# interference-{agent,scheduler}:<pyproject version>, the tags deploy/base deploys.
+# Variables (BASE_IMAGE, PIP_INDEX_URL, PIP_CA, PIP_CONF, ...): scripts/build-images.sh.
 images:
-	docker build -f deploy/docker/agent.Dockerfile -t interference-agent:dev .
-	docker build -f deploy/docker/scheduler.Dockerfile -t interference-scheduler:dev .
+	bash scripts/build-images.sh
+
+# Without a registry: a debootstrap base, then every image the local-images overlay runs.
+base-image:
+	bash scripts/build-base-image.sh interference-base:bookworm
+
+local-images: base-image
+	IMAGES="agent scheduler redis pause" BASE_IMAGE=interference-base:bookworm bash scripts/build-images.sh
+
+# A real single-node cluster on this machine, the install of docs/operations.md, checks,
+# uninstall, and a leak check (root; skipped with a reason when it cannot run here).
+e2e-cluster: setup
+	bash tests/cluster/e2e_cluster.sh
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

