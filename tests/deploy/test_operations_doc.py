@@ -43,9 +43,10 @@ SCORES = {NODE: 72.5, "cpu-node-2": 15.0, "cpu-node-3": 40.25}
 
 NEEDS_CLUSTER = re.compile(
     r"^(kubectl (-n \S+ )?(apply|delete|rollout|logs|get|describe|edit|exec)\b"
-    r"|docker |make images$)"
+    r"|docker |make (local-)?images\b)"
 )
-"""Commands that need a cluster, a registry or a Docker engine."""
+"""Commands that need a cluster, a registry or a Docker engine (the Install section's are
+run by ``make e2e-cluster``)."""
 REDIS_EXEC = re.compile(
     r"^kubectl -n interference-system exec (-i )?deploy/redis -- (redis-cli .*)$"
 )
