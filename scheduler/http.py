@@ -22,6 +22,7 @@ extender) reuses its connection.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -100,6 +101,17 @@ class Status:
     """Threads that must run for the whole life of the process (a dead one is unhealthy)."""
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client that drops a kept-alive connection (kube-scheduler stopping) is routine;
+        anything else is logged with its traceback, never printed to stderr."""
+        error = sys.exc_info()[1]
+        if isinstance(error, ConnectionError):
+            log.debug("http: client %s dropped the connection: %s", client_address, error)
+        else:
+            log.exception("http: request from %s failed", client_address)
+
+
 class HealthServer:
     """Serves the endpoints from a daemon thread; ``port`` is the bound port."""
 
@@ -114,7 +126,7 @@ class HealthServer:
         self._status = status
         self._post_routes = dict(post_routes or {})
         handler = self._handler_class()
-        self._server = ThreadingHTTPServer((settings.host, settings.port), handler)
+        self._server = _Server((settings.host, settings.port), handler)
         self._server.daemon_threads = True
         self.port = int(self._server.server_address[1])
         self._thread = threading.Thread(target=self._server.serve_forever, name="http", daemon=True)

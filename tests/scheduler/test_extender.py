@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
+import socket
+import struct
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -361,3 +365,28 @@ def test_served_over_http_with_keep_alive_and_metrics() -> None:
         connection.close()
     finally:
         server.stop()
+
+
+def test_a_client_resetting_a_kept_alive_connection_is_no_error(
+    caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    harness = Harness()
+    status = Status(synced=harness.cache.synced, config_error=lambda: "", leading=lambda: True)
+    server = HealthServer(HttpSettings(port=0, host="127.0.0.1"), harness.registry, status)
+    caplog.set_level(logging.DEBUG, logger="scheduler.http")
+    server.start()
+    try:
+        client = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        client.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert client.recv(4096).startswith(b"HTTP/1.1 200")
+        # close with RST while the server waits for the next request on this connection
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        client.close()
+        deadline = time.monotonic() + 10
+        while "dropped the connection" not in caplog.text:
+            assert time.monotonic() < deadline, "the server never saw the reset"
+            time.sleep(0.01)
+    finally:
+        server.stop()
+    assert "Traceback" not in capfd.readouterr().err
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
