@@ -316,7 +316,12 @@ def test_interference_filter_keeps_tolerance_bearing_pod_off_noisy_node(
     tolerance = {ANNOTATION_MAX_RUNQ_P99_US: "500"}
     _create(kube, _pod("latency", annotations=tolerance, node_selector={"tier": "tol"}), path)
     assert _node_of(kube, "latency") == "ext-a2"
-    record = parse_decision_hash(setup.redis.hgetall(keys.decision_key(NAMESPACE, "latency")))
+    key = keys.decision_key(NAMESPACE, "latency")
+    record = parse_decision_hash(
+        wait_for(
+            lambda: setup.redis.hgetall(key), "the decision record (written in the background)"
+        )
+    )
     assert record.node == ""  # kube-scheduler chose and bound
     rejected = {c.node: c.reasons for c in record.candidates if not c.passed}
     assert rejected["ext-noisy"][0].startswith(RUNQ_EXCEEDED)
