@@ -364,6 +364,134 @@ def test_pod_requests_follow_kube_scheduler(spec: dict[str, Any], expected: dict
     assert dict(parse_pod(obj).requests) == expected
 
 
+def _named(name: str, requests: Mapping[str, str]) -> dict[str, Any]:
+    return container(requests, name=name)
+
+
+def _status(
+    *containers: tuple[str, Mapping[str, str] | None, Mapping[str, str] | None],
+    resize: str | None = None,
+) -> dict[str, Any]:
+    """Pod status with (name, allocatedResources, resources.requests) per container and an
+    optional ``PodResizePending`` condition reason."""
+    statuses = []
+    for name, allocated, actual in containers:
+        entry: dict[str, Any] = {"name": name}
+        if allocated is not None:
+            entry["allocatedResources"] = dict(allocated)
+        if actual is not None:
+            entry["resources"] = {"requests": dict(actual)}
+        statuses.append(entry)
+    status: dict[str, Any] = {"phase": "Running", "containerStatuses": statuses}
+    if resize is not None:
+        status["conditions"] = [{"type": "PodResizePending", "status": "True", "reason": resize}]
+    return status
+
+
+# kube-scheduler v1.36 counts a pod on its node with resource.PodRequests(pod,
+# UseStatusResources): max(spec, actuated, allocated), or max(actuated, allocated) when
+# the pod's resize is Infeasible.
+@pytest.mark.parametrize(
+    ("containers", "status", "expected"),
+    [
+        ([_named("a", {"cpu": "1"})], _status(("a", None, None)), {"cpu": 1000}),
+        (
+            [_named("a", {"cpu": "2"})],  # resize up requested, not yet allocated
+            _status(("a", {"cpu": "1"}, {"cpu": "1"})),
+            {"cpu": 2000},
+        ),
+        (
+            [_named("a", {"cpu": "1"})],  # resize down requested, still running at 2
+            _status(("a", {"cpu": "2"}, {"cpu": "2"})),
+            {"cpu": 2000},
+        ),
+        (
+            [_named("a", {"cpu": "1"})],  # allocated 2, kubelet not yet actuated
+            _status(("a", {"cpu": "2"}, {"cpu": "1"})),
+            {"cpu": 2000},
+        ),
+        (
+            [_named("a", {"cpu": "4"})],  # resize up marked Infeasible: spec is ignored
+            _status(("a", {"cpu": "1"}, {"cpu": "1"}), resize="Infeasible"),
+            {"cpu": 1000},
+        ),
+        (
+            [_named("a", {"cpu": "4"})],  # Deferred: it may still happen, spec counts
+            _status(("a", {"cpu": "1"}, {"cpu": "1"}), resize="Deferred"),
+            {"cpu": 4000},
+        ),
+        (
+            [_named("a", {"cpu": "4"}), _named("b", {"cpu": "1"})],  # b has no status yet
+            _status(("a", {"cpu": "1"}, None), resize="Infeasible"),
+            {"cpu": 1000},
+        ),
+        (
+            [_named("a", {"cpu": "1", "memory": "1Gi"})],
+            _status(("a", {"cpu": "1", "memory": "2Gi"}, None)),
+            {"cpu": 1000, "memory": 2 * GiB},
+        ),
+    ],
+    ids=[
+        "status-without-resources-counts-spec",
+        "resize-up-in-progress-counts-spec",
+        "resize-down-in-progress-counts-actuated",
+        "allocated-above-actuated",
+        "resize-infeasible-ignores-spec",
+        "resize-deferred-counts-spec",
+        "infeasible-container-without-status-counts-nothing",
+        "allocated-only",
+    ],
+)
+def test_pod_requests_use_status_resources_like_kube_scheduler_v1_36(
+    containers: list[dict[str, Any]], status: dict[str, Any], expected: dict[str, int]
+) -> None:
+    obj = pod_obj(containers=containers, nodeName="n1")
+    obj["status"] = status
+    assert dict(parse_pod(obj).requests) == expected
+
+
+# resource.PodRequests applies pod-level requests only for cpu, memory and hugepages-*
+# (IsSupportedPodLevelResource), after the container aggregate and before overhead.
+@pytest.mark.parametrize(
+    ("pod_level", "expected"),
+    [
+        ({"cpu": "3"}, {"cpu": 3000, "memory": GiB, "ephemeral-storage": GiB}),
+        (
+            {"cpu": "3", "memory": "4Gi", "ephemeral-storage": "9Gi"},
+            {"cpu": 3000, "memory": 4 * GiB, "ephemeral-storage": GiB},
+        ),
+        (
+            {"nvidia.com/gpu": "5"},
+            {"cpu": 1000, "memory": GiB, "ephemeral-storage": GiB, "nvidia.com/gpu": 1},
+        ),
+        (
+            {"hugepages-2Mi": "4Mi"},
+            {"cpu": 1000, "memory": GiB, "ephemeral-storage": GiB, "hugepages-2Mi": 4 * MiB},
+        ),
+        ({"cpu": "500m"}, {"cpu": 500, "memory": GiB, "ephemeral-storage": GiB}),
+    ],
+    ids=[
+        "cpu",
+        "ephemeral-storage-ignored",
+        "extended-resource-ignored",
+        "hugepages",
+        "replaces-init-peak",
+    ],
+)
+def test_pod_level_resources_only_cpu_memory_hugepages_like_podrequests(
+    pod_level: dict[str, str], expected: dict[str, int]
+) -> None:
+    requests = {"cpu": "500m", "memory": "1Gi", "ephemeral-storage": "1Gi"}
+    if "nvidia.com/gpu" in pod_level:
+        requests["nvidia.com/gpu"] = "1"
+    obj = pod_obj(
+        containers=[container(requests)],
+        initContainers=[_init({"cpu": "1"})],
+        resources={"requests": pod_level},
+    )
+    assert dict(parse_pod(obj).requests) == expected
+
+
 def test_scoring_requests_default_per_container() -> None:
     pod = parse_pod(pod_obj(containers=[container({"cpu": "1"}), container(None)]))
     assert pod.nonzero_cpu_m == 1100
