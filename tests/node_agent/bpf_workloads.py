@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -51,6 +52,34 @@ def many_started_in(
     """``count`` copies of :func:`started_in`."""
     with ExitStack() as stack:
         yield [stack.enter_context(started_in(procs_files, argv, cpu)) for _ in range(count)]
+
+
+def await_stopped(pids: Sequence[int], timeout_s: float = 10.0) -> None:
+    """Wait until every pid is in the stopped state (``T`` in ``/proc/PID/stat``)."""
+    deadline = time.monotonic() + timeout_s
+    for pid in pids:
+        while Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"pid {pid} did not stop within {timeout_s} s")
+            time.sleep(0.001)
+
+
+@contextmanager
+def stopped(pids: Sequence[int]) -> Iterator[None]:
+    """SIGSTOP ``pids`` and wait until each has switched out stopped; SIGCONT afterwards.
+
+    A stopped task's last wait has ended and been filed (a wait is filed at the task's
+    next switch-out), and it starts no new one: kernel accounting read while all are
+    stopped lines up exactly with the probe's drains, with no wait straddling the edge.
+    """
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        await_stopped(pids)
+        yield
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,15 @@ same window, with what it is known to get wrong:
   wait + on-CPU; and every switch-in counted once, as one or the other.
 - The busy loops are only ever preempted by the tick (the clock is fresh), so their wait
   and on-CPU time must match within ±2 %, and their CPU is never idle.
-- The kernel skips a tracing program's run when the CPU's BPF guard is held (a ``bpf(2)``
-  map call interrupted by the event's IRQ, for example the agent's own drain): each such
-  skip, reported as ``bpf_missed_events``, loses at most one wait, so the lower bounds
-  widen by one maximal wait per reported skip — and only then.
+- A few switch-ins never reach any tracing program: schedstat counts 1–3 more switch-ins
+  per ~1,300 than a bare ``sched_switch`` counter does (seen with a six-line BCC program,
+  windows closed with every task stopped), and more under heavy load; the kernel also
+  skips a program's run when the CPU's BPF guard is held (a ``bpf(2)`` map call
+  interrupted by the event's IRQ), reported as ``bpf_missed_events``. Each lost
+  switch-in loses one wait: the lower bounds widen by one longest-seen wait per switch-in
+  schedstat counted and the probe did not — and only by that.
+- Windows open and close with every workload stopped (SIGSTOP): a stopped task's last
+  wait has been filed and no new one has begun, so no wait straddles an edge.
 """
 
 from __future__ import annotations
@@ -49,9 +54,11 @@ from node_agent.probes.runqlat import RunqlatProbe
 from tests.node_agent.bpf_workloads import (
     BUSY_LOOP,
     NAPPER,
+    SchedStat,
     many_started_in,
     schedstat_totals,
     started_in,
+    stopped,
     wrapped,
 )
 from tests.node_agent.own_cgroups import cgroup_tree, kernel_cgroup_id, unique_name
@@ -65,13 +72,11 @@ COLLECT_EVERY_S = 0.1
 STALE_CLOCK_ALLOWANCE_NS = 200_000
 """Per switch-in: how much longer than schedstat's a preempting wakeup's wait may read
 (schedstat's clock stands still from the wakeup to the switch)."""
-MISSED_WAIT_ALLOWANCE_NS = 20_000_000
-"""Per skipped BPF run: at most one lost wait (a busy loop's wait is ≤ 2 slices)."""
-EDGE_SWITCH_INS = 2
-"""Per task: switch-ins either side of a window edge (a wait is filed at the next switch-out)."""
+EDGE_SWITCH_INS = 1
+"""Per task: the SIGCONT wake-up at the window's opening may be filed on either side."""
+UNSEEN_SWITCH_INS_MIN = 3
 UNSEEN_SWITCH_IN_SHARE = 0.01
-"""schedstat counts a few more switch-ins of a preempted loop than sched_switch shows (up
-to 0.6 % seen, with no skipped BPF run reported); their waits are inside the ±2 %."""
+"""Switch-ins schedstat may count that no tracing program saw: max(3, 1 %) of them."""
 
 
 def require_root() -> None:
@@ -86,6 +91,26 @@ def add_samples(into: dict[int, dict[str, float]], sample: Sample) -> float:
         for name, value in metrics.items():
             row[name] = row.get(name, 0.0) + value
     return sample.node.get(BPF_MISSED_EVENTS, 0.0)
+
+
+def add_histograms(into: dict[int, list[int]], sample: Sample) -> None:
+    for cgid, by_name in sample.histograms_by_cgroup_id.items():
+        into[cgid] = hist.add(into.get(cgid, []), by_name.get(HIST_RUNQ_US, []))
+
+
+def longest_wait_ns(histogram: list[int]) -> float:
+    """Upper bound of the highest non-empty log2 µs slot, ns (0 for an empty histogram)."""
+    top = max((slot for slot, count in enumerate(histogram) if count), default=None)
+    return 0.0 if top is None else (hist.slot_bounds(top)[1] + 1) * 1000.0
+
+
+def lost_switch_ins(counted: float, truth: SchedStat, missed: float, tasks: int) -> float:
+    """Switch-ins schedstat counted that the probe did not, checked against the bound."""
+    lost = max(0.0, truth.timeslices - counted)
+    bound = max(UNSEEN_SWITCH_INS_MIN, UNSEEN_SWITCH_IN_SHARE * truth.timeslices) + missed
+    # The SIGCONT wake-up at the opening may be filed on either side of the window.
+    assert -tasks * EDGE_SWITCH_INS <= truth.timeslices - counted <= bound + tasks * EDGE_SWITCH_INS
+    return lost
 
 
 @pytest.fixture
@@ -118,39 +143,41 @@ def test_run_queue_wait_matches_schedstat_and_idle_sibling_is_zero(
     ):
         time.sleep(1.0)  # interpreters started, loops spinning
         busy_pids = [proc.pid for proc in busy]
-        probe.collect()  # window opens: discard everything before it
-        before_busy, before_idle = schedstat_totals(busy_pids), schedstat_totals([idle.pid])
+        all_pids = [*busy_pids, idle.pid]
+        with stopped(all_pids):  # window opens between two drains, no wait in flight
+            probe.collect()  # discard everything before it
+            before_busy, before_idle = schedstat_totals(busy_pids), schedstat_totals([idle.pid])
         measured: dict[int, dict[str, float]] = {}
         missed = 0.0
-        histogram: list[int] = []
+        histograms: dict[int, list[int]] = {}
         deadline = time.monotonic() + WINDOW_S
         while time.monotonic() < deadline:
             time.sleep(COLLECT_EVERY_S)
             sample = probe.collect()
             missed += add_samples(measured, sample)
-            histogram = hist.add(
-                histogram, sample.histograms_by_cgroup_id.get(busy_id, {}).get(HIST_RUNQ_US, [])
-            )
-        after_busy, after_idle = schedstat_totals(busy_pids), schedstat_totals([idle.pid])
-        last = probe.collect()  # window closes
+            add_histograms(histograms, sample)
+        with stopped(all_pids):  # window closes: every wait schedstat saw has been filed
+            after_busy, after_idle = schedstat_totals(busy_pids), schedstat_totals([idle.pid])
+            last = probe.collect()
         missed += add_samples(measured, last)
-        histogram = hist.add(
-            histogram, last.histograms_by_cgroup_id.get(busy_id, {}).get(HIST_RUNQ_US, [])
-        )
+        add_histograms(histograms, last)
 
     busy_truth, idle_truth = after_busy - before_busy, after_idle - before_idle
-    missed_allowance = missed * MISSED_WAIT_ALLOWANCE_NS
-    busy_row = measured[busy_id]
+    busy_row, idle_row = measured[busy_id], measured.get(idle_id, {})
+    histogram = histograms.get(busy_id, [])
     # Three loops sharing one CPU each wait about 2/3 of the time.
     assert busy_truth.run_delay_ns > WINDOW_S * 1e9, f"loops did not contend: {busy_truth}"
-    assert busy_row[RUNQ_NS] <= busy_truth.run_delay_ns * 1.02
-    assert busy_row[RUNQ_NS] >= busy_truth.run_delay_ns * 0.98 - missed_allowance
-    assert busy_row[ONCPU_NS] == pytest.approx(busy_truth.on_cpu_ns, rel=0.02)
     assert busy_row.get(IDLE_WAKEUP_COUNT, 0) == 0, "a CPU with three runnable loops went idle"
-    print(f"busy: switch-ins {busy_row[RUNQ_COUNT]:.0f} vs schedstat {busy_truth.timeslices}")
-    assert abs(busy_row[RUNQ_COUNT] - busy_truth.timeslices) <= (
-        3 * EDGE_SWITCH_INS + missed + UNSEEN_SWITCH_IN_SHARE * busy_truth.timeslices
+    busy_lost = lost_switch_ins(busy_row[RUNQ_COUNT], busy_truth, missed, tasks=3)
+    print(
+        f"busy: {busy_row[RUNQ_COUNT]:.0f} switch-ins vs schedstat {busy_truth.timeslices}; "
+        f"wait {busy_row[RUNQ_NS] / 1e6:.1f} ms vs {busy_truth.run_delay_ns / 1e6:.1f} ms"
     )
+    assert busy_row[RUNQ_NS] <= busy_truth.run_delay_ns * 1.02
+    assert busy_row[RUNQ_NS] >= (
+        busy_truth.run_delay_ns * 0.98 - busy_lost * longest_wait_ns(histogram)
+    )
+    assert busy_row[ONCPU_NS] == pytest.approx(busy_truth.on_cpu_ns, rel=0.02)
 
     # The histogram holds exactly the counted waits, each in its log2 µs slot.
     assert hist.total(histogram) == busy_row[RUNQ_COUNT] > 0
@@ -158,7 +185,6 @@ def test_run_queue_wait_matches_schedstat_and_idle_sibling_is_zero(
     highest_us = sum((hist.slot_bounds(s)[1] + 1) * n for s, n in enumerate(histogram))
     assert lowest_us <= busy_row[RUNQ_NS] / 1000 <= highest_us
 
-    idle_row = measured.get(idle_id, {})
     waits = idle_row.get(RUNQ_NS, 0.0)
     idle_wakeups = idle_row.get(IDLE_WAKEUP_NS, 0.0)
     switch_ins = idle_row.get(RUNQ_COUNT, 0) + idle_row.get(IDLE_WAKEUP_COUNT, 0)
@@ -168,14 +194,15 @@ def test_run_queue_wait_matches_schedstat_and_idle_sibling_is_zero(
         f"{idle_truth.run_delay_ns / 1e6:.3f} ms over {idle_truth.timeslices}; missed {missed:.0f}"
     )
     assert switch_ins > 0, "the napping sibling woke up but was not seen"
-    # Every switch-in counted once, as a run-queue wait or an idle wake-up.
-    assert abs(switch_ins - idle_truth.timeslices) <= EDGE_SWITCH_INS + missed
+    idle_lost = lost_switch_ins(switch_ins, idle_truth, missed, tasks=1)
+    # An idle wake-up is at most a few hundred µs; a run-queue wait as long as any seen.
+    lost_wait = idle_lost * max(longest_wait_ns(histograms.get(idle_id, [])), 1e6)
     # What the napper waits behind other work on its CPU, never the loops' waits.
     assert waits <= idle_truth.run_delay_ns + switch_ins * STALE_CLOCK_ALLOWANCE_NS + 2e6
-    assert waits + idle_wakeups >= idle_truth.run_delay_ns * 0.98 - 2e6 - missed_allowance
+    assert waits + idle_wakeups >= idle_truth.run_delay_ns * 0.98 - 2e6 - lost_wait
     # Time is conserved: what schedstat misses as wait it counts as on-CPU.
     assert waits + idle_wakeups + idle_row.get(ONCPU_NS, 0.0) == pytest.approx(
-        idle_truth.run_delay_ns + idle_truth.on_cpu_ns, rel=0.05, abs=2e6 + missed_allowance
+        idle_truth.run_delay_ns + idle_truth.on_cpu_ns, rel=0.05, abs=2e6 + lost_wait
     )
     assert set(measured) <= {busy_id, idle_id, kernel_cgroup_id(str(tree))}
 
