@@ -11,6 +11,13 @@ A pod occupies a node in the table while it is bound there and not finished
 the bind is in flight. An assumed pod is confirmed when the watch shows it bound and
 forgotten when the bind fails.
 
+A pod of ours that does not parse (a malformed field, or one this scheduler cannot read,
+such as a ``Gt`` toleration from an alpha feature gate) is not skipped silently: it
+leaves the pending set and is kept in :meth:`ClusterCache.take_unparseable` until the loop
+reports it (a ``Warning`` Event and ``PodScheduled=False`` with the parse error). Every
+change of the pod parses it again, so a fixed pod is scheduled and a still-broken one is
+reported again.
+
 The cache tells the queue about pending pods and about events that may make
 unschedulable pods fit (a node added, or changed in a field the engine reads; a pod
 on a node deleted or finished).
@@ -24,6 +31,7 @@ never changes under the engine.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import threading
 import time
@@ -32,7 +40,7 @@ from typing import TypeVar
 
 from scheduler.metrics import SchedulerMetrics
 from scheduler.model import NodeInfo, ObjectError, PodInfo, parse_node, parse_pod
-from scheduler.ports import EventType, K8sObject, ObjectKind
+from scheduler.ports import EventType, K8sObject, ObjectKind, PodRef
 from scheduler.queue import SchedulingQueue
 from scheduler.table import NodeTable
 
@@ -74,6 +82,10 @@ class ClusterCache:
         self._pending: dict[str, PodInfo] = {}
         """The unbound pods this scheduler should place (and has not assumed)."""
         self._synced: set[ObjectKind] = set()
+        self._unparseable: dict[str, UnparseablePod] = {}
+        """Pods of ours whose latest version does not parse, by key."""
+        self._unreported: dict[str, UnparseablePod] = {}
+        """Of those, the versions the loop has not reported yet."""
 
     # ---- settings --------------------------------------------------------------------
 
@@ -99,6 +111,9 @@ class ClusterCache:
                     self._upsert_node(node)
             else:
                 pods = {p.pod.key: p for p in self._parse_each(objects, _parse_pod_state, kind)}
+                listed = {_object_key(kind, obj) for obj in objects}
+                for key in [k for k in self._unparseable if k not in listed or k in pods]:
+                    self._forget_unparseable(key)
                 known = self._placed.keys() | self._unbound.keys() | self._assumed.keys()
                 for key in known - pods.keys():
                     self._delete_pod(key)
@@ -119,8 +134,10 @@ class ClusterCache:
                     log.warning("skipping a %s deletion without metadata.name: %.200r", kind, obj)
                 elif kind == "Node":
                     self._delete_node(key)
-                elif self._delete_pod(key):
-                    self._queue.cluster_event()
+                else:
+                    self._forget_unparseable(key)
+                    if self._delete_pod(key):
+                        self._queue.cluster_event()
                 return
             if kind == "Node":
                 node = self._parse(obj, parse_node, kind)
@@ -128,8 +145,10 @@ class ClusterCache:
                     self._queue.cluster_event()
                 return
             state = self._parse(obj, _parse_pod_state, kind)
-            if state is not None and self._upsert_pod(state):
-                self._queue.cluster_event()
+            if state is not None:
+                self._forget_unparseable(state.pod.key)
+                if self._upsert_pod(state):
+                    self._queue.cluster_event()
 
     # ---- used by the scheduling loop and the binder ------------------------------------
 
@@ -147,6 +166,13 @@ class ClusterCache:
         """How many pods wait for this scheduler (not counting assumed ones)."""
         with self.lock:
             return len(self._pending)
+
+    def take_unparseable(self) -> list[UnparseablePod]:
+        """Pods of ours that do not parse and were not reported yet (each version once)."""
+        with self.lock:
+            found = list(self._unreported.values())
+            self._unreported.clear()
+            return found
 
     def assume(self, pod: PodInfo, node: str) -> None:
         """Count the pod on ``node`` now, before the bind is confirmed."""
@@ -201,7 +227,45 @@ class ClusterCache:
         except ObjectError as exc:
             self._metrics.malformed_objects.labels(kind).inc()
             log.warning("skipping malformed %s (fix or delete the object): %s", kind, exc)
+            if kind == "Pod":
+                self._note_unparseable(obj, str(exc))
             return None
+
+    def _note_unparseable(self, obj: K8sObject, error: str) -> None:
+        """Remember an unbound pod of ours that does not parse, and drop its last good
+        version from the pending set (it must not be scheduled as it was)."""
+        pod = _unparseable_pod(obj, error)
+        if pod is None or not self._is_ours_raw(obj):
+            return
+        key = f"{pod.ref.namespace}/{pod.ref.name}"
+        if key in self._assumed or key in self._placed:
+            return  # bound or being bound: the last good version keeps counting
+        if self._unparseable.get(key) != pod:  # changed (a relist or status write does not)
+            self._unparseable[key] = pod
+            self._unreported[key] = pod
+        self._unbound.pop(key, None)
+        self._pending.pop(key, None)
+        self._queue.remove(key)
+
+    def _forget_unparseable(self, key: str | None) -> None:
+        if key is not None:
+            self._unparseable.pop(key, None)
+            self._unreported.pop(key, None)
+
+    def _is_ours_raw(self, obj: K8sObject) -> bool:
+        """:meth:`_is_pending` on raw JSON, for a pod that does not parse."""
+        metadata = obj.get("metadata")
+        spec = obj.get("spec")
+        if not isinstance(metadata, Mapping) or not isinstance(spec, Mapping):
+            return False
+        namespace = metadata.get("namespace") or "default"
+        return (
+            spec.get("schedulerName") == self._scheduler_name
+            and not spec.get("nodeName")
+            and metadata.get("deletionTimestamp") is None
+            and not spec.get("schedulingGates")
+            and namespace not in self._ignore_namespaces
+        )
 
     def _upsert_node(self, node: NodeInfo) -> bool:
         """Store the node; True when it is new or changed in a field the engine reads."""
@@ -277,6 +341,31 @@ class ClusterCache:
             return False
         self.table.remove_pod(pod)
         return True
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class UnparseablePod:
+    """A pod of ours that does not parse: what to report, and which version."""
+
+    ref: PodRef
+    error: str
+    """The parse error (names the pod and the field)."""
+    fingerprint: str
+    """The pod's spec, labels and annotations: a new one is reported again (not a new
+    resourceVersion alone, or the condition we write would be reported in a loop)."""
+
+
+def _unparseable_pod(obj: K8sObject, error: str) -> UnparseablePod | None:
+    metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
+    if not isinstance(metadata, Mapping):
+        return None
+    name, namespace = metadata.get("name"), metadata.get("namespace") or "default"
+    uid = metadata.get("uid") or ""
+    if not all(isinstance(v, str) for v in (name, namespace, uid)) or not name:
+        return None
+    content = [obj.get("spec"), metadata.get("labels"), metadata.get("annotations")]
+    fingerprint = json.dumps(content, sort_keys=True, default=str)
+    return UnparseablePod(PodRef(namespace, name, uid), error, fingerprint)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -11,7 +11,9 @@ the pod in the cache and hands the bind to the :class:`~scheduler.binder.Binder`
   ("0/12 nodes are available: …"), ``PodScheduled=False/Unschedulable``, backoff;
 * the bind failed → ``Warning FailedScheduling "Binding rejected: …"``, backoff;
 * a pod asking for a field the engine does not implement is refused like a pod that fits
-  nowhere: ``Warning FailedScheduling`` naming the field, ``PodScheduled=False``, backoff.
+  nowhere: ``Warning FailedScheduling`` naming the field, ``PodScheduled=False``, backoff;
+* a pod of ours that does not parse → ``Warning FailedScheduling`` with the parse error
+  and ``PodScheduled=False`` (once per version of the pod; a change parses it again).
 
 Relax rule: when a pod has been blocked *only* by interference filters for at least
 ``EngineSettings.relax_after_s``, it is retried with those filters off; if that finds a
@@ -36,9 +38,9 @@ from dataclasses import dataclass
 
 from interference.decision import CandidateVerdict, Decision
 from scheduler.binder import Binder, BindOutcome, BindRequest, BindStatus
-from scheduler.cache import ClusterCache
+from scheduler.cache import ClusterCache, UnparseablePod
 from scheduler.engine import Engine, EngineResult
-from scheduler.messages import relaxed_message, scheduled_message
+from scheduler.messages import relaxed_message, scheduled_message, unparseable_message
 from scheduler.metrics import SchedulerMetrics
 from scheduler.model import PodInfo
 from scheduler.ports import Cluster, DecisionSink, PodRef, SignalSource
@@ -244,6 +246,8 @@ class SchedulingLoop:
         self._metrics.leader.set(1 if leading else 0)
         if not leading or not self.cache.synced():
             return False
+        for broken in self.cache.take_unparseable():
+            self._report_unparseable(broken)
         key = self.queue.pop()
         if key is None:
             self._update_queue_gauges()
@@ -355,6 +359,36 @@ class SchedulingLoop:
             return _Verdict(result, None, blind=False)
         self._blocked_since.pop(pod.key, None)
         return _Verdict(relaxed, waited, blind=False)
+
+    def _report_unparseable(self, broken: UnparseablePod) -> None:
+        """A pod that does not parse stays Pending with the parse error for its owner to
+        read; the decision record says the same (a dry run writes only that)."""
+        message = unparseable_message(broken.error)
+        ref = broken.ref
+        self._metrics.attempts.labels("unparseable").inc()
+        decision = Decision(
+            ref.namespace,
+            ref.name,
+            "unschedulable",
+            "",
+            message,
+            self._clock(),
+            dry_run=self._loop_settings.dry_run,
+        )
+        if self._loop_settings.dry_run:
+            self._write_decision(decision)
+            return
+
+        def report() -> None:
+            binder = self._binder
+            binder.write_now(
+                lambda: self._cluster.record_event(ref, "Warning", "FailedScheduling", message),
+                "event",
+            )
+            binder.write_now(lambda: self._cluster.set_unschedulable(ref, message), "condition")
+            binder.write_now(lambda: self._decisions.write(decision), "decision")
+
+        self._binder.submit(report, "report")
 
     def _unschedulable(self, pod: PodInfo, result: EngineResult, now: float) -> None:
         self.queue.backoff(pod.key)

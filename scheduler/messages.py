@@ -38,6 +38,15 @@ def refused_message(node_count: int, fields: Iterable[str]) -> str:
     )
 
 
+def unparseable_message(error: str) -> str:
+    """``FailedScheduling`` for a pod of ours that does not parse (``error`` names the
+    field); it is tried again whenever the pod changes."""
+    return (
+        f"cannot schedule this pod: {error}. Fix the field (or recreate the pod without it); "
+        "the scheduler reads the pod again whenever it changes."
+    )
+
+
 def preemption_message(helpful_nodes: int, node_count: int) -> str:
     """Appended to ``FailedScheduling`` when evicting lower-priority pods would have made
     room (kube-scheduler would preempt; standalone mode does not)."""

@@ -316,3 +316,74 @@ def test_concurrent_informer_and_assume_stay_consistent() -> None:
     total = sum(h.cpu_requested(f"n{i}") for i in range(4))
     kept = len([i for i in range(len(names)) if i % 3 != 0])
     assert total == kept * 1000  # millicores
+
+
+def _gt_toleration_pod(name: str = "gated") -> dict[str, Any]:
+    """A pending pod with a ``Gt`` toleration (an alpha feature gate's operator)."""
+    pod = pod_object(name)
+    pod["spec"]["tolerations"] = [{"key": "gen", "operator": "Gt", "value": "3"}]
+    return pod
+
+
+def test_unparseable_pod_of_ours_is_reported_once_per_version_and_reread_when_it_changes(
+    h: Harness,
+) -> None:
+    h.cluster.add_pod(_gt_toleration_pod())
+    h.sync()
+    assert h.cache.pending_pod("default/gated") is None
+    [broken] = h.cache.take_unparseable()
+    assert (broken.ref.namespace, broken.ref.name) == ("default", "gated")
+    assert "spec.tolerations[0].operator" in broken.error
+    assert h.cache.take_unparseable() == []
+    h.cache.replace("Pod", [h.cluster.get_pod("default", "gated") or {}])  # a relist
+    assert h.cache.take_unparseable() == []  # the same pod is not reported again
+    status_write = _gt_toleration_pod()
+    status_write["status"] = {"conditions": [{"type": "PodScheduled", "status": "False"}]}
+    h.cluster.add_pod(status_write)
+    h.sync()
+    assert h.cache.take_unparseable() == []  # nor after our own condition write
+    still_broken = _gt_toleration_pod()
+    still_broken["metadata"]["labels"] = {"edited": "yes"}
+    h.cluster.add_pod(still_broken)
+    h.sync()
+    assert len(h.cache.take_unparseable()) == 1  # a new version: reported again
+    h.cluster.add_pod(pod_object("gated"))  # fixed
+    h.sync()
+    assert h.cache.pending_pod("default/gated") is not None
+    assert h.queue.state("default/gated") is QueueState.ACTIVE
+    assert h.cache.take_unparseable() == []
+
+
+def test_pod_that_stops_parsing_leaves_the_pending_set(h: Harness) -> None:
+    h.cluster.add_pod(pod_object("p"))
+    h.sync()
+    assert h.cache.pending_pod("default/p") is not None
+    h.cluster.add_pod(_gt_toleration_pod("p"))
+    h.sync()
+    assert h.cache.pending_pod("default/p") is None  # its last good version is not scheduled
+    assert h.queue.state("default/p") is None
+    assert len(h.cache.take_unparseable()) == 1
+    h.cluster.add_pod(_gt_toleration_pod("p"))
+    h.cluster.delete_pod("default", "p")
+    h.sync()
+    assert h.cache.take_unparseable() == []  # deleted before it was reported
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["other-scheduler", "bound", "ignored-namespace", "terminating"],
+)
+def test_unparseable_pods_not_ours_to_schedule_are_not_reported(h: Harness, change: str) -> None:
+    pod = _gt_toleration_pod()
+    if change == "other-scheduler":
+        pod["spec"]["schedulerName"] = "default-scheduler"
+    elif change == "bound":
+        pod["spec"]["nodeName"] = "n1"
+    elif change == "ignored-namespace":
+        pod["metadata"]["namespace"] = "kube-system"
+    else:
+        pod["metadata"]["deletionTimestamp"] = "2024-05-01T12:01:00Z"
+    h.cluster.add_pod(pod)
+    h.sync()
+    assert h.malformed("Pod") == 1
+    assert h.cache.take_unparseable() == []

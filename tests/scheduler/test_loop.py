@@ -301,6 +301,28 @@ def test_refused_pod_is_placed_once_the_field_is_removed(h: LoopHarness) -> None
     assert h.cluster.node_of("default", "spread") in ("n1", "n2")
 
 
+def test_unparseable_pod_gets_event_and_condition_and_is_scheduled_once_fixed(
+    h: LoopHarness,
+) -> None:
+    broken = pod_object("gated", cpu="100m")
+    broken["spec"]["tolerations"] = [{"key": "gen", "operator": "Gt", "value": "3"}]
+    h.cluster.add_pod(broken)
+    h.cycle()
+    [(kind, reason, message)] = events(h, "gated")
+    assert (kind, reason) == ("Warning", "FailedScheduling")
+    assert "spec.tolerations[0].operator" in message and "'Gt'" in message
+    condition = h.cluster.pod_condition("default", "gated")
+    assert condition is not None
+    assert (condition["status"], condition["reason"]) == ("False", "Unschedulable")
+    assert condition["message"] == message
+    assert h.decisions.last("gated").message == message
+    h.cycle()
+    assert len(events(h, "gated")) == 1  # reported once per version of the pod
+    h.cluster.add_pod(pod_object("gated", cpu="100m"))  # fixed: read again and scheduled
+    h.cycle()
+    assert h.cluster.node_of("default", "gated") in ("n1", "n2")
+
+
 def test_unhealthy_signals_schedule_interference_blind(
     h: LoopHarness, caplog: pytest.LogCaptureFixture
 ) -> None:
