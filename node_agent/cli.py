@@ -396,7 +396,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             server = http_server(settings, agent)
         except OSError as exc:
             # Fatal: with hostNetwork, kubelet's probes would reach whoever holds the port.
-            log.error("%s; free the port or set HTTP_PORT/--http-port (0 serves nothing)", exc)
+            log.error("%s", exc)
             agent.close()
             return RUNTIME_EXIT
         server.start()

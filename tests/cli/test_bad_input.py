@@ -22,7 +22,7 @@ program · input → message (excerpt) → exit status:
 - interference-agent ``--cgroup-root /no-such`` → ``is not a cgroup`` → 2
 - interference-agent ``INTERVAL_S=-1`` → ``INTERVAL_S=-1 is out of range; allowed: > 0`` → 2
 - interference-agent ``--log-level loud`` → ``log level 'loud' is not one of`` → 2
-- interference-agent, health port taken → ``free the port or set HTTP_PORT`` → 1
+- interference-agent, health port taken → ``pick another --http-port`` → 1
   (tests/node_agent/test_cli.py)
 - interference-scheduler ``DRY_RUN=Y``/``enabled``/``maybe`` → ``DRY_RUN='Y' is not a
   boolean`` → 2

@@ -5,7 +5,7 @@ it (passwords per Secret key), on a random loopback port."""
 from __future__ import annotations
 
 import base64
-import secrets
+import os
 import shutil
 import subprocess
 import time
@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 import redis
+import yaml
 
 from tests.conftest import free_port
-from tests.deploy.manifests import DEPLOY, container, find, render
+from tests.deploy.manifests import DEPLOY, REPO, container, find, pod_templates, render
 
 
 def redis_manifests() -> tuple[dict[str, str], list[dict[str, Any]]]:
@@ -29,10 +30,34 @@ def redis_manifests() -> tuple[dict[str, str], list[dict[str, Any]]]:
     return config, env
 
 
-def example_secret() -> dict[str, str]:
-    """The base's generated redis-credentials Secret, decoded."""
-    secret = find(render(DEPLOY), "Secret", "redis-credentials")
+SECRET_SCRIPT = REPO / "scripts" / "create-redis-secret.sh"
+
+
+def generated_secret(**environ: str) -> dict[str, str]:
+    """The redis-credentials Secret as scripts/create-redis-secret.sh makes it (``--print``,
+    no cluster), decoded; ``environ`` is added to the script's environment."""
+    done = subprocess.run(
+        ["sh", str(SECRET_SCRIPT), "--print"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": os.environ["PATH"], **environ},
+        check=True,
+    )
+    secret = yaml.safe_load(done.stdout)
+    assert secret["kind"] == "Secret" and secret["metadata"]["name"] == "redis-credentials"
     return {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+
+
+def referenced_secret_keys() -> set[str]:
+    """Keys of redis-credentials that the base's workloads read."""
+    return {
+        var["valueFrom"]["secretKeyRef"]["key"]
+        for _, template in pod_templates(render(DEPLOY))
+        for c in template["spec"]["containers"]
+        for var in c.get("env", [])
+        if "secretKeyRef" in var.get("valueFrom", {})
+    }
 
 
 POD_FIELDS = {
@@ -125,9 +150,13 @@ class DeployedRedis:
             self.proc = None
 
     def admin(self) -> redis.Redis[str]:
-        """A client authenticated as the container's redis-cli is (``REDISCLI_AUTH``)."""
+        """A client logged in as the container's redis-cli wrapper does (user ``admin``,
+        password ``REDISCLI_AUTH``)."""
         return redis.Redis(
-            port=self.port, password=self.env()["REDISCLI_AUTH"], decode_responses=True
+            port=self.port,
+            username="admin",
+            password=self.env()["REDISCLI_AUTH"],
+            decode_responses=True,
         )
 
     def credentials(self, kind: str, name: str, container_name: str) -> tuple[str, str]:
@@ -139,11 +168,8 @@ class DeployedRedis:
 
 @pytest.fixture
 def deployed_redis(tmp_path: Path) -> Iterator[DeployedRedis]:
-    """The deployed Redis with fresh random passwords (never the example ones)."""
-    server = DeployedRedis(
-        workdir=tmp_path,
-        secret={key: secrets.token_hex(16) for key in example_secret()},
-    )
+    """The deployed Redis with the passwords the documented generator makes."""
+    server = DeployedRedis(workdir=tmp_path, secret=generated_secret())
     server.start()
     try:
         yield server

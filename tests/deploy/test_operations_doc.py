@@ -4,18 +4,21 @@ Commands are the lines of the doc's ``sh`` code blocks. Each is one of: a ``redi
 recipe (also when wrapped in ``kubectl exec deploy/redis --``), run against the deployed
 Redis (tests/deploy/conftest.py) filled by the real agent publisher and decision records;
 an ``ACL SETUSER`` for an external Redis, run against a plain redis-server and compared
-with the bundled ACL; a ``kubectl kustomize`` render; the credential generator, run in a
-copy of deploy/. Everything else must be a command that needs a cluster, a registry or a
-Docker engine — a new command of any other sort fails the test until it is exercised.
+with the bundled ACL; a ``kubectl kustomize`` render; the Secret generator, run with a
+recording kubectl; the offline ``interference simulate --explain``. Everything else must be
+a command that needs a cluster, a registry or a Docker engine — a new command of any other
+sort fails the test until it is exercised.
 """
 
 from __future__ import annotations
 
 import base64
+import os
 import re
 import shlex
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -31,8 +34,8 @@ from node_agent.publisher import PublisherSettings, RedisPublisher
 from scheduler.adapters.redis_signals import SignalMetrics
 from scheduler.metrics import SchedulerMetrics
 from tests.conftest import RedisServer
-from tests.deploy.conftest import DeployedRedis, redis_manifests
-from tests.deploy.manifests import DEPLOY, REPO, find
+from tests.deploy.conftest import DeployedRedis, redis_manifests, referenced_secret_keys
+from tests.deploy.manifests import REPO, kustomizations, pod_templates, render
 
 DOC = REPO / "docs" / "operations.md"
 
@@ -87,7 +90,7 @@ def test_every_command_is_exercised_or_needs_a_cluster() -> None:
             redis_recipe(c)
             or "ACL SETUSER" in c
             or c.startswith("kubectl kustomize ")
-            or "openssl rand" in c
+            or c.startswith(("scripts/create-redis-secret.sh", "interference simulate "))
             or NEEDS_CLUSTER.match(c)
         )
     ]
@@ -183,10 +186,19 @@ def run_recipe(recipe: str, store: Store, tmp_path: Path) -> subprocess.Complete
     assert real, "redis-cli is not installed; run `make setup`"
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    wrapper = bin_dir / "redis-cli"
-    wrapper.write_text(f'#!/bin/sh\nexec {real} -p {store.server.port} "$@"\n')
-    wrapper.chmod(0o755)
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", **store.server.env()}
+    # The container's redis-cli is the ConfigMap's wrapper (it logs in as admin); here it
+    # runs the real binary through a shim that adds this Redis's port.
+    config, _ = redis_manifests()
+    (bin_dir / "redis-cli").write_text(config["redis-cli"])
+    shim = bin_dir / "redis-cli-on-port"
+    shim.write_text(f'#!/bin/sh\nexec {real} -p {store.server.port} "$@"\n')
+    for script in (bin_dir / "redis-cli", shim):
+        script.chmod(0o755)
+    env = {
+        **store.server.env(),
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "REDIS_CLI_BINARY": str(shim),
+    }
     proc = subprocess.Popen(
         ["bash", "-c", recipe],
         env=env,
@@ -280,7 +292,7 @@ def test_external_redis_acl_commands_match_the_bundled_users(
 ) -> None:
     """Running the doc's ACL SETUSER lines gives the same users as users.acl.template."""
     setusers = [c for c in doc_commands() if "ACL SETUSER" in c]
-    assert len(setusers) == 2
+    assert len(setusers) == 3
     for command in setusers:
         argv = shlex.split(command)
         assert argv[0] == "redis-cli"
@@ -292,7 +304,7 @@ def test_external_redis_acl_commands_match_the_bundled_users(
         )
         assert done.stdout.strip() == "OK", done.stdout + done.stderr
     documented, bundled = redis_server.client(), deployed_redis.admin()
-    for user in ("interference-agent", "interference-scheduler"):
+    for user in ("interference-agent", "interference-scheduler", "interference-viewer"):
         ours, theirs = documented.acl_getuser(user), bundled.acl_getuser(user)
         assert ours is not None and theirs is not None
         for aspect in ("flags", "commands", "keys", "channels", "categories"):
@@ -314,29 +326,104 @@ def test_kustomize_command(command: str) -> None:
     assert {"DaemonSet", "Deployment"} <= kinds
 
 
-def test_credential_generator_replaces_the_example_passwords(tmp_path: Path) -> None:
-    (generator,) = [c for c in doc_commands() if "openssl rand" in c]
-    if shutil.which("openssl") is None:
-        pytest.fail("openssl is needed by the documented credential generator")
-    shutil.copytree(DEPLOY, tmp_path / "deploy")
-    done = subprocess.run(
-        ["bash", "-c", generator], cwd=tmp_path, capture_output=True, text=True, timeout=30
+FAKE_KUBECTL = """#!/bin/sh
+# Records each call; answers `get` from files in $STATE, keeps created objects there.
+echo "$*" >> "$STATE/calls"
+case "$1 $2" in
+    "get namespace") test -e "$STATE/namespace" ;;
+    "create namespace") touch "$STATE/namespace" ;;
+    "create secret") exec {real} "$@" ;;
+    "create -f"|"replace -f") cat > "$STATE/secret.yaml" ;;
+    "--namespace interference-system")
+        test "$3 $4" = "get secret" && test -e "$STATE/secret.yaml" ;;
+    *) echo "unexpected kubectl $*" >&2; exit 99 ;;
+esac
+"""
+
+
+def test_secret_generator_creates_the_secret_the_workloads_read(tmp_path: Path) -> None:
+    """The doc's install step, run with a recording kubectl: it creates the namespace and a
+    Secret with one random password per key the workloads read; a second run keeps it;
+    ``--rotate`` replaces it. No password reaches its output."""
+    (generator,) = [c for c in doc_commands() if c.startswith("scripts/create-redis-secret.sh")]
+    state = tmp_path / "state"
+    state.mkdir()
+    kubectl = tmp_path / "kubectl"
+    kubectl.write_text(FAKE_KUBECTL.format(real=shutil.which("kubectl")))
+    kubectl.chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "KUBECTL": str(kubectl), "STATE": str(state)}
+
+    def run(*extra: str) -> str:
+        done = subprocess.run(
+            [*shlex.split(generator), *extra],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    out = run()
+    assert "created namespace interference-system" in out
+    secret = yaml.safe_load((state / "secret.yaml").read_text())
+    assert (secret["metadata"]["name"], secret["metadata"]["namespace"]) == (
+        "redis-credentials",
+        "interference-system",
     )
-    assert done.returncode == 0, done.stderr
-    rendered = subprocess.run(
-        ["kubectl", "kustomize", str(tmp_path / "deploy")],
+    values = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    assert set(values) == referenced_secret_keys() | {"viewer-password"}
+    assert all(re.fullmatch(r"[0-9a-f]{48}", v) for v in values.values())
+    assert len(set(values.values())) == len(values)
+    assert not any(v in out for v in values.values())
+    # No password on any command line (ps shows them): they go through stdin.
+    assert not any(v in (state / "calls").read_text() for v in values.values())
+    assert "exists; kept" in run()
+    assert yaml.safe_load((state / "secret.yaml").read_text()) == secret
+    assert "replaced with new passwords" in run("--rotate")
+    rotated = yaml.safe_load((state / "secret.yaml").read_text())["data"]
+    assert set(rotated) == set(values) and not set(rotated.values()) & set(secret["data"].values())
+
+
+def test_no_render_holds_a_password() -> None:
+    """`kubectl kustomize` of the base and every overlay contains no Secret and no
+    password: the ACL template has only hash placeholders, env vars only secretKeyRefs."""
+    for name, directory in kustomizations().items():
+        objects = render(directory)
+        assert not [o for o in objects if o["kind"] == "Secret"], name
+        for _, template in pod_templates(objects):
+            for c in template["spec"]["containers"]:
+                for var in c.get("env", []):
+                    if "PASSWORD" in var["name"] or var["name"] == "REDISCLI_AUTH":
+                        assert "value" not in var, (name, var)
+        for config in (o for o in objects if o["kind"] == "ConfigMap"):
+            for key, text in config.get("data", {}).items():
+                assert not re.search(r"requirepass|masterauth", text), (name, key)
+                if key.endswith(".acl.template"):  # `>password` would be a plaintext one
+                    assert not re.search(r"(^|\s)>", text), (name, key)
+                    assert text.count("_SHA256@") == 4, (name, key)
+
+
+def test_the_offline_explain_command_prints_a_decision_record() -> None:
+    """The documented way to read a decision without a cluster, run as written."""
+    (command,) = [c for c in doc_commands() if c.startswith("interference simulate ")]
+    cli = Path(sys.executable).parent / "interference"
+    done = subprocess.run(
+        [str(cli), *shlex.split(command)[1:]],
+        cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=120,
-        check=True,
-    ).stdout
-    secret = find(list(yaml.safe_load_all(rendered)), "Secret", "redis-credentials")
-    values = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
-    _, env = redis_manifests()
-    needed = {v["valueFrom"]["secretKeyRef"]["key"] for v in env if "valueFrom" in v}
-    assert set(values) == needed
-    assert all(len(v) == 48 and not v.startswith("REPLACE-ME") for v in values.values())
-    assert len(set(values.values())) == len(values)
+        timeout=300,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert done.returncode == 0, done.stderr
+    # Table cells wrap: read the text without the box drawing.
+    out = " ".join(re.sub(r"[│┃━─┏┓┗┛┡┩└┘┳┻╇┼┬┴—]", " ", done.stdout).split())
+    assert "policy interference-aware" in out and "policy least-allocated" in out
+    assert "shop/web-3: scheduled on" in out
+    assert "total = Σ weight × score" in out
+    assert re.search(r"measured [\d.]+ µs > tolerance 10000 µs", out)
 
 
 def test_documented_metrics_are_exported() -> None:

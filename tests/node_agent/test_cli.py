@@ -237,7 +237,7 @@ def test_a_taken_health_port_is_fatal(capsys: pytest.CaptureFixture[str]) -> Non
         holder.close()
     assert status == 1
     err = capsys.readouterr().err
-    assert "free the port or set HTTP_PORT/--http-port (0 serves nothing)" in err
+    assert "pick another --http-port/--http-address, or --http-port 0 to serve nothing" in err
     assert "Traceback" not in err
 
 
@@ -265,4 +265,6 @@ def test_log_format_json_gives_one_object_per_line(capsys: pytest.CaptureFixture
     lines = capsys.readouterr().err.splitlines()
     entries = [json.loads(line) for line in lines]
     assert entries and all({"time", "level", "logger", "message"} <= set(e) for e in entries)
-    assert any("free the port" in e["message"] and e["level"] == "ERROR" for e in entries)
+    assert any(
+        "pick another --http-port" in e["message"] and e["level"] == "ERROR" for e in entries
+    )
