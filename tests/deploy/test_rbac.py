@@ -10,17 +10,24 @@ ServiceAccount in every rendered kustomization: nothing missing, nothing extra, 
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
+import yaml
 from kubernetes import client
 from prometheus_client import CollectorRegistry
 
+from interference_cli.redis_process import free_port
 from node_agent.pods import KubernetesPodDirectory, PodWatchSettings
 from scheduler.adapters.kubernetes import REQUIRED_PERMISSIONS, KubernetesCluster
+from scheduler.config import parse_config
+from scheduler.extender_cli import ExtenderProcess
 from scheduler.leader import LEASE_PERMISSIONS, LeaderElectionSettings, LeaderElector
 from scheduler.loop import LoopSettings, SchedulingLoop
 from scheduler.metrics import SchedulerMetrics
@@ -246,6 +253,58 @@ def exercise_dry_run_scheduler(emulator: EmulatorThread, lease_namespace: str) -
     assert decisions.last("fits", "shop").result == "dry_run"
 
 
+def exercise_extender(emulator: EmulatorThread, workdir: Path) -> None:
+    """The real ``interference-scheduler extender`` process object over the real adapter:
+    it lists and watches nodes and pods and answers a filter and a prioritize call (Redis
+    is unreachable: signals and decision records fail without any API call)."""
+    emulator.put("nodes", node("gpu-node-1"))
+    emulator.put("pods", pod("pending-a", namespace="shop"))
+    kubeconfig = workdir / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "e", "cluster": {"server": emulator.url}}],
+                "users": [{"name": "e", "user": {}}],
+                "contexts": [{"name": "e", "context": {"cluster": "e", "user": "e"}}],
+                "current-context": "e",
+            }
+        )
+    )
+    config = parse_config(
+        {
+            "kubernetes": {"kubeconfig": str(kubeconfig)},
+            "redis": {
+                "url": f"redis://127.0.0.1:{free_port()}/0",
+                "socket_timeout_s": 0.5,
+                "block_ms": 200,
+            },
+            "http": {"host": "127.0.0.1", "port": free_port()},
+        }
+    )
+    process = ExtenderProcess(config, env={})
+    stop = threading.Event()
+    thread = threading.Thread(target=process.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: process.http is not None and process.cache.synced(), "the extender")
+        emulator.put("pods", pod("pending-b", namespace="shop"))
+        wait_until(lambda: process.cache.pending_pod("shop/pending-b") is not None, "a watch event")
+        body = json.dumps({"Pod": pod("pending-a", namespace="shop"), "NodeNames": ["gpu-node-1"]})
+        assert process.http is not None
+        for verb in ("filter", "prioritize"):
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{process.http.port}/{verb}", body.encode(), method="POST"
+            )
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                assert answer.status == 200
+    finally:
+        stop.set()
+        thread.join(60)
+    assert not thread.is_alive()
+
+
 def exercise_agent(emulator: EmulatorThread, node_name: str) -> None:
     """The agent's pod directory: list then watch the pods on its node."""
     emulator.put("pods", pod("api-0", namespace="shop", node=node_name, phase="Running"))
@@ -284,6 +343,13 @@ def dry_run_scheduler_calls() -> set[Permission]:
 
 
 @pytest.fixture(scope="module")
+def extender_scheduler_calls(tmp_path_factory: pytest.TempPathFactory) -> set[Permission]:
+    with running_emulator() as server:
+        exercise_extender(server, tmp_path_factory.mktemp("extender"))
+        return used_permissions(server)
+
+
+@pytest.fixture(scope="module")
 def agent_calls() -> set[Permission]:
     with running_emulator() as server:
         exercise_agent(server, "gpu-node-1")
@@ -293,14 +359,20 @@ def agent_calls() -> set[Permission]:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(kustomizations()))
 def test_scheduler_rbac_is_exactly_what_it_calls(
-    name: str, scheduler_calls: set[Permission], dry_run_scheduler_calls: set[Permission]
+    name: str,
+    scheduler_calls: set[Permission],
+    dry_run_scheduler_calls: set[Permission],
+    extender_scheduler_calls: set[Permission],
 ) -> None:
     """The dry-run overlay's scheduler binds nothing and writes no Events or conditions,
-    so it is granted only what that mode calls."""
+    and the extender overlay's only reads nodes and pods (kube-scheduler binds), so each is
+    granted only what that mode calls."""
     granted = granted_permissions(
         render(kustomizations()[name]), "Deployment", "interference-scheduler"
     )
-    used = dry_run_scheduler_calls if name == "dry-run" else scheduler_calls
+    used = {"dry-run": dry_run_scheduler_calls, "extender": extender_scheduler_calls}.get(
+        name, scheduler_calls
+    )
     missing, extra = compare(used, granted)
     assert missing == [] and extra == [], f"missing: {missing}\nextra: {extra}"
 

@@ -18,7 +18,7 @@ from tests.deploy.manifests import Obj, kustomizations, load_examples, render
 VERSIONS = ("1.28", "1.29", "1.30", "1.31", "1.32", "1.33")
 """Six supported minor versions, all bundled with kubernetes-validate (no network needed)."""
 
-EXPECTED_OVERLAYS = {"external-redis", "dry-run"}
+EXPECTED_OVERLAYS = {"external-redis", "dry-run", "extender"}
 
 
 def validation_errors(obj: Obj) -> list[str]:
