@@ -93,7 +93,9 @@ def start_agent(tmp_path: Path) -> Iterator[Callable[..., AgentProcess]]:
         log_path = tmp_path / f"{node}.log"
         with log_path.open("wb") as log_file:
             proc = subprocess.Popen(
-                [AGENT, "--node-name", node, "--no-kubernetes", *args],
+                # No health endpoint: a taken port would stop the agent (exit 1), and
+                # agents of parallel test runs share this host.
+                [AGENT, "--node-name", node, "--no-kubernetes", "--http-port", "0", *args],
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
             )
