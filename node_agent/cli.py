@@ -222,10 +222,18 @@ def _number(
     environ: Mapping[str, str],
     flag: str,
     variable: str,
-    **bounds: float,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    above: float | None = None,
+    integer: bool = False,
 ) -> float | None:
+    """The flag's value, else the variable's, checked against the range; None when
+    neither is set."""
     name, raw = _flag_or_env(value, environ, flag, variable)
-    return None if raw is None else parse_number(name, raw, **bounds)
+    if raw is None:
+        return None
+    return parse_number(name, raw, minimum=minimum, maximum=maximum, above=above, integer=integer)
 
 
 def _integer(
@@ -233,10 +241,12 @@ def _integer(
     environ: Mapping[str, str],
     flag: str,
     variable: str,
-    **bounds: float,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
 ) -> int | None:
-    name, raw = _flag_or_env(value, environ, flag, variable)
-    return None if raw is None else int(parse_number(name, raw, integer=True, **bounds))
+    number = _number(value, environ, flag, variable, minimum=minimum, maximum=maximum, integer=True)
+    return None if number is None else int(number)
 
 
 def score_references(overrides: Sequence[str]) -> ScoreReferences:
