@@ -38,14 +38,17 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
 import redis
 
+from interference.signals import NodeMetrics, NodeReport
 from interference_cli import main as cli_main
 from node_agent import cli as agent_cli
+from node_agent.publisher import PublisherSettings, RedisPublisher
 from scheduler import cli as scheduler_cli
 from tests.conftest import RedisServer, free_port
 
@@ -312,3 +315,21 @@ def test_every_subcommand_has_help_with_a_description_and_an_example(
     for entry in (lambda: agent_cli.main(["--help"], {}), lambda: scheduler_cli.main(["--help"])):
         assert run(entry) == 0
         assert "example:" in capsys.readouterr().out
+
+
+@pytest.mark.redis
+def test_the_top_title_masks_the_password(
+    acl_redis: RedisServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    publisher = RedisPublisher(PublisherSettings(acl_redis.url))
+    try:
+        assert publisher.publish(
+            NodeReport(node="n1", ts=time.time(), interval_s=1.0, metrics=NodeMetrics())
+        )
+    finally:
+        publisher.close()
+    url = f"redis://viewer:s3cret@127.0.0.1:{acl_redis.port}/0"
+    assert run(interference(["top", "--redis-url", url])) == 0
+    out = capsys.readouterr().out
+    assert f"redis://viewer:***@127.0.0.1:{acl_redis.port}/0" in out and "n1" in out
+    assert "s3cret" not in out
