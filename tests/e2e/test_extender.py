@@ -32,13 +32,16 @@ from interference.signals import SIGNAL_FAMILIES, NodeMetrics, NodeReport
 from interference_cli.redis_process import free_port
 from scheduler.filters.interference import RUNQ_EXCEEDED
 from scheduler.model import ANNOTATION_MAX_RUNQ_P99_US
+from tests.deploy.manifests import DEPLOY, find, render
+from tests.deploy.test_references import BOOTSTRAP_ROLES
 from tests.e2e.conftest import NAMESPACE as SYSTEM_NAMESPACE
-from tests.e2e.conftest import scheduler_command
+from tests.e2e.conftest import RBAC_KINDS, scheduler_command
 from tests.e2e.control_plane import Assets, ControlPlane
 from tests.e2e.kube import Kube, Obj, SchedulerProcess, wait_for
 
 pytestmark = [pytest.mark.e2e]
 
+OVERLAY = DEPLOY / "overlays" / "extender"
 SCHEDULER = "e2e-extender"
 NAMESPACE = "e2e-extender"
 POOL = {"e2e-pool": "extender"}
@@ -132,6 +135,10 @@ def _wait_http(url: str, what: str) -> None:
     wait_for(ok, what, TIMEOUT_S)
 
 
+def _read(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
 def _start(argv: list[str], log_path: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     with log_path.open("ab") as log:
         return subprocess.Popen(
@@ -149,28 +156,33 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(10)
 
 
-def _kube_scheduler_config(kube: Kube, extender_port: int, path: Path) -> Path:
-    config = {
-        "apiVersion": "kubescheduler.config.k8s.io/v1",
-        "kind": "KubeSchedulerConfiguration",
-        "clientConnection": {"kubeconfig": str(kube.kubeconfig)},
-        "leaderElection": {"leaderElect": False},
-        "profiles": [{"schedulerName": SCHEDULER}],
-        "extenders": [
-            {
-                "urlPrefix": f"http://127.0.0.1:{extender_port}",
-                "filterVerb": "filter",
-                "prioritizeVerb": "prioritize",
-                "weight": 5,
-                "enableHTTPS": False,
-                "nodeCacheCapable": True,
-                "ignorable": False,
-                "httpTimeout": "5s",
-            }
-        ],
-    }
+def _kube_scheduler_config(kubeconfig: Path, extender_port: int, path: Path) -> Path:
+    """The overlay's KubeSchedulerConfiguration as rendered, pointed at this apiserver,
+    this test's scheduler name and the extender on loopback (everything else as shipped:
+    leader election with its own Lease, nodeCacheCapable, ignorable false)."""
+    rendered = find(render(OVERLAY), "ConfigMap", "interference-kube-scheduler-config")
+    config = yaml.safe_load(rendered["data"]["config.yaml"])
+    config["clientConnection"] = {"kubeconfig": str(kubeconfig)}
+    (profile,) = config["profiles"]
+    profile["schedulerName"] = SCHEDULER
+    (extender,) = config["extenders"]
+    assert extender["nodeCacheCapable"] is True and extender["ignorable"] is False
+    extender["urlPrefix"] = f"http://127.0.0.1:{extender_port}"
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+def _kube_scheduler_identity(plane: ControlPlane, kube: Kube, workdir: Path) -> Path:
+    """The overlay's RBAC for kube-scheduler applied; a kubeconfig with its account's token."""
+    objects = [o for o in render(OVERLAY) if o["kind"] in RBAC_KINDS
+               and o["metadata"]["name"].startswith("interference-kube-scheduler")]  # fmt: skip
+    kube.kubectl("apply", "--validate=false", "-f", "-", stdin=yaml.safe_dump_all(objects))
+    for kind, name in BOOTSTRAP_ROLES:  # the roles it binds come with every apiserver
+        namespace = "/namespaces/kube-system" if kind == "Role" else ""
+        plural = "roles" if kind == "Role" else "clusterroles"
+        kube.request("GET", f"/apis/rbac.authorization.k8s.io/v1{namespace}/{plural}/{name}")
+    token = plane.service_account_token(SYSTEM_NAMESPACE, "interference-kube-scheduler")
+    return plane.kubeconfig(workdir / "kube-scheduler.kubeconfig", token, "kube-scheduler")
 
 
 @pytest.fixture(scope="module")
@@ -212,14 +224,14 @@ def setup(
     try:
         _wait_http(f"http://127.0.0.1:{port}/readyz", "the extender to list nodes and pods")
         scheduler_port = free_port()
-        scheduler_config = _kube_scheduler_config(kube, port, workdir / "kube-scheduler.yaml")
+        identity = _kube_scheduler_identity(control_plane, kube, workdir)
+        scheduler_config = _kube_scheduler_config(identity, port, workdir / "kube-scheduler.yaml")
         kube_scheduler = _start(
             [
                 str(assets.kube_scheduler),
                 f"--config={scheduler_config}",
-                f"--authentication-kubeconfig={kube.kubeconfig}",
-                f"--authorization-kubeconfig={kube.kubeconfig}",
-                "--authentication-skip-lookup=true",
+                f"--authentication-kubeconfig={identity}",
+                f"--authorization-kubeconfig={identity}",
                 "--bind-address=127.0.0.1",
                 f"--secure-port={scheduler_port}",
                 f"--cert-dir={workdir / 'kube-scheduler-certs'}",
@@ -236,8 +248,7 @@ def setup(
         print("--- extender log (last 40 lines) ---")
         print("\n".join(extender.log().splitlines()[-40:]))
         print("--- kube-scheduler log (last 40 lines) ---")
-        sched_log = workdir / "kube-scheduler.log"
-        print("\n".join(sched_log.read_text(errors="replace").splitlines()[-40:]))
+        print("\n".join(_read(workdir / "kube-scheduler.log").splitlines()[-40:]))
         for pod in kube.pods(NAMESPACE):
             kube.delete_pod(NAMESPACE, pod["metadata"]["name"])
         for path in ("/api/v1/persistentvolumes/ext-pv",
@@ -252,6 +263,9 @@ def setup(
         store.close()
     extender.assert_no_rejected_writes()
     assert kube_scheduler is None or kube_scheduler.returncode is not None
+    refused = [line for line in _read(workdir / "kube-scheduler.log").splitlines()
+               if "forbidden" in line.lower()]  # fmt: skip
+    assert not refused, "kube-scheduler's RBAC (the overlay's) is short:\n" + "\n".join(refused)
 
 
 def test_pvc_bound_to_node_affine_pv_lands_on_that_node(setup: ExtenderSetup) -> None:
