@@ -2,8 +2,9 @@
 
 Filters run in kube-scheduler's order — readiness, cordon, taints, node affinity/selector
 (these four depend only on the pod's signature and are cached in the table per signature),
-then host ports, resources, pod anti-affinity, interference. A node counts only its first
-failing filter in the ``FailedScheduling`` message, as in kube-scheduler.
+then host ports, resources, topology spread (``DoNotSchedule``), pod anti-affinity,
+interference. A node counts only its first failing filter in the ``FailedScheduling``
+message, as in kube-scheduler.
 
 Scores (0–100 each) are combined as ``total = Σ weightₚ · scoreₚ`` over
 :class:`scheduler.settings.ScoreWeights`; the highest total wins and ties are broken
@@ -44,6 +45,7 @@ from scheduler.filters.node_state import node_ready, node_schedulable
 from scheduler.filters.pod_anti_affinity import pod_anti_affinity
 from scheduler.filters.resources import resources_fit
 from scheduler.filters.taints import taint_toleration
+from scheduler.filters.topology_spread import topology_spread
 from scheduler.messages import (
     NO_NODES,
     failed_scheduling_message,
@@ -134,6 +136,9 @@ class Engine:
         fit = resources_fit(table, pod)
         # a filter with no possible reason passes every node: leave it out
         dynamic = [stage for stage in (host_ports(table, pod), fit) if stage.reasons]
+        if pod.spread:  # the inclusion policies read the NodeAffinity and taint masks
+            taints, affinity = static.results[2].passed, static.results[3].passed
+            dynamic.append(topology_spread(table, pod, affinity, taints))
         anti_affinity = pod_anti_affinity(table, pod)
         if anti_affinity.reasons:
             dynamic.append(anti_affinity)

@@ -26,8 +26,9 @@ host ports, resources, pod anti-affinity, interference), so GPU filtering (count
 GPU labels, derived from the agent's inventory when a node lacks them) and interference
 tolerances hold as in standalone. kube-scheduler has already run its own versions of the
 first ones, so the answer is the intersection: never a node kube-scheduler refused.
-Fields standalone mode refuses (:attr:`PodInfo.unsupported`: volumes, spread, pod
-affinity, …) are left to kube-scheduler here, which implements them.
+Fields standalone mode refuses (:attr:`PodInfo.unsupported`: volumes, pod affinity, …) and
+topology spread (which standalone mode enforces itself) are left to kube-scheduler here,
+which implements them.
 
 Scores: the engine's plugins and weights (``engine.weights``), mapped to kube-scheduler's
 extender range::
@@ -207,7 +208,7 @@ def parse_args(body: bytes) -> ExtenderArgs:
         )
     pod = parse_pod(pod_obj)
     # kube-scheduler enforces what standalone mode refuses (volumes, spread, pod affinity)
-    return ExtenderArgs(dataclasses.replace(pod, unsupported=()), names, nodes)
+    return ExtenderArgs(dataclasses.replace(pod, unsupported=(), spread=()), names, nodes)
 
 
 def _node_name(node: Mapping[str, Any]) -> str:

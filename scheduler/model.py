@@ -165,6 +165,25 @@ class AntiAffinityTerm:
 
 
 @dataclass(frozen=True, slots=True)
+class SpreadConstraint:
+    """A ``DoNotSchedule`` topology spread constraint (kube-scheduler's PodTopologySpread)."""
+
+    max_skew: int
+    topology_key: str
+    selector: LabelSelector | None
+    """``labelSelector`` with ``matchLabelKeys`` merged in (``key In (the pod's value)``);
+    ``None`` (no selector) matches no pod."""
+    min_domains: int
+    """``minDomains`` (1 when unset): with fewer eligible domains the global minimum is 0."""
+    honor_node_affinity: bool
+    """``nodeAffinityPolicy: Honor`` (the default): only nodes matching the pod's node
+    selector and required node affinity count."""
+    honor_node_taints: bool
+    """``nodeTaintsPolicy: Honor`` (default ``Ignore``): only nodes whose taints the pod
+    tolerates count."""
+
+
+@dataclass(frozen=True, slots=True)
 class HostPort:
     protocol: str
     port: int
@@ -250,6 +269,9 @@ class PodInfo:
     """Fields the pod asks for that standalone mode does not implement (the pod is refused)."""
     preemption_policy: str = PREEMPT_LOWER_PRIORITY
     """``spec.preemptionPolicy``: ``PreemptLowerPriority`` or ``Never``."""
+    spread: tuple[SpreadConstraint, ...] = ()
+    """``DoNotSchedule`` topology spread constraints (``ScheduleAnyway`` ones are refused as
+    unsupported)."""
 
     @property
     def key(self) -> str:
@@ -330,6 +352,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
     metadata = reader.metadata
     spec = reader.mapping(obj, "spec")
     unsupported: list[str] = []
+    spread = _spread_constraints(reader, spec, unsupported)
     requests, nonzero_cpu_m, nonzero_memory = _pod_requests(
         reader, spec, reader.mapping(obj, "status")
     )
@@ -376,6 +399,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         scheduling_gates=gates,
         unsupported=tuple(unsupported + _unsupported_spec_fields(reader, spec)),
         preemption_policy=preemption_policy,
+        spread=spread,
     )
 
 
@@ -759,10 +783,57 @@ def _pod_anti_affinity(
     return tuple(terms)
 
 
+def _spread_constraints(
+    reader: _Reader, spec: Mapping[str, Any], unsupported: list[str]
+) -> tuple[SpreadConstraint, ...]:
+    """The ``DoNotSchedule`` constraints; a ``ScheduleAnyway`` one is named unsupported."""
+    labels = reader.string_map(reader.metadata, "labels", "metadata.labels")
+    constraints = []
+    path = "spec.topologySpreadConstraints"
+    for i, item in enumerate(reader.sequence(spec, path)):
+        field = f"{path}[{i}]"
+        item = reader.as_mapping(item, field)
+        when = reader.string(item, "whenUnsatisfiable", f"{field}.whenUnsatisfiable")
+        if when == "ScheduleAnyway":
+            unsupported.append(f"{field}.whenUnsatisfiable=ScheduleAnyway")
+            continue
+        if when != "DoNotSchedule":
+            raise reader.error(
+                f"{field}.whenUnsatisfiable", f"{when!r} is not DoNotSchedule or ScheduleAnyway"
+            )
+        max_skew, min_domains = item.get("maxSkew"), item.get("minDomains", 1)
+        for name, value in (("maxSkew", max_skew), ("minDomains", min_domains)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise reader.error(f"{field}.{name}", f"{value!r} is not an integer ≥ 1")
+        assert isinstance(max_skew, int) and isinstance(min_domains, int)  # checked above
+        policies = []
+        for name in ("nodeAffinityPolicy", "nodeTaintsPolicy"):
+            policy = reader.string(item, name, f"{field}.{name}")
+            if policy not in ("", "Honor", "Ignore"):
+                raise reader.error(f"{field}.{name}", f"{policy!r} is not Honor or Ignore")
+            policies.append(policy)
+        selector = _label_selector(reader, item.get("labelSelector"), f"{field}.labelSelector")
+        keys = reader.sequence(item, f"{field}.matchLabelKeys")
+        if not all(isinstance(k, str) for k in keys):
+            raise reader.error(f"{field}.matchLabelKeys", "expected a list of strings")
+        if selector is not None:  # kube merges the pod's values of these keys into it
+            extra = tuple(Requirement(k, "In", (labels[k],)) for k in keys if k in labels)
+            selector = LabelSelector(selector.requirements + extra)
+        constraints.append(
+            SpreadConstraint(
+                max_skew=max_skew,
+                topology_key=reader.string(item, "topologyKey", f"{field}.topologyKey"),
+                selector=selector,
+                min_domains=min_domains,
+                honor_node_affinity=policies[0] != "Ignore",
+                honor_node_taints=policies[1] == "Honor",
+            )
+        )
+    return tuple(constraints)
+
+
 def _unsupported_spec_fields(reader: _Reader, spec: Mapping[str, Any]) -> list[str]:
-    fields = []
-    if spec.get("topologySpreadConstraints"):
-        fields.append("spec.topologySpreadConstraints")
+    fields: list[str] = []
     if spec.get("resourceClaims"):
         fields.append("spec.resourceClaims")
     for i, volume in enumerate(reader.sequence(spec, "spec.volumes")):

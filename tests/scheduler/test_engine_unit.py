@@ -207,11 +207,13 @@ def test_allocatable_heartbeat_keeps_cache_but_counts() -> None:
 
 
 def test_pod_with_unsupported_field_is_refused_on_every_node() -> None:
-    obj: dict[str, Any] = pod_obj(topologySpreadConstraints=[{"maxSkew": 1}])
+    spread = {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway"}
+    obj: dict[str, Any] = pod_obj(topologySpreadConstraints=[spread])
     result = Engine(EngineSettings()).schedule(parse_pod(obj), table_of([node_obj("a")]), NOW)
     assert result.node is None and result.feasible == 0
-    assert result.unsupported == ("spec.topologySpreadConstraints",)
-    assert "does not implement spec.topologySpreadConstraints" in result.message
+    field = "spec.topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway"
+    assert result.unsupported == (field,)
+    assert f"does not implement {field}" in result.message
     assert not result.blocked_only_by_interference
 
 

@@ -195,13 +195,13 @@ def test_dry_run_records_decisions_and_touches_nothing() -> None:
 
 
 UNSUPPORTED_SHAPES = {
-    "topology-spread-do-not-schedule": (
+    "topology-spread-schedule-anyway": (
         {
             "topologySpreadConstraints": [
-                {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}
+                {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway"}
             ]
         },
-        "spec.topologySpreadConstraints",
+        "spec.topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway",
     ),
     "required-pod-affinity": (
         {
@@ -289,7 +289,9 @@ def test_pod_with_an_unsupported_field_is_refused_not_placed(
 
 def test_refused_pod_is_placed_once_the_field_is_removed(h: LoopHarness) -> None:
     pod = pod_object("spread", cpu="100m")
-    pod["spec"]["topologySpreadConstraints"] = [{"maxSkew": 1, "topologyKey": "zone"}]
+    pod["spec"]["topologySpreadConstraints"] = [
+        {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway"}
+    ]
     h.cluster.add_pod(pod)
     h.cycle()
     assert h.cluster.node_of("default", "spread") is None

@@ -590,7 +590,14 @@ def test_anti_affinity_terms_on_hostname() -> None:
 @pytest.mark.parametrize(
     ("spec", "field"),
     [
-        ({"topologySpreadConstraints": [{"maxSkew": 1}]}, "spec.topologySpreadConstraints"),
+        (
+            {
+                "topologySpreadConstraints": [
+                    {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway"}
+                ]
+            },
+            "spec.topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway",
+        ),
         (
             {"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{}]}}},
             "spec.affinity.podAffinity",
