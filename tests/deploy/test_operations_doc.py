@@ -32,6 +32,7 @@ from interference.decision import CandidateVerdict, Decision, decision_hash
 from interference.signals import GpuDevice, NodeMetrics, NodeReport, PodMetrics
 from node_agent.publisher import PublisherSettings, RedisPublisher
 from scheduler.adapters.redis_signals import SignalMetrics
+from scheduler.extender import ExtenderMetrics
 from scheduler.metrics import SchedulerMetrics
 from tests.conftest import RedisServer
 from tests.deploy.conftest import DeployedRedis, redis_manifests, referenced_secret_keys
@@ -431,9 +432,13 @@ def test_documented_metrics_are_exported() -> None:
     registry = CollectorRegistry()
     SchedulerMetrics(registry)
     SignalMetrics(registry)
+    ExtenderMetrics(registry)  # extender mode
     exported = {
-        family.name + ("_total" if family.type == "counter" else "")
+        family.name + suffix
         for family in registry.collect()
+        for suffix in {"counter": ("_total",), "histogram": ("", "_bucket", "_count", "_sum")}.get(
+            family.type, ("",)
+        )
     }
     documented = set(re.findall(r"\binterference_scheduler_\w+", DOC.read_text()))
     assert len(documented) >= 5
