@@ -47,10 +47,11 @@ SCORES = {NODE: 72.5, "cpu-node-2": 15.0, "cpu-node-3": 40.25}
 
 NEEDS_CLUSTER = re.compile(
     r"^(kubectl (-n \S+ )?(apply|delete|rollout|logs|get|describe|edit|exec)\b"
-    r"|docker |make (local-)?images\b)"
+    r"|docker |make (local-)?images\b"
+    r"|(KUBEBUILDER_ASSETS=\S+ )?make test\b|\S*python -m pytest -m e2e\b)"
 )
-"""Commands that need a cluster, a registry or a Docker engine (the Install section's are
-run by ``make e2e-cluster``)."""
+"""Commands that need a cluster, a registry, a Docker engine or Kubernetes binaries (the
+Install section's are run by ``make e2e-cluster``, the test commands are the suite)."""
 REDIS_EXEC = re.compile(
     r"^kubectl -n interference-system exec (-i )?deploy/redis -- (redis-cli .*)$"
 )
