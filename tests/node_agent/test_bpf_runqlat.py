@@ -14,8 +14,10 @@ same window, with what it is known to get wrong:
   at most schedstat's plus a per-switch-in allowance, at least schedstat's (less what a
   from-idle switch-in may carry); wait + idle wake-up + on-CPU equal to schedstat's
   wait + on-CPU; and every switch-in counted once, as one or the other.
-- The busy loops are only ever preempted by the tick (the clock is fresh), so their wait
-  and on-CPU time must match within ±2 %, and their CPU is never idle.
+- The busy loops are mostly preempted by the tick (the clock is fresh), so their wait
+  must match within ±2 % (less lost switch-ins, below) and their CPU is never idle. Their
+  on-CPU time by the probe also holds the hard/soft IRQ and steal time of their CPU that
+  fell while a loop was current, which schedstat leaves out: bounded by ``/proc/stat``.
 - A few switch-ins never reach any tracing program: schedstat counts 1–3 more switch-ins
   per ~1,300 than a bare ``sched_switch`` counter does (seen with a six-line BCC program,
   windows closed with every task stopped), and more under heavy load; the kernel also
@@ -93,6 +95,24 @@ def add_samples(into: dict[int, dict[str, float]], sample: Sample) -> float:
     return sample.node.get(BPF_MISSED_EVENTS, 0.0)
 
 
+PROC_STAT_TICK_NS = 1e9 / os.sysconf("SC_CLK_TCK")
+
+
+def not_task_time_ns() -> dict[int, float]:
+    """Per CPU, hard IRQ + soft IRQ + steal time so far (``/proc/stat``), ns.
+
+    schedstat leaves these out of a task's on-CPU time; the probe, timing switch-in to
+    switch-out, includes what fell while the task was current.
+    """
+    times: dict[int, float] = {}
+    for line in Path("/proc/stat").read_text().splitlines():
+        name, *fields = line.split()
+        if name.startswith("cpu") and name != "cpu":
+            irq, softirq, steal = (int(fields[i]) for i in (5, 6, 7))
+            times[int(name[3:])] = (irq + softirq + steal) * PROC_STAT_TICK_NS
+    return times
+
+
 def add_histograms(into: dict[int, list[int]], sample: Sample) -> None:
     for cgid, by_name in sample.histograms_by_cgroup_id.items():
         into[cgid] = hist.add(into.get(cgid, []), by_name.get(HIST_RUNQ_US, []))
@@ -147,6 +167,7 @@ def test_run_queue_wait_matches_schedstat_and_idle_sibling_is_zero(
         with stopped(all_pids):  # window opens between two drains, no wait in flight
             probe.collect()  # discard everything before it
             before_busy, before_idle = schedstat_totals(busy_pids), schedstat_totals([idle.pid])
+            before_cpu = not_task_time_ns()
         measured: dict[int, dict[str, float]] = {}
         missed = 0.0
         histograms: dict[int, list[int]] = {}
@@ -158,6 +179,7 @@ def test_run_queue_wait_matches_schedstat_and_idle_sibling_is_zero(
             add_histograms(histograms, sample)
         with stopped(all_pids):  # window closes: every wait schedstat saw has been filed
             after_busy, after_idle = schedstat_totals(busy_pids), schedstat_totals([idle.pid])
+            after_cpu = not_task_time_ns()
             last = probe.collect()
         missed += add_samples(measured, last)
         add_histograms(histograms, last)
@@ -167,7 +189,9 @@ def test_run_queue_wait_matches_schedstat_and_idle_sibling_is_zero(
     histogram = histograms.get(busy_id, [])
     # Three loops sharing one CPU each wait about 2/3 of the time.
     assert busy_truth.run_delay_ns > WINDOW_S * 1e9, f"loops did not contend: {busy_truth}"
-    assert busy_row.get(IDLE_WAKEUP_COUNT, 0) == 0, "a CPU with three runnable loops went idle"
+    # Only the first loop to resume after the opening SIGCONT can find its CPU idle.
+    assert busy_row.get(IDLE_WAKEUP_COUNT, 0) <= 1, "a CPU with three runnable loops went idle"
+    busy_cpu_other = after_cpu[busy_cpu] - before_cpu[busy_cpu] + 3 * PROC_STAT_TICK_NS
     busy_lost = lost_switch_ins(busy_row[RUNQ_COUNT], busy_truth, missed, tasks=3)
     print(
         f"busy: {busy_row[RUNQ_COUNT]:.0f} switch-ins vs schedstat {busy_truth.timeslices}; "
@@ -177,7 +201,9 @@ def test_run_queue_wait_matches_schedstat_and_idle_sibling_is_zero(
     assert busy_row[RUNQ_NS] >= (
         busy_truth.run_delay_ns * 0.98 - busy_lost * longest_wait_ns(histogram)
     )
-    assert busy_row[ONCPU_NS] == pytest.approx(busy_truth.on_cpu_ns, rel=0.02)
+    # On-CPU by the probe also holds the IRQ and steal time spent while a loop was current.
+    assert busy_truth.on_cpu_ns * 0.98 <= busy_row[ONCPU_NS]
+    assert busy_row[ONCPU_NS] <= busy_truth.on_cpu_ns * 1.02 + busy_cpu_other
 
     # The histogram holds exactly the counted waits, each in its log2 µs slot.
     assert hist.total(histogram) == busy_row[RUNQ_COUNT] > 0
@@ -202,7 +228,9 @@ def test_run_queue_wait_matches_schedstat_and_idle_sibling_is_zero(
     assert waits + idle_wakeups >= idle_truth.run_delay_ns * 0.98 - 2e6 - lost_wait
     # Time is conserved: what schedstat misses as wait it counts as on-CPU.
     assert waits + idle_wakeups + idle_row.get(ONCPU_NS, 0.0) == pytest.approx(
-        idle_truth.run_delay_ns + idle_truth.on_cpu_ns, rel=0.05, abs=2e6 + lost_wait
+        idle_truth.run_delay_ns + idle_truth.on_cpu_ns,
+        rel=0.05,
+        abs=2e6 + lost_wait + after_cpu[idle_cpu] - before_cpu[idle_cpu],
     )
     assert set(measured) <= {busy_id, idle_id, kernel_cgroup_id(str(tree))}
 
