@@ -39,6 +39,7 @@ import dataclasses
 import difflib
 import logging
 import os
+import re
 import threading
 import types
 import typing
@@ -48,6 +49,7 @@ from typing import Any, Literal, get_args, get_origin
 
 import yaml
 
+from interference.strict import SettingError, parse_bool
 from scheduler.adapters.kubernetes import KubernetesSettings
 from scheduler.adapters.redis_signals import RedisSettings
 from scheduler.http import HttpSettings
@@ -59,6 +61,22 @@ log = logging.getLogger(__name__)
 
 LIVE_SECTIONS = ("engine", "loop")
 """Sections a reload applies without a restart."""
+
+
+class StrictBoolLoader(yaml.SafeLoader):
+    """YAML's safe loader with booleans limited to true/false and yes/no (any case):
+    YAML 1.1's ``on``/``off`` stay strings, so ``dry_run: on`` is an error, not True."""
+
+
+StrictBoolLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+StrictBoolLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool",
+    re.compile(r"^(?:true|True|TRUE|false|False|FALSE|yes|Yes|YES|no|No|NO)$"),
+    list("tTfFyYnN"),
+)
 
 
 class ConfigError(ValueError):
@@ -102,7 +120,7 @@ def load_config(path: str) -> SchedulerConfig:
     """Read and validate a config file; :class:`ConfigError` says what to fix."""
     try:
         with open(path, encoding="utf-8") as handle:
-            document = yaml.safe_load(handle)
+            document = yaml.load(handle, Loader=StrictBoolLoader)  # a SafeLoader
     except OSError as exc:
         raise ConfigError(path, [f"cannot read the file: {exc.strerror or exc}"]) from exc
     except UnicodeDecodeError:
@@ -175,7 +193,14 @@ def _convert(hint: Any, value: Any, path: str, problems: list[str]) -> Any:
     if hint is bool:
         if isinstance(value, bool):
             return value
-        problems.append(f"{path}: must be true or false, got {value!r}")
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        if isinstance(value, str):
+            try:
+                return parse_bool(path, value)
+            except SettingError:
+                pass
+        problems.append(f"{path}: must be true or false (or yes/no, 1/0), got {value!r}")
         return _INVALID
     if hint is int:
         if isinstance(value, int) and not isinstance(value, bool):
