@@ -181,6 +181,7 @@ class ExtenderProcess:
                 leading=lambda: True,  # every extender replica answers
                 heartbeats=(self.signal_heartbeat,),
                 threads=(informers, signals),
+                role=lambda: "extender",
             ),
             post_routes=self.extender.routes(),
         )

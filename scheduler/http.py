@@ -99,6 +99,9 @@ class Status:
     heartbeats: tuple[Heartbeat, ...] = ()
     threads: tuple[threading.Thread, ...] = ()
     """Threads that must run for the whole life of the process (a dead one is unhealthy)."""
+    role: Callable[[], str] | None = None
+    """What ``/readyz`` names this replica; ``None``: ``leader`` or ``follower`` from
+    :attr:`leading` (extender mode, where every replica answers, says ``extender``)."""
 
 
 class _Server(ThreadingHTTPServer):
@@ -152,7 +155,10 @@ class HealthServer:
         return 200, "ok\n"
 
     def readyz(self) -> tuple[int, str]:
-        role = "leader" if self._status.leading() else "follower"
+        if self._status.role is not None:
+            role = self._status.role()
+        else:
+            role = "leader" if self._status.leading() else "follower"
         missing = []
         if not self._status.synced():
             missing.append("cluster cache not synced yet (listing nodes and pods)")

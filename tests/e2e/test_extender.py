@@ -223,6 +223,8 @@ def setup(
     kube_scheduler: subprocess.Popen[bytes] | None = None
     try:
         _wait_http(f"http://127.0.0.1:{port}/readyz", "the extender to list nodes and pods")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as answer:
+            assert answer.read() == b"ok (extender)\n"  # every replica answers, none leads
         scheduler_port = free_port()
         identity = _kube_scheduler_identity(control_plane, kube, workdir)
         scheduler_config = _kube_scheduler_config(identity, port, workdir / "kube-scheduler.yaml")

@@ -10,11 +10,13 @@ import socket
 import struct
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
 
+from scheduler import cli
 from scheduler.cache import ClusterCache
 from scheduler.extender import (
     MAX_EXTENDER_PRIORITY,
@@ -390,3 +392,33 @@ def test_a_client_resetting_a_kept_alive_connection_is_no_error(
         server.stop()
     assert "Traceback" not in capfd.readouterr().err
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+@pytest.mark.parametrize(
+    ("argv", "config", "message"),
+    [
+        (["extender", "--bogus"], None, "unrecognized arguments: --bogus"),
+        (["extender", "--config"], None, "expected one argument"),
+        (["extender"], "engine: {weights: {interference: lots}}", "invalid configuration"),
+    ],
+    ids=["unknown-flag", "missing-value", "bad-config"],
+)
+def test_extender_subcommand_refuses_bad_input_in_one_line(
+    argv: list[str],
+    config: str | None,
+    message: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    if config is not None:
+        path = tmp_path / "scheduler.yaml"
+        path.write_text(config)
+        argv = [*argv, "--config", str(path)]
+    try:
+        status = cli.main(argv)
+    except SystemExit as exc:
+        status = int(exc.code or 0)
+    assert status == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err and "Traceback" not in err
+    assert err.startswith("interference-scheduler extender")
