@@ -136,6 +136,8 @@ class ControlPlane:
     etcd_proc: subprocess.Popen[bytes] | None = None
     apiserver_proc: subprocess.Popen[bytes] | None = None
     started_pids: list[int] = field(default_factory=list)
+    apiserver_args: list[str] = field(default_factory=list)
+    """Extra kube-apiserver flags."""
     ready_at: float = 0.0
     """Unix time the apiserver last answered /readyz with ok."""
 
@@ -227,6 +229,7 @@ class ControlPlane:
                 "--allow-privileged=true",
                 "--disable-admission-plugins=ServiceAccount",
                 "--v=0",
+                *self.apiserver_args,
             ],
             "kube-apiserver.log",
         )

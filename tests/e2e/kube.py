@@ -108,6 +108,7 @@ class Kube:
     def create_pod(
         self, namespace: str, name: str, scheduler: str, cpu: str = "100m",
         node_selector: dict[str, str] | None = None, node_name: str = "",
+        annotations: dict[str, str] | None = None,
     ) -> Obj:  # fmt: skip
         spec: Obj = {
             "schedulerName": scheduler,
@@ -118,7 +119,8 @@ class Kube:
             spec["nodeSelector"] = node_selector
         if node_name:
             spec["nodeName"] = node_name
-        body = {"metadata": {"name": name, "namespace": namespace}, "spec": spec}
+        metadata = {"name": name, "namespace": namespace, "annotations": annotations or {}}
+        body = {"metadata": metadata, "spec": spec}
         pod: Obj = self.request("POST", f"/api/v1/namespaces/{namespace}/pods", body)
         return pod
 
