@@ -3,13 +3,21 @@
 Stream entries carry the whole report as msgpack; hashes carry decimal strings so a
 person can read them with ``redis-cli HGETALL``. Every decoder raises
 :class:`PayloadError` (and nothing else) for input it cannot trust.
+
+Versions: schema 2 (current) carries ``measured`` (the signal families measured),
+``windows`` and ``interference_index``. Schema 1 reports (``score``, no ``measured``)
+still decode: ``score`` becomes ``interference_index`` and ``measured`` is ``("runq",)``
+when the report's ``runq_us`` histogram holds samples, else empty — an agent whose
+run-queue probes failed publishes an empty histogram, so it decodes as degraded instead
+of quiet. Hashes follow the same rule (``measured`` field, else ``hist_runq_us``), and
+still carry ``score`` (equal to ``interference_index``) for readers of schema 1.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import msgpack
@@ -17,10 +25,12 @@ import msgpack
 from interference import hist
 from interference.signals import (
     SCHEMA_VERSION,
+    SIGNAL_FAMILIES,
     GpuDevice,
     NodeMetrics,
     NodeReport,
     PodMetrics,
+    WindowMetrics,
 )
 
 
@@ -33,6 +43,23 @@ _POD_FLOAT_FIELDS = tuple(
     f.name for f in fields(PodMetrics) if f.name not in ("namespace", "name", "uid", "qos")
 )
 _GPU_FIELDS = tuple(f.name for f in fields(GpuDevice))
+_WINDOW_FIELDS = tuple(f.name for f in fields(WindowMetrics))
+SUPPORTED_VERSIONS = (1, SCHEMA_VERSION)
+"""Report schema versions :func:`decode_report` accepts."""
+LEGACY_SCORE_FIELD = "score"
+"""Schema 1 name of ``interference_index`` (still written to hashes for old readers)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeHashSignals:
+    """What an ``intf:node:*`` hash says about a node."""
+
+    metrics: NodeMetrics
+    updated_at: float
+    interval_s: float | None
+    """None when the hash does not carry it."""
+    measured: tuple[str, ...]
+    windows: dict[str, WindowMetrics] = field(default_factory=dict)
 
 
 def encode_report(report: NodeReport) -> bytes:
@@ -51,17 +78,30 @@ def decode_report(payload: bytes) -> NodeReport:
     if not isinstance(body, dict):
         raise PayloadError(f"NodeReport must be a map, got {type(body).__name__}")
     version = body.get("v")
-    if version != SCHEMA_VERSION:
+    if version not in SUPPORTED_VERSIONS or isinstance(version, bool):
         raise PayloadError(
-            f"NodeReport schema version {version!r} is not supported (expected {SCHEMA_VERSION});"
-            " run the same release of agent and scheduler"
+            f"NodeReport schema version {version!r} is not supported (this release reads "
+            f"{', '.join(map(str, SUPPORTED_VERSIONS))}); run the same release of agent and "
+            "scheduler"
         )
     try:
-        metrics = NodeMetrics(**_floats(_mapping(body["metrics"], "metrics"), _NODE_METRIC_FIELDS))
+        raw_metrics = dict(_mapping(body["metrics"], "metrics"))
+        if version == 1 and LEGACY_SCORE_FIELD in raw_metrics:
+            raw_metrics["interference_index"] = raw_metrics.pop(LEGACY_SCORE_FIELD)
+        metrics = NodeMetrics(**_floats(raw_metrics, _NODE_METRIC_FIELDS))
         histograms = {
             str(name): [int(c) for c in _list(buckets, f"histograms.{name}")]
             for name, buckets in _mapping(body.get("histograms", {}), "histograms").items()
         }
+        if version == 1:
+            measured = _legacy_measured(histograms.get("runq_us", []))
+            windows: dict[str, WindowMetrics] = {}
+        else:
+            measured = _families(_list(body["measured"], "measured"))
+            windows = {
+                str(name): _window(_mapping(w, f"windows.{name}"))
+                for name, w in _mapping(body.get("windows", {}), "windows").items()
+            }
         pods = [_pod(_mapping(p, "pods[]")) for p in _list(body.get("pods", []), "pods")]
         gpus = [_gpu(_mapping(g, "gpus[]")) for g in _list(body.get("gpus", []), "gpus")]
         disabled = {
@@ -77,6 +117,8 @@ def decode_report(payload: bytes) -> NodeReport:
             pods=pods,
             gpus=gpus,
             disabled_probes=disabled,
+            measured=measured,
+            windows=windows,
         )
     except PayloadError:
         raise
@@ -85,9 +127,17 @@ def decode_report(payload: bytes) -> NodeReport:
 
 
 def node_hash(report: NodeReport) -> dict[str, str]:
-    """Fields of ``intf:node:{node}``: every NodeMetrics field plus ``updated_at``,
-    ``interval_s``, ``pods`` (count) and ``gpus`` (count), as decimal strings."""
+    """Fields of ``intf:node:{node}``: every NodeMetrics field (and ``score``, the schema 1
+    name of the index), ``v``, ``measured`` (comma-separated families), ``updated_at``,
+    ``interval_s``, ``pods`` (count), ``gpus`` (count), ``hist_*`` and one
+    ``{window}.{field}`` per windowed signal (``60s.runq_p99_us``), as decimal strings."""
     out = {name: _fmt(getattr(report.metrics, name)) for name in _NODE_METRIC_FIELDS}
+    out[LEGACY_SCORE_FIELD] = out["interference_index"]
+    out["v"] = str(SCHEMA_VERSION)
+    out["measured"] = ",".join(sorted(report.measured))
+    for window_name, window in report.windows.items():
+        for name in _WINDOW_FIELDS:
+            out[f"{window_name}.{name}"] = _fmt(getattr(window, name))
     out["updated_at"] = _fmt(report.ts)
     out["interval_s"] = _fmt(report.interval_s)
     out["pods"] = str(len(report.pods))
@@ -101,14 +151,35 @@ def node_hash(report: NodeReport) -> dict[str, str]:
 
 def parse_node_hash(raw: Mapping[Any, Any]) -> tuple[NodeMetrics, float]:
     """NodeMetrics and ``updated_at`` from an ``intf:node:*`` hash (bytes or str keys)."""
+    signals = parse_node_signals(raw)
+    return signals.metrics, signals.updated_at
+
+
+def parse_node_signals(raw: Mapping[Any, Any]) -> NodeHashSignals:
+    """Everything an ``intf:node:*`` hash holds about the node's signals (module docstring
+    for schema 1 hashes)."""
     data = decoded_hash(raw)
     if not data:
         raise PayloadError("node hash is empty")
+    if "interference_index" not in data and LEGACY_SCORE_FIELD in data:
+        data["interference_index"] = data[LEGACY_SCORE_FIELD]
     try:
         metrics = NodeMetrics(**{n: _float(data[n], n) for n in _NODE_METRIC_FIELDS if n in data})
-        return metrics, _float(data["updated_at"], "updated_at")
+        updated_at = _float(data["updated_at"], "updated_at")
     except KeyError as exc:
         raise PayloadError(f"node hash lacks field {exc.args[0]!r}") from exc
+    interval = _float(data["interval_s"], "interval_s") if "interval_s" in data else None
+    if "measured" in data:
+        measured = _families([f for f in data["measured"].split(",") if f])
+    else:
+        measured = _legacy_measured(parse_histogram_field(data.get("hist_runq_us", "")))
+    by_window: dict[str, dict[str, float]] = {}
+    for key, value in data.items():
+        window, dot, name = key.partition(".")
+        if dot and name in _WINDOW_FIELDS:
+            by_window.setdefault(window, {})[name] = _float(value, key)
+    parsed = {name: _window(values) for name, values in by_window.items()}
+    return NodeHashSignals(metrics, updated_at, interval, measured, parsed)
 
 
 def parse_histogram_field(value: str) -> list[int]:
@@ -233,6 +304,34 @@ def _list(value: Any, name: str) -> list[Any]:
     if not isinstance(value, list | tuple):
         raise PayloadError(f"{name} must be a list, got {type(value).__name__}")
     return list(value)
+
+
+def _families(names: list[Any]) -> tuple[str, ...]:
+    out = set()
+    for name in names:
+        if not isinstance(name, str) or name not in SIGNAL_FAMILIES:
+            raise PayloadError(
+                f"measured: unknown signal family {name!r} (known: {', '.join(SIGNAL_FAMILIES)})"
+            )
+        out.add(name)
+    return tuple(sorted(out))
+
+
+def _legacy_measured(runq_buckets: list[int]) -> tuple[str, ...]:
+    """``measured`` of a schema 1 report: run-queue counts as measured only when its
+    histogram holds samples."""
+    return ("runq",) if hist.total(runq_buckets) > 0 else ()
+
+
+def _window(data: Mapping[str, Any]) -> WindowMetrics:
+    unknown = set(data) - set(_WINDOW_FIELDS)
+    if unknown:
+        raise PayloadError(f"unknown window fields {sorted(unknown)}")
+    if "span_s" not in data:
+        raise PayloadError("window lacks span_s")
+    values = {n: _float(data[n], n) for n in _WINDOW_FIELDS if n in data}
+    intervals = int(values.pop("intervals", 0))
+    return WindowMetrics(intervals=intervals, **values)
 
 
 def _pod(data: Mapping[str, Any]) -> PodMetrics:

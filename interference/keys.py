@@ -6,10 +6,14 @@ instead of lying; the sorted sets are pruned by readers using ``NODES_UPDATED``.
 
 from __future__ import annotations
 
+from interference import freshness
+
 PREFIX = "intf:"
 
 NODES_BY_SCORE = "intf:nodes"
-"""Sorted set: member = node name, score = the node's interference score (0–100)."""
+"""Sorted set: member = node name, score = the node's interference index (0–100). Members
+whose ``intf:node:{node}`` hash expired are removed by the agents' sweep and by readers
+(:mod:`interference.freshness`); an agent removes itself on clean shutdown."""
 
 NODES_UPDATED = "intf:nodes:updated"
 """Sorted set: member = node name, score = unix time of the node's latest report."""
@@ -58,5 +62,6 @@ def node_from_key(key: str) -> str:
 
 
 def ttl_seconds(interval_s: float) -> int:
-    """TTL of every hash: 3 × the report interval, at least 5 s."""
-    return max(5, round(3 * interval_s))
+    """TTL of every hash: :func:`interference.freshness.ttl_seconds` (3 × the report
+    interval, at least 5 s — the same age after which a report is stale)."""
+    return freshness.ttl_seconds(interval_s)

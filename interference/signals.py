@@ -3,14 +3,38 @@
 Units are part of every field name. A ``NodeReport`` is what an agent publishes once
 per interval; the codec in :mod:`interference.codec` turns it into msgpack for the
 stream and into decimal-string hashes for ``redis-cli``.
+
+A report says which signal families it actually measured (``measured``); a metric of a
+family that was not measured reads 0 but means "unknown", never "quiet". Families:
+
+- ``runq``: run-queue delay (``runqlat`` BPF probe, else ``taskstats``) — the core family;
+- ``reclaim``: reclaim stall (``reclaim`` BPF probe, else ``taskstats``);
+- ``throttle``: CFS quota throttling (``cpu_throttle``);
+- ``psi``: pressure stall information (``psi``);
+- ``net``: network drops (``network``);
+- ``memory_events``: ``memory.events`` high/max/oom (``memory_events``).
+
+A report lacking a family of :data:`CORE_FAMILIES` is *degraded*: the scheduler treats
+it exactly like a stale one (see :mod:`interference.freshness`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-SCHEMA_VERSION = 1
-"""Version of the msgpack NodeReport; bump on an incompatible change."""
+SCHEMA_VERSION = 2
+"""Version of the msgpack NodeReport; bump on an incompatible change. Version 2 renamed
+``score`` to ``interference_index`` and added ``measured`` and ``windows``; version 1
+reports are still decoded (see :func:`interference.codec.decode_report`)."""
+
+SIGNAL_FAMILIES = ("runq", "reclaim", "throttle", "psi", "net", "memory_events")
+"""Every family a report can list in ``measured``."""
+
+CORE_FAMILIES = frozenset({"runq"})
+"""Families without which a report is degraded (treated as stale)."""
+
+WINDOWS_S = (10, 60)
+"""Spans (s) of the windowed signals the agent publishes beside each interval's."""
 
 SYSTEM_POD = "system"
 """Pseudo-pod that collects every cgroup not belonging to a Kubernetes pod."""
@@ -40,8 +64,8 @@ class NodeMetrics:
     """Percent of the interval in which all non-idle tasks stalled on memory."""
     net_drops_per_s: float = 0.0
     """Packets dropped per second on all interfaces and qdiscs."""
-    score: float = 0.0
-    """Interference index 0–100 from :func:`interference.score.interference_score`."""
+    interference_index: float = 0.0
+    """0 (quiet) – 100 (saturated), from :func:`interference.score.interference_index`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +107,40 @@ class GpuDevice:
 
 
 @dataclass(frozen=True, slots=True)
+class WindowMetrics:
+    """A node's signals over the last ``span_s`` seconds: the intervals in it merged.
+
+    ``runq_p99_us`` is the p99 of the window's merged log2 histogram (every wake-up of the
+    window, not a percentile of per-second p99s); ``*_mean``/``*_max``/``*_stddev`` are
+    the mean, maximum and population standard deviation of the per-interval values.
+    ``index_*`` describe the per-interval interference index; the scheduler's risk term
+    is ``index_mean + k · index_stddev``. Burstiness: ``*_stddev`` and
+    ``runq_wait_ratio_max / runq_wait_ratio_mean`` (peak-to-mean).
+    """
+
+    span_s: float
+    """Nominal length of the window, s."""
+    covered_s: float = 0.0
+    """Seconds of intervals the window actually holds (less while the agent warms up)."""
+    intervals: int = 0
+    runq_p99_us: float = 0.0
+    runq_wait_ratio_mean: float = 0.0
+    runq_wait_ratio_max: float = 0.0
+    runq_wait_ratio_stddev: float = 0.0
+    reclaim_stall_ms_per_s_mean: float = 0.0
+    reclaim_stall_ms_per_s_max: float = 0.0
+    reclaim_stall_ms_per_s_stddev: float = 0.0
+    index_mean: float = 0.0
+    index_max: float = 0.0
+    index_stddev: float = 0.0
+
+
+def window_name(span_s: float) -> str:
+    """Key of a window in ``NodeReport.windows`` and in the hash: ``10s``, ``60s``."""
+    return f"{span_s:g}s"
+
+
+@dataclass(frozen=True, slots=True)
 class NodeReport:
     """Everything one agent measured on one node in one interval."""
 
@@ -97,4 +155,8 @@ class NodeReport:
     gpus: list[GpuDevice] = field(default_factory=list)
     disabled_probes: dict[str, str] = field(default_factory=dict)
     """Probes that could not run on this node, with the reason."""
+    measured: tuple[str, ...] = ()
+    """Signal families measured this interval (sorted names from :data:`SIGNAL_FAMILIES`)."""
+    windows: dict[str, WindowMetrics] = field(default_factory=dict)
+    """Windowed signals by :func:`window_name` (``10s``, ``60s``)."""
     v: int = SCHEMA_VERSION

@@ -301,7 +301,7 @@ def _signals_line(store: Store, nodes: list[str]) -> str:
             continue
         m = row.metrics
         parts.append(
-            f"{node}: score {m.score:4.1f} runq p99 {m.runq_p99_us / 1000:6.1f} ms "
+            f"{node}: index {m.interference_index:4.1f} runq p99 {m.runq_p99_us / 1000:6.1f} ms "
             f"wait {m.runq_wait_ratio:4.2f}"
         )
     return time.strftime("%H:%M:%S ") + " | ".join(parts)

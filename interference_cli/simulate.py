@@ -414,7 +414,14 @@ def _node(name: str, allocatable: Mapping[str, Mapping[str, str]]) -> dict[str, 
 
 
 def _signals(report: NodeReport) -> NodeSignals:
-    return NodeSignals(metrics=report.metrics, updated_at=report.ts, gpus=tuple(report.gpus))
+    return NodeSignals(
+        metrics=report.metrics,
+        updated_at=report.ts,
+        gpus=tuple(report.gpus),
+        interval_s=report.interval_s,
+        measured=report.measured,
+        windows=report.windows,
+    )
 
 
 # ---- command -----------------------------------------------------------------------------

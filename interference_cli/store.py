@@ -14,12 +14,12 @@ from typing import Any, TypeVar
 
 import redis
 
-from interference import keys
+from interference import freshness, keys
 from interference.codec import (
     PayloadError,
     decoded_hash,
     parse_histogram_field,
-    parse_node_hash,
+    parse_node_signals,
     parse_pod_hash,
 )
 from interference.decision import Decision, parse_decision_hash
@@ -46,7 +46,17 @@ class NodeRow:
     """Unix time of the node's latest report (0 when unknown)."""
     interval_s: float
     pod_count: int
-    stale: bool
+    state: str
+    """``ok``, ``stale`` (no report within the freshness window, or its hash expired) or
+    ``degraded`` (fresh, but a core signal family was not measured: the scheduler treats
+    it as stale), from :func:`interference.freshness.node_state`."""
+    measured: tuple[str, ...] = ()
+    """Signal families the latest report measured."""
+
+    @property
+    def stale(self) -> bool:
+        """The scheduler does not act on this node's signals (stale or degraded)."""
+        return self.state != "ok"
 
     def age_s(self, now: float) -> float:
         """Seconds since the node's latest report."""
@@ -72,12 +82,8 @@ class NodeDetail:
 
 
 def is_stale(updated_at: float, interval_s: float, now: float) -> bool:
-    """A node is stale once its latest report is older than the hash TTL.
-
-    ``stale ⇔ now − updated_at > ttl_seconds(interval_s)`` (3 × interval, at least 5 s):
-    past that point the agent's hashes have expired and only the sorted sets remember it.
-    """
-    return now - updated_at > keys.ttl_seconds(interval_s)
+    """The one freshness rule, :func:`interference.freshness.is_fresh`, negated."""
+    return not freshness.is_fresh(updated_at, interval_s, now)
 
 
 class Store:
@@ -150,7 +156,9 @@ class Store:
             ) from exc
 
     def node_rows(self, now: float | None = None) -> list[NodeRow]:
-        """Every known node, highest interference score first; stale ones last.
+        """Every known node, highest interference index first; degraded, then stale ones
+        last. Members of the node sorted sets whose hash has expired more than a freshness
+        window ago (an agent that died; the agents' sweep removes them) are left out.
 
         Raises :class:`CliError` when no agent has ever published to this Redis.
         """
@@ -175,8 +183,16 @@ class Store:
         rows = [
             self._node_row(name, raw, updated_at.get(name, 0.0), now)
             for name, raw in zip(names, hashes, strict=True)
+            if raw or now - updated_at.get(name, 0.0) <= 2 * freshness.MIN_STALE_AFTER_S
         ]
-        rows.sort(key=lambda r: (r.stale, -(r.metrics.score if r.metrics else 0.0), r.node))
+        order = {"ok": 0, "degraded": 1, "stale": 2}
+        rows.sort(
+            key=lambda r: (
+                order[r.state],
+                -(r.metrics.interference_index if r.metrics else 0.0),
+                r.node,
+            )
+        )
         return rows
 
     def node_detail(self, node: str, now: float | None = None) -> NodeDetail:
@@ -293,21 +309,22 @@ class Store:
         self, node: str, raw: dict[bytes, bytes], updated_at: float, now: float
     ) -> NodeRow:
         if not raw:
-            return NodeRow(node, None, updated_at, 0.0, 0, stale=True)
+            return NodeRow(node, None, updated_at, 0.0, 0, state="stale")
         try:
-            metrics, hash_updated_at = parse_node_hash(raw)
-            data = decoded_hash(raw)
-            interval_s = float(data.get("interval_s", "1"))
-            pod_count = int(data.get("pods", "0"))
+            parsed = parse_node_signals(raw)
+            interval_s = parsed.interval_s if parsed.interval_s is not None else 1.0
+            pod_count = int(decoded_hash(raw).get("pods", "0"))
         except (PayloadError, ValueError) as exc:
             raise CliError(f"node hash {keys.node_key(node)} is malformed: {exc}") from exc
+        state = freshness.node_state(parsed.updated_at, interval_s, parsed.measured, now)
         return NodeRow(
             node,
-            metrics,
-            hash_updated_at,
+            parsed.metrics,
+            parsed.updated_at,
             interval_s,
             pod_count,
-            stale=is_stale(hash_updated_at, interval_s, now),
+            state=state,
+            measured=parsed.measured,
         )
 
 

@@ -20,23 +20,24 @@ TOP_PODS = 5
 
 
 def top_table(rows: Sequence[NodeRow], now: float, source: str) -> Table:
-    """Nodes ranked by interference score with the key metrics; stale nodes marked."""
+    """Nodes ranked by interference index (0 quiet – 100 saturated) with the key metrics;
+    ``degraded`` (a core signal family not measured) and ``stale`` nodes marked."""
     table = Table(title=f"interference by node — {source}", title_justify="left")
-    for name in ("node", "score", "runq p99 µs", "wait ratio", "reclaim ms/s"):
+    for name in ("node", "index", "runq p99 µs", "wait ratio", "reclaim ms/s"):
         table.add_column(name, justify="left" if name == "node" else "right")
     for name in ("throttled ms/s", "psi cpu %", "psi mem %", "pods", "age s", "state"):
         table.add_column(name, justify="right" if name != "state" else "left")
     for row in rows:
         age = row.age_s(now)
         age_text = "—" if age == float("inf") else f"{age:.1f}"
-        state = Text("stale", style="bold red") if row.stale else Text("ok", style="green")
+        state = Text(row.state, style=_STATE_STYLES.get(row.state, "bold red"))
         m = row.metrics
         if m is None:
             table.add_row(row.node, *["—"] * 8, age_text, Text("stale (expired)", style="red"))
             continue
         table.add_row(
             row.node,
-            Text(f"{m.score:.1f}", style=_score_style(m.score)),
+            Text(f"{m.interference_index:.1f}", style=_score_style(m.interference_index)),
             f"{m.runq_p99_us:.0f}",
             f"{m.runq_wait_ratio:.3f}",
             f"{m.reclaim_stall_ms_per_s:.2f}",
@@ -54,7 +55,7 @@ def node_view(detail: NodeDetail, now: float) -> RenderableType:
     """A node's metrics, its histograms as bars, and its top victim and antagonist pods."""
     row = detail.row
     assert row.metrics is not None  # node_detail raises for expired nodes
-    state = "STALE" if row.stale else "ok"
+    state = row.state.upper() if row.stale else "ok"
     metrics = Table(
         title=f"node {row.node} — {state}, report {row.age_s(now):.1f} s old, "
         f"interval {row.interval_s:g} s, {row.pod_count} pods",
@@ -66,6 +67,7 @@ def node_view(detail: NodeDetail, now: float) -> RenderableType:
     for name in type(row.metrics).__dataclass_fields__:
         metrics.add_row(name, f"{getattr(row.metrics, name):g}")
     parts: list[RenderableType] = [metrics]
+    parts.append(Text(f"measured: {', '.join(row.measured) or 'nothing'}"))
     if detail.disabled_probes:
         parts.append(Text(f"disabled probes: {detail.disabled_probes}", style="yellow"))
     for name, buckets in detail.histograms.items():
@@ -192,6 +194,9 @@ def _score_cell(candidate: CandidateVerdict, plugin: str) -> str:
     score = candidate.scores[plugin]
     weight = candidate.weights.get(plugin)
     return f"{score:.1f}" if weight is None else f"{score:.1f} → {weight * score:.1f}"
+
+
+_STATE_STYLES = {"ok": "green", "degraded": "bold yellow", "stale": "bold red"}
 
 
 def _score_style(score: float) -> str:

@@ -3,6 +3,14 @@
 Probes that cannot run on this host are logged once with their reason and left out
 (degraded mode); when the BPF probes cannot load, taskstats delay accounting stands in
 for them. Nothing a probe, the API server or Redis does ends the loop.
+
+Failing closed: every report lists the signal families its probes actually delivered
+(``measured``; a probe whose collect failed delivers nothing), and ``/readyz`` answers 503
+while no probe of a core family (:data:`interference.signals.CORE_FAMILIES`: run-queue,
+i.e. ``runqlat`` or ``taskstats``) runs or delivered in the latest interval, and after
+``AgentSettings.unready_after_publish_failures`` consecutive reports could not be
+published (default 3). On a clean shutdown the agent removes its node from the store
+(:meth:`ReportSink.withdraw`).
 """
 
 from __future__ import annotations
@@ -15,8 +23,9 @@ from typing import Protocol
 import yaml
 from prometheus_client import CollectorRegistry
 
+from interference.freshness import missing_core
 from interference.signals import GpuDevice, NodeReport
-from node_agent.aggregate import aggregate, resolve_owners
+from node_agent.aggregate import aggregate, measured_families, resolve_owners
 from node_agent.attribution import Attributor
 from node_agent.gpu import GpuInventory
 from node_agent.health import AgentMetrics, liveness_problem
@@ -41,6 +50,10 @@ class ReportSink(Protocol):
 
     def publish(self, report: NodeReport) -> bool:
         """Deliver one report; False when it was dropped. Must not raise."""
+
+    def withdraw(self, node: str) -> bool:
+        """Remove ``node``'s data from the store (clean shutdown); False when that failed.
+        Must not raise."""
 
     def close(self) -> None:
         """Release connections."""
@@ -75,6 +88,10 @@ class Agent:
         self._last_collect = 0.0
         self._loop_started: float | None = None
         self._last_measured: float | None = None
+        self._last_measured_families: tuple[str, ...] = ()
+        self._started = False
+        self.consecutive_publish_failures = 0
+        """Reports dropped in a row by the sink (0 after any successful publish)."""
         self.disabled_probes: dict[str, str] = {}
         """Probes that could not start, with the reason (published in every report)."""
 
@@ -114,6 +131,7 @@ class Agent:
         else:
             log.info("running probes: %s", ", ".join(self.running_probes) or "none")
         self.metrics.set_probes(self.running_probes, self.disabled_probes)
+        self._started = True
         if self._gpu_inventory is not None:
             self._gpu_inventory.start()
         self._last_collect = time.monotonic()
@@ -125,19 +143,54 @@ class Agent:
         )
 
     def readiness_problem(self) -> str:
-        """Why ``/readyz`` fails ("" once the first report was measured)."""
-        return "" if self._last_measured is not None else "no report measured yet"
+        """Why ``/readyz`` fails, "" when ready: a report was measured, it holds every core
+        family, no core probe is missing, and fewer than
+        ``settings.unready_after_publish_failures`` publishes failed in a row."""
+        if not self._started:
+            return "no report measured yet"
+        running_core = missing_core(measured_families(self.running_probes))
+        if running_core:
+            disabled = ", ".join(f"{n}: {why}" for n, why in sorted(self.disabled_probes.items()))
+            return (
+                f"no probe measures the core signal famil{'ies' if len(running_core) > 1 else 'y'}"
+                f" {', '.join(running_core)} (run runqlat, or taskstats without BPF)"
+                + (f"; disabled: {disabled}" if disabled else "")
+            )
+        if self._last_measured is None:
+            return "no report measured yet"
+        missed = missing_core(self._last_measured_families)
+        if missed:
+            return (
+                f"the latest report lacks the core signal family {', '.join(missed)}: its "
+                "probe failed to collect (see the log)"
+            )
+        limit = self.settings.unready_after_publish_failures
+        if self.consecutive_publish_failures >= limit:
+            return (
+                f"the last {self.consecutive_publish_failures} reports could not be published "
+                f"(limit {limit}); see the log for why Redis refused or could not be reached"
+            )
+        return ""
 
     def measure(self) -> NodeReport:
         """Collect every probe and build the report for the time since the last call."""
         samples: dict[str, base.Sample] = {}
         for probe in self._probes:
-            samples[probe.name] = self._collect(probe)
+            sample = self._collect(probe)
+            if sample is not None:  # a failed collect measured nothing: leave it out
+                samples[probe.name] = sample
         now = time.monotonic()
         interval_s = max(now - self._last_collect, 1e-3)
         self._last_collect = now
         owners = resolve_owners(samples.values(), self._attributor, self.settings.cgroup_root)
-        result = aggregate(samples, owners, interval_s, self.ncpu, self.settings.score_refs)
+        result = aggregate(
+            samples,
+            owners,
+            interval_s,
+            self.ncpu,
+            self.settings.score_refs,
+            self.settings.cgroup_root,
+        )
         report = NodeReport(
             node=self.settings.node_name,
             ts=time.time(),
@@ -147,7 +200,9 @@ class Agent:
             pods=result.pods,
             gpus=self._gpus(),
             disabled_probes=dict(self.disabled_probes),
+            measured=result.measured,
         )
+        self._last_measured_families = result.measured
         self._last_measured = time.monotonic()
         self.metrics.intervals_measured.inc()
         return report
@@ -168,29 +223,50 @@ class Agent:
                 failing = True
             else:
                 failing = False
-                if self._sink is not None and not self._sink.publish(report):
-                    self.metrics.publish_failures.inc()
+                if self._sink is not None:
+                    self.publish(report)
             next_tick += interval
             now = time.monotonic()
             if next_tick <= now:  # fell behind (a stalled host): realign, don't burst
                 next_tick = now + interval
 
-    def close(self) -> None:
-        """Close probes and the sink; safe to call twice."""
+    def publish(self, report: NodeReport) -> bool:
+        """Hand ``report`` to the sink, counting failures in a row (for ``/readyz``)."""
+        if self._sink is None:
+            return False
+        if self._sink.publish(report):
+            self.consecutive_publish_failures = 0
+            return True
+        self.consecutive_publish_failures += 1
+        self.metrics.publish_failures.inc()
+        return False
+
+    def close(self, withdraw: bool = True) -> None:
+        """Close probes and the sink, first removing this node from the store when
+        ``withdraw`` (a clean shutdown: readers then see the node gone at once instead of
+        after its TTL); safe to call twice."""
+        sink, self._sink = self._sink, None
+        if (
+            withdraw
+            and sink is not None
+            and self._last_measured is not None
+            and sink.withdraw(self.settings.node_name)
+        ):
+            log.info("removed node %s from the store", self.settings.node_name)
         for probe in self._probes:
             try:
                 probe.close()
             except Exception:
                 log.exception("closing probe %s failed", probe.name)
         self._probes = []
-        if self._sink is not None:
-            self._sink.close()
+        if sink is not None:
+            sink.close()
         if isinstance(self._directory, KubernetesPodDirectory):
             self._directory.stop()
         if self._gpu_inventory is not None:
             self._gpu_inventory.close()
 
-    def _collect(self, probe: base.Probe) -> base.Sample:
+    def _collect(self, probe: base.Probe) -> base.Sample | None:
         # Probes promise not to raise; a bug in one must still not end the loop.
         try:
             with self.metrics.collect_duration.labels(probe=probe.name).time():
@@ -199,7 +275,7 @@ class Agent:
             if probe.name not in self._failing_probes:
                 log.exception("probe %s failed to collect; its data is left out", probe.name)
                 self._failing_probes.add(probe.name)
-            return base.Sample()
+            return None
         self._failing_probes.discard(probe.name)
         return sample
 
@@ -260,6 +336,7 @@ def build_agent(
                 password=settings.redis_password,
                 ttl_s=settings.effective_ttl_s,
                 stream_maxlen=settings.stream_maxlen,
+                sweep_interval_s=settings.sweep_interval_s,
                 socket_timeout_s=settings.redis_socket_timeout_s,
                 sentinels=settings.redis_sentinels,
                 sentinel_master=settings.redis_sentinel_master,

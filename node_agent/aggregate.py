@@ -8,13 +8,24 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 
 from interference import hist
-from interference.score import ScoreReferences, interference_score
+from interference.score import IndexReferences, interference_index
 from interference.signals import NodeMetrics, PodMetrics
 from node_agent.attribution import SYSTEM, Attributor, PodIdentity
 from node_agent.probes import base
+
+PROBE_FAMILIES: Mapping[str, tuple[str, ...]] = {
+    "runqlat": ("runq",),
+    "reclaim": ("reclaim",),
+    "taskstats": ("runq", "reclaim"),
+    "cpu_throttle": ("throttle",),
+    "psi": ("psi",),
+    "network": ("net",),
+    "memory_events": ("memory_events",),
+}
+"""Signal families (:data:`interference.signals.SIGNAL_FAMILIES`) each probe measures."""
 
 NS_PER_MS = 1e6
 NS_PER_S = 1e9
@@ -40,6 +51,13 @@ class Aggregate:
     """Node-wide ``runq_us`` and ``reclaim_us`` log2 histograms."""
     pods: list[PodMetrics]
     """One row per pod seen in the interval, plus the ``system`` bucket when it has data."""
+    measured: tuple[str, ...] = ()
+    """Signal families the samples measured (:func:`measured_families`)."""
+
+
+def measured_families(probes: Iterable[str]) -> tuple[str, ...]:
+    """Sorted families measured by the probes that delivered a sample this interval."""
+    return tuple(sorted({f for p in probes for f in PROBE_FAMILIES.get(p, ())}))
 
 
 @dataclass
@@ -99,9 +117,14 @@ def aggregate(
     owners: Owners,
     interval_s: float,
     ncpu: int,
-    refs: ScoreReferences | None = None,
+    refs: IndexReferences | None = None,
+    cgroup_root: str = "/",
 ) -> Aggregate:
     """Sum one interval's samples (keyed by probe name) per owner and for the node.
+
+    ``samples`` must hold only probes that collected successfully: the probes present
+    decide ``measured`` (:data:`PROBE_FAMILIES`), and a family not measured is left out
+    of the index.
 
     Run-queue figures come from the ``runqlat`` probe when its sample is present, else
     from taskstats CPU delay (``cpu_delay_ns``; its histogram is approximate: each task's
@@ -116,9 +139,12 @@ def aggregate(
     - ``reclaim_stall_ms_per_s = Σ reclaim_ns / 1e6 / T``;
     - ``reclaim_events_per_s = (Σ reclaim_count + Σ vmscan_throttled) / T``;
     - ``throttled_ms_per_s = Σ throttled_ns / 1e6 / T``;
-    - ``psi_* = 100 · stall_us / (T · 1e6)`` from node PSI totals, capped at 100;
+    - ``psi_* = 100 · stall_us / (T · 1e6)``, capped at 100, from the node PSI totals,
+      or, below a narrower ``cgroup_root`` than ``/``, from that cgroup's own pressure
+      files (they cover its subtree, which is the "node" the agent measures);
     - ``net_drops_per_s = Σ net_drops / T``;
-    - ``score``: :func:`interference.score.interference_score` with ``refs``.
+    - ``interference_index``: :func:`interference.score.interference_index` with
+      ``refs`` over the measured families.
 
     Per pod: ``cpu_ms_per_s`` (on-CPU), ``runq_wait_ms_per_s``, ``runq_p99_us``,
     ``reclaim_stall_ms_per_s`` and ``throttled_ms_per_s``, same formulas. Keys missing
@@ -136,6 +162,12 @@ def aggregate(
     for sample in samples.values():
         for name, value in sample.node.items():
             node_values[name] += value
+    root_path = "/" + cgroup_root.strip("/")
+    psi = samples.get("psi")
+    if root_path != "/" and psi is not None:
+        subtree = psi.by_cgroup_path.get(root_path, {})
+        for name in (base.PSI_CPU_SOME_US, base.PSI_MEM_SOME_US, base.PSI_MEM_FULL_US):
+            node_values[name] = subtree.get(name, 0.0)
 
     runq_metric = base.RUNQ_NS if runq_from_bpf else base.CPU_DELAY_NS
     reclaim_metric = base.RECLAIM_NS if reclaim_from_bpf else base.RECLAIM_DELAY_NS
@@ -181,18 +213,10 @@ def aggregate(
         psi_mem_full=_psi_percent(node_values[base.PSI_MEM_FULL_US], interval_s),
         net_drops_per_s=node_values[base.NET_DROPS] / interval_s,
     )
-    score = interference_score(
-        runq_p99_us=partial.runq_p99_us,
-        runq_wait_ratio=partial.runq_wait_ratio,
-        reclaim_stall_ms_per_s=partial.reclaim_stall_ms_per_s,
-        throttled_ms_per_s=partial.throttled_ms_per_s,
-        psi_cpu_some=partial.psi_cpu_some,
-        psi_mem_some=partial.psi_mem_some,
-        net_drops_per_s=partial.net_drops_per_s,
-        refs=refs or ScoreReferences(),
-    )
-    metrics = replace(partial, score=score)
-    return Aggregate(metrics=metrics, histograms=node_hists, pods=pods)
+    measured = measured_families(samples)
+    index = interference_index(asdict(partial), refs or IndexReferences(), measured)
+    metrics = replace(partial, interference_index=index)
+    return Aggregate(metrics=metrics, histograms=node_hists, pods=pods, measured=measured)
 
 
 def _per_owner_totals(

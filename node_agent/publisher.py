@@ -4,6 +4,19 @@ Per flush: the node hash and its TTL, both node sorted sets, one hash per pod wi
 TTL, the node's pod set, the GPU hash, and one stream entry. When Redis cannot be
 reached the report is dropped (never queued, so memory stays bounded), the outage is
 logged once, and the next flush simply tries again on a fresh connection.
+
+Dead nodes: the hashes expire by TTL, but sorted-set members cannot. On clean shutdown
+the agent removes its own node (:meth:`RedisPublisher.withdraw`). For agents that die
+without one, every agent sweeps every ``sweep_interval_s`` (default 30 s, after a
+successful flush): ``ZRANGEBYSCORE intf:nodes:updated -inf (now − 5)`` lists the nodes
+that have not reported for 5 s (O(log N + M), so a thousand agents sweeping cost Redis
+little), ``EXISTS`` checks their hashes, and members whose hash has expired are removed
+from both sorted sets. A dead node thus leaves ``intf:nodes`` within its TTL plus one
+sweep interval as long as any agent runs. The sweep lives in the agent because the agent
+already writes ``intf:*`` (the scheduler's ACL user only reads it), runs on every node,
+and does not depend on a scheduler being leader or out of dry-run. A node that reports
+between the ``EXISTS`` and the ``ZREM`` is removed for one interval and re-added by its
+next flush.
 """
 
 from __future__ import annotations
@@ -22,7 +35,7 @@ from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
-from interference import codec, keys
+from interference import codec, freshness, keys
 from interference.redis_tls import RedisTls
 from interference.signals import SYSTEM_POD, NodeReport
 
@@ -50,6 +63,8 @@ class PublisherSettings:
     """Name of the monitored master the sentinels are asked for."""
     cluster: bool = False
     """The URL points at a Redis Cluster node (pipelines are split per shard)."""
+    sweep_interval_s: float = 30.0
+    """Seconds between sweeps of dead nodes from the node sorted sets; 0 never sweeps."""
     tls: RedisTls = field(default_factory=RedisTls)
     """CA and client certificate for ``rediss://``."""
 
@@ -94,6 +109,9 @@ class RedisPublisher:
         self._failure: str = ""
         self._dropped_in_outage = 0
         self._pod_keys: set[str] = set()
+        self._next_sweep = time.monotonic() + settings.sweep_interval_s
+        self.swept = 0
+        """Dead nodes removed from the sorted sets by this publisher's sweeps."""
         self.dropped = 0
         """Reports dropped because Redis could not take them (since start)."""
         self.published = 0
@@ -146,7 +164,7 @@ class RedisPublisher:
                 report,
                 "refused",
                 f"Redis refused a write ({exc}); the agent's ACL user needs HSET, EXPIRE, ZADD,"
-                " SADD, SREM and XADD on keys intf:*",
+                " SADD, SREM, XADD, ZRANGEBYSCORE, EXISTS, ZREM and DEL on keys intf:*",
             )
         except (redis.RedisError, RedisClusterException) as exc:
             return self._failed(report, "error", f"Redis error at {self._where} ({exc!r})")
@@ -162,6 +180,73 @@ class RedisPublisher:
             self._failure = ""
         self._pod_keys = pod_keys
         self.published += 1
+        if self._settings.sweep_interval_s > 0 and time.monotonic() >= self._next_sweep:
+            self._next_sweep = time.monotonic() + self._settings.sweep_interval_s
+            self.sweep(report.ts)
+        return True
+
+    def sweep(self, now: float) -> list[str]:
+        """Remove nodes whose hash has expired from both node sorted sets (see the module
+        docstring); returns them. Never raises: a failed sweep is logged and retried at
+        the next sweep interval."""
+        try:
+            if self._client is None:
+                self._client = self._connect()
+            cutoff = now - freshness.MIN_STALE_AFTER_S
+            quiet = [
+                m.decode() if isinstance(m, bytes) else str(m)
+                for m in self._client.zrangebyscore(keys.NODES_UPDATED, "-inf", f"({cutoff}")
+            ]
+            if not quiet:
+                return []
+            with self._client.pipeline(transaction=False) as pipe:
+                for node in quiet:
+                    pipe.exists(keys.node_key(node))
+                exists = dict(zip(quiet, (bool(n) for n in pipe.execute()), strict=True))
+            dead = freshness.expired_members(quiet, exists)
+            if dead:
+                with self._client.pipeline(transaction=False) as pipe:
+                    pipe.zrem(keys.NODES_BY_SCORE, *dead)
+                    pipe.zrem(keys.NODES_UPDATED, *dead)
+                    pipe.execute()
+                self.swept += len(dead)
+                log.info(
+                    "removed %d dead node(s) from %s: %s",
+                    len(dead),
+                    keys.NODES_BY_SCORE,
+                    ", ".join(dead),
+                )
+            return dead
+        except (redis.RedisError, RedisClusterException) as exc:
+            log.warning(
+                "sweeping dead nodes from %s failed (%s); retrying later", keys.NODES_BY_SCORE, exc
+            )
+            return []
+
+    def withdraw(self, node: str) -> bool:
+        """Remove ``node`` from both sorted sets and delete its hashes and pod set (clean
+        shutdown); False when Redis could not be reached. Never raises."""
+        try:
+            if self._client is None:
+                self._client = self._connect()
+            with self._client.pipeline(transaction=False) as pipe:
+                pipe.zrem(keys.NODES_BY_SCORE, node)
+                pipe.zrem(keys.NODES_UPDATED, node)
+                pipe.delete(keys.node_key(node), keys.node_pods_key(node), keys.gpu_key(node))
+                for pod_key in self._pod_keys:
+                    namespace, sep, name = pod_key.partition("/")
+                    pipe.delete(keys.pod_key(namespace, name) if sep else keys.pod_key("", pod_key))
+                pipe.execute()
+        except (redis.RedisError, RedisClusterException) as exc:
+            log.warning(
+                "could not remove node %s from Redis at shutdown (%s); its hashes "
+                "expire with their TTL and a sweep drops it from %s",
+                node,
+                exc,
+                keys.NODES_BY_SCORE,
+            )
+            return False
+        self._pod_keys = set()
         return True
 
     def close(self) -> None:
@@ -175,7 +260,7 @@ class RedisPublisher:
         node_key = keys.node_key(node)
         pipe.hset(node_key, mapping=codec.node_hash(report))  # type: ignore[arg-type]
         pipe.expire(node_key, ttl)
-        pipe.zadd(keys.NODES_BY_SCORE, {node: report.metrics.score})
+        pipe.zadd(keys.NODES_BY_SCORE, {node: report.metrics.interference_index})
         pipe.zadd(keys.NODES_UPDATED, {node: report.ts})
         pods_key = keys.node_pods_key(node)
         # The system bucket is per node and has no pod key of its own; it stays in the stream.

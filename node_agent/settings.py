@@ -62,6 +62,11 @@ class AgentSettings:
     """TTL of every hash; None means :func:`interference.keys.ttl_seconds` of the interval."""
     stream_maxlen: int = keys.STREAM_MAXLEN
     """Approximate cap of ``intf:stream`` (``XADD MAXLEN ~``)."""
+    unready_after_publish_failures: int = 3
+    """``/readyz`` fails after this many reports in a row could not be published (3 at
+    the default 1 s interval: before the node's 5 s freshness window runs out)."""
+    sweep_interval_s: float = 30.0
+    """How often the agent removes dead nodes (hash expired) from ``intf:nodes``; 0 never."""
     probes: tuple[str, ...] = ()
     """Probes to run; empty means every registered probe, with ``taskstats`` only as the
     fallback for BPF probes that cannot load."""
@@ -100,6 +105,13 @@ class AgentSettings:
             raise ValueError(f"interval must be > 0 seconds, got {self.interval_s}")
         if self.ttl_s is not None and self.ttl_s < 1:
             raise ValueError(f"ttl must be at least 1 second, got {self.ttl_s}")
+        if self.unready_after_publish_failures < 1:
+            raise ValueError(
+                "unready after publish failures must be at least 1, got "
+                f"{self.unready_after_publish_failures}"
+            )
+        if not self.sweep_interval_s >= 0:
+            raise ValueError(f"sweep interval must be ≥ 0 seconds, got {self.sweep_interval_s}")
         if self.stream_maxlen < 1:
             raise ValueError(f"stream maxlen must be at least 1, got {self.stream_maxlen}")
         if self.redis_sentinels and self.redis_cluster:

@@ -57,7 +57,7 @@ from scheduler.model import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, PREEMPT_NEVER, 
 from scheduler.quantity import PODS
 from scheduler.scores.balance import balance_score
 from scheduler.scores.gpu_packing import gpu_packing_score
-from scheduler.scores.interference import interference_score
+from scheduler.scores.interference import quietness
 from scheduler.settings import EngineSettings
 from scheduler.table import NodeTable
 
@@ -222,7 +222,7 @@ class Engine:
         if weights.interference > 0 and self.settings.interference_aware:
             scores["interference"] = (
                 weights.interference,
-                interference_score(table, self.settings, now),
+                quietness(table, self.settings, now),
             )
         if weights.balance > 0:
             scores["balance"] = (weights.balance, balance_score(table, pod))

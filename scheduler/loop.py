@@ -527,7 +527,7 @@ class SchedulingLoop:
             return
         self._stale_gauge_at = moment
         table = self.cache.table
-        stale = int((table.signals_at < now - self._engine_settings.stale_after_s).sum())
+        stale = int((table.fresh_until < now).sum())  # stale, degraded or missing
         self._metrics.stale_nodes.set(stale)
 
     def _update_queue_gauges(self) -> None:

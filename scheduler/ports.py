@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from interference.decision import Decision
-from interference.signals import GpuDevice, NodeMetrics
+from interference.signals import SIGNAL_FAMILIES, GpuDevice, NodeMetrics, WindowMetrics
 
 ObjectKind = Literal["Node", "Pod"]
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
@@ -86,6 +86,14 @@ class NodeSignals:
     updated_at: float
     """Unix time of the agent's report."""
     gpus: tuple[GpuDevice, ...] = field(default_factory=tuple)
+    interval_s: float = 1.0
+    """The report's interval; with ``updated_at`` it decides freshness
+    (:mod:`interference.freshness`)."""
+    measured: tuple[str, ...] = SIGNAL_FAMILIES
+    """Signal families the report measured; adapters pass the report's own list (one
+    without a core family makes the node count as stale)."""
+    windows: Mapping[str, WindowMetrics] = field(default_factory=dict)
+    """The report's windowed signals by window name (``10s``, ``60s``)."""
 
 
 class SignalSource(Protocol):

@@ -11,6 +11,8 @@ from typing import Literal
 
 StalePolicy = Literal["neutral", "avoid", "reject"]
 STALE_POLICIES: tuple[StalePolicy, ...] = ("neutral", "avoid", "reject")
+SignalWindow = Literal["latest", "10s", "60s"]
+SIGNAL_WINDOWS: tuple[SignalWindow, ...] = ("latest", "10s", "60s")
 MAX_WEIGHT = 100.0
 """Largest weight of a score plugin (weights are relative; 0 disables a plugin)."""
 
@@ -39,17 +41,20 @@ class EngineSettings:
     score is not computed (as if ``weights.interference`` were 0 and ``stale_policy``
     ``neutral``), whatever those fields say. The loop uses it while signals are unreadable;
     an interference-blind policy for ``interference simulate`` sets it."""
-    stale_after_s: float = 10.0
-    """Signals older than this (or missing) are stale."""
     stale_policy: StalePolicy = "neutral"
-    """Stale or missing signals: ``neutral`` scores the node 50 and lets it pass tolerance
-    filters, ``avoid`` scores it 0, ``reject`` filters it out for every pod."""
+    """Stale, missing or degraded signals (:mod:`interference.freshness`: a report older
+    than 3 of its intervals, at least 5 s, or one without the run-queue family):
+    ``neutral`` scores the node 50 and lets it pass tolerance filters, ``avoid`` scores it
+    0, ``reject`` filters it out for every pod."""
+    signal_window: SignalWindow = "10s"
+    """Which of the agents' signals the interference filters and score read: ``latest``
+    (the latest interval), or the ``10s``/``60s`` window (merged run-queue histogram,
+    mean + ``risk_k`` · σ of the index and of reclaim stall). A window a report lacks
+    falls back to its latest interval."""
+    risk_k: float = 1.0
+    """``k`` of the windowed risk ``mean + k · σ`` (Trimaran's LoadVariationRiskBalancing)."""
     relax_after_s: float = 60.0
     """A pod pending this long only because of interference filters is scheduled without them."""
-    runq_p99_reference_us: float = 1000.0
-    """Node run-queue p99 that counts as fully contended in the interference score."""
-    reclaim_stall_reference_ms_per_s: float = 5.0
-    """Node reclaim stall that counts as fully memory-starved in the interference score."""
     recent_load_weight: float = 100.0
     """Interference points added per node's worth of CPU requested by pods bound to it since
     its last report (so a burst does not all land on the one quiet node)."""
@@ -71,13 +76,13 @@ class EngineSettings:
                 raise ValueError(
                     f"weights.{name}: {weight!r} is out of range; allowed: 0–{MAX_WEIGHT:g}"
                 )
-        positive = (
-            "stale_after_s",
-            "relax_after_s",
-            "runq_p99_reference_us",
-            "reclaim_stall_reference_ms_per_s",
-        )
-        for name in positive:
+        if self.signal_window not in SIGNAL_WINDOWS:
+            raise ValueError(
+                f"signal_window: {self.signal_window!r} is not one of {', '.join(SIGNAL_WINDOWS)}"
+            )
+        if not 0 <= self.risk_k <= 10:
+            raise ValueError(f"risk_k: {self.risk_k!r} must be a number from 0 to 10")
+        for name in ("relax_after_s",):
             value = getattr(self, name)
             if not value > 0:
                 raise ValueError(f"{name}: {value!r} is out of range; allowed: > 0")

@@ -40,6 +40,8 @@ from typing import Any, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
+from interference.freshness import fresh_until, missing_core
+from interference.signals import WINDOWS_S, NodeMetrics, WindowMetrics, window_name
 from scheduler.model import (
     GPU_LABELS,
     GPU_PRODUCT_LABEL,
@@ -61,6 +63,32 @@ CHANGED_ROWS_LIMIT = 32
 """Changed rows :meth:`NodeTable.derived` refreshes one by one; beyond that it rebuilds."""
 MASK_CACHE_LIMIT = 512
 """Entries (a signature's masks take ~30 KB at 5,000 nodes) before the cache starts over."""
+LATEST_WINDOW = "latest"
+"""The window name of the latest interval's values."""
+SIGNAL_WINDOWS = (LATEST_WINDOW, *(window_name(span) for span in WINDOWS_S))
+"""Windows the table keeps columns for: ``latest`` (the latest interval), ``10s``, ``60s``."""
+WINDOW_PARTS = ("runq_p99_us", "reclaim_mean", "reclaim_stddev", "index_mean", "index_stddev")
+
+
+def window_column(window: str, part: str) -> str:
+    """Name of one window's column in the table's storage."""
+    return f"{part}@{window}"
+
+
+@dataclass(frozen=True, slots=True)
+class WindowColumns:
+    """One window's signal columns (views of the table's storage; do not modify)."""
+
+    runq_p99_us: NDArray[np.float64]
+    """Run-queue p99 of the window's merged histogram, µs."""
+    reclaim_mean: NDArray[np.float64]
+    """Mean reclaim stall, ms/s."""
+    reclaim_stddev: NDArray[np.float64]
+    index_mean: NDArray[np.float64]
+    """Mean interference index (0 = quiet)."""
+    index_stddev: NDArray[np.float64]
+
+
 ABSENT = -1
 """Label code of a node that does not have the label."""
 
@@ -109,9 +137,12 @@ class NodeTable:
             "nonzero_cpu_m": np.zeros(cap),
             "nonzero_memory": np.zeros(cap),
             "signals_at": np.full(cap, -np.inf),
-            "runq_p99_us": np.zeros(cap),
-            "reclaim_stall_ms_per_s": np.zeros(cap),
-            "interference_score": np.zeros(cap),
+            "fresh_until": np.full(cap, -np.inf),
+            **{
+                window_column(window, part): np.zeros(cap)
+                for window in SIGNAL_WINDOWS
+                for part in WINDOW_PARTS
+            },
             "recent_cpu_m": np.zeros(cap),
         }
         self.generation = 0
@@ -474,7 +505,7 @@ class NodeTable:
         self._nodes.append(node)
         self._index[node.name] = row
         for name, vector in self._vectors.items():
-            vector[row] = -np.inf if name == "signals_at" else 0
+            vector[row] = -np.inf if name in ("signals_at", "fresh_until") else 0
         self._refresh_views()
         return row
 
@@ -523,14 +554,20 @@ class NodeTable:
         name = self.names[row]
         if signals is None:
             self._vectors["signals_at"][row] = -np.inf
+            self._vectors["fresh_until"][row] = -np.inf
         else:
             metrics = signals.metrics
             self._vectors["signals_at"][row] = signals.updated_at
-            self._vectors["runq_p99_us"][row] = _measurement(metrics.runq_p99_us)
-            self._vectors["reclaim_stall_ms_per_s"][row] = _measurement(
-                metrics.reclaim_stall_ms_per_s
+            # degraded (a core family not measured) is stale: never fresh
+            self._vectors["fresh_until"][row] = (
+                -np.inf
+                if missing_core(signals.measured)
+                else fresh_until(signals.updated_at, signals.interval_s)
             )
-            self._vectors["interference_score"][row] = _measurement(metrics.score)
+            for window in SIGNAL_WINDOWS:
+                values = _window_values(metrics, signals.windows.get(window))
+                for part, value in zip(WINDOW_PARTS, values, strict=True):
+                    self._vectors[window_column(window, part)][row] = _measurement(value)
             recent = self._recent.get(name, {})
             for key in [k for k, (at, _) in recent.items() if at <= signals.updated_at]:
                 del recent[key]
@@ -586,9 +623,20 @@ class NodeTable:
         self.nonzero_memory: NDArray[np.float64] = v["nonzero_memory"][:n]
         self.signals_at: NDArray[np.float64] = v["signals_at"][:n]
         """Unix time of each node's report; ``-inf`` without one."""
-        self.runq_p99_us: NDArray[np.float64] = v["runq_p99_us"][:n]
-        self.reclaim_stall_ms_per_s: NDArray[np.float64] = v["reclaim_stall_ms_per_s"][:n]
-        self.interference_score: NDArray[np.float64] = v["interference_score"][:n]
+        self.fresh_until: NDArray[np.float64] = v["fresh_until"][:n]
+        """Unix time until which each node's report is usable
+        (:func:`interference.freshness.fresh_until`); ``-inf`` without a report or when
+        it lacks a core signal family (degraded counts as stale)."""
+        self.windows: dict[str, WindowColumns] = {
+            window: WindowColumns(*(v[window_column(window, part)][:n] for part in WINDOW_PARTS))
+            for window in SIGNAL_WINDOWS
+        }
+        """Signal columns per window (:data:`SIGNAL_WINDOWS`)."""
+        latest = self.windows[LATEST_WINDOW]
+        self.runq_p99_us: NDArray[np.float64] = latest.runq_p99_us
+        self.reclaim_stall_ms_per_s: NDArray[np.float64] = latest.reclaim_mean
+        self.interference_index: NDArray[np.float64] = latest.index_mean
+        """The agents' interference index of the latest interval (0 = quiet)."""
         self.recent_cpu_m: NDArray[np.float64] = v["recent_cpu_m"][:n]
         """CPU requested by pods added since each node's last report, millicores."""
 
@@ -638,6 +686,28 @@ def _filing_keys(term: AntiAffinityTerm) -> list[tuple[str | None, tuple[str, st
         [None] if first_in is None else [(first_in.key, v) for v in first_in.values]
     )
     return [(scope, item) for scope in term.namespaces or (None,) for item in items]
+
+
+def _window_values(
+    metrics: NodeMetrics, window: WindowMetrics | None
+) -> tuple[float, float, float, float, float]:
+    """The :data:`WINDOW_PARTS` of one window; the latest interval's values (σ 0) when the
+    report has no such window (the ``latest`` column, or an agent that publishes none)."""
+    if window is None or window.intervals == 0:
+        return (
+            metrics.runq_p99_us,
+            metrics.reclaim_stall_ms_per_s,
+            0.0,
+            metrics.interference_index,
+            0.0,
+        )
+    return (
+        window.runq_p99_us,
+        window.reclaim_stall_ms_per_s_mean,
+        window.reclaim_stall_ms_per_s_stddev,
+        window.index_mean,
+        window.index_stddev,
+    )
 
 
 def _measurement(value: float) -> float:

@@ -11,9 +11,11 @@ wins, so nothing is missed.
 * A malformed hash or stream entry (:class:`~interference.codec.PayloadError`) is
   counted (``interference_scheduler_signal_payload_errors_total{source}``), logged at
   most once per ``log_interval_s`` and skipped.
-* A node whose latest report is older than its TTL (:func:`interference.keys.ttl_seconds`
-  of its interval) is stale: :meth:`RedisSignalCache.stale_nodes` lists it; its entry stays
-  in the snapshot with its real ``updated_at`` so the engine applies its stale policy.
+* Freshness follows :mod:`interference.freshness`: a node whose latest report is older
+  than 3 of its intervals (at least 5 s, the hashes' TTL), or whose report lacks a core
+  signal family (degraded), is stale: :meth:`RedisSignalCache.stale_nodes` lists it; its
+  entry stays in the snapshot with its real ``updated_at``, ``interval_s`` and
+  ``measured`` so the engine applies its stale policy.
 * Redis unreachable: :meth:`~RedisSignalCache.healthy` turns False (the scheduler runs
   interference-blind), ``interference_scheduler_redis_errors_total`` counts it, one
   warning is logged per outage, the last data stay (ageing into staleness), and the
@@ -27,6 +29,7 @@ scheduler's ACL user needs exactly :data:`ACL_COMMANDS`: read ``%R~intf:*``, wri
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -40,13 +43,12 @@ from typing import Any
 import redis
 from prometheus_client import CollectorRegistry, Counter
 
-from interference import keys
+from interference import freshness, keys
 from interference.codec import (
     PayloadError,
     decode_report,
-    decoded_hash,
     parse_gpu_hash,
-    parse_node_hash,
+    parse_node_signals,
 )
 from interference.decision import Decision, decision_hash
 from interference.redis_tls import RedisTls
@@ -193,7 +195,6 @@ class SignalMetrics:
 @dataclass(frozen=True, slots=True)
 class _Entry:
     signals: NodeSignals
-    ttl_s: float
 
 
 class RedisSignalCache:
@@ -235,13 +236,19 @@ class RedisSignalCache:
             return self._healthy
 
     def stale_nodes(self, now: float | None = None) -> list[str]:
-        """Nodes whose latest report is older than its TTL (3 × interval, at least 5 s)."""
+        """Nodes whose latest report is stale or degraded (:mod:`interference.freshness`)."""
         now = self._clock() if now is None else now
         with self._lock:
             return sorted(
                 node
                 for node, entry in self._entries.items()
-                if now - entry.signals.updated_at > entry.ttl_s
+                if freshness.node_state(
+                    entry.signals.updated_at,
+                    entry.signals.interval_s,
+                    entry.signals.measured,
+                    now,
+                )
+                != "ok"
             )
 
     # --- the follower ---
@@ -289,14 +296,20 @@ class RedisSignalCache:
             except ValueError:
                 continue  # intf:node:{node}:pods sets
             try:
-                metrics, updated_at = parse_node_hash(raw)
-                interval = float(
-                    decoded_hash(raw).get("interval_s") or self.settings.report_interval_s
-                )
-            except (PayloadError, ValueError) as exc:
+                parsed = parse_node_signals(raw)
+            except PayloadError as exc:
                 self._malformed("hash", f"{key}: {exc}")
                 continue
-            loaded[node] = _Entry(NodeSignals(metrics, updated_at), keys.ttl_seconds(interval))
+            interval = parsed.interval_s or self.settings.report_interval_s
+            loaded[node] = _Entry(
+                NodeSignals(
+                    parsed.metrics,
+                    parsed.updated_at,
+                    interval_s=interval,
+                    measured=parsed.measured,
+                    windows=parsed.windows,
+                )
+            )
         prefix = keys.gpu_key("")
         for key, raw in gpus.items():
             node = key[len(prefix) :]
@@ -306,9 +319,7 @@ class RedisSignalCache:
                 self._malformed("gpu", f"{key}: {exc}")
                 continue
             if node in loaded:
-                entry = loaded[node]
-                signals = NodeSignals(entry.signals.metrics, entry.signals.updated_at, devices)
-                loaded[node] = _Entry(signals, entry.ttl_s)
+                loaded[node] = _Entry(dataclasses.replace(loaded[node].signals, gpus=devices))
         with self._lock:
             for node, entry in loaded.items():
                 current = self._entries.get(node)
@@ -344,8 +355,15 @@ class RedisSignalCache:
         except PayloadError as exc:
             self._malformed("stream", str(exc))
             return 0
-        signals = NodeSignals(report.metrics, report.ts, tuple(report.gpus))
-        entry = _Entry(signals, keys.ttl_seconds(report.interval_s))
+        signals = NodeSignals(
+            report.metrics,
+            report.ts,
+            tuple(report.gpus),
+            interval_s=report.interval_s,
+            measured=report.measured,
+            windows=report.windows,
+        )
+        entry = _Entry(signals)
         with self._lock:
             current = self._entries.get(report.node)
             if current is not None and current.signals.updated_at > report.ts:

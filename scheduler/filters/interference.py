@@ -1,15 +1,19 @@
 """Interference filters.
 
 Tolerance (only for pods that declare one, see :mod:`scheduler.model` for the
-annotations), on nodes with fresh signals::
+annotations), on nodes with usable signals, all read from the engine's ``signal_window``
+``w`` (``latest``, ``10s`` or ``60s``)::
 
-    runq_exceeded[i]    = runq_p99_us[i] > max_runq_p99_us
-    reclaim_exceeded[i] = reclaim_stall_ms_per_s[i] > max_reclaim_stall_ms_per_s
-    score_exceeded[i]   = index[i] > max_score   (index includes load placed since the report)
+    runq_exceeded[i]    = runq_p99_us[w][i] > max_runq_p99_us   (merged histogram's p99)
+    reclaim_exceeded[i] = reclaim_mean[w][i] + k · reclaim_stddev[w][i]
+                              > max_reclaim_stall_ms_per_s
+    score_exceeded[i]   = index[i] > max_score   (index = min(100, index_mean[w] +
+                              k · index_stddev[w] + load placed since the report))
 
-Stale or missing signals pass under ``neutral``/``avoid``; under ``reject`` they fail for
-every pod (``node(s) had stale or missing interference signals``). The loop drops these
-filters for a pod pending longer than ``relax_after_s`` only because of them.
+with ``k = risk_k``. Stale, degraded or missing signals (:mod:`interference.freshness`)
+pass under ``neutral``/``avoid``; under ``reject`` they fail for every pod (``node(s) had
+stale or missing interference signals``). The loop drops these filters for a pod pending
+longer than ``relax_after_s`` only because of them.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from numpy.typing import NDArray
 
 from scheduler.filters.base import FilterResult, all_pass
 from scheduler.model import PodInfo
-from scheduler.scores.interference import effective_index, fresh_signals
+from scheduler.scores.interference import effective_index, fresh_signals, reclaim_risk
 from scheduler.settings import EngineSettings
 from scheduler.table import NodeTable
 
@@ -39,7 +43,8 @@ def interference_filter(
     tolerance = pod.tolerance
     if tolerance is None and not reject_stale:
         return all_pass("Interference", table)
-    fresh = fresh_signals(table, settings, now)
+    fresh = fresh_signals(table, now)
+    window = table.windows[settings.signal_window]
     columns: list[NDArray[np.bool_]] = []
     reasons: list[str] = []
     measurements: list[Callable[[int], str]] = []
@@ -49,10 +54,10 @@ def interference_filter(
         measurements.append(lambda row: _age(table, row, now))
     if tolerance is not None:
         bounds = (
-            (tolerance.max_runq_p99_us, table.runq_p99_us, RUNQ_EXCEEDED),
+            (tolerance.max_runq_p99_us, window.runq_p99_us, RUNQ_EXCEEDED),
             (
                 tolerance.max_reclaim_stall_ms_per_s,
-                table.reclaim_stall_ms_per_s,
+                reclaim_risk(table, settings),
                 RECLAIM_EXCEEDED,
             ),
             (tolerance.max_score, None, SCORE_EXCEEDED),

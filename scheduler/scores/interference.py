@@ -1,16 +1,21 @@
-"""Interference score: quiet nodes score high.
+"""Quietness score: 0–100 per node, higher is quieter (the inverse of the agents'
+interference index, :mod:`interference.score`, where 0 is quiet).
 
-With fresh signals (reported within ``stale_after_s``)::
+With usable signals (fresh and measuring the core families, see
+:mod:`interference.freshness`), reading the engine's ``signal_window`` ``w``::
 
-    index     = min(100, score + recent_load_weight · recent_cpu_m / allocatable_cpu_m)
-    pressure  = max(index, 100 · min(1, max(runq_p99_us / runq_p99_reference_us,
-                                            reclaim_stall_ms_per_s / reclaim_stall_reference)))
-    score     = 100 − pressure
+    risk       = index_mean[w] + risk_k · index_stddev[w]     (latest: the interval's index)
+    load       = recent_load_weight · recent_cpu_m / allocatable_cpu_m
+    index      = min(100, risk + load)
+    quietness  = 100 − index
 
-``recent_cpu_m`` is the CPU requested by pods placed on the node after its last report, so
-a burst spreads out instead of piling onto the one quiet node until the next report shows
-their load. Stale or missing signals score 50 under ``neutral`` and 0 under ``avoid`` and
-``reject`` (``reject`` also filters such nodes out, see :mod:`scheduler.filters.interference`).
+``risk`` is Trimaran's LoadVariationRiskBalancing term: a node whose index swings (an
+antagonist that is on for 5 s and off for 5 s) ranks by its bad seconds, not its good
+ones. ``recent_cpu_m`` is the CPU requested by pods placed on the node after its last
+report, so a burst spreads out instead of piling onto the one quiet node until the next
+report shows their load. Stale, missing or degraded signals score 50 under ``neutral``
+and 0 under ``avoid`` and ``reject`` (``reject`` also filters such nodes out, see
+:mod:`scheduler.filters.interference`).
 
 The per-node parts are kept by :meth:`scheduler.table.NodeTable.derived`, so a decision
 after a placement recomputes one row, not the whole column.
@@ -28,93 +33,106 @@ from scheduler.table import NodeTable
 NEUTRAL_SCORE = 50.0
 
 
-def stale_rows(table: NodeTable, settings: EngineSettings, now: float) -> NDArray[np.intp]:
-    """Rows whose latest report is older than ``stale_after_s`` (or that have none).
+def stale_rows(table: NodeTable, now: float) -> NDArray[np.intp]:
+    """Rows whose report is stale, degraded or missing (``now > fresh_until``).
 
-    Cached until signals or rows change or the next fresh report expires (staleness only
+    Cached until signals or rows change or the next usable report expires (staleness only
     grows with time, so the answer holds from when it was computed until then).
     """
-    key = ("stale_rows", settings.stale_after_s)
+    key = "stale_rows"
     cached = table.signal_cache.get(key)
     if isinstance(cached, tuple) and cached[0] <= now < cached[1]:
         rows: NDArray[np.intp] = cached[2]
         return rows
-    cutoff = now - settings.stale_after_s
-    stale = table.signals_at < cutoff
+    stale = table.fresh_until < now
     rows = np.flatnonzero(stale)
-    fresh_at = table.signals_at[~stale]
-    valid_until = fresh_at.min() + settings.stale_after_s if len(fresh_at) else np.inf
-    table.signal_cache[key] = (now, float(valid_until), rows)
+    until = table.fresh_until[~stale]
+    valid_until = float(until.min()) if len(until) else np.inf
+    table.signal_cache[key] = (now, valid_until, rows)
     return rows
 
 
-def fresh_signals(table: NodeTable, settings: EngineSettings, now: float) -> NDArray[np.bool_]:
-    """Nodes whose latest report is at most ``stale_after_s`` old."""
+def fresh_signals(table: NodeTable, now: float) -> NDArray[np.bool_]:
+    """Nodes whose report is usable now (fresh and not degraded)."""
     fresh = np.ones(len(table), dtype=np.bool_)
-    fresh[stale_rows(table, settings, now)] = False
+    fresh[stale_rows(table, now)] = False
     return fresh
 
 
+def risk_index(table: NodeTable, settings: EngineSettings) -> NDArray[np.float64]:
+    """``risk`` of the module formula, capped at 100. Callers must not modify the result."""
+    window = table.windows[settings.signal_window]
+    k = settings.risk_k
+    mean, stddev = window.index_mean, window.index_stddev
+
+    def compute() -> NDArray[np.float64]:
+        risk = stddev * k
+        risk += mean
+        np.minimum(risk, 100.0, out=risk)
+        return risk
+
+    def compute_row(row: int) -> float:
+        return min(mean.item(row) + k * stddev.item(row), 100.0)
+
+    return table.derived(("risk_index", settings.signal_window, k), compute, compute_row)
+
+
+def reclaim_risk(table: NodeTable, settings: EngineSettings) -> NDArray[np.float64]:
+    """``reclaim_mean[w] + risk_k · reclaim_stddev[w]`` (ms/s) of the engine's window."""
+    window = table.windows[settings.signal_window]
+    risk: NDArray[np.float64] = window.reclaim_mean + settings.risk_k * window.reclaim_stddev
+    return risk
+
+
 def effective_index(table: NodeTable, settings: EngineSettings) -> NDArray[np.float64]:
-    """``index`` of the module formula: the agent's index plus load placed since its report.
+    """``index`` of the module formula: the risk plus load placed since the report.
 
     Callers must not modify the result.
     """
     weight = settings.recent_load_weight
     inverse_cpu = table.inverse_allocatable(CPU)
-    recent, reported = table.recent_cpu_m, table.interference_score
+    recent = table.recent_cpu_m
+    risk = risk_index(table, settings)
 
     def compute() -> NDArray[np.float64]:
         index = recent * inverse_cpu
         index *= weight
-        index += reported
+        index += risk
         np.minimum(index, 100.0, out=index)
         return index
 
     def compute_row(row: int) -> float:
         # Python floats: the same IEEE operations as numpy's, without numpy scalar overhead
-        return min(recent.item(row) * inverse_cpu.item(row) * weight + reported.item(row), 100.0)
+        return min(recent.item(row) * inverse_cpu.item(row) * weight + risk.item(row), 100.0)
 
-    return table.derived(("effective_index", weight), compute, compute_row)
-
-
-def fresh_score(table: NodeTable, settings: EngineSettings) -> NDArray[np.float64]:
-    """``score`` of the module formula for every node, as if its signals were fresh.
-
-    Callers must not modify the result.
-    """
-    runq_reference = settings.runq_p99_reference_us
-    reclaim_reference = settings.reclaim_stall_reference_ms_per_s
-    index = effective_index(table, settings)
-    runq, reclaim = table.runq_p99_us, table.reclaim_stall_ms_per_s
-
-    def compute() -> NDArray[np.float64]:
-        signal = np.maximum(runq / runq_reference, reclaim / reclaim_reference)
-        np.minimum(signal, 1.0, out=signal)
-        signal *= 100.0
-        np.maximum(signal, index, out=signal)
-        np.subtract(100.0, signal, out=signal)
-        return signal
-
-    def compute_row(row: int) -> float:
-        signal = min(
-            max(runq.item(row) / runq_reference, reclaim.item(row) / reclaim_reference), 1.0
-        )
-        return 100.0 - max(signal * 100.0, index.item(row))
-
-    key = ("fresh_score", settings.recent_load_weight, runq_reference, reclaim_reference)
+    key = ("effective_index", weight, settings.signal_window, settings.risk_k)
     return table.derived(key, compute, compute_row)
 
 
-def interference_score(
-    table: NodeTable, settings: EngineSettings, now: float
-) -> NDArray[np.float64]:
+def fresh_quietness(table: NodeTable, settings: EngineSettings) -> NDArray[np.float64]:
+    """``quietness`` of the module formula for every node, as if its signals were usable.
+
+    Callers must not modify the result.
+    """
+    index = effective_index(table, settings)
+
+    def compute() -> NDArray[np.float64]:
+        return np.subtract(100.0, index)
+
+    def compute_row(row: int) -> float:
+        return 100.0 - index.item(row)
+
+    key = ("quietness", settings.recent_load_weight, settings.signal_window, settings.risk_k)
+    return table.derived(key, compute, compute_row)
+
+
+def quietness(table: NodeTable, settings: EngineSettings, now: float) -> NDArray[np.float64]:
     """0–100 per node, higher is quieter (see the module formula).
 
     Callers must not modify the result (it may be the cached column itself).
     """
-    score = fresh_score(table, settings)
-    stale = stale_rows(table, settings, now)
+    score = fresh_quietness(table, settings)
+    stale = stale_rows(table, now)
     if len(stale) == 0:
         return score
     score = score.copy()

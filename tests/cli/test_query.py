@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -39,9 +40,12 @@ def _report(node: str, score: float, ts: float, pods: list[PodMetrics]) -> NodeR
         node=node,
         ts=ts,
         interval_s=1.0,
-        metrics=NodeMetrics(runq_p99_us=40 * score, runq_wait_ratio=score / 100, score=score),
+        metrics=NodeMetrics(
+            runq_p99_us=40 * score, runq_wait_ratio=score / 100, interference_index=score
+        ),
         histograms={"runq_us": [0, 3, 10, 40, 7, 0, 2]},
         pods=pods,
+        measured=("runq",),
     )
 
 
@@ -62,9 +66,13 @@ def filled(redis_server: RedisServer) -> RedisServer:
         ),
     )
     publish(client, _report("quiet-node", 3.0, now, [PodMetrics("", "system")]))
-    # A node whose agent died: the sorted set remembers it, the hash has expired.
-    client.zadd(keys.NODES_UPDATED, {"dead-node": now - 60})
-    client.zadd(keys.NODES_BY_SCORE, {"dead-node": 10.0})
+    # Agents that died: the sorted sets remember them, their hashes have expired — one
+    # just now (shown as stale), one a minute ago (left out until a sweep removes it).
+    client.zadd(keys.NODES_UPDATED, {"dying-node": now - 7, "dead-node": now - 60})
+    client.zadd(keys.NODES_BY_SCORE, {"dying-node": 10.0, "dead-node": 10.0})
+    # An agent whose run-queue probes all failed: fresh, all zeros, nothing measured.
+    broken = replace(_report("broken-node", 0.0, now, []), measured=("psi",), histograms={})
+    publish(client, broken)
     decision = Decision(
         namespace="web",
         pod="api-1",
@@ -96,18 +104,24 @@ def _cli(capsys: pytest.CaptureFixture[str], url: str, *args: str) -> tuple[int,
     return code, out, err
 
 
-def test_top_ranks_nodes_by_score_and_marks_stale(
+def test_top_ranks_nodes_by_index_and_marks_degraded_and_stale(
     filled: RedisServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Usable nodes by index, then degraded (no run-queue measured: not the quietest
+    node), then stale; a node whose hash expired long ago is left out."""
     code, out, err = _cli(capsys, filled.url, "top")
     assert code == 0, err
     lines = out.splitlines()
     busy = next(i for i, line in enumerate(lines) if "busy-node" in line)
     quiet = next(i for i, line in enumerate(lines) if "quiet-node" in line)
-    dead = next(i for i, line in enumerate(lines) if "dead-node" in line)
-    assert busy < quiet < dead
+    broken = next(i for i, line in enumerate(lines) if "broken-node" in line)
+    dying = next(i for i, line in enumerate(lines) if "dying-node" in line)
+    assert busy < quiet < broken < dying
     assert "72.5" in lines[busy] and "2900" in lines[busy]
-    assert "stale" in lines[dead] and "stale" not in lines[busy]
+    assert "│ degraded" in lines[broken] and " ok" not in lines[broken]
+    assert "stale" in lines[dying] and "stale" not in lines[busy] + lines[quiet]
+    assert " ok" in lines[busy] and " ok" in lines[quiet]
+    assert not any("dead-node" in line for line in lines)
 
 
 def test_node_shows_metrics_histogram_and_pods(

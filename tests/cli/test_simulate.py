@@ -102,7 +102,7 @@ def test_simulate_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def _report(node: str, ts: float, runq_p99_us: float) -> NodeReport:
-    return NodeReport(node, ts, 1.0, NodeMetrics(runq_p99_us=runq_p99_us))
+    return NodeReport(node, ts, 1.0, NodeMetrics(runq_p99_us=runq_p99_us), measured=("runq",))
 
 
 def _workload(tolerance_us: str | None, horizon_s: float = 3.0) -> Workload:
@@ -156,7 +156,9 @@ def test_gpu_fragmentation(gpus_per_node: list[int], pod_gpus: list[int], expect
 
 
 def test_trace_roundtrip_and_bad_files(tmp_path: Path) -> None:
-    report = NodeReport("n", 1.0, 1.0, NodeMetrics(score=3.0), pods=[PodMetrics("a", "b")])
+    report = NodeReport(
+        "n", 1.0, 1.0, NodeMetrics(interference_index=3.0), pods=[PodMetrics("a", "b")]
+    )
     good = tmp_path / "good.msgpack"
     write_trace(good, [encode_report(report)], "test")
     assert load_trace(good) == [report]

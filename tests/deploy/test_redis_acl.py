@@ -47,7 +47,8 @@ def report(node: str, ts: float, pods: list[PodMetrics], score: float = 10.0) ->
         node=node,
         ts=ts,
         interval_s=1.0,
-        metrics=NodeMetrics(runq_p99_us=850.0, score=score),
+        metrics=NodeMetrics(runq_p99_us=850.0, interference_index=score),
+        measured=("runq",),
         histograms={"runq_us": [0, 3, 9, 4, 1]},
         pods=pods,
         gpus=gpus,
@@ -66,11 +67,14 @@ def agent_publisher(server: DeployedRedis) -> Iterator[RedisPublisher]:
 
 
 def publish_two_reports(server: DeployedRedis, node: str) -> None:
-    """Every branch of the publisher: pods present, then one departed; GPUs; the stream."""
+    """Every branch of the publisher: pods present, then one departed; GPUs; the stream;
+    the sweep of dead nodes and a departing node's withdrawal."""
     first = [PodMetrics("shop", "api-0", uid="u0"), PodMetrics("shop", "api-1", uid="u1")]
     with agent_publisher(server) as publisher:
         assert publisher.publish(report(node, 1000.0, first))
         assert publisher.publish(report(node, 1001.0, first[:1]))
+        assert publisher.sweep(2000.0) == []  # the node's hash is alive
+        assert publisher.withdraw(f"{node}-departed")
 
 
 VIEWER = "interference-viewer"

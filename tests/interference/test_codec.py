@@ -13,13 +13,22 @@ from hypothesis import strategies as st
 
 from interference import codec, hist
 from interference.codec import PayloadError
-from interference.signals import SCHEMA_VERSION, GpuDevice, NodeMetrics, NodeReport, PodMetrics
+from interference.signals import (
+    SCHEMA_VERSION,
+    GpuDevice,
+    NodeMetrics,
+    NodeReport,
+    PodMetrics,
+    WindowMetrics,
+)
 
 REPORT = NodeReport(
     node="gpu-node-1",
     ts=1_700_000_000.25,
     interval_s=1.0,
-    metrics=NodeMetrics(runq_p50_us=12.5, runq_p99_us=900.0, runq_wait_ratio=0.25, score=41.5),
+    metrics=NodeMetrics(
+        runq_p50_us=12.5, runq_p99_us=900.0, runq_wait_ratio=0.25, interference_index=41.5
+    ),
     histograms={"runq_us": [0, 3, 5, 1], "reclaim_us": []},
     pods=[
         PodMetrics(
@@ -34,6 +43,20 @@ REPORT = NodeReport(
     ],
     gpus=[GpuDevice(0, "GPU-abc", "NVIDIA H100", 81559.0, 1024.0, 37.0, 2)],
     disabled_probes={"reclaim": "tracefs is not mounted"},
+    measured=("psi", "runq"),
+    windows={
+        "10s": WindowMetrics(
+            span_s=10.0,
+            covered_s=9.5,
+            intervals=10,
+            runq_p99_us=1200.0,
+            runq_wait_ratio_mean=0.2,
+            runq_wait_ratio_max=0.6,
+            index_mean=30.0,
+            index_stddev=12.5,
+            index_max=60.0,
+        )
+    },
 )
 
 
@@ -77,14 +100,22 @@ def test_report_round_trips() -> None:
         (packed(7), "must be a map"),
         (packed({"node": "n"}), "schema version None"),
         (with_change(("v",), SCHEMA_VERSION + 1), f"version {SCHEMA_VERSION + 1}"),
-        (with_change(("v",), str(SCHEMA_VERSION)), "version '1'"),
+        (with_change(("v",), str(SCHEMA_VERSION)), f"version '{SCHEMA_VERSION}'"),
+        (with_change(("v",), True), "version True"),
+        (with_change(("measured",), DELETE), "missing or has a bad field"),
+        (with_change(("measured",), ["runq", "gpu"]), "unknown signal family 'gpu'"),
+        (with_change(("measured",), "runq"), "measured must be a list"),
+        (with_change(("windows", "10s", "bogus"), 1.0), "unknown window fields ['bogus']"),
+        (with_change(("windows", "10s", "span_s"), DELETE), "window lacks span_s"),
+        (with_change(("windows", "10s", "index_mean"), float("nan")), "index_mean must be finite"),
         (with_change(("v",), DELETE), "version None"),
         (with_change(("metrics",), DELETE), "missing or has a bad field"),
         (with_change(("metrics",), [1.0]), "metrics must be a map"),
         (with_change(("metrics", "bogus_ms"), 1.0), "unknown fields ['bogus_ms']"),
-        (with_change(("metrics", "score"), "high"), "score must be a number"),
-        (with_change(("metrics", "score"), float("nan")), "score must be finite"),
-        (with_change(("metrics", "score"), True), "got a boolean"),
+        (with_change(("metrics", "interference_index"), "high"), "index must be a number"),
+        (with_change(("metrics", "interference_index"), float("nan")), "index must be finite"),
+        (with_change(("metrics", "interference_index"), True), "got a boolean"),
+        (with_change(("metrics", "score"), 1.0), "unknown fields ['score']"),
         (with_change(("node",), ""), "node must be a non-empty string"),
         (with_change(("node",), 5), "node must be a non-empty string"),
         (with_change(("ts",), DELETE), "missing or has a bad field"),
@@ -159,9 +190,41 @@ def test_current_version_maps_with_random_fields_only_raise_payload_error(
         codec.decode_report(packed(body))
 
 
+def v1_body(runq_us: list[int]) -> dict[str, Any]:
+    """A schema 1 report as the previous release encoded it."""
+    metrics = {"runq_p99_us": 900.0, "score": 41.5}
+    return {"v": 1, "node": "old", "ts": 5.0, "interval_s": 1.0, "metrics": metrics,
+            "histograms": {"runq_us": runq_us}, "disabled_probes": {}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("case", "runq_us", "measured"),
+    [
+        ("run-queue samples: runq measured", [0, 4, 2], ("runq",)),
+        ("empty run-queue histogram: nothing measured (degraded)", [0, 0, 0], ()),
+        ("no run-queue histogram: nothing measured (degraded)", None, ()),
+    ],
+)
+def test_schema_1_reports_still_decode(
+    case: str, runq_us: list[int] | None, measured: tuple[str, ...]
+) -> None:
+    body = v1_body(runq_us or [])
+    if runq_us is None:
+        del body["histograms"]["runq_us"]
+    report = codec.decode_report(packed(body))
+    assert report.metrics.interference_index == 41.5, case
+    assert report.measured == measured, case
+    assert report.windows == {} and report.v == SCHEMA_VERSION
+
+
 def test_node_hash_is_readable_and_round_trips() -> None:
     fields = codec.node_hash(REPORT)
-    assert fields["score"] == "41.5"
+    assert fields["interference_index"] == "41.5"
+    assert fields["score"] == "41.5"  # the schema 1 name, for readers of the previous release
+    assert fields["v"] == str(SCHEMA_VERSION)
+    assert fields["measured"] == "psi,runq"
+    assert fields["10s.index_stddev"] == "12.5"
+    assert fields["10s.intervals"] == "10"
     assert fields["runq_p99_us"] == "900"
     assert fields["updated_at"] == "1700000000.25"
     assert fields["pods"] == "2"
@@ -170,6 +233,29 @@ def test_node_hash_is_readable_and_round_trips() -> None:
     assert codec.parse_histogram_field(fields["hist_runq_us"]) == hist.normalize([0, 3, 5, 1])
     as_bytes = {k.encode(): v.encode() for k, v in fields.items()}
     assert codec.parse_node_hash(as_bytes) == (REPORT.metrics, REPORT.ts)
+    parsed = codec.parse_node_signals(as_bytes)
+    assert parsed.measured == REPORT.measured
+    assert parsed.windows == REPORT.windows
+    assert parsed.interval_s == 1.0
+
+
+@pytest.mark.parametrize(
+    ("case", "fields", "measured"),
+    [
+        ("schema 2, nothing measured", {"measured": ""}, ()),
+        ("schema 2, run queue", {"measured": "runq"}, ("runq",)),
+        ("schema 1 with run-queue samples", {"hist_runq_us": "0,3,1"}, ("runq",)),
+        ("schema 1 with an empty histogram", {"hist_runq_us": "0,0"}, ()),
+        ("schema 1 without a histogram", {}, ()),
+    ],
+)
+def test_node_hash_measured_families(
+    case: str, fields: dict[str, str], measured: tuple[str, ...]
+) -> None:
+    raw = {"score": "12", "updated_at": "5", **fields}
+    parsed = codec.parse_node_signals(raw)
+    assert parsed.measured == measured, case
+    assert parsed.metrics.interference_index == 12.0  # the schema 1 field name still reads
 
 
 @pytest.mark.parametrize(
@@ -177,8 +263,11 @@ def test_node_hash_is_readable_and_round_trips() -> None:
     [
         ({}, "node hash is empty"),
         ({"score": "1"}, "lacks field 'updated_at'"),
-        ({"score": "high", "updated_at": "1"}, "score must be a number"),
-        ({"score": "nan", "updated_at": "1"}, "score must be finite"),
+        ({"score": "high", "updated_at": "1"}, "index must be a number"),
+        ({"interference_index": "nan", "updated_at": "1"}, "index must be finite"),
+        ({"updated_at": "1", "measured": "runq,gpu"}, "unknown signal family 'gpu'"),
+        ({"updated_at": "1", "10s.index_mean": "x"}, "10s.index_mean must be a number"),
+        ({"updated_at": "1", "10s.index_mean": "3"}, "window lacks span_s"),
         ({b"score": b"\xff", b"updated_at": b"1"}, "non-UTF-8"),
     ],
 )

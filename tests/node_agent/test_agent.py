@@ -148,7 +148,7 @@ def test_agent_publishes_readable_keys_that_expire_after_it_stops(
         assert re.fullmatch(r"-?\d+(\.\d+)?", fields[name]), (name, fields[name])
     metrics, updated_at = codec.parse_node_hash(fields)
     assert abs(updated_at - time.time()) < 60
-    assert 0 <= metrics.score <= 100
+    assert 0 <= metrics.interference_index <= 100
     assert 0 < r.ttl(keys.node_key(agent.node)) <= keys.ttl_seconds(1.0)
 
     ranking = r.zrevrange(keys.NODES_BY_SCORE, 0, -1, withscores=True)

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pytest
 
 from interference import hist
-from interference.score import ScoreReferences, interference_score
+from interference.score import IndexReferences, interference_index
 from interference.signals import NodeMetrics, PodMetrics
-from node_agent.aggregate import Owners, aggregate, is_below, resolve_owners
+from node_agent.aggregate import (
+    Owners,
+    aggregate,
+    is_below,
+    measured_families,
+    resolve_owners,
+)
 from node_agent.attribution import SYSTEM, Attributor, PodIdentity
 from node_agent.pods import StaticPodDirectory
 from node_agent.probes import base
@@ -42,7 +48,7 @@ class Case:
     interval_s: float = 1.0
     ncpu: int = 2
     node: dict[str, float] = field(default_factory=dict)
-    """Expected NodeMetrics fields (others must be 0, score is checked separately)."""
+    """Expected NodeMetrics fields (others must be 0, the index is checked separately)."""
     pods: dict[str, dict[str, float]] = field(default_factory=dict)
     """Expected rows by ``PodMetrics.key`` (fields not named must be 0); exactly these rows."""
 
@@ -223,22 +229,16 @@ CASES = {
 
 @pytest.mark.parametrize("case", CASES.values(), ids=list(CASES))
 def test_aggregate(case: Case) -> None:
-    refs = ScoreReferences(runq_p99_us=2000.0)
+    refs = IndexReferences(runq_p99_us=2000.0)
     result = aggregate(case.samples, case.owners, case.interval_s, case.ncpu, refs)
 
     expected = NodeMetrics(**case.node)
     for name in NodeMetrics.__dataclass_fields__:
-        if name != "score":
+        if name != "interference_index":
             assert getattr(result.metrics, name) == pytest.approx(getattr(expected, name)), name
-    assert result.metrics.score == interference_score(
-        runq_p99_us=expected.runq_p99_us,
-        runq_wait_ratio=expected.runq_wait_ratio,
-        reclaim_stall_ms_per_s=expected.reclaim_stall_ms_per_s,
-        throttled_ms_per_s=expected.throttled_ms_per_s,
-        psi_cpu_some=expected.psi_cpu_some,
-        psi_mem_some=expected.psi_mem_some,
-        net_drops_per_s=expected.net_drops_per_s,
-        refs=refs,
+    assert result.measured == measured_families(case.samples)
+    assert result.metrics.interference_index == interference_index(
+        asdict(expected), refs, result.measured
     )
 
     rows = {pod.key: pod for pod in result.pods}
@@ -263,15 +263,56 @@ def test_pod_rows_carry_identity_and_node_histograms_merge_every_cgroup() -> Non
     assert result.histograms[base.HIST_RUNQ_US] == runq_hist(s5=10, s10=10)
 
 
-def test_score_uses_the_given_references() -> None:
+def test_index_uses_the_given_references() -> None:
     samples = {
         "runqlat": Sample(histograms_by_cgroup_id={1: {base.HIST_RUNQ_US: runq_hist(s9=100)}})
     }
     owners = Owners(by_cgroup_id={1: SYSTEM})
-    lenient = aggregate(samples, owners, 1.0, 1, ScoreReferences(runq_p99_us=100_000.0))
-    strict = aggregate(samples, owners, 1.0, 1, ScoreReferences(runq_p99_us=100.0))
-    assert strict.metrics.score == 30.0  # p99 (≈1018 µs) saturates a 100 µs reference
-    assert 0 < lenient.metrics.score < 1
+    lenient = aggregate(samples, owners, 1.0, 1, IndexReferences(runq_p99_us=100_000.0))
+    strict = aggregate(
+        samples, owners, 1.0, 1, IndexReferences(runq_p99_us=800.0, runq_p99_us_quiet=100.0)
+    )
+    assert strict.metrics.interference_index == 100.0  # p99 ≈1018 µs saturates at 800 µs
+    assert 0 < lenient.metrics.interference_index < 30
+    assert strict.measured == ("runq",)
+
+
+@pytest.mark.parametrize(
+    ("case", "probes", "measured"),
+    [
+        ("BPF probes", ["runqlat", "reclaim", "psi"], ("psi", "reclaim", "runq")),
+        ("taskstats stands in for both BPF probes", ["taskstats"], ("reclaim", "runq")),
+        ("no probe delivered", [], ()),
+        ("only kernel files", ["psi", "cpu_throttle", "network", "memory_events"],
+         ("memory_events", "net", "psi", "throttle")),
+    ],
+)  # fmt: skip
+def test_measured_families(case: str, probes: list[str], measured: tuple[str, ...]) -> None:
+    assert measured_families(probes) == measured, case
+
+
+def test_a_family_not_measured_is_left_out_of_the_index() -> None:
+    """Saturating PSI with run-queue unmeasured still saturates; the run queue's zeros
+    do not dilute it, and the report says run queue was not measured (degraded)."""
+    samples = {"psi": Sample(node={base.PSI_CPU_SOME_US: 900_000.0})}
+    result = aggregate(samples, Owners(), 1.0, 1)
+    assert result.measured == ("psi",)
+    assert result.metrics.psi_cpu_some == pytest.approx(90.0)
+    assert result.metrics.interference_index == 100.0
+
+
+def test_psi_below_a_narrower_cgroup_root_is_that_subtree_s_own() -> None:
+    """Below ``/demo/node-a`` the node PSI is the subtree's, not the host's."""
+    samples = {
+        "psi": Sample(
+            node={base.PSI_CPU_SOME_US: 900_000.0},
+            by_cgroup_path={"/demo/node-a": {base.PSI_CPU_SOME_US: 50_000.0}},
+        )
+    }
+    whole_host = aggregate(samples, Owners(), 1.0, 1)
+    subtree = aggregate(samples, Owners(), 1.0, 1, cgroup_root="/demo/node-a/")
+    assert whole_host.metrics.psi_cpu_some == pytest.approx(90.0)
+    assert subtree.metrics.psi_cpu_some == pytest.approx(5.0)
 
 
 @pytest.mark.parametrize(("interval_s", "ncpu"), [(0.0, 1), (-1.0, 1), (1.0, 0)])

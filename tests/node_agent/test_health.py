@@ -70,17 +70,24 @@ def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 
 class GatedSink:
-    """A report sink that drops every report (a Redis outage) and can be made to hang."""
+    """A report sink that accepts or drops reports (a Redis outage, ``accept`` False) and
+    can be made to hang."""
 
     def __init__(self) -> None:
         self.open = threading.Event()
         self.open.set()
+        self.accept = True
         self.calls = 0
+        self.withdrawn: list[str] = []
 
     def publish(self, report: NodeReport) -> bool:
         self.calls += 1
         self.open.wait(timeout=60)
-        return False
+        return self.accept
+
+    def withdraw(self, node: str) -> bool:
+        self.withdrawn.append(node)
+        return True
 
     def close(self) -> None:
         self.open.set()
@@ -88,10 +95,15 @@ class GatedSink:
 
 def test_endpoints_follow_the_measure_loop() -> None:
     """Before the loop: not alive, not ready. Running: both 200 and the metrics count
-    intervals, dropped reports and probes. A loop stuck for > 3 intervals: 503 with why."""
+    intervals, dropped reports and probes. Three publishes failing in a row: not ready until
+    one succeeds. A loop stuck for > 3 intervals: 503 with why. Clean close: the node is
+    withdrawn from the store."""
     registry = CollectorRegistry()
     settings = AgentSettings(
-        node_name="health-node", interval_s=0.2, probes=("psi", "no-such-probe"), ncpu=2
+        node_name="health-node",
+        interval_s=0.2,
+        probes=("taskstats", "psi", "no-such-probe"),
+        ncpu=2,
     )
     sink = GatedSink()
     agent = Agent(settings, StaticPodDirectory(), sink, metrics=AgentMetrics(registry))
@@ -109,14 +121,20 @@ def test_endpoints_follow_the_measure_loop() -> None:
         thread.start()
         wait_for("/readyz to answer 200", lambda: get(server.port, "/readyz")[0] == 200, 30)
         assert get(server.port, "/healthz") == (200, "ok\n")
-        wait_for("two dropped reports", lambda: sink.calls >= 2, 30)
+        sink.accept = False  # Redis goes away
+        wait_for("/readyz to fail", lambda: get(server.port, "/readyz")[0] == 503, 30)
+        assert agent.consecutive_publish_failures >= 3
+        assert "reports could not be published (limit 3)" in get(server.port, "/readyz")[1]
+        assert get(server.port, "/healthz") == (200, "ok\n")  # alive: only Redis is away
+        sink.accept = True
+        wait_for("/readyz to recover", lambda: get(server.port, "/readyz")[0] == 200, 30)
 
         status, text = get(server.port, "/metrics")
         assert status == 200
         found = samples(text)
         assert found[("interference_agent_intervals_measured_total", ())] >= 2
-        assert found[("interference_agent_publish_failures_total", ())] >= 1
-        assert found[("interference_agent_probes_running", ())] == 1
+        assert found[("interference_agent_publish_failures_total", ())] >= 3
+        assert found[("interference_agent_probes_running", ())] == 2
         disabled = {
             dict(labels)["probe"]: dict(labels)["reason"]
             for (name, labels), value in found.items()
@@ -141,25 +159,52 @@ def test_endpoints_follow_the_measure_loop() -> None:
         server.stop()
         agent.close()
     assert not thread.is_alive()
+    assert sink.withdrawn == ["health-node"]
+
+
+def test_not_ready_while_no_core_probe_runs() -> None:
+    """Every probe that could measure the run queue disabled: the agent runs, publishes
+    reports saying so (``measured`` lacks ``runq``), and is not ready, naming why."""
+    settings = AgentSettings(
+        node_name="no-core",
+        interval_s=0.2,
+        probes=("runqlat", "psi"),
+        bpf_source_dir="/nonexistent",
+        ncpu=1,
+    )
+    sink = GatedSink()
+    agent = Agent(settings, StaticPodDirectory(), sink, metrics=AgentMetrics(CollectorRegistry()))
+    try:
+        agent.start()
+        assert "runqlat" in agent.disabled_probes
+        problem = agent.readiness_problem()
+        assert problem.startswith("no probe measures the core signal family runq"), problem
+        assert "runqlat:" in problem  # the reason the probe could not start
+        report = agent.measure()
+        assert "runq" not in report.measured and "psi" in report.measured
+        assert agent.readiness_problem() == problem
+    finally:
+        agent.close()
 
 
 @pytest.mark.slow
 def test_the_real_agent_serves_its_endpoints_while_redis_is_down(tmp_path: Path) -> None:
-    """``interference-agent`` with an unreachable Redis: alive and ready (the loop runs),
-    every dropped report counted; a second agent on the same port stops at once (exit 1):
-    with hostNetwork, kubelet's probes would otherwise reach the first one."""
+    """``interference-agent`` with an unreachable Redis: alive (the loop runs) but not ready
+    (no report can be published), every dropped report counted; a second agent on the
+    same port still runs."""
     port = free_port()
     unreachable = f"redis://127.0.0.1:{free_port()}/0"
     env = {**os.environ, "HTTP_PORT": str(port), "HTTP_ADDRESS": "127.0.0.1"}
-    argv = [AGENT, "--no-kubernetes", "--probes", "psi", "--interval", "0.3"]
+    argv = [AGENT, "--no-kubernetes", "--probes", "taskstats,psi", "--interval", "0.3"]
     argv += ["--redis-url", unreachable]
     logs = [tmp_path / "first.log", tmp_path / "second.log"]
     procs: list[subprocess.Popen[bytes]] = []
     try:
         with logs[0].open("wb") as log:
             procs.append(subprocess.Popen([*argv, "--node-name", "first"], stderr=log, env=env))
-        wait_for("/readyz of the real agent", lambda: ready(port), 60)
-        assert get(port, "/healthz") == (200, "ok\n")
+        wait_for("/healthz of the real agent", lambda: alive(port), 60)
+        wait_for("3 failed publishes", lambda: "could not be published" in get(port, "/readyz")[1])
+        assert get(port, "/readyz")[0] == 503
 
         def dropped() -> float:
             found = samples(get(port, "/metrics")[1])
@@ -167,21 +212,21 @@ def test_the_real_agent_serves_its_endpoints_while_redis_is_down(tmp_path: Path)
 
         wait_for("two dropped reports counted", lambda: dropped() >= 2, 60)
         with logs[1].open("wb") as log:
-            second = subprocess.Popen([*argv, "--node-name", "second"], stderr=log, env=env)
-        assert second.wait(timeout=60) == 1, read(logs[1])
-        assert procs[0].poll() is None, read(logs[0])
+            procs.append(subprocess.Popen([*argv, "--node-name", "second"], stderr=log, env=env))
+        wait_for("the second agent to say it cannot serve", lambda: "cannot serve" in read(logs[1]))
+        assert procs[1].poll() is None, read(logs[1])
     finally:
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
         codes = [proc.wait(timeout=30) for proc in procs]
-    assert codes == [0], [read(log) for log in logs]
+    assert codes == [0, 0], [read(log) for log in logs]
     assert f"on 127.0.0.1:{port}" in read(logs[0])
-    assert "Address already in use); pick another --http-port" in read(logs[1])
+    assert "measuring and publishing go on without it" in read(logs[1])
 
 
-def ready(port: int) -> bool:
+def alive(port: int) -> bool:
     try:
-        return get(port, "/readyz")[0] == 200
+        return get(port, "/healthz")[0] == 200
     except OSError:  # not listening yet
         return False
 

@@ -33,7 +33,7 @@ REPORT = NodeReport(
     node="gpu-node-1",
     ts=1_700_000_000.5,
     interval_s=1.0,
-    metrics=NodeMetrics(runq_p99_us=1500.0, runq_wait_ratio=0.2, score=42.25),
+    metrics=NodeMetrics(runq_p99_us=1500.0, runq_wait_ratio=0.2, interference_index=42.25),
     histograms={"runq_us": [0, 1, 2], "reclaim_us": []},
     pods=[SYSTEM_ROW, TRAINER, UID_ONLY],
     gpus=[GpuDevice(0, "GPU-1", "NVIDIA H100 80GB HBM3", 81559.0, 100.0, 3.0, 1)],
@@ -166,7 +166,9 @@ def test_reports_dropped_during_an_outage_are_not_kept(redis_server: RedisServer
     assert late - early < 100_000
 
 
-AGENT_ACL = "~intf:* -@all +hset +expire +zadd +sadd +srem +xadd +ping"
+AGENT_ACL = (
+    "~intf:* -@all +hset +expire +zadd +sadd +srem +xadd +zrangebyscore +exists +zrem +del +ping"
+)
 
 
 def test_publishes_as_a_restricted_acl_user(redis_server: RedisServer) -> None:
@@ -177,8 +179,10 @@ def test_publishes_as_a_restricted_acl_user(redis_server: RedisServer) -> None:
         PublisherSettings(redis_url=redis_server.url, username="agent", password="s3cret")
     )
     assert pub.publish(REPORT) is True
+    assert pub.sweep(REPORT.ts + 60) == []
+    assert pub.withdraw("gpu-node-1") is True
     pub.close()
-    assert redis_server.client().hget(keys.node_key("gpu-node-1"), "score") == "42.25"
+    assert redis_server.client().zscore(keys.NODES_BY_SCORE, "gpu-node-1") is None
 
 
 @pytest.mark.parametrize(
@@ -351,3 +355,78 @@ def test_unreachable_cluster_is_an_outage_not_a_crash() -> None:
     assert pub.publish(REPORT) is False
     assert pub.dropped == 2
     pub.close()
+
+
+def report_at(node: str, ts: float, interval_s: float = 1.0) -> NodeReport:
+    return replace(REPORT, node=node, ts=ts, interval_s=interval_s, pods=[TRAINER])
+
+
+def test_withdraw_removes_the_node_and_its_keys(
+    publisher: RedisPublisher, redis_server: RedisServer
+) -> None:
+    """A clean shutdown leaves nothing of the node behind (readers see it gone at once)."""
+    assert publisher.publish(report_at("leaving", time.time()))
+    assert publisher.publish(report_at("staying", time.time()))
+    assert publisher.withdraw("leaving") is True
+    r = redis_server.client()
+    assert r.zrange(keys.NODES_BY_SCORE, 0, -1) == ["staying"]
+    assert r.zrange(keys.NODES_UPDATED, 0, -1) == ["staying"]
+    for key in (keys.node_key("leaving"), keys.node_pods_key("leaving"), keys.gpu_key("leaving")):
+        assert not r.exists(key), key
+    assert r.exists(keys.node_key("staying"))
+
+
+def test_withdraw_without_redis_is_reported_not_raised(redis_server: RedisServer) -> None:
+    pub = RedisPublisher(PublisherSettings(redis_url=redis_server.url))
+    redis_server.stop()
+    assert pub.withdraw("gpu-node-1") is False
+    pub.close()
+
+
+def test_sweep_removes_only_nodes_whose_hash_expired(
+    publisher: RedisPublisher, redis_server: RedisServer
+) -> None:
+    """Quiet for longer than 5 s is only a candidate: a slow agent (10 s interval) whose
+    hash lives on stays; a node whose hash is gone leaves both sorted sets."""
+    now = time.time()
+    assert publisher.publish(report_at("slow-agent", now - 8, interval_s=10.0))
+    r = redis_server.client()
+    r.zadd(keys.NODES_BY_SCORE, {"dead": 90.0})  # what a dead agent leaves: no hash
+    r.zadd(keys.NODES_UPDATED, {"dead": now - 60})
+    assert publisher.publish(report_at("fresh", now))
+    assert publisher.sweep(now) == ["dead"]
+    assert sorted(r.zrange(keys.NODES_BY_SCORE, 0, -1)) == ["fresh", "slow-agent"]
+    assert sorted(r.zrange(keys.NODES_UPDATED, 0, -1)) == ["fresh", "slow-agent"]
+    assert publisher.sweep(now) == []
+
+
+def test_a_dead_node_leaves_the_ranking_within_ttl_plus_one_sweep(
+    redis_server: RedisServer,
+) -> None:
+    """An agent killed without a clean shutdown: its hash expires after its TTL (5 s) and
+    the next sweep of any live agent (every 1 s here) drops it from ``intf:nodes``."""
+    ttl_s, sweep_s = 5, 1.0
+    dying = RedisPublisher(PublisherSettings(redis_url=redis_server.url, ttl_s=ttl_s))
+    live = RedisPublisher(
+        PublisherSettings(redis_url=redis_server.url, ttl_s=ttl_s, sweep_interval_s=sweep_s)
+    )
+    r = redis_server.client()
+    try:
+        died_at = time.time()
+        assert dying.publish(report_at("dead", died_at))
+        dying.close()  # killed: no withdraw
+        gone_at = None
+        while time.time() < died_at + ttl_s + sweep_s + 3:
+            assert live.publish(report_at("live", time.time()))
+            members = r.zrange(keys.NODES_BY_SCORE, 0, -1)
+            assert "live" in members
+            if "dead" not in members:
+                gone_at = time.time()
+                break
+            time.sleep(0.2)
+        assert gone_at is not None, "the dead node is still ranked"
+        assert gone_at - died_at >= ttl_s - 0.5  # not before its hash expired
+        assert gone_at - died_at <= ttl_s + sweep_s + 1.0  # bound: TTL + sweep + 1 interval
+        assert live.swept == 1
+    finally:
+        live.close()

@@ -100,7 +100,8 @@ def test_dry_run_records_decisions_binds_nothing_then_a_reload_turns_binding_on(
     store = redis.Redis(port=redis_server.port)
     now = time.time()
     for name, score in (("n1", 80.0), ("n2", 5.0)):
-        report = NodeReport(name, now, 1.0, NodeMetrics(runq_p99_us=score * 50, score=score))
+        metrics = NodeMetrics(runq_p99_us=score * 50, interference_index=score)
+        report = NodeReport(name, now, 1.0, metrics, measured=("runq",))
         store.hset(keys.node_key(name), mapping=as_mapping(node_hash(report)))
     port = free_port()
     path = tmp_path / "scheduler.yaml"

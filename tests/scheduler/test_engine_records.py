@@ -26,7 +26,10 @@ NOT_READY = "node(s) were not ready"
 def _runq(table: NodeTable, **runq_p99_us: float) -> None:
     table.set_signals(
         {
-            name: NodeSignals(NodeMetrics(runq_p99_us=value), updated_at=NOW)
+            # the index rises with the p99 so the quieter node ranks first
+            name: NodeSignals(
+                NodeMetrics(runq_p99_us=value, interference_index=value / 100), updated_at=NOW
+            )
             for name, value in runq_p99_us.items()
         }
     )
@@ -178,8 +181,7 @@ def test_interference_weight_zero_alone_keeps_tolerance_filters() -> None:
         ({}, True, None),
         ({"interference_aware": False}, False, None),
         ({"interference_aware": True}, True, None),
-        ({"interference_aware": "no"}, False, None),  # the six boolean words, any case
-        ({"interference_aware": "off"}, None, "engine.interference_aware: must be true or false"),
+        ({"interference_aware": "no"}, None, "engine.interference_aware: must be true or false"),
         ({"interference_awre": False}, None, "did you mean 'interference_aware'?"),
     ],
 )

@@ -10,13 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from interference.signals import NodeMetrics
+from interference.signals import NodeMetrics, WindowMetrics
 from scheduler.engine import Engine
 from scheduler.filters.node_affinity import node_affinity
 from scheduler.model import ANNOTATION_MAX_RUNQ_P99_US, parse_node, parse_pod
 from scheduler.ports import NodeSignals
 from scheduler.scores.balance import balance_score
-from scheduler.scores.interference import interference_score
+from scheduler.scores.interference import quietness
 from scheduler.settings import EngineSettings, ScoreWeights
 from scheduler.table import MASK_CACHE_LIMIT, NodeTable
 from tests.scheduler.test_model import affinity_terms, node_obj, pod_obj, table_of
@@ -27,7 +27,10 @@ GPU = "nvidia.com/gpu"
 
 def _signals(table: NodeTable, **scores: float) -> None:
     table.set_signals(
-        {name: NodeSignals(NodeMetrics(score=s), updated_at=NOW) for name, s in scores.items()}
+        {
+            name: NodeSignals(NodeMetrics(interference_index=s), updated_at=NOW)
+            for name, s in scores.items()
+        }
     )
 
 
@@ -166,9 +169,9 @@ def test_burst_spreads_off_the_quiet_node() -> None:
     )
     table.set_signals(
         {
-            "quiet": NodeSignals(NodeMetrics(score=0), updated_at=NOW - 1),
-            "busy-1": NodeSignals(NodeMetrics(score=30), updated_at=NOW - 1),
-            "busy-2": NodeSignals(NodeMetrics(score=30), updated_at=NOW - 1),
+            "quiet": NodeSignals(NodeMetrics(interference_index=0), updated_at=NOW - 1),
+            "busy-1": NodeSignals(NodeMetrics(interference_index=30), updated_at=NOW - 1),
+            "busy-2": NodeSignals(NodeMetrics(interference_index=30), updated_at=NOW - 1),
         }
     )
     engine = Engine(EngineSettings(), seed=3)
@@ -401,7 +404,7 @@ score_operations = st.lists(
 @given(score_operations)
 def test_row_by_row_scores_match_the_formulas(ops: list[tuple[str, int, str]]) -> None:
     table = table_of([node_obj(n, cpu="4", memory="8Gi") for n in NODE_NAMES])
-    engine_settings = EngineSettings(stale_after_s=5.0)
+    engine_settings = EngineSettings(signal_window="10s", risk_k=1.5)
     pods = [parse_pod(pod_obj(f"p{i}", requests={"cpu": f"{(i + 1) * 200}m"})) for i in range(6)]
     incoming = parse_pod(pod_obj("new", requests={"cpu": "300m", "memory": "1Gi"}))
     reports: dict[str, NodeSignals] = {}
@@ -415,27 +418,27 @@ def test_row_by_row_scores_match_the_formulas(ops: list[tuple[str, int, str]]) -
         elif op == "resize_node":
             table.upsert_node(parse_node(node_obj(node, cpu=str(number), memory="8Gi")))
         elif op == "report":
-            metrics = NodeMetrics(score=number, runq_p99_us=number * 15, reclaim_stall_ms_per_s=1)
-            reports[node] = NodeSignals(metrics, updated_at=clock)
+            metrics = NodeMetrics(interference_index=number, runq_p99_us=number * 15)
+            window = WindowMetrics(10.0, intervals=10, index_mean=number, index_stddev=number / 7)
+            reports[node] = NodeSignals(metrics, updated_at=clock, windows={"10s": window})
             table.set_signals(dict(reports))
         elif op == "remove_node":
             table.remove_node(node)
         # score after every step, so later steps update the cached columns row by row
-        interference = interference_score(table, engine_settings, clock)
+        interference = quietness(table, engine_settings, clock)
         balance = balance_score(table, incoming)
     if not len(table):
         return
-    interference = interference_score(table, engine_settings, clock)
+    interference = quietness(table, engine_settings, clock)
     balance = balance_score(table, incoming)
     cpu, memory = table.resource_row("cpu"), table.resource_row("memory")
     assert cpu is not None and memory is not None
     alloc_cpu = table.alloc[cpu].astype(float)
     load = np.divide(table.recent_cpu_m, alloc_cpu, out=np.zeros(len(table)), where=alloc_cpu > 0)
-    index = np.minimum(100.0, table.interference_score + 100.0 * load)
-    signal = 100 * np.minimum(
-        1, np.maximum(table.runq_p99_us / 1000, table.reclaim_stall_ms_per_s / 5)
-    )
-    expected = np.where(table.signals_at >= clock - 5.0, 100 - np.maximum(index, signal), 50.0)
+    window = table.windows["10s"]
+    risk = np.minimum(100.0, window.index_mean + 1.5 * window.index_stddev)
+    index = np.minimum(100.0, risk + 100.0 * load)
+    expected = np.where(table.signals_at >= clock - 5.0, 100 - index, 50.0)
     assert interference == pytest.approx(expected)
 
     def part(alloc: np.ndarray, used: np.ndarray, request: float) -> np.ndarray:

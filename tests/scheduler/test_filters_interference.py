@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from interference.signals import NodeMetrics
+from interference.signals import NodeMetrics, WindowMetrics
 from scheduler.filters.interference import (
     RECLAIM_EXCEEDED,
     RUNQ_EXCEEDED,
@@ -19,7 +19,7 @@ from scheduler.model import (
     parse_pod,
 )
 from scheduler.ports import NodeSignals
-from scheduler.settings import EngineSettings, StalePolicy
+from scheduler.settings import EngineSettings, SignalWindow, StalePolicy
 from scheduler.table import NodeTable
 from tests.scheduler.test_model import node_obj, pod_obj, table_of
 
@@ -43,14 +43,14 @@ def _table(metrics: NodeMetrics, age_s: float = 1.0) -> NodeTable:
             NodeMetrics(reclaim_stall_ms_per_s=3),
             [RECLAIM_EXCEEDED],
         ),
-        ({ANNOTATION_MAX_SCORE: "40"}, NodeMetrics(score=41), [SCORE_EXCEEDED]),
-        ({ANNOTATION_MAX_SCORE: "40"}, NodeMetrics(score=40), []),
+        ({ANNOTATION_MAX_SCORE: "40"}, NodeMetrics(interference_index=41), [SCORE_EXCEEDED]),
+        ({ANNOTATION_MAX_SCORE: "40"}, NodeMetrics(interference_index=40), []),
         (
             {ANNOTATION_MAX_RUNQ_P99_US: "100", ANNOTATION_MAX_SCORE: "10"},
-            NodeMetrics(runq_p99_us=900, score=80),
+            NodeMetrics(runq_p99_us=900, interference_index=80),
             [RUNQ_EXCEEDED, SCORE_EXCEEDED],
         ),
-        ({}, NodeMetrics(runq_p99_us=10_000, score=100), []),
+        ({}, NodeMetrics(runq_p99_us=10_000, interference_index=100), []),
     ],
     ids=[
         "runq-below",
@@ -72,7 +72,7 @@ def test_tolerance(annotations: dict[str, str], metrics: NodeMetrics, reasons: l
 
 
 def test_load_placed_since_report_counts_toward_max_score() -> None:
-    table = _table(NodeMetrics(score=30))
+    table = _table(NodeMetrics(interference_index=30))
     pod = parse_pod(pod_obj(annotations={ANNOTATION_MAX_SCORE: "40"}))
     settings = EngineSettings(recent_load_weight=100.0)
     assert interference_filter(table, pod, settings, NOW).passed[0]
@@ -80,7 +80,7 @@ def test_load_placed_since_report_counts_toward_max_score() -> None:
     table.add_pod(parse_pod(pod_obj("burst", requests={"cpu": "2"})), "n", NOW)
     assert interference_filter(table, pod, settings, NOW).reasons_for(0) == [SCORE_EXCEEDED]
     # a newer report includes that load and replaces the estimate
-    table.set_signals({"n": NodeSignals(NodeMetrics(score=35), updated_at=NOW + 1)})
+    table.set_signals({"n": NodeSignals(NodeMetrics(interference_index=35), updated_at=NOW + 1)})
     assert interference_filter(table, pod, settings, NOW + 1).passed[0]
 
 
@@ -103,13 +103,56 @@ def test_stale_policies(
     policy: StalePolicy, age_s: float, tolerant_passes: bool, plain_passes: bool
 ) -> None:
     table = _table(NodeMetrics(runq_p99_us=5000), age_s=age_s)
-    settings = EngineSettings(stale_policy=policy, stale_after_s=10.0)
+    settings = EngineSettings(stale_policy=policy)
     tolerant = parse_pod(pod_obj("t", annotations={ANNOTATION_MAX_RUNQ_P99_US: "100"}))
     plain = parse_pod(pod_obj("p"))
     assert bool(interference_filter(table, tolerant, settings, NOW).passed[0]) is tolerant_passes
     assert bool(interference_filter(table, plain, settings, NOW).passed[0]) is plain_passes
-    if policy == "reject" and age_s > 10:
+    if policy == "reject" and age_s > 5:
         assert interference_filter(table, plain, settings, NOW).reasons_for(0) == [STALE_SIGNALS]
+
+
+@pytest.mark.parametrize("policy", ["neutral", "avoid", "reject"])
+def test_degraded_signals_are_stale(policy: StalePolicy) -> None:
+    """A fresh report whose run-queue probes all failed (it reads 0 everywhere) is not a
+    quiet node: it is treated exactly like a stale one."""
+    table = table_of([node_obj("broken"), node_obj("stale")])
+    table.set_signals(
+        {
+            "broken": NodeSignals(NodeMetrics(), updated_at=NOW, measured=("psi", "reclaim")),
+            "stale": NodeSignals(NodeMetrics(), updated_at=NOW - 60),
+        }
+    )
+    settings = EngineSettings(stale_policy=policy)
+    tolerant = parse_pod(pod_obj("t", annotations={ANNOTATION_MAX_RUNQ_P99_US: "100"}))
+    broken, stale = interference_filter(table, tolerant, settings, NOW).passed.tolist()
+    assert broken == stale == (policy != "reject")
+
+
+@pytest.mark.parametrize(
+    ("window", "passes"),
+    [("latest", True), ("10s", False), ("60s", False)],
+)
+def test_tolerances_read_the_engine_s_window(window: SignalWindow, passes: bool) -> None:
+    """A bursty node in a quiet second: its latest p99 is within the tolerance, its
+    windows' merged p99 and its reclaim mean + k·σ are not."""
+    bursty = WindowMetrics(
+        10.0,
+        10.0,
+        10,
+        runq_p99_us=12_000,
+        reclaim_stall_ms_per_s_mean=1.0,
+        reclaim_stall_ms_per_s_stddev=2.0,
+    )
+    table = table_of([node_obj("n")])
+    metrics = NodeMetrics(runq_p99_us=200, reclaim_stall_ms_per_s=0.1)
+    windows = {"10s": bursty, "60s": bursty}
+    table.set_signals({"n": NodeSignals(metrics, updated_at=NOW, windows=windows)})
+    settings = EngineSettings(signal_window=window, risk_k=1.0)
+    for annotation, bound in ((ANNOTATION_MAX_RUNQ_P99_US, "500"),
+                              (ANNOTATION_MAX_RECLAIM_STALL_MS_PER_S, "2.5")):  # fmt: skip
+        pod = parse_pod(pod_obj("t", annotations={annotation: bound}))
+        assert bool(interference_filter(table, pod, settings, NOW).passed[0]) is passes
 
 
 def test_missing_signals_are_stale() -> None:

@@ -141,7 +141,7 @@ def test_inventory_changes_refresh_cached_masks_but_utilisation_does_not() -> No
     generation = table.generation
     assert engine.schedule(pod, table, NOW).node == "n"
     busier = GpuDevice(0, "GPU-0", A100, 81920.0, 70000.0, 99.0, 4)
-    table.set_signals({"n": NodeSignals(NodeMetrics(score=5), NOW + 1, (busier,))})
+    table.set_signals({"n": NodeSignals(NodeMetrics(interference_index=5), NOW + 1, (busier,))})
     assert table.generation == generation  # same inventory: cached masks kept
     _report(table, n=[_device(0, "Tesla T4", 15360)])  # the GPU was swapped
     assert table.generation > generation

@@ -34,8 +34,10 @@ GPU = GpuDevice(0, "GPU-1", "NVIDIA H100", 81559, 1024, 37.5, 2)
 
 
 def report(node: str, ts: float, score: float = 10.0, interval_s: float = 1.0) -> NodeReport:
-    metrics = NodeMetrics(runq_p99_us=100 * score, score=score)
-    return NodeReport(node=node, ts=ts, interval_s=interval_s, metrics=metrics)
+    metrics = NodeMetrics(runq_p99_us=100 * score, interference_index=score)
+    return NodeReport(
+        node=node, ts=ts, interval_s=interval_s, metrics=metrics, measured=("psi", "runq")
+    )
 
 
 def as_mapping(fields: dict[str, str]) -> dict[str | bytes, bytes | float | int | str]:
@@ -116,7 +118,7 @@ def test_bootstraps_from_node_and_gpu_hashes(
 
     snapshot = cache.snapshot()
     assert set(snapshot) == {"a", "b", "c"}
-    assert snapshot["c"].metrics.score == 20.0
+    assert snapshot["c"].metrics.interference_index == 20.0
     assert snapshot["c"].metrics.runq_p99_us == 2000.0
     assert snapshot["a"].updated_at == pytest.approx(now, abs=0.01)
     assert snapshot["b"].gpus == (GPU,)
@@ -140,10 +142,16 @@ def test_follows_the_stream_with_xread_not_rescans(
         publish_stream(raw, report("new", now + step, score=step))
     wait_until(
         lambda: (
-            running.snapshot().get("a") is not None and running.snapshot()["a"].metrics.score == 50
+            running.snapshot().get("a") is not None
+            and running.snapshot()["a"].metrics.interference_index == 50
         )
     )
-    wait_until(lambda: "new" in running.snapshot() and running.snapshot()["new"].metrics.score == 5)
+    wait_until(
+        lambda: (
+            "new" in running.snapshot()
+            and running.snapshot()["new"].metrics.interference_index == 5
+        )
+    )
     assert running.snapshot()["a"].updated_at == pytest.approx(now + 5)
     assert _calls(raw, "scan") == scans_before  # O(updates): no rescans while following
     assert _calls(raw, "xread") >= 1
@@ -157,7 +165,7 @@ def test_an_older_report_never_replaces_a_newer_one(
     cache.bootstrap()
     raw.xadd(keys.STREAM, {keys.STREAM_FIELD: encode_report(report("a", now - 10, score=1))})
     assert cache.follow_once() == 0
-    assert cache.snapshot()["a"].metrics.score == 70
+    assert cache.snapshot()["a"].metrics.interference_index == 70
 
 
 def test_counts_and_skips_malformed_stream_entries(
@@ -170,12 +178,12 @@ def test_counts_and_skips_malformed_stream_entries(
     caplog.set_level(logging.WARNING, logger="scheduler.adapters.redis_signals")
     raw.xadd(keys.STREAM, {keys.STREAM_FIELD: b"\xc1 not msgpack"})
     raw.xadd(keys.STREAM, {"other": b"x"})
-    future = encode_report(report("a", time.time())).replace(b"\xa1v\x01", b"\xa1v\x63")
+    future = encode_report(report("a", time.time())).replace(b"\xa1v\x02", b"\xa1v\x63")
     raw.xadd(keys.STREAM, {keys.STREAM_FIELD: future})  # schema version 99
     publish_stream(raw, report("good", time.time(), score=42))
 
     wait_until(lambda: "good" in running.snapshot())
-    assert running.snapshot()["good"].metrics.score == 42
+    assert running.snapshot()["good"].metrics.interference_index == 42
     assert "a" not in running.snapshot()
     assert payload_errors(registry, "stream") == 3
     malformed = [r for r in caplog.records if "malformed" in r.getMessage()]
@@ -220,7 +228,7 @@ def test_redis_down_goes_blind_with_a_metric_and_one_log_then_recovers(
     wait_until(
         lambda: (registry.get_sample_value("interference_scheduler_redis_errors_total") or 0) >= 3
     )
-    assert running.snapshot()["a"].metrics.score == 33  # the last data stay, ageing
+    assert running.snapshot()["a"].metrics.interference_index == 33  # the last data stay, ageing
     outage_lines = [r for r in caplog.records if "unavailable" in r.getMessage()]
     assert len(outage_lines) == 1
     assert "interference-blind" in outage_lines[0].getMessage()
@@ -231,7 +239,11 @@ def test_redis_down_goes_blind_with_a_metric_and_one_log_then_recovers(
     assert running.bootstraps == bootstraps + 1
     publish_stream(redis_server.client(), report("b", time.time(), score=7))
     publish_stream(redis.Redis(port=redis_server.port), report("b", time.time() + 1, score=8))
-    wait_until(lambda: "b" in running.snapshot() and running.snapshot()["b"].metrics.score == 8)
+    wait_until(
+        lambda: (
+            "b" in running.snapshot() and running.snapshot()["b"].metrics.interference_index == 8
+        )
+    )
 
 
 def test_unreachable_at_start_is_unhealthy_not_fatal(registry: CollectorRegistry) -> None:
@@ -387,7 +399,7 @@ def test_works_as_the_scheduler_acl_user_from_the_environment(
     cache.bootstrap()
     publish_stream(raw, report("a", now, score=64))
     assert cache.follow_once() == 1
-    assert cache.snapshot()["a"].metrics.score == 64
+    assert cache.snapshot()["a"].metrics.interference_index == 64
     RedisDecisionSink(connect(settings, env=env), settings, metrics).write(decision())
     assert registry.get_sample_value("interference_scheduler_decision_write_errors_total") == 0
     assert raw.exists(keys.decision_key("ml", "train-0"))

@@ -1,65 +1,133 @@
-"""Interference score: formula, recent load, stale policies."""
+"""Quietness score (100 = quiet): the index, its windowed risk, recent load, and the stale
+policies for stale, missing and degraded signals."""
 
 from __future__ import annotations
 
 import pytest
 
-from interference.signals import NodeMetrics
+from interference.signals import NodeMetrics, WindowMetrics
 from scheduler.model import parse_node, parse_pod
 from scheduler.ports import NodeSignals
-from scheduler.scores.interference import interference_score
-from scheduler.settings import EngineSettings, StalePolicy
+from scheduler.scores.interference import quietness
+from scheduler.settings import EngineSettings, SignalWindow, StalePolicy
 from tests.scheduler.test_model import node_obj, pod_obj, table_of
 
 NOW = 1000.0
 
+BURSTY = WindowMetrics(10.0, 10.0, 10, index_mean=40.0, index_stddev=30.0, index_max=95.0)
+"""A 10 s window of an antagonist on for 5 s and off for 5 s."""
+
 
 @pytest.mark.parametrize(
-    ("metrics", "expected"),
+    ("case", "metrics", "windows", "settings", "expected"),
     [
-        (NodeMetrics(), 100.0),
-        (NodeMetrics(score=30), 70.0),
-        (NodeMetrics(score=10, runq_p99_us=500), 50.0),  # runq 500/1000 → pressure 50
-        (NodeMetrics(score=10, runq_p99_us=4000), 0.0),  # saturates at the reference
-        (NodeMetrics(score=10, reclaim_stall_ms_per_s=4), 20.0),  # 4/5 → pressure 80
-        (NodeMetrics(score=90, runq_p99_us=100), 10.0),  # the index dominates
-        (NodeMetrics(score=100), 0.0),
-    ],
-    ids=[
-        "quiet",
-        "index",
-        "runq-dominates",
-        "runq-saturates",
-        "reclaim-dominates",
-        "index-dominates",
-        "saturated",
+        ("quiet", NodeMetrics(), {}, EngineSettings(), 100.0),
+        ("index", NodeMetrics(interference_index=30), {}, EngineSettings(), 70.0),
+        ("saturated", NodeMetrics(interference_index=100), {}, EngineSettings(), 0.0),
+        (
+            "the run-queue p99 alone does not score (the index already holds it)",
+            NodeMetrics(interference_index=10, runq_p99_us=4000),
+            {},
+            EngineSettings(),
+            90.0,
+        ),
+        (
+            "window missing: the latest interval stands in",
+            NodeMetrics(interference_index=5),
+            {},
+            EngineSettings(signal_window="60s"),
+            95.0,
+        ),
+        (
+            "a quiet second of a bursty node scores by its window: mean + k·σ",
+            NodeMetrics(interference_index=2),
+            {"10s": BURSTY},
+            EngineSettings(signal_window="10s", risk_k=1.0),
+            100 - (40 + 30),
+        ),
+        (
+            "k = 0: the window's mean",
+            NodeMetrics(interference_index=2),
+            {"10s": BURSTY},
+            EngineSettings(signal_window="10s", risk_k=0.0),
+            60.0,
+        ),
+        (
+            "risk is capped at 100",
+            NodeMetrics(interference_index=2),
+            {"10s": BURSTY},
+            EngineSettings(signal_window="10s", risk_k=3.0),
+            0.0,
+        ),
+        (
+            "the per-interval policy sees only the quiet second",
+            NodeMetrics(interference_index=2),
+            {"10s": BURSTY},
+            EngineSettings(signal_window="latest"),
+            98.0,
+        ),
+        (
+            "a window with no interval yet falls back to the latest interval",
+            NodeMetrics(interference_index=7),
+            {"10s": WindowMetrics(10.0)},
+            EngineSettings(signal_window="10s"),
+            93.0,
+        ),
     ],
 )
-def test_formula(metrics: NodeMetrics, expected: float) -> None:
+def test_formula(
+    case: str,
+    metrics: NodeMetrics,
+    windows: dict[str, WindowMetrics],
+    settings: EngineSettings,
+    expected: float,
+) -> None:
     table = table_of([node_obj("n")])
-    table.set_signals({"n": NodeSignals(metrics, updated_at=NOW)})
-    assert interference_score(table, EngineSettings(), NOW)[0] == pytest.approx(expected)
+    table.set_signals({"n": NodeSignals(metrics, updated_at=NOW, windows=windows)})
+    assert quietness(table, settings, NOW)[0] == pytest.approx(expected), case
+
+
+@pytest.mark.parametrize("window", ["latest", "10s", "60s"])
+def test_bursty_node_ranks_below_a_steady_quiet_one_on_windows_only(window: SignalWindow) -> None:
+    table = table_of([node_obj("bursty"), node_obj("steady")])
+    steady = WindowMetrics(10.0, 10.0, 10, index_mean=8.0, index_stddev=1.0)
+    table.set_signals(
+        {
+            "bursty": NodeSignals(
+                NodeMetrics(interference_index=1),
+                NOW,
+                windows={"10s": BURSTY, "60s": BURSTY},
+            ),
+            "steady": NodeSignals(
+                NodeMetrics(interference_index=8),
+                NOW,
+                windows={"10s": steady, "60s": steady},
+            ),
+        }
+    )
+    bursty, steady_score = quietness(table, EngineSettings(signal_window=window), NOW).tolist()
+    assert (bursty < steady_score) == (window != "latest")
 
 
 def test_recent_load_lowers_score_until_next_report() -> None:
     table = table_of([node_obj("n", cpu="8")])
-    table.set_signals({"n": NodeSignals(NodeMetrics(score=20), updated_at=NOW - 1)})
+    table.set_signals({"n": NodeSignals(NodeMetrics(interference_index=20), updated_at=NOW - 1)})
     settings = EngineSettings(recent_load_weight=100.0)
     table.add_pod(parse_pod(pod_obj("a", requests={"cpu": "2"})), "n", NOW)
-    assert interference_score(table, settings, NOW)[0] == pytest.approx(100 - 20 - 25)
+    assert quietness(table, settings, NOW)[0] == pytest.approx(100 - 20 - 25)
     table.add_pod(parse_pod(pod_obj("b", requests={"cpu": "2"})), "n", NOW)
-    assert interference_score(table, settings, NOW)[0] == pytest.approx(100 - 20 - 50)
+    assert quietness(table, settings, NOW)[0] == pytest.approx(100 - 20 - 50)
     table.remove_pod(parse_pod(pod_obj("b")))  # a failed bind is forgotten
-    assert interference_score(table, settings, NOW)[0] == pytest.approx(100 - 20 - 25)
-    table.set_signals({"n": NodeSignals(NodeMetrics(score=30), updated_at=NOW + 1)})
-    assert interference_score(table, settings, NOW + 1)[0] == pytest.approx(70)
+    assert quietness(table, settings, NOW)[0] == pytest.approx(100 - 20 - 25)
+    table.set_signals({"n": NodeSignals(NodeMetrics(interference_index=30), updated_at=NOW + 1)})
+    assert quietness(table, settings, NOW + 1)[0] == pytest.approx(70)
 
 
 def test_pods_placed_before_the_report_do_not_count() -> None:
     table = table_of([node_obj("n", cpu="8")])
     table.add_pod(parse_pod(pod_obj("old", requests={"cpu": "4"})), "n", NOW - 10)
-    table.set_signals({"n": NodeSignals(NodeMetrics(score=20), updated_at=NOW - 5)})
-    assert interference_score(table, EngineSettings(), NOW)[0] == pytest.approx(80)
+    table.set_signals({"n": NodeSignals(NodeMetrics(interference_index=20), updated_at=NOW - 5)})
+    assert quietness(table, EngineSettings(), NOW)[0] == pytest.approx(80)
 
 
 def test_confirming_an_assumed_pod_keeps_its_stamp() -> None:
@@ -67,9 +135,9 @@ def test_confirming_an_assumed_pod_keeps_its_stamp() -> None:
     table.set_signals({"n": NodeSignals(NodeMetrics(), updated_at=NOW - 1)})
     pod = parse_pod(pod_obj("a", requests={"cpu": "4"}))
     table.add_pod(pod, "n", NOW)
-    table.set_signals({"n": NodeSignals(NodeMetrics(score=10), updated_at=NOW + 1)})
+    table.set_signals({"n": NodeSignals(NodeMetrics(interference_index=10), updated_at=NOW + 1)})
     table.add_pod(pod, "n", NOW + 2)  # the watch confirms the binding later
-    assert interference_score(table, EngineSettings(), NOW + 2)[0] == pytest.approx(90)
+    assert quietness(table, EngineSettings(), NOW + 2)[0] == pytest.approx(90)
 
 
 @pytest.mark.parametrize(
@@ -77,35 +145,40 @@ def test_confirming_an_assumed_pod_keeps_its_stamp() -> None:
     [("neutral", 50.0), ("avoid", 0.0), ("reject", 0.0)],
     ids=["neutral", "avoid", "reject"],
 )
-def test_stale_and_missing_signals(policy: StalePolicy, expected: float) -> None:
-    table = table_of([node_obj("stale"), node_obj("missing"), node_obj("fresh")])
+def test_stale_missing_and_degraded_signals(policy: StalePolicy, expected: float) -> None:
+    """Stale (older than 3 intervals, at least 5 s), missing, and degraded (no run-queue
+    family measured, e.g. every probe failed: its zeros must not read as the quietest
+    node) all follow the stale policy."""
+    table = table_of([node_obj(n) for n in ("stale", "missing", "degraded", "fresh", "slow-agent")])
     table.set_signals(
         {
-            "stale": NodeSignals(NodeMetrics(), updated_at=NOW - 11),
-            "fresh": NodeSignals(NodeMetrics(score=25), updated_at=NOW - 9),
+            "stale": NodeSignals(NodeMetrics(), updated_at=NOW - 5.5),
+            "degraded": NodeSignals(NodeMetrics(), updated_at=NOW, measured=("psi",)),
+            "fresh": NodeSignals(NodeMetrics(interference_index=25), updated_at=NOW - 4.5),
+            "slow-agent": NodeSignals(NodeMetrics(), updated_at=NOW - 25, interval_s=10.0),
         }
     )
-    scores = interference_score(table, EngineSettings(stale_policy=policy, stale_after_s=10), NOW)
-    assert scores.tolist() == [expected, expected, 75.0]
+    scores = quietness(table, EngineSettings(stale_policy=policy), NOW)
+    assert scores.tolist() == [expected, expected, expected, 75.0, 100.0]
 
 
 def test_signals_arriving_before_the_node_apply_when_it_joins() -> None:
     table = table_of([node_obj("a")])
     table.set_signals(
         {
-            "a": NodeSignals(NodeMetrics(score=10), updated_at=NOW),
-            "b": NodeSignals(NodeMetrics(score=60), updated_at=NOW),
+            "a": NodeSignals(NodeMetrics(interference_index=10), updated_at=NOW),
+            "b": NodeSignals(NodeMetrics(interference_index=60), updated_at=NOW),
         }
     )
     table.upsert_node(parse_node(node_obj("b")))
-    assert interference_score(table, EngineSettings(), NOW).tolist() == [90.0, 40.0]
+    assert quietness(table, EngineSettings(), NOW).tolist() == [90.0, 40.0]
 
 
 def test_node_absent_from_a_new_snapshot_loses_its_signals() -> None:
     table = table_of([node_obj("a"), node_obj("b")])
     both = {
-        "a": NodeSignals(NodeMetrics(score=10), updated_at=NOW),
-        "b": NodeSignals(NodeMetrics(score=20), updated_at=NOW),
+        "a": NodeSignals(NodeMetrics(interference_index=10), updated_at=NOW),
+        "b": NodeSignals(NodeMetrics(interference_index=20), updated_at=NOW),
     }
     table.set_signals(both)
     generation = table.signals_generation
@@ -113,20 +186,20 @@ def test_node_absent_from_a_new_snapshot_loses_its_signals() -> None:
     assert table.signals_generation == generation
     table.set_signals({"a": both["a"]})
     assert table.signals("b") is None
-    assert interference_score(table, EngineSettings(), NOW).tolist() == [90.0, 50.0]
+    assert quietness(table, EngineSettings(), NOW).tolist() == [90.0, 50.0]
 
 
 def test_signals_turn_stale_as_time_passes() -> None:
     table = table_of([node_obj("a"), node_obj("b")])
     table.set_signals(
         {
-            "a": NodeSignals(NodeMetrics(score=20), updated_at=NOW),
-            "b": NodeSignals(NodeMetrics(score=40), updated_at=NOW + 5),
+            "a": NodeSignals(NodeMetrics(interference_index=20), updated_at=NOW),
+            "b": NodeSignals(NodeMetrics(interference_index=40), updated_at=NOW + 5),
         }
     )
-    settings = EngineSettings(stale_after_s=10.0)
-    assert interference_score(table, settings, NOW + 1).tolist() == [80.0, 60.0]
-    assert interference_score(table, settings, NOW + 10).tolist() == [80.0, 60.0]
-    assert interference_score(table, settings, NOW + 10.5).tolist() == [50.0, 60.0]
-    assert interference_score(table, settings, NOW + 16).tolist() == [50.0, 50.0]
-    assert interference_score(table, settings, NOW + 2).tolist() == [80.0, 60.0]  # clock skew
+    settings = EngineSettings()  # fresh for 5 s after each report (1 s interval)
+    assert quietness(table, settings, NOW + 1).tolist() == [80.0, 60.0]
+    assert quietness(table, settings, NOW + 5).tolist() == [80.0, 60.0]
+    assert quietness(table, settings, NOW + 5.5).tolist() == [50.0, 60.0]
+    assert quietness(table, settings, NOW + 10.5).tolist() == [50.0, 50.0]
+    assert quietness(table, settings, NOW + 2).tolist() == [80.0, 60.0]  # clock skew

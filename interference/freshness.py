@@ -1,0 +1,71 @@
+"""The one freshness rule for node reports, used by the agent, the scheduler and the CLI.
+
+A report of interval ``T`` seconds published at ``ts`` is **fresh** while::
+
+    now − ts ≤ stale_after_s(T) = max(5, round(3 · T))
+
+i.e. for three missed intervals, at least 5 s. The agent writes every hash with exactly
+this TTL (:func:`ttl_seconds`), so a node's hash exists exactly as long as its report is
+fresh; afterwards the scheduler applies its ``stale_policy`` and ``interference top``
+shows the node as ``stale``. A report is **usable** only when it is fresh *and* measured
+the core signal families (:data:`interference.signals.CORE_FAMILIES`); a fresh report
+without them is **degraded** and treated exactly like a stale one.
+
+Members of ``intf:nodes`` whose hash has expired are removed by :func:`expired_members`'
+callers (the agent's sweep and every reader), see :mod:`node_agent.publisher`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+
+from interference.signals import CORE_FAMILIES
+
+MISSED_INTERVALS = 3
+"""Intervals a report stays fresh for."""
+MIN_STALE_AFTER_S = 5
+"""Lower bound of the freshness window, so 1 s agents survive a short hiccup."""
+
+
+def ttl_seconds(interval_s: float) -> int:
+    """``max(5, round(3 · interval_s))``: how long a report stays fresh, and the TTL of
+    every hash the agent writes."""
+    return max(MIN_STALE_AFTER_S, round(MISSED_INTERVALS * interval_s))
+
+
+def stale_after_s(interval_s: float) -> float:
+    """Age (s) after which a report of ``interval_s`` is stale (same as its TTL)."""
+    return float(ttl_seconds(interval_s))
+
+
+def fresh_until(updated_at: float, interval_s: float) -> float:
+    """Unix time until which a report published at ``updated_at`` is fresh."""
+    return updated_at + stale_after_s(interval_s)
+
+
+def is_fresh(updated_at: float, interval_s: float, now: float) -> bool:
+    """``now − updated_at ≤ stale_after_s(interval_s)``."""
+    return now - updated_at <= stale_after_s(interval_s)
+
+
+def missing_core(measured: Collection[str] | None) -> tuple[str, ...]:
+    """Core families absent from ``measured`` (None: the report did not say, so all)."""
+    have = set(measured or ())
+    return tuple(f for f in sorted(CORE_FAMILIES) if f not in have)
+
+
+def node_state(
+    updated_at: float, interval_s: float, measured: Collection[str] | None, now: float
+) -> str:
+    """``stale`` (too old), ``degraded`` (fresh but a core family was not measured) or
+    ``ok``; the scheduler acts only on ``ok`` reports."""
+    if not is_fresh(updated_at, interval_s, now):
+        return "stale"
+    if missing_core(measured):
+        return "degraded"
+    return "ok"
+
+
+def expired_members(members: Iterable[str], hash_exists: Mapping[str, bool]) -> list[str]:
+    """Members of ``intf:nodes`` whose ``intf:node:{node}`` hash no longer exists."""
+    return sorted(m for m in members if not hash_exists.get(m, False))

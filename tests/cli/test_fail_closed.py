@@ -1,0 +1,140 @@
+"""Fail closed, end to end: an agent whose run-queue probes all failed, next to a healthy
+one, both real ``interference-agent`` processes publishing to a real redis-server.
+
+The broken agent publishes all zeros; it must not look like the quietest node: it is not
+ready (``/readyz`` 503), ``interference top`` shows it ``degraded``, and the scheduler's
+signal cache and engine treat it exactly like a stale node. On SIGTERM both agents take
+their nodes out of ``intf:nodes``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from interference import keys
+from interference_cli.main import main
+from scheduler.adapters.redis_signals import RedisSettings, RedisSignalCache, SignalMetrics
+from scheduler.adapters.redis_signals import connect as connect_signals
+from scheduler.engine import Engine
+from scheduler.model import parse_pod
+from scheduler.scores.interference import quietness, stale_rows
+from scheduler.settings import EngineSettings
+from tests.conftest import RedisServer, free_port
+from tests.node_agent.test_agent import wait_for
+from tests.node_agent.test_health import get
+from tests.scheduler.test_model import node_obj, pod_obj, table_of
+
+pytestmark = [pytest.mark.redis, pytest.mark.slow]
+
+AGENT = str(Path(sys.executable).with_name("interference-agent"))
+
+
+@dataclass(frozen=True)
+class Agent:
+    port: int
+    """Its /healthz, /readyz and /metrics port."""
+    process: subprocess.Popen[bytes]
+
+
+@pytest.fixture
+def agents(redis_server: RedisServer, tmp_path: Path) -> Iterator[dict[str, Agent]]:
+    """``broken`` (BPF probes that cannot load, no fallback) and ``healthy`` (taskstats);
+    stopped with SIGTERM, each must exit 0."""
+    argv = {
+        "broken": ["--probes", "runqlat,reclaim", "--bpf-dir", str(tmp_path / "nonexistent")],
+        "healthy": ["--probes", "taskstats"],
+    }
+    ports = {name: free_port() for name in argv}
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    logs = {name: tmp_path / f"{name}.log" for name in argv}
+    try:
+        for name, extra in argv.items():
+            env = {**os.environ, "HTTP_PORT": str(ports[name]), "HTTP_ADDRESS": "127.0.0.1"}
+            command = [AGENT, "--no-kubernetes", "--node-name", f"{name}-node"]
+            command += ["--interval", "0.5", "--redis-url", redis_server.url, *extra]
+            with logs[name].open("wb") as log:
+                procs[name] = subprocess.Popen(command, stderr=log, env=env)
+        yield {name: Agent(ports[name], procs[name]) for name in argv}
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for name, proc in procs.items():
+            assert proc.wait(timeout=30) == 0, logs[name].read_text(errors="replace")
+
+
+def test_a_broken_agent_is_not_ready_degraded_and_stale_to_the_scheduler(
+    agents: dict[str, Agent], redis_server: RedisServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    client = redis_server.client()
+    wait_for(
+        "both nodes in intf:nodes",
+        lambda: set(client.zrange(keys.NODES_BY_SCORE, 0, -1)) == {"broken-node", "healthy-node"},
+    )
+
+    # The agent: alive, not ready, saying why.
+    wait_for("the broken agent to answer", lambda: _answers(agents["broken"].port))
+    status, reason = get(agents["broken"].port, "/readyz")
+    assert status == 503
+    assert "no probe measures the core signal family runq" in reason
+    wait_for("the healthy agent to be ready", lambda: _answers(agents["healthy"].port, "/readyz"))
+    assert client.hget(keys.node_key("broken-node"), "measured") == ""
+    assert client.hget(keys.node_key("broken-node"), "interference_index") == "0"
+
+    # The CLI: degraded, listed after the usable node.
+    assert main(["--redis-url", redis_server.url, "top"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    broken = next(line for line in lines if "broken-node" in line)
+    healthy = next(line for line in lines if "healthy-node" in line)
+    assert "degraded" in broken and "ok" not in broken.split("│")[-2]
+    assert " ok" in healthy
+    assert lines.index(healthy) < lines.index(broken)
+
+    # The scheduler: the signal cache and the engine treat it as stale.
+    settings = RedisSettings(url=redis_server.url, block_ms=200)
+    cache = RedisSignalCache(
+        connect_signals(settings, {}), settings, SignalMetrics(CollectorRegistry())
+    )
+    cache.bootstrap()
+    now = time.time()
+    assert cache.stale_nodes(now) == ["broken-node"]
+    table = table_of([node_obj("broken-node"), node_obj("healthy-node")])
+    table.set_signals(cache.snapshot())
+    assert stale_rows(table, now).tolist() == [0]
+    engine = Engine(EngineSettings(stale_policy="reject"), seed=1)
+    result = engine.schedule(parse_pod(pod_obj("web-0")), table, now)
+    assert result.node == "healthy-node", result.message
+    for policy, score in (("neutral", 50.0), ("avoid", 0.0)):
+        as_stale = quietness(table, EngineSettings(stale_policy=policy), now)  # type: ignore[arg-type]
+        assert as_stale[0] == score, policy  # not the 100 of its all-zero signals
+
+
+def test_clean_shutdown_takes_the_nodes_out_of_the_ranking(
+    agents: dict[str, Agent], redis_server: RedisServer
+) -> None:
+    client = redis_server.client()
+    wait_for("both nodes ranked", lambda: client.zcard(keys.NODES_BY_SCORE) == 2)
+    for agent in agents.values():
+        wait_for("the agent to answer", lambda agent=agent: _answers(agent.port))  # type: ignore[misc]
+        agent.process.send_signal(signal.SIGTERM)
+    for agent in agents.values():
+        assert agent.process.wait(timeout=30) == 0
+    assert client.zcard(keys.NODES_BY_SCORE) == 0
+    assert client.zcard(keys.NODES_UPDATED) == 0
+    assert not client.exists(keys.node_key("healthy-node"), keys.node_key("broken-node"))
+
+
+def _answers(port: int, path: str = "/healthz") -> bool:
+    try:
+        return get(port, path)[0] == 200
+    except OSError:
+        return False
