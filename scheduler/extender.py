@@ -208,7 +208,8 @@ def parse_args(body: bytes) -> ExtenderArgs:
         )
     pod = parse_pod(pod_obj)
     # kube-scheduler enforces what standalone mode refuses (volumes, spread, pod affinity)
-    return ExtenderArgs(dataclasses.replace(pod, unsupported=(), spread=()), names, nodes)
+    bare = dataclasses.replace(pod, unsupported=(), spread=(), soft_spread=())
+    return ExtenderArgs(bare, names, nodes)
 
 
 def _node_name(node: Mapping[str, Any]) -> str:
@@ -219,13 +220,18 @@ def _node_name(node: Mapping[str, Any]) -> str:
     return name
 
 
-def extender_score(total: float, max_total: float) -> int:
-    """``round(MAX_EXTENDER_PRIORITY · total / max_total)`` clipped to 0..10 (0 when
-    ``max_total`` is 0: no score plugin runs)."""
+def extender_scores(totals: NDArray[np.float64], max_total: float) -> NDArray[np.int64]:
+    """``round(MAX_EXTENDER_PRIORITY · total / max_total)`` clipped to 0..10, per node (0
+    when ``max_total`` is 0: no score plugin runs); halves round to even, as ``round``."""
     if max_total <= 0:
-        return 0
-    scaled = round(MAX_EXTENDER_PRIORITY * total / max_total)
-    return int(min(MAX_EXTENDER_PRIORITY, max(0, scaled)))
+        return np.zeros(len(totals), dtype=np.int64)
+    scaled = np.rint(MAX_EXTENDER_PRIORITY * totals / max_total)
+    return np.clip(scaled, 0, MAX_EXTENDER_PRIORITY).astype(np.int64)
+
+
+def extender_score(total: float, max_total: float) -> int:
+    """:func:`extender_scores` of one node."""
+    return int(extender_scores(np.array([float(total)]), max_total)[0])
 
 
 class Extender:
@@ -344,23 +350,30 @@ class Extender:
             settings = self._current_settings(table)
             plugins = _scores(pod, table, settings, now)
             max_total = 100.0 * sum(weight for weight, _ in plugins.values())
-            rows = [table.index_of(name) for name in args.names]
-            breakdown = [
-                {} if row is None else {p: s.item(row) for p, (_, s) in plugins.items()}
-                for row in rows
+            rows = np.array([_row(table, name) for name in args.names], dtype=np.intp)
+            known = rows >= 0
+            at = np.where(known, rows, 0)
+            totals = np.zeros(len(rows))
+            for weight, score in plugins.values():
+                totals += weight * score[at]
+            totals[~known] = 0.0
+            ranked = np.argsort(-totals, kind="stable")[: max(1, settings.record_top_k)]
+            candidates = [
+                CandidateVerdict(
+                    args.names[i],
+                    True,
+                    [],
+                    {p: s.item(rows[i]) for p, (_, s) in plugins.items()} if known[i] else {},
+                    totals.item(i),
+                )
+                for i in ranked.tolist()
             ]
-        totals = [sum(plugins[p][0] * value for p, value in scores.items()) for scores in breakdown]
+        scores = np.where(known, extender_scores(totals, max_total), 0).tolist()
         priorities = [
-            {"Host": name, "Score": 0 if row is None else extender_score(total, max_total)}
-            for name, row, total in zip(args.names, rows, totals, strict=True)
+            {"Host": name, "Score": score} for name, score in zip(args.names, scores, strict=True)
         ]
         with self._lock:
             filtered = self._filtered.pop(pod.key, None)
-        ranked = sorted(range(len(args.names)), key=lambda i: -totals[i])
-        top = ranked[: max(1, settings.record_top_k)]
-        candidates = [
-            CandidateVerdict(args.names[i], True, [], breakdown[i], totals[i]) for i in top
-        ]
         decision = Decision(
             namespace=pod.namespace,
             pod=pod.name,
@@ -404,36 +417,36 @@ class Extender:
         interference: FilterResult | None = None
         if settings.interference_aware:
             interference = interference_filter(table, pod, settings, now)
-        rows = {name: table.index_of(name) for name in names}
-        known = np.array([row for row in rows.values() if row is not None], dtype=np.intp)
+        offered = list(dict.fromkeys(names))
+        rows = np.array([_row(table, name) for name in offered], dtype=np.intp)
+        known = rows[rows >= 0]
         without_interference = _passed_rows(stages, known)
         relaxed = False
-        passed_rows = without_interference
         if interference is not None and interference.reasons:
-            passed_rows = without_interference[interference.passed[without_interference]]
-            if len(passed_rows) == 0 and len(without_interference) > 0:
+            blocked = not interference.passed[without_interference].any()
+            if blocked and len(without_interference) > 0:
                 relaxed = self._relax(pod.key, now, settings.relax_after_s)
-                if relaxed:
-                    passed_rows = without_interference
             else:
                 self._forget_blocked(pod.key)
             if not relaxed:
                 stages.append(interference)
-        passing = set(passed_rows.tolist())
-        passed: list[str] = []
+        failing_stage = _first_failing(stages, rows)
+        passed = [offered[i] for i in np.flatnonzero(failing_stage == len(stages)).tolist()]
+        why: dict[int, tuple[str, list[str]]] = {
+            i: ("", [UNKNOWN_NODE]) for i in np.flatnonzero(failing_stage < 0).tolist()
+        }
+        for number, stage in enumerate(stages):
+            at = np.flatnonzero(failing_stage == number)
+            if len(at):  # reasons looked up once per filter, for its rejected nodes only
+                found = stage.failure_reasons(rows[at])
+                why.update(zip(at.tolist(), ((stage.name, r) for r in found), strict=True))
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
         counts: dict[str, int] = {}
         rejected: list[CandidateVerdict] = []
-        for name, row in rows.items():
-            if row is not None and row in passing:
-                passed.append(name)
-                continue
-            if row is None:
-                stage_name, reasons = "", [UNKNOWN_NODE]
-            else:
-                stage = next(s for s in stages if not s.passed[row])
-                stage_name, reasons = stage.name, stage.reasons_for(row)
+        for i in sorted(why):
+            stage_name, reasons = why[i]
+            name = offered[i]
             for reason in reasons:
                 counts[reason] = counts.get(reason, 0) + 1
             text = ", ".join(reasons)
@@ -508,6 +521,24 @@ def _static_stages(pod: PodInfo, table: NodeTable) -> tuple[FilterResult, ...]:
     )
     table.remember(key, stages)
     return stages
+
+
+def _row(table: NodeTable, name: str) -> int:
+    row = table.index_of(name)
+    return -1 if row is None else row
+
+
+def _first_failing(stages: Sequence[FilterResult], rows: NDArray[np.intp]) -> NDArray[np.intp]:
+    """Per offered row: the index of the first stage it fails, ``len(stages)`` when it
+    passes them all, -1 for a node the table does not know (row -1)."""
+    result = np.full(len(rows), len(stages), dtype=np.intp)
+    result[rows < 0] = -1
+    known = np.flatnonzero(rows >= 0)
+    if len(known) and stages:
+        passes = np.stack([stage.passed[rows[known]] for stage in stages])
+        first = np.argmin(passes, axis=0)  # the first False; 0 as well when all pass
+        result[known] = np.where(passes.all(axis=0), len(stages), first)
+    return result
 
 
 def _passed_rows(stages: Sequence[FilterResult], rows: NDArray[np.intp]) -> NDArray[np.intp]:
