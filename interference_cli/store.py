@@ -25,7 +25,7 @@ from interference.codec import (
 from interference.decision import Decision, parse_decision_hash
 from interference.logsetup import mask_credentials
 from interference.redis_tls import RedisTls
-from interference.signals import NodeMetrics, PodMetrics
+from interference.signals import NodeMetrics, PodMetrics, WindowMetrics
 from interference.strict import mask_url
 
 T = TypeVar("T")
@@ -79,6 +79,8 @@ class NodeDetail:
     histograms: dict[str, list[int]] = field(default_factory=dict)
     pods: list[PodRow] = field(default_factory=list)
     disabled_probes: str = ""
+    windows: dict[str, WindowMetrics] = field(default_factory=dict)
+    """The latest report's windowed signals (``10s``, ``60s``)."""
 
 
 def is_stale(updated_at: float, interval_s: float, now: float) -> bool:
@@ -230,6 +232,7 @@ class Store:
             histograms=histograms,
             pods=self._pods(node, sorted(_text(m) for m in members)),
             disabled_probes=data.get("disabled_probes", ""),
+            windows=_windows(node, raw),
         )
 
     def decision(self, namespace: str, pod: str) -> Decision:
@@ -347,6 +350,13 @@ def _histogram(node: str, name: str, value: str) -> list[int]:
         return parse_histogram_field(value)
     except PayloadError as exc:
         raise CliError(f"field {name} of node {node!r} is malformed: {exc}") from exc
+
+
+def _windows(node: str, raw: dict[bytes, bytes]) -> dict[str, WindowMetrics]:
+    try:
+        return parse_node_signals(raw).windows
+    except PayloadError as exc:
+        raise CliError(f"node hash {keys.node_key(node)} is malformed: {exc}") from exc
 
 
 def _text(value: bytes | str) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -10,6 +10,7 @@ from rich.text import Text
 
 from interference import hist
 from interference.decision import CandidateVerdict, Decision
+from interference.signals import WindowMetrics
 from interference_cli.store import NodeDetail, NodeRow, PodRow
 
 BAR_WIDTH = 40
@@ -70,6 +71,8 @@ def node_view(detail: NodeDetail, now: float) -> RenderableType:
     parts.append(Text(f"measured: {', '.join(row.measured) or 'nothing'}"))
     if detail.disabled_probes:
         parts.append(Text(f"disabled probes: {detail.disabled_probes}", style="yellow"))
+    if detail.windows:
+        parts.append(window_table(detail.windows))
     for name, buckets in detail.histograms.items():
         parts.append(histogram_table(name, buckets))
     parts.append(
@@ -85,6 +88,27 @@ def node_view(detail: NodeDetail, now: float) -> RenderableType:
         )
     )
     return Group(*parts)
+
+
+def window_table(windows: Mapping[str, WindowMetrics]) -> Table:
+    """The windowed signals side by side: run-queue p99 of the merged histogram, and
+    mean / max / σ of the interference index, wait ratio and reclaim stall."""
+    table = Table(title="windows (mean / max / σ per interval)", title_justify="left")
+    table.add_column("window")
+    for name in ("intervals", "runq p99 µs", "index", "wait ratio", "reclaim ms/s"):
+        table.add_column(name, justify="right")
+    for name, w in sorted(windows.items(), key=lambda item: item[1].span_s):
+        table.add_row(
+            name,
+            str(w.intervals),
+            f"{w.runq_p99_us:.0f}",
+            f"{w.index_mean:.1f} / {w.index_max:.1f} / {w.index_stddev:.1f}",
+            f"{w.runq_wait_ratio_mean:.3f} / {w.runq_wait_ratio_max:.3f} / "
+            f"{w.runq_wait_ratio_stddev:.3f}",
+            f"{w.reclaim_stall_ms_per_s_mean:.2f} / {w.reclaim_stall_ms_per_s_max:.2f} / "
+            f"{w.reclaim_stall_ms_per_s_stddev:.2f}",
+        )
+    return table
 
 
 def histogram_table(name: str, buckets: Sequence[int]) -> RenderableType:

@@ -4,6 +4,9 @@ Probes that cannot run on this host are logged once with their reason and left o
 (degraded mode); when the BPF probes cannot load, taskstats delay accounting stands in
 for them. Nothing a probe, the API server or Redis does ends the loop.
 
+Every report also carries windowed signals (10 s and 60 s: merged run-queue histogram
+p99, mean/max/σ of wait ratio, reclaim stall and index; :mod:`node_agent.history`).
+
 Failing closed: every report lists the signal families its probes actually delivered
 (``measured``; a probe whose collect failed delivers nothing), and ``/readyz`` answers 503
 while no probe of a core family (:data:`interference.signals.CORE_FAMILIES`: run-queue,
@@ -29,6 +32,7 @@ from node_agent.aggregate import aggregate, measured_families, resolve_owners
 from node_agent.attribution import Attributor
 from node_agent.gpu import GpuInventory
 from node_agent.health import AgentMetrics, liveness_problem
+from node_agent.history import SignalHistory
 from node_agent.pods import (
     KubernetesPodDirectory,
     PodDirectory,
@@ -89,6 +93,8 @@ class Agent:
         self._loop_started: float | None = None
         self._last_measured: float | None = None
         self._last_measured_families: tuple[str, ...] = ()
+        self._history = SignalHistory()
+        """Recent intervals, for the windowed signals of each report."""
         self._started = False
         self.consecutive_publish_failures = 0
         """Reports dropped in a row by the sink (0 after any successful publish)."""
@@ -191,9 +197,17 @@ class Agent:
             self.settings.score_refs,
             self.settings.cgroup_root,
         )
+        ended_at = time.time()
+        self._history.add(
+            ended_at,
+            interval_s,
+            result.metrics,
+            result.histograms.get(base.HIST_RUNQ_US, []),
+            result.measured,
+        )
         report = NodeReport(
             node=self.settings.node_name,
-            ts=time.time(),
+            ts=ended_at,
             interval_s=round(interval_s, 6),
             metrics=result.metrics,
             histograms=result.histograms,
@@ -201,6 +215,7 @@ class Agent:
             gpus=self._gpus(),
             disabled_probes=dict(self.disabled_probes),
             measured=result.measured,
+            windows=self._history.windows(ended_at),
         )
         self._last_measured_families = result.measured
         self._last_measured = time.monotonic()

@@ -14,7 +14,7 @@ import redis
 
 from interference import keys
 from interference.decision import CandidateVerdict, Decision, decision_hash
-from interference.signals import NodeMetrics, NodeReport, PodMetrics
+from interference.signals import NodeMetrics, NodeReport, PodMetrics, WindowMetrics
 from interference_cli.main import main
 from interference_cli.trace import load_trace
 from node_agent.publisher import PublisherSettings, RedisPublisher
@@ -46,6 +46,17 @@ def _report(node: str, score: float, ts: float, pods: list[PodMetrics]) -> NodeR
         histograms={"runq_us": [0, 3, 10, 40, 7, 0, 2]},
         pods=pods,
         measured=("runq",),
+        windows={
+            "10s": WindowMetrics(
+                10.0,
+                10.0,
+                10,
+                runq_p99_us=3100,
+                index_mean=score,
+                index_max=min(100.0, 2 * score),
+                index_stddev=score / 4,
+            ),
+        },
     )
 
 
@@ -136,6 +147,9 @@ def test_node_shows_metrics_histogram_and_pods(
     antagonists = out[out.index("antagonists") :]
     assert victims.index("web/api-0") < victims.index("batch/stress-1")
     assert antagonists.index("batch/stress-1") < antagonists.index("web/api-0")
+    windows = out[out.index("windows (mean / max / σ") : out.index("runq_us: 62")]
+    assert "10s" in windows and "3100" in windows and "72.5 / 100.0 / 18.1" in windows
+    assert "measured: runq" in out
 
 
 def test_explain_shows_every_candidate(

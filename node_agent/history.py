@@ -1,0 +1,131 @@
+"""A node's recent intervals, and the windowed signals the agent publishes beside each
+interval's (:class:`interference.signals.WindowMetrics`).
+
+One second decides nothing: a quiet node's per-second run-queue p99 is the maximum of a
+few dozen wake-ups, and an antagonist that is on for 5 s and off for 5 s looks quiet half
+of the time. So every report also carries, per window span ``W`` (10 s and 60 s), over
+the intervals that ended in the last ``W`` seconds:
+
+- ``runq_p99_us``: the p99 of the *merged* log2 run-queue histogram (every wake-up of the
+  window counts once; not a percentile of per-second percentiles);
+- ``runq_wait_ratio_*``, ``reclaim_stall_ms_per_s_*``, ``index_*``: mean, maximum and
+  population standard deviation σ of the per-interval values, each interval weighted by
+  its length ``T``: ``mean = Σ Tᵢ·xᵢ / Σ Tᵢ``, ``σ² = Σ Tᵢ·(xᵢ − mean)² / Σ Tᵢ``.
+
+Burstiness reads as σ or as peak-to-mean (``max / mean``). The scheduler's risk term is
+``index_mean + k · index_stddev`` (:mod:`scheduler.scores.interference`).
+
+Only intervals that measured the run queue enter a window (an interval whose run-queue
+probe failed says nothing about it), so a window never averages "unknown" as "quiet".
+Memory is bounded: intervals older than the longest span are dropped.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from interference import hist
+from interference.signals import CORE_FAMILIES, WINDOWS_S, NodeMetrics, WindowMetrics, window_name
+
+
+@dataclass(frozen=True, slots=True)
+class IntervalRecord:
+    """What a window needs from one interval."""
+
+    ended_at: float
+    """Unix time at the end of the interval (the report's ``ts``)."""
+    interval_s: float
+    runq_us: tuple[int, ...]
+    """The interval's node run-queue log2 histogram."""
+    runq_wait_ratio: float
+    reclaim_stall_ms_per_s: float
+    interference_index: float
+
+
+class SignalHistory:
+    """The last ``max(spans_s)`` seconds of intervals; :meth:`windows` summarises them."""
+
+    def __init__(self, spans_s: Sequence[float] = WINDOWS_S) -> None:
+        if not spans_s or any(not span > 0 for span in spans_s):
+            raise ValueError(f"window spans must be > 0 seconds, got {list(spans_s)}")
+        self.spans_s = tuple(sorted(spans_s))
+        self._records: deque[IntervalRecord] = deque()
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def add(
+        self,
+        ended_at: float,
+        interval_s: float,
+        metrics: NodeMetrics,
+        runq_us: Iterable[int],
+        measured: Iterable[str],
+    ) -> None:
+        """Remember one interval (left out when it did not measure the core families),
+        and forget intervals older than the longest span."""
+        if set(measured) >= CORE_FAMILIES:
+            self._records.append(
+                IntervalRecord(
+                    ended_at=ended_at,
+                    interval_s=interval_s,
+                    runq_us=tuple(runq_us),
+                    runq_wait_ratio=metrics.runq_wait_ratio,
+                    reclaim_stall_ms_per_s=metrics.reclaim_stall_ms_per_s,
+                    interference_index=metrics.interference_index,
+                )
+            )
+        horizon = ended_at - self.spans_s[-1]
+        while self._records and self._records[0].ended_at <= horizon:
+            self._records.popleft()
+
+    def windows(self, now: float) -> dict[str, WindowMetrics]:
+        """``{"10s": …, "60s": …}``: each span's summary of the intervals that ended in
+        ``(now − span, now]`` (a window with no interval has ``intervals == 0``)."""
+        return {
+            window_name(span): summarize(
+                span, [r for r in self._records if r.ended_at > now - span]
+            )
+            for span in self.spans_s
+        }
+
+
+def summarize(span_s: float, records: Sequence[IntervalRecord]) -> WindowMetrics:
+    """The module docstring's formulas over ``records``."""
+    if not records:
+        return WindowMetrics(span_s=span_s)
+    weights = [r.interval_s for r in records]
+    merged: list[int] = []
+    for record in records:
+        merged = hist.add(merged, record.runq_us)
+    wait = _moments([r.runq_wait_ratio for r in records], weights)
+    reclaim = _moments([r.reclaim_stall_ms_per_s for r in records], weights)
+    index = _moments([r.interference_index for r in records], weights)
+    return WindowMetrics(
+        span_s=span_s,
+        covered_s=round(sum(weights), 6),
+        intervals=len(records),
+        runq_p99_us=hist.percentile(merged, 0.99),
+        runq_wait_ratio_mean=wait[0],
+        runq_wait_ratio_max=wait[1],
+        runq_wait_ratio_stddev=wait[2],
+        reclaim_stall_ms_per_s_mean=reclaim[0],
+        reclaim_stall_ms_per_s_max=reclaim[1],
+        reclaim_stall_ms_per_s_stddev=reclaim[2],
+        index_mean=index[0],
+        index_max=index[1],
+        index_stddev=index[2],
+    )
+
+
+def _moments(values: Sequence[float], weights: Sequence[float]) -> tuple[float, float, float]:
+    """Weighted mean, maximum and weighted population standard deviation."""
+    total = sum(weights)
+    if total <= 0:
+        return 0.0, 0.0, 0.0
+    mean = sum(w * x for w, x in zip(weights, values, strict=True)) / total
+    variance = sum(w * (x - mean) ** 2 for w, x in zip(weights, values, strict=True)) / total
+    return mean, max(values), math.sqrt(max(0.0, variance))

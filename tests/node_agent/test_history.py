@@ -1,0 +1,118 @@
+"""Windowed signals (node_agent.history): merged histograms, weighted moments, bounds."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from interference import hist
+from interference.signals import NodeMetrics
+from node_agent.agent import Agent
+from node_agent.health import AgentMetrics
+from node_agent.history import IntervalRecord, SignalHistory, summarize
+from node_agent.pods import StaticPodDirectory
+from node_agent.settings import AgentSettings
+
+RUNQ = ("runq",)
+
+
+def metrics(index: float = 0.0, wait: float = 0.0, reclaim: float = 0.0) -> NodeMetrics:
+    return NodeMetrics(
+        interference_index=index, runq_wait_ratio=wait, reclaim_stall_ms_per_s=reclaim
+    )
+
+
+def slots(**counts: int) -> list[int]:
+    buckets = [0] * hist.MAX_SLOTS
+    for name, count in counts.items():
+        buckets[int(name[1:])] = count
+    return buckets
+
+
+def record(index: float, interval_s: float = 1.0, runq: list[int] | None = None) -> IntervalRecord:
+    return IntervalRecord(0.0, interval_s, tuple(runq or []), index / 100, index / 10, index)
+
+
+ON_OFF = [record(95.0)] * 5 + [record(3.0)] * 5
+"""An antagonist on for 5 s and off for 5 s."""
+
+
+@pytest.mark.parametrize(
+    ("case", "records", "mean", "peak", "stddev"),
+    [
+        ("no interval", [], 0.0, 0.0, 0.0),
+        ("steady", [record(10.0)] * 10, 10.0, 10.0, 0.0),
+        ("on/off antagonist", ON_OFF, 49.0, 95.0, 46.0),
+        ("a longer interval weighs more", [record(0.0, 3.0), record(100.0, 1.0)], 25.0, 100.0,
+         math.sqrt(0.75 * 25**2 + 0.25 * 75**2)),
+    ],
+)  # fmt: skip
+def test_index_moments(
+    case: str, records: list[IntervalRecord], mean: float, peak: float, stddev: float
+) -> None:
+    window = summarize(10.0, records)
+    assert window.intervals == len(records), case
+    assert window.index_mean == pytest.approx(mean), case
+    assert window.index_max == pytest.approx(peak), case
+    assert window.index_stddev == pytest.approx(stddev), case
+    # wait ratio and reclaim follow the same moments (they are index / 100 and / 10 here)
+    assert window.runq_wait_ratio_mean == pytest.approx(mean / 100), case
+    assert window.reclaim_stall_ms_per_s_stddev == pytest.approx(stddev / 10), case
+
+
+def test_p99_comes_from_the_merged_histogram_not_from_per_second_p99s() -> None:
+    """Nine quiet seconds of 100 wake-ups at ~4 µs and one second with 20 waits at ~2 ms:
+    2 % of the window's wake-ups are slow, so its p99 is slow — while 9 of 10 per-second
+    p99s are quiet."""
+    quiet, burst = slots(s2=100), slots(s2=80, s11=20)
+    records = [record(0.0, runq=quiet)] * 9 + [record(0.0, runq=burst)]
+    window = summarize(10.0, records)
+    per_second = sorted(hist.percentile(list(r.runq_us), 0.99) for r in records)
+    assert per_second[len(per_second) // 2] < 8  # the median second is quiet
+    assert 2048 <= window.runq_p99_us <= 4095  # the window's p99 is in the 2–4 ms slot
+
+
+def test_windows_cover_their_span_and_memory_is_bounded() -> None:
+    history = SignalHistory((10, 60))
+    for second in range(1, 201):
+        index = 95.0 if second % 10 < 5 else 3.0
+        history.add(float(second), 1.0, metrics(index), slots(s3=10), RUNQ)
+    assert len(history) == 60  # older intervals are dropped
+    windows = history.windows(200.0)
+    assert windows["10s"].intervals == 10 and windows["10s"].covered_s == 10.0
+    assert windows["60s"].intervals == 60
+    assert windows["10s"].index_mean == pytest.approx(49.0)
+    assert windows["60s"].index_stddev == pytest.approx(46.0)
+    assert history.windows(1000.0)["60s"].intervals == 0  # nothing that recent
+
+
+def test_intervals_without_the_run_queue_stay_out_of_the_windows() -> None:
+    """A probe failure for a few seconds: its zeros are unknown, not quiet."""
+    history = SignalHistory((10,))
+    for second in range(1, 11):
+        measured = ("psi",) if second > 5 else RUNQ
+        history.add(float(second), 1.0, metrics(80.0 if second <= 5 else 0.0), [], measured)
+    window = history.windows(10.0)["10s"]
+    assert window.intervals == 5
+    assert window.index_mean == 80.0
+
+
+def test_spans_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="spans must be > 0"):
+        SignalHistory((10, 0))
+
+
+def test_the_agent_publishes_both_windows_with_each_report() -> None:
+    settings = AgentSettings(node_name="windows", probes=("taskstats",), ncpu=1)
+    agent = Agent(settings, StaticPodDirectory(), metrics=AgentMetrics(CollectorRegistry()))
+    try:
+        agent.start()
+        reports = [agent.measure() for _ in range(3)]
+    finally:
+        agent.close()
+    last = reports[-1]
+    assert set(last.windows) == {"10s", "60s"}
+    assert last.windows["10s"].intervals == 3 and last.windows["60s"].intervals == 3
+    assert last.windows["10s"].index_max == max(r.metrics.interference_index for r in reports)
