@@ -154,7 +154,3 @@ def interference_index(
     for level in family_saturations(signals, refs, measured).values():
         quiet_chance *= 1.0 - level
     return round(100.0 * (1.0 - quiet_chance), 2)
-
-
-ScoreReferences = IndexReferences
-"""Former name of :class:`IndexReferences`, kept for callers not yet renamed."""

@@ -17,7 +17,7 @@ import socket
 import sys
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, fields, replace
+from dataclasses import asdict, replace
 from types import FrameType
 
 from prometheus_client import CollectorRegistry
@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry
 from interference.cliparse import RUNTIME_EXIT, OneLineParser
 from interference.logsetup import configure_logging
 from interference.redis_tls import RedisTls
-from interference.score import ScoreReferences
+from interference.score import REFERENCE_NAMES, IndexReferences
 from interference.signals import NodeReport
 from interference.strict import SettingError, check_range, mask_url, parse_bool, parse_number
 from node_agent import probes
@@ -35,7 +35,7 @@ from node_agent.settings import AgentSettings, detect_cgroup_v2_mount
 
 log = logging.getLogger("node_agent")
 
-_SCORE_REF_NAMES = tuple(f.name for f in fields(ScoreReferences))
+_SCORE_REF_NAMES = REFERENCE_NAMES
 
 
 def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
@@ -185,8 +185,8 @@ def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="override a score reference or weight (a number ≥ 0), repeatable; NAME is one of "
-        + ", ".join(_SCORE_REF_NAMES),
+        help="override a reference point or weight of the interference index (a number ≥ 0; "
+        "weights at most 1), repeatable; NAME is one of " + ", ".join(_SCORE_REF_NAMES),
     )
     p.add_argument(
         "--once",
@@ -249,9 +249,9 @@ def _integer(
     return None if number is None else int(number)
 
 
-def score_references(overrides: Sequence[str]) -> ScoreReferences:
-    """``ScoreReferences`` with ``NAME=VALUE`` overrides; ``ValueError`` saying what is wrong."""
-    refs = ScoreReferences()
+def score_references(overrides: Sequence[str]) -> IndexReferences:
+    """``IndexReferences`` with ``NAME=VALUE`` overrides; ``ValueError`` saying what is wrong."""
+    refs = IndexReferences()
     for item in overrides:
         name, sep, value = item.partition("=")
         if not sep or name not in _SCORE_REF_NAMES:
@@ -264,7 +264,10 @@ def score_references(overrides: Sequence[str]) -> ScoreReferences:
         except ValueError:
             raise ValueError(f"--score-ref {item!r}: {value!r} is not a number") from None
         check_range(f"--score-ref {name}", number, minimum=0)
-        refs = replace(refs, **{name: number})
+        try:
+            refs = replace(refs, **{name: number})
+        except ValueError as exc:  # a quiet point above its saturation point, weight > 1
+            raise ValueError(f"--score-ref {item!r}: {exc}") from None
     return refs
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from interference.score import ScoreReferences
+from interference.score import IndexReferences
 from node_agent import cli
 from node_agent.probes.base import ProbeContext, ProbeUnavailable
 from node_agent.probes.cgroup_files import CgroupCounterProbe
@@ -35,7 +35,7 @@ def test_defaults_without_flags_or_env() -> None:
     assert settings.probes == ()
     assert settings.effective_ttl_s == 5
     assert settings.kubernetes is True
-    assert settings.score_refs == ScoreReferences()
+    assert settings.score_refs == IndexReferences()
 
 
 ENV = {
@@ -108,7 +108,7 @@ def test_flags_win_over_env() -> None:
     assert (settings.cgroup_v2_mount, settings.cgroup_v1_mount) == ("/mnt/v2", "/mnt/v1")
     assert settings.probes == ("cpu_throttle",)
     assert settings.kubernetes is False
-    assert settings.score_refs == ScoreReferences(runq_p99_us=2000.0, weight_net_drops=0.0)
+    assert settings.score_refs == IndexReferences(runq_p99_us=2000.0, weight_net_drops=0.0)
 
 
 @pytest.mark.parametrize(
@@ -121,6 +121,8 @@ def test_flags_win_over_env() -> None:
         (["--ttl", "0"], {}, "--ttl=0 is out of range; allowed: ≥ 1"),
         (["--score-ref", "runq=5"], {}, "NAME one of runq_p99_us"),
         (["--score-ref", "runq_p99_us=soon"], {}, "'soon' is not a number"),
+        (["--score-ref", "runq_p99_us=100"], {}, "runq_p99_us_quiet < runq_p99_us"),
+        (["--score-ref", "weight_reclaim=2"], {}, "weight_reclaim: 2.0 must be between 0 and 1"),
         (["--redis-url", "localhost:6379"], {}, "redis://"),
         (["--log-level", "LOUD"], {}, "log level 'LOUD' is not one of DEBUG, INFO"),
         ([], {"REDIS_CLUSTER": "Y"}, "REDIS_CLUSTER='Y' is not a boolean"),
