@@ -58,6 +58,7 @@ from scheduler.quantity import PODS
 from scheduler.scores.balance import balance_score
 from scheduler.scores.gpu_packing import gpu_packing_score
 from scheduler.scores.interference import quietness
+from scheduler.scores.topology_spread import topology_spread_score
 from scheduler.settings import EngineSettings
 from scheduler.table import NodeTable
 
@@ -177,6 +178,11 @@ class Engine:
                 reason_counts=counts,
             )
         scores = self._scores(pod, table, now)
+        spread_weight = self.settings.weights.topology_spread
+        if pod.soft_spread and spread_weight > 0:
+            taints, affinity = static.results[2].passed, static.results[3].passed
+            spread_score = topology_spread_score(table, pod, passed, affinity, taints)
+            scores["topology_spread"] = (spread_weight, spread_score)
         totals = _weighted_sum(scores.values(), len(table))
         np.putmask(totals, ~passed, -np.inf)  # infeasible nodes rank last, never chosen
         best = _best_first(totals, min(max(2, self.settings.record_top_k), feasible))

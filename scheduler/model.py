@@ -166,7 +166,7 @@ class AntiAffinityTerm:
 
 @dataclass(frozen=True, slots=True)
 class SpreadConstraint:
-    """A ``DoNotSchedule`` topology spread constraint (kube-scheduler's PodTopologySpread)."""
+    """A topology spread constraint (kube-scheduler's PodTopologySpread)."""
 
     max_skew: int
     topology_key: str
@@ -270,8 +270,9 @@ class PodInfo:
     preemption_policy: str = PREEMPT_LOWER_PRIORITY
     """``spec.preemptionPolicy``: ``PreemptLowerPriority`` or ``Never``."""
     spread: tuple[SpreadConstraint, ...] = ()
-    """``DoNotSchedule`` topology spread constraints (``ScheduleAnyway`` ones are refused as
-    unsupported)."""
+    """``DoNotSchedule`` topology spread constraints (a filter)."""
+    soft_spread: tuple[SpreadConstraint, ...] = ()
+    """``ScheduleAnyway`` topology spread constraints (a score)."""
 
     @property
     def key(self) -> str:
@@ -352,7 +353,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
     metadata = reader.metadata
     spec = reader.mapping(obj, "spec")
     unsupported: list[str] = []
-    spread = _spread_constraints(reader, spec, unsupported)
+    spread, soft_spread = _spread_constraints(reader, spec)
     requests, nonzero_cpu_m, nonzero_memory = _pod_requests(
         reader, spec, reader.mapping(obj, "status")
     )
@@ -400,6 +401,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         unsupported=tuple(unsupported + _unsupported_spec_fields(reader, spec)),
         preemption_policy=preemption_policy,
         spread=spread,
+        soft_spread=soft_spread,
     )
 
 
@@ -784,20 +786,18 @@ def _pod_anti_affinity(
 
 
 def _spread_constraints(
-    reader: _Reader, spec: Mapping[str, Any], unsupported: list[str]
-) -> tuple[SpreadConstraint, ...]:
-    """The ``DoNotSchedule`` constraints; a ``ScheduleAnyway`` one is named unsupported."""
+    reader: _Reader, spec: Mapping[str, Any]
+) -> tuple[tuple[SpreadConstraint, ...], tuple[SpreadConstraint, ...]]:
+    """The ``DoNotSchedule`` and the ``ScheduleAnyway`` constraints."""
     labels = reader.string_map(reader.metadata, "labels", "metadata.labels")
-    constraints = []
+    hard: list[SpreadConstraint] = []
+    soft: list[SpreadConstraint] = []
     path = "spec.topologySpreadConstraints"
     for i, item in enumerate(reader.sequence(spec, path)):
         field = f"{path}[{i}]"
         item = reader.as_mapping(item, field)
         when = reader.string(item, "whenUnsatisfiable", f"{field}.whenUnsatisfiable")
-        if when == "ScheduleAnyway":
-            unsupported.append(f"{field}.whenUnsatisfiable=ScheduleAnyway")
-            continue
-        if when != "DoNotSchedule":
+        if when not in ("DoNotSchedule", "ScheduleAnyway"):
             raise reader.error(
                 f"{field}.whenUnsatisfiable", f"{when!r} is not DoNotSchedule or ScheduleAnyway"
             )
@@ -819,7 +819,7 @@ def _spread_constraints(
         if selector is not None:  # kube merges the pod's values of these keys into it
             extra = tuple(Requirement(k, "In", (labels[k],)) for k in keys if k in labels)
             selector = LabelSelector(selector.requirements + extra)
-        constraints.append(
+        (hard if when == "DoNotSchedule" else soft).append(
             SpreadConstraint(
                 max_skew=max_skew,
                 topology_key=reader.string(item, "topologyKey", f"{field}.topologyKey"),
@@ -829,7 +829,7 @@ def _spread_constraints(
                 honor_node_taints=policies[1] == "Honor",
             )
         )
-    return tuple(constraints)
+    return tuple(hard), tuple(soft)
 
 
 def _unsupported_spec_fields(reader: _Reader, spec: Mapping[str, Any]) -> list[str]:

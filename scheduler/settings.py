@@ -28,6 +28,9 @@ class ScoreWeights:
     """:mod:`scheduler.scores.balance` — least-allocated CPU and memory."""
     gpu_packing: float = 1.0
     """:mod:`scheduler.scores.gpu_packing` — GPU pods fill partly used GPU nodes first."""
+    topology_spread: float = 2.0
+    """:mod:`scheduler.scores.topology_spread` — a pod's ``ScheduleAnyway`` spread
+    constraints (kube-scheduler's default weight for PodTopologySpread is 2)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +73,7 @@ class EngineSettings:
             raise ValueError(
                 f"stale_policy: {self.stale_policy!r} is not one of {', '.join(STALE_POLICIES)}"
             )
-        for name in ("interference", "balance", "gpu_packing"):
+        for name in ("interference", "balance", "gpu_packing", "topology_spread"):
             weight = getattr(self.weights, name)
             if not 0 <= weight <= MAX_WEIGHT:
                 raise ValueError(

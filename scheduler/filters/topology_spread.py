@@ -68,6 +68,26 @@ def topology_spread(
     return FilterResult("PodTopologySpread", passed, (SKEW, MISSING_LABEL), explain)
 
 
+def matching_pods_per_node(
+    table: NodeTable, pod: PodInfo, constraint: SpreadConstraint
+) -> NDArray[np.int64]:
+    """Per node, its pods that count for ``constraint``: in the pod's namespace, not
+    terminating, labels matching the constraint's selector."""
+    per_node = np.zeros(len(table), dtype=np.int64)
+    if constraint.selector is None:
+        return per_node
+    term = AntiAffinityTerm(constraint.selector, frozenset({pod.namespace}))
+    rows = [
+        table.index_of(table.pod_node(match.key) or "")
+        for match in table.pods_matching(term)
+        if not match.terminating
+    ]
+    placed = [row for row in rows if row is not None]
+    if placed:
+        per_node = np.bincount(np.asarray(placed), minlength=len(table))
+    return per_node
+
+
 def _skewed(
     table: NodeTable,
     pod: PodInfo,
@@ -77,17 +97,7 @@ def _skewed(
 ) -> NDArray[np.bool_]:
     """Nodes (with the key) where the pod would push its domain above ``maxSkew``."""
     domains = int(codes.max(initial=ABSENT)) + 1
-    per_node = np.zeros(len(codes), dtype=np.int64)
-    if constraint.selector is not None:
-        term = AntiAffinityTerm(constraint.selector, frozenset({pod.namespace}))
-        rows = [
-            table.index_of(table.pod_node(match.key) or "")
-            for match in table.pods_matching(term)
-            if not match.terminating
-        ]
-        placed = [row for row in rows if row is not None]
-        if placed:
-            per_node = np.bincount(np.asarray(placed), minlength=len(codes))
+    per_node = matching_pods_per_node(table, pod, constraint)
     eligible_codes = codes[eligible]
     counts = np.bincount(eligible_codes, weights=per_node[eligible], minlength=domains)
     present = np.bincount(eligible_codes, minlength=domains) > 0

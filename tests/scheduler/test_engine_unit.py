@@ -210,11 +210,10 @@ def test_allocatable_heartbeat_keeps_cache_but_counts() -> None:
 
 
 def test_pod_with_unsupported_field_is_refused_on_every_node() -> None:
-    spread = {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway"}
-    obj: dict[str, Any] = pod_obj(topologySpreadConstraints=[spread])
+    obj: dict[str, Any] = pod_obj(resourceClaims=[{"name": "gpu"}])
     result = Engine(EngineSettings()).schedule(parse_pod(obj), table_of([node_obj("a")]), NOW)
     assert result.node is None and result.feasible == 0
-    field = "spec.topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway"
+    field = "spec.resourceClaims"
     assert result.unsupported == (field,)
     assert f"does not implement {field}" in result.message
     assert not result.blocked_only_by_interference

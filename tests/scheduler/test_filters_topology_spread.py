@@ -1,6 +1,6 @@
 """PodTopologySpread filter (DoNotSchedule): kube-scheduler's skew rules, minDomains,
 node inclusion policies, matchLabelKeys, namespaces, terminating pods; the engine's
-message; ScheduleAnyway refused."""
+message; ScheduleAnyway is no filter."""
 
 from __future__ import annotations
 
@@ -182,17 +182,13 @@ def test_missing_topology_label_and_skew_reasons_in_the_engine_message() -> None
     assert result.message == (f"0/4 nodes are available: 1 {MISSING_LABEL}, 3 {SKEW}.")
 
 
-def test_schedule_anyway_is_refused_not_ignored() -> None:
-    pod = parse_pod(
-        pod_obj(
-            "new",
-            labels={"app": "web"},
-            topologySpreadConstraints=_spread(whenUnsatisfiable="ScheduleAnyway"),
-        )
+def test_schedule_anyway_is_a_score_not_a_filter() -> None:
+    obj = pod_obj(
+        "new",
+        labels={"app": "web"},
+        topologySpreadConstraints=_spread(whenUnsatisfiable="ScheduleAnyway"),
     )
-    assert pod.unsupported == (
-        "spec.topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway",
-    )
-    assert pod.spread == ()
-    result = Engine(EngineSettings()).schedule(pod, table_of([node_obj("a")]), 0.0)
-    assert result.node is None and "ScheduleAnyway" in result.message
+    pod = parse_pod(obj)
+    assert pod.unsupported == () and pod.spread == () and len(pod.soft_spread) == 1
+    placed = [_placed("a", "w1"), _placed("a", "w2")]
+    assert _passing(placed, obj) == ["a", "b", "c", "unlabelled"]

@@ -195,14 +195,6 @@ def test_dry_run_records_decisions_and_touches_nothing() -> None:
 
 
 UNSUPPORTED_SHAPES = {
-    "topology-spread-schedule-anyway": (
-        {
-            "topologySpreadConstraints": [
-                {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway"}
-            ]
-        },
-        "spec.topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway",
-    ),
     "required-pod-affinity": (
         {
             "affinity": {
@@ -289,9 +281,7 @@ def test_pod_with_an_unsupported_field_is_refused_not_placed(
 
 def test_refused_pod_is_placed_once_the_field_is_removed(h: LoopHarness) -> None:
     pod = pod_object("spread", cpu="100m")
-    pod["spec"]["topologySpreadConstraints"] = [
-        {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway"}
-    ]
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "gpu-0"}]
     h.cluster.add_pod(pod)
     h.cycle()
     assert h.cluster.node_of("default", "spread") is None

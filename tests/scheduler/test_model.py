@@ -591,14 +591,6 @@ def test_anti_affinity_terms_on_hostname() -> None:
     ("spec", "field"),
     [
         (
-            {
-                "topologySpreadConstraints": [
-                    {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway"}
-                ]
-            },
-            "spec.topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway",
-        ),
-        (
             {"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{}]}}},
             "spec.affinity.podAffinity",
         ),
@@ -661,7 +653,6 @@ def test_anti_affinity_terms_on_hostname() -> None:
         ({"resourceClaims": [{"name": "gpu"}]}, "spec.resourceClaims"),
     ],
     ids=[
-        "topology-spread",
         "pod-affinity",
         "anti-affinity-zone",
         "preferred-anti-affinity",
