@@ -64,6 +64,12 @@ class NodeMetrics:
     """Percent of the interval in which all non-idle tasks stalled on memory."""
     net_drops_per_s: float = 0.0
     """Packets dropped per second on all interfaces and qdiscs."""
+    idle_wakeup_ms_per_s: float = 0.0
+    """Milliseconds per second tasks waited for an idle CPU to wake up: the CPU's idle-exit
+    latency (C-states, vCPU wake-up), not contention. Published, never scored."""
+    bpf_missed_events: float = 0.0
+    """Events the kernel skipped for the agent's BPF programs in the interval (each loses
+    at most one wait or stall); non-zero means the figures may read slightly low."""
     interference_index: float = 0.0
     """0 (quiet) – 100 (saturated), from :func:`interference.score.interference_index`."""
 
@@ -83,6 +89,8 @@ class PodMetrics:
     """On-CPU milliseconds per second (1000 = one full CPU)."""
     runq_wait_ms_per_s: float = 0.0
     """Milliseconds per second the pod's tasks waited in a run queue."""
+    idle_wakeup_ms_per_s: float = 0.0
+    """Milliseconds per second the pod's tasks waited for an idle CPU to wake up (not scored)."""
     runq_p99_us: float = 0.0
     reclaim_stall_ms_per_s: float = 0.0
     throttled_ms_per_s: float = 0.0

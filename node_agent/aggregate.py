@@ -146,9 +146,12 @@ def aggregate(
     - ``interference_index``: :func:`interference.score.interference_index` with
       ``refs`` over the measured families.
 
-    Per pod: ``cpu_ms_per_s`` (on-CPU), ``runq_wait_ms_per_s``, ``runq_p99_us``,
-    ``reclaim_stall_ms_per_s`` and ``throttled_ms_per_s``, same formulas. Keys missing
-    from ``owners`` count as ``system``; keys owned by ``None`` are dropped.
+    - ``idle_wakeup_ms_per_s = Σ idle_wakeup_ns / 1e6 / T`` (published, not scored);
+    - ``bpf_missed_events``: Σ of the probes' skipped BPF runs in the interval.
+
+    Per pod: ``cpu_ms_per_s`` (on-CPU), ``runq_wait_ms_per_s``, ``idle_wakeup_ms_per_s``,
+    ``runq_p99_us``, ``reclaim_stall_ms_per_s`` and ``throttled_ms_per_s``, same formulas.
+    Keys missing from ``owners`` count as ``system``; keys owned by ``None`` are dropped.
     """
     if interval_s <= 0:
         raise ValueError(f"interval must be > 0, got {interval_s}")
@@ -188,6 +191,7 @@ def aggregate(
                 qos=ident.qos,
                 cpu_ms_per_s=totals.values[base.ONCPU_NS] / NS_PER_MS / interval_s,
                 runq_wait_ms_per_s=totals.values[runq_metric] / NS_PER_MS / interval_s,
+                idle_wakeup_ms_per_s=totals.values[base.IDLE_WAKEUP_NS] / NS_PER_MS / interval_s,
                 runq_p99_us=hist.percentile(totals.histograms.get(base.HIST_RUNQ_US, []), 0.99),
                 reclaim_stall_ms_per_s=totals.values[reclaim_metric] / NS_PER_MS / interval_s,
                 throttled_ms_per_s=totals.values[base.THROTTLED_NS] / NS_PER_MS / interval_s,
@@ -212,6 +216,8 @@ def aggregate(
         psi_mem_some=_psi_percent(node_values[base.PSI_MEM_SOME_US], interval_s),
         psi_mem_full=_psi_percent(node_values[base.PSI_MEM_FULL_US], interval_s),
         net_drops_per_s=node_values[base.NET_DROPS] / interval_s,
+        idle_wakeup_ms_per_s=sums[base.IDLE_WAKEUP_NS] / NS_PER_MS / interval_s,
+        bpf_missed_events=node_values[base.BPF_MISSED_EVENTS],
     )
     measured = measured_families(samples)
     index = interference_index(asdict(partial), refs or IndexReferences(), measured)

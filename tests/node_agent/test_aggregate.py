@@ -384,3 +384,27 @@ def test_resolve_owners_on_the_whole_host_keeps_unknown_ids_as_system(tmp_path: 
     attributor = Attributor(ctx, StaticPodDirectory())
     owners = resolve_owners([Sample(by_cgroup_id={123456789: {}})], attributor, "/")
     assert owners.by_cgroup_id == {123456789: SYSTEM}
+
+
+def test_idle_wakeups_are_published_apart_and_never_scored() -> None:
+    """Waits that ended by switching in from the idle task are the CPU waking up: they
+    are reported per pod and node, but change neither the run-queue figures nor the index."""
+    runq = {base.RUNQ_COUNT: 10.0, base.RUNQ_NS: 2e6, base.ONCPU_NS: 1e8}
+    woken = {**runq, base.IDLE_WAKEUP_COUNT: 50.0, base.IDLE_WAKEUP_NS: 3e6}
+    histograms = {1: {base.HIST_RUNQ_US: runq_hist(s7=10)}}
+    owners = Owners(by_cgroup_id={1: SYSTEM})
+
+    def node(values: dict[str, float], missed: float) -> NodeMetrics:
+        sample = Sample(
+            node={base.BPF_MISSED_EVENTS: missed},
+            by_cgroup_id={1: values},
+            histograms_by_cgroup_id=histograms,
+        )
+        return aggregate({"runqlat": sample}, owners, 1.0, 1).metrics
+
+    plain, with_wakeups = node(runq, 0.0), node(woken, 2.0)
+    assert with_wakeups.idle_wakeup_ms_per_s == pytest.approx(3.0)
+    assert with_wakeups.bpf_missed_events == 2.0
+    assert plain.idle_wakeup_ms_per_s == 0.0
+    for field_name in ("runq_p99_us", "runq_wait_ratio", "interference_index"):
+        assert getattr(with_wakeups, field_name) == getattr(plain, field_name), field_name
