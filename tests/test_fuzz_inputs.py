@@ -1,7 +1,7 @@
 """Fuzzing the edges (hypothesis): whatever the command line, the environment or the config
-file holds, the three programs' argument handling and the scheduler's config loader end in
-a value or in their own error — exit status 0 (``--help``) or 2 with one line on stderr —
-never a traceback.
+file holds, the three programs' argument handling (the scheduler's extender mode's too)
+and the scheduler's config loader end in a value or in their own error — exit status 0
+(``--help``) or 2 with one line on stderr — never a traceback.
 
 Each program is driven up to the point where it would start working (parse the flags,
 read the environment, validate the settings), since beyond that it contacts Redis or the
@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from interference_cli import main as cli_main
 from node_agent import cli as agent_cli
 from scheduler import cli as scheduler_cli
+from scheduler import extender_cli
 from scheduler.config import ConfigError, SchedulerConfig, load_config, parse_config
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -145,6 +146,18 @@ def test_scheduler_flags_and_environment_never_trace_back(
     ``scheduler.cli.prepare`` (the config file is fuzzed below)."""
     argv = [a for a in argv if a != "--config"]
     assert_clean(*outcome(lambda: scheduler_cli.prepare(argv, env)))
+
+
+EXTENDER_FLAGS = [o for o in option_strings(extender_cli.build_parser()) if o != "--config"]
+
+
+@FUZZ
+@given(argv=argv_of(EXTENDER_FLAGS))
+def test_extender_parser_never_traces_back(argv: list[str]) -> None:
+    """``interference-scheduler extender``'s argument parser (the rest of its start-up is
+    the scheduler's: the config loader and the overrides, fuzzed here too)."""
+    argv = [a for a in argv if a != "--config"]
+    assert_clean(*outcome(lambda: extender_cli.build_parser().parse_args(argv)))
 
 
 # --- the config loader --------------------------------------------------------------------
