@@ -41,7 +41,7 @@ from types import MappingProxyType
 from typing import Any
 
 import redis
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from interference import freshness, keys
 from interference.codec import (
@@ -168,6 +168,9 @@ class _RateLimitedLog:
         self._last, self._suppressed = now, 0
 
 
+SIGNAL_AGE_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
+
+
 class SignalMetrics:
     """Counters of the Redis adapters (registered on the scheduler's registry)."""
 
@@ -186,6 +189,13 @@ class SignalMetrics:
         self.decision_write_errors = Counter(
             "interference_scheduler_decision_write_errors",
             "Decision records that could not be written to Redis.",
+            registry=registry,
+        )
+        self.signal_age = Histogram(
+            "interference_scheduler_signal_age_seconds",
+            "Age of each streamed node report when it reached the cache: now minus the end"
+            " of its kernel measurement interval (the report's ts).",
+            buckets=SIGNAL_AGE_BUCKETS_S,
             registry=registry,
         )
         for source in ("hash", "gpu", "stream"):
@@ -355,6 +365,7 @@ class RedisSignalCache:
         except PayloadError as exc:
             self._malformed("stream", str(exc))
             return 0
+        self.metrics.signal_age.observe(max(0.0, self._clock() - report.ts))
         signals = NodeSignals(
             report.metrics,
             report.ts,

@@ -157,6 +157,26 @@ def test_follows_the_stream_with_xread_not_rescans(
     assert _calls(raw, "xread") >= 1
 
 
+def test_streamed_reports_observe_their_age(
+    raw: redis.Redis[bytes], redis_server: RedisServer, registry: CollectorRegistry
+) -> None:
+    """Age = the cache's clock minus the report's ts (the end of its kernel interval)."""
+    settings = _settings(redis_server)
+    clock = [1_000.0]
+    cache = RedisSignalCache(
+        connect(settings), settings, SignalMetrics(registry), clock=lambda: clock[0]
+    )
+    cache.bootstrap()
+    for node, age in (("a", 0.3), ("b", 1.2), ("c", 4.0)):
+        publish_stream(raw, report(node, clock[0] - age))
+    cache.follow_once()
+    name = "interference_scheduler_signal_age_seconds"
+    assert registry.get_sample_value(f"{name}_count") == 3
+    assert registry.get_sample_value(f"{name}_sum") == pytest.approx(0.3 + 1.2 + 4.0)
+    assert registry.get_sample_value(f"{name}_bucket", {"le": "0.5"}) == 1
+    assert registry.get_sample_value(f"{name}_bucket", {"le": "30.0"}) == 3
+
+
 def test_an_older_report_never_replaces_a_newer_one(
     raw: redis.Redis[bytes], cache: RedisSignalCache
 ) -> None:
