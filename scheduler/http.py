@@ -174,6 +174,9 @@ class HealthServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # headers and body go out in two writes: without TCP_NODELAY the body waits
+            # for the client's delayed ACK (~40 ms per kept-alive request)
+            disable_nagle_algorithm = True
 
             def do_POST(self) -> None:
                 route = server._post_routes.get(self.path.split("?", 1)[0])
