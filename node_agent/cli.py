@@ -181,6 +181,18 @@ def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         f"{AgentSettings.stream_maxlen})",
     )
     p.add_argument(
+        "--unready-after-publish-failures",
+        metavar="N",
+        help="/readyz fails after N reports in a row could not be published, ≥ 1 (env "
+        f"UNREADY_AFTER_PUBLISH_FAILURES; default {AgentSettings.unready_after_publish_failures})",
+    )
+    p.add_argument(
+        "--sweep-interval",
+        metavar="SECONDS",
+        help="seconds between sweeps of dead nodes (hash expired) from intf:nodes, ≥ 0, 0 never "
+        f"(env SWEEP_INTERVAL_S; default {AgentSettings.sweep_interval_s:g})",
+    )
+    p.add_argument(
         "--score-ref",
         action="append",
         default=[],
@@ -294,6 +306,14 @@ def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> 
         cluster = parse_bool("REDIS_CLUSTER", raw_cluster) if raw_cluster.strip() else False
     interval = _number(args.interval, environ, "--interval", "INTERVAL_S", above=0)
     maxlen = _integer(args.stream_maxlen, environ, "--stream-maxlen", "STREAM_MAXLEN", minimum=1)
+    unready = _integer(
+        args.unready_after_publish_failures,
+        environ,
+        "--unready-after-publish-failures",
+        "UNREADY_AFTER_PUBLISH_FAILURES",
+        minimum=1,
+    )
+    sweep = _number(args.sweep_interval, environ, "--sweep-interval", "SWEEP_INTERVAL_S", minimum=0)
     port = _integer(args.http_port, environ, "--http-port", "HTTP_PORT", minimum=0, maximum=65535)
     probe_names = tuple(n.strip() for n in args.probes.split(",") if n.strip())
     check_probe_names(probe_names)
@@ -311,6 +331,10 @@ def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> 
         interval_s=AgentSettings.interval_s if interval is None else interval,
         ttl_s=_integer(args.ttl, environ, "--ttl", "TTL_S", minimum=1),
         stream_maxlen=AgentSettings.stream_maxlen if maxlen is None else maxlen,
+        unready_after_publish_failures=(
+            AgentSettings.unready_after_publish_failures if unready is None else unready
+        ),
+        sweep_interval_s=AgentSettings.sweep_interval_s if sweep is None else sweep,
         probes=probe_names,
         cgroup_root=args.cgroup_root,
         cgroup_v2_mount=args.cgroup_v2_mount,
