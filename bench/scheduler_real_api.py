@@ -9,6 +9,9 @@ every pod is bound. Measured from outside the process:
 
 * drain rate — pods / (last bind − first bind), seen through a pod watch;
 * wall — first pod bound counted from process start (list + cache sync);
+* the same for interference-scheduler while every node's signals are re-published to
+  Redis each second (``interference-signals``: a separate process writes 5,000 reports a
+  second the way the agents do — the production load);
 * CPU per bound pod — the process's user+system CPU (``/proc/PID/stat``) from start to
   the last bind, divided by the pods; and from the first to the last bind (the drain
   alone, without start-up and the initial list).
@@ -30,7 +33,9 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import multiprocessing
 import os
+import random
 import re
 import signal
 import subprocess
@@ -47,6 +52,12 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import redis  # noqa: E402
+
+from interference import keys  # noqa: E402
+from interference.codec import encode_report, node_hash  # noqa: E402
+from interference.freshness import ttl_seconds  # noqa: E402
+from interference.signals import NodeMetrics, NodeReport, WindowMetrics, window_name  # noqa: E402
 from interference_cli.redis_process import free_port, private_redis_server  # noqa: E402
 from tests.e2e.control_plane import AssetsMissing, ControlPlane, find_assets  # noqa: E402
 
@@ -176,6 +187,43 @@ class BindWatch:
         self.stop.set()
 
 
+def publish_signals(redis_url: str, nodes: int, stop: Any) -> None:
+    """Every second, a fresh report for every node, written as the agent writes it (node
+    hash with its TTL, the two node sorted sets, the stream), pipelined 500 at a time."""
+    client = redis.Redis.from_url(redis_url)
+    rng = random.Random(7)
+    noise = [rng.uniform(0, 60) for _ in range(nodes)]
+    ttl = ttl_seconds(1.0)
+    while not stop.is_set():
+        began = time.time()
+        pipe = client.pipeline(transaction=False)
+        for i in range(nodes):
+            node = f"node-{i:05d}"
+            index = max(0.0, noise[i] + rng.gauss(0, 3))
+            window = {
+                window_name(span): WindowMetrics(span_s=span, covered_s=span,
+                                                 intervals=int(span), runq_p99_us=40 * index,
+                                                 index_mean=index, index_max=index + 5,
+                                                 index_stddev=2.0)
+                for span in (10.0, 60.0)
+            }  # fmt: skip
+            report = NodeReport(node=node, ts=time.time(), interval_s=1.0,
+                                metrics=NodeMetrics(runq_p99_us=40 * index,
+                                                    interference_index=index),
+                                measured=("psi", "runq"), windows=window)  # fmt: skip
+            key = keys.node_key(node)
+            pipe.hset(key, mapping=node_hash(report))  # type: ignore[arg-type]
+            pipe.expire(key, ttl)
+            pipe.zadd(keys.NODES_BY_SCORE, {node: index})
+            pipe.zadd(keys.NODES_UPDATED, {node: report.ts})
+            pipe.xadd(keys.STREAM, {keys.STREAM_FIELD: encode_report(report)},
+                      maxlen=keys.STREAM_MAXLEN, approximate=True)  # fmt: skip
+            if i % 500 == 499:
+                pipe.execute()
+        pipe.execute()
+        stop.wait(max(0.0, 1.0 - (time.time() - began)))
+
+
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS
@@ -246,6 +294,11 @@ def main() -> int:
     parser.add_argument("--pods", type=int, default=5000)
     parser.add_argument("--kinds", default="plain,gpu", help="comma-separated: plain, gpu")
     parser.add_argument("--timeout", type=float, default=300.0, help="per round, seconds")
+    parser.add_argument(
+        "--no-signals",
+        action="store_true",
+        help="skip the rounds with every node's signals re-published each second",
+    )
     args = parser.parse_args()
     kinds = [k for k in args.kinds.split(",") if k]
     if not set(kinds) <= {"plain", "gpu"}:
@@ -286,13 +339,28 @@ def main() -> int:
                     "--authentication-skip-lookup=true", "--leader-elect=false",
                     "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
                     "--kube-api-qps=5000", "--kube-api-burst=5000", "--v=0"]  # fmt: skip
+            rounds = [("kube-scheduler", kube, "default-scheduler"),
+                      ("interference-scheduler", ours, "interference-scheduler")]  # fmt: skip
+            if not args.no_signals:
+                rounds.append(("interference-signals", ours, "interference-scheduler"))
             for kind in kinds:
-                for name, argv, scheduler_name in (
-                    ("kube-scheduler", kube, "default-scheduler"),
-                    ("interference-scheduler", ours, "interference-scheduler"),
-                ):
-                    result = run_round(plane, api, name, kind, args.pods, argv, scheduler_name,
-                                       work / f"{name}-{kind}.log", args.timeout)  # fmt: skip
+                for name, argv, scheduler_name in rounds:
+                    stop = multiprocessing.Event()
+                    publisher = None
+                    if name == "interference-signals":
+                        publisher = multiprocessing.Process(
+                            target=publish_signals, args=(redis_url, args.nodes, stop)
+                        )
+                        publisher.start()
+                        time.sleep(2.0)  # a full second of reports is in Redis
+                    try:
+                        result = run_round(plane, api, name, kind, args.pods, argv,
+                                           scheduler_name, work / f"{name}-{kind}.log",
+                                           args.timeout)  # fmt: skip
+                    finally:
+                        stop.set()
+                        if publisher is not None:
+                            publisher.join(30)
                     results.append(result)
                     print(f"  {name:<24} {kind:<6} {result.bound}/{result.pods} bound, "
                           f"{result.drain_pods_per_s:,.0f} pods/s, "
@@ -320,7 +388,13 @@ def report(results: list[Result], nodes: int) -> None:
     by = {(r.scheduler, r.kind): r for r in results}
     targets = {"plain": 1.5, "gpu": 5.0}
     for kind, target in targets.items():
-        ours, theirs = by.get(("interference-scheduler", kind)), by.get(("kube-scheduler", kind))
+        theirs = by.get(("kube-scheduler", kind))
+        loaded = by.get(("interference-signals", kind))
+        if loaded and theirs and theirs.drain_pods_per_s:
+            print(f"{kind}, signals re-published every second: "
+                  f"{loaded.drain_pods_per_s / theirs.drain_pods_per_s:.2f}x kube-scheduler, "
+                  f"{loaded.drain_cpu_ms_per_pod:.2f} ms CPU/pod while draining")  # fmt: skip
+        ours = by.get(("interference-scheduler", kind))
         if ours and theirs and theirs.drain_pods_per_s:
             ratio = ours.drain_pods_per_s / theirs.drain_pods_per_s
             print(f"{kind}: interference-scheduler / kube-scheduler drain = {ratio:.2f}x "
