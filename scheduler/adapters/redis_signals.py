@@ -15,7 +15,10 @@ wins, so nothing is missed.
   than 3 of its intervals (at least 5 s, the hashes' TTL), or whose report lacks a core
   signal family (degraded), is stale: :meth:`RedisSignalCache.stale_nodes` lists it; its
   entry stays in the snapshot with its real ``updated_at``, ``interval_s`` and
-  ``measured`` so the engine applies its stale policy.
+  ``measured`` so the engine applies its stale policy. A node silent for
+  ``forget_after_s`` (default 10 min: its agent is gone, its hash long expired) leaves the
+  cache, which the engine treats the same as stale, so the cache stays bounded while
+  nodes come and go.
 * Redis unreachable: :meth:`~RedisSignalCache.healthy` turns False (the scheduler runs
   interference-blind), ``interference_scheduler_redis_errors_total`` counts it, one
   warning is logged per outage, the last data stay (ageing into staleness), and the
@@ -83,6 +86,9 @@ class RedisSettings:
     """Lifetime of ``intf:decision:{ns}/{pod}`` records."""
     log_interval_s: float = 30.0
     """At most one log line per this many seconds about malformed payloads."""
+    forget_after_s: float = 600.0
+    """A node whose latest report is this old is dropped from the cache (missing and stale
+    are treated alike; this only bounds memory)."""
     decision_queue_size: int = 10_000
     """Decision records that may wait for the writer thread; when it is full (Redis slow
     or down) a write waits up to ``socket_timeout_s``, then the record is counted in
@@ -112,6 +118,7 @@ class RedisSettings:
             "retry_initial_s",
             "retry_max_s",
             "decision_linger_s",
+            "forget_after_s",
         ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}: {getattr(self, name)!r} must be a number > 0")
@@ -353,7 +360,20 @@ class RedisSignalCache:
             for entry_id, fields in entries:
                 self._last_id = _text(entry_id)
                 applied += self._apply_entry(fields)
+        self.forget_silent()
         return applied
+
+    def forget_silent(self, now: float | None = None) -> list[str]:
+        """Drop nodes whose latest report is older than ``forget_after_s``; returns them."""
+        now = self._clock() if now is None else now
+        cutoff = now - self.settings.forget_after_s
+        with self._lock:
+            gone = [n for n, e in self._entries.items() if e.signals.updated_at < cutoff]
+            for node in gone:
+                del self._entries[node]
+            if gone:
+                self._dirty = True
+        return sorted(gone)
 
     def _apply_entry(self, fields: Mapping[Any, Any]) -> int:
         payload = fields.get(keys.STREAM_FIELD.encode(), fields.get(keys.STREAM_FIELD))

@@ -230,6 +230,9 @@ def test_marks_nodes_stale_after_their_ttl(
     clock[0] = now + 11
     assert cache.stale_nodes() == ["fresh", "old", "slow"]
     assert set(cache.snapshot()) == {"fresh", "old", "slow"}  # kept, with their real age
+    clock[0] = now - 1 + settings.forget_after_s + 1  # "fresh" silent for 10 min: its agent died
+    assert cache.forget_silent() == ["fresh", "old", "slow"]
+    assert dict(cache.snapshot()) == {} and cache.stale_nodes() == []
 
 
 def test_redis_down_goes_blind_with_a_metric_and_one_log_then_recovers(
