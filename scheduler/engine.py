@@ -2,8 +2,8 @@
 
 Filters run in kube-scheduler's order — readiness, cordon, taints, node affinity/selector
 (these four depend only on the pod's signature and are cached in the table per signature),
-then host ports, resources, topology spread (``DoNotSchedule``), pod anti-affinity,
-interference. A node counts only its first failing filter in the ``FailedScheduling``
+then host ports, resources, topology spread (``DoNotSchedule``), pod affinity, pod
+anti-affinity, interference. A node counts only its first failing filter in the ``FailedScheduling``
 message, as in kube-scheduler.
 
 Scores (0–100 each) are combined as ``total = Σ weightₚ · scoreₚ`` over
@@ -42,6 +42,7 @@ from scheduler.filters.host_ports import host_ports
 from scheduler.filters.interference import interference_filter
 from scheduler.filters.node_affinity import node_affinity
 from scheduler.filters.node_state import node_ready, node_schedulable
+from scheduler.filters.pod_affinity import pod_affinity
 from scheduler.filters.pod_anti_affinity import pod_anti_affinity
 from scheduler.filters.resources import resources_fit
 from scheduler.filters.taints import taint_toleration
@@ -140,6 +141,8 @@ class Engine:
         if pod.spread:  # the inclusion policies read the NodeAffinity and taint masks
             taints, affinity = static.results[2].passed, static.results[3].passed
             dynamic.append(topology_spread(table, pod, affinity, taints))
+        if pod.pod_affinity:
+            dynamic.append(pod_affinity(table, pod))
         anti_affinity = pod_anti_affinity(table, pod)
         if anti_affinity.reasons:
             dynamic.append(anti_affinity)

@@ -165,6 +165,23 @@ class AntiAffinityTerm:
 
 
 @dataclass(frozen=True, slots=True)
+class PodAffinityTerm:
+    """A required pod affinity term: the node's ``topology_key`` domain must hold a pod
+    the term matches."""
+
+    selector: LabelSelector | None
+    """``None`` (no label selector) matches no pod."""
+    namespaces: frozenset[str] | None
+    """Namespaces whose pods it considers; ``None`` means all namespaces."""
+    topology_key: str
+
+    def matches(self, namespace: str, labels: Mapping[str, str]) -> bool:
+        """True when a pod in ``namespace`` with ``labels`` falls under this term."""
+        in_scope = self.namespaces is None or namespace in self.namespaces
+        return in_scope and self.selector is not None and self.selector.matches(labels)
+
+
+@dataclass(frozen=True, slots=True)
 class SpreadConstraint:
     """A topology spread constraint (kube-scheduler's PodTopologySpread)."""
 
@@ -273,6 +290,8 @@ class PodInfo:
     """``DoNotSchedule`` topology spread constraints (a filter)."""
     soft_spread: tuple[SpreadConstraint, ...] = ()
     """``ScheduleAnyway`` topology spread constraints (a score)."""
+    pod_affinity: tuple[PodAffinityTerm, ...] = ()
+    """Required pod affinity terms (any topology key)."""
 
     @property
     def key(self) -> str:
@@ -354,6 +373,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
     spec = reader.mapping(obj, "spec")
     unsupported: list[str] = []
     spread, soft_spread = _spread_constraints(reader, spec)
+    pod_affinity = _pod_affinity(reader, reader.mapping(spec, "spec.affinity"), unsupported)
     requests, nonzero_cpu_m, nonzero_memory = _pod_requests(
         reader, spec, reader.mapping(obj, "status")
     )
@@ -402,6 +422,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         preemption_policy=preemption_policy,
         spread=spread,
         soft_spread=soft_spread,
+        pod_affinity=pod_affinity,
     )
 
 
@@ -743,11 +764,50 @@ def _label_selector(reader: _Reader, selector: Any, path: str) -> LabelSelector 
     return LabelSelector(requirements + expressions)
 
 
+def _pod_affinity(
+    reader: _Reader, affinity: Mapping[str, Any], unsupported: list[str]
+) -> tuple[PodAffinityTerm, ...]:
+    """Required pod affinity terms; the preferred ones and the fields not implemented
+    (``matchLabelKeys``, ``mismatchLabelKeys``, a non-empty ``namespaceSelector``) are named
+    unsupported."""
+    path = "spec.affinity.podAffinity"
+    pod_affinity = reader.mapping(affinity, path)
+    if pod_affinity.get("preferredDuringSchedulingIgnoredDuringExecution"):
+        unsupported.append(f"{path}.preferredDuringSchedulingIgnoredDuringExecution")
+    namespace = reader.string(reader.metadata, "namespace", "metadata.namespace") or "default"
+    terms = []
+    required_path = f"{path}.requiredDuringSchedulingIgnoredDuringExecution"
+    for i, term in enumerate(reader.sequence(pod_affinity, required_path)):
+        field = f"{required_path}[{i}]"
+        term = reader.as_mapping(term, field)
+        skipped = [k for k in ("matchLabelKeys", "mismatchLabelKeys") if term.get(k)]
+        namespace_selector = term.get("namespaceSelector")
+        if namespace_selector:
+            skipped.append("namespaceSelector")
+        if skipped:
+            unsupported.extend(f"{field}.{k}" for k in skipped)
+            continue
+        names = reader.sequence(term, f"{field}.namespaces")
+        if not all(isinstance(n, str) for n in names):
+            raise reader.error(f"{field}.namespaces", "expected a list of strings")
+        namespaces: frozenset[str] | None
+        if namespace_selector is not None:  # an empty namespaceSelector selects all namespaces
+            namespaces = None
+        else:
+            namespaces = frozenset(names) if names else frozenset({namespace})
+        terms.append(
+            PodAffinityTerm(
+                _label_selector(reader, term.get("labelSelector"), f"{field}.labelSelector"),
+                namespaces,
+                reader.string(term, "topologyKey", f"{field}.topologyKey"),
+            )
+        )
+    return tuple(terms)
+
+
 def _pod_anti_affinity(
     reader: _Reader, affinity: Mapping[str, Any], unsupported: list[str]
 ) -> tuple[AntiAffinityTerm, ...]:
-    if affinity.get("podAffinity"):
-        unsupported.append("spec.affinity.podAffinity")
     path = "spec.affinity.podAntiAffinity"
     anti = reader.mapping(affinity, path)
     if anti.get("preferredDuringSchedulingIgnoredDuringExecution"):

@@ -195,17 +195,40 @@ def test_dry_run_records_decisions_and_touches_nothing() -> None:
 
 
 UNSUPPORTED_SHAPES = {
-    "required-pod-affinity": (
+    "preferred-pod-affinity": (
         {
             "affinity": {
                 "podAffinity": {
-                    "requiredDuringSchedulingIgnoredDuringExecution": [
-                        {"topologyKey": "zone", "labelSelector": {"matchLabels": {"app": "db"}}}
+                    "preferredDuringSchedulingIgnoredDuringExecution": [
+                        {
+                            "weight": 10,
+                            "podAffinityTerm": {
+                                "topologyKey": "zone",
+                                "labelSelector": {"matchLabels": {"app": "db"}},
+                            },
+                        }
                     ]
                 }
             }
         },
-        "spec.affinity.podAffinity",
+        "spec.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution",
+    ),
+    "pod-affinity-namespace-selector": (
+        {
+            "affinity": {
+                "podAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": [
+                        {
+                            "topologyKey": "zone",
+                            "labelSelector": {"matchLabels": {"app": "db"}},
+                            "namespaceSelector": {"matchLabels": {"team": "data"}},
+                        }
+                    ]
+                }
+            }
+        },
+        "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]"
+        ".namespaceSelector",
     ),
     "unbound-pvc": (
         {"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data-0"}}]},

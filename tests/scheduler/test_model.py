@@ -591,8 +591,16 @@ def test_anti_affinity_terms_on_hostname() -> None:
     ("spec", "field"),
     [
         (
-            {"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{}]}}},
-            "spec.affinity.podAffinity",
+            {
+                "affinity": {
+                    "podAffinity": {
+                        "preferredDuringSchedulingIgnoredDuringExecution": [
+                            {"weight": 1, "podAffinityTerm": {"topologyKey": "zone"}}
+                        ]
+                    }
+                }
+            },
+            "spec.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution",
         ),
         (
             {
@@ -653,7 +661,7 @@ def test_anti_affinity_terms_on_hostname() -> None:
         ({"resourceClaims": [{"name": "gpu"}]}, "spec.resourceClaims"),
     ],
     ids=[
-        "pod-affinity",
+        "preferred-pod-affinity",
         "anti-affinity-zone",
         "preferred-anti-affinity",
         "preferred-node-affinity",
