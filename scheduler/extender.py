@@ -60,6 +60,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -101,6 +102,9 @@ PREEMPTION_MAY_HELP = frozenset({"NodePorts", "NodeResourcesFit", "InterPodAffin
 go to ``failedAndUnresolvableNodes`` so kube-scheduler does not preempt for nothing."""
 REMEMBERED_FILTER_CALLS = 4096
 """Filter verdicts kept for the decision record of the following prioritize call."""
+REMEMBERED_PODS = 1024
+"""Parsed pods kept by UID and resourceVersion: prioritize (and a retry) sends the pod
+filter just read."""
 JSON = "application/json"
 DURATION_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 """Request-duration buckets: kube-scheduler's default extender timeout is 5 s."""
@@ -172,8 +176,10 @@ class FilterVerdict:
     relaxed: bool = False
 
 
-def parse_args(body: bytes) -> ExtenderArgs:
-    """An ``ExtenderArgs`` JSON body → :class:`ExtenderArgs`.
+def parse_args(
+    body: bytes, read_pod: Callable[[Mapping[str, Any]], PodInfo] = parse_pod
+) -> ExtenderArgs:
+    """An ``ExtenderArgs`` JSON body → :class:`ExtenderArgs` (the pod read by ``read_pod``).
 
     :class:`ExtenderRequestError` for a body that is not one; :class:`ObjectError` for
     a pod the scheduler cannot read.
@@ -192,7 +198,7 @@ def parse_args(body: bytes) -> ExtenderArgs:
     nodes_value = fields.get("nodes")
     nodes: tuple[Mapping[str, Any], ...] | None = None
     if names_value is not None:
-        if not isinstance(names_value, list) or not all(isinstance(n, str) for n in names_value):
+        if not isinstance(names_value, list) or not all(map(isinstance, names_value, repeat(str))):
             raise ExtenderRequestError('"NodeNames" must be a list of node names')
         names = tuple(names_value)
     elif nodes_value is not None:
@@ -206,7 +212,7 @@ def parse_args(body: bytes) -> ExtenderArgs:
             'ExtenderArgs has neither "NodeNames" nor "Nodes"; set nodeCacheCapable: true'
             " in the extender's configuration"
         )
-    pod = parse_pod(pod_obj)
+    pod = read_pod(pod_obj)
     # kube-scheduler enforces what standalone mode refuses (volumes, spread, pod affinity)
     bare = dataclasses.replace(pod, unsupported=(), spread=(), soft_spread=())
     return ExtenderArgs(bare, names, nodes)
@@ -261,6 +267,7 @@ class Extender:
         self._filtered: OrderedDict[str, FilterVerdict] = OrderedDict()
         """Pod key → its latest filter verdict (for the prioritize call's record)."""
         self._signals_healthy: bool | None = None
+        self._pods: OrderedDict[tuple[str, str], PodInfo] = OrderedDict()
 
     def update_settings(self, settings: EngineSettings) -> None:
         """Apply a reloaded ``engine`` section (between two requests)."""
@@ -277,7 +284,7 @@ class Extender:
         started = time.perf_counter()
         code, answer = 200, dict[str, Any]()
         try:
-            args = parse_args(body)
+            args = parse_args(body, self._read_pod)
             # before the first list an unknown node must not look refused, nor a node free
             answer = self.filter(args) if self._cache.synced() else {"Error": NOT_SYNCED}
         except ExtenderRequestError as exc:
@@ -291,7 +298,7 @@ class Extender:
     def prioritize_route(self, body: bytes) -> tuple[int, bytes, str]:
         started = time.perf_counter()
         try:
-            args = parse_args(body)
+            args = parse_args(body, self._read_pod)
         except (ExtenderRequestError, ObjectError) as exc:
             log.warning("bad extender prioritize request: %s", exc)
             self._observe("prioritize", started, False)
@@ -299,6 +306,25 @@ class Extender:
         priorities = self.prioritize(args)
         self._observe("prioritize", started, True)
         return 200, _json(priorities), JSON
+
+    def _read_pod(self, obj: Mapping[str, Any]) -> PodInfo:
+        """:func:`parse_pod`, remembered by UID and resourceVersion (a pod object with both
+        never changes)."""
+        metadata = obj.get("metadata")
+        uid = metadata.get("uid") if isinstance(metadata, Mapping) else None
+        version = metadata.get("resourceVersion") if isinstance(metadata, Mapping) else None
+        if not (isinstance(uid, str) and uid and isinstance(version, str) and version):
+            return parse_pod(obj)
+        key = (uid, version)
+        with self._lock:
+            pod = self._pods.get(key)
+        if pod is None:
+            pod = parse_pod(obj)
+            with self._lock:
+                self._pods[key] = pod
+                while len(self._pods) > REMEMBERED_PODS:
+                    self._pods.popitem(last=False)
+        return pod
 
     def _observe(self, verb: str, started: float, ok: bool) -> None:
         metrics = self._extender_metrics
@@ -350,7 +376,7 @@ class Extender:
             settings = self._current_settings(table)
             plugins = _scores(pod, table, settings, now)
             max_total = 100.0 * sum(weight for weight, _ in plugins.values())
-            rows = np.array([_row(table, name) for name in args.names], dtype=np.intp)
+            rows = _rows(table, args.names)
             known = rows >= 0
             at = np.where(known, rows, 0)
             totals = np.zeros(len(rows))
@@ -418,7 +444,7 @@ class Extender:
         if settings.interference_aware:
             interference = interference_filter(table, pod, settings, now)
         offered = list(dict.fromkeys(names))
-        rows = np.array([_row(table, name) for name in offered], dtype=np.intp)
+        rows = _rows(table, offered)
         known = rows[rows >= 0]
         without_interference = _passed_rows(stages, known)
         relaxed = False
@@ -523,9 +549,10 @@ def _static_stages(pod: PodInfo, table: NodeTable) -> tuple[FilterResult, ...]:
     return stages
 
 
-def _row(table: NodeTable, name: str) -> int:
-    row = table.index_of(name)
-    return -1 if row is None else row
+def _rows(table: NodeTable, names: Sequence[str]) -> NDArray[np.intp]:
+    """The table row of each name, -1 for a node the table does not know."""
+    index_of = table.index_of
+    return np.array([-1 if (row := index_of(name)) is None else row for name in names], np.intp)
 
 
 def _first_failing(stages: Sequence[FilterResult], rows: NDArray[np.intp]) -> NDArray[np.intp]:

@@ -422,3 +422,14 @@ def test_extender_subcommand_refuses_bad_input_in_one_line(
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err and "Traceback" not in err
     assert err.startswith("interference-scheduler extender")
+
+
+def test_a_new_resource_version_of_the_pod_is_read_again() -> None:
+    harness = Harness()
+    pod = pod_obj(annotations=TOLERANT)
+    pod["metadata"]["resourceVersion"] = "1"
+    assert harness.filter(pod, ["quiet", "noisy"])[1]["NodeNames"] == ["quiet"]
+    assert harness.filter(pod, ["quiet", "noisy"])[1]["NodeNames"] == ["quiet"]  # remembered
+    pod["metadata"]["annotations"] = {}
+    pod["metadata"]["resourceVersion"] = "2"  # the tolerance was removed
+    assert harness.filter(pod, ["quiet", "noisy"])[1]["NodeNames"] == ["quiet", "noisy"]
