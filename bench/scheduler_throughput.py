@@ -3,9 +3,10 @@
 The cluster: 5,000 nodes (10 % GPU nodes with 8 GPUs, tainted; some dedicated nodes
 tainted too; zone and instance-type labels), 50,000 running pods bound to them, 10,000
 pending pods of ours — plain, GPU (toleration + GPU-model nodeSelector), node affinity
-(In/NotIn/Exists), latency-sensitive (interference tolerance + host port) and pod
-anti-affinity on the hostname — and fresh interference signals for every node,
-re-reported every second like the agents do.
+(In/NotIn/Exists), latency-sensitive (interference tolerance + host port), topology spread
+over zones (``DoNotSchedule``), required pod affinity to a running service's zone and pod
+anti-affinity on the hostname — and fresh interference signals for every node, re-reported
+every second like the agents do.
 
 1. **Engine**: the real :class:`~scheduler.engine.Engine` over the real node table (filled
    by the real cache); every pending pod is decided and assumed. Prints decisions/s
@@ -152,14 +153,36 @@ def build_cluster(nodes: int, running: int, pending: int, seed: int) -> InMemory
 
 
 def pending_pods(count: int, rng: random.Random) -> Iterator[K8sObject]:
-    """60 % plain, 15 % GPU, 10 % node affinity, 10 % latency-sensitive, 5 % anti-affinity."""
+    """50 % plain, 15 % GPU, 10 % node affinity, 10 % latency-sensitive, 5 % required pod
+    affinity (the zone of a running service, any namespace), 5 % zone topology spread
+    (groups of 100 pods, maxSkew 1, DoNotSchedule), 5 % anti-affinity."""
     for k in range(count):
         name = f"pending-{k}"
         namespace = f"team-{k % 40}"
         cpu = f"{rng.choice((100, 250, 500, 1000))}m"
         kind = k % 20
-        if kind < 12:
+        if kind < 10:
             yield pod_object(name, namespace=namespace, cpu=cpu, memory="512Mi")
+        elif kind < 11:
+            term = {
+                "labelSelector": {"matchLabels": {"app": f"svc-{k % 500}"}},
+                "namespaceSelector": {},
+                "topologyKey": "topology.kubernetes.io/zone",
+            }
+            affinity = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+            yield pod_object(name, namespace=namespace, cpu=cpu, memory="512Mi", affinity=affinity)
+        elif kind < 12:
+            group = f"web-{k // 2000}"
+            obj = pod_object(name, namespace="web", cpu=cpu, memory="512Mi", labels={"app": group})
+            obj["spec"]["topologySpreadConstraints"] = [
+                {
+                    "maxSkew": 1,
+                    "topologyKey": "topology.kubernetes.io/zone",
+                    "whenUnsatisfiable": "DoNotSchedule",
+                    "labelSelector": {"matchLabels": {"app": group}},
+                }
+            ]
+            yield obj
         elif kind < 15:
             yield pod_object(
                 name,
@@ -635,8 +658,9 @@ def main(argv: list[str] | None = None) -> int:
 
     print(
         f"cluster: {args.nodes} nodes, {args.running} running pods, {args.pending} pending "
-        "(60% plain, 15% GPU, 10% node affinity, 10% interference tolerance + host port, "
-        "5% pod anti-affinity); signals for every node, re-reported every 1 s"
+        "(50% plain, 15% GPU, 10% node affinity, 10% interference tolerance + host port, "
+        "5% pod affinity, 5% zone topology spread, 5% pod anti-affinity); signals for every "
+        "node, re-reported every 1 s"
     )
     t0 = time.perf_counter()
     cluster = build_cluster(args.nodes, args.running, args.pending, args.seed)
