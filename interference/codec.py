@@ -39,8 +39,11 @@ class PayloadError(ValueError):
 
 
 _NODE_METRIC_FIELDS = tuple(f.name for f in fields(NodeMetrics))
+POD_HISTOGRAM_FIELD = "runq_us"
 _POD_FLOAT_FIELDS = tuple(
-    f.name for f in fields(PodMetrics) if f.name not in ("namespace", "name", "uid", "qos")
+    f.name
+    for f in fields(PodMetrics)
+    if f.name not in ("namespace", "name", "uid", "qos", POD_HISTOGRAM_FIELD)
 )
 _GPU_FIELDS = tuple(f.name for f in fields(GpuDevice))
 _WINDOW_FIELDS = tuple(f.name for f in fields(WindowMetrics))
@@ -191,9 +194,11 @@ def parse_histogram_field(value: str) -> list[int]:
 
 
 def pod_hash(pod: PodMetrics, node: str, ts: float) -> dict[str, str]:
-    """Fields of ``intf:pod:{ns}/{name}``: the pod's metrics, ``node`` and ``updated_at``."""
+    """Fields of ``intf:pod:{ns}/{name}``: the pod's metrics, ``hist_runq_us`` (its
+    run-queue histogram, comma-separated), ``node`` and ``updated_at``."""
     out = {"namespace": pod.namespace, "name": pod.name, "uid": pod.uid, "qos": pod.qos}
     out.update({n: _fmt(getattr(pod, n)) for n in _POD_FLOAT_FIELDS})
+    out[f"hist_{POD_HISTOGRAM_FIELD}"] = ",".join(str(c) for c in pod.runq_us)
     out["node"] = node
     out["updated_at"] = _fmt(ts)
     return out
@@ -208,6 +213,7 @@ def parse_pod_hash(raw: Mapping[Any, Any]) -> tuple[PodMetrics, str, float]:
             name=data["name"],
             uid=data.get("uid", ""),
             qos=data.get("qos", ""),
+            runq_us=tuple(parse_histogram_field(data.get(f"hist_{POD_HISTOGRAM_FIELD}", ""))),
             **{n: _float(data[n], n) for n in _POD_FLOAT_FIELDS if n in data},
         )
         return pod, data["node"], _float(data["updated_at"], "updated_at")
@@ -343,8 +349,18 @@ def _pod(data: Mapping[str, Any]) -> PodMetrics:
         name=_str(data.get("name"), "pods[].name"),
         uid=str(data.get("uid", "")),
         qos=str(data.get("qos", "")),
+        runq_us=tuple(
+            _count(c, f"pods[].{POD_HISTOGRAM_FIELD}")
+            for c in _list(data.get(POD_HISTOGRAM_FIELD, []), f"pods[].{POD_HISTOGRAM_FIELD}")
+        ),
         **{n: _float(data[n], n) for n in _POD_FLOAT_FIELDS if n in data},
     )
+
+
+def _count(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise PayloadError(f"{name} must hold counts (integers ≥ 0), got {value!r}")
+    return value
 
 
 def _gpu(data: Mapping[str, Any]) -> GpuDevice:

@@ -34,6 +34,15 @@ def normalize(buckets: Sequence[int]) -> list[int]:
     return out
 
 
+def trimmed(buckets: Sequence[int]) -> list[int]:
+    """Buckets without trailing empty slots (``[]`` when all are empty): the compact form
+    per-pod histograms travel in."""
+    out = [int(c) for c in buckets]
+    while out and out[-1] == 0:
+        out.pop()
+    return out
+
+
 def add(a: Sequence[int], b: Sequence[int]) -> list[int]:
     """Slot-wise sum of two histograms."""
     na, nb = normalize(a), normalize(b)

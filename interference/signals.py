@@ -94,6 +94,9 @@ class PodMetrics:
     runq_p99_us: float = 0.0
     reclaim_stall_ms_per_s: float = 0.0
     throttled_ms_per_s: float = 0.0
+    runq_us: tuple[int, ...] = ()
+    """The pod's run-queue waits of the interval as a log2 µs histogram (trailing empty
+    slots left out), so a reader can merge intervals into a p99 over any window."""
 
     @property
     def key(self) -> str:

@@ -193,6 +193,7 @@ def aggregate(
                 runq_wait_ms_per_s=totals.values[runq_metric] / NS_PER_MS / interval_s,
                 idle_wakeup_ms_per_s=totals.values[base.IDLE_WAKEUP_NS] / NS_PER_MS / interval_s,
                 runq_p99_us=hist.percentile(totals.histograms.get(base.HIST_RUNQ_US, []), 0.99),
+                runq_us=tuple(hist.trimmed(totals.histograms.get(base.HIST_RUNQ_US, []))),
                 reclaim_stall_ms_per_s=totals.values[reclaim_metric] / NS_PER_MS / interval_s,
                 throttled_ms_per_s=totals.values[base.THROTTLED_NS] / NS_PER_MS / interval_s,
             )

@@ -38,6 +38,7 @@ REPORT = NodeReport(
             qos="guaranteed",
             cpu_ms_per_s=950.0,
             runq_wait_ms_per_s=120.5,
+            runq_us=(0, 0, 4, 7, 1),
         ),
         PodMetrics(namespace="", name="system", cpu_ms_per_s=30.0),
     ],
@@ -280,7 +281,16 @@ def test_pod_hash_round_trips() -> None:
     pod = REPORT.pods[0]
     fields = codec.pod_hash(pod, "gpu-node-1", 5.0)
     assert fields["runq_wait_ms_per_s"] == "120.5"
+    assert fields["hist_runq_us"] == "0,0,4,7,1"
     assert codec.parse_pod_hash(fields) == (pod, "gpu-node-1", 5.0)
+
+
+@pytest.mark.parametrize("counts", [[-1], [1.5], ["3"], [True]])
+def test_pod_histograms_hold_only_counts(counts: list[Any]) -> None:
+    body = asdict(REPORT)
+    body["pods"][0]["runq_us"] = counts
+    with pytest.raises(PayloadError, match="runq_us"):
+        codec.decode_report(msgpack.packb(body, use_bin_type=True))
 
 
 @pytest.mark.parametrize(
