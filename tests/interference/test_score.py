@@ -67,9 +67,19 @@ def test_any_single_signal_at_its_quiet_point_scores_at_most_10(signal: str) -> 
             lambda x: x == 100.0,
         ),
         (
-            "make demo's quiet node on a bad second (p99 3.4 ms) is not saturated",
-            {**QUIET_NODE, "runq_p99_us": 3400.0},
-            lambda x: 50 < x < 90,
+            "the recorded lab's quiet node, median second (p99 3.8 ms, wait ratio 0.05)",
+            {**QUIET_NODE, "runq_p99_us": 3800.0, "runq_wait_ratio": 0.052},
+            lambda x: x <= 10,
+        ),
+        (
+            "the recorded lab's quiet node, p90 second (p99 6.4 ms, wait ratio 0.09)",
+            {**QUIET_NODE, "runq_p99_us": 6400.0, "runq_wait_ratio": 0.088},
+            lambda x: 10 < x < 50,
+        ),
+        (
+            "the recorded lab's saturated node, p10 second (p99 16 ms, wait ratio 1.3)",
+            {**QUIET_NODE, "runq_p99_us": 16_200.0, "runq_wait_ratio": 1.3},
+            lambda x: x >= 90,
         ),
         ("reclaim alone at 5 ms/s", {"reclaim_stall_ms_per_s": 5.0}, lambda x: x == 100.0),
         (
@@ -150,8 +160,8 @@ def test_only_measured_families_count() -> None:
         ),
         (
             "stricter saturation point counts sooner",
-            IndexReferences(runq_p99_us=2000.0),
-            {"runq_p99_us": 2000.0},
+            IndexReferences(runq_p99_us=5000.0),
+            {"runq_p99_us": 5000.0},
             100.0,
         ),
     ],
@@ -166,6 +176,7 @@ def test_references_and_weights(
     ("change", "message"),
     [
         ({"runq_p99_us_quiet": 20_000.0}, "runq_p99_us_quiet < runq_p99_us"),
+        ({"runq_p99_us": 2_000.0}, "runq_p99_us_quiet < runq_p99_us"),
         ({"psi_cpu_some_quiet": 0.0}, "psi_cpu_some_quiet"),
         ({"weight_psi_mem": 1.5}, "weight_psi_mem"),
         ({"weight_runq_p99": -0.1}, "weight_runq_p99"),

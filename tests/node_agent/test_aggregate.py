@@ -229,7 +229,7 @@ CASES = {
 
 @pytest.mark.parametrize("case", CASES.values(), ids=list(CASES))
 def test_aggregate(case: Case) -> None:
-    refs = IndexReferences(runq_p99_us=2000.0)
+    refs = IndexReferences(runq_p99_us=2000.0, runq_p99_us_quiet=200.0)
     result = aggregate(case.samples, case.owners, case.interval_s, case.ncpu, refs)
 
     expected = NodeMetrics(**case.node)
@@ -268,7 +268,9 @@ def test_index_uses_the_given_references() -> None:
         "runqlat": Sample(histograms_by_cgroup_id={1: {base.HIST_RUNQ_US: runq_hist(s9=100)}})
     }
     owners = Owners(by_cgroup_id={1: SYSTEM})
-    lenient = aggregate(samples, owners, 1.0, 1, IndexReferences(runq_p99_us=100_000.0))
+    lenient = aggregate(
+        samples, owners, 1.0, 1, IndexReferences(runq_p99_us=100_000.0, runq_p99_us_quiet=500.0)
+    )
     strict = aggregate(
         samples, owners, 1.0, 1, IndexReferences(runq_p99_us=800.0, runq_p99_us_quiet=100.0)
     )

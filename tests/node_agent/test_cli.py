@@ -101,7 +101,7 @@ def test_flags_win_over_env() -> None:
             "cpu_throttle",
             "--no-kubernetes",
             "--score-ref",
-            "runq_p99_us=2000",
+            "runq_p99_us=20000",
             "--score-ref",
             "weight_net_drops=0",
         ],
@@ -112,7 +112,7 @@ def test_flags_win_over_env() -> None:
     assert (settings.cgroup_v2_mount, settings.cgroup_v1_mount) == ("/mnt/v2", "/mnt/v1")
     assert settings.probes == ("cpu_throttle",)
     assert settings.kubernetes is False
-    assert settings.score_refs == IndexReferences(runq_p99_us=2000.0, weight_net_drops=0.0)
+    assert settings.score_refs == IndexReferences(runq_p99_us=20000.0, weight_net_drops=0.0)
 
 
 @pytest.mark.parametrize(

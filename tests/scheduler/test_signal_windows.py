@@ -21,8 +21,9 @@ from scheduler.settings import EngineSettings, ScoreWeights, SignalWindow
 from tests.scheduler.test_model import node_obj, pod_obj, table_of
 
 DURATION_S = 120
-STEADY_P99_US = (600.0, 700.0, 800.0, 650.0)
-"""The steady node: a little busy every second, never saturated."""
+STEADY_P99_US = (4500.0, 5000.0, 5500.0, 4800.0)
+"""The steady node: a little busy every second (above the 4 ms quiet point), never
+saturated."""
 
 
 def on_off_p99_us(second: int) -> float:
