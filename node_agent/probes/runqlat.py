@@ -7,6 +7,11 @@ in from the idle task is the CPU waking up, not contention: it is counted apart 
 ``idle_wakeup_*`` and published, never scored. Each interval yields per cgroup v2 id:
 ``runq_count``, ``runq_ns``, ``idle_wakeup_count``, ``idle_wakeup_ns``, ``oncpu_ns`` and
 the ``runq_us`` log2 histogram, and ``bpf_missed_events`` for the node.
+
+The histogram has one entry per switch-in: a wake-up onto an idle CPU waited behind no
+other task, so it is entered as a zero wait (slot 0). A percentile of ``runq_us`` is then
+"of all wake-ups, the wait behind other tasks" — a quiet node whose few waits behind a
+kworker are its only samples would otherwise report their maximum as its p99.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from node_agent.probes.base import (
     RUNQ_NS,
     register,
 )
-from node_agent.probes.bpf_loader import BpfCgroupProbe
+from node_agent.probes.bpf_loader import BpfCgroupProbe, CgroupTotals, LoadedProgram
 
 
 @register("runqlat")
@@ -40,3 +45,12 @@ class RunqlatProbe(BpfCgroupProbe):
         "oncpu_ns": ONCPU_NS,
     }
     histograms: ClassVar[Mapping[str, str]] = {"runq_us_slots": HIST_RUNQ_US}
+
+    def drain(self, program: LoadedProgram) -> dict[int, CgroupTotals]:
+        totals = super().drain(program)
+        for cgroup in totals.values():
+            idle_wakeups = cgroup.counters.get("idle_wakeup_count", 0)
+            if idle_wakeups:
+                slots = cgroup.slots.setdefault("runq_us_slots", [0])
+                slots[0] += idle_wakeups
+        return totals

@@ -206,7 +206,8 @@ def test_run_queue_wait_matches_schedstat_and_idle_sibling_is_zero(
     assert busy_row[ONCPU_NS] <= busy_truth.on_cpu_ns * 1.02 + busy_cpu_other
 
     # The histogram holds exactly the counted waits, each in its log2 µs slot.
-    assert hist.total(histogram) == busy_row[RUNQ_COUNT] > 0
+    # An idle wake-up is a zero wait (slot 0): one entry per switch-in.
+    assert hist.total(histogram) == busy_row[RUNQ_COUNT] + busy_row[IDLE_WAKEUP_COUNT] > 0
     lowest_us = sum(hist.slot_bounds(s)[0] * n for s, n in enumerate(histogram))
     highest_us = sum((hist.slot_bounds(s)[1] + 1) * n for s, n in enumerate(histogram))
     assert lowest_us <= busy_row[RUNQ_NS] / 1000 <= highest_us
@@ -220,6 +221,10 @@ def test_run_queue_wait_matches_schedstat_and_idle_sibling_is_zero(
         f"{idle_truth.run_delay_ns / 1e6:.3f} ms over {idle_truth.timeslices}; missed {missed:.0f}"
     )
     assert switch_ins > 0, "the napping sibling woke up but was not seen"
+    # One histogram entry per switch-in, idle wake-ups as zero waits in slot 0.
+    napper_histogram = histograms.get(idle_id, [])
+    assert hist.total(napper_histogram) == switch_ins
+    assert napper_histogram[0] >= idle_row.get(IDLE_WAKEUP_COUNT, 0)
     idle_lost = lost_switch_ins(switch_ins, idle_truth, missed, tasks=1)
     # An idle wake-up is at most a few hundred µs; a run-queue wait as long as any seen.
     lost_wait = idle_lost * max(longest_wait_ns(histograms.get(idle_id, [])), 1e6)
