@@ -152,11 +152,13 @@ class LabelSelector:
 
 @dataclass(frozen=True, slots=True)
 class AntiAffinityTerm:
-    """A required pod anti-affinity term on ``kubernetes.io/hostname``."""
+    """A required pod anti-affinity term (also the pod matcher other filters use)."""
 
     selector: LabelSelector
     namespaces: frozenset[str] | None
     """Namespaces whose pods it considers; ``None`` means all namespaces."""
+    topology_key: str = HOSTNAME_LABEL
+    """Two pods conflict when their nodes share this label's value."""
 
     def matches(self, namespace: str, labels: Mapping[str, str]) -> bool:
         """True when a pod in ``namespace`` with ``labels`` falls under this term."""
@@ -820,9 +822,6 @@ def _pod_anti_affinity(
         if not isinstance(term, Mapping):
             raise reader.error(field, "expected an object")
         topology_key = reader.string(term, "topologyKey", f"{field}.topologyKey")
-        if topology_key != HOSTNAME_LABEL:
-            unsupported.append(f"{field}.topologyKey={topology_key}")
-            continue
         skipped = [k for k in ("matchLabelKeys", "mismatchLabelKeys") if term.get(k)]
         namespace_selector = term.get("namespaceSelector")
         if namespace_selector:
@@ -841,7 +840,7 @@ def _pod_anti_affinity(
             namespaces = None
         else:
             namespaces = frozenset(names) if names else frozenset({namespace})
-        terms.append(AntiAffinityTerm(selector, namespaces))
+        terms.append(AntiAffinityTerm(selector, namespaces, topology_key))
     return tuple(terms)
 
 

@@ -1,16 +1,19 @@
-"""Required pod anti-affinity on ``kubernetes.io/hostname`` (kube-scheduler's
-``InterPodAffinity``, the parts this scheduler implements).
+"""Required pod anti-affinity, any topology key (kube-scheduler's ``InterPodAffinity``, the
+anti-affinity half; the affinity half is :mod:`scheduler.filters.pod_affinity`).
 
-- Existing pods' terms (checked first): ``existing_ok[i] = ¬∃ pod p on node i, term t of
-  p: t matches the incoming pod`` → ``node(s) didn't satisfy existing pods anti-affinity
-  rules``.
-- The pod's own terms: ``own_ok[i] = ¬∃ term t of the pod, pod q on node i: t matches q``
-  → ``node(s) didn't match pod anti-affinity rules``.
+With ``dom_k(i)`` the value of node ``i``'s label ``k`` (none when it lacks the label):
 
+- Existing pods' terms (checked first): ``existing_ok[i] = ¬∃ pod p on node n, term t of
+  p (key k): t matches the incoming pod ∧ dom_k(i) = dom_k(n)`` → ``node(s) didn't
+  satisfy existing pods anti-affinity rules``.
+- The pod's own terms: ``own_ok[i] = ¬∃ term t of the pod (key k), pod q on node n: t
+  matches q ∧ dom_k(i) = dom_k(n)`` → ``node(s) didn't match pod anti-affinity rules``.
+
+A node without the label ``k`` is in no domain of ``k``: a term on ``k`` never rejects it
+(nor do pods on it count). For ``kubernetes.io/hostname`` a node's own row is its domain.
 A term matches a pod when the pod's namespace is in the term's namespaces (default: the
 term owner's namespace) and its label selector matches the pod's labels.
 ``passed = existing_ok ∧ own_ok``; a node failing both reports only the first.
-Anti-affinity on other topology keys is reported as unsupported by :mod:`scheduler.model`.
 """
 
 from __future__ import annotations
@@ -21,8 +24,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from scheduler.filters.base import FilterResult, all_pass
-from scheduler.model import PodInfo
-from scheduler.table import NodeTable
+from scheduler.model import HOSTNAME_LABEL, PodInfo
+from scheduler.table import ABSENT, NodeTable
 
 EXISTING_ANTI_AFFINITY = "node(s) didn't satisfy existing pods anti-affinity rules"
 POD_ANTI_AFFINITY = "node(s) didn't match pod anti-affinity rules"
@@ -36,10 +39,11 @@ def pod_anti_affinity(table: NodeTable, pod: PodInfo) -> FilterResult:
     existing_ok = np.ones(len(table), dtype=np.bool_)
     for term, nodes in existing_terms:
         if term.matches(pod.namespace, pod.labels):
-            _clear_rows(table, existing_ok, nodes)
+            _clear_domains(table, existing_ok, term.topology_key, nodes)
     own_ok = np.ones(len(table), dtype=np.bool_)
-    for term in pod.anti_affinity:
-        _clear_rows(table, own_ok, {table.pod_node(p.key) or "" for p in table.pods_matching(term)})
+    for own in pod.anti_affinity:
+        holding = {table.pod_node(p.key) or "" for p in table.pods_matching(own)}
+        _clear_domains(table, own_ok, own.topology_key, holding)
     passed = existing_ok & own_ok
 
     def explain() -> tuple[NDArray[np.bool_], NDArray[np.bool_]]:
@@ -50,8 +54,15 @@ def pod_anti_affinity(table: NodeTable, pod: PodInfo) -> FilterResult:
     )
 
 
-def _clear_rows(table: NodeTable, mask: NDArray[np.bool_], nodes: Iterable[str]) -> None:
-    for node in nodes:
-        row = table.index_of(node)
-        if row is not None:
-            mask[row] = False
+def _clear_domains(
+    table: NodeTable, mask: NDArray[np.bool_], key: str, nodes: Iterable[str]
+) -> None:
+    """Clear ``mask`` on every node sharing label ``key``'s value with one of ``nodes``."""
+    rows = [row for row in (table.index_of(node) for node in nodes) if row is not None]
+    if key == HOSTNAME_LABEL:
+        mask[rows] = False
+        return
+    codes = table.label_column(key).codes
+    taken = {int(codes[row]) for row in rows} - {ABSENT}
+    if taken:
+        mask &= ~np.isin(codes, np.array(sorted(taken), dtype=np.int32))

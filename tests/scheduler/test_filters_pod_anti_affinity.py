@@ -211,3 +211,45 @@ def test_indexed_terms_match_a_plain_scan(
             blocked.add(node)
     result = pod_anti_affinity(table, incoming)
     assert [table.names[i] for i in np.flatnonzero(~result.passed)] == sorted(blocked)
+
+
+ZONED = [
+    node_obj("a1", labels={"zone": "za"}),
+    node_obj("a2", labels={"zone": "za"}),
+    node_obj("b1", labels={"zone": "zb"}),
+    node_obj("bare"),
+]
+
+
+@pytest.mark.parametrize(
+    ("placed_affinity", "placed_on", "incoming_affinity", "passing", "reason"),
+    [
+        (None, "a1", _anti(DB, topologyKey="zone"), ["b1", "bare"], "own"),
+        (_anti(DB, topologyKey="zone"), "a1", None, ["b1", "bare"], "existing"),
+        (None, "bare", _anti(DB, topologyKey="zone"), ["a1", "a2", "b1", "bare"], None),
+        (_anti(DB, topologyKey="zone"), "bare", None, ["a1", "a2", "b1", "bare"], None),
+        (None, "a1", _anti(DB), ["a2", "b1", "bare"], "own"),
+    ],
+    ids=[
+        "own-term-rejects-the-matching-pods-whole-zone",
+        "existing-pods-term-rejects-its-whole-zone-symmetrically",
+        "pod-on-a-node-without-the-key-counts-nowhere",
+        "existing-term-on-a-node-without-the-key-rejects-nothing",
+        "hostname-key-rejects-the-node-only",
+    ],
+)
+def test_inter_pod_anti_affinity_any_topology_key(
+    placed_affinity: dict[str, Any] | None,
+    placed_on: str,
+    incoming_affinity: dict[str, Any] | None,
+    passing: list[str],
+    reason: str | None,
+) -> None:
+    placed = pod_obj("db-0", labels={"app": "db"}, affinity=placed_affinity or {})
+    table = table_of(ZONED, [(placed, placed_on)])
+    incoming = parse_pod(pod_obj("db-1", labels={"app": "db"}, affinity=incoming_affinity or {}))
+    result = pod_anti_affinity(table, incoming)
+    assert [table.names[i] for i in result.passed.nonzero()[0]] == passing
+    expected = {"own": POD_ANTI_AFFINITY, "existing": EXISTING_ANTI_AFFINITY}
+    if reason is not None:
+        assert result.reasons_for(table.names.index(placed_on)) == [expected[reason]]

@@ -242,18 +242,23 @@ UNSUPPORTED_SHAPES = {
         {"resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu-0"}]},
         "spec.resourceClaims",
     ),
-    "anti-affinity-on-zone": (
+    "preferred-pod-anti-affinity": (
         {
             "affinity": {
                 "podAntiAffinity": {
-                    "requiredDuringSchedulingIgnoredDuringExecution": [
-                        {"topologyKey": "zone", "labelSelector": {"matchLabels": {"app": "a"}}}
+                    "preferredDuringSchedulingIgnoredDuringExecution": [
+                        {
+                            "weight": 10,
+                            "podAffinityTerm": {
+                                "topologyKey": "zone",
+                                "labelSelector": {"matchLabels": {"app": "a"}},
+                            },
+                        }
                     ]
                 }
             }
         },
-        "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]"
-        ".topologyKey=zone",
+        "spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution",
     ),
     "preferred-node-affinity": (
         {

@@ -606,18 +606,6 @@ def test_anti_affinity_terms_on_hostname() -> None:
             {
                 "affinity": {
                     "podAntiAffinity": {
-                        "requiredDuringSchedulingIgnoredDuringExecution": [
-                            {"topologyKey": "topology.kubernetes.io/zone", "labelSelector": {}}
-                        ]
-                    }
-                }
-            },
-            "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].topologyKey=topology.kubernetes.io/zone",
-        ),
-        (
-            {
-                "affinity": {
-                    "podAntiAffinity": {
                         "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1}]
                     }
                 }
@@ -662,7 +650,6 @@ def test_anti_affinity_terms_on_hostname() -> None:
     ],
     ids=[
         "preferred-pod-affinity",
-        "anti-affinity-zone",
         "preferred-anti-affinity",
         "preferred-node-affinity",
         "anti-affinity-namespace-selector",
