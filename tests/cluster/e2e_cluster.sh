@@ -277,11 +277,18 @@ wait_for() { # SECONDS WHAT COMMAND...: poll until COMMAND succeeds
     fail "$what did not happen within $limit s"
 }
 
-# --- a copy of the working tree: what a clean clone would hold (tracked + untracked) --------
+# --- a copy of the sources: the working tree as a clean clone would hold it (tracked and
+# untracked files, nothing ignored), the commit E2E_REV names, or the directory E2E_SRC -----
 mkdir -p "$SRC"
-git ls-files -z --cached --others --exclude-standard | while IFS= read -r -d '' f; do
-    [[ -e $f ]] && printf '%s\0' "$f"
-done | tar --null -T - -cf - | tar -C "$SRC" -xf -
+if [[ -n ${E2E_SRC:-} ]]; then # a prepared source tree
+    cp -a "$E2E_SRC/." "$SRC/"
+elif [[ -n ${E2E_REV:-} ]]; then
+    git archive "$E2E_REV" | tar -C "$SRC" -xf -
+else
+    git ls-files -z --cached --others --exclude-standard | while IFS= read -r -d '' f; do
+        [[ -e $f ]] && printf '%s\0' "$f"
+    done | tar --null -T - -cf - | tar -C "$SRC" -xf -
+fi
 
 # --- network: the pod bridge, forwarding only inside the pod network -----------------------
 ip link add "$BRIDGE" type bridge
@@ -454,10 +461,13 @@ mark "kubelet registered"
 
 # --- the install procedure of docs/operations.md, literally --------------------------------
 # This API server build answers /openapi/v2 with 503, so kubectl's client-side schema
-# download fails: apply without it (the server still validates every object).
+# download fails: apply, create and replace without it (the server still validates every
+# object). Nothing else differs from plain kubectl.
 cat > "$STATE/bin/kubectl" <<EOF
 #!/bin/sh
-if [ "\$1" = apply ]; then shift; exec $(command -v kubectl) apply --validate=false "\$@"; fi
+case "\$1" in
+    apply|create|replace) verb=\$1; shift; exec $(command -v kubectl) "\$verb" --validate=false "\$@" ;;
+esac
 exec $(command -v kubectl) "\$@"
 EOF
 cat > "$STATE/bin/docker" <<EOF
@@ -465,7 +475,7 @@ cat > "$STATE/bin/docker" <<EOF
 exec $DOCKER_CLI "\$@"
 EOF
 chmod +x "$STATE/bin/kubectl" "$STATE/bin/docker"
-.venv/bin/python - "$REPO/docs/operations.md" "$STATE/steps" <<'EOF'
+.venv/bin/python - "$SRC/docs/operations.md" "$STATE/steps" <<'EOF'
 import pathlib, re, sys
 doc, out = pathlib.Path(sys.argv[1]).read_text(), pathlib.Path(sys.argv[2])
 section = re.search(r"^## Install\n(.*?)^## ", doc, re.M | re.S)
@@ -484,6 +494,10 @@ export PATH=$STATE/bin:$PATH
 # PyPI behind a TLS-intercepting proxy, the daemon's network mode, a local base image.
 export PIP_CA=${PIP_CA:-/etc/ssl/certs/ca-certificates.crt} DOCKER_BUILD_FLAGS="--network host"
 for step in "$STATE"/steps/*.sh; do
+    # A cold page cache, as on a node that never compiled BPF: the kernel headers BCC reads
+    # are then charged to the agent container's memory cgroup (its peak is measured below).
+    sync
+    echo 1 > /proc/sys/vm/drop_caches
     log "docs/operations.md Install, block $(basename "$step" .sh):"
     sed 's/^/    /' "$step"
     (cd "$SRC" && timeout "$STEP_TIMEOUT_S" bash -euo pipefail "$step") \
@@ -545,17 +559,27 @@ mark "example $EX_NS/$EX_POD bound by interference-scheduler and Running"
 
 wait_for 60 "the agent's report naming $EX_NS/$EX_POD" bash -c \
     "kubectl -n $NS exec deploy/redis -- redis-cli SMEMBERS intf:node:$NODE:pods | grep -qx '$EX_NS/$EX_POD'"
+# The agent found the pod by its cgroup (kubelet's cgroupfs layout, kubepods[/qos]/pod<uid>)
+# and named it through its pod watch: the row's uid and QoS class come from that path.
 EX_UID=$(kubectl -n "$EX_NS" get pod "$EX_POD" -o jsonpath='{.metadata.uid}')
-pod_cgroup=$(find /sys/fs/cgroup/unified/kubepods /sys/fs/cgroup/kubepods -maxdepth 2 -type d -name "pod$EX_UID" 2>/dev/null | head -1)
+EX_QOS=$(kubectl -n "$EX_NS" get pod "$EX_POD" -o jsonpath='{.status.qosClass}')
+pod_cgroup=$({ find /sys/fs/cgroup/unified/kubepods /sys/fs/cgroup/kubepods -maxdepth 2 -type d \
+    -name "pod$EX_UID" 2>/dev/null || true; } | head -1)
 [[ -n $pod_cgroup ]] || fail "no kubelet cgroup pod$EX_UID for $EX_NS/$EX_POD"
-mark "agent names $EX_NS/$EX_POD (kubelet cgroup ${pod_cgroup#/sys/fs/cgroup/})"
+row_uid=$(redis_cli HGET "intf:pod:$EX_NS/$EX_POD" uid)
+row_qos=$(redis_cli HGET "intf:pod:$EX_NS/$EX_POD" qos)
+[[ $row_uid == "$EX_UID" ]] || fail "the agent's row for $EX_NS/$EX_POD has uid '$row_uid', not $EX_UID"
+[[ ${row_qos,,} == "${EX_QOS,,}" ]] || fail "the agent's row for $EX_NS/$EX_POD has QoS '$row_qos', not $EX_QOS"
+mark "agent names $EX_NS/$EX_POD (uid and QoS $row_qos from the kubelet cgroup ${pod_cgroup#/sys/fs/cgroup/})"
 
-# interference top through kubectl port-forward, as the admin user.
+# interference top through kubectl port-forward, as the viewer user (docs/operations.md,
+# "Secrets and Redis users").
 PF_PORT=$(free_port)
 start port-forward kubectl -n "$NS" port-forward svc/redis "$PF_PORT:6379" --address 127.0.0.1
 wait_for 30 "kubectl port-forward" bash -c "exec 3<>/dev/tcp/127.0.0.1/$PF_PORT"
-ADMIN_PASSWORD=$(kctl get secret redis-credentials -o jsonpath='{.data.admin-password}' | base64 -d)
-top_out=$(.venv/bin/interference --redis-url "redis://default:$ADMIN_PASSWORD@127.0.0.1:$PF_PORT/0" top 2>&1) \
+VIEWER_PASSWORD=$(kctl get secret redis-credentials -o jsonpath='{.data.viewer-password}' | base64 -d)
+top_out=$(REDIS_USERNAME=interference-viewer REDIS_PASSWORD=$VIEWER_PASSWORD \
+    .venv/bin/interference --redis-url "redis://127.0.0.1:$PF_PORT/0" top 2>&1) \
     || fail "interference top through port-forward failed: $top_out"
 grep -q "$NODE" <<<"$top_out" || fail "interference top does not list $NODE: $top_out"
 stop_pid "${PIDS[port-forward]}" port-forward
@@ -564,7 +588,7 @@ mark "interference top through kubectl port-forward lists $NODE"
 # The agent container's memory: cgroup peak (BCC's compile child and page cache included).
 agent_cid=$(kctl get pod "$AGENT_POD" -o jsonpath='{.status.containerStatuses[0].containerID}')
 agent_cid=${agent_cid#containerd://}
-agent_cg=$(find /sys/fs/cgroup/unified/kubepods /sys/fs/cgroup/memory/kubepods -type d -name "$agent_cid" 2>/dev/null | tr '\n' ' ')
+agent_cg=$({ find /sys/fs/cgroup/unified/kubepods /sys/fs/cgroup/memory/kubepods -type d -name "$agent_cid" 2>/dev/null || true; } | tr '\n' ' ')
 for cg in $agent_cg; do
     if [[ -r $cg/memory.peak ]]; then log "agent container memory.peak $(($(cat "$cg/memory.peak") / 1048576)) MiB, memory.current $(($(cat "$cg/memory.current") / 1048576)) MiB"; fi
     if [[ -r $cg/memory.max_usage_in_bytes ]]; then
