@@ -341,7 +341,9 @@ class JsonWriter:
         connection: Http11Connection | None = getattr(self._local, "connection", None)
         if connection is not None and wait_for_read(connection.sock, timeout=0.0):
             connection.close()  # closed by the server while idle
-            connection = None
+            # Forget it before reconnecting: if the server is down the new connection
+            # fails, and this thread must not be left holding a closed socket.
+            self._local.connection = connection = None
         if connection is None:
             connection = Http11Connection(
                 self._hostname, self._port, self._timeout_s, self._ssl if self._https else None

@@ -615,6 +615,30 @@ def test_writes_reconnect_after_the_server_closed_an_idle_connection() -> None:
         ]
 
 
+def test_writes_recover_after_the_server_was_down() -> None:
+    """A write that finds its idle connection closed and the server gone fails as
+    unavailable; once the server is back on the same port the same thread writes again
+    (it must not keep the closed socket: found by tests/e2e's apiserver restart)."""
+    with _binding_server() as (url, posts):
+        port = int(url.rsplit(":", 1)[1])
+        cluster = KubernetesCluster(api_client(url), FAST)
+        cluster.bind(PodRef("default", "p1"), "n1")
+    time.sleep(0.05)  # the server closed the kept-alive connection and is gone
+    for _ in range(2):
+        with pytest.raises(ApiUnavailable, match="cannot reach"):
+            cluster.bind(PodRef("default", "p2"), "n1")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), _ClosingHandler)
+    server.posts = posts  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        cluster.bind(PodRef("default", "p3"), "n1")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert posts == [f"/api/v1/namespaces/default/pods/{name}/binding" for name in ("p1", "p3")]
+
+
 @pytest.fixture(scope="module")
 def self_signed(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     """A certificate for 127.0.0.1 that is its own CA, and its key (made by openssl)."""
