@@ -68,7 +68,19 @@ def test_tolerance(annotations: dict[str, str], metrics: NodeMetrics, reasons: l
         _table(metrics), parse_pod(pod_obj(annotations=annotations)), EngineSettings(), NOW
     )
     assert bool(result.passed[0]) is (not reasons)
-    assert result.reasons_for(0) == reasons
+    assert _bare(result.reasons_for(0)) == reasons
+
+
+def _bare(reasons: list[str]) -> list[str]:
+    """Reasons without the measurement a decision record appends (`` (measured …)``)."""
+    return [reason.split(" (", 1)[0] for reason in reasons]
+
+
+def test_reasons_carry_the_measurement_against_the_tolerance() -> None:
+    table = _table(NodeMetrics(runq_p99_us=2900))
+    pod = parse_pod(pod_obj(annotations={ANNOTATION_MAX_RUNQ_P99_US: "500"}))
+    result = interference_filter(table, pod, EngineSettings(signal_window="latest"), NOW)
+    assert result.reasons_for(0) == [f"{RUNQ_EXCEEDED} (measured 2900 µs > tolerance 500 µs)"]
 
 
 def test_load_placed_since_report_counts_toward_max_score() -> None:
@@ -78,7 +90,7 @@ def test_load_placed_since_report_counts_toward_max_score() -> None:
     assert interference_filter(table, pod, settings, NOW).passed[0]
     # 2 of 10 CPUs placed after the report: index 30 + 100·0.2 = 50 > 40
     table.add_pod(parse_pod(pod_obj("burst", requests={"cpu": "2"})), "n", NOW)
-    assert interference_filter(table, pod, settings, NOW).reasons_for(0) == [SCORE_EXCEEDED]
+    assert _bare(interference_filter(table, pod, settings, NOW).reasons_for(0)) == [SCORE_EXCEEDED]
     # a newer report includes that load and replaces the estimate
     table.set_signals({"n": NodeSignals(NodeMetrics(interference_index=35), updated_at=NOW + 1)})
     assert interference_filter(table, pod, settings, NOW + 1).passed[0]
@@ -109,7 +121,8 @@ def test_stale_policies(
     assert bool(interference_filter(table, tolerant, settings, NOW).passed[0]) is tolerant_passes
     assert bool(interference_filter(table, plain, settings, NOW).passed[0]) is plain_passes
     if policy == "reject" and age_s > 5:
-        assert interference_filter(table, plain, settings, NOW).reasons_for(0) == [STALE_SIGNALS]
+        reasons = interference_filter(table, plain, settings, NOW).reasons_for(0)
+        assert _bare(reasons) == [STALE_SIGNALS]
 
 
 @pytest.mark.parametrize("policy", ["neutral", "avoid", "reject"])
@@ -159,4 +172,4 @@ def test_missing_signals_are_stale() -> None:
     table = table_of([node_obj("n")])
     settings = EngineSettings(stale_policy="reject")
     result = interference_filter(table, parse_pod(pod_obj()), settings, NOW)
-    assert result.reasons_for(0) == [STALE_SIGNALS]
+    assert _bare(result.reasons_for(0)) == [STALE_SIGNALS]
