@@ -16,7 +16,7 @@ import signal
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,6 +63,8 @@ class ExtenderSetup:
     extender: SchedulerProcess
     redis: redis.Redis[bytes]
     workdir: Path
+    restart: Callable[[], SchedulerProcess]
+    """Start the extender again (same port and configuration) after a test stopped it."""
 
 
 def _labels(node: str) -> dict[str, str]:
@@ -220,6 +222,13 @@ def setup(
     argv = [*scheduler_command(), "extender", "--config", str(config_path),
             "--kubeconfig", str(scheduler_kubeconfig)]  # fmt: skip
     extender = SchedulerProcess("extender-0", _start(argv, log_path, env), log_path, port)
+    started = [extender]
+
+    def restart() -> SchedulerProcess:
+        again = SchedulerProcess("extender-0", _start(argv, log_path, env), log_path, port)
+        started.append(again)
+        return again
+
     kube_scheduler: subprocess.Popen[bytes] | None = None
     try:
         _wait_http(f"http://127.0.0.1:{port}/readyz", "the extender to list nodes and pods")
@@ -242,11 +251,12 @@ def setup(
             workdir / "kube-scheduler.log",
             env,
         )
-        yield ExtenderSetup(kube, extender, store, workdir)
+        yield ExtenderSetup(kube, extender, store, workdir, restart)
     finally:
         if kube_scheduler is not None:
             _stop(kube_scheduler)
-        extender.stop()
+        for proc in started:
+            proc.stop()
         print("--- extender log (last 40 lines) ---")
         print("\n".join(extender.log().splitlines()[-40:]))
         print("--- kube-scheduler log (last 40 lines) ---")
@@ -362,3 +372,27 @@ def test_interference_filter_keeps_tolerance_bearing_pod_off_noisy_node(
     metrics = setup.extender.metrics()
     count = 'interference_scheduler_extender_request_duration_seconds_count{verb="filter"}'
     assert metrics.get(count, 0) >= 2
+
+
+def test_while_the_extender_is_down_pods_wait_and_then_are_scheduled(
+    setup: ExtenderSetup,
+) -> None:
+    """``ignorable: false``: kube-scheduler places nothing without the extender's answer,
+    says why in the pod's Events, and schedules the pod once the extender is back."""
+    kube = setup.kube
+    setup.extender.stop()
+    path = f"/api/v1/namespaces/{NAMESPACE}/pods"
+    _create(kube, _pod("while-down"), path)
+
+    def extender_failures() -> list[Obj]:
+        events = kube.events(NAMESPACE)
+        return [e for e in events if e["regarding"]["name"] == "while-down"
+                and e["reason"] == "FailedScheduling"]  # fmt: skip
+
+    events = wait_for(extender_failures, "a FailedScheduling Event naming the extender", TIMEOUT_S)
+    url = f"http://127.0.0.1:{setup.extender.http_port}/filter"
+    assert all(url in e["note"] for e in events), [e["note"] for e in events]
+    assert not kube.pod(NAMESPACE, "while-down")["spec"].get("nodeName")
+    back = setup.restart()
+    _wait_http(f"http://127.0.0.1:{back.http_port}/readyz", "the extender to come back")
+    assert _node_of(kube, "while-down") in NODES
