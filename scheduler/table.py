@@ -91,6 +91,8 @@ class WindowColumns:
 
 ABSENT = -1
 """Label code of a node that does not have the label."""
+MATCH_COUNTS_LIMIT = 1024
+"""Terms whose per-node match counts are kept before that cache starts over."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +171,7 @@ class NodeTable:
         self._priorities: Counter[int] = Counter()
         """Placed pods per priority (tells at once whether a pod could preempt anyone)."""
         self._anti_terms = _AntiAffinityIndex()
+        self._match_counts = _MatchCounts()
         self._ports: dict[tuple[str, int], dict[str, Counter[HostPort]]] = {}
         self._recent: dict[str, dict[str, tuple[float, int]]] = {}
         self._signals: dict[str, NodeSignals] = {}
@@ -271,6 +274,7 @@ class NodeTable:
         row = self._index.get(node)
         if row is not None:
             self._account(row, pod, sign=1)
+            self._match_counts.update(pod, row, 1)
 
     def remove_pod(self, pod: PodInfo) -> None:
         """Forget a pod (deleted, finished, or an assumption that failed to bind)."""
@@ -303,6 +307,7 @@ class NodeTable:
         row = self._index.get(node)
         if row is not None:
             self._account(row, pod, sign=-1)
+            self._match_counts.update(pod, row, -1)
 
     def pods_on_node(self, name: str) -> Mapping[str, PodInfo]:
         """Pods placed on node ``name`` by key (read only)."""
@@ -311,6 +316,23 @@ class NodeTable:
     def lowest_priority(self) -> int | None:
         """The lowest priority of any placed pod, ``None`` without pods."""
         return min(self._priorities) if self._priorities else None
+
+    def matching_per_node(
+        self, term: AntiAffinityTerm, skip_terminating: bool = False
+    ) -> NDArray[np.int64]:
+        """Per node row, the placed pods ``term`` matches (without terminating ones when
+        ``skip_terminating``). Kept current as pods come and go, rebuilt after a layout
+        change; callers must not modify it."""
+        key = (term, skip_terminating)
+        counts = self._match_counts.get(key)
+        if counts is None:
+            counts = np.zeros(self._count, dtype=np.int64)
+            for pod in self.pods_matching(term):
+                row = self._index.get(self._pods[pod.key].node)
+                if row is not None and not (skip_terminating and pod.terminating):
+                    counts[row] += 1
+            self._match_counts.put(key, counts)
+        return counts
 
     def pod_node(self, key: str) -> str | None:
         """Node a pod (``namespace/name``) is placed on, ``None`` when unknown."""
@@ -606,6 +628,7 @@ class NodeTable:
         self._derived.clear()
         self._row_derived.clear()
         self.alloc_cache.clear()
+        self._match_counts.clear()
         self._note_load_change(None)
 
     def _refresh_views(self) -> None:
@@ -678,6 +701,44 @@ class _AntiAffinityIndex:
             for item in labels.items():
                 found.update(self._filed.get((scope, item), ()))
         return [(term, self._nodes[term]) for term in found]
+
+
+class _MatchCounts:
+    """Per-node counts of placed pods matching a term (:meth:`NodeTable.matching_per_node`),
+    updated as pods are added and removed. Entries are filed like
+    :class:`_AntiAffinityIndex` terms, so a pod only meets the entries it could match."""
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[AntiAffinityTerm, bool], NDArray[np.int64]] = {}
+        self._filed: dict[
+            tuple[str | None, tuple[str, str] | None], set[tuple[AntiAffinityTerm, bool]]
+        ] = {}
+
+    def get(self, key: tuple[AntiAffinityTerm, bool]) -> NDArray[np.int64] | None:
+        return self._counts.get(key)
+
+    def put(self, key: tuple[AntiAffinityTerm, bool], counts: NDArray[np.int64]) -> None:
+        if len(self._counts) >= MATCH_COUNTS_LIMIT:
+            self.clear()
+        self._counts[key] = counts
+        for filing in _filing_keys(key[0]):
+            self._filed.setdefault(filing, set()).add(key)
+
+    def update(self, pod: PodInfo, row: int, sign: int) -> None:
+        if not self._counts:
+            return
+        for scope in (pod.namespace, None):
+            for item in (None, *pod.labels.items()):
+                for key in self._filed.get((scope, item), ()):
+                    term, skip_terminating = key
+                    if skip_terminating and pod.terminating:
+                        continue
+                    if term.matches(pod.namespace, pod.labels):
+                        self._counts[key][row] += sign
+
+    def clear(self) -> None:
+        self._counts.clear()
+        self._filed.clear()
 
 
 def _filing_keys(term: AntiAffinityTerm) -> list[tuple[str | None, tuple[str, str] | None]]:

@@ -19,6 +19,7 @@ affinity rules``.
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import NDArray
 
 from scheduler.filters.base import FilterResult, all_pass
 from scheduler.model import AntiAffinityTerm, PodInfo
@@ -33,25 +34,22 @@ def pod_affinity(table: NodeTable, pod: PodInfo) -> FilterResult:
         return all_pass("InterPodAffinity", table)
     n = len(table)
     has_keys = np.ones(n, dtype=np.bool_)
-    counts: dict[str, dict[int, int]] = {}
+    found: dict[str, NDArray[np.int32]] = {}  # topology key → domains holding a match
     columns = []
     for term in pod.pod_affinity:
         codes = table.label_column(term.topology_key).codes
         columns.append(codes)
         has_keys &= codes != ABSENT
-        per_value = counts.setdefault(term.topology_key, {})
-        if term.selector is None:
-            continue
-        for match in table.pods_matching(AntiAffinityTerm(term.selector, term.namespaces)):
-            row = table.index_of(table.pod_node(match.key) or "")
-            if row is not None and codes[row] != ABSENT:
-                code = int(codes[row])
-                per_value[code] = per_value.get(code, 0) + 1
+        domains = found.get(term.topology_key, np.zeros(0, dtype=np.int32))
+        if term.selector is not None:
+            matcher = AntiAffinityTerm(term.selector, term.namespaces)
+            holding = (table.matching_per_node(matcher) > 0) & (codes != ABSENT)
+            domains = np.union1d(domains, codes[holding])
+        found[term.topology_key] = domains
     exist = np.ones(n, dtype=np.bool_)
     for term, codes in zip(pod.pod_affinity, columns, strict=True):
-        found = np.array(sorted(counts[term.topology_key]), dtype=np.int32)
-        exist &= np.isin(codes, found)
-    if not any(counts.values()) and all(
+        exist &= np.isin(codes, found[term.topology_key])
+    if not any(len(domains) for domains in found.values()) and all(
         t.matches(pod.namespace, pod.labels) for t in pod.pod_affinity
     ):
         exist[:] = True

@@ -73,19 +73,10 @@ def matching_pods_per_node(
 ) -> NDArray[np.int64]:
     """Per node, its pods that count for ``constraint``: in the pod's namespace, not
     terminating, labels matching the constraint's selector."""
-    per_node = np.zeros(len(table), dtype=np.int64)
     if constraint.selector is None:
-        return per_node
+        return np.zeros(len(table), dtype=np.int64)
     term = AntiAffinityTerm(constraint.selector, frozenset({pod.namespace}))
-    rows = [
-        table.index_of(table.pod_node(match.key) or "")
-        for match in table.pods_matching(term)
-        if not match.terminating
-    ]
-    placed = [row for row in rows if row is not None]
-    if placed:
-        per_node = np.bincount(np.asarray(placed), minlength=len(table))
-    return per_node
+    return table.matching_per_node(term, skip_terminating=True)
 
 
 def _skewed(
