@@ -1,7 +1,9 @@
-"""Shared fixtures: a real redis-server on a random loopback port."""
+"""Shared fixtures: a real redis-server on a random loopback port; logging restored after
+every test (the programs' ``main()`` reconfigure the root logger and their own levels)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import tempfile
@@ -19,6 +21,25 @@ from interference_cli.redis_process import (
 )
 
 __all__ = ["RedisServer", "free_port", "redis_server"]
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    """Undo what a program's ``configure_logging`` did to the root handlers and levels, so
+    one test's ``--log-level debug`` does not make later tests capture every DEBUG line."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    levels = {
+        name: logger.level
+        for name, logger in logging.root.manager.loggerDict.items()
+        if isinstance(logger, logging.Logger)
+    }
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    for name, logger in list(logging.root.manager.loggerDict.items()):
+        if isinstance(logger, logging.Logger):
+            logger.setLevel(levels.get(name, logging.NOTSET))
 
 
 @dataclass
