@@ -25,6 +25,7 @@ demo: setup
 
 bench: setup
 	$(PY) bench/agent_overhead.py
+	$(PY) bench/onoff_antagonist.py
 	$(PY) bench/scheduler_throughput.py
 
 # interference-{agent,scheduler}:<pyproject version>, the tags deploy/base deploys.
