@@ -134,6 +134,24 @@ cgroup_leftovers() {
     done
     return 0
 }
+# Host directories the runtime writes outside our state directory whatever its config:
+# runc's state and the shims' sockets (/run/containerd), dockerd's plugin sockets
+# (/run/docker), the CNI result cache (/var/lib/cni). What we add there goes at teardown.
+RUNTIME_DIRS=(/run/containerd /run/docker /var/lib/cni)
+touch "$STATE/start"
+for dir in "${RUNTIME_DIRS[@]}"; do
+    [[ -e $dir ]] && find "$dir" -mindepth 1 >> "$STATE/runtime-files.before" 2>/dev/null
+    [[ -e $dir ]] && echo "$dir" >> "$STATE/runtime-dirs.before"
+done
+touch "$STATE/runtime-files.before" "$STATE/runtime-dirs.before"
+runtime_leftovers() { # what exists now in RUNTIME_DIRS that did not before
+    local dir
+    for dir in "${RUNTIME_DIRS[@]}"; do
+        [[ -e $dir ]] || continue
+        grep -qxF "$dir" "$STATE/runtime-dirs.before" || { echo "$dir"; continue; }
+        find "$dir" -mindepth 1 2>/dev/null | grep -vxF -f "$STATE/runtime-files.before" || true
+    done
+}
 mkdir -p "$STATE/cgroup.before"
 for root in $CGROUP_ROOTS; do
     for name in kubepods kubepods.slice interference-e2e docker buildkit; do
@@ -211,6 +229,17 @@ teardown() {
     awk -v s="$STATE" 'index($2, s) == 1 {print $2}' /proc/self/mounts | sort -r \
         | while read -r m; do umount -l "$m" 2>/dev/null; done
     ip link delete "$BRIDGE" 2>/dev/null
+    runtime_leftovers | sort -r | while read -r path; do rm -rf "$path"; done
+    for root in $CGROUP_ROOTS; do
+        for name in kubepods kubepods.slice interference-e2e docker buildkit; do
+            [[ -e $STATE/cgroup.before/$(basename "$root")-$name ]] && continue
+            # Any process still in our pods' cgroups (the runtime died before it could stop
+            # them) is one of ours: SIGKILL it by PID so the cgroups can go.
+            [[ -d $root/$name ]] && find "$root/$name" -name cgroup.procs -exec cat {} + 2>/dev/null \
+                | sort -u | while read -r pid; do kill -KILL "$pid" 2>/dev/null; done
+        done
+    done
+    sleep 0.5
     for root in $CGROUP_ROOTS; do
         for name in kubepods kubepods.slice interference-e2e docker buildkit; do
             [[ -e $STATE/cgroup.before/$(basename "$root")-$name ]] || remove_cgroup_tree "$root/$name"
@@ -219,7 +248,6 @@ teardown() {
     for key in "${SYSCTLS[@]}"; do
         [[ ${SYSCTL_BEFORE[$key]} == absent ]] || sysctl -qw "$key=${SYSCTL_BEFORE[$key]}"
     done
-    rm -f /etc/cni/net.d/10-interference-e2e.conflist
 
     # Assert that nothing is left.
     local leaks=()
@@ -230,6 +258,7 @@ teardown() {
     while read -r ns; do leaks+=("netns $ns"); done < <(comm -13 "$STATE/netns.before" <(ip netns list 2>/dev/null | awk '{print $1}' | sort))
     while read -r rule; do leaks+=("firewall: $rule"); done < <(comm -13 "$STATE/firewall.before" <(snapshot_firewall))
     ip link show "$BRIDGE" >/dev/null 2>&1 && leaks+=("link $BRIDGE")
+    while read -r path; do leaks+=("file $path"); done < <(runtime_leftovers)
     for key in "${SYSCTLS[@]}"; do
         [[ ${SYSCTL_BEFORE[$key]} == absent || $(sysctl -n "$key") == "${SYSCTL_BEFORE[$key]}" ]] \
             || leaks+=("sysctl $key")
@@ -238,7 +267,7 @@ teardown() {
         printf 'e2e-cluster: LEFT BEHIND: %s\n' "${leaks[@]}" >&2
         [[ $status -eq 0 ]] && status=1
     else
-        log "teardown clean: no process, cgroup, mount, netns, firewall rule or sysctl left"
+        log "teardown clean: no process, cgroup, mount, netns, firewall rule, runtime file or sysctl left"
     fi
     if [[ $status -ne 0 ]]; then
         mkdir -p "$REPO/.e2e-cluster-logs"
@@ -256,7 +285,9 @@ mkdir -p "$STATE"/{logs,pki,etcd,kubelet,cni/net.d,containerd,docker/root,docker
 start() { # NAME COMMAND...: run in the background, log to logs/NAME.log
     local name=$1
     shift
-    "$@" > "$STATE/logs/$name.log" 2>&1 &
+    # Its own session: a Ctrl-C reaches this script (whose trap stops the daemons in order),
+    # not containerd and the kubelet directly, which would orphan the pods' containers.
+    setsid "$@" > "$STATE/logs/$name.log" 2>&1 < /dev/null &
     PIDS[$name]=$!
 }
 check_alive() { # every daemon started so far still runs, else fail with its log's tail
