@@ -34,22 +34,24 @@ def pod_affinity(table: NodeTable, pod: PodInfo) -> FilterResult:
         return all_pass("InterPodAffinity", table)
     n = len(table)
     has_keys = np.ones(n, dtype=np.bool_)
-    found: dict[str, NDArray[np.int32]] = {}  # topology key → domains holding a match
+    # topology key → per domain code, whether it holds a match (last entry: ABSENT, False)
+    found: dict[str, NDArray[np.bool_]] = {}
     columns = []
     for term in pod.pod_affinity:
         codes = table.label_column(term.topology_key).codes
         columns.append(codes)
         has_keys &= codes != ABSENT
-        domains = found.get(term.topology_key, np.zeros(0, dtype=np.int32))
+        holding = found.get(term.topology_key)
+        if holding is None:
+            holding = found[term.topology_key] = np.zeros(int(codes.max(initial=-1)) + 2, bool)
         if term.selector is not None:
             matcher = AntiAffinityTerm(term.selector, term.namespaces)
-            holding = (table.matching_per_node(matcher) > 0) & (codes != ABSENT)
-            domains = np.union1d(domains, codes[holding])
-        found[term.topology_key] = domains
+            holding[codes[table.matching_per_node(matcher) > 0]] = True
+            holding[ABSENT] = False
     exist = np.ones(n, dtype=np.bool_)
     for term, codes in zip(pod.pod_affinity, columns, strict=True):
-        exist &= np.isin(codes, found[term.topology_key])
-    if not any(len(domains) for domains in found.values()) and all(
+        exist &= found[term.topology_key][codes]
+    if not any(holding.any() for holding in found.values()) and all(
         t.matches(pod.namespace, pod.labels) for t in pod.pod_affinity
     ):
         exist[:] = True

@@ -63,6 +63,7 @@ def _clear_domains(
         mask[rows] = False
         return
     codes = table.label_column(key).codes
-    taken = {int(codes[row]) for row in rows} - {ABSENT}
-    if taken:
-        mask &= ~np.isin(codes, np.array(sorted(taken), dtype=np.int32))
+    taken = np.zeros(int(codes.max(initial=-1)) + 2, dtype=np.bool_)  # last entry: ABSENT
+    taken[codes[rows]] = True
+    taken[ABSENT] = False
+    mask &= ~taken[codes]
