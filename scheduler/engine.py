@@ -59,6 +59,7 @@ from scheduler.quantity import PODS
 from scheduler.scores.balance import balance_score
 from scheduler.scores.gpu_packing import gpu_packing_score
 from scheduler.scores.interference import quietness
+from scheduler.scores.node_affinity import node_affinity_score
 from scheduler.scores.topology_spread import topology_spread_score
 from scheduler.settings import EngineSettings
 from scheduler.table import NodeTable
@@ -186,6 +187,9 @@ class Engine:
             taints, affinity = static.results[2].passed, static.results[3].passed
             spread_score = topology_spread_score(table, pod, passed, affinity, taints)
             scores["topology_spread"] = (spread_weight, spread_score)
+        affinity_weight = self.settings.weights.node_affinity
+        if pod.preferred_node_affinity and affinity_weight > 0:
+            scores["node_affinity"] = (affinity_weight, node_affinity_score(table, pod, passed))
         totals = _weighted_sum(scores.values(), len(table))
         np.putmask(totals, ~passed, -np.inf)  # infeasible nodes rank last, never chosen
         best = _best_first(totals, min(max(2, self.settings.record_top_k), feasible))

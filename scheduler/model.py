@@ -294,6 +294,8 @@ class PodInfo:
     """``ScheduleAnyway`` topology spread constraints (a score)."""
     pod_affinity: tuple[PodAffinityTerm, ...] = ()
     """Required pod affinity terms (any topology key)."""
+    preferred_node_affinity: tuple[tuple[int, NodeSelectorTerm], ...] = ()
+    """(weight, term) of the preferred node affinity terms (a score)."""
 
     @property
     def key(self) -> str:
@@ -415,7 +417,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         node_selector=tuple(
             sorted(reader.string_map(spec, "nodeSelector", "spec.nodeSelector").items())
         ),
-        required_node_affinity=_node_affinity(reader, affinity, unsupported),
+        required_node_affinity=_node_affinity(reader, affinity),
         anti_affinity=_pod_anti_affinity(reader, affinity, unsupported),
         labels=reader.string_map(metadata, "labels", "metadata.labels"),
         tolerance=_tolerance(reader, annotations),
@@ -425,6 +427,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         spread=spread,
         soft_spread=soft_spread,
         pod_affinity=pod_affinity,
+        preferred_node_affinity=_preferred_node_affinity(reader, affinity),
     )
 
 
@@ -703,51 +706,77 @@ def _requirements(
 
 
 def _node_affinity(
-    reader: _Reader, affinity: Mapping[str, Any], unsupported: list[str]
+    reader: _Reader, affinity: Mapping[str, Any]
 ) -> tuple[NodeSelectorTerm, ...] | None:
     node_affinity = reader.mapping(affinity, "spec.affinity.nodeAffinity")
     path = "spec.affinity.nodeAffinity"
-    if node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution"):
-        unsupported.append(f"{path}.preferredDuringSchedulingIgnoredDuringExecution")
     required = reader.mapping(
         node_affinity, f"{path}.requiredDuringSchedulingIgnoredDuringExecution"
     )
     if "nodeSelectorTerms" not in required:
         return None
     terms_path = f"{path}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
-    terms = []
-    for i, term in enumerate(reader.sequence(required, terms_path)):
-        field = f"{terms_path}[{i}]"
-        if not isinstance(term, Mapping):
-            raise reader.error(field, "expected an object")
-        expressions = _requirements(
-            reader,
-            reader.sequence(term, f"{field}.matchExpressions"),
-            f"{field}.matchExpressions",
-            NODE_SELECTOR_OPERATORS,
-        )
-        fields = _requirements(
-            reader,
-            reader.sequence(term, f"{field}.matchFields"),
-            f"{field}.matchFields",
-            frozenset({"In", "NotIn"}),
-        )
-        errors = []
-        for j, requirement in enumerate(fields):
-            if requirement.key != "metadata.name":
-                raise reader.error(
-                    f"{field}.matchFields[{j}].key",
-                    f"{requirement.key!r} is not supported; only metadata.name is",
-                )
-            if len(requirement.values) != 1:
-                errors.append(f"{field}.matchFields[{j}].values: must have one element")
-        for j, requirement in enumerate(expressions):
-            errors.extend(
-                f"{field}.matchExpressions[{j}].{problem}"
-                for problem in node_requirement_errors(requirement)
+    return tuple(
+        _node_selector_term(reader, term, f"{terms_path}[{i}]")
+        for i, term in enumerate(reader.sequence(required, terms_path))
+    )
+
+
+def _preferred_node_affinity(
+    reader: _Reader, affinity: Mapping[str, Any]
+) -> tuple[tuple[int, NodeSelectorTerm], ...]:
+    """(weight, term) of each preferred node affinity term that counts: weight 0 and empty
+    terms are skipped, as kube-scheduler skips them; a term kube-scheduler cannot parse
+    fails its scoring, so it makes the pod unparseable here."""
+    path = "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution"
+    node_affinity = reader.mapping(affinity, "spec.affinity.nodeAffinity")
+    preferred = []
+    for i, item in enumerate(reader.sequence(node_affinity, path)):
+        field = f"{path}[{i}]"
+        item = reader.as_mapping(item, field)
+        weight = item.get("weight", 0)
+        if not isinstance(weight, int) or isinstance(weight, bool) or not 0 <= weight <= 100:
+            raise reader.error(f"{field}.weight", f"{weight!r} is not an integer from 0 to 100")
+        term = _node_selector_term(reader, item.get("preference"), f"{field}.preference")
+        if term.parse_errors:
+            raise reader.error(f"{field}.preference", "; ".join(term.parse_errors))
+        if weight and (term.match_expressions or term.match_fields):
+            preferred.append((weight, term))
+    return tuple(preferred)
+
+
+def _node_selector_term(reader: _Reader, term: Any, field: str) -> NodeSelectorTerm:
+    """One node selector term; what kube-scheduler could not parse in it is kept in
+    :attr:`NodeSelectorTerm.parse_errors`."""
+    if not isinstance(term, Mapping):
+        raise reader.error(field, "expected an object")
+    expressions = _requirements(
+        reader,
+        reader.sequence(term, f"{field}.matchExpressions"),
+        f"{field}.matchExpressions",
+        NODE_SELECTOR_OPERATORS,
+    )
+    fields = _requirements(
+        reader,
+        reader.sequence(term, f"{field}.matchFields"),
+        f"{field}.matchFields",
+        frozenset({"In", "NotIn"}),
+    )
+    errors = []
+    for j, requirement in enumerate(fields):
+        if requirement.key != "metadata.name":
+            raise reader.error(
+                f"{field}.matchFields[{j}].key",
+                f"{requirement.key!r} is not supported; only metadata.name is",
             )
-        terms.append(NodeSelectorTerm(expressions, fields, tuple(errors)))
-    return tuple(terms)
+        if len(requirement.values) != 1:
+            errors.append(f"{field}.matchFields[{j}].values: must have one element")
+    for j, requirement in enumerate(expressions):
+        errors.extend(
+            f"{field}.matchExpressions[{j}].{problem}"
+            for problem in node_requirement_errors(requirement)
+        )
+    return NodeSelectorTerm(expressions, fields, tuple(errors))
 
 
 def _label_selector(reader: _Reader, selector: Any, path: str) -> LabelSelector | None:

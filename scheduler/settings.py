@@ -31,6 +31,9 @@ class ScoreWeights:
     topology_spread: float = 2.0
     """:mod:`scheduler.scores.topology_spread` — a pod's ``ScheduleAnyway`` spread
     constraints (kube-scheduler's default weight for PodTopologySpread is 2)."""
+    node_affinity: float = 2.0
+    """:mod:`scheduler.scores.node_affinity` — a pod's preferred node affinity terms
+    (kube-scheduler's default weight for NodeAffinity is 2)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +76,7 @@ class EngineSettings:
             raise ValueError(
                 f"stale_policy: {self.stale_policy!r} is not one of {', '.join(STALE_POLICIES)}"
             )
-        for name in ("interference", "balance", "gpu_packing", "topology_spread"):
+        for name in ("interference", "balance", "gpu_packing", "topology_spread", "node_affinity"):
             weight = getattr(self.weights, name)
             if not 0 <= weight <= MAX_WEIGHT:
                 raise ValueError(

@@ -260,25 +260,6 @@ UNSUPPORTED_SHAPES = {
         },
         "spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution",
     ),
-    "preferred-node-affinity": (
-        {
-            "affinity": {
-                "nodeAffinity": {
-                    "preferredDuringSchedulingIgnoredDuringExecution": [
-                        {
-                            "weight": 1,
-                            "preference": {
-                                "matchExpressions": [
-                                    {"key": "zone", "operator": "In", "values": ["a"]}
-                                ]
-                            },
-                        }
-                    ]
-                }
-            }
-        },
-        "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution",
-    ),
 }
 
 

@@ -615,16 +615,6 @@ def test_anti_affinity_terms_on_hostname() -> None:
         (
             {
                 "affinity": {
-                    "nodeAffinity": {
-                        "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1}]
-                    }
-                }
-            },
-            "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution",
-        ),
-        (
-            {
-                "affinity": {
                     "podAntiAffinity": {
                         "requiredDuringSchedulingIgnoredDuringExecution": [
                             {
@@ -651,7 +641,6 @@ def test_anti_affinity_terms_on_hostname() -> None:
     ids=[
         "preferred-pod-affinity",
         "preferred-anti-affinity",
-        "preferred-node-affinity",
         "anti-affinity-namespace-selector",
         "pvc",
         "generic-ephemeral-volume",

@@ -1,0 +1,85 @@
+"""NodeAffinity score (preferred terms): summed weights, kube-scheduler's
+DefaultNormalizeScore over the feasible nodes, terms kube-scheduler skips or rejects."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from scheduler.engine import Engine
+from scheduler.model import ObjectError, parse_pod
+from scheduler.scores.node_affinity import node_affinity_score
+from scheduler.settings import EngineSettings, ScoreWeights
+from tests.scheduler.test_model import node_obj, pod_obj, table_of
+
+NODES = [
+    node_obj("ssd-a", labels={"disk": "ssd", "zone": "a"}),
+    node_obj("ssd-b", labels={"disk": "ssd", "zone": "b"}),
+    node_obj("hdd-a", labels={"disk": "hdd", "zone": "a"}),
+]
+
+
+def _preferred(*terms: tuple[int, str, str, list[str]]) -> dict[str, Any]:
+    return {
+        "nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": weight,
+                    "preference": {
+                        "matchExpressions": [{"key": key, "operator": op, "values": values}]
+                    },
+                }
+                for weight, key, op, values in terms
+            ]
+        }
+    }
+
+
+@pytest.mark.parametrize(
+    ("terms", "feasible", "expected"),
+    [
+        ([(10, "disk", "In", ["ssd"])], [True, True, True], [100, 100, 0]),
+        (
+            [(10, "disk", "In", ["ssd"]), (30, "zone", "In", ["a"])],
+            [True, True, True],
+            [100, 25, 75],  # raw 40, 10, 30: 100 · raw / 40
+        ),
+        ([(10, "disk", "In", ["ssd"])], [False, False, True], [0, 0, 0]),  # max 0: all 0
+        (
+            [(10, "disk", "In", ["ssd"]), (30, "zone", "In", ["a"])],
+            [False, True, True],
+            [133, 33, 100],  # max over feasible: 30 (ssd-a's 133 is never used)
+        ),
+        ([(0, "disk", "In", ["ssd"])], [True, True, True], [0, 0, 0]),
+    ],
+    ids=[
+        "one-term",
+        "weights-summed-normalized-to-max",
+        "no-feasible-node-matches",
+        "max-over-feasible-nodes-only",
+        "weight-zero-term-skipped",
+    ],
+)
+def test_node_affinity_score_like_default_normalize_score(
+    terms: list[tuple[int, str, str, list[str]]], feasible: list[bool], expected: list[int]
+) -> None:
+    table = table_of(NODES)
+    pod = parse_pod(pod_obj(affinity=_preferred(*terms)))
+    assert pod.unsupported == ()
+    scores = node_affinity_score(table, pod, np.array(feasible))
+    assert scores.tolist() == expected
+
+
+def test_unparseable_preferred_term_makes_the_pod_unparseable() -> None:
+    with pytest.raises(ObjectError, match="preference"):
+        parse_pod(pod_obj(affinity=_preferred((10, "disk", "In", ["bad value!"]))))
+
+
+def test_engine_prefers_the_preferred_nodes() -> None:
+    weights = ScoreWeights(interference=0, balance=0, gpu_packing=0, node_affinity=2)
+    pod = parse_pod(pod_obj(affinity=_preferred((10, "disk", "In", ["hdd"]))))
+    result = Engine(EngineSettings(weights=weights)).schedule(pod, table_of(NODES), 0.0)
+    assert result.node == "hdd-a"
+    assert result.candidates[0].scores == {"node_affinity": 100.0}
