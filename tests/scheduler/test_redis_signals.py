@@ -69,7 +69,9 @@ def payload_errors(registry: CollectorRegistry, source: str) -> float:
     return value or 0.0
 
 
-SETTINGS = RedisSettings(block_ms=100, retry_initial_s=0.05, retry_max_s=0.2, log_interval_s=3600)
+SETTINGS = RedisSettings(
+    block_ms=100, retry_initial_s=0.05, retry_max_s=0.2, log_interval_s=3600, snapshot_interval_s=0
+)
 
 
 @pytest.fixture
@@ -175,6 +177,25 @@ def test_streamed_reports_observe_their_age(
     assert registry.get_sample_value(f"{name}_sum") == pytest.approx(0.3 + 1.2 + 4.0)
     assert registry.get_sample_value(f"{name}_bucket", {"le": "0.5"}) == 1
     assert registry.get_sample_value(f"{name}_bucket", {"le": "30.0"}) == 3
+
+
+def test_snapshots_are_rebuilt_at_most_every_interval(
+    raw: redis.Redis[bytes], redis_server: RedisServer, registry: CollectorRegistry
+) -> None:
+    """Reports arriving all the time do not make every scheduling attempt a new snapshot."""
+    settings = dataclasses.replace(_settings(redis_server), snapshot_interval_s=0.5)
+    cache = RedisSignalCache(connect(settings), settings, SignalMetrics(registry))
+    cache.bootstrap()
+    now = time.time()
+    publish_stream(raw, report("a", now, score=1))
+    cache.follow_once()
+    first = cache.snapshot()
+    assert first["a"].metrics.interference_index == 1
+    publish_stream(raw, report("a", now + 1, score=2))
+    cache.follow_once()
+    assert cache.snapshot() is first  # within the interval: the same snapshot
+    time.sleep(0.6)
+    assert cache.snapshot()["a"].metrics.interference_index == 2
 
 
 def test_an_older_report_never_replaces_a_newer_one(
