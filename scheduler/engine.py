@@ -297,6 +297,7 @@ class Engine:
         """The chosen node, then the next best feasible nodes, with their breakdowns."""
         k = self.settings.record_top_k
         rows = [chosen, *(r for r in best_rows if r != chosen)][:k]
+        weights = {plugin: weight for plugin, (weight, _) in scores.items()}
         names = table.names
         return [
             CandidateVerdict(
@@ -306,6 +307,7 @@ class Engine:
                 {plugin: score.item(row) for plugin, (_, score) in scores.items()},
                 totals.item(row),
                 details(row),
+                weights,
             )
             for row in rows
         ]

@@ -32,6 +32,7 @@ from interference.decision import CandidateVerdict, Decision, decision_hash
 from interference.signals import GpuDevice, NodeMetrics, NodeReport, PodMetrics
 from node_agent.publisher import PublisherSettings, RedisPublisher
 from scheduler.adapters.redis_signals import SignalMetrics
+from scheduler.extender import ExtenderMetrics
 from scheduler.metrics import SchedulerMetrics
 from tests.conftest import RedisServer
 from tests.deploy.conftest import DeployedRedis, redis_manifests, referenced_secret_keys
@@ -46,10 +47,11 @@ SCORES = {NODE: 72.5, "cpu-node-2": 15.0, "cpu-node-3": 40.25}
 
 NEEDS_CLUSTER = re.compile(
     r"^(kubectl (-n \S+ )?(apply|delete|rollout|logs|get|describe|edit|exec)\b"
-    r"|docker |make (local-)?images\b)"
+    r"|docker |make (local-)?images\b"
+    r"|(KUBEBUILDER_ASSETS=\S+ )?make test\b|\S*python -m pytest -m e2e\b)"
 )
-"""Commands that need a cluster, a registry or a Docker engine (the Install section's are
-run by ``make e2e-cluster``)."""
+"""Commands that need a cluster, a registry, a Docker engine or Kubernetes binaries (the
+Install section's are run by ``make e2e-cluster``, the test commands are the suite)."""
 REDIS_EXEC = re.compile(
     r"^kubectl -n interference-system exec (-i )?deploy/redis -- (redis-cli .*)$"
 )
@@ -434,9 +436,13 @@ def test_documented_metrics_are_exported() -> None:
     registry = CollectorRegistry()
     SchedulerMetrics(registry)
     SignalMetrics(registry)
+    ExtenderMetrics(registry)  # extender mode
     exported = {
-        family.name + ("_total" if family.type == "counter" else "")
+        family.name + suffix
         for family in registry.collect()
+        for suffix in {"counter": ("_total",), "histogram": ("", "_bucket", "_count", "_sum")}.get(
+            family.type, ("",)
+        )
     }
     documented = set(re.findall(r"\binterference_scheduler_\w+", DOC.read_text()))
     assert len(documented) >= 5

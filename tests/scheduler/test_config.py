@@ -102,7 +102,7 @@ def test_empty_file_means_defaults(tmp_path: Path, text: str) -> None:
         ),
         pytest.param(
             {"loop": {"dry_run": "yes please"}},
-            "loop.dry_run: must be true or false, got 'yes please'",
+            "loop.dry_run: must be true or false (or yes/no, 1/0), got 'yes please'",
             id="bad-bool",
         ),
         pytest.param(
@@ -238,3 +238,30 @@ def test_watcher_thread_reloads_without_restart(tmp_path: Path) -> None:
     finally:
         stop.set()
         thread.join(30)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("true", True),
+        ("No", False),
+        ("YES", True),
+        ("1", True),
+        ("0", False),
+        ("'False'", False),
+        ("on", None),  # YAML 1.1 would read True: a typo must not turn binding on or off
+        ("off", None),
+        ("Y", None),
+        ("2", None),
+    ],
+)
+def test_config_booleans_take_only_six_words(
+    tmp_path: Path, text: str, expected: bool | None
+) -> None:
+    path = tmp_path / "scheduler.yaml"
+    path.write_text(f"loop:\n  dry_run: {text}\n")
+    if expected is None:
+        with pytest.raises(ConfigError, match=r"loop.dry_run: must be true or false"):
+            load_config(str(path))
+    else:
+        assert load_config(str(path)).loop.dry_run is expected

@@ -181,7 +181,8 @@ def test_interference_weight_zero_alone_keeps_tolerance_filters() -> None:
         ({}, True, None),
         ({"interference_aware": False}, False, None),
         ({"interference_aware": True}, True, None),
-        ({"interference_aware": "no"}, None, "engine.interference_aware: must be true or false"),
+        ({"interference_aware": "no"}, False, None),  # the six boolean words, any case
+        ({"interference_aware": "off"}, None, "engine.interference_aware: must be true or false"),
         ({"interference_awre": False}, None, "did you mean 'interference_aware'?"),
     ],
 )
