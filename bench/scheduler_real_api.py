@@ -5,7 +5,8 @@ the e2e tests: ``KUBEBUILDER_ASSETS`` else ``../shared/k8s``): ``--nodes`` nodes
 with 8 ``nvidia.com/gpu``), then for each pod kind (plain: 100m CPU; GPU: one
 ``nvidia.com/gpu``) and each scheduler: ``--pods`` pods are created in a fresh namespace
 while no scheduler runs, then the scheduler process is started and the bench waits until
-every pod is bound. Measured from outside the process:
+every pod is bound; the round's pods are deleted after it, so every round finds the same
+free capacity. Measured from outside the process:
 
 * drain rate — pods / (last bind − first bind), seen through a pod watch;
 * wall — first pod bound counted from process start (list + cache sync);
@@ -271,6 +272,9 @@ def run_round(
             proc.kill()
             proc.wait(10)
         watch.close()
+    # Free the capacity (GPUs above all) for the next round: one DELETE of the collection,
+    # immediate since no kubelet holds the pods.
+    api.call("DELETE", f"/api/v1/namespaces/{namespace}/pods?gracePeriodSeconds=0")
     times = sorted(watch.bound.values())
     drain = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else 0.0
     text = log_path.read_text(errors="replace")
