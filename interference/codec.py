@@ -1,4 +1,4 @@
-"""Versioned msgpack codec for NodeReports and the human-readable hash layout (DESIGN §4).
+"""Versioned msgpack codec for NodeReports and the human-readable hash layout (docs/design.md §4).
 
 Stream entries carry the whole report as msgpack; hashes carry decimal strings so a
 person can read them with ``redis-cli HGETALL``. Every decoder raises

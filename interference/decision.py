@@ -1,4 +1,4 @@
-"""The scheduler's decision record, ``intf:decision:{ns}/{pod}`` (DESIGN §5).
+"""The scheduler's decision record, ``intf:decision:{ns}/{pod}`` (docs/design.md §5).
 
 A hash a person can read with ``redis-cli HGETALL``: ``result``, ``node``, ``message``,
 ``ts``, ``dry_run``, ``candidates`` — a JSON list with, per node, its filter verdict,

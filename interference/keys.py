@@ -1,4 +1,4 @@
-"""Redis key names: the only place they are spelled out (DESIGN §4).
+"""Redis key names: the only place they are spelled out (docs/design.md §4).
 
 Every per-node and per-pod hash carries a TTL so a dead agent's data disappears
 instead of lying; the sorted sets are pruned by readers using ``NODES_UPDATED``.

@@ -1,4 +1,4 @@
-"""Signal dataclasses shared by the node agent and the scheduler (DESIGN §3).
+"""Signal dataclasses shared by the node agent and the scheduler (docs/design.md §3).
 
 Units are part of every field name. A ``NodeReport`` is what an agent publishes once
 per interval; the codec in :mod:`interference.codec` turns it into msgpack for the

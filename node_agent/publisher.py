@@ -1,4 +1,4 @@
-"""Writes each NodeReport to Redis in one pipelined round trip (DESIGN §4).
+"""Writes each NodeReport to Redis in one pipelined round trip (docs/design.md §4).
 
 Per flush: the node hash and its TTL, both node sorted sets, one hash per pod with its
 TTL, the node's pod set, the GPU hash, and one stream entry. When Redis cannot be

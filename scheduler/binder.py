@@ -1,4 +1,4 @@
-"""Binds pods and writes Events and conditions off the scheduling thread (DESIGN §5).
+"""Binds pods and writes Events and conditions off the scheduling thread (docs/design.md §5).
 
 The scheduling thread assumes a pod in the cache and hands a :class:`BindRequest` to
 the :class:`Binder`; a worker thread POSTs the Binding through ``cluster.bind`` and

@@ -1,4 +1,4 @@
-"""The scheduler's view of the cluster, fed by the informers (DESIGN §5).
+"""The scheduler's view of the cluster, fed by the informers (docs/design.md §5).
 
 :class:`ClusterCache` implements :class:`scheduler.ports.ClusterHandler`. It parses
 every node and pod (a malformed object is logged, counted and skipped — it never stops

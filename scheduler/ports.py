@@ -1,4 +1,4 @@
-"""The scheduler's boundaries: small Protocols that adapters implement (DESIGN §2, §5).
+"""The scheduler's boundaries: small Protocols that adapters implement (docs/design.md §2, §5).
 
 The engine never talks to Kubernetes or Redis itself. Kubernetes objects cross this
 boundary as plain JSON dicts exactly as the API server serialises them (camelCase keys),

@@ -1,4 +1,4 @@
-"""The scheduling queue: pending pods by priority then age, with backoff (DESIGN §5).
+"""The scheduling queue: pending pods by priority then age, with backoff (docs/design.md §5).
 
 Each pending pod is in exactly one state:
 

@@ -1,6 +1,6 @@
 """Interference signals from Redis (:class:`RedisSignalCache`) and decision records
 (:class:`RedisDecisionSink`, and :class:`QueuedDecisionSink` which batches them off the
-scheduling path), per DESIGN §4.
+scheduling path), per docs/design.md §4.
 
 The cache bootstraps from the ``intf:node:*`` and ``intf:gpu:*`` hashes (SCAN +
 pipelined HGETALL), then follows ``intf:stream`` with XREAD from the last id, so its
