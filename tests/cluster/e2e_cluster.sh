@@ -627,6 +627,26 @@ for cg in $agent_cg; do
     fi
 done
 
+# Signal age end to end: agent report time (end of the kernel window) to the scheduler's
+# signal cache, from each scheduler replica's histogram (a figure, not a check).
+for sched_pod in $(kctl get pod -l app.kubernetes.io/name=interference-scheduler -o jsonpath='{.items[*].metadata.name}'); do
+    kctl exec "$sched_pod" -- python3 -c 'import urllib.request; print(urllib.request.urlopen("http://127.0.0.1:10251/metrics").read().decode())' 2>/dev/null \
+        | .venv/bin/python -c '
+import sys
+buckets = sorted(
+    (float(line.split("le=\"")[1].split("\"")[0]), float(line.rsplit(" ", 1)[1]))
+    for line in sys.stdin
+    if line.startswith("interference_scheduler_signal_age_seconds_bucket")
+)
+total = buckets[-1][1] if buckets else 0
+if not total:
+    sys.exit("no signal-age observations")
+def quantile(q):
+    return next(le for le, count in buckets if count >= q * total)
+print(f"{int(total)} reports, p50 <= {quantile(0.5):g} s, p99 <= {quantile(0.99):g} s")
+' | while read -r line; do log "signal age on $sched_pod: $line"; done || true
+done
+
 # --- uninstall -----------------------------------------------------------------------------
 kubectl delete -k "$STATE/example" --wait=true --timeout=120s >/dev/null
 (cd "$SRC" && kubectl delete -k deploy/overlays/local-images --wait=true --timeout=180s >/dev/null) \
