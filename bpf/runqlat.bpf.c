@@ -16,6 +16,8 @@
 /* sched_switch's prev_state holds TASK_REPORT bits (0xff, idle included) and
  * TASK_REPORT_MAX (0x100) for a preempted task; no state bit means still runnable. */
 #define TASK_REPORT_STATE_MASK 0xffUL
+/* The report bits of an exiting task (EXIT_DEAD, EXIT_ZOMBIE). */
+#define TASK_REPORT_EXITING 0x30UL
 
 struct runq_stats {
     u64 runq_count;
@@ -33,7 +35,10 @@ struct task_state {
     u64 pending_from_idle; /* the stashed delay ended by switching in from the idle task */
 };
 
-BPF_HASH(tasks, u32, struct task_state, MAX_TASKS);
+/* A task keeps its entry while it sleeps (no delete + insert per sleep/wake-up cycle, the
+ * bulk of the per-event cost) and loses it when it exits; LRU evicts what an exit
+ * skipped by the kernel would otherwise leave behind. */
+BPF_TABLE("lru_hash", u32, struct task_state, tasks, MAX_TASKS);
 BPF_PERCPU_ARRAY(oncpu_since_ns, u64, 1);
 BPF_PERCPU_HASH(stats, struct cgroup_key, struct runq_stats, MAX_CGROUPS);
 
@@ -94,9 +99,13 @@ static __always_inline void switch_out(u32 pid, long prev_state, u64 now, u64 on
             struct task_state fresh = {.enqueued_ns = now};
             tasks.update(&pid, &fresh);
         }
+    } else if (prev_state & TASK_REPORT_EXITING) {
+        if (task)
+            tasks.delete(&pid);
     } else if (task) {
-        /* Sleeping or exiting: a wakeup re-creates the entry, so the map stays small. */
-        tasks.delete(&pid);
+        /* Sleeping: not queued until its next wake-up. */
+        task->enqueued_ns = 0;
+        task->has_pending = 0;
     }
 }
 
