@@ -85,6 +85,10 @@ class DemoSettings:
     """Agent report interval."""
     bind_timeout_s: float = 60.0
     """How long both schedulers get to bind their pod."""
+    lab_cpus: frozenset[int] = frozenset({0})
+    """CPUs the lab's own processes run on (Redis, the agents, both schedulers, this
+    process): node-a's, so node-b's CPU holds only node-b's pods, as a machine of its own
+    would. Empty leaves them wherever the kernel puts them."""
 
 
 SHORT_WARMUP_S = 3.0
@@ -168,10 +172,22 @@ def run_demo(settings: DemoSettings, console: Console) -> None:
     lab = LocalLab(nodes, manifests, partition, interval_s=settings.interval_s, log=console.print)
     stop = threading.Event()
     threads: list[threading.Thread] = []
+    host_cpus = os.sched_getaffinity(0)
+    lab_cpus = settings.lab_cpus & host_cpus
     try:
         console.rule("local cluster")
+        if lab_cpus and lab_cpus != host_cpus:
+            # Inherited by Redis, the agents and the scheduling threads; pods take their
+            # node's cpuset when they join it.
+            os.sched_setaffinity(0, lab_cpus)
         lab.start()
         console.print(f"cgroup partition /{partition}, redis at {lab.url}")
+        if lab_cpus and lab_cpus != host_cpus:
+            console.print(
+                f"the lab's own processes (Redis, agents, schedulers) run on CPU "
+                f"{','.join(map(str, sorted(lab_cpus)))}, so the other nodes' CPUs hold only "
+                "their pods, as separate machines would"
+            )
         for node in nodes:
             console.print(f"  {node.name}: cpuset {node.cpus} — {node.description}")
         store = Store(lab.url)
@@ -206,6 +222,7 @@ def run_demo(settings: DemoSettings, console: Console) -> None:
         for thread in threads:
             thread.join(timeout=10)
         lab.close()
+        os.sched_setaffinity(0, host_cpus)
         console.print(f"cleaned up: every process stopped, cgroups under /{partition} removed")
 
 
