@@ -72,6 +72,19 @@ def build_parser() -> OneLineParser:
         "--log-format json  (decide and record, bind nothing); `interference-scheduler"
         " extender --help`: kube-scheduler extender mode",
     )
+    add_process_arguments(parser)
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        default=None,
+        help="record decisions in Redis, bind nothing (env DRY_RUN=true)",
+    )
+    return parser
+
+
+def add_process_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--config``, ``--kubeconfig``, ``--log-level`` and ``--log-format``: the flags the
+    standalone scheduler and the extender share."""
     parser.add_argument(
         "--config",
         metavar="FILE",
@@ -80,12 +93,6 @@ def build_parser() -> OneLineParser:
     )
     parser.add_argument(
         "--kubeconfig", metavar="FILE", default="", help="kubeconfig (default: in-cluster)"
-    )
-    parser.add_argument(
-        "--dry-run",
-        action="store_true",
-        default=None,
-        help="record decisions in Redis, bind nothing (env DRY_RUN=true)",
     )
     parser.add_argument(
         "--log-level",
@@ -97,7 +104,27 @@ def build_parser() -> OneLineParser:
         default=os.environ.get("LOG_FORMAT", "text"),
         help="json (one object per line) or text (env LOG_FORMAT; default text)",
     )
-    return parser
+
+
+def report_reachability(
+    cluster: KubernetesCluster, client: redis.Redis[bytes], url: str, while_down: str
+) -> None:
+    """One clear line each when the API server or Redis cannot be reached at start;
+    ``while_down`` says what the process does until Redis answers."""
+    try:
+        cluster.list_page("Node", "")
+    except ClusterError as exc:
+        log.error("Kubernetes API: %s (retrying in the background)", exc)
+    try:
+        client.xrevrange(keys.STREAM, count=1)
+    except redis.RedisError as exc:
+        log.error(
+            "Redis: cannot reach %s (%s); check redis.url / REDIS_URL and REDIS_USERNAME /"
+            " REDIS_PASSWORD; %s until it answers",
+            safe_url(url),
+            exc,
+            while_down,
+        )
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -200,19 +227,9 @@ class Scheduler:
 
     def report_reachability(self) -> None:
         """One clear line each when the API server or Redis cannot be reached at start."""
-        try:
-            self.cluster.list_page("Node", "")
-        except ClusterError as exc:
-            log.error("Kubernetes API: %s (retrying in the background)", exc)
-        try:
-            self.redis.xrevrange(keys.STREAM, count=1)
-        except redis.RedisError as exc:
-            log.error(
-                "Redis: cannot reach %s (%s); check redis.url / REDIS_URL and REDIS_USERNAME /"
-                " REDIS_PASSWORD; scheduling interference-blind until it answers",
-                safe_url(self.config.redis.url),
-                exc,
-            )
+        report_reachability(
+            self.cluster, self.redis, self.config.redis.url, "scheduling interference-blind"
+        )
 
     def run(self, stop: threading.Event) -> None:
         self.report_reachability()

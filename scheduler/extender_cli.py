@@ -22,10 +22,8 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import redis
 from prometheus_client import CollectorRegistry
 
-from interference import keys
 from interference.cliparse import RUNTIME_EXIT, USAGE_EXIT, OneLineParser
 from interference.logsetup import configure_logging, mask_credentials
 from interference.strict import SettingError
@@ -36,10 +34,9 @@ from scheduler.adapters.redis_signals import (
     RedisSignalCache,
     SignalMetrics,
     connect,
-    safe_url,
 )
 from scheduler.cache import ClusterCache
-from scheduler.cli import one_line, overrides
+from scheduler.cli import add_process_arguments, one_line, overrides, report_reachability
 from scheduler.config import (
     ConfigError,
     ConfigWatcher,
@@ -67,25 +64,7 @@ def build_parser() -> OneLineParser:
         " binds. Flags win over the environment, which wins over the config file.",
         epilog="example: interference-scheduler extender --config scheduler.yaml",
     )
-    parser.add_argument(
-        "--config",
-        metavar="FILE",
-        default=os.environ.get("INTERFERENCE_SCHEDULER_CONFIG", ""),
-        help="YAML config file, reloaded on change (env INTERFERENCE_SCHEDULER_CONFIG)",
-    )
-    parser.add_argument(
-        "--kubeconfig", metavar="FILE", default="", help="kubeconfig (default: in-cluster)"
-    )
-    parser.add_argument(
-        "--log-level",
-        default=os.environ.get("LOG_LEVEL", "INFO"),
-        help="DEBUG, INFO, WARNING or ERROR, any case (env LOG_LEVEL; default INFO)",
-    )
-    parser.add_argument(
-        "--log-format",
-        default=os.environ.get("LOG_FORMAT", "text"),
-        help="json (one object per line) or text (env LOG_FORMAT; default text)",
-    )
+    add_process_arguments(parser)
     parser.set_defaults(dry_run=None)  # nothing to dry-run: the extender never binds
     return parser
 
@@ -151,19 +130,9 @@ class ExtenderProcess:
 
     def report_reachability(self) -> None:
         """One clear line each when the API server or Redis cannot be reached at start."""
-        try:
-            self.cluster.list_page("Node", "")
-        except ClusterError as exc:
-            log.error("Kubernetes API: %s (retrying in the background)", exc)
-        try:
-            self.redis.xrevrange(keys.STREAM, count=1)
-        except redis.RedisError as exc:
-            log.error(
-                "Redis: cannot reach %s (%s); check redis.url / REDIS_URL and REDIS_USERNAME /"
-                " REDIS_PASSWORD; answering interference-blind until it answers",
-                safe_url(self.config.redis.url),
-                exc,
-            )
+        report_reachability(
+            self.cluster, self.redis, self.config.redis.url, "answering interference-blind"
+        )
 
     def run(self, stop: threading.Event) -> None:
         self.report_reachability()
