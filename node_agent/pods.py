@@ -129,6 +129,12 @@ class KubernetesPodDirectory:
             self._forget_expired()
             return self._pods.get(uid)
 
+    def deleted_since(self, uid: str) -> float | None:
+        """When the pod ``uid`` was seen deleted (clock time), ``None`` while it exists or
+        once forgotten."""
+        with self._lock:
+            return self._deleted_at.get(uid)
+
     # -- lifecycle ------------------------------------------------------------------
     def start(self) -> None:
         """Start the list+watch thread (returns at once; see :meth:`wait_synced`)."""

@@ -35,9 +35,6 @@ def test_agent_resolves_pods_on_its_node(kube: Kube, agent_kubeconfig: Path) -> 
         uid = later["metadata"]["uid"]
         wait_for(lambda: directory.lookup(uid), "the watch to name a new pod")
         assert directory.lookup(uid) == (NAMESPACE, "arrives-later")
-        kube.delete_pod(NAMESPACE, "on-this-node")
-        # A deleted pod keeps its name for the grace period (its last interval is reported).
-        assert directory.lookup(here["metadata"]["uid"]) == (NAMESPACE, "on-this-node")
         assert directory.errors == 0
     finally:
         directory.stop()
@@ -45,3 +42,32 @@ def test_agent_resolves_pods_on_its_node(kube: Kube, agent_kubeconfig: Path) -> 
     with pytest.raises(ApiException) as refused:
         client.CoreV1Api(api).list_node()
     assert refused.value.status == 403
+
+
+def test_deleted_pod_stays_known_for_the_grace_period(kube: Kube, agent_kubeconfig: Path) -> None:
+    """A pod deleted at any moment — even between the list and the watch opening, which the
+    watch then replays from the list's resourceVersion — keeps its name for
+    ``deleted_grace_s`` (its last interval is still reported), then is forgotten."""
+    kube.ensure_namespace(NAMESPACE)
+    created = kube.create_pod(NAMESPACE, "short-job", "default-scheduler", node_name=NODE)
+    uid = created["metadata"]["uid"]
+    now = [1000.0]
+    api = config.new_client_from_config(config_file=str(agent_kubeconfig))
+    directory = KubernetesPodDirectory(
+        client.CoreV1Api(api),
+        NODE,
+        PodWatchSettings(read_timeout_s=5, deleted_grace_s=30),
+        clock=lambda: now[0],
+    )
+    directory.start()
+    try:
+        assert directory.wait_synced(30), "the first list did not complete"
+        kube.delete_pod(NAMESPACE, "short-job")
+        wait_for(lambda: directory.deleted_since(uid) is not None, "the watch to see the delete")
+        now[0] += 29.0
+        assert directory.lookup(uid) == (NAMESPACE, "short-job")
+        now[0] += 2.0
+        assert directory.lookup(uid) is None
+        assert directory.errors == 0
+    finally:
+        directory.stop()

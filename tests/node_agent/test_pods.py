@@ -150,25 +150,6 @@ def test_lists_then_watches_pods_of_this_node(emulator: Emulator) -> None:
     assert selectors == {"spec.nodeName=node-a"}
 
 
-def test_deleted_pod_stays_known_for_the_grace_period(emulator: Emulator) -> None:
-    api = core_api(emulator.url)
-    api.create_namespaced_pod("ns", pod("ns", "job-0", "uid-j0", "node-a"))
-    now = [1000.0]
-    settings = PodWatchSettings(read_timeout_s=1.0, deleted_grace_s=30.0)
-    directory = KubernetesPodDirectory(api, "node-a", settings, clock=lambda: now[0])
-    directory.start()
-    try:
-        assert directory.wait_synced(10)
-        api.delete_namespaced_pod("job-0", "ns")
-        assert eventually(lambda: "uid-j0" in directory._deleted_at)
-        now[0] += 29.0
-        assert directory.lookup("uid-j0") == ("ns", "job-0")  # its last interval still attributed
-        now[0] += 2.0
-        assert directory.lookup("uid-j0") is None
-    finally:
-        directory.stop()
-
-
 def test_unreachable_api_server_backs_off_and_keeps_running() -> None:
     api = core_api(f"http://127.0.0.1:{free_port()}")
     directory = KubernetesPodDirectory(api, "node-a", FAST)
