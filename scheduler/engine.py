@@ -209,10 +209,11 @@ class Engine:
         )
 
     def _static_stage(self, pod: PodInfo, table: NodeTable) -> _StaticStage:
-        key = ("static", pod.signature)
-        cached = table.mask_cache.get(key)
-        if isinstance(cached, _StaticStage):
-            return cached
+        return table.cached(
+            "constraints", ("static", pod.signature), lambda: self._build_static(pod, table)
+        )
+
+    def _build_static(self, pod: PodInfo, table: NodeTable) -> _StaticStage:
         results = (
             node_ready(table, pod),
             node_schedulable(table, pod),
@@ -220,11 +221,9 @@ class Engine:
             node_affinity(table, pod),
         )
         passed = _all_of(results[0].passed, results[1:])
-        stage = _StaticStage(
+        return _StaticStage(
             passed, results, int(np.count_nonzero(passed)), _rejections(results, table.everyone())
         )
-        table.remember(key, stage)
-        return stage
 
     def _scores(
         self, pod: PodInfo, table: NodeTable, now: float
@@ -267,12 +266,8 @@ class Engine:
         if pod.requests.get(self.settings.gpu_resource, 0) == 0:
             return _no_details
 
-        # labels change only with the table's generation, which empties mask_cache
-        known = table.mask_cache.get("gpu_details")
-        if not isinstance(known, dict):
-            known = {}
-            table.remember("gpu_details", known)
-        found: dict[int, dict[str, str]] = known
+        # labels change only with the table's generation, which empties this scope
+        found: dict[int, dict[str, str]] = table.cached("constraints", "gpu_details", dict)
 
         def gpu_details(row: int) -> dict[str, str]:
             cached = found.get(row)

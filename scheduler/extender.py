@@ -534,19 +534,17 @@ class Extender:
 
 def _static_stages(pod: PodInfo, table: NodeTable) -> tuple[FilterResult, ...]:
     """Readiness, cordon, taints and node affinity: cached per pod signature until the
-    table's generation changes (the table empties ``mask_cache`` then)."""
-    key = ("extender-static", pod.signature)
-    cached = table.mask_cache.get(key)
-    if isinstance(cached, tuple):
-        return cached
-    stages = (
-        node_ready(table, pod),
-        node_schedulable(table, pod),
-        taint_toleration(table, pod),
-        node_affinity(table, pod),
+    table's generation changes (the table's ``constraints`` cache scope)."""
+    return table.cached(
+        "constraints",
+        ("extender-static", pod.signature),
+        lambda: (
+            node_ready(table, pod),
+            node_schedulable(table, pod),
+            taint_toleration(table, pod),
+            node_affinity(table, pod),
+        ),
     )
-    table.remember(key, stages)
-    return stages
 
 
 def _rows(table: NodeTable, names: Sequence[str]) -> NDArray[np.intp]:

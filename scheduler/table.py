@@ -3,8 +3,8 @@
 Row ``i`` of every column belongs to ``names[i]``. Removing a node moves the last row into
 its place, so row numbers are only stable between layout changes; :attr:`NodeTable.generation`
 changes with every layout change and with every change of a node's labels, taints,
-readiness or cordon, and :attr:`NodeTable.mask_cache` (per-pod-signature constraint masks)
-is emptied at the same time. Heartbeat updates that change only allocatable leave it alone.
+readiness or cordon, and the ``constraints`` cache scope (per-pod-signature constraint
+masks) is emptied at the same time. Heartbeat updates that change only allocatable leave it alone.
 
 Pods are kept by ``namespace/name`` with the node they are bound (or assumed) to; a pod on
 a node the table does not know yet is counted once that node arrives. Resource accounting::
@@ -23,10 +23,10 @@ Signals: the latest :class:`scheduler.ports.NodeSignals` per node, and ``recent_
 CPU (millicores) requested by pods added to the node after its report's ``updated_at``; a
 newer report drops them, since its measurements include their load.
 
-Caches, so a decision costs O(nodes) numpy passes and few of them: ``mask_cache`` (per pod
-signature, emptied when :attr:`NodeTable.generation` changes), ``alloc_cache`` (emptied
-when any allocatable changes), ``signal_cache`` (emptied when signals change) and
-:meth:`NodeTable.derived` columns, refreshed only at the rows whose requests, signals or
+Caches, so a decision costs O(nodes) numpy passes and few of them: :meth:`NodeTable.cached`
+values in three scopes named for what empties them (:data:`CacheScope`: ``constraints``,
+per pod signature, when :attr:`NodeTable.generation` changes; ``allocatable``; ``signals``)
+and :meth:`NodeTable.derived` columns, refreshed only at the rows whose requests, signals or
 allocatable changed (:attr:`NodeTable.load_generation`).
 """
 
@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, cast, get_args
 
 import numpy as np
 from numpy.typing import NDArray
@@ -59,10 +59,22 @@ from scheduler.quantity import CPU, EPHEMERAL_STORAGE, MEMORY, PODS
 BASE_RESOURCES = (CPU, MEMORY, EPHEMERAL_STORAGE, PODS)
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V", bound=Hashable)
+T = TypeVar("T")
 CHANGED_ROWS_LIMIT = 32
 """Changed rows :meth:`NodeTable.derived` refreshes one by one; beyond that it rebuilds."""
-MASK_CACHE_LIMIT = 512
-"""Entries (a signature's masks take ~30 KB at 5,000 nodes) before the cache starts over."""
+CACHE_LIMIT = 512
+"""Entries per cache scope (a signature's masks take ~30 KB at 5,000 nodes) before that
+scope starts over."""
+_MISSING = object()
+CacheScope = Literal["constraints", "allocatable", "signals"]
+"""What empties a :meth:`NodeTable.cached` scope:
+
+- ``constraints``: :attr:`NodeTable.generation` changes (rows move; a node's labels,
+  taints, readiness or cordon change). For results that depend only on a pod's
+  signature and those node fields, e.g. the NodeAffinity mask per signature.
+- ``allocatable``: any node's allocatable changes, or ``constraints`` empties.
+- ``signals``: any node's signals change, or ``constraints`` empties.
+"""
 LATEST_WINDOW = "latest"
 """The window name of the latest interval's values."""
 SIGNAL_WINDOWS = (LATEST_WINDOW, *(window_name(span) for span in WINDOWS_S))
@@ -156,14 +168,12 @@ class NodeTable:
         self._changed_rows: list[int] = []
         """Row changed by each load generation since ``_changed_rows_start``."""
         self._changed_rows_start = 0
-        self.mask_cache: dict[Hashable, object] = {}
-        """Per-pod-signature results; emptied whenever :attr:`generation` changes."""
-        self.signal_cache: dict[Hashable, object] = {}
-        """Results derived from signals; emptied whenever signals or rows change."""
+        self._caches: dict[CacheScope, dict[Hashable, object]] = {
+            scope: {} for scope in get_args(CacheScope)
+        }
+        """:meth:`cached` values per scope."""
         self._derived: dict[Hashable, object] = {}
         self._row_derived: dict[Hashable, tuple[int, NDArray[np.float64]]] = {}
-        self.alloc_cache: dict[Hashable, NDArray[Any]] = {}
-        """Arrays derived from allocatable; emptied whenever any node's allocatable changes."""
         self._pods: dict[str, _PlacedPod] = {}
         self._pods_by_node: dict[str, dict[str, PodInfo]] = {}
         self._pods_by_label: dict[tuple[str, str], set[str]] = {}
@@ -206,7 +216,7 @@ class NodeTable:
             if not node.constraints_equal(previous):
                 self._bump_generation()
             elif node.allocatable != previous.allocatable:
-                self.alloc_cache.clear()
+                self._caches["allocatable"].clear()
                 self._note_load_change(row)
             self._nodes[row] = node
         self._vectors["ready"][row] = node.ready
@@ -373,7 +383,7 @@ class NodeTable:
             if row is not None:
                 self._apply_signals(row, self._signals.get(name))
         self.signals_generation += 1
-        self.signal_cache.clear()
+        self._caches["signals"].clear()
         if inventory_changed:
             self._bump_generation()
 
@@ -400,20 +410,39 @@ class NodeTable:
         """Row of ``resource`` in :attr:`alloc`/:attr:`requested`/:attr:`free`, if known."""
         return self._resource_rows.get(resource)
 
-    def remember(self, key: Hashable, value: object) -> None:
-        """Store a per-signature result in :attr:`mask_cache`, which starts over when full."""
-        if len(self.mask_cache) >= MASK_CACHE_LIMIT:
-            self.mask_cache.clear()
-        self.mask_cache[key] = value
+    def cached(
+        self,
+        scope: CacheScope,
+        key: Hashable,
+        build: Callable[[], T],
+        still_valid: Callable[[T], bool] | None = None,
+    ) -> T:
+        """The value cached under ``key`` in ``scope``, built by ``build()`` when missing
+        (or when ``still_valid(value)`` says it expired). Scopes are named for what empties
+        them (see :data:`CacheScope`); a key names its owner first (``("NodeResourcesFit",
+        …)``) so plugins never collide. Callers must not modify the value."""
+        entries = self._caches[scope]
+        found = entries.get(key, _MISSING)
+        if found is not _MISSING and (still_valid is None or still_valid(cast(T, found))):
+            return cast(T, found)
+        value = build()
+        if len(entries) >= CACHE_LIMIT:
+            entries.clear()
+        entries[key] = value
+        return value
+
+    def cache_size(self, scope: CacheScope) -> int:
+        """How many values :meth:`cached` holds in ``scope``."""
+        return len(self._caches[scope])
 
     def everyone(self) -> NDArray[np.bool_]:
         """A read-only all-True node mask (cached)."""
-        cached = self.mask_cache.get("everyone")
-        if not isinstance(cached, np.ndarray):
-            cached = np.ones(self._count, dtype=np.bool_)
-            cached.setflags(write=False)
-            self.remember("everyone", cached)
-        return cached
+        return self.cached("constraints", "everyone", self._all_true)
+
+    def _all_true(self) -> NDArray[np.bool_]:
+        mask = np.ones(self._count, dtype=np.bool_)
+        mask.setflags(write=False)
+        return mask
 
     def derived(
         self,
@@ -443,14 +472,16 @@ class NodeTable:
 
     def inverse_allocatable(self, resource: str) -> NDArray[np.float64]:
         """``1 / allocatable`` per node for ``resource`` (0 where it has none), cached."""
-        key = ("inverse", resource)
-        cached = self.alloc_cache.get(key)
-        if cached is None:
+
+        def build() -> NDArray[np.float64]:
             row = self._resource_rows.get(resource)
             capacity = np.zeros(self._count) if row is None else self.alloc[row].astype(np.float64)
-            cached = np.divide(1.0, capacity, out=np.zeros(self._count), where=capacity > 0)
-            self.alloc_cache[key] = cached
-        return cached
+            inverse: NDArray[np.float64] = np.divide(
+                1.0, capacity, out=np.zeros(self._count), where=capacity > 0
+            )
+            return inverse
+
+        return self.cached("allocatable", ("inverse", resource), build)
 
     def label_column(self, key: str, field: bool = False) -> LabelColumn:
         """Codes of label ``key`` over all nodes; with ``field``, of the node field ``key``
@@ -623,11 +654,10 @@ class NodeTable:
 
     def _bump_generation(self) -> None:
         self.generation += 1
-        self.mask_cache.clear()
-        self.signal_cache.clear()
+        for entries in self._caches.values():
+            entries.clear()
         self._derived.clear()
         self._row_derived.clear()
-        self.alloc_cache.clear()
         self._match_counts.clear()
         self._note_load_change(None)
 

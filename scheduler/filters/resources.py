@@ -40,26 +40,34 @@ class _Plan:
     rows: tuple[int, ...]
     amounts: tuple[int, ...]
     reasons: tuple[str, ...]
+    unoffered: tuple[int, ...]
+    """Positions in ``amounts`` of resources no node offers (their rows are left out)."""
+
+
+def _plan(table: NodeTable, pod: PodInfo) -> _Plan:
+    # kube-scheduler checks (and lists) cpu, memory, ephemeral storage, then the rest
+    wanted = sorted(pod.requests.items(), key=lambda item: (_ORDER.get(item[0], 3), item[0]))
+    rows = [table.resource_row(r) for r in (PODS, *(r for r, _ in wanted))]
+    return _Plan(
+        tuple(r for r in rows if r is not None),
+        (1, *(a for _, a in wanted)),
+        (TOO_MANY_PODS, *(insufficient_reason(r) for r, _ in wanted)),
+        tuple(i for i, r in enumerate(rows) if r is None),
+    )
 
 
 def resources_fit(table: NodeTable, pod: PodInfo) -> FilterResult:
     """Nodes with room for the pod's requests and one more pod."""
-    key = ("resources", *pod.requests.items())
-    plan = table.mask_cache.get(key)
-    if not isinstance(plan, _Plan):
-        # kube-scheduler checks (and lists) cpu, memory, ephemeral storage, then the rest
-        wanted = sorted(pod.requests.items(), key=lambda item: (_ORDER.get(item[0], 3), item[0]))
-        rows = [table.resource_row(r) for r in (PODS, *(r for r, _ in wanted))]
-        reasons = (TOO_MANY_PODS, *(insufficient_reason(r) for r, _ in wanted))
-        if None in rows:  # a resource no node has ever offered fails everywhere
-            return FilterResult(
-                "NodeResourcesFit",
-                np.zeros(len(table), dtype=np.bool_),
-                reasons,
-                lambda: _unoffered(table, rows, [1, *(a for _, a in wanted)]),
-            )
-        plan = _Plan(tuple(r for r in rows if r is not None), (1, *(a for _, a in wanted)), reasons)
-        table.remember(key, plan)
+    key = ("NodeResourcesFit", *pod.requests.items())
+    # resource rows never move; one no node offers yet may come with any heartbeat
+    plan = table.cached("constraints", key, lambda: _plan(table, pod), _all_offered)
+    if plan.unoffered:  # a resource no node has ever offered fails everywhere
+        return FilterResult(
+            "NodeResourcesFit",
+            np.zeros(len(table), dtype=np.bool_),
+            plan.reasons,
+            lambda: _unoffered(table, plan),
+        )
     free = table.free
     passed = free[plan.rows[0]] >= plan.amounts[0]
     for row, amount in zip(plan.rows[1:], plan.amounts[1:], strict=True):
@@ -72,10 +80,13 @@ def resources_fit(table: NodeTable, pod: PodInfo) -> FilterResult:
     )
 
 
-def _unoffered(
-    table: NodeTable, rows: list[int | None], amounts: list[int]
-) -> list[NDArray[np.bool_]]:
+def _all_offered(plan: _Plan) -> bool:
+    return not plan.unoffered
+
+
+def _unoffered(table: NodeTable, plan: _Plan) -> list[NDArray[np.bool_]]:
+    rows = iter(plan.rows)
     return [
-        np.ones(len(table), dtype=np.bool_) if row is None else table.free[row] < amount
-        for row, amount in zip(rows, amounts, strict=True)
+        np.ones(len(table), dtype=np.bool_) if i in plan.unoffered else table.free[next(rows)] < a
+        for i, a in enumerate(plan.amounts)
     ]

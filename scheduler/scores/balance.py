@@ -29,11 +29,11 @@ def least_allocated(
     table: NodeTable, resource: str, requested: NDArray[np.float64], pod_request: float
 ) -> NDArray[np.float64]:
     """Half of ``part`` of the module formula for one resource (the two halves add up)."""
-    key = ("balance_per_unit", resource)
-    per_unit = table.alloc_cache.get(key)
-    if per_unit is None:
-        per_unit = table.inverse_allocatable(resource) * _HALF
-        table.alloc_cache[key] = per_unit
+    per_unit: NDArray[np.float64] = table.cached(
+        "allocatable",
+        ("NodeResourcesFit", "per_unit", resource),
+        lambda: table.inverse_allocatable(resource) * _HALF,
+    )
 
     def room() -> NDArray[np.float64]:
         left: NDArray[np.float64] = np.where(per_unit > 0, _HALF - requested * per_unit, 0.0)

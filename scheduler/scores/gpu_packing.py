@@ -31,12 +31,14 @@ def gpu_packing_score(
     inverse = table.inverse_allocatable(gpu)
     want = pod.requests.get(gpu, 0)
     if want == 0:
-        key = ("keep_off_gpus", gpu)
-        keep_off = table.alloc_cache.get(key)
-        if keep_off is None:
-            keep_off = np.where((inverse > 0) | table.gpu_model_known(), 0.0, 100.0)
-            table.alloc_cache[key] = keep_off
-        return keep_off
+
+        def keep_off() -> NDArray[np.float64]:
+            scores: NDArray[np.float64] = np.where(
+                (inverse > 0) | table.gpu_model_known(), 0.0, 100.0
+            )
+            return scores
+
+        return table.cached("allocatable", ("GpuPacking", gpu), keep_off)
     row = table.resource_row(gpu)
     if row is None:
         return np.zeros(len(table))

@@ -39,17 +39,16 @@ def stale_rows(table: NodeTable, now: float) -> NDArray[np.intp]:
     Cached until signals or rows change or the next usable report expires (staleness only
     grows with time, so the answer holds from when it was computed until then).
     """
-    key = "stale_rows"
-    cached = table.signal_cache.get(key)
-    if isinstance(cached, tuple) and cached[0] <= now < cached[1]:
-        rows: NDArray[np.intp] = cached[2]
-        return rows
-    stale = table.fresh_until < now
-    rows = np.flatnonzero(stale)
-    until = table.fresh_until[~stale]
-    valid_until = float(until.min()) if len(until) else np.inf
-    table.signal_cache[key] = (now, valid_until, rows)
-    return rows
+
+    def build() -> tuple[float, float, NDArray[np.intp]]:
+        stale = table.fresh_until < now
+        until = table.fresh_until[~stale]
+        return (now, float(until.min()) if len(until) else np.inf, np.flatnonzero(stale))
+
+    def still_valid(entry: tuple[float, float, NDArray[np.intp]]) -> bool:
+        return entry[0] <= now < entry[1]
+
+    return table.cached("signals", ("Interference", "stale_rows"), build, still_valid)[2]
 
 
 def fresh_signals(table: NodeTable, now: float) -> NDArray[np.bool_]:

@@ -18,7 +18,7 @@ from scheduler.ports import NodeSignals
 from scheduler.scores.balance import balance_score
 from scheduler.scores.interference import quietness
 from scheduler.settings import EngineSettings, ScoreWeights
-from scheduler.table import MASK_CACHE_LIMIT, NodeTable
+from scheduler.table import CACHE_LIMIT, NodeTable
 from tests.scheduler.test_model import affinity_terms, node_obj, pod_obj, table_of
 
 NOW = 1000.0
@@ -283,13 +283,13 @@ def test_table_rows_stay_consistent_when_nodes_come_and_go() -> None:
     assert result.message == "0/2 nodes are available: 2 Insufficient cpu."
 
 
-def test_mask_cache_is_bounded() -> None:
+def test_constraints_cache_is_bounded() -> None:
     table = table_of([node_obj("a", labels={"zone": "x"})])
     engine = Engine(EngineSettings())
-    for i in range(MASK_CACHE_LIMIT + 50):
+    for i in range(CACHE_LIMIT + 50):
         pod = parse_pod(pod_obj(f"p{i}", nodeSelector={"zone": "x", "slot": str(i)}))
         assert engine.schedule(pod, table, NOW).node is None
-    assert 0 < len(table.mask_cache) <= MASK_CACHE_LIMIT
+    assert 0 < table.cache_size("constraints") <= CACHE_LIMIT
     assert engine.schedule(parse_pod(pod_obj(nodeSelector={"zone": "x"})), table, NOW).node == "a"
 
 
