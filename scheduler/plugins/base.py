@@ -15,6 +15,9 @@ listed in :mod:`scheduler.plugins.registry`. It must not import adapters, ``redi
 
 Extension points (kube-scheduler's names):
 
+- **PreFilter** (:attr:`FilterPlugin.prefilter`): a pod-wide check before any filter
+  runs; a :class:`PodRejection` ends the decision with no node looked at (what it found
+  for the filter may go into :attr:`CycleState.data`).
 - **Filter** (:class:`FilterPlugin`): a pass mask over all nodes and why nodes failed
   (:class:`FilterResult`), or ``None`` when the pod asks nothing of this plugin.
 - **Score** (:class:`ScorePlugin`): 0–100 per node (higher is better), or ``None`` when
@@ -103,6 +106,18 @@ def all_pass(name: str, table: NodeTable) -> FilterResult:
     return FilterResult(name, table.everyone(), ())
 
 
+@dataclass(frozen=True, slots=True)
+class PodRejection:
+    """A PreFilter's pod-wide verdict: no node can run the pod as it is."""
+
+    reason: str = ""
+    """kube-scheduler's PreFilter message (``persistentvolumeclaim "data" not found``),
+    the whole ``FailedScheduling`` reason."""
+    unsupported: tuple[str, ...] = ()
+    """Instead of ``reason``: fields standalone mode does not implement for this pod (the
+    pod is refused naming them, as for :attr:`PodInfo.unsupported`)."""
+
+
 @dataclass(slots=True)
 class CycleState:
     """Everything a plugin reads for one scheduling decision of one pod."""
@@ -115,6 +130,8 @@ class CycleState:
     filtered: dict[str, FilterResult | None] = field(default_factory=dict)
     """Results of the profile's filters that already ran for this pod, by plugin name
     (``None``: the plugin had nothing to check). Read them with :meth:`passed`."""
+    data: dict[str, object] = field(default_factory=dict)
+    """What a plugin's PreFilter found for its Filter or Score, under the plugin's name."""
 
     def passed(self, plugin: str) -> NDArray[np.bool_]:
         """The pass mask of filter ``plugin``, which must have run earlier in the profile
@@ -163,6 +180,11 @@ class FilterPlugin(Protocol):
         """Also run in extender mode, where kube-scheduler has already run its own plugins
         (False for what the extender cannot judge as well, e.g. volume binding)."""
 
+    @property
+    def prefilter(self) -> Callable[[CycleState], PodRejection | None] | None:
+        """A pod-wide check run before every filter of the profile (``None``: none); a
+        :class:`PodRejection` refuses the pod without looking at nodes."""
+
     def filter(self, state: CycleState) -> FilterResult | None:
         """The pass mask over every node of ``state.table``, ``None`` when the pod asks
         nothing of this plugin (every node passes; nothing to report)."""
@@ -206,6 +228,7 @@ class Filter:
     preemption_may_help: bool = False
     relaxable: bool = False
     in_extender: bool = True
+    prefilter: Callable[[CycleState], PodRejection | None] | None = None
 
     def filter(self, state: CycleState) -> FilterResult | None:
         return self.run(state)
