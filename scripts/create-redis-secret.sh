@@ -1,11 +1,15 @@
 #!/bin/sh
-# Creates the Secret redis-credentials (namespace interference-system) with a random password
-# for each Redis user: admin, agent, scheduler, viewer. Run it once per cluster, before
-# `kubectl apply -k deploy/` (docs/operations.md, Install). Nothing in deploy/ holds a
-# password; without this Secret Redis, the agents and the scheduler do not start.
+# Creates the Secret redis-credentials (namespace interference-system, type
+# kubernetes.io/basic-auth) with a random password for each Redis user: username/password
+# (admin), agent-password, scheduler-password, viewer-password. Run it once per cluster,
+# before `kubectl apply -k deploy/` (docs/operations.md, Install). deploy/ holds only a
+# data-less stub of this Secret, which the API server refuses to create on its own: without
+# this script's Secret the apply fails with `The Secret "redis-credentials" is invalid`.
 #
 #   scripts/create-redis-secret.sh            create it (an existing Secret is kept)
-#   scripts/create-redis-secret.sh --rotate   replace it with new passwords
+#   scripts/create-redis-secret.sh --rotate   replace it with new passwords (also converts a
+#                                             Secret of an older type, which kubectl cannot
+#                                             change in place)
 #   scripts/create-redis-secret.sh --print    print it as YAML, touch no cluster
 #
 # Environment: NAMESPACE (default interference-system), KUBECTL (default kubectl), and
@@ -17,12 +21,14 @@ set -eu
 NAMESPACE=${NAMESPACE:-interference-system}
 KUBECTL=${KUBECTL:-kubectl}
 SECRET=redis-credentials
+# The stub in deploy/base/redis/credentials.yaml has this type; a type is immutable.
+TYPE=kubernetes.io/basic-auth
 MODE=create
 case "${1:-}" in
     "") ;;
     --rotate) MODE=rotate ;;
     --print) MODE=print ;;
-    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "create-redis-secret.sh: unknown option $1 (use --rotate, --print or --help)" >&2
        exit 2 ;;
 esac
@@ -43,9 +49,10 @@ for value in "$ADMIN" "$AGENT" "$SCHEDULER" "$VIEWER"; do
 done
 
 secret_yaml() {  # the passwords go through stdin, never on a command line (ps)
-    "$KUBECTL" create secret generic "$SECRET" --namespace "$NAMESPACE" \
+    "$KUBECTL" create secret generic "$SECRET" --namespace "$NAMESPACE" --type "$TYPE" \
         --from-env-file=/dev/stdin --dry-run=client -o yaml <<END
-admin-password=$ADMIN
+username=admin
+password=$ADMIN
 agent-password=$AGENT
 scheduler-password=$SCHEDULER
 viewer-password=$VIEWER
@@ -61,15 +68,30 @@ if ! "$KUBECTL" get namespace "$NAMESPACE" >/dev/null 2>&1; then
     "$KUBECTL" create namespace "$NAMESPACE" >/dev/null
     echo "created namespace $NAMESPACE"
 fi
-if "$KUBECTL" --namespace "$NAMESPACE" get secret "$SECRET" >/dev/null 2>&1; then
+RESTART="kubectl -n $NAMESPACE rollout restart deploy/redis daemonset/interference-agent deploy/interference-scheduler"
+if existing=$("$KUBECTL" --namespace "$NAMESPACE" get secret "$SECRET" -o 'jsonpath={.type}' 2>/dev/null); then
     if [ "$MODE" != rotate ]; then
+        if [ "$existing" != "$TYPE" ]; then
+            echo "create-redis-secret.sh: secret $NAMESPACE/$SECRET exists with type" \
+                 "${existing:-Opaque}, made by an older release; deploy/ needs type $TYPE" \
+                 "with the admin password under the key password, and a Secret's type cannot" \
+                 "change: run scripts/create-redis-secret.sh --rotate to recreate it with new" \
+                 "passwords (with ADMIN_PASSWORD=... AGENT_PASSWORD=... SCHEDULER_PASSWORD=..." \
+                 "VIEWER_PASSWORD=... to keep the current ones)" >&2
+            exit 1
+        fi
         echo "secret $NAMESPACE/$SECRET exists; kept (use --rotate for new passwords)"
         exit 0
     fi
-    secret_yaml | "$KUBECTL" replace -f - >/dev/null
+    if [ "$existing" = "$TYPE" ]; then
+        secret_yaml | "$KUBECTL" replace -f - >/dev/null
+    else  # the type is immutable: replace cannot convert, delete and create can
+        "$KUBECTL" --namespace "$NAMESPACE" delete secret "$SECRET" >/dev/null
+        secret_yaml | "$KUBECTL" create -f - >/dev/null
+        echo "secret $NAMESPACE/$SECRET had type ${existing:-Opaque}; recreated as $TYPE"
+    fi
     echo "secret $NAMESPACE/$SECRET replaced with new passwords; restart Redis, the agents" \
-         "and the scheduler: kubectl -n $NAMESPACE rollout restart deploy/redis" \
-         "daemonset/interference-agent deploy/interference-scheduler"
+         "and the scheduler: $RESTART"
     exit 0
 fi
 secret_yaml | "$KUBECTL" create -f - >/dev/null

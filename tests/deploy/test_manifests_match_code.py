@@ -58,7 +58,7 @@ RUNTIME_ONLY_ENV = {"NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"}
 """Env vars read by the NVIDIA container runtime (to expose NVML), not by the agent."""
 LOGGING_ENV = {"LOG_FORMAT"}
 """Env vars of the logging set-up rather than of the settings."""
-SECRET = {"admin-password": "a", "agent-password": "b", "scheduler-password": "c"}
+SECRET = {"password": "a", "agent-password": "b", "scheduler-password": "c"}
 
 
 def base() -> tuple[Obj, ...]:
@@ -378,7 +378,7 @@ def serve_and_get(paths: list[str]) -> list[int]:
 def test_scheduler_env_feeds_redis_login_and_lease(monkeypatch: pytest.MonkeyPatch) -> None:
     env = container_env(scheduler_container()["env"], SECRET)
     config = scheduler_config(env)
-    client = connect(config.redis, env)
+    client = connect(config.redis, env).client()
     kwargs: dict[str, Any] = client.connection_pool.connection_kwargs
     assert (kwargs["username"], kwargs["password"]) == (
         env["REDIS_USERNAME"],

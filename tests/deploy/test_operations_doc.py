@@ -36,7 +36,7 @@ from scheduler.extender import ExtenderMetrics
 from scheduler.metrics import SchedulerMetrics
 from tests.conftest import RedisServer
 from tests.deploy.conftest import DeployedRedis, redis_manifests, referenced_secret_keys
-from tests.deploy.manifests import REPO, kustomizations, pod_templates, render
+from tests.deploy.manifests import REPO, find, kustomizations, pod_templates, render
 
 DOC = REPO / "docs" / "operations.md"
 
@@ -332,41 +332,65 @@ def test_kustomize_command(command: str) -> None:
 
 
 FAKE_KUBECTL = """#!/bin/sh
-# Records each call; answers `get` from files in $STATE, keeps created objects there.
+# Records each call; keeps the namespace and the Secret as files in $STATE and refuses what
+# the API server refuses: creating an existing Secret, replacing one with another type.
 echo "$*" >> "$STATE/calls"
+type_of() {{ sed -n 's/^type: //p' "$1"; }}
 case "$1 $2" in
     "get namespace") test -e "$STATE/namespace" ;;
     "create namespace") touch "$STATE/namespace" ;;
     "create secret") exec {real} "$@" ;;
-    "create -f"|"replace -f") cat > "$STATE/secret.yaml" ;;
+    "create -f") test ! -e "$STATE/secret.yaml" && cat > "$STATE/secret.yaml" ;;
+    "replace -f")
+        cat > "$STATE/new.yaml"
+        test "$(type_of "$STATE/new.yaml")" = "$(type_of "$STATE/secret.yaml")"
+        mv "$STATE/new.yaml" "$STATE/secret.yaml" ;;
     "--namespace interference-system")
-        test "$3 $4" = "get secret" && test -e "$STATE/secret.yaml" ;;
+        case "$3 $4 $5 $6 $7" in
+            "get secret redis-credentials -o jsonpath={{.type}}")
+                test -e "$STATE/secret.yaml" && type_of "$STATE/secret.yaml" ;;
+            "delete secret redis-credentials  ") rm "$STATE/secret.yaml" ;;
+            *) echo "unexpected kubectl $*" >&2; exit 99 ;;
+        esac ;;
     *) echo "unexpected kubectl $*" >&2; exit 99 ;;
 esac
 """
+OLD_SECRET = """apiVersion: v1
+kind: Secret
+metadata: {name: redis-credentials, namespace: interference-system}
+type: Opaque
+data: {admin-password: MDEyMzQ1Njc4OWFiY2RlZjAxMjM=}
+"""
+"""The Secret as an older create-redis-secret.sh made it: type Opaque, admin-password."""
 
 
-def test_secret_generator_creates_the_secret_the_workloads_read(tmp_path: Path) -> None:
-    """The doc's install step, run with a recording kubectl: it creates the namespace and a
-    Secret with one random password per key the workloads read; a second run keeps it;
-    ``--rotate`` replaces it. No password reaches its output."""
+def run_generator(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    """The doc's install step (plus ``extra`` arguments) with a recording kubectl whose
+    state is ``tmp_path/state``."""
     (generator,) = [c for c in doc_commands() if c.startswith("scripts/create-redis-secret.sh")]
     state = tmp_path / "state"
-    state.mkdir()
+    state.mkdir(exist_ok=True)
     kubectl = tmp_path / "kubectl"
     kubectl.write_text(FAKE_KUBECTL.format(real=shutil.which("kubectl")))
     kubectl.chmod(0o755)
-    env = {"PATH": "/usr/bin:/bin", "KUBECTL": str(kubectl), "STATE": str(state)}
+    return subprocess.run(
+        [*shlex.split(generator), *extra],
+        cwd=REPO,
+        env={"PATH": "/usr/bin:/bin", "KUBECTL": str(kubectl), "STATE": str(state)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_secret_generator_creates_the_secret_the_workloads_read(tmp_path: Path) -> None:
+    """The doc's install step creates the namespace and a basic-auth Secret (the stub's
+    type) with one random password per key the workloads read; a second run keeps it;
+    ``--rotate`` replaces it. No password reaches its output."""
+    state = tmp_path / "state"
 
     def run(*extra: str) -> str:
-        done = subprocess.run(
-            [*shlex.split(generator), *extra],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        done = run_generator(tmp_path, *extra)
         assert done.returncode == 0, done.stderr
         return done.stdout
 
@@ -377,7 +401,10 @@ def test_secret_generator_creates_the_secret_the_workloads_read(tmp_path: Path) 
         "redis-credentials",
         "interference-system",
     )
+    stub = find(render(kustomizations()["base"]), "Secret", "redis-credentials")
+    assert secret["type"] == stub["type"] == "kubernetes.io/basic-auth"
     values = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    assert values.pop("username") == "admin"  # the ACL user whose password `password` is
     assert set(values) == referenced_secret_keys() | {"viewer-password"}
     assert all(re.fullmatch(r"[0-9a-f]{48}", v) for v in values.values())
     assert len(set(values.values())) == len(values)
@@ -388,15 +415,48 @@ def test_secret_generator_creates_the_secret_the_workloads_read(tmp_path: Path) 
     assert yaml.safe_load((state / "secret.yaml").read_text()) == secret
     assert "replaced with new passwords" in run("--rotate")
     rotated = yaml.safe_load((state / "secret.yaml").read_text())["data"]
-    assert set(rotated) == set(values) and not set(rotated.values()) & set(secret["data"].values())
+    assert set(rotated) == set(secret["data"])
+    assert rotated["username"] == secret["data"]["username"]
+    assert not {v for k, v in rotated.items() if k != "username"} & set(secret["data"].values())
+
+
+def test_secret_generator_explains_an_old_type_secret_and_rotate_converts_it(
+    tmp_path: Path,
+) -> None:
+    """An Opaque Secret from an older release cannot become basic-auth in place (the type
+    is immutable): a plain run says so and what to run, keeping it; ``--rotate`` deletes
+    and recreates it with the new type."""
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "namespace").touch()
+    (state / "secret.yaml").write_text(OLD_SECRET)
+    done = run_generator(tmp_path)
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1
+    assert "exists with type Opaque" in done.stderr
+    assert "run scripts/create-redis-secret.sh --rotate" in done.stderr
+    assert (state / "secret.yaml").read_text() == OLD_SECRET
+    done = run_generator(tmp_path, "--rotate")
+    assert done.returncode == 0, done.stderr
+    assert "had type Opaque; recreated as kubernetes.io/basic-auth" in done.stdout
+    secret = yaml.safe_load((state / "secret.yaml").read_text())
+    assert secret["type"] == "kubernetes.io/basic-auth"
+    assert set(secret["data"]) == {"username", "password"} | referenced_secret_keys() | {
+        "viewer-password"
+    }
 
 
 def test_no_render_holds_a_password() -> None:
-    """`kubectl kustomize` of the base and every overlay contains no Secret and no
-    password: the ACL template has only hash placeholders, env vars only secretKeyRefs."""
+    """`kubectl kustomize` of the base and every overlay contains no password: the one
+    Secret is the data-less basic-auth stub of redis-credentials (which the API server
+    refuses to create, so an apply without the real Secret fails), the ACL template has
+    only hash placeholders, env vars only secretKeyRefs."""
     for name, directory in kustomizations().items():
         objects = render(directory)
-        assert not [o for o in objects if o["kind"] == "Secret"], name
+        secrets = [o for o in objects if o["kind"] == "Secret"]
+        assert [s["metadata"]["name"] for s in secrets] == ["redis-credentials"], name
+        assert secrets[0]["type"] == "kubernetes.io/basic-auth", name
+        assert not {"data", "stringData"} & set(secrets[0]), name
         for _, template in pod_templates(objects):
             for c in template["spec"]["containers"]:
                 for var in c.get("env", []):

@@ -121,7 +121,7 @@ ALL_SET = {
         ({"REDIS_VIEWER_PASSWORD": "short"}, "viewer-password in the redis-credentials Secret"),
         (
             {"REDIS_ADMIN_PASSWORD": "REPLACE-ME-admin-example-password"},
-            "admin-password in the redis-credentials Secret (namespace interference-system; "
+            "redis: password in the redis-credentials Secret (namespace interference-system; "
             "create it with scripts/create-redis-secret.sh) is a placeholder",
         ),
     ],
@@ -149,13 +149,16 @@ def test_every_workload_needs_the_secret_no_default_exists() -> None:
     ]
     assert len(refs) >= 6
     assert all(r["name"] == "redis-credentials" and not r.get("optional") for r in refs)
-    assert not [o for o in objects if o["kind"] == "Secret"]
+    # The render's Secret is a stub without data: it gives no pod a password.
+    assert [o.get("data") for o in objects if o["kind"] == "Secret"] == [None]
 
 
 def test_passwords_are_stored_hashed(deployed_redis: DeployedRedis) -> None:
     acl = (deployed_redis.workdir / "users.acl").read_text()
     assert acl.count("#") >= 4
-    for password in deployed_redis.secret.values():
+    passwords = [v for k, v in deployed_redis.secret.items() if k != "username"]
+    assert len(passwords) == 4
+    for password in passwords:
         assert password not in acl
 
 
@@ -163,9 +166,7 @@ def test_the_default_user_is_off(deployed_redis: DeployedRedis) -> None:
     anonymous = redis.Redis(port=deployed_redis.port)
     with pytest.raises(redis.exceptions.AuthenticationError):
         anonymous.ping()
-    as_default = redis.Redis(
-        port=deployed_redis.port, password=deployed_redis.secret["admin-password"]
-    )
+    as_default = redis.Redis(port=deployed_redis.port, password=deployed_redis.secret["password"])
     with pytest.raises(redis.exceptions.AuthenticationError):
         as_default.ping()
     assert (
@@ -181,10 +182,11 @@ def test_the_viewer_reads_with_the_real_cli_store(deployed_redis: DeployedRedis)
         assert publisher.publish(report("gpu-node-1", 1001.0, [PodMetrics("shop", "api-0")]))
     admin = deployed_redis.admin()
     username, password = deployed_redis.credentials(*SCHEDULER)
-    scheduler = redis.Redis(port=deployed_redis.port, username=username, password=password)
-    RedisDecisionSink(
-        scheduler, RedisSettings(url=deployed_redis.url), SignalMetrics(CollectorRegistry())
-    ).write(Decision("shop", "api-0", "scheduled", "gpu-node-1", "assigned", 1002.0))
+    settings = RedisSettings(url=deployed_redis.url)
+    scheduler = connect(settings, {"REDIS_USERNAME": username, "REDIS_PASSWORD": password})
+    RedisDecisionSink(scheduler, settings, SignalMetrics(CollectorRegistry())).write(
+        Decision("shop", "api-0", "scheduled", "gpu-node-1", "assigned", 1002.0)
+    )
     admin.config_resetstat()
     store = viewer_store(deployed_redis)
     assert [row.node for row in store.node_rows(now=1001.5)] == ["gpu-node-1"]

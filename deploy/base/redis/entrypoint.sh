@@ -21,7 +21,7 @@ check() {  # check VALUE KEY
         exit 1
     fi
 }
-check "${REDIS_ADMIN_PASSWORD:-}" admin-password
+check "${REDIS_ADMIN_PASSWORD:-}" password
 check "${REDIS_AGENT_PASSWORD:-}" agent-password
 check "${REDIS_SCHEDULER_PASSWORD:-}" scheduler-password
 check "${REDIS_VIEWER_PASSWORD:-}" viewer-password
