@@ -7,14 +7,18 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.deploy.manifests import (
     DEPLOY,
+    REPO,
     Obj,
     container,
     find,
@@ -135,17 +139,27 @@ def redis_port_name(objects: tuple[Obj, ...]) -> str:
     return str(target)
 
 
+DOC_OVERLAY = re.compile(r"^```yaml\n(# my-cluster/kustomization\.yaml.*?)^```", re.M | re.S)
+"""The overlay docs/operations.md ("NetworkPolicy") tells operators to write."""
+
+
+def doc_overlay(directory: Path, base: Path, cidr: str) -> Path:
+    """The doc's overlay, written to ``directory``, on ``base``, with the range ``cidr``."""
+    (text,) = DOC_OVERLAY.findall((REPO / "docs" / "operations.md").read_text())
+    overlay = yaml.safe_load(text)
+    assert overlay["resources"] == ["../deploy"]
+    overlay["resources"] = [os.path.relpath(base, directory)]
+    (patch,) = overlay["patches"]
+    assert patch["patch"].count("10.0.0.0/16") == 1
+    patch["patch"] = patch["patch"].replace("10.0.0.0/16", cidr)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
+    return directory
+
+
 def with_node_range(tmp_path: Path, cidr: str) -> tuple[Obj, ...]:
-    """The base rendered through an overlay that sets the nodes' range, as the doc says."""
-    relative = os.path.relpath(DEPLOY / "base", tmp_path)
-    (tmp_path / "kustomization.yaml").write_text(
-        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
-        f"resources: [{relative}]\n"
-        "patches:\n  - target: {kind: NetworkPolicy, name: redis}\n    patch: |-\n"
-        "      - {op: replace, path: /spec/ingress/0/from/3/ipBlock/cidr, value: "
-        f"{cidr}}}\n"
-    )
-    return render(tmp_path)
+    """The base rendered through the doc's overlay that sets the nodes' range."""
+    return render(doc_overlay(tmp_path / "my-cluster", DEPLOY, cidr))
 
 
 def test_the_policy_is_schema_valid_and_in_every_render_that_runs_redis() -> None:
@@ -192,6 +206,18 @@ def test_with_the_nodes_range_set_the_agents_reach_redis(tmp_path: Path) -> None
     # policy, keeps it out (the NetworkPolicy cannot tell them apart).
     assert allowed == {"interference-scheduler", "interference-agent", "viewer", "host-stranger"}
     assert not admitted(policy, redis_pod, everyone["stranger"], port)
+
+
+def test_the_doc_overlay_refuses_to_patch_once_the_placeholder_moved(tmp_path: Path) -> None:
+    """The overlay's ``test`` line: on a policy whose entry no longer holds the placeholder
+    (here: the overlay applied twice) kustomize fails instead of replacing another range."""
+    first = doc_overlay(tmp_path / "first", DEPLOY, "10.0.0.0/24")
+    second = doc_overlay(tmp_path / "second", first, "10.1.0.0/24")
+    done = subprocess.run(
+        ["kubectl", "kustomize", str(second)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode != 0
+    assert "testing value /spec/ingress/0/from/3/ipBlock/cidr failed" in done.stderr
 
 
 def test_the_evaluator_can_refuse() -> None:
