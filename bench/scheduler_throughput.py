@@ -57,7 +57,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import redis
 from kubernetes import client
 from prometheus_client import CollectorRegistry
 
@@ -71,6 +70,7 @@ from scheduler.adapters.redis_signals import (
     RedisDecisionSink,
     RedisSettings,
     SignalMetrics,
+    connect,
 )
 from scheduler.cache import ClusterCache
 from scheduler.engine import Engine
@@ -463,17 +463,13 @@ def http_emulator() -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def redis_server() -> Iterator[redis.Redis[bytes]]:
-    """A throwaway redis-server on a free loopback port."""
+def redis_server() -> Iterator[str]:
+    """A throwaway redis-server on a free loopback port; yields its URL."""
     with (
         tempfile.TemporaryDirectory(prefix="bench-redis-") as workdir,
         private_redis_server(workdir) as url,
     ):
-        connection = redis.Redis.from_url(url)
-        try:
-            yield connection
-        finally:
-            connection.close()
+        yield url
 
 
 class HttpBoundCluster:
@@ -612,19 +608,21 @@ def bench_in_memory(
 def bench_end_to_end(
     memory: InMemoryCluster, signals: ReportingSignals, pending: int, workers: int
 ) -> EndToEndFigures:
-    with http_emulator() as url, redis_server() as store:
+    with http_emulator() as url, redis_server() as redis_url:
         configuration = client.Configuration()
         configuration.host = url
         configuration.connection_pool_maxsize = workers * 2
         http = KubernetesCluster(client.ApiClient(configuration))
-        settings = RedisSettings()
+        settings = RedisSettings(url=redis_url)
+        store = connect(settings, {})
         sink = QueuedDecisionSink(
             RedisDecisionSink(store, settings, SignalMetrics(CollectorRegistry())), settings
         )
         run = run_loop(HttpBoundCluster(memory, http), memory, signals, sink, pending, workers)
         sink.close(60)
         stats = http_stats(url)
-        decisions = sum(1 for _ in store.scan_iter(match="intf:decision:*", count=1000))
+        decisions = sum(1 for _ in store.client().scan_iter(match="intf:decision:*", count=1000))
+        store.close()
     return EndToEndFigures(run, stats, decisions)
 
 

@@ -27,9 +27,14 @@ from rich.text import Text
 
 from interference.cliparse import RUNTIME_EXIT, USAGE_EXIT, OneLineParser
 from interference.redis_tls import RedisTls
-from interference.strict import SettingError
+from interference.strict import SettingError, parse_bool
 from interference_cli import views
 from interference_cli.store import CliError, Store, split_pod_ref
+from interference_infra.redis_client import (
+    DEFAULT_SENTINEL_MASTER,
+    credentials_from_env,
+    parse_sentinels,
+)
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 WIDE_OUTPUT_COLUMNS = 160
@@ -70,7 +75,8 @@ def _redis_options(parser: argparse.ArgumentParser, environ: Mapping[str, str], 
         default=default(environ.get("REDIS_URL") or DEFAULT_REDIS_URL),
         help="Redis holding the agents' reports, redis:// or rediss:// (TLS) (default: "
         f"$REDIS_URL or {DEFAULT_REDIS_URL}); user and password: REDIS_USERNAME, "
-        "REDIS_PASSWORD",
+        "REDIS_PASSWORD; Sentinel: REDIS_SENTINELS=HOST:PORT,… and REDIS_SENTINEL_MASTER; "
+        "Cluster: REDIS_CLUSTER=true",
     )
     group.add_argument(
         "--redis-ca-file",
@@ -203,14 +209,20 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
 
 
 def store_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> Store:
-    """The store the Redis options and REDIS_USERNAME / REDIS_PASSWORD point at."""
+    """The store the Redis options and REDIS_USERNAME / REDIS_PASSWORD point at; with
+    REDIS_SENTINELS (and REDIS_SENTINEL_MASTER) or REDIS_CLUSTER as the agent takes them."""
     tls = RedisTls(args.redis_ca_file, args.redis_cert_file, args.redis_key_file)
     tls.check(args.redis_url)
+    username, password = credentials_from_env(environ)
+    cluster = environ.get("REDIS_CLUSTER", "").strip()
     return Store(
         args.redis_url,
-        username=environ.get("REDIS_USERNAME") or None,
-        password=environ.get("REDIS_PASSWORD") or None,
+        username=username,
+        password=password,
         tls=tls,
+        sentinels=parse_sentinels(environ.get("REDIS_SENTINELS", ""), "REDIS_SENTINELS"),
+        sentinel_master=environ.get("REDIS_SENTINEL_MASTER") or DEFAULT_SENTINEL_MASTER,
+        cluster=parse_bool("REDIS_CLUSTER", cluster) if cluster else False,
     )
 
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import redis
+from redis.exceptions import RedisClusterException
 
 from interference import freshness, keys
 from interference.codec import (
@@ -27,6 +28,12 @@ from interference.logsetup import mask_credentials
 from interference.redis_tls import RedisTls
 from interference.signals import NodeMetrics, PodMetrics, WindowMetrics
 from interference.strict import mask_url
+from interference_infra.redis_client import (
+    DEFAULT_SENTINEL_MASTER,
+    Client,
+    RedisConnection,
+    RedisTarget,
+)
 
 T = TypeVar("T")
 
@@ -99,37 +106,40 @@ class Store:
         username: str | None = None,
         password: str | None = None,
         tls: RedisTls | None = None,
+        sentinels: tuple[tuple[str, int], ...] = (),
+        sentinel_master: str = DEFAULT_SENTINEL_MASTER,
+        cluster: bool = False,
     ) -> None:
-        """``username``/``password`` (REDIS_USERNAME/REDIS_PASSWORD) win over the URL's."""
+        """``username``/``password`` (REDIS_USERNAME/REDIS_PASSWORD) win over the URL's;
+        ``sentinels`` or ``cluster`` as in :class:`~interference_infra.redis_client.RedisTarget`."""
         self.url = url
         self.shown_url = mask_url(url)
         """The URL as printed: its password masked."""
-        kwargs: dict[str, Any] = {} if tls is None else tls.client_kwargs()
-        if username:
-            kwargs["username"] = username
-        if password:
-            kwargs["password"] = password
-        if not url.startswith(("redis://", "rediss://", "unix://")):
-            raise CliError(
-                f"bad Redis URL {self.shown_url!r}: it must start with redis://, rediss:// or "
-                "unix://; use e.g. redis://127.0.0.1:6379/0 in --redis-url or REDIS_URL"
-            )
         try:
-            self._redis: redis.Redis[bytes] = redis.Redis.from_url(
+            target = RedisTarget(
                 url,
-                decode_responses=False,
-                socket_timeout=timeout_s,
-                socket_connect_timeout=timeout_s,
-                **kwargs,
+                sentinels=sentinels,
+                sentinel_master=sentinel_master,
+                cluster=cluster,
+                tls=tls or RedisTls(),
+                username=username,
+                password=password,
             )
+            self._connection = RedisConnection(target, timeout_s)
         except (ValueError, TypeError) as exc:
             raise CliError(
-                f"bad Redis URL {self.shown_url!r}: {mask_credentials(str(exc))}; "
-                "use redis://HOST:PORT/DB in --redis-url or REDIS_URL"
+                f"bad Redis URL: {mask_credentials(str(exc))}; "
+                "use e.g. redis://127.0.0.1:6379/0 in --redis-url or REDIS_URL"
             ) from exc
+        self.where = target.describe()
+        """Where the store is, as printed (a password masked)."""
+
+    @property
+    def _redis(self) -> Client:
+        return self._connection.client()
 
     def _call(self, what: str, fn: Callable[[], T]) -> T:
-        where = self.shown_url
+        where = self.where
         try:
             return fn()
         except redis.AuthenticationError as exc:
@@ -150,6 +160,11 @@ class Store:
             ) from exc
         except redis.ResponseError as exc:
             raise CliError(f"Redis at {where} rejected reading {what}: {exc}") from exc
+        except RedisClusterException as exc:
+            raise CliError(
+                f"cannot read {what} from the Redis Cluster at {where} "
+                f"({mask_credentials(str(exc))}); check --redis-url / REDIS_URL and REDIS_CLUSTER"
+            ) from exc
         except redis.RedisError as exc:
             # e.g. InvalidResponse: something that is not Redis answers on that port
             raise CliError(

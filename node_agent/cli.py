@@ -27,7 +27,8 @@ from interference.logsetup import configure_logging
 from interference.redis_tls import RedisTls
 from interference.score import REFERENCE_NAMES, IndexReferences
 from interference.signals import NodeReport
-from interference.strict import SettingError, check_range, mask_url, parse_bool, parse_number
+from interference.strict import SettingError, check_range, parse_bool, parse_number
+from interference_infra.redis_client import RedisTarget, parse_sentinels
 from node_agent import probes
 from node_agent.agent import Agent, build_agent
 from node_agent.health import AgentHttpServer, AgentMetrics
@@ -283,19 +284,6 @@ def score_references(overrides: Sequence[str]) -> IndexReferences:
     return refs
 
 
-def sentinel_addresses(value: str) -> tuple[tuple[str, int], ...]:
-    """``host:port,host:port`` as pairs; ``ValueError`` naming the entry that is wrong."""
-    out: list[tuple[str, int]] = []
-    for item in (part.strip() for part in value.split(",")):
-        if not item:
-            continue
-        host, sep, port = item.rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise ValueError(f"--redis-sentinels entry {item!r} is not HOST:PORT")
-        out.append((host, int(port)))
-    return tuple(out)
-
-
 def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> AgentSettings:
     """Settings from parsed flags and the environment; ``ValueError`` (a
     :class:`~interference.strict.SettingError` for a bad number or boolean) naming the
@@ -325,7 +313,7 @@ def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> 
         redis_username=environ.get("REDIS_USERNAME") or None,
         redis_password=environ.get("REDIS_PASSWORD") or None,
         redis_tls=tls,
-        redis_sentinels=sentinel_addresses(args.redis_sentinels),
+        redis_sentinels=parse_sentinels(args.redis_sentinels, "--redis-sentinels"),
         redis_sentinel_master=args.redis_sentinel_master,
         redis_cluster=cluster,
         interval_s=AgentSettings.interval_s if interval is None else interval,
@@ -387,16 +375,13 @@ def report_json(report: NodeReport) -> str:
 
 def redis_description(settings: AgentSettings) -> str:
     """Where reports go, for the start-up log line (no password)."""
-    if settings.redis_sentinels:
-        sentinels = ",".join(f"{host}:{port}" for host, port in settings.redis_sentinels)
-        return f"Redis master {settings.redis_sentinel_master!r} via sentinels {sentinels}"
-    kind = "Redis Cluster at " if settings.redis_cluster else ""
-    return kind + redact_url(settings.redis_url)
-
-
-def redact_url(url: str) -> str:
-    """``url`` with its password (if any) replaced by ``***``, for logs."""
-    return mask_url(url)
+    return RedisTarget(
+        settings.redis_url,
+        sentinels=settings.redis_sentinels,
+        sentinel_master=settings.redis_sentinel_master,
+        cluster=settings.redis_cluster,
+        tls=settings.redis_tls,
+    ).describe()
 
 
 def prepare(
@@ -459,7 +444,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             sys.stdout.write(report_json(agent.measure()) + "\n")
             return 0
         log.info(
-            "publishing node %s to %s every %g s",
+            "publishing node %s to Redis at %s every %g s",
             settings.node_name,
             redis_description(settings),
             settings.interval_s,

@@ -1,24 +1,17 @@
-"""The agent's HTTP endpoint: ``/healthz``, ``/readyz`` and Prometheus ``/metrics``.
-
-A stdlib ``ThreadingHTTPServer`` on a daemon thread; a slow scrape never delays the
-measure loop, and the loop never waits on a request.
+"""The agent's metrics and the checks behind ``/healthz`` and ``/readyz``, served by the
+shared endpoint (:mod:`interference_infra.http`) on its own thread, so a slow scrape never
+delays the measure loop and the loop never waits on a request.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.exposition import generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-log = logging.getLogger(__name__)
+from interference_infra.http import HEALTHZ_PATH, READYZ_PATH, HealthEndpoint, problem_check
 
-HEALTHZ_PATH = "/healthz"
-READYZ_PATH = "/readyz"
-METRICS_PATH = "/metrics"
 STALE_INTERVALS = 3
 """``/healthz`` fails once no interval completed for this many intervals."""
 
@@ -88,9 +81,13 @@ def liveness_problem(
     return f"{what} for {now - since:.1f} s (limit {STALE_INTERVALS} × {interval_s:g} s)"
 
 
-class AgentHttpServer:
-    """Serves ``/healthz``, ``/readyz`` (200 "ok", else 503 with the reason) and
-    ``/metrics`` from ``registry`` on ``address:port`` (port 0: any free port)."""
+class AgentHttpServer(HealthEndpoint):
+    """Serves ``/healthz`` and ``/readyz`` (200 "ok", else 503 with the reason) and
+    ``/metrics`` from ``registry`` on ``address:port`` (port 0: any free port).
+
+    A port that cannot be bound raises :class:`~interference_infra.http.EndpointBindError`
+    and the agent stops: with hostNetwork, kubelet's probes would reach whoever holds it.
+    """
 
     def __init__(
         self,
@@ -100,55 +97,12 @@ class AgentHttpServer:
         health: HealthCheck,
         ready: HealthCheck,
     ) -> None:
-        checks = {HEALTHZ_PATH: health, READYZ_PATH: ready}
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                path = self.path.partition("?")[0]
-                if path == METRICS_PATH:
-                    self._reply(200, generate_latest(registry), CONTENT_TYPE_LATEST)
-                elif path in checks:
-                    problem = checks[path]()
-                    body = (problem or "ok") + "\n"
-                    self._reply(503 if problem else 200, body.encode(), "text/plain")
-                else:
-                    self._reply(404, b"not found: try /healthz, /readyz or /metrics\n")
-
-            def _reply(self, code: int, body: bytes, content_type: str = "text/plain") -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:
-                log.debug("%s " + format, self.address_string(), *args)
-
-        try:
-            self._server = ThreadingHTTPServer((address, port), Handler)
-        except OSError as exc:
-            raise OSError(
-                f"cannot serve {HEALTHZ_PATH}, {READYZ_PATH} and {METRICS_PATH} on "
-                f"{address}:{port} ({exc}); pick another --http-port/--http-address, "
-                "or --http-port 0 to serve nothing"
-            ) from exc
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="agent-http", daemon=True
+        super().__init__(
+            address,
+            port,
+            registry,
+            {HEALTHZ_PATH: problem_check(health), READYZ_PATH: problem_check(ready)},
+            thread_name="agent-http",
+            logger=logging.getLogger(__name__),
+            bind_fix="pick another --http-port/--http-address, or --http-port 0 to serve nothing",
         )
-
-    @property
-    def port(self) -> int:
-        """The port listened on (the chosen one when constructed with 0)."""
-        return int(self._server.server_address[1])
-
-    def start(self) -> None:
-        """Serve on a background thread."""
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop serving and close the socket; safe to call twice."""
-        if self._thread.is_alive():
-            self._server.shutdown()
-            self._thread.join()
-        self._server.server_close()

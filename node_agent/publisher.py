@@ -24,20 +24,23 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
-from urllib.parse import urlsplit
+from typing import TypeAlias
 
 import redis
 from redis.backoff import NoBackoff
 from redis.client import Pipeline as SinglePipeline
-from redis.cluster import ClusterPipeline, RedisCluster
-from redis.exceptions import RedisClusterException
+from redis.cluster import ClusterPipeline
 from redis.retry import Retry
-from redis.sentinel import Sentinel
 
 from interference import codec, freshness, keys
 from interference.redis_tls import RedisTls
 from interference.signals import SYSTEM_POD, NodeReport
+from interference_infra.redis_client import (
+    DEFAULT_SENTINEL_MASTER,
+    REDIS_ERRORS,
+    RedisConnection,
+    RedisTarget,
+)
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +62,7 @@ class PublisherSettings:
     """Connect and read timeout of the Redis socket."""
     sentinels: tuple[tuple[str, int], ...] = ()
     """Sentinel ``(host, port)`` pairs; when set, the master comes from them."""
-    sentinel_master: str = "mymaster"
+    sentinel_master: str = DEFAULT_SENTINEL_MASTER
     """Name of the monitored master the sentinels are asked for."""
     cluster: bool = False
     """The URL points at a Redis Cluster node (pipelines are split per shard)."""
@@ -68,8 +71,20 @@ class PublisherSettings:
     tls: RedisTls = field(default_factory=RedisTls)
     """CA and client certificate for ``rediss://``."""
 
+    @property
+    def target(self) -> RedisTarget:
+        """Where the reports go (``ValueError`` for a URL or combination that cannot work)."""
+        return RedisTarget(
+            self.redis_url,
+            sentinels=self.sentinels,
+            sentinel_master=self.sentinel_master,
+            cluster=self.cluster,
+            tls=self.tls,
+            username=self.username,
+            password=self.password,
+        )
 
-Client: TypeAlias = "redis.Redis[bytes] | RedisCluster[bytes]"
+
 Pipeline: TypeAlias = "SinglePipeline[bytes] | ClusterPipeline[bytes]"
 
 
@@ -77,34 +92,15 @@ class RedisPublisher:
     """Publishes reports; :meth:`publish` never raises for Redis being away or refusing."""
 
     def __init__(self, settings: PublisherSettings) -> None:
-        """Raises ``ValueError`` for a URL redis-py cannot parse."""
-        if settings.sentinels and settings.cluster:
-            raise ValueError("use either Redis Sentinel or Redis Cluster, not both")
+        """Raises ``ValueError`` for a URL or combination that cannot work."""
         self._settings = settings
         # No retries inside a flush: a failed flush is dropped and the next interval tries
-        # again, so a dead Redis never holds up measuring.
-        self._connection_kwargs: dict[str, Any] = {
-            "username": settings.username,
-            "password": settings.password,
-            "socket_timeout": settings.socket_timeout_s,
-            "socket_connect_timeout": settings.socket_timeout_s,
-            "retry": Retry(NoBackoff(), 0),
-            **settings.tls.client_kwargs(),
-        }
-        parts = urlsplit(settings.redis_url)
-        if parts.scheme not in ("redis", "rediss", "unix"):
-            raise ValueError(
-                f"Redis URL must start with redis://, rediss:// or unix://, got "
-                f"{settings.redis_url!r}"
-            )
-        self._where = parts.path if parts.scheme == "unix" else f"{parts.hostname}:{parts.port}"
-        if settings.sentinels:
-            self._where = f"master {settings.sentinel_master!r} via sentinels " + ",".join(
-                f"{host}:{port}" for host, port in settings.sentinels
-            )
-        # A cluster client asks for the slot map as it is built, so it is built on the
-        # first flush (and again after a failure), never at start-up.
-        self._client: Client | None = None if settings.cluster else self._connect()
+        # again, so a dead Redis never holds up measuring. The client is built on the first
+        # flush (a cluster client asks for the slot map as it is built).
+        self._redis = RedisConnection(
+            settings.target, settings.socket_timeout_s, retry=Retry(NoBackoff(), 0)
+        )
+        self._where = self._redis.target.describe()
         self._failing_since: float | None = None
         self._failure: str = ""
         self._dropped_in_outage = 0
@@ -117,36 +113,11 @@ class RedisPublisher:
         self.published = 0
         """Reports written (since start)."""
 
-    def _connect(self) -> Client:
-        settings = self._settings
-        if settings.cluster:
-            return RedisCluster.from_url(settings.redis_url, **self._connection_kwargs)
-        if settings.sentinels:
-            sentinel = Sentinel(
-                list(settings.sentinels),
-                sentinel_kwargs={
-                    "socket_timeout": settings.socket_timeout_s,
-                    "socket_connect_timeout": settings.socket_timeout_s,
-                },
-            )
-            parts = urlsplit(settings.redis_url)
-            database = int(parts.path.strip("/") or 0)
-            master: redis.Redis[bytes] = sentinel.master_for(
-                settings.sentinel_master,
-                db=database,
-                ssl=parts.scheme == "rediss",
-                **self._connection_kwargs,
-            )
-            return master
-        return redis.Redis.from_url(settings.redis_url, **self._connection_kwargs)
-
     def publish(self, report: NodeReport) -> bool:
         """Write one report in one round trip; False (report dropped) when that failed."""
         try:
-            if self._client is None:
-                self._client = self._connect()
             # The context manager resets the pipeline, so a failed flush keeps nothing.
-            with self._client.pipeline(transaction=False) as pipe:
+            with self._redis.client().pipeline(transaction=False) as pipe:
                 pod_keys = self._queue_commands(pipe, report)
                 pipe.execute()
         except redis.AuthenticationError as exc:
@@ -166,7 +137,7 @@ class RedisPublisher:
                 f"Redis refused a write ({exc}); the agent's ACL user needs HSET, EXPIRE, ZADD,"
                 " SADD, SREM, XADD, ZRANGEBYSCORE, EXISTS, ZREM and DEL on keys intf:*",
             )
-        except (redis.RedisError, RedisClusterException) as exc:
+        except REDIS_ERRORS as exc:
             return self._failed(report, "error", f"Redis error at {self._where} ({exc!r})")
         if self._failing_since is not None:
             log.warning(
@@ -190,22 +161,21 @@ class RedisPublisher:
         docstring); returns them. Never raises: a failed sweep is logged and retried at
         the next sweep interval."""
         try:
-            if self._client is None:
-                self._client = self._connect()
+            client = self._redis.client()
             cutoff = now - freshness.MIN_STALE_AFTER_S
             quiet = [
                 m.decode() if isinstance(m, bytes) else str(m)
-                for m in self._client.zrangebyscore(keys.NODES_UPDATED, "-inf", f"({cutoff}")
+                for m in client.zrangebyscore(keys.NODES_UPDATED, "-inf", f"({cutoff}")
             ]
             if not quiet:
                 return []
-            with self._client.pipeline(transaction=False) as pipe:
+            with client.pipeline(transaction=False) as pipe:
                 for node in quiet:
                     pipe.exists(keys.node_key(node))
                 exists = dict(zip(quiet, (bool(n) for n in pipe.execute()), strict=True))
             dead = freshness.expired_members(quiet, exists)
             if dead:
-                with self._client.pipeline(transaction=False) as pipe:
+                with client.pipeline(transaction=False) as pipe:
                     pipe.zrem(keys.NODES_BY_SCORE, *dead)
                     pipe.zrem(keys.NODES_UPDATED, *dead)
                     pipe.execute()
@@ -217,7 +187,7 @@ class RedisPublisher:
                     ", ".join(dead),
                 )
             return dead
-        except (redis.RedisError, RedisClusterException) as exc:
+        except REDIS_ERRORS as exc:
             log.warning(
                 "sweeping dead nodes from %s failed (%s); retrying later", keys.NODES_BY_SCORE, exc
             )
@@ -227,9 +197,7 @@ class RedisPublisher:
         """Remove ``node`` from both sorted sets and delete its hashes and pod set (clean
         shutdown); False when Redis could not be reached. Never raises."""
         try:
-            if self._client is None:
-                self._client = self._connect()
-            with self._client.pipeline(transaction=False) as pipe:
+            with self._redis.client().pipeline(transaction=False) as pipe:
                 pipe.zrem(keys.NODES_BY_SCORE, node)
                 pipe.zrem(keys.NODES_UPDATED, node)
                 pipe.delete(keys.node_key(node), keys.node_pods_key(node), keys.gpu_key(node))
@@ -237,7 +205,7 @@ class RedisPublisher:
                     namespace, sep, name = pod_key.partition("/")
                     pipe.delete(keys.pod_key(namespace, name) if sep else keys.pod_key("", pod_key))
                 pipe.execute()
-        except (redis.RedisError, RedisClusterException) as exc:
+        except REDIS_ERRORS as exc:
             log.warning(
                 "could not remove node %s from Redis at shutdown (%s); its hashes "
                 "expire with their TTL and a sweep drops it from %s",
@@ -251,8 +219,7 @@ class RedisPublisher:
 
     def close(self) -> None:
         """Close the connections; safe to call twice."""
-        if self._client is not None:
-            self._client.close()
+        self._redis.close()
 
     def _queue_commands(self, pipe: Pipeline, report: NodeReport) -> set[str]:
         """Queue the flush; returns the pod set's members once it is written."""
@@ -298,11 +265,6 @@ class RedisPublisher:
             self._failure = kind
             if self._failing_since is None:
                 self._failing_since = time.monotonic()
-        # A half-read reply must not poison the next round trip; a cluster client is
-        # rebuilt so that it fetches the slot map again.
-        if isinstance(self._client, RedisCluster):
-            self._client.close()
-            self._client = None
-        elif self._client is not None:
-            self._client.connection_pool.disconnect()
+        # A half-read reply must not poison the next round trip.
+        self._redis.reset()
         return False

@@ -5,6 +5,10 @@ Precedence: command-line flags > environment > config file > defaults. Environme
 * ``INTERFERENCE_SCHEDULER_CONFIG`` — config file when ``--config`` is not given;
 * ``KUBECONFIG`` — used by the client when neither flag nor file names a kubeconfig;
 * ``REDIS_URL``, ``REDIS_USERNAME``, ``REDIS_PASSWORD`` — Redis address and ACL user;
+* ``REDIS_SENTINELS`` (``HOST:PORT,…``) and ``REDIS_SENTINEL_MASTER``, or
+  ``REDIS_CLUSTER`` (``true``) — a master found through Redis Sentinel, or a Redis Cluster
+  (as the agent's variables);
+* ``REDIS_CA_FILE``, ``REDIS_CERT_FILE``, ``REDIS_KEY_FILE`` — TLS (``rediss://``);
 * ``DRY_RUN`` (``1``/``true``) — like ``--dry-run``;
 * ``POD_NAME``, ``POD_NAMESPACE`` — leader identity and Lease namespace;
 * ``LOG_LEVEL`` — like ``--log-level``.
@@ -26,13 +30,13 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import redis
 from prometheus_client import CollectorRegistry
 
 from interference import keys
 from interference.cliparse import RUNTIME_EXIT, USAGE_EXIT, OneLineParser
 from interference.logsetup import configure_logging, mask_credentials
 from interference.strict import SettingError, parse_bool
+from interference_infra.redis_client import REDIS_ERRORS, RedisConnection, parse_sentinels
 from scheduler.adapters.kubernetes import KubernetesCluster, make_api_client
 from scheduler.adapters.redis_signals import (
     QueuedDecisionSink,
@@ -40,7 +44,6 @@ from scheduler.adapters.redis_signals import (
     RedisSignalCache,
     SignalMetrics,
     connect,
-    safe_url,
 )
 from scheduler.config import (
     ConfigError,
@@ -107,7 +110,7 @@ def add_process_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def report_reachability(
-    cluster: KubernetesCluster, client: redis.Redis[bytes], url: str, while_down: str
+    cluster: KubernetesCluster, connection: RedisConnection, while_down: str
 ) -> None:
     """One clear line each when the API server or Redis cannot be reached at start;
     ``while_down`` says what the process does until Redis answers."""
@@ -116,12 +119,13 @@ def report_reachability(
     except ClusterError as exc:
         log.error("Kubernetes API: %s (retrying in the background)", exc)
     try:
-        client.xrevrange(keys.STREAM, count=1)
-    except redis.RedisError as exc:
+        connection.client().xrevrange(keys.STREAM, count=1)
+    except REDIS_ERRORS as exc:
+        connection.reset()
         log.error(
             "Redis: cannot reach %s (%s); check redis.url / REDIS_URL and REDIS_USERNAME /"
             " REDIS_PASSWORD; %s until it answers",
-            safe_url(url),
+            connection.target.describe(),
             exc,
             while_down,
         )
@@ -141,6 +145,13 @@ def overrides(args: argparse.Namespace, env: Mapping[str, str]) -> dict[str, dic
     for variable, name in TLS_ENV.items():
         if env.get(variable):
             redis_section[name] = env[variable]
+    if env.get("REDIS_SENTINELS", "").strip():
+        sentinels = parse_sentinels(env["REDIS_SENTINELS"], "REDIS_SENTINELS")
+        redis_section["sentinels"] = tuple(f"{host}:{port}" for host, port in sentinels)
+    if env.get("REDIS_SENTINEL_MASTER"):
+        redis_section["sentinel_master"] = env["REDIS_SENTINEL_MASTER"]
+    if env.get("REDIS_CLUSTER", "").strip():
+        redis_section["cluster"] = parse_bool("REDIS_CLUSTER", env["REDIS_CLUSTER"])
     if redis_section:
         sections["redis"] = redis_section
     dry_run = args.dry_run
@@ -227,9 +238,7 @@ class Scheduler:
 
     def report_reachability(self) -> None:
         """One clear line each when the API server or Redis cannot be reached at start."""
-        report_reachability(
-            self.cluster, self.redis, self.config.redis.url, "scheduling interference-blind"
-        )
+        report_reachability(self.cluster, self.redis, "scheduling interference-blind")
 
     def run(self, stop: threading.Event) -> None:
         self.report_reachability()

@@ -130,9 +130,7 @@ class ExtenderProcess:
 
     def report_reachability(self) -> None:
         """One clear line each when the API server or Redis cannot be reached at start."""
-        report_reachability(
-            self.cluster, self.redis, self.config.redis.url, "answering interference-blind"
-        )
+        report_reachability(self.cluster, self.redis, "answering interference-blind")
 
     def run(self, stop: threading.Event) -> None:
         self.report_reachability()

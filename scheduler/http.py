@@ -1,4 +1,5 @@
-"""``/healthz``, ``/readyz`` and ``/metrics`` on a stdlib ``ThreadingHTTPServer``.
+"""The scheduler's ``/healthz``, ``/readyz`` and ``/metrics``: what they check, served by
+the shared endpoint (:mod:`interference_infra.http`).
 
 Default port 10251: kube-scheduler's former plain-HTTP health/metrics port (it now
 serves HTTPS on 10259), so this plain-HTTP endpoint neither clashes with a
@@ -15,31 +16,32 @@ kube-scheduler on the same host nor pretends to be TLS.
 * ``POST`` routes given by the caller (extender mode's ``/filter`` and ``/prioritize``):
   each handler takes the request body and returns status, body and content type.
 
-HTTP/1.1 with keep-alive, so a caller that posts many requests (kube-scheduler calling an
-extender) reuses its connection.
+HTTP/1.1 with keep-alive and TCP_NODELAY, so a caller that posts many requests
+(kube-scheduler calling an extender) reuses its connection.
 """
 
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
+
+from interference_infra.http import (
+    HEALTHZ_PATH,
+    READYZ_PATH,
+    HealthEndpoint,
+    PostRoute,
+)
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 10251
-MAX_BODY_BYTES = 64 * 1024 * 1024
-"""Largest POST body accepted (an extender request without ``nodeCacheCapable`` carries
-every Node object)."""
 
-PostRoute = Callable[[bytes], tuple[int, bytes, str]]
-"""A POST handler: request body → (status, body, content type)."""
+__all__ = ["DEFAULT_PORT", "HealthServer", "Heartbeat", "HttpSettings", "PostRoute", "Status"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,19 +106,9 @@ class Status:
     :attr:`leading` (extender mode, where every replica answers, says ``extender``)."""
 
 
-class _Server(ThreadingHTTPServer):
-    def handle_error(self, request: object, client_address: object) -> None:
-        """A client that drops a kept-alive connection (kube-scheduler stopping) is routine;
-        anything else is logged with its traceback, never printed to stderr."""
-        error = sys.exc_info()[1]
-        if isinstance(error, ConnectionError):
-            log.debug("http: client %s dropped the connection: %s", client_address, error)
-        else:
-            log.exception("http: request from %s failed", client_address)
-
-
-class HealthServer:
-    """Serves the endpoints from a daemon thread; ``port`` is the bound port."""
+class HealthServer(HealthEndpoint):
+    """The shared endpoint (:mod:`interference_infra.http`) with the scheduler's checks,
+    kept-alive connections and ``post_routes``; ``port`` is the bound port."""
 
     def __init__(
         self,
@@ -125,23 +117,21 @@ class HealthServer:
         status: Status,
         post_routes: Mapping[str, PostRoute] | None = None,
     ):
-        self._registry = registry
         self._status = status
-        self._post_routes = dict(post_routes or {})
-        handler = self._handler_class()
-        self._server = _Server((settings.host, settings.port), handler)
-        self._server.daemon_threads = True
-        self.port = int(self._server.server_address[1])
-        self._thread = threading.Thread(target=self._server.serve_forever, name="http", daemon=True)
+        super().__init__(
+            settings.host,
+            settings.port,
+            registry,
+            {HEALTHZ_PATH: self.healthz, READYZ_PATH: self.readyz},
+            post_routes=post_routes,
+            keep_alive=True,
+            bind_fix="free the port or set http.port",
+            logger=log,
+        )
 
     def start(self) -> None:
-        self._thread.start()
+        super().start()
         log.info("serving /healthz, /readyz and /metrics on port %d", self.port)
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=10)
 
     def healthz(self) -> tuple[int, str]:
         wedged = [
@@ -168,62 +158,3 @@ class HealthServer:
         if missing:
             return 503, f"not ready ({role}): " + "; ".join(missing) + "\n"
         return 200, f"ok ({role})\n"
-
-    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            # headers and body go out in two writes: without TCP_NODELAY the body waits
-            # for the client's delayed ACK (~40 ms per kept-alive request)
-            disable_nagle_algorithm = True
-
-            def do_POST(self) -> None:
-                route = server._post_routes.get(self.path.split("?", 1)[0])
-                try:
-                    length = int(self.headers.get("Content-Length", ""))
-                except ValueError:
-                    length = -1
-                if not 0 <= length <= MAX_BODY_BYTES:
-                    self.close_connection = True
-                    self._send(411, b"POST needs a Content-Length of at most 64 MiB\n")
-                    return
-                body = self.rfile.read(length)
-                if route is None:
-                    known = ", ".join(sorted(server._post_routes)) or "none"
-                    self._send(404, f"not found: POST routes here: {known}\n".encode())
-                    return
-                try:
-                    code, answer, content_type = route(body)
-                except Exception as exc:  # a failing handler is an error answer, not a crash
-                    log.exception("POST %s failed", self.path)
-                    code, answer, content_type = 500, f"failed: {exc!r}\n".encode(), "text/plain"
-                self._send(code, answer, content_type)
-
-            def do_GET(self) -> None:
-                path = self.path.split("?", 1)[0]
-                if path == "/metrics":
-                    self._send(200, generate_latest(server._registry), CONTENT_TYPE_LATEST)
-                    return
-                routes = {"/healthz": server.healthz, "/readyz": server.readyz}
-                if path not in routes:
-                    self._send(404, b"not found: try /healthz, /readyz or /metrics\n")
-                    return
-                try:
-                    code, body = routes[path]()
-                except Exception as exc:  # a failing check is an unhealthy answer, not a crash
-                    log.exception("%s check failed", path)
-                    code, body = 500, f"check failed: {exc!r}\n"
-                self._send(code, body.encode())
-
-            def _send(self, code: int, body: bytes, content_type: str = "text/plain") -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:
-                log.debug("http: " + format, *args)
-
-        return Handler

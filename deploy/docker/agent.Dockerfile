@@ -17,6 +17,7 @@ RUN apt-get update \
 WORKDIR /src
 COPY pyproject.toml README.md deploy/docker/constraints.txt ./
 COPY interference/ interference/
+COPY interference_infra/ interference_infra/
 COPY node_agent/ node_agent/
 ARG PIP_INDEX_URL=
 # --system-site-packages: the venv imports Debian's bcc module, built for this python3.

@@ -10,6 +10,7 @@ RUN apt-get update \
 WORKDIR /src
 COPY pyproject.toml README.md deploy/docker/constraints.txt ./
 COPY interference/ interference/
+COPY interference_infra/ interference_infra/
 COPY scheduler/ scheduler/
 ARG PIP_INDEX_URL=
 RUN --mount=type=secret,id=pip_ca --mount=type=secret,id=pip_conf \

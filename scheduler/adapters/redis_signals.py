@@ -25,9 +25,10 @@ wins, so nothing is missed.
   cache retries with capped backoff and re-bootstraps once Redis answers again (a
   restarted Redis has a new stream whose ids start over).
 
-Credentials: the URL's, overridden by ``REDIS_USERNAME`` / ``REDIS_PASSWORD``. The
-scheduler's ACL user needs exactly :data:`ACL_COMMANDS`: read ``%R~intf:*``, write
-``~intf:decision:*``.
+Connection (:mod:`interference_infra.redis_client`): one server, a master found through
+Redis Sentinel (``sentinels``), or a Redis Cluster (``cluster``); credentials: the URL's,
+overridden by ``REDIS_USERNAME`` / ``REDIS_PASSWORD``. The scheduler's ACL user needs
+exactly :data:`ACL_COMMANDS`: read ``%R~intf:*``, write ``~intf:decision:*``.
 """
 
 from __future__ import annotations
@@ -43,7 +44,6 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-import redis
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from interference import freshness, keys
@@ -55,7 +55,15 @@ from interference.codec import (
 )
 from interference.decision import Decision, decision_hash
 from interference.redis_tls import RedisTls
-from interference.strict import SettingError, mask_url
+from interference.strict import SettingError
+from interference_infra.redis_client import (
+    DEFAULT_SENTINEL_MASTER,
+    REDIS_ERRORS,
+    RedisConnection,
+    RedisTarget,
+    credentials_from_env,
+    parse_sentinels,
+)
 from scheduler.ports import NodeSignals
 
 log = logging.getLogger(__name__)
@@ -69,8 +77,16 @@ class RedisSettings:
     """Where the signals live and how the scheduler reads them."""
 
     url: str = "redis://127.0.0.1:6379/0"
-    """``redis://`` or ``rediss://`` URL; ``REDIS_USERNAME``/``REDIS_PASSWORD`` override
-    its credentials."""
+    """``redis://`` or ``rediss://`` URL of the server, of one Redis Cluster node
+    (``cluster``), or only the database and TLS choice (``sentinels``);
+    ``REDIS_USERNAME``/``REDIS_PASSWORD`` override its credentials."""
+    sentinels: tuple[str, ...] = ()
+    """Redis Sentinels as ``HOST:PORT`` (env ``REDIS_SENTINELS``, comma-separated); when
+    set, the master comes from them and follows a failover."""
+    sentinel_master: str = DEFAULT_SENTINEL_MASTER
+    """Name of the master the sentinels monitor (env ``REDIS_SENTINEL_MASTER``)."""
+    cluster: bool = False
+    """``url`` names a node of a Redis Cluster (env ``REDIS_CLUSTER``)."""
     socket_timeout_s: float = 5.0
     """Timeout of every Redis call (XREAD's block is kept below it)."""
     block_ms: int = 1000
@@ -113,11 +129,10 @@ class RedisSettings:
     """Its private key (env ``REDIS_KEY_FILE``)."""
 
     def __post_init__(self) -> None:
-        if not self.url.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError(
-                f"url: {self.url!r} must start with redis://, rediss:// or unix://,"
-                " e.g. redis://redis.interference:6379/0"
-            )
+        try:
+            self.target()
+        except SettingError as exc:
+            raise ValueError(f"url: {exc}") from None
         for name in (
             "socket_timeout_s",
             "report_interval_s",
@@ -140,30 +155,32 @@ class RedisSettings:
         for name in ("batch", "decision_ttl_s", "decision_queue_size", "decision_batch"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: {getattr(self, name)!r} must be an integer ≥ 1")
-        try:
-            self.tls.check(self.url)
-        except SettingError as exc:
-            raise ValueError(f"url: {exc}") from None
 
     @property
     def tls(self) -> RedisTls:
         """The TLS options as the shared helper takes them."""
         return RedisTls(self.ca_file, self.cert_file, self.key_file)
 
+    def target(self, env: Mapping[str, str] | None = None) -> RedisTarget:
+        """Where Redis is, with the credentials of ``env`` (:class:`SettingError` for a
+        combination that cannot work)."""
+        username, password = credentials_from_env(env or {})
+        return RedisTarget(
+            self.url,
+            sentinels=parse_sentinels(",".join(self.sentinels), "sentinels"),
+            sentinel_master=self.sentinel_master,
+            cluster=self.cluster,
+            tls=self.tls,
+            username=username,
+            password=password,
+        )
 
-def connect(settings: RedisSettings, env: Mapping[str, str] | None = None) -> redis.Redis[bytes]:
-    """A client for ``settings.url`` with credentials from the environment when set."""
+
+def connect(settings: RedisSettings, env: Mapping[str, str] | None = None) -> RedisConnection:
+    """The connection to ``settings``' Redis, credentials from the environment when set;
+    ``ValueError`` for a URL redis-py cannot parse."""
     env = os.environ if env is None else env
-    kwargs: dict[str, Any] = {
-        "socket_timeout": settings.socket_timeout_s,
-        "socket_connect_timeout": settings.socket_timeout_s,
-    }
-    if env.get("REDIS_USERNAME"):
-        kwargs["username"] = env["REDIS_USERNAME"]
-    if env.get("REDIS_PASSWORD"):
-        kwargs["password"] = env["REDIS_PASSWORD"]
-    kwargs.update(settings.tls.client_kwargs())
-    return redis.Redis.from_url(settings.url, **kwargs)
+    return RedisConnection(settings.target(env), settings.socket_timeout_s)
 
 
 class _RateLimitedLog:
@@ -229,14 +246,14 @@ class RedisSignalCache:
 
     def __init__(
         self,
-        client: redis.Redis[bytes],
+        connection: RedisConnection,
         settings: RedisSettings,
         metrics: SignalMetrics,
         clock: Any = time.time,
     ) -> None:
         self.settings = settings
         self.metrics = metrics
-        self._redis = client
+        self._redis = connection
         self._clock = clock
         self._lock = threading.Lock()
         self._entries: dict[str, _Entry] = {}
@@ -300,14 +317,15 @@ class RedisSignalCache:
                     bootstrapped = True
                     delay = self.settings.retry_initial_s
                 self.follow_once()
-            except redis.RedisError as exc:
+            except REDIS_ERRORS as exc:
                 self.metrics.redis_errors.inc()
                 bootstrapped = False
+                self._redis.reset()  # no half-read reply on the next call; a fresh slot map
                 if self._set_healthy(False):
                     log.warning(
                         "Redis at %s is unavailable (%s); scheduling interference-blind until it"
                         " is back (retrying every ≤ %.0f s)",
-                        safe_url(self.settings.url),
+                        self._redis.target.describe(),
                         exc,
                         self.settings.retry_max_s,
                     )
@@ -316,7 +334,7 @@ class RedisSignalCache:
 
     def bootstrap(self) -> None:
         """Load every node and GPU hash; the stream is then followed from its current end."""
-        last = self._redis.xrevrange(keys.STREAM, count=1)
+        last = self._redis.client().xrevrange(keys.STREAM, count=1)
         last_id = _text(last[0][0]) if last else "0-0"
         nodes = self._load_hashes(keys.node_key("*"), "hash")
         gpus = self._load_hashes(keys.gpu_key("*"), "gpu")
@@ -366,7 +384,7 @@ class RedisSignalCache:
 
     def follow_once(self) -> int:
         """One XREAD from the last id; applies and returns how many entries arrived."""
-        reply = self._redis.xread(
+        reply = self._redis.client().xread(
             {keys.STREAM: self._last_id}, count=self.settings.batch, block=self.settings.block_ms
         )
         applied = 0
@@ -420,7 +438,9 @@ class RedisSignalCache:
     def _load_hashes(self, pattern: str, source: str) -> dict[str, Mapping[bytes, bytes]]:
         found: dict[str, Mapping[bytes, bytes]] = {}
         batch: list[str] = []
-        for key in self._redis.scan_iter(match=pattern, count=self.settings.batch, _type="hash"):
+        for key in self._redis.client().scan_iter(
+            match=pattern, count=self.settings.batch, _type="hash"
+        ):
             batch.append(_text(key))
             if len(batch) >= self.settings.batch:
                 found.update(self._hgetall(batch))
@@ -430,7 +450,7 @@ class RedisSignalCache:
         return found
 
     def _hgetall(self, names: list[str]) -> dict[str, Mapping[bytes, bytes]]:
-        pipe = self._redis.pipeline(transaction=False)
+        pipe = self._redis.client().pipeline(transaction=False)
         for name in names:
             pipe.hgetall(name)
         # An empty reply means the hash expired between SCAN and HGETALL: skip it.
@@ -458,9 +478,9 @@ class RedisDecisionSink:
     in one round trip; never raises."""
 
     def __init__(
-        self, client: redis.Redis[bytes], settings: RedisSettings, metrics: SignalMetrics
+        self, connection: RedisConnection, settings: RedisSettings, metrics: SignalMetrics
     ) -> None:
-        self._redis = client
+        self._redis = connection
         self._ttl_s = settings.decision_ttl_s
         self._metrics = metrics
         self._log = _RateLimitedLog(settings.log_interval_s)
@@ -470,9 +490,9 @@ class RedisDecisionSink:
 
     def write_many(self, decisions: Iterable[Decision]) -> None:
         """Write every record in one pipeline; a failure counts each of them."""
-        pipe = self._redis.pipeline(transaction=False)
         names: list[str] = []
         try:
+            pipe = self._redis.client().pipeline(transaction=False)
             for decision in decisions:
                 key = keys.decision_key(decision.namespace, decision.pod)
                 names.append(key)
@@ -585,8 +605,3 @@ class QueuedDecisionSink:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def safe_url(url: str) -> str:
-    """The URL without its password, for logs."""
-    return mask_url(url)

@@ -187,15 +187,26 @@ def test_once_prints_one_report(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.parametrize(
-    ("url", "shown"),
+    ("settings", "shown"),
     [
-        ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
-        ("redis://agent:s3cret@redis:6379/0", "redis://agent:***@redis:6379/0"),
-        ("rediss://:s3cret@redis:6380", "rediss://:***@redis:6380"),
+        (AgentSettings(redis_url="redis://127.0.0.1:6379/0"), "redis://127.0.0.1:6379/0"),
+        (
+            AgentSettings(redis_url="redis://agent:s3cret@redis:6379/0"),
+            "redis://agent:***@redis:6379/0",
+        ),
+        (AgentSettings(redis_url="rediss://:s3cret@redis:6380"), "rediss://:***@redis:6380"),
+        (
+            AgentSettings(redis_url="redis://:s3cret@redis-0:6379/0", redis_cluster=True),
+            "cluster node redis://:***@redis-0:6379/0",
+        ),
+        (
+            AgentSettings(redis_sentinels=(("s-0", 26379),), redis_sentinel_master="intf"),
+            "master 'intf' via sentinels s-0:26379",
+        ),
     ],
 )
-def test_logged_urls_hide_the_password(url: str, shown: str) -> None:
-    assert cli.redact_url(url) == shown
+def test_the_logged_redis_target_hides_the_password(settings: AgentSettings, shown: str) -> None:
+    assert cli.redis_description(settings) == shown
 
 
 @pytest.mark.parametrize(

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import gc
 import logging
-import subprocess
 import time
 import tracemalloc
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ from interference import codec, keys
 from interference.signals import GpuDevice, NodeMetrics, NodeReport, PodMetrics
 from node_agent.publisher import PublisherSettings, RedisPublisher
 from tests.conftest import RedisServer, free_port
+from tests.redis_topologies import redis_cluster, sentinel
 
 pytestmark = pytest.mark.redis
 
@@ -225,42 +224,10 @@ def test_unparseable_url_is_a_clear_error() -> None:
         RedisPublisher(PublisherSettings(redis_url="localhost:6379"))
 
 
-@contextmanager
-def _redis_process(args: list[str], port: int) -> Iterator[None]:
-    """A redis-server (or sentinel) this test owns, answering PING; ended by pid after."""
-    proc = subprocess.Popen(
-        ["redis-server", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    try:
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                redis.Redis(port=port, socket_timeout=0.5).ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    pytest.fail(f"redis-server {args} did not start on port {port}")
-                time.sleep(0.05)
-        yield
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def test_publishes_to_the_master_a_sentinel_names(
     redis_server: RedisServer, tmp_path: Path
 ) -> None:
-    port = free_port()
-    conf = tmp_path / "sentinel.conf"
-    conf.write_text(
-        f"port {port}\nbind 127.0.0.1\ndir {tmp_path}\n"
-        f"sentinel monitor intf-master 127.0.0.1 {redis_server.port} 1\n"
-    )
-    with _redis_process([str(conf), "--sentinel"], port):
+    with sentinel(tmp_path, "intf-master", redis_server.port) as port:
         pub = RedisPublisher(
             PublisherSettings(
                 redis_url="redis://127.0.0.1/0",
@@ -276,10 +243,7 @@ def test_publishes_to_the_master_a_sentinel_names(
 def test_sentinel_without_the_master_is_an_outage_not_a_crash(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    port = free_port()
-    conf = tmp_path / "sentinel.conf"
-    conf.write_text(f"port {port}\nbind 127.0.0.1\ndir {tmp_path}\n")
-    with _redis_process([str(conf), "--sentinel"], port):
+    with sentinel(tmp_path, "intf-master", None) as port:
         pub = RedisPublisher(
             PublisherSettings(
                 redis_url="redis://127.0.0.1/0",
@@ -295,54 +259,7 @@ def test_sentinel_without_the_master_is_an_outage_not_a_crash(
 
 @pytest.mark.slow
 def test_publishes_to_a_redis_cluster(tmp_path: Path) -> None:
-    ports = [free_port() for _ in range(3)]
-    # Explicit bus ports: the default (port + 10000) may be taken or out of range.
-    bus_ports = [free_port() for _ in range(3)]
-    with ExitStack() as nodes:
-        for port, bus in zip(ports, bus_ports, strict=True):
-            nodes.enter_context(
-                _redis_process(
-                    [
-                        "--port",
-                        str(port),
-                        "--bind",
-                        "127.0.0.1",
-                        "--cluster-enabled",
-                        "yes",
-                        "--cluster-port",
-                        str(bus),
-                        "--cluster-config-file",
-                        f"nodes-{port}.conf",
-                        "--dir",
-                        str(tmp_path),
-                        "--save",
-                        "",
-                        "--appendonly",
-                        "no",
-                    ],
-                    port,
-                )
-            )
-        subprocess.run(
-            [
-                "redis-cli",
-                "--cluster",
-                "create",
-                *(f"127.0.0.1:{p}" for p in ports),
-                "--cluster-replicas",
-                "0",
-                "--cluster-yes",
-            ],
-            check=True,
-            capture_output=True,
-            timeout=60,
-        )
-        deadline = time.monotonic() + 30
-        while b"cluster_state:ok" not in redis.Redis(port=ports[0]).execute_command(
-            "CLUSTER", "INFO"
-        ):
-            assert time.monotonic() < deadline, "the test cluster never became ready"
-            time.sleep(0.2)
+    with redis_cluster(tmp_path) as ports:
         url = f"redis://127.0.0.1:{ports[0]}/0"
         pub = RedisPublisher(PublisherSettings(redis_url=url, cluster=True))
         assert pub.publish(REPORT) is True

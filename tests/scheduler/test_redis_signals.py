@@ -450,7 +450,7 @@ def test_works_as_the_scheduler_acl_user_from_the_environment(
 
     wrong = connect(settings, env={"REDIS_USERNAME": "scheduler", "REDIS_PASSWORD": "nope"})
     with pytest.raises(redis.AuthenticationError):
-        wrong.hgetall(keys.node_key("a"))
+        wrong.client().hgetall(keys.node_key("a"))
 
 
 def _calls(raw: redis.Redis[bytes], command: str) -> int:

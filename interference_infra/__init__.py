@@ -1,0 +1,11 @@
+"""Infrastructure the node agent and the scheduler both need, written once:
+
+* :mod:`interference_infra.http` — the ``/healthz``, ``/readyz`` and ``/metrics`` endpoint
+  (a stdlib ``ThreadingHTTPServer``), each program supplying its own checks;
+* :mod:`interference_infra.redis_client` — the Redis connection: a single server
+  (``redis://``, ``rediss://``, ``unix://``), a master found through Redis Sentinel, or a
+  Redis Cluster, with TLS and the ``REDIS_USERNAME``/``REDIS_PASSWORD`` credentials.
+
+It may import :mod:`interference` (the shared contract), never ``node_agent``,
+``scheduler`` or ``interference_cli`` (docs/design.md §2).
+"""

@@ -1,0 +1,203 @@
+"""The Redis connection of every program: one server, a master named by Redis Sentinel,
+or a Redis Cluster; TLS; credentials.
+
+* A single server: ``redis://HOST:PORT/DB``, ``rediss://`` (TLS) or ``unix:///path``.
+* Sentinel: ``sentinels`` (``HOST:PORT`` pairs) find the master called
+  ``sentinel_master``; the URL then only gives the database and ``rediss://`` for TLS to
+  the master. The master is asked for again on every new connection, so a failover is
+  followed without a restart.
+* Cluster: ``cluster`` with the URL of any one node; the client reads the slot map from
+  it and splits pipelines per shard.
+
+Credentials: ``username``/``password`` (``REDIS_USERNAME``/``REDIS_PASSWORD``, see
+:func:`credentials_from_env`) win over the URL's; redis-py on its own lets the URL win.
+
+:class:`RedisConnection` builds its client on first use and rebuilds it after a failure,
+so an unreachable Redis (or Cluster, whose client needs a node to answer just to be
+built) is an outage the caller retries, never a crash at start-up.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+from redis.cluster import RedisCluster
+from redis.exceptions import RedisClusterException
+from redis.sentinel import Sentinel
+
+from interference.redis_tls import RedisTls
+from interference.strict import SettingError, mask_url
+
+Client: TypeAlias = "redis.Redis[bytes] | RedisCluster[bytes]"
+
+REDIS_ERRORS: tuple[type[Exception], ...] = (redis.RedisError, RedisClusterException)
+"""Every failure of a Redis call: redis-py's cluster errors do not derive from
+``RedisError``."""
+
+SCHEMES = ("redis", "rediss", "unix")
+DEFAULT_SENTINEL_MASTER = "mymaster"
+
+
+def parse_sentinels(value: str, what: str = "REDIS_SENTINELS") -> tuple[tuple[str, int], ...]:
+    """``host:port,host:port`` as pairs; :class:`SettingError` naming ``what`` and the
+    entry that is wrong."""
+    out: list[tuple[str, int]] = []
+    for item in (part.strip() for part in value.split(",")):
+        if not item:
+            continue
+        host, sep, port = item.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+            raise SettingError(f"{what} entry {item!r} is not HOST:PORT (port 1–65535)")
+        out.append((host.strip("[]"), int(port)))
+    return tuple(out)
+
+
+def credentials_from_env(env: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """``REDIS_USERNAME`` and ``REDIS_PASSWORD``, each None when unset or empty."""
+    return env.get("REDIS_USERNAME") or None, env.get("REDIS_PASSWORD") or None
+
+
+@dataclass(frozen=True, slots=True)
+class RedisTarget:
+    """Where Redis is and how to log in; :class:`ValueError` (a :class:`SettingError`)
+    for a combination that cannot work."""
+
+    url: str
+    """The server, one cluster node, or (with ``sentinels``) the database and TLS choice."""
+    sentinels: tuple[tuple[str, int], ...] = ()
+    """Sentinel ``(host, port)`` pairs; when set, the master comes from them."""
+    sentinel_master: str = DEFAULT_SENTINEL_MASTER
+    """Name of the master the sentinels monitor."""
+    cluster: bool = False
+    """``url`` names a node of a Redis Cluster."""
+    tls: RedisTls = field(default_factory=RedisTls)
+    """CA and client certificate for ``rediss://``."""
+    username: str | None = None
+    """ACL user; None: the URL's, else ``default``."""
+    password: str | None = None
+    """Its password; None: the URL's."""
+
+    def __post_init__(self) -> None:
+        scheme = self.url.partition("://")[0] if "://" in self.url else ""
+        if scheme not in SCHEMES:
+            raise SettingError(
+                f"{mask_url(self.url)!r} must start with redis://, rediss:// or unix://,"
+                " e.g. redis://redis.interference:6379/0"
+            )
+        if self.sentinels and self.cluster:
+            raise SettingError("use either Redis Sentinel or Redis Cluster, not both")
+        if scheme == "unix" and (self.sentinels or self.cluster):
+            raise SettingError(
+                "Redis Sentinel and Redis Cluster need a redis:// or rediss:// URL, not unix://"
+            )
+        if self.sentinels and not self.sentinel_master:
+            raise SettingError("the Sentinel master name must not be empty, e.g. mymaster")
+        self.tls.check(self.url)
+
+    def describe(self) -> str:
+        """Where Redis is, for "Redis at …" in logs and errors (never a password)."""
+        if self.sentinels:
+            sentinels = ",".join(f"{host}:{port}" for host, port in self.sentinels)
+            return f"master {self.sentinel_master!r} via sentinels {sentinels}"
+        return ("cluster node " if self.cluster else "") + mask_url(self.url)
+
+
+def connect(target: RedisTarget, socket_timeout_s: float, **client_kwargs: Any) -> Client:
+    """A client for ``target`` (:class:`RedisConnection` builds it lazily). A Cluster client
+    asks its node for the slot map here, so this raises one of :data:`REDIS_ERRORS` when
+    that node is unreachable; the others connect on their first command. ``client_kwargs``
+    go to every connection (e.g. ``retry``)."""
+    url, username, password = _credentials(target)
+    kwargs: dict[str, Any] = {
+        "socket_timeout": socket_timeout_s,
+        "socket_connect_timeout": socket_timeout_s,
+        **target.tls.client_kwargs(),
+        **client_kwargs,
+    }
+    if username is not None:
+        kwargs["username"] = username
+    if password is not None:
+        kwargs["password"] = password
+    if target.cluster:
+        return RedisCluster.from_url(url, **kwargs)
+    if target.sentinels:
+        parts = urlsplit(url)
+        sentinel = Sentinel(
+            list(target.sentinels),
+            sentinel_kwargs={
+                "socket_timeout": socket_timeout_s,
+                "socket_connect_timeout": socket_timeout_s,
+            },
+        )
+        master: redis.Redis[bytes] = sentinel.master_for(
+            target.sentinel_master,
+            db=int(parts.path.strip("/") or 0),
+            ssl=parts.scheme == "rediss",
+            **kwargs,
+        )
+        return master
+    return redis.Redis.from_url(url, **kwargs)
+
+
+def _credentials(target: RedisTarget) -> tuple[str, str | None, str | None]:
+    """The URL without its user and password, and the user and password to log in with
+    (the target's, else the URL's)."""
+    parts = urlsplit(target.url)
+    if "@" not in parts.netloc:
+        return target.url, target.username, target.password
+    host = parts.netloc.rpartition("@")[2]
+    url = urlunsplit(parts._replace(netloc=host))
+    return (
+        url,
+        target.username if target.username is not None else parts.username or None,
+        target.password if target.password is not None else parts.password,
+    )
+
+
+class RedisConnection:
+    """The client of one :class:`RedisTarget`; :meth:`reset` after a failed call drops
+    half-read connections (and a Cluster client, which then reads the slot map again on
+    its next use).
+
+    A single-server or Sentinel client is built here, which connects nothing yet but
+    raises ``ValueError`` for a URL redis-py cannot parse; a Cluster client is built on
+    first use, since building it needs a node to answer. Threads may share it."""
+
+    def __init__(self, target: RedisTarget, socket_timeout_s: float, **client_kwargs: Any):
+        self.target = target
+        self.socket_timeout_s = socket_timeout_s
+        self._client_kwargs = client_kwargs
+        self._client: Client | None = None
+        self._lock = threading.Lock()
+        if not target.cluster:
+            self.client()
+
+    def client(self) -> Client:
+        """The client, built now if needed (may raise one of :data:`REDIS_ERRORS`)."""
+        with self._lock:
+            if self._client is None:
+                self._client = connect(self.target, self.socket_timeout_s, **self._client_kwargs)
+            return self._client
+
+    def reset(self) -> None:
+        """Forget the connections after a failure; the next call connects afresh."""
+        with self._lock:
+            client = self._client
+            if isinstance(client, RedisCluster):
+                self._client = None
+        if isinstance(client, RedisCluster):
+            client.close()
+        elif client is not None:
+            client.connection_pool.disconnect()  # the pool reconnects on the next call
+
+    def close(self) -> None:
+        """Close the connections; safe to call twice."""
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
