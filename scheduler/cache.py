@@ -20,7 +20,8 @@ reported again.
 
 The cache tells the queue about pending pods and about events that may make
 unschedulable pods fit (a node added, or changed in a field the engine reads; a pod
-on a node deleted or finished).
+on a node deleted or finished; a PersistentVolumeClaim, PersistentVolume or StorageClass
+added, changed or deleted — the volume filters read them at every attempt).
 
 Thread-safety: the informer thread calls :meth:`replace`/:meth:`apply`, the scheduling
 thread reads the table and assumes, binder threads forget; all hold :attr:`lock`. The
@@ -39,8 +40,25 @@ from collections.abc import Callable, Collection, Mapping
 from typing import TypeVar
 
 from scheduler.metrics import SchedulerMetrics
-from scheduler.model import NodeInfo, ObjectError, PodInfo, parse_node, parse_pod
-from scheduler.ports import EventType, K8sObject, ObjectKind, PodRef
+from scheduler.model import (
+    NodeInfo,
+    ObjectError,
+    PodInfo,
+    parse_claim,
+    parse_namespace,
+    parse_node,
+    parse_pod,
+    parse_storage_class,
+    parse_volume,
+)
+from scheduler.ports import (
+    CLUSTER_SCOPED_KINDS,
+    INFORMED_KINDS,
+    EventType,
+    K8sObject,
+    ObjectKind,
+    PodRef,
+)
 from scheduler.queue import SchedulingQueue
 from scheduler.table import NodeTable
 
@@ -49,6 +67,10 @@ _T = TypeVar("_T")
 
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 """Pods in these phases no longer use their node's resources."""
+VOLUME_KINDS: frozenset[ObjectKind] = frozenset(
+    {"PersistentVolumeClaim", "PersistentVolume", "StorageClass"}
+)
+"""Kinds the volume filters read (kept in the table's :attr:`~NodeTable.volumes`)."""
 
 
 class ClusterCache:
@@ -102,7 +124,21 @@ class ClusterCache:
     def replace(self, kind: ObjectKind, objects: list[K8sObject]) -> None:
         """A full (re)list: objects missing from it are deleted."""
         with self.lock:
-            if kind == "Node":
+            if kind == "Namespace":
+                namespaces = {n.name: n for n in self._parse_each(objects, parse_namespace, kind)}
+                for name in self.table.namespace_names():
+                    if name not in namespaces:
+                        self.table.remove_namespace(name)
+                for namespace in namespaces.values():
+                    self.table.upsert_namespace(namespace)
+            elif kind in VOLUME_KINDS:
+                listed = {_object_key(kind, obj) for obj in objects}
+                for key in self._volume_keys(kind):
+                    if key not in listed:
+                        self._remove_volume_object(kind, key)
+                for obj in objects:
+                    self._upsert_volume_object(kind, obj)
+            elif kind == "Node":
                 nodes = {n.name: n for n in self._parse_each(objects, parse_node, kind)}
                 for name in list(self._nodes):
                     if name not in nodes:
@@ -134,6 +170,12 @@ class ClusterCache:
                     log.warning("skipping a %s deletion without metadata.name: %.200r", kind, obj)
                 elif kind == "Node":
                     self._delete_node(key)
+                elif kind == "Namespace":
+                    if self.table.remove_namespace(key):
+                        self._queue.cluster_event()
+                elif kind in VOLUME_KINDS:
+                    if self._remove_volume_object(kind, key):
+                        self._queue.cluster_event()
                 else:
                     self._forget_unparseable(key)
                     if self._delete_pod(key):
@@ -142,6 +184,15 @@ class ClusterCache:
             if kind == "Node":
                 node = self._parse(obj, parse_node, kind)
                 if node is not None and self._upsert_node(node):
+                    self._queue.cluster_event()
+                return
+            if kind in VOLUME_KINDS:  # a claim bound (or a volume changed) may fit a pod now
+                if self._upsert_volume_object(kind, obj):
+                    self._queue.cluster_event()
+                return
+            if kind == "Namespace":  # its labels decide which pods namespace selectors see
+                namespace = self._parse(obj, parse_namespace, kind)
+                if namespace is not None and self.table.upsert_namespace(namespace):
                     self._queue.cluster_event()
                 return
             state = self._parse(obj, _parse_pod_state, kind)
@@ -153,9 +204,9 @@ class ClusterCache:
     # ---- used by the scheduling loop and the binder ------------------------------------
 
     def synced(self) -> bool:
-        """True once both kinds have been listed."""
+        """True once every informed kind has been listed."""
         with self.lock:
-            return self._synced == {"Node", "Pod"}
+            return self._synced == set(INFORMED_KINDS)
 
     def pending_pod(self, key: str) -> PodInfo | None:
         """The latest object of a pending pod, or None when it is no longer pending."""
@@ -266,6 +317,41 @@ class ClusterCache:
             and not spec.get("schedulingGates")
             and namespace not in self._ignore_namespaces
         )
+
+    def _upsert_volume_object(self, kind: ObjectKind, obj: K8sObject) -> bool:
+        """Store a claim, PersistentVolume or StorageClass; True when it changed. One that
+        no longer parses is dropped (a pod using it waits, as for a missing one)."""
+        volumes = self.table.volumes
+        if kind == "PersistentVolumeClaim":
+            claim = self._parse(obj, parse_claim, kind)
+            if claim is not None:
+                return volumes.upsert_claim(claim)
+        elif kind == "PersistentVolume":
+            volume = self._parse(obj, parse_volume, kind)
+            if volume is not None:
+                return volumes.upsert_volume(volume)
+        else:
+            storage_class = self._parse(obj, parse_storage_class, kind)
+            if storage_class is not None:
+                return volumes.upsert_storage_class(storage_class)
+        key = _object_key(kind, obj)
+        return key is not None and self._remove_volume_object(kind, key)
+
+    def _remove_volume_object(self, kind: ObjectKind, key: str) -> bool:
+        volumes = self.table.volumes
+        if kind == "PersistentVolumeClaim":
+            return volumes.remove_claim(key)
+        if kind == "PersistentVolume":
+            return volumes.remove_volume(key)
+        return volumes.remove_storage_class(key)
+
+    def _volume_keys(self, kind: ObjectKind) -> list[str]:
+        volumes = self.table.volumes
+        if kind == "PersistentVolumeClaim":
+            return volumes.claim_keys()
+        if kind == "PersistentVolume":
+            return volumes.volume_names()
+        return volumes.storage_class_names()
 
     def _upsert_node(self, node: NodeInfo) -> bool:
         """Store the node; True when it is new or changed in a field the engine reads."""
@@ -387,7 +473,7 @@ def _object_key(kind: ObjectKind, obj: K8sObject) -> str | None:
     name = metadata.get("name") if isinstance(metadata, Mapping) else None
     if not isinstance(name, str) or not name:
         return None
-    if kind == "Node":
+    if kind in CLUSTER_SCOPED_KINDS:
         return name
     namespace = metadata.get("namespace") if isinstance(metadata, Mapping) else None
     return f"{namespace if isinstance(namespace, str) and namespace else 'default'}/{name}"

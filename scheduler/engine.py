@@ -42,19 +42,20 @@ from scheduler.filters.host_ports import host_ports
 from scheduler.filters.interference import interference_filter
 from scheduler.filters.node_affinity import node_affinity
 from scheduler.filters.node_state import node_ready, node_schedulable
-from scheduler.filters.pod_affinity import pod_affinity
-from scheduler.filters.pod_anti_affinity import pod_anti_affinity
 from scheduler.filters.resources import resources_fit
 from scheduler.filters.taints import taint_toleration
 from scheduler.filters.topology_spread import topology_spread
 from scheduler.messages import (
     NO_NODES,
     failed_scheduling_message,
+    pod_rejected_message,
     preemption_message,
     refused_message,
     scheduled_message,
 )
 from scheduler.model import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, PREEMPT_NEVER, PodInfo
+from scheduler.plugins import inter_pod_affinity
+from scheduler.plugins.volume_binding import check_claims, volume_filter
 from scheduler.quantity import PODS
 from scheduler.scores.balance import balance_score
 from scheduler.scores.gpu_packing import gpu_packing_score
@@ -135,18 +136,26 @@ class Engine:
         if pod.unsupported:
             message = refused_message(len(table), pod.unsupported)
             return EngineResult(None, [], message, False, pod.unsupported, 0)
+        claims = check_claims(pod, table.volumes) if pod.claims else None
+        if claims is not None and claims.refused:  # claims that need binding
+            message = refused_message(len(table), claims.refused)
+            return EngineResult(None, [], message, False, claims.refused, 0)
+        if claims is not None and claims.rejection is not None:
+            message = pod_rejected_message(len(table), claims.rejection)
+            return EngineResult(None, [], message, False, (), 0)
         static = self._static_stage(pod, table)
         fit = resources_fit(table, pod)
         # a filter with no possible reason passes every node: leave it out
         dynamic = [stage for stage in (host_ports(table, pod), fit) if stage.reasons]
+        volumes = None if claims is None else volume_filter(table, pod, claims)
+        if volumes is not None:
+            dynamic.append(volumes)
         if pod.spread:  # the inclusion policies read the NodeAffinity and taint masks
             taints, affinity = static.results[2].passed, static.results[3].passed
             dynamic.append(topology_spread(table, pod, affinity, taints))
-        if pod.pod_affinity:
-            dynamic.append(pod_affinity(table, pod))
-        anti_affinity = pod_anti_affinity(table, pod)
-        if anti_affinity.reasons:
-            dynamic.append(anti_affinity)
+        pod_affinity = inter_pod_affinity.inter_pod_affinity_filter(table, pod)
+        if pod_affinity is not None:
+            dynamic.append(pod_affinity)
         passed = _all_of(static.passed, dynamic)
         without_interference = passed
         if self.settings.interference_aware and not relax_interference:
@@ -190,6 +199,12 @@ class Engine:
         affinity_weight = self.settings.weights.node_affinity
         if pod.preferred_node_affinity and affinity_weight > 0:
             scores["node_affinity"] = (affinity_weight, node_affinity_score(table, pod, passed))
+        pod_affinity_score = inter_pod_affinity.inter_pod_affinity_score(table, pod, passed)
+        if pod_affinity_score is not None:  # until profiles carry weights: kube's default, 2
+            scores["inter_pod_affinity"] = (
+                inter_pod_affinity.SCORE.default_weight,
+                pod_affinity_score,
+            )
         totals = _weighted_sum(scores.values(), len(table))
         np.putmask(totals, ~passed, -np.inf)  # infeasible nodes rank last, never chosen
         best = _best_first(totals, min(max(2, self.settings.record_top_k), feasible))

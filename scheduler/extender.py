@@ -74,7 +74,6 @@ from scheduler.filters.host_ports import host_ports
 from scheduler.filters.interference import interference_filter
 from scheduler.filters.node_affinity import node_affinity
 from scheduler.filters.node_state import node_ready, node_schedulable
-from scheduler.filters.pod_anti_affinity import pod_anti_affinity
 from scheduler.filters.resources import resources_fit
 from scheduler.filters.taints import taint_toleration
 from scheduler.http import PostRoute
@@ -439,7 +438,6 @@ class Extender:
         now: float,
     ) -> FilterVerdict:
         stages = [*_static_stages(pod, table), host_ports(table, pod), resources_fit(table, pod)]
-        stages.append(pod_anti_affinity(table, pod))
         interference: FilterResult | None = None
         if settings.interference_aware:
             interference = interference_filter(table, pod, settings, now)

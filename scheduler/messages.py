@@ -22,6 +22,12 @@ def failed_scheduling_message(node_count: int, reason_counts: Mapping[str, int])
     return f"0/{node_count} nodes are available: {', '.join(histogram)}."
 
 
+def pod_rejected_message(node_count: int, reason: str) -> str:
+    """``FailedScheduling`` when a pod-wide check (kube-scheduler's PreFilter) rejects the
+    pod on every node: ``0/3 nodes are available: persistentvolumeclaim "data" not found.``"""
+    return f"0/{node_count} nodes are available: {reason}."
+
+
 def scheduled_message(pod_key: str, node: str) -> str:
     """The ``Scheduled`` Event message (``pod_key`` is ``namespace/name``)."""
     return f"Successfully assigned {pod_key} to {node}"

@@ -36,11 +36,10 @@ a node whose fresh signals exceed any of them is filtered out):
     highest node interference index, 0–100 (``"40"``); the index includes load bound to the
     node since its last report.
 
-Fields a pod asks for that standalone mode does not implement (pod affinity, anti-affinity
-on other topology keys, topology spread, volumes that need binding or volume topology, …)
-are listed in :attr:`PodInfo.unsupported`: the engine refuses such a pod (it stays Pending
-with a ``FailedScheduling`` Event naming the field) rather than place it with a constraint
-ignored.
+Fields a pod asks for that standalone mode does not implement (volumes that need binding
+or volume topology, DRA resource claims, …) are listed in :attr:`PodInfo.unsupported`: the
+engine refuses such a pod (it stays Pending with a ``FailedScheduling`` Event naming the
+field) rather than place it with a constraint ignored.
 """
 
 from __future__ import annotations
@@ -150,19 +149,39 @@ class LabelSelector:
         return True
 
 
+NO_LABELS: Mapping[str, str] = {}
+
+
 @dataclass(frozen=True, slots=True)
 class AntiAffinityTerm:
-    """A required pod anti-affinity term (also the pod matcher other filters use)."""
+    """A pod (anti-)affinity term with a label selector (also the pod matcher other
+    filters use): kube-scheduler's ``AffinityTerm``."""
 
     selector: LabelSelector
     namespaces: frozenset[str] | None
     """Namespaces whose pods it considers; ``None`` means all namespaces."""
     topology_key: str = HOSTNAME_LABEL
-    """Two pods conflict when their nodes share this label's value."""
+    """Two pods are together when their nodes share this label's value."""
+    namespace_selector: LabelSelector | None = None
+    """A non-empty ``namespaceSelector``: pods in namespaces whose labels it matches are
+    considered too (ORed with :attr:`namespaces`)."""
 
-    def matches(self, namespace: str, labels: Mapping[str, str]) -> bool:
-        """True when a pod in ``namespace`` with ``labels`` falls under this term."""
-        in_scope = self.namespaces is None or namespace in self.namespaces
+    def matches(
+        self,
+        namespace: str,
+        labels: Mapping[str, str],
+        namespace_labels: Mapping[str, str] = NO_LABELS,
+    ) -> bool:
+        """True when a pod in ``namespace`` (labelled ``namespace_labels``) with ``labels``
+        falls under this term."""
+        in_scope = (
+            self.namespaces is None
+            or namespace in self.namespaces
+            or (
+                self.namespace_selector is not None
+                and self.namespace_selector.matches(namespace_labels)
+            )
+        )
         return in_scope and self.selector.matches(labels)
 
 
@@ -176,11 +195,42 @@ class PodAffinityTerm:
     namespaces: frozenset[str] | None
     """Namespaces whose pods it considers; ``None`` means all namespaces."""
     topology_key: str
+    namespace_selector: LabelSelector | None = None
+    """As :attr:`AntiAffinityTerm.namespace_selector`."""
 
-    def matches(self, namespace: str, labels: Mapping[str, str]) -> bool:
+    def matcher(self) -> AntiAffinityTerm | None:
+        """The same term as an :class:`AntiAffinityTerm`; ``None`` when it matches no pod."""
+        if self.selector is None:
+            return None
+        return AntiAffinityTerm(
+            self.selector, self.namespaces, self.topology_key, self.namespace_selector
+        )
+
+    def matches(
+        self,
+        namespace: str,
+        labels: Mapping[str, str],
+        namespace_labels: Mapping[str, str] = NO_LABELS,
+    ) -> bool:
         """True when a pod in ``namespace`` with ``labels`` falls under this term."""
-        in_scope = self.namespaces is None or namespace in self.namespaces
-        return in_scope and self.selector is not None and self.selector.matches(labels)
+        matcher = self.matcher()
+        return matcher is not None and matcher.matches(namespace, labels, namespace_labels)
+
+
+@dataclass(frozen=True, slots=True)
+class WeightedTerm:
+    """A preferred pod (anti-)affinity term with its weight (1–100)."""
+
+    weight: int
+    term: AntiAffinityTerm
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceInfo:
+    """What namespace selectors read of a namespace."""
+
+    name: str
+    labels: Mapping[str, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +267,88 @@ class HostPort:
 
 
 WILDCARD_IP = "0.0.0.0"
+
+
+ANNOTATION_BIND_COMPLETED = "pv.kubernetes.io/bind-completed"
+"""Set on a claim by the PV controller once its binding is complete (kube-scheduler counts
+a claim as bound only with it and ``spec.volumeName``)."""
+ANNOTATION_BETA_STORAGE_CLASS = "volume.beta.kubernetes.io/storage-class"
+"""The legacy storage class annotation, which wins over ``spec.storageClassName``."""
+READ_WRITE_ONCE_POD = "ReadWriteOncePod"
+WAIT_FOR_FIRST_CONSUMER = "WaitForFirstConsumer"
+VOLUME_ZONE_LABELS = (
+    "failure-domain.beta.kubernetes.io/zone",
+    "failure-domain.beta.kubernetes.io/region",
+    "topology.kubernetes.io/zone",
+    "topology.kubernetes.io/region",
+)
+"""PV labels kube-scheduler's VolumeZone filter reads (a value may list zones joined by
+``__``)."""
+INLINE_DISK_VOLUMES = ("gcePersistentDisk", "awsElasticBlockStore", "rbd", "iscsi")
+"""Inline volume types whose disk conflicts kube-scheduler's VolumeRestrictions checks
+(not implemented: such pods are refused)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodVolumeClaim:
+    """A PersistentVolumeClaim one of the pod's volumes uses."""
+
+    field: str
+    """Where the pod asks for it: ``spec.volumes[0].persistentVolumeClaim`` or
+    ``spec.volumes[1].ephemeral``."""
+    claim_name: str
+    """``claimName``; for an ephemeral volume ``<pod>-<volume>``, the claim its controller
+    creates."""
+    ephemeral: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimInfo:
+    """What the volume filters read of a PersistentVolumeClaim."""
+
+    namespace: str
+    name: str
+    volume_name: str
+    """``spec.volumeName``; empty while unbound."""
+    bind_completed: bool
+    """The ``pv.kubernetes.io/bind-completed`` annotation is present."""
+    storage_class: str
+    """The legacy annotation, else ``spec.storageClassName``; empty for none."""
+    access_modes: frozenset[str]
+    deleting: bool
+    """``metadata.deletionTimestamp`` is set."""
+    lost: bool
+    """``status.phase`` is ``Lost`` (its volume is gone)."""
+    controller_uid: str
+    """UID of the owner reference with ``controller: true`` (empty when none): an ephemeral
+    volume's claim must be controlled by its pod."""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def bound(self) -> bool:
+        """kube-scheduler's ``isPVCFullyBound``: a volume name and the bind-completed mark."""
+        return bool(self.volume_name) and self.bind_completed
+
+
+@dataclass(frozen=True, slots=True)
+class VolumeInfo:
+    """What the volume filters read of a PersistentVolume."""
+
+    name: str
+    node_affinity: tuple[NodeSelectorTerm, ...] | None
+    """``spec.nodeAffinity.required.nodeSelectorTerms`` (ORed); ``None`` when unset."""
+    zones: tuple[tuple[str, frozenset[str]], ...]
+    """Each of :data:`VOLUME_ZONE_LABELS` the PV carries, with its values split at ``__``."""
+
+
+@dataclass(frozen=True, slots=True)
+class StorageClassInfo:
+    name: str
+    binding_mode: str
+    """``volumeBindingMode``: ``Immediate`` (the API default) or ``WaitForFirstConsumer``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,7 +410,8 @@ class PodInfo:
     required_node_affinity: tuple[NodeSelectorTerm, ...] | None
     """Required node affinity terms (ORed); ``None`` when the pod sets none."""
     anti_affinity: tuple[AntiAffinityTerm, ...]
-    """Required pod anti-affinity terms on ``kubernetes.io/hostname``."""
+    """Required pod anti-affinity terms (any topology key; a term without a label
+    selector is left out: it matches no pod)."""
     labels: Mapping[str, str]
     tolerance: InterferenceTolerance | None
     """Interference tolerance from annotations; ``None`` when the pod declares none."""
@@ -294,8 +427,15 @@ class PodInfo:
     """``ScheduleAnyway`` topology spread constraints (a score)."""
     pod_affinity: tuple[PodAffinityTerm, ...] = ()
     """Required pod affinity terms (any topology key)."""
+    preferred_affinity: tuple[WeightedTerm, ...] = ()
+    """Preferred pod affinity terms (a score; weight 0 and selector-less terms left out)."""
+    preferred_anti_affinity: tuple[WeightedTerm, ...] = ()
+    """Preferred pod anti-affinity terms (a score), left out as :attr:`preferred_affinity`."""
     preferred_node_affinity: tuple[tuple[int, NodeSelectorTerm], ...] = ()
     """(weight, term) of the preferred node affinity terms (a score)."""
+    claims: tuple[PodVolumeClaim, ...] = ()
+    """The PersistentVolumeClaims its volumes use, in volume order (checked against the
+    live claims at each attempt: scheduler/plugins/volume_binding.py)."""
 
     @property
     def key(self) -> str:
@@ -377,7 +517,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
     spec = reader.mapping(obj, "spec")
     unsupported: list[str] = []
     spread, soft_spread = _spread_constraints(reader, spec)
-    pod_affinity = _pod_affinity(reader, reader.mapping(spec, "spec.affinity"), unsupported)
+    inter_pod = _InterPodTerms.parse(reader, reader.mapping(spec, "spec.affinity"))
     requests, nonzero_cpu_m, nonzero_memory = _pod_requests(
         reader, spec, reader.mapping(obj, "status")
     )
@@ -418,7 +558,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
             sorted(reader.string_map(spec, "nodeSelector", "spec.nodeSelector").items())
         ),
         required_node_affinity=_node_affinity(reader, affinity),
-        anti_affinity=_pod_anti_affinity(reader, affinity, unsupported),
+        anti_affinity=inter_pod.required_anti_affinity,
         labels=reader.string_map(metadata, "labels", "metadata.labels"),
         tolerance=_tolerance(reader, annotations),
         scheduling_gates=gates,
@@ -426,8 +566,11 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         preemption_policy=preemption_policy,
         spread=spread,
         soft_spread=soft_spread,
-        pod_affinity=pod_affinity,
+        pod_affinity=inter_pod.required_affinity,
+        preferred_affinity=inter_pod.preferred_affinity,
+        preferred_anti_affinity=inter_pod.preferred_anti_affinity,
         preferred_node_affinity=_preferred_node_affinity(reader, affinity),
+        claims=_volume_claims(reader, spec),
     )
 
 
@@ -795,82 +938,119 @@ def _label_selector(reader: _Reader, selector: Any, path: str) -> LabelSelector 
     return LabelSelector(requirements + expressions)
 
 
-def _pod_affinity(
-    reader: _Reader, affinity: Mapping[str, Any], unsupported: list[str]
-) -> tuple[PodAffinityTerm, ...]:
-    """Required pod affinity terms; the preferred ones and the fields not implemented
-    (``matchLabelKeys``, ``mismatchLabelKeys``, a non-empty ``namespaceSelector``) are named
-    unsupported."""
-    path = "spec.affinity.podAffinity"
-    pod_affinity = reader.mapping(affinity, path)
-    if pod_affinity.get("preferredDuringSchedulingIgnoredDuringExecution"):
-        unsupported.append(f"{path}.preferredDuringSchedulingIgnoredDuringExecution")
-    namespace = reader.string(reader.metadata, "namespace", "metadata.namespace") or "default"
-    terms = []
-    required_path = f"{path}.requiredDuringSchedulingIgnoredDuringExecution"
-    for i, term in enumerate(reader.sequence(pod_affinity, required_path)):
-        field = f"{required_path}[{i}]"
-        term = reader.as_mapping(term, field)
-        skipped = [k for k in ("matchLabelKeys", "mismatchLabelKeys") if term.get(k)]
-        namespace_selector = term.get("namespaceSelector")
-        if namespace_selector:
-            skipped.append("namespaceSelector")
-        if skipped:
-            unsupported.extend(f"{field}.{k}" for k in skipped)
-            continue
-        names = reader.sequence(term, f"{field}.namespaces")
-        if not all(isinstance(n, str) for n in names):
-            raise reader.error(f"{field}.namespaces", "expected a list of strings")
-        namespaces: frozenset[str] | None
-        if namespace_selector is not None:  # an empty namespaceSelector selects all namespaces
-            namespaces = None
-        else:
-            namespaces = frozenset(names) if names else frozenset({namespace})
-        terms.append(
-            PodAffinityTerm(
-                _label_selector(reader, term.get("labelSelector"), f"{field}.labelSelector"),
-                namespaces,
-                reader.string(term, "topologyKey", f"{field}.topologyKey"),
-            )
+@dataclass(frozen=True, slots=True)
+class _InterPodTerms:
+    """``spec.affinity.podAffinity`` and ``podAntiAffinity``, parsed.
+
+    Each term as kube-scheduler builds an ``AffinityTerm``: a null ``labelSelector``
+    matches no pod, an empty one every pod; ``namespaces`` default to the pod's own
+    namespace unless ``namespaces`` or ``namespaceSelector`` is set; an empty
+    ``namespaceSelector`` means all namespaces, a non-empty one is ORed with
+    ``namespaces``. ``matchLabelKeys`` / ``mismatchLabelKeys`` add ``key In (value)`` /
+    ``key NotIn (value)`` with the pod's value of each key it has, unless the selector
+    already has a requirement on that key (the API server merged it when the pod was
+    created, with the labels of that time).
+    """
+
+    required_affinity: tuple[PodAffinityTerm, ...]
+    required_anti_affinity: tuple[AntiAffinityTerm, ...]
+    preferred_affinity: tuple[WeightedTerm, ...]
+    preferred_anti_affinity: tuple[WeightedTerm, ...]
+
+    @classmethod
+    def parse(cls, reader: _Reader, affinity: Mapping[str, Any]) -> _InterPodTerms:
+        namespace = reader.string(reader.metadata, "namespace", "metadata.namespace") or "default"
+        labels = reader.string_map(reader.metadata, "labels", "metadata.labels")
+        found: dict[str, tuple[list[PodAffinityTerm], list[WeightedTerm]]] = {}
+        for kind in ("podAffinity", "podAntiAffinity"):
+            path = f"spec.affinity.{kind}"
+            section = reader.mapping(affinity, path)
+            required_path = f"{path}.requiredDuringSchedulingIgnoredDuringExecution"
+            required = [
+                _affinity_term(reader, term, f"{required_path}[{i}]", namespace, labels)
+                for i, term in enumerate(reader.sequence(section, required_path))
+            ]
+            preferred_path = f"{path}.preferredDuringSchedulingIgnoredDuringExecution"
+            preferred = []
+            for i, item in enumerate(reader.sequence(section, preferred_path)):
+                field = f"{preferred_path}[{i}]"
+                item = reader.as_mapping(item, field)
+                weight = item.get("weight", 0)
+                if (
+                    not isinstance(weight, int)
+                    or isinstance(weight, bool)
+                    or not 0 <= weight <= 100
+                ):
+                    raise reader.error(
+                        f"{field}.weight", f"{weight!r} is not an integer from 0 to 100"
+                    )
+                term = _affinity_term(
+                    reader,
+                    item.get("podAffinityTerm"),
+                    f"{field}.podAffinityTerm",
+                    namespace,
+                    labels,
+                ).matcher()
+                if weight and term is not None:  # neither can change a score
+                    preferred.append(WeightedTerm(weight, term))
+            found[kind] = (required, preferred)
+        anti = (m for m in (t.matcher() for t in found["podAntiAffinity"][0]) if m is not None)
+        return cls(
+            required_affinity=tuple(found["podAffinity"][0]),
+            required_anti_affinity=tuple(anti),
+            preferred_affinity=tuple(found["podAffinity"][1]),
+            preferred_anti_affinity=tuple(found["podAntiAffinity"][1]),
         )
-    return tuple(terms)
 
 
-def _pod_anti_affinity(
-    reader: _Reader, affinity: Mapping[str, Any], unsupported: list[str]
-) -> tuple[AntiAffinityTerm, ...]:
-    path = "spec.affinity.podAntiAffinity"
-    anti = reader.mapping(affinity, path)
-    if anti.get("preferredDuringSchedulingIgnoredDuringExecution"):
-        unsupported.append(f"{path}.preferredDuringSchedulingIgnoredDuringExecution")
-    namespace = reader.string(reader.metadata, "namespace", "metadata.namespace") or "default"
-    terms = []
-    required_path = f"{path}.requiredDuringSchedulingIgnoredDuringExecution"
-    for i, term in enumerate(reader.sequence(anti, required_path)):
-        field = f"{required_path}[{i}]"
-        if not isinstance(term, Mapping):
-            raise reader.error(field, "expected an object")
-        topology_key = reader.string(term, "topologyKey", f"{field}.topologyKey")
-        skipped = [k for k in ("matchLabelKeys", "mismatchLabelKeys") if term.get(k)]
-        namespace_selector = term.get("namespaceSelector")
-        if namespace_selector:
-            skipped.append("namespaceSelector")
-        if skipped:
-            unsupported.extend(f"{field}.{k}" for k in skipped)
+def _affinity_term(
+    reader: _Reader, term: Any, field: str, namespace: str, labels: Mapping[str, str]
+) -> PodAffinityTerm:
+    """One ``PodAffinityTerm`` of a pod in ``namespace`` with ``labels`` (see
+    :class:`_InterPodTerms`)."""
+    if not isinstance(term, Mapping):
+        raise reader.error(field, "expected an object")
+    selector = _label_selector(reader, term.get("labelSelector"), f"{field}.labelSelector")
+    merged: list[Requirement] = []
+    for name, operator in (("matchLabelKeys", "In"), ("mismatchLabelKeys", "NotIn")):
+        keys = reader.sequence(term, f"{field}.{name}")
+        if not all(isinstance(k, str) for k in keys):
+            raise reader.error(f"{field}.{name}", "expected a list of strings")
+        if selector is None:  # the API server rejects keys without a selector
             continue
-        selector = _label_selector(reader, term.get("labelSelector"), f"{field}.labelSelector")
-        if selector is None:  # a null selector matches no pod: the term can never conflict
-            continue
-        names = reader.sequence(term, f"{field}.namespaces")
-        if not all(isinstance(n, str) for n in names):
-            raise reader.error(f"{field}.namespaces", "expected a list of strings")
-        namespaces: frozenset[str] | None
-        if namespace_selector is not None:  # an empty namespaceSelector selects all namespaces
-            namespaces = None
-        else:
-            namespaces = frozenset(names) if names else frozenset({namespace})
-        terms.append(AntiAffinityTerm(selector, namespaces, topology_key))
-    return tuple(terms)
+        present = {r.key for r in selector.requirements}
+        merged += (
+            Requirement(k, operator, (labels[k],)) for k in keys if k in labels and k not in present
+        )
+    if selector is not None and merged:
+        selector = LabelSelector(selector.requirements + tuple(merged))
+    names = reader.sequence(term, f"{field}.namespaces")
+    if not all(isinstance(n, str) for n in names):
+        raise reader.error(f"{field}.namespaces", "expected a list of strings")
+    namespace_selector = _label_selector(
+        reader, term.get("namespaceSelector"), f"{field}.namespaceSelector"
+    )
+    namespaces: frozenset[str] | None
+    if namespace_selector is not None and not namespace_selector.requirements:
+        namespaces, namespace_selector = None, None  # an empty selector: every namespace
+    elif names or namespace_selector is not None:
+        namespaces = frozenset(names)
+    else:
+        namespaces = frozenset({namespace})
+    return PodAffinityTerm(
+        selector,
+        namespaces,
+        reader.string(term, "topologyKey", f"{field}.topologyKey"),
+        namespace_selector,
+    )
+
+
+def parse_namespace(obj: Mapping[str, Any]) -> NamespaceInfo:
+    """A namespace from its API JSON (name and labels)."""
+    reader = _Reader(obj, "namespace")
+    return NamespaceInfo(
+        reader.name, reader.string_map(reader.metadata, "labels", "metadata.labels")
+    )
 
 
 def _spread_constraints(
@@ -927,18 +1107,96 @@ def _unsupported_spec_fields(reader: _Reader, spec: Mapping[str, Any]) -> list[s
     for i, volume in enumerate(reader.sequence(spec, "spec.volumes")):
         if not isinstance(volume, Mapping):
             raise reader.error(f"spec.volumes[{i}]", "expected an object")
+        fields.extend(
+            f"spec.volumes[{i}].{kind} (VolumeRestrictions disk conflicts)"
+            for kind in INLINE_DISK_VOLUMES
+            if volume.get(kind) is not None
+        )
+    return fields
+
+
+def _volume_claims(reader: _Reader, spec: Mapping[str, Any]) -> tuple[PodVolumeClaim, ...]:
+    """The claims of ``persistentVolumeClaim`` and ``ephemeral`` volumes, in volume order
+    (an ephemeral volume's claim is named ``<pod>-<volume>``, as its controller names it)."""
+    claims: list[PodVolumeClaim] = []
+    for i, volume in enumerate(reader.sequence(spec, "spec.volumes")):
+        field = f"spec.volumes[{i}]"
+        volume = reader.as_mapping(volume, field)
         claim = volume.get("persistentVolumeClaim")
         if claim is not None:
-            name = reader.string(
-                reader.as_mapping(claim, f"spec.volumes[{i}].persistentVolumeClaim"),
-                "claimName",
-                f"spec.volumes[{i}].persistentVolumeClaim.claimName",
+            path = f"{field}.persistentVolumeClaim"
+            name = reader.string(reader.as_mapping(claim, path), "claimName", f"{path}.claimName")
+            if not name:
+                raise reader.error(f"{path}.claimName", "missing")
+            claims.append(PodVolumeClaim(path, name, ephemeral=False))
+        elif volume.get("ephemeral") is not None:
+            volume_name = reader.string(volume, "name", f"{field}.name")
+            if not volume_name:
+                raise reader.error(f"{field}.name", "missing")
+            claims.append(
+                PodVolumeClaim(f"{field}.ephemeral", f"{reader.name}-{volume_name}", ephemeral=True)
             )
-            fields.append(f"spec.volumes[{i}].persistentVolumeClaim (claim {name})")
-        if "ephemeral" in volume:  # its claim is named <pod>-<volume>
-            volume_name = reader.string(volume, "name", f"spec.volumes[{i}].name")
-            fields.append(f"spec.volumes[{i}].ephemeral (claim {reader.name}-{volume_name})")
-    return fields
+    return tuple(claims)
+
+
+def parse_claim(obj: Mapping[str, Any]) -> ClaimInfo:
+    """A PersistentVolumeClaim from its API JSON; :class:`ObjectError` names the field."""
+    reader = _Reader(obj, "persistentvolumeclaim")
+    metadata = reader.metadata
+    spec = reader.mapping(obj, "spec")
+    annotations = reader.string_map(metadata, "annotations", "metadata.annotations")
+    modes = reader.sequence(spec, "spec.accessModes")
+    if not all(isinstance(m, str) for m in modes):
+        raise reader.error("spec.accessModes", "expected a list of strings")
+    controller_uid = ""
+    for i, owner in enumerate(reader.sequence(metadata, "metadata.ownerReferences")):
+        owner = reader.as_mapping(owner, f"metadata.ownerReferences[{i}]")
+        if owner.get("controller") is True:
+            controller_uid = reader.string(owner, "uid", f"metadata.ownerReferences[{i}].uid")
+    storage_class = annotations.get(ANNOTATION_BETA_STORAGE_CLASS)
+    if storage_class is None:
+        storage_class = reader.string(spec, "storageClassName", "spec.storageClassName")
+    return ClaimInfo(
+        namespace=reader.string(metadata, "namespace", "metadata.namespace") or "default",
+        name=reader.name,
+        volume_name=reader.string(spec, "volumeName", "spec.volumeName"),
+        bind_completed=ANNOTATION_BIND_COMPLETED in annotations,
+        storage_class=storage_class,
+        access_modes=frozenset(modes),
+        deleting=metadata.get("deletionTimestamp") is not None,
+        lost=reader.mapping(obj, "status").get("phase") == "Lost",
+        controller_uid=controller_uid,
+    )
+
+
+def parse_volume(obj: Mapping[str, Any]) -> VolumeInfo:
+    """A PersistentVolume from its API JSON; :class:`ObjectError` names the field."""
+    reader = _Reader(obj, "persistentvolume")
+    spec = reader.mapping(obj, "spec")
+    required = reader.mapping(
+        reader.mapping(spec, "spec.nodeAffinity"), "spec.nodeAffinity.required"
+    )
+    node_affinity = None
+    if required:
+        path = "spec.nodeAffinity.required.nodeSelectorTerms"
+        node_affinity = tuple(
+            _node_selector_term(reader, term, f"{path}[{i}]")
+            for i, term in enumerate(reader.sequence(required, path))
+        )
+    labels = reader.string_map(reader.metadata, "labels", "metadata.labels")
+    zones = []
+    for key in VOLUME_ZONE_LABELS:
+        values = [v.strip() for v in labels.get(key, "").split("__")]
+        if all(values):  # kube-scheduler ignores a label with an empty zone (or no value)
+            zones.append((key, frozenset(values)))
+    return VolumeInfo(reader.name, node_affinity, tuple(zones))
+
+
+def parse_storage_class(obj: Mapping[str, Any]) -> StorageClassInfo:
+    """A StorageClass from its API JSON (name and binding mode)."""
+    reader = _Reader(obj, "storageclass")
+    mode = reader.string(obj, "volumeBindingMode", "volumeBindingMode") or "Immediate"
+    return StorageClassInfo(reader.name, mode)
 
 
 def _tolerance(reader: _Reader, annotations: Mapping[str, str]) -> InterferenceTolerance | None:

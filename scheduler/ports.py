@@ -19,7 +19,22 @@ from typing import Any, Literal, Protocol
 from interference.decision import Decision
 from interference.signals import SIGNAL_FAMILIES, GpuDevice, NodeMetrics, WindowMetrics
 
-ObjectKind = Literal["Node", "Pod"]
+ObjectKind = Literal[
+    "Node", "Pod", "Namespace", "PersistentVolumeClaim", "PersistentVolume", "StorageClass"
+]
+INFORMED_KINDS: tuple[ObjectKind, ...] = (
+    "Node",
+    "Namespace",
+    "StorageClass",
+    "PersistentVolume",
+    "PersistentVolumeClaim",
+    "Pod",
+)
+"""What the informers list and watch, in the order a (re)list hands them over."""
+CLUSTER_SCOPED_KINDS: frozenset[ObjectKind] = frozenset(
+    {"Node", "Namespace", "PersistentVolume", "StorageClass"}
+)
+"""Kinds keyed by name alone (the others by ``namespace/name``)."""
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 K8sObject = dict[str, Any]
 
@@ -63,7 +78,8 @@ class Cluster(Protocol):
     """Reads and writes the cluster state the scheduler needs."""
 
     def run_informers(self, handler: ClusterHandler, stop: threading.Event) -> None:
-        """List then watch nodes and pods until ``stop`` is set, feeding ``handler``.
+        """List then watch each of :data:`INFORMED_KINDS` until ``stop`` is set, feeding
+        ``handler``.
 
         Relists on 410 Gone and backs off on 429/5xx; never returns early on errors.
         """

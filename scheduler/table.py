@@ -35,7 +35,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar, cast, get_args
+from itertools import repeat
+from typing import Any, Generic, Literal, TypeVar, cast, get_args
 
 import numpy as np
 from numpy.typing import NDArray
@@ -48,17 +49,21 @@ from scheduler.model import (
     AntiAffinityTerm,
     HostPort,
     LabelSelector,
+    NamespaceInfo,
     NodeInfo,
     PodInfo,
     Taint,
+    WeightedTerm,
     gpu_labels,
 )
 from scheduler.ports import NodeSignals
 from scheduler.quantity import CPU, EPHEMERAL_STORAGE, MEMORY, PODS
+from scheduler.volumes import VolumeCatalog
 
 BASE_RESOURCES = (CPU, MEMORY, EPHEMERAL_STORAGE, PODS)
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V", bound=Hashable)
+H = TypeVar("H", bound=Hashable)
 T = TypeVar("T")
 CHANGED_ROWS_LIMIT = 32
 """Changed rows :meth:`NodeTable.derived` refreshes one by one; beyond that it rebuilds."""
@@ -141,6 +146,8 @@ class NodeTable:
         self._index: dict[str, int] = {}
         self._nodes: list[NodeInfo] = []
         self._resource_rows: dict[str, int] = {r: i for i, r in enumerate(BASE_RESOURCES)}
+        self.volumes = VolumeCatalog()
+        """Claims, PersistentVolumes, StorageClasses, and the claims placed pods use."""
         cap, rows = self._capacity, len(BASE_RESOURCES)
         self._alloc = np.zeros((rows, cap), dtype=np.int64)
         self._requested = np.zeros((rows, cap), dtype=np.int64)
@@ -180,7 +187,13 @@ class NodeTable:
         self._pods_by_namespace: dict[str, set[str]] = {}
         self._priorities: Counter[int] = Counter()
         """Placed pods per priority (tells at once whether a pod could preempt anyone)."""
-        self._anti_terms = _AntiAffinityIndex()
+        self._anti_terms = _TermIndex[AntiAffinityTerm](_same_term)
+        self._affinity_terms = _TermIndex[AntiAffinityTerm](_same_term)
+        self._preferred_terms = _TermIndex[WeightedTerm](_weighted_term)
+        """Placed pods' required anti-affinity, required affinity (with a selector) and
+        preferred terms (anti-affinity ones with negated weights)."""
+        self._namespace_labels: dict[str, Mapping[str, str]] = {}
+        self._namespace_selections: dict[LabelSelector, frozenset[str]] = {}
         self._match_counts = _MatchCounts()
         self._ports: dict[tuple[str, int], dict[str, Counter[HostPort]]] = {}
         self._recent: dict[str, dict[str, tuple[float, int]]] = {}
@@ -198,6 +211,11 @@ class NodeTable:
     def index_of(self, name: str) -> int | None:
         """Row of node ``name``, ``None`` when unknown."""
         return self._index.get(name)
+
+    def rows_of(self, names: Iterable[str]) -> NDArray[np.intp]:
+        """Row of each node name, -1 for a name the table does not know (one dict lookup
+        per name, with no Python call per name: extender requests carry thousands)."""
+        return np.fromiter(map(self._index.get, names, repeat(-1)), np.intp)
 
     def node(self, row: int) -> NodeInfo:
         return self._nodes[row]
@@ -270,8 +288,14 @@ class NodeTable:
             self._pods_by_label.setdefault(item, set()).add(pod.key)
         self._pods_by_namespace.setdefault(pod.namespace, set()).add(pod.key)
         self._priorities[pod.priority] += 1
+        if pod.claims:
+            self.volumes.count_users(pod, 1)
         for term in pod.anti_affinity:
             self._anti_terms.add(term, node)
+        for term in _required_affinity(pod):
+            self._affinity_terms.add(term, node)
+        for weighted in _preferred(pod):
+            self._preferred_terms.add(weighted, node)
         for port in pod.host_ports:
             self._ports.setdefault((port.protocol, port.port), {}).setdefault(node, Counter())[
                 port
@@ -302,8 +326,14 @@ class NodeTable:
         self._priorities[pod.priority] -= 1
         if not self._priorities[pod.priority]:
             del self._priorities[pod.priority]
+        if pod.claims:
+            self.volumes.count_users(pod, -1)
         for term in pod.anti_affinity:
             self._anti_terms.remove(term, node)
+        for term in _required_affinity(pod):
+            self._affinity_terms.remove(term, node)
+        for weighted in _preferred(pod):
+            self._preferred_terms.remove(weighted, node)
         for port in pod.host_ports:
             users = self._ports[(port.protocol, port.port)]
             _decrement(users, node, port)
@@ -332,7 +362,10 @@ class NodeTable:
     ) -> NDArray[np.int64]:
         """Per node row, the placed pods ``term`` matches (without terminating ones when
         ``skip_terminating``). Kept current as pods come and go, rebuilt after a layout
-        change; callers must not modify it."""
+        change; callers must not modify it. A namespace selector must have been resolved
+        into ``term.namespaces`` (:meth:`namespaces_matching`)."""
+        if term.namespace_selector is not None:
+            raise ValueError("matching_per_node needs a term with its namespaces resolved")
         key = (term, skip_terminating)
         counts = self._match_counts.get(key)
         if counts is None:
@@ -343,6 +376,41 @@ class NodeTable:
                     counts[row] += 1
             self._match_counts.put(key, counts)
         return counts
+
+    # ---- namespaces --------------------------------------------------------------------
+
+    def upsert_namespace(self, namespace: NamespaceInfo) -> bool:
+        """Store a namespace's labels; True when they changed."""
+        if self._namespace_labels.get(namespace.name) == namespace.labels:
+            return False
+        self._namespace_labels[namespace.name] = namespace.labels
+        self._namespace_selections.clear()
+        return True
+
+    def remove_namespace(self, name: str) -> bool:
+        """Forget a namespace; True when it was known."""
+        if self._namespace_labels.pop(name, None) is None:
+            return False
+        self._namespace_selections.clear()
+        return True
+
+    def namespace_names(self) -> list[str]:
+        return list(self._namespace_labels)
+
+    def namespace_labels(self, name: str) -> Mapping[str, str]:
+        """The labels of namespace ``name`` (none when unknown, as kube-scheduler assumes)."""
+        return self._namespace_labels.get(name, {})
+
+    def namespaces_matching(self, selector: LabelSelector) -> frozenset[str]:
+        """Names of the known namespaces whose labels ``selector`` matches (cached until a
+        namespace changes)."""
+        found = self._namespace_selections.get(selector)
+        if found is None:
+            found = frozenset(
+                name for name, labels in self._namespace_labels.items() if selector.matches(labels)
+            )
+            self._namespace_selections[selector] = found
+        return found
 
     def pod_node(self, key: str) -> str | None:
         """Node a pod (``namespace/name``) is placed on, ``None`` when unknown."""
@@ -543,6 +611,19 @@ class NodeTable:
         node → number of placed pods carrying it."""
         return self._anti_terms.candidates(namespace, labels)
 
+    def affinity_terms(
+        self, namespace: str, labels: Mapping[str, str]
+    ) -> list[tuple[AntiAffinityTerm, Mapping[str, int]]]:
+        """As :meth:`anti_affinity_terms`, for placed pods' required affinity terms."""
+        return self._affinity_terms.candidates(namespace, labels)
+
+    def preferred_terms(
+        self, namespace: str, labels: Mapping[str, str]
+    ) -> list[tuple[WeightedTerm, Mapping[str, int]]]:
+        """As :meth:`anti_affinity_terms`, for placed pods' preferred affinity terms and
+        preferred anti-affinity terms (those with their weight negated)."""
+        return self._preferred_terms.candidates(namespace, labels)
+
     def host_port_users(self, protocol: str, port: int) -> Mapping[str, Counter[HostPort]]:
         """Node → host ports in use with this protocol and port number."""
         return self._ports.get((protocol, port), {})
@@ -694,49 +775,73 @@ class NodeTable:
         """CPU requested by pods added since each node's last report, millicores."""
 
 
-class _AntiAffinityIndex:
-    """Placed pods' anti-affinity terms, indexed so a pod only meets terms that could match it.
+class _TermIndex(Generic[H]):
+    """Placed pods' terms, indexed so a pod only meets terms that could match it.
 
-    A term is filed under each namespace it considers (``None``: all) and under the
+    An entry (a term, or something holding one: ``term_of`` finds it) is filed under each
+    namespace its term considers (``None``: all, or a namespace selector) and under the
     ``(key, value)`` pairs of its first ``In`` requirement (``None``: no ``In``), since a
     pod can only match it when it carries one of those labels.
     """
 
-    def __init__(self) -> None:
-        self._nodes: dict[AntiAffinityTerm, Counter[str]] = {}
-        self._filed: dict[tuple[str | None, tuple[str, str] | None], set[AntiAffinityTerm]] = {}
+    def __init__(self, term_of: Callable[[H], AntiAffinityTerm]) -> None:
+        self._term_of = term_of
+        self._nodes: dict[H, Counter[str]] = {}
+        self._filed: dict[tuple[str | None, tuple[str, str] | None], set[H]] = {}
 
-    def add(self, term: AntiAffinityTerm, node: str) -> None:
-        nodes = self._nodes.get(term)
+    def add(self, entry: H, node: str) -> None:
+        nodes = self._nodes.get(entry)
         if nodes is None:
-            nodes = self._nodes[term] = Counter()
-            for key in _filing_keys(term):
-                self._filed.setdefault(key, set()).add(term)
+            nodes = self._nodes[entry] = Counter()
+            for key in _filing_keys(self._term_of(entry)):
+                self._filed.setdefault(key, set()).add(entry)
         nodes[node] += 1
 
-    def remove(self, term: AntiAffinityTerm, node: str) -> None:
-        _decrement(self._nodes, term, node)
-        if term not in self._nodes:
-            for key in _filing_keys(term):
-                _discard(self._filed, key, term)
+    def remove(self, entry: H, node: str) -> None:
+        _decrement(self._nodes, entry, node)
+        if entry not in self._nodes:
+            for key in _filing_keys(self._term_of(entry)):
+                _discard(self._filed, key, entry)
 
     def candidates(
         self, namespace: str, labels: Mapping[str, str]
-    ) -> list[tuple[AntiAffinityTerm, Mapping[str, int]]]:
+    ) -> list[tuple[H, Mapping[str, int]]]:
         if not self._nodes:
             return []
-        found: set[AntiAffinityTerm] = set()
+        found: set[H] = set()
         for scope in (namespace, None):
             found.update(self._filed.get((scope, None), ()))
             for item in labels.items():
                 found.update(self._filed.get((scope, item), ()))
-        return [(term, self._nodes[term]) for term in found]
+        return [(entry, self._nodes[entry]) for entry in found]
+
+
+def _same_term(term: AntiAffinityTerm) -> AntiAffinityTerm:
+    return term
+
+
+def _weighted_term(weighted: WeightedTerm) -> AntiAffinityTerm:
+    return weighted.term
+
+
+def _required_affinity(pod: PodInfo) -> list[AntiAffinityTerm]:
+    """The pod's required affinity terms that can match a pod (those with a selector)."""
+    return [m for m in (t.matcher() for t in pod.pod_affinity) if m is not None]
+
+
+def _preferred(pod: PodInfo) -> list[WeightedTerm]:
+    """The pod's preferred affinity terms, then its preferred anti-affinity terms with
+    their weights negated."""
+    return [
+        *pod.preferred_affinity,
+        *(WeightedTerm(-w.weight, w.term) for w in pod.preferred_anti_affinity),
+    ]
 
 
 class _MatchCounts:
     """Per-node counts of placed pods matching a term (:meth:`NodeTable.matching_per_node`),
-    updated as pods are added and removed. Entries are filed like
-    :class:`_AntiAffinityIndex` terms, so a pod only meets the entries it could match."""
+    updated as pods are added and removed. Entries are filed like :class:`_TermIndex`
+    terms, so a pod only meets the entries it could match."""
 
     def __init__(self) -> None:
         self._counts: dict[tuple[AntiAffinityTerm, bool], NDArray[np.int64]] = {}
@@ -776,7 +881,12 @@ def _filing_keys(term: AntiAffinityTerm) -> list[tuple[str | None, tuple[str, st
     items: list[tuple[str, str] | None] = (
         [None] if first_in is None else [(first_in.key, v) for v in first_in.values]
     )
-    return [(scope, item) for scope in term.namespaces or (None,) for item in items]
+    scopes: Iterable[str | None] = (
+        (None,)
+        if term.namespaces is None or term.namespace_selector is not None
+        else term.namespaces
+    )
+    return [(scope, item) for scope in scopes for item in items]
 
 
 def _window_values(

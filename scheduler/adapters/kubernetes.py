@@ -1,12 +1,13 @@
 """The :class:`~scheduler.ports.Cluster` on a real API server, through the ``kubernetes`` client.
 
-Informers: list nodes and pods (paged), then watch from the list's resourceVersion with
-bookmarks; 410 Gone (on the watch or a list continue) relists at once; 429, 5xx and
-connection errors back off (exponential, capped, full jitter; ``Retry-After`` honoured);
-nothing stops an informer thread but ``stop``. Every call passes ``_preload_content=False``
-and the body is parsed with ``json.loads`` (watch lines are split by
-``kubernetes.watch.watch.iter_resp_lines``): the client's model deserialisation is far too
-slow for lists of 50,000 pods.
+Informers: list nodes, namespaces (their labels, for namespace selectors), storage
+classes, persistent volumes and claims (for the volume filters) and pods
+(paged), then watch from the list's resourceVersion with bookmarks; 410 Gone (on the
+watch or a list continue) relists at once; 429, 5xx and connection errors back off
+(exponential, capped, full jitter; ``Retry-After`` honoured); nothing stops an informer
+thread but ``stop``. Every call passes ``_preload_content=False`` and the body is parsed
+with ``json.loads`` (watch lines are split by ``kubernetes.watch.watch.iter_resp_lines``):
+the client's model deserialisation is far too slow for lists of 50,000 pods.
 
 Pods are watched with ``status.phase!=Succeeded,status.phase!=Failed`` as kube-scheduler
 does: finished pods hold no resources.
@@ -66,6 +67,7 @@ from urllib3.util.wait import wait_for_read
 
 from scheduler.adapters.http11 import Http11Connection
 from scheduler.ports import (
+    INFORMED_KINDS,
     ApiUnavailable,
     BindConflict,
     ClusterError,
@@ -87,6 +89,10 @@ POD_FIELD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
 REQUIRED_PERMISSIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("", "nodes", ("list", "watch")),
     ("", "pods", ("list", "watch")),
+    ("", "namespaces", ("list", "watch")),
+    ("", "persistentvolumeclaims", ("list", "watch")),
+    ("", "persistentvolumes", ("list", "watch")),
+    ("storage.k8s.io", "storageclasses", ("list", "watch")),
     ("", "pods/binding", ("create",)),
     ("", "pods/status", ("patch",)),
     ("events.k8s.io", "events", ("create", "patch")),
@@ -433,11 +439,12 @@ class KubernetesCluster:
         """``reportingInstance`` of our Events (the elector's identity)."""
         self.host = str(api_client.configuration.host)
         self._core = client.CoreV1Api(api_client)
+        self._storage = client.StorageV1Api(api_client)
         self._writer = JsonWriter(api_client, self.settings.request_timeout_s)
         self._rng = rng or random.Random()
         self._lock = threading.Lock()
         self._open_watches: set[urllib3.response.BaseHTTPResponse] = set()
-        self._synced: dict[ObjectKind, bool] = {"Node": False, "Pod": False}
+        self._synced: dict[ObjectKind, bool] = {kind: False for kind in INFORMED_KINDS}
         self._series: dict[tuple[str, ...], _EventSeries] = {}
         """Event series by (namespace, pod, uid, reason, action, type)."""
         self._series_swept_at = 0.0
@@ -445,7 +452,7 @@ class KubernetesCluster:
     # --- the API calls (each one needs a rule in REQUIRED_PERMISSIONS) ---
 
     def list_page(self, kind: ObjectKind, continue_token: str = "") -> K8sObject:
-        """One page of nodes or (non-finished) pods, parsed with json.loads."""
+        """One page of a kind (pods: non-finished ones only), parsed with json.loads."""
         kwargs: dict[str, Any] = {
             "limit": self.settings.page_size,
             "_preload_content": False,
@@ -490,6 +497,14 @@ class KubernetesCluster:
     def _list_or_watch(self, kind: ObjectKind, kwargs: dict[str, Any]) -> urllib3.BaseHTTPResponse:
         if kind == "Node":
             return _raw(self._core.list_node(**kwargs))
+        if kind == "Namespace":
+            return _raw(self._core.list_namespace(**kwargs))
+        if kind == "PersistentVolumeClaim":
+            return _raw(self._core.list_persistent_volume_claim_for_all_namespaces(**kwargs))
+        if kind == "PersistentVolume":
+            return _raw(self._core.list_persistent_volume(**kwargs))
+        if kind == "StorageClass":
+            return _raw(self._storage.list_storage_class(**kwargs))
         return _raw(
             self._core.list_pod_for_all_namespaces(field_selector=POD_FIELD_SELECTOR, **kwargs)
         )
@@ -638,12 +653,12 @@ class KubernetesCluster:
     # --- informers ---
 
     def synced(self) -> bool:
-        """True once nodes and pods have each been listed (and handed to the handler)."""
+        """True once every informed kind has been listed (and handed to the handler)."""
         with self._lock:
             return all(self._synced.values())
 
     def run_informers(self, handler: ClusterHandler, stop: threading.Event) -> None:
-        """List then watch nodes and pods until ``stop`` is set (blocks)."""
+        """List then watch every informed kind until ``stop`` is set (blocks)."""
         threads = [
             threading.Thread(
                 target=self._inform,
@@ -651,7 +666,7 @@ class KubernetesCluster:
                 name=f"informer-{kind.lower()}",
                 daemon=True,
             )
-            for kind in ("Node", "Pod")
+            for kind in INFORMED_KINDS
         ]
         for thread in threads:
             thread.start()
@@ -772,8 +787,18 @@ class KubernetesCluster:
             yield event_type, obj
 
 
+_PLURALS: dict[ObjectKind, str] = {
+    "Node": "nodes",
+    "Pod": "pods",
+    "Namespace": "namespaces",
+    "PersistentVolumeClaim": "persistentvolumeclaims",
+    "PersistentVolume": "persistentvolumes",
+    "StorageClass": "storageclasses",
+}
+
+
 def _plural(kind: ObjectKind) -> str:
-    return "nodes" if kind == "Node" else "pods"
+    return _PLURALS[kind]
 
 
 def _resource_version(obj: K8sObject) -> str:

@@ -1,10 +1,11 @@
 """An in-memory Kubernetes cluster implementing :class:`scheduler.ports.Cluster`.
 
-Nodes and pods are API-style JSON dicts (camelCase, as the API server serialises them)
-with a cluster-wide ``resourceVersion`` counter. :meth:`InMemoryCluster.run_informers`
-delivers ``replace`` for both kinds, then every later change as ``apply`` events in the
-order they happened, like list-then-watch. :meth:`InMemoryCluster.bind` behaves like the
-Binding subresource (409 → :class:`BindConflict` when the pod is already bound or gone).
+Nodes, namespaces and pods are API-style JSON dicts (camelCase, as the API server
+serialises them) with a cluster-wide ``resourceVersion`` counter.
+:meth:`InMemoryCluster.run_informers` delivers ``replace`` for every informed kind, then
+every later change as ``apply`` events in the order they happened, like list-then-watch.
+:meth:`InMemoryCluster.bind` behaves like the Binding subresource (409 →
+:class:`BindConflict` when the pod is already bound or gone).
 Events, conditions and binds are recorded for assertions.
 
 Used by the engine tests, the throughput benchmark and ``interference simulate``.
@@ -22,6 +23,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from scheduler.ports import (
+    CLUSTER_SCOPED_KINDS,
+    INFORMED_KINDS,
     BindConflict,
     ClusterError,
     ClusterHandler,
@@ -174,9 +177,93 @@ def pod_object(
     }
 
 
+def namespace_object(name: str, labels: Mapping[str, str] | None = None) -> K8sObject:
+    """A Namespace as the API server returns it (with the ``kubernetes.io/metadata.name``
+    label the API server sets on every namespace)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": name,
+            "labels": {**(labels or {}), "kubernetes.io/metadata.name": name},
+        },
+        "status": {"phase": "Active"},
+    }
+
+
+def claim_object(
+    name: str,
+    namespace: str = "default",
+    volume_name: str = "",
+    storage_class: str = "",
+    access_modes: tuple[str, ...] = ("ReadWriteOnce",),
+    bound: bool | None = None,
+    owner_uid: str = "",
+) -> K8sObject:
+    """A PersistentVolumeClaim as the API server returns it. ``bound`` (default: when
+    ``volume_name`` is set) adds the PV controller's ``pv.kubernetes.io/bind-completed``
+    annotation and phase ``Bound``; ``owner_uid`` makes a pod its controller (an
+    ephemeral volume's claim)."""
+    is_bound = bool(volume_name) if bound is None else bound
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace, "uid": f"uid-pvc-{name}"}
+    if is_bound:
+        metadata["annotations"] = {"pv.kubernetes.io/bind-completed": "yes"}
+    if owner_uid:
+        metadata["ownerReferences"] = [
+            {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": owner_uid, "controller": True}
+        ]
+    spec: dict[str, Any] = {
+        "accessModes": list(access_modes),
+        "resources": {"requests": {"storage": "1Gi"}},
+    }
+    if volume_name:
+        spec["volumeName"] = volume_name
+    if storage_class:
+        spec["storageClassName"] = storage_class
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": metadata,
+        "spec": spec,
+        "status": {"phase": "Bound" if is_bound else "Pending"},
+    }
+
+
+def volume_object(
+    name: str,
+    node_affinity: list[dict[str, Any]] | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> K8sObject:
+    """A local PersistentVolume; ``node_affinity`` is its required ``nodeSelectorTerms``."""
+    spec: dict[str, Any] = {
+        "capacity": {"storage": "1Gi"},
+        "accessModes": ["ReadWriteOnce"],
+        "local": {"path": f"/mnt/{name}"},
+    }
+    if node_affinity is not None:
+        spec["nodeAffinity"] = {"required": {"nodeSelectorTerms": node_affinity}}
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name, "labels": dict(labels or {})},
+        "spec": spec,
+    }
+
+
+def storage_class_object(name: str, binding_mode: str = "WaitForFirstConsumer") -> K8sObject:
+    """A StorageClass with ``volumeBindingMode``."""
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": name},
+        "provisioner": "kubernetes.io/no-provisioner",
+        "volumeBindingMode": binding_mode,
+    }
+
+
 def _object_key(kind: ObjectKind, obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata", {})
-    if kind == "Node":
+    if kind in CLUSTER_SCOPED_KINDS:
         return str(meta["name"])
     return f"{meta.get('namespace', 'default')}/{meta['name']}"
 
@@ -197,10 +284,10 @@ class InMemoryInformer:
     def sync(self) -> int:
         """Deliver what the handler has not seen yet; returns the number of calls made."""
         if self._position is None:
-            nodes, pods, self._position = self._cluster._snapshot()
-            self._handler.replace("Node", nodes)
-            self._handler.replace("Pod", pods)
-            return 2
+            objects, self._position = self._cluster._snapshot()
+            for kind in INFORMED_KINDS:
+                self._handler.replace(kind, objects[kind])
+            return len(INFORMED_KINDS)
         changes, self._position = self._cluster._changes_since(self._position)
         for change in changes:
             self._handler.apply(change.kind, change.event, change.obj)
@@ -212,7 +299,7 @@ class InMemoryCluster:
 
     def __init__(self) -> None:
         self._lock = threading.Condition(threading.Lock())
-        self._objects: dict[ObjectKind, dict[str, K8sObject]] = {"Node": {}, "Pod": {}}
+        self._objects: dict[ObjectKind, dict[str, K8sObject]] = {k: {} for k in INFORMED_KINDS}
         self._changes: list[_Change] = []
         self._log_start = 0
         """Position (counted since the cluster was made) of ``_changes[0]``; changes every
@@ -310,6 +397,22 @@ class InMemoryCluster:
         """Create or replace a pod (ADDED when new, MODIFIED otherwise)."""
         self._put("Pod", obj)
 
+    def add_namespace(self, obj: K8sObject) -> None:
+        """Create or replace a namespace (see :func:`namespace_object`)."""
+        self._put("Namespace", obj)
+
+    def delete_namespace(self, name: str) -> None:
+        """Delete a namespace (no-op when absent); its pods stay, unlike in kube."""
+        self._delete("Namespace", name)
+
+    def put(self, kind: ObjectKind, obj: K8sObject) -> None:
+        """Create or replace an object of any kind (claims, volumes, storage classes, …)."""
+        self._put(kind, obj)
+
+    def delete(self, kind: ObjectKind, key: str) -> None:
+        """Delete an object by ``name`` or ``namespace/name`` (no-op when absent)."""
+        self._delete(kind, key)
+
     def add_raw(self, kind: ObjectKind, obj: K8sObject) -> None:
         """Store an object without looking inside it (for malformed-object tests).
 
@@ -396,13 +499,10 @@ class InMemoryCluster:
         self._changes.append(_Change(kind, event, obj))
         self._lock.notify_all()
 
-    def _snapshot(self) -> tuple[list[K8sObject], list[K8sObject], int]:
+    def _snapshot(self) -> tuple[dict[ObjectKind, list[K8sObject]], int]:
         with self._lock:
-            return (
-                list(self._objects["Node"].values()),
-                list(self._objects["Pod"].values()),
-                self._log_end(),
-            )
+            objects = {kind: list(found.values()) for kind, found in self._objects.items()}
+            return objects, self._log_end()
 
     def _changes_since(self, position: int) -> tuple[list[_Change], int]:
         with self._lock:

@@ -13,6 +13,8 @@ real API server answers them:
   PodScheduled=True like the real registry), ``pods/status`` strategic-merge/merge PATCH
   (conditions merged by ``type``), ``events.k8s.io/v1`` Events, ``coordination.k8s.io/v1``
   Leases with optimistic concurrency (409 on a stale resourceVersion);
+- cluster-scoped Namespaces (list and watch; kmock's path parser is patched for them);
+- PersistentVolumeClaims, PersistentVolumes and StorageClasses (list and watch);
 - fault injection (``fail``) and closing every open watch (``drop_watches``).
 
 Tests drive it from their own thread through :class:`EmulatorThread`.
@@ -34,12 +36,27 @@ from typing import Any, TypeVar
 import aiohttp.web
 import kmock
 from kmock import KubernetesError, KubernetesScaffold, Request
+from kmock._internal import parsing
 
 Obj = dict[str, Any]
 Key = tuple[str, str, str]  # (resource plural, namespace or "", name)
 T = TypeVar("T")
 
 _STREAM_END = object()
+_kmock_parse_path = parsing.parse_path
+
+
+def _parse_path(path: str) -> parsing.ParsedPath:
+    """kmock's path parser, except for the cluster-scoped ``/api/v1/namespaces[/name]``,
+    which kmock reads as a namespace prefix with no resource after it."""
+    parts = path.strip("/").split("/")
+    if parts[:1] == ["api"] and len(parts) in (3, 4) and parts[2] == "namespaces":
+        name = parts[3] if len(parts) == 4 else None
+        return parsing.ParsedPath("", parts[1], "namespaces", None, name, None)
+    return _kmock_parse_path(path)
+
+
+parsing.parse_path = _parse_path
 
 
 @dataclass
@@ -350,7 +367,16 @@ class ApiServerEmulator(KubernetesScaffold):
         return copy.deepcopy(self.put_object(plural, obj))
 
 
-_HANDLED = {"pods", "nodes", "events", "leases"}
+_HANDLED = {
+    "pods",
+    "nodes",
+    "namespaces",
+    "persistentvolumeclaims",
+    "persistentvolumes",
+    "storageclasses",
+    "events",
+    "leases",
+}
 _DNS_SUBDOMAIN = re.compile(
     r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
 )

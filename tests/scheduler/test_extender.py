@@ -30,6 +30,7 @@ from scheduler.filters.interference import RUNQ_EXCEEDED
 from scheduler.http import HealthServer, HttpSettings, Status
 from scheduler.metrics import SchedulerMetrics
 from scheduler.model import ANNOTATION_MAX_RUNQ_P99_US
+from scheduler.ports import INFORMED_KINDS
 from scheduler.queue import SchedulingQueue
 from scheduler.settings import EngineSettings, ScoreWeights
 from scheduler.table import NodeTable
@@ -61,6 +62,9 @@ class Harness:
         metrics = SchedulerMetrics(self.registry)
         self.cache = ClusterCache(NodeTable(), SchedulingQueue(), metrics, "interference-scheduler")
         self.cache.replace("Node", [dict(n) for n in NODES])
+        for kind in INFORMED_KINDS:  # nothing else listed yet, pods maybe not even that
+            if kind not in ("Node", "Pod"):
+                self.cache.replace(kind, [])
         if pods_listed:
             self.cache.replace("Pod", [])
         self.extender = Extender(

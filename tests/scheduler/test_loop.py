@@ -195,70 +195,13 @@ def test_dry_run_records_decisions_and_touches_nothing() -> None:
 
 
 UNSUPPORTED_SHAPES = {
-    "preferred-pod-affinity": (
-        {
-            "affinity": {
-                "podAffinity": {
-                    "preferredDuringSchedulingIgnoredDuringExecution": [
-                        {
-                            "weight": 10,
-                            "podAffinityTerm": {
-                                "topologyKey": "zone",
-                                "labelSelector": {"matchLabels": {"app": "db"}},
-                            },
-                        }
-                    ]
-                }
-            }
-        },
-        "spec.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution",
-    ),
-    "pod-affinity-namespace-selector": (
-        {
-            "affinity": {
-                "podAffinity": {
-                    "requiredDuringSchedulingIgnoredDuringExecution": [
-                        {
-                            "topologyKey": "zone",
-                            "labelSelector": {"matchLabels": {"app": "db"}},
-                            "namespaceSelector": {"matchLabels": {"team": "data"}},
-                        }
-                    ]
-                }
-            }
-        },
-        "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]"
-        ".namespaceSelector",
-    ),
-    "unbound-pvc": (
-        {"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data-0"}}]},
-        "spec.volumes[0].persistentVolumeClaim (claim data-0)",
-    ),
-    "generic-ephemeral-volume": (
-        {"volumes": [{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {}}}]},
-        "spec.volumes[0].ephemeral (claim refused-scratch)",
+    "inline-gce-persistent-disk": (
+        {"volumes": [{"name": "data", "gcePersistentDisk": {"pdName": "data-0"}}]},
+        "spec.volumes[0].gcePersistentDisk (VolumeRestrictions disk conflicts)",
     ),
     "resource-claims": (
         {"resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu-0"}]},
         "spec.resourceClaims",
-    ),
-    "preferred-pod-anti-affinity": (
-        {
-            "affinity": {
-                "podAntiAffinity": {
-                    "preferredDuringSchedulingIgnoredDuringExecution": [
-                        {
-                            "weight": 10,
-                            "podAffinityTerm": {
-                                "topologyKey": "zone",
-                                "labelSelector": {"matchLabels": {"app": "a"}},
-                            },
-                        }
-                    ]
-                }
-            }
-        },
-        "spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution",
     ),
 }
 

@@ -7,8 +7,14 @@ from typing import Any
 
 import pytest
 
-from scheduler.adapters.memory import InMemoryCluster, node_object, pod_object
-from scheduler.ports import ApiUnavailable, BindConflict, ClusterError, PodRef
+from scheduler.adapters.memory import InMemoryCluster, namespace_object, node_object, pod_object
+from scheduler.ports import (
+    INFORMED_KINDS,
+    ApiUnavailable,
+    BindConflict,
+    ClusterError,
+    PodRef,
+)
 from scheduler.quantity import resource_amount
 
 
@@ -32,20 +38,24 @@ def test_informer_lists_then_delivers_changes_in_order() -> None:
     cluster = InMemoryCluster()
     cluster.add_node(node_object("n1"))
     cluster.add_pod(pod_object("p1"))
+    cluster.add_namespace(namespace_object("default"))
     handler = RecordingHandler()
     informer = cluster.informer(handler)
     informer.sync()
-    assert handler.calls == [("replace", "Node", ["n1"]), ("replace", "Pod", ["p1"])]
+    listed = {"Node": ["n1"], "Namespace": ["default"], "Pod": ["p1"]}
+    assert handler.calls == [("replace", kind, listed.get(kind, [])) for kind in INFORMED_KINDS]
     handler.calls.clear()
     cluster.add_node(node_object("n2"))
     cluster.add_node(node_object("n2", cpu="4"))
     cluster.delete_pod("default", "p1")
     cluster.delete_pod("default", "p1")  # already gone: no event
-    assert informer.sync() == 3
+    cluster.add_namespace(namespace_object("team-a", {"team": "a"}))
+    assert informer.sync() == 4
     assert handler.calls == [
         ("apply", "Node", "ADDED", "n2"),
         ("apply", "Node", "MODIFIED", "n2"),
         ("apply", "Pod", "DELETED", "p1"),
+        ("apply", "Namespace", "ADDED", "team-a"),
     ]
     assert informer.sync() == 0
 

@@ -591,59 +591,13 @@ def test_anti_affinity_terms_on_hostname() -> None:
     ("spec", "field"),
     [
         (
-            {
-                "affinity": {
-                    "podAffinity": {
-                        "preferredDuringSchedulingIgnoredDuringExecution": [
-                            {"weight": 1, "podAffinityTerm": {"topologyKey": "zone"}}
-                        ]
-                    }
-                }
-            },
-            "spec.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution",
-        ),
-        (
-            {
-                "affinity": {
-                    "podAntiAffinity": {
-                        "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1}]
-                    }
-                }
-            },
-            "spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution",
-        ),
-        (
-            {
-                "affinity": {
-                    "podAntiAffinity": {
-                        "requiredDuringSchedulingIgnoredDuringExecution": [
-                            {
-                                "topologyKey": "kubernetes.io/hostname",
-                                "labelSelector": {},
-                                "namespaceSelector": {"matchLabels": {"team": "a"}},
-                            }
-                        ]
-                    }
-                }
-            },
-            "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].namespaceSelector",
-        ),
-        (
-            {"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "d"}}]},
-            "spec.volumes[0].persistentVolumeClaim (claim d)",
-        ),
-        (
-            {"volumes": [{"name": "e", "emptyDir": {}}, {"name": "s", "ephemeral": {}}]},
-            "spec.volumes[1].ephemeral (claim p-s)",
+            {"volumes": [{"name": "e", "emptyDir": {}}, {"name": "d", "rbd": {"image": "d"}}]},
+            "spec.volumes[1].rbd (VolumeRestrictions disk conflicts)",
         ),
         ({"resourceClaims": [{"name": "gpu"}]}, "spec.resourceClaims"),
     ],
     ids=[
-        "preferred-pod-affinity",
-        "preferred-anti-affinity",
-        "anti-affinity-namespace-selector",
-        "pvc",
-        "generic-ephemeral-volume",
+        "inline-rbd-volume",
         "resource-claims",
     ],
 )
