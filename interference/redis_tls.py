@@ -1,0 +1,70 @@
+"""TLS options of a Redis client (``rediss://``), shared by the three programs.
+
+``REDIS_CA_FILE`` verifies the server against a private CA (default: the system's CAs);
+``REDIS_CERT_FILE`` + ``REDIS_KEY_FILE`` authenticate the client when the server asks
+for certificates (``tls-auth-clients yes``). The options only make sense with a
+``rediss://`` URL; with ``redis://`` they would be ignored silently, so that is an error.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from interference.strict import SettingError, mask_url
+
+
+@dataclass(frozen=True, slots=True)
+class RedisTls:
+    """Files of the TLS options; each None when not set."""
+
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+
+    @property
+    def configured(self) -> bool:
+        return any((self.ca_file, self.cert_file, self.key_file))
+
+    def check(self, url: str) -> None:
+        """:class:`SettingError` for options that cannot work with ``url``: a missing or
+        unreadable file, a certificate without its key (or the reverse), or TLS options
+        with a URL that is not ``rediss://``."""
+        if self.configured and not url.startswith("rediss://"):
+            raise SettingError(
+                f"Redis TLS options are set but the URL {mask_url(url)} is not rediss://; "
+                "use rediss://HOST:PORT/DB for TLS"
+            )
+        if bool(self.cert_file) != bool(self.key_file):
+            raise SettingError(
+                "a Redis client certificate needs both REDIS_CERT_FILE (--redis-cert-file) "
+                "and REDIS_KEY_FILE (--redis-key-file)"
+            )
+        for what, path in (
+            ("REDIS_CA_FILE", self.ca_file),
+            ("REDIS_CERT_FILE", self.cert_file),
+            ("REDIS_KEY_FILE", self.key_file),
+        ):
+            if path and not os.access(path, os.R_OK):
+                raise SettingError(f"{what}={path!r} is not a readable file")
+
+    def client_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of redis-py's ``Redis.from_url`` for a ``rediss://`` URL."""
+        kwargs: dict[str, Any] = {}
+        if self.ca_file:
+            kwargs["ssl_ca_certs"] = self.ca_file
+        if self.cert_file:
+            kwargs["ssl_certfile"] = self.cert_file
+        if self.key_file:
+            kwargs["ssl_keyfile"] = self.key_file
+        return kwargs
+
+
+def tls_from_env(environ: Any) -> RedisTls:
+    """The TLS options from ``REDIS_CA_FILE``, ``REDIS_CERT_FILE``, ``REDIS_KEY_FILE``."""
+    return RedisTls(
+        ca_file=environ.get("REDIS_CA_FILE") or None,
+        cert_file=environ.get("REDIS_CERT_FILE") or None,
+        key_file=environ.get("REDIS_KEY_FILE") or None,
+    )
