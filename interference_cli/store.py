@@ -25,7 +25,6 @@ from interference.codec import (
 )
 from interference.decision import Decision, parse_decision_hash
 from interference.logsetup import mask_credentials
-from interference.redis_tls import RedisTls
 from interference.signals import NodeMetrics, PodMetrics, WindowMetrics
 from interference.strict import mask_url
 from interference_infra.redis_client import (
@@ -34,6 +33,7 @@ from interference_infra.redis_client import (
     RedisConnection,
     RedisTarget,
 )
+from interference_infra.redis_tls import RedisTls
 
 T = TypeVar("T")
 

@@ -30,8 +30,8 @@ from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException
 from redis.sentinel import Sentinel
 
-from interference.redis_tls import RedisTls
 from interference.strict import SettingError, mask_url
+from interference_infra.redis_tls import RedisTls
 
 Client: TypeAlias = "redis.Redis[bytes] | RedisCluster[bytes]"
 

@@ -24,11 +24,11 @@ from prometheus_client import CollectorRegistry
 
 from interference.cliparse import RUNTIME_EXIT, OneLineParser
 from interference.logsetup import configure_logging
-from interference.redis_tls import RedisTls
 from interference.score import REFERENCE_NAMES, IndexReferences
 from interference.signals import NodeReport
 from interference.strict import SettingError, check_range, parse_bool, parse_number
 from interference_infra.redis_client import RedisTarget, parse_sentinels
+from interference_infra.redis_tls import RedisTls
 from node_agent import probes
 from node_agent.agent import Agent, build_agent
 from node_agent.health import AgentHttpServer, AgentMetrics

@@ -33,7 +33,6 @@ from redis.cluster import ClusterPipeline
 from redis.retry import Retry
 
 from interference import codec, freshness, keys
-from interference.redis_tls import RedisTls
 from interference.signals import SYSTEM_POD, NodeReport
 from interference_infra.redis_client import (
     DEFAULT_SENTINEL_MASTER,
@@ -41,6 +40,7 @@ from interference_infra.redis_client import (
     RedisConnection,
     RedisTarget,
 )
+from interference_infra.redis_tls import RedisTls
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ import socket
 from dataclasses import dataclass, field
 
 from interference import keys
-from interference.redis_tls import RedisTls
 from interference.score import IndexReferences
+from interference_infra.redis_tls import RedisTls
 from node_agent.cpus import CpuCount, subtree_cpus
 from node_agent.probes.base import ProbeContext
 

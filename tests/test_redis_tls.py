@@ -17,9 +17,9 @@ import redis
 from prometheus_client import CollectorRegistry
 
 from interference import keys
-from interference.redis_tls import RedisTls
 from interference.signals import NodeMetrics, NodeReport
 from interference_cli import main as cli_main
+from interference_infra.redis_tls import RedisTls
 from node_agent import cli as agent_cli
 from node_agent.publisher import PublisherSettings, RedisPublisher
 from scheduler import cli as scheduler_cli

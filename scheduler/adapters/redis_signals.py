@@ -54,7 +54,6 @@ from interference.codec import (
     parse_node_signals,
 )
 from interference.decision import Decision, decision_hash
-from interference.redis_tls import RedisTls
 from interference.strict import SettingError
 from interference_infra.redis_client import (
     DEFAULT_SENTINEL_MASTER,
@@ -64,6 +63,7 @@ from interference_infra.redis_client import (
     credentials_from_env,
     parse_sentinels,
 )
+from interference_infra.redis_tls import RedisTls
 from scheduler.ports import NodeSignals
 
 log = logging.getLogger(__name__)
