@@ -201,7 +201,7 @@ class Engine:
             scores["node_affinity"] = (affinity_weight, node_affinity_score(table, pod, passed))
         pod_affinity_score = inter_pod_affinity.inter_pod_affinity_score(table, pod, passed)
         if pod_affinity_score is not None:  # until profiles carry weights: kube's default, 2
-            scores["inter_pod_affinity"] = (
+            scores[inter_pod_affinity.NAME] = (
                 inter_pod_affinity.SCORE.default_weight,
                 pod_affinity_score,
             )

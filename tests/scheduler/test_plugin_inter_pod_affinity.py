@@ -30,6 +30,7 @@ from scheduler.plugins.inter_pod_affinity import (
     AFFINITY_RULES,
     ANTI_AFFINITY_RULES,
     EXISTING_ANTI_AFFINITY,
+    NAME,
     inter_pod_affinity_filter,
     inter_pod_affinity_score,
 )
@@ -496,7 +497,7 @@ def test_engine_places_a_pod_by_its_preferred_affinity() -> None:
     pod = parse_pod(_preferring(_preferred(AFFINITY, (100, _term(DB, HOSTNAME)))))
     result = Engine(EngineSettings(), seed=1).schedule(pod, table, 0.0)
     assert result.node == "b1"
-    assert result.candidates[0].scores["inter_pod_affinity"] == 100
+    assert result.candidates[0].scores[NAME] == 100
 
 
 label_sets = st.dictionaries(
