@@ -52,7 +52,7 @@ def parse_sentinels(value: str, what: str = "REDIS_SENTINELS") -> tuple[tuple[st
             continue
         host, sep, port = item.rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
-            raise SettingError(f"{what} entry {item!r} is not HOST:PORT (port 1–65535)")
+            raise SettingError(f"{what}: entry {item!r} is not HOST:PORT (port 1–65535)")
         out.append((host.strip("[]"), int(port)))
     return tuple(out)
 

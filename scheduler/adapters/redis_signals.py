@@ -130,6 +130,12 @@ class RedisSettings:
 
     def __post_init__(self) -> None:
         try:
+            parse_sentinels(",".join(self.sentinels), "sentinels")
+        except SettingError as exc:
+            raise ValueError(str(exc)) from None
+        if self.sentinels and self.cluster:
+            raise ValueError("cluster: use either Redis Sentinel (sentinels) or Redis Cluster")
+        try:
             self.target()
         except SettingError as exc:
             raise ValueError(f"url: {exc}") from None

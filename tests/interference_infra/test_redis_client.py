@@ -32,7 +32,7 @@ def test_parse_sentinels(value: str, parsed: tuple[tuple[str, int], ...]) -> Non
 
 @pytest.mark.parametrize("entry", ["s-0", "s-0:", ":26379", "s-0:port", "s-0:70000"])
 def test_parse_sentinels_names_the_bad_entry(entry: str) -> None:
-    with pytest.raises(SettingError, match=f"--redis-sentinels entry '{entry}' is not HOST:PORT"):
+    with pytest.raises(SettingError, match=f"--redis-sentinels: entry '{entry}' is not HOST:PORT"):
         parse_sentinels(f"ok:1,{entry}", "--redis-sentinels")
 
 

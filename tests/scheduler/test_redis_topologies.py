@@ -25,7 +25,7 @@ from scheduler.adapters.redis_signals import (
     connect,
 )
 from scheduler.cli import build_parser, overrides
-from scheduler.config import SchedulerConfig, with_overrides
+from scheduler.config import ConfigError, SchedulerConfig, parse_config, with_overrides
 from tests.conftest import RedisServer, free_port
 from tests.redis_topologies import redis_cluster, sentinel
 
@@ -190,7 +190,7 @@ def test_the_agents_topology_variables_configure_the_scheduler(
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"REDIS_SENTINELS": "sentinel-0"}, "REDIS_SENTINELS entry 'sentinel-0' is not HOST:PORT"),
+        ({"REDIS_SENTINELS": "sentinel-0"}, "REDIS_SENTINELS: entry 'sentinel-0' is not HOST:PORT"),
         ({"REDIS_CLUSTER": "maybe"}, "REDIS_CLUSTER"),
     ],
 )
@@ -199,6 +199,20 @@ def test_a_malformed_topology_variable_is_one_clear_line(env: dict[str, str], me
         overrides(build_parser().parse_args([]), env)
 
 
-def test_sentinel_and_cluster_together_are_refused() -> None:
-    with pytest.raises(ValueError, match="either Redis Sentinel or Redis Cluster, not both"):
-        RedisSettings(sentinels=("s:26379",), cluster=True)
+@pytest.mark.parametrize(
+    ("section", "problem"),
+    [
+        (
+            {"sentinels": ["s:26379"], "cluster": True},
+            "redis.cluster: use either Redis Sentinel (sentinels) or Redis Cluster",
+        ),
+        ({"sentinels": ["s-0"]}, "redis.sentinels: entry 's-0' is not HOST:PORT"),
+        ({"url": "unix:///run/redis.sock", "cluster": True}, "redis.url: Redis Sentinel and"),
+    ],
+)
+def test_the_config_file_names_the_redis_key_that_cannot_work(
+    section: dict[str, object], problem: str
+) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_config({"redis": section}, "scheduler.yaml")
+    assert [p for p in raised.value.problems if p.startswith(problem)], raised.value.problems
