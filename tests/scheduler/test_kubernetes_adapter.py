@@ -688,3 +688,19 @@ def test_writes_over_tls_verify_the_server_with_the_configured_ca(
         named.tls_server_name = "127.0.0.1"
         KubernetesCluster(client.ApiClient(named), FAST).bind(PodRef("default", "p4"), "n1")
         assert posts[-1] == "/api/v1/namespaces/default/pods/p4/binding"
+
+
+def test_namespaces_are_listed_and_watched_for_their_labels(
+    emulator: EmulatorThread, cluster: KubernetesCluster, informers: Callable[[], RecordingHandler]
+) -> None:
+    _populate(emulator)
+    emulator.put("namespaces", {"metadata": {"name": "team-a", "labels": {"team": "a"}}})
+    handler = informers()
+    handler.wait_for(lambda h: cluster.synced())
+    assert handler.state["Namespace"]["/team-a"]["metadata"]["labels"] == {"team": "a"}
+    emulator.put("namespaces", {"metadata": {"name": "team-a", "labels": {"team": "b"}}})
+    handler.wait_for(
+        lambda h: h.state["Namespace"]["/team-a"]["metadata"]["labels"] == {"team": "b"}
+    )
+    emulator.delete("namespaces", "", "team-a")
+    handler.wait_for(lambda h: "/team-a" not in h.state["Namespace"])
