@@ -87,7 +87,7 @@ def _pod(name: str, namespace: str = "default", affinity: Obj | None = None, **l
 
 def _db(node: str, namespace: str = "default", **labels: str) -> tuple[Obj, str]:
     name = f"db-{node}-{namespace}-{'-'.join(labels.values())}"
-    return _pod(name, namespace, app="db", **labels), node
+    return pod_obj(name, namespace, labels={"app": "db", **labels}), node
 
 
 def _table(placed: Placed) -> NodeTable:
@@ -635,3 +635,89 @@ def test_namespace_objects_reach_the_table_through_the_informer() -> None:
     informer.sync()
     assert table.namespace_labels("team-c") == {}
     assert table.namespace_names() == ["team-a"]
+
+
+kinds = st.sampled_from(["affinity-required", "affinity-preferred", "anti-preferred"])
+scored_terms = st.lists(
+    st.tuples(kinds, st.integers(1, 100), selectors, st.sampled_from(["zone", HOSTNAME]),
+              namespace_scopes),
+    max_size=2,
+)  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["team-a", "team-b"]), label_sets, scored_terms,
+                  st.sampled_from(ALL)),
+        max_size=8,
+    ),
+    st.sampled_from(["team-a", "team-b"]),
+    label_sets,
+    scored_terms,
+)  # fmt: skip
+def test_score_matches_kube_schedulers_formula_by_plain_scan(
+    placed: list[tuple[str, dict[str, str], list[Any], str]],
+    namespace: str,
+    labels: dict[str, str],
+    own: list[Any],
+) -> None:
+    def affinity_of(terms: list[Any]) -> Obj:
+        sections: dict[str, dict[str, list[Obj]]] = {}
+        for kind, weight, selector, key, scope in terms:
+            term = _term(selector, key, **scope)
+            side = AFFINITY if kind.startswith("affinity") else ANTI
+            if kind.endswith("required"):
+                sections.setdefault(side, {}).setdefault(
+                    "requiredDuringSchedulingIgnoredDuringExecution", []
+                ).append(term)
+            else:
+                sections.setdefault(side, {}).setdefault(
+                    "preferredDuringSchedulingIgnoredDuringExecution", []
+                ).append({"weight": weight, "podAffinityTerm": term})
+        return sections
+
+    pods = [
+        (parse_pod(_pod(f"p{i}", ns, affinity=affinity_of(terms), **pod_labels)), node)
+        for i, (ns, pod_labels, terms, node) in enumerate(placed)
+    ]
+    table = _table([])
+    for pod, node in pods:
+        table.add_pod(pod, node, 0.0)
+    incoming = parse_pod(
+        _pod(
+            "new",
+            namespace,
+            affinity=affinity_of([t for t in own if t[0] != "affinity-required"]),
+            **labels,
+        )
+    )
+    ns_labels = {n.name: n.labels for n in NAMESPACES}
+    node_labels = {row: table.node(row).labels for row in range(len(table))}
+    raw = [0] * len(table)
+
+    def add(key: str, node: str, weight: int) -> None:
+        value = node_labels[table.index_of(node) or 0].get(key)
+        for row in range(len(table)):
+            if value is not None and node_labels[row].get(key) == value:
+                raw[row] += weight
+
+    for pod, node in pods:
+        for sign, preferred in (
+            (1, incoming.preferred_affinity),
+            (-1, incoming.preferred_anti_affinity),
+        ):
+            for w in preferred:
+                if w.term.matches(pod.namespace, pod.labels, ns_labels[pod.namespace]):
+                    add(w.term.topology_key, node, sign * w.weight)
+        for required in pod.pod_affinity:
+            if required.matches(incoming.namespace, incoming.labels, ns_labels[namespace]):
+                add(required.topology_key, node, 1)
+        for sign, preferred in ((1, pod.preferred_affinity), (-1, pod.preferred_anti_affinity)):
+            for w in preferred:
+                if w.term.matches(incoming.namespace, incoming.labels, ns_labels[namespace]):
+                    add(w.term.topology_key, node, sign * w.weight)
+    low, high = min(raw), max(raw)
+    expected = [int(100 * ((r - low) / (high - low))) if high > low else 0 for r in raw]
+    score = inter_pod_affinity_score(table, incoming, table.everyone())
+    assert ([0] * len(table) if score is None else [int(x) for x in score]) == expected
