@@ -20,8 +20,8 @@ reported again.
 
 The cache tells the queue about pending pods and about events that may make
 unschedulable pods fit (a node added, or changed in a field the engine reads; a pod
-on a node deleted or finished; a PersistentVolumeClaim, PersistentVolume or StorageClass
-added, changed or deleted — the volume filters read them at every attempt).
+on a node deleted or finished; a PersistentVolumeClaim, PersistentVolume, StorageClass or
+CSINode added, changed or deleted — the volume filters read them at every attempt).
 
 Thread-safety: the informer thread calls :meth:`replace`/:meth:`apply`, the scheduling
 thread reads the table and assumes, binder threads forget; all hold :attr:`lock`. The
@@ -45,6 +45,7 @@ from scheduler.model import (
     ObjectError,
     PodInfo,
     parse_claim,
+    parse_csi_node,
     parse_namespace,
     parse_node,
     parse_pod,
@@ -68,7 +69,7 @@ _T = TypeVar("_T")
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 """Pods in these phases no longer use their node's resources."""
 VOLUME_KINDS: frozenset[ObjectKind] = frozenset(
-    {"PersistentVolumeClaim", "PersistentVolume", "StorageClass"}
+    {"PersistentVolumeClaim", "PersistentVolume", "StorageClass", "CSINode"}
 )
 """Kinds the volume filters read (kept in the table's :attr:`~NodeTable.volumes`)."""
 
@@ -319,7 +320,7 @@ class ClusterCache:
         )
 
     def _upsert_volume_object(self, kind: ObjectKind, obj: K8sObject) -> bool:
-        """Store a claim, PersistentVolume or StorageClass; True when it changed. One that
+        """Store a claim, PersistentVolume, StorageClass or CSINode; True when it changed. One that
         no longer parses is dropped (a pod using it waits, as for a missing one)."""
         volumes = self.table.volumes
         if kind == "PersistentVolumeClaim":
@@ -330,10 +331,14 @@ class ClusterCache:
             volume = self._parse(obj, parse_volume, kind)
             if volume is not None:
                 return volumes.upsert_volume(volume)
-        else:
+        elif kind == "StorageClass":
             storage_class = self._parse(obj, parse_storage_class, kind)
             if storage_class is not None:
                 return volumes.upsert_storage_class(storage_class)
+        else:
+            csi_node = self._parse(obj, parse_csi_node, kind)
+            if csi_node is not None:
+                return volumes.upsert_csi_node(csi_node)
         key = _object_key(kind, obj)
         return key is not None and self._remove_volume_object(kind, key)
 
@@ -343,7 +348,9 @@ class ClusterCache:
             return volumes.remove_claim(key)
         if kind == "PersistentVolume":
             return volumes.remove_volume(key)
-        return volumes.remove_storage_class(key)
+        if kind == "StorageClass":
+            return volumes.remove_storage_class(key)
+        return volumes.remove_csi_node(key)
 
     def _volume_keys(self, kind: ObjectKind) -> list[str]:
         volumes = self.table.volumes
@@ -351,7 +358,9 @@ class ClusterCache:
             return volumes.claim_keys()
         if kind == "PersistentVolume":
             return volumes.volume_names()
-        return volumes.storage_class_names()
+        if kind == "StorageClass":
+            return volumes.storage_class_names()
+        return volumes.csi_node_names()
 
     def _upsert_node(self, node: NodeInfo) -> bool:
         """Store the node; True when it is new or changed in a field the engine reads."""

@@ -342,6 +342,11 @@ class VolumeInfo:
     """``spec.nodeAffinity.required.nodeSelectorTerms`` (ORed); ``None`` when unset."""
     zones: tuple[tuple[str, frozenset[str]], ...]
     """Each of :data:`VOLUME_ZONE_LABELS` the PV carries, with its values split at ``__``."""
+    attached_as: tuple[str, str] | None = None
+    """(CSI driver, volume handle) a node attaches it as, for attach limits: ``spec.csi``,
+    or an in-tree source under the CSI driver kube migrates it to
+    (:data:`MIGRATED_IN_TREE_SOURCES`); ``None`` for volumes without attach limits
+    (local, hostPath, NFS, …)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,6 +354,39 @@ class StorageClassInfo:
     name: str
     binding_mode: str
     """``volumeBindingMode``: ``Immediate`` (the API default) or ``WaitForFirstConsumer``."""
+    provisioner: str = ""
+    """``provisioner``, an in-tree one as the CSI driver kube migrates it to."""
+
+
+@dataclass(frozen=True, slots=True)
+class CSINodeInfo:
+    """A node's CSINode: how many volumes of each CSI driver it can attach."""
+
+    name: str
+    limits: Mapping[str, int]
+    """Driver → ``spec.drivers[].allocatable.count`` (drivers without a count left out)."""
+
+
+MIGRATED_IN_TREE_SOURCES = {
+    "awsElasticBlockStore": ("ebs.csi.aws.com", "volumeID"),
+    "gcePersistentDisk": ("pd.csi.storage.gke.io", "pdName"),
+    "azureDisk": ("disk.csi.azure.com", "diskURI"),
+    "azureFile": ("file.csi.azure.com", "shareName"),
+    "cinder": ("cinder.csi.openstack.org", "volumeID"),
+    "vsphereVolume": ("csi.vsphere.vmware.com", "volumePath"),
+    "portworxVolume": ("pxd.portworx.com", "volumeID"),
+}
+"""In-tree PV source → (the CSI driver kube translates it to, the field naming the volume)."""
+MIGRATED_IN_TREE_PROVISIONERS = {
+    "kubernetes.io/aws-ebs": "ebs.csi.aws.com",
+    "kubernetes.io/gce-pd": "pd.csi.storage.gke.io",
+    "kubernetes.io/azure-disk": "disk.csi.azure.com",
+    "kubernetes.io/azure-file": "file.csi.azure.com",
+    "kubernetes.io/cinder": "cinder.csi.openstack.org",
+    "kubernetes.io/vsphere-volume": "csi.vsphere.vmware.com",
+    "kubernetes.io/portworx-volume": "pxd.portworx.com",
+}
+"""In-tree provisioner → the CSI driver kube translates it to."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -1189,14 +1227,46 @@ def parse_volume(obj: Mapping[str, Any]) -> VolumeInfo:
         values = [v.strip() for v in labels.get(key, "").split("__")]
         if all(values):  # kube-scheduler ignores a label with an empty zone (or no value)
             zones.append((key, frozenset(values)))
-    return VolumeInfo(reader.name, node_affinity, tuple(zones))
+    return VolumeInfo(reader.name, node_affinity, tuple(zones), _attached_as(reader, spec))
+
+
+def _attached_as(reader: _Reader, spec: Mapping[str, Any]) -> tuple[str, str] | None:
+    csi = reader.mapping(spec, "spec.csi")
+    if csi:
+        driver = reader.string(csi, "driver", "spec.csi.driver")
+        return driver, reader.string(csi, "volumeHandle", "spec.csi.volumeHandle")
+    for source, (driver, field) in MIGRATED_IN_TREE_SOURCES.items():
+        found = reader.mapping(spec, f"spec.{source}")
+        if found:
+            return driver, reader.string(found, field, f"spec.{source}.{field}")
+    return None
+
+
+def parse_csi_node(obj: Mapping[str, Any]) -> CSINodeInfo:
+    """A CSINode from its API JSON (per driver, the attach limit when it has one)."""
+    reader = _Reader(obj, "csinode")
+    limits: dict[str, int] = {}
+    path = "spec.drivers"
+    for i, driver in enumerate(reader.sequence(reader.mapping(obj, "spec"), path)):
+        driver = reader.as_mapping(driver, f"{path}[{i}]")
+        allocatable = reader.mapping(driver, f"{path}[{i}].allocatable")
+        count = allocatable.get("count")
+        if count is None:
+            continue
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise reader.error(f"{path}[{i}].allocatable.count", f"{count!r} is not a count")
+        limits[reader.string(driver, "name", f"{path}[{i}].name")] = count
+    return CSINodeInfo(reader.name, limits)
 
 
 def parse_storage_class(obj: Mapping[str, Any]) -> StorageClassInfo:
-    """A StorageClass from its API JSON (name and binding mode)."""
+    """A StorageClass from its API JSON (name, binding mode, provisioner)."""
     reader = _Reader(obj, "storageclass")
     mode = reader.string(obj, "volumeBindingMode", "volumeBindingMode") or "Immediate"
-    return StorageClassInfo(reader.name, mode)
+    provisioner = reader.string(obj, "provisioner", "provisioner")
+    return StorageClassInfo(
+        reader.name, mode, MIGRATED_IN_TREE_PROVISIONERS.get(provisioner, provisioner)
+    )
 
 
 def _tolerance(reader: _Reader, annotations: Mapping[str, str]) -> InterferenceTolerance | None:

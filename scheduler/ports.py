@@ -20,19 +20,26 @@ from interference.decision import Decision
 from interference.signals import SIGNAL_FAMILIES, GpuDevice, NodeMetrics, WindowMetrics
 
 ObjectKind = Literal[
-    "Node", "Pod", "Namespace", "PersistentVolumeClaim", "PersistentVolume", "StorageClass"
+    "Node",
+    "Pod",
+    "Namespace",
+    "PersistentVolumeClaim",
+    "PersistentVolume",
+    "StorageClass",
+    "CSINode",
 ]
 INFORMED_KINDS: tuple[ObjectKind, ...] = (
     "Node",
     "Namespace",
     "StorageClass",
+    "CSINode",
     "PersistentVolume",
     "PersistentVolumeClaim",
     "Pod",
 )
 """What the informers list and watch, in the order a (re)list hands them over."""
 CLUSTER_SCOPED_KINDS: frozenset[ObjectKind] = frozenset(
-    {"Node", "Namespace", "PersistentVolume", "StorageClass"}
+    {"Node", "Namespace", "PersistentVolume", "StorageClass", "CSINode"}
 )
 """Kinds keyed by name alone (the others by ``namespace/name``)."""
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]

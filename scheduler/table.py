@@ -289,7 +289,7 @@ class NodeTable:
         self._pods_by_namespace.setdefault(pod.namespace, set()).add(pod.key)
         self._priorities[pod.priority] += 1
         if pod.claims:
-            self.volumes.count_users(pod, 1)
+            self.volumes.count_users(pod, node, 1)
         for term in pod.anti_affinity:
             self._anti_terms.add(term, node)
         for term in _required_affinity(pod):
@@ -327,7 +327,7 @@ class NodeTable:
         if not self._priorities[pod.priority]:
             del self._priorities[pod.priority]
         if pod.claims:
-            self.volumes.count_users(pod, -1)
+            self.volumes.count_users(pod, node, -1)
         for term in pod.anti_affinity:
             self._anti_terms.remove(term, node)
         for term in _required_affinity(pod):

@@ -1,5 +1,5 @@
-"""The PersistentVolumeClaims, PersistentVolumes and StorageClasses the volume filters read
-(scheduler/plugins/volume_binding.py), and which claims placed pods use.
+"""The PersistentVolumeClaims, PersistentVolumes, StorageClasses and CSINodes the volume
+filters read (scheduler/plugins/volume_binding.py), and which claims placed pods use.
 
 The cluster cache keeps it current from the informers; the node table owns one
 (:attr:`scheduler.table.NodeTable.volumes`) and counts each placed pod's claims in it, as
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TypeVar
 
-from scheduler.model import ClaimInfo, PodInfo, StorageClassInfo, VolumeInfo
+from scheduler.model import ClaimInfo, CSINodeInfo, PodInfo, StorageClassInfo, VolumeInfo
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -24,8 +24,11 @@ class VolumeCatalog:
         self._claims: dict[str, ClaimInfo] = {}
         self._volumes: dict[str, VolumeInfo] = {}
         self._classes: dict[str, StorageClassInfo] = {}
+        self._csi_nodes: dict[str, CSINodeInfo] = {}
         self._users: Counter[str] = Counter()
         """Claim key → placed pods whose ``persistentVolumeClaim`` volumes use it."""
+        self._node_claims: dict[str, Counter[str]] = {}
+        """Node → claim keys of its placed pods (ephemeral volumes' too) → pods."""
 
     # ---- claims, volumes, classes (fed by the cluster cache) ---------------------------
 
@@ -69,22 +72,65 @@ class VolumeCatalog:
     def storage_class(self, name: str) -> StorageClassInfo | None:
         return self._classes.get(name)
 
+    def upsert_csi_node(self, csi_node: CSINodeInfo) -> bool:
+        """Store a CSINode; True when it is new or changed."""
+        return _upsert(self._csi_nodes, csi_node.name, csi_node)
+
+    def remove_csi_node(self, name: str) -> bool:
+        return self._csi_nodes.pop(name, None) is not None
+
+    def csi_node_names(self) -> list[str]:
+        return list(self._csi_nodes)
+
+    def csi_nodes(self) -> list[CSINodeInfo]:
+        return list(self._csi_nodes.values())
+
     # ---- claim users (fed by the node table as pods are placed and removed) ------------
 
-    def count_users(self, pod: PodInfo, sign: int) -> None:
-        """Add (``sign`` 1) or remove (-1) a placed pod's ``persistentVolumeClaim`` claims
-        (ephemeral volumes are not counted, as kube-scheduler's snapshot leaves them out)."""
+    def count_users(self, pod: PodInfo, node: str, sign: int) -> None:
+        """Add (``sign`` 1) or remove (-1) a pod placed on ``node``. Its
+        ``persistentVolumeClaim`` claims count as used (ephemeral volumes not, as
+        kube-scheduler's snapshot leaves them out of the ReadWriteOncePod check); every
+        claim counts towards the node's attached volumes."""
+        on_node = self._node_claims.setdefault(node, Counter())
         for claim in pod.claims:
-            if claim.ephemeral:
-                continue
             key = f"{pod.namespace}/{claim.claim_name}"
-            self._users[key] += sign
-            if self._users[key] <= 0:
-                del self._users[key]
+            _add(on_node, key, sign)
+            if not claim.ephemeral:
+                _add(self._users, key, sign)
+        if not on_node:
+            del self._node_claims[node]
+
+    def attached(self, node: str) -> dict[str, str]:
+        """Volumes the pods on ``node`` attach, as kube-scheduler's NodeVolumeLimits counts
+        them: ``driver/handle`` → driver for each claim bound to a PV with a CSI driver
+        (:attr:`VolumeInfo.attached_as`); a claim not bound yet counts under its
+        StorageClass's provisioner as ``driver/namespace/name``. Claims that are gone or
+        have neither are not counted."""
+        found: dict[str, str] = {}
+        for key in self._node_claims.get(node, ()):
+            claim = self._claims.get(key)
+            if claim is None:
+                continue
+            volume = self._volumes.get(claim.volume_name) if claim.volume_name else None
+            if volume is not None and volume.attached_as is not None:
+                driver, handle = volume.attached_as
+                found[f"{driver}/{handle}"] = driver
+            elif volume is None and claim.storage_class:
+                storage_class = self._classes.get(claim.storage_class)
+                if storage_class is not None and storage_class.provisioner:
+                    found[f"{storage_class.provisioner}/{key}"] = storage_class.provisioner
+        return found
 
     def in_use(self, namespace: str, name: str) -> bool:
         """True when a placed pod uses the claim."""
         return f"{namespace}/{name}" in self._users
+
+
+def _add(counter: Counter[str], key: str, sign: int) -> None:
+    counter[key] += sign
+    if counter[key] <= 0:
+        del counter[key]
 
 
 def _upsert(store: dict[K, V], key: K, value: V) -> bool:

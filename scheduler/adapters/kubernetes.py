@@ -1,7 +1,7 @@
 """The :class:`~scheduler.ports.Cluster` on a real API server, through the ``kubernetes`` client.
 
 Informers: list nodes, namespaces (their labels, for namespace selectors), storage
-classes, persistent volumes and claims (for the volume filters) and pods
+classes, CSINodes, persistent volumes and claims (for the volume filters) and pods
 (paged), then watch from the list's resourceVersion with bookmarks; 410 Gone (on the
 watch or a list continue) relists at once; 429, 5xx and connection errors back off
 (exponential, capped, full jitter; ``Retry-After`` honoured); nothing stops an informer
@@ -93,6 +93,7 @@ REQUIRED_PERMISSIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("", "persistentvolumeclaims", ("list", "watch")),
     ("", "persistentvolumes", ("list", "watch")),
     ("storage.k8s.io", "storageclasses", ("list", "watch")),
+    ("storage.k8s.io", "csinodes", ("list", "watch")),
     ("", "pods/binding", ("create",)),
     ("", "pods/status", ("patch",)),
     ("events.k8s.io", "events", ("create", "patch")),
@@ -505,6 +506,8 @@ class KubernetesCluster:
             return _raw(self._core.list_persistent_volume(**kwargs))
         if kind == "StorageClass":
             return _raw(self._storage.list_storage_class(**kwargs))
+        if kind == "CSINode":
+            return _raw(self._storage.list_csi_node(**kwargs))
         return _raw(
             self._core.list_pod_for_all_namespaces(field_selector=POD_FIELD_SELECTOR, **kwargs)
         )
@@ -794,6 +797,7 @@ _PLURALS: dict[ObjectKind, str] = {
     "PersistentVolumeClaim": "persistentvolumeclaims",
     "PersistentVolume": "persistentvolumes",
     "StorageClass": "storageclasses",
+    "CSINode": "csinodes",
 }
 
 

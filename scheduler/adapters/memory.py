@@ -233,12 +233,14 @@ def volume_object(
     name: str,
     node_affinity: list[dict[str, Any]] | None = None,
     labels: Mapping[str, str] | None = None,
+    source: Mapping[str, Any] | None = None,
 ) -> K8sObject:
-    """A local PersistentVolume; ``node_affinity`` is its required ``nodeSelectorTerms``."""
+    """A PersistentVolume, local unless ``source`` gives its source (``{"csi": {...}}``);
+    ``node_affinity`` is its required ``nodeSelectorTerms``."""
     spec: dict[str, Any] = {
         "capacity": {"storage": "1Gi"},
         "accessModes": ["ReadWriteOnce"],
-        "local": {"path": f"/mnt/{name}"},
+        **(source or {"local": {"path": f"/mnt/{name}"}}),
     }
     if node_affinity is not None:
         spec["nodeAffinity"] = {"required": {"nodeSelectorTerms": node_affinity}}
@@ -250,14 +252,32 @@ def volume_object(
     }
 
 
-def storage_class_object(name: str, binding_mode: str = "WaitForFirstConsumer") -> K8sObject:
+def storage_class_object(
+    name: str,
+    binding_mode: str = "WaitForFirstConsumer",
+    provisioner: str = "kubernetes.io/no-provisioner",
+) -> K8sObject:
     """A StorageClass with ``volumeBindingMode``."""
     return {
         "apiVersion": "storage.k8s.io/v1",
         "kind": "StorageClass",
         "metadata": {"name": name},
-        "provisioner": "kubernetes.io/no-provisioner",
+        "provisioner": provisioner,
         "volumeBindingMode": binding_mode,
+    }
+
+
+def csi_node_object(name: str, limits: Mapping[str, int]) -> K8sObject:
+    """A CSINode for node ``name`` with an attach limit (``allocatable.count``) per driver."""
+    drivers = [
+        {"name": driver, "nodeID": name, "allocatable": {"count": count}}
+        for driver, count in limits.items()
+    ]
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "CSINode",
+        "metadata": {"name": name},
+        "spec": {"drivers": drivers},
     }
 
 

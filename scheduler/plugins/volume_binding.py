@@ -1,9 +1,9 @@
-"""Volumes: kube-scheduler's VolumeRestrictions, VolumeBinding and VolumeZone, for what
-standalone mode can judge without binding a claim.
+"""Volumes: kube-scheduler's VolumeRestrictions, NodeVolumeLimits, VolumeBinding and
+VolumeZone, for what standalone mode can judge without binding a claim.
 
-Everything is read at each attempt from the live claims, PersistentVolumes and
-StorageClasses (:attr:`scheduler.table.NodeTable.volumes`), so a pod waiting on a claim
-is scheduled once the claim is bound (claim and volume events retry pending pods).
+Everything is read at each attempt from the live claims, PersistentVolumes,
+StorageClasses and CSINodes (:attr:`scheduler.table.NodeTable.volumes`), so a pod waiting
+on a claim is scheduled once the claim is bound (their watch events retry pending pods).
 
 **Pod-wide checks** (kube-scheduler's PreFilter, :func:`check_claims`), in its order; the
 first that fails rejects the pod on every node with that message:
@@ -27,6 +27,11 @@ first that fails rejects the pod on every node with that message:
 
 **Per node** (:func:`volume_filter`), a node counted at its first failing check:
 
+- NodeVolumeLimits: for each CSI driver the pod's bound PVs attach as
+  (:attr:`scheduler.model.VolumeInfo.attached_as`), the volumes already attached by the
+  node's pods plus the pod's new ones (each ``driver/handle`` once) must not exceed the
+  node's CSINode ``allocatable.count`` (:data:`MAX_VOLUME_COUNT`); a node without a
+  CSINode or a count for the driver has no limit.
 - VolumeBinding: the first bound claim (in volume order) that fails on the node decides:
   its PV is gone (:data:`PV_NOT_EXIST`), or the node's labels match none of the PV's
   ``spec.nodeAffinity.required`` terms (:data:`NODE_CONFLICT`) — terms ORed, requirements
@@ -39,13 +44,13 @@ first that fails rejects the pod on every node with that message:
   a node with none of them passes.
 
 Not implemented (and never silently passed): binding or provisioning claims (refused as
-above), CSI volume limits per node (NodeVolumeLimits: the pod is placed as if the node
-had no attach limit — docs/design.md §5), disk conflicts of inline in-tree volumes
-(refused at parse time, :attr:`scheduler.model.PodInfo.unsupported`).
+above), disk conflicts of inline in-tree volumes (refused at parse time,
+:attr:`scheduler.model.PodInfo.unsupported`).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,6 +73,7 @@ from scheduler.volumes import VolumeCatalog
 
 NAME = "VolumeBinding"
 NODE_CONFLICT = "node(s) had volume node affinity conflict"
+MAX_VOLUME_COUNT = "node(s) exceed max volume count"
 PV_NOT_EXIST = "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
 ZONE_CONFLICT = "node(s) had no available volume zone"
 RWOP_CONFLICT = (
@@ -173,7 +179,8 @@ def volume_filter(table: NodeTable, pod: PodInfo, check: ClaimCheck) -> FilterRe
     if not check.bound:
         return None
     count = len(table)
-    undecided = np.ones(count, dtype=np.bool_)
+    over_limit = _over_attach_limits(table, check.bound)
+    undecided = ~over_limit
     missing = np.zeros(count, dtype=np.bool_)
     conflict = np.zeros(count, dtype=np.bool_)
     for entry in check.bound:  # VolumeBinding: the first failing claim decides per node
@@ -190,8 +197,8 @@ def volume_filter(table: NodeTable, pod: PodInfo, check: ClaimCheck) -> FilterRe
     passed = undecided & ~zone_conflict
     if passed.all():
         return None
-    columns = (conflict, missing, zone_conflict)
-    reasons = (NODE_CONFLICT, PV_NOT_EXIST, ZONE_CONFLICT)
+    columns = (over_limit, conflict, missing, zone_conflict)
+    reasons = (MAX_VOLUME_COUNT, NODE_CONFLICT, PV_NOT_EXIST, ZONE_CONFLICT)
     used = [i for i, column in enumerate(columns) if column.any()]
     return FilterResult(
         NAME,
@@ -199,6 +206,34 @@ def volume_filter(table: NodeTable, pod: PodInfo, check: ClaimCheck) -> FilterRe
         tuple(reasons[i] for i in used),
         explain=(lambda: tuple(columns[i] for i in used)) if len(used) > 1 else None,
     )
+
+
+def _over_attach_limits(table: NodeTable, bound: tuple[BoundClaim, ...]) -> NDArray[np.bool_]:
+    """NodeVolumeLimits: nodes whose CSINode limit for a driver the pod's volumes use would
+    be exceeded — ``|attached(d)| + |new(d) ∖ attached| > limit(d)`` for some driver ``d``,
+    volumes counted once by ``driver/handle``."""
+    exceeded = np.zeros(len(table), dtype=np.bool_)
+    new: dict[str, str] = {}
+    for entry in bound:
+        if entry.volume is not None and entry.volume.attached_as is not None:
+            driver, handle = entry.volume.attached_as
+            new[f"{driver}/{handle}"] = driver
+    if not new:
+        return exceeded
+    drivers = set(new.values())
+    for csi_node in table.volumes.csi_nodes():
+        row = table.index_of(csi_node.name)
+        if row is None or drivers.isdisjoint(csi_node.limits):
+            continue
+        attached = table.volumes.attached(csi_node.name)
+        attached_per_driver = Counter(attached.values())
+        adding = Counter(d for unique, d in new.items() if unique not in attached)
+        exceeded[row] = any(
+            attached_per_driver[driver] + n > csi_node.limits[driver]
+            for driver, n in adding.items()
+            if driver in csi_node.limits
+        )
+    return exceeded
 
 
 def _affinity_mask(table: NodeTable, terms: tuple[NodeSelectorTerm, ...]) -> NDArray[np.bool_]:

@@ -14,7 +14,7 @@ real API server answers them:
   (conditions merged by ``type``), ``events.k8s.io/v1`` Events, ``coordination.k8s.io/v1``
   Leases with optimistic concurrency (409 on a stale resourceVersion);
 - cluster-scoped Namespaces (list and watch; kmock's path parser is patched for them);
-- PersistentVolumeClaims, PersistentVolumes and StorageClasses (list and watch);
+- PersistentVolumeClaims, PersistentVolumes, StorageClasses and CSINodes (list and watch);
 - fault injection (``fail``) and closing every open watch (``drop_watches``).
 
 Tests drive it from their own thread through :class:`EmulatorThread`.
@@ -374,6 +374,7 @@ _HANDLED = {
     "persistentvolumeclaims",
     "persistentvolumes",
     "storageclasses",
+    "csinodes",
     "events",
     "leases",
 }

@@ -10,6 +10,7 @@ import pytest
 
 from scheduler.adapters.memory import (
     claim_object,
+    csi_node_object,
     node_object,
     pod_object,
     storage_class_object,
@@ -19,6 +20,7 @@ from scheduler.engine import Engine
 from scheduler.model import (
     PodVolumeClaim,
     parse_claim,
+    parse_csi_node,
     parse_pod,
     parse_storage_class,
     parse_volume,
@@ -26,6 +28,7 @@ from scheduler.model import (
 from scheduler.plugins.base import CycleState, PodRejection
 from scheduler.plugins.volume_binding import (
     FILTER,
+    MAX_VOLUME_COUNT,
     NODE_CONFLICT,
     PV_NOT_EXIST,
     RWOP_CONFLICT,
@@ -74,6 +77,8 @@ def volumes_table(
             table.volumes.upsert_claim(parse_claim(obj))
         elif obj["kind"] == "PersistentVolume":
             table.volumes.upsert_volume(parse_volume(obj))
+        elif obj["kind"] == "CSINode":
+            table.volumes.upsert_csi_node(parse_csi_node(obj))
         else:
             table.volumes.upsert_storage_class(parse_storage_class(obj))
     return table
@@ -514,3 +519,88 @@ def test_claim_deleted_from_the_cluster_is_forgotten() -> None:
         assert volumes.claim("default", "data") is None and volumes.volume("pv-1") is None
     finally:
         h.close()
+
+
+EBS = "ebs.csi.aws.com"
+
+
+def csi_volume(name: str, driver: str = EBS, handle: str = "") -> dict[str, Any]:
+    return volume_object(name, source={"csi": {"driver": driver, "volumeHandle": handle or name}})
+
+
+@pytest.mark.parametrize(
+    ("objects", "passes"),
+    [
+        ([csi_volume("pv-new")], False),
+        ([csi_volume("pv-new", handle="pv-old")], True),
+        ([csi_volume("pv-new", driver="other.csi.example.com")], True),
+        (
+            [volume_object("pv-new", source={"awsElasticBlockStore": {"volumeID": "vol-9"}})],
+            False,
+        ),
+        ([volume_object("pv-new")], True),
+        ([csi_volume("pv-new"), csi_node_object("n1", {EBS: 2})], True),
+        ([csi_volume("pv-new"), csi_node_object("n1", {})], True),
+    ],
+    ids=[
+        "limit-reached",
+        "same-volume-counted-once",
+        "other-driver-unlimited",
+        "in-tree-source-counts-under-its-csi-driver",
+        "local-volume-has-no-attach-limit",
+        "room-for-one-more",
+        "csinode-without-limits",
+    ],
+)
+def test_node_volume_limits_exceed_max_volume_count(
+    objects: list[dict[str, Any]], passes: bool
+) -> None:
+    """n1 runs a pod with one EBS volume and allows one (unless a row replaces its
+    CSINode); n2 has no CSINode: no limit."""
+    used = pod_with(pvc_volume("old"), name="user")
+    table = volumes_table(
+        [node_obj("n1"), node_obj("n2")],
+        [
+            csi_node_object("n1", {EBS: 1}),
+            claim_object("old", volume_name="pv-old"),
+            csi_volume("pv-old"),
+            claim_object("new", volume_name="pv-new"),
+            *objects,
+        ],
+        placed=[(used, "n1")],
+    )
+    found = verdicts(table, pod_with(pvc_volume("new")))
+    assert found == [[] if passes else [MAX_VOLUME_COUNT], []]
+
+
+def test_unbound_claim_of_a_placed_pod_counts_under_its_provisioner() -> None:
+    used = pod_with(pvc_volume("provisioning"), name="user")
+    table = volumes_table(
+        [node_obj("n1")],
+        [
+            csi_node_object("n1", {EBS: 1}),
+            storage_class_object("gp3", "Immediate", provisioner="kubernetes.io/aws-ebs"),
+            claim_object("provisioning", storage_class="gp3"),
+            claim_object("new", volume_name="pv-new"),
+            csi_volume("pv-new"),
+        ],
+        placed=[(used, "n1")],
+    )
+    assert verdicts(table, pod_with(pvc_volume("new"))) == [[MAX_VOLUME_COUNT]]
+    table.remove_pod(parse_pod(used))
+    assert verdicts(table, pod_with(pvc_volume("new"))) == [[]]
+
+
+def test_csi_node_parsing() -> None:
+    csi_node = parse_csi_node(
+        {
+            "metadata": {"name": "n1"},
+            "spec": {
+                "drivers": [
+                    {"name": EBS, "nodeID": "i-1", "allocatable": {"count": 25}},
+                    {"name": "nolimit.csi.example.com", "nodeID": "i-1"},
+                ]
+            },
+        }
+    )
+    assert (csi_node.name, dict(csi_node.limits)) == ("n1", {EBS: 25})
