@@ -704,3 +704,41 @@ def test_namespaces_are_listed_and_watched_for_their_labels(
     )
     emulator.delete("namespaces", "", "team-a")
     handler.wait_for(lambda h: "/team-a" not in h.state["Namespace"])
+
+
+@pytest.mark.parametrize(
+    ("kind", "plural", "namespace", "obj"),
+    [
+        (
+            "PersistentVolumeClaim",
+            "persistentvolumeclaims",
+            "shop",
+            {"spec": {"volumeName": "pv-1", "accessModes": ["ReadWriteOnce"]}},
+        ),
+        ("PersistentVolume", "persistentvolumes", "", {"spec": {"local": {"path": "/mnt"}}}),
+        ("StorageClass", "storageclasses", "", {"volumeBindingMode": "WaitForFirstConsumer"}),
+        ("CSINode", "csinodes", "", {"spec": {"drivers": []}}),
+    ],
+)
+def test_volume_kinds_are_listed_and_watched(
+    emulator: EmulatorThread,
+    cluster: KubernetesCluster,
+    informers: Callable[[], RecordingHandler],
+    kind: str,
+    plural: str,
+    namespace: str,
+    obj: dict[str, Any],
+) -> None:
+    _populate(emulator)
+    metadata = {"name": "v1", "labels": {"round": "1"}}
+    if namespace:
+        metadata["namespace"] = namespace
+    emulator.put(plural, {**obj, "metadata": dict(metadata)})
+    handler = informers()
+    handler.wait_for(lambda h: cluster.synced())
+    key = f"{namespace}/v1"
+    assert handler.state[kind][key]["metadata"]["labels"] == {"round": "1"}
+    emulator.put(plural, {**obj, "metadata": {**metadata, "labels": {"round": "2"}}})
+    handler.wait_for(lambda h: h.state[kind][key]["metadata"]["labels"] == {"round": "2"})
+    emulator.delete(plural, namespace, "v1")
+    handler.wait_for(lambda h: key not in h.state[kind])
