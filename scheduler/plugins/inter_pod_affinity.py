@@ -52,7 +52,7 @@ from numpy.typing import NDArray
 
 from scheduler.model import HOSTNAME_LABEL, AntiAffinityTerm, LabelSelector, PodInfo
 from scheduler.plugins.base import CycleState, Filter, FilterResult, Score
-from scheduler.table import ABSENT, NodeTable
+from scheduler.table import ABSENT, LabelColumn, NodeTable
 
 NAME = "InterPodAffinity"
 AFFINITY_RULES = "node(s) didn't match pod affinity rules"
@@ -130,19 +130,19 @@ def inter_pod_affinity_score(
     )
     for term, weight, nodes in placed:
         if term.matches(pod.namespace, pod.labels, namespace_labels):
-            column = add(term.topology_key)
+            per_node = add(term.topology_key)
             for node, count in nodes.items():
                 row = table.index_of(node)
                 if row is not None:
-                    column[row] += weight * count
+                    per_node[row] += weight * count
     if not weights:
         return None
     raw = np.zeros(n)  # whole numbers: float64 sums are exact far beyond any weight total
     for key, per_row in weights.items():
-        codes = table.label_column(key).codes
-        labelled = codes != ABSENT
-        domains = np.bincount(codes[labelled], weights=per_row[labelled])
-        raw[labelled] += domains[codes[labelled]]
+        labelled, codes = _labelled(table, key)
+        size = len(table.label_column(key).values)
+        domains = np.bincount(codes, weights=per_row[labelled], minlength=size)
+        raw[labelled] += domains[codes]
     score = np.zeros(n)
     if not feasible.any():
         return score
@@ -165,9 +165,10 @@ def _affinity_passed(table: NodeTable, pod: PodInfo) -> NDArray[np.bool_]:
     exist = np.ones(n, dtype=np.bool_)
     counted = False
     for key in dict.fromkeys(term.topology_key for term in pod.pod_affinity):
-        codes = table.label_column(key).codes
+        column = table.label_column(key)
+        codes = column.codes
         has_keys &= codes != ABSENT
-        taken = _domains_of(codes, holding)
+        taken = _domains_of(column, holding)
         counted |= bool(taken.any())
         exist &= taken[codes]
     if not counted and all(
@@ -203,11 +204,22 @@ def _rows(table: NodeTable, nodes: Iterable[str]) -> NDArray[np.bool_]:
     return mask
 
 
-def _domains_of(codes: NDArray[np.int32], holding: NDArray[np.bool_]) -> NDArray[np.bool_]:
+def _labelled(table: NodeTable, key: str) -> tuple[NDArray[np.bool_], NDArray[np.int32]]:
+    """The nodes with label ``key`` and their codes (cached until labels change)."""
+
+    def build() -> tuple[NDArray[np.bool_], NDArray[np.int32]]:
+        codes = table.label_column(key).codes
+        labelled = codes != ABSENT
+        return labelled, codes[labelled]
+
+    return table.cached("constraints", (NAME, "labelled", key), build)
+
+
+def _domains_of(column: LabelColumn, holding: NDArray[np.bool_]) -> NDArray[np.bool_]:
     """Per label code (plus a last entry, for :data:`ABSENT`, always False): whether a
     ``holding`` node has that value."""
-    taken = np.zeros(int(codes.max(initial=ABSENT)) + 2, dtype=np.bool_)
-    taken[codes[holding]] = True
+    taken = np.zeros(len(column.values) + 1, dtype=np.bool_)
+    taken[column.codes[holding]] = True
     taken[ABSENT] = False
     return taken
 
@@ -216,8 +228,8 @@ def _clear_domains(
     table: NodeTable, mask: NDArray[np.bool_], key: str, holding: NDArray[np.bool_]
 ) -> None:
     """Clear ``mask`` on every node sharing label ``key``'s value with a ``holding`` node."""
-    codes = table.label_column(key).codes
-    mask &= ~_domains_of(codes, holding)[codes]
+    column = table.label_column(key)
+    mask &= ~_domains_of(column, holding)[column.codes]
 
 
 def _filter(state: CycleState) -> FilterResult | None:
