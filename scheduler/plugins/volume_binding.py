@@ -9,8 +9,8 @@ on a claim is scheduled once the claim is bound (their watch events retry pendin
 first that fails rejects the pod on every node with that message:
 
 1. VolumeRestrictions, over ``persistentVolumeClaim`` volumes: the claim exists
-   (``persistentvolumeclaim "c" not found``); a ``ReadWriteOncePod`` claim is used by no
-   placed pod (:data:`RWOP_CONFLICT`).
+   (``persistentvolumeclaim "c" not found``); whether a ``ReadWriteOncePod`` claim is
+   used by a placed pod is noted for its Filter.
 2. VolumeBinding, over those and ``ephemeral`` volumes (claim ``<pod>-<volume>``): the
    claim exists (for an ephemeral volume: ``waiting for ephemeral volume controller to
    create the persistentvolumeclaim "c"``), is not ``Lost`` (``persistentvolumeclaim "c"
@@ -27,6 +27,9 @@ first that fails rejects the pod on every node with that message:
 
 **Per node** (:func:`volume_filter`), a node counted at its first failing check:
 
+- VolumeRestrictions: a ``ReadWriteOncePod`` claim of the pod that a placed pod uses
+  fails every node (:data:`RWOP_CONFLICT`; kube-scheduler makes it a Filter failure so
+  that preemption may evict that pod).
 - NodeVolumeLimits: for each CSI driver the pod's bound PVs attach as
   (:attr:`scheduler.model.VolumeInfo.attached_as`), the volumes already attached by the
   node's pods plus the pod's new ones (each ``driver/handle`` once) must not exceed the
@@ -105,18 +108,21 @@ class ClaimCheck:
     """Claims that need binding, as fields for :func:`scheduler.messages.refused_message`."""
     bound: tuple[BoundClaim, ...] = ()
     """The bound claims, in volume order, for the per-node checks."""
+    read_write_once_pod_conflict: bool = False
+    """A ``ReadWriteOncePod`` claim of the pod is used by a placed pod."""
 
 
 def check_claims(pod: PodInfo, volumes: VolumeCatalog) -> ClaimCheck:
     """The pod-wide checks 1–4 of the module docstring."""
     claims = [(c, volumes.claim(pod.namespace, c.claim_name)) for c in pod.claims]
+    conflict = False
     for wanted, claim in claims:  # 1. VolumeRestrictions
         if wanted.ephemeral:
             continue
         if claim is None:
             return ClaimCheck(f'persistentvolumeclaim "{wanted.claim_name}" not found')
-        if READ_WRITE_ONCE_POD in claim.access_modes and volumes.in_use(pod.namespace, claim.name):
-            return ClaimCheck(RWOP_CONFLICT)
+        if READ_WRITE_ONCE_POD in claim.access_modes:
+            conflict = conflict or volumes.in_use(pod.namespace, claim.name)
     for wanted, claim in claims:  # 2. VolumeBinding: the claims are usable
         problem = _claim_problem(pod, wanted, claim)
         if problem is not None:
@@ -145,7 +151,7 @@ def check_claims(pod: PodInfo, volumes: VolumeCatalog) -> ClaimCheck:
     for entry in bound:  # 4. VolumeZone reads each persistentVolumeClaim volume's PV
         if entry.volume is None and not entry.claim.ephemeral:
             return ClaimCheck(f'persistentvolume "{entry.volume_name}" not found')
-    return ClaimCheck(bound=tuple(bound))
+    return ClaimCheck(bound=tuple(bound), read_write_once_pod_conflict=conflict)
 
 
 def _claim_problem(pod: PodInfo, wanted: PodVolumeClaim, claim: ClaimInfo | None) -> str | None:
@@ -176,9 +182,11 @@ def _claim_problem(pod: PodInfo, wanted: PodVolumeClaim, claim: ClaimInfo | None
 def volume_filter(table: NodeTable, pod: PodInfo, check: ClaimCheck) -> FilterResult | None:
     """The per-node checks of the module docstring over the bound claims of ``check`` (a
     check without rejection or refusal); ``None`` when no bound claim constrains nodes."""
+    count = len(table)
+    if check.read_write_once_pod_conflict:
+        return FilterResult(NAME, np.zeros(count, dtype=np.bool_), (RWOP_CONFLICT,))
     if not check.bound:
         return None
-    count = len(table)
     over_limit = _over_attach_limits(table, check.bound)
     undecided = ~over_limit
     missing = np.zeros(count, dtype=np.bool_)

@@ -308,10 +308,10 @@ def test_claim_problems_reject_the_pod_on_every_node_as_kube_prefilter(
     assert result.message == f"0/3 nodes are available: {rejection}."
 
 
-def test_read_write_once_pod_claim_in_use_rejects_the_pod_until_its_user_leaves() -> None:
+def test_read_write_once_pod_claim_in_use_rejects_every_node_until_its_user_leaves() -> None:
     user = pod_with(pvc_volume("solo"), name="user")
     table = volumes_table(
-        THREE_NODES,
+        [node_obj("n1"), node_obj("n2"), node_obj("small", cpu="0")],
         [
             claim_object("solo", volume_name="pv-1", access_modes=("ReadWriteOncePod",)),
             volume_object("pv-1"),
@@ -319,9 +319,16 @@ def test_read_write_once_pod_claim_in_use_rejects_the_pod_until_its_user_leaves(
         placed=[(user, "n1")],
     )
     pod = parse_pod(pod_with(pvc_volume("solo")))
-    assert check_claims(pod, table.volumes).rejection == RWOP_CONFLICT
+    check = check_claims(pod, table.volumes)
+    assert check.rejection is None and check.read_write_once_pod_conflict
+    assert verdicts(table, pod_with(pvc_volume("solo"))) == [[RWOP_CONFLICT]] * 3
+    result = Engine(EngineSettings()).schedule(pod, table, 0.0)
+    assert result.message == (  # a per-node Filter failure, after NodeResourcesFit
+        f"0/3 nodes are available: 1 Insufficient cpu, 2 {RWOP_CONFLICT}."
+    )
     table.remove_pod(parse_pod(user))
-    assert check_claims(pod, table.volumes).rejection is None
+    assert not check_claims(pod, table.volumes).read_write_once_pod_conflict
+    assert Engine(EngineSettings()).schedule(pod, table, 0.0).node in ("n1", "n2")
 
 
 def test_read_write_once_claim_may_be_shared() -> None:
@@ -332,7 +339,8 @@ def test_read_write_once_claim_may_be_shared() -> None:
         placed=[(user, "n1")],
     )
     pod = parse_pod(pod_with(pvc_volume("shared")))
-    assert check_claims(pod, table.volumes).rejection is None
+    check = check_claims(pod, table.volumes)
+    assert check.rejection is None and not check.read_write_once_pod_conflict
 
 
 def test_unbound_wait_for_first_consumer_claim_is_refused_naming_claim_and_extender_mode() -> None:
@@ -604,3 +612,22 @@ def test_csi_node_parsing() -> None:
         }
     )
     assert (csi_node.name, dict(csi_node.limits)) == ("n1", {EBS: 25})
+
+
+def test_claim_that_no_longer_parses_is_dropped_not_kept_at_its_last_good_version() -> None:
+    h = LoopHarness()
+    try:
+        h.cluster.put("PersistentVolumeClaim", claim_object("data", volume_name="pv-1"))
+        h.informer.sync()
+        assert h.loop.cache.table.volumes.claim("default", "data") is not None
+        broken = claim_object("data", volume_name="pv-1")
+        broken["spec"]["accessModes"] = "ReadWriteOnce"  # not a list
+        h.cluster.put("PersistentVolumeClaim", broken)
+        h.informer.sync()
+        assert h.loop.cache.table.volumes.claim("default", "data") is None
+        assert (
+            h.metric("interference_scheduler_malformed_objects_total", kind="PersistentVolumeClaim")
+            == 1
+        )
+    finally:
+        h.close()
