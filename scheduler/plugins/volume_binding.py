@@ -171,7 +171,7 @@ def _claim_problem(pod: PodInfo, wanted: PodVolumeClaim, claim: ClaimInfo | None
         )
     if claim.deleting:
         return f'persistentvolumeclaim "{name}" is being deleted'
-    if wanted.ephemeral and claim.controller_uid != pod.uid:
+    if wanted.ephemeral and (not claim.controller_uid or claim.controller_uid != pod.uid):
         return (
             f"PVC {claim.namespace}/{name} was not created for pod "
             f"{pod.namespace}/{pod.name} (pod is not owner)"

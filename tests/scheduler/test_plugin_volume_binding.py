@@ -231,6 +231,11 @@ IMMEDIATE = storage_class_object("fast", "Immediate")
             "PVC default/p-scratch was not created for pod default/p (pod is not owner)",
         ),
         (
+            [ephemeral_volume()],
+            [claim_object("p-scratch", volume_name="pv-1")],
+            "PVC default/p-scratch was not created for pod default/p (pod is not owner)",
+        ),
+        (
             [pvc_volume("data")],
             [{**claim_object("data", volume_name="pv-1"), "status": {"phase": "Lost"}}],
             'persistentvolumeclaim "data" bound to non-existent persistentvolume "pv-1"',
@@ -286,6 +291,7 @@ IMMEDIATE = storage_class_object("fast", "Immediate")
         "claim-not-found",
         "ephemeral-claim-not-created-yet",
         "ephemeral-claim-not-owned-by-pod",
+        "ephemeral-claim-without-controller",
         "claim-lost",
         "claim-being-deleted",
         "unbound-claim-without-class-is-immediate",
