@@ -35,7 +35,14 @@ from pathlib import Path
 
 import yaml
 
-from scheduler.ports import BindConflict, ClusterError, ClusterHandler, K8sObject, PodRef
+from scheduler.ports import (
+    INFORMED_KINDS,
+    BindConflict,
+    ClusterError,
+    ClusterHandler,
+    K8sObject,
+    PodRef,
+)
 
 CGROUP_V2_MOUNT = "/sys/fs/cgroup/unified"
 """cgroup v2 hierarchy of a hybrid host (``/sys/fs/cgroup`` itself on a pure-v2 host)."""
@@ -265,6 +272,9 @@ class LocalCluster:
         events: queue.SimpleQueue[tuple[str, str, K8sObject]] = queue.SimpleQueue()
         with self._lock:
             handler.replace("Node", [copy.deepcopy(o) for o in self._node_objs.values()])
+            for other in INFORMED_KINDS:  # the demo has no namespace labels, claims or volumes
+                if other not in ("Node", "Pod"):
+                    handler.replace(other, [])
             handler.replace("Pod", [copy.deepcopy(p.obj) for p in self._pods.values()])
             self._handlers.append(events)
         try:

@@ -17,7 +17,7 @@ from interference_cli.local_cluster import (
     load_nodes,
     qos_class,
 )
-from scheduler.ports import BindConflict, ClusterError, K8sObject, PodRef
+from scheduler.ports import INFORMED_KINDS, BindConflict, ClusterError, K8sObject, PodRef
 
 DEMO = Path(__file__).resolve().parents[2] / "deploy" / "demo"
 
@@ -123,6 +123,7 @@ def test_pods_run_in_their_node_partition_and_close_removes_everything(tmp_path:
         while len(handler.events) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert {n["metadata"]["name"] for n in handler.replaced["Node"]} == {"node-a", "node-b"}
+        assert set(handler.replaced) == set(INFORMED_KINDS)  # else the cache never syncs
         bound = [o for _, e, o in handler.events if o["metadata"]["name"] == "latency-web"]
         assert bound[0]["spec"]["nodeName"] == "node-b"
         assert cluster.pods_file_content()[ref.uid] == "demo/latency-web"
