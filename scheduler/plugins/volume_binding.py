@@ -75,12 +75,13 @@ from scheduler.table import ABSENT, LabelColumn, NodeTable
 from scheduler.volumes import VolumeCatalog
 
 NAME = "VolumeBinding"
-NODE_CONFLICT = "node(s) had volume node affinity conflict"
+NODE_CONFLICT = "node(s) didn't match PersistentVolume's node affinity"
 MAX_VOLUME_COUNT = "node(s) exceed max volume count"
 PV_NOT_EXIST = "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
 ZONE_CONFLICT = "node(s) had no available volume zone"
 RWOP_CONFLICT = (
-    "node has pod using PersistentVolumeClaim with the same name and ReadWriteOncePod access mode"
+    "node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode already "
+    "in-use by another pod"
 )
 UNBOUND_IMMEDIATE = "pod has unbound immediate PersistentVolumeClaims"
 _GA_ZONE_LABELS = {

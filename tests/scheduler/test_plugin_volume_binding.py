@@ -387,7 +387,8 @@ def test_failed_scheduling_counts_volume_node_affinity_conflicts() -> None:
     pod = parse_pod(pod_obj("p", requests={"cpu": "2"}, volumes=[pvc_volume("data")]))
     result = Engine(EngineSettings()).schedule(pod, table, 0.0)
     assert result.message == (
-        "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) had volume node affinity conflict."
+        "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) didn't match PersistentVolume's "
+        "node affinity."
     )
 
 
