@@ -14,12 +14,15 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import yaml
+
+from interference_infra.kube_watch import Backoff, Gone, list_and_watch
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +119,6 @@ class KubernetesPodDirectory:
         self._synced = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
-        self._resource_version: str | None = None
         self.relists = 0
         """Number of full lists done (the first one included)."""
         self.errors = 0
@@ -153,55 +155,33 @@ class KubernetesPodDirectory:
         if self._thread is not None:
             self._thread.join(timeout_s)
 
-    # -- the loop -------------------------------------------------------------------
+    # -- the loop (interference_infra.kube_watch runs it) ----------------------------
     def _run(self) -> None:
         from kubernetes.client.exceptions import ApiException  # lazy: optional at import
+        from urllib3.exceptions import HTTPError
 
-        backoff = self._settings.backoff_initial_s
-        failing = False
-        while not self._stopping.is_set():
-            try:
-                if self._resource_version is None:
-                    self._relist()
-                self._watch()
-                backoff = self._settings.backoff_initial_s
-                failing = False
-            except ApiException as exc:
-                if exc.status == 410:
-                    log.info(
-                        "pod watch on %s: resourceVersion expired (410), relisting", self._node
-                    )
-                    self._resource_version = None
-                    continue
-                self._on_error(f"API server answered {exc.status} {exc.reason}", failing)
-                failing = True
-                self._stopping.wait(backoff)
-                backoff = min(backoff * 2, self._settings.backoff_max_s)
-            except Exception as exc:  # the thread must survive anything the client raises
-                if _is_read_timeout(exc):
-                    continue  # an idle stream: reopen it from the same resourceVersion
-                self._on_error(f"{type(exc).__name__}: {exc}", failing)
-                failing = True
-                self._stopping.wait(backoff)
-                backoff = min(backoff * 2, self._settings.backoff_max_s)
+        list_and_watch(
+            self,
+            self._stopping,
+            Backoff(self._settings.backoff_initial_s, self._settings.backoff_max_s),
+            name=f"pod list/watch for node {self._node}",
+            expected=(ApiException, HTTPError, OSError),
+            hint="pods keep being reported by UID meanwhile; check the API server address "
+            "and the agent's RBAC (list/watch pods)",
+            logger=log,
+            on_failure=self._count_failure,
+        )
 
-    def _on_error(self, what: str, already_failing: bool) -> None:
+    def _count_failure(self, _error: Exception) -> None:
         self.errors += 1
-        level = logging.DEBUG if already_failing else logging.WARNING
-        log.log(
-            level,
-            "pod list/watch for node %s failed (%s); retrying with backoff, pods keep being "
-            "reported by UID meanwhile — check the API server address and the agent's RBAC "
-            "(list/watch pods)",
-            self._node,
-            what,
-        )
 
-    def _relist(self) -> None:
-        pod_list = self._api.list_pod_for_all_namespaces(
-            field_selector=f"spec.nodeName={self._node}",
-            _request_timeout=self._settings.read_timeout_s,
-        )
+    def relist(self) -> str:
+        """List the pods on this node; the list's resourceVersion."""
+        with _gone_on_410():
+            pod_list = self._api.list_pod_for_all_namespaces(
+                field_selector=f"spec.nodeName={self._node}",
+                _request_timeout=self._settings.read_timeout_s,
+            )
         pods = {
             pod.metadata.uid: (pod.metadata.namespace, pod.metadata.name)
             for pod in pod_list.items
@@ -215,27 +195,37 @@ class KubernetesPodDirectory:
             now = self._clock()
             for uid in gone:
                 self._deleted_at.setdefault(uid, now)
-        self._resource_version = pod_list.metadata.resource_version
         self.relists += 1
         self._synced.set()
+        return str(pod_list.metadata.resource_version or "")
 
-    def _watch(self) -> None:
+    def follow(self, resource_version: str, stop: threading.Event) -> tuple[str, int]:
+        """Apply pod events from ``resource_version`` until the watch ends."""
         from kubernetes import watch
 
         stream = watch.Watch()  # type: ignore[no-untyped-call]
-        for event in stream.stream(  # type: ignore[no-untyped-call]
-            self._api.list_pod_for_all_namespaces,
-            field_selector=f"spec.nodeName={self._node}",
-            resource_version=self._resource_version,
-            allow_watch_bookmarks=True,
-            timeout_seconds=self._settings.watch_timeout_s,
-            _request_timeout=self._settings.read_timeout_s,
-        ):
-            if self._stopping.is_set():
-                stream.stop()  # type: ignore[no-untyped-call]
-                return
-            self._apply(event["type"], event["object"])
-            self._resource_version = stream.resource_version
+        events = 0
+        try:
+            for event in stream.stream(  # type: ignore[no-untyped-call]
+                self._api.list_pod_for_all_namespaces,
+                field_selector=f"spec.nodeName={self._node}",
+                resource_version=resource_version or None,
+                allow_watch_bookmarks=True,
+                timeout_seconds=self._settings.watch_timeout_s,
+                _request_timeout=self._settings.read_timeout_s,
+            ):
+                if stop.is_set():
+                    stream.stop()  # type: ignore[no-untyped-call]
+                    break
+                events += 1
+                self._apply(event["type"], event["object"])
+                resource_version = stream.resource_version or resource_version
+        except Exception as exc:
+            if not _is_read_timeout(exc):
+                with _gone_on_410():
+                    raise
+            # an idle stream: the loop reopens it from the same resourceVersion
+        return resource_version, events
 
     def _apply(self, kind: str, pod: Any) -> None:
         if kind == "BOOKMARK" or not hasattr(pod, "metadata") or pod.metadata is None:
@@ -259,6 +249,19 @@ class KubernetesPodDirectory:
         for uid in [uid for uid, at in self._deleted_at.items() if at <= horizon]:
             del self._deleted_at[uid]
             self._pods.pop(uid, None)
+
+
+@contextmanager
+def _gone_on_410() -> Iterator[None]:
+    """The API server's 410 raised as :class:`Gone` (relist), anything else as it is."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        yield
+    except ApiException as exc:
+        if exc.status == 410:
+            raise Gone(exc.reason or "410 Gone") from exc
+        raise
 
 
 def _is_read_timeout(exc: Exception) -> bool:

@@ -178,10 +178,16 @@ def test_expired_resource_version_relists(emulator: Emulator) -> None:
         bus = next(bus for key, bus in emulator.handler._buses.items() if "pods" in str(key))
         gone = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 410,
                 "reason": "Expired", "message": "too old resource version: 1 (42)"}  # fmt: skip
-        asyncio.run_coroutine_threadsafe(
-            bus.put({"type": "ERROR", "object": gone}), emulator.loop
-        ).result(5)
-        assert eventually(lambda: directory.relists >= 2)
+
+        def send_gone() -> bool:
+            # kmock hands an event only to the watches open at that moment: send it until
+            # one has taken it.
+            asyncio.run_coroutine_threadsafe(
+                bus.put({"type": "ERROR", "object": gone}), emulator.loop
+            ).result(5)
+            return directory.relists >= 2
+
+        assert eventually(send_gone)
         assert directory.lookup("uid-w0") == ("ns", "web-0")
         assert directory.errors == 0  # a 410 is routine, not an error
     finally:
