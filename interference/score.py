@@ -2,7 +2,7 @@
 
 Agent and scheduler use this one model. The **interference index** runs from 0 (quiet)
 to 100 (saturated): the agent publishes it per interval and per window; the scheduler's
-**quietness** score (:mod:`scheduler.scores.interference`, 100 = quiet) is
+**quietness** score (:mod:`scheduler.plugins.interference`, 100 = quiet) is
 ``100 − min(100, index + load placed since the report)``.
 
 Each signal ``x`` is mapped to a saturation ``s ∈ [0, 1]`` by a log-scale reference

@@ -9,7 +9,7 @@ of the latest report of each node at that moment. Per policy it reports:
     placements whose node exceeded the pod's interference tolerance during the windows
     that followed: of the node's reports in ``(t, t + horizon_s]`` after placement at
     ``t``, at least ``violation_fraction`` failed the pod's tolerance, judged by the
-    scheduler's own tolerance filter (:func:`scheduler.filters.interference.interference_filter`)
+    scheduler's own tolerance filter (:func:`scheduler.plugins.interference.interference_filter`)
     on that report with default engine settings — the same judge for every policy.
 ``nodes_used``
     distinct nodes that received at least one of the simulated pods.
@@ -49,8 +49,8 @@ from interference_cli.views import decision_view
 from scheduler.adapters.memory import node_object, pod_object
 from scheduler.config import ConfigError, load_config
 from scheduler.engine import Engine
-from scheduler.filters.interference import interference_filter
 from scheduler.model import ObjectError, PodInfo, parse_node, parse_pod
+from scheduler.plugins.interference import interference_filter
 from scheduler.ports import NodeSignals
 from scheduler.settings import EngineSettings
 from scheduler.table import NodeTable
@@ -373,7 +373,8 @@ class _ToleranceJudge:
         exceeded = 0
         for report in windows:
             table.set_signals({node: _signals(report)})
-            if not interference_filter(table, pod, self._settings, report.ts).passed[0]:
+            verdict = interference_filter(table, pod, self._settings, report.ts)
+            if verdict is not None and not verdict.passed[0]:
                 exceeded += 1
         return exceeded >= self._workload.violation_fraction * len(windows)
 

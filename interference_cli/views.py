@@ -203,12 +203,21 @@ def decision_view(decision: Decision, now: float, when: str | None = None) -> Re
                 + ", ".join(f"{name} ×{w:g}" for name, w in sorted(weights.items()))
             )
         )
+    parts += [Text(f"  {line}", style="dim") for line in _score_legend(plugins)]
     if decision.rejected_by_reason:
         rejected = ", ".join(
             f"{count} {reason}" for reason, count in sorted(decision.rejected_by_reason.items())
         )
         parts.append(Text(f"rejected: {rejected}", style="red"))
     return Group(*parts)
+
+
+def _score_legend(plugins: Sequence[str]) -> list[str]:
+    """``Name: what it prefers`` for each score plugin of the record the scheduler knows."""
+    # the scheduler's plugins pull in numpy: only explaining a decision needs them
+    from scheduler.plugins.registry import SCORE_PLUGINS
+
+    return [f"{name}: {SCORE_PLUGINS[name].explain}" for name in plugins if name in SCORE_PLUGINS]
 
 
 def _score_cell(candidate: CandidateVerdict, plugin: str) -> str:

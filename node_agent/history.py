@@ -13,7 +13,7 @@ the intervals that ended in the last ``W`` seconds:
   its length ``T``: ``mean = Σ Tᵢ·xᵢ / Σ Tᵢ``, ``σ² = Σ Tᵢ·(xᵢ − mean)² / Σ Tᵢ``.
 
 Burstiness reads as σ or as peak-to-mean (``max / mean``). The scheduler's risk term is
-``index_mean + k · index_stddev`` (:mod:`scheduler.scores.interference`).
+``index_mean + k · index_stddev`` (:mod:`scheduler.plugins.interference`).
 
 Only intervals that measured the run queue enter a window (an interval whose run-queue
 probe failed says nothing about it), so a window never averages "unknown" as "quiet".

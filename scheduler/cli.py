@@ -38,6 +38,7 @@ from interference.logsetup import configure_logging, mask_credentials
 from interference.strict import SettingError, parse_bool
 from interference_infra.redis_client import REDIS_ERRORS, RedisConnection, parse_sentinels
 from scheduler.adapters.kubernetes import KubernetesCluster, make_api_client
+from scheduler.adapters.leader import LeaderElector, default_identity
 from scheduler.adapters.redis_signals import (
     QueuedDecisionSink,
     RedisDecisionSink,
@@ -53,7 +54,6 @@ from scheduler.config import (
     with_overrides,
 )
 from scheduler.http import HealthServer, Heartbeat, Status
-from scheduler.leader import LeaderElector, default_identity
 from scheduler.loop import SchedulingLoop
 from scheduler.metrics import SchedulerMetrics
 from scheduler.ports import ClusterError

@@ -4,7 +4,8 @@ The file mirrors :class:`SchedulerConfig`; every section is optional and every k
 a default (see each settings dataclass for its meaning)::
 
     engine:            # scheduler.settings.EngineSettings
-      weights: {interference: 2, balance: 1, gpu_packing: 1}
+      profile:         # scheduler.settings.Profile (docs/design.md §5.1)
+        scores: {Interference: 2, NodeResourcesFit: 1, GpuPacking: 1}
       stale_policy: neutral          # neutral | avoid | reject
     loop:              # scheduler.loop.LoopSettings
       scheduler_name: interference-scheduler
@@ -14,15 +15,15 @@ a default (see each settings dataclass for its meaning)::
       url: redis://redis.interference:6379/0
     kubernetes:        # scheduler.adapters.kubernetes.KubernetesSettings
       kubeconfig: ""
-    leader_election:   # scheduler.leader.LeaderElectionSettings
+    leader_election:   # scheduler.adapters.leader.LeaderElectionSettings
       lease_duration_s: 15
     http:              # scheduler.http.HttpSettings
       port: 10251
     reload_interval_s: 5
 
 Validation collects every problem, each naming the field and the fix
-(``engine.weights.gpu_packing: must be a number, got 'high'``); unknown keys are
-rejected with a did-you-mean. Types are strict: a quoted number is a string, not a
+(``engine.profile.scores.GpuPacking: must be a number, got 'high'``); unknown keys and
+plugin names are rejected with a did-you-mean. Types are strict: a quoted number is a string, not a
 number, so a typo cannot silently become a default.
 
 Reload: :class:`ConfigWatcher` polls the file (mtime, size and inode, so a ConfigMap's
@@ -51,16 +52,21 @@ import yaml
 
 from interference.strict import SettingError, parse_bool
 from scheduler.adapters.kubernetes import KubernetesSettings
+from scheduler.adapters.leader import LeaderElectionSettings
 from scheduler.adapters.redis_signals import RedisSettings
 from scheduler.http import HttpSettings
-from scheduler.leader import LeaderElectionSettings
 from scheduler.loop import LoopSettings
-from scheduler.settings import EngineSettings
+from scheduler.settings import EngineSettings, SettingsError
 
 log = logging.getLogger(__name__)
 
 LIVE_SECTIONS = ("engine", "loop")
 """Sections a reload applies without a restart."""
+REPLACED_KEYS = {
+    "engine.weights": "engine.profile.scores, keyed by plugin name, e.g. "
+    "{Interference: 2, NodeResourcesFit: 1, GpuPacking: 1} (docs/design.md §5.1)",
+}
+"""Keys of earlier versions → what replaced them (named in the error instead of a guess)."""
 
 
 class StrictBoolLoader(yaml.SafeLoader):
@@ -148,7 +154,11 @@ def _build(cls: type[Any], data: Any, path: str, problems: list[str]) -> Any:
     for key, value in data.items():
         if key not in names:
             ok = False
-            problems.append(_unknown_key(f"{path}{key}", str(key), names))
+            replaced = REPLACED_KEYS.get(f"{path}{key}")
+            if replaced is not None:
+                problems.append(f"{path}{key}: replaced by {replaced}")
+            else:
+                problems.append(_unknown_key(f"{path}{key}", str(key), names))
             continue
         converted = _convert(hints[key], value, f"{path}{key}", problems)
         if converted is _INVALID:
@@ -159,6 +169,9 @@ def _build(cls: type[Any], data: Any, path: str, problems: list[str]) -> Any:
         return None
     try:
         return cls(**kwargs)
+    except SettingsError as exc:  # several problems, each naming its field
+        problems.extend(f"{path}{problem}" for problem in exc.problems)
+        return None
     except ValueError as exc:  # the dataclass's own range checks name the field
         problems.append(f"{path}{exc}")
         return None
@@ -178,6 +191,8 @@ def _convert(hint: Any, value: Any, path: str, problems: list[str]) -> Any:
             return value
         problems.append(f"{path}: must be one of {', '.join(map(str, choices))}, got {value!r}")
         return _INVALID
+    if hint == tuple[tuple[str, float], ...]:  # name → number, e.g. score weights
+        return _weights(value, path, problems)
     if origin is tuple:
         if value is None:
             return ()
@@ -220,6 +235,18 @@ def _convert(hint: Any, value: Any, path: str, problems: list[str]) -> Any:
     raise TypeError(f"{path}: the config loader does not handle type {hint!r}")
 
 
+def _weights(value: Any, path: str, problems: list[str]) -> Any:
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping):
+        problems.append(f"{path}: must be a mapping of name to number, got {_kind(value)}")
+        return _INVALID
+    pairs = [
+        (str(name), _convert(float, n, f"{path}.{name}", problems)) for name, n in value.items()
+    ]
+    return _INVALID if any(n is _INVALID for _, n in pairs) else tuple(pairs)
+
+
 def _unknown_key(path: str, key: str, names: list[str]) -> str:
     close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
     hint = f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(names)}"
@@ -245,6 +272,8 @@ def with_overrides(config: SchedulerConfig, **sections: Any) -> SchedulerConfig:
         merged.update(changes)
         try:
             replaced[name] = type(current)(**merged)
+        except SettingsError as exc:
+            problems.extend(f"{name}.{problem}" for problem in exc.problems)
         except ValueError as exc:
             problems.append(f"{name}.{exc}")
     if problems:

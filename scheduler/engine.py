@@ -1,23 +1,28 @@
-"""One scheduling decision: filter the node table, score what passes, pick the best.
+"""One scheduling decision: run the profile's filters, score what passes, pick the best.
 
-Filters run in kube-scheduler's order — readiness, cordon, taints, node affinity/selector
-(these four depend only on the pod's signature and are cached in the table per signature),
-then host ports, resources, topology spread (``DoNotSchedule``), pod affinity, pod
-anti-affinity, interference. A node counts only its first failing filter in the ``FailedScheduling``
+The profile (:class:`scheduler.settings.Profile`, resolved by
+:mod:`scheduler.plugins.registry`) lists the filter plugins in order — by default
+kube-scheduler's: NodeReady, NodeUnschedulable, TaintToleration, NodeAffinity, NodePorts,
+NodeResourcesFit, PodTopologySpread, InterPodAffinity, then Interference — and the score
+plugins with their weights. First every filter's PreFilter (a pod-wide check that may
+refuse the pod outright), then the filters: the leading static ones (depending only on the
+pod's signature) together, cached in the table per signature with their rejection counts,
+then the others. A node counts only its first failing filter in the ``FailedScheduling``
 message, as in kube-scheduler.
 
-Scores (0–100 each) are combined as ``total = Σ weightₚ · scoreₚ`` over
-:class:`scheduler.settings.ScoreWeights`; the highest total wins and ties are broken
-uniformly at random. The result carries, for the decision record, the best ``record_top_k``
-candidates with their score breakdown (the chosen node first), then up to as many rejected
-nodes with the reasons of their first failing filter — those the interference filters
+Scores (0–100 each) are combined as ``total = Σ weightₚ · scoreₚ`` over the profile's
+score plugins; the highest total wins and ties are broken uniformly at random. The result
+carries, for the decision record, the best ``record_top_k`` candidates with their score
+breakdown by plugin name (the chosen node first), then up to as many rejected nodes with
+the reasons of their first failing filter — those the last filters (Interference)
 rejected first, so ``interference explain`` shows why a noisy node lost — and the count
 of nodes per reason. Reasons are looked up only for the recorded nodes; counts need the
 per-reason split only for filters with several reasons, and the signature-cached filters'
 counts are cached with their masks.
 
-With ``EngineSettings.interference_aware`` False the interference filters are skipped
-and the interference score is left out of the sum (interference-blind scheduling).
+With ``EngineSettings.interference_aware`` False the Interference plugin neither filters
+nor scores (interference-blind scheduling); ``relax_interference`` drops the relaxable
+filters (Interference) for one decision.
 
 A pod asking for a field the engine does not implement (:attr:`PodInfo.unsupported`) is
 refused before any filter runs: no node, and a message naming the field. No pod is ever
@@ -37,14 +42,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from interference.decision import CandidateVerdict
-from scheduler.filters.base import FilterResult
-from scheduler.filters.host_ports import host_ports
-from scheduler.filters.interference import interference_filter
-from scheduler.filters.node_affinity import node_affinity
-from scheduler.filters.node_state import node_ready, node_schedulable
-from scheduler.filters.resources import resources_fit
-from scheduler.filters.taints import taint_toleration
-from scheduler.filters.topology_spread import topology_spread
 from scheduler.messages import (
     NO_NODES,
     failed_scheduling_message,
@@ -54,14 +51,10 @@ from scheduler.messages import (
     scheduled_message,
 )
 from scheduler.model import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, PREEMPT_NEVER, PodInfo
-from scheduler.plugins import inter_pod_affinity
-from scheduler.plugins.volume_binding import check_claims, volume_filter
+from scheduler.plugins.base import CycleState, FilterPlugin, FilterResult, PodRejection
+from scheduler.plugins.node_resources_fit import NAME as NODE_RESOURCES_FIT
+from scheduler.plugins.registry import ResolvedProfile, resolve
 from scheduler.quantity import PODS
-from scheduler.scores.balance import balance_score
-from scheduler.scores.gpu_packing import gpu_packing_score
-from scheduler.scores.interference import quietness
-from scheduler.scores.node_affinity import node_affinity_score
-from scheduler.scores.topology_spread import topology_spread_score
 from scheduler.settings import EngineSettings
 from scheduler.table import NodeTable
 
@@ -80,12 +73,12 @@ class EngineResult:
     candidates: list[CandidateVerdict]
     """The chosen node and the next best with score breakdowns (none when no node passed),
     then up to ``record_top_k`` rejected nodes with the reasons of their first failing
-    filter, those rejected by the interference filters first. For GPU pods each carries
-    the node's GPU model and memory in ``details``."""
+    filter, those rejected by the last filters (Interference) first. For GPU pods each
+    carries the node's GPU model and memory in ``details``."""
     message: str
     """``Successfully assigned ns/pod to node`` or kube-scheduler's FailedScheduling text."""
     blocked_only_by_interference: bool
-    """No node passed, but some would have without the interference filters."""
+    """No node passed, but some would have without the relaxable (interference) filters."""
     unsupported: tuple[str, ...]
     """The pod's fields standalone mode does not implement; when any, the pod was refused."""
     feasible: int
@@ -97,10 +90,12 @@ class EngineResult:
 
 @dataclass(frozen=True, slots=True)
 class _StaticStage:
-    """Filters that depend only on the pod's signature and the nodes' constraint fields."""
+    """The profile's leading filters that depend only on the pod's signature and the
+    nodes' constraint fields."""
 
     passed: NDArray[np.bool_]
-    results: tuple[FilterResult, ...]
+    results: dict[str, FilterResult | None]
+    """By plugin name (``None``: nothing to check for this pod)."""
     passed_count: int
     rejections: _Rejections
     """Which nodes these filters reject first, and why (cached with the masks)."""
@@ -120,49 +115,75 @@ class _Rejections:
     """Per filter that rejected any node first, in filter order: the nodes it rejected."""
 
 
+def run_filter(plugin: FilterPlugin, state: CycleState) -> FilterResult | None:
+    """``plugin.filter(state)``, from the table's per-signature cache for a static plugin,
+    recorded in ``state.filtered`` for the filters after it."""
+    if plugin.static:
+        result = state.table.cached(
+            "constraints", (plugin.name, state.pod.signature), lambda: plugin.filter(state)
+        )
+    else:
+        result = plugin.filter(state)
+    state.filtered[plugin.name] = result
+    return result
+
+
+def prefilter(profile: ResolvedProfile, state: CycleState) -> PodRejection | None:
+    """The first pod-wide rejection of the profile's filters' PreFilters, if any."""
+    for check in profile.prefilters:
+        rejection = check(state)
+        if rejection is not None:
+            return rejection
+    return None
+
+
 class Engine:
     """Filters and scores nodes for one pod at a time; holds no cluster state itself."""
 
     def __init__(self, settings: EngineSettings, seed: int | None = None) -> None:
         self.settings = settings
+        self.profile = resolve(settings.profile)
         self._random = random.Random(seed)
 
     def schedule(
         self, pod: PodInfo, table: NodeTable, now: float, relax_interference: bool = False
     ) -> EngineResult:
-        """Pick a node for ``pod`` (``relax_interference`` drops the interference filters)."""
+        """Pick a node for ``pod`` (``relax_interference`` drops the relaxable filters)."""
         if len(table) == 0:
             return EngineResult(None, [], NO_NODES, False, pod.unsupported, 0)
         if pod.unsupported:
             message = refused_message(len(table), pod.unsupported)
             return EngineResult(None, [], message, False, pod.unsupported, 0)
-        claims = check_claims(pod, table.volumes) if pod.claims else None
-        if claims is not None and claims.refused:  # claims that need binding
-            message = refused_message(len(table), claims.refused)
-            return EngineResult(None, [], message, False, claims.refused, 0)
-        if claims is not None and claims.rejection is not None:
-            message = pod_rejected_message(len(table), claims.rejection)
+        profile = self.profile
+        state = CycleState(pod, table, self.settings, now)
+        rejection = prefilter(profile, state) if profile.prefilters else None
+        if rejection is not None:
+            if rejection.unsupported:
+                message = refused_message(len(table), rejection.unsupported)
+                return EngineResult(None, [], message, False, rejection.unsupported, 0)
+            message = pod_rejected_message(len(table), rejection.reason)
             return EngineResult(None, [], message, False, (), 0)
-        static = self._static_stage(pod, table)
-        fit = resources_fit(table, pod)
-        # a filter with no possible reason passes every node: leave it out
-        dynamic = [stage for stage in (host_ports(table, pod), fit) if stage.reasons]
-        volumes = None if claims is None else volume_filter(table, pod, claims)
-        if volumes is not None:
-            dynamic.append(volumes)
-        if pod.spread:  # the inclusion policies read the NodeAffinity and taint masks
-            taints, affinity = static.results[2].passed, static.results[3].passed
-            dynamic.append(topology_spread(table, pod, affinity, taints))
-        pod_affinity = inter_pod_affinity.inter_pod_affinity_filter(table, pod)
-        if pod_affinity is not None:
-            dynamic.append(pod_affinity)
-        passed = _all_of(static.passed, dynamic)
-        without_interference = passed
-        if self.settings.interference_aware and not relax_interference:
-            interference = interference_filter(table, pod, self.settings, now)
-            if interference.reasons:
-                dynamic.append(interference)
-                passed = passed & interference.passed
+        static = self._static_stage(state)
+        state.filtered.update(static.results)
+        dynamic: list[FilterResult] = []  # those with a reason, in profile order
+        binding: list[FilterResult] = []  # … of them, those never relaxed
+        for plugin in profile.dynamic:
+            if relax_interference and plugin.relaxable:
+                state.filtered[plugin.name] = None
+                continue
+            if plugin.static:
+                result = run_filter(plugin, state)
+            else:  # run_filter inlined: this loop runs for every decision
+                result = state.filtered[plugin.name] = plugin.filter(state)
+            if result is not None and result.reasons:  # no reason: every node passed
+                dynamic.append(result)
+                if not plugin.relaxable:
+                    binding.append(result)
+        without_relaxable = _all_of(static.passed, binding)
+        if len(binding) == len(dynamic):
+            passed = without_relaxable
+        else:
+            passed = _all_of(static.passed, dynamic)
         feasible = int(np.count_nonzero(passed))
         details = self._details_for(pod, table)
         counts = dict(static.rejections.counts)  # the result's own, the cached one stays
@@ -176,7 +197,8 @@ class Engine:
             rejected += self._static_verdicts(table, static, left, details)
         if feasible == 0:
             message = failed_scheduling_message(len(table), counts)
-            if fit.reasons:
+            fit = state.filtered.get(NODE_RESOURCES_FIT)
+            if fit is not None and fit.reasons:
                 only_resources = _all_of(static.passed, (s for s in dynamic if s is not fit))
                 helpful = preemption_would_help(table, pod, only_resources & ~fit.passed)
                 if helpful:
@@ -185,26 +207,16 @@ class Engine:
                 node=None,
                 candidates=rejected,
                 message=message,
-                blocked_only_by_interference=bool(without_interference.any()),
+                blocked_only_by_interference=bool(without_relaxable.any()),
                 unsupported=pod.unsupported,
                 feasible=0,
                 reason_counts=counts,
             )
-        scores = self._scores(pod, table, now)
-        spread_weight = self.settings.weights.topology_spread
-        if pod.soft_spread and spread_weight > 0:
-            taints, affinity = static.results[2].passed, static.results[3].passed
-            spread_score = topology_spread_score(table, pod, passed, affinity, taints)
-            scores["topology_spread"] = (spread_weight, spread_score)
-        affinity_weight = self.settings.weights.node_affinity
-        if pod.preferred_node_affinity and affinity_weight > 0:
-            scores["node_affinity"] = (affinity_weight, node_affinity_score(table, pod, passed))
-        pod_affinity_score = inter_pod_affinity.inter_pod_affinity_score(table, pod, passed)
-        if pod_affinity_score is not None:  # until profiles carry weights: kube's default, 2
-            scores[inter_pod_affinity.NAME] = (
-                inter_pod_affinity.SCORE.default_weight,
-                pod_affinity_score,
-            )
+        scores: dict[str, tuple[float, NDArray[np.float64]]] = {}
+        for scorer, weight in profile.scores:
+            score = scorer.score(state, passed)
+            if score is not None:
+                scores[scorer.name] = (weight, score)
         totals = _weighted_sum(scores.values(), len(table))
         np.putmask(totals, ~passed, -np.inf)  # infeasible nodes rank last, never chosen
         best = _best_first(totals, min(max(2, self.settings.record_top_k), feasible))
@@ -223,42 +235,21 @@ class Engine:
             reason_counts=counts,
         )
 
-    def _static_stage(self, pod: PodInfo, table: NodeTable) -> _StaticStage:
-        return table.cached(
-            "constraints", ("static", pod.signature), lambda: self._build_static(pod, table)
-        )
+    def _static_stage(self, state: CycleState) -> _StaticStage:
+        key = ("static", self.profile.static_names, state.pod.signature)
+        return state.table.cached("constraints", key, lambda: self._build_static(state))
 
-    def _build_static(self, pod: PodInfo, table: NodeTable) -> _StaticStage:
-        results = (
-            node_ready(table, pod),
-            node_schedulable(table, pod),
-            taint_toleration(table, pod),
-            node_affinity(table, pod),
-        )
-        passed = _all_of(results[0].passed, results[1:])
+    def _build_static(self, state: CycleState) -> _StaticStage:
+        table = state.table
+        results: dict[str, FilterResult | None] = {}
+        for plugin in self.profile.filters[: self.profile.static_prefix]:
+            results[plugin.name] = result = plugin.filter(state)
+            state.filtered[plugin.name] = result  # a later static filter may read it
+        checked = [r for r in results.values() if r is not None and r.reasons]
+        passed = _all_of(table.everyone(), checked)
         return _StaticStage(
-            passed, results, int(np.count_nonzero(passed)), _rejections(results, table.everyone())
+            passed, results, int(np.count_nonzero(passed)), _rejections(checked, table.everyone())
         )
-
-    def _scores(
-        self, pod: PodInfo, table: NodeTable, now: float
-    ) -> dict[str, tuple[float, NDArray[np.float64]]]:
-        """Plugin → (weight, score per node) for the plugins with a non-zero weight."""
-        weights = self.settings.weights
-        scores: dict[str, tuple[float, NDArray[np.float64]]] = {}
-        if weights.interference > 0 and self.settings.interference_aware:
-            scores["interference"] = (
-                weights.interference,
-                quietness(table, self.settings, now),
-            )
-        if weights.balance > 0:
-            scores["balance"] = (weights.balance, balance_score(table, pod))
-        if weights.gpu_packing > 0:
-            scores["gpu_packing"] = (
-                weights.gpu_packing,
-                gpu_packing_score(table, pod, self.settings),
-            )
-        return scores
 
     def _static_verdicts(
         self,

@@ -21,17 +21,22 @@ case-insensitively; requests are read the same way, answers use the Go names:
   yet: kube-scheduler fails the attempt with it and retries);
 * prioritize answer, ``HostPriorityList``: ``[{"Host": name, "Score": 0..10}]``.
 
-Filters: the engine's, in its order (readiness, cordon, taints, node affinity/selector,
-host ports, resources, pod anti-affinity, interference), so GPU filtering (counts and
-GPU labels, derived from the agent's inventory when a node lacks them) and interference
-tolerances hold as in standalone. kube-scheduler has already run its own versions of the
-first ones, so the answer is the intersection: never a node kube-scheduler refused.
-Fields standalone mode refuses (:attr:`PodInfo.unsupported`: volumes, pod affinity, …) and
-topology spread (which standalone mode enforces itself) are left to kube-scheduler here,
-which implements them.
+Filters: the engine's profile (``engine.profile``), in its order, less the plugins
+marked not :attr:`~scheduler.plugins.base.FilterPlugin.in_extender` (PodTopologySpread,
+InterPodAffinity, VolumeBinding: kube-scheduler's own plugins judge them, with volume
+binding and preemption standalone lacks), the relaxable Interference filter last. So GPU
+filtering (counts and GPU labels, derived from the agent's inventory when a node lacks
+them) and interference tolerances hold as in standalone. kube-scheduler has already run
+its own versions of NodeUnschedulable, TaintToleration, NodeAffinity, NodePorts and
+NodeResourcesFit, so the answer is the intersection: never a node kube-scheduler refused.
+Fields standalone mode refuses (:attr:`PodInfo.unsupported`) are left to kube-scheduler.
+A rejection is ``FailedNodes`` when the plugin says preemption may help
+(:attr:`~scheduler.plugins.base.FilterPlugin.preemption_may_help`), else
+``FailedAndUnresolvableNodes``.
 
-Scores: the engine's plugins and weights (``engine.weights``), mapped to kube-scheduler's
-extender range::
+Scores: the profile's score plugins and weights (``engine.profile.scores``) less those
+kube-scheduler scores itself (PodTopologySpread, NodeAffinity, InterPodAffinity), mapped
+to kube-scheduler's extender range::
 
     total[i] = Σ_p weight_p · score_p[i]                  (score_p in 0–100)
     score[i] = round(MAX_EXTENDER_PRIORITY · total[i] / (100 · Σ_p weight_p))   ∈ 0..10
@@ -69,21 +74,14 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from interference.decision import CandidateVerdict, Decision
 from scheduler.cache import ClusterCache
-from scheduler.filters.base import FilterResult
-from scheduler.filters.host_ports import host_ports
-from scheduler.filters.interference import interference_filter
-from scheduler.filters.node_affinity import node_affinity
-from scheduler.filters.node_state import node_ready, node_schedulable
-from scheduler.filters.resources import resources_fit
-from scheduler.filters.taints import taint_toleration
+from scheduler.engine import run_filter
 from scheduler.http import PostRoute
 from scheduler.messages import failed_scheduling_message
 from scheduler.metrics import SchedulerMetrics
 from scheduler.model import ObjectError, PodInfo, parse_pod
+from scheduler.plugins.base import CycleState, FilterPlugin, FilterResult
+from scheduler.plugins.registry import resolve
 from scheduler.ports import DecisionSink, SignalSource
-from scheduler.scores.balance import balance_score
-from scheduler.scores.gpu_packing import gpu_packing_score
-from scheduler.scores.interference import quietness
 from scheduler.settings import EngineSettings
 from scheduler.table import NodeTable
 
@@ -96,9 +94,6 @@ PRIORITIZE_PATH = "/prioritize"
 VERBS = ("filter", "prioritize")
 UNKNOWN_NODE = "node(s) not yet in interference-scheduler's node cache"
 NOT_SYNCED = "interference-scheduler is still listing nodes and pods; retry shortly"
-PREEMPTION_MAY_HELP = frozenset({"NodePorts", "NodeResourcesFit", "InterPodAffinity"})
-"""Filters whose rejections eviction could undo (reported as ``failedNodes``); the others
-go to ``failedAndUnresolvableNodes`` so kube-scheduler does not preempt for nothing."""
 REMEMBERED_FILTER_CALLS = 4096
 """Filter verdicts kept for the decision record of the following prioritize call."""
 REMEMBERED_PODS = 1024
@@ -437,44 +432,49 @@ class Extender:
         settings: EngineSettings,
         now: float,
     ) -> FilterVerdict:
-        stages = [*_static_stages(pod, table), host_ports(table, pod), resources_fit(table, pod)]
-        interference: FilterResult | None = None
-        if settings.interference_aware:
-            interference = interference_filter(table, pod, settings, now)
+        state = CycleState(pod, table, settings, now)
+        stages: list[tuple[FilterPlugin, FilterResult]] = []  # those with a reason
+        relaxable: list[tuple[FilterPlugin, FilterResult]] = []
+        for plugin in resolve(settings.profile, extender=True).filters:
+            result = run_filter(plugin, state)
+            if result is not None and result.reasons:
+                (relaxable if plugin.relaxable else stages).append((plugin, result))
         offered = list(dict.fromkeys(names))
         rows = _rows(table, offered)
         known = rows[rows >= 0]
-        without_interference = _passed_rows(stages, known)
+        without_relaxable = _passed_rows([result for _, result in stages], known)
         relaxed = False
-        if interference is not None and interference.reasons:
-            blocked = not interference.passed[without_interference].any()
-            if blocked and len(without_interference) > 0:
+        if relaxable:
+            blocked = len(_passed_rows([r for _, r in relaxable], without_relaxable)) == 0
+            if blocked and len(without_relaxable) > 0:
                 relaxed = self._relax(pod.key, now, settings.relax_after_s)
             else:
                 self._forget_blocked(pod.key)
             if not relaxed:
-                stages.append(interference)
-        failing_stage = _first_failing(stages, rows)
+                stages += relaxable
+        failing_stage = _first_failing([result for _, result in stages], rows)
         passed = [offered[i] for i in np.flatnonzero(failing_stage == len(stages)).tolist()]
-        why: dict[int, tuple[str, list[str]]] = {
-            i: ("", [UNKNOWN_NODE]) for i in np.flatnonzero(failing_stage < 0).tolist()
+        # an unknown node may become known: preemption "may help" (kube-scheduler retries)
+        why: dict[int, tuple[bool, list[str]]] = {
+            i: (True, [UNKNOWN_NODE]) for i in np.flatnonzero(failing_stage < 0).tolist()
         }
-        for number, stage in enumerate(stages):
+        for number, (plugin, stage) in enumerate(stages):
             at = np.flatnonzero(failing_stage == number)
             if len(at):  # reasons looked up once per filter, for its rejected nodes only
                 found = stage.failure_reasons(rows[at])
-                why.update(zip(at.tolist(), ((stage.name, r) for r in found), strict=True))
+                resolvable = plugin.preemption_may_help
+                why.update(zip(at.tolist(), ((resolvable, r) for r in found), strict=True))
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
         counts: dict[str, int] = {}
         rejected: list[CandidateVerdict] = []
         for i in sorted(why):
-            stage_name, reasons = why[i]
+            resolvable, reasons = why[i]
             name = offered[i]
             for reason in reasons:
                 counts[reason] = counts.get(reason, 0) + 1
             text = ", ".join(reasons)
-            if stage_name and stage_name not in PREEMPTION_MAY_HELP:
+            if not resolvable:
                 unresolvable[name] = text
             else:
                 failed[name] = text
@@ -530,21 +530,6 @@ class Extender:
         )
 
 
-def _static_stages(pod: PodInfo, table: NodeTable) -> tuple[FilterResult, ...]:
-    """Readiness, cordon, taints and node affinity: cached per pod signature until the
-    table's generation changes (the table's ``constraints`` cache scope)."""
-    return table.cached(
-        "constraints",
-        ("extender-static", pod.signature),
-        lambda: (
-            node_ready(table, pod),
-            node_schedulable(table, pod),
-            taint_toleration(table, pod),
-            node_affinity(table, pod),
-        ),
-    )
-
-
 def _rows(table: NodeTable, names: Sequence[str]) -> NDArray[np.intp]:
     """The table row of each name, -1 for a node the table does not know."""
     index_of = table.index_of
@@ -575,15 +560,14 @@ def _passed_rows(stages: Sequence[FilterResult], rows: NDArray[np.intp]) -> NDAr
 def _scores(
     pod: PodInfo, table: NodeTable, settings: EngineSettings, now: float
 ) -> dict[str, tuple[float, NDArray[np.float64]]]:
-    """Plugin → (weight, 0–100 score per node), as the engine weighs them."""
-    weights = settings.weights
+    """Plugin → (weight, 0–100 score per node) for extender mode's score plugins."""
+    state = CycleState(pod, table, settings, now)
+    feasible = table.everyone()  # kube-scheduler asks about the nodes that passed
     scores: dict[str, tuple[float, NDArray[np.float64]]] = {}
-    if weights.interference > 0 and settings.interference_aware:
-        scores["interference"] = (weights.interference, quietness(table, settings, now))
-    if weights.balance > 0:
-        scores["balance"] = (weights.balance, balance_score(table, pod))
-    if weights.gpu_packing > 0:
-        scores["gpu_packing"] = (weights.gpu_packing, gpu_packing_score(table, pod, settings))
+    for plugin, weight in resolve(settings.profile, extender=True).scores:
+        score = plugin.score(state, feasible)
+        if score is not None:
+            scores[plugin.name] = (weight, score)
     return scores
 
 

@@ -28,6 +28,7 @@ from interference.cliparse import RUNTIME_EXIT, USAGE_EXIT, OneLineParser
 from interference.logsetup import configure_logging, mask_credentials
 from interference.strict import SettingError
 from scheduler.adapters.kubernetes import KubernetesCluster, make_api_client
+from scheduler.adapters.leader import default_identity
 from scheduler.adapters.redis_signals import (
     QueuedDecisionSink,
     RedisDecisionSink,
@@ -46,7 +47,6 @@ from scheduler.config import (
 )
 from scheduler.extender import Extender, ExtenderMetrics
 from scheduler.http import HealthServer, Heartbeat, Status
-from scheduler.leader import default_identity
 from scheduler.metrics import SchedulerMetrics
 from scheduler.ports import ClusterError
 from scheduler.queue import SchedulingQueue

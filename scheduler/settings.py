@@ -1,4 +1,4 @@
-"""Settings of the scheduling engine (filters, scores and their weights).
+"""Settings of the scheduling engine (its plugin profile, signals and records).
 
 Plain dataclasses with defaults, passed explicitly; the config loader builds them from
 YAML. Invalid values raise :class:`ValueError` naming the field and the accepted range.
@@ -17,34 +17,51 @@ MAX_WEIGHT = 100.0
 """Largest weight of a score plugin (weights are relative; 0 disables a plugin)."""
 
 
-@dataclass(frozen=True, slots=True)
-class ScoreWeights:
-    """Weight of each score plugin in the weighted sum nodes are ranked by, each 0–100
-    (0 disables one)."""
+class SettingsError(ValueError):
+    """Several invalid values at once, one line each, each naming its field."""
 
-    interference: float = 2.0
-    """:mod:`scheduler.scores.interference` — prefer quiet nodes."""
-    balance: float = 1.0
-    """:mod:`scheduler.scores.balance` — least-allocated CPU and memory."""
-    gpu_packing: float = 1.0
-    """:mod:`scheduler.scores.gpu_packing` — GPU pods fill partly used GPU nodes first."""
-    topology_spread: float = 2.0
-    """:mod:`scheduler.scores.topology_spread` — a pod's ``ScheduleAnyway`` spread
-    constraints (kube-scheduler's default weight for PodTopologySpread is 2)."""
-    node_affinity: float = 2.0
-    """:mod:`scheduler.scores.node_affinity` — a pod's preferred node affinity terms
-    (kube-scheduler's default weight for NodeAffinity is 2)."""
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(problems))
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """Which plugins run, in which order, and how much each score counts (docs/design.md
+    §5.1). Plugin names are those of :mod:`scheduler.plugins.registry`; an unknown name,
+    a weight outside 0–100, or a filter list without a required filter is an error."""
+
+    filters: tuple[str, ...] | None = None
+    """Filter plugins in the order they run; ``None``: the default order. Every filter is
+    required (each one enforces a constraint a pod can ask for), so a list may reorder
+    them, as long as a filter runs after those whose results it reads, but not drop one.
+    Holds the full order once built."""
+    scores: tuple[tuple[str, float], ...] = ()
+    """Score plugin → weight (0–100, 0 leaves it out), over the defaults: a plugin not
+    named keeps its default weight. Holds every plugin's weight once built, so two
+    profiles that run the same plugins alike compare equal."""
+
+    def __post_init__(self) -> None:
+        # the registry imports every plugin, which import this module: import it lazily
+        from scheduler.plugins.registry import complete, profile_problems
+
+        problems = profile_problems(self)
+        if problems:
+            raise SettingsError(problems)
+        filters, scores = complete(self)
+        object.__setattr__(self, "filters", filters)  # frozen: set once, while building
+        object.__setattr__(self, "scores", scores)
 
 
 @dataclass(frozen=True, slots=True)
 class EngineSettings:
     """Everything :class:`scheduler.engine.Engine` needs besides the node table."""
 
-    weights: ScoreWeights = field(default_factory=ScoreWeights)
+    profile: Profile = field(default_factory=Profile)
     interference_aware: bool = True
     """False schedules interference-blind, as kube-scheduler would: the interference
     filters (pod tolerances and the ``reject`` stale policy) are off and the interference
-    score is not computed (as if ``weights.interference`` were 0 and ``stale_policy``
+    score is not computed (as if its weight were 0 and ``stale_policy``
     ``neutral``), whatever those fields say. The loop uses it while signals are unreadable;
     an interference-blind policy for ``interference simulate`` sets it."""
     stale_policy: StalePolicy = "neutral"
@@ -76,12 +93,6 @@ class EngineSettings:
             raise ValueError(
                 f"stale_policy: {self.stale_policy!r} is not one of {', '.join(STALE_POLICIES)}"
             )
-        for name in ("interference", "balance", "gpu_packing", "topology_spread", "node_affinity"):
-            weight = getattr(self.weights, name)
-            if not 0 <= weight <= MAX_WEIGHT:
-                raise ValueError(
-                    f"weights.{name}: {weight!r} is out of range; allowed: 0–{MAX_WEIGHT:g}"
-                )
         if self.signal_window not in SIGNAL_WINDOWS:
             raise ValueError(
                 f"signal_window: {self.signal_window!r} is not one of {', '.join(SIGNAL_WINDOWS)}"

@@ -164,7 +164,7 @@ def test_extender_parser_never_traces_back(argv: list[str]) -> None:
 
 SECTIONS = ["engine", "loop", "redis", "kubernetes", "leader_election", "http"]
 KEYS = [
-    *SECTIONS, "weights", "interference", "balance", "gpu_packing", "stale_after_s",
+    *SECTIONS, "profile", "scores", "filters", "Interference", "NodeResourcesFit", "stale_after_s",
     "relax_after_s", "stale_policy", "dry_run", "scheduler_name", "ignore_namespaces", "url",
     "port",
     "reload_interval_s", "lease_duration_s", "block_ms", "ca_file", "record_top_k", "bogus",

@@ -9,7 +9,8 @@ passed, ``total = Σ weightₚ · scoreₚ``. Plugins keep whatever they want to
 decisions in the table's caches (:meth:`scheduler.table.NodeTable.cached`, scopes named
 for what empties them), never in module state.
 
-A plugin module exposes ``FILTER = Filter(...)`` and/or ``SCORE = Score(...)`` and is
+A plugin module exposes ``FILTER = Filter(...)`` and/or ``SCORE = Score(...)`` (the
+function is the ``filter``/``score`` field itself: no extra call per decision) and is
 listed in :mod:`scheduler.plugins.registry`. It must not import adapters, ``redis`` or
 ``kubernetes`` (import-linter checks).
 
@@ -17,7 +18,9 @@ Extension points (kube-scheduler's names):
 
 - **PreFilter** (:attr:`FilterPlugin.prefilter`): a pod-wide check before any filter
   runs; a :class:`PodRejection` ends the decision with no node looked at (what it found
-  for the filter may go into :attr:`CycleState.data`).
+  for the filter may go into :attr:`CycleState.data`). Standalone mode only: in extender
+  mode kube-scheduler has run its own PreFilters, so a plugin with one is not
+  :attr:`~FilterPlugin.in_extender`.
 - **Filter** (:class:`FilterPlugin`): a pass mask over all nodes and why nodes failed
   (:class:`FilterResult`), or ``None`` when the pod asks nothing of this plugin.
 - **Score** (:class:`ScorePlugin`): 0–100 per node (higher is better), or ``None`` when
@@ -104,6 +107,11 @@ def any_per_node(matrix: NDArray[np.bool_]) -> NDArray[np.bool_]:
 def all_pass(name: str, table: NodeTable) -> FilterResult:
     """A filter with nothing to check for this pod (every node passes)."""
     return FilterResult(name, table.everyone(), ())
+
+
+def or_all_pass(result: FilterResult | None, table: NodeTable) -> FilterResult:
+    """``result``, or for ``None`` (the filter had nothing to check) every node passing."""
+    return FilterResult("", table.everyone(), ()) if result is None else result
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,16 +230,13 @@ class Filter:
 
     name: str
     explain: str
-    run: Callable[[CycleState], FilterResult | None]
+    filter: Callable[[CycleState], FilterResult | None]
     static: bool = False
     reads: tuple[str, ...] = ()
     preemption_may_help: bool = False
     relaxable: bool = False
     in_extender: bool = True
     prefilter: Callable[[CycleState], PodRejection | None] | None = None
-
-    def filter(self, state: CycleState) -> FilterResult | None:
-        return self.run(state)
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,9 +245,6 @@ class Score:
 
     name: str
     explain: str
-    run: Callable[[CycleState, NDArray[np.bool_]], NDArray[np.float64] | None]
+    score: Callable[[CycleState, NDArray[np.bool_]], NDArray[np.float64] | None]
     default_weight: float
     in_extender: bool = True
-
-    def score(self, state: CycleState, feasible: NDArray[np.bool_]) -> NDArray[np.float64] | None:
-        return self.run(state, feasible)

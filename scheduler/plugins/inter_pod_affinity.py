@@ -244,7 +244,7 @@ FILTER = Filter(
     name=NAME,
     explain="the pod's required pod affinity and anti-affinity, and placed pods' required "
     "anti-affinity against it, over each term's topology domains",
-    run=_filter,
+    filter=_filter,
     preemption_may_help=True,  # anti-affinity conflicts go away with the pods causing them
     in_extender=False,  # kube-scheduler runs its own InterPodAffinity before asking
 )
@@ -252,7 +252,7 @@ SCORE = Score(
     name=NAME,
     explain="preferred pod affinity (+weight) and anti-affinity (−weight) of the pod and of "
     "placed pods, and placed pods' required affinity (+1), summed per topology domain",
-    run=_score,
+    score=_score,
     default_weight=2,  # kube-scheduler's default profile weight for InterPodAffinity
     in_extender=False,  # kube-scheduler scores it itself before asking the extender
 )

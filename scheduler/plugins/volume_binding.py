@@ -59,7 +59,6 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from scheduler.filters.node_affinity import requirement_mask
 from scheduler.model import (
     READ_WRITE_ONCE_POD,
     VOLUME_ZONE_LABELS,
@@ -71,6 +70,7 @@ from scheduler.model import (
     VolumeInfo,
 )
 from scheduler.plugins.base import CycleState, Filter, FilterResult, PodRejection
+from scheduler.plugins.node_affinity import requirement_mask
 from scheduler.table import ABSENT, LabelColumn, NodeTable
 from scheduler.volumes import VolumeCatalog
 
@@ -337,7 +337,7 @@ FILTER = Filter(
         "bound claims' PersistentVolumes: node affinity and zone labels; unbound, missing "
         "or deleted claims and ReadWriteOncePod conflicts reject the pod"
     ),
-    run=_filter,
+    filter=_filter,
     in_extender=False,
     prefilter=_prefilter,
 )

@@ -26,7 +26,7 @@ program · input → message (excerpt) → exit status:
   (tests/node_agent/test_cli.py)
 - interference-scheduler ``DRY_RUN=Y``/``enabled``/``maybe`` → ``DRY_RUN='Y' is not a
   boolean`` → 2
-- interference-scheduler ``weights: {interference: 500}`` → ``allowed: 0–100`` → 2
+- interference-scheduler ``profile: {scores: {Interference: 500}}`` → ``allowed: 0–100`` → 2
 - interference-scheduler ``relax_after_s: -5``, ``reload_interval_s: 0`` → ``allowed: > 0``
   → 2; ``stale_after_s: -1`` names ``stale_after_s`` → 2
 - interference-scheduler ``--log-format xml`` → ``log format 'xml' is not one of json,
@@ -272,8 +272,8 @@ def test_a_mistyped_dry_run_never_binds(
 @pytest.mark.parametrize(
     ("config", "message"),
     [
-        ("engine:\n  weights: {interference: 500}\n", "allowed: 0–100"),
-        ("engine:\n  weights: {balance: -1}\n", "allowed: 0–100"),
+        ("engine:\n  profile: {scores: {Interference: 500}}\n", "allowed: 0–100"),
+        ("engine:\n  profile: {scores: {NodeResourcesFit: -1}}\n", "allowed: 0–100"),
         ("engine:\n  relax_after_s: -5\n", "relax_after_s: -5.0 is out of range; allowed: > 0"),
         ("reload_interval_s: 0\n", "reload_interval_s: 0.0 is out of range; allowed: > 0"),
         ("engine:\n  stale_after_s: -1\n", "stale_after_s"),

@@ -26,7 +26,7 @@ from scheduler.adapters.redis_signals import RedisSettings, RedisSignalCache, Si
 from scheduler.adapters.redis_signals import connect as connect_signals
 from scheduler.engine import Engine
 from scheduler.model import parse_pod
-from scheduler.scores.interference import quietness, stale_rows
+from scheduler.plugins.interference import quietness, stale_rows
 from scheduler.settings import EngineSettings
 from tests.conftest import RedisServer, free_port
 from tests.node_agent.test_agent import wait_for

@@ -96,11 +96,13 @@ def filled(redis_server: RedisServer) -> RedisServer:
                 "quiet-node",
                 True,
                 [],
-                {"interference": 97.0, "least": 80.0},
+                {"Interference": 97.0, "NodeResourcesFit": 80.0},
                 91.0,
                 details={"gpu_model": "NVIDIA-H100-80GB-HBM3"},
             ),
-            CandidateVerdict("busy-node", True, [], {"interference": 27.5, "least": 85.0}, 45.2),
+            CandidateVerdict(
+                "busy-node", True, [], {"Interference": 27.5, "NodeResourcesFit": 85.0}, 45.2
+            ),
             CandidateVerdict("gpu-node", False, ["Insufficient nvidia.com/gpu"]),
         ],
         rejected_by_reason={"Insufficient nvidia.com/gpu": 1, "node(s) were unschedulable": 3},

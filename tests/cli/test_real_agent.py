@@ -53,8 +53,8 @@ def lab() -> Iterator[LocalLab]:
                 "Successfully assigned demo/web to node-b",
                 time.time(),
                 candidates=[
-                    CandidateVerdict("node-b", True, [], {"interference": 80.0}, 160.0),
-                    CandidateVerdict("node-a", True, [], {"interference": 10.0}, 20.0),
+                    CandidateVerdict("node-b", True, [], {"Interference": 80.0}, 160.0),
+                    CandidateVerdict("node-a", True, [], {"Interference": 10.0}, 20.0),
                 ],
             )
         )

@@ -24,7 +24,7 @@ from interference_cli.store import CliError
 from interference_cli.trace import load_trace, write_trace
 from scheduler.adapters.memory import node_object, pod_object
 from scheduler.model import parse_node, parse_pod
-from scheduler.settings import EngineSettings, ScoreWeights
+from scheduler.settings import EngineSettings, Profile
 from scheduler.table import NodeTable
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,11 +68,13 @@ def test_blind_policy_ignores_tolerance_even_with_interference_weight(tmp_path: 
     # Blindness is the explicit switch, not an inference from weight 0: a blind policy
     # that keeps its interference weight still places the pod on the only (noisy) node.
     policy = tmp_path / "blind-weighted.yaml"
-    policy.write_text("engine: {interference_aware: false, weights: {interference: 2}}\n")
+    policy.write_text("engine: {interference_aware: false, profile: {scores: {Interference: 2}}}\n")
     noisy = [_report("n", float(t), 50_000) for t in range(6)]
     blind = simulate(noisy, _workload("1000"), load_policy(policy))
     assert (blind.placed, blind.violations) == (1, 1)
-    zero_weight_aware = Policy("aware", EngineSettings(weights=ScoreWeights(interference=0)))
+    zero_weight_aware = Policy(
+        "aware", EngineSettings(profile=Profile(scores=(("Interference", 0.0),)))
+    )
     assert simulate(noisy, _workload("1000"), zero_weight_aware).placed == 0
 
 
@@ -191,11 +193,11 @@ def test_bad_policy_is_one_line_and_exit_1(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     policy = tmp_path / "bad.yaml"
-    policy.write_text("engine: {weights: {interference: high}}\n")
+    policy.write_text("engine: {profile: {scores: {Interference: high}}}\n")
     args = ["simulate", "--trace", str(TRACE), "--pods", str(ARRIVALS), "--policy", str(policy)]
     assert main(args) == 1
     err = capsys.readouterr().err
-    assert "engine.weights.interference" in err and err.startswith("interference: ")
+    assert "engine.profile.scores.Interference" in err and err.startswith("interference: ")
     assert err.count("\n") == 1
 
 

@@ -160,7 +160,9 @@ class Store:
         )
         scheduler = redis.Redis(port=self.server.port, username=username, password=password)
         candidates = [
-            CandidateVerdict("cpu-node-2", True, [], {"interference": 85.0, "balance": 60.0}, 78.0),
+            CandidateVerdict(
+                "cpu-node-2", True, [], {"Interference": 85.0, "NodeResourcesFit": 60.0}, 78.0
+            ),
             CandidateVerdict(NODE, False, ["node(s) exceeded the pod's run-queue p99 tolerance"]),
         ]
         decision = Decision(

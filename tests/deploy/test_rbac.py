@@ -26,9 +26,9 @@ from prometheus_client import CollectorRegistry
 from interference_cli.redis_process import free_port
 from node_agent.pods import KubernetesPodDirectory, PodWatchSettings
 from scheduler.adapters.kubernetes import REQUIRED_PERMISSIONS, KubernetesCluster
+from scheduler.adapters.leader import LEASE_PERMISSIONS, LeaderElectionSettings, LeaderElector
 from scheduler.config import parse_config
 from scheduler.extender_cli import ExtenderProcess
-from scheduler.leader import LEASE_PERMISSIONS, LeaderElectionSettings, LeaderElector
 from scheduler.loop import LoopSettings, SchedulingLoop
 from scheduler.metrics import SchedulerMetrics
 from scheduler.ports import BindConflict, EventType, K8sObject, ObjectKind, PodRef

@@ -23,9 +23,9 @@ DECISION = Decision(
             "gpu-2",
             True,
             [],
-            {"interference": 80.0, "gpu_pack": 55.5},
+            {"Interference": 80.0, "GpuPacking": 55.5},
             215.5,
-            weights={"interference": 2.0, "gpu_pack": 1.0},
+            weights={"Interference": 2.0, "GpuPacking": 1.0},
         ),
     ],
 )

@@ -19,11 +19,13 @@ from scheduler.config import (
     parse_config,
     with_overrides,
 )
-from scheduler.settings import EngineSettings, ScoreWeights
+from scheduler.plugins.registry import FILTERS
+from scheduler.settings import EngineSettings, Profile
 
 FULL = """
 engine:
-  weights: {interference: 3, balance: 1.5, gpu_packing: 0}
+  profile:
+    scores: {Interference: 3, NodeResourcesFit: 1.5, GpuPacking: 0}
   stale_policy: avoid
   signal_window: 60s
 loop:
@@ -53,7 +55,9 @@ def write(tmp_path: Path, text: str, name: str = "config.yaml") -> str:
 
 def test_loads_every_section(tmp_path: Path) -> None:
     config = load_config(write(tmp_path, FULL))
-    assert config.engine.weights == ScoreWeights(interference=3.0, balance=1.5, gpu_packing=0.0)
+    assert config.engine.profile == Profile(
+        scores=(("Interference", 3.0), ("NodeResourcesFit", 1.5), ("GpuPacking", 0.0))
+    )
     assert config.engine.stale_policy == "avoid"
     assert config.engine.signal_window == "60s"
     assert config.loop.scheduler_name == "my-scheduler"
@@ -76,19 +80,50 @@ def test_empty_file_means_defaults(tmp_path: Path, text: str) -> None:
     ("document", "expected"),
     [
         pytest.param(
-            {"engine": {"weights": {"gpu_packing": "high"}}},
-            "engine.weights.gpu_packing: must be a number, got 'high'",
+            {"engine": {"profile": {"scores": {"GpuPacking": "high"}}}},
+            "engine.profile.scores.GpuPacking: must be a number, got 'high'",
             id="string-for-number",
         ),
         pytest.param(
-            {"engine": {"weights": {"gpu_packing": -1}}},
-            "engine.weights.gpu_packing: -1.0 is out of range; allowed: 0–100",
+            {"engine": {"profile": {"scores": {"GpuPacking": -1}}}},
+            "engine.profile.scores.GpuPacking: -1.0 is out of range; allowed: 0–100",
             id="negative-weight",
         ),
         pytest.param(
-            {"engine": {"wieghts": {}}},
-            "engine.wieghts: unknown key; did you mean 'weights'?",
+            {"engine": {"porfile": {}}},
+            "engine.porfile: unknown key; did you mean 'profile'?",
             id="typo-did-you-mean",
+        ),
+        pytest.param(
+            {"engine": {"profile": {"scores": {"Interferance": 1}}}},
+            "engine.profile.scores.Interferance: unknown plugin; did you mean 'Interference'?",
+            id="unknown-score-plugin-did-you-mean",
+        ),
+        pytest.param(
+            {"engine": {"profile": {"scores": {"NodeAffinity": 101}}}},
+            "engine.profile.scores.NodeAffinity: 101.0 is out of range; allowed: 0–100",
+            id="weight-above-100",
+        ),
+        pytest.param(
+            {"engine": {"profile": {"filters": ["NodeReady", "NodeAfinity"]}}},
+            "engine.profile.filters: 'NodeAfinity': unknown plugin; did you mean 'NodeAffinity'?",
+            id="unknown-filter-plugin-did-you-mean",
+        ),
+        pytest.param(
+            {"engine": {"profile": {"filters": [p.name for p in FILTERS[:-1]]}}},
+            "engine.profile.filters: 'Interference' left out; every filter is required",
+            id="a-required-filter-cannot-be-dropped",
+        ),
+        pytest.param(
+            {"engine": {"profile": {"filters": ["PodTopologySpread", *(p.name for p in FILTERS)]}}},
+            "engine.profile.filters: 'PodTopologySpread' reads the result of 'NodeAffinity', "
+            "'TaintToleration': list it after them",
+            id="a-filter-runs-after-those-it-reads",
+        ),
+        pytest.param(
+            {"engine": {"weights": {"interference": 2}}},
+            "engine.weights: replaced by engine.profile.scores, keyed by plugin name",
+            id="weights-of-earlier-versions-name-their-replacement",
         ),
         pytest.param(
             {"enigne": {}},
@@ -156,13 +191,18 @@ def test_errors_name_the_field_and_the_fix(document: dict[str, Any], expected: s
 
 def test_every_problem_is_reported_at_once() -> None:
     with pytest.raises(ConfigError) as caught:
-        parse_config({"engine": {"weights": {"balance": "x"}, "stale_policy": "no"}, "bogus": 1})
+        parse_config(
+            {
+                "engine": {"profile": {"scores": {"GpuPacking": "x"}}, "stale_policy": "no"},
+                "bogus": 1,
+            }
+        )
     assert len(caught.value.problems) == 3
 
 
 def test_yaml_syntax_errors_say_where(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"not valid YAML at line 3, column \d+"):
-        load_config(write(tmp_path, "engine:\n  weights: {a: 1\nloop: [\n"))
+        load_config(write(tmp_path, "engine:\n  profile: {a: 1\nloop: [\n"))
     with pytest.raises(ConfigError, match="top level must be a mapping of sections, got a list"):
         load_config(write(tmp_path, "- engine\n"))
     with pytest.raises(ConfigError, match="cannot read the file"):

@@ -10,12 +10,12 @@ from interference.decision import CandidateVerdict, Decision, decision_hash, par
 from interference.signals import NodeMetrics
 from scheduler.config import ConfigError, parse_config
 from scheduler.engine import Engine
-from scheduler.filters.interference import RUNQ_EXCEEDED, STALE_SIGNALS
-from scheduler.filters.resources import insufficient_reason
-from scheduler.filters.taints import UNTOLERATED_TAINT
 from scheduler.model import ANNOTATION_MAX_RUNQ_P99_US, parse_pod
+from scheduler.plugins.interference import RUNQ_EXCEEDED, STALE_SIGNALS
+from scheduler.plugins.node_resources_fit import insufficient_reason
+from scheduler.plugins.taint_toleration import UNTOLERATED_TAINT
 from scheduler.ports import NodeSignals
-from scheduler.settings import EngineSettings, ScoreWeights
+from scheduler.settings import EngineSettings, Profile
 from scheduler.table import NodeTable
 from tests.scheduler.test_model import node_obj, pod_obj, table_of
 
@@ -67,7 +67,8 @@ def test_scheduled_pod_records_rejected_nodes_interference_first_and_counts() ->
     assert all(c.scores and c.total > 0 for c in feasible)
     # The record carries the weights: its total is the sum of the weighted parts.
     assert all(
-        c.weights == {"interference": 2.0, "balance": 1.0, "gpu_packing": 1.0} for c in feasible
+        c.weights == {"Interference": 2.0, "NodeResourcesFit": 1.0, "GpuPacking": 1.0}
+        for c in feasible
     )
     for c in feasible:
         assert c.total == pytest.approx(sum(c.weights[p] * s for p, s in c.scores.items()))
@@ -152,7 +153,9 @@ def test_record_counts_and_details_round_trip_through_the_decision_hash() -> Non
 
 def test_blind_engine_ignores_tolerance_stale_reject_and_interference_weight() -> None:
     settings = EngineSettings(
-        interference_aware=False, stale_policy="reject", weights=ScoreWeights(interference=50)
+        interference_aware=False,
+        stale_policy="reject",
+        profile=Profile(scores=(("Interference", 50.0),)),
     )
     table = table_of([node_obj("noisy"), node_obj("unreported")])
     _runq(table, noisy=50_000)
@@ -161,7 +164,7 @@ def test_blind_engine_ignores_tolerance_stale_reject_and_interference_weight() -
     assert result.node in {"noisy", "unreported"}
     assert result.feasible == 2
     assert result.reason_counts == {}
-    assert all(set(c.scores) == {"balance", "gpu_packing"} for c in result.candidates)
+    assert all(set(c.scores) == {"NodeResourcesFit", "GpuPacking"} for c in result.candidates)
     aware = Engine(EngineSettings(stale_policy="reject")).schedule(pod, table, NOW)
     assert aware.node is None
     assert aware.reason_counts == {RUNQ_EXCEEDED: 1, STALE_SIGNALS: 1}
@@ -170,7 +173,7 @@ def test_blind_engine_ignores_tolerance_stale_reject_and_interference_weight() -
 def test_interference_weight_zero_alone_keeps_tolerance_filters() -> None:
     table = table_of([node_obj("noisy")])
     _runq(table, noisy=50_000)
-    settings = EngineSettings(weights=ScoreWeights(interference=0))
+    settings = EngineSettings(profile=Profile(scores=(("Interference", 0.0),)))
     result = Engine(settings).schedule(parse_pod(_latency_pod()), table, NOW)
     assert result.node is None and result.blocked_only_by_interference
 

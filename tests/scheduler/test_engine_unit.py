@@ -12,12 +12,12 @@ from hypothesis import strategies as st
 
 from interference.signals import NodeMetrics, WindowMetrics
 from scheduler.engine import Engine
-from scheduler.filters.node_affinity import node_affinity
 from scheduler.model import ANNOTATION_MAX_RUNQ_P99_US, parse_node, parse_pod
+from scheduler.plugins.interference import quietness
+from scheduler.plugins.node_affinity import node_affinity
+from scheduler.plugins.node_resources_fit import least_allocated_score
 from scheduler.ports import NodeSignals
-from scheduler.scores.balance import balance_score
-from scheduler.scores.interference import quietness
-from scheduler.settings import EngineSettings, ScoreWeights
+from scheduler.settings import EngineSettings, Profile
 from scheduler.table import CACHE_LIMIT, NodeTable
 from tests.scheduler.test_model import affinity_terms, node_obj, pod_obj, table_of
 
@@ -88,7 +88,7 @@ def test_no_nodes() -> None:
 def test_highest_total_wins_and_breakdown_is_recorded() -> None:
     table = table_of([node_obj("noisy"), node_obj("quiet"), node_obj("medium")])
     _signals(table, noisy=90, quiet=5, medium=40)
-    settings = EngineSettings(weights=ScoreWeights(interference=2.0, balance=1.0, gpu_packing=0.0))
+    settings = EngineSettings(profile=Profile(scores=(("GpuPacking", 0.0),)))
     result = Engine(settings, seed=1).schedule(
         parse_pod(pod_obj("p", requests={"cpu": "1"})), table, NOW
     )
@@ -96,9 +96,11 @@ def test_highest_total_wins_and_breakdown_is_recorded() -> None:
     assert result.message == "Successfully assigned default/p to quiet"
     assert [c.node for c in result.candidates] == ["quiet", "medium", "noisy"]
     best = result.candidates[0]
-    assert best.passed and set(best.scores) == {"interference", "balance"}
-    assert best.scores["interference"] == pytest.approx(95.0)
-    assert best.total == pytest.approx(2 * best.scores["interference"] + best.scores["balance"])
+    assert best.passed and set(best.scores) == {"Interference", "NodeResourcesFit"}
+    assert best.scores["Interference"] == pytest.approx(95.0)
+    assert best.total == pytest.approx(
+        2 * best.scores["Interference"] + best.scores["NodeResourcesFit"]
+    )
     assert result.feasible == 3
 
 
@@ -425,11 +427,11 @@ def test_row_by_row_scores_match_the_formulas(ops: list[tuple[str, int, str]]) -
             table.remove_node(node)
         # score after every step, so later steps update the cached columns row by row
         interference = quietness(table, engine_settings, clock)
-        balance = balance_score(table, incoming)
+        balance = least_allocated_score(table, incoming)
     if not len(table):
         return
     interference = quietness(table, engine_settings, clock)
-    balance = balance_score(table, incoming)
+    balance = least_allocated_score(table, incoming)
     cpu, memory = table.resource_row("cpu"), table.resource_row("memory")
     assert cpu is not None and memory is not None
     alloc_cpu = table.alloc[cpu].astype(float)

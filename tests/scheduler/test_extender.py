@@ -26,13 +26,13 @@ from scheduler.extender import (
     ExtenderMetrics,
     extender_score,
 )
-from scheduler.filters.interference import RUNQ_EXCEEDED
 from scheduler.http import HealthServer, HttpSettings, Status
 from scheduler.metrics import SchedulerMetrics
 from scheduler.model import ANNOTATION_MAX_RUNQ_P99_US
+from scheduler.plugins.interference import RUNQ_EXCEEDED
 from scheduler.ports import INFORMED_KINDS
 from scheduler.queue import SchedulingQueue
-from scheduler.settings import EngineSettings, ScoreWeights
+from scheduler.settings import EngineSettings, Profile
 from scheduler.table import NodeTable
 from tests.scheduler.runtime_helpers import START, FakeClock, MemoryDecisions, MemorySignals
 from tests.scheduler.test_model import node_obj, pod_obj
@@ -276,28 +276,28 @@ def test_pod_refused_only_by_interference_is_relaxed_after_relax_after_s() -> No
 
 
 @pytest.mark.parametrize(
-    ("weights", "names", "expected"),
+    ("profile", "names", "expected"),
     [
         (
-            ScoreWeights(interference=1, balance=0, gpu_packing=0),
+            Profile(scores=(("Interference", 1), ("NodeResourcesFit", 0), ("GpuPacking", 0))),
             ["quiet", "noisy", "gone"],
             {"quiet": 10, "noisy": 1, "gone": 0},
         ),
         (
-            ScoreWeights(interference=0, balance=1, gpu_packing=0),
+            Profile(scores=(("Interference", 0), ("NodeResourcesFit", 1), ("GpuPacking", 0))),
             ["quiet", "small"],
             {"quiet": 10, "small": 7},
         ),
         (
-            ScoreWeights(interference=0, balance=0, gpu_packing=0),
+            Profile(scores=(("Interference", 0), ("NodeResourcesFit", 0), ("GpuPacking", 0))),
             ["quiet", "noisy"],
             {"quiet": 0, "noisy": 0},
         ),
     ],
     ids=["interference-only", "balance-only", "no-score-plugin"],
 )
-def test_prioritize(weights: ScoreWeights, names: list[str], expected: dict[str, int]) -> None:
-    harness = Harness(EngineSettings(weights=weights))
+def test_prioritize(profile: Profile, names: list[str], expected: dict[str, int]) -> None:
+    harness = Harness(EngineSettings(profile=profile))
     scores = harness.prioritize(pod_obj(requests={"cpu": "500m", "memory": "64Mi"}), names)
     assert scores == expected
 
@@ -423,7 +423,11 @@ def root_logging() -> Iterator[None]:
     [
         (["extender", "--bogus"], None, "unrecognized arguments: --bogus"),
         (["extender", "--config"], None, "expected one argument"),
-        (["extender"], "engine: {weights: {interference: lots}}", "invalid configuration"),
+        (
+            ["extender"],
+            "engine: {profile: {scores: {Interference: lots}}}",
+            "invalid configuration",
+        ),
     ],
     ids=["unknown-flag", "missing-value", "bad-config"],
 )

@@ -9,8 +9,8 @@ import pytest
 from interference.signals import GpuDevice, NodeMetrics
 from scheduler.engine import GPU_MEMORY_MIB, GPU_MODEL, Engine
 from scheduler.model import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, gpu_labels, parse_pod
+from scheduler.plugins.gpu_packing import gpu_packing_score
 from scheduler.ports import NodeSignals
-from scheduler.scores.gpu_packing import gpu_packing_score
 from scheduler.settings import EngineSettings
 from scheduler.table import NodeTable
 from tests.scheduler.test_model import affinity_terms, node_obj, pod_obj, table_of

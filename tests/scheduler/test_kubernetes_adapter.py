@@ -26,7 +26,7 @@ from scheduler.adapters.kubernetes import (
     KubernetesSettings,
     event_name,
 )
-from scheduler.leader import LEASE_PERMISSIONS, LeaderElectionSettings, LeaderElector
+from scheduler.adapters.leader import LEASE_PERMISSIONS, LeaderElectionSettings, LeaderElector
 from scheduler.ports import (
     ApiUnavailable,
     BindConflict,

@@ -12,8 +12,8 @@ from kubernetes import client
 from prometheus_client import CollectorRegistry
 
 from scheduler.adapters.kubernetes import KubernetesCluster
+from scheduler.adapters.leader import LeaderElectionSettings, LeaderElector, default_identity
 from scheduler.binder import Binder, BindOutcome, BindRequest, BindStatus
-from scheduler.leader import LeaderElectionSettings, LeaderElector, default_identity
 from scheduler.metrics import SchedulerMetrics
 from scheduler.ports import PodRef
 from tests.scheduler.k8s_emulator import EmulatorThread, node, pod, running_emulator

@@ -316,7 +316,7 @@ def decision() -> Decision:
         node="n1",
         message="Successfully assigned ml/train-0 to n1",
         ts=1_700_000_000.0,
-        candidates=[CandidateVerdict("n1", True, [], {"interference": 90.0}, 180.0)],
+        candidates=[CandidateVerdict("n1", True, [], {"Interference": 90.0}, 180.0)],
     )
 
 

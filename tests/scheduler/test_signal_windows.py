@@ -17,7 +17,7 @@ from node_agent.history import SignalHistory
 from scheduler.engine import Engine
 from scheduler.model import parse_pod
 from scheduler.ports import NodeSignals
-from scheduler.settings import EngineSettings, ScoreWeights, SignalWindow
+from scheduler.settings import EngineSettings, Profile, SignalWindow
 from tests.scheduler.test_model import node_obj, pod_obj, table_of
 
 DURATION_S = 120
@@ -38,7 +38,7 @@ def avoidance(window: SignalWindow, risk_k: float = 1.0) -> float:
         EngineSettings(
             signal_window=window,
             risk_k=risk_k,
-            weights=ScoreWeights(interference=1.0, balance=0.0, gpu_packing=0.0),
+            profile=Profile(scores=(("NodeResourcesFit", 0.0), ("GpuPacking", 0.0))),
             recent_load_weight=0.0,
         ),
         seed=7,

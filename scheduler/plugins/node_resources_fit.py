@@ -1,6 +1,6 @@
-"""Resources fit (kube-scheduler's ``NodeResourcesFit``).
+"""NodeResourcesFit (kube-scheduler's plugin of that name): room for the pod's requests.
 
-For each resource ``r`` the pod requests (``request[r] > 0``; cpu, memory,
+Filter — for each resource ``r`` the pod requests (``request[r] > 0``; cpu, memory,
 ephemeral-storage and extended resources such as ``nvidia.com/gpu``, counted with init
 containers and overhead as in :mod:`scheduler.model`)::
 
@@ -10,6 +10,18 @@ containers and overhead as in :mod:`scheduler.model`)::
 
 A resource no node offers is insufficient everywhere. Reasons: ``Too many pods`` and
 ``Insufficient <resource>`` (every one that applies, as kube-scheduler lists them).
+
+Score — kube-scheduler's default ``LeastAllocated`` strategy, emptier nodes first. Per
+resource ``r`` ∈ {cpu, memory}, with requests counted as for scoring (containers
+without a request count 100m CPU / 200Mi memory)::
+
+    part[r] = 100 · max(0, 1 − (requested[r] + pod[r]) / allocatable[r])
+              (0 where allocatable is 0)
+    score   = (part[cpu] + part[memory]) / 2
+
+computed as ``max(0, room[r] − pod[r] · per_unit[r])`` with ``per_unit = 50 / allocatable``
+(0 without allocatable) and ``room = 50 − requested · per_unit``, a column the table keeps
+current row by row.
 """
 
 from __future__ import annotations
@@ -19,11 +31,12 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from scheduler.filters.base import FilterResult
 from scheduler.model import PodInfo
+from scheduler.plugins.base import CycleState, Filter, FilterResult, Score
 from scheduler.quantity import CPU, EPHEMERAL_STORAGE, MEMORY, PODS
 from scheduler.table import NodeTable
 
+NAME = "NodeResourcesFit"
 TOO_MANY_PODS = "Too many pods"
 _ORDER = {CPU: 0, MEMORY: 1, EPHEMERAL_STORAGE: 2}
 
@@ -58,12 +71,12 @@ def _plan(table: NodeTable, pod: PodInfo) -> _Plan:
 
 def resources_fit(table: NodeTable, pod: PodInfo) -> FilterResult:
     """Nodes with room for the pod's requests and one more pod."""
-    key = ("NodeResourcesFit", *pod.requests.items())
+    key = (NAME, *pod.requests.items())
     # resource rows never move; one no node offers yet may come with any heartbeat
     plan = table.cached("constraints", key, lambda: _plan(table, pod), _all_offered)
     if plan.unoffered:  # a resource no node has ever offered fails everywhere
         return FilterResult(
-            "NodeResourcesFit",
+            NAME,
             np.zeros(len(table), dtype=np.bool_),
             plan.reasons,
             lambda: _unoffered(table, plan),
@@ -73,7 +86,7 @@ def resources_fit(table: NodeTable, pod: PodInfo) -> FilterResult:
     for row, amount in zip(plan.rows[1:], plan.amounts[1:], strict=True):
         passed &= free[row] >= amount
     return FilterResult(
-        "NodeResourcesFit",
+        NAME,
         passed,
         plan.reasons,
         lambda: [free[r] < a for r, a in zip(plan.rows, plan.amounts, strict=True)],
@@ -90,3 +103,60 @@ def _unoffered(table: NodeTable, plan: _Plan) -> list[NDArray[np.bool_]]:
         np.ones(len(table), dtype=np.bool_) if i in plan.unoffered else table.free[next(rows)] < a
         for i, a in enumerate(plan.amounts)
     ]
+
+
+_HALF = 50.0
+"""Each resource's share of the 0–100 score."""
+
+
+def least_allocated(
+    table: NodeTable, resource: str, requested: NDArray[np.float64], pod_request: float
+) -> NDArray[np.float64]:
+    """Half of ``part`` of the module formula for one resource (the two halves add up)."""
+    per_unit: NDArray[np.float64] = table.cached(
+        "allocatable",
+        (NAME, "per_unit", resource),
+        lambda: table.inverse_allocatable(resource) * _HALF,
+    )
+
+    def room() -> NDArray[np.float64]:
+        left: NDArray[np.float64] = np.where(per_unit > 0, _HALF - requested * per_unit, 0.0)
+        return left
+
+    def room_at(row: int) -> float:
+        unit: float = per_unit.item(row)  # Python floats: numpy's IEEE operations, faster
+        return _HALF - requested.item(row) * unit if unit > 0 else 0.0
+
+    part = per_unit * -pod_request
+    part += table.derived(("balance_room", resource), room, room_at)
+    np.maximum(part, 0.0, out=part)
+    return part
+
+
+def least_allocated_score(table: NodeTable, pod: PodInfo) -> NDArray[np.float64]:
+    """0–100 per node, higher is emptier (see the module formula)."""
+    score = least_allocated(table, CPU, table.nonzero_cpu_m, pod.nonzero_cpu_m)
+    score += least_allocated(table, MEMORY, table.nonzero_memory, pod.nonzero_memory)
+    return score
+
+
+def _filter(state: CycleState) -> FilterResult | None:
+    return resources_fit(state.table, state.pod)
+
+
+def _score(state: CycleState, feasible: NDArray[np.bool_]) -> NDArray[np.float64] | None:
+    return least_allocated_score(state.table, state.pod)
+
+
+FILTER = Filter(
+    name=NAME,
+    explain="the node has room for the pod's requests and one more pod",
+    filter=_filter,
+    preemption_may_help=True,  # evicting lower-priority pods frees their requests
+)
+SCORE = Score(
+    name=NAME,
+    explain="least allocated: the share of CPU and memory left free after placing the pod",
+    score=_score,
+    default_weight=1.0,  # kube-scheduler's default profile weight for NodeResourcesFit
+)

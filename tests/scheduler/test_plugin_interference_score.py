@@ -7,8 +7,8 @@ import pytest
 
 from interference.signals import NodeMetrics, WindowMetrics
 from scheduler.model import parse_node, parse_pod
+from scheduler.plugins.interference import quietness
 from scheduler.ports import NodeSignals
-from scheduler.scores.interference import quietness
 from scheduler.settings import EngineSettings, SignalWindow, StalePolicy
 from tests.scheduler.test_model import node_obj, pod_obj, table_of
 

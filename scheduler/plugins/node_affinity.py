@@ -1,6 +1,6 @@
-"""``spec.nodeSelector`` and required node affinity (kube-scheduler's ``NodeAffinity``).
+"""NodeAffinity (kube-scheduler's plugin of that name): ``spec.nodeSelector`` and node affinity.
 
-``passed = selector ∧ affinity`` where
+Filter — ``nodeSelector`` and required node affinity: ``passed = selector ∧ affinity`` where
 
 - ``selector``: every ``nodeSelector`` pair equals the node's label;
 - ``affinity``: ``∃ term ∀ requirement holds`` — terms ORed, expressions and fields within
@@ -14,6 +14,14 @@
   ``metadata.name`` (``In``/``NotIn``).
 
 Failure reason: ``node(s) didn't match Pod's node affinity/selector``.
+
+Score — preferred node affinity. Over the nodes that passed every filter (``feasible``)::
+
+    raw[i]   = Σ weight_t over the pod's preferred terms t that node i matches
+               (terms as in required node affinity: expressions and fields ANDed)
+    score[i] = ⌊100 · raw[i] / max raw⌋        (0 everywhere when max raw = 0)
+
+with the maximum over the feasible nodes (kube-scheduler's ``DefaultNormalizeScore``).
 """
 
 from __future__ import annotations
@@ -21,21 +29,26 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from scheduler.filters.base import FilterResult
 from scheduler.model import NodeSelectorTerm, PodInfo, Requirement, parse_int64
+from scheduler.plugins.base import CycleState, Filter, FilterResult, Score
 from scheduler.table import ABSENT, LabelColumn, NodeTable
 
+NAME = "NodeAffinity"
 NODE_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
+MAX_SCORE = 100
 
 
-def node_affinity(table: NodeTable, pod: PodInfo) -> FilterResult:
-    """Nodes matching the pod's node selector and required node affinity."""
+def node_affinity(table: NodeTable, pod: PodInfo) -> FilterResult | None:
+    """Nodes matching the pod's node selector and required node affinity; ``None`` when
+    the pod has neither."""
+    if not pod.node_selector and pod.required_node_affinity is None:
+        return None
     passed = np.ones(len(table), dtype=np.bool_)
     for key, value in pod.node_selector:
         passed &= requirement_mask(table.label_column(key), Requirement(key, "In", (value,)))
     if pod.required_node_affinity is not None:
         passed &= _terms_mask(table, pod.required_node_affinity)
-    return FilterResult("NodeAffinity", passed, (NODE_AFFINITY,))
+    return FilterResult(NAME, passed, (NODE_AFFINITY,))
 
 
 def _terms_mask(table: NodeTable, terms: tuple[NodeSelectorTerm, ...]) -> NDArray[np.bool_]:
@@ -80,3 +93,52 @@ def _compare(value: str, operator: str, bound: int) -> bool:
     if number is None:
         return False
     return number > bound if operator == "Gt" else number < bound
+
+
+def node_affinity_score(
+    table: NodeTable, pod: PodInfo, feasible: NDArray[np.bool_]
+) -> NDArray[np.float64] | None:
+    """0–100 per node (see the module formula); only the feasible nodes' values count.
+    ``None`` for a pod without preferred terms."""
+    if not pod.preferred_node_affinity:
+        return None
+    raw = np.zeros(len(table), dtype=np.int64)
+    for weight, term in pod.preferred_node_affinity:
+        raw[_term_mask(table, term)] += weight
+    high = int(raw[feasible].max(initial=0))
+    if high == 0:
+        return np.zeros(len(table))
+    score: NDArray[np.float64] = (MAX_SCORE * raw // high).astype(np.float64)
+    return score
+
+
+def _term_mask(table: NodeTable, term: NodeSelectorTerm) -> NDArray[np.bool_]:
+    mask = np.ones(len(table), dtype=np.bool_)
+    for requirement in term.match_expressions:
+        mask &= requirement_mask(table.label_column(requirement.key), requirement)
+    for requirement in term.match_fields:
+        mask &= requirement_mask(table.label_column(requirement.key, field=True), requirement)
+    return mask
+
+
+def _filter(state: CycleState) -> FilterResult | None:
+    return node_affinity(state.table, state.pod)
+
+
+def _score(state: CycleState, feasible: NDArray[np.bool_]) -> NDArray[np.float64] | None:
+    return node_affinity_score(state.table, state.pod, feasible)
+
+
+FILTER = Filter(
+    name=NAME,
+    explain="the node matches the pod's nodeSelector and required node affinity",
+    filter=_filter,
+    static=True,
+)
+SCORE = Score(
+    name=NAME,
+    explain="the pod's preferred node affinity terms the node matches, by weight",
+    score=_score,
+    default_weight=2.0,  # kube-scheduler's default profile weight for NodeAffinity
+    in_extender=False,  # kube-scheduler's own NodeAffinity scores it before the extender
+)

@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 
 from scheduler.engine import Engine
-from scheduler.filters.node_affinity import node_affinity
-from scheduler.filters.taints import taint_toleration
 from scheduler.model import parse_pod
-from scheduler.scores.topology_spread import topology_spread_score
-from scheduler.settings import EngineSettings, ScoreWeights
+from scheduler.plugins.base import or_all_pass
+from scheduler.plugins.node_affinity import node_affinity
+from scheduler.plugins.pod_topology_spread import topology_spread_score
+from scheduler.plugins.taint_toleration import taint_toleration
+from scheduler.settings import EngineSettings, Profile
 from tests.scheduler.test_model import node_obj, pod_obj, table_of
 
 HOSTNAME = "kubernetes.io/hostname"
@@ -54,7 +55,11 @@ def _scores(
     pod = parse_pod(pod_obj("new", labels={"app": "web"}, topologySpreadConstraints=constraints))
     feasible = np.array([name not in infeasible for name in table.names])
     scores = topology_spread_score(
-        table, pod, feasible, node_affinity(table, pod).passed, taint_toleration(table, pod).passed
+        table,
+        pod,
+        feasible,
+        or_all_pass(node_affinity(table, pod), table).passed,
+        or_all_pass(taint_toleration(table, pod), table).passed,
     )
     return {name: scores[i] for i, name in enumerate(table.names) if name not in infeasible}
 
@@ -99,9 +104,9 @@ def test_pod_topology_spread_score_like_kube_scheduler(
 
 def test_engine_prefers_the_emptiest_zone_for_schedule_anyway() -> None:
     table = table_of(_nodes("za", "zb", "zc"), A2_B1)
-    weights = ScoreWeights(interference=0, balance=0, gpu_packing=0, topology_spread=2)
+    only = Profile(scores=(("Interference", 0), ("NodeResourcesFit", 0), ("GpuPacking", 0)))
     pod = parse_pod(pod_obj("new", labels={"app": "web"}, topologySpreadConstraints=_soft()))
     assert pod.unsupported == () and pod.soft_spread
-    result = Engine(EngineSettings(weights=weights)).schedule(pod, table, 0.0)
+    result = Engine(EngineSettings(profile=only)).schedule(pod, table, 0.0)
     assert result.node == "c"
-    assert result.candidates[0].scores == {"topology_spread": 100.0}
+    assert result.candidates[0].scores == {"PodTopologySpread": 100.0}

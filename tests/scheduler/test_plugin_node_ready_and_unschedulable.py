@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.filters.node_state import NOT_READY, UNSCHEDULABLE, node_ready, node_schedulable
 from scheduler.model import parse_pod
+from scheduler.plugins.base import or_all_pass
+from scheduler.plugins.node_ready import NOT_READY, node_ready
+from scheduler.plugins.node_unschedulable import UNSCHEDULABLE, node_unschedulable
 from tests.scheduler.test_model import node_obj, pod_obj, table_of
 
 
@@ -33,7 +35,7 @@ from tests.scheduler.test_model import node_obj, pod_obj, table_of
 )
 def test_node_ready(tolerations: list[dict[str, object]], down_passes: bool) -> None:
     table = table_of([node_obj("up"), node_obj("down", ready=False)])
-    result = node_ready(table, parse_pod(pod_obj(tolerations=tolerations)))
+    result = or_all_pass(node_ready(table, parse_pod(pod_obj(tolerations=tolerations))), table)
     assert result.passed.tolist() == [True, down_passes]
     assert result.reasons_for(0) == []
     assert result.reasons_for(1) == ([] if down_passes else [NOT_READY])
@@ -76,6 +78,8 @@ def test_node_ready(tolerations: list[dict[str, object]], down_passes: bool) -> 
 )
 def test_node_schedulable(tolerations: list[dict[str, str]], cordoned_passes: bool) -> None:
     table = table_of([node_obj("open"), node_obj("cordoned", unschedulable=True)])
-    result = node_schedulable(table, parse_pod(pod_obj(tolerations=tolerations)))
+    result = or_all_pass(
+        node_unschedulable(table, parse_pod(pod_obj(tolerations=tolerations))), table
+    )
     assert result.passed.tolist() == [True, cordoned_passes]
     assert result.reasons_for(1) == ([] if cordoned_passes else [UNSCHEDULABLE])

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from scheduler.model import parse_pod
-from scheduler.scores.balance import balance_score
+from scheduler.plugins.node_resources_fit import least_allocated_score
 from tests.scheduler.test_model import container, node_obj, pod_obj, table_of
 
 
@@ -38,7 +38,7 @@ def test_least_allocated(
 ) -> None:
     table = table_of([node], [(pod_obj("old", requests=placed), "n1")] if placed else [])
     pod = parse_pod(pod_obj(containers=[container(requests)]))
-    assert balance_score(table, pod)[0] == pytest.approx(expected)
+    assert least_allocated_score(table, pod)[0] == pytest.approx(expected)
 
 
 def test_emptier_node_scores_higher() -> None:
@@ -46,5 +46,7 @@ def test_emptier_node_scores_higher() -> None:
         [node_obj("busy"), node_obj("idle")],
         [(pod_obj("old", requests={"cpu": "3", "memory": "6Gi"}), "busy")],
     )
-    scores = balance_score(table, parse_pod(pod_obj(requests={"cpu": "500m", "memory": "1Gi"})))
+    scores = least_allocated_score(
+        table, parse_pod(pod_obj(requests={"cpu": "500m", "memory": "1Gi"}))
+    )
     assert scores[1] > scores[0]

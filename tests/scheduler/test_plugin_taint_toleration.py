@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 
 from scheduler.engine import Engine
-from scheduler.filters.taints import taint_toleration
 from scheduler.model import parse_pod
+from scheduler.plugins.base import or_all_pass
+from scheduler.plugins.taint_toleration import taint_toleration
 from scheduler.settings import EngineSettings
 from tests.scheduler.test_model import node_obj, pod_obj, table_of
 
@@ -83,7 +84,9 @@ def test_taint_toleration(
     taints: list[tuple[str, str, str]], tolerations: list[dict[str, Any]], passes: bool
 ) -> None:
     table = table_of([node_obj("n", taints=taints)])
-    result = taint_toleration(table, parse_pod(pod_obj(tolerations=tolerations)))
+    result = or_all_pass(
+        taint_toleration(table, parse_pod(pod_obj(tolerations=tolerations))), table
+    )
     assert bool(result.passed[0]) is passes
 
 
@@ -108,7 +111,7 @@ def test_reason_names_first_untolerated_taint_in_node_order() -> None:
     )
     assert result.passed.tolist() == [False, False, True, True]
     assert result.reasons_for(0) == ["node(s) had untolerated taint(s)"]
-    result = taint_toleration(table, parse_pod(pod_obj()))
+    result = or_all_pass(taint_toleration(table, parse_pod(pod_obj())), table)
     # kube-scheduler v1.36: one reason whatever the taints, so nodes count under it together
     assert result.reasons == ("node(s) had untolerated taint(s)",)
     assert result.reasons_for(0) == ["node(s) had untolerated taint(s)"]

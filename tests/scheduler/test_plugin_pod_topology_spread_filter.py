@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 
 from scheduler.engine import Engine
-from scheduler.filters.node_affinity import node_affinity
-from scheduler.filters.taints import taint_toleration
-from scheduler.filters.topology_spread import MISSING_LABEL, SKEW, topology_spread
 from scheduler.model import parse_pod
+from scheduler.plugins.base import or_all_pass
+from scheduler.plugins.node_affinity import node_affinity
+from scheduler.plugins.pod_topology_spread import MISSING_LABEL, SKEW, topology_spread
+from scheduler.plugins.taint_toleration import taint_toleration
 from scheduler.settings import EngineSettings
 from tests.scheduler.test_model import affinity_terms, node_obj, pod_obj, table_of
 
@@ -46,9 +47,9 @@ def _passing(
         nodes.append(node_obj("unlabelled"))
     table = table_of(nodes, placed)
     info = parse_pod(pod)
-    result = topology_spread(
-        table, info, node_affinity(table, info).passed, taint_toleration(table, info).passed
-    )
+    affinity = or_all_pass(node_affinity(table, info), table).passed
+    taints = or_all_pass(taint_toleration(table, info), table).passed
+    result = or_all_pass(topology_spread(table, info, affinity, taints), table)
     return [table.names[i] for i in result.passed.nonzero()[0]]
 
 

@@ -1,6 +1,25 @@
-"""Quietness score: 0–100 per node, higher is quieter (the inverse of the agents'
-interference index, :mod:`interference.score`, where 0 is quiet).
+"""Interference (ours): keep pods off nodes their neighbours make noisy, prefer quiet ones.
 
+With ``EngineSettings.interference_aware`` False (interference-blind scheduling) neither
+the filter nor the score runs.
+
+Filter — tolerance (only for pods that declare one, see :mod:`scheduler.model` for the
+annotations), on nodes with usable signals, all read from the engine's ``signal_window``
+``w`` (``latest``, ``10s`` or ``60s``)::
+
+    runq_exceeded[i]    = runq_p99_us[w][i] > max_runq_p99_us   (merged histogram's p99)
+    reclaim_exceeded[i] = reclaim_mean[w][i] + k · reclaim_stddev[w][i]
+                              > max_reclaim_stall_ms_per_s
+    score_exceeded[i]   = index[i] > max_score   (index = min(100, index_mean[w] +
+                              k · index_stddev[w] + load placed since the report))
+
+with ``k = risk_k``. Stale, degraded or missing signals (:mod:`interference.freshness`)
+pass under ``neutral``/``avoid``; under ``reject`` they fail for every pod (``node(s) had
+stale or missing interference signals``). The loop drops this filter for a pod pending
+longer than ``relax_after_s`` only because of it (it is relaxable).
+
+Score — quietness: 0–100 per node, higher is quieter (the inverse of the agents'
+interference index, :mod:`interference.score`, where 0 is quiet).
 With usable signals (fresh and measuring the core families, see
 :mod:`interference.freshness`), reading the engine's ``signal_window`` ``w``::
 
@@ -14,8 +33,7 @@ antagonist that is on for 5 s and off for 5 s) ranks by its bad seconds, not its
 ones. ``recent_cpu_m`` is the CPU requested by pods placed on the node after its last
 report, so a burst spreads out instead of piling onto the one quiet node until the next
 report shows their load. Stale, missing or degraded signals score 50 under ``neutral``
-and 0 under ``avoid`` and ``reject`` (``reject`` also filters such nodes out, see
-:mod:`scheduler.filters.interference`).
+and 0 under ``avoid`` and ``reject`` (``reject`` also filters such nodes out).
 
 The per-node parts are kept by :meth:`scheduler.table.NodeTable.derived`, so a decision
 after a placement recomputes one row, not the whole column.
@@ -23,14 +41,84 @@ after a placement recomputes one row, not the whole column.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from numpy.typing import NDArray
 
+from scheduler.model import PodInfo
+from scheduler.plugins.base import CycleState, Filter, FilterResult, Score
 from scheduler.quantity import CPU
 from scheduler.settings import EngineSettings
 from scheduler.table import NodeTable
 
+NAME = "Interference"
 NEUTRAL_SCORE = 50.0
+STALE_SIGNALS = "node(s) had stale or missing interference signals"
+RUNQ_EXCEEDED = "node(s) had run-queue p99 above the pod's interference tolerance"
+RECLAIM_EXCEEDED = "node(s) had memory reclaim stall above the pod's interference tolerance"
+SCORE_EXCEEDED = "node(s) had an interference score above the pod's interference tolerance"
+
+
+def interference_filter(
+    table: NodeTable, pod: PodInfo, settings: EngineSettings, now: float
+) -> FilterResult | None:
+    """Nodes acceptable under the stale policy and the pod's interference tolerance;
+    ``None`` when neither applies to the pod."""
+    reject_stale = settings.stale_policy == "reject"
+    tolerance = pod.tolerance
+    if tolerance is None and not reject_stale:
+        return None
+    fresh = fresh_signals(table, now)
+    window = table.windows[settings.signal_window]
+    columns: list[NDArray[np.bool_]] = []
+    reasons: list[str] = []
+    measurements: list[Callable[[int], str]] = []
+    if reject_stale:
+        columns.append(~fresh)
+        reasons.append(STALE_SIGNALS)
+        measurements.append(lambda row: _age(table, row, now))
+    if tolerance is not None:
+        bounds = (
+            (tolerance.max_runq_p99_us, window.runq_p99_us, RUNQ_EXCEEDED),
+            (
+                tolerance.max_reclaim_stall_ms_per_s,
+                reclaim_risk(table, settings),
+                RECLAIM_EXCEEDED,
+            ),
+            (tolerance.max_score, None, SCORE_EXCEEDED),
+        )
+        units = {RUNQ_EXCEEDED: "µs", RECLAIM_EXCEEDED: "ms/s", SCORE_EXCEEDED: ""}
+        for bound, values, reason in bounds:
+            if bound is None:
+                continue
+            measured = effective_index(table, settings) if values is None else values
+            columns.append(fresh & (measured > bound))
+            reasons.append(reason)
+            measurements.append(_versus(measured, bound, units[reason]))
+    if not columns:  # a tolerance without any bound
+        return None
+    failing = columns[0].copy()
+    for column in columns[1:]:
+        failing |= column  # column by column: numpy reduces a [nodes, k] matrix slowly
+    return FilterResult(
+        NAME,
+        ~failing,
+        tuple(reasons),
+        lambda: columns,
+        lambda index, row: measurements[index](row),
+    )
+
+
+def _versus(measured: NDArray[np.float64], bound: float, unit: str) -> Callable[[int], str]:
+    """``row`` → ``measured 2900 µs > tolerance 500 µs``."""
+    suffix = f" {unit}" if unit else ""
+    return lambda row: f"measured {measured[row]:g}{suffix} > tolerance {bound:g}{suffix}"
+
+
+def _age(table: NodeTable, row: int, now: float) -> str:
+    updated = float(table.signals_at[row])
+    return "no report" if not np.isfinite(updated) else f"latest report {now - updated:.0f} s old"
 
 
 def stale_rows(table: NodeTable, now: float) -> NDArray[np.intp]:
@@ -48,7 +136,7 @@ def stale_rows(table: NodeTable, now: float) -> NDArray[np.intp]:
     def still_valid(entry: tuple[float, float, NDArray[np.intp]]) -> bool:
         return entry[0] <= now < entry[1]
 
-    return table.cached("signals", ("Interference", "stale_rows"), build, still_valid)[2]
+    return table.cached("signals", (NAME, "stale_rows"), build, still_valid)[2]
 
 
 def fresh_signals(table: NodeTable, now: float) -> NDArray[np.bool_]:
@@ -137,3 +225,31 @@ def quietness(table: NodeTable, settings: EngineSettings, now: float) -> NDArray
     score = score.copy()
     score[stale] = NEUTRAL_SCORE if settings.stale_policy == "neutral" else 0.0
     return score
+
+
+def _filter(state: CycleState) -> FilterResult | None:
+    if not state.settings.interference_aware:
+        return None
+    return interference_filter(state.table, state.pod, state.settings, state.now)
+
+
+def _score(state: CycleState, feasible: NDArray[np.bool_]) -> NDArray[np.float64] | None:
+    if not state.settings.interference_aware:
+        return None
+    return quietness(state.table, state.settings, state.now)
+
+
+FILTER = Filter(
+    name=NAME,
+    explain="the node's interference signals are within the pod's tolerance "
+    "(and, under stale_policy reject, fresh)",
+    filter=_filter,
+    relaxable=True,
+)
+SCORE = Score(
+    name=NAME,
+    explain="quietness: 100 − the node's interference index (risk-adjusted, plus load "
+    "placed since its last report)",
+    score=_score,
+    default_weight=2.0,
+)

@@ -1,4 +1,4 @@
-"""GPU packing: GPU pods fill partly used GPU nodes first, other pods keep off GPU nodes.
+"""GpuPacking (ours): GPU pods fill partly used GPU nodes first, other pods keep off GPU nodes.
 
 With ``g`` the GPU extended resource (``nvidia.com/gpu``) and ``want`` the pod's request::
 
@@ -19,8 +19,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from scheduler.model import PodInfo
+from scheduler.plugins.base import CycleState, Score
 from scheduler.settings import EngineSettings
 from scheduler.table import NodeTable
+
+NAME = "GpuPacking"
 
 
 def gpu_packing_score(
@@ -38,7 +41,7 @@ def gpu_packing_score(
             )
             return scores
 
-        return table.cached("allocatable", ("GpuPacking", gpu), keep_off)
+        return table.cached("allocatable", (NAME, gpu), keep_off)
     row = table.resource_row(gpu)
     if row is None:
         return np.zeros(len(table))
@@ -46,3 +49,16 @@ def gpu_packing_score(
     np.minimum(packed, 1.0, out=packed)
     packed *= 100.0
     return packed
+
+
+def _score(state: CycleState, feasible: NDArray[np.bool_]) -> NDArray[np.float64] | None:
+    return gpu_packing_score(state.table, state.pod, state.settings)
+
+
+SCORE = Score(
+    name=NAME,
+    explain="GPU pods: the node's GPUs most allocated after placing the pod; other pods: "
+    "nodes without GPUs",
+    score=_score,
+    default_weight=1.0,
+)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scheduler.model import parse_pod
-from scheduler.scores.gpu_packing import gpu_packing_score
+from scheduler.plugins.gpu_packing import gpu_packing_score
 from scheduler.settings import EngineSettings
 from scheduler.table import NodeTable
 from tests.scheduler.test_model import node_obj, pod_obj, table_of

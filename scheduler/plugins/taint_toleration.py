@@ -1,4 +1,4 @@
-"""Taints and tolerations (kube-scheduler's ``TaintToleration`` filter).
+"""TaintToleration (kube-scheduler's plugin of that name, its filter): taints and tolerations.
 
 ``passed[i] = ∀ taint t on node i with effect ∈ {NoSchedule, NoExecute}:
 ∃ toleration that tolerates t``, where a toleration tolerates a taint when its effect is
@@ -10,16 +10,18 @@ taint(s)`` (so every tainted node counts under the same reason in ``FailedSchedu
 
 from __future__ import annotations
 
-from scheduler.filters.base import FilterResult, any_per_node
 from scheduler.model import NO_EXECUTE, NO_SCHEDULE, PodInfo
+from scheduler.plugins.base import CycleState, Filter, FilterResult, any_per_node
 from scheduler.table import NodeTable
 
+NAME = "TaintToleration"
 FILTERING_EFFECTS = frozenset({NO_SCHEDULE, NO_EXECUTE})
 UNTOLERATED_TAINT = "node(s) had untolerated taint(s)"
 
 
-def taint_toleration(table: NodeTable, pod: PodInfo) -> FilterResult:
-    """Nodes whose NoSchedule/NoExecute taints the pod all tolerates."""
+def taint_toleration(table: NodeTable, pod: PodInfo) -> FilterResult | None:
+    """Nodes whose NoSchedule/NoExecute taints the pod all tolerates; ``None`` (all nodes)
+    when it tolerates every such taint of the table."""
     columns = table.taint_columns()
     untolerated = [
         t
@@ -27,5 +29,19 @@ def taint_toleration(table: NodeTable, pod: PodInfo) -> FilterResult:
         if taint.effect in FILTERING_EFFECTS
         and not any(tol.tolerates(taint) for tol in pod.tolerations)
     ]
+    if not untolerated:
+        return None
     passed = ~any_per_node(columns.present[:, untolerated])
-    return FilterResult("TaintToleration", passed, (UNTOLERATED_TAINT,) if untolerated else ())
+    return FilterResult(NAME, passed, (UNTOLERATED_TAINT,))
+
+
+def _filter(state: CycleState) -> FilterResult | None:
+    return taint_toleration(state.table, state.pod)
+
+
+FILTER = Filter(
+    name=NAME,
+    explain="the pod tolerates every NoSchedule/NoExecute taint of the node",
+    filter=_filter,
+    static=True,
+)

@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from scheduler.filters.host_ports import PORTS_TAKEN, host_ports
 from scheduler.model import parse_pod
+from scheduler.plugins.base import or_all_pass
+from scheduler.plugins.node_ports import PORTS_TAKEN, node_ports
 from tests.scheduler.test_model import container, node_obj, pod_obj, table_of
 
 
@@ -51,7 +52,7 @@ def _with_port(
 )
 def test_host_port_conflicts(used: dict[str, Any], wanted: dict[str, Any], conflict: bool) -> None:
     table = table_of([node_obj("busy"), node_obj("free")], [(used, "busy")])
-    result = host_ports(table, parse_pod(wanted))
+    result = or_all_pass(node_ports(table, parse_pod(wanted)), table)
     assert result.passed.tolist() == [not conflict, True]
     assert result.reasons_for(0) == ([PORTS_TAKEN] if conflict else [])
 
@@ -60,12 +61,12 @@ def test_port_freed_when_pod_removed() -> None:
     used = _with_port("u", 9000)
     table = table_of([node_obj("n")], [(used, "n")])
     wanted = parse_pod(_with_port("w", 9000))
-    assert not host_ports(table, wanted).passed[0]
+    assert not or_all_pass(node_ports(table, wanted), table).passed[0]
     table.remove_pod(parse_pod(used))
-    assert host_ports(table, wanted).passed[0]
+    assert or_all_pass(node_ports(table, wanted), table).passed[0]
 
 
 def test_pod_without_host_ports_passes_everywhere() -> None:
     table = table_of([node_obj("n")], [(_with_port("u", 80), "n")])
-    result = host_ports(table, parse_pod(pod_obj()))
+    result = or_all_pass(node_ports(table, parse_pod(pod_obj())), table)
     assert result.passed.all() and result.reasons == ()

@@ -10,8 +10,8 @@ import pytest
 
 from scheduler.engine import Engine
 from scheduler.model import ObjectError, parse_pod
-from scheduler.scores.node_affinity import node_affinity_score
-from scheduler.settings import EngineSettings, ScoreWeights
+from scheduler.plugins.node_affinity import node_affinity_score
+from scheduler.settings import EngineSettings, Profile
 from tests.scheduler.test_model import node_obj, pod_obj, table_of
 
 NODES = [
@@ -69,7 +69,7 @@ def test_node_affinity_score_like_default_normalize_score(
     pod = parse_pod(pod_obj(affinity=_preferred(*terms)))
     assert pod.unsupported == ()
     scores = node_affinity_score(table, pod, np.array(feasible))
-    assert scores.tolist() == expected
+    assert (np.zeros(len(NODES)) if scores is None else scores).tolist() == expected
 
 
 def test_unparseable_preferred_term_makes_the_pod_unparseable() -> None:
@@ -78,8 +78,8 @@ def test_unparseable_preferred_term_makes_the_pod_unparseable() -> None:
 
 
 def test_engine_prefers_the_preferred_nodes() -> None:
-    weights = ScoreWeights(interference=0, balance=0, gpu_packing=0, node_affinity=2)
+    only = Profile(scores=(("Interference", 0), ("NodeResourcesFit", 0), ("GpuPacking", 0)))
     pod = parse_pod(pod_obj(affinity=_preferred((10, "disk", "In", ["hdd"]))))
-    result = Engine(EngineSettings(weights=weights)).schedule(pod, table_of(NODES), 0.0)
+    result = Engine(EngineSettings(profile=only)).schedule(pod, table_of(NODES), 0.0)
     assert result.node == "hdd-a"
-    assert result.candidates[0].scores == {"node_affinity": 100.0}
+    assert result.candidates[0].scores == {"NodeAffinity": 100.0}

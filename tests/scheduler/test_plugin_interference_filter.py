@@ -5,18 +5,19 @@ from __future__ import annotations
 import pytest
 
 from interference.signals import NodeMetrics, WindowMetrics
-from scheduler.filters.interference import (
-    RECLAIM_EXCEEDED,
-    RUNQ_EXCEEDED,
-    SCORE_EXCEEDED,
-    STALE_SIGNALS,
-    interference_filter,
-)
 from scheduler.model import (
     ANNOTATION_MAX_RECLAIM_STALL_MS_PER_S,
     ANNOTATION_MAX_RUNQ_P99_US,
     ANNOTATION_MAX_SCORE,
     parse_pod,
+)
+from scheduler.plugins.base import or_all_pass
+from scheduler.plugins.interference import (
+    RECLAIM_EXCEEDED,
+    RUNQ_EXCEEDED,
+    SCORE_EXCEEDED,
+    STALE_SIGNALS,
+    interference_filter,
 )
 from scheduler.ports import NodeSignals
 from scheduler.settings import EngineSettings, SignalWindow, StalePolicy
@@ -64,9 +65,9 @@ def _table(metrics: NodeMetrics, age_s: float = 1.0) -> NodeTable:
     ],
 )
 def test_tolerance(annotations: dict[str, str], metrics: NodeMetrics, reasons: list[str]) -> None:
-    result = interference_filter(
-        _table(metrics), parse_pod(pod_obj(annotations=annotations)), EngineSettings(), NOW
-    )
+    table = _table(metrics)
+    pod = parse_pod(pod_obj(annotations=annotations))
+    result = or_all_pass(interference_filter(table, pod, EngineSettings(), NOW), table)
     assert bool(result.passed[0]) is (not reasons)
     assert _bare(result.reasons_for(0)) == reasons
 
@@ -79,7 +80,9 @@ def _bare(reasons: list[str]) -> list[str]:
 def test_reasons_carry_the_measurement_against_the_tolerance() -> None:
     table = _table(NodeMetrics(runq_p99_us=2900))
     pod = parse_pod(pod_obj(annotations={ANNOTATION_MAX_RUNQ_P99_US: "500"}))
-    result = interference_filter(table, pod, EngineSettings(signal_window="latest"), NOW)
+    result = or_all_pass(
+        interference_filter(table, pod, EngineSettings(signal_window="latest"), NOW), table
+    )
     assert result.reasons_for(0) == [f"{RUNQ_EXCEEDED} (measured 2900 µs > tolerance 500 µs)"]
 
 
@@ -87,13 +90,15 @@ def test_load_placed_since_report_counts_toward_max_score() -> None:
     table = _table(NodeMetrics(interference_index=30))
     pod = parse_pod(pod_obj(annotations={ANNOTATION_MAX_SCORE: "40"}))
     settings = EngineSettings(recent_load_weight=100.0)
-    assert interference_filter(table, pod, settings, NOW).passed[0]
+    assert or_all_pass(interference_filter(table, pod, settings, NOW), table).passed[0]
     # 2 of 10 CPUs placed after the report: index 30 + 100·0.2 = 50 > 40
     table.add_pod(parse_pod(pod_obj("burst", requests={"cpu": "2"})), "n", NOW)
-    assert _bare(interference_filter(table, pod, settings, NOW).reasons_for(0)) == [SCORE_EXCEEDED]
+    assert _bare(
+        or_all_pass(interference_filter(table, pod, settings, NOW), table).reasons_for(0)
+    ) == [SCORE_EXCEEDED]
     # a newer report includes that load and replaces the estimate
     table.set_signals({"n": NodeSignals(NodeMetrics(interference_index=35), updated_at=NOW + 1)})
-    assert interference_filter(table, pod, settings, NOW + 1).passed[0]
+    assert or_all_pass(interference_filter(table, pod, settings, NOW + 1), table).passed[0]
 
 
 @pytest.mark.parametrize(
@@ -118,10 +123,18 @@ def test_stale_policies(
     settings = EngineSettings(stale_policy=policy)
     tolerant = parse_pod(pod_obj("t", annotations={ANNOTATION_MAX_RUNQ_P99_US: "100"}))
     plain = parse_pod(pod_obj("p"))
-    assert bool(interference_filter(table, tolerant, settings, NOW).passed[0]) is tolerant_passes
-    assert bool(interference_filter(table, plain, settings, NOW).passed[0]) is plain_passes
+    assert (
+        bool(or_all_pass(interference_filter(table, tolerant, settings, NOW), table).passed[0])
+        is tolerant_passes
+    )
+    assert (
+        bool(or_all_pass(interference_filter(table, plain, settings, NOW), table).passed[0])
+        is plain_passes
+    )
     if policy == "reject" and age_s > 5:
-        reasons = interference_filter(table, plain, settings, NOW).reasons_for(0)
+        reasons = or_all_pass(interference_filter(table, plain, settings, NOW), table).reasons_for(
+            0
+        )
         assert _bare(reasons) == [STALE_SIGNALS]
 
 
@@ -138,7 +151,9 @@ def test_degraded_signals_are_stale(policy: StalePolicy) -> None:
     )
     settings = EngineSettings(stale_policy=policy)
     tolerant = parse_pod(pod_obj("t", annotations={ANNOTATION_MAX_RUNQ_P99_US: "100"}))
-    broken, stale = interference_filter(table, tolerant, settings, NOW).passed.tolist()
+    broken, stale = or_all_pass(
+        interference_filter(table, tolerant, settings, NOW), table
+    ).passed.tolist()
     assert broken == stale == (policy != "reject")
 
 
@@ -165,11 +180,14 @@ def test_tolerances_read_the_engine_s_window(window: SignalWindow, passes: bool)
     for annotation, bound in ((ANNOTATION_MAX_RUNQ_P99_US, "500"),
                               (ANNOTATION_MAX_RECLAIM_STALL_MS_PER_S, "2.5")):  # fmt: skip
         pod = parse_pod(pod_obj("t", annotations={annotation: bound}))
-        assert bool(interference_filter(table, pod, settings, NOW).passed[0]) is passes
+        assert (
+            bool(or_all_pass(interference_filter(table, pod, settings, NOW), table).passed[0])
+            is passes
+        )
 
 
 def test_missing_signals_are_stale() -> None:
     table = table_of([node_obj("n")])
     settings = EngineSettings(stale_policy="reject")
-    result = interference_filter(table, parse_pod(pod_obj()), settings, NOW)
+    result = or_all_pass(interference_filter(table, parse_pod(pod_obj()), settings, NOW), table)
     assert _bare(result.reasons_for(0)) == [STALE_SIGNALS]

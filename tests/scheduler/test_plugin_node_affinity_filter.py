@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from scheduler.filters.node_affinity import NODE_AFFINITY, node_affinity
 from scheduler.model import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, parse_int64, parse_pod
+from scheduler.plugins.base import or_all_pass
+from scheduler.plugins.node_affinity import NODE_AFFINITY, node_affinity
 from tests.scheduler.test_model import affinity_terms, node_obj, pod_obj, table_of
 
 NODES = [
@@ -54,7 +55,9 @@ Expr = tuple[str, str, Sequence[str]]
 )
 def test_required_node_affinity(terms: list[list[Expr]], passing: list[str]) -> None:
     table = table_of(NODES)
-    result = node_affinity(table, parse_pod(pod_obj(affinity=affinity_terms(*terms))))
+    result = or_all_pass(
+        node_affinity(table, parse_pod(pod_obj(affinity=affinity_terms(*terms)))), table
+    )
     assert [table.names[i] for i in result.passed.nonzero()[0]] == passing
 
 
@@ -82,7 +85,7 @@ def test_match_fields_on_node_name(match_fields: list[dict[str, Any]], passing: 
         }
     }
     table = table_of(NODES)
-    result = node_affinity(table, parse_pod(pod_obj(affinity=affinity)))
+    result = or_all_pass(node_affinity(table, parse_pod(pod_obj(affinity=affinity))), table)
     assert [table.names[i] for i in result.passed.nonzero()[0]] == [n for n in passing if n != "d"]
 
 
@@ -99,7 +102,7 @@ def test_match_fields_on_node_name(match_fields: list[dict[str, Any]], passing: 
 )
 def test_node_selector(selector: dict[str, str], passing: list[str]) -> None:
     table = table_of(NODES)
-    result = node_affinity(table, parse_pod(pod_obj(nodeSelector=selector)))
+    result = or_all_pass(node_affinity(table, parse_pod(pod_obj(nodeSelector=selector))), table)
     assert [table.names[i] for i in result.passed.nonzero()[0]] == passing
 
 
@@ -108,7 +111,7 @@ def test_selector_and_affinity_both_apply() -> None:
     pod = parse_pod(
         pod_obj(nodeSelector={"gen": "5"}, affinity=affinity_terms([("zone", "In", ["z2"])]))
     )
-    result = node_affinity(table, pod)
+    result = or_all_pass(node_affinity(table, pod), table)
     assert not result.passed.any()
     assert result.reasons_for(0) == [NODE_AFFINITY]
 
@@ -131,8 +134,8 @@ def test_gpu_product_label_selects_gpu_model() -> None:
     )
     by_model = parse_pod(pod_obj(nodeSelector={GPU_PRODUCT_LABEL: "Tesla-T4"}))
     by_memory = parse_pod(pod_obj(affinity=affinity_terms([(GPU_MEMORY_LABEL, "Gt", ["40000"])])))
-    assert node_affinity(table, by_model).passed.tolist() == [False, True]
-    assert node_affinity(table, by_memory).passed.tolist() == [True, False]
+    assert or_all_pass(node_affinity(table, by_model), table).passed.tolist() == [False, True]
+    assert or_all_pass(node_affinity(table, by_memory), table).passed.tolist() == [True, False]
 
 
 def test_fields_and_labels_named_alike_stay_apart() -> None:
@@ -142,7 +145,11 @@ def test_fields_and_labels_named_alike_stay_apart() -> None:
         term = {kind: [{"key": "metadata.name", "operator": "In", "values": [value]}]}
         required = {"nodeSelectorTerms": [term]}
         affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
-        return bool(node_affinity(table, parse_pod(pod_obj(affinity=affinity))).passed[0])
+        return bool(
+            or_all_pass(node_affinity(table, parse_pod(pod_obj(affinity=affinity))), table).passed[
+                0
+            ]
+        )
 
     assert passes("matchExpressions", "label-value") and not passes("matchExpressions", "real-name")
     assert passes("matchFields", "real-name") and not passes("matchFields", "label-value")
@@ -194,7 +201,7 @@ def test_lazy_error_node_selector_invalid_term_matches_nothing(
 ) -> None:
     table = table_of(INVALID_TERM_NODES)
     pod = parse_pod(pod_obj(affinity=affinity_terms(*terms)))  # parses: never unschedulable
-    result = node_affinity(table, pod)
+    result = or_all_pass(node_affinity(table, pod), table)
     assert [table.names[i] for i in result.passed.nonzero()[0]] == passing
 
 

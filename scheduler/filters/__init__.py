@@ -1,1 +1,0 @@
-"""Pure filter functions: node table in, boolean masks and reasons out."""

@@ -1,0 +1,35 @@
+"""NodeUnschedulable (kube-scheduler's plugin of that name): cordoned nodes.
+
+``passed = ¬unschedulable ∨ tolerates(node.kubernetes.io/unschedulable:NoSchedule)`` — as
+kube-scheduler, a pod that tolerates the cordon taint may still land on a cordoned node.
+Reason: ``node(s) were unschedulable``.
+"""
+
+from __future__ import annotations
+
+from scheduler.model import NO_SCHEDULE, UNSCHEDULABLE_TAINT_KEY, PodInfo, Taint
+from scheduler.plugins.base import CycleState, Filter, FilterResult
+from scheduler.table import NodeTable
+
+NAME = "NodeUnschedulable"
+UNSCHEDULABLE = "node(s) were unschedulable"
+_CORDON_TAINT = Taint(UNSCHEDULABLE_TAINT_KEY, "", NO_SCHEDULE)
+
+
+def node_unschedulable(table: NodeTable, pod: PodInfo) -> FilterResult | None:
+    """Nodes that are not cordoned; ``None`` (all nodes) if the pod tolerates the cordon."""
+    if any(t.tolerates(_CORDON_TAINT) for t in pod.tolerations):
+        return None
+    return FilterResult(NAME, ~table.unschedulable, (UNSCHEDULABLE,))
+
+
+def _filter(state: CycleState) -> FilterResult | None:
+    return node_unschedulable(state.table, state.pod)
+
+
+FILTER = Filter(
+    name=NAME,
+    explain="the node is not cordoned (or the pod tolerates the unschedulable taint)",
+    filter=_filter,
+    static=True,
+)

@@ -1,1 +1,0 @@
-"""Pure score functions: node table in, 0–100 vectors out."""
