@@ -1,0 +1,187 @@
+"""The plugin framework: the default profile, profile order, extender subset, cycle state
+and the table's cache scopes (kube-scheduler's framework behaviour where it has one)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from interference.signals import NodeMetrics
+from scheduler.engine import Engine
+from scheduler.model import parse_node, parse_pod
+from scheduler.plugins.base import CycleState, FilterResult
+from scheduler.plugins.node_resources_fit import insufficient_reason
+from scheduler.plugins.registry import FILTERS, SCORES, resolve
+from scheduler.ports import NodeSignals
+from scheduler.settings import EngineSettings, Profile
+from scheduler.table import NodeTable
+from tests.scheduler.test_model import container, node_obj, pod_obj, table_of
+
+NOW = 1000.0
+PORTS_TAKEN = "node(s) didn't have free ports for the requested pod ports"
+
+
+def _with_port(name: str, port: int = 8080, cpu: str = "100m") -> dict[str, Any]:
+    spec = {"containerPort": port, "hostPort": port, "protocol": "TCP"}
+    return pod_obj(name, containers=[container({"cpu": cpu}, ports=[spec])])
+
+
+def test_default_profile_runs_kube_schedulers_filter_order_then_ours() -> None:
+    assert [p.name for p in FILTERS] == [
+        "NodeReady",
+        "NodeUnschedulable",
+        "TaintToleration",
+        "NodeAffinity",
+        "NodePorts",
+        "NodeResourcesFit",
+        "VolumeBinding",
+        "PodTopologySpread",
+        "InterPodAffinity",
+        "Interference",
+    ]
+    assert {p.name: p.default_weight for p in SCORES} == {
+        "Interference": 2.0,
+        "NodeResourcesFit": 1.0,
+        "GpuPacking": 1.0,
+        "PodTopologySpread": 2.0,
+        "NodeAffinity": 2.0,
+        "InterPodAffinity": 2.0,
+    }
+    assert all(p.explain for p in (*FILTERS, *SCORES))
+
+
+@pytest.mark.parametrize(
+    ("filters", "reason"),
+    [
+        (None, PORTS_TAKEN),  # default: NodePorts before NodeResourcesFit, as kube-scheduler
+        (
+            (
+                "NodeReady",
+                "NodeUnschedulable",
+                "TaintToleration",
+                "NodeAffinity",
+                "NodeResourcesFit",
+                "NodePorts",
+                "VolumeBinding",
+                "PodTopologySpread",
+                "InterPodAffinity",
+                "Interference",
+            ),
+            insufficient_reason("cpu"),
+        ),
+    ],
+    ids=["default-order-ports-first", "reordered-resources-first"],
+)
+def test_a_node_counts_only_its_first_failing_filter_in_profile_order(
+    filters: tuple[str, ...] | None, reason: str
+) -> None:
+    table = table_of([node_obj("busy", cpu="1")], [(_with_port("holder", cpu="900m"), "busy")])
+    engine = Engine(EngineSettings(profile=Profile(filters=filters)))
+    result = engine.schedule(parse_pod(_with_port("new", cpu="500m")), table, NOW)
+    assert result.node is None
+    assert result.reason_counts == {reason: 1}
+    assert result.candidates[0].reasons == [reason]
+
+
+def test_a_static_filter_after_a_dynamic_one_filters_alike() -> None:
+    nodes = [node_obj(f"n{i}", labels={"zone": "a" if i % 2 else "b"}) for i in range(6)]
+    nodes.append(node_obj("tainted", labels={"zone": "a"}, taints=[("k", "v", "NoSchedule")]))
+    later = (
+        "NodeReady",
+        "NodePorts",
+        "NodeResourcesFit",
+        "NodeUnschedulable",
+        "TaintToleration",
+        "NodeAffinity",
+        "VolumeBinding",
+        "PodTopologySpread",
+        "InterPodAffinity",
+        "Interference",
+    )
+    pods = [
+        parse_pod(pod_obj("plain")),
+        parse_pod(pod_obj("zoned", nodeSelector={"zone": "a"})),
+        parse_pod(pod_obj("nowhere", nodeSelector={"zone": "c"})),
+    ]
+    for pod in pods:
+        default = Engine(EngineSettings(), seed=1).schedule(pod, table_of(nodes), NOW)
+        reordered = Engine(EngineSettings(profile=Profile(filters=later)), seed=1).schedule(
+            pod, table_of(nodes), NOW
+        )
+        assert (reordered.node, reordered.feasible) == (default.node, default.feasible)
+        assert reordered.reason_counts == default.reason_counts
+
+
+def test_extender_profile_leaves_kube_schedulers_own_plugins_to_it() -> None:
+    extender = resolve(Profile(), extender=True)
+    assert [p.name for p in extender.filters] == [
+        "NodeReady",
+        "NodeUnschedulable",
+        "TaintToleration",
+        "NodeAffinity",
+        "NodePorts",
+        "NodeResourcesFit",
+        "Interference",
+    ]
+    assert [p.name for p, _ in extender.scores] == [
+        "Interference",
+        "NodeResourcesFit",
+        "GpuPacking",
+    ]
+    assert not extender.prefilters  # kube-scheduler has run its own PreFilters
+
+
+def test_a_zero_weight_leaves_the_score_out_of_the_total_and_the_record() -> None:
+    settings = EngineSettings(profile=Profile(scores=(("GpuPacking", 0.0),)))
+    result = Engine(settings).schedule(parse_pod(pod_obj()), table_of([node_obj("a")]), NOW)
+    chosen = result.candidates[0]
+    assert "GpuPacking" not in chosen.scores and "GpuPacking" not in chosen.weights
+    assert set(chosen.scores) == {"Interference", "NodeResourcesFit"}
+
+
+def test_cycle_state_reads_an_earlier_filters_mask() -> None:
+    table = table_of([node_obj("a"), node_obj("b")])
+    state = CycleState(parse_pod(pod_obj()), table, EngineSettings(), NOW)
+    state.filtered["NodeAffinity"] = None  # nothing to check: every node passes
+    assert state.passed("NodeAffinity").tolist() == [True, True]
+    only_b = np.array([False, True])
+    state.filtered["NodeAffinity"] = FilterResult("NodeAffinity", only_b, ("why",))
+    assert state.passed("NodeAffinity").tolist() == [False, True]
+
+
+def test_cache_scopes_empty_on_what_they_are_named_for() -> None:
+    table = NodeTable()
+    table.upsert_node(parse_node(node_obj("a", cpu="4")))
+    built: list[str] = []
+
+    def value(scope: str) -> object:
+        built.append(scope)
+        return object()
+
+    def touch_all() -> None:
+        for scope in ("constraints", "allocatable", "signals"):
+            table.cached(scope, ("test", scope), lambda s=scope: value(s))  # type: ignore[arg-type]
+
+    touch_all()
+    assert built == ["constraints", "allocatable", "signals"]
+    touch_all()  # cached: nothing rebuilt
+    assert len(built) == 3
+    table.upsert_node(parse_node(node_obj("a", cpu="8")))  # allocatable only
+    touch_all()
+    assert built[3:] == ["allocatable"]
+    table.set_signals({"a": NodeSignals(NodeMetrics(interference_index=10.0), updated_at=NOW)})
+    touch_all()
+    assert built[4:] == ["signals"]
+    table.upsert_node(parse_node(node_obj("a", cpu="8", labels={"zone": "x"})))  # a label
+    touch_all()
+    assert built[5:] == ["constraints", "allocatable", "signals"]
+
+
+def test_a_still_valid_check_rebuilds_an_expired_value() -> None:
+    table = table_of([node_obj("a")])
+    first = table.cached("signals", ("test",), lambda: 1)
+    kept = table.cached("signals", ("test",), lambda: 2, lambda v: True)
+    rebuilt = table.cached("signals", ("test",), lambda: 3, lambda v: v != 1)
+    assert (first, kept, rebuilt) == (1, 1, 3)
