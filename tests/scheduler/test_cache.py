@@ -8,7 +8,16 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from scheduler.adapters.memory import InMemoryCluster, InMemoryInformer, node_object, pod_object
+from scheduler.adapters.memory import (
+    InMemoryCluster,
+    InMemoryInformer,
+    claim_object,
+    csi_node_object,
+    node_object,
+    pod_object,
+    storage_class_object,
+    volume_object,
+)
 from scheduler.cache import ClusterCache
 from scheduler.metrics import SchedulerMetrics
 from scheduler.model import PodInfo, parse_pod
@@ -387,3 +396,31 @@ def test_unparseable_pods_not_ours_to_schedule_are_not_reported(h: Harness, chan
     h.sync()
     assert h.malformed("Pod") == 1
     assert h.cache.take_unparseable() == []
+
+
+def test_volume_objects_are_relisted_and_a_real_change_requeues(h: Harness) -> None:
+    h.cluster.put("PersistentVolumeClaim", claim_object("data"))
+    h.cluster.put("PersistentVolume", volume_object("pv-1"))
+    h.cluster.put("StorageClass", storage_class_object("local"))
+    h.cluster.put("CSINode", csi_node_object("n1", {"ebs.csi.aws.com": 25}))
+    h.cluster.add_pod(pod_object("w"))
+    h.sync()
+    volumes = h.table.volumes
+    assert volumes.claim("default", "data") is not None and volumes.volume("pv-1") is not None
+    assert volumes.storage_class("local") is not None and len(volumes.csi_nodes()) == 1
+    h.queue.pop()
+    h.queue.backoff("default/w")
+    h.queue.pop()
+    h.queue.backoff("default/w")  # ready in 2 s
+    h.now += 1.5
+    h.cluster.put("PersistentVolumeClaim", claim_object("data"))  # the same claim again
+    h.sync()
+    assert h.queue.state("default/w") is QueueState.BACKOFF
+    h.cluster.put("PersistentVolumeClaim", claim_object("data", volume_name="pv-1"))
+    h.sync()
+    assert h.queue.state("default/w") is QueueState.ACTIVE
+    h.cache.replace("PersistentVolume", [])
+    h.cache.replace("StorageClass", [])
+    h.cache.replace("CSINode", [])
+    assert volumes.volume("pv-1") is None and volumes.storage_class("local") is None
+    assert volumes.csi_nodes() == [] and volumes.claim("default", "data") is not None
