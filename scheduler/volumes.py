@@ -29,16 +29,19 @@ class VolumeCatalog:
         """Claim key → placed pods whose ``persistentVolumeClaim`` volumes use it."""
         self._node_claims: dict[str, Counter[str]] = {}
         """Node → claim keys of its placed pods (ephemeral volumes' too) → pods."""
+        self._attached: dict[str, dict[str, str]] = {}
+        """:meth:`attached` per node, until a claim, volume or class changes (all) or a
+        pod with claims comes or goes on the node (its entry)."""
 
     # ---- claims, volumes, classes (fed by the cluster cache) ---------------------------
 
     def upsert_claim(self, claim: ClaimInfo) -> bool:
         """Store a claim; True when it is new or changed."""
-        return _upsert(self._claims, claim.key, claim)
+        return self._changed(_upsert(self._claims, claim.key, claim))
 
     def remove_claim(self, key: str) -> bool:
         """Forget a claim (``namespace/name``); True when it was known."""
-        return self._claims.pop(key, None) is not None
+        return self._changed(self._claims.pop(key, None) is not None)
 
     def claim_keys(self) -> list[str]:
         return list(self._claims)
@@ -48,10 +51,10 @@ class VolumeCatalog:
 
     def upsert_volume(self, volume: VolumeInfo) -> bool:
         """Store a PersistentVolume; True when it is new or changed."""
-        return _upsert(self._volumes, volume.name, volume)
+        return self._changed(_upsert(self._volumes, volume.name, volume))
 
     def remove_volume(self, name: str) -> bool:
-        return self._volumes.pop(name, None) is not None
+        return self._changed(self._volumes.pop(name, None) is not None)
 
     def volume_names(self) -> list[str]:
         return list(self._volumes)
@@ -61,10 +64,10 @@ class VolumeCatalog:
 
     def upsert_storage_class(self, storage_class: StorageClassInfo) -> bool:
         """Store a StorageClass; True when it is new or changed."""
-        return _upsert(self._classes, storage_class.name, storage_class)
+        return self._changed(_upsert(self._classes, storage_class.name, storage_class))
 
     def remove_storage_class(self, name: str) -> bool:
-        return self._classes.pop(name, None) is not None
+        return self._changed(self._classes.pop(name, None) is not None)
 
     def storage_class_names(self) -> list[str]:
         return list(self._classes)
@@ -92,6 +95,7 @@ class VolumeCatalog:
         ``persistentVolumeClaim`` claims count as used (ephemeral volumes not, as
         kube-scheduler's snapshot leaves them out of the ReadWriteOncePod check); every
         claim counts towards the node's attached volumes."""
+        self._attached.pop(node, None)
         on_node = self._node_claims.setdefault(node, Counter())
         for claim in pod.claims:
             key = f"{pod.namespace}/{claim.claim_name}"
@@ -106,7 +110,10 @@ class VolumeCatalog:
         them: ``driver/handle`` → driver for each claim bound to a PV with a CSI driver
         (:attr:`VolumeInfo.attached_as`); a claim not bound yet counts under its
         StorageClass's provisioner as ``driver/namespace/name``. Claims that are gone or
-        have neither are not counted."""
+        have neither are not counted. Callers must not modify the result."""
+        cached = self._attached.get(node)
+        if cached is not None:
+            return cached
         found: dict[str, str] = {}
         for key in self._node_claims.get(node, ()):
             claim = self._claims.get(key)
@@ -120,7 +127,13 @@ class VolumeCatalog:
                 storage_class = self._classes.get(claim.storage_class)
                 if storage_class is not None and storage_class.provisioner:
                     found[f"{storage_class.provisioner}/{key}"] = storage_class.provisioner
+        self._attached[node] = found
         return found
+
+    def _changed(self, changed: bool) -> bool:
+        if changed:
+            self._attached.clear()
+        return changed
 
     def in_use(self, namespace: str, name: str) -> bool:
         """True when a placed pod uses the claim."""

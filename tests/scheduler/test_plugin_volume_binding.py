@@ -604,6 +604,13 @@ def test_unbound_claim_of_a_placed_pod_counts_under_its_provisioner() -> None:
     assert verdicts(table, pod_with(pvc_volume("new"))) == [[MAX_VOLUME_COUNT]]
     table.remove_pod(parse_pod(used))
     assert verdicts(table, pod_with(pvc_volume("new"))) == [[]]
+    table.add_pod(parse_pod(used), "n1", 0.0)
+    assert verdicts(table, pod_with(pvc_volume("new"))) == [[MAX_VOLUME_COUNT]]
+    # provisioned as a local volume: no attach limit applies to it any more
+    table.volumes.upsert_volume(parse_volume(volume_object("pv-local")))
+    bound = claim_object("provisioning", storage_class="gp3", volume_name="pv-local")
+    table.volumes.upsert_claim(parse_claim(bound))
+    assert verdicts(table, pod_with(pvc_volume("new"))) == [[]]
 
 
 def test_csi_node_parsing() -> None:
