@@ -594,10 +594,25 @@ def test_anti_affinity_terms_on_hostname() -> None:
             {"volumes": [{"name": "e", "emptyDir": {}}, {"name": "d", "rbd": {"image": "d"}}]},
             "spec.volumes[1].rbd (VolumeRestrictions disk conflicts)",
         ),
+        (
+            {"volumes": [{"name": "d", "awsElasticBlockStore": {"volumeID": "vol-1"}}]},
+            "spec.volumes[0].awsElasticBlockStore (VolumeRestrictions disk conflicts)",
+        ),
+        (
+            {"volumes": [{"name": "d", "gcePersistentDisk": {"pdName": "d"}}]},
+            "spec.volumes[0].gcePersistentDisk (VolumeRestrictions disk conflicts)",
+        ),
+        (
+            {"volumes": [{"name": "d", "iscsi": {"iqn": "iqn.2001-04.com.example:d"}}]},
+            "spec.volumes[0].iscsi (VolumeRestrictions disk conflicts)",
+        ),
         ({"resourceClaims": [{"name": "gpu"}]}, "spec.resourceClaims"),
     ],
     ids=[
         "inline-rbd-volume",
+        "inline-aws-ebs-volume",
+        "inline-gce-pd-volume",
+        "inline-iscsi-volume",
         "resource-claims",
     ],
 )
