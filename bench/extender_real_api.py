@@ -2,18 +2,28 @@
 
 The harness of ``bench/scheduler_real_api.py`` (one etcd + kube-apiserver v1.36 on
 loopback, ``--nodes`` fake nodes, a third with 8 GPUs; per round ``--pods`` pods created
-while no scheduler runs, then the scheduler started and timed from a pod watch). Both
-rounds run the same kube-scheduler binary with the same KubeSchedulerConfiguration
-(client QPS/burst 5000, no leader election); the second adds our extender exactly as
-``deploy/overlays/extender`` configures it (filter + prioritize, ``nodeCacheCapable``,
-``ignorable: false``, weight 5), served by an ``interference-scheduler extender``
-process with a real ``redis-server`` holding a fresh report for every node (so the
-interference score is computed for every offered node). Pods: 100m CPU each, no
-interference tolerance.
+while no scheduler runs, then the scheduler started and timed from a pod watch). Every
+round runs the same kube-scheduler binary with the same KubeSchedulerConfiguration
+(client QPS/burst 5000, no leader election); the extender rounds add an extender exactly
+as ``deploy/overlays/extender`` configures it (filter + prioritize, ``nodeCacheCapable``,
+``ignorable: false``, weight 5). Pods: 100m CPU each, no interference tolerance. Rounds:
 
-Printed: drain rate of each round and their ratio (target >= 0.8x), and the extender's
-p99 answer time per verb at that rate, read from its ``/metrics`` histogram (the upper
-bound of the bucket holding the 99th percentile), with its CPU per pod.
+1. kube-scheduler alone;
+2. kube-scheduler + a no-op extender (``bench/noop_extender.py``: passes every node,
+   scores 0, on the same HTTP stack as ours). An emulator on purpose: it measures what
+   no real component can, the cost of calling *any* HTTP extender — the ceiling for
+   round 3;
+3. kube-scheduler + ``interference-scheduler extender``, with a real ``redis-server``
+   holding a fresh report for every node (so the interference score is computed for
+   every offered node).
+
+Printed per round: drain rate and its ratio to round 1 (target for round 3: >= 0.8x),
+kube-scheduler's and the extender's CPU per pod (user+system from ``/proc``, first to
+last bind), and the distinct client connections to the extender seen during the round
+(kube-scheduler reusing kept-alive connections shows as a handful); then round 3 / round 2
+(the part of the gap that is our extender's work) and our extender's p99 answer time per
+verb at that rate, read from its ``/metrics`` histogram (the upper bound of the bucket
+holding the 99th percentile).
 
     .venv/bin/python bench/extender_real_api.py [--nodes 5000] [--pods 5000]
 """
@@ -26,8 +36,10 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 import redis
@@ -51,6 +63,9 @@ from tests.e2e.control_plane import AssetsMissing, ControlPlane, find_assets  # 
 
 OVERLAY_CONFIG = REPO / "deploy" / "overlays" / "extender" / "kube-scheduler-config.yaml"
 SCHEDULER = "interference-scheduler"
+NOOP = "noop-extender"
+OURS = "our-extender"
+LABELS = {NOOP: "kube-scheduler + no-op extender", OURS: "kube-scheduler + our extender"}
 
 
 def publish_quiet_reports(redis_url: str, nodes: int) -> None:
@@ -108,6 +123,98 @@ def histogram_p99(metrics: str, name: str, verb: str) -> tuple[float, int, float
     return p99, int(count), total / count if count else float("nan")
 
 
+@dataclass
+class ExtenderRound:
+    """One kube-scheduler round with an extender: what the extender process cost."""
+
+    result: Result
+    extender_cpu_ms_per_pod: float
+    connections: int
+    """Distinct client connections to the extender seen during the round (keep-alive: few)."""
+    metrics: str
+    """The extender's ``/metrics`` after the round (empty for the no-op)."""
+
+
+class ConnectionCounter:
+    """Samples ``/proc/net/tcp`` every 20 ms for connections to ``port`` from loopback and
+    keeps each client port seen: kube-scheduler reusing its connections shows as a handful,
+    one per request as thousands."""
+
+    def __init__(self, port: int) -> None:
+        self._local = f"0100007F:{port:04X}"
+        self.clients: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.02):
+            for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[1] == self._local and fields[3] == "01":  # ESTABLISHED
+                    self.clients.add(fields[2])
+
+    def close(self) -> int:
+        self._stop.set()
+        self._thread.join(5)
+        return len(self.clients)
+
+
+def start_extender(argv: list[str], port: int, log_path: Path) -> subprocess.Popen[bytes]:
+    """Start an extender process and wait until its ``/readyz`` answers 200."""
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DRY_RUN")}
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+    ready_url = f"http://127.0.0.1:{port}/readyz"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(ready_url, timeout=2) as answer:
+                if answer.status == 200:
+                    return process
+        except OSError:
+            pass
+        if time.monotonic() > deadline or process.poll() is not None:
+            process.kill()
+            tail = log_path.read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"{argv[0]} did not become ready:\n{tail}")
+        time.sleep(0.2)
+
+
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(10)
+
+
+def extender_round(
+    plane: ControlPlane, api: Api, name: str, args: argparse.Namespace, kube: list[str],
+    admin: Path, extender_argv: list[str], port: int, work: Path, *, read_metrics: bool,
+) -> ExtenderRound:  # fmt: skip
+    """Start the extender, run one kube-scheduler round against it, stop it."""
+    extender = start_extender(extender_argv, port, work / f"{name}-extender.log")
+    try:
+        cpu_before = cpu_seconds(extender.pid)
+        config = kube_scheduler_config(work / f"{name}.yaml", admin, port)
+        counter = ConnectionCounter(port)
+        result = run_round(plane, api, name, "plain", args.pods, [*kube, f"--config={config}"],
+                           SCHEDULER, work / f"{name}.log", args.timeout)  # fmt: skip
+        connections = counter.close()
+        cpu_ms = 1000 * (cpu_seconds(extender.pid) - cpu_before) / max(1, result.bound)
+        metrics = ""
+        if read_metrics:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+                metrics = answer.read().decode()
+    finally:
+        stop_process(extender)
+    rate = result.drain_pods_per_s
+    print(f"  {LABELS[name]}: {result.bound}/{result.pods} bound, {rate:,.0f} pods/s", flush=True)
+    return ExtenderRound(result, cpu_ms, connections, metrics)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=5000)
@@ -126,9 +233,8 @@ def main() -> int:
         assets, apiserver_args=["--disable-admission-plugins=TaintNodesByCondition"]
     )
     work = Path(tempfile.mkdtemp(prefix="bench-extender-"))
-    results: list[Result] = []
-    extender: subprocess.Popen[bytes] | None = None
-    metrics_text, extender_cpu_s = "", 0.0
+    alone: Result | None = None
+    rounds: dict[str, ExtenderRound] = {}
     try:
         plane.start()
         api = Api(plane)
@@ -139,84 +245,75 @@ def main() -> int:
         kube = [str(assets.kube_scheduler), f"--authentication-kubeconfig={admin}",
                 f"--authorization-kubeconfig={admin}", "--authentication-skip-lookup=true",
                 "--bind-address=127.0.0.1", f"--secure-port={free_port()}", "--v=0"]  # fmt: skip
-        alone = kube_scheduler_config(work / "alone.yaml", admin, None)
-        result = run_round(plane, api, "kube-scheduler", "plain", args.pods,
-                           [*kube, f"--config={alone}"], SCHEDULER,
-                           work / "alone.log", args.timeout)  # fmt: skip
-        results.append(result)
-        print(f"  kube-scheduler alone: {result.bound}/{result.pods} bound, "
-              f"{result.drain_pods_per_s:,.0f} pods/s", flush=True)  # fmt: skip
+        config = kube_scheduler_config(work / "alone.yaml", admin, None)
+        alone = run_round(plane, api, "kube-scheduler", "plain", args.pods,
+                          [*kube, f"--config={config}"], SCHEDULER,
+                          work / "alone.log", args.timeout)  # fmt: skip
+        print(f"  kube-scheduler alone: {alone.bound}/{alone.pods} bound, "
+              f"{alone.drain_pods_per_s:,.0f} pods/s", flush=True)  # fmt: skip
+        port = free_port()
+        noop = [sys.executable, str(REPO / "bench" / "noop_extender.py"), f"--port={port}"]
+        rounds[NOOP] = extender_round(plane, api, NOOP, args, kube, admin, noop, port, work,
+                                      read_metrics=False)  # fmt: skip
         with private_redis_server(str(work)) as redis_url:
             publish_quiet_reports(redis_url, args.nodes)
             port = free_port()
-            config = work / "extender.yaml"
             settings = {
                 "loop": {"scheduler_name": SCHEDULER},
                 "redis": {"url": redis_url},
                 "http": {"port": port, "host": "127.0.0.1"},
             }
-            config.write_text(json.dumps(settings))
+            (work / "extender.yaml").write_text(json.dumps(settings))
             script = str(Path(sys.executable).parent / "interference-scheduler")
-            env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DRY_RUN")}
-            with (work / "extender.log").open("ab") as log:
-                extender = subprocess.Popen(
-                    [script, "extender", "--config", str(config), "--kubeconfig", str(admin)],
-                    stdout=log, stderr=subprocess.STDOUT, env=env,
-                )  # fmt: skip
-            ready_url = f"http://127.0.0.1:{port}/readyz"
-            deadline = time.monotonic() + 120
-            while True:
-                try:
-                    with urllib.request.urlopen(ready_url, timeout=2) as answer:
-                        if answer.status == 200:
-                            break
-                except OSError:
-                    pass
-                if time.monotonic() > deadline or extender.poll() is not None:
-                    tail = (work / "extender.log").read_text(errors="replace")[-2000:]
-                    raise RuntimeError(f"the extender did not become ready:\n{tail}")
-                time.sleep(0.2)
-            cpu_before = cpu_seconds(extender.pid)
-            with_ext = kube_scheduler_config(work / "with-extender.yaml", admin, port)
-            result = run_round(plane, api, "kube-scheduler-extender", "plain", args.pods,
-                               [*kube, f"--config={with_ext}"], SCHEDULER,
-                               work / "with-extender.log", args.timeout)  # fmt: skip
-            results.append(result)
-            extender_cpu_s = cpu_seconds(extender.pid) - cpu_before
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
-                metrics_text = answer.read().decode()
-            print(f"  kube-scheduler + extender: {result.bound}/{result.pods} bound, "
-                  f"{result.drain_pods_per_s:,.0f} pods/s", flush=True)  # fmt: skip
-            extender.terminate()
-            extender.wait(30)
+            ours = [script, "extender", "--config", str(work / "extender.yaml"),
+                    "--kubeconfig", str(admin)]  # fmt: skip
+            rounds[OURS] = extender_round(plane, api, OURS, args, kube, admin, ours, port, work,
+                                          read_metrics=True)  # fmt: skip
     finally:
-        if extender is not None and extender.poll() is None:
-            extender.kill()
-            extender.wait(10)
         survivors = plane.stop()
         subprocess.run(["rm", "-rf", str(work)], check=False)
-    alone_result, ext_result = results if len(results) == 2 else (results[0], None)
-    cpus = os.cpu_count()
-    print(f"\n{args.nodes} nodes, {args.pods} pods per round, real kube-apiserver v1.36 on"
-          f" loopback, {cpus} CPUs shared by apiserver, etcd and the schedulers")  # fmt: skip
-    print(f"{'round':<26} {'bound':>11} {'drain pods/s':>13} {'kube-scheduler CPU ms/pod':>26}")
-    for r in results:
-        print(f"{r.scheduler:<26} {r.bound:>5}/{r.pods:<5} {r.drain_pods_per_s:>13,.0f} "
-              f"{r.drain_cpu_ms_per_pod:>26.2f}")  # fmt: skip
-    if ext_result is not None and alone_result.drain_pods_per_s:
-        ratio = ext_result.drain_pods_per_s / alone_result.drain_pods_per_s
-        print(f"drain with extender / alone = {ratio:.2f}x "
-              f"(target >= 0.8x: {'met' if ratio >= 0.8 else 'missed'}); extender CPU "
-              f"{1000 * extender_cpu_s / max(1, ext_result.bound):.2f} ms/pod")  # fmt: skip
-        name = "interference_scheduler_extender_request_duration_seconds"
-        for verb in ("filter", "prioritize"):
-            p99, count, mean = histogram_p99(metrics_text, name, verb)
-            print(f"extender {verb}: {count} requests, p99 <= {1000 * p99:.0f} ms "
-                  f"(histogram bucket), mean {1000 * mean:.2f} ms")  # fmt: skip
+    report(args, alone, rounds)
     if survivors:
         print(f"processes left behind: {survivors}", file=sys.stderr)
         return 1
     return 0
+
+
+def report(
+    args: argparse.Namespace, alone: Result | None, rounds: dict[str, ExtenderRound]
+) -> None:
+    print(f"\n{args.nodes} nodes, {args.pods} pods per round, real kube-apiserver v1.36 on"
+          f" loopback, {os.cpu_count()} CPUs shared by apiserver, etcd, kube-scheduler and"
+          " the extender")  # fmt: skip
+    print(f"{'round':<34} {'bound':>11} {'drain pods/s':>13} {'vs alone':>9}"
+          f" {'kube-scheduler CPU ms/pod':>26} {'extender CPU ms/pod':>20}"
+          f" {'connections':>12}")  # fmt: skip
+    if alone is None:
+        return
+    base = alone.drain_pods_per_s
+    print(f"{'kube-scheduler alone':<34} {alone.bound:>5}/{alone.pods:<5} {base:>13,.0f}"
+          f" {'1.00x':>9} {alone.drain_cpu_ms_per_pod:>26.2f} {'-':>20} {'-':>12}")  # fmt: skip
+    for name, r in rounds.items():
+        label = LABELS[name]
+        rate = r.result.drain_pods_per_s
+        print(f"{label:<34} {r.result.bound:>5}/{r.result.pods:<5} {rate:>13,.0f}"
+              f" {(rate / base if base else 0):>8.2f}x {r.result.drain_cpu_ms_per_pod:>26.2f}"
+              f" {r.extender_cpu_ms_per_pod:>20.2f} {r.connections:>12}")  # fmt: skip
+    noop, ours = rounds.get(NOOP), rounds.get(OURS)
+    if ours is None or not base:
+        return
+    ratio = ours.result.drain_pods_per_s / base
+    print(f"drain with our extender / alone = {ratio:.2f}x "
+          f"(target >= 0.8x: {'met' if ratio >= 0.8 else 'missed'})")  # fmt: skip
+    if noop is not None and noop.result.drain_pods_per_s:
+        ceiling = noop.result.drain_pods_per_s / base
+        print(f"ceiling (no-op extender) / alone = {ceiling:.2f}x; ours / no-op ="
+              f" {ours.result.drain_pods_per_s / noop.result.drain_pods_per_s:.2f}x")  # fmt: skip
+    name = "interference_scheduler_extender_request_duration_seconds"
+    for verb in ("filter", "prioritize"):
+        p99, count, mean = histogram_p99(ours.metrics, name, verb)
+        print(f"our extender {verb}: {count} requests, p99 <= {1000 * p99:.0f} ms "
+              f"(histogram bucket), mean {1000 * mean:.2f} ms")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from scheduler.extender import (
     UNKNOWN_NODE,
     Extender,
     ExtenderMetrics,
+    HostPriorities,
     extender_score,
 )
 from scheduler.http import HealthServer, HttpSettings, Status
@@ -319,6 +320,30 @@ def test_prioritize_default_weights_stay_in_range_and_prefer_quiet() -> None:
                           verb="prioritize") == 1  # fmt: skip
 
 
+@pytest.mark.parametrize("removed", [None, "tainted"], ids=["no-change", "node-removed"])
+def test_prioritize_after_filter_scores_as_without_it_when_nodes_come_and_go(
+    removed: str | None,
+) -> None:
+    """The prioritize call reuses its filter call's table rows only while no node came or
+    went: removing ``tainted`` moves the last row (``gpu``) into its place."""
+    profile = Profile(scores=(("Interference", 0), ("NodeResourcesFit", 1), ("GpuPacking", 0)))
+    pod = pod_obj(requests={"cpu": "500m", "memory": "64Mi"})
+    offered = ["quiet", "small", "gpu"]
+    after_filter, alone = (
+        Harness(EngineSettings(profile=profile)),
+        Harness(EngineSettings(profile=profile)),
+    )
+    code, answer = after_filter.filter(pod, offered)
+    assert code == 200 and answer["NodeNames"] == offered
+    if removed is not None:
+        (node,) = (n for n in NODES if n["metadata"]["name"] == removed)
+        for harness in (after_filter, alone):
+            harness.cache.apply("Node", "DELETED", dict(node))
+    expected = alone.prioritize(pod, offered)
+    assert expected["quiet"] > expected["small"]  # the scores tell the nodes apart
+    assert after_filter.prioritize(pod, offered) == expected
+
+
 @pytest.mark.parametrize(
     ("total", "max_total", "score"),
     [
@@ -335,6 +360,25 @@ def test_prioritize_default_weights_stay_in_range_and_prefer_quiet() -> None:
 )
 def test_extender_score(total: float, max_total: float, score: int) -> None:
     assert extender_score(total, max_total) == score
+
+
+@pytest.mark.parametrize(
+    ("names", "scores"),
+    [
+        ([], []),
+        (["node-a"], [0]),
+        (["node-a", "node-b", "node-c"], [10, 5, 0]),
+        (['a","b', "back\\slash\\", 'quote"', "ünï", "", '","'], [1, 2, 3, 4, 5, 6]),
+    ],
+    ids=["no-nodes", "one-node", "plain-names", "names-needing-escapes"],
+)
+def test_prioritize_answer_decodes_as_host_priority_list(
+    names: list[str], scores: list[int]
+) -> None:
+    """kube-scheduler decodes the answer into ``extenderv1.HostPriorityList``: one
+    ``{"Host", "Score"}`` per offered node, in order, whatever the name holds."""
+    answer = json.loads(HostPriorities(names, scores).json())
+    assert answer == [{"Host": n, "Score": s} for n, s in zip(names, scores, strict=True)]
 
 
 def test_served_over_http_with_keep_alive_and_metrics() -> None:
