@@ -174,9 +174,3 @@ def _resolved(
         filters[prefix:],
         tuple(f.prefilter for f in filters if f.prefilter is not None),
     )
-
-
-def explain_lines() -> list[str]:
-    """``Name: what it checks`` for every filter, then every score (for the CLI and docs)."""
-    lines = [f"filter {p.name}: {p.explain}" for p in FILTERS]
-    return lines + [f"score {p.name}: {p.explain}" for p in SCORES]
