@@ -22,8 +22,8 @@ from __future__ import annotations
 import logging
 import random
 import threading
-import time
 from collections.abc import Callable
+from time import monotonic
 from typing import Protocol
 
 log = logging.getLogger(__name__)
@@ -90,14 +90,14 @@ def list_and_watch(
         try:
             if not resource_version:
                 resource_version = source.relist()
-            started = time.monotonic()
+            started = monotonic()
             resource_version, events = source.follow(resource_version, stop)
             logger.debug("%s: watch ended after %d event(s); rewatching", name, events)
             gone_in_a_row = 0
             if failures:
                 logger.info("%s: working again after %d failed attempt(s)", name, failures)
                 failures = 0
-            if events or time.monotonic() - started > MIN_QUIET_WATCH_S:
+            if events or monotonic() - started > MIN_QUIET_WATCH_S:
                 backoff.reset()
             else:
                 stop.wait(backoff.next_delay())

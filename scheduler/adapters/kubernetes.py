@@ -4,8 +4,9 @@ Informers: list nodes, namespaces (their labels, for namespace selectors), stora
 classes, CSINodes, persistent volumes and claims (for the volume filters) and pods
 (paged), then watch from the list's resourceVersion with bookmarks; 410 Gone (on the
 watch or a list continue) relists at once; 429, 5xx and connection errors back off
-(exponential, capped, full jitter; ``Retry-After`` honoured); nothing stops an informer
-thread but ``stop``. Every call passes ``_preload_content=False`` and the body is parsed
+(exponential, capped, jittered; ``Retry-After`` honoured); nothing stops an informer
+thread but ``stop`` (the loop is :func:`interference_infra.kube_watch.list_and_watch`,
+shared with the agent's pod watch). Every call passes ``_preload_content=False`` and the body is parsed
 with ``json.loads`` (watch lines are split by ``kubernetes.watch.watch.iter_resp_lines``):
 the client's model deserialisation is far too slow for lists of 50,000 pods.
 
@@ -65,6 +66,7 @@ from kubernetes.config.config_exception import ConfigException
 from kubernetes.watch.watch import iter_resp_lines
 from urllib3.util.wait import wait_for_read
 
+from interference_infra.kube_watch import Backoff, Gone, list_and_watch
 from scheduler.adapters.http11 import Http11Connection
 from scheduler.ports import (
     INFORMED_KINDS,
@@ -101,8 +103,6 @@ REQUIRED_PERMISSIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 """(apiGroup, resource, verbs) the cluster adapter calls; the elector adds its Lease rule."""
 
 _NOTE_MAX = 1024
-_MIN_QUIET_WATCH_S = 1.0
-"""A watch that ends sooner without any event is retried with backoff."""
 _WATCH_EVENTS: frozenset[str] = frozenset({"ADDED", "MODIFIED", "DELETED"})
 
 
@@ -136,34 +136,12 @@ class KubernetesSettings:
                 raise ValueError(f"{name}: {getattr(self, name)!r} must be a number > 0")
 
 
-class _Gone(Exception):
-    """410 Gone: the resourceVersion or continue token expired; relist."""
-
-
 class _RetryLater(ApiUnavailable):
     """429/503 with a ``Retry-After`` header."""
 
     def __init__(self, message: str, retry_after_s: float) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
-
-
-class Backoff:
-    """Capped exponential backoff with full jitter: delay n is uniform in [0, min(cap, b·2ⁿ)]."""
-
-    def __init__(self, initial_s: float, max_s: float, rng: random.Random | None = None) -> None:
-        self.initial_s = initial_s
-        self.max_s = max_s
-        self.failures = 0
-        self._rng = rng or random.Random()
-
-    def next_delay(self, at_least_s: float = 0.0) -> float:
-        ceiling = min(self.max_s, self.initial_s * 2**self.failures)
-        self.failures += 1
-        return max(at_least_s, self._rng.uniform(ceiling / 2, ceiling))
-
-    def reset(self) -> None:
-        self.failures = 0
 
 
 def make_api_client(kubeconfig: str = "", context: str = "") -> client.ApiClient:
@@ -465,7 +443,7 @@ class KubernetesCluster:
             body = json.loads(_read(self._list_or_watch(kind, kwargs)))
         except ApiException as exc:
             if exc.status == 410:
-                raise _Gone(_status_message(exc.body)) from exc
+                raise Gone(_status_message(exc.body)) from exc
             raise translate_error(exc, "list", _plural(kind), self.host) from exc
         except ValueError as exc:
             raise ApiUnavailable(f"list {_plural(kind)}: the answer is not JSON ({exc})") from exc
@@ -490,7 +468,7 @@ class KubernetesCluster:
             return self._list_or_watch(kind, kwargs)
         except ApiException as exc:
             if exc.status == 410:
-                raise _Gone(_status_message(exc.body)) from exc
+                raise Gone(_status_message(exc.body)) from exc
             raise translate_error(exc, "watch", _plural(kind), self.host) from exc
         except Exception as exc:
             raise translate_error(exc, "watch", _plural(kind), self.host) from exc
@@ -681,37 +659,15 @@ class KubernetesCluster:
             thread.join(timeout=self.settings.request_timeout_s + 5)
 
     def _inform(self, kind: ObjectKind, handler: ClusterHandler, stop: threading.Event) -> None:
-        backoff = Backoff(self.settings.backoff_initial_s, self.settings.backoff_max_s, self._rng)
-        resource_version = ""
-        gone_in_a_row = 0
-        while not stop.is_set():
-            try:
-                if not resource_version:
-                    resource_version = self._relist(kind, handler)
-                started = time.monotonic()
-                resource_version, events = self._follow(kind, resource_version, handler, stop)
-                gone_in_a_row = 0
-                if events or time.monotonic() - started > _MIN_QUIET_WATCH_S:
-                    backoff.reset()
-                else:  # a server that closes every watch at once must not be hammered
-                    stop.wait(backoff.next_delay())
-            except _Gone as exc:
-                log.info("%s: resourceVersion expired (%s); relisting", _plural(kind), exc)
-                resource_version = ""
-                gone_in_a_row += 1
-                if gone_in_a_row > 1:
-                    stop.wait(backoff.next_delay())
-            except ClusterError as exc:
-                delay = backoff.next_delay(getattr(exc, "retry_after_s", 0.0))
-                if not stop.is_set():
-                    log.warning("%s informer: %s (next try in %.1f s)", _plural(kind), exc, delay)
-                stop.wait(delay)
-            except Exception:
-                # A bug in the handler must not kill the informer: relist from scratch.
-                delay = backoff.next_delay()
-                log.exception("%s informer failed; relisting in %.1f s", _plural(kind), delay)
-                resource_version = ""
-                stop.wait(delay)
+        list_and_watch(
+            _KindInformer(self, kind, handler),
+            stop,
+            Backoff(self.settings.backoff_initial_s, self.settings.backoff_max_s, self._rng),
+            name=f"{_plural(kind)} informer",
+            expected=(ClusterError,),
+            hint=f"check the API server address and RBAC (list/watch {_plural(kind)})",
+            logger=log,
+        )
 
     def _relist(self, kind: ObjectKind, handler: ClusterHandler) -> str:
         items: list[K8sObject] = []
@@ -780,7 +736,7 @@ class KubernetesCluster:
                 code = obj.get("code") if isinstance(obj, dict) else None
                 message = obj.get("message", "") if isinstance(obj, dict) else str(obj)
                 if code == 410:
-                    raise _Gone(message)
+                    raise Gone(message)
                 raise ApiUnavailable(f"watch {_plural(kind)}: server error {code}: {message}")
             if event_type != "BOOKMARK" and event_type not in _WATCH_EVENTS:
                 log.warning("watch %s: ignoring event type %r", _plural(kind), event_type)
@@ -788,6 +744,21 @@ class KubernetesCluster:
             if not isinstance(obj, dict):
                 raise ApiUnavailable(f"watch {_plural(kind)}: event object is not a map")
             yield event_type, obj
+
+
+@dataclass(frozen=True, slots=True)
+class _KindInformer:
+    """One kind's list and watch, for :func:`~interference_infra.kube_watch.list_and_watch`."""
+
+    cluster: KubernetesCluster
+    kind: ObjectKind
+    handler: ClusterHandler
+
+    def relist(self) -> str:
+        return self.cluster._relist(self.kind, self.handler)
+
+    def follow(self, resource_version: str, stop: threading.Event) -> tuple[str, int]:
+        return self.cluster._follow(self.kind, resource_version, self.handler, stop)
 
 
 _PLURALS: dict[ObjectKind, str] = {
