@@ -26,7 +26,7 @@ from interference.codec import (
 from interference.decision import Decision, parse_decision_hash
 from interference.logsetup import mask_credentials
 from interference.signals import NodeMetrics, PodMetrics, WindowMetrics
-from interference.strict import mask_url
+from interference.strict import SettingError, mask_url
 from interference_infra.redis_client import (
     DEFAULT_SENTINEL_MASTER,
     Client,
@@ -126,6 +126,8 @@ class Store:
                 password=password,
             )
             self._connection = RedisConnection(target, timeout_s)
+        except SettingError:
+            raise  # a setting that cannot work: a usage error, as the other settings
         except (ValueError, TypeError) as exc:
             raise CliError(
                 f"bad Redis URL: {mask_credentials(str(exc))}; "
