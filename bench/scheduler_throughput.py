@@ -3,10 +3,11 @@
 The cluster: 5,000 nodes (10 % GPU nodes with 8 GPUs, tainted; some dedicated nodes
 tainted too; zone and instance-type labels), 50,000 running pods bound to them, 10,000
 pending pods of ours — plain, GPU (toleration + GPU-model nodeSelector), node affinity
-(In/NotIn/Exists), latency-sensitive (interference tolerance + host port), topology spread
-over zones (``DoNotSchedule``), required pod affinity to a running service's zone and pod
-anti-affinity on the hostname — and fresh interference signals for every node, re-reported
-every second like the agents do.
+(In/NotIn/Exists), latency-sensitive (interference tolerance + host port), preferred pod
+affinity and anti-affinity, topology spread over zones (``DoNotSchedule``), required pod
+affinity to a running service's zone and pod anti-affinity on the hostname; 2 % of the
+running pods carry preferred anti-affinity — and fresh interference signals for every
+node, re-reported every second like the agents do.
 
 1. **Engine**: the real :class:`~scheduler.engine.Engine` over the real node table (filled
    by the real cache); every pending pod is decided and assumed. Prints decisions/s
@@ -76,7 +77,7 @@ from scheduler.cache import ClusterCache
 from scheduler.engine import Engine
 from scheduler.loop import LoopSettings, SchedulingLoop
 from scheduler.metrics import SchedulerMetrics
-from scheduler.model import ANNOTATION_MAX_RUNQ_P99_US, ANNOTATION_MAX_SCORE
+from scheduler.model import ANNOTATION_MAX_RUNQ_P99_US, ANNOTATION_MAX_SCORE, HOSTNAME_LABEL
 from scheduler.ports import (
     Cluster,
     ClusterHandler,
@@ -132,6 +133,9 @@ def build_cluster(nodes: int, running: int, pending: int, seed: int) -> InMemory
     for j in range(running):
         node = f"node-{j % nodes:05d}"
         gpus = 1 if node in gpu_nodes and rng.random() < 0.2 else 0
+        app = f"svc-{j % 500}"
+        # 2 % of the running pods carry preferred anti-affinity: placed pods' terms score too
+        affinity = preferred_anti_affinity(app, 10) if j % 50 == 0 else None
         cluster.add_pod(
             pod_object(
                 f"running-{j}",
@@ -141,7 +145,8 @@ def build_cluster(nodes: int, running: int, pending: int, seed: int) -> InMemory
                 gpus=gpus,
                 node_name=node,
                 scheduler_name="default-scheduler",
-                labels={"app": f"svc-{j % 500}"},
+                labels={"app": app},
+                affinity=affinity,
             )
         )
     for k, obj in enumerate(pending_pods(pending, rng)):
@@ -153,16 +158,41 @@ def build_cluster(nodes: int, running: int, pending: int, seed: int) -> InMemory
 
 
 def pending_pods(count: int, rng: random.Random) -> Iterator[K8sObject]:
-    """50 % plain, 15 % GPU, 10 % node affinity, 10 % latency-sensitive, 5 % required pod
-    affinity (the zone of a running service, any namespace), 5 % zone topology spread
-    (groups of 100 pods, maxSkew 1, DoNotSchedule), 5 % anti-affinity."""
+    """45 % plain, 15 % GPU, 10 % node affinity, 10 % latency-sensitive, 5 % preferred pod
+    affinity and anti-affinity (prefer a running service's zone in any namespace, avoid
+    the hosts of their own group), 5 % required pod affinity (the zone of a running
+    service, any namespace), 5 % zone topology spread (groups of 100 pods, maxSkew 1,
+    DoNotSchedule), 5 % anti-affinity."""
     for k in range(count):
         name = f"pending-{k}"
         namespace = f"team-{k % 40}"
         cpu = f"{rng.choice((100, 250, 500, 1000))}m"
         kind = k % 20
-        if kind < 10:
+        if kind < 9:
             yield pod_object(name, namespace=namespace, cpu=cpu, memory="512Mi")
+        elif kind < 10:
+            group = f"cache-{k // 100}"
+            affinity = preferred_anti_affinity(group, 100)
+            affinity["podAffinity"] = {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "weight": 50,
+                        "podAffinityTerm": {
+                            "labelSelector": {"matchLabels": {"app": f"svc-{k % 500}"}},
+                            "namespaceSelector": {},
+                            "topologyKey": "topology.kubernetes.io/zone",
+                        },
+                    }
+                ]
+            }
+            yield pod_object(
+                name,
+                namespace=namespace,
+                cpu=cpu,
+                memory="512Mi",
+                labels={"app": group},
+                affinity=affinity,
+            )
         elif kind < 11:
             term = {
                 "labelSelector": {"matchLabels": {"app": f"svc-{k % 500}"}},
@@ -234,6 +264,13 @@ def pending_pods(count: int, rng: random.Random) -> Iterator[K8sObject]:
                     }
                 },
             )
+
+
+def preferred_anti_affinity(app: str, weight: int) -> dict[str, Any]:
+    """Prefer hosts without another pod of ``app`` (a score, never a filter)."""
+    term = {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": HOSTNAME_LABEL}
+    preferred = [{"weight": weight, "podAffinityTerm": term}]
+    return {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": preferred}}
 
 
 def node_affinity(zone_a: str, zone_b: str) -> dict[str, Any]:
@@ -656,9 +693,10 @@ def main(argv: list[str] | None = None) -> int:
 
     print(
         f"cluster: {args.nodes} nodes, {args.running} running pods, {args.pending} pending "
-        "(50% plain, 15% GPU, 10% node affinity, 10% interference tolerance + host port, "
-        "5% pod affinity, 5% zone topology spread, 5% pod anti-affinity); signals for every "
-        "node, re-reported every 1 s"
+        "(45% plain, 15% GPU, 10% node affinity, 10% interference tolerance + host port, "
+        "5% preferred pod affinity + anti-affinity, 5% required pod affinity, 5% zone "
+        "topology spread, 5% required pod anti-affinity; 2% of running pods with preferred "
+        "anti-affinity); signals for every node, re-reported every 1 s"
     )
     t0 = time.perf_counter()
     cluster = build_cluster(args.nodes, args.running, args.pending, args.seed)
