@@ -86,6 +86,8 @@ class Case:
     csi_limits: dict[int, int] = field(default_factory=dict)
     """Node 1–3 → attach limit of :data:`DRIVER` in its CSINode."""
     expected_node: int | None = None
+    ephemeral: int = 0
+    """Generic ephemeral volumes of the incoming pod, whose claims no controller creates."""
 
 
 CASES = (
@@ -129,6 +131,7 @@ CASES = (
         placed=((1, ("c11-old",)), (2, ("c11-other",))),
         csi_limits={1: 1, 2: 1, 3: 0},
     ),
+    Case("ephemeral-claim-not-created-yet", ephemeral=1),
     Case(
         "csi-attach-limits",
         (Volume("c9-old", csi=True), Volume("c9-other", csi=True), Volume("c9-new", csi=True)),
@@ -148,9 +151,13 @@ def _zone(case: int, index: int) -> str:
     return f"vparity-{case}-{index}"
 
 
-def _pod_body(name: str, claims: tuple[str, ...], **spec: Any) -> Obj:
-    volumes = [{"name": f"v{i}", "persistentVolumeClaim": {"claimName": c}}
-               for i, c in enumerate(claims)]  # fmt: skip
+def _pod_body(name: str, claims: tuple[str, ...], ephemeral: int = 0, **spec: Any) -> Obj:
+    volumes: list[Obj] = [{"name": f"v{i}", "persistentVolumeClaim": {"claimName": c}}
+                          for i, c in enumerate(claims)]  # fmt: skip
+    template = {"spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                         "resources": {"requests": {"storage": "1Gi"}}}}  # fmt: skip
+    volumes += [{"name": f"e{i}", "ephemeral": {"volumeClaimTemplate": template}}
+                for i in range(ephemeral)]  # fmt: skip
     return {
         "metadata": {"name": name, "namespace": NAMESPACE},
         "spec": {
@@ -330,7 +337,9 @@ def _decide(table: NodeTable, pod: Obj) -> tuple[str, str]:
 @pytest.mark.parametrize("index", range(len(CASES)), ids=[c.name for c in CASES])
 def test_volume_filters_match_kube_scheduler(cluster: Kube, index: int) -> None:
     case = CASES[index]
-    body = _pod_body(f"incoming-{index}", case.uses, nodeSelector={CASE_LABEL: str(index)})
+    body = _pod_body(
+        f"incoming-{index}", case.uses, case.ephemeral, nodeSelector={CASE_LABEL: str(index)}
+    )
     table = _cluster_table(cluster)  # before kube-scheduler can bind the pod
     created = cluster.request("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", body)
     ours = _decide(table, created)
