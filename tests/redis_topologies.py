@@ -54,6 +54,21 @@ def sentinel(workdir: Path, master: str, master_port: int | None) -> Iterator[in
 
 
 @contextmanager
+def replica_of(workdir: Path, master_port: int) -> Iterator[int]:
+    """A redis-server replicating ``127.0.0.1:master_port`` and in sync with it; yields
+    its port."""
+    port = free_port()
+    args = ["--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir), "--save", ""]
+    args += ["--appendonly", "no", "--replicaof", "127.0.0.1", str(master_port)]
+    with redis_process(args, port):
+        deadline = time.monotonic() + 30
+        while redis.Redis(port=port).info("replication").get("master_link_status") != "up":
+            assert time.monotonic() < deadline, "the replica never synced with its master"
+            time.sleep(0.1)
+        yield port
+
+
+@contextmanager
 def redis_cluster(workdir: Path, shards: int = 3) -> Iterator[list[int]]:
     """A Redis Cluster of ``shards`` primaries (no replicas) with every slot assigned;
     yields the nodes' ports."""

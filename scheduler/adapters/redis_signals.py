@@ -330,7 +330,7 @@ class RedisSignalCache:
                 if self._set_healthy(False):
                     log.warning(
                         "Redis at %s is unavailable (%s); scheduling interference-blind until it"
-                        " is back (retrying every ≤ %.0f s)",
+                        " is back (retrying every ≤ %g s)",
                         self._redis.target.describe(),
                         exc,
                         self.settings.retry_max_s,

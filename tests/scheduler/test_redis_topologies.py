@@ -4,7 +4,9 @@ Redis Cluster, fed by the agent's real publisher through the same topology."""
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ from interference import keys
 from interference.decision import Decision, parse_decision_hash
 from interference.signals import NodeMetrics, NodeReport
 from interference.strict import SettingError
+from interference_infra.redis_client import RedisConnection
 from node_agent.publisher import PublisherSettings, RedisPublisher
 from scheduler.adapters.redis_signals import (
     RedisDecisionSink,
@@ -27,7 +30,7 @@ from scheduler.adapters.redis_signals import (
 from scheduler.cli import build_parser, overrides
 from scheduler.config import ConfigError, SchedulerConfig, parse_config, with_overrides
 from tests.conftest import RedisServer, free_port
-from tests.redis_topologies import redis_cluster, sentinel
+from tests.redis_topologies import redis_cluster, replica_of, sentinel
 
 pytestmark = pytest.mark.redis
 
@@ -87,6 +90,75 @@ def test_reads_signals_and_writes_decisions_through_sentinel(
             connection.close()
     written = redis.Redis(port=redis_server.port).hgetall(keys.decision_key("ml", "train-0"))
     assert parse_decision_hash(written).node == "gpu-node-1"
+
+
+@pytest.mark.slow
+def test_after_a_failover_the_scheduler_follows_the_new_master(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """The Sentinel promotes the replica: the cache's next reads fail once on the old
+    master (now read-only or gone), are retried, and reach the new one without a restart;
+    decision records land on the new master."""
+    with (
+        replica_of(tmp_path, redis_server.port) as replica_port,
+        sentinel(tmp_path, "intf-master", redis_server.port) as port,
+    ):
+        publisher = RedisPublisher(
+            PublisherSettings(
+                redis_url="redis://127.0.0.1/0",
+                sentinels=(("127.0.0.1", port),),
+                sentinel_master="intf-master",
+            )
+        )
+        settings = dataclasses.replace(
+            SETTINGS,
+            url="redis://127.0.0.1/0",
+            sentinels=(f"127.0.0.1:{port}",),
+            sentinel_master="intf-master",
+        )
+        connection = connect(settings, {})
+        cache = RedisSignalCache(connection, settings, SignalMetrics(CollectorRegistry()))
+        stop = threading.Event()
+        follower = threading.Thread(target=cache.run, args=(stop,), daemon=True)
+        watcher = redis.Redis(port=port, decode_responses=True)
+        try:
+            assert publisher.publish(report("gpu-node-1", 10.0))
+            follower.start()
+            wait_for(lambda: scores(cache) == {"gpu-node-1": 10.0}, "the first report")
+            # the Sentinel learns of the replica from the master's INFO before it can fail over
+            wait_for(lambda: watcher.sentinel_slaves("intf-master") != [], "a known replica")
+            watcher.execute_command("SENTINEL", "FAILOVER", "intf-master")
+            wait_for(
+                lambda: watcher.sentinel_get_master_addr_by_name("intf-master")[1] == replica_port,
+                "the replica's promotion",
+            )
+            wait_for(lambda: publisher.publish(report("gpu-node-2", 20.0)), "a publish")
+            wait_for(lambda: scores(cache).get("gpu-node-2") == 20.0, "the new master's report")
+            metrics = SignalMetrics(CollectorRegistry())
+            wait_for(
+                lambda: _written(connection, settings, metrics, replica_port),
+                "a decision on the new master",
+            )
+        finally:
+            stop.set()
+            follower.join(30)
+            watcher.close()
+            publisher.close()
+            connection.close()
+
+
+def _written(
+    connection: RedisConnection, settings: RedisSettings, metrics: SignalMetrics, port: int
+) -> bool:
+    RedisDecisionSink(connection, settings, metrics).write(decision("train-1", "gpu-node-2"))
+    return redis.Redis(port=port).exists(keys.decision_key("ml", "train-1")) == 1
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
 
 
 def test_a_sentinel_that_knows_no_such_master_is_an_outage(tmp_path: Path) -> None:
