@@ -23,7 +23,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import redis
 from redis.cluster import RedisCluster
@@ -97,6 +97,12 @@ class RedisTarget:
             )
         if self.sentinels and not self.sentinel_master:
             raise SettingError("the Sentinel master name must not be empty, e.g. mymaster")
+        database = urlsplit(self.url).path.strip("/")
+        if self.sentinels and database and not database.isdigit():
+            raise SettingError(
+                f"with Redis Sentinel the URL {mask_url(self.url)!r} gives only the database: "
+                "its path must be a number, e.g. redis://sentinel/0"
+            )
         self.tls.check(self.url)
 
     def describe(self) -> str:
@@ -152,10 +158,12 @@ def _credentials(target: RedisTarget) -> tuple[str, str | None, str | None]:
         return target.url, target.username, target.password
     host = parts.netloc.rpartition("@")[2]
     url = urlunsplit(parts._replace(netloc=host))
+    url_username = unquote(parts.username) if parts.username else None
+    url_password = unquote(parts.password) if parts.password is not None else None
     return (
         url,
-        target.username if target.username is not None else parts.username or None,
-        target.password if target.password is not None else parts.password,
+        target.username if target.username is not None else url_username,
+        target.password if target.password is not None else url_password,
     )
 
 

@@ -47,6 +47,10 @@ def test_parse_sentinels_names_the_bad_entry(entry: str) -> None:
         (lambda: RedisTarget("unix:///run/redis.sock", cluster=True), "not unix://"),
         (lambda: RedisTarget("redis://h/0", sentinels=(("s", 1),), sentinel_master=""), "empty"),
         (lambda: RedisTarget("redis://h/0", tls=RedisTls(ca_file="/ca.pem")), "not rediss://"),
+        (
+            lambda: RedisTarget("redis://h/cache", sentinels=(("s", 1),)),
+            "its path must be a number",
+        ),
     ],
 )
 def test_targets_that_cannot_work_are_refused(target: object, problem: str) -> None:
@@ -76,13 +80,13 @@ def test_credentials_from_env_treat_empty_as_unset() -> None:
 @pytest.mark.redis
 def test_the_environments_credentials_win_over_the_urls(redis_server: RedisServer) -> None:
     """redis-py alone lets a URL's user and password win over keyword arguments; the
-    shared connection lets REDIS_USERNAME/REDIS_PASSWORD win, and uses the URL's when
-    they are unset."""
+    shared connection lets REDIS_USERNAME/REDIS_PASSWORD win, and uses the URL's
+    (percent-decoded, as redis-py reads them) when they are unset."""
     redis_server.client().acl_setuser(
-        "scheduler", enabled=True, passwords=["+right"], keys=["*"], commands=["+@all"]
+        "scheduler", enabled=True, passwords=["+right", "+r@ght"], keys=["*"], commands=["+@all"]
     )
     wrong_in_url = f"redis://scheduler:wrong@127.0.0.1:{redis_server.port}/0"
-    right_in_url = f"redis://scheduler:right@127.0.0.1:{redis_server.port}/0"
+    right_in_url = f"redis://scheduler:r%40ght@127.0.0.1:{redis_server.port}/0"  # r@ght
     env_wins = RedisConnection(RedisTarget(wrong_in_url, password="right"), 5.0)
     url_only = RedisConnection(RedisTarget(right_in_url), 5.0)
     url_wrong = RedisConnection(RedisTarget(wrong_in_url), 5.0)
