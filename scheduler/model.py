@@ -286,7 +286,8 @@ VOLUME_ZONE_LABELS = (
 ``__``)."""
 INLINE_DISK_VOLUMES = ("gcePersistentDisk", "awsElasticBlockStore", "rbd", "iscsi")
 """Inline volume types whose disk conflicts kube-scheduler's VolumeRestrictions checks
-(not implemented: such pods are refused)."""
+(not implemented: such pods are refused, as are other inline in-tree volumes that count
+towards attach limits, :data:`MIGRATED_IN_TREE_SOURCES`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -474,6 +475,9 @@ class PodInfo:
     claims: tuple[PodVolumeClaim, ...] = ()
     """The PersistentVolumeClaims its volumes use, in volume order (checked against the
     live claims at each attempt: scheduler/plugins/volume_binding.py)."""
+    inline_attached: tuple[tuple[str, str], ...] = ()
+    """(CSI driver, volume) of its inline in-tree volumes, which count towards a node's
+    attach limits once it is placed (:data:`MIGRATED_IN_TREE_SOURCES`)."""
 
     @property
     def key(self) -> str:
@@ -609,6 +613,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         preferred_anti_affinity=inter_pod.preferred_anti_affinity,
         preferred_node_affinity=_preferred_node_affinity(reader, affinity),
         claims=_volume_claims(reader, spec),
+        inline_attached=_inline_attached(reader, spec),
     )
 
 
@@ -1145,12 +1150,25 @@ def _unsupported_spec_fields(reader: _Reader, spec: Mapping[str, Any]) -> list[s
     for i, volume in enumerate(reader.sequence(spec, "spec.volumes")):
         if not isinstance(volume, Mapping):
             raise reader.error(f"spec.volumes[{i}]", "expected an object")
-        fields.extend(
-            f"spec.volumes[{i}].{kind} (VolumeRestrictions disk conflicts)"
-            for kind in INLINE_DISK_VOLUMES
-            if volume.get(kind) is not None
-        )
+        for kind in (*INLINE_DISK_VOLUMES, *MIGRATED_IN_TREE_SOURCES):
+            if volume.get(kind) is not None:
+                why = "disk conflicts" if kind in INLINE_DISK_VOLUMES else "attach limits"
+                fields.append(f"spec.volumes[{i}].{kind} (inline in-tree volume: {why})")
+                break
     return fields
+
+
+def _inline_attached(reader: _Reader, spec: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """(CSI driver, volume) of each inline in-tree volume kube migrates to a CSI driver:
+    what a placed pod attaches besides its claims (a pending one with them is refused)."""
+    found = []
+    for i, volume in enumerate(reader.sequence(spec, "spec.volumes")):
+        for source, (driver, field) in MIGRATED_IN_TREE_SOURCES.items():
+            inline = reader.mapping(reader.as_mapping(volume, f"spec.volumes[{i}]"), source)
+            if inline:
+                path = f"spec.volumes[{i}].{source}.{field}"
+                found.append((driver, reader.string(inline, field, path)))
+    return tuple(found)
 
 
 def _volume_claims(reader: _Reader, spec: Mapping[str, Any]) -> tuple[PodVolumeClaim, ...]:

@@ -288,7 +288,7 @@ class NodeTable:
             self._pods_by_label.setdefault(item, set()).add(pod.key)
         self._pods_by_namespace.setdefault(pod.namespace, set()).add(pod.key)
         self._priorities[pod.priority] += 1
-        if pod.claims:
+        if pod.claims or pod.inline_attached:
             self.volumes.count_users(pod, node, 1)
         for term in pod.anti_affinity:
             self._anti_terms.add(term, node)
@@ -326,7 +326,7 @@ class NodeTable:
         self._priorities[pod.priority] -= 1
         if not self._priorities[pod.priority]:
             del self._priorities[pod.priority]
-        if pod.claims:
+        if pod.claims or pod.inline_attached:
             self.volumes.count_users(pod, node, -1)
         for term in pod.anti_affinity:
             self._anti_terms.remove(term, node)

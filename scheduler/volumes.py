@@ -9,11 +9,13 @@ kube-scheduler's snapshot counts them for the ReadWriteOncePod check.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Hashable
 from typing import TypeVar
 
 from scheduler.model import ClaimInfo, CSINodeInfo, PodInfo, StorageClassInfo, VolumeInfo
 
 K = TypeVar("K")
+H = TypeVar("H", bound=Hashable)
 V = TypeVar("V")
 
 
@@ -29,6 +31,8 @@ class VolumeCatalog:
         """Claim key → placed pods whose ``persistentVolumeClaim`` volumes use it."""
         self._node_claims: dict[str, Counter[str]] = {}
         """Node → claim keys of its placed pods (ephemeral volumes' too) → pods."""
+        self._node_inline: dict[str, Counter[tuple[str, str]]] = {}
+        """Node → (driver, volume) of its placed pods' inline in-tree volumes → pods."""
         self._attached: dict[str, dict[str, str]] = {}
         """:meth:`attached` per node, until a claim, volume or class changes (all) or a
         pod with claims comes or goes on the node (its entry)."""
@@ -104,17 +108,22 @@ class VolumeCatalog:
                 _add(self._users, key, sign)
         if not on_node:
             del self._node_claims[node]
+        inline = self._node_inline.setdefault(node, Counter())
+        for attached in pod.inline_attached:
+            _add(inline, attached, sign)
+        if not inline:
+            del self._node_inline[node]
 
     def attached(self, node: str) -> dict[str, str]:
         """Volumes the pods on ``node`` attach, as kube-scheduler's NodeVolumeLimits counts
         them: ``driver/handle`` → driver for each claim bound to a PV with a CSI driver
         (:attr:`VolumeInfo.attached_as`); a claim not bound yet counts under its
         StorageClass's provisioner as ``driver/namespace/name``. Claims that are gone or
-        have neither are not counted. Callers must not modify the result."""
+        have neither are not counted. Inline in-tree volumes count as ``driver/volume``. Callers must not modify the result."""
         cached = self._attached.get(node)
         if cached is not None:
             return cached
-        found: dict[str, str] = {}
+        found = {f"{d}/{handle}": d for d, handle in self._node_inline.get(node, ())}
         for key in self._node_claims.get(node, ()):
             claim = self._claims.get(key)
             if claim is None:
@@ -140,7 +149,7 @@ class VolumeCatalog:
         return f"{namespace}/{name}" in self._users
 
 
-def _add(counter: Counter[str], key: str, sign: int) -> None:
+def _add(counter: Counter[H], key: H, sign: int) -> None:
     counter[key] += sign
     if counter[key] <= 0:
         del counter[key]

@@ -47,8 +47,9 @@ first that fails rejects the pod on every node with that message:
   a node with none of them passes.
 
 Not implemented (and never silently passed): binding or provisioning claims (refused as
-above), disk conflicts of inline in-tree volumes (refused at parse time,
-:attr:`scheduler.model.PodInfo.unsupported`).
+above); a pod with inline in-tree volumes (disk conflicts, or attach limits of the CSI
+driver they migrate to) is refused at parse time (:attr:`scheduler.model.PodInfo.unsupported`),
+though placed pods' inline volumes count towards their node's attach limits.
 """
 
 from __future__ import annotations

@@ -197,7 +197,7 @@ def test_dry_run_records_decisions_and_touches_nothing() -> None:
 UNSUPPORTED_SHAPES = {
     "inline-gce-persistent-disk": (
         {"volumes": [{"name": "data", "gcePersistentDisk": {"pdName": "data-0"}}]},
-        "spec.volumes[0].gcePersistentDisk (VolumeRestrictions disk conflicts)",
+        "spec.volumes[0].gcePersistentDisk (inline in-tree volume: disk conflicts)",
     ),
     "resource-claims": (
         {"resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu-0"}]},

@@ -592,19 +592,23 @@ def test_anti_affinity_terms_on_hostname() -> None:
     [
         (
             {"volumes": [{"name": "e", "emptyDir": {}}, {"name": "d", "rbd": {"image": "d"}}]},
-            "spec.volumes[1].rbd (VolumeRestrictions disk conflicts)",
+            "spec.volumes[1].rbd (inline in-tree volume: disk conflicts)",
         ),
         (
             {"volumes": [{"name": "d", "awsElasticBlockStore": {"volumeID": "vol-1"}}]},
-            "spec.volumes[0].awsElasticBlockStore (VolumeRestrictions disk conflicts)",
+            "spec.volumes[0].awsElasticBlockStore (inline in-tree volume: disk conflicts)",
         ),
         (
             {"volumes": [{"name": "d", "gcePersistentDisk": {"pdName": "d"}}]},
-            "spec.volumes[0].gcePersistentDisk (VolumeRestrictions disk conflicts)",
+            "spec.volumes[0].gcePersistentDisk (inline in-tree volume: disk conflicts)",
         ),
         (
             {"volumes": [{"name": "d", "iscsi": {"iqn": "iqn.2001-04.com.example:d"}}]},
-            "spec.volumes[0].iscsi (VolumeRestrictions disk conflicts)",
+            "spec.volumes[0].iscsi (inline in-tree volume: disk conflicts)",
+        ),
+        (
+            {"volumes": [{"name": "d", "azureDisk": {"diskName": "d", "diskURI": "/d"}}]},
+            "spec.volumes[0].azureDisk (inline in-tree volume: attach limits)",
         ),
         ({"resourceClaims": [{"name": "gpu"}]}, "spec.resourceClaims"),
     ],
@@ -613,6 +617,7 @@ def test_anti_affinity_terms_on_hostname() -> None:
         "inline-aws-ebs-volume",
         "inline-gce-pd-volume",
         "inline-iscsi-volume",
+        "inline-azure-disk-volume",
         "resource-claims",
     ],
 )

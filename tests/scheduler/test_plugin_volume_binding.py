@@ -613,6 +613,26 @@ def test_unbound_claim_of_a_placed_pod_counts_under_its_provisioner() -> None:
     assert verdicts(table, pod_with(pvc_volume("new"))) == [[]]
 
 
+def test_placed_pods_inline_in_tree_volume_counts_towards_the_limit() -> None:
+    """kube-scheduler counts a placed pod's inline EBS volume under ebs.csi.aws.com (such a
+    pod is never placed by standalone mode, but others may have placed it)."""
+    inline = {"name": "disk", "awsElasticBlockStore": {"volumeID": "vol-inline"}}
+    used = pod_with(inline, name="user")
+    assert parse_pod(used).inline_attached == ((EBS, "vol-inline"),)
+    table = volumes_table(
+        [node_obj("n1")],
+        [
+            csi_node_object("n1", {EBS: 1}),
+            claim_object("new", volume_name="pv-new"),
+            csi_volume("pv-new"),
+        ],
+        placed=[(used, "n1")],
+    )
+    assert verdicts(table, pod_with(pvc_volume("new"))) == [[MAX_VOLUME_COUNT]]
+    table.remove_pod(parse_pod(used))
+    assert verdicts(table, pod_with(pvc_volume("new"))) == [[]]
+
+
 def test_csi_node_parsing() -> None:
     csi_node = parse_csi_node(
         {
