@@ -6,8 +6,9 @@ classes, CSINodes, persistent volumes and claims (for the volume filters) and po
 watch or a list continue) relists at once; 429, 5xx and connection errors back off
 (exponential, capped, jittered; ``Retry-After`` honoured); nothing stops an informer
 thread but ``stop`` (the loop is :func:`interference_infra.kube_watch.list_and_watch`,
-shared with the agent's pod watch). Every call passes ``_preload_content=False`` and the body is parsed
-with ``json.loads`` (watch lines are split by ``kubernetes.watch.watch.iter_resp_lines``):
+shared with the agent's pod watch). Every call passes ``_preload_content=False`` and the
+body is parsed with ``json.loads`` (watch lines are split by
+``kubernetes.watch.watch.iter_resp_lines``):
 the client's model deserialisation is far too slow for lists of 50,000 pods.
 
 Pods are watched with ``status.phase!=Succeeded,status.phase!=Failed`` as kube-scheduler
