@@ -70,19 +70,11 @@ def topology_spread(
     """
     if not pod.spread:
         return None
-    n = len(table)
-    columns = [table.label_column(c.topology_key).codes for c in pod.spread]
-    has_all_keys = np.ones(n, dtype=np.bool_)
-    for codes in columns:
-        has_all_keys &= codes != ABSENT
+    columns, has_all_keys = _key_columns(table, pod.spread)
     missing = ~has_all_keys
-    skewed = np.zeros(n, dtype=np.bool_)
+    skewed = np.zeros(len(table), dtype=np.bool_)
     for constraint, codes in zip(pod.spread, columns, strict=True):
-        eligible = has_all_keys.copy()
-        if constraint.honor_node_affinity:
-            eligible &= node_affinity_passed
-        if constraint.honor_node_taints:
-            eligible &= taints_passed
+        eligible = _eligible(constraint, has_all_keys, node_affinity_passed, taints_passed)
         skewed |= _skewed(table, pod, constraint, codes, eligible)
     skewed &= ~missing
     passed = ~(missing | skewed)
@@ -91,6 +83,34 @@ def topology_spread(
         return skewed, missing
 
     return FilterResult(NAME, passed, (SKEW, MISSING_LABEL), explain)
+
+
+def _key_columns(
+    table: NodeTable, constraints: tuple[SpreadConstraint, ...]
+) -> tuple[list[NDArray[np.int32]], NDArray[np.bool_]]:
+    """Per constraint, its topology key's value codes per node; and the nodes that have
+    the label of every constraint's key."""
+    columns = [table.label_column(c.topology_key).codes for c in constraints]
+    has_all_keys = np.ones(len(table), dtype=np.bool_)
+    for codes in columns:
+        has_all_keys &= codes != ABSENT
+    return columns, has_all_keys
+
+
+def _eligible(
+    constraint: SpreadConstraint,
+    has_all_keys: NDArray[np.bool_],
+    node_affinity_passed: NDArray[np.bool_],
+    taints_passed: NDArray[np.bool_],
+) -> NDArray[np.bool_]:
+    """Nodes whose pods count for ``constraint``: every key, and passing the node
+    inclusion policies it honours (nodeAffinityPolicy, nodeTaintsPolicy)."""
+    eligible = has_all_keys.copy()
+    if constraint.honor_node_affinity:
+        eligible &= node_affinity_passed
+    if constraint.honor_node_taints:
+        eligible &= taints_passed
+    return eligible
 
 
 def matching_pods_per_node(
@@ -140,10 +160,7 @@ def topology_spread_score(
     if not pod.soft_spread:
         return None
     n = len(table)
-    columns = [table.label_column(c.topology_key).codes for c in pod.soft_spread]
-    has_all_keys = np.ones(n, dtype=np.bool_)
-    for codes in columns:
-        has_all_keys &= codes != ABSENT
+    columns, has_all_keys = _key_columns(table, pod.soft_spread)
     scored = feasible & has_all_keys
     raw = np.zeros(n)
     for constraint, codes in zip(pod.soft_spread, columns, strict=True):
@@ -155,11 +172,7 @@ def topology_spread_score(
             domains = int(codes.max(initial=ABSENT)) + 1
             in_domain = np.zeros(domains, dtype=np.bool_)
             in_domain[codes[scored]] = True
-            counted = has_all_keys.copy()
-            if constraint.honor_node_affinity:
-                counted &= node_affinity_passed
-            if constraint.honor_node_taints:
-                counted &= taints_passed
+            counted = _eligible(constraint, has_all_keys, node_affinity_passed, taints_passed)
             counts = np.bincount(codes[counted], weights=per_node[counted], minlength=domains)
             counts[~in_domain] = 0
             counts_here = np.where(codes == ABSENT, 0.0, counts[np.maximum(codes, 0)])
