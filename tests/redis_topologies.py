@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from node_agent.publisher import PublisherSettings, RedisPublisher
 from tests.conftest import free_port
 
 
@@ -51,6 +52,15 @@ def sentinel(workdir: Path, master: str, master_port: int | None) -> Iterator[in
     conf.write_text(f"port {port}\nbind 127.0.0.1\ndir {workdir}\n{monitor}")
     with redis_process([str(conf), "--sentinel"], port):
         yield port
+
+
+def sentinel_publisher(port: int, master: str) -> RedisPublisher:
+    """The agent's publisher writing to the master named ``master`` by the Sentinel on
+    ``port``."""
+    settings = PublisherSettings(
+        redis_url="redis://127.0.0.1/0", sentinels=(("127.0.0.1", port),), sentinel_master=master
+    )
+    return RedisPublisher(settings)
 
 
 @contextmanager

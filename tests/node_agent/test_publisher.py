@@ -19,7 +19,7 @@ from interference import codec, keys
 from interference.signals import GpuDevice, NodeMetrics, NodeReport, PodMetrics
 from node_agent.publisher import PublisherSettings, RedisPublisher
 from tests.conftest import RedisServer, free_port
-from tests.redis_topologies import redis_cluster, sentinel
+from tests.redis_topologies import redis_cluster, sentinel, sentinel_publisher
 
 pytestmark = pytest.mark.redis
 
@@ -228,13 +228,7 @@ def test_publishes_to_the_master_a_sentinel_names(
     redis_server: RedisServer, tmp_path: Path
 ) -> None:
     with sentinel(tmp_path, "intf-master", redis_server.port) as port:
-        pub = RedisPublisher(
-            PublisherSettings(
-                redis_url="redis://127.0.0.1/0",
-                sentinels=(("127.0.0.1", port),),
-                sentinel_master="intf-master",
-            )
-        )
+        pub = sentinel_publisher(port, "intf-master")
         assert pub.publish(REPORT) is True
         pub.close()
     assert redis_server.client().hget(keys.node_key("gpu-node-1"), "score") == "42.25"
@@ -244,13 +238,7 @@ def test_sentinel_without_the_master_is_an_outage_not_a_crash(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     with sentinel(tmp_path, "intf-master", None) as port:
-        pub = RedisPublisher(
-            PublisherSettings(
-                redis_url="redis://127.0.0.1/0",
-                sentinels=(("127.0.0.1", port),),
-                sentinel_master="nobody",
-            )
-        )
+        pub = sentinel_publisher(port, "nobody")
         caplog.set_level(logging.ERROR, logger="node_agent.publisher")
         assert pub.publish(REPORT) is False
         pub.close()

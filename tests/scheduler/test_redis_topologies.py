@@ -6,7 +6,8 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,7 @@ from scheduler.adapters.redis_signals import (
 from scheduler.cli import build_parser, overrides
 from scheduler.config import ConfigError, SchedulerConfig, parse_config, with_overrides
 from tests.conftest import RedisServer, free_port
-from tests.redis_topologies import redis_cluster, replica_of, sentinel
+from tests.redis_topologies import redis_cluster, replica_of, sentinel, sentinel_publisher
 
 pytestmark = pytest.mark.redis
 
@@ -54,40 +55,46 @@ def scores(cache: RedisSignalCache) -> dict[str, float]:
     return {node: s.metrics.interference_index for node, s in cache.snapshot().items()}
 
 
+@contextmanager
+def through_sentinel(
+    port: int,
+) -> Iterator[tuple[RedisPublisher, RedisSettings, RedisConnection]]:
+    """The agent's publisher, and the scheduler's settings and connection, each finding
+    ``intf-master`` through the Sentinel on ``port``; closed on exit."""
+    publisher = sentinel_publisher(port, "intf-master")
+    settings = dataclasses.replace(
+        SETTINGS,
+        url="redis://127.0.0.1/0",
+        sentinels=(f"127.0.0.1:{port}",),
+        sentinel_master="intf-master",
+    )
+    connection = connect(settings, {})
+    try:
+        yield publisher, settings, connection
+    finally:
+        publisher.close()
+        connection.close()
+
+
 def test_reads_signals_and_writes_decisions_through_sentinel(
     redis_server: RedisServer, tmp_path: Path
 ) -> None:
     """The master is found by asking the Sentinel: the agent's reports written there are
     bootstrapped and then followed from the stream, and decision records land on it."""
-    with sentinel(tmp_path, "intf-master", redis_server.port) as port:
-        publisher = RedisPublisher(
-            PublisherSettings(
-                redis_url="redis://127.0.0.1/0",
-                sentinels=(("127.0.0.1", port),),
-                sentinel_master="intf-master",
-            )
-        )
-        settings = dataclasses.replace(
-            SETTINGS,
-            url="redis://127.0.0.1/0",
-            sentinels=(f"127.0.0.1:{port}",),
-            sentinel_master="intf-master",
-        )
-        connection = connect(settings, {})
+    with (
+        sentinel(tmp_path, "intf-master", redis_server.port) as port,
+        through_sentinel(port) as (publisher, settings, connection),
+    ):
         cache = RedisSignalCache(connection, settings, SignalMetrics(CollectorRegistry()))
-        try:
-            assert publisher.publish(report("gpu-node-1", 10.0))
-            cache.bootstrap()
-            assert scores(cache) == {"gpu-node-1": 10.0}
-            assert publisher.publish(report("gpu-node-2", 20.0))
-            assert cache.follow_once() == 1
-            assert scores(cache) == {"gpu-node-1": 10.0, "gpu-node-2": 20.0}
-            RedisDecisionSink(connection, settings, SignalMetrics(CollectorRegistry())).write(
-                decision("train-0", "gpu-node-1")
-            )
-        finally:
-            publisher.close()
-            connection.close()
+        assert publisher.publish(report("gpu-node-1", 10.0))
+        cache.bootstrap()
+        assert scores(cache) == {"gpu-node-1": 10.0}
+        assert publisher.publish(report("gpu-node-2", 20.0))
+        assert cache.follow_once() == 1
+        assert scores(cache) == {"gpu-node-1": 10.0, "gpu-node-2": 20.0}
+        RedisDecisionSink(connection, settings, SignalMetrics(CollectorRegistry())).write(
+            decision("train-0", "gpu-node-1")
+        )
     written = redis.Redis(port=redis_server.port).hgetall(keys.decision_key("ml", "train-0"))
     assert parse_decision_hash(written).node == "gpu-node-1"
 
@@ -102,21 +109,8 @@ def test_after_a_failover_the_scheduler_follows_the_new_master(
     with (
         replica_of(tmp_path, redis_server.port) as replica_port,
         sentinel(tmp_path, "intf-master", redis_server.port) as port,
+        through_sentinel(port) as (publisher, settings, connection),
     ):
-        publisher = RedisPublisher(
-            PublisherSettings(
-                redis_url="redis://127.0.0.1/0",
-                sentinels=(("127.0.0.1", port),),
-                sentinel_master="intf-master",
-            )
-        )
-        settings = dataclasses.replace(
-            SETTINGS,
-            url="redis://127.0.0.1/0",
-            sentinels=(f"127.0.0.1:{port}",),
-            sentinel_master="intf-master",
-        )
-        connection = connect(settings, {})
         cache = RedisSignalCache(connection, settings, SignalMetrics(CollectorRegistry()))
         stop = threading.Event()
         follower = threading.Thread(target=cache.run, args=(stop,), daemon=True)
@@ -143,8 +137,6 @@ def test_after_a_failover_the_scheduler_follows_the_new_master(
             stop.set()
             follower.join(30)
             watcher.close()
-            publisher.close()
-            connection.close()
 
 
 def _written(
