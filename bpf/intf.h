@@ -8,16 +8,24 @@
  *    so none is lost and every interval starts from empty maps (bounded size).
  *  - programs read tracepoint arguments and helpers only, never kernel struct fields,
  *    so they stay correct when the headers BCC compiles against differ from the kernel.
+ *  - every entry a program could not keep is counted (count_lost_entry) in lost_entries
+ *    under the parity of its drain generation; the agent reads and zeroes the old
+ *    parity's slots after the grace period, so no count is lost between read and reset.
  */
 #ifndef INTERFERENCE_INTF_H
 #define INTERFERENCE_INTF_H
 
 /* Log2 histogram slots, as interference/hist.py MAX_SLOTS: slot i counts floor(log2(v)). */
 #define HIST_SLOTS 27
+/* Map sizes; tests shrink them with -D (node_agent/probes/bpf_loader.py cflags). */
+#ifndef MAX_CGROUPS
 /* Cgroups that can be active within one drain interval. */
 #define MAX_CGROUPS 8192
+#endif
+#ifndef MAX_TASKS
 /* Tasks tracked at once (runnable or mid-reclaim). */
 #define MAX_TASKS 32768
+#endif
 
 struct cgroup_key {
     u64 cgroup_id;  /* cgroup v2 id: inode of the cgroup directory */
@@ -31,6 +39,22 @@ static __always_inline u64 current_generation(void)
     u32 zero = 0;
     u64 *generation = drain_generation.lookup(&zero);
     return generation ? *generation : 0;
+}
+
+/* What a full map (or an LRU eviction) cost; index of lost_entries within a parity. */
+#define LOST_CGROUP_ENTRY 0 /* a per-cgroup stats entry not created: those counts are gone */
+#define LOST_TASK_ENTRY 1   /* a per-task entry not stored or evicted: that wait/stall is gone */
+#define LOST_KINDS 2
+
+/* Slot (generation & 1) * LOST_KINDS + kind; written only on the failure path. */
+BPF_PERCPU_ARRAY(lost_entries, u64, 2 * LOST_KINDS);
+
+static __always_inline void count_lost_entry(u64 generation, u32 kind)
+{
+    u32 slot = (u32)(generation & 1) * LOST_KINDS + kind;
+    u64 *count = lost_entries.lookup(&slot);
+    if (count)
+        *count += 1;
 }
 
 static __always_inline struct cgroup_key current_cgroup_key(void)

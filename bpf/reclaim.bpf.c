@@ -28,14 +28,18 @@ static __always_inline struct reclaim_stats *current_cgroup_stats(void)
 {
     struct cgroup_key key = current_cgroup_key();
     struct reclaim_stats zero = {};
-    return stats.lookup_or_try_init(&key, &zero);
+    struct reclaim_stats *cg = stats.lookup_or_try_init(&key, &zero);
+    if (!cg)
+        count_lost_entry(key.generation, LOST_CGROUP_ENTRY);
+    return cg;
 }
 
 static __always_inline int reclaim_begin(u32 kind)
 {
     struct reclaim_start_key key = {.pid = current_pid(), .kind = kind};
     u64 now = bpf_ktime_get_ns();
-    started_ns.update(&key, &now);
+    if (started_ns.update(&key, &now) != 0)
+        count_lost_entry(current_generation(), LOST_TASK_ENTRY);
     return 0;
 }
 

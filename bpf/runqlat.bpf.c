@@ -10,6 +10,12 @@
  * A switch-in whose `prev` is the idle task waited for the CPU to wake up, not behind
  * another task: that delay is the CPU's idle-exit latency (C-states, vCPU wake-up), no
  * neighbour's fault, so it goes to idle_wakeup_* and never into the run-queue figures.
+ *
+ * Lost entries (count_lost_entry): a stats entry that cannot be created (map full) loses
+ * that switch-out's counts; a task entry that cannot be stored, or that the LRU evicted
+ * while the task was queued, shows up as a switch-in of a task without an entry, whose
+ * wait is then unknown. Evicting a sleeping task's entry loses nothing: its next wake-up
+ * stores a fresh one.
  */
 #include "intf.h"
 
@@ -37,7 +43,8 @@ struct task_state {
 
 /* A task keeps its entry while it sleeps (no delete + insert per sleep/wake-up cycle, the
  * bulk of the per-event cost) and loses it when it exits; LRU evicts what an exit
- * skipped by the kernel would otherwise leave behind. */
+ * skipped by the kernel would otherwise leave behind, and the least recently used
+ * (sleeping) tasks first when more tasks than MAX_TASKS are about. */
 BPF_TABLE("lru_hash", u32, struct task_state, tasks, MAX_TASKS);
 BPF_PERCPU_ARRAY(oncpu_since_ns, u64, 1);
 BPF_PERCPU_HASH(stats, struct cgroup_key, struct runq_stats, MAX_CGROUPS);
@@ -52,7 +59,8 @@ static __always_inline int mark_enqueued(u32 pid, u64 now)
         return 0;
     }
     struct task_state fresh = {.enqueued_ns = now};
-    tasks.update(&pid, &fresh);
+    if (tasks.update(&pid, &fresh) != 0)
+        count_lost_entry(current_generation(), LOST_TASK_ENTRY);
     return 0;
 }
 
@@ -76,7 +84,9 @@ static __always_inline void switch_out(u32 pid, long prev_state, u64 now, u64 on
     struct runq_stats zero = {};
     struct runq_stats *cg = stats.lookup_or_try_init(&key, &zero);
 
-    if (cg) {
+    if (!cg)
+        count_lost_entry(key.generation, LOST_CGROUP_ENTRY);
+    else {
         if (oncpu_since && now > oncpu_since)
             cg->oncpu_ns += now - oncpu_since;
         if (task && task->has_pending && task->pending_from_idle) {
@@ -97,7 +107,8 @@ static __always_inline void switch_out(u32 pid, long prev_state, u64 now, u64 on
             task->has_pending = 0;
         } else {
             struct task_state fresh = {.enqueued_ns = now};
-            tasks.update(&pid, &fresh);
+            if (tasks.update(&pid, &fresh) != 0)
+                count_lost_entry(key.generation, LOST_TASK_ENTRY);
         }
     } else if (prev_state & TASK_REPORT_EXITING) {
         if (task)
@@ -112,7 +123,13 @@ static __always_inline void switch_out(u32 pid, long prev_state, u64 now, u64 on
 static __always_inline void switch_in(u32 pid, u64 now, u64 from_idle)
 {
     struct task_state *task = tasks.lookup(&pid);
-    if (task && task->enqueued_ns) {
+    if (!task) {
+        /* Every way into a run queue stores an entry, so this one was never stored or
+         * was evicted (or the task was queued before the program was attached). */
+        count_lost_entry(current_generation(), LOST_TASK_ENTRY);
+        return;
+    }
+    if (task->enqueued_ns) {
         task->pending_delay_ns = now > task->enqueued_ns ? now - task->enqueued_ns : 0;
         task->has_pending = 1;
         task->pending_from_idle = from_idle;

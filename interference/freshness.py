@@ -11,6 +11,13 @@ shows the node as ``stale``. A report is **usable** only when it is fresh *and* 
 the core signal families (:data:`interference.signals.CORE_FAMILIES`); a fresh report
 without them is **degraded** and treated exactly like a stale one.
 
+A family is measured in an interval only when its probes saw all of it: the agent lists
+:func:`complete_families`, which leaves out every family whose BPF probe lost map entries
+(a full map, an evicted queued task: counts that vanished, so the family would read
+quieter than it was). An interval that lost run-queue entries is therefore degraded by
+the same rule, for every reader, including readers older than the ``bpf_lost_entries``
+field.
+
 Members of ``intf:nodes`` whose hash has expired are removed by :func:`expired_members`'
 callers (the agent's sweep and every reader), see :mod:`node_agent.publisher`.
 """
@@ -52,6 +59,13 @@ def missing_core(measured: Collection[str] | None) -> tuple[str, ...]:
     """Core families absent from ``measured`` (None: the report did not say, so all)."""
     have = set(measured or ())
     return tuple(f for f in sorted(CORE_FAMILIES) if f not in have)
+
+
+def complete_families(measured: Iterable[str], lost_entries: Iterable[str]) -> tuple[str, ...]:
+    """The families an interval lists as measured: ``measured`` less ``lost_entries``
+    (the families of every probe that lost BPF map entries in the interval), sorted."""
+    incomplete = set(lost_entries)
+    return tuple(sorted({f for f in measured if f not in incomplete}))
 
 
 def node_state(

@@ -14,8 +14,11 @@ family that was not measured reads 0 but means "unknown", never "quiet". Familie
 - ``net``: network drops (``network``);
 - ``memory_events``: ``memory.events`` high/max/oom (``memory_events``).
 
-A report lacking a family of :data:`CORE_FAMILIES` is *degraded*: the scheduler treats
-it exactly like a stale one (see :mod:`interference.freshness`).
+A family counts as measured only when its probes saw the whole interval: one whose BPF
+maps lost entries (``bpf_lost_entries``) is incomplete and left out
+(:func:`interference.freshness.complete_families`). A report lacking a family of
+:data:`CORE_FAMILIES` is *degraded*: the scheduler treats it exactly like a stale one
+(see :mod:`interference.freshness`).
 """
 
 from __future__ import annotations
@@ -70,6 +73,11 @@ class NodeMetrics:
     bpf_missed_events: float = 0.0
     """Events the kernel skipped for the agent's BPF programs in the interval (each loses
     at most one wait or stall); non-zero means the figures may read slightly low."""
+    bpf_lost_entries: float = 0.0
+    """BPF map entries the agent's programs could not keep in the interval (a map full, a
+    queued task's entry evicted): each loses a wait, a stall or a cgroup's counts. The
+    families of a probe that lost entries are left out of ``measured`` (so a loss in
+    ``runq`` makes the report degraded) and the interval publishes no per-pod rows."""
     interference_index: float = 0.0
     """0 (quiet) – 100 (saturated), from :func:`interference.score.interference_index`."""
 

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 
 from interference import hist
+from interference.freshness import complete_families
 from interference.score import IndexReferences, interference_index
 from interference.signals import NodeMetrics, PodMetrics
 from node_agent.attribution import SYSTEM, Attributor, PodIdentity
@@ -50,9 +51,10 @@ class Aggregate:
     histograms: dict[str, list[int]]
     """Node-wide ``runq_us`` and ``reclaim_us`` log2 histograms."""
     pods: list[PodMetrics]
-    """One row per pod seen in the interval, plus the ``system`` bucket when it has data."""
+    """One row per pod seen in the interval, plus the ``system`` bucket when it has data;
+    none when a probe lost BPF map entries (:func:`aggregate`)."""
     measured: tuple[str, ...] = ()
-    """Signal families the samples measured (:func:`measured_families`)."""
+    """Signal families the samples measured completely (:func:`aggregate`)."""
 
 
 def measured_families(probes: Iterable[str]) -> tuple[str, ...]:
@@ -123,8 +125,12 @@ def aggregate(
     """Sum one interval's samples (keyed by probe name) per owner and for the node.
 
     ``samples`` must hold only probes that collected successfully: the probes present
-    decide ``measured`` (:data:`PROBE_FAMILIES`), and a family not measured is left out
-    of the index.
+    decide ``measured`` (:data:`PROBE_FAMILIES`), less the families of every probe whose
+    sample lost BPF map entries (``bpf_lost_entries`` > 0,
+    :func:`interference.freshness.complete_families`); a family not measured is left out
+    of the index. Lost entries may have been any pod's, so such an interval publishes no
+    per-pod rows at all rather than rows that read quieter than they were; its node
+    figures stay as lower bounds beside ``measured``, which says they are incomplete.
 
     Run-queue figures come from the ``runqlat`` probe when its sample is present, else
     from taskstats CPU delay (``cpu_delay_ns``; its histogram is approximate: each task's
@@ -147,7 +153,8 @@ def aggregate(
       ``refs`` over the measured families.
 
     - ``idle_wakeup_ms_per_s = Σ idle_wakeup_ns / 1e6 / T`` (published, not scored);
-    - ``bpf_missed_events``: Σ of the probes' skipped BPF runs in the interval.
+    - ``bpf_missed_events``: Σ of the probes' skipped BPF runs in the interval;
+    - ``bpf_lost_entries``: Σ of the map entries the probes' BPF programs could not keep.
 
     Per pod: ``cpu_ms_per_s`` (on-CPU), ``runq_wait_ms_per_s``, ``idle_wakeup_ms_per_s``,
     ``runq_p99_us``, ``reclaim_stall_ms_per_s`` and ``throttled_ms_per_s``, same formulas.
@@ -219,10 +226,14 @@ def aggregate(
         net_drops_per_s=node_values[base.NET_DROPS] / interval_s,
         idle_wakeup_ms_per_s=sums[base.IDLE_WAKEUP_NS] / NS_PER_MS / interval_s,
         bpf_missed_events=node_values[base.BPF_MISSED_EVENTS],
+        bpf_lost_entries=node_values[base.BPF_LOST_ENTRIES],
     )
-    measured = measured_families(samples)
+    lost_entries = [n for n, s in samples.items() if s.node.get(base.BPF_LOST_ENTRIES, 0.0) > 0]
+    measured = complete_families(measured_families(samples), measured_families(lost_entries))
     index = interference_index(asdict(partial), refs or IndexReferences(), measured)
     metrics = replace(partial, interference_index=index)
+    if lost_entries:
+        pods = []
     return Aggregate(metrics=metrics, histograms=node_hists, pods=pods, measured=measured)
 
 

@@ -6,7 +6,9 @@ counters and ``u64 NAME_slots[HIST_SLOTS]`` log2 histograms, and a one-slot arra
 ``drain_generation``. :class:`BpfCgroupProbe` bumps the generation, waits a grace
 period for programs already running, then reads and deletes the old generation: events
 counted during the drain land in the new generation, so nothing is lost and the map
-starts every interval empty.
+starts every interval empty. Entries a program could not keep (a map full, an LRU
+eviction) are counted in the per-CPU array ``lost_entries`` under the generation's parity
+and drained the same way: read, then zeroed, after the grace period.
 
 BCC (with LLVM and clang, well over 100 MB resident) runs only in a short-lived compiler
 process per program; it hands the map and tracepoint-attachment file descriptors to the
@@ -35,7 +37,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from interference import hist
-from node_agent.probes.base import BPF_MISSED_EVENTS, ProbeContext, ProbeUnavailable, Sample
+from node_agent.probes.base import (
+    BPF_LOST_ENTRIES,
+    BPF_MISSED_EVENTS,
+    ProbeContext,
+    ProbeUnavailable,
+    Sample,
+)
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +60,12 @@ CAP_BPF = 39
 
 STATS_TABLE = b"stats"
 GENERATION_TABLE = b"drain_generation"
+LOST_TABLE = b"lost_entries"
+
+LOST_ENTRY_KINDS = ("cgroup", "task")
+"""Slots of ``lost_entries`` within one parity, in the order of ``LOST_*_ENTRY`` in
+``bpf/intf.h``: per-cgroup ``stats`` entries not created, per-task entries not stored
+(or evicted while the task was queued)."""
 
 _LOCAL_INCLUDE = re.compile(r'^#include "([A-Za-z0-9_.-]+)"[ \t]*$', re.MULTILINE)
 
@@ -207,16 +221,25 @@ def compiler_main() -> None:
     sock = socket.socket(fileno=int(sys.argv[1]))
     try:
         bcc = import_bcc()
-        program = bcc.BPF(text=sys.stdin.buffer.read())
+        cflags = json.loads(sys.argv[2]) if len(sys.argv) > 2 else []
+        program = bcc.BPF(text=sys.stdin.buffer.read(), cflags=cflags)
         stats, generation = program[STATS_TABLE], program[GENERATION_TABLE]
+        lost = program[LOST_TABLE]
         program_fds = [function.fd for function in program.funcs.values()]
         layout = {
             "key": describe_u64_struct(stats.Key),
             "leaf": describe_u64_struct(stats.sLeaf),
             "max_entries": int(stats.max_entries),
+            "lost_slots": int(lost.max_entries),
             "programs": len(program_fds),
         }
-        fds = [stats.map_fd, generation.map_fd, *program_fds, *program.tracepoint_fds.values()]
+        fds = [
+            stats.map_fd,
+            generation.map_fd,
+            lost.map_fd,
+            *program_fds,
+            *program.tracepoint_fds.values(),
+        ]
         socket.send_fds(sock, [json.dumps(layout).encode()], fds)
     except Exception as exc:  # bcc raises bare Exception for compile, load and attach
         print(f"error: {exc}", file=sys.stderr, flush=True)
@@ -305,7 +328,7 @@ class LoadedProgram:
     """
 
     def __init__(self, fds: Sequence[int], layout: Mapping[str, Any]) -> None:
-        self._stats_fd, self._generation_fd, *rest = fds
+        self._stats_fd, self._generation_fd, self._lost_fd, *rest = fds
         programs = int(layout.get("programs", 0))
         self._program_fds, self._attachment_fds = rest[:programs], rest[programs:]
         for fd in self._attachment_fds:
@@ -317,6 +340,8 @@ class LoadedProgram:
         self.leaf_fields = tuple(str(field) for field, _length in layout["leaf"])
         self._max_entries = int(layout["max_entries"])
         self._per_cpu_type = self.leaf_type * possible_cpus()
+        self._per_cpu_u64 = ctypes.c_uint64 * possible_cpus()
+        self.lost_slots = int(layout.get("lost_slots", 0))
         self._closed = False
 
     def _call(self, command: int, fd: int, key: Any, value: Any = None, flags: int = 0) -> bool:
@@ -357,6 +382,22 @@ class LoadedProgram:
     def delete(self, key: Any) -> None:
         self._call(BPF_MAP_DELETE_ELEM, self._stats_fd, key)
 
+    def take_lost_entries(self, generation: int) -> dict[str, int]:
+        """Entries lost under ``generation``'s parity, by kind, and zero them.
+
+        Call only after the generation moved on and the grace period passed: programs then
+        count into the other parity, so nothing arrives between this read and the reset.
+        """
+        lost: dict[str, int] = {}
+        for kind_index, kind in enumerate(LOST_ENTRY_KINDS):
+            slot = ctypes.c_uint32((generation & 1) * len(LOST_ENTRY_KINDS) + kind_index)
+            values = self._per_cpu_u64()
+            self._call(BPF_MAP_LOOKUP_ELEM, self._lost_fd, slot, values)
+            lost[kind] = sum(int(v) for v in values)
+            if lost[kind]:
+                self._call(BPF_MAP_UPDATE_ELEM, self._lost_fd, slot, self._per_cpu_u64())
+        return lost
+
     def missed_events(self) -> int:
         """Runs of this program's BPF programs the kernel skipped since they were loaded.
 
@@ -378,6 +419,7 @@ class LoadedProgram:
             *self._program_fds,
             self._stats_fd,
             self._generation_fd,
+            self._lost_fd,
         ):
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -388,9 +430,13 @@ def load_program(
     ctx: ProbeContext,
     tracepoints: Sequence[str],
     paths: HostPaths | None = None,
+    cflags: Sequence[str] = (),
 ) -> LoadedProgram:
     """Check prerequisites, then compile, load and attach ``NAME.bpf.c`` in a compiler
     process (:func:`compiler_main`) and take over its maps and attachments.
+
+    ``cflags`` are extra compiler flags; tests shrink the maps with them
+    (``-DMAX_TASKS=64``), the agent passes none.
 
     Every failure is a :class:`ProbeUnavailable` whose message says what to mount,
     install or grant; compiler and verifier output is included.
@@ -408,7 +454,14 @@ def load_program(
         with theirs:
             compiler = subprocess.Popen(
                 # -P: no current directory on sys.path of a root process
-                [sys.executable, "-P", "-c", _COMPILER_ENTRY, str(theirs.fileno())],
+                [
+                    sys.executable,
+                    "-P",
+                    "-c",
+                    _COMPILER_ENTRY,
+                    str(theirs.fileno()),
+                    json.dumps(list(cflags)),
+                ],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
@@ -515,22 +568,35 @@ class BpfCgroupProbe:
     counters: ClassVar[Mapping[str, str]] = {}
     histograms: ClassVar[Mapping[str, str]] = {}
 
-    def __init__(self, ctx: ProbeContext, paths: HostPaths | None = None) -> None:
+    def __init__(
+        self, ctx: ProbeContext, paths: HostPaths | None = None, cflags: Sequence[str] = ()
+    ) -> None:
         self._ctx = ctx
         self._paths = paths
+        self._cflags = tuple(cflags)
+        """Extra compiler flags (tests shrink the maps with ``-DMAX_TASKS=…``)."""
         self._scope = CgroupScope(ctx)
         self._program: LoadedProgram | None = None
         self._generation = 0
         self._missed_events = 0
+        self._losing_entries = False
+        self.lost_entries_by_kind: dict[str, int] = {}
+        """The latest interval's lost entries by kind (:data:`LOST_ENTRY_KINDS`)."""
 
     def start(self) -> None:
-        program = load_program(self.name, self._ctx, self.tracepoints, self._paths)
+        program = load_program(self.name, self._ctx, self.tracepoints, self._paths, self._cflags)
         missing = (set(self.counters) | set(self.histograms)) - set(program.leaf_fields)
-        if missing:
+        lost_slots = 2 * len(LOST_ENTRY_KINDS)
+        if missing or program.lost_slots != lost_slots:
             program.close()
+            lacks = (
+                f"its stats struct lacks {sorted(missing)}"
+                if missing
+                else f"its lost_entries map has {program.lost_slots} slots, not {lost_slots}"
+            )
             raise ProbeUnavailable(
-                f"bpf/{self.name}.bpf.c does not match this agent: its stats struct lacks "
-                f"{sorted(missing)}; ship the bpf/ directory of the same release"
+                f"bpf/{self.name}.bpf.c does not match this agent: {lacks}; ship the bpf/ "
+                f"directory of the same release"
             )
         self._program = program
 
@@ -546,6 +612,13 @@ class BpfCgroupProbe:
         missed = self._program.missed_events()
         sample.node[BPF_MISSED_EVENTS] = float(missed - self._missed_events)
         self._missed_events = missed
+        # drain() moved the generation on and waited the grace period. Not knowing what
+        # was lost must not read as nothing lost: an OSError here fails the collect, and
+        # the agent leaves this probe's families out of the interval.
+        lost = self._program.take_lost_entries(self._generation - 1)
+        self.lost_entries_by_kind = lost
+        sample.node[BPF_LOST_ENTRIES] = float(sum(lost.values()))
+        self._log_lost_entries(lost)
         for cgid in self._scope.select(list(totals)):
             cgroup = totals[cgid]
             sample.by_cgroup_id[cgid] = {
@@ -557,6 +630,23 @@ class BpfCgroupProbe:
                 for field, name in self.histograms.items()
             }
         return sample
+
+    def _log_lost_entries(self, lost: Mapping[str, int]) -> None:
+        """One warning when a streak of intervals with lost entries starts, a line when
+        it ends."""
+        losing = any(lost.values())
+        if losing and not self._losing_entries:
+            log.warning(
+                "probe %s: BPF maps lost entries this interval (%s): more tasks or cgroups "
+                "were active than bpf/intf.h MAX_TASKS / MAX_CGROUPS hold (or tasks were "
+                "already queued when the program attached); the interval's figures are "
+                "incomplete and published as unmeasured (degraded), see bpf_lost_entries",
+                self.name,
+                ", ".join(f"{count} {kind}" for kind, count in lost.items()),
+            )
+        elif self._losing_entries and not losing:
+            log.info("probe %s: BPF maps lose no entries any more", self.name)
+        self._losing_entries = losing
 
     def drain(self, program: LoadedProgram) -> dict[int, CgroupTotals]:
         """Move to a new generation and return (and delete) everything counted before it."""

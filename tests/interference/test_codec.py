@@ -27,7 +27,11 @@ REPORT = NodeReport(
     ts=1_700_000_000.25,
     interval_s=1.0,
     metrics=NodeMetrics(
-        runq_p50_us=12.5, runq_p99_us=900.0, runq_wait_ratio=0.25, interference_index=41.5
+        runq_p50_us=12.5,
+        runq_p99_us=900.0,
+        runq_wait_ratio=0.25,
+        bpf_lost_entries=7.0,
+        interference_index=41.5,
     ),
     histograms={"runq_us": [0, 3, 5, 1], "reclaim_us": []},
     pods=[
@@ -117,6 +121,8 @@ def test_report_round_trips() -> None:
         (with_change(("metrics", "interference_index"), float("nan")), "index must be finite"),
         (with_change(("metrics", "interference_index"), True), "got a boolean"),
         (with_change(("metrics", "score"), 1.0), "unknown fields ['score']"),
+        (with_change(("metrics", "bpf_lost_entries"), "many"), "entries must be a number"),
+        (with_change(("metrics", "bpf_lost_entries"), float("inf")), "entries must be finite"),
         (with_change(("node",), ""), "node must be a non-empty string"),
         (with_change(("node",), 5), "node must be a non-empty string"),
         (with_change(("ts",), DELETE), "missing or has a bad field"),
@@ -227,6 +233,7 @@ def test_node_hash_is_readable_and_round_trips() -> None:
     assert fields["10s.index_stddev"] == "12.5"
     assert fields["10s.intervals"] == "10"
     assert fields["runq_p99_us"] == "900"
+    assert fields["bpf_lost_entries"] == "7"
     assert fields["updated_at"] == "1700000000.25"
     assert fields["pods"] == "2"
     assert fields["gpus"] == "1"
@@ -238,6 +245,30 @@ def test_node_hash_is_readable_and_round_trips() -> None:
     assert parsed.measured == REPORT.measured
     assert parsed.windows == REPORT.windows
     assert parsed.interval_s == 1.0
+
+
+@pytest.mark.parametrize(
+    ("case", "lost_entries", "published"),
+    [("no losses", 0.0, "0"), ("losses", 12.0, "12"), ("absent (older agent)", None, None)],
+)
+def test_bpf_lost_entries_travels_in_the_stream_and_the_hash(
+    case: str, lost_entries: float | None, published: str | None
+) -> None:
+    """``bpf_lost_entries`` round-trips; a report or hash without it (an older agent)
+    reads 0, and its ``measured`` list still decides degraded (interference.freshness)."""
+    body = valid_body()
+    if lost_entries is None:
+        del body["metrics"]["bpf_lost_entries"]
+    else:
+        body["metrics"]["bpf_lost_entries"] = lost_entries
+    report = codec.decode_report(packed(body))
+    assert report.metrics.bpf_lost_entries == (lost_entries or 0.0), case
+    fields = codec.node_hash(report)
+    assert fields["bpf_lost_entries"] == (published or "0"), case
+    if lost_entries is None:
+        del fields["bpf_lost_entries"]
+    parsed = codec.parse_node_signals(fields)
+    assert parsed.metrics.bpf_lost_entries == (lost_entries or 0.0), case
 
 
 @pytest.mark.parametrize(

@@ -50,6 +50,37 @@ def test_fresh_until_and_missing_core() -> None:
     assert freshness.missing_core(("runq", "psi")) == ()
 
 
+@pytest.mark.parametrize(
+    ("case", "measured", "lost_entries", "complete", "state"),
+    [
+        ("nothing lost", ("psi", "runq"), (), ("psi", "runq"), "ok"),
+        ("run queue lost entries: degraded", ("psi", "runq"), ("runq",), ("psi",), "degraded"),
+        ("reclaim lost entries: still ok", ("reclaim", "runq"), ("reclaim",), ("runq",), "ok"),
+        (
+            "taskstats measured runq too, runqlat lost: degraded",
+            ("reclaim", "runq"),
+            ("runq",),
+            ("reclaim",),
+            "degraded",
+        ),
+        ("both BPF probes lost entries", ("reclaim", "runq"), ("reclaim", "runq"), (), "degraded"),
+        ("a lossy family not measured anyway", ("runq",), ("reclaim",), ("runq",), "ok"),
+        ("unsorted, repeated", ("runq", "psi", "runq"), (), ("psi", "runq"), "ok"),
+    ],
+)
+def test_a_family_whose_probe_lost_map_entries_is_not_measured(
+    case: str,
+    measured: tuple[str, ...],
+    lost_entries: tuple[str, ...],
+    complete: tuple[str, ...],
+    state: str,
+) -> None:
+    """The one rule: a family with lost BPF map entries is left out of ``measured``, so
+    lost run-queue entries make a fresh report degraded (the engine's stale policy)."""
+    assert freshness.complete_families(measured, lost_entries) == complete, case
+    assert freshness.node_state(1000.0, 1.0, complete, 1000.0) == state, case
+
+
 def test_expired_members() -> None:
     exists = {"alive": True, "dead": False}
     assert freshness.expired_members(["alive", "dead", "unknown"], exists) == ["dead", "unknown"]

@@ -410,3 +410,42 @@ def test_idle_wakeups_are_published_apart_and_never_scored() -> None:
     assert plain.idle_wakeup_ms_per_s == 0.0
     for field_name in ("runq_p99_us", "runq_wait_ratio", "interference_index"):
         assert getattr(with_wakeups, field_name) == getattr(plain, field_name), field_name
+
+
+def lost_entries_sample(lost: float) -> Sample:
+    """A BPF probe's sample with one pod's counts and ``lost`` map entries lost."""
+    return Sample(
+        node={base.BPF_LOST_ENTRIES: lost},
+        by_cgroup_id={1: {base.ONCPU_NS: 1e8, base.RUNQ_NS: 2e6, base.RECLAIM_NS: 1e6}},
+        histograms_by_cgroup_id={1: {base.HIST_RUNQ_US: runq_hist(s7=10)}},
+    )
+
+
+@pytest.mark.parametrize(
+    ("case", "lost_by_probe", "measured", "pod_rows"),
+    [
+        ("nothing lost", {"runqlat": 0.0, "reclaim": 0.0}, ("psi", "reclaim", "runq"), 1),
+        ("runqlat lost entries: runq unmeasured", {"runqlat": 3.0, "reclaim": 0.0},
+         ("psi", "reclaim"), 0),
+        ("reclaim lost entries: reclaim unmeasured", {"runqlat": 0.0, "reclaim": 2.0},
+         ("psi", "runq"), 0),
+        ("both lost", {"runqlat": 1.0, "reclaim": 1.0}, ("psi",), 0),
+        ("runqlat lost while taskstats ran too: runq still unmeasured",
+         {"runqlat": 4.0, "taskstats": 0.0}, ("psi", "reclaim"), 0),
+    ],
+)  # fmt: skip
+def test_an_interval_with_lost_map_entries_is_incomplete_and_publishes_no_pod_rows(
+    case: str, lost_by_probe: dict[str, float], measured: tuple[str, ...], pod_rows: int
+) -> None:
+    """Lost entries may have been any pod's counts: the probe's families leave
+    ``measured`` (a lossy run queue makes the report degraded) and no pod row is
+    published as if complete; the node says how many entries were lost."""
+    samples = {name: lost_entries_sample(lost) for name, lost in lost_by_probe.items()}
+    samples["psi"] = Sample(node={base.PSI_CPU_SOME_US: 100_000.0})
+    result = aggregate(samples, Owners(by_cgroup_id={1: TRAINER}), 1.0, 2)
+    assert result.measured == measured, case
+    assert len(result.pods) == pod_rows, case
+    assert result.metrics.bpf_lost_entries == sum(lost_by_probe.values()), case
+    assert result.metrics.interference_index == interference_index(
+        asdict(result.metrics), IndexReferences(), measured
+    ), case

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -60,6 +61,23 @@ def test_program_text_inlines_the_shared_header(name: str) -> None:
 def test_shared_header_histogram_matches_python_histograms() -> None:
     header = (default_bpf_dir() / "intf.h").read_text()
     assert f"#define HIST_SLOTS {hist.MAX_SLOTS}\n" in header
+
+
+def test_shared_header_lost_entry_kinds_match_the_loader() -> None:
+    """The loader reads ``lost_entries`` slot ``parity * LOST_KINDS + kind`` by the same
+    kind order as ``LOST_*_ENTRY`` in ``bpf/intf.h``."""
+    header = (default_bpf_dir() / "intf.h").read_text()
+    defined = dict(re.findall(r"^#define LOST_(\w+)_ENTRY (\d+)", header, re.MULTILINE))
+    assert {kind.lower(): int(slot) for kind, slot in defined.items()} == {
+        kind: slot for slot, kind in enumerate(bpf_loader.LOST_ENTRY_KINDS)
+    }
+    assert f"#define LOST_KINDS {len(bpf_loader.LOST_ENTRY_KINDS)}\n" in header
+
+
+@pytest.mark.parametrize("size", ["MAX_TASKS", "MAX_CGROUPS"])
+def test_map_sizes_can_be_overridden_by_compiler_flags(size: str) -> None:
+    header = (default_bpf_dir() / "intf.h").read_text()
+    assert re.search(rf"#ifndef {size}\n(/\*.*\*/\n)?#define {size} \d+\n#endif", header)
 
 
 def test_missing_source_names_the_directory_and_the_variable(tmp_path: Path) -> None:
