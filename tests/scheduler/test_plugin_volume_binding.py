@@ -588,18 +588,27 @@ def test_node_volume_limits_exceed_max_volume_count(
     assert found == [[] if passes else [MAX_VOLUME_COUNT], []]
 
 
-def test_unbound_claim_of_a_placed_pod_counts_under_its_provisioner() -> None:
-    used = pod_with(pvc_volume("provisioning"), name="user")
-    table = volumes_table(
+def one_ebs_slot_running(used: dict[str, Any], *objects: dict[str, Any]) -> NodeTable:
+    """Node n1, allowing one EBS volume, running ``used``; claim ``new`` bound to the EBS
+    volume pv-new; and ``objects``."""
+    return volumes_table(
         [node_obj("n1")],
         [
             csi_node_object("n1", {EBS: 1}),
-            storage_class_object("gp3", "Immediate", provisioner="kubernetes.io/aws-ebs"),
-            claim_object("provisioning", storage_class="gp3"),
+            *objects,
             claim_object("new", volume_name="pv-new"),
             csi_volume("pv-new"),
         ],
         placed=[(used, "n1")],
+    )
+
+
+def test_unbound_claim_of_a_placed_pod_counts_under_its_provisioner() -> None:
+    used = pod_with(pvc_volume("provisioning"), name="user")
+    table = one_ebs_slot_running(
+        used,
+        storage_class_object("gp3", "Immediate", provisioner="kubernetes.io/aws-ebs"),
+        claim_object("provisioning", storage_class="gp3"),
     )
     assert verdicts(table, pod_with(pvc_volume("new"))) == [[MAX_VOLUME_COUNT]]
     table.remove_pod(parse_pod(used))
@@ -619,15 +628,7 @@ def test_placed_pods_inline_in_tree_volume_counts_towards_the_limit() -> None:
     inline = {"name": "disk", "awsElasticBlockStore": {"volumeID": "vol-inline"}}
     used = pod_with(inline, name="user")
     assert parse_pod(used).inline_attached == ((EBS, "vol-inline"),)
-    table = volumes_table(
-        [node_obj("n1")],
-        [
-            csi_node_object("n1", {EBS: 1}),
-            claim_object("new", volume_name="pv-new"),
-            csi_volume("pv-new"),
-        ],
-        placed=[(used, "n1")],
-    )
+    table = one_ebs_slot_running(used)
     assert verdicts(table, pod_with(pvc_volume("new"))) == [[MAX_VOLUME_COUNT]]
     table.remove_pod(parse_pod(used))
     assert verdicts(table, pod_with(pvc_volume("new"))) == [[]]

@@ -21,6 +21,16 @@ from tests.scheduler.test_model import container, node_obj, pod_obj, table_of
 
 NOW = 1000.0
 PORTS_TAKEN = "node(s) didn't have free ports for the requested pod ports"
+NODE_FILTERS = (
+    "NodeReady",
+    "NodeUnschedulable",
+    "TaintToleration",
+    "NodeAffinity",
+    "NodePorts",
+    "NodeResourcesFit",
+)
+"""kube-scheduler's filters that read only the node and the pod, in its order: the
+extender profile runs them too."""
 
 
 def _with_port(name: str, port: int = 8080, cpu: str = "100m") -> dict[str, Any]:
@@ -30,12 +40,7 @@ def _with_port(name: str, port: int = 8080, cpu: str = "100m") -> dict[str, Any]
 
 def test_default_profile_runs_kube_schedulers_filter_order_then_ours() -> None:
     assert [p.name for p in FILTERS] == [
-        "NodeReady",
-        "NodeUnschedulable",
-        "TaintToleration",
-        "NodeAffinity",
-        "NodePorts",
-        "NodeResourcesFit",
+        *NODE_FILTERS,
         "VolumeBinding",
         "PodTopologySpread",
         "InterPodAffinity",
@@ -116,15 +121,7 @@ def test_a_static_filter_after_a_dynamic_one_filters_alike() -> None:
 
 def test_extender_profile_leaves_kube_schedulers_own_plugins_to_it() -> None:
     extender = resolve(Profile(), extender=True)
-    assert [p.name for p in extender.filters] == [
-        "NodeReady",
-        "NodeUnschedulable",
-        "TaintToleration",
-        "NodeAffinity",
-        "NodePorts",
-        "NodeResourcesFit",
-        "Interference",
-    ]
+    assert [p.name for p in extender.filters] == [*NODE_FILTERS, "Interference"]
     assert [p.name for p, _ in extender.scores] == [
         "Interference",
         "NodeResourcesFit",
