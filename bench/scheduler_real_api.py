@@ -38,7 +38,6 @@ import multiprocessing
 import os
 import random
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -60,7 +59,12 @@ from interference.codec import encode_report, node_hash  # noqa: E402
 from interference.freshness import ttl_seconds  # noqa: E402
 from interference.signals import NodeMetrics, NodeReport, WindowMetrics, window_name  # noqa: E402
 from interference_cli.redis_process import free_port, private_redis_server  # noqa: E402
-from tests.e2e.control_plane import AssetsMissing, ControlPlane, find_assets  # noqa: E402
+from tests.e2e.control_plane import (  # noqa: E402
+    AssetsMissing,
+    ControlPlane,
+    find_assets,
+    terminate,
+)
 
 TICKS = os.sysconf("SC_CLK_TCK")
 REJECTED = re.compile(r"could not write|failed with HTTP|refused|Traceback|binding .* failed")
@@ -265,12 +269,7 @@ def run_round(
         if proc.poll() is None:
             cpu_at_end = cpu_seconds(proc.pid)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        terminate(proc, grace_s=30)
         watch.close()
     # Free the capacity (GPUs above all) for the next round: one DELETE of the collection,
     # immediate since no kubelet holds the pods.

@@ -103,7 +103,8 @@ def find_assets() -> Assets:
     )
 
 
-def _terminate(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
+def terminate(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL if ``proc`` has not exited within ``grace_s``; reaped."""
     if proc.poll() is not None:
         return
     proc.send_signal(signal.SIGTERM)
@@ -255,7 +256,7 @@ class ControlPlane:
         """End every process by PID, remove the work directory; the PIDs still alive."""
         for proc in (self.apiserver_proc, self.etcd_proc):
             if proc is not None:
-                _terminate(proc)
+                terminate(proc)
         survivors = [pid for pid in self.started_pids if pid_alive(pid)]
         shutil.rmtree(self.workdir, ignore_errors=True)
         return survivors

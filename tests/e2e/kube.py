@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.control_plane import ControlPlane
+from tests.e2e.control_plane import ControlPlane, terminate
 
 Obj = dict[str, Any]
 
@@ -280,13 +280,7 @@ class SchedulerProcess:
         self.popen.wait(10)
 
     def stop(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(30)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(10)
+        terminate(self.popen, grace_s=30)
 
     def rejected_writes(self) -> list[str]:
         lines = [line for line in self.log().splitlines() if REJECTED_WRITE.search(line)]

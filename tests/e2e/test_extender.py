@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import time
 import urllib.request
@@ -36,8 +35,9 @@ from tests.deploy.manifests import DEPLOY, find, render
 from tests.deploy.test_references import BOOTSTRAP_ROLES
 from tests.e2e.conftest import NAMESPACE as SYSTEM_NAMESPACE
 from tests.e2e.conftest import RBAC_KINDS, scheduler_command
-from tests.e2e.control_plane import Assets, ControlPlane
+from tests.e2e.control_plane import Assets, ControlPlane, terminate
 from tests.e2e.kube import Kube, Obj, SchedulerProcess, wait_for
+from tests.e2e.parity import kube_scheduler_argv, read_log
 
 pytestmark = [pytest.mark.e2e]
 
@@ -137,25 +137,11 @@ def _wait_http(url: str, what: str) -> None:
     wait_for(ok, what, TIMEOUT_S)
 
 
-def _read(path: Path) -> str:
-    return path.read_text(errors="replace") if path.exists() else ""
-
-
 def _start(argv: list[str], log_path: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     with log_path.open("ab") as log:
         return subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
 
 def _kube_scheduler_config(kubeconfig: Path, extender_port: int, path: Path) -> Path:
@@ -234,33 +220,24 @@ def setup(
         _wait_http(f"http://127.0.0.1:{port}/readyz", "the extender to list nodes and pods")
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as answer:
             assert answer.read() == b"ok (extender)\n"  # every replica answers, none leads
-        scheduler_port = free_port()
         identity = _kube_scheduler_identity(control_plane, kube, workdir)
         scheduler_config = _kube_scheduler_config(identity, port, workdir / "kube-scheduler.yaml")
+        kube_scheduler_args = kube_scheduler_argv(
+            assets.kube_scheduler, scheduler_config, identity, workdir / "kube-scheduler-certs"
+        )
         kube_scheduler = _start(
-            [
-                str(assets.kube_scheduler),
-                f"--config={scheduler_config}",
-                f"--authentication-kubeconfig={identity}",
-                f"--authorization-kubeconfig={identity}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={scheduler_port}",
-                f"--cert-dir={workdir / 'kube-scheduler-certs'}",
-                "--v=2",
-            ],
-            workdir / "kube-scheduler.log",
-            env,
+            [*kube_scheduler_args, "--v=2"], workdir / "kube-scheduler.log", env
         )
         yield ExtenderSetup(kube, extender, store, workdir, restart)
     finally:
         if kube_scheduler is not None:
-            _stop(kube_scheduler)
+            terminate(kube_scheduler, grace_s=20)
         for proc in started:
             proc.stop()
         print("--- extender log (last 40 lines) ---")
         print("\n".join(extender.log().splitlines()[-40:]))
         print("--- kube-scheduler log (last 40 lines) ---")
-        print("\n".join(_read(workdir / "kube-scheduler.log").splitlines()[-40:]))
+        print("\n".join(read_log(workdir / "kube-scheduler.log").splitlines()[-40:]))
         for pod in kube.pods(NAMESPACE):
             kube.delete_pod(NAMESPACE, pod["metadata"]["name"])
         for path in ("/api/v1/persistentvolumes/ext-pv",
@@ -275,7 +252,7 @@ def setup(
         store.close()
     extender.assert_no_rejected_writes()
     assert kube_scheduler is None or kube_scheduler.returncode is not None
-    refused = [line for line in _read(workdir / "kube-scheduler.log").splitlines()
+    refused = [line for line in read_log(workdir / "kube-scheduler.log").splitlines()
                if "forbidden" in line.lower()]  # fmt: skip
     assert not refused, "kube-scheduler's RBAC (the overlay's) is short:\n" + "\n".join(refused)
 

@@ -13,24 +13,16 @@ leave the pod pending.
 
 from __future__ import annotations
 
-import signal
-import subprocess
 import urllib.error
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from interference_cli.redis_process import free_port
-from scheduler.engine import Engine
-from scheduler.model import ObjectError, parse_namespace, parse_node, parse_pod
-from scheduler.settings import EngineSettings
-from scheduler.table import NodeTable
 from tests.e2e.control_plane import Assets
-from tests.e2e.kube import Kube, Obj, condition, wait_for
+from tests.e2e.kube import Kube, Obj
+from tests.e2e.parity import PENDING, cluster_table, decide, kube_decision, kube_scheduler
 
 pytestmark = [pytest.mark.e2e]
 
@@ -179,43 +171,11 @@ def cluster(assets: Assets, kube: Kube, tmp_path_factory: pytest.TempPathFactory
             body = _pod_body(f"placed-{i}-{j}", placed.namespace, placed.labels, placed.affinity,
                              nodeName=_node(i, placed.zone))  # fmt: skip
             _create(kube, body)
-    config = {
-        "apiVersion": "kubescheduler.config.k8s.io/v1",
-        "kind": "KubeSchedulerConfiguration",
-        "clientConnection": {"kubeconfig": str(kube.kubeconfig)},
-        "leaderElection": {"leaderElect": False},
-        "profiles": [{"schedulerName": SCHEDULER}],
-    }
-    config_path = workdir / "kube-scheduler.yaml"
-    config_path.write_text(yaml.safe_dump(config))
-    log_path = workdir / "kube-scheduler.log"
-    argv = [
-        str(assets.kube_scheduler),
-        f"--config={config_path}",
-        f"--authentication-kubeconfig={kube.kubeconfig}",
-        f"--authorization-kubeconfig={kube.kubeconfig}",
-        "--bind-address=127.0.0.1",
-        f"--secure-port={free_port()}",
-        f"--cert-dir={workdir / 'certs'}",
-    ]
-    with log_path.open("ab") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    sentinel = _pod_body("sentinel", "parity-b", {}, {}, nodeSelector={CASE_LABEL: "0"})
     try:
-        sentinel = _pod_body("sentinel", "parity-b", {}, {}, nodeSelector={CASE_LABEL: "0"})
-        _create(kube, sentinel)
-        wait_for(lambda: kube.pod("parity-b", "sentinel")["spec"].get("nodeName"),
-                 "kube-scheduler to bind a first pod", TIMEOUT_S)  # fmt: skip
-        kube.delete_pod("parity-b", "sentinel")
-        yield kube
+        with kube_scheduler(assets, kube, workdir, SCHEDULER, sentinel, TIMEOUT_S):
+            yield kube
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-        print("--- kube-scheduler log (last 30 lines) ---")
-        print("\n".join(_read(log_path).splitlines()[-30:]))
         for namespace in NAMESPACES:
             for pod in kube.pods(namespace):
                 kube.delete_pod(namespace, pod["metadata"]["name"])
@@ -223,52 +183,15 @@ def cluster(assets: Assets, kube: Kube, tmp_path_factory: pytest.TempPathFactory
             kube.delete_node(node)
 
 
-def _read(path: Path) -> str:
-    return path.read_text(errors="replace") if path.exists() else ""
-
-
-def _cluster_table(kube: Kube) -> NodeTable:
-    """Our node table of the cluster as the API server has it now."""
-    table = NodeTable()
-    for node in kube.request("GET", "/api/v1/nodes")["items"]:
-        table.upsert_node(parse_node(node))
-    for namespace in kube.request("GET", "/api/v1/namespaces")["items"]:
-        table.upsert_namespace(parse_namespace(namespace))
-    for placed in kube.request("GET", "/api/v1/pods")["items"]:
-        node = placed["spec"].get("nodeName")
-        if node and placed["status"].get("phase") not in ("Succeeded", "Failed"):
-            try:
-                table.add_pod(parse_pod(placed), node, 0.0)
-            except ObjectError:  # another test's deliberately malformed pod
-                continue
-    return table
-
-
-def _decide(table: NodeTable, pod: Obj) -> str:
-    result = Engine(EngineSettings(interference_aware=False), seed=0).schedule(
-        parse_pod(pod), table, 0.0
-    )
-    return result.node or "<pending>"
-
-
 @pytest.mark.parametrize("index", range(len(CASES)), ids=[c.name for c in CASES])
 def test_inter_pod_affinity_matches_kube_scheduler(cluster: Kube, index: int) -> None:
     case = CASES[index]
     body = _pod_body(f"incoming-{index}", case.namespace, case.labels, case.affinity,
                      nodeSelector={CASE_LABEL: str(index)})  # fmt: skip
-    table = _cluster_table(cluster)  # before kube-scheduler can bind the pod
-    as_written = _decide(table, body)  # our parser merges matchLabelKeys itself
+    table = cluster_table(cluster)  # before kube-scheduler can bind the pod
+    as_written = decide(table, body)[0]  # our parser merges matchLabelKeys itself
     created = _create(cluster, body)
-    ours = _decide(table, created)  # as stored, with what the API server merged
-    name = created["metadata"]["name"]
-
-    def kube_decided() -> str | None:
-        pod = cluster.pod(case.namespace, name)
-        if pod["spec"].get("nodeName"):
-            return str(pod["spec"]["nodeName"])
-        scheduled = condition(pod, "PodScheduled")
-        return "<pending>" if scheduled and scheduled.get("reason") == "Unschedulable" else None
-
-    theirs = wait_for(kube_decided, f"kube-scheduler to decide on {name}", TIMEOUT_S)
-    expected = "<pending>" if case.expected_zone is None else _node(index, case.expected_zone)
+    ours = decide(table, created)[0]  # as stored, with what the API server merged
+    theirs = kube_decision(cluster, case.namespace, created["metadata"]["name"], TIMEOUT_S)[0]
+    expected = PENDING if case.expected_zone is None else _node(index, case.expected_zone)
     assert (theirs, ours, as_written) == (expected, expected, expected)

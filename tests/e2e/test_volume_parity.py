@@ -15,31 +15,15 @@ mode refuses them (tests/e2e/test_volumes.py).
 
 from __future__ import annotations
 
-import signal
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from interference_cli.redis_process import free_port
-from scheduler.engine import Engine
-from scheduler.model import (
-    ObjectError,
-    parse_claim,
-    parse_csi_node,
-    parse_node,
-    parse_pod,
-    parse_storage_class,
-    parse_volume,
-)
-from scheduler.settings import EngineSettings
-from scheduler.table import NodeTable
 from tests.e2e.control_plane import Assets
-from tests.e2e.kube import Kube, Obj, condition, wait_for
+from tests.e2e.kube import Kube, Obj
+from tests.e2e.parity import PENDING, cluster_table, decide, kube_decision, kube_scheduler
 
 pytestmark = [pytest.mark.e2e]
 
@@ -51,7 +35,6 @@ HOSTNAME = "kubernetes.io/hostname"
 CASE_LABEL = "e2e-volume-parity-case"
 DRIVER = "parity.csi.example.com"
 TIMEOUT_S = 60.0
-PENDING = "<pending>"
 
 
 @dataclass(frozen=True)
@@ -240,43 +223,11 @@ def cluster(assets: Assets, kube: Kube, tmp_path_factory: pytest.TempPathFactory
         for j, (n, used) in enumerate(case.placed):
             body = _pod_body(f"placed-{i}-{j}", used, nodeName=_node(i, n))
             kube.request("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", body)
-    config = {
-        "apiVersion": "kubescheduler.config.k8s.io/v1",
-        "kind": "KubeSchedulerConfiguration",
-        "clientConnection": {"kubeconfig": str(kube.kubeconfig)},
-        "leaderElection": {"leaderElect": False},
-        "profiles": [{"schedulerName": SCHEDULER}],
-    }
-    config_path = workdir / "kube-scheduler.yaml"
-    config_path.write_text(yaml.safe_dump(config))
-    log_path = workdir / "kube-scheduler.log"
-    argv = [
-        str(assets.kube_scheduler),
-        f"--config={config_path}",
-        f"--authentication-kubeconfig={kube.kubeconfig}",
-        f"--authorization-kubeconfig={kube.kubeconfig}",
-        "--bind-address=127.0.0.1",
-        f"--secure-port={free_port()}",
-        f"--cert-dir={workdir / 'certs'}",
-    ]
-    with log_path.open("ab") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    sentinel = _pod_body("sentinel", (), nodeSelector={CASE_LABEL: "0"})
     try:
-        sentinel = _pod_body("sentinel", (), nodeSelector={CASE_LABEL: "0"})
-        kube.request("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", sentinel)
-        wait_for(lambda: kube.pod(NAMESPACE, "sentinel")["spec"].get("nodeName"),
-                 "kube-scheduler to bind a first pod", TIMEOUT_S)  # fmt: skip
-        kube.delete_pod(NAMESPACE, "sentinel")
-        yield kube
+        with kube_scheduler(assets, kube, workdir, SCHEDULER, sentinel, TIMEOUT_S):
+            yield kube
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-        print("--- kube-scheduler log (last 30 lines) ---")
-        print("\n".join(_read(log_path).splitlines()[-30:]))
         for pod in kube.pods(NAMESPACE):
             kube.delete_pod(NAMESPACE, pod["metadata"]["name"])
         for case in CASES:
@@ -298,63 +249,16 @@ def _csi_nodes() -> list[str]:
     return [_node(i, n) for i, case in enumerate(CASES) for n in case.csi_limits]
 
 
-def _read(path: Path) -> str:
-    return path.read_text(errors="replace") if path.exists() else ""
-
-
-def _cluster_table(kube: Kube) -> NodeTable:
-    """Our node table of the cluster as the API server has it now."""
-    table = NodeTable()
-    for node in kube.request("GET", "/api/v1/nodes")["items"]:
-        table.upsert_node(parse_node(node))
-    volumes = table.volumes
-    for claim in kube.request("GET", "/api/v1/persistentvolumeclaims")["items"]:
-        volumes.upsert_claim(parse_claim(claim))
-    for volume in kube.request("GET", "/api/v1/persistentvolumes")["items"]:
-        volumes.upsert_volume(parse_volume(volume))
-    for storage_class in kube.request("GET", "/apis/storage.k8s.io/v1/storageclasses")["items"]:
-        volumes.upsert_storage_class(parse_storage_class(storage_class))
-    for csi_node in kube.request("GET", "/apis/storage.k8s.io/v1/csinodes")["items"]:
-        volumes.upsert_csi_node(parse_csi_node(csi_node))
-    for placed in kube.request("GET", "/api/v1/pods")["items"]:
-        node = placed["spec"].get("nodeName")
-        if node and placed["status"].get("phase") not in ("Succeeded", "Failed"):
-            try:
-                table.add_pod(parse_pod(placed), node, 0.0)
-            except ObjectError:  # another test's deliberately malformed pod
-                continue
-    return table
-
-
-def _decide(table: NodeTable, pod: Obj) -> tuple[str, str]:
-    """Our node (or :data:`PENDING`) and FailedScheduling message."""
-    result = Engine(EngineSettings(interference_aware=False), seed=0).schedule(
-        parse_pod(pod), table, 0.0
-    )
-    return result.node or PENDING, "" if result.node else result.message
-
-
 @pytest.mark.parametrize("index", range(len(CASES)), ids=[c.name for c in CASES])
 def test_volume_filters_match_kube_scheduler(cluster: Kube, index: int) -> None:
     case = CASES[index]
     body = _pod_body(
         f"incoming-{index}", case.uses, case.ephemeral, nodeSelector={CASE_LABEL: str(index)}
     )
-    table = _cluster_table(cluster)  # before kube-scheduler can bind the pod
+    table = cluster_table(cluster)  # before kube-scheduler can bind the pod
     created = cluster.request("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", body)
-    ours = _decide(table, created)
-    name = created["metadata"]["name"]
-
-    def kube_decided() -> tuple[str, str] | None:
-        pod = cluster.pod(NAMESPACE, name)
-        if pod["spec"].get("nodeName"):
-            return str(pod["spec"]["nodeName"]), ""
-        scheduled = condition(pod, "PodScheduled")
-        if scheduled and scheduled.get("reason") == "Unschedulable":
-            return PENDING, str(scheduled.get("message", ""))
-        return None
-
-    theirs = wait_for(kube_decided, f"kube-scheduler to decide on {name}", TIMEOUT_S)
+    ours = decide(table, created)
+    theirs = kube_decision(cluster, NAMESPACE, created["metadata"]["name"], TIMEOUT_S)
     expected = PENDING if case.expected_node is None else _node(index, case.expected_node)
     assert theirs[0] == expected, theirs
     assert ours[0] == theirs[0]
