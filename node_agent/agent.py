@@ -338,25 +338,26 @@ def _kubernetes_directory(settings: AgentSettings) -> KubernetesPodDirectory | N
     return directory
 
 
+def publisher_settings(settings: AgentSettings) -> PublisherSettings:
+    """Where and how the agent's reports are written."""
+    return PublisherSettings(
+        redis_url=settings.redis_url,
+        username=settings.redis_username,
+        password=settings.redis_password,
+        ttl_s=settings.effective_ttl_s,
+        stream_maxlen=settings.stream_maxlen,
+        sweep_interval_s=settings.sweep_interval_s,
+        socket_timeout_s=settings.redis_socket_timeout_s,
+        sentinels=settings.redis_sentinels,
+        sentinel_master=settings.redis_sentinel_master,
+        cluster=settings.redis_cluster,
+        tls=settings.redis_tls,
+    )
+
+
 def build_agent(
     settings: AgentSettings, *, publish: bool = True, metrics: AgentMetrics | None = None
 ) -> Agent:
     """An agent wired to Redis (when ``publish``), the pod directory, NVML and ``metrics``."""
-    sink = None
-    if publish:
-        sink = RedisPublisher(
-            PublisherSettings(
-                redis_url=settings.redis_url,
-                username=settings.redis_username,
-                password=settings.redis_password,
-                ttl_s=settings.effective_ttl_s,
-                stream_maxlen=settings.stream_maxlen,
-                sweep_interval_s=settings.sweep_interval_s,
-                socket_timeout_s=settings.redis_socket_timeout_s,
-                sentinels=settings.redis_sentinels,
-                sentinel_master=settings.redis_sentinel_master,
-                cluster=settings.redis_cluster,
-                tls=settings.redis_tls,
-            )
-        )
+    sink = RedisPublisher(publisher_settings(settings)) if publish else None
     return Agent(settings, pod_directory(settings), sink, GpuInventory(), metrics)

@@ -27,10 +27,10 @@ from interference.logsetup import configure_logging
 from interference.score import REFERENCE_NAMES, IndexReferences
 from interference.signals import NodeReport
 from interference.strict import SettingError, check_range, parse_bool, parse_number
-from interference_infra.redis_client import RedisTarget, parse_sentinels
+from interference_infra.redis_client import parse_sentinels
 from interference_infra.redis_tls import RedisTls
 from node_agent import probes
-from node_agent.agent import Agent, build_agent
+from node_agent.agent import Agent, build_agent, publisher_settings
 from node_agent.health import AgentHttpServer, AgentMetrics
 from node_agent.settings import AgentSettings, detect_cgroup_v2_mount
 
@@ -375,13 +375,7 @@ def report_json(report: NodeReport) -> str:
 
 def redis_description(settings: AgentSettings) -> str:
     """Where reports go, for the start-up log line (no password)."""
-    return RedisTarget(
-        settings.redis_url,
-        sentinels=settings.redis_sentinels,
-        sentinel_master=settings.redis_sentinel_master,
-        cluster=settings.redis_cluster,
-        tls=settings.redis_tls,
-    ).describe()
+    return publisher_settings(settings).target.describe()
 
 
 def prepare(
