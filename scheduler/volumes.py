@@ -119,7 +119,8 @@ class VolumeCatalog:
         them: ``driver/handle`` → driver for each claim bound to a PV with a CSI driver
         (:attr:`VolumeInfo.attached_as`); a claim not bound yet counts under its
         StorageClass's provisioner as ``driver/namespace/name``. Claims that are gone or
-        have neither are not counted. Inline in-tree volumes count as ``driver/volume``. Callers must not modify the result."""
+        have neither are not counted. Inline in-tree volumes count as ``driver/volume``.
+        Callers must not modify the result."""
         cached = self._attached.get(node)
         if cached is not None:
             return cached
