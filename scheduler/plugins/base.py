@@ -10,9 +10,11 @@ decisions in the table's caches (:meth:`scheduler.table.NodeTable.cached`, scope
 for what empties them), never in module state.
 
 A plugin module exposes ``FILTER = Filter(...)`` and/or ``SCORE = Score(...)`` (the
-function is the ``filter``/``score`` field itself: no extra call per decision) and is
-listed in :mod:`scheduler.plugins.registry`. It must not import adapters, ``redis`` or
-``kubernetes`` (import-linter checks).
+function is the ``filter``/``score`` field itself: no extra call per decision; a pure
+function of the table and the pod is wrapped by :func:`filter_by_table_and_pod` or
+:func:`score_by_table_pod_and_feasible`) and is listed in
+:mod:`scheduler.plugins.registry`. It must not import adapters, ``redis`` or ``kubernetes``
+(import-linter checks).
 
 Extension points (kube-scheduler's names):
 
@@ -222,6 +224,30 @@ class ScorePlugin(Protocol):
         """0–100 per node of ``state.table`` (only ``feasible`` nodes' values count; the
         engine never writes into the array, so it may be a cached column), or ``None`` when
         the plugin has no preference for this pod."""
+
+
+def filter_by_table_and_pod(
+    check: Callable[[NodeTable, PodInfo], FilterResult | None],
+) -> Callable[[CycleState], FilterResult | None]:
+    """A :attr:`Filter.filter` running ``check`` on the cycle's table and pod, for the
+    filters that read nothing else."""
+
+    def run(state: CycleState) -> FilterResult | None:
+        return check(state.table, state.pod)
+
+    return run
+
+
+def score_by_table_pod_and_feasible(
+    score: Callable[[NodeTable, PodInfo, NDArray[np.bool_]], NDArray[np.float64] | None],
+) -> Callable[[CycleState, NDArray[np.bool_]], NDArray[np.float64] | None]:
+    """A :attr:`Score.score` running ``score`` on the cycle's table and pod and the
+    feasible nodes, for the scores that read nothing else."""
+
+    def run(state: CycleState, feasible: NDArray[np.bool_]) -> NDArray[np.float64] | None:
+        return score(state.table, state.pod, feasible)
+
+    return run
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,7 +51,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from scheduler.model import HOSTNAME_LABEL, AntiAffinityTerm, LabelSelector, PodInfo
-from scheduler.plugins.base import CycleState, Filter, FilterResult, Score
+from scheduler.plugins.base import (
+    Filter,
+    FilterResult,
+    Score,
+    filter_by_table_and_pod,
+    score_by_table_pod_and_feasible,
+)
 from scheduler.table import ABSENT, LabelColumn, NodeTable
 
 NAME = "InterPodAffinity"
@@ -232,19 +238,11 @@ def _clear_domains(
     mask &= ~_domains_of(column, holding)[column.codes]
 
 
-def _filter(state: CycleState) -> FilterResult | None:
-    return inter_pod_affinity_filter(state.table, state.pod)
-
-
-def _score(state: CycleState, feasible: NDArray[np.bool_]) -> NDArray[np.float64] | None:
-    return inter_pod_affinity_score(state.table, state.pod, feasible)
-
-
 FILTER = Filter(
     name=NAME,
     explain="the pod's required pod affinity and anti-affinity, and placed pods' required "
     "anti-affinity against it, over each term's topology domains",
-    filter=_filter,
+    filter=filter_by_table_and_pod(inter_pod_affinity_filter),
     preemption_may_help=True,  # anti-affinity conflicts go away with the pods causing them
     in_extender=False,  # kube-scheduler runs its own InterPodAffinity before asking
 )
@@ -252,7 +250,7 @@ SCORE = Score(
     name=NAME,
     explain="preferred pod affinity (+weight) and anti-affinity (−weight) of the pod and of "
     "placed pods, and placed pods' required affinity (+1), summed per topology domain",
-    score=_score,
+    score=score_by_table_pod_and_feasible(inter_pod_affinity_score),
     default_weight=2,  # kube-scheduler's default profile weight for InterPodAffinity
     in_extender=False,  # kube-scheduler scores it itself before asking the extender
 )

@@ -30,7 +30,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from scheduler.model import NodeSelectorTerm, PodInfo, Requirement, parse_int64
-from scheduler.plugins.base import CycleState, Filter, FilterResult, Score
+from scheduler.plugins.base import (
+    Filter,
+    FilterResult,
+    Score,
+    filter_by_table_and_pod,
+    score_by_table_pod_and_feasible,
+)
 from scheduler.table import ABSENT, LabelColumn, NodeTable
 
 NAME = "NodeAffinity"
@@ -121,24 +127,16 @@ def _term_mask(table: NodeTable, term: NodeSelectorTerm) -> NDArray[np.bool_]:
     return mask
 
 
-def _filter(state: CycleState) -> FilterResult | None:
-    return node_affinity(state.table, state.pod)
-
-
-def _score(state: CycleState, feasible: NDArray[np.bool_]) -> NDArray[np.float64] | None:
-    return node_affinity_score(state.table, state.pod, feasible)
-
-
 FILTER = Filter(
     name=NAME,
     explain="the node matches the pod's nodeSelector and required node affinity",
-    filter=_filter,
+    filter=filter_by_table_and_pod(node_affinity),
     static=True,
 )
 SCORE = Score(
     name=NAME,
     explain="the pod's preferred node affinity terms the node matches, by weight",
-    score=_score,
+    score=score_by_table_pod_and_feasible(node_affinity_score),
     default_weight=2.0,  # kube-scheduler's default profile weight for NodeAffinity
     in_extender=False,  # kube-scheduler's own NodeAffinity scores it before the extender
 )

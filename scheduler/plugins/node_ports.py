@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from scheduler.model import PodInfo
-from scheduler.plugins.base import CycleState, Filter, FilterResult
+from scheduler.plugins.base import Filter, FilterResult, filter_by_table_and_pod
 from scheduler.table import NodeTable
 
 NAME = "NodePorts"
@@ -30,13 +30,9 @@ def node_ports(table: NodeTable, pod: PodInfo) -> FilterResult | None:
     return FilterResult(NAME, passed, (PORTS_TAKEN,))
 
 
-def _filter(state: CycleState) -> FilterResult | None:
-    return node_ports(state.table, state.pod)
-
-
 FILTER = Filter(
     name=NAME,
     explain="none of the pod's host ports is taken on the node",
-    filter=_filter,
+    filter=filter_by_table_and_pod(node_ports),
     preemption_may_help=True,  # the pods holding the ports can be evicted
 )

@@ -9,7 +9,7 @@ applied yet. Reason: ``node(s) were not ready``.
 from __future__ import annotations
 
 from scheduler.model import NO_SCHEDULE, NOT_READY_TAINT_KEY, PodInfo, Taint
-from scheduler.plugins.base import CycleState, Filter, FilterResult
+from scheduler.plugins.base import Filter, FilterResult, filter_by_table_and_pod
 from scheduler.table import NodeTable
 
 NAME = "NodeReady"
@@ -24,13 +24,9 @@ def node_ready(table: NodeTable, pod: PodInfo) -> FilterResult | None:
     return FilterResult(NAME, table.ready.copy(), (NOT_READY,))
 
 
-def _filter(state: CycleState) -> FilterResult | None:
-    return node_ready(state.table, state.pod)
-
-
 FILTER = Filter(
     name=NAME,
     explain="the node's Ready condition is True (or the pod tolerates the not-ready taint)",
-    filter=_filter,
+    filter=filter_by_table_and_pod(node_ready),
     static=True,
 )

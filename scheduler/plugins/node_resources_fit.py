@@ -32,7 +32,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from scheduler.model import PodInfo
-from scheduler.plugins.base import CycleState, Filter, FilterResult, Score
+from scheduler.plugins.base import CycleState, Filter, FilterResult, Score, filter_by_table_and_pod
 from scheduler.quantity import CPU, EPHEMERAL_STORAGE, MEMORY, PODS
 from scheduler.table import NodeTable
 
@@ -140,10 +140,6 @@ def least_allocated_score(table: NodeTable, pod: PodInfo) -> NDArray[np.float64]
     return score
 
 
-def _filter(state: CycleState) -> FilterResult | None:
-    return resources_fit(state.table, state.pod)
-
-
 def _score(state: CycleState, feasible: NDArray[np.bool_]) -> NDArray[np.float64] | None:
     return least_allocated_score(state.table, state.pod)
 
@@ -151,7 +147,7 @@ def _score(state: CycleState, feasible: NDArray[np.bool_]) -> NDArray[np.float64
 FILTER = Filter(
     name=NAME,
     explain="the node has room for the pod's requests and one more pod",
-    filter=_filter,
+    filter=filter_by_table_and_pod(resources_fit),
     preemption_may_help=True,  # evicting lower-priority pods frees their requests
 )
 SCORE = Score(

@@ -8,7 +8,7 @@ Reason: ``node(s) were unschedulable``.
 from __future__ import annotations
 
 from scheduler.model import NO_SCHEDULE, UNSCHEDULABLE_TAINT_KEY, PodInfo, Taint
-from scheduler.plugins.base import CycleState, Filter, FilterResult
+from scheduler.plugins.base import Filter, FilterResult, filter_by_table_and_pod
 from scheduler.table import NodeTable
 
 NAME = "NodeUnschedulable"
@@ -23,13 +23,9 @@ def node_unschedulable(table: NodeTable, pod: PodInfo) -> FilterResult | None:
     return FilterResult(NAME, ~table.unschedulable, (UNSCHEDULABLE,))
 
 
-def _filter(state: CycleState) -> FilterResult | None:
-    return node_unschedulable(state.table, state.pod)
-
-
 FILTER = Filter(
     name=NAME,
     explain="the node is not cordoned (or the pod tolerates the unschedulable taint)",
-    filter=_filter,
+    filter=filter_by_table_and_pod(node_unschedulable),
     static=True,
 )

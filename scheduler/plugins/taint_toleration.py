@@ -11,7 +11,12 @@ taint(s)`` (so every tainted node counts under the same reason in ``FailedSchedu
 from __future__ import annotations
 
 from scheduler.model import NO_EXECUTE, NO_SCHEDULE, PodInfo
-from scheduler.plugins.base import CycleState, Filter, FilterResult, any_per_node
+from scheduler.plugins.base import (
+    Filter,
+    FilterResult,
+    any_per_node,
+    filter_by_table_and_pod,
+)
 from scheduler.table import NodeTable
 
 NAME = "TaintToleration"
@@ -35,13 +40,9 @@ def taint_toleration(table: NodeTable, pod: PodInfo) -> FilterResult | None:
     return FilterResult(NAME, passed, (UNTOLERATED_TAINT,))
 
 
-def _filter(state: CycleState) -> FilterResult | None:
-    return taint_toleration(state.table, state.pod)
-
-
 FILTER = Filter(
     name=NAME,
     explain="the pod tolerates every NoSchedule/NoExecute taint of the node",
-    filter=_filter,
+    filter=filter_by_table_and_pod(taint_toleration),
     static=True,
 )
