@@ -10,19 +10,15 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
+from prometheus_client import CollectorRegistry
 
 from interference_cli.redis_process import free_port
+from scheduler.cache import ClusterCache
 from scheduler.engine import Engine
-from scheduler.model import (
-    ObjectError,
-    parse_claim,
-    parse_csi_node,
-    parse_namespace,
-    parse_node,
-    parse_pod,
-    parse_storage_class,
-    parse_volume,
-)
+from scheduler.metrics import SchedulerMetrics
+from scheduler.model import parse_pod
+from scheduler.ports import INFORMED_KINDS, ObjectKind
+from scheduler.queue import SchedulingQueue
 from scheduler.settings import EngineSettings
 from scheduler.table import NodeTable
 from tests.e2e.control_plane import Assets, terminate
@@ -30,6 +26,16 @@ from tests.e2e.kube import Kube, Obj, condition, wait_for
 
 PENDING = "<pending>"
 """The decision of a scheduler that leaves the pod pending."""
+LIST_PATHS: dict[ObjectKind, str] = {
+    "Node": "/api/v1/nodes",
+    "Namespace": "/api/v1/namespaces",
+    "StorageClass": "/apis/storage.k8s.io/v1/storageclasses",
+    "CSINode": "/apis/storage.k8s.io/v1/csinodes",
+    "PersistentVolume": "/api/v1/persistentvolumes",
+    "PersistentVolumeClaim": "/api/v1/persistentvolumeclaims",
+    "Pod": "/api/v1/pods",
+}
+"""Where each informed kind is listed (every namespace)."""
 
 
 def read_log(path: Path) -> str:
@@ -93,30 +99,13 @@ def kube_scheduler(
 
 
 def cluster_table(kube: Kube) -> NodeTable:
-    """Our node table of the cluster as the API server has it now: every kind the
-    scheduler informs, pods that are placed and not finished."""
-    table = NodeTable()
-    for node in kube.request("GET", "/api/v1/nodes")["items"]:
-        table.upsert_node(parse_node(node))
-    for namespace in kube.request("GET", "/api/v1/namespaces")["items"]:
-        table.upsert_namespace(parse_namespace(namespace))
-    volumes = table.volumes
-    for claim in kube.request("GET", "/api/v1/persistentvolumeclaims")["items"]:
-        volumes.upsert_claim(parse_claim(claim))
-    for volume in kube.request("GET", "/api/v1/persistentvolumes")["items"]:
-        volumes.upsert_volume(parse_volume(volume))
-    for storage_class in kube.request("GET", "/apis/storage.k8s.io/v1/storageclasses")["items"]:
-        volumes.upsert_storage_class(parse_storage_class(storage_class))
-    for csi_node in kube.request("GET", "/apis/storage.k8s.io/v1/csinodes")["items"]:
-        volumes.upsert_csi_node(parse_csi_node(csi_node))
-    for placed in kube.request("GET", "/api/v1/pods")["items"]:
-        node = placed["spec"].get("nodeName")
-        if node and placed["status"].get("phase") not in ("Succeeded", "Failed"):
-            try:
-                table.add_pod(parse_pod(placed), node, 0.0)
-            except ObjectError:  # another test's deliberately malformed pod
-                continue
-    return table
+    """Our node table of the cluster as the API server has it now, built the way the
+    scheduler builds it: its cache given a list of every informed kind."""
+    metrics = SchedulerMetrics(CollectorRegistry())
+    cache = ClusterCache(NodeTable(), SchedulingQueue(), metrics, scheduler_name="")
+    for kind in INFORMED_KINDS:
+        cache.replace(kind, kube.request("GET", LIST_PATHS[kind])["items"])
+    return cache.table
 
 
 def decide(table: NodeTable, pod: Obj) -> tuple[str, str]:
