@@ -11,6 +11,9 @@
  *  - every entry a program could not keep is counted (count_lost_entry) in lost_entries
  *    under the parity of its drain generation; the agent reads and zeroes the old
  *    parity's slots after the grace period, so no count is lost between read and reset.
+ *  - a map named tasks keyed by u32 pid is seeded by the loader, right after the attach,
+ *    with an all-zero entry for every thread then present (never overwriting one the
+ *    programs made); what was counted before the agent's first interval is drained away.
  */
 #ifndef INTERFERENCE_INTF_H
 #define INTERFERENCE_INTF_H

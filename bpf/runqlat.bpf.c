@@ -41,7 +41,8 @@ struct task_state {
     u64 pending_from_idle; /* the stashed delay ended by switching in from the idle task */
 };
 
-/* A task keeps its entry while it sleeps (no delete + insert per sleep/wake-up cycle, the
+/* Seeded by the loader with an empty entry per thread present at attach.
+ * A task keeps its entry while it sleeps (no delete + insert per sleep/wake-up cycle, the
  * bulk of the per-event cost) and loses it when it exits; LRU evicts what an exit
  * skipped by the kernel would otherwise leave behind, and the least recently used
  * (sleeping) tasks first when more tasks than MAX_TASKS are about. */
@@ -124,8 +125,8 @@ static __always_inline void switch_in(u32 pid, u64 now, u64 from_idle)
 {
     struct task_state *task = tasks.lookup(&pid);
     if (!task) {
-        /* Every way into a run queue stores an entry, so this one was never stored or
-         * was evicted (or the task was queued before the program was attached). */
+        /* Every way into a run queue stores an entry, and the loader seeds one for every
+         * thread present at attach, so this one was never stored or was evicted. */
         count_lost_entry(current_generation(), LOST_TASK_ENTRY);
         return;
     }

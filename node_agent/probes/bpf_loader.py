@@ -62,6 +62,10 @@ STATS_TABLE = b"stats"
 GENERATION_TABLE = b"drain_generation"
 LOST_TABLE = b"lost_entries"
 
+SEEDED_TASKS_TABLE = b"tasks"
+"""A program's per-task map keyed by pid (``runqlat``), seeded at attach (:func:`seed_tasks`)."""
+BPF_NOEXIST = 1
+
 LOST_ENTRY_KINDS = ("cgroup", "task")
 """Slots of ``lost_entries`` within one parity, in the order of ``LOST_*_ENTRY`` in
 ``bpf/intf.h``: per-cgroup ``stats`` entries not created, per-task entries not stored
@@ -210,6 +214,51 @@ def describe_u64_struct(struct: Any) -> list[tuple[str, int]]:
     return fields
 
 
+def thread_ids(proc_root: str = "/proc") -> list[int]:
+    """Every thread id under ``proc_root`` (``/proc/PID/task/TID``), the threads that
+    exit meanwhile left out."""
+    tids: list[int] = []
+    with contextlib.suppress(OSError):
+        for pid in os.listdir(proc_root):
+            if pid.isdigit():
+                with contextlib.suppress(OSError):
+                    tids.extend(
+                        int(t) for t in os.listdir(f"{proc_root}/{pid}/task") if t.isdigit()
+                    )
+    return tids
+
+
+def seed_tasks(program: Any, proc_root: str) -> int:
+    """Give every thread present at attach an empty entry in the program's ``tasks`` map
+    (where it has one; never overwriting an entry the programs already made), up to half
+    the map; returns how many were seeded.
+
+    A switch-in of a task without an entry counts as a lost entry (``bpf/runqlat.bpf.c``).
+    A thread that sleeps across the attach has none until its first wake-up, so a skipped
+    first wake-up (``bpf_missed_events``), or a task queued before the attach, would
+    otherwise read as a full map for the first minutes after every start.
+    """
+    try:
+        tasks = program.get_table(SEEDED_TASKS_TABLE)
+    except KeyError:
+        return 0
+    from bcc.libbcc import lib  # the compiler process only
+
+    limit = int(tasks.max_entries) // 2
+    seeded = 0
+    empty = tasks.Leaf()
+    for tid in thread_ids(proc_root):
+        if seeded >= limit:
+            break
+        key = tasks.Key(tid)
+        if (
+            lib.bpf_update_elem(tasks.map_fd, ctypes.byref(key), ctypes.byref(empty), BPF_NOEXIST)
+            == 0
+        ):
+            seeded += 1
+    return seeded
+
+
 def compiler_main() -> None:
     """Entry point of the compiler process (see :func:`load_program`).
 
@@ -222,7 +271,9 @@ def compiler_main() -> None:
     try:
         bcc = import_bcc()
         cflags = json.loads(sys.argv[2]) if len(sys.argv) > 2 else []
+        proc_root = sys.argv[3] if len(sys.argv) > 3 else "/proc"
         program = bcc.BPF(text=sys.stdin.buffer.read(), cflags=cflags)
+        seed_tasks(program, proc_root)
         stats, generation = program[STATS_TABLE], program[GENERATION_TABLE]
         lost = program[LOST_TABLE]
         program_fds = [function.fd for function in program.funcs.values()]
@@ -461,6 +512,7 @@ def load_program(
                     _COMPILER_ENTRY,
                     str(theirs.fileno()),
                     json.dumps(list(cflags)),
+                    ctx.proc_root,
                 ],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
@@ -598,6 +650,15 @@ class BpfCgroupProbe:
                 f"bpf/{self.name}.bpf.c does not match this agent: {lacks}; ship the bpf/ "
                 f"directory of the same release"
             )
+        # What was counted before the first interval begins (from the attach on, while the
+        # loader seeded the tasks map) belongs to no interval: drain it away.
+        try:
+            self.drain(program)
+            program.take_lost_entries(self._generation - 1)
+        except OSError as exc:
+            program.close()
+            raise ProbeUnavailable(f"cannot read the maps of bpf/{self.name}.bpf.c: {exc}") from exc
+        self._missed_events = program.missed_events()
         self._program = program
 
     def collect(self) -> Sample:
@@ -638,9 +699,9 @@ class BpfCgroupProbe:
         if losing and not self._losing_entries:
             log.warning(
                 "probe %s: BPF maps lost entries this interval (%s): more tasks or cgroups "
-                "were active than bpf/intf.h MAX_TASKS / MAX_CGROUPS hold (or tasks were "
-                "already queued when the program attached); the interval's figures are "
-                "incomplete and published as unmeasured (degraded), see bpf_lost_entries",
+                "were active than bpf/intf.h MAX_TASKS / MAX_CGROUPS hold; the interval's "
+                "figures are incomplete and published as unmeasured (degraded), see "
+                "bpf_lost_entries",
                 self.name,
                 ", ".join(f"{count} {kind}" for kind, count in lost.items()),
             )

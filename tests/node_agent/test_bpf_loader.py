@@ -74,6 +74,23 @@ def test_shared_header_lost_entry_kinds_match_the_loader() -> None:
     assert f"#define LOST_KINDS {len(bpf_loader.LOST_ENTRY_KINDS)}\n" in header
 
 
+def test_thread_ids_lists_every_thread_of_every_process(tmp_path: Path) -> None:
+    for pid, tids in {"1": ["1", "60"], "42": ["42"], "self": ["7"]}.items():
+        for tid in tids:
+            (tmp_path / pid / "task" / tid).mkdir(parents=True)
+    (tmp_path / "99").mkdir()  # a process that exited while being listed: no task/
+    assert sorted(bpf_loader.thread_ids(str(tmp_path))) == [1, 42, 60]
+    assert bpf_loader.thread_ids(str(tmp_path / "missing")) == []
+
+
+def test_a_program_without_a_tasks_map_is_not_seeded() -> None:
+    class NoTasks:
+        def get_table(self, name: bytes) -> None:
+            raise KeyError(name)
+
+    assert bpf_loader.seed_tasks(NoTasks(), "/proc") == 0
+
+
 @pytest.mark.parametrize("size", ["MAX_TASKS", "MAX_CGROUPS"])
 def test_map_sizes_can_be_overridden_by_compiler_flags(size: str) -> None:
     header = (default_bpf_dir() / "intf.h").read_text()

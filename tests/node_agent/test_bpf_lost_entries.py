@@ -46,9 +46,6 @@ ROOMY_TASKS = 8
 COLLECT_EVERY_S = 0.5
 GIVE_UP_AFTER_S = 120.0
 """Bound on waiting for an outcome on a loaded machine (not a timing assertion)."""
-WARM_UP_S = 1.5
-"""Tasks already queued when the program attached were never seen queued: their first
-switch-ins count as lost. The room test drains them away before it looks."""
 
 BUSY_IDLE_LOOP = "chrt --idle 0 sh -c 'while :; do :; done'"
 NAPPER = "while :; do sleep 0.05; done"
@@ -134,6 +131,7 @@ def test_more_queued_tasks_than_the_task_map_holds_are_counted_and_degrade_the_r
         sample = collect_until(probe, lambda s: s.node.get(BPF_LOST_ENTRIES, 0.0) > 0)
         lost_by_kind = dict(probe.lost_entries_by_kind)
 
+    print(f"\nmap of {SMALL_TASK_MAP} tasks, {QUEUED_TASKS} queued: lost {lost_by_kind}")
     assert sample.node[BPF_LOST_ENTRIES] > 0, "a full task map lost nothing?"
     assert lost_by_kind["task"] > 0, lost_by_kind
     report = report_of(sample)
@@ -158,6 +156,7 @@ def test_more_active_cgroups_than_the_cgroup_map_holds_are_counted_and_degrade_t
         sample = collect_until(probe, lambda s: s.node.get(BPF_LOST_ENTRIES, 0.0) > 0)
         lost_by_kind = dict(probe.lost_entries_by_kind)
 
+    print(f"\nmap of {SMALL_CGROUP_MAP} cgroups, {ACTIVE_CGROUPS} active: lost {lost_by_kind}")
     assert lost_by_kind["cgroup"] > 0, lost_by_kind
     report = report_of(sample)
     assert report.metrics.bpf_lost_entries > 0
@@ -165,22 +164,28 @@ def test_more_active_cgroups_than_the_cgroup_map_holds_are_counted_and_degrade_t
 
 
 def test_with_room_in_the_maps_nothing_is_lost_and_the_report_is_ok(own_tree: Path) -> None:
+    """From the first interval on: threads that slept (or queued) across the attach have
+    seeded entries, so they do not read as lost."""
     procs = own_tree / "cgroup.procs"
     ours = kernel_cgroup_id(str(own_tree))
+    samples: list[Sample] = []
+
+    def seen_ours_in_a_few(sample: Sample) -> bool:
+        samples.append(sample)
+        runq_counts = (s.by_cgroup_id.get(ours, {}).get(RUNQ_COUNT, 0.0) for s in samples)
+        return len(samples) >= 3 and any(count > 0 for count in runq_counts)
+
     with ExitStack() as stack:
         probe = started_probe(stack, own_tree, [])
         stack.enter_context(process_in([procs], spawn(ROOMY_TASKS, BUSY_IDLE_LOOP)))
-        await_members(procs, ROOMY_TASKS)
-        time.sleep(WARM_UP_S)
-        probe.collect()
-        sample = collect_until(
-            probe, lambda s: s.by_cgroup_id.get(ours, {}).get(RUNQ_COUNT, 0.0) > 0
-        )
-        lost_by_kind = dict(probe.lost_entries_by_kind)
+        collect_until(probe, seen_ours_in_a_few)
 
-    assert sample.by_cgroup_id[ours][RUNQ_COUNT] > 0, "the workload was not seen at all"
-    assert sample.node[BPF_LOST_ENTRIES] == 0, lost_by_kind
-    report = report_of(sample)
+    lost = [s.node[BPF_LOST_ENTRIES] for s in samples]
+    assert any(s.by_cgroup_id.get(ours, {}).get(RUNQ_COUNT, 0.0) > 0 for s in samples), (
+        "the workload was not seen at all"
+    )
+    assert lost == [0.0] * len(samples)
+    report = report_of(samples[-1])
     assert report.metrics.bpf_lost_entries == 0
     assert "runq" in report.measured
     assert report.pods, "an interval that lost nothing publishes its pod rows"
