@@ -282,16 +282,29 @@ class Agent:
             self._gpu_inventory.close()
 
     def _collect(self, probe: base.Probe) -> base.Sample | None:
-        # Probes promise not to raise; a bug in one must still not end the loop.
+        # A failed collect measured nothing: the interval leaves the probe's families out
+        # of ``measured`` (degraded when a core family), never reads as quiet.
         try:
             with self.metrics.collect_duration.labels(probe=probe.name).time():
                 sample = probe.collect()
-        except Exception:
+        except base.CollectFailed as exc:
+            if probe.name not in self._failing_probes:
+                log.warning(
+                    "probe %s could not measure this interval (%s); its data is left out "
+                    "until it can",
+                    probe.name,
+                    exc,
+                )
+                self._failing_probes.add(probe.name)
+            return None
+        except Exception:  # a bug in one probe must not end the loop
             if probe.name not in self._failing_probes:
                 log.exception("probe %s failed to collect; its data is left out", probe.name)
                 self._failing_probes.add(probe.name)
             return None
-        self._failing_probes.discard(probe.name)
+        if probe.name in self._failing_probes:
+            log.info("probe %s measures again", probe.name)
+            self._failing_probes.discard(probe.name)
         return sample
 
     def _gpus(self) -> list[GpuDevice]:

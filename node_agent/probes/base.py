@@ -3,8 +3,10 @@
 A probe is a small collector (koordlet style): ``start()`` either succeeds or raises
 :class:`ProbeUnavailable` with a reason a person can act on (what to mount, install or
 enable); the agent then logs that reason once and runs without the probe. ``collect()``
-returns what happened since the previous call (deltas, never cumulative counters) and
-must not raise for transient problems: it logs and returns an empty sample instead.
+returns what happened since the previous call (deltas, never cumulative counters). When
+a transient problem keeps it from measuring an interval it raises :class:`CollectFailed`
+(never an empty sample: that would read as a quiet node); the agent leaves the probe's
+families out of that interval's ``measured`` and the probe keeps running.
 """
 
 from __future__ import annotations
@@ -67,6 +69,10 @@ HIST_RECLAIM_US = "reclaim_us"
 
 class ProbeUnavailable(RuntimeError):
     """The probe cannot run here; the message says why and what to do about it."""
+
+
+class CollectFailed(RuntimeError):
+    """This interval could not be measured (the message says why); the next may be."""
 
 
 @dataclass

@@ -40,6 +40,7 @@ from interference import hist
 from node_agent.probes.base import (
     BPF_LOST_ENTRIES,
     BPF_MISSED_EVENTS,
+    CollectFailed,
     ProbeContext,
     ProbeUnavailable,
     Sample,
@@ -668,8 +669,8 @@ class BpfCgroupProbe:
         try:
             totals = self.drain(self._program)
         except OSError as exc:
-            log.warning("probe %s: draining BPF maps failed: %s", self.name, exc)
-            return sample
+            reason = f"draining the maps of bpf/{self.name}.bpf.c failed: {exc}"
+            raise CollectFailed(reason) from exc
         missed = self._program.missed_events()
         sample.node[BPF_MISSED_EVENTS] = float(missed - self._missed_events)
         self._missed_events = missed

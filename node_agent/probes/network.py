@@ -15,6 +15,7 @@ from typing import Any
 from node_agent.probes.base import (
     NET_BACKLOG_BYTES,
     NET_DROPS,
+    CollectFailed,
     ProbeContext,
     ProbeUnavailable,
     Sample,
@@ -86,14 +87,13 @@ class NetworkProbe:
         return self._drops.update(drops), backlog
 
     def collect(self) -> Sample:
-        """Drops since the previous call and the current backlog; empty on netlink errors."""
+        """Drops since the previous call and the current backlog."""
         if self._ipr is None:
             return Sample()
         try:
             deltas, backlog = self._read()
         except OSError as exc:
-            log.warning("network probe: netlink read failed (%s); skipping this interval", exc)
-            return Sample()
+            raise CollectFailed(f"netlink read failed: {exc}") from exc
         dropped = sum(d[_DROPS] for d in deltas.values())
         return Sample(node={NET_DROPS: float(dropped), NET_BACKLOG_BYTES: float(backlog)})
 

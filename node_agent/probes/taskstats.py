@@ -22,6 +22,7 @@ from node_agent.probes.base import (
     CPU_DELAY_COUNT,
     CPU_DELAY_NS,
     RECLAIM_DELAY_NS,
+    CollectFailed,
     ProbeContext,
     ProbeUnavailable,
     Sample,
@@ -158,8 +159,7 @@ class TaskstatsProbe:
         try:
             deltas = self._deltas.update(self._read())
         except (OSError, NetlinkError) as exc:
-            log.warning("taskstats read failed (%s); skipping this interval", exc)
-            return Sample()
+            raise CollectFailed(f"taskstats read failed: {exc}") from exc
         by_pid = {
             tid: {name: float(value) for name, value in counters.items() if value}
             for tid, counters in deltas.items()

@@ -31,6 +31,7 @@ same window, with what it is known to get wrong:
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
@@ -49,9 +50,11 @@ from node_agent.probes.base import (
     ONCPU_NS,
     RUNQ_COUNT,
     RUNQ_NS,
+    CollectFailed,
     ProbeContext,
     Sample,
 )
+from node_agent.probes.bpf_loader import CgroupTotals, LoadedProgram
 from node_agent.probes.runqlat import RunqlatProbe
 from tests.node_agent.bpf_workloads import (
     BUSY_LOOP,
@@ -250,3 +253,29 @@ def test_workloads_start_inside_their_cgroup_and_pinned() -> None:
         out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=60).stdout
     assert f"0::/{name}\n" in out
     assert out.rstrip().endswith(f"[{cpu}]")
+
+
+class _DrainFailsOnDemand(RunqlatProbe):
+    """The real probe, whose map reads fail once ``failing`` is set (as a bpf(2) call can)."""
+
+    failing = False
+
+    def drain(self, program: LoadedProgram) -> dict[int, CgroupTotals]:
+        if self.failing:
+            raise OSError(errno.EBADF, "bpf(2) map command 1: Bad file descriptor")
+        return super().drain(program)
+
+
+def test_a_failed_drain_is_an_interval_not_measured_never_a_quiet_one() -> None:
+    require_root()
+    probe = _DrainFailsOnDemand(ProbeContext())
+    probe.start()
+    try:
+        probe.collect()
+        probe.failing = True
+        with pytest.raises(CollectFailed, match=r"draining the maps of bpf/runqlat\.bpf\.c"):
+            probe.collect()
+        probe.failing = False
+        assert probe.collect().by_cgroup_id  # the next interval measures again
+    finally:
+        probe.close()

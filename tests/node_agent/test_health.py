@@ -3,6 +3,7 @@ HTTP requests against an agent running in a thread and against the real process.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -20,6 +21,7 @@ from interference.signals import NodeReport
 from node_agent.agent import Agent
 from node_agent.health import AgentHttpServer, AgentMetrics, liveness_problem
 from node_agent.pods import StaticPodDirectory
+from node_agent.probes.base import CollectFailed, Sample
 from node_agent.settings import AgentSettings
 from tests.conftest import free_port
 from tests.node_agent.test_agent import wait_for
@@ -234,3 +236,36 @@ def alive(port: int) -> bool:
 
 def read(path: Path) -> str:
     return path.read_text(errors="replace")
+
+
+def test_a_probe_that_cannot_measure_an_interval_leaves_its_family_out_of_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A transient collect failure (:class:`CollectFailed`) is an interval not measured —
+    the family leaves ``measured`` (unknown, never quiet) — logged once per streak without
+    a traceback, with a line when the probe measures again."""
+    settings = AgentSettings(node_name="flaky", interval_s=0.2, probes=("psi",), ncpu=1)
+    agent = Agent(settings, StaticPodDirectory(), metrics=AgentMetrics(CollectorRegistry()))
+    try:
+        agent.start()
+        (psi,) = agent._probes
+        working = psi.collect
+
+        def fail() -> Sample:
+            raise CollectFailed("reading /proc/pressure/cpu failed: [Errno 5] I/O error")
+
+        psi.collect = fail  # type: ignore[method-assign]
+        with caplog.at_level(logging.INFO, logger="node_agent.agent"):
+            assert "psi" not in agent.measure().measured
+            assert "psi" not in agent.measure().measured
+            psi.collect = working  # type: ignore[method-assign]
+            assert "psi" in agent.measure().measured
+        lines = [r for r in caplog.records if r.name == "node_agent.agent" and "psi" in r.message]
+        assert [(r.levelno, r.exc_info) for r in lines] == [
+            (logging.WARNING, None),
+            (logging.INFO, None),
+        ]
+        assert "could not measure this interval (reading /proc/pressure/cpu" in lines[0].message
+        assert lines[1].getMessage() == "probe psi measures again"
+    finally:
+        agent.close()
