@@ -168,7 +168,7 @@ class Agent:
         if missed:
             return (
                 f"the latest report lacks the core signal family {', '.join(missed)}: its "
-                "probe failed to collect (see the log)"
+                "probe could not measure the interval or its BPF maps lost entries (see the log)"
             )
         limit = self.settings.unready_after_publish_failures
         if self.consecutive_publish_failures >= limit:
