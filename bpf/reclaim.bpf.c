@@ -21,7 +21,10 @@ struct reclaim_stats {
     u64 reclaim_us_slots[HIST_SLOTS];
 };
 
-BPF_HASH(started_ns, struct reclaim_start_key, u64, MAX_TASKS);
+/* LRU: a start whose end the kernel skipped (BPF recursion guard) would otherwise stay
+ * until its pid is reused; on a long-lived node those leftovers would fill the map and
+ * every later start would be lost. Eviction drops the oldest (the leftovers) first. */
+BPF_TABLE("lru_hash", struct reclaim_start_key, u64, started_ns, MAX_TASKS);
 BPF_PERCPU_HASH(stats, struct cgroup_key, struct reclaim_stats, MAX_CGROUPS);
 
 static __always_inline struct reclaim_stats *current_cgroup_stats(void)
