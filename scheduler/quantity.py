@@ -11,6 +11,13 @@ Values are exact (:class:`fractions.Fraction`) and rounded up at the end, as
 kube-scheduler does: CPU is counted in millicores (``MilliValue``), everything else in
 whole units (``Value``: bytes for memory and ephemeral storage, devices for extended
 resources).
+
+Why not the client's ``kubernetes.utils.quantity.parse_quantity``: the model must not
+import ``kubernetes`` (only the adapters may: pyproject's import contracts), and the
+client's parser goes through Python's ``Decimal``, so it accepts quantities the API server
+refuses (``"1_000"`` → 1000). It is faster per parse (measured 1.0 µs against 3.8 µs
+here), which does not matter: :func:`resource_amount` caches parsed strings, and a
+cluster repeats a handful of them.
 """
 
 from __future__ import annotations
