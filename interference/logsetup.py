@@ -22,7 +22,9 @@ from typing import TextIO
 
 from interference.strict import parse_log_format, parse_log_level
 
-_CREDENTIALS_IN_URL = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^\s:/@]*:)[^\s@/]+@", re.IGNORECASE)
+_CREDENTIALS_IN_URL = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^\s:/@]*:)\S*@", re.IGNORECASE)
+"""Up to the last ``@`` of the word: a password may hold an unencoded ``/``, ``?``, ``#``
+or ``@``."""
 LEADER_ELECTION_LOGGER = "leaderelection"
 """The logger of ``kubernetes.leaderelection``, which logs every renewal at INFO."""
 MAX_REMEMBERED_WARNINGS = 1000

@@ -7,7 +7,7 @@ and the accepted values, never a silent default: ``DRY_RUN=Y`` must not mean "bi
 from __future__ import annotations
 
 import math
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 TRUE_WORDS = ("true", "1", "yes")
 FALSE_WORDS = ("false", "0", "no")
@@ -112,19 +112,20 @@ def parse_log_format(value: str) -> str:
 
 def mask_url(url: str) -> str:
     """``url`` with its password replaced by ``***`` (the user name stays), for anything a
-    person or a log collector sees. A URL that cannot be parsed is masked after its ``@``."""
-    try:
-        parts = urlsplit(url)
-        password = parts.password
-        username = parts.username
-        host = parts.netloc.rpartition("@")[2]
-    except ValueError:
-        scheme, sep, rest = url.partition("://")
-        if "@" not in rest:
-            return url
-        return f"{scheme}{sep}***@{rest.rpartition('@')[2]}"
-    if password is None and "@" not in parts.netloc:
+    person or a log collector sees. A URL that cannot be parsed is masked after its ``@``.
+
+    The credentials end at the last ``@``, not where ``urlsplit`` ends the netloc: a
+    password with an unencoded ``/``, ``?`` or ``#`` (base64 passwords hold ``/``) would
+    otherwise be shown in part or whole."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, host = rest.rpartition("@")
+    if not at:
         return url
-    if password is None:
+    try:
+        urlsplit(f"{scheme}{sep}{host}").port  # noqa: B018 (raises for a malformed host)
+    except ValueError:
+        return f"{scheme}{sep}***@{host}"
+    username, colon, _ = userinfo.partition(":")
+    if not colon:
         return url  # user name only: nothing secret
-    return urlunsplit(parts._replace(netloc=f"{username or ''}:***@{host}"))
+    return f"{scheme}{sep}{username}:***@{host}"

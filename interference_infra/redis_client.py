@@ -89,6 +89,13 @@ class RedisTarget:
                 f"{mask_url(self.url)!r} must start with redis://, rediss:// or unix://,"
                 " e.g. redis://redis.interference:6379/0"
             )
+        userinfo, at, _ = self.url.partition("://")[2].rpartition("@")
+        if at and not urlsplit(self.url).netloc.startswith(f"{userinfo}@"):
+            # urlsplit and redis-py would read part of the password as host, port or path
+            raise SettingError(
+                f"{mask_url(self.url)!r}: the user name or password holds /, ?, # or @: "
+                "percent-encode it in the URL, or give the password in REDIS_PASSWORD"
+            )
         if self.sentinels and self.cluster:
             raise SettingError("use either Redis Sentinel or Redis Cluster, not both")
         if scheme == "unix" and (self.sentinels or self.cluster):

@@ -103,6 +103,24 @@ def test_urls_are_masked(url: str, shown: str) -> None:
     assert not any(secret in masked for secret in ("wrongpw", "s3cret", ":p@"))
 
 
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://:pa/ss@host:6379/0", "redis://:***@host:6379/0"),
+        ("redis://u:pa#ss@h:6379", "redis://u:***@h:6379"),
+        ("redis://u:pa?ss@h/0", "redis://u:***@h/0"),
+        ("redis://u:a@b/c@h/0", "redis://u:***@h/0"),
+    ],
+)
+def test_passwords_with_url_delimiters_left_unencoded_are_masked_whole(
+    url: str, shown: str
+) -> None:
+    """A generated password often holds / (base64), # or ?; urlsplit then ends the
+    netloc early, yet no part of the password may be shown."""
+    assert mask_url(url) == shown
+    assert mask_credentials(f"Redis at {url} refused") == f"Redis at {shown} refused"
+
+
 @pytest.fixture
 def log_stream() -> Iterator[io.StringIO]:
     root = logging.getLogger()

@@ -59,6 +59,25 @@ def test_targets_that_cannot_work_are_refused(target: object, problem: str) -> N
 
 
 @pytest.mark.parametrize(
+    ("url", "secrets"),
+    [
+        ("redis://:Xq/7z@host:6379/0", ("Xq", "7z")),
+        ("redis://u:Xq#7z@h:6379", ("Xq", "7z")),
+        ("redis://u:Xq?7z@h/0", ("Xq", "7z")),
+        ("redis://u:Xq@9w/7z@h/0", ("Xq", "9w", "7z")),
+    ],
+)
+def test_a_password_with_unencoded_url_delimiters_is_refused_without_showing_it(
+    url: str, secrets: tuple[str, ...]
+) -> None:
+    """urlsplit (and redis-py) would end the host early and read part of the password as
+    the port or path, then print it in the parse error."""
+    with pytest.raises(SettingError, match="percent-encode") as raised:
+        RedisTarget(url)
+    assert not any(part in str(raised.value) for part in secrets)
+
+
+@pytest.mark.parametrize(
     ("target", "shown"),
     [
         (RedisTarget("redis://agent:s3cret@redis:6379/0"), "redis://agent:***@redis:6379/0"),
