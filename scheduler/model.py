@@ -46,13 +46,15 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from interference.signals import GpuDevice
 from scheduler.quantity import CPU, MEMORY, QuantityError, resource_amount
+
+_T = TypeVar("_T")
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 UNSCHEDULABLE_TAINT_KEY = "node.kubernetes.io/unschedulable"
@@ -557,8 +559,22 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
     reader = _Reader(obj, "pod")
     metadata = reader.metadata
     spec = reader.mapping(obj, "spec")
+    placed = bool(reader.string(spec, "nodeName", "spec.nodeName"))
+
+    def own_scheduling(parse: Callable[[], _T], default: _T) -> _T:
+        """A field only the pod's own scheduling reads. A placed pod is never scheduled
+        again, so a value there we cannot read must not drop it from the table: its
+        requests, ports, labels, pod-affinity terms and volumes still count on its node."""
+        if not placed:
+            return parse()
+        try:
+            return parse()
+        except ObjectError:
+            return default
+
     unsupported: list[str] = []
-    spread, soft_spread = _spread_constraints(reader, spec)
+    no_spread: tuple[tuple[SpreadConstraint, ...], tuple[SpreadConstraint, ...]] = ((), ())
+    spread, soft_spread = own_scheduling(lambda: _spread_constraints(reader, spec), no_spread)
     inter_pod = _InterPodTerms.parse(reader, reader.mapping(spec, "spec.affinity"))
     requests, nonzero_cpu_m, nonzero_memory = _pod_requests(
         reader, spec, reader.mapping(obj, "status")
@@ -567,19 +583,17 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
     priority = spec.get("priority") or 0
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise reader.error("spec.priority", f"{priority!r} is not an integer")
-    gates = tuple(
-        reader.string(g, "name", f"spec.schedulingGates[{i}].name")
-        for i, g in enumerate(reader.sequence(spec, "spec.schedulingGates"))
+    gates = own_scheduling(
+        lambda: tuple(
+            reader.string(g, "name", f"spec.schedulingGates[{i}].name")
+            for i, g in enumerate(reader.sequence(spec, "spec.schedulingGates"))
+        ),
+        tuple[str, ...](),
     )
     affinity = reader.mapping(spec, "spec.affinity")
-    preemption_policy = (
-        reader.string(spec, "preemptionPolicy", "spec.preemptionPolicy") or PREEMPT_LOWER_PRIORITY
+    preemption_policy = own_scheduling(
+        lambda: _preemption_policy(reader, spec), PREEMPT_LOWER_PRIORITY
     )
-    if preemption_policy not in (PREEMPT_LOWER_PRIORITY, PREEMPT_NEVER):
-        raise reader.error(
-            "spec.preemptionPolicy",
-            f"{preemption_policy!r} is not {PREEMPT_LOWER_PRIORITY} or {PREEMPT_NEVER}",
-        )
     return PodInfo(
         namespace=reader.string(metadata, "namespace", "metadata.namespace") or "default",
         name=reader.name,
@@ -595,26 +609,45 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         nonzero_cpu_m=nonzero_cpu_m,
         nonzero_memory=nonzero_memory,
         host_ports=_host_ports(reader, spec),
-        tolerations=_tolerations(reader, spec),
-        node_selector=tuple(
-            sorted(reader.string_map(spec, "nodeSelector", "spec.nodeSelector").items())
+        tolerations=own_scheduling(lambda: _tolerations(reader, spec), ()),
+        node_selector=own_scheduling(
+            lambda: tuple(
+                sorted(reader.string_map(spec, "nodeSelector", "spec.nodeSelector").items())
+            ),
+            (),
         ),
-        required_node_affinity=_node_affinity(reader, affinity),
+        required_node_affinity=own_scheduling(lambda: _node_affinity(reader, affinity), None),
         anti_affinity=inter_pod.required_anti_affinity,
         labels=reader.string_map(metadata, "labels", "metadata.labels"),
-        tolerance=_tolerance(reader, annotations),
+        tolerance=own_scheduling(lambda: _tolerance(reader, annotations), None),
         scheduling_gates=gates,
-        unsupported=tuple(unsupported + _unsupported_spec_fields(reader, spec)),
+        unsupported=tuple(
+            unsupported
+            + own_scheduling(lambda: _unsupported_spec_fields(reader, spec), list[str]())
+        ),
         preemption_policy=preemption_policy,
         spread=spread,
         soft_spread=soft_spread,
         pod_affinity=inter_pod.required_affinity,
         preferred_affinity=inter_pod.preferred_affinity,
         preferred_anti_affinity=inter_pod.preferred_anti_affinity,
-        preferred_node_affinity=_preferred_node_affinity(reader, affinity),
+        preferred_node_affinity=own_scheduling(
+            lambda: _preferred_node_affinity(reader, affinity), ()
+        ),
         claims=_volume_claims(reader, spec),
         inline_attached=_inline_attached(reader, spec),
     )
+
+
+def _preemption_policy(reader: _Reader, spec: Mapping[str, Any]) -> str:
+    policy = reader.string(spec, "preemptionPolicy", "spec.preemptionPolicy")
+    policy = policy or PREEMPT_LOWER_PRIORITY
+    if policy not in (PREEMPT_LOWER_PRIORITY, PREEMPT_NEVER):
+        raise reader.error(
+            "spec.preemptionPolicy",
+            f"{policy!r} is not {PREEMPT_LOWER_PRIORITY} or {PREEMPT_NEVER}",
+        )
+    return policy
 
 
 class _Reader:

@@ -378,16 +378,22 @@ def test_pod_that_stops_parsing_leaves_the_pending_set(h: Harness) -> None:
     assert h.cache.take_unparseable() == []  # deleted before it was reported
 
 
-@pytest.mark.parametrize(
-    "change",
-    ["other-scheduler", "bound", "ignored-namespace", "terminating"],
-)
+def test_bound_pod_with_a_toleration_we_cannot_read_still_counts_on_its_node(h: Harness) -> None:
+    """Tolerations only matter for the pod's own scheduling, which is over."""
+    pod = _gt_toleration_pod()
+    pod["spec"]["nodeName"] = "n1"
+    h.cluster.add_pod(pod)
+    h.sync()
+    assert h.malformed("Pod") == 0
+    assert h.cache.table.pod_node("default/gated") == "n1"
+    assert h.cache.take_unparseable() == []
+
+
+@pytest.mark.parametrize("change", ["other-scheduler", "ignored-namespace", "terminating"])
 def test_unparseable_pods_not_ours_to_schedule_are_not_reported(h: Harness, change: str) -> None:
     pod = _gt_toleration_pod()
     if change == "other-scheduler":
         pod["spec"]["schedulerName"] = "default-scheduler"
-    elif change == "bound":
-        pod["spec"]["nodeName"] = "n1"
     elif change == "ignored-namespace":
         pod["metadata"]["namespace"] = "kube-system"
     else:

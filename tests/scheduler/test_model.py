@@ -730,3 +730,51 @@ def test_parse_pod_errors_name_the_field(spec: dict[str, Any], field: str) -> No
 def test_parse_pod_rejects_non_object() -> None:
     with pytest.raises(ObjectError, match="expected a JSON object"):
         parse_pod(["not", "a", "pod"])  # type: ignore[arg-type]
+
+
+# A placed pod is never scheduled again: a field only its own scheduling reads, which we
+# cannot read, must not drop it from the table (its requests would stop counting on its node
+# and the node would look emptier than kube-scheduler sees it). A pending pod with the same
+# field is refused as unparseable.
+OWN_SCHEDULING_FIELDS_WE_CANNOT_READ: list[tuple[str, dict[str, Any]]] = [
+    ("interference tolerance annotation", {"annotations": {ANNOTATION_MAX_SCORE: "high"}}),
+    (
+        "toleration operator of an alpha gate",
+        {"tolerations": [{"key": "gpu-mem", "operator": "Gt", "value": "40"}]},
+    ),
+    (
+        "topology spread whenUnsatisfiable",
+        {
+            "topologySpreadConstraints": [
+                {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "Sometimes"}
+            ]
+        },
+    ),
+    ("preemption policy", {"preemptionPolicy": "Always"}),
+    ("node selector", {"nodeSelector": {"zone": 3}}),
+]
+
+
+@pytest.mark.parametrize(
+    ("field", "extra"),
+    OWN_SCHEDULING_FIELDS_WE_CANNOT_READ,
+    ids=[f for f, _ in OWN_SCHEDULING_FIELDS_WE_CANNOT_READ],
+)
+def test_placed_pod_with_unreadable_own_scheduling_field_still_counts_on_its_node(
+    field: str, extra: dict[str, Any]
+) -> None:
+    annotations = extra.pop("annotations", None)
+    pending = pod_obj("web", requests={"cpu": "500m"}, annotations=annotations, **extra)
+    with pytest.raises(ObjectError):
+        parse_pod(pending)
+    placed = pod_obj(
+        "web", requests={"cpu": "500m"}, annotations=annotations, nodeName="n1", **extra
+    )
+    pod = parse_pod(placed)
+    assert (pod.node_name, pod.requests["cpu"]) == ("n1", 500)
+
+
+def test_placed_pod_with_unreadable_requests_is_still_an_error() -> None:
+    """Requests are what a placed pod holds on its node: never guessed."""
+    with pytest.raises(ObjectError, match="cpu"):
+        parse_pod(pod_obj("web", requests={"cpu": "lots"}, nodeName="n1"))
