@@ -147,8 +147,12 @@ class ClusterCache:
                 for node in nodes.values():
                     self._upsert_node(node)
             else:
+                held_before = set(self.table.unreadable_pod_keys())
                 pods = {p.pod.key: p for p in self._parse_each(objects, _parse_pod_state, kind)}
                 listed = {_object_key(kind, obj) for obj in objects}
+                for key in held_before:  # parses now, or gone from the list
+                    if key in pods or key not in listed:
+                        self.table.release_unreadable_pod(key)
                 for key in [k for k in self._unparseable if k not in listed or k in pods]:
                     self._forget_unparseable(key)
                 known = self._placed.keys() | self._unbound.keys() | self._assumed.keys()
@@ -179,7 +183,9 @@ class ClusterCache:
                         self._queue.cluster_event()
                 else:
                     self._forget_unparseable(key)
-                    if self._delete_pod(key):
+                    released = key in self.table.unreadable_pod_keys()
+                    self.table.release_unreadable_pod(key)
+                    if self._delete_pod(key) or released:
                         self._queue.cluster_event()
                 return
             if kind == "Node":
@@ -199,7 +205,9 @@ class ClusterCache:
             state = self._parse(obj, _parse_pod_state, kind)
             if state is not None:
                 self._forget_unparseable(state.pod.key)
-                if self._upsert_pod(state):
+                released = state.pod.key in self.table.unreadable_pod_keys()
+                self.table.release_unreadable_pod(state.pod.key)
+                if self._upsert_pod(state) or released:
                     self._queue.cluster_event()
 
     # ---- used by the scheduling loop and the binder ------------------------------------
@@ -278,6 +286,19 @@ class ClusterCache:
             return parse(obj)
         except ObjectError as exc:
             self._metrics.malformed_objects.labels(kind).inc()
+            if kind == "Pod" and (node := _placed_on(obj)):
+                log.warning(
+                    "a pod placed on node %s does not parse, so what it holds there is "
+                    "unknown: no pod goes to %s until it parses or is gone (fix or delete "
+                    "it): %s",
+                    node,
+                    node,
+                    exc,
+                )
+                key = _object_key(kind, obj)
+                if key is not None:
+                    self.table.hold_unreadable_pod(key, node)
+                return None
             log.warning("skipping malformed %s (fix or delete the object): %s", kind, exc)
             if kind == "Pod":
                 self._note_unparseable(obj, str(exc))
@@ -468,6 +489,17 @@ class _PodState:
     pod: PodInfo
     finished: bool
     """``status.phase`` is Succeeded or Failed: the pod no longer uses its node."""
+
+
+def _placed_on(obj: K8sObject) -> str:
+    """The node of a pod's raw JSON that is bound and still holds it, else ""."""
+    spec = obj.get("spec") if isinstance(obj, Mapping) else None
+    status = obj.get("status") if isinstance(obj, Mapping) else None
+    node = spec.get("nodeName") if isinstance(spec, Mapping) else None
+    phase = status.get("phase") if isinstance(status, Mapping) else None
+    if not isinstance(node, str) or phase in FINISHED_PHASES:
+        return ""
+    return node
 
 
 def _parse_pod_state(obj: K8sObject) -> _PodState:

@@ -33,7 +33,7 @@ allocatable changed (:attr:`NodeTable.load_generation`).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Any, Generic, Literal, TypeVar, cast, get_args
@@ -182,6 +182,8 @@ class NodeTable:
         self._derived: dict[Hashable, object] = {}
         self._row_derived: dict[Hashable, tuple[int, NDArray[np.float64]]] = {}
         self._pods: dict[str, _PlacedPod] = {}
+        self._unreadable_pods: dict[str, str] = {}
+        """Placed pods (key → node) whose requests, ports, labels or terms do not parse."""
         self._pods_by_node: dict[str, dict[str, PodInfo]] = {}
         self._pods_by_label: dict[tuple[str, str], set[str]] = {}
         self._pods_by_namespace: dict[str, set[str]] = {}
@@ -411,6 +413,34 @@ class NodeTable:
             )
             self._namespace_selections[selector] = found
         return found
+
+    def hold_unreadable_pod(self, key: str, node: str) -> None:
+        """A pod placed on ``node`` that does not parse: what it holds there is unknown,
+        so the node takes no pod until it is readable again or gone (fail closed)."""
+        if self._unreadable_pods.get(key) != node:
+            self._unreadable_pods[key] = node
+            self._bump_generation()
+
+    def release_unreadable_pod(self, key: str) -> None:
+        """The pod parses again, finished or was deleted."""
+        if self._unreadable_pods.pop(key, None) is not None:
+            self._bump_generation()
+
+    def unreadable_pod_keys(self) -> Collection[str]:
+        """Keys of the placed pods held as unreadable (read only)."""
+        return self._unreadable_pods.keys()
+
+    def holds_unreadable_pod(self) -> NDArray[np.bool_]:
+        """Nodes holding a pod that does not parse (cached until the next change)."""
+
+        def build() -> NDArray[np.bool_]:
+            mask = np.zeros(self._count, dtype=np.bool_)
+            rows = [self._index.get(node) for node in self._unreadable_pods.values()]
+            mask[[row for row in rows if row is not None]] = True
+            mask.setflags(write=False)
+            return mask
+
+        return self.cached("constraints", "unreadable pods", build)
 
     def pod_node(self, key: str) -> str | None:
         """Node a pod (``namespace/name``) is placed on, ``None`` when unknown."""

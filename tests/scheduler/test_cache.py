@@ -21,6 +21,7 @@ from scheduler.adapters.memory import (
 from scheduler.cache import ClusterCache
 from scheduler.metrics import SchedulerMetrics
 from scheduler.model import PodInfo, parse_pod
+from scheduler.plugins.node_ready import HOLDS_UNREADABLE_POD, node_ready
 from scheduler.ports import PodRef
 from scheduler.queue import QueueState, SchedulingQueue
 from scheduler.table import NodeTable
@@ -430,3 +431,50 @@ def test_volume_objects_are_relisted_and_a_real_change_requeues(h: Harness) -> N
     h.cache.replace("CSINode", [])
     assert volumes.volume("pv-1") is None and volumes.storage_class("local") is None
     assert volumes.csi_nodes() == [] and volumes.claim("default", "data") is not None
+
+
+def _unreadable_placed_pod(node: str) -> dict[str, Any]:
+    """A pod bound to ``node`` whose CPU request does not parse (what it holds is unknown)."""
+    pod = pod_object("mystery", node_name=node, scheduler_name="default-scheduler")
+    pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "lots"
+    return pod
+
+
+@pytest.mark.parametrize("how", ["watch", "relist"])
+def test_node_holding_a_pod_that_does_not_parse_takes_no_pod_until_it_parses(
+    h: Harness, how: str
+) -> None:
+    """Fail closed: kube-scheduler counts that pod's requests; we cannot, so its node is
+    filtered out for every pod (NodeReady's second reason) until the pod parses again."""
+    h.sync()
+    h.cluster.add_pod(_unreadable_placed_pod("n1"))
+    if how == "watch":
+        h.sync()
+    else:
+        h.cache.replace("Pod", h.cluster.pods())
+    assert h.malformed("Pod") == 1
+    tolerant = parse_pod(pod_object("any", tolerations=[{"operator": "Exists"}]))
+    for pod in (parse_pod(pod_object("pending")), tolerant):
+        verdict = node_ready(h.table, pod)
+        assert verdict is not None
+        assert verdict.passed.tolist() == [False, True]  # n1, n2
+        assert verdict.reasons_for(0) == [HOLDS_UNREADABLE_POD]
+    fixed = pod_object("mystery", node_name="n1", scheduler_name="default-scheduler", cpu="1")
+    h.cluster.add_pod(fixed)
+    if how == "watch":
+        h.sync()
+    else:
+        h.cache.replace("Pod", h.cluster.pods())
+    assert not h.table.unreadable_pod_keys()
+    assert h.cpu_requested("n1") == 1000
+    assert node_ready(h.table, tolerant) is None
+
+
+def test_deleting_the_unreadable_pod_frees_its_node(h: Harness) -> None:
+    h.cluster.add_pod(_unreadable_placed_pod("n2"))
+    h.sync()
+    assert h.table.holds_unreadable_pod().tolist() == [False, True]
+    h.cluster.delete_pod("default", "mystery")
+    h.sync()
+    assert not h.table.unreadable_pod_keys()
+    assert h.table.holds_unreadable_pod().tolist() == [False, False]
