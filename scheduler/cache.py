@@ -396,7 +396,10 @@ class ClusterCache:
             self.table.remove_node(name)
 
     def _upsert_pod(self, state: _PodState) -> bool:
-        """Track the pod; True when that freed resources on a node."""
+        """Track the pod; True when that may let a pending pod fit: it freed resources on a
+        node, or a pod not placed by our own assume arrived on a node or changed labels
+        there (pod affinity and topology spread count it, as kube-scheduler's
+        InterPodAffinity and PodTopologySpread react to assigned pods)."""
         pod = state.pod
         key = pod.key
         if not pod.node_name:
@@ -408,13 +411,17 @@ class ClusterCache:
             return False
         self._unbound.pop(key, None)
         self._pending.pop(key, None)
-        self._assumed.pop(key, None)
+        ours = self._assumed.pop(key, None) is not None
         self._queue.remove(key)
         if state.finished:
             return self._unplace(key)
-        if self._placed.get(key) != pod:
-            self._place(pod, pod.node_name)
-        return False
+        previous = self._placed.get(key)
+        if previous == pod:
+            return False
+        self._place(pod, pod.node_name)
+        return not ours and (
+            previous is None or previous.node_name != pod.node_name or previous.labels != pod.labels
+        )
 
     def _track_unbound(self, pod: PodInfo, enqueue: bool = True) -> None:
         if self._is_pending(pod):

@@ -478,3 +478,43 @@ def test_deleting_the_unreadable_pod_frees_its_node(h: Harness) -> None:
     h.sync()
     assert not h.table.unreadable_pod_keys()
     assert h.table.holds_unreadable_pod().tolist() == [False, False]
+
+
+@pytest.mark.parametrize(
+    ("change", "requeued"),
+    [
+        ("another scheduler places a pod", True),
+        ("a placed pod's labels change", True),
+        ("a placed pod's status changes", False),
+        ("our own bind is confirmed", False),
+    ],
+)
+def test_assigned_pod_events_requeue_pods_waiting_for_affinity_or_spread(
+    h: Harness, change: str, requeued: bool
+) -> None:
+    """As kube-scheduler's InterPodAffinity and PodTopologySpread react to an assigned pod
+    added or relabelled: a pending pod waiting for a peer is retried at once, not after its
+    backoff. Our own confirmations and status updates bring nothing new."""
+    h.cluster.add_pod(pod_object("peer", node_name="n1", labels={"app": "db"}))
+    h.cluster.add_pod(pod_object("mine"))
+    h.sync()
+    assert h.queue.pop() == "default/mine"
+    h.cache.assume(h.pod("mine"), "n2")
+    h.cluster.add_pod(pod_object("w"))
+    h.sync()
+    assert h.queue.pop() == "default/w"
+    h.queue.backoff("default/w")
+    h.queue.pop()
+    h.queue.backoff("default/w")  # ready in 2 s
+    h.now += 1.5
+    if change == "another scheduler places a pod":
+        h.cluster.add_pod(pod_object("cache", node_name="n2", scheduler_name="default-scheduler"))
+    elif change == "a placed pod's labels change":
+        h.cluster.add_pod(pod_object("peer", node_name="n1", labels={"app": "web"}))
+    elif change == "a placed pod's status changes":
+        h.cluster.add_pod(pod_object("peer", node_name="n1", labels={"app": "db"}, phase="Running"))
+    else:
+        h.cluster.add_pod(pod_object("mine", node_name="n2"))
+    h.sync()
+    expected = QueueState.ACTIVE if requeued else QueueState.BACKOFF
+    assert h.queue.state("default/w") is expected
