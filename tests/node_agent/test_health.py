@@ -260,7 +260,7 @@ def test_a_probe_that_cannot_measure_an_interval_leaves_its_family_out_of_it(
             assert "psi" not in agent.measure().measured
             psi.collect = working  # type: ignore[method-assign]
             assert "psi" in agent.measure().measured
-        lines = [r for r in caplog.records if r.name == "node_agent.agent" and "psi" in r.message]
+        lines = [r for r in caplog.records if r.getMessage().startswith("probe psi ")]
         assert [(r.levelno, r.exc_info) for r in lines] == [
             (logging.WARNING, None),
             (logging.INFO, None),
