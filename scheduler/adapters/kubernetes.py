@@ -794,5 +794,5 @@ def _interrupt(response: Any) -> None:
     """Unblock a thread reading a watch response; the response may already be finished."""
     try:
         response.shutdown()
-    except (ValueError, OSError):  # urllib3: no socket left to shut down (already released)
+    except (ValueError, OSError, RuntimeError):  # urllib3: already released to the pool
         response.release_conn()

@@ -34,7 +34,7 @@ KUBECTL_WRAPPER = """#!/bin/sh
 case "$1" in
     apply|create|replace) verb=$1; shift; set -- "$verb" --validate=false "$@" ;;
 esac
-exec {kubectl} --kubeconfig={kubeconfig} "$@"
+exec {kubectl} --kubeconfig={kubeconfig} --cache-dir={cache} "$@"
 """
 
 
@@ -47,7 +47,11 @@ def kubectl(assets: Assets, tmp_path: Path) -> Iterator[Path]:
         plane.start()
         wrapper = tmp_path / "kubectl"
         wrapper.write_text(
-            KUBECTL_WRAPPER.format(kubectl=assets.kubectl, kubeconfig=Kube(plane).kubeconfig)
+            KUBECTL_WRAPPER.format(
+                kubectl=assets.kubectl,
+                kubeconfig=Kube(plane).kubeconfig,
+                cache=tmp_path / "kube-cache",  # kubectl's discovery cache stays in the test
+            )
         )
         wrapper.chmod(0o755)
         yield wrapper
