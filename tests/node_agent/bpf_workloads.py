@@ -17,6 +17,15 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
+
+def require_root() -> None:
+    """Skip the calling test unless it may load BPF programs and create cgroups."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to load BPF programs and create cgroups")
+
+
 BUSY_LOOP = [sys.executable, "-c", "while True: pass"]
 NAPPER = [sys.executable, "-c", "import time\nwhile True: time.sleep(0.05)"]
 

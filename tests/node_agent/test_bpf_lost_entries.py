@@ -27,6 +27,7 @@ from interference.signals import NodeReport
 from node_agent.aggregate import Owners, aggregate
 from node_agent.probes.base import BPF_LOST_ENTRIES, RUNQ_COUNT, ProbeContext, Sample
 from node_agent.probes.runqlat import RunqlatProbe
+from tests.node_agent.bpf_workloads import require_root
 from tests.node_agent.own_cgroups import (
     cgroup_tree,
     kernel_cgroup_id,
@@ -49,11 +50,6 @@ GIVE_UP_AFTER_S = 120.0
 
 BUSY_IDLE_LOOP = "chrt --idle 0 sh -c 'while :; do :; done'"
 NAPPER = "while :; do sleep 0.05; done"
-
-
-def require_root() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("needs root to load BPF programs and create cgroups")
 
 
 def spawn(count: int, command: str) -> str:

@@ -8,7 +8,6 @@ limit, each of which may start memcg reclaim) is the ground truth for "reclaim h
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
 from collections.abc import Iterator
@@ -25,7 +24,7 @@ from node_agent.probes.base import (
     ProbeContext,
 )
 from node_agent.probes.reclaim import ReclaimProbe
-from tests.node_agent.bpf_workloads import NAPPER, started_in
+from tests.node_agent.bpf_workloads import NAPPER, require_root, started_in
 from tests.node_agent.own_cgroups import cgroup_tree, kernel_cgroup_id, unique_name
 
 pytestmark = [pytest.mark.bpf, pytest.mark.slow]
@@ -39,8 +38,7 @@ STRESS_S = 6
 @pytest.fixture
 def trees() -> Iterator[tuple[str, Path, Path]]:
     """``(name, v2 dir, v1 memory dir)`` of a fresh test cgroup pair, removed afterwards."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root to load BPF programs and create cgroups")
+    require_root()
     if not Path(V1_MEMORY_MOUNT, "memory.limit_in_bytes").exists():
         pytest.skip(f"no cgroup v1 memory controller at {V1_MEMORY_MOUNT}")
     if shutil.which("stress-ng") is None:

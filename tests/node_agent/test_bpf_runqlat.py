@@ -61,6 +61,7 @@ from tests.node_agent.bpf_workloads import (
     NAPPER,
     SchedStat,
     many_started_in,
+    require_root,
     schedstat_totals,
     started_in,
     stopped,
@@ -82,11 +83,6 @@ EDGE_SWITCH_INS = 1
 UNSEEN_SWITCH_INS_MIN = 3
 UNSEEN_SWITCH_IN_SHARE = 0.01
 """Switch-ins schedstat may count that no tracing program saw: max(3, 1 %) of them."""
-
-
-def require_root() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("needs root to load BPF programs and create cgroups")
 
 
 def add_samples(into: dict[int, dict[str, float]], sample: Sample) -> float:
