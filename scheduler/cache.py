@@ -183,8 +183,7 @@ class ClusterCache:
                         self._queue.cluster_event()
                 else:
                     self._forget_unparseable(key)
-                    released = key in self.table.unreadable_pod_keys()
-                    self.table.release_unreadable_pod(key)
+                    released = self.table.release_unreadable_pod(key)
                     if self._delete_pod(key) or released:
                         self._queue.cluster_event()
                 return
@@ -205,8 +204,7 @@ class ClusterCache:
             state = self._parse(obj, _parse_pod_state, kind)
             if state is not None:
                 self._forget_unparseable(state.pod.key)
-                released = state.pod.key in self.table.unreadable_pod_keys()
-                self.table.release_unreadable_pod(state.pod.key)
+                released = self.table.release_unreadable_pod(state.pod.key)
                 if self._upsert_pod(state) or released:
                     self._queue.cluster_event()
 

@@ -421,10 +421,12 @@ class NodeTable:
             self._unreadable_pods[key] = node
             self._bump_generation()
 
-    def release_unreadable_pod(self, key: str) -> None:
-        """The pod parses again, finished or was deleted."""
-        if self._unreadable_pods.pop(key, None) is not None:
-            self._bump_generation()
+    def release_unreadable_pod(self, key: str) -> bool:
+        """The pod parses again, finished or was deleted; True when it was held."""
+        if self._unreadable_pods.pop(key, None) is None:
+            return False
+        self._bump_generation()
+        return True
 
     def unreadable_pod_keys(self) -> Collection[str]:
         """Keys of the placed pods held as unreadable (read only)."""
