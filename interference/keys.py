@@ -1,51 +1,107 @@
 """Redis key names: the only place they are spelled out (docs/design.md §4).
 
-Every per-node and per-pod hash carries a TTL so a dead agent's data disappears
-instead of lying; the sorted sets are pruned by readers using ``NODES_UPDATED``.
+Every key an agent writes starts with its node's prefix, ``intf:node:{node}``, so one
+Redis ACL user per node can be limited to exactly that node's keys
+(:func:`node_key_patterns`): a node speaks only for itself. Kubernetes node names are
+DNS-1123 subdomains (:func:`valid_node_name`), which hold no ``:`` and no glob
+character, so ``intf:node:a:*`` never matches a key of node ``a.b`` or ``a:b``.
+
+Every per-node key carries a TTL (the freshness window), so a dead agent's data
+disappears instead of lying. The ranking sorted sets are written by the scheduler from
+the signals it validated, never by agents.
 """
 
 from __future__ import annotations
+
+import re
 
 from interference import freshness
 
 PREFIX = "intf:"
 
 NODES_BY_SCORE = "intf:nodes"
-"""Sorted set: member = node name, score = the node's interference index (0–100). Members
-whose ``intf:node:{node}`` hash expired are removed by the agents' sweep and by readers
-(:mod:`interference.freshness`); an agent removes itself on clean shutdown."""
+"""Sorted set: member = node name, score = the interference index the scheduler computed
+from the node's latest usable record (0–100). Written by the scheduler's signal follower;
+nodes without a fresh record are removed."""
 
 NODES_UPDATED = "intf:nodes:updated"
-"""Sorted set: member = node name, score = unix time of the node's latest report."""
+"""Sorted set: member = node name, score = unix time of the node's latest record."""
 
-STREAM = "intf:stream"
-"""Stream of msgpack NodeReports, field ``r``; capped with MAXLEN ~ ``STREAM_MAXLEN``."""
-
-STREAM_FIELD = "r"
-STREAM_MAXLEN = 10_000
+REPORTS_FIELD = "r"
+"""Field of a per-node report stream entry holding the msgpack NodeReport."""
+NODE_REPORTS_MAXLEN = 120
+"""Approximate cap (``MAXLEN ~``) of each node's report stream: two minutes at 1 s."""
 
 DECISION_TTL_S = 24 * 3600
 """How long a scheduling decision record stays readable."""
 
+_NODE_PREFIX = "intf:node:"
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+NODE_NAME_MAX = 253
+
+
+def valid_node_name(name: str) -> bool:
+    """True for a Kubernetes node name (a DNS-1123 subdomain of at most 253 characters)."""
+    return 0 < len(name) <= NODE_NAME_MAX and _DNS_SUBDOMAIN.fullmatch(name) is not None
+
 
 def node_key(node: str) -> str:
     """Hash of one node's summary metrics, decimal strings (``HGETALL intf:node:NODE``)."""
-    return f"intf:node:{node}"
+    return f"{_NODE_PREFIX}{node}"
 
 
-def pod_key(namespace: str, name: str) -> str:
-    """Hash of one pod's metrics on its node."""
-    return f"intf:pod:{namespace}/{name}"
+def sched_key(node: str) -> str:
+    """String: the node's scheduling record (:mod:`interference.sched_record`), the only
+    key the scheduler reads per node."""
+    return f"{_NODE_PREFIX}{node}:sched"
+
+
+def reports_key(node: str) -> str:
+    """Stream of the node's whole msgpack NodeReports (field :data:`REPORTS_FIELD`), capped
+    at :data:`NODE_REPORTS_MAXLEN`: what ``interference record`` and ``node`` read."""
+    return f"{_NODE_PREFIX}{node}:reports"
 
 
 def node_pods_key(node: str) -> str:
     """Set of ``ns/name`` pod keys reported by a node in its latest report."""
-    return f"intf:node:{node}:pods"
+    return f"{_NODE_PREFIX}{node}:pods"
+
+
+def pod_key(node: str, namespace: str, name: str) -> str:
+    """Hash of one pod's metrics on its node (``ns/name``; just the name without one)."""
+    pod = f"{namespace}/{name}" if namespace else name
+    return f"{_NODE_PREFIX}{node}:pod:{pod}"
 
 
 def gpu_key(node: str) -> str:
     """Hash of a node's GPU inventory: ``count`` and ``{index}.{field}`` entries."""
-    return f"intf:gpu:{node}"
+    return f"{_NODE_PREFIX}{node}:gpu"
+
+
+def node_key_patterns(node: str) -> tuple[str, str]:
+    """The Redis ACL key patterns of every key :func:`node_key` … :func:`gpu_key` names for
+    ``node`` and no other node's; ``ValueError`` for a name that is not a node name."""
+    if not valid_node_name(node):
+        raise ValueError(f"not a Kubernetes node name: {node[:80]!r}")
+    return (node_key(node), f"{node_key(node)}:*")
+
+
+def node_from_key(key: str) -> str:
+    """The node of a :func:`node_key` (``ValueError`` for any other key)."""
+    if not key.startswith(_NODE_PREFIX) or ":" in key[len(_NODE_PREFIX) :]:
+        raise ValueError(f"not a node key: {key!r}")
+    return key[len(_NODE_PREFIX) :]
+
+
+def node_from_sched_key(key: str) -> str:
+    """The node of a :func:`sched_key` (``ValueError`` for any other key)."""
+    suffix = ":sched"
+    if not key.startswith(_NODE_PREFIX) or not key.endswith(suffix):
+        raise ValueError(f"not a scheduling record key: {key!r}")
+    node = key[len(_NODE_PREFIX) : -len(suffix)]
+    if ":" in node:
+        raise ValueError(f"not a scheduling record key: {key!r}")
+    return node
 
 
 def decision_key(namespace: str, pod: str) -> str:
@@ -53,15 +109,7 @@ def decision_key(namespace: str, pod: str) -> str:
     return f"intf:decision:{namespace}/{pod}"
 
 
-def node_from_key(key: str) -> str:
-    """Inverse of :func:`node_key`; raises ``ValueError`` for other keys."""
-    prefix = "intf:node:"
-    if not key.startswith(prefix) or key.endswith(":pods"):
-        raise ValueError(f"not a node key: {key!r}")
-    return key[len(prefix) :]
-
-
 def ttl_seconds(interval_s: float) -> int:
-    """TTL of every hash: :func:`interference.freshness.ttl_seconds` (3 × the report
-    interval, at least 5 s — the same age after which a report is stale)."""
+    """TTL of every per-node key: :func:`interference.freshness.ttl_seconds` (3 × the
+    report interval, at least 5 s — the same age after which a report is stale)."""
     return freshness.ttl_seconds(interval_s)

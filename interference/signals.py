@@ -132,8 +132,9 @@ class WindowMetrics:
     ``runq_p99_us`` is the p99 of the window's merged log2 histogram (every wake-up of the
     window, not a percentile of per-second p99s); ``*_mean``/``*_max``/``*_stddev`` are
     the mean, maximum and population standard deviation of the per-interval values.
-    ``index_*`` describe the per-interval interference index; the scheduler's risk term
-    is ``index_mean + k · index_stddev``. Burstiness: ``*_stddev`` and
+    ``index_*`` describe the per-interval interference index as the agent computed it
+    (for people); the scheduler computes its own from the signals' means and σ
+    (:mod:`interference.sched_record`). Burstiness: ``*_stddev`` and
     ``runq_wait_ratio_max / runq_wait_ratio_mean`` (peak-to-mean).
     """
 
@@ -149,6 +150,14 @@ class WindowMetrics:
     reclaim_stall_ms_per_s_mean: float = 0.0
     reclaim_stall_ms_per_s_max: float = 0.0
     reclaim_stall_ms_per_s_stddev: float = 0.0
+    throttled_ms_per_s_mean: float = 0.0
+    throttled_ms_per_s_stddev: float = 0.0
+    psi_cpu_some_mean: float = 0.0
+    psi_cpu_some_stddev: float = 0.0
+    psi_mem_some_mean: float = 0.0
+    psi_mem_some_stddev: float = 0.0
+    net_drops_per_s_mean: float = 0.0
+    net_drops_per_s_stddev: float = 0.0
     index_mean: float = 0.0
     index_max: float = 0.0
     index_stddev: float = 0.0

@@ -9,11 +9,12 @@ the intervals that ended in the last ``W`` seconds:
 - ``runq_p99_us``: the p99 of the *merged* log2 run-queue histogram (every wake-up of the
   window counts once; not a percentile of per-second percentiles);
 - ``runq_wait_ratio_*``, ``reclaim_stall_ms_per_s_*``, ``index_*``: mean, maximum and
-  population standard deviation σ of the per-interval values, each interval weighted by
+  population standard deviation σ of the per-interval values (the other signals of the
+  index, ``throttled_ms_per_s``, ``psi_cpu_some``, ``psi_mem_some``, ``net_drops_per_s``:
+  mean and σ, from which the scheduler computes its own index), each interval weighted by
   its length ``T``: ``mean = Σ Tᵢ·xᵢ / Σ Tᵢ``, ``σ² = Σ Tᵢ·(xᵢ − mean)² / Σ Tᵢ``.
 
-Burstiness reads as σ or as peak-to-mean (``max / mean``). The scheduler's risk term is
-``index_mean + k · index_stddev`` (:mod:`scheduler.plugins.interference`).
+Burstiness reads as σ or as peak-to-mean (``max / mean``).
 
 Only intervals that measured the run queue enter a window (an interval whose run-queue
 probe failed says nothing about it), so a window never averages "unknown" as "quiet".
@@ -43,6 +44,10 @@ class IntervalRecord:
     runq_wait_ratio: float
     reclaim_stall_ms_per_s: float
     interference_index: float
+    throttled_ms_per_s: float = 0.0
+    psi_cpu_some: float = 0.0
+    psi_mem_some: float = 0.0
+    net_drops_per_s: float = 0.0
 
 
 class SignalHistory:
@@ -76,6 +81,10 @@ class SignalHistory:
                     runq_wait_ratio=metrics.runq_wait_ratio,
                     reclaim_stall_ms_per_s=metrics.reclaim_stall_ms_per_s,
                     interference_index=metrics.interference_index,
+                    throttled_ms_per_s=metrics.throttled_ms_per_s,
+                    psi_cpu_some=metrics.psi_cpu_some,
+                    psi_mem_some=metrics.psi_mem_some,
+                    net_drops_per_s=metrics.net_drops_per_s,
                 )
             )
         horizon = ended_at - self.spans_s[-1]
@@ -104,6 +113,10 @@ def summarize(span_s: float, records: Sequence[IntervalRecord]) -> WindowMetrics
     wait = _moments([r.runq_wait_ratio for r in records], weights)
     reclaim = _moments([r.reclaim_stall_ms_per_s for r in records], weights)
     index = _moments([r.interference_index for r in records], weights)
+    throttled = _moments([r.throttled_ms_per_s for r in records], weights)
+    psi_cpu = _moments([r.psi_cpu_some for r in records], weights)
+    psi_mem = _moments([r.psi_mem_some for r in records], weights)
+    drops = _moments([r.net_drops_per_s for r in records], weights)
     return WindowMetrics(
         span_s=span_s,
         covered_s=round(sum(weights), 6),
@@ -115,6 +128,14 @@ def summarize(span_s: float, records: Sequence[IntervalRecord]) -> WindowMetrics
         reclaim_stall_ms_per_s_mean=reclaim[0],
         reclaim_stall_ms_per_s_max=reclaim[1],
         reclaim_stall_ms_per_s_stddev=reclaim[2],
+        throttled_ms_per_s_mean=throttled[0],
+        throttled_ms_per_s_stddev=throttled[2],
+        psi_cpu_some_mean=psi_cpu[0],
+        psi_cpu_some_stddev=psi_cpu[2],
+        psi_mem_some_mean=psi_mem[0],
+        psi_mem_some_stddev=psi_mem[2],
+        net_drops_per_s_mean=drops[0],
+        net_drops_per_s_stddev=drops[2],
         index_mean=index[0],
         index_max=index[1],
         index_stddev=index[2],
