@@ -359,7 +359,6 @@ def publisher_settings(settings: AgentSettings) -> PublisherSettings:
         password=settings.redis_password,
         ttl_s=settings.effective_ttl_s,
         stream_maxlen=settings.stream_maxlen,
-        sweep_interval_s=settings.sweep_interval_s,
         socket_timeout_s=settings.redis_socket_timeout_s,
         sentinels=settings.redis_sentinels,
         sentinel_master=settings.redis_sentinel_master,

@@ -188,12 +188,6 @@ def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         f"UNREADY_AFTER_PUBLISH_FAILURES; default {AgentSettings.unready_after_publish_failures})",
     )
     p.add_argument(
-        "--sweep-interval",
-        metavar="SECONDS",
-        help="seconds between sweeps of dead nodes (hash expired) from intf:nodes, ≥ 0, 0 never "
-        f"(env SWEEP_INTERVAL_S; default {AgentSettings.sweep_interval_s:g})",
-    )
-    p.add_argument(
         "--score-ref",
         action="append",
         default=[],
@@ -301,7 +295,6 @@ def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> 
         "UNREADY_AFTER_PUBLISH_FAILURES",
         minimum=1,
     )
-    sweep = _number(args.sweep_interval, environ, "--sweep-interval", "SWEEP_INTERVAL_S", minimum=0)
     port = _integer(args.http_port, environ, "--http-port", "HTTP_PORT", minimum=0, maximum=65535)
     probe_names = tuple(n.strip() for n in args.probes.split(",") if n.strip())
     check_probe_names(probe_names)
@@ -322,7 +315,6 @@ def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> 
         unready_after_publish_failures=(
             AgentSettings.unready_after_publish_failures if unready is None else unready
         ),
-        sweep_interval_s=AgentSettings.sweep_interval_s if sweep is None else sweep,
         probes=probe_names,
         cgroup_root=args.cgroup_root,
         cgroup_v2_mount=args.cgroup_v2_mount,

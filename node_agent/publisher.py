@@ -1,22 +1,15 @@
 """Writes each NodeReport to Redis in one pipelined round trip (docs/design.md §4).
 
-Per flush: the node hash and its TTL, both node sorted sets, one hash per pod with its
-TTL, the node's pod set, the GPU hash, and one stream entry. When Redis cannot be
-reached the report is dropped (never queued, so memory stays bounded), the outage is
-logged once, and the next flush simply tries again on a fresh connection.
+Per flush, every key under the node's own prefix (:mod:`interference.keys`), so the
+agent's ACL user can be limited to its node: the scheduling record (the only key the
+scheduler reads), the node hash, one hash per pod and the node's pod set, the GPU hash
+(each with the freshness TTL), and one entry of the node's capped report stream. When
+Redis cannot be reached the report is dropped (never queued, so memory stays bounded),
+the outage is logged once, and the next flush simply tries again on a fresh connection.
 
-Dead nodes: the hashes expire by TTL, but sorted-set members cannot. On clean shutdown
-the agent removes its own node (:meth:`RedisPublisher.withdraw`). For agents that die
-without one, every agent sweeps every ``sweep_interval_s`` (default 30 s, after a
-successful flush): ``ZRANGEBYSCORE intf:nodes:updated -inf (now − 5)`` lists the nodes
-that have not reported for 5 s (O(log N + M), so a thousand agents sweeping cost Redis
-little), ``EXISTS`` checks their hashes, and members whose hash has expired are removed
-from both sorted sets. A dead node thus leaves ``intf:nodes`` within its TTL plus one
-sweep interval as long as any agent runs. The sweep lives in the agent because the agent
-already writes ``intf:*`` (the scheduler's ACL user only reads it), runs on every node,
-and does not depend on a scheduler being leader or out of dry-run. A node that reports
-between the ``EXISTS`` and the ``ZREM`` is removed for one interval and re-added by its
-next flush.
+The ranking sorted sets (``intf:nodes``) are the scheduler's to write: an agent never
+touches another node's data. On clean shutdown the agent deletes its own keys
+(:meth:`RedisPublisher.withdraw`); a dead agent's keys expire with their TTL.
 """
 
 from __future__ import annotations
@@ -32,7 +25,7 @@ from redis.client import Pipeline as SinglePipeline
 from redis.cluster import ClusterPipeline
 from redis.retry import Retry
 
-from interference import codec, freshness, keys
+from interference import codec, keys, sched_record
 from interference.signals import SYSTEM_POD, NodeReport
 from interference_infra.redis_client import (
     DEFAULT_SENTINEL_MASTER,
@@ -43,6 +36,9 @@ from interference_infra.redis_client import (
 from interference_infra.redis_tls import RedisTls
 
 log = logging.getLogger(__name__)
+
+ACL_COMMANDS = ("set", "hset", "expire", "sadd", "srem", "xadd", "del")
+"""Every Redis command the agent sends, all on its own node's keys."""
 
 
 @dataclass(frozen=True)
@@ -56,8 +52,8 @@ class PublisherSettings:
     password: str | None = None
     ttl_s: int = 5
     """TTL of every hash and of the node's pod set."""
-    stream_maxlen: int = keys.STREAM_MAXLEN
-    """Approximate cap of the stream (``MAXLEN ~``)."""
+    stream_maxlen: int = keys.NODE_REPORTS_MAXLEN
+    """Approximate cap of the node's report stream (``MAXLEN ~``)."""
     socket_timeout_s: float = 0.5
     """Connect and read timeout of the Redis socket."""
     sentinels: tuple[tuple[str, int], ...] = ()
@@ -66,8 +62,6 @@ class PublisherSettings:
     """Name of the monitored master the sentinels are asked for."""
     cluster: bool = False
     """The URL points at a Redis Cluster node (pipelines are split per shard)."""
-    sweep_interval_s: float = 30.0
-    """Seconds between sweeps of dead nodes from the node sorted sets; 0 never sweeps."""
     tls: RedisTls = field(default_factory=RedisTls)
     """CA and client certificate for ``rediss://``."""
 
@@ -105,9 +99,6 @@ class RedisPublisher:
         self._failure: str = ""
         self._dropped_in_outage = 0
         self._pod_keys: set[str] = set()
-        self._next_sweep = time.monotonic() + settings.sweep_interval_s
-        self.swept = 0
-        """Dead nodes removed from the sorted sets by this publisher's sweeps."""
         self.dropped = 0
         """Reports dropped because Redis could not take them (since start)."""
         self.published = 0
@@ -134,8 +125,9 @@ class RedisPublisher:
             return self._failed(
                 report,
                 "refused",
-                f"Redis refused a write ({exc}); the agent's ACL user needs HSET, EXPIRE, ZADD,"
-                " SADD, SREM, XADD, ZRANGEBYSCORE, EXISTS, ZREM and DEL on keys intf:*",
+                f"Redis refused a write ({exc}); the agent's ACL user needs"
+                f" {', '.join(c.upper() for c in ACL_COMMANDS)} on the keys of its node"
+                f" ({' '.join(keys.node_key_patterns(report.node))})",
             )
         except REDIS_ERRORS as exc:
             return self._failed(report, "error", f"Redis error at {self._where} ({exc!r})")
@@ -151,67 +143,24 @@ class RedisPublisher:
             self._failure = ""
         self._pod_keys = pod_keys
         self.published += 1
-        if self._settings.sweep_interval_s > 0 and time.monotonic() >= self._next_sweep:
-            self._next_sweep = time.monotonic() + self._settings.sweep_interval_s
-            self.sweep(report.ts)
         return True
 
-    def sweep(self, now: float) -> list[str]:
-        """Remove nodes whose hash has expired from both node sorted sets (see the module
-        docstring); returns them. Never raises: a failed sweep is logged and retried at
-        the next sweep interval."""
-        try:
-            client = self._redis.client()
-            cutoff = now - freshness.MIN_STALE_AFTER_S
-            quiet = [
-                m.decode() if isinstance(m, bytes) else str(m)
-                for m in client.zrangebyscore(keys.NODES_UPDATED, "-inf", f"({cutoff}")
-            ]
-            if not quiet:
-                return []
-            with client.pipeline(transaction=False) as pipe:
-                for node in quiet:
-                    pipe.exists(keys.node_key(node))
-                exists = dict(zip(quiet, (bool(n) for n in pipe.execute()), strict=True))
-            dead = freshness.expired_members(quiet, exists)
-            if dead:
-                with client.pipeline(transaction=False) as pipe:
-                    pipe.zrem(keys.NODES_BY_SCORE, *dead)
-                    pipe.zrem(keys.NODES_UPDATED, *dead)
-                    pipe.execute()
-                self.swept += len(dead)
-                log.info(
-                    "removed %d dead node(s) from %s: %s",
-                    len(dead),
-                    keys.NODES_BY_SCORE,
-                    ", ".join(dead),
-                )
-            return dead
-        except REDIS_ERRORS as exc:
-            log.warning(
-                "sweeping dead nodes from %s failed (%s); retrying later", keys.NODES_BY_SCORE, exc
-            )
-            return []
-
     def withdraw(self, node: str) -> bool:
-        """Remove ``node`` from both sorted sets and delete its hashes and pod set (clean
-        shutdown); False when Redis could not be reached. Never raises."""
+        """Delete the node's keys (clean shutdown); False when Redis could not be reached.
+        Never raises."""
         try:
             with self._redis.client().pipeline(transaction=False) as pipe:
-                pipe.zrem(keys.NODES_BY_SCORE, node)
-                pipe.zrem(keys.NODES_UPDATED, node)
-                pipe.delete(keys.node_key(node), keys.node_pods_key(node), keys.gpu_key(node))
+                pipe.delete(keys.sched_key(node), keys.node_key(node))
+                pipe.delete(keys.node_pods_key(node), keys.gpu_key(node), keys.reports_key(node))
                 for pod_key in self._pod_keys:
-                    namespace, sep, name = pod_key.partition("/")
-                    pipe.delete(keys.pod_key(namespace, name) if sep else keys.pod_key("", pod_key))
+                    pipe.delete(keys.pod_key(node, *_pod_key_parts(pod_key)))
                 pipe.execute()
         except REDIS_ERRORS as exc:
             log.warning(
-                "could not remove node %s from Redis at shutdown (%s); its hashes "
-                "expire with their TTL and a sweep drops it from %s",
+                "could not remove node %s from Redis at shutdown (%s); its keys expire with"
+                " their TTL",
                 node,
                 exc,
-                keys.NODES_BY_SCORE,
             )
             return False
         self._pod_keys = set()
@@ -224,16 +173,15 @@ class RedisPublisher:
     def _queue_commands(self, pipe: Pipeline, report: NodeReport) -> set[str]:
         """Queue the flush; returns the pod set's members once it is written."""
         node, ttl = report.node, self._settings.ttl_s
+        pipe.set(keys.sched_key(node), sched_record.encode(report), ex=ttl)
         node_key = keys.node_key(node)
         pipe.hset(node_key, mapping=codec.node_hash(report))  # type: ignore[arg-type]
         pipe.expire(node_key, ttl)
-        pipe.zadd(keys.NODES_BY_SCORE, {node: report.metrics.interference_index})
-        pipe.zadd(keys.NODES_UPDATED, {node: report.ts})
         pods_key = keys.node_pods_key(node)
         # The system bucket is per node and has no pod key of its own; it stays in the stream.
         pods = [p for p in report.pods if p.uid or p.name != SYSTEM_POD]
         for pod in pods:
-            pod_key = keys.pod_key(pod.namespace, pod.name)
+            pod_key = keys.pod_key(node, pod.namespace, pod.name)
             pipe.hset(pod_key, mapping=codec.pod_hash(pod, node, report.ts))  # type: ignore[arg-type]
             pipe.expire(pod_key, ttl)
         # SADD the current pods and SREM the departed ones rather than DEL + SADD, so a
@@ -247,12 +195,14 @@ class RedisPublisher:
         gpu_key = keys.gpu_key(node)
         pipe.hset(gpu_key, mapping=codec.gpu_hash(report.gpus))  # type: ignore[arg-type]
         pipe.expire(gpu_key, ttl)
+        reports_key = keys.reports_key(node)
         pipe.xadd(
-            keys.STREAM,
-            {keys.STREAM_FIELD: codec.encode_report(report)},
+            reports_key,
+            {keys.REPORTS_FIELD: codec.encode_report(report)},
             maxlen=self._settings.stream_maxlen,
             approximate=True,
         )
+        pipe.expire(reports_key, ttl)
         return current
 
     def _failed(self, report: NodeReport, kind: str, reason: str) -> bool:
@@ -268,3 +218,9 @@ class RedisPublisher:
         # A half-read reply must not poison the next round trip.
         self._redis.reset()
         return False
+
+
+def _pod_key_parts(pod_key: str) -> tuple[str, str]:
+    """``ns/name`` (or a bare name) as (namespace, name)."""
+    namespace, sep, name = pod_key.partition("/")
+    return (namespace, name) if sep else ("", pod_key)

@@ -60,13 +60,11 @@ class AgentSettings:
     """Seconds between reports."""
     ttl_s: int | None = None
     """TTL of every hash; None means :func:`interference.keys.ttl_seconds` of the interval."""
-    stream_maxlen: int = keys.STREAM_MAXLEN
-    """Approximate cap of ``intf:stream`` (``XADD MAXLEN ~``)."""
+    stream_maxlen: int = keys.NODE_REPORTS_MAXLEN
+    """Approximate cap of the node's report stream (``XADD MAXLEN ~``)."""
     unready_after_publish_failures: int = 3
     """``/readyz`` fails after this many reports in a row could not be published (3 at
     the default 1 s interval: before the node's 5 s freshness window runs out)."""
-    sweep_interval_s: float = 30.0
-    """How often the agent removes dead nodes (hash expired) from ``intf:nodes``; 0 never."""
     probes: tuple[str, ...] = ()
     """Probes to run; empty means every registered probe, with ``taskstats`` only as the
     fallback for BPF probes that cannot load."""
@@ -110,8 +108,6 @@ class AgentSettings:
                 "unready after publish failures must be at least 1, got "
                 f"{self.unready_after_publish_failures}"
             )
-        if not self.sweep_interval_s >= 0:
-            raise ValueError(f"sweep interval must be ≥ 0 seconds, got {self.sweep_interval_s}")
         if self.stream_maxlen < 1:
             raise ValueError(f"stream maxlen must be at least 1, got {self.stream_maxlen}")
         if self.redis_sentinels and self.redis_cluster:
