@@ -26,6 +26,7 @@ from redis.cluster import ClusterPipeline
 from redis.retry import Retry
 
 from interference import codec, keys, sched_record
+from interference.acl import AGENT_COMMANDS
 from interference.signals import SYSTEM_POD, NodeReport
 from interference_infra.redis_client import (
     DEFAULT_SENTINEL_MASTER,
@@ -37,8 +38,9 @@ from interference_infra.redis_tls import RedisTls
 
 log = logging.getLogger(__name__)
 
-ACL_COMMANDS = ("set", "hset", "expire", "sadd", "srem", "xadd", "del")
-"""Every Redis command the agent sends, all on its own node's keys."""
+ACL_COMMANDS = AGENT_COMMANDS
+"""Every Redis command the agent sends, all on its own node's keys
+(:data:`interference.acl.AGENT_COMMANDS`)."""
 
 
 @dataclass(frozen=True)
