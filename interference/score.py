@@ -114,6 +114,12 @@ REFERENCE_NAMES = tuple(f.name for f in fields(IndexReferences))
 """Every field of :class:`IndexReferences` (what ``--score-ref`` accepts)."""
 
 
+def weight_of(signal: str, refs: IndexReferences) -> float:
+    """The weight ``refs`` gives ``signal`` (a NodeMetrics field the index reads)."""
+    weight: float = getattr(refs, _WEIGHT_OF[signal])
+    return weight
+
+
 def saturation(value: float, quiet: float, saturated: float) -> float:
     """``clamp(ln(value / quiet) / ln(saturated / quiet), 0, 1)``; NaN and values ≤ quiet
     give 0, ``inf`` gives 1."""
@@ -137,7 +143,7 @@ def family_saturations(
             continue
         level = 0.0
         for name in names:
-            weight = getattr(refs, _WEIGHT_OF[name])
+            weight = weight_of(name, refs)
             if weight > 0:
                 s = saturation(
                     float(signals.get(name, 0.0)),

@@ -51,7 +51,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from interference.signals import GpuDevice
 from scheduler.quantity import CPU, MEMORY, QuantityError, resource_amount
 
 _T = TypeVar("_T")
@@ -61,8 +60,6 @@ UNSCHEDULABLE_TAINT_KEY = "node.kubernetes.io/unschedulable"
 NOT_READY_TAINT_KEY = "node.kubernetes.io/not-ready"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
-GPU_LABELS = (GPU_PRODUCT_LABEL, GPU_MEMORY_LABEL)
-"""Node labels a node without them gets from its agent's GPUs (:func:`gpu_labels`)."""
 
 HUGEPAGES = "hugepages-"
 """Prefix of the hugepage resources kube-scheduler takes at pod level, besides cpu and memory."""
@@ -489,36 +486,6 @@ class PodInfo:
     def signature(self) -> tuple[object, ...]:
         """Hashable key of everything the cached constraint masks depend on."""
         return (self.tolerations, self.node_selector, self.required_node_affinity)
-
-
-def gpu_labels(devices: Sequence[GpuDevice]) -> dict[str, str]:
-    """The GPU labels NVIDIA's GPU feature discovery would set, from the agent's devices.
-
-    Of the device with the lowest index (GFD labels a node by one device, too)::
-
-        nvidia.com/gpu.product = model, each run of characters a label value cannot hold
-                                 (not alphanumeric, ``-``, ``_``, ``.``) replaced by ``-``,
-                                 trimmed to alphanumeric ends and 63 characters
-                                 ("NVIDIA A100-SXM4-80GB" → "NVIDIA-A100-SXM4-80GB")
-        nvidia.com/gpu.memory  = memory_total_mib rounded to a whole MiB ("81920")
-
-    A label is left out when its value would be empty (no model, no memory) — and both
-    without devices.
-    """
-    if not devices:
-        return {}
-    first = min(devices, key=lambda d: d.index)
-    labels = {}
-    product = _LABEL_VALUE_TRIM.sub("", _LABEL_VALUE_INVALID.sub("-", first.model)[:63])
-    if product:
-        labels[GPU_PRODUCT_LABEL] = product
-    if first.memory_total_mib >= 1:
-        labels[GPU_MEMORY_LABEL] = str(round(first.memory_total_mib))
-    return labels
-
-
-_LABEL_VALUE_INVALID = re.compile(r"[^A-Za-z0-9_.-]+")
-_LABEL_VALUE_TRIM = re.compile(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$")
 
 
 def parse_node(obj: Mapping[str, Any]) -> NodeInfo:

@@ -12,14 +12,11 @@ a node the table does not know yet is counted once that node arrives. Resource a
     requested[r, node] = Σ requests[r] of the node's pods      (``pods`` counts 1 per pod)
     free[r, node]      = allocatable[r, node] − requested[r, node]
 
-GPU labels: a node without ``nvidia.com/gpu.product`` / ``nvidia.com/gpu.memory`` labels
-gets them, label by label, from the GPUs in its latest signals
-(:func:`scheduler.model.gpu_labels`), so node selectors, node affinity, GPU packing and
-decision records see the same labels either way. Only a change of those derived labels
-(a new inventory, not utilisation) changes :attr:`NodeTable.generation`; they go when the
-node's signals go.
+GPU labels are the Node's own: what an agent reports about its GPUs never becomes a label
+a pod selector matches (an agent speaks for its signals, not for the node's identity).
 
-Signals: the latest :class:`scheduler.ports.NodeSignals` per node, and ``recent_cpu_m`` —
+Signals: the latest :class:`scheduler.signal_frame.SignalFrame`, ingested column by
+column in one vectorised step (:meth:`NodeTable.set_signals`), and ``recent_cpu_m`` —
 CPU (millicores) requested by pods added to the node after its report's ``updated_at``; a
 newer report drops them, since its measurements include their load.
 
@@ -41,10 +38,7 @@ from typing import Any, Generic, Literal, TypeVar, cast, get_args
 import numpy as np
 from numpy.typing import NDArray
 
-from interference.freshness import fresh_until, missing_core
-from interference.signals import WINDOWS_S, NodeMetrics, WindowMetrics, window_name
 from scheduler.model import (
-    GPU_LABELS,
     GPU_PRODUCT_LABEL,
     AntiAffinityTerm,
     HostPort,
@@ -54,10 +48,18 @@ from scheduler.model import (
     PodInfo,
     Taint,
     WeightedTerm,
-    gpu_labels,
 )
 from scheduler.ports import NodeSignals
 from scheduler.quantity import CPU, EPHEMERAL_STORAGE, MEMORY, PODS
+from scheduler.signal_frame import (
+    LATEST_WINDOW,
+    SIGNAL_COLUMNS,
+    SIGNAL_WINDOWS,
+    WINDOW_PARTS,
+    SignalFrame,
+    no_signal_value,
+    window_column,
+)
 from scheduler.volumes import VolumeCatalog
 
 BASE_RESOURCES = (CPU, MEMORY, EPHEMERAL_STORAGE, PODS)
@@ -80,16 +82,6 @@ CacheScope = Literal["constraints", "allocatable", "signals"]
 - ``allocatable``: any node's allocatable changes, or ``constraints`` empties.
 - ``signals``: any node's signals change, or ``constraints`` empties.
 """
-LATEST_WINDOW = "latest"
-"""The window name of the latest interval's values."""
-SIGNAL_WINDOWS = (LATEST_WINDOW, *(window_name(span) for span in WINDOWS_S))
-"""Windows the table keeps columns for: ``latest`` (the latest interval), ``10s``, ``60s``."""
-WINDOW_PARTS = ("runq_p99_us", "reclaim_mean", "reclaim_stddev", "index_mean", "index_stddev")
-
-
-def window_column(window: str, part: str) -> str:
-    """Name of one window's column in the table's storage."""
-    return f"{part}@{window}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,13 +149,7 @@ class NodeTable:
             "unschedulable": np.zeros(cap, dtype=np.bool_),
             "nonzero_cpu_m": np.zeros(cap),
             "nonzero_memory": np.zeros(cap),
-            "signals_at": np.full(cap, -np.inf),
-            "fresh_until": np.full(cap, -np.inf),
-            **{
-                window_column(window, part): np.zeros(cap)
-                for window in SIGNAL_WINDOWS
-                for part in WINDOW_PARTS
-            },
+            **{column: np.full(cap, no_signal_value(column)) for column in SIGNAL_COLUMNS},
             "recent_cpu_m": np.zeros(cap),
         }
         self.generation = 0
@@ -199,10 +185,11 @@ class NodeTable:
         self._match_counts = _MatchCounts()
         self._ports: dict[tuple[str, int], dict[str, Counter[HostPort]]] = {}
         self._recent: dict[str, dict[str, tuple[float, int]]] = {}
-        self._signals: dict[str, NodeSignals] = {}
-        self._gpu_labels: dict[str, dict[str, str]] = {}
-        """GPU labels derived from each node's signals (used where the node lacks them)."""
-        self._signals_source: Mapping[str, NodeSignals] | None = None
+        self._frame = SignalFrame.empty()
+        self._signals_source: object = None
+        self._frame_rows: tuple[object, int, NDArray[np.intp]] | None = None
+        """(frame index, generation, frame row of each table row or -1), reused while
+        both stay the same."""
         self._refresh_views()
 
     # ---- nodes -------------------------------------------------------------------------
@@ -229,7 +216,7 @@ class NodeTable:
             row = self._append_row(node)
             for pod in self._pods_by_node.get(node.name, {}).values():
                 self._account(row, pod, sign=1)
-            self._apply_signals(row, self._signals.get(node.name))
+            self._apply_frame_row(row)
             self._bump_generation()
         else:
             previous = self._nodes[row]
@@ -304,8 +291,7 @@ class NodeTable:
             ] += 1
         for resource in pod.requests:
             self._ensure_resource(resource)
-        signals = self._signals.get(node)
-        if added_at is not None and (signals is None or added_at > signals.updated_at):
+        if added_at is not None and added_at > self._signals_updated_at(node):
             self._recent.setdefault(node, {})[pod.key] = (added_at, pod.requests.get(CPU, 0))
         row = self._index.get(node)
         if row is not None:
@@ -451,53 +437,57 @@ class NodeTable:
 
     # ---- signals -----------------------------------------------------------------------
 
-    def set_signals(self, signals: Mapping[str, NodeSignals]) -> None:
-        """Replace all signals with a snapshot (nodes absent from it have none).
+    def set_signals(self, signals: SignalFrame | Mapping[str, NodeSignals]) -> None:
+        """Replace all signals with a frame (nodes absent from it have none).
 
-        A snapshot must not change after it is passed: a changed snapshot is a new mapping.
-        Passing the same mapping again is free; a new one costs a scan of its entries
-        (identity first, so unchanged ``NodeSignals`` objects are cheap), and only changed
-        nodes are touched.
+        A frame (or mapping) must not change after it is passed. Passing the same object
+        again is free; a new frame costs a few numpy passes over the table's rows, whatever
+        how many nodes changed, and only rows whose values changed count as changed. A
+        mapping of :class:`NodeSignals` is turned into a frame first (one Python pass per
+        node; tests and simulation).
         """
         if signals is self._signals_source:
             return
         self._signals_source = signals
-        known = self._signals
-        candidates = [name for name, s in signals.items() if known.get(name) is not s]
-        changed = [name for name in candidates if known.get(name) != signals[name]]
-        new_names = sum(1 for name in candidates if name not in known)
-        if len(signals) - new_names == len(known):  # every known node is still there
-            gone = []
-        else:
-            gone = [name for name in known if name not in signals]
-        if not changed and not gone:
+        frame = signals if isinstance(signals, SignalFrame) else SignalFrame.from_signals(signals)
+        self._frame = frame
+        n = self._count
+        source = self._frame_rows_of(frame)
+        has = source >= 0
+        taken = np.maximum(source, 0)
+        changed = np.zeros(n, np.bool_)
+        for column in SIGNAL_COLUMNS:
+            default = no_signal_value(column)
+            values = (
+                np.where(has, frame.columns[column][taken], default)
+                if len(frame)
+                else np.full(n, default)
+            )
+            target = self._vectors[column]
+            changed |= values != target[:n]
+            target[:n] = values
+        rows = np.flatnonzero(changed)
+        if len(rows) == 0:
             return
-        for name in gone:
-            del self._signals[name]
-        for name in changed:
-            self._signals[name] = signals[name]
-        inventory_changed = False
-        for name in changed + gone:
-            inventory_changed |= self._derive_gpu_labels(name) and name in self._index
-            row = self._index.get(name)
-            if row is not None:
-                self._apply_signals(row, self._signals.get(name))
+        if len(rows) > CHANGED_ROWS_LIMIT:
+            self._note_load_change(None)
+        else:
+            for row in rows:
+                self._note_load_change(int(row))
+        for name in [name for name in self._recent if name in self._index]:
+            row = self._index[name]
+            if changed[row]:
+                self._forget_recent(row, name)
         self.signals_generation += 1
         self._caches["signals"].clear()
-        if inventory_changed:
-            self._bump_generation()
 
-    def signals(self, name: str) -> NodeSignals | None:
-        """The latest signals of a node, ``None`` when it has none."""
-        return self._signals.get(name)
+    def has_signals(self, name: str) -> bool:
+        """Whether the latest frame holds a record of node ``name``."""
+        return self._signals_updated_at(name) > -np.inf
 
     def node_label(self, row: int, key: str) -> str | None:
-        """Label ``key`` of the node at ``row``; GPU labels fall back to its signals' GPUs."""
-        node = self._nodes[row]
-        value = node.labels.get(key)
-        if value is None and key in GPU_LABELS:
-            value = self._gpu_labels.get(node.name, {}).get(key)
-        return value
+        """Label ``key`` of the node at ``row`` (the Node's own labels only)."""
+        return self._nodes[row].labels.get(key)
 
     def gpu_model_known(self) -> NDArray[np.bool_]:
         """Nodes with a GPU model (``nvidia.com/gpu.product``, labelled or reported)."""
@@ -715,41 +705,43 @@ class NodeTable:
         self._vectors["nonzero_memory"][row] += sign * pod.nonzero_memory
         self._set_recent_cpu(row, self.names[row])
 
-    def _apply_signals(self, row: int, signals: NodeSignals | None) -> None:
+    def _frame_rows_of(self, frame: SignalFrame) -> NDArray[np.intp]:
+        """Frame row of each table row (-1 where the frame lacks the node)."""
+        cached = self._frame_rows
+        if cached is not None and cached[0] is frame.index and cached[1] == self.generation:
+            return cached[2]
+        rows = np.fromiter(map(frame.index.get, self.names, repeat(-1)), np.intp, self._count)
+        self._frame_rows = (frame.index, self.generation, rows)
+        return rows
+
+    def _signals_updated_at(self, name: str) -> float:
+        """Unix time of ``name``'s record in the latest frame; -inf without one."""
+        row = self._index.get(name)
+        if row is not None:
+            return float(self._vectors["signals_at"][row])
+        frame_row = self._frame.row(name)
+        return -np.inf if frame_row is None else float(self._frame.columns["signals_at"][frame_row])
+
+    def _apply_frame_row(self, row: int) -> None:
+        """Copy the latest frame's values of the node at ``row`` (a node just added)."""
         self._note_load_change(row)
         name = self.names[row]
-        if signals is None:
-            self._vectors["signals_at"][row] = -np.inf
-            self._vectors["fresh_until"][row] = -np.inf
-        else:
-            metrics = signals.metrics
-            self._vectors["signals_at"][row] = signals.updated_at
-            # degraded (a core family not measured) is stale: never fresh
-            self._vectors["fresh_until"][row] = (
-                -np.inf
-                if missing_core(signals.measured)
-                else fresh_until(signals.updated_at, signals.interval_s)
+        frame_row = self._frame.row(name)
+        for column in SIGNAL_COLUMNS:
+            self._vectors[column][row] = (
+                no_signal_value(column)
+                if frame_row is None
+                else self._frame.columns[column][frame_row]
             )
-            for window in SIGNAL_WINDOWS:
-                values = _window_values(metrics, signals.windows.get(window))
-                for part, value in zip(WINDOW_PARTS, values, strict=True):
-                    self._vectors[window_column(window, part)][row] = _measurement(value)
-            recent = self._recent.get(name, {})
-            for key in [k for k, (at, _) in recent.items() if at <= signals.updated_at]:
-                del recent[key]
-        self._set_recent_cpu(row, name)
+        self._forget_recent(row, name)
 
-    def _derive_gpu_labels(self, name: str) -> bool:
-        """Refresh the GPU labels derived from ``name``'s signals; True when they changed."""
-        signals = self._signals.get(name)
-        derived = gpu_labels(signals.gpus) if signals is not None else {}
-        if derived == self._gpu_labels.get(name, {}):
-            return False
-        if derived:
-            self._gpu_labels[name] = derived
-        else:
-            del self._gpu_labels[name]
-        return True
+    def _forget_recent(self, row: int, name: str) -> None:
+        """Drop the node's placements its latest record already measured."""
+        updated_at = self._vectors["signals_at"][row]
+        recent = self._recent.get(name, {})
+        for key in [k for k, (at, _) in recent.items() if at <= updated_at]:
+            del recent[key]
+        self._set_recent_cpu(row, name)
 
     def _set_recent_cpu(self, row: int, name: str) -> None:
         self._vectors["recent_cpu_m"][row] = sum(
@@ -802,7 +794,7 @@ class NodeTable:
         self.runq_p99_us: NDArray[np.float64] = latest.runq_p99_us
         self.reclaim_stall_ms_per_s: NDArray[np.float64] = latest.reclaim_mean
         self.interference_index: NDArray[np.float64] = latest.index_mean
-        """The agents' interference index of the latest interval (0 = quiet)."""
+        """The interference index of the latest interval (0 = quiet)."""
         self.recent_cpu_m: NDArray[np.float64] = v["recent_cpu_m"][:n]
         """CPU requested by pods added since each node's last report, millicores."""
 
@@ -919,33 +911,6 @@ def _filing_keys(term: AntiAffinityTerm) -> list[tuple[str | None, tuple[str, st
         else term.namespaces
     )
     return [(scope, item) for scope in scopes for item in items]
-
-
-def _window_values(
-    metrics: NodeMetrics, window: WindowMetrics | None
-) -> tuple[float, float, float, float, float]:
-    """The :data:`WINDOW_PARTS` of one window; the latest interval's values (σ 0) when the
-    report has no such window (the ``latest`` column, or an agent that publishes none)."""
-    if window is None or window.intervals == 0:
-        return (
-            metrics.runq_p99_us,
-            metrics.reclaim_stall_ms_per_s,
-            0.0,
-            metrics.interference_index,
-            0.0,
-        )
-    return (
-        window.runq_p99_us,
-        window.reclaim_stall_ms_per_s_mean,
-        window.reclaim_stall_ms_per_s_stddev,
-        window.index_mean,
-        window.index_stddev,
-    )
-
-
-def _measurement(value: float) -> float:
-    """A signal as the scores use it: NaN and negative values (never valid) count as 0."""
-    return value if value > 0 else 0.0  # NaN > 0 is False
 
 
 def _positive_candidates(

@@ -1,0 +1,172 @@
+"""Scheduling records (:mod:`interference.sched_record`) decoded in bulk and checked as the
+untrusted input they are.
+
+``MGET`` hands the follower one payload per known node; :func:`decode_records` joins
+the well-sized ones into one buffer, views it as a numpy structured array
+(:data:`RECORD_DTYPE`, built from the layout's own field list) and checks every field
+with vectorised comparisons — no Python work per field. A record is rejected, with the
+first reason that applies (:data:`REJECT_REASONS`), when:
+
+- ``size``: it is not exactly one record long (a longer payload — lists appended — or
+  a truncated one);
+- ``version``: another layout version;
+- ``node``: its ``node_id`` is not the id of the node whose key holds it (copied from
+  another node's key);
+- ``clock``: its ``ts`` is more than ``max_skew_s`` (30 s) from the scheduler's clock,
+  either way (a report dated ahead would otherwise outrank the node's real ones);
+- ``interval``: ``interval_s`` outside 0.1–60 s;
+- ``value``: a negative, NaN or infinite signal, a negative count, or a measured family
+  bit this release does not know.
+
+:func:`signal_columns` turns accepted records into frame columns
+(:mod:`scheduler.signal_frame`), computing the interference index from the signals with
+the scheduler's own references (:mod:`scheduler.index_columns`): per window, ``index_mean``
+is the index of the signals' means and ``index_stddev`` the index of mean + σ minus it
+(how far one σ of burstiness moves the index), so the risk term ``index_mean + k ·
+index_stddev`` reads as the index at mean + k·σ to first order. A window with no interval
+yet (agent warming up) falls back to the latest interval, as the agent's own windows do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from interference import freshness
+from interference.sched_record import (
+    FIELDS,
+    MEAN_SIGNALS,
+    RECORD_WINDOWS,
+    SIZE,
+    VERSION,
+)
+from interference.score import IndexReferences
+from interference.signals import CORE_FAMILIES, SIGNAL_FAMILIES
+from scheduler.index_columns import index_column
+from scheduler.signal_frame import LATEST_WINDOW, window_column
+
+_NUMPY_CODES = {"H": "<u2", "Q": "<u8", "d": "<f8", "q": "<i8"}
+RECORD_DTYPE = np.dtype([(name, _NUMPY_CODES[code]) for name, code in FIELDS])
+"""One record as numpy sees it (packed, little-endian, the layout's field order)."""
+if RECORD_DTYPE.itemsize != SIZE:  # pragma: no cover - the layout and its dtype disagree
+    raise ImportError(f"record dtype is {RECORD_DTYPE.itemsize} bytes, the layout {SIZE}")
+
+REJECT_REASONS = ("size", "version", "node", "clock", "interval", "value")
+"""Why a record is ignored, in the order the checks run (``unknown_node`` is counted by
+the follower for records of names that are no Node)."""
+MAX_CLOCK_SKEW_S = 30.0
+MIN_INTERVAL_S = 0.1
+MAX_INTERVAL_S = 60.0
+_FLOAT_FIELDS = [name for name, code in FIELDS if code == "d"]
+_COUNT_FIELDS = [name for name, code in FIELDS if code == "q"]
+_KNOWN_FAMILY_BITS = (1 << len(SIGNAL_FAMILIES)) - 1
+_CORE_BITS = sum(1 << SIGNAL_FAMILIES.index(f) for f in CORE_FAMILIES)
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedRecords:
+    """The outcome of one bulk decode."""
+
+    positions: NDArray[np.intp]
+    """Position (in the payload list) of each accepted record."""
+    records: NDArray[np.void]
+    """The accepted records (:data:`RECORD_DTYPE`), in ``positions`` order."""
+    rejected: dict[str, NDArray[np.intp]]
+    """Reason → positions of the records rejected for it (reasons with none left out)."""
+
+
+def decode_records(
+    payloads: Sequence[bytes | None],
+    expected_ids: NDArray[np.uint64],
+    now: float,
+    max_skew_s: float = MAX_CLOCK_SKEW_S,
+) -> DecodedRecords:
+    """Check and decode ``payloads[i]``, the record under the key of the node whose id is
+    ``expected_ids[i]``; ``None`` (no record) is neither accepted nor rejected."""
+    present = np.fromiter((p is not None for p in payloads), np.bool_, len(payloads))
+    sizes = np.fromiter((len(p) if p is not None else 0 for p in payloads), np.intp, len(payloads))
+    rejected: dict[str, NDArray[np.intp]] = {}
+    wrong_size = present & (sizes != SIZE)
+    if wrong_size.any():
+        rejected["size"] = np.flatnonzero(wrong_size)
+    positions = np.flatnonzero(present & ~wrong_size)
+    buffer = b"".join([payloads[i] for i in positions])  # type: ignore[misc]
+    records = np.frombuffer(buffer, dtype=RECORD_DTYPE)
+    keep = np.ones(len(records), np.bool_)
+
+    def reject(reason: str, bad: NDArray[np.bool_]) -> None:
+        bad = bad & keep
+        if bad.any():
+            rejected[reason] = positions[bad]
+            keep[bad] = False
+
+    reject("version", records["version"] != VERSION)
+    reject("node", records["node_id"] != expected_ids[positions])
+    reject("clock", ~(np.abs(records["ts"] - now) <= max_skew_s))
+    interval = records["interval_s"]
+    reject("interval", ~((interval >= MIN_INTERVAL_S) & (interval <= MAX_INTERVAL_S)))
+    bad_value = (records["measured"] & ~np.uint16(_KNOWN_FAMILY_BITS)) != 0
+    for name in _FLOAT_FIELDS:
+        bad_value |= ~(records[name] >= 0) | ~np.isfinite(records[name])
+    for name in _COUNT_FIELDS:
+        bad_value |= records[name] < 0
+    reject("value", bad_value)
+    return DecodedRecords(positions[keep], records[keep], rejected)
+
+
+def signal_columns(
+    records: NDArray[np.void], refs: IndexReferences
+) -> dict[str, NDArray[np.float64]]:
+    """Frame columns (:data:`scheduler.signal_frame.SIGNAL_COLUMNS`) of checked records."""
+    ts = records["ts"].astype(np.float64)
+    interval = records["interval_s"].astype(np.float64)
+    measured = records["measured"].astype(np.uint16)
+    stale_after = np.maximum(
+        freshness.MIN_STALE_AFTER_S, np.round(freshness.MISSED_INTERVALS * interval)
+    )
+    core = (measured & np.uint16(_CORE_BITS)) == _CORE_BITS
+    columns: dict[str, NDArray[np.float64]] = {
+        "signals_at": ts,
+        "fresh_until": np.where(core, ts + stale_after, -np.inf),
+    }
+    latest = _window_parts(records, LATEST_WINDOW, measured, refs)
+    for window in RECORD_WINDOWS:
+        parts = (
+            latest if window == LATEST_WINDOW else _window_parts(records, window, measured, refs)
+        )
+        if window != LATEST_WINDOW:
+            empty = records[f"{window}.intervals"] == 0
+            parts = {part: np.where(empty, latest[part], values) for part, values in parts.items()}
+        for part, values in parts.items():
+            columns[window_column(window, part)] = values
+    return columns
+
+
+def latest_index(records: NDArray[np.void], refs: IndexReferences) -> NDArray[np.float64]:
+    """The latest interval's interference index of each record (the ranking's value)."""
+    measured = records["measured"].astype(np.uint16)
+    return _window_parts(records, LATEST_WINDOW, measured, refs)["index_mean"]
+
+
+def _window_parts(
+    records: NDArray[np.void], window: str, measured: NDArray[np.uint16], refs: IndexReferences
+) -> dict[str, NDArray[np.float64]]:
+    def field(name: str) -> NDArray[np.float64]:
+        values: NDArray[np.float64] = records[f"{window}.{name}"].astype(np.float64)
+        return values
+
+    means = {signal: field(f"{signal}_mean") for signal in MEAN_SIGNALS}
+    spread = {signal: means[signal] + field(f"{signal}_stddev") for signal in MEAN_SIGNALS}
+    p99 = field("runq_p99_us")
+    index_mean = index_column({**means, "runq_p99_us": p99}, measured, refs)
+    index_spread = index_column({**spread, "runq_p99_us": p99}, measured, refs)
+    return {
+        "runq_p99_us": p99,
+        "reclaim_mean": means["reclaim_stall_ms_per_s"],
+        "reclaim_stddev": field("reclaim_stall_ms_per_s_stddev"),
+        "index_mean": index_mean,
+        "index_stddev": index_spread - index_mean,
+    }
