@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the images from deploy/docker/ with BuildKit (`make images` runs this).
 #   IMAGES         which to build (default "agent scheduler"; also: redis pause, for
-#                  clusters without a registry, see deploy/overlays/local-images)
+#                  clusters without a registry, see deploy/overlays/local-images). The
+#                  scheduler image also holds the credential issuer (interference-credentials)
 #   IMAGE_TAG      tag of agent and scheduler (default: the version in pyproject.toml,
 #                  the tag deploy/base/kustomization.yaml deploys)
 #   BASE_IMAGE     Debian 12 base (default debian:12.9-slim; scripts/build-base-image.sh

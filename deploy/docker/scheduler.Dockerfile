@@ -1,4 +1,6 @@
 # interference-scheduler: Debian's Python 3.11, the project in a venv, an unprivileged user.
+# Also runs the credential issuer (deploy/base/credentials: command interference-credentials),
+# so a cluster needs no third image.
 # Build from the repository root with BuildKit: make images (docs/operations.md, "Images").
 # BASE_IMAGE, PIP_INDEX_URL and the pip_ca / pip_conf secrets: as in agent.Dockerfile.
 ARG BASE_IMAGE=debian:12.9-slim
@@ -12,6 +14,7 @@ COPY pyproject.toml README.md deploy/docker/constraints.txt ./
 COPY interference/ interference/
 COPY interference_infra/ interference_infra/
 COPY scheduler/ scheduler/
+COPY credential_issuer/ credential_issuer/
 ARG PIP_INDEX_URL=
 RUN --mount=type=secret,id=pip_ca --mount=type=secret,id=pip_conf \
     set -eu; \
@@ -20,7 +23,10 @@ RUN --mount=type=secret,id=pip_ca --mount=type=secret,id=pip_conf \
     if [ -n "$PIP_INDEX_URL" ]; then export PIP_INDEX_URL; else unset PIP_INDEX_URL; fi; \
     export PIP_CONSTRAINT=/src/constraints.txt PIP_DISABLE_PIP_VERSION_CHECK=1; \
     python3 -m venv /opt/interference; \
-    /opt/interference/bin/pip install --no-cache-dir .
+    /opt/interference/bin/pip install --no-cache-dir .; \
+    for program in interference-scheduler interference-credentials; do \
+        /opt/interference/bin/$program --help >/dev/null; \
+    done
 
 FROM ${BASE_IMAGE}
 ARG DEBIAN_FRONTEND=noninteractive

@@ -1,6 +1,8 @@
 #!/bin/sh
 # Writes the ACL file from users.acl.template with SHA-256 hashes of the passwords in the
 # redis-credentials Secret (no plaintext password touches the disk), then starts Redis.
+# The agents' users (agent:<node>) are not in it: the credential issuer creates them at run
+# time (ACL SETUSER), and after a restart of Redis each agent enrols again.
 # There is no default password: without the Secret the kubelet does not start this
 # container (secret "redis-credentials" not found), and a missing, short or placeholder
 # password stops it here, naming the Secret key. Create the Secret with
@@ -22,7 +24,7 @@ check() {  # check VALUE KEY
     fi
 }
 check "${REDIS_ADMIN_PASSWORD:-}" password
-check "${REDIS_AGENT_PASSWORD:-}" agent-password
+check "${REDIS_CREDENTIALS_PASSWORD:-}" credentials-password
 check "${REDIS_SCHEDULER_PASSWORD:-}" scheduler-password
 check "${REDIS_VIEWER_PASSWORD:-}" viewer-password
 
@@ -34,7 +36,7 @@ sha256() { printf '%s' "$1" | sha256sum | cut -d' ' -f1; }
 
 umask 077
 sed -e "s/@ADMIN_SHA256@/$(sha256 "$REDIS_ADMIN_PASSWORD")/" \
-    -e "s/@AGENT_SHA256@/$(sha256 "$REDIS_AGENT_PASSWORD")/" \
+    -e "s/@CREDENTIALS_SHA256@/$(sha256 "$REDIS_CREDENTIALS_PASSWORD")/" \
     -e "s/@SCHEDULER_SHA256@/$(sha256 "$REDIS_SCHEDULER_PASSWORD")/" \
     -e "s/@VIEWER_SHA256@/$(sha256 "$REDIS_VIEWER_PASSWORD")/" \
     "$ACL_TEMPLATE" > "$ACL_FILE"
