@@ -119,7 +119,7 @@ def report_reachability(
     except ClusterError as exc:
         log.error("Kubernetes API: %s (retrying in the background)", exc)
     try:
-        connection.client().xrevrange(keys.STREAM, count=1)
+        connection.client().zrange(keys.NODES_BY_SCORE, 0, 0)
     except REDIS_ERRORS as exc:
         connection.reset()
         log.error(
@@ -189,7 +189,12 @@ class Scheduler:
         )
         self.cluster = KubernetesCluster(self.api, config.kubernetes, identity=self.identity)
         self.redis = connect(config.redis, env)
-        self.signals = RedisSignalCache(self.redis, config.redis, signal_metrics)
+        self.signals = RedisSignalCache(
+            self.redis,
+            config.redis,
+            signal_metrics,
+            known_nodes=lambda: self.loop.cache.node_names(),
+        )
         self.decisions = QueuedDecisionSink(
             RedisDecisionSink(self.redis, config.redis, signal_metrics), config.redis
         )

@@ -91,7 +91,9 @@ class ExtenderProcess:
         self.api.user_agent = f"interference-scheduler-extender/{self.identity}"
         self.cluster = KubernetesCluster(self.api, config.kubernetes, identity=self.identity)
         self.redis = connect(config.redis, env)
-        self.signals = RedisSignalCache(self.redis, config.redis, signal_metrics)
+        self.signals = RedisSignalCache(
+            self.redis, config.redis, signal_metrics, known_nodes=lambda: self.cache.node_names()
+        )
         self.decisions = QueuedDecisionSink(
             RedisDecisionSink(self.redis, config.redis, signal_metrics), config.redis
         )

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from interference.decision import Decision
-from interference.signals import SIGNAL_FAMILIES, GpuDevice, NodeMetrics, WindowMetrics
+from scheduler.signal_frame import NodeSignals as NodeSignals
+from scheduler.signal_frame import SignalFrame
 
 ObjectKind = Literal[
     "Node",
@@ -101,29 +102,12 @@ class Cluster(Protocol):
         """Set the pod's ``PodScheduled`` condition to False / ``Unschedulable``."""
 
 
-@dataclass(frozen=True, slots=True)
-class NodeSignals:
-    """The latest interference report of one node, as the scheduler sees it."""
-
-    metrics: NodeMetrics
-    updated_at: float
-    """Unix time of the agent's report."""
-    gpus: tuple[GpuDevice, ...] = field(default_factory=tuple)
-    interval_s: float = 1.0
-    """The report's interval; with ``updated_at`` it decides freshness
-    (:mod:`interference.freshness`)."""
-    measured: tuple[str, ...] = SIGNAL_FAMILIES
-    """Signal families the report measured; adapters pass the report's own list (one
-    without a core family makes the node count as stale)."""
-    windows: Mapping[str, WindowMetrics] = field(default_factory=dict)
-    """The report's windowed signals by window name (``10s``, ``60s``)."""
-
-
 class SignalSource(Protocol):
     """Latest per-node signals (the Redis signal cache, or a recorded trace)."""
 
-    def snapshot(self) -> Mapping[str, NodeSignals]:
-        """Node name → latest signals; nodes without any report are absent."""
+    def snapshot(self) -> SignalFrame | Mapping[str, NodeSignals]:
+        """The latest signals: a frame (the Redis follower), or node name → signals (a
+        recorded trace, tests); nodes without any report are absent or hold none."""
 
     def healthy(self) -> bool:
         """False while the source cannot be read (the scheduler then runs interference-blind)."""

@@ -14,7 +14,7 @@ nodes without a record hold ``signals_at = fresh_until = −inf`` (no signals).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 import numpy as np
@@ -22,8 +22,14 @@ from numpy.typing import NDArray
 
 from interference.freshness import fresh_until, missing_core
 from interference.sched_record import families_of, measured_mask
-from interference.signals import WINDOWS_S, NodeMetrics, WindowMetrics, window_name
-from scheduler.ports import NodeSignals
+from interference.signals import (
+    SIGNAL_FAMILIES,
+    WINDOWS_S,
+    GpuDevice,
+    NodeMetrics,
+    WindowMetrics,
+    window_name,
+)
 
 LATEST_WINDOW = "latest"
 """The window name of the latest interval's values."""
@@ -50,6 +56,24 @@ NO_SIGNAL_DEFAULTS = {"signals_at": -np.inf, "fresh_until": -np.inf}
 def no_signal_value(column: str) -> float:
     """What ``column`` holds for a node without signals."""
     return NO_SIGNAL_DEFAULTS.get(column, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSignals:
+    """The latest interference report of one node, as the scheduler sees it."""
+
+    metrics: NodeMetrics
+    updated_at: float
+    """Unix time of the agent's report."""
+    gpus: tuple[GpuDevice, ...] = field(default_factory=tuple)
+    interval_s: float = 1.0
+    """The report's interval; with ``updated_at`` it decides freshness
+    (:mod:`interference.freshness`)."""
+    measured: tuple[str, ...] = SIGNAL_FAMILIES
+    """Signal families the report measured; adapters pass the report's own list (one
+    without a core family makes the node count as stale)."""
+    windows: Mapping[str, WindowMetrics] = field(default_factory=dict)
+    """The report's windowed signals by window name (``10s``, ``60s``)."""
 
 
 @dataclass(frozen=True, eq=False, slots=True)

@@ -93,7 +93,7 @@ def decode_records(
     if wrong_size.any():
         rejected["size"] = np.flatnonzero(wrong_size)
     positions = np.flatnonzero(present & ~wrong_size)
-    buffer = b"".join([payloads[i] for i in positions])  # type: ignore[misc]
+    buffer = b"".join([payloads[i] or b"" for i in positions.tolist()])
     records = np.frombuffer(buffer, dtype=RECORD_DTYPE)
     keep = np.ones(len(records), np.bool_)
 

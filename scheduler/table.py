@@ -472,12 +472,11 @@ class NodeTable:
         if len(rows) > CHANGED_ROWS_LIMIT:
             self._note_load_change(None)
         else:
-            for row in rows:
-                self._note_load_change(int(row))
+            for changed_row in rows.tolist():
+                self._note_load_change(changed_row)
         for name in [name for name in self._recent if name in self._index]:
-            row = self._index[name]
-            if changed[row]:
-                self._forget_recent(row, name)
+            if changed[self._index[name]]:
+                self._forget_recent(self._index[name], name)
         self.signals_generation += 1
         self._caches["signals"].clear()
 

@@ -2,58 +2,57 @@
 (:class:`RedisDecisionSink`, and :class:`QueuedDecisionSink` which batches them off the
 scheduling path), per docs/design.md §4.
 
-The cache bootstraps from the ``intf:node:*`` and ``intf:gpu:*`` hashes (SCAN +
-pipelined HGETALL), then follows ``intf:stream`` with XREAD from the last id, so its
-cost is O(updates), not O(nodes). The stream's last id is read *before* the scan: a
-report published during the scan arrives again through the stream and the newer ``ts``
-wins, so nothing is missed.
+The cache follows the scheduling records of the Nodes the scheduler knows
+(``intf:node:{node}:sched``, :mod:`interference.sched_record`): every
+``poll_interval_s`` it reads them all with ``MGET`` (``batch`` keys per command, one
+round trip; on a Redis Cluster split per slot), decodes and checks them in bulk
+(:mod:`scheduler.signal_records`) and publishes a :class:`~scheduler.signal_frame.SignalFrame`.
+Every node reports every interval, so a poll costs O(nodes) = O(updates); pod rows and
+histograms, which the scheduler never uses, are never read.
 
-* A malformed hash or stream entry (:class:`~interference.codec.PayloadError`) is
-  counted (``interference_scheduler_signal_payload_errors_total{source}``), logged at
-  most once per ``log_interval_s`` and skipped.
-* Freshness follows :mod:`interference.freshness`: a node whose latest report is older
-  than 3 of its intervals (at least 5 s, the hashes' TTL), or whose report lacks a core
-  signal family (degraded), is stale: :meth:`RedisSignalCache.stale_nodes` lists it; its
-  entry stays in the snapshot with its real ``updated_at``, ``interval_s`` and
-  ``measured`` so the engine applies its stale policy. A node silent for
-  ``forget_after_s`` (default 10 min: its agent is gone, its hash long expired) leaves the
-  cache, which the engine treats the same as stale, so the cache stays bounded while
-  nodes come and go.
+* A record that fails a check is ignored — never cached — counted
+  (``interference_scheduler_signal_records_rejected_total{reason}``) and logged at most
+  once per ``log_interval_s`` per reason; the node keeps its last accepted record, which
+  ages into staleness. Records under keys of names that are no Node are never read; a
+  ``SCAN`` every ``stray_scan_interval_s`` counts them (``reason="unknown_node"``).
+* Freshness follows :mod:`interference.freshness`: a node whose latest record is older
+  than 3 of its intervals (at least 5 s), or lacks a core family (degraded), is stale for
+  the engine's stale policy.
+* The ranking people read (``intf:nodes`` by interference index, ``intf:nodes:updated``)
+  is written every ``ranking_interval_s`` from the accepted records, with the index the
+  scheduler computed; nodes without a usable record leave it. Agents never write it.
 * Redis unreachable: :meth:`~RedisSignalCache.healthy` turns False (the scheduler runs
   interference-blind), ``interference_scheduler_redis_errors_total`` counts it, one
   warning is logged per outage, the last data stay (ageing into staleness), and the
-  cache retries with capped backoff and re-bootstraps once Redis answers again (a
-  restarted Redis has a new stream whose ids start over).
+  cache retries with capped backoff.
 
 Connection (:mod:`interference_infra.redis_client`): one server, a master found through
 Redis Sentinel (``sentinels``), or a Redis Cluster (``cluster``); credentials: the URL's,
 overridden by ``REDIS_USERNAME`` / ``REDIS_PASSWORD``. The scheduler's ACL user needs
-exactly :data:`ACL_COMMANDS`: read ``%R~intf:*``, write ``~intf:decision:*``.
+exactly :data:`ACL_COMMANDS`: read ``%R~intf:node:*``, write ``~intf:nodes``,
+``~intf:nodes:updated`` and ``~intf:decision:*``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+import numpy as np
+from numpy.typing import NDArray
 from prometheus_client import CollectorRegistry, Counter, Histogram
+from redis.cluster import RedisCluster
 
-from interference import freshness, keys
-from interference.codec import (
-    PayloadError,
-    decode_report,
-    parse_gpu_hash,
-    parse_node_signals,
-)
+from interference import keys, sched_record
 from interference.decision import Decision, decision_hash
+from interference.score import IndexReferences
 from interference.strict import SettingError
 from interference_infra.redis_client import (
     DEFAULT_SENTINEL_MASTER,
@@ -64,11 +63,17 @@ from interference_infra.redis_client import (
     parse_sentinels,
 )
 from interference_infra.redis_tls import RedisTls
-from scheduler.ports import NodeSignals
+from scheduler.signal_frame import SIGNAL_COLUMNS, SignalFrame, no_signal_value
+from scheduler.signal_records import (
+    MAX_CLOCK_SKEW_S,
+    REJECT_REASONS,
+    decode_records,
+    signal_columns,
+)
 
 log = logging.getLogger(__name__)
 
-ACL_COMMANDS = ("scan", "hgetall", "xread", "xrevrange", "hset", "expire")
+ACL_COMMANDS = ("mget", "scan", "zadd", "zrem", "zrange", "hset", "expire")
 """Every Redis command the scheduler sends (its ACL user needs ``+`` each of them)."""
 
 
@@ -88,11 +93,19 @@ class RedisSettings:
     cluster: bool = False
     """``url`` names a node of a Redis Cluster (env ``REDIS_CLUSTER``)."""
     socket_timeout_s: float = 5.0
-    """Timeout of every Redis call (XREAD's block is kept below it)."""
-    block_ms: int = 1000
-    """How long one XREAD waits for new reports; also how fast ``stop`` is noticed."""
+    """Timeout of every Redis call."""
+    poll_interval_s: float = 0.5
+    """How often every known node's scheduling record is read; adds at most this much to
+    a signal's age (agents report every second)."""
     batch: int = 1000
-    """Stream entries per XREAD and keys per SCAN page."""
+    """Keys per MGET and per SCAN page."""
+    ranking_interval_s: float = 5.0
+    """How often ``intf:nodes`` / ``intf:nodes:updated`` are rewritten from the accepted
+    records; 0 never (e.g. a read-only ACL user)."""
+    stray_scan_interval_s: float = 60.0
+    """How often records of names that are no Node are counted (a SCAN); 0 never."""
+    max_clock_skew_s: float = MAX_CLOCK_SKEW_S
+    """A record whose ``ts`` is further than this from the scheduler's clock is ignored."""
     report_interval_s: float = 1.0
     """The agents' interval, used for the TTL of nodes whose report does not carry it."""
     retry_initial_s: float = 0.5
@@ -102,9 +115,6 @@ class RedisSettings:
     """Lifetime of ``intf:decision:{ns}/{pod}`` records."""
     log_interval_s: float = 30.0
     """At most one log line per this many seconds about malformed payloads."""
-    forget_after_s: float = 600.0
-    """A node whose latest report is this old is dropped from the cache (missing and stale
-    are treated alike; this only bounds memory)."""
     decision_queue_size: int = 10_000
     """Decision records that may wait for the writer thread; when it is full (Redis slow
     or down) a write waits up to ``socket_timeout_s``, then the record is counted in
@@ -114,12 +124,6 @@ class RedisSettings:
     decision_linger_s: float = 0.05
     """How long the writer waits for a batch to fill before writing what it has (records
     reach Redis at most this late; a pipeline per record would cost scheduling CPU)."""
-    snapshot_interval_s: float = 0.2
-    """Shortest time between two snapshots handed to the scheduler. 5,000 agents send
-    5,000 reports a second; a new snapshot per scheduling attempt would make every
-    attempt diff the node table and drop its signal caches (measured on a real
-    apiserver: 28 ms CPU per GPU pod instead of 2). Signals are per-second data: this
-    adds at most this much age. 0: a new snapshot whenever a report arrived."""
     ca_file: str | None = None
     """CA certificate that signed the server's (``rediss://`` only; env ``REDIS_CA_FILE``);
     None trusts the system's CAs."""
@@ -145,19 +149,14 @@ class RedisSettings:
             "retry_initial_s",
             "retry_max_s",
             "decision_linger_s",
-            "forget_after_s",
+            "poll_interval_s",
+            "max_clock_skew_s",
         ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}: {getattr(self, name)!r} must be a number > 0")
-        if not 0 < self.block_ms < self.socket_timeout_s * 1000:
-            raise ValueError(
-                f"block_ms: {self.block_ms!r} must be > 0 and below socket_timeout_s × 1000"
-                f" ({self.socket_timeout_s * 1000:.0f})"
-            )
-        if not self.snapshot_interval_s >= 0:
-            raise ValueError(
-                f"snapshot_interval_s: {self.snapshot_interval_s!r} must be a number ≥ 0, e.g. 0.2"
-            )
+        for name in ("ranking_interval_s", "stray_scan_interval_s"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name}: {getattr(self, name)!r} must be a number ≥ 0 (0: never)")
         for name in ("batch", "decision_ttl_s", "decision_queue_size", "decision_batch"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: {getattr(self, name)!r} must be an integer ≥ 1")
@@ -215,10 +214,21 @@ class SignalMetrics:
     """Counters of the Redis adapters (registered on the scheduler's registry)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.payload_errors = Counter(
-            "interference_scheduler_signal_payload_errors",
-            "Malformed node hashes or stream entries skipped, by source (hash, gpu, stream).",
-            ["source"],
+        self.records_rejected = Counter(
+            "interference_scheduler_signal_records_rejected",
+            "Scheduling records ignored, by reason (size, version, node, clock, interval,"
+            " value, unknown_node).",
+            ["reason"],
+            registry=registry,
+        )
+        self.records_accepted = Counter(
+            "interference_scheduler_signal_records",
+            "New scheduling records accepted into the signal cache.",
+            registry=registry,
+        )
+        self.ranking_errors = Counter(
+            "interference_scheduler_ranking_write_errors",
+            "Failed writes of the node ranking (intf:nodes).",
             registry=registry,
         )
         self.redis_errors = Counter(
@@ -233,18 +243,17 @@ class SignalMetrics:
         )
         self.signal_age = Histogram(
             "interference_scheduler_signal_age_seconds",
-            "Age of each streamed node report when it reached the cache: now minus the end"
-            " of its kernel measurement interval (the report's ts).",
+            "Age of each new scheduling record when it reached the cache: now minus the end"
+            " of its kernel measurement interval (the record's ts).",
             buckets=SIGNAL_AGE_BUCKETS_S,
             registry=registry,
         )
-        for source in ("hash", "gpu", "stream"):
-            self.payload_errors.labels(source)
+        for reason in (*REJECT_REASONS, UNKNOWN_NODE):
+            self.records_rejected.labels(reason)
 
 
-@dataclass(frozen=True, slots=True)
-class _Entry:
-    signals: NodeSignals
+UNKNOWN_NODE = "unknown_node"
+"""Rejection reason of a record under the key of a name that is no Node."""
 
 
 class RedisSignalCache:
@@ -255,34 +264,41 @@ class RedisSignalCache:
         connection: RedisConnection,
         settings: RedisSettings,
         metrics: SignalMetrics,
-        clock: Any = time.time,
+        known_nodes: Callable[[], Sequence[str]],
+        clock: Callable[[], float] = time.time,
+        references: IndexReferences | None = None,
     ) -> None:
+        """``known_nodes`` returns the names of the Nodes the scheduler knows (the only
+        records it reads); ``references`` are the interference index's (default ones)."""
         self.settings = settings
         self.metrics = metrics
         self._redis = connection
+        self._known_nodes = known_nodes
         self._clock = clock
+        self._references = references or IndexReferences()
         self._lock = threading.Lock()
-        self._entries: dict[str, _Entry] = {}
-        self._snapshot: Mapping[str, NodeSignals] = MappingProxyType({})
-        self._dirty = False
-        self._snapshot_at = -float("inf")
         self._healthy = False
-        self._last_id = "0-0"
-        self._payload_log = _RateLimitedLog(settings.log_interval_s)
-        self.bootstraps = 0
-        """How many times the cache (re)loaded the hashes; for tests and logs."""
+        self._names: tuple[str, ...] = ()
+        self._index: Mapping[str, int] = MappingProxyType({})
+        self._keys: list[str] = []
+        self._ids: NDArray[np.uint64] = np.zeros(0, np.uint64)
+        self._columns: dict[str, NDArray[np.float64]] = _empty_columns(0)
+        self._measured: NDArray[np.uint16] = np.zeros(0, np.uint16)
+        self._interval: NDArray[np.float64] = np.ones(0)
+        self._snapshot = SignalFrame.empty()
+        self._reject_logs = {
+            reason: _RateLimitedLog(settings.log_interval_s)
+            for reason in (*REJECT_REASONS, UNKNOWN_NODE)
+        }
+        self._ranking_log = _RateLimitedLog(settings.log_interval_s)
+        self.polls = 0
+        """Completed polls; for tests and logs."""
 
     # --- SignalSource ---
 
-    def snapshot(self) -> Mapping[str, NodeSignals]:
-        """Node → latest signals; a read-only copy rebuilt only after updates, at most
-        every ``settings.snapshot_interval_s``."""
+    def snapshot(self) -> SignalFrame:
+        """The latest frame: every known node, with its last accepted record or none."""
         with self._lock:
-            now = time.monotonic()
-            if self._dirty and now - self._snapshot_at >= self.settings.snapshot_interval_s:
-                self._snapshot = MappingProxyType({n: e.signals for n, e in self._entries.items()})
-                self._dirty = False
-                self._snapshot_at = now
             return self._snapshot
 
     def healthy(self) -> bool:
@@ -290,42 +306,27 @@ class RedisSignalCache:
             return self._healthy
 
     def stale_nodes(self, now: float | None = None) -> list[str]:
-        """Nodes whose latest report is stale or degraded (:mod:`interference.freshness`)."""
-        now = self._clock() if now is None else now
-        with self._lock:
-            return sorted(
-                node
-                for node, entry in self._entries.items()
-                if freshness.node_state(
-                    entry.signals.updated_at,
-                    entry.signals.interval_s,
-                    entry.signals.measured,
-                    now,
-                )
-                != "ok"
-            )
+        """Nodes whose latest record is stale or degraded (:mod:`interference.freshness`)."""
+        return self.snapshot().stale_nodes(self._clock() if now is None else now)
 
     # --- the follower ---
 
     def run(self, stop: threading.Event, on_iteration: Callable[[], None] | None = None) -> None:
-        """Bootstrap then follow the stream until ``stop``; survives any Redis outage.
+        """Poll every ``poll_interval_s`` until ``stop``; survives any Redis outage.
 
-        ``on_iteration`` is called once per XREAD or retry (a liveness heartbeat).
+        ``on_iteration`` is called once per poll or retry (a liveness heartbeat).
         """
-        delay = self.settings.retry_initial_s
-        bootstrapped = False
+        settings = self.settings
+        delay = settings.retry_initial_s
+        next_ranking = next_stray_scan = time.monotonic()
         while not stop.is_set():
             if on_iteration is not None:
                 on_iteration()
+            started = time.monotonic()
             try:
-                if not bootstrapped:
-                    self.bootstrap()
-                    bootstrapped = True
-                    delay = self.settings.retry_initial_s
-                self.follow_once()
+                self.poll_once()
             except REDIS_ERRORS as exc:
                 self.metrics.redis_errors.inc()
-                bootstrapped = False
                 self._redis.reset()  # no half-read reply on the next call; a fresh slot map
                 if self._set_healthy(False):
                     log.warning(
@@ -333,142 +334,170 @@ class RedisSignalCache:
                         " is back (retrying every ≤ %g s)",
                         self._redis.target.describe(),
                         exc,
-                        self.settings.retry_max_s,
+                        settings.retry_max_s,
                     )
                 stop.wait(delay)
-                delay = min(delay * 2, self.settings.retry_max_s)
-
-    def bootstrap(self) -> None:
-        """Load every node and GPU hash; the stream is then followed from its current end."""
-        last = self._redis.client().xrevrange(keys.STREAM, count=1)
-        last_id = _text(last[0][0]) if last else "0-0"
-        nodes = self._load_hashes(keys.node_key("*"), "hash")
-        gpus = self._load_hashes(keys.gpu_key("*"), "gpu")
-        loaded: dict[str, _Entry] = {}
-        for key, raw in nodes.items():
-            try:
-                node = keys.node_from_key(key)
-            except ValueError:
-                continue  # intf:node:{node}:pods sets
-            try:
-                parsed = parse_node_signals(raw)
-            except PayloadError as exc:
-                self._malformed("hash", f"{key}: {exc}")
+                delay = min(delay * 2, settings.retry_max_s)
                 continue
-            interval = parsed.interval_s or self.settings.report_interval_s
-            loaded[node] = _Entry(
-                NodeSignals(
-                    parsed.metrics,
-                    parsed.updated_at,
-                    interval_s=interval,
-                    measured=parsed.measured,
-                    windows=parsed.windows,
+            delay = settings.retry_initial_s
+            if self._set_healthy(True):
+                log.info(
+                    "following the scheduling records of %d nodes in Redis at %s",
+                    len(self._names),
+                    self._redis.target.describe(),
                 )
-            )
-        prefix = keys.gpu_key("")
-        for key, raw in gpus.items():
-            node = key[len(prefix) :]
-            try:
-                devices = tuple(parse_gpu_hash(raw))
-            except PayloadError as exc:
-                self._malformed("gpu", f"{key}: {exc}")
-                continue
-            if node in loaded:
-                loaded[node] = _Entry(dataclasses.replace(loaded[node].signals, gpus=devices))
-        with self._lock:
-            for node, entry in loaded.items():
-                current = self._entries.get(node)
-                if current is None or current.signals.updated_at <= entry.signals.updated_at:
-                    self._entries[node] = entry
-            self._dirty = True
-            self._last_id = last_id
-        self.bootstraps += 1
-        if self._set_healthy(True):
-            log.info(
-                "signal cache loaded %d nodes from Redis; following %s", len(loaded), keys.STREAM
-            )
+            now = time.monotonic()
+            if settings.ranking_interval_s > 0 and now >= next_ranking:
+                next_ranking = now + settings.ranking_interval_s
+                self.write_ranking()
+            if settings.stray_scan_interval_s > 0 and now >= next_stray_scan:
+                next_stray_scan = now + settings.stray_scan_interval_s
+                self.count_strays()
+            stop.wait(max(0.0, settings.poll_interval_s - (time.monotonic() - started)))
 
-    def follow_once(self) -> int:
-        """One XREAD from the last id; applies and returns how many entries arrived."""
-        reply = self._redis.client().xread(
-            {keys.STREAM: self._last_id}, count=self.settings.batch, block=self.settings.block_ms
-        )
-        applied = 0
-        for _stream, entries in reply or []:
-            for entry_id, fields in entries:
-                self._last_id = _text(entry_id)
-                applied += self._apply_entry(fields)
-        self.forget_silent()
-        return applied
+    def poll_once(self) -> int:
+        """Read every known node's record once; returns how many new records were accepted.
+        Raises the Redis client's errors."""
+        names = tuple(self._known_nodes())
+        if names != self._names:
+            self._follow(names)
+        payloads = self._fetch(self._keys)
+        now = self._clock()
+        decoded = decode_records(payloads, self._ids, now, self.settings.max_clock_skew_s)
+        for reason, positions in decoded.rejected.items():
+            self._rejected(reason, len(positions), self._names[int(positions[0])])
+        positions, records = decoded.positions, decoded.records
+        newer = records["ts"] > self._columns["signals_at"][positions]
+        positions, records = positions[newer], records[newer]
+        if len(positions):
+            for column, values in signal_columns(records, self._references).items():
+                self._columns[column][positions] = values
+            self._measured[positions] = records["measured"]
+            self._interval[positions] = records["interval_s"]
+            for age in (now - records["ts"]).tolist():
+                self.metrics.signal_age.observe(max(0.0, age))
+            self.metrics.records_accepted.inc(len(positions))
+            self._publish()
+        self.polls += 1
+        return len(positions)
 
-    def forget_silent(self, now: float | None = None) -> list[str]:
-        """Drop nodes whose latest report is older than ``forget_after_s``; returns them."""
+    def write_ranking(self, now: float | None = None) -> bool:
+        """Rewrite ``intf:nodes`` (index of the latest interval) and ``intf:nodes:updated``
+        from the usable records; members without one are removed. False when it failed
+        (counted, logged once per interval); never raises."""
         now = self._clock() if now is None else now
-        cutoff = now - self.settings.forget_after_s
-        with self._lock:
-            gone = [n for n, e in self._entries.items() if e.signals.updated_at < cutoff]
-            for node in gone:
-                del self._entries[node]
-            if gone:
-                self._dirty = True
-        return sorted(gone)
-
-    def _apply_entry(self, fields: Mapping[Any, Any]) -> int:
-        payload = fields.get(keys.STREAM_FIELD.encode(), fields.get(keys.STREAM_FIELD))
-        if not isinstance(payload, bytes):
-            self._malformed("stream", f"entry lacks the {keys.STREAM_FIELD!r} field")
-            return 0
+        frame = self.snapshot()
+        usable = np.flatnonzero(frame.columns["fresh_until"] >= now)
+        index = frame.columns["index_mean@latest"]
+        at = frame.columns["signals_at"]
+        by_index: dict[str | bytes, float] = {
+            frame.names[i]: float(index[i]) for i in usable.tolist()
+        }
+        by_time: dict[str | bytes, float] = {frame.names[i]: float(at[i]) for i in usable.tolist()}
         try:
-            report = decode_report(payload)
-        except PayloadError as exc:
-            self._malformed("stream", str(exc))
+            client = self._redis.client()
+            members = {_text(m) for m in client.zrange(keys.NODES_UPDATED, 0, -1)}
+            members |= {_text(m) for m in client.zrange(keys.NODES_BY_SCORE, 0, -1)}
+            gone = sorted(members - {str(name) for name in by_index})
+            pipe = client.pipeline(transaction=False)
+            if by_index:
+                pipe.zadd(keys.NODES_BY_SCORE, by_index)
+                pipe.zadd(keys.NODES_UPDATED, by_time)
+            if gone:
+                pipe.zrem(keys.NODES_BY_SCORE, *gone)
+                pipe.zrem(keys.NODES_UPDATED, *gone)
+            pipe.execute()
+        except REDIS_ERRORS as exc:
+            self.metrics.ranking_errors.inc()
+            self._ranking_log.warning(
+                "could not write the node ranking %s (%s); the scheduler's ACL user needs"
+                " ZRANGE, ZADD and ZREM on it (or set redis.ranking_interval_s: 0)",
+                keys.NODES_BY_SCORE,
+                exc,
+            )
+            return False
+        return True
+
+    def count_strays(self) -> int:
+        """Count records under keys of names that are no Node (``unknown_node``); never
+        raises."""
+        try:
+            found = [
+                _text(key)
+                for key in self._redis.client().scan_iter(
+                    match=keys.sched_key("*"), count=self.settings.batch
+                )
+            ]
+        except REDIS_ERRORS as exc:
+            log.debug("could not scan for records of unknown nodes: %s", exc)
             return 0
-        self.metrics.signal_age.observe(max(0.0, self._clock() - report.ts))
-        signals = NodeSignals(
-            report.metrics,
-            report.ts,
-            tuple(report.gpus),
-            interval_s=report.interval_s,
-            measured=report.measured,
-            windows=report.windows,
+        strays = []
+        for key in found:
+            try:
+                node = keys.node_from_sched_key(key)
+            except ValueError:
+                node = key
+            if node not in self._index:
+                strays.append(node)
+        if strays:
+            self._rejected(UNKNOWN_NODE, len(strays), strays[0])
+        return len(strays)
+
+    def _follow(self, names: tuple[str, ...]) -> None:
+        """Follow ``names`` from now on, keeping what is known of the nodes still there."""
+        old_index, old_columns = self._index, self._columns
+        old_measured, old_interval = self._measured, self._interval
+        index = {name: row for row, name in enumerate(names)}
+        columns = _empty_columns(len(names))
+        measured = np.zeros(len(names), np.uint16)
+        interval = np.ones(len(names))
+        kept = [(row, old_index[name]) for name, row in index.items() if name in old_index]
+        if kept:
+            new_rows, old_rows = (np.array(rows, np.intp) for rows in zip(*kept, strict=True))
+            for column in SIGNAL_COLUMNS:
+                columns[column][new_rows] = old_columns[column][old_rows]
+            measured[new_rows] = old_measured[old_rows]
+            interval[new_rows] = old_interval[old_rows]
+        self._names, self._index = names, MappingProxyType(index)
+        self._keys = [keys.sched_key(name) for name in names]
+        self._ids = np.fromiter(map(sched_record.node_id, names), np.uint64, len(names))
+        self._columns, self._measured, self._interval = columns, measured, interval
+        self._publish()
+
+    def _fetch(self, names: list[str]) -> list[bytes | None]:
+        client = self._redis.client()
+        batch = self.settings.batch
+        chunks = [names[i : i + batch] for i in range(0, len(names), batch)]
+        if isinstance(client, RedisCluster):
+            return [
+                value
+                for chunk in chunks
+                for value in client.mget_nonatomic(chunk)  # type: ignore[no-untyped-call]
+            ]
+        pipe = client.pipeline(transaction=False)
+        for chunk in chunks:
+            pipe.mget(chunk)
+        return [value for reply in pipe.execute() for value in reply]
+
+    def _publish(self) -> None:
+        frame = SignalFrame.build(
+            self._names,
+            {column: values.copy() for column, values in self._columns.items()},
+            self._measured.copy(),
+            self._interval.copy(),
+            index=self._index,
         )
-        entry = _Entry(signals)
         with self._lock:
-            current = self._entries.get(report.node)
-            if current is not None and current.signals.updated_at > report.ts:
-                return 0  # an older report than the one we hold (e.g. replayed after bootstrap)
-            self._entries[report.node] = entry
-            self._dirty = True
-        return 1
+            self._snapshot = frame
 
-    def _load_hashes(self, pattern: str, source: str) -> dict[str, Mapping[bytes, bytes]]:
-        found: dict[str, Mapping[bytes, bytes]] = {}
-        batch: list[str] = []
-        for key in self._redis.client().scan_iter(
-            match=pattern, count=self.settings.batch, _type="hash"
-        ):
-            batch.append(_text(key))
-            if len(batch) >= self.settings.batch:
-                found.update(self._hgetall(batch))
-                batch = []
-        if batch:
-            found.update(self._hgetall(batch))
-        return found
-
-    def _hgetall(self, names: list[str]) -> dict[str, Mapping[bytes, bytes]]:
-        pipe = self._redis.client().pipeline(transaction=False)
-        for name in names:
-            pipe.hgetall(name)
-        # An empty reply means the hash expired between SCAN and HGETALL: skip it.
-        return {name: raw for name, raw in zip(names, pipe.execute(), strict=True) if raw}
-
-    def _malformed(self, source: str, detail: str) -> None:
-        self.metrics.payload_errors.labels(source).inc()
-        self._payload_log.warning(
-            "skipped a malformed %s payload from Redis: %s; check that agents and scheduler run"
-            " the same release",
-            source,
-            detail,
+    def _rejected(self, reason: str, count: int, example: str) -> None:
+        self.metrics.records_rejected.labels(reason).inc(count)
+        self._reject_logs[reason].warning(
+            "ignored %d scheduling record(s) (%s), e.g. node %s: %s",
+            count,
+            reason,
+            example[:253],
+            _REJECT_EXPLANATIONS[reason],
         )
 
     def _set_healthy(self, healthy: bool) -> bool:
@@ -477,6 +506,21 @@ class RedisSignalCache:
             changed = self._healthy != healthy
             self._healthy = healthy
             return changed
+
+
+_REJECT_EXPLANATIONS = {
+    "size": "not one record long; run the same release of agent and scheduler",
+    "version": "another record layout version; run the same release of agent and scheduler",
+    "node": "the record names another node than the key holding it",
+    "clock": f"its time is more than {MAX_CLOCK_SKEW_S:g} s from the scheduler's; check NTP",
+    "interval": "its interval is outside 0.1–60 s",
+    "value": "a negative, NaN or infinite signal, or an unknown family",
+    UNKNOWN_NODE: "no Node of that name exists",
+}
+
+
+def _empty_columns(n: int) -> dict[str, NDArray[np.float64]]:
+    return {column: np.full(n, no_signal_value(column)) for column in SIGNAL_COLUMNS}
 
 
 class RedisDecisionSink:
