@@ -12,8 +12,8 @@ setup: $(STAMP)
 	@bash scripts/setup.sh
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check interference interference_infra node_agent scheduler interference_cli tests bench
-	$(VENV)/bin/ruff format --check interference interference_infra node_agent scheduler interference_cli tests bench
+	$(VENV)/bin/ruff check interference interference_infra node_agent scheduler interference_cli credential_issuer tests bench
+	$(VENV)/bin/ruff format --check interference interference_infra node_agent scheduler interference_cli credential_issuer tests bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 

@@ -1,0 +1,290 @@
+"""``interference-credentials``: issue each node agent its own Redis ACL user.
+
+Every flag falls back to an environment variable (named in ``--help``); the Redis target is
+configured exactly as for the other programs (``REDIS_URL``, ``REDIS_USERNAME``,
+``REDIS_PASSWORD``, ``REDIS_CLUSTER``, ``REDIS_SENTINELS``, ``REDIS_CA_FILE``, …).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import ssl
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from types import FrameType
+
+from prometheus_client import CollectorRegistry
+
+from credential_issuer.issuer import Issuer, IssuerMetrics
+from credential_issuer.redis_users import AgentUsers
+from credential_issuer.review import KubernetesTokenReviewer, api_client
+from credential_issuer.server import IssuerServer, TlsFiles
+from credential_issuer.settings import (
+    CREDENTIALS_PATH,
+    DEFAULT_AGENT_SERVICE_ACCOUNT,
+    DEFAULT_AUDIENCE,
+    DEFAULT_PORT,
+    IssuerSettings,
+    parse_service_account,
+    redis_target,
+)
+from interference.cliparse import RUNTIME_EXIT, OneLineParser
+from interference.logsetup import configure_logging
+from interference.strict import parse_bool, parse_number
+from interference_infra.redis_client import credentials_from_env, parse_sentinels
+from interference_infra.redis_tls import RedisTls
+
+log = logging.getLogger("credential_issuer")
+
+READY_CACHE_S = 2.0
+"""``/readyz`` pings Redis at most this often."""
+
+
+def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
+    p = OneLineParser(
+        prog="interference-credentials",
+        description="Issue each node agent its own Redis ACL user (agent:NODE, allowed only "
+        "its node's keys) after a TokenReview of the agent's pod-bound ServiceAccount token: "
+        f"POST {CREDENTIALS_PATH} with 'Authorization: Bearer TOKEN' answers "
+        '{"node", "username", "password"}. Every flag falls back to the environment '
+        "variable named in its help.",
+    )
+    p.add_argument(
+        "--address",
+        default=environ.get("HTTP_ADDRESS", "0.0.0.0"),
+        help="listen address (env HTTP_ADDRESS; default %(default)s)",
+    )
+    p.add_argument(
+        "--port",
+        default=environ.get("HTTP_PORT") or str(DEFAULT_PORT),
+        help="listen port, 0–65535 (env HTTP_PORT; default %(default)s)",
+    )
+    p.add_argument(
+        "--tls-cert-file",
+        default=environ.get("TLS_CERT_FILE") or None,
+        metavar="PEM",
+        help="serve HTTPS with this certificate chain (env TLS_CERT_FILE; reloaded when it "
+        "changes); without it plain HTTP",
+    )
+    p.add_argument(
+        "--tls-key-file",
+        default=environ.get("TLS_KEY_FILE") or None,
+        metavar="PEM",
+        help="private key of that certificate (env TLS_KEY_FILE)",
+    )
+    p.add_argument(
+        "--audience",
+        default=environ.get("TOKEN_AUDIENCE") or DEFAULT_AUDIENCE,
+        help="the audience agents' tokens must be issued for (env TOKEN_AUDIENCE; default "
+        "%(default)s)",
+    )
+    p.add_argument(
+        "--agent-service-account",
+        default=environ.get("AGENT_SERVICE_ACCOUNT") or DEFAULT_AGENT_SERVICE_ACCOUNT,
+        metavar="NAMESPACE/NAME",
+        help="the agents' ServiceAccount, the only one whose tokens are accepted (env "
+        "AGENT_SERVICE_ACCOUNT; default %(default)s)",
+    )
+    p.add_argument(
+        "--min-reissue-interval",
+        default=environ.get("MIN_REISSUE_S") or "5",
+        metavar="SECONDS",
+        help="at most one issue per node per this many seconds, more is answered 429 (env "
+        "MIN_REISSUE_S; default %(default)s)",
+    )
+    p.add_argument(
+        "--kubeconfig",
+        default=environ.get("KUBECONFIG") or None,
+        help="kubeconfig for the TokenReviews (env KUBECONFIG; default: the in-cluster "
+        "ServiceAccount, which needs ClusterRole system:auth-delegator)",
+    )
+    p.add_argument(
+        "--redis-url",
+        default=environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
+        help="redis:// or rediss:// URL (env REDIS_URL; default %(default)s); the ACL user "
+        "(allowed ACL SETUSER and PING) and password come from env REDIS_USERNAME / "
+        "REDIS_PASSWORD",
+    )
+    p.add_argument(
+        "--redis-ca-file",
+        default=environ.get("REDIS_CA_FILE") or None,
+        metavar="PEM",
+        help="CA of the Redis server's certificate (env REDIS_CA_FILE; rediss:// only)",
+    )
+    p.add_argument(
+        "--redis-cert-file",
+        default=environ.get("REDIS_CERT_FILE") or None,
+        metavar="PEM",
+        help="client certificate for Redis TLS client authentication (env REDIS_CERT_FILE)",
+    )
+    p.add_argument(
+        "--redis-key-file",
+        default=environ.get("REDIS_KEY_FILE") or None,
+        metavar="PEM",
+        help="private key of that certificate (env REDIS_KEY_FILE)",
+    )
+    p.add_argument(
+        "--redis-sentinels",
+        default=environ.get("REDIS_SENTINELS", ""),
+        metavar="HOST:PORT,…",
+        help="find the master through these Redis Sentinels (env REDIS_SENTINELS)",
+    )
+    p.add_argument(
+        "--redis-sentinel-master",
+        default=environ.get("REDIS_SENTINEL_MASTER", "mymaster"),
+        help="master name the sentinels monitor (env REDIS_SENTINEL_MASTER; default %(default)s)",
+    )
+    p.add_argument(
+        "--redis-cluster",
+        action="store_true",
+        default=None,
+        help="--redis-url names a Redis Cluster node; users are created on every node "
+        "(env REDIS_CLUSTER=true)",
+    )
+    p.add_argument(
+        "--log-level",
+        default=environ.get("LOG_LEVEL", "INFO"),
+        help="DEBUG, INFO, WARNING or ERROR (env LOG_LEVEL; default INFO)",
+    )
+    p.add_argument(
+        "--log-format",
+        default=environ.get("LOG_FORMAT", "text"),
+        help="json or text (env LOG_FORMAT; default text)",
+    )
+    return p
+
+
+def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> IssuerSettings:
+    """Settings from parsed flags and the environment; ``ValueError`` naming what is wrong."""
+    cluster = args.redis_cluster
+    if cluster is None:
+        raw = environ.get("REDIS_CLUSTER", "")
+        cluster = parse_bool("REDIS_CLUSTER", raw) if raw.strip() else False
+    port = parse_number("--port/HTTP_PORT", args.port, minimum=0, maximum=65535, integer=True)
+    reissue = parse_number(
+        "--min-reissue-interval/MIN_REISSUE_S", args.min_reissue_interval, minimum=0
+    )
+    tls = RedisTls(args.redis_ca_file, args.redis_cert_file, args.redis_key_file)
+    username, password = credentials_from_env(environ)
+    target = redis_target(
+        args.redis_url,
+        username=username,
+        password=password,
+        cluster=cluster,
+        sentinels=parse_sentinels(args.redis_sentinels, "--redis-sentinels"),
+        sentinel_master=args.redis_sentinel_master,
+        tls=tls,
+    )
+    return IssuerSettings(
+        redis=target,
+        address=args.address,
+        port=int(port),
+        tls_cert_file=args.tls_cert_file,
+        tls_key_file=args.tls_key_file,
+        audience=args.audience,
+        agent_service_account=parse_service_account(args.agent_service_account),
+        kubeconfig=args.kubeconfig,
+        min_reissue_s=reissue,
+    )
+
+
+class Readiness:
+    """``/readyz``: Redis answers (pinged at most every :data:`READY_CACHE_S`)."""
+
+    def __init__(self, users: AgentUsers) -> None:
+        self._users = users
+        self._lock = threading.Lock()
+        self._checked = -READY_CACHE_S
+        self._problem = ""
+
+    def __call__(self) -> str:
+        with self._lock:
+            now = time.monotonic()
+            if now - self._checked >= READY_CACHE_S:
+                self._problem = self._users.ping()
+                self._checked = now
+            return self._problem
+
+
+def build(settings: IssuerSettings, registry: CollectorRegistry) -> tuple[IssuerServer, AgentUsers]:
+    """The server (not started) and its Redis users; ``ValueError`` for unusable settings
+    (Kubernetes credentials), ``OSError``/``ssl.SSLError`` when it cannot bind or read
+    its certificate."""
+    reviewer = KubernetesTokenReviewer(
+        api_client(settings.kubeconfig), settings.audience, settings.review_timeout_s
+    )
+    users = AgentUsers(settings.redis, settings.redis_socket_timeout_s)
+    issuer = Issuer(settings, reviewer, users, IssuerMetrics(registry))
+    tls = None
+    try:
+        if settings.tls_cert_file and settings.tls_key_file:
+            tls = TlsFiles(settings.tls_cert_file, settings.tls_key_file)
+        server = IssuerServer(
+            issuer,
+            settings.address,
+            settings.port,
+            ready=Readiness(users),
+            tls=tls,
+            max_connections=settings.max_connections,
+            request_timeout_s=settings.request_timeout_s,
+        )
+    except BaseException:
+        users.close()
+        raise
+    return server, users
+
+
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    """Entry point; 2 for a bad flag or variable, 1 when it cannot serve, 0 after SIGTERM."""
+    env = os.environ if environ is None else environ
+    arg_parser = parser(env)
+    args = arg_parser.parse_args(argv)
+    try:
+        configure_logging(args.log_level, args.log_format, own=["credential_issuer"])
+        settings = settings_from_args(args, env)
+    except ValueError as exc:
+        arg_parser.error(str(exc))
+    try:
+        server, users = build(settings, CollectorRegistry())
+    except ValueError as exc:
+        arg_parser.error(str(exc))
+    except (OSError, ssl.SSLError) as exc:
+        log.error("cannot serve on %s:%d: %s", settings.address, settings.port, exc)
+        return RUNTIME_EXIT
+    stop = threading.Event()
+
+    def request_stop(signum: int, _frame: FrameType | None) -> None:
+        log.info("received %s, stopping", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    server.start()
+    namespace, name = settings.agent_service_account
+    log.info(
+        "serving %s://%s:%d%s for ServiceAccount %s/%s (audience %s); agent users go to "
+        "Redis at %s",
+        server.scheme,
+        settings.address,
+        server.port,
+        CREDENTIALS_PATH,
+        namespace,
+        name,
+        settings.audience,
+        users.where,
+    )
+    try:
+        stop.wait()
+    finally:
+        server.stop()
+        users.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

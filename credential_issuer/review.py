@@ -1,0 +1,130 @@
+"""Who a bearer token belongs to, as the API server says (TokenReview,
+``authentication.k8s.io/v1``).
+
+A pod-bound ServiceAccount token of a pod with ``spec.nodeName`` set carries the node in
+its claims; the review returns it as ``status.user.extra["authentication.kubernetes.io/
+node-name"]`` (and the pod as ``…/pod-name``). The API server also checks that the pod
+still exists with the same UID, so a token outlives neither its pod nor its expiry.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+log = logging.getLogger(__name__)
+
+NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
+POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
+
+
+@dataclass(frozen=True)
+class Identity:
+    """An authenticated token's user."""
+
+    username: str
+    """``system:serviceaccount:NAMESPACE:NAME`` for a ServiceAccount token."""
+    extra: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """``status.user.extra``: the node and pod claims of a bound token."""
+
+    def claim(self, key: str) -> tuple[str, ...]:
+        """The values of one ``extra`` entry (empty when absent)."""
+        return self.extra.get(key, ())
+
+
+class TokenRejected(Exception):
+    """The API server does not authenticate the token (invalid, expired, revoked, another
+    audience, its pod gone): the caller answers 401."""
+
+
+class ReviewUnavailable(Exception):
+    """The review could not be made (API server unreachable, the issuer not allowed to
+    create TokenReviews): the caller answers 503 and the agent retries."""
+
+
+class TokenReviewer(Protocol):
+    """Reviews one token; raises :class:`TokenRejected` or :class:`ReviewUnavailable`."""
+
+    def review(self, token: str) -> Identity: ...
+
+
+def identity_from_status(status: Any, audience: str) -> Identity:
+    """The identity in a TokenReview ``status`` (the client's model or a plain dict);
+    :class:`TokenRejected` when not authenticated for ``audience``."""
+    get = _getter(status)
+    if not get("authenticated"):
+        raise TokenRejected(str(get("error") or "not authenticated"))
+    audiences = get("audiences") or []
+    if audience not in audiences:
+        # An authenticator that ignores audiences answers without them: not good enough.
+        raise TokenRejected(f"the token is not for the audience {audience!r} ({audiences})")
+    user = get("user")
+    if user is None:
+        raise TokenRejected("the review names no user")
+    user_get = _getter(user)
+    extra_raw = user_get("extra") or {}
+    extra = {str(k): tuple(str(v) for v in (values or ())) for k, values in extra_raw.items()}
+    return Identity(username=str(user_get("username") or ""), extra=extra)
+
+
+def _getter(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return obj.get
+    return lambda name: getattr(obj, name, None)
+
+
+class KubernetesTokenReviewer:
+    """Creates a TokenReview per token with the API server the client points at."""
+
+    def __init__(self, api_client: client.ApiClient, audience: str, timeout_s: float) -> None:
+        self._api = client.AuthenticationV1Api(api_client)
+        self._audience = audience
+        self._timeout_s = timeout_s
+
+    def review(self, token: str) -> Identity:
+        body = client.V1TokenReview(
+            api_version="authentication.k8s.io/v1",
+            kind="TokenReview",
+            spec=client.V1TokenReviewSpec(token=token, audiences=[self._audience]),
+        )
+        try:
+            answer = self._api.create_token_review(body, _request_timeout=self._timeout_s)
+        except ApiException as exc:
+            if exc.status in (401, 403):
+                raise ReviewUnavailable(
+                    f"the API server refused the issuer's TokenReview (HTTP {exc.status}): "
+                    "its ServiceAccount needs create on tokenreviews.authentication.k8s.io "
+                    "(ClusterRole system:auth-delegator)"
+                ) from exc
+            raise ReviewUnavailable(
+                f"TokenReview failed with HTTP {exc.status}: {exc.reason}"
+            ) from exc
+        except Exception as exc:  # urllib3's errors, timeouts, a reply that does not parse
+            raise ReviewUnavailable(f"TokenReview failed: {exc!r}") from exc
+        return identity_from_status(answer.status, self._audience)
+
+
+def api_client(kubeconfig: str | None) -> client.ApiClient:
+    """A client from ``kubeconfig``, else the in-cluster ServiceAccount, else
+    ``~/.kube/config``; ``ValueError`` saying which were tried."""
+    try:
+        if kubeconfig:
+            made: client.ApiClient = config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+            return made
+        try:
+            configuration = client.Configuration()
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            return client.ApiClient(configuration)
+        except ConfigException:
+            fallback: client.ApiClient = config.new_client_from_config()  # type: ignore[no-untyped-call]
+            return fallback
+    except (ConfigException, OSError, TypeError, ValueError) as exc:
+        raise ValueError(
+            f"no usable Kubernetes credentials for TokenReviews ({exc}); pass --kubeconfig "
+            "FILE, set KUBECONFIG, or run in a pod with a ServiceAccount"
+        ) from exc

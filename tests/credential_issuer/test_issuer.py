@@ -1,0 +1,234 @@
+"""The issuer's decisions, table-driven, with a stand-in reviewer (the real API server's
+answers are in tests/e2e/test_credentials.py) and a real redis-server."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+import redis
+from prometheus_client import CollectorRegistry
+
+from credential_issuer.issuer import REASONS, Issuer, IssuerMetrics
+from credential_issuer.redis_users import AgentUsers
+from credential_issuer.review import (
+    NODE_NAME_EXTRA,
+    POD_NAME_EXTRA,
+    Identity,
+    ReviewUnavailable,
+    TokenRejected,
+    identity_from_status,
+)
+from credential_issuer.settings import IssuerSettings, redis_target
+from interference import keys
+from tests.conftest import RedisServer
+
+pytestmark = pytest.mark.redis
+
+AGENT_SA = "system:serviceaccount:interference-system:interference-agent"
+
+
+def agent(node: str | None, pod: str = "agent-xyz") -> Identity:
+    extra = {POD_NAME_EXTRA: (pod,)}
+    if node is not None:
+        extra[NODE_NAME_EXTRA] = (node,)
+    return Identity(AGENT_SA, extra)
+
+
+TOKENS: dict[str, Identity | Exception] = {
+    "token-a": agent("node-a"),
+    "token-b": agent("node-b"),
+    "other-sa": Identity("system:serviceaccount:default:default", {NODE_NAME_EXTRA: ("node-a",)}),
+    "no-node": agent(None),
+    "two-nodes": Identity(AGENT_SA, {NODE_NAME_EXTRA: ("node-a", "node-b")}),
+    "glob-node": agent("node-*"),
+    "colon-node": agent("node:a"),
+    "expired": TokenRejected("token has expired"),
+    "api-down": ReviewUnavailable("connection refused"),
+}
+
+
+class FakeReviewer:
+    def __init__(self) -> None:
+        self.reviewed: list[str] = []
+
+    def review(self, token: str) -> Identity:
+        self.reviewed.append(token)
+        answer = TOKENS.get(token, TokenRejected("invalid bearer token"))
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def users(redis_server: RedisServer) -> Iterator[AgentUsers]:
+    made = AgentUsers(redis_target(redis_server.url), 2.0)
+    yield made
+    made.close()
+
+
+def make_issuer(users: AgentUsers, clock: Clock, **overrides: object) -> Issuer:
+    settings = IssuerSettings(redis=redis_target("redis://127.0.0.1:1/0"), **overrides)  # type: ignore[arg-type]
+    return Issuer(settings, FakeReviewer(), users, IssuerMetrics(CollectorRegistry()), clock)
+
+
+def refused(issuer: Issuer, reason: str) -> float:
+    return issuer.metrics.refused.labels(reason=reason)._value.get()
+
+
+@pytest.mark.parametrize(
+    ("authorization", "body", "status", "reason"),
+    [
+        (None, 0, 401, "no_token"),
+        ("", 0, 401, "no_token"),
+        ("Basic dXNlcjpwdw==", 0, 401, "no_token"),
+        ("Bearer ", 0, 401, "no_token"),
+        ("Bearer " + "x" * 20000, 0, 401, "token_too_long"),
+        ("Bearer token-a", 5000, 413, "body_too_large"),
+        ("Bearer garbage", 0, 401, "unauthenticated"),
+        ("Bearer expired", 0, 401, "unauthenticated"),
+        ("Bearer other-sa", 0, 403, "wrong_service_account"),
+        ("Bearer no-node", 0, 403, "no_node_claim"),
+        ("Bearer two-nodes", 0, 403, "no_node_claim"),
+        ("Bearer glob-node", 0, 403, "bad_node_name"),
+        ("Bearer colon-node", 0, 403, "bad_node_name"),
+        ("Bearer api-down", 0, 503, "review_unavailable"),
+    ],
+)
+def test_refusals_create_no_user(
+    users: AgentUsers,
+    redis_server: RedisServer,
+    authorization: str | None,
+    body: int,
+    status: int,
+    reason: str,
+) -> None:
+    issuer = make_issuer(users, Clock())
+    answer = issuer.handle(authorization, body)
+    assert (answer.status, answer.body["error"]) == (status, reason)
+    assert "password" not in answer.body
+    assert refused(issuer, reason) == 1
+    assert issuer.metrics.issued._value.get() == 0
+    assert redis_server.client().execute_command("ACL", "USERS") == ["default"]
+    assert reason in REASONS
+
+
+def test_a_node_token_yields_its_own_user_only(
+    users: AgentUsers, redis_server: RedisServer
+) -> None:
+    issuer = make_issuer(users, Clock())
+    answer = issuer.handle("Bearer token-a", 0)
+    assert answer.status == 200
+    assert answer.body["node"] == "node-a"
+    assert answer.body["username"] == "agent:node-a"
+    assert len(answer.body["password"]) >= 43
+    assert answer.headers["Cache-Control"] == "no-store"
+    assert issuer.metrics.issued._value.get() == 1
+    client = redis.Redis(
+        port=redis_server.port, username="agent:node-a", password=answer.body["password"]
+    )
+    client.set(keys.sched_key("node-a"), b"x")
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        client.set(keys.sched_key("node-b"), b"x")
+
+
+def test_one_issue_per_node_per_window(users: AgentUsers) -> None:
+    clock = Clock()
+    issuer = make_issuer(users, clock, min_reissue_s=5.0)
+    first = issuer.handle("Bearer token-a", 0)
+    assert first.status == 200
+    clock.now += 2
+    again = issuer.handle("Bearer token-a", 0)
+    assert (again.status, again.body["error"]) == (429, "rate_limited")
+    assert again.headers["Retry-After"] == "4"
+    assert issuer.handle("Bearer token-b", 0).status == 200  # another node is not held up
+    clock.now += 3
+    later = issuer.handle("Bearer token-a", 0)
+    assert later.status == 200
+    assert later.body["password"] != first.body["password"]
+
+
+def test_redis_down_is_503_and_does_not_use_up_the_window(redis_server: RedisServer) -> None:
+    users = AgentUsers(redis_target(redis_server.url), 0.5)
+    issuer = make_issuer(users, Clock())
+    redis_server.stop()
+    try:
+        answer = issuer.handle("Bearer token-a", 0)
+        assert (answer.status, answer.body["error"]) == (503, "redis_unavailable")
+        assert answer.headers["Retry-After"] == "5"
+        assert users.ping().startswith("Redis at redis://127.0.0.1")
+        redis_server.start()
+        assert issuer.handle("Bearer token-a", 0).status == 200
+        assert users.ping() == ""
+    finally:
+        users.close()
+
+
+def test_a_redis_user_without_acl_rights_is_named(redis_server: RedisServer) -> None:
+    admin = redis_server.client()
+    admin.execute_command("ACL", "SETUSER", "weak", "on", ">pw", "-@all", "+ping")
+    users = AgentUsers(redis_target(redis_server.url, username="weak", password="pw"), 1.0)
+    issuer = make_issuer(users, Clock())
+    try:
+        answer = issuer.handle("Bearer token-a", 0)
+        assert answer.status == 503
+        assert "+acl|setuser +ping" in answer.body["message"]
+    finally:
+        users.close()
+
+
+def test_each_kind_of_refusal_is_logged_once_per_interval(
+    users: AgentUsers, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = Clock()
+    issuer = make_issuer(users, clock, log_interval_s=60.0)
+    with caplog.at_level(logging.INFO, logger="credential_issuer"):
+        for _ in range(5):
+            issuer.handle("Bearer garbage", 0)
+            issuer.handle("Bearer other-sa", 0)
+        clock.now += 61
+        issuer.handle("Bearer garbage", 0)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("refused")]
+    assert len(lines) == 3, lines
+    assert lines[0].startswith("refused (unauthenticated)")
+    assert lines[1].startswith("refused (wrong_service_account)")
+    assert "(4 more since the last such line)" in lines[2]
+    assert refused(issuer, "unauthenticated") == 6
+
+
+@pytest.mark.parametrize(
+    ("status", "error"),
+    [
+        ({"authenticated": False, "error": "invalid bearer token"}, "invalid bearer token"),
+        ({"user": {}, "error": "token audiences invalid"}, "token audiences invalid"),
+        ({"authenticated": True, "user": {"username": "x"}}, "audience"),
+        ({"authenticated": True, "audiences": ["other"], "user": {"username": "x"}}, "audience"),
+    ],
+)
+def test_review_status_that_is_not_an_identity(status: dict[str, object], error: str) -> None:
+    with pytest.raises(TokenRejected, match=error):
+        identity_from_status(status, "interference-credentials")
+
+
+def test_review_status_with_node_claim() -> None:
+    status = {
+        "authenticated": True,
+        "audiences": ["interference-credentials"],
+        "user": {
+            "username": AGENT_SA,
+            "extra": {NODE_NAME_EXTRA: ["node-a"], POD_NAME_EXTRA: ["agent-1"]},
+        },
+    }
+    identity = identity_from_status(status, "interference-credentials")
+    assert identity.username == AGENT_SA
+    assert identity.claim(NODE_NAME_EXTRA) == ("node-a",)
+    assert identity.claim("missing") == ()
