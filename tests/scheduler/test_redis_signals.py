@@ -1,9 +1,12 @@
-"""RedisSignalCache and RedisDecisionSink against a real redis-server."""
+"""RedisSignalCache and RedisDecisionSink against a real redis-server, the records written
+by the agent's own publisher."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import math
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -13,10 +16,10 @@ import pytest
 import redis
 from prometheus_client import CollectorRegistry
 
-from interference import keys
-from interference.codec import encode_report, gpu_hash, node_hash
+from interference import keys, sched_record
 from interference.decision import CandidateVerdict, Decision, parse_decision_hash
-from interference.signals import GpuDevice, NodeMetrics, NodeReport
+from interference.signals import NodeMetrics, NodeReport
+from node_agent.publisher import PublisherSettings, RedisPublisher
 from scheduler.adapters.redis_signals import (
     ACL_COMMANDS,
     QueuedDecisionSink,
@@ -26,33 +29,29 @@ from scheduler.adapters.redis_signals import (
     SignalMetrics,
     connect,
 )
+from scheduler.engine import Engine
+from scheduler.model import parse_pod
+from scheduler.settings import EngineSettings
 from tests.conftest import RedisServer, free_port
+from tests.scheduler.test_model import node_obj, pod_obj, table_of
+from tests.shaped_reports import shaped_report
 
 pytestmark = pytest.mark.redis
 
-GPU = GpuDevice(0, "GPU-1", "NVIDIA H100", 81559, 1024, 37.5, 2)
+NODES = ("a", "b", "c")
+SETTINGS = RedisSettings(
+    poll_interval_s=0.05, retry_initial_s=0.05, retry_max_s=0.2, log_interval_s=3600
+)
 
 
-def report(node: str, ts: float, score: float = 10.0, interval_s: float = 1.0) -> NodeReport:
-    metrics = NodeMetrics(runq_p99_us=100 * score, interference_index=score)
+def report(
+    node: str, ts: float, p99_us: float = 1000.0, measured: tuple[str, ...] = ("psi", "runq")
+) -> NodeReport:
+    metrics = NodeMetrics(runq_p99_us=p99_us)
     return NodeReport(
-        node=node, ts=ts, interval_s=interval_s, metrics=metrics, measured=("psi", "runq")
-    )
-
-
-def as_mapping(fields: dict[str, str]) -> dict[str | bytes, bytes | float | int | str]:
-    """A hash for redis-py's ``hset(mapping=...)`` (whose stub wants the wider key type)."""
-    wide: dict[str | bytes, bytes | float | int | str] = {}
-    wide.update(fields)
-    return wide
-
-
-def publish_hash(r: redis.Redis[bytes], rep: NodeReport) -> None:
-    r.hset(keys.node_key(rep.node), mapping=as_mapping(node_hash(rep)))
-
-
-def publish_stream(r: redis.Redis[bytes], rep: NodeReport) -> None:
-    r.xadd(keys.STREAM, {keys.STREAM_FIELD: encode_report(rep)})
+        node=node, ts=ts, interval_s=1.0, metrics=metrics, measured=measured,
+        histograms={"runq_us": [5, 3, 1]},
+    )  # fmt: skip
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 30) -> None:
@@ -62,16 +61,11 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 30) -> None:
         time.sleep(0.02)
 
 
-def payload_errors(registry: CollectorRegistry, source: str) -> float:
+def rejected(registry: CollectorRegistry, reason: str) -> float:
     value = registry.get_sample_value(
-        "interference_scheduler_signal_payload_errors_total", {"source": source}
+        "interference_scheduler_signal_records_rejected_total", {"reason": reason}
     )
     return value or 0.0
-
-
-SETTINGS = RedisSettings(
-    block_ms=100, retry_initial_s=0.05, retry_max_s=0.2, log_interval_s=3600, snapshot_interval_s=0
-)
 
 
 @pytest.fixture
@@ -85,13 +79,34 @@ def registry() -> CollectorRegistry:
 
 
 @pytest.fixture
-def cache(redis_server: RedisServer, registry: CollectorRegistry) -> RedisSignalCache:
-    settings = _settings(redis_server)
-    return RedisSignalCache(connect(settings), settings, SignalMetrics(registry))
+def publisher(redis_server: RedisServer) -> Iterator[RedisPublisher]:
+    pub = RedisPublisher(PublisherSettings(redis_url=redis_server.url))
+    yield pub
+    pub.close()
 
 
 def _settings(server: RedisServer) -> RedisSettings:
     return dataclasses.replace(SETTINGS, url=server.url)
+
+
+def make_cache(
+    server: RedisServer,
+    registry: CollectorRegistry,
+    nodes: tuple[str, ...] = NODES,
+    env: dict[str, str] | None = None,
+) -> RedisSignalCache:
+    settings = _settings(server)
+    return RedisSignalCache(
+        connect(settings, env=env or {}),
+        settings,
+        SignalMetrics(registry),
+        known_nodes=lambda: nodes,
+    )
+
+
+@pytest.fixture
+def cache(redis_server: RedisServer, registry: CollectorRegistry) -> RedisSignalCache:
+    return make_cache(redis_server, registry)
 
 
 @pytest.fixture
@@ -105,159 +120,237 @@ def running(cache: RedisSignalCache) -> Iterator[RedisSignalCache]:
     assert not thread.is_alive()
 
 
-def test_bootstraps_from_node_and_gpu_hashes(
-    raw: redis.Redis[bytes], cache: RedisSignalCache, registry: CollectorRegistry
+def signals_at(cache: RedisSignalCache, node: str) -> float:
+    frame = cache.snapshot()
+    row = frame.row(node)
+    return -math.inf if row is None else float(frame.columns["signals_at"][row])
+
+
+def column(cache: RedisSignalCache, node: str, name: str) -> float:
+    frame = cache.snapshot()
+    row = frame.row(node)
+    assert row is not None
+    return float(frame.columns[name][row])
+
+
+def _calls(raw: redis.Redis[bytes], command: str) -> int:
+    stats = raw.info("commandstats")
+    return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
+def test_reads_every_known_node_in_one_round_trip_of_mget_and_nothing_else(
+    raw: redis.Redis[bytes], publisher: RedisPublisher, cache: RedisSignalCache
 ) -> None:
     now = time.time()
-    for i, node in enumerate(("a", "b", "c")):
-        publish_hash(raw, report(node, now - i, score=10 * i))
-    raw.hset(keys.gpu_key("b"), mapping=as_mapping(gpu_hash([GPU])))
-    raw.sadd(keys.node_pods_key("a"), "default/p1")  # not a node hash
-    raw.hset(keys.node_key("broken"), mapping={"score": "high", "updated_at": "1"})
-    raw.hset(keys.gpu_key("c"), mapping={"count": "2"})  # devices missing
-
-    cache.bootstrap()
-
-    snapshot = cache.snapshot()
-    assert set(snapshot) == {"a", "b", "c"}
-    assert snapshot["c"].metrics.interference_index == 20.0
-    assert snapshot["c"].metrics.runq_p99_us == 2000.0
-    assert snapshot["a"].updated_at == pytest.approx(now, abs=0.01)
-    assert snapshot["b"].gpus == (GPU,)
-    assert snapshot["c"].gpus == ()
-    assert cache.healthy()
-    assert payload_errors(registry, "hash") == 1
-    assert payload_errors(registry, "gpu") == 1
+    for i, node in enumerate(NODES):
+        assert publisher.publish(shaped_report(node, now - i, pods=30))
+    raw.config_resetstat()
+    assert cache.poll_once() == 3
+    assert _calls(raw, "mget") == 1  # one MGET for every node (batch 1000)
+    assert sum(_calls(raw, c) for c in ("hgetall", "xread", "scan", "get")) == 0
+    for i, node in enumerate(NODES):
+        assert signals_at(cache, node) == pytest.approx(now - i)
+    assert cache.poll_once() == 0  # nothing new: nothing re-applied
+    assert cache.snapshot().stale_nodes(now) == []
 
 
-def test_follows_the_stream_with_xread_not_rescans(
-    raw: redis.Redis[bytes], running: RedisSignalCache
+def test_the_index_is_computed_from_the_signals_with_the_schedulers_references(
+    publisher: RedisPublisher, cache: RedisSignalCache
 ) -> None:
     now = time.time()
-    publish_hash(raw, report("a", now - 5, score=1))
-    wait_until(running.healthy)
-    # "a" was not in the bootstrap (published after it) unless the race let it in; either way
-    # the stream is what must bring the newer report.
-    scans_before = _calls(raw, "scan")
-    for step in range(1, 6):
-        publish_stream(raw, report("a", now + step, score=step * 10))
-        publish_stream(raw, report("new", now + step, score=step))
-    wait_until(
-        lambda: (
-            running.snapshot().get("a") is not None
-            and running.snapshot()["a"].metrics.interference_index == 50
-        )
+    # The agent's own index says quiet (0); the run-queue p99 says saturated.
+    saturated = dataclasses.replace(
+        report("a", now, p99_us=20_000.0),
+        metrics=NodeMetrics(runq_p99_us=20_000.0, interference_index=0.0),
     )
-    wait_until(
-        lambda: (
-            "new" in running.snapshot()
-            and running.snapshot()["new"].metrics.interference_index == 5
-        )
-    )
-    assert running.snapshot()["a"].updated_at == pytest.approx(now + 5)
-    assert _calls(raw, "scan") == scans_before  # O(updates): no rescans while following
-    assert _calls(raw, "xread") >= 1
+    publisher.publish(saturated)
+    publisher.publish(report("b", now, p99_us=100.0))
+    cache.poll_once()
+    assert column(cache, "a", "index_mean@latest") >= 90
+    assert column(cache, "b", "index_mean@latest") == 0
 
 
-def test_streamed_reports_observe_their_age(
-    raw: redis.Redis[bytes], redis_server: RedisServer, registry: CollectorRegistry
+def test_new_records_observe_their_age(
+    publisher: RedisPublisher, cache: RedisSignalCache, registry: CollectorRegistry
 ) -> None:
-    """Age = the cache's clock minus the report's ts (the end of its kernel interval)."""
-    settings = _settings(redis_server)
-    clock = [1_000.0]
-    cache = RedisSignalCache(
-        connect(settings), settings, SignalMetrics(registry), clock=lambda: clock[0]
-    )
-    cache.bootstrap()
-    for node, age in (("a", 0.3), ("b", 1.2), ("c", 4.0)):
-        publish_stream(raw, report(node, clock[0] - age))
-    cache.follow_once()
-    name = "interference_scheduler_signal_age_seconds"
-    assert registry.get_sample_value(f"{name}_count") == 3
-    assert registry.get_sample_value(f"{name}_sum") == pytest.approx(0.3 + 1.2 + 4.0)
-    assert registry.get_sample_value(f"{name}_bucket", {"le": "0.5"}) == 1
-    assert registry.get_sample_value(f"{name}_bucket", {"le": "30.0"}) == 3
-
-
-def test_snapshots_are_rebuilt_at_most_every_interval(
-    raw: redis.Redis[bytes], redis_server: RedisServer, registry: CollectorRegistry
-) -> None:
-    """Reports arriving all the time do not make every scheduling attempt a new snapshot."""
-    settings = dataclasses.replace(_settings(redis_server), snapshot_interval_s=0.5)
-    cache = RedisSignalCache(connect(settings), settings, SignalMetrics(registry))
-    cache.bootstrap()
     now = time.time()
-    publish_stream(raw, report("a", now, score=1))
-    cache.follow_once()
-    first = cache.snapshot()
-    assert first["a"].metrics.interference_index == 1
-    publish_stream(raw, report("a", now + 1, score=2))
-    cache.follow_once()
-    assert cache.snapshot() is first  # within the interval: the same snapshot
-    time.sleep(0.6)
-    assert cache.snapshot()["a"].metrics.interference_index == 2
+    publisher.publish(report("a", now - 0.5))
+    publisher.publish(report("b", now - 2.0))
+    cache.poll_once()
+    cache.poll_once()  # the same records again: not observed twice
+    count = registry.get_sample_value("interference_scheduler_signal_age_seconds_count")
+    assert count == 2
+    age_sum = registry.get_sample_value("interference_scheduler_signal_age_seconds_sum") or 0
+    assert 2.5 <= age_sum < 4.0
 
 
-def test_an_older_report_never_replaces_a_newer_one(
+def test_an_older_record_never_replaces_a_newer_one(
     raw: redis.Redis[bytes], cache: RedisSignalCache
 ) -> None:
     now = time.time()
-    publish_hash(raw, report("a", now, score=70))
-    cache.bootstrap()
-    raw.xadd(keys.STREAM, {keys.STREAM_FIELD: encode_report(report("a", now - 10, score=1))})
-    assert cache.follow_once() == 0
-    assert cache.snapshot()["a"].metrics.interference_index == 70
+    raw.set(keys.sched_key("a"), sched_record.encode(report("a", now)))
+    cache.poll_once()
+    raw.set(keys.sched_key("a"), sched_record.encode(report("a", now - 5, p99_us=9e9)))
+    assert cache.poll_once() == 0
+    assert signals_at(cache, "a") == pytest.approx(now)
 
 
-def test_counts_and_skips_malformed_stream_entries(
+def test_degraded_and_old_records_are_stale(
+    raw: redis.Redis[bytes], cache: RedisSignalCache
+) -> None:
+    now = time.time()
+    raw.set(keys.sched_key("a"), sched_record.encode(report("a", now, measured=("psi",))))
+    raw.set(keys.sched_key("b"), sched_record.encode(report("b", now - 20)))
+    raw.set(keys.sched_key("c"), sched_record.encode(report("c", now)))
+    cache.poll_once()
+    assert column(cache, "a", "fresh_until") == -math.inf  # degraded: no run queue
+    assert cache.stale_nodes(now) == ["a", "b"]
+
+
+def _forged(node: str, ts: float, **fields: float) -> bytes:
+    values = sched_record.decode(sched_record.encode(report(node, ts)))
+    values.update(fields)
+    layout = "<" + "".join(code for _, code in sched_record.FIELDS)
+    return struct.pack(layout, *(values[name] for name, _ in sched_record.FIELDS))
+
+
+YEAR_S = 365 * 24 * 3600.0
+NAN, INF = math.nan, math.inf
+REASONS = ("size", "version", "node", "clock", "interval", "value")
+FORGED: list[tuple[str, Callable[[float], bytes], str]] = [
+    ("dated a year ahead", lambda now: _forged("b", now + YEAR_S), "clock"),
+    ("dated an hour ago", lambda now: _forged("b", now - 3600), "clock"),
+    ("interval 1e308", lambda now: _forged("b", now + 1, interval_s=1e308), "interval"),
+    ("interval 0.01 s", lambda now: _forged("b", now + 1, interval_s=0.01), "interval"),
+    ("another node's record", lambda now: _forged("a", now + 1), "node"),
+    (
+        "with pod rows appended",
+        lambda now: _forged("b", now + 1) + b"\x00" * 30 * 64,
+        "size",
+    ),
+    ("truncated", lambda now: _forged("b", now + 1)[:100], "size"),
+    ("another layout version", lambda now: _forged("b", now + 1, version=99), "version"),
+    ("a negative count", lambda now: _forged("b", now + 1, **{"10s.intervals": -5}), "value"),
+    (
+        "a NaN signal",
+        lambda now: _forged("b", now + 1, **{"latest.runq_p99_us": math.nan}),
+        "value",
+    ),
+    ("a negative signal", lambda now: _forged("b", now + 1, **{"60s.runq_p99_us": -1.0}), "value"),
+    (
+        "an infinite signal",
+        lambda now: _forged("b", now + 1, gpu_memory_used_mib=math.inf),
+        "value",
+    ),
+    ("an unknown family bit", lambda now: _forged("b", now + 1, measured=1 << 15), "value"),
+]
+
+
+@pytest.mark.parametrize(("case", "payload", "reason"), FORGED, ids=[c[0] for c in FORGED])
+def test_a_forged_or_malformed_record_is_ignored_counted_and_scheduling_goes_on(
     raw: redis.Redis[bytes],
-    running: RedisSignalCache,
+    cache: RedisSignalCache,
     registry: CollectorRegistry,
     caplog: pytest.LogCaptureFixture,
+    case: str,
+    payload: Callable[[float], bytes],
+    reason: str,
 ) -> None:
-    wait_until(running.healthy)
     caplog.set_level(logging.WARNING, logger="scheduler.adapters.redis_signals")
-    raw.xadd(keys.STREAM, {keys.STREAM_FIELD: b"\xc1 not msgpack"})
-    raw.xadd(keys.STREAM, {"other": b"x"})
-    future = encode_report(report("a", time.time())).replace(b"\xa1v\x02", b"\xa1v\x63")
-    raw.xadd(keys.STREAM, {keys.STREAM_FIELD: future})  # schema version 99
-    publish_stream(raw, report("good", time.time(), score=42))
+    now = time.time()
+    raw.set(keys.sched_key("a"), sched_record.encode(report("a", now)))
+    raw.set(keys.sched_key("b"), sched_record.encode(report("b", now - 1)))
+    cache.poll_once()
+    held = cache.snapshot()
+    raw.set(keys.sched_key("b"), payload(now))
+    for _ in range(2):
+        cache.poll_once()
+    # never cached: b keeps its last accepted record, which ages into staleness
+    assert signals_at(cache, "b") == pytest.approx(now - 1)
+    assert cache.snapshot() is held  # nothing new was published
+    assert rejected(registry, reason) == 2
+    assert (
+        sum(
+            rejected(registry, r) for r in ("size", "version", "node", "clock", "interval", "value")
+        )
+        == 2
+    )
+    lines = [r.getMessage() for r in caplog.records if "ignored" in r.getMessage()]
+    assert len(lines) == 1 and f"({reason})" in lines[0] and "node b" in lines[0]
+    # scheduling goes on: the engine decides over the frame
+    table = table_of([node_obj(n) for n in NODES])
+    table.set_signals(cache.snapshot())
+    result = Engine(EngineSettings()).schedule(parse_pod(pod_obj()), table, now)
+    assert result.node in NODES
 
-    wait_until(lambda: "good" in running.snapshot())
-    assert running.snapshot()["good"].metrics.interference_index == 42
-    assert "a" not in running.snapshot()
-    assert payload_errors(registry, "stream") == 3
-    malformed = [r for r in caplog.records if "malformed" in r.getMessage()]
-    assert len(malformed) == 1  # rate-limited: one line for three bad entries
-    assert "same release" in malformed[0].getMessage()
 
-
-def test_marks_nodes_stale_after_their_ttl(
-    raw: redis.Redis[bytes], redis_server: RedisServer
+def test_a_forged_record_for_a_node_without_one_never_looks_quiet(
+    raw: redis.Redis[bytes], cache: RedisSignalCache, registry: CollectorRegistry
 ) -> None:
-    now = 1_000_000.0
-    clock = [now]
+    now = time.time()
+    raw.set(keys.sched_key("b"), _forged("b", now + YEAR_S))
+    cache.poll_once()
+    assert signals_at(cache, "b") == -math.inf  # no signals: the stale policy applies
+    table = table_of([node_obj(n) for n in NODES])
+    table.set_signals(cache.snapshot())
+    assert not table.has_signals("b")
+    assert table.fresh_until[table.index_of("b")] == -math.inf
+
+
+def test_records_of_names_that_are_no_node_are_never_read_but_counted(
+    raw: redis.Redis[bytes],
+    publisher: RedisPublisher,
+    cache: RedisSignalCache,
+    registry: CollectorRegistry,
+) -> None:
+    now = time.time()
+    for i in range(50):
+        publisher.publish(report(f"invented-{i}", now))
+    publisher.publish(report("a", now))
+    cache.poll_once()
+    assert cache.snapshot().names == NODES
+    assert cache.count_strays() == 50
+    assert rejected(registry, "unknown_node") == 50
+
+
+def test_follows_nodes_as_they_come_and_go(
+    raw: redis.Redis[bytes], redis_server: RedisServer, registry: CollectorRegistry
+) -> None:
+    known = ["a"]
     settings = _settings(redis_server)
     cache = RedisSignalCache(
-        connect(settings), settings, SignalMetrics(CollectorRegistry()), clock=lambda: clock[0]
+        connect(settings, env={}), settings, SignalMetrics(registry), known_nodes=lambda: known
     )
-    publish_hash(raw, report("fresh", now - 1, interval_s=1))  # TTL 5 s
-    publish_hash(raw, report("old", now - 6, interval_s=1))  # 6 s > TTL 5 s
-    publish_hash(raw, report("slow", now - 20, interval_s=10))  # TTL 30 s
-    cache.bootstrap()
-    assert cache.stale_nodes() == ["old"]
-    clock[0] = now + 5
-    assert cache.stale_nodes() == ["fresh", "old"]
-    clock[0] = now + 11
-    assert cache.stale_nodes() == ["fresh", "old", "slow"]
-    assert set(cache.snapshot()) == {"fresh", "old", "slow"}  # kept, with their real age
-    clock[0] = now - 1 + settings.forget_after_s + 1  # "fresh" silent for 10 min: its agent died
-    assert cache.forget_silent() == ["fresh", "old", "slow"]
-    assert dict(cache.snapshot()) == {} and cache.stale_nodes() == []
+    now = time.time()
+    for node in ("a", "b"):
+        raw.set(keys.sched_key(node), sched_record.encode(report(node, now)))
+    cache.poll_once()
+    assert cache.snapshot().names == ("a",)
+    known.append("b")
+    cache.poll_once()
+    assert signals_at(cache, "a") == pytest.approx(now) and signals_at(cache, "b") == pytest.approx(
+        now
+    )
+    known.remove("a")
+    cache.poll_once()
+    assert cache.snapshot().names == ("b",)
+
+
+def test_writes_the_ranking_with_its_own_index_and_drops_nodes_without_a_usable_record(
+    raw: redis.Redis[bytes], cache: RedisSignalCache
+) -> None:
+    now = time.time()
+    raw.zadd(keys.NODES_BY_SCORE, {"gone": 5.0, "b": 0.0})
+    raw.set(keys.sched_key("a"), sched_record.encode(report("a", now, p99_us=20_000.0)))
+    raw.set(keys.sched_key("b"), sched_record.encode(report("b", now, measured=("psi",))))
+    cache.poll_once()
+    assert cache.write_ranking(now)
+    ranking = {m.decode(): s for m, s in raw.zrange(keys.NODES_BY_SCORE, 0, -1, withscores=True)}
+    assert ranking.keys() == {"a"} and ranking["a"] >= 90
+    assert raw.zscore(keys.NODES_UPDATED, "a") == pytest.approx(now)
 
 
 def test_redis_down_goes_blind_with_a_metric_and_one_log_then_recovers(
-    raw: redis.Redis[bytes],
     redis_server: RedisServer,
     running: RedisSignalCache,
     registry: CollectorRegistry,
@@ -265,36 +358,32 @@ def test_redis_down_goes_blind_with_a_metric_and_one_log_then_recovers(
 ) -> None:
     caplog.set_level(logging.INFO, logger="scheduler.adapters.redis_signals")
     wait_until(running.healthy)
-    publish_stream(raw, report("a", time.time(), score=33))
-    wait_until(lambda: "a" in running.snapshot())
+    now = time.time()
+    redis_server.client().set(keys.sched_key("a"), sched_record.encode(report("a", now)))
+    wait_until(lambda: signals_at(running, "a") > 0)
     redis_server.stop()
     wait_until(lambda: not running.healthy())
     wait_until(
         lambda: (registry.get_sample_value("interference_scheduler_redis_errors_total") or 0) >= 3
     )
-    assert running.snapshot()["a"].metrics.interference_index == 33  # the last data stay, ageing
+    assert signals_at(running, "a") == pytest.approx(now)  # the last data stay, ageing
     outage_lines = [r for r in caplog.records if "unavailable" in r.getMessage()]
     assert len(outage_lines) == 1
     assert "interference-blind" in outage_lines[0].getMessage()
 
-    redis_server.start()  # a fresh, empty Redis: its stream ids start over
-    bootstraps = running.bootstraps
+    redis_server.start()
     wait_until(running.healthy)
-    assert running.bootstraps == bootstraps + 1
-    publish_stream(redis_server.client(), report("b", time.time(), score=7))
-    publish_stream(redis.Redis(port=redis_server.port), report("b", time.time() + 1, score=8))
-    wait_until(
-        lambda: (
-            "b" in running.snapshot() and running.snapshot()["b"].metrics.interference_index == 8
-        )
-    )
+    redis_server.client().set(keys.sched_key("b"), sched_record.encode(report("b", now + 1)))
+    wait_until(lambda: signals_at(running, "b") == pytest.approx(now + 1))
 
 
 def test_unreachable_at_start_is_unhealthy_not_fatal(registry: CollectorRegistry) -> None:
     settings = dataclasses.replace(
         SETTINGS, url=f"redis://127.0.0.1:{free_port()}/0", socket_timeout_s=1
     )
-    cache = RedisSignalCache(connect(settings), settings, SignalMetrics(registry))
+    cache = RedisSignalCache(
+        connect(settings, env={}), settings, SignalMetrics(registry), known_nodes=lambda: NODES
+    )
     stop = threading.Event()
     thread = threading.Thread(target=cache.run, args=(stop,), daemon=True)
     thread.start()
@@ -302,7 +391,7 @@ def test_unreachable_at_start_is_unhealthy_not_fatal(registry: CollectorRegistry
         lambda: (registry.get_sample_value("interference_scheduler_redis_errors_total") or 0) >= 2
     )
     assert not cache.healthy()
-    assert cache.snapshot() == {}
+    assert (cache.snapshot().columns["signals_at"] == -math.inf).all()  # no signals at all
     stop.set()
     thread.join(30)
     assert not thread.is_alive()
@@ -424,35 +513,29 @@ def test_queued_sink_with_redis_down_counts_every_record_and_never_raises(
 
 
 def test_works_as_the_scheduler_acl_user_from_the_environment(
-    raw: redis.Redis[bytes], redis_server: RedisServer
+    raw: redis.Redis[bytes], redis_server: RedisServer, publisher: RedisPublisher
 ) -> None:
-    # The scheduler's ACL user as deploy/ defines it: read intf:*, write decisions only,
-    # and no command beyond ACL_COMMANDS.
-    rules = ["resetkeys", "%R~intf:*", "~intf:decision:*", "resetchannels", "-@all"]
+    # The scheduler's ACL user as deploy/ defines it: read the nodes' keys, write the
+    # ranking and decisions, and no command beyond ACL_COMMANDS.
+    rules = ["resetkeys", "%R~intf:node:*", "~intf:nodes", "~intf:nodes:updated"]
+    rules += ["%W~intf:decision:*", "resetchannels", "-@all"]
     raw.execute_command(
         "ACL", "SETUSER", "scheduler", "on", ">s3cret", *rules, *(f"+{c}" for c in ACL_COMMANDS)
     )
     now = time.time()
-    publish_hash(raw, report("a", now - 1))
-    raw.hset(keys.gpu_key("a"), mapping=as_mapping(gpu_hash([GPU])))
-    settings = _settings(redis_server)
+    publisher.publish(shaped_report("a", now))
     env = {"REDIS_USERNAME": "scheduler", "REDIS_PASSWORD": "s3cret"}
     registry = CollectorRegistry()
+    settings = _settings(redis_server)
     metrics = SignalMetrics(registry)
-    cache = RedisSignalCache(connect(settings, env=env), settings, metrics)
-    cache.bootstrap()
-    publish_stream(raw, report("a", now, score=64))
-    assert cache.follow_once() == 1
-    assert cache.snapshot()["a"].metrics.interference_index == 64
+    cache = RedisSignalCache(connect(settings, env=env), settings, metrics, lambda: ("a",))
+    assert cache.poll_once() == 1
+    assert cache.write_ranking(now)
+    assert cache.count_strays() == 0
     RedisDecisionSink(connect(settings, env=env), settings, metrics).write(decision())
     assert registry.get_sample_value("interference_scheduler_decision_write_errors_total") == 0
     assert raw.exists(keys.decision_key("ml", "train-0"))
 
     wrong = connect(settings, env={"REDIS_USERNAME": "scheduler", "REDIS_PASSWORD": "nope"})
     with pytest.raises(redis.AuthenticationError):
-        wrong.client().hgetall(keys.node_key("a"))
-
-
-def _calls(raw: redis.Redis[bytes], command: str) -> int:
-    stats = raw.info("commandstats")
-    return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
+        wrong.client().mget([keys.sched_key("a")])
