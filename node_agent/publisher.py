@@ -111,7 +111,7 @@ class RedisPublisher:
         try:
             # The context manager resets the pipeline, so a failed flush keeps nothing.
             with self._redis.client().pipeline(transaction=False) as pipe:
-                pod_keys = self._queue_commands(pipe, report)
+                pod_keys = self.queue_report(pipe, report)
                 pipe.execute()
         except redis.AuthenticationError as exc:
             return self._failed(
@@ -172,8 +172,9 @@ class RedisPublisher:
         """Close the connections; safe to call twice."""
         self._redis.close()
 
-    def _queue_commands(self, pipe: Pipeline, report: NodeReport) -> set[str]:
-        """Queue the flush; returns the pod set's members once it is written."""
+    def queue_report(self, pipe: Pipeline, report: NodeReport) -> set[str]:
+        """Queue the flush on ``pipe`` (no I/O); returns the pod set's members once it is
+        written. Benchmarks use it to encode what an agent writes ahead of time."""
         node, ttl = report.node, self._settings.ttl_s
         pipe.set(keys.sched_key(node), sched_record.encode(report), ex=ttl)
         node_key = keys.node_key(node)
