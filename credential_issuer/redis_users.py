@@ -15,7 +15,7 @@ import threading
 from dataclasses import dataclass
 
 import redis
-from redis.cluster import RedisCluster
+from redis.cluster import ClusterNode, RedisCluster
 
 from interference import acl
 from interference_infra.redis_client import REDIS_ERRORS, RedisConnection, RedisTarget
@@ -23,9 +23,11 @@ from interference_infra.redis_client import REDIS_ERRORS, RedisConnection, Redis
 log = logging.getLogger(__name__)
 
 ISSUER_COMMANDS = ("acl|setuser", "ping")
-"""What the issuer's own Redis user must be allowed (plus :data:`interference.acl.
-CLUSTER_CLIENT_COMMANDS` on a Cluster): creating users is an administrator's right, so the
-issuer is as trusted as Redis' admin."""
+"""What the issuer's own Redis user must be allowed (plus :data:`ISSUER_CLUSTER_COMMANDS`
+on a Cluster): creating users is an administrator's right, so the issuer is as trusted as
+Redis' admin."""
+ISSUER_CLUSTER_COMMANDS = (*acl.CLUSTER_CLIENT_COMMANDS, "cluster|nodes")
+"""On a Cluster the issuer also reads the slot map and the node list."""
 
 
 class RedisUnavailable(Exception):
@@ -50,6 +52,8 @@ class AgentUsers:
         self._cluster = target.cluster
         self._where = target.describe()
         self._lock = threading.Lock()
+        self._extra: dict[str, ClusterNode] = {}
+        """Cluster nodes outside the client's slot map (replicas still syncing)."""
 
     @property
     def where(self) -> str:
@@ -73,21 +77,15 @@ class AgentUsers:
     def _set_on_cluster(
         self, client: RedisCluster[bytes], username: str, rules: list[str]
     ) -> Applied:
-        # Read the slot map afresh: a node added, or a replica promoted, since the last
-        # issue must get the user too (the issuer writes no keys, so no MOVED tells it).
-        with self._lock:
-            client.nodes_manager.initialize()
-            nodes = list(client.get_nodes())
         failed_replicas: list[str] = []
         done = 0
-        for node in nodes:
-            name = f"{node.host}:{node.port}"
+        for name, node, primary in self._cluster_nodes(client):
             try:
                 client.get_redis_connection(node).execute_command(
                     "ACL", "SETUSER", username, *rules
                 )
             except REDIS_ERRORS as exc:
-                if node.server_type == "primary":
+                if primary:
                     raise RedisUnavailable(
                         f"cluster primary {name} did not take {username}: {_describe(exc)}"
                     ) from exc
@@ -96,6 +94,29 @@ class AgentUsers:
             else:
                 done += 1
         return Applied(nodes=done, failed_replicas=tuple(failed_replicas))
+
+    def _cluster_nodes(self, client: RedisCluster[bytes]) -> list[tuple[str, ClusterNode, bool]]:
+        """Every node of the cluster as ``(host:port, node, is primary)``, as a primary's
+        ``CLUSTER NODES`` lists them now: a node added, a replica still syncing (which
+        ``CLUSTER SLOTS`` leaves out) or one promoted since the last issue is included.
+        Nodes flagged failed, in handshake or without an address are left out (they
+        get the user when their agent enrols again)."""
+        with self._lock:
+            client.nodes_manager.initialize()
+            seed = client.get_default_node() or client.get_random_node()
+            table = client.get_redis_connection(seed).execute_command("CLUSTER NODES")
+            out: list[tuple[str, ClusterNode, bool]] = []
+            for address, info in table.items():
+                flags = set(str(info.get("flags", "")).split(","))
+                host, _, port = str(address).rpartition(":")
+                if flags & {"fail", "handshake", "noaddr"} or not host or port in ("", "0"):
+                    continue
+                name = f"{host}:{port}"
+                known = client.get_node(host=host, port=int(port))
+                # not in the slot map (yet): a node of our own
+                node = known or self._extra.setdefault(name, ClusterNode(host, int(port)))
+                out.append((name, node, "master" in flags))
+            return out
 
     def ping(self) -> str:
         """ "" when the target answers, else why not (for ``/readyz``)."""
@@ -108,6 +129,11 @@ class AgentUsers:
 
     def close(self) -> None:
         self._redis.close()
+        with self._lock:
+            extra, self._extra = list(self._extra.values()), {}
+        for node in extra:
+            if node.redis_connection is not None:
+                node.redis_connection.close()
 
 
 def _describe(exc: Exception) -> str:
