@@ -17,7 +17,7 @@ import redis
 from prometheus_client import CollectorRegistry
 
 from interference import keys
-from interference.signals import NodeMetrics, NodeReport
+from interference.signals import NodeReport
 from interference_cli import main as cli_main
 from interference_infra.redis_tls import RedisTls
 from node_agent import cli as agent_cli
@@ -25,7 +25,9 @@ from node_agent.publisher import PublisherSettings, RedisPublisher
 from scheduler import cli as scheduler_cli
 from scheduler.adapters.redis_signals import RedisSettings, RedisSignalCache, SignalMetrics, connect
 from scheduler.config import SchedulerConfig, with_overrides
+from scheduler.signal_frame import SignalFrame
 from tests.conftest import free_port
+from tests.redis_topologies import agent_report
 
 pytestmark = pytest.mark.redis
 
@@ -159,7 +161,24 @@ def tls_redis() -> Iterator[TlsRedis]:
 
 
 def report(node: str) -> NodeReport:
-    return NodeReport(node=node, ts=time.time(), interval_s=1.0, metrics=NodeMetrics())
+    """A report shaped as the agent writes it (pods with histograms, windows, runq)."""
+    return agent_report(node, pods=5)
+
+
+def follow(settings: RedisSettings, node: str) -> SignalFrame:
+    """The frame of the scheduler's signal cache following ``node`` with ``settings``,
+    after one poll that accepted its record."""
+    connection = connect(settings, {})
+    try:
+        cache = RedisSignalCache(
+            connection, settings, SignalMetrics(CollectorRegistry()), known_nodes=lambda: [node]
+        )
+        assert cache.poll_once() == 1
+        # The ranking `interference top` lists is the scheduler's to write.
+        assert cache.write_ranking()
+        return cache.snapshot()
+    finally:
+        connection.close()
 
 
 def test_the_agent_publishes_over_tls_with_a_client_certificate(tls_redis: TlsRedis) -> None:
@@ -179,7 +198,7 @@ def test_the_agent_publishes_over_tls_with_a_client_certificate(tls_redis: TlsRe
         assert publisher.publish(report("tls-node-1"))
     finally:
         publisher.close()
-    assert tls_redis.client().exists(keys.node_key("tls-node-1"))
+    assert tls_redis.client().exists(keys.sched_key("tls-node-1"), keys.node_key("tls-node-1")) == 2
 
 
 def test_without_the_client_certificate_the_agent_drops_and_says_so(
@@ -207,15 +226,17 @@ def test_the_scheduler_reads_signals_over_tls_from_its_environment(tls_redis: Tl
     config = with_overrides(SchedulerConfig(), **scheduler_cli.overrides(args, env))
     assert (config.redis.ca_file, config.redis.cert_file) == (str(pki.ca), str(pki.cert))
     publisher = RedisPublisher(PublisherSettings(tls_redis.url, tls=pki.tls))
+    sent = report("tls-node-3")
     try:
-        assert publisher.publish(report("tls-node-3"))
+        assert publisher.publish(sent)
     finally:
         publisher.close()
-    settings = RedisSettings(url=tls_redis.url, ca_file=str(pki.ca), cert_file=str(pki.cert),
-                             key_file=str(pki.key), block_ms=200)  # fmt: skip
-    cache = RedisSignalCache(connect(settings, {}), settings, SignalMetrics(CollectorRegistry()))
-    cache.bootstrap()
-    assert "tls-node-3" in cache.snapshot()
+    frame = follow(config.redis, "tls-node-3")
+    row = frame.row("tls-node-3")
+    assert row is not None
+    assert frame.columns["signals_at"][row] == sent.ts
+    assert frame.stale_nodes(sent.ts) == []
+    assert frame.columns["index_mean@latest"][row] > 0  # computed by the scheduler
 
 
 def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -234,6 +255,9 @@ def test_the_cli_reads_over_tls(tls_redis: TlsRedis, capsys: pytest.CaptureFixtu
     finally:
         publisher.close()
     pki = tls_redis.pki
+    settings = RedisSettings(url=tls_redis.url, ca_file=str(pki.ca), cert_file=str(pki.cert),
+                             key_file=str(pki.key))  # fmt: skip
+    follow(settings, "tls-node-4")
     status, out, err = run_cli(
         ["top", "--redis-url", tls_redis.url, "--redis-ca-file", str(pki.ca),
          "--redis-cert-file", str(pki.cert), "--redis-key-file", str(pki.key)],
