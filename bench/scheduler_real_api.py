@@ -115,7 +115,9 @@ def parallel(work: Iterable[Callable[[], object]], threads: int = 12) -> None:
             future.result()
 
 
-def create_nodes(api: Api, count: int) -> None:
+def create_nodes(api: Api, count: int, start: int = 0) -> None:
+    """Nodes ``node-{start:05d}`` … up to ``start + count`` (a third with 8 GPUs)."""
+
     def one(i: int) -> None:
         name = f"node-{i:05d}"
         gpus = 8 if i % 3 == 0 else 0
@@ -129,7 +131,7 @@ def create_nodes(api: Api, count: int) -> None:
                                              "reason": "KubeletReady"}]}}  # fmt: skip
         api.call("PATCH", f"/api/v1/nodes/{name}/status", status, "application/merge-patch+json")
 
-    parallel(lambda i=i: one(i) for i in range(count))  # type: ignore[misc]
+    parallel(lambda i=i: one(i) for i in range(start, start + count))  # type: ignore[misc]
 
 
 def create_pods(api: Api, namespace: str, count: int, scheduler: str, gpu: bool) -> None:

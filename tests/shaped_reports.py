@@ -21,11 +21,13 @@ from interference.signals import (
 
 
 def histogram(rng: random.Random, samples: int, centre_slot: int) -> list[int]:
-    """A log2 histogram of ``samples`` waits around ``2**centre_slot`` µs."""
+    """A log2 histogram of ``samples`` waits around ``2**centre_slot`` µs (a bell over the
+    neighbouring slots, with some jitter)."""
     buckets = [0] * hist.MAX_SLOTS
-    for _ in range(samples):
-        slot = min(hist.MAX_SLOTS - 1, max(0, int(rng.gauss(centre_slot, 1.5))))
-        buckets[slot] += 1
+    for offset, share in ((-3, 0.02), (-2, 0.1), (-1, 0.22), (0, 0.32), (1, 0.22), (2, 0.1)):
+        slot = min(hist.MAX_SLOTS - 1, max(0, centre_slot + offset))
+        buckets[slot] += int(samples * share * rng.uniform(0.7, 1.3))
+    buckets[min(hist.MAX_SLOTS - 1, centre_slot + 3)] += rng.randint(0, 2)  # the tail
     return hist.trimmed(buckets)
 
 
