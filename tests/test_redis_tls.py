@@ -27,7 +27,7 @@ from scheduler.adapters.redis_signals import RedisSettings, RedisSignalCache, Si
 from scheduler.config import SchedulerConfig, with_overrides
 from scheduler.signal_frame import SignalFrame
 from tests.conftest import free_port
-from tests.redis_topologies import agent_report
+from tests.shaped_reports import shaped_report
 
 pytestmark = pytest.mark.redis
 
@@ -162,7 +162,7 @@ def tls_redis() -> Iterator[TlsRedis]:
 
 def report(node: str) -> NodeReport:
     """A report shaped as the agent writes it (pods with histograms, windows, runq)."""
-    return agent_report(node, pods=5)
+    return shaped_report(node, time.time(), pods=5)
 
 
 def follow(settings: RedisSettings, node: str) -> SignalFrame:
