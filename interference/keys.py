@@ -88,9 +88,10 @@ def node_key_patterns(node: str) -> tuple[str, str]:
 
 def node_from_key(key: str) -> str:
     """The node of a :func:`node_key` (``ValueError`` for any other key)."""
-    if not key.startswith(_NODE_PREFIX) or ":" in key[len(_NODE_PREFIX) :]:
+    node = key[len(_NODE_PREFIX) :]
+    if not key.startswith(_NODE_PREFIX) or not node or ":" in node:
         raise ValueError(f"not a node key: {key!r}")
-    return key[len(_NODE_PREFIX) :]
+    return node
 
 
 def node_from_sched_key(key: str) -> str:
@@ -99,7 +100,7 @@ def node_from_sched_key(key: str) -> str:
     if not key.startswith(_NODE_PREFIX) or not key.endswith(suffix):
         raise ValueError(f"not a scheduling record key: {key!r}")
     node = key[len(_NODE_PREFIX) : -len(suffix)]
-    if ":" in node:
+    if not node or ":" in node:
         raise ValueError(f"not a scheduling record key: {key!r}")
     return node
 
