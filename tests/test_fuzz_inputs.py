@@ -167,7 +167,7 @@ KEYS = [
     *SECTIONS, "profile", "scores", "filters", "Interference", "NodeResourcesFit", "stale_after_s",
     "relax_after_s", "stale_policy", "dry_run", "scheduler_name", "ignore_namespaces", "url",
     "port",
-    "reload_interval_s", "lease_duration_s", "block_ms", "ca_file", "record_top_k", "bogus",
+    "reload_interval_s", "lease_duration_s", "poll_interval_s", "ca_file", "record_top_k", "bogus",
 ]  # fmt: skip
 SCALARS = st.one_of(
     st.none(),

@@ -3,6 +3,7 @@ real redis-server, the real scheduling loop; dry run, reload and start-up errors
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -18,16 +19,52 @@ import pytest
 import redis
 
 from interference import keys
-from interference.codec import node_hash
 from interference.decision import parse_decision_hash
-from interference.signals import NodeMetrics, NodeReport
+from interference.signals import NodeMetrics
+from node_agent.publisher import PublisherSettings, RedisPublisher
 from scheduler.cli import Scheduler, main, overrides, parse_args
 from scheduler.config import load_config, with_overrides
 from tests.conftest import RedisServer, free_port
 from tests.scheduler.k8s_emulator import EmulatorThread, node, pod, running_emulator
-from tests.scheduler.test_redis_signals import as_mapping
+from tests.shaped_reports import shaped_report
 
 pytestmark = pytest.mark.redis
+
+
+NOISY = NodeMetrics(runq_p99_us=4000.0, runq_wait_ratio=0.8, psi_cpu_some=60.0)
+QUIET = NodeMetrics(runq_p99_us=250.0, runq_wait_ratio=0.01, psi_cpu_some=1.0)
+
+
+class AgentsPublishing:
+    """One agent publisher (the real :class:`RedisPublisher`) per node, each writing an
+    agent-shaped report with the given signals every 0.5 s from a thread, as running
+    agents do; the scheduler computes the index from them."""
+
+    def __init__(self, url: str, signals: dict[str, NodeMetrics]) -> None:
+        self._publishers = {
+            name: RedisPublisher(PublisherSettings(redis_url=url)) for name in signals
+        }
+        self._signals = signals
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        for publisher in self._publishers.values():
+            publisher.close()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for name, publisher in self._publishers.items():
+                shaped = shaped_report(name, time.time(), pods=5, gpus=0)
+                publisher.publish(
+                    dataclasses.replace(shaped, metrics=self._signals[name], windows={})
+                )
+            self._stop.wait(0.5)
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 60) -> None:
@@ -59,7 +96,7 @@ loop:
   idle_wait_s: 0.1
 redis:
   url: {redis_url}
-  block_ms: 200
+  poll_interval_s: 0.2
 kubernetes:
   kubeconfig: {kube}
 leader_election:
@@ -98,11 +135,7 @@ def test_dry_run_records_decisions_binds_nothing_then_a_reload_turns_binding_on(
     emulator.put("nodes", node("n2"))
     emulator.put("pods", pod("web-0", namespace="shop"))
     store = redis.Redis(port=redis_server.port)
-    now = time.time()
-    for name, score in (("n1", 80.0), ("n2", 5.0)):
-        metrics = NodeMetrics(runq_p99_us=score * 50, interference_index=score)
-        report = NodeReport(name, now, 1.0, metrics, measured=("runq",))
-        store.hset(keys.node_key(name), mapping=as_mapping(node_hash(report)))
+    agents = AgentsPublishing(redis_server.url, {"n1": NOISY, "n2": QUIET})
     port = free_port()
     path = tmp_path / "scheduler.yaml"
     kube = kubeconfig(tmp_path, emulator.url)
@@ -113,6 +146,7 @@ def test_dry_run_records_decisions_binds_nothing_then_a_reload_turns_binding_on(
     thread = threading.Thread(target=scheduler.run, args=(stop,), daemon=True)
     thread.start()
     try:
+        agents.start()
         record_key = keys.decision_key("shop", "web-0")
         wait_until(lambda: bool(store.exists(record_key)))
         record = parse_decision_hash(store.hgetall(record_key))
@@ -143,6 +177,7 @@ def test_dry_run_records_decisions_binds_nothing_then_a_reload_turns_binding_on(
         assert bound is not None and bound["spec"]["nodeName"] == "n2"  # the quiet node
         wait_until(lambda: http_get(port, "/readyz")[0] == 200)
     finally:
+        agents.stop()
         stop.set()
         thread.join(60)
     assert not thread.is_alive()
@@ -202,7 +237,9 @@ def test_redis_outage_schedules_interference_blind_and_recovers(
     emulator.put("nodes", node("n1"))
     path = tmp_path / "scheduler.yaml"
     text = config_text(redis_server.url, kubeconfig(tmp_path, emulator.url), 0, dry_run=False)
-    path.write_text(text.replace("  block_ms: 200\n", "  block_ms: 200\n  socket_timeout_s: 1\n"))
+    path.write_text(
+        text.replace("  poll_interval_s: 0.2\n", "  poll_interval_s: 0.2\n  socket_timeout_s: 1\n")
+    )
     scheduler = Scheduler(load_config(str(path)), str(path))
     stop = threading.Event()
     thread = threading.Thread(target=scheduler.run, args=(stop,), daemon=True)
