@@ -1,15 +1,17 @@
 """Acceptance 2: the rendered RBAC is exactly what the code uses.
 
 The real adapters — the scheduler's ``KubernetesCluster`` and ``LeaderElector``, the agent's
-``KubernetesPodDirectory`` — run every API call they make with the real ``kubernetes``
-client against the HTTP API emulator (tests/scheduler/k8s_emulator.py, on kmock). Each
-recorded request becomes a permission (API group, resource[/subresource], verb, namespace),
-which is compared both ways with the ClusterRoles and Roles bound to the workload's
-ServiceAccount in every rendered kustomization: nothing missing, nothing extra, no wildcards.
+``KubernetesPodDirectory``, the credential issuer's ``KubernetesTokenReviewer`` — run every
+API call they make with the real ``kubernetes`` client against the HTTP API emulator
+(tests/scheduler/k8s_emulator.py, on kmock). Each recorded request becomes a permission (API
+group, resource[/subresource], verb, namespace), which is compared both ways with the
+ClusterRoles and Roles bound to the workload's ServiceAccount in every rendered
+kustomization: nothing missing, nothing extra, no wildcards.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -23,6 +25,8 @@ import yaml
 from kubernetes import client
 from prometheus_client import CollectorRegistry
 
+from credential_issuer.review import KubernetesTokenReviewer, ReviewUnavailable, TokenRejected
+from credential_issuer.settings import DEFAULT_AUDIENCE
 from interference_cli.redis_process import free_port
 from node_agent.pods import KubernetesPodDirectory, PodWatchSettings
 from scheduler.adapters.kubernetes import REQUIRED_PERMISSIONS, KubernetesCluster
@@ -278,7 +282,6 @@ def exercise_extender(emulator: EmulatorThread, workdir: Path) -> None:
             "redis": {
                 "url": f"redis://127.0.0.1:{free_port()}/0",
                 "socket_timeout_s": 0.5,
-                "block_ms": 200,
             },
             "http": {"host": "127.0.0.1", "port": free_port()},
         }
@@ -347,6 +350,33 @@ def extender_scheduler_calls(tmp_path_factory: pytest.TempPathFactory) -> set[Pe
     with running_emulator() as server:
         exercise_extender(server, tmp_path_factory.mktemp("extender"))
         return used_permissions(server)
+
+
+def exercise_issuer(emulator: EmulatorThread) -> None:
+    """The credential issuer's reviewer: one TokenReview (the emulator's answer does not
+    matter, only the request it made)."""
+    reviewer = KubernetesTokenReviewer(api_client(emulator.url), DEFAULT_AUDIENCE, 5.0)
+    with contextlib.suppress(TokenRejected, ReviewUnavailable):
+        reviewer.review("a-projected-token")
+
+
+@pytest.fixture(scope="module")
+def issuer_calls() -> set[Permission]:
+    with running_emulator() as server:
+        exercise_issuer(server)
+        calls = used_permissions(server)
+    assert calls == {Permission("authentication.k8s.io", "tokenreviews", "create", "*")}
+    return calls
+
+
+@pytest.mark.parametrize("name", sorted(kustomizations()))
+def test_issuer_rbac_is_exactly_what_it_calls(name: str, issuer_calls: set[Permission]) -> None:
+    """TokenReviews only: not system:auth-delegator, which adds SubjectAccessReviews."""
+    granted = granted_permissions(
+        render(kustomizations()[name]), "Deployment", "interference-credentials"
+    )
+    missing, extra = compare(issuer_calls, granted)
+    assert missing == [] and extra == [], f"missing: {missing}\nextra: {extra}"
 
 
 @pytest.fixture(scope="module")
