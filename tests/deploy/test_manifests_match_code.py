@@ -58,7 +58,7 @@ RUNTIME_ONLY_ENV = {"NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"}
 """Env vars read by the NVIDIA container runtime (to expose NVML), not by the agent."""
 LOGGING_ENV = {"LOG_FORMAT"}
 """Env vars of the logging set-up rather than of the settings."""
-SECRET = {"password": "a", "agent-password": "b", "scheduler-password": "c"}
+SECRET = {"password": "a", "credentials-password": "b", "scheduler-password": "c"}
 
 
 def base() -> tuple[Obj, ...]:
@@ -232,7 +232,8 @@ def test_every_agent_env_var_is_read_by_the_agent() -> None:
     args = agent_cli.parser(env).parse_args(agent_container().get("args", []))
     assert parse_log_format(args.log_format) == env["LOG_FORMAT"] == "json"
     assert full.node_name == POD_FIELDS["spec.nodeName"]
-    assert full.redis_password == SECRET["agent-password"]
+    # No password in the manifest: the agent's Redis user comes from the credential issuer.
+    assert full.redis_password is None and full.redis_username is None
 
 
 def test_agent_port_probes_and_scrape_annotation_match_what_it_serves() -> None:
