@@ -30,6 +30,7 @@ from interference.freshness import missing_core
 from interference.signals import GpuDevice, NodeReport
 from node_agent.aggregate import aggregate, measured_families, resolve_owners
 from node_agent.attribution import Attributor
+from node_agent.credentials import Enrolment
 from node_agent.gpu import GpuInventory
 from node_agent.health import AgentMetrics, liveness_problem
 from node_agent.history import SignalHistory
@@ -73,9 +74,12 @@ class Agent:
         sink: ReportSink | None = None,
         gpu_inventory: GpuInventory | None = None,
         metrics: AgentMetrics | None = None,
+        enrolment: Enrolment | None = None,
     ) -> None:
         """``sink`` None only measures (``--once``); ``gpu_inventory`` None reports no GPUs;
-        ``metrics`` None records into a registry of its own."""
+        ``metrics`` None records into a registry of its own; ``enrolment`` (the sink's
+        source of Redis credentials) is started with the probes and explains ``/readyz``
+        while it holds none."""
         self.settings = settings
         cpus = settings.cpus()
         self.ncpu = cpus.count
@@ -87,6 +91,7 @@ class Agent:
         self._attributor = Attributor(self._ctx, directory)
         self._sink = sink
         self._gpu_inventory = gpu_inventory
+        self._enrolment = enrolment
         self._probes: list[base.Probe] = []
         self._failing_probes: set[str] = set()
         self._last_collect = 0.0
@@ -108,7 +113,10 @@ class Agent:
 
     def start(self) -> None:
         """Start the probes: the configured list, or every registered one with taskstats
-        only as the stand-in for BPF probes that cannot load."""
+        only as the stand-in for BPF probes that cannot load. Enrolment for Redis
+        credentials starts first, so they are there by the first report."""
+        if self._enrolment is not None:
+            self._enrolment.start()
         registered = base.registered()
         explicit = bool(self.settings.probes)
         names = (
@@ -170,6 +178,8 @@ class Agent:
                 f"the latest report lacks the core signal family {', '.join(missed)}: its "
                 "probe could not measure the interval or its BPF maps lost entries (see the log)"
             )
+        if self._enrolment is not None and (problem := self._enrolment.problem()):
+            return problem
         limit = self.settings.unready_after_publish_failures
         if self.consecutive_publish_failures >= limit:
             return (
@@ -276,6 +286,8 @@ class Agent:
         self._probes = []
         if sink is not None:
             sink.close()
+        if self._enrolment is not None:
+            self._enrolment.stop()
         if isinstance(self._directory, KubernetesPodDirectory):
             self._directory.stop()
         if self._gpu_inventory is not None:
@@ -370,6 +382,10 @@ def publisher_settings(settings: AgentSettings) -> PublisherSettings:
 def build_agent(
     settings: AgentSettings, *, publish: bool = True, metrics: AgentMetrics | None = None
 ) -> Agent:
-    """An agent wired to Redis (when ``publish``), the pod directory, NVML and ``metrics``."""
-    sink = RedisPublisher(publisher_settings(settings)) if publish else None
-    return Agent(settings, pod_directory(settings), sink, GpuInventory(), metrics)
+    """An agent wired to Redis (when ``publish``, as the node's own user from the credential
+    issuer when ``settings.credentials_url`` is set), the pod directory, NVML and
+    ``metrics``."""
+    enrolment_settings = settings.enrolment() if publish else None
+    enrolment = Enrolment(enrolment_settings, settings.node_name) if enrolment_settings else None
+    sink = RedisPublisher(publisher_settings(settings), enrolment) if publish else None
+    return Agent(settings, pod_directory(settings), sink, GpuInventory(), metrics, enrolment)

@@ -31,6 +31,7 @@ from interference_infra.redis_client import parse_sentinels
 from interference_infra.redis_tls import RedisTls
 from node_agent import probes
 from node_agent.agent import Agent, build_agent, publisher_settings
+from node_agent.credentials import DEFAULT_TOKEN_FILE
 from node_agent.health import AgentHttpServer, AgentMetrics
 from node_agent.settings import AgentSettings, detect_cgroup_v2_mount
 
@@ -100,6 +101,28 @@ def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         action="store_true",
         default=None,
         help="--redis-url names a Redis Cluster node (env REDIS_CLUSTER=true)",
+    )
+    p.add_argument(
+        "--credentials-url",
+        default=environ.get("CREDENTIALS_URL") or None,
+        metavar="URL",
+        help="get this node's own Redis user from the credential issuer at URL (env "
+        "CREDENTIALS_URL, e.g. https://interference-credentials.interference-system:10272), "
+        "proving the node with --token-file; REDIS_USERNAME/REDIS_PASSWORD are then ignored",
+    )
+    p.add_argument(
+        "--token-file",
+        default=environ.get("TOKEN_FILE") or DEFAULT_TOKEN_FILE,
+        metavar="PATH",
+        help="projected ServiceAccount token (audience interference-credentials) shown to the "
+        "issuer (env TOKEN_FILE; default %(default)s)",
+    )
+    p.add_argument(
+        "--credentials-ca-file",
+        default=environ.get("CREDENTIALS_CA_FILE") or None,
+        metavar="PEM",
+        help="CA that signed the issuer's certificate (env CREDENTIALS_CA_FILE; https:// only; "
+        "default: the system's CAs)",
     )
     p.add_argument(
         "--interval",
@@ -309,6 +332,9 @@ def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> 
         redis_sentinels=parse_sentinels(args.redis_sentinels, "--redis-sentinels"),
         redis_sentinel_master=args.redis_sentinel_master,
         redis_cluster=cluster,
+        credentials_url=args.credentials_url,
+        token_file=args.token_file,
+        credentials_ca_file=args.credentials_ca_file,
         interval_s=AgentSettings.interval_s if interval is None else interval,
         ttl_s=_integer(args.ttl, environ, "--ttl", "TTL_S", minimum=1),
         stream_maxlen=AgentSettings.stream_maxlen if maxlen is None else maxlen,
@@ -366,8 +392,12 @@ def report_json(report: NodeReport) -> str:
 
 
 def redis_description(settings: AgentSettings) -> str:
-    """Where reports go, for the start-up log line (no password)."""
-    return publisher_settings(settings).target.describe()
+    """Where reports go and as whom, for the start-up log line (no password)."""
+    where = publisher_settings(settings).target.describe()
+    enrolment = settings.enrolment()
+    if enrolment is not None:
+        return f"{where} as this node's own user from {enrolment.endpoint}"
+    return where
 
 
 def prepare(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeAlias
 
 import redis
@@ -35,6 +35,7 @@ from interference_infra.redis_client import (
     RedisTarget,
 )
 from interference_infra.redis_tls import RedisTls
+from node_agent.credentials import Credentials, Enrolment
 
 log = logging.getLogger(__name__)
 
@@ -85,11 +86,19 @@ Pipeline: TypeAlias = "SinglePipeline[bytes] | ClusterPipeline[bytes]"
 
 
 class RedisPublisher:
-    """Publishes reports; :meth:`publish` never raises for Redis being away or refusing."""
+    """Publishes reports; :meth:`publish` never raises for Redis being away or refusing.
 
-    def __init__(self, settings: PublisherSettings) -> None:
+    With an ``enrolment`` (``--credentials-url``) it logs in as the node's own user from
+    the credential issuer instead of ``settings.username``/``password``: reports are
+    dropped while it has none, and credentials Redis refuses (``WRONGPASS``, ``NOAUTH``,
+    ``NOPERM``) are handed back so the enrolment gets new ones."""
+
+    def __init__(self, settings: PublisherSettings, enrolment: Enrolment | None = None) -> None:
         """Raises ``ValueError`` for a URL or combination that cannot work."""
         self._settings = settings
+        self._enrolment = enrolment
+        self._logged_in: Credentials | None = None
+        """The issued credentials :attr:`_redis` logs in with (None: the settings')."""
         # No retries inside a flush: a failed flush is dropped and the next interval tries
         # again, so a dead Redis never holds up measuring. The client is built on the first
         # flush (a cluster client asks for the slot map as it is built).
@@ -108,12 +117,21 @@ class RedisPublisher:
 
     def publish(self, report: NodeReport) -> bool:
         """Write one report in one round trip; False (report dropped) when that failed."""
+        issued: Credentials | None = None
+        if self._enrolment is not None:
+            issued = self._enrolment.credentials()
+            if issued is None:
+                return self._failed(report, "credentials", self._enrolment.problem())
+            if issued != self._logged_in:
+                self._log_in(issued)
         try:
             # The context manager resets the pipeline, so a failed flush keeps nothing.
             with self._redis.client().pipeline(transaction=False) as pipe:
                 pod_keys = self.queue_report(pipe, report)
                 pipe.execute()
         except redis.AuthenticationError as exc:
+            if issued is not None:
+                return self._refused(report, issued, exc)
             return self._failed(
                 report,
                 "auth",
@@ -124,6 +142,8 @@ class RedisPublisher:
                 report, "unreachable", f"Redis at {self._where} is unreachable ({exc})"
             )
         except redis.ResponseError as exc:
+            if issued is not None and refuses_credentials(exc):
+                return self._refused(report, issued, exc)
             return self._failed(
                 report,
                 "refused",
@@ -132,7 +152,11 @@ class RedisPublisher:
                 f" ({' '.join(keys.node_key_patterns(report.node))})",
             )
         except REDIS_ERRORS as exc:
+            if issued is not None and refuses_credentials(exc):
+                return self._refused(report, issued, exc)
             return self._failed(report, "error", f"Redis error at {self._where} ({exc!r})")
+        if self._enrolment is not None:
+            self._enrolment.confirm()
         if self._failing_since is not None:
             log.warning(
                 "Redis at %s is back after %.1f s; %d report(s) were dropped meanwhile",
@@ -171,6 +195,27 @@ class RedisPublisher:
     def close(self) -> None:
         """Close the connections; safe to call twice."""
         self._redis.close()
+
+    def _log_in(self, issued: Credentials) -> None:
+        """From now on connect as ``issued`` (the old connections are closed)."""
+        target = replace(self._settings.target, username=issued.username, password=issued.password)
+        old, self._redis = (
+            self._redis,
+            RedisConnection(target, self._settings.socket_timeout_s, retry=Retry(NoBackoff(), 0)),
+        )
+        old.close()
+        self._logged_in = issued
+
+    def _refused(self, report: NodeReport, issued: Credentials, exc: Exception) -> bool:
+        """Redis refused the issued credentials: hand them back for new ones."""
+        assert self._enrolment is not None
+        self._enrolment.refused(issued, str(exc) or type(exc).__name__)
+        return self._failed(
+            report,
+            "auth",
+            f"Redis at {self._where} refused the credentials of {issued.username} ({exc});"
+            " enrolling again",
+        )
 
     def queue_report(self, pipe: Pipeline, report: NodeReport) -> set[str]:
         """Queue the flush on ``pipe`` (no I/O); returns the pod set's members once it is
@@ -221,6 +266,25 @@ class RedisPublisher:
         # A half-read reply must not poison the next round trip.
         self._redis.reset()
         return False
+
+
+CREDENTIAL_ERRORS = ("WRONGPASS", "NOAUTH", "NOPERM")
+"""Redis' answers meaning the user is gone, has another password, or other rules."""
+
+
+def refuses_credentials(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an error it wraps: a Cluster client built on a refused login)
+    is Redis refusing the credentials (:data:`CREDENTIAL_ERRORS`)."""
+    seen: BaseException | None = exc
+    for _ in range(5):
+        if seen is None:
+            return False
+        if isinstance(seen, (redis.AuthenticationError, redis.exceptions.NoPermissionError)):
+            return True
+        if any(code in str(seen) for code in CREDENTIAL_ERRORS):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _pod_key_parts(pod_key: str) -> tuple[str, str]:

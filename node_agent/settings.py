@@ -10,6 +10,7 @@ from interference import keys
 from interference.score import IndexReferences
 from interference_infra.redis_tls import RedisTls
 from node_agent.cpus import CpuCount, subtree_cpus
+from node_agent.credentials import DEFAULT_TOKEN_FILE, EnrolmentSettings
 from node_agent.probes.base import ProbeContext
 
 DEFAULT_HTTP_PORT = 10271
@@ -54,6 +55,14 @@ class AgentSettings:
     """Master name the sentinels monitor."""
     redis_cluster: bool = False
     """``redis_url`` names a node of a Redis Cluster."""
+    credentials_url: str | None = None
+    """The credential issuer (``CREDENTIALS_URL``); when set the agent writes as its node's
+    own Redis user from there (:mod:`node_agent.credentials`) and ignores
+    ``redis_username``/``redis_password``."""
+    token_file: str = DEFAULT_TOKEN_FILE
+    """The projected ServiceAccount token shown to the issuer (``TOKEN_FILE``)."""
+    credentials_ca_file: str | None = None
+    """CA of the issuer's certificate (``CREDENTIALS_CA_FILE``); None: the system's CAs."""
     redis_socket_timeout_s: float = 0.5
     """Connect and read timeout; short so an unreachable Redis never stalls the interval."""
     interval_s: float = 1.0
@@ -118,6 +127,18 @@ class AgentSettings:
             raise ValueError(f"ncpu must be at least 1, got {self.ncpu}")
         if not 0 <= self.http_port <= 65535:
             raise ValueError(f"http port must be 0 (off) to 65535, got {self.http_port}")
+        self.enrolment()  # ValueError for a credentials URL that cannot work
+
+    def enrolment(self) -> EnrolmentSettings | None:
+        """Where credentials come from; None: ``redis_username``/``redis_password``
+        (``ValueError`` for an unusable URL)."""
+        if not self.credentials_url:
+            return None
+        return EnrolmentSettings(
+            url=self.credentials_url,
+            token_file=self.token_file,
+            ca_file=self.credentials_ca_file,
+        )
 
     @property
     def effective_ttl_s(self) -> int:
