@@ -1,7 +1,8 @@
-"""The NetworkPolicy in front of Redis: schema-valid for every Kubernetes version we claim,
-and admitting exactly the agents, the scheduler and labelled viewers — judged against the
-labels of the pods the same render creates, by an evaluator of NetworkPolicy ingress
-semantics (podSelector in the policy's namespace, ipBlock, named ports)."""
+"""The NetworkPolicies in front of Redis and of the credential issuer: schema-valid for every
+Kubernetes version we claim; Redis admitting exactly the agents, the scheduler, the issuer
+and labelled viewers, the issuer exactly the agents — judged against the labels of the pods
+the same render creates, by an evaluator of NetworkPolicy ingress semantics (podSelector in
+the policy's namespace, ipBlock, named ports)."""
 
 from __future__ import annotations
 
@@ -130,13 +131,21 @@ def clients(objects: tuple[Obj, ...], node_ip: str) -> dict[str, Client]:
     return found
 
 
+def service_port_name(objects: tuple[Obj, ...], name: str, container_name: str) -> str:
+    """The named port of a Deployment's container that its Service targets."""
+    service = find(objects, "Service", name)
+    (target,) = {p["targetPort"] for p in service["spec"]["ports"]}
+    ports = container(find(objects, "Deployment", name), container_name)["ports"]
+    assert target in {p["name"] for p in ports}
+    return str(target)
+
+
 def redis_port_name(objects: tuple[Obj, ...]) -> str:
     """The named port of the Redis container that the Service targets."""
-    service = find(objects, "Service", "redis")
-    (target,) = {p["targetPort"] for p in service["spec"]["ports"]}
-    names = {p["name"] for p in container(find(objects, "Deployment", "redis"), "redis")["ports"]}
-    assert target in names
-    return str(target)
+    return service_port_name(objects, "redis", "redis")
+
+
+ISSUER = "interference-credentials"
 
 
 DOC_OVERLAY = re.compile(r"^```yaml\n(# my-cluster/kustomization\.yaml.*?)^```", re.M | re.S)
@@ -149,9 +158,10 @@ def doc_overlay(directory: Path, base: Path, cidr: str) -> Path:
     overlay = yaml.safe_load(text)
     assert overlay["resources"] == ["../deploy"]
     overlay["resources"] = [os.path.relpath(base, directory)]
-    (patch,) = overlay["patches"]
-    assert patch["patch"].count("10.0.0.0/16") == 1
-    patch["patch"] = patch["patch"].replace("10.0.0.0/16", cidr)
+    assert {p["target"]["name"] for p in overlay["patches"]} == {"redis", ISSUER}
+    for patch in overlay["patches"]:
+        assert patch["patch"].count("10.0.0.0/16") == 1
+        patch["patch"] = patch["patch"].replace("10.0.0.0/16", cidr)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
     return directory
@@ -169,7 +179,8 @@ def test_the_policy_is_schema_valid_and_in_every_render_that_runs_redis() -> Non
             o["kind"] == "Deployment" and o["metadata"]["name"] == "redis" for o in objects
         )
         policies = [o for o in objects if o["kind"] == "NetworkPolicy"]
-        assert bool(policies) == runs_redis, name
+        names = {p["metadata"]["name"] for p in policies}
+        assert names == ({"redis", ISSUER} if runs_redis else {ISSUER}), name
         for policy in policies:
             assert validation_errors(policy) == []
             assert policy["metadata"]["namespace"] == NAMESPACE
@@ -185,12 +196,12 @@ def test_only_the_scheduler_agents_and_labelled_viewers_reach_redis() -> None:
     allowed = {
         n for n, c in everyone.items() if admitted(policy, redis_pod, c, port, pod_identity=True)
     }
-    assert allowed == {"interference-scheduler", "interference-agent", "viewer"}
+    assert allowed == {"interference-scheduler", "interference-agent", ISSUER, "viewer"}
     # Commonly the agents' connections are just the node's address: the shipped placeholder
     # range admits no node, so the agents are refused until the operator sets it.
     assert PLACEHOLDER in str(policy)
     allowed = {n for n, c in everyone.items() if admitted(policy, redis_pod, c, port)}
-    assert allowed == {"interference-scheduler", "viewer"}
+    assert allowed == {"interference-scheduler", ISSUER, "viewer"}
     # A different port of the Redis pod is refused even to the scheduler.
     assert not admitted(policy, redis_pod, everyone["interference-scheduler"], "metrics")
 
@@ -204,8 +215,40 @@ def test_with_the_nodes_range_set_the_agents_reach_redis(tmp_path: Path) -> None
     allowed = {n for n, c in everyone.items() if admitted(policy, redis_pod, c, port)}
     # Any hostNetwork process on a node shares the node's address: the ACL user, not the
     # policy, keeps it out (the NetworkPolicy cannot tell them apart).
-    assert allowed == {"interference-scheduler", "interference-agent", "viewer", "host-stranger"}
+    assert allowed == {
+        "interference-scheduler",
+        "interference-agent",
+        ISSUER,
+        "viewer",
+        "host-stranger",
+    }
     assert not admitted(policy, redis_pod, everyone["stranger"], port)
+    # And the agents reach the credential issuer.
+    issuer_policy = find(objects, "NetworkPolicy", ISSUER)
+    issuer_pod = find(objects, "Deployment", ISSUER)["spec"]["template"]
+    issuer_port = service_port_name(objects, ISSUER, "issuer")
+    allowed = {
+        n for n, c in everyone.items() if admitted(issuer_policy, issuer_pod, c, issuer_port)
+    }
+    assert allowed == {"interference-agent", "host-stranger"}
+
+
+def test_only_the_agents_reach_the_credential_issuer() -> None:
+    objects = render(DEPLOY)
+    policy = find(objects, "NetworkPolicy", ISSUER)
+    issuer_pod = find(objects, "Deployment", ISSUER)["spec"]["template"]
+    port = service_port_name(objects, ISSUER, "issuer")
+    everyone = clients(objects, node_ip="10.0.0.5")
+    allowed = {
+        n for n, c in everyone.items() if admitted(policy, issuer_pod, c, port, pod_identity=True)
+    }
+    assert allowed == {"interference-agent"}
+    # The placeholder range admits no node: agents seen by address only are refused.
+    assert PLACEHOLDER in str(policy)
+    assert not any(admitted(policy, issuer_pod, c, port) for c in everyone.values())
+    # The policy selects the issuer pods only: Redis is judged by its own policy.
+    redis_pod = find(objects, "Deployment", "redis")["spec"]["template"]
+    assert not selector_matches(policy["spec"]["podSelector"], redis_pod["metadata"]["labels"])
 
 
 def test_the_doc_overlay_refuses_to_patch_once_the_placeholder_moved(tmp_path: Path) -> None:
