@@ -72,8 +72,11 @@ def replay(
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def drain() -> None:
-        while sock.recv(1 << 20):
-            pass
+        try:
+            while sock.recv(1 << 20):
+                pass
+        except OSError:
+            pass  # closed at the end
 
     threading.Thread(target=drain, daemon=True).start()
     count, start, sent = len(flushes), time.time(), 0
