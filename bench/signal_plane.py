@@ -277,7 +277,8 @@ def print_table(rows: list[Row]) -> None:
         if r.nodes == 5000:
             met = r.cores_per_1000 <= 0.05 and r.age_p99_s <= 1.5
             verdict = "met" if met else "missed"
-            print(f"5,000 nodes ({r.mode}): {r.cores_per_1000:.4f} core per 1,000 nodes (target ≤ 0.05), "
+            print(f"5,000 nodes ({r.mode}): {r.cores_per_1000:.4f} core per 1,000 nodes "
+                  f"(target ≤ 0.05), "
                   f"age p99 {r.age_p99_s:.2f} s (target ≤ 1.5): {verdict}")  # fmt: skip
         if r.nodes == 20000:
             met = r.age_p99_s <= 2.0 and r.accepted_per_s >= 0.95 * r.sent_per_s
