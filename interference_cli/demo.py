@@ -233,7 +233,8 @@ def _start_schedulers(
     redis_settings = RedisSettings(url=lab.url, report_interval_s=lab.interval_s)
     client = connect(redis_settings)
     signal_metrics = SignalMetrics(CollectorRegistry())
-    signal_cache = RedisSignalCache(client, redis_settings, signal_metrics)
+    nodes = tuple(n.name for n in lab.nodes)
+    signal_cache = RedisSignalCache(client, redis_settings, signal_metrics, lambda: nodes)
     sink = RedisDecisionSink(client, redis_settings, signal_metrics)
     signals_thread = threading.Thread(
         target=signal_cache.run, args=(stop,), name="signals", daemon=True
@@ -241,10 +242,9 @@ def _start_schedulers(
     signals_thread.start()
     threads = [signals_thread]
     deadline = time.monotonic() + SIGNALS_TIMEOUT_S
-    nodes = {n.name for n in lab.nodes}
     # The aware loop must not start before the cache holds every node, or its first
     # attempt would see no signals and (correctly) schedule blind.
-    while not (signal_cache.healthy() and nodes <= set(signal_cache.snapshot())):
+    while not (signal_cache.healthy() and all(map(signal_cache.snapshot().has_record, nodes))):
         if time.monotonic() > deadline:
             raise DemoError(f"the scheduler's signal cache did not load {lab.url} in time")
         time.sleep(0.1)

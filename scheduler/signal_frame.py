@@ -149,6 +149,11 @@ class SignalFrame:
         """Row of ``name``, None when the frame does not hold it."""
         return self.index.get(name)
 
+    def has_record(self, name: str) -> bool:
+        """Whether the frame holds a record of ``name``."""
+        row = self.index.get(name)
+        return row is not None and bool(self.columns["signals_at"][row] > -np.inf)
+
     def stale_nodes(self, now: float) -> list[str]:
         """Nodes with a record that is stale or degraded (:mod:`interference.freshness`)."""
         at = self.columns["signals_at"]
