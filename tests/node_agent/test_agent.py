@@ -22,7 +22,7 @@ from typing import TypeVar
 import pytest
 import redis
 
-from interference import codec, keys
+from interference import codec, keys, sched_record
 from interference.signals import SCHEMA_VERSION, NodeMetrics, NodeReport
 from node_agent.agent import Agent, pod_directory
 from node_agent.pods import KubernetesPodDirectory, StaticPodDirectory
@@ -112,16 +112,16 @@ def start_agent(tmp_path: Path) -> Iterator[Callable[..., AgentProcess]]:
 
 def stream_reports(server: RedisServer, node: str) -> list[NodeReport]:
     raw = redis.Redis(port=server.port, socket_timeout=2)
-    reports = [
-        codec.decode_report(e[keys.STREAM_FIELD.encode()]) for _, e in raw.xrange(keys.STREAM)
-    ]
-    return [r for r in reports if r.node == node]
+    entries = raw.xrange(keys.reports_key(node))
+    reports = [codec.decode_report(e[keys.REPORTS_FIELD.encode()]) for _, e in entries]
+    assert {r.node for r in reports} <= {node}
+    return reports
 
 
 def wait_for_reports(
     server: RedisServer, node: str, count: int, timeout_s: float = 60.0
 ) -> list[NodeReport]:
-    """The node's reports in the stream once there are at least ``count``."""
+    """The node's reports in its report stream once there are at least ``count``."""
 
     def enough() -> list[NodeReport] | None:
         reports = stream_reports(server, node)
@@ -151,11 +151,16 @@ def test_agent_publishes_readable_keys_that_expire_after_it_stops(
     assert 0 <= metrics.interference_index <= 100
     assert 0 < r.ttl(keys.node_key(agent.node)) <= keys.ttl_seconds(1.0)
 
-    ranking = r.zrevrange(keys.NODES_BY_SCORE, 0, -1, withscores=True)
-    ranked = dict(ranking)
-    assert agent.node in ranked
-    assert 0 <= ranked[agent.node] <= 100
-    assert r.zscore(keys.NODES_UPDATED, agent.node) is not None
+    # The scheduling record; the ranking is the scheduler's to write, never the agent's.
+    payload = redis.Redis(port=redis_server.port).get(keys.sched_key(agent.node))
+    assert payload is not None
+    record = sched_record.decode(payload)
+    assert record["node_id"] == sched_record.node_id(agent.node)
+    assert abs(record["ts"] - time.time()) < 60
+    assert 0 < r.ttl(keys.sched_key(agent.node)) <= keys.ttl_seconds(1.0)
+    assert not r.exists(keys.NODES_BY_SCORE, keys.NODES_UPDATED)
+    patterns = keys.node_key_patterns(agent.node)
+    assert all(k.startswith(patterns[0]) for k in r.scan_iter()), "a key of no node"
 
     latest = reports[-1]
     assert latest.v == SCHEMA_VERSION
@@ -166,7 +171,12 @@ def test_agent_publishes_readable_keys_that_expire_after_it_stops(
 
     assert agent.stop() == 0
     assert "stopping" in agent.log()
-    node_keys = [keys.node_key(agent.node), keys.gpu_key(agent.node)]
+    node_keys = [
+        keys.node_key(agent.node),
+        keys.sched_key(agent.node),
+        keys.reports_key(agent.node),
+        keys.gpu_key(agent.node),
+    ]
     wait_for(
         "the node's keys to expire",
         lambda: r.exists(*node_keys) == 0,
@@ -263,7 +273,7 @@ def test_busy_pod_shows_run_queue_wait_and_idle_sibling_none(
             str(pods_file),
         )
         reports = wait_for_reports(redis_server, agent.node, 3)
-        pod_hash = redis_server.client().hgetall(keys.pod_key("test", "busy"))
+        pod_hash = redis_server.client().hgetall(keys.pod_key(agent.node, "test", "busy"))
         assert agent.stop() == 0
 
     assert "runqlat" not in reports[-1].disabled_probes, agent.log()
@@ -339,11 +349,15 @@ def test_agent_class_runs_in_a_thread_and_stops_on_request(
     finally:
         stop.set()
         thread.join(timeout=10)
+    try:
+        assert not thread.is_alive()
+        reports = stream_reports(redis_server, "thread-node")
+        assert len(reports) == publisher.published
+        assert all(b.ts > a.ts for a, b in itertools.pairwise(reports))
+    finally:
         agent.close()
-    assert not thread.is_alive()
-    reports = stream_reports(redis_server, "thread-node")
-    assert len(reports) == publisher.published
-    assert all(b.ts > a.ts for a, b in itertools.pairwise(reports))
+    # Closing withdraws the node: its report stream goes with its other keys.
+    assert redis_server.client().exists(keys.reports_key("thread-node")) == 0
 
 
 @pytest.mark.bpf
