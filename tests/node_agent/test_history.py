@@ -62,6 +62,88 @@ def test_index_moments(
     assert window.reclaim_stall_ms_per_s_stddev == pytest.approx(stddev / 10), case
 
 
+MEAN_AND_STDDEV_SIGNALS = (
+    "throttled_ms_per_s",
+    "psi_cpu_some",
+    "psi_mem_some",
+    "net_drops_per_s",
+)
+"""The other signals of the index, carried as mean and σ per window."""
+
+
+@pytest.mark.parametrize("signal", MEAN_AND_STDDEV_SIGNALS)
+@pytest.mark.parametrize(
+    ("case", "values", "interval_s", "mean", "stddev"),
+    [
+        ("steady", [4.0] * 10, [1.0] * 10, 4.0, 0.0),
+        ("on/off", [90.0] * 5 + [10.0] * 5, [1.0] * 10, 50.0, 40.0),
+        ("a longer interval weighs more", [0.0, 100.0], [3.0, 1.0], 25.0,
+         math.sqrt(0.75 * 25**2 + 0.25 * 75**2)),
+        ("one interval", [7.5], [2.0], 7.5, 0.0),
+    ],
+)  # fmt: skip
+def test_the_other_index_signals_get_weighted_mean_and_stddev(
+    signal: str,
+    case: str,
+    values: list[float],
+    interval_s: list[float],
+    mean: float,
+    stddev: float,
+) -> None:
+    """Through :meth:`SignalHistory.add` (what the agent calls): each interval's value of
+    ``signal`` enters its windows, weighted by the interval's length."""
+    history = SignalHistory((10, 60))
+    ended_at = 0.0
+    for value, length in zip(values, interval_s, strict=True):
+        ended_at += length
+        history.add(ended_at, length, NodeMetrics(**{signal: value}), slots(s3=1), RUNQ)
+    window = history.windows(ended_at)["60s"]
+    assert window.intervals == len(values), case
+    assert getattr(window, f"{signal}_mean") == pytest.approx(mean), case
+    assert getattr(window, f"{signal}_stddev") == pytest.approx(stddev), case
+    # Only that signal moved: every other mean and σ stays 0.
+    for other in MEAN_AND_STDDEV_SIGNALS:
+        if other != signal:
+            assert getattr(window, f"{other}_mean") == 0.0, (case, other)
+            assert getattr(window, f"{other}_stddev") == 0.0, (case, other)
+
+
+def test_each_window_keeps_only_its_own_span_of_the_other_signals() -> None:
+    """60 s of quiet, then 10 s of throttling and pressure: the 10 s window sees only the
+    burst, the 60 s window its share."""
+    history = SignalHistory((10, 60))
+    for second in range(1, 61):
+        loud = second > 50
+        history.add(
+            float(second),
+            1.0,
+            NodeMetrics(
+                throttled_ms_per_s=200.0 if loud else 0.0,
+                psi_cpu_some=30.0 if loud else 0.0,
+                psi_mem_some=6.0 if loud else 0.0,
+                net_drops_per_s=12.0 if loud else 0.0,
+            ),
+            slots(s3=1),
+            RUNQ,
+        )
+    windows = history.windows(60.0)
+    assert windows["10s"].throttled_ms_per_s_mean == pytest.approx(200.0)
+    assert windows["10s"].psi_cpu_some_stddev == pytest.approx(0.0)
+    assert windows["60s"].throttled_ms_per_s_mean == pytest.approx(200.0 / 6)
+    assert windows["60s"].psi_cpu_some_mean == pytest.approx(5.0)
+    assert windows["60s"].psi_mem_some_mean == pytest.approx(1.0)
+    assert windows["60s"].net_drops_per_s_mean == pytest.approx(2.0)
+    # σ of a 1-in-6 on/off signal: value · √(p(1 − p)), p = 1/6
+    assert windows["60s"].net_drops_per_s_stddev == pytest.approx(12.0 * math.sqrt(5) / 6)
+
+
+def test_no_interval_gives_zero_moments_of_every_signal() -> None:
+    window = summarize(10.0, [])
+    for signal in MEAN_AND_STDDEV_SIGNALS:
+        assert getattr(window, f"{signal}_mean") == 0.0
+        assert getattr(window, f"{signal}_stddev") == 0.0
+
+
 def test_p99_comes_from_the_merged_histogram_not_from_per_second_p99s() -> None:
     """Nine quiet seconds of 100 wake-ups at ~4 µs and one second with 20 waits at ~2 ms:
     2 % of the window's wake-ups are slow, so its p99 is slow — while 9 of 10 per-second
