@@ -1,12 +1,19 @@
 """The scheduler's signal cache and decision sink against a real Redis Sentinel and a real
-Redis Cluster, fed by the agent's real publisher through the same topology."""
+Redis Cluster, fed by the agents' real publisher through the same topology with reports
+shaped as agents write them (pod rows with histograms, windows, ``runq`` measured).
+
+On the three-shard Cluster, the signal keys of many nodes spread over every shard, each
+shard takes a share of the agents' writes (counted from its own ``INFO commandstats``
+and printed, ``pytest -s``), and the scheduler follows every node and writes the
+ranking there."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -17,7 +24,7 @@ from redis.cluster import RedisCluster
 
 from interference import keys
 from interference.decision import Decision, parse_decision_hash
-from interference.signals import NodeMetrics, NodeReport
+from interference.signals import NodeReport
 from interference.strict import SettingError
 from interference_infra.redis_client import RedisConnection
 from node_agent.publisher import PublisherSettings, RedisPublisher
@@ -30,29 +37,45 @@ from scheduler.adapters.redis_signals import (
 )
 from scheduler.cli import build_parser, overrides
 from scheduler.config import ConfigError, SchedulerConfig, parse_config, with_overrides
+from scheduler.signal_frame import SignalFrame
 from tests.conftest import RedisServer, free_port
 from tests.redis_topologies import redis_cluster, replica_of, sentinel, sentinel_publisher
+from tests.shaped_reports import shaped_report
 
 pytestmark = pytest.mark.redis
 
-SETTINGS = RedisSettings(block_ms=100, retry_initial_s=0.05, retry_max_s=0.2, snapshot_interval_s=0)
-NODES = ("node-a", "node-b", "node-d", "gpu-node-1")
-"""The first three's hashes sit on three different shards of a three-shard cluster."""
+SETTINGS = RedisSettings(
+    poll_interval_s=0.1, retry_initial_s=0.05, retry_max_s=0.2, ranking_interval_s=0.5
+)
+
+WRITE_COMMANDS = ("set", "hset", "expire", "sadd", "srem", "xadd", "del", "zadd", "zrem")
+"""Commands counted as writes in a shard's ``INFO commandstats``."""
 
 
-def report(node: str, score: float) -> NodeReport:
-    metrics = NodeMetrics(runq_p99_us=100 * score, interference_index=score)
-    return NodeReport(
-        node=node, ts=time.time(), interval_s=1.0, metrics=metrics, measured=("psi", "runq")
-    )
+def report(node: str, pods: int = 30) -> NodeReport:
+    """``node``'s report of the interval that ends now, as its agent writes it."""
+    return shaped_report(node, time.time(), pods=pods)
 
 
 def decision(pod: str, node: str) -> Decision:
     return Decision("ml", pod, "scheduled", node, "assigned", time.time())
 
 
-def scores(cache: RedisSignalCache) -> dict[str, float]:
-    return {node: s.metrics.interference_index for node, s in cache.snapshot().items()}
+def signals_at(frame: SignalFrame, node: str) -> float:
+    """The time of ``node``'s record in the frame (-inf: none; NaN: not followed)."""
+    row = frame.row(node)
+    return float(frame.columns["signals_at"][row]) if row is not None else math.nan
+
+
+def follower(
+    connection: RedisConnection,
+    settings: RedisSettings,
+    known: Sequence[str],
+    registry: CollectorRegistry | None = None,
+) -> RedisSignalCache:
+    """The scheduler's signal cache following the Nodes in ``known`` (read at each poll)."""
+    metrics = SignalMetrics(registry or CollectorRegistry())
+    return RedisSignalCache(connection, settings, metrics, known_nodes=lambda: tuple(known))
 
 
 @contextmanager
@@ -79,23 +102,37 @@ def through_sentinel(
 def test_reads_signals_and_writes_decisions_through_sentinel(
     redis_server: RedisServer, tmp_path: Path
 ) -> None:
-    """The master is found by asking the Sentinel: the agent's reports written there are
-    bootstrapped and then followed from the stream, and decision records land on it."""
+    """The master is found by asking the Sentinel: the records the agent's publisher wrote
+    there are read for the known Nodes (a new Node's once the informer knows it), the
+    scheduler's ranking and decision records land on it."""
     with (
         sentinel(tmp_path, "intf-master", redis_server.port) as port,
         through_sentinel(port) as (publisher, settings, connection),
     ):
-        cache = RedisSignalCache(connection, settings, SignalMetrics(CollectorRegistry()))
-        assert publisher.publish(report("gpu-node-1", 10.0))
-        cache.bootstrap()
-        assert scores(cache) == {"gpu-node-1": 10.0}
-        assert publisher.publish(report("gpu-node-2", 20.0))
-        assert cache.follow_once() == 1
-        assert scores(cache) == {"gpu-node-1": 10.0, "gpu-node-2": 20.0}
+        known = ["gpu-node-1"]
+        cache = follower(connection, settings, known)
+        first = report("gpu-node-1")
+        assert publisher.publish(first)
+        assert cache.poll_once() == 1
+        assert signals_at(cache.snapshot(), "gpu-node-1") == first.ts
+        second = report("gpu-node-2")
+        assert publisher.publish(second)
+        assert cache.poll_once() == 0  # not a Node the scheduler knows yet
+        known.append("gpu-node-2")
+        assert cache.poll_once() == 1
+        frame = cache.snapshot()
+        assert frame.names == ("gpu-node-1", "gpu-node-2")
+        assert [signals_at(frame, n) for n in frame.names] == [first.ts, second.ts]
+        assert frame.stale_nodes(second.ts) == []
+        assert cache.write_ranking(second.ts)
         RedisDecisionSink(connection, settings, SignalMetrics(CollectorRegistry())).write(
             decision("train-0", "gpu-node-1")
         )
-    written = redis.Redis(port=redis_server.port).hgetall(keys.decision_key("ml", "train-0"))
+    master = redis.Redis(port=redis_server.port)
+    ranked = dict(master.zrange(keys.NODES_BY_SCORE, 0, -1, withscores=True))
+    index = frame.columns["index_mean@latest"]
+    assert ranked == {b"gpu-node-1": index[0], b"gpu-node-2": index[1]}
+    written = master.hgetall(keys.decision_key("ml", "train-0"))
     assert parse_decision_hash(written).node == "gpu-node-1"
 
 
@@ -111,14 +148,17 @@ def test_after_a_failover_the_scheduler_follows_the_new_master(
         sentinel(tmp_path, "intf-master", redis_server.port) as port,
         through_sentinel(port) as (publisher, settings, connection),
     ):
-        cache = RedisSignalCache(connection, settings, SignalMetrics(CollectorRegistry()))
+        cache = follower(connection, settings, ["gpu-node-1", "gpu-node-2"])
         stop = threading.Event()
-        follower = threading.Thread(target=cache.run, args=(stop,), daemon=True)
+        thread = threading.Thread(target=cache.run, args=(stop,), daemon=True)
         watcher = redis.Redis(port=port, decode_responses=True)
         try:
-            assert publisher.publish(report("gpu-node-1", 10.0))
-            follower.start()
-            wait_for(lambda: scores(cache) == {"gpu-node-1": 10.0}, "the first report")
+            first = report("gpu-node-1")
+            assert publisher.publish(first)
+            thread.start()
+            wait_for(
+                lambda: signals_at(cache.snapshot(), "gpu-node-1") == first.ts, "the first record"
+            )
             # the Sentinel learns of the replica from the master's INFO before it can fail over
             wait_for(lambda: watcher.sentinel_slaves("intf-master") != [], "a known replica")
             watcher.execute_command("SENTINEL", "FAILOVER", "intf-master")
@@ -126,8 +166,17 @@ def test_after_a_failover_the_scheduler_follows_the_new_master(
                 lambda: watcher.sentinel_get_master_addr_by_name("intf-master")[1] == replica_port,
                 "the replica's promotion",
             )
-            wait_for(lambda: publisher.publish(report("gpu-node-2", 20.0)), "a publish")
-            wait_for(lambda: scores(cache).get("gpu-node-2") == 20.0, "the new master's report")
+            published: list[NodeReport] = []
+
+            def publish_second() -> bool:
+                published.append(report("gpu-node-2"))
+                return publisher.publish(published[-1])
+
+            wait_for(publish_second, "a publish to the new master")
+            wait_for(
+                lambda: signals_at(cache.snapshot(), "gpu-node-2") == published[-1].ts,
+                "the new master's record",
+            )
             metrics = SignalMetrics(CollectorRegistry())
             wait_for(
                 lambda: _written(connection, settings, metrics, replica_port),
@@ -135,7 +184,7 @@ def test_after_a_failover_the_scheduler_follows_the_new_master(
             )
         finally:
             stop.set()
-            follower.join(30)
+            thread.join(30)
             watcher.close()
 
 
@@ -160,52 +209,207 @@ def test_a_sentinel_that_knows_no_such_master_is_an_outage(tmp_path: Path) -> No
         settings = dataclasses.replace(
             SETTINGS, url="redis://127.0.0.1/0", sentinels=(f"127.0.0.1:{port}",)
         )
-        registry = CollectorRegistry()
         connection = connect(settings, {})
-        cache = RedisSignalCache(connection, settings, SignalMetrics(registry))
+        cache = follower(connection, settings, ["gpu-node-1"])
         with pytest.raises(redis.RedisError, match="mymaster"):
-            cache.bootstrap()
+            cache.poll_once()
         connection.close()
     assert cache.healthy() is False
 
 
-@pytest.mark.slow
-def test_reads_signals_and_writes_decisions_on_a_redis_cluster(tmp_path: Path) -> None:
-    """Node hashes spread over three shards are all bootstrapped (SCAN on every primary),
-    the stream is followed, and one pipelined batch of decisions lands on whichever shard
-    owns each key."""
-    with redis_cluster(tmp_path) as ports:
-        url = f"redis://127.0.0.1:{ports[0]}/0"
-        publisher = RedisPublisher(PublisherSettings(redis_url=url, cluster=True))
-        settings = dataclasses.replace(SETTINGS, url=url, cluster=True)
-        connection = connect(settings, {})
-        cache = RedisSignalCache(connection, settings, SignalMetrics(CollectorRegistry()))
-        reader = RedisCluster.from_url(url)
-        try:
-            for score, node in enumerate(NODES[:3]):
-                assert publisher.publish(report(node, float(score)))
-            owners = {reader.get_node_from_key(keys.node_key(node)).port for node in NODES[:3]}
-            assert owners == set(ports)
-            cache.bootstrap()
-            assert scores(cache) == {"node-a": 0.0, "node-b": 1.0, "node-d": 2.0}
-            assert publisher.publish(report(NODES[3], 30.0))
-            assert cache.follow_once() == 1
-            assert scores(cache)[NODES[3]] == 30.0
+# --- Redis Cluster ------------------------------------------------------------------------
 
-            metrics = SignalMetrics(CollectorRegistry())
-            pods = [f"train-{i}" for i in range(8)]
-            RedisDecisionSink(connection, settings, metrics).write_many(
-                decision(pod, NODES[i % 4]) for i, pod in enumerate(pods)
-            )
-            assert metrics.decision_write_errors._value.get() == 0
-            written = [reader.hgetall(keys.decision_key("ml", pod)) for pod in pods]
-            assert [parse_decision_hash(w).node for w in written] == [
-                NODES[i % 4] for i in range(8)
-            ]
-        finally:
-            reader.close()
+
+@pytest.fixture(scope="module")
+def cluster_ports(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[int]]:
+    """A real three-shard Redis Cluster for this module's tests."""
+    with redis_cluster(tmp_path_factory.mktemp("cluster")) as ports:
+        yield ports
+
+
+@pytest.fixture
+def cluster(cluster_ports: list[int]) -> Iterator[Cluster]:
+    """The cluster, every shard empty and its command statistics reset."""
+    for port in cluster_ports:
+        shard = redis.Redis(port=port)
+        shard.flushall()
+        shard.config_resetstat()
+        shard.close()
+    cluster = Cluster(cluster_ports)
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+class Cluster:
+    """A three-shard cluster seen by a test: its URL, a cluster client, each shard."""
+
+    def __init__(self, ports: list[int]) -> None:
+        self.ports = ports
+        self.url = f"redis://127.0.0.1:{ports[0]}/0"
+        self.client = RedisCluster.from_url(self.url)
+        self.shards = {port: redis.Redis(port=port) for port in ports}
+        self.publishers: dict[str, RedisPublisher] = {}
+
+    def shard_of(self, key: str) -> int:
+        """Port of the primary that owns ``key``'s slot."""
+        return int(self.client.get_node_from_key(key).port)
+
+    def nodes_one_per_shard(self, prefix: str) -> list[str]:
+        """One node name per shard, each one's scheduling record on that shard."""
+        found: dict[int, str] = {}
+        for i in range(1000):
+            found.setdefault(self.shard_of(keys.sched_key(f"{prefix}-{i}")), f"{prefix}-{i}")
+            if len(found) == len(self.ports):
+                return [found[port] for port in self.ports]
+        raise AssertionError("no node names found whose records land on every shard")
+
+    def publish(self, node: str, pods: int = 30) -> NodeReport:
+        """Publish ``node``'s report of now with its agent's own publisher."""
+        publisher = self.publishers.get(node)
+        if publisher is None:
+            settings = PublisherSettings(redis_url=self.url, cluster=True, ttl_s=30)
+            publisher = self.publishers[node] = RedisPublisher(settings)
+        sent = report(node, pods)
+        assert publisher.publish(sent), f"the publish of {node} failed"
+        return sent
+
+    def scheduler(
+        self, known: Sequence[str], registry: CollectorRegistry | None = None
+    ) -> tuple[RedisSignalCache, RedisSettings, RedisConnection]:
+        settings = dataclasses.replace(SETTINGS, url=self.url, cluster=True)
+        connection = connect(settings, {})
+        return follower(connection, settings, known, registry), settings, connection
+
+    def commands(self, port: int) -> dict[str, int]:
+        """Calls per command on the shard at ``port`` since the statistics were reset."""
+        stats = self.shards[port].info("commandstats")
+        return {name.removeprefix("cmdstat_"): int(s["calls"]) for name, s in stats.items()}
+
+    def key_count(self, port: int) -> int:
+        return int(self.shards[port].info("keyspace").get("db0", {}).get("keys", 0))
+
+    def close(self) -> None:
+        for publisher in self.publishers.values():
             publisher.close()
-            connection.close()
+        for shard in self.shards.values():
+            shard.close()
+        self.client.close()
+
+
+@pytest.mark.slow
+def test_reads_signals_and_writes_decisions_on_a_redis_cluster(cluster: Cluster) -> None:
+    """Records on three different shards are all read (MGET split per slot), a Node the
+    informer learns of later is followed from the next poll, the ranking is written, and
+    one pipelined batch of decisions lands on whichever shard owns each key."""
+    nodes = cluster.nodes_one_per_shard("node")
+    sent = {node: cluster.publish(node) for node in nodes}
+    known = list(nodes)
+    cache, settings, connection = cluster.scheduler(known)
+    try:
+        assert cache.poll_once() == 3
+        frame = cache.snapshot()
+        assert {node: signals_at(frame, node) for node in nodes} == {
+            node: r.ts for node, r in sent.items()
+        }
+        sent["gpu-node-1"] = cluster.publish("gpu-node-1")
+        known.append("gpu-node-1")
+        assert cache.poll_once() == 1
+        frame = cache.snapshot()
+        assert signals_at(frame, "gpu-node-1") == sent["gpu-node-1"].ts
+        assert frame.stale_nodes(max(r.ts for r in sent.values())) == []
+        assert cache.write_ranking()
+        assert {m.decode() for m in cluster.client.zrange(keys.NODES_BY_SCORE, 0, -1)} == set(known)
+
+        metrics = SignalMetrics(CollectorRegistry())
+        pods = [f"train-{i}" for i in range(8)]
+        RedisDecisionSink(connection, settings, metrics).write_many(
+            decision(pod, known[i % 4]) for i, pod in enumerate(pods)
+        )
+        assert metrics.decision_write_errors._value.get() == 0
+        written = [cluster.client.hgetall(keys.decision_key("ml", pod)) for pod in pods]
+        assert [parse_decision_hash(w).node for w in written] == [known[i % 4] for i in range(8)]
+    finally:
+        connection.close()
+
+
+SPREAD_NODES = 60
+SPREAD_PODS = 30
+SPREAD_ROUNDS = 2
+MAX_SHARD_SHARE = 0.6
+
+
+@pytest.mark.slow
+def test_signal_keys_and_writes_spread_over_every_shard_and_the_scheduler_follows_all(
+    cluster: Cluster,
+) -> None:
+    """60 agents × 30 pods each publish twice (one report per interval) with their own
+    publisher: every shard holds a share of the keys (scheduling records included) and
+    took a share of the writes — none more than 60 % — counted from each shard's own
+    statistics; the scheduler's follower then reads all 60 records from the three shards,
+    every node fresh, writes the ranking on the cluster, and its SCAN for records of
+    unknown names covers every shard."""
+    nodes = [f"node-{i:03d}" for i in range(SPREAD_NODES)]
+    last: dict[str, NodeReport] = {}
+    for _ in range(SPREAD_ROUNDS):
+        for node in nodes:
+            last[node] = cluster.publish(node, SPREAD_PODS)
+    published_at = time.time()
+    key_counts = {port: cluster.key_count(port) for port in cluster.ports}
+    writes = {
+        port: {c: n for c, n in cluster.commands(port).items() if c in WRITE_COMMANDS}
+        for port in cluster.ports
+    }
+
+    registry = CollectorRegistry()
+    cache, _, connection = cluster.scheduler(nodes, registry)
+    try:
+        assert cache.poll_once() == SPREAD_NODES
+        reads = {port: cluster.commands(port).get("mget", 0) for port in cluster.ports}
+        frame = cache.snapshot()
+        assert frame.names == tuple(nodes)
+        assert {node: signals_at(frame, node) for node in nodes} == {
+            node: r.ts for node, r in last.items()
+        }
+        assert frame.stale_nodes(published_at) == []
+        assert bool((frame.columns["fresh_until"] >= published_at).all())
+
+        assert cache.write_ranking()
+        ranked = dict(cluster.client.zrange(keys.NODES_BY_SCORE, 0, -1, withscores=True))
+        index = frame.columns["index_mean@latest"]
+        assert ranked == {node.encode(): index[row] for row, node in enumerate(nodes)}
+        assert cluster.client.zcard(keys.NODES_UPDATED) == SPREAD_NODES
+
+        strays = cluster.nodes_one_per_shard("stray")
+        for stray in strays:
+            cluster.publish(stray, pods=0)
+        assert cache.count_strays() == len(strays)  # one on each shard
+        rejected = "interference_scheduler_signal_records_rejected_total"
+        assert registry.get_sample_value(rejected, {"reason": "unknown_node"}) == len(strays)
+    finally:
+        connection.close()
+
+    records = {port: 0 for port in cluster.ports}
+    for node in nodes:
+        records[cluster.shard_of(keys.sched_key(node))] += 1
+    total_writes = sum(sum(by_command.values()) for by_command in writes.values())
+    print(
+        f"\n{SPREAD_NODES} nodes x {SPREAD_PODS} pods x {SPREAD_ROUNDS} reports on a"
+        f" {len(cluster.ports)}-shard Redis Cluster ({total_writes} writes):"
+    )
+    for port in cluster.ports:
+        share = sum(writes[port].values()) / total_writes
+        detail = ", ".join(f"{c} {n}" for c, n in sorted(writes[port].items()))
+        print(
+            f"  shard 127.0.0.1:{port}: {key_counts[port]} keys ({records[port]} scheduling"
+            f" records), {sum(writes[port].values())} writes ({share:.1%}: {detail}),"
+            f" {reads[port]} follower MGETs (one per slot) for its records"
+        )
+    for port in cluster.ports:
+        assert key_counts[port] > 0 and records[port] > 0, port
+        assert 0 < sum(writes[port].values()) <= MAX_SHARD_SHARE * total_writes, port
+        assert reads[port] > 0, port
 
 
 def test_an_unreachable_cluster_is_an_outage_not_a_crash() -> None:
@@ -214,7 +418,7 @@ def test_an_unreachable_cluster_is_an_outage_not_a_crash() -> None:
     settings = dataclasses.replace(SETTINGS, url=f"redis://127.0.0.1:{free_port()}/0", cluster=True)
     connection = connect(settings, {})
     registry = CollectorRegistry()
-    cache = RedisSignalCache(connection, settings, SignalMetrics(registry))
+    cache = follower(connection, settings, ["gpu-node-1"], registry)
     stop_after_two = iter([False, False, True])
 
     class Stop:
