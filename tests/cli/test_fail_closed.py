@@ -2,12 +2,14 @@
 one, both real ``interference-agent`` processes publishing to a real redis-server.
 
 The broken agent publishes all zeros; it must not look like the quietest node: it is not
-ready (``/readyz`` 503), ``interference top`` shows it ``degraded``, and the scheduler's
-signal cache and engine treat it exactly like a stale node. On SIGTERM both agents take
-their nodes out of ``intf:nodes``."""
+ready (``/readyz`` 503), ``interference node`` shows it ``degraded``, and the scheduler's
+signal cache and engine treat it exactly like a stale node and leave it out of the
+ranking the scheduler writes. On SIGTERM both agents delete their own keys, and the
+scheduler's ranking drops the nodes once their last records are stale."""
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import redis
 from prometheus_client import CollectorRegistry
 
 from interference import keys
@@ -72,14 +75,27 @@ def agents(redis_server: RedisServer, tmp_path: Path) -> Iterator[dict[str, Agen
             assert proc.wait(timeout=30) == 0, logs[name].read_text(errors="replace")
 
 
+NODES = ("broken-node", "healthy-node")
+
+
+def follower(redis_server: RedisServer) -> RedisSignalCache:
+    """The scheduler's signal cache following both Nodes."""
+    settings = RedisSettings(url=redis_server.url, poll_interval_s=0.2)
+    metrics = SignalMetrics(CollectorRegistry())
+    return RedisSignalCache(
+        connect_signals(settings, {}), settings, metrics, known_nodes=lambda: NODES
+    )
+
+
+def both_records(client: redis.Redis[str]) -> bool:
+    return client.exists(*(keys.sched_key(node) for node in NODES)) == len(NODES)
+
+
 def test_a_broken_agent_is_not_ready_degraded_and_stale_to_the_scheduler(
     agents: dict[str, Agent], redis_server: RedisServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     client = redis_server.client()
-    wait_for(
-        "both nodes in intf:nodes",
-        lambda: set(client.zrange(keys.NODES_BY_SCORE, 0, -1)) == {"broken-node", "healthy-node"},
-    )
+    wait_for("both nodes' scheduling records", lambda: both_records(client))
 
     # The agent: alive, not ready, saying why.
     wait_for("the broken agent to answer", lambda: _answers(agents["broken"].port))
@@ -90,25 +106,20 @@ def test_a_broken_agent_is_not_ready_degraded_and_stale_to_the_scheduler(
     assert client.hget(keys.node_key("broken-node"), "measured") == ""
     assert client.hget(keys.node_key("broken-node"), "interference_index") == "0"
 
-    # The CLI: degraded, listed after the usable node.
-    assert main(["--redis-url", redis_server.url, "top"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    broken = next(line for line in lines if "broken-node" in line)
-    healthy = next(line for line in lines if "healthy-node" in line)
-    assert "degraded" in broken and "ok" not in broken.split("│")[-2]
-    assert " ok" in healthy
-    assert lines.index(healthy) < lines.index(broken)
-
     # The scheduler: the signal cache and the engine treat it as stale.
-    settings = RedisSettings(url=redis_server.url, block_ms=200)
-    cache = RedisSignalCache(
-        connect_signals(settings, {}), settings, SignalMetrics(CollectorRegistry())
-    )
-    cache.bootstrap()
+    cache = follower(redis_server)
+    assert cache.poll_once() == 2  # both records are well-formed and accepted
     now = time.time()
+    frame = cache.snapshot()
+    broken, healthy = frame.row("broken-node"), frame.row("healthy-node")
+    assert broken is not None and healthy is not None
+    assert frame.columns["signals_at"][broken] > now - 5  # a record of the last seconds...
+    assert frame.columns["fresh_until"][broken] == -math.inf  # ...that is never usable
+    assert frame.families("broken-node") == ()
+    assert "runq" in frame.families("healthy-node")
     assert cache.stale_nodes(now) == ["broken-node"]
     table = table_of([node_obj("broken-node"), node_obj("healthy-node")])
-    table.set_signals(cache.snapshot())
+    table.set_signals(frame)
     assert stale_rows(table, now).tolist() == [0]
     engine = Engine(EngineSettings(stale_policy="reject"), seed=1)
     result = engine.schedule(parse_pod(pod_obj("web-0")), table, now)
@@ -117,20 +128,44 @@ def test_a_broken_agent_is_not_ready_degraded_and_stale_to_the_scheduler(
         as_stale = quietness(table, EngineSettings(stale_policy=policy), now)  # type: ignore[arg-type]
         assert as_stale[0] == score, policy  # not the 100 of its all-zero signals
 
+    # The ranking the scheduler writes holds only the usable node.
+    assert cache.write_ranking(now)
+    assert client.zrange(keys.NODES_BY_SCORE, 0, -1) == ["healthy-node"]
 
-def test_clean_shutdown_takes_the_nodes_out_of_the_ranking(
+    # The CLI: the usable node is ok in `top`; the broken one is degraded.
+    assert main(["--redis-url", redis_server.url, "top"]) == 0
+    healthy_line = next(
+        line for line in capsys.readouterr().out.splitlines() if "healthy-node" in line
+    )
+    assert " ok" in healthy_line
+    assert main(["--redis-url", redis_server.url, "node", "broken-node"]) == 0
+    assert "node broken-node — DEGRADED" in capsys.readouterr().out
+
+
+def test_clean_shutdown_deletes_the_nodes_keys_and_they_leave_the_ranking(
     agents: dict[str, Agent], redis_server: RedisServer
 ) -> None:
     client = redis_server.client()
-    wait_for("both nodes ranked", lambda: client.zcard(keys.NODES_BY_SCORE) == 2)
+    wait_for("both nodes' scheduling records", lambda: both_records(client))
+    cache = follower(redis_server)
+    assert cache.poll_once() == 2
+    assert cache.write_ranking()
+    assert client.zrange(keys.NODES_BY_SCORE, 0, -1) == ["healthy-node"]
     for agent in agents.values():
         wait_for("the agent to answer", lambda agent=agent: _answers(agent.port))  # type: ignore[misc]
         agent.process.send_signal(signal.SIGTERM)
     for agent in agents.values():
         assert agent.process.wait(timeout=30) == 0
-    assert client.zcard(keys.NODES_BY_SCORE) == 0
-    assert client.zcard(keys.NODES_UPDATED) == 0
-    assert not client.exists(keys.node_key("healthy-node"), keys.node_key("broken-node"))
+    assert client.keys("intf:node:*") == []  # every key of both nodes, pods included
+
+    def ranking_empty() -> bool:
+        cache.poll_once()
+        cache.write_ranking()
+        return client.zcard(keys.NODES_BY_SCORE) == client.zcard(keys.NODES_UPDATED) == 0
+
+    # the last records age out of the freshness window (5 s), then leave the ranking
+    wait_for("the ranking to drop the nodes", ranking_empty, timeout_s=20)
+    assert cache.stale_nodes() == list(NODES)  # its last records, now stale
 
 
 def _answers(port: int, path: str = "/healthz") -> bool:
