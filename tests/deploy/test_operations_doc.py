@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import os
 import re
+import secrets
 import shlex
 import shutil
 import subprocess
@@ -27,11 +28,18 @@ import redis
 import yaml
 from prometheus_client import CollectorRegistry
 
-from interference import keys
+from credential_issuer.redis_users import AgentUsers
+from credential_issuer.settings import redis_target
+from interference import acl, keys
 from interference.decision import CandidateVerdict, Decision, decision_hash
 from interference.signals import GpuDevice, NodeMetrics, NodeReport, PodMetrics
 from node_agent.publisher import PublisherSettings, RedisPublisher
-from scheduler.adapters.redis_signals import SignalMetrics
+from scheduler.adapters.redis_signals import (
+    RedisSettings,
+    RedisSignalCache,
+    SignalMetrics,
+    connect,
+)
 from scheduler.extender import ExtenderMetrics
 from scheduler.metrics import SchedulerMetrics
 from tests.conftest import RedisServer
@@ -143,16 +151,52 @@ class Store:
 
     def __init__(self, server: DeployedRedis) -> None:
         self.server = server
-        username, password = server.credentials("DaemonSet", "interference-agent", "agent")
-        self.publisher = RedisPublisher(
-            PublisherSettings(server.url, username=username, password=password, ttl_s=600)
-        )
+        # Each node's agent logs in as its own user, created by the credential issuer's
+        # Redis code with the issuer's deployed credentials.
+        username, password = server.credentials("Deployment", "interference-credentials", "issuer")
+        users = AgentUsers(redis_target(server.url, username=username, password=password), 5.0)
+        self.publishers = {}
+        try:
+            for node in SCORES:
+                agent_password = secrets.token_hex(24)
+                users.set_user(node, agent_password)
+                self.publishers[node] = RedisPublisher(
+                    PublisherSettings(
+                        server.url,
+                        username=acl.agent_username(node),
+                        password=agent_password,
+                        ttl_s=600,
+                    )
+                )
+        finally:
+            users.close()
         self.now = 1_700_000_000.0
 
     def publish_all(self) -> None:
         self.now += 1
-        for node in SCORES:
-            assert self.publisher.publish(node_report(node, self.now))
+        for node, publisher in self.publishers.items():
+            assert publisher.publish(node_report(node, self.now))
+
+    def rank(self) -> None:
+        """The scheduler's signal follower, logged in as its deployed user: read every
+        node's record, write the ranking ``intf:nodes`` / ``intf:nodes:updated``."""
+        username, password = self.server.credentials(
+            "Deployment", "interference-scheduler", "scheduler"
+        )
+        settings = RedisSettings(url=self.server.url)
+        connection = connect(settings, {"REDIS_USERNAME": username, "REDIS_PASSWORD": password})
+        cache = RedisSignalCache(
+            connection,
+            settings,
+            SignalMetrics(CollectorRegistry()),
+            known_nodes=lambda: list(SCORES),
+            clock=lambda: self.now + 0.5,
+        )
+        try:
+            assert cache.poll_once() == len(SCORES)
+            assert cache.write_ranking()
+        finally:
+            connection.close()
 
     def record_decision(self) -> None:
         username, password = self.server.credentials(
@@ -183,6 +227,7 @@ class Store:
 def store(deployed_redis: DeployedRedis) -> Store:
     filled = Store(deployed_redis)
     filled.publish_all()
+    filled.rank()
     filled.record_decision()
     return filled
 
@@ -311,7 +356,7 @@ def test_external_redis_acl_commands_match_the_bundled_users(
         )
         assert done.stdout.strip() == "OK", done.stdout + done.stderr
     documented, bundled = redis_server.client(), deployed_redis.admin()
-    for user in ("interference-agent", "interference-scheduler", "interference-viewer"):
+    for user in ("interference-credentials", "interference-scheduler", "interference-viewer"):
         ours, theirs = documented.acl_getuser(user), bundled.acl_getuser(user)
         assert ours is not None and theirs is not None
         for aspect in ("flags", "commands", "keys", "channels", "categories"):
@@ -351,6 +396,13 @@ case "$1 $2" in
         case "$3 $4 $5 $6 $7" in
             "get secret redis-credentials -o jsonpath={{.type}}")
                 test -e "$STATE/secret.yaml" && type_of "$STATE/secret.yaml" ;;
+            "get secret redis-credentials -o jsonpath={{.data.credentials-password}}")
+                sed -n 's/^  credentials-password: //p' "$STATE/secret.yaml" ;;
+            "patch secret redis-credentials --type merge")
+                test "$8 $9" = "--patch-file /dev/stdin" || exit 98
+                value=$(sed -n 's/.*"credentials-password": "\\([^"]*\\)".*/\\1/p')
+                encoded=$(printf '%s' "$value" | base64 -w0)
+                sed -i "s/^data:$/data:\\n  credentials-password: $encoded/" "$STATE/secret.yaml" ;;
             "delete secret redis-credentials  ") rm "$STATE/secret.yaml" ;;
             *) echo "unexpected kubectl $*" >&2; exit 99 ;;
         esac ;;
@@ -420,6 +472,42 @@ def test_secret_generator_creates_the_secret_the_workloads_read(tmp_path: Path) 
     assert set(rotated) == set(secret["data"])
     assert rotated["username"] == secret["data"]["username"]
     assert not {v for k, v in rotated.items() if k != "username"} & set(secret["data"].values())
+
+
+def test_secret_generator_adds_the_issuer_key_to_a_secret_made_before_it(tmp_path: Path) -> None:
+    """A Secret of the release before the credential issuer (an agent password, no
+    credentials-password): a plain run adds a random credentials-password through stdin and
+    keeps every other password, so Redis restarts with the issuer's user and the rest as
+    they were."""
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "namespace").touch()
+    before = {
+        "username": "admin",
+        "password": "a" * 48,
+        "agent-password": "b" * 48,
+        "scheduler-password": "c" * 48,
+        "viewer-password": "d" * 48,
+    }
+    data = "".join(
+        f"  {k}: {base64.b64encode(v.encode()).decode()}\n" for k, v in sorted(before.items())
+    )
+    (state / "secret.yaml").write_text(
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: redis-credentials, namespace: "
+        f"interference-system}}\ntype: kubernetes.io/basic-auth\ndata:\n{data}"
+    )
+    done = run_generator(tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "added credentials-password" in done.stdout
+    secret = yaml.safe_load((state / "secret.yaml").read_text())
+    values = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    added = values.pop("credentials-password")
+    assert values == before
+    assert re.fullmatch(r"[0-9a-f]{48}", added)
+    assert added not in done.stdout + done.stderr + (state / "calls").read_text()
+    again = run_generator(tmp_path)
+    assert "exists; kept" in again.stdout
+    assert yaml.safe_load((state / "secret.yaml").read_text()) == secret
 
 
 def test_secret_generator_explains_an_old_type_secret_and_rotate_converts_it(

@@ -107,7 +107,7 @@ def test_apply_fails_naming_the_secret_until_the_script_created_it(
     assert f"created secret {NAMESPACE}/{SECRET}" in created.stdout
     made_by_script = secret(kubectl)
     assert made_by_script[0] == "kubernetes.io/basic-auth"
-    assert {"username", "password", "agent-password", "scheduler-password",
+    assert {"username", "password", "credentials-password", "scheduler-password",
             "viewer-password"} == set(made_by_script[1])  # fmt: skip
 
     first = apply(kubectl, mode)
@@ -151,3 +151,32 @@ def test_an_old_opaque_secret_is_explained_and_rotate_converts_it(kubectl: Path)
     applied = apply(kubectl, "client-side")
     assert applied.returncode == 0, applied.stderr
     assert secret(kubectl) == converted
+
+
+def test_a_secret_from_before_the_credential_issuer_gains_its_key(kubectl: Path) -> None:
+    """The previous release's Secret (basic-auth, an agent password, no
+    credentials-password): the script adds the issuer's key with ``kubectl patch`` through
+    stdin, keeps every other password, and the apply then succeeds."""
+    assert run(kubectl, "create", "namespace", NAMESPACE).returncode == 0
+    old = subprocess.run(
+        [str(kubectl), "-n", NAMESPACE, "create", "secret", "generic", SECRET,
+         "--type", "kubernetes.io/basic-auth", "--from-env-file=/dev/stdin"],
+        input="username=admin\npassword=0123456789abcdef0123\nagent-password=0123456789abcdef0124\n"
+        "scheduler-password=0123456789abcdef0125\nviewer-password=0123456789abcdef0126\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert old.returncode == 0, old.stderr
+    _, before = secret(kubectl)
+    added = create_secret(kubectl)
+    assert added.returncode == 0, added.stderr
+    assert "added credentials-password" in added.stdout
+    kind, after = secret(kubectl)
+    assert kind == "kubernetes.io/basic-auth"
+    assert {k: v for k, v in after.items() if k != "credentials-password"} == before
+    assert len(after["credentials-password"]) > 16
+    assert create_secret(kubectl).stdout.strip().endswith("kept (use --rotate for new passwords)")
+    applied = apply(kubectl, "client-side")
+    assert applied.returncode == 0, applied.stderr
+    assert secret(kubectl)[1] == after
