@@ -62,6 +62,7 @@ from interference_cli.redis_process import (
 from tests.e2e.control_plane import AssetsMissing, ControlPlane, find_assets, terminate
 
 AGE = "interference_scheduler_signal_age_seconds"
+POLL = "interference_scheduler_signal_poll_seconds"
 ACCEPTED = "interference_scheduler_signal_records_total"
 DEFAULT_RUNS = "1000:full,1000:records,5000:records,20000:records"
 
@@ -73,6 +74,8 @@ class Scrape:
     redis_cpu_s: float
     buckets: list[tuple[float, float]]
     """(upper bound, cumulative count) of the age histogram."""
+    poll_buckets: list[tuple[float, float]]
+    """The same of the poll duration histogram."""
     accepted: float
     sent: int
 
@@ -88,24 +91,28 @@ class Row:
     accepted_per_s: float
     sent_per_s: float
     redis_cores: float
+    poll_p50_ms: float
+    poll_p99_ms: float
 
     @property
     def cores_per_1000(self) -> float:
         return self.cores / (self.nodes / 1000)
 
 
-def metrics(port: int) -> tuple[list[tuple[float, float]], float]:
+def metrics(port: int) -> tuple[dict[str, list[tuple[float, float]]], float]:
+    """The age and poll-duration histograms' buckets, and records accepted so far."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
         text = answer.read().decode()
-    buckets: list[tuple[float, float]] = []
+    buckets: dict[str, list[tuple[float, float]]] = {AGE: [], POLL: []}
     accepted = 0.0
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name == f"{AGE}_bucket":
-                buckets.append((float(sample.labels["le"]), sample.value))
+            histogram = sample.name.removesuffix("_bucket")
+            if sample.name.endswith("_bucket") and histogram in buckets:
+                buckets[histogram].append((float(sample.labels["le"]), sample.value))
             elif sample.name == ACCEPTED:
                 accepted = sample.value
-    return sorted(buckets), accepted
+    return {name: sorted(values) for name, values in buckets.items()}, accepted
 
 
 def quantile(
@@ -181,7 +188,7 @@ def run_size(
         def scrape() -> Scrape:
             buckets, accepted = metrics(http_port)
             return Scrape(time.time(), cpu_seconds(scheduler.pid), cpu_seconds(redis_proc.pid),
-                          buckets, accepted, int(sent.value))  # fmt: skip
+                          buckets[AGE], buckets[POLL], accepted, int(sent.value))  # fmt: skip
 
         first = scrape()
         time.sleep(args.seconds)
@@ -203,6 +210,8 @@ def run_size(
         accepted_per_s=(last.accepted - first.accepted) / span,
         sent_per_s=(last.sent - first.sent) / span,
         redis_cores=(last.redis_cpu_s - first.redis_cpu_s) / span,
+        poll_p50_ms=1000 * quantile(first.poll_buckets, last.poll_buckets, 0.5),
+        poll_p99_ms=1000 * quantile(first.poll_buckets, last.poll_buckets, 0.99),
     )
 
 
@@ -257,14 +266,16 @@ def main() -> int:
 
 HEADER = (
     f"{'nodes':>6} {'pods':>4} {'mode':<7} {'sched cores':>11} {'/1000 nodes':>11} "
-    f"{'age p50 s':>9} {'age p99 s':>9} {'taken/s':>8} {'sent/s':>8} {'redis cores':>11}"
+    f"{'age p50 s':>9} {'age p99 s':>9} {'taken/s':>8} {'sent/s':>8} {'redis cores':>11} "
+    f"{'poll p50/p99 ms':>15}"
 )
 
 
 def print_row(r: Row) -> None:
     print(f"{r.nodes:>6} {r.pods:>4} {r.mode:<7} {r.cores:>11.3f} {r.cores_per_1000:>11.4f} "
           f"{r.age_p50_s:>9.2f} {r.age_p99_s:>9.2f} {r.accepted_per_s:>8,.0f} "
-          f"{r.sent_per_s:>8,.0f} {r.redis_cores:>11.2f}", flush=True)  # fmt: skip
+          f"{r.sent_per_s:>8,.0f} {r.redis_cores:>11.2f} "
+          f"{r.poll_p50_ms:>7.1f}/{r.poll_p99_ms:<7.1f}", flush=True)  # fmt: skip
 
 
 def print_table(rows: list[Row]) -> None:

@@ -48,6 +48,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.metrics_core import HistogramMetricFamily
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 from redis.cluster import RedisCluster
 
 from interference import keys, sched_record
@@ -207,7 +210,51 @@ class _RateLimitedLog:
         self._last, self._suppressed = now, 0
 
 
+POLL_DURATION_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 SIGNAL_AGE_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
+
+
+class BulkHistogram(Collector):
+    """A Prometheus histogram fed a numpy array of observations at once, exposed through a
+    custom collector. ``Histogram.observe`` costs ~3 µs a value: 15 ms of every poll at
+    5,000 nodes (measured, cProfile), a third of the poll; this is one ``searchsorted``."""
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        buckets: Sequence[float],
+        registry: CollectorRegistry,
+    ) -> None:
+        self._name, self._documentation = name, documentation
+        self._bounds = np.array([*buckets, np.inf])
+        self._counts = np.zeros(len(self._bounds), np.int64)
+        self._sum = 0.0
+        self._lock = threading.Lock()
+        registry.register(self)
+
+    def observe_many(self, values: NDArray[np.float64]) -> None:
+        """Count every value (a value equal to a bound falls in that bound's bucket)."""
+        slots = np.searchsorted(self._bounds, values, side="left")
+        counts = np.bincount(slots, minlength=len(self._bounds))
+        with self._lock:
+            self._counts += counts
+            self._sum += float(values.sum())
+
+    def describe(self) -> list[HistogramMetricFamily]:
+        return [HistogramMetricFamily(self._name, self._documentation)]
+
+    def collect(self) -> list[HistogramMetricFamily]:
+        with self._lock:
+            cumulative = np.cumsum(self._counts).tolist()
+            total = self._sum
+        buckets = [
+            (floatToGoString(bound), count)  # type: ignore[no-untyped-call]
+            for bound, count in zip(self._bounds.tolist(), cumulative, strict=True)
+        ]
+        family = HistogramMetricFamily(self._name, self._documentation)
+        family.add_metric([], buckets, total)
+        return [family]
 
 
 class SignalMetrics:
@@ -241,11 +288,19 @@ class SignalMetrics:
             "Decision records that could not be written to Redis.",
             registry=registry,
         )
-        self.signal_age = Histogram(
+        self.signal_age = BulkHistogram(
             "interference_scheduler_signal_age_seconds",
             "Age of each new scheduling record when it reached the cache: now minus the end"
             " of its kernel measurement interval (the record's ts).",
             buckets=SIGNAL_AGE_BUCKETS_S,
+            registry=registry,
+        )
+        self.poll_duration = Histogram(
+            "interference_scheduler_signal_poll_seconds",
+            "Duration of one poll of every known node's scheduling record: MGET, bulk decode"
+            " and checks, the new frame (the follower thread holds the interpreter for most"
+            " of it).",
+            buckets=POLL_DURATION_BUCKETS_S,
             registry=registry,
         )
         for reason in (*REJECT_REASONS, UNKNOWN_NODE):
@@ -358,6 +413,7 @@ class RedisSignalCache:
     def poll_once(self) -> int:
         """Read every known node's record once; returns how many new records were accepted.
         Raises the Redis client's errors."""
+        started = time.perf_counter()
         names = tuple(self._known_nodes())
         if names != self._names:
             self._follow(names)
@@ -374,11 +430,11 @@ class RedisSignalCache:
                 self._columns[column][positions] = values
             self._measured[positions] = records["measured"]
             self._interval[positions] = records["interval_s"]
-            for age in (now - records["ts"]).tolist():
-                self.metrics.signal_age.observe(max(0.0, age))
+            self.metrics.signal_age.observe_many(np.maximum(now - records["ts"], 0.0))
             self.metrics.records_accepted.inc(len(positions))
             self._publish()
         self.polls += 1
+        self.metrics.poll_duration.observe(time.perf_counter() - started)
         return len(positions)
 
     def write_ranking(self, now: float | None = None) -> bool:

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+import numpy as np
 import pytest
 import redis
 from prometheus_client import CollectorRegistry
@@ -22,6 +23,7 @@ from interference.signals import NodeMetrics, NodeReport
 from node_agent.publisher import PublisherSettings, RedisPublisher
 from scheduler.adapters.redis_signals import (
     ACL_COMMANDS,
+    BulkHistogram,
     QueuedDecisionSink,
     RedisDecisionSink,
     RedisSettings,
@@ -539,3 +541,17 @@ def test_works_as_the_scheduler_acl_user_from_the_environment(
     wrong = connect(settings, env={"REDIS_USERNAME": "scheduler", "REDIS_PASSWORD": "nope"})
     with pytest.raises(redis.AuthenticationError):
         wrong.client().mget([keys.sched_key("a")])
+
+
+def test_bulk_histogram_counts_like_prometheus_histograms() -> None:
+    registry = CollectorRegistry()
+    histogram = BulkHistogram("age_seconds", "ages", (0.5, 1.0), registry)
+    histogram.observe_many(np.array([0.1, 0.5, 0.7, 1.0, 3.0]))
+    histogram.observe_many(np.array([]))
+    samples = {
+        le: registry.get_sample_value("age_seconds_bucket", {"le": le})
+        for le in ("0.5", "1.0", "+Inf")
+    }
+    assert samples == {"0.5": 2, "1.0": 4, "+Inf": 5}  # a value on a bound counts in it
+    assert registry.get_sample_value("age_seconds_count") == 5
+    assert registry.get_sample_value("age_seconds_sum") == pytest.approx(5.3)
