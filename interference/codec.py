@@ -47,6 +47,11 @@ _POD_FLOAT_FIELDS = tuple(
 )
 _GPU_FIELDS = tuple(f.name for f in fields(GpuDevice))
 _WINDOW_FIELDS = tuple(f.name for f in fields(WindowMetrics))
+MAX_PODS = 1_000
+"""Most pod rows a report may carry (the kubelet runs at most a few hundred pods)."""
+MAX_GPUS = 64
+MAX_HISTOGRAM_SLOTS = 64
+"""Most slots a histogram may carry (log2 µs: 64 covers any duration)."""
 SUPPORTED_VERSIONS = (1, SCHEMA_VERSION)
 """Report schema versions :func:`decode_report` accepts."""
 LEGACY_SCORE_FIELD = "score"
@@ -93,7 +98,10 @@ def decode_report(payload: bytes) -> NodeReport:
             raw_metrics["interference_index"] = raw_metrics.pop(LEGACY_SCORE_FIELD)
         metrics = NodeMetrics(**_floats(raw_metrics, _NODE_METRIC_FIELDS))
         histograms = {
-            str(name): [int(c) for c in _list(buckets, f"histograms.{name}")]
+            str(name): [
+                _count(c, f"histograms.{name}")
+                for c in _list(buckets, f"histograms.{name}", MAX_HISTOGRAM_SLOTS)
+            ]
             for name, buckets in _mapping(body.get("histograms", {}), "histograms").items()
         }
         if version == 1:
@@ -105,8 +113,8 @@ def decode_report(payload: bytes) -> NodeReport:
                 str(name): _window(_mapping(w, f"windows.{name}"))
                 for name, w in _mapping(body.get("windows", {}), "windows").items()
             }
-        pods = [_pod(_mapping(p, "pods[]")) for p in _list(body.get("pods", []), "pods")]
-        gpus = [_gpu(_mapping(g, "gpus[]")) for g in _list(body.get("gpus", []), "gpus")]
+        pods = [_pod(_mapping(p, "pods[]")) for p in _list(body.get("pods", []), "pods", MAX_PODS)]
+        gpus = [_gpu(_mapping(g, "gpus[]")) for g in _list(body.get("gpus", []), "gpus", MAX_GPUS)]
         disabled = {
             str(k): str(v)
             for k, v in _mapping(body.get("disabled_probes", {}), "disabled_probes").items()
@@ -306,9 +314,11 @@ def _mapping(value: Any, name: str) -> Mapping[str, Any]:
     return value
 
 
-def _list(value: Any, name: str) -> list[Any]:
+def _list(value: Any, name: str, limit: int | None = None) -> list[Any]:
     if not isinstance(value, list | tuple):
         raise PayloadError(f"{name} must be a list, got {type(value).__name__}")
+    if limit is not None and len(value) > limit:
+        raise PayloadError(f"{name} holds {len(value)} entries, more than {limit}")
     return list(value)
 
 
@@ -351,7 +361,11 @@ def _pod(data: Mapping[str, Any]) -> PodMetrics:
         qos=str(data.get("qos", "")),
         runq_us=tuple(
             _count(c, f"pods[].{POD_HISTOGRAM_FIELD}")
-            for c in _list(data.get(POD_HISTOGRAM_FIELD, []), f"pods[].{POD_HISTOGRAM_FIELD}")
+            for c in _list(
+                data.get(POD_HISTOGRAM_FIELD, []),
+                f"pods[].{POD_HISTOGRAM_FIELD}",
+                MAX_HISTOGRAM_SLOTS,
+            )
         ),
         **{n: _float(data[n], n) for n in _POD_FLOAT_FIELDS if n in data},
     )
