@@ -160,10 +160,16 @@ def test_after_a_failover_the_scheduler_follows_the_new_master(
                 lambda: signals_at(cache.snapshot(), "gpu-node-1") == first.ts, "the first record"
             )
             # the Sentinel learns of the replica from the master's INFO before it can fail over
-            wait_for(lambda: watcher.sentinel_slaves("intf-master") != [], "a known replica")
+            wait_for(
+                lambda: watcher.sentinel_slaves("intf-master") != [],  # type: ignore[no-untyped-call]
+                "a known replica",
+            )
             watcher.execute_command("SENTINEL", "FAILOVER", "intf-master")
             wait_for(
-                lambda: watcher.sentinel_get_master_addr_by_name("intf-master")[1] == replica_port,
+                lambda: (
+                    watcher.sentinel_get_master_addr_by_name("intf-master")[1]  # type: ignore[no-untyped-call]
+                    == replica_port
+                ),
                 "the replica's promotion",
             )
             published: list[NodeReport] = []
@@ -248,13 +254,15 @@ class Cluster:
     def __init__(self, ports: list[int]) -> None:
         self.ports = ports
         self.url = f"redis://127.0.0.1:{ports[0]}/0"
-        self.client = RedisCluster.from_url(self.url)
+        self.client: RedisCluster[bytes] = RedisCluster.from_url(self.url)
         self.shards = {port: redis.Redis(port=port) for port in ports}
         self.publishers: dict[str, RedisPublisher] = {}
 
     def shard_of(self, key: str) -> int:
         """Port of the primary that owns ``key``'s slot."""
-        return int(self.client.get_node_from_key(key).port)
+        node = self.client.get_node_from_key(key)
+        assert node is not None, key
+        return int(node.port)
 
     def nodes_one_per_shard(self, prefix: str) -> list[str]:
         """One node name per shard, each one's scheduling record on that shard."""
