@@ -60,8 +60,13 @@ the follower for records of names that are no Node)."""
 MAX_CLOCK_SKEW_S = 30.0
 MIN_INTERVAL_S = 0.1
 MAX_INTERVAL_S = 60.0
-_FLOAT_FIELDS = [name for name, code in FIELDS if code == "d"]
-_COUNT_FIELDS = [name for name, code in FIELDS if code == "q"]
+_OFFSETS = {name: spec[1] for name, spec in (RECORD_DTYPE.fields or {}).items()}
+_FLOAT_WORDS = np.array([_OFFSETS[n] // 8 for n, c in FIELDS if c == "d"])
+_COUNT_WORDS = np.array([_OFFSETS[n] // 8 for n, c in FIELDS if c == "q"])
+"""The 8-byte words of a record holding its floats and counts: every such field starts on
+a multiple of 8, so a batch of records can be checked as one float64 (int64) matrix."""
+if SIZE % 8 or any(_OFFSETS[n] % 8 for n, c in FIELDS if c in "dq"):  # pragma: no cover
+    raise ImportError("scheduling record floats and counts must be 8-byte aligned")
 _KNOWN_FAMILY_BITS = (1 << len(SIGNAL_FAMILIES)) - 1
 _CORE_BITS = sum(1 << SIGNAL_FAMILIES.index(f) for f in CORE_FAMILIES)
 
@@ -93,7 +98,10 @@ def decode_records(
     if wrong_size.any():
         rejected["size"] = np.flatnonzero(wrong_size)
     positions = np.flatnonzero(present & ~wrong_size)
-    buffer = b"".join([payloads[i] or b"" for i in positions.tolist()])
+    if len(positions) == len(payloads):  # the usual case: every node has a record
+        buffer = b"".join(payloads)  # type: ignore[arg-type]
+    else:
+        buffer = b"".join([payloads[i] or b"" for i in positions.tolist()])
     records = np.frombuffer(buffer, dtype=RECORD_DTYPE)
     keep = np.ones(len(records), np.bool_)
 
@@ -109,10 +117,10 @@ def decode_records(
     interval = records["interval_s"]
     reject("interval", ~((interval >= MIN_INTERVAL_S) & (interval <= MAX_INTERVAL_S)))
     bad_value = (records["measured"] & ~np.uint16(_KNOWN_FAMILY_BITS)) != 0
-    for name in _FLOAT_FIELDS:
-        bad_value |= ~(records[name] >= 0) | ~np.isfinite(records[name])
-    for name in _COUNT_FIELDS:
-        bad_value |= records[name] < 0
+    floats = np.frombuffer(buffer, "<f8").reshape(len(records), SIZE // 8)[:, _FLOAT_WORDS]
+    bad_value |= ~((floats >= 0) & (floats < np.inf)).all(axis=1)  # NaN fails both
+    counts = np.frombuffer(buffer, "<i8").reshape(len(records), SIZE // 8)[:, _COUNT_WORDS]
+    bad_value |= (counts < 0).any(axis=1)
     reject("value", bad_value)
     return DecodedRecords(positions[keep], records[keep], rejected)
 
