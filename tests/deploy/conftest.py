@@ -91,6 +91,8 @@ class DeployedRedis:
     workdir: Path
     secret: dict[str, str] = field(default_factory=dict)
     """Secret key → password, as the redis-credentials Secret would hold them."""
+    extra_args: tuple[str, ...] = ()
+    """redis-server arguments after the shipped ones (they override redis.conf)."""
     port: int = 0
     proc: subprocess.Popen[str] | None = None
     stderr: str = ""
@@ -119,6 +121,7 @@ class DeployedRedis:
             **self.env(),
         }
         args = ["--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir)]
+        args += self.extra_args
         self.proc = subprocess.Popen(
             ["sh", str(self.workdir / "entrypoint.sh"), *args],
             env=env,
