@@ -41,7 +41,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -109,6 +109,9 @@ class RedisSettings:
     """How often records of names that are no Node are counted (a SCAN); 0 never."""
     max_clock_skew_s: float = MAX_CLOCK_SKEW_S
     """A record whose ``ts`` is further than this from the scheduler's clock is ignored."""
+    index_references: IndexReferences = field(default_factory=IndexReferences)
+    """The interference index's references, with which the scheduler computes every
+    node's index from its record (set them like the agents' ``--score-ref``)."""
     report_interval_s: float = 1.0
     """The agents' interval, used for the TTL of nodes whose report does not carry it."""
     retry_initial_s: float = 0.5
@@ -321,16 +324,15 @@ class RedisSignalCache:
         metrics: SignalMetrics,
         known_nodes: Callable[[], Sequence[str]],
         clock: Callable[[], float] = time.time,
-        references: IndexReferences | None = None,
     ) -> None:
         """``known_nodes`` returns the names of the Nodes the scheduler knows (the only
-        records it reads); ``references`` are the interference index's (default ones)."""
+        records it reads)."""
         self.settings = settings
         self.metrics = metrics
         self._redis = connection
         self._known_nodes = known_nodes
         self._clock = clock
-        self._references = references or IndexReferences()
+        self._references = settings.index_references
         self._lock = threading.Lock()
         self._healthy = False
         self._names: tuple[str, ...] = ()

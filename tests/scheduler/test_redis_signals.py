@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry
 
 from interference import keys, sched_record
 from interference.decision import CandidateVerdict, Decision, parse_decision_hash
+from interference.score import IndexReferences
 from interference.signals import NodeMetrics, NodeReport
 from node_agent.publisher import PublisherSettings, RedisPublisher
 from scheduler.adapters.redis_signals import (
@@ -555,3 +556,16 @@ def test_bulk_histogram_counts_like_prometheus_histograms() -> None:
     assert samples == {"0.5": 2, "1.0": 4, "+Inf": 5}  # a value on a bound counts in it
     assert registry.get_sample_value("age_seconds_count") == 5
     assert registry.get_sample_value("age_seconds_sum") == pytest.approx(5.3)
+
+
+def test_the_index_follows_the_configured_references(
+    publisher: RedisPublisher, redis_server: RedisServer, registry: CollectorRegistry
+) -> None:
+    strict = IndexReferences(runq_p99_us_quiet=100.0, runq_p99_us=200.0)
+    settings = dataclasses.replace(_settings(redis_server), index_references=strict)
+    cache = RedisSignalCache(
+        connect(settings, env={}), settings, SignalMetrics(registry), lambda: ("a",)
+    )
+    publisher.publish(report("a", time.time(), p99_us=1000.0))  # default references: quiet
+    cache.poll_once()
+    assert column(cache, "a", "index_mean@latest") == 100
