@@ -21,6 +21,7 @@ import pytest
 import redis
 from prometheus_client import CollectorRegistry
 from redis.cluster import RedisCluster
+from redis.exceptions import RedisClusterException
 
 from interference import keys
 from interference.decision import Decision, parse_decision_hash
@@ -29,6 +30,7 @@ from interference.strict import SettingError
 from interference_infra.redis_client import RedisConnection
 from node_agent.publisher import PublisherSettings, RedisPublisher
 from scheduler.adapters.redis_signals import (
+    ACL_COMMANDS,
     RedisDecisionSink,
     RedisSettings,
     RedisSignalCache,
@@ -418,6 +420,42 @@ def test_signal_keys_and_writes_spread_over_every_shard_and_the_scheduler_follow
         assert key_counts[port] > 0 and records[port] > 0, port
         assert 0 < sum(writes[port].values()) <= MAX_SHARD_SHARE * total_writes, port
         assert reads[port] > 0, port
+
+
+SCHEDULER_USER_RULES = (
+    "on", ">scheduler-pw", "resetkeys", "%R~intf:node:*", "~intf:nodes", "~intf:nodes:updated",
+    "%W~intf:decision:*", "resetchannels", "-@all", *(f"+{c}" for c in ACL_COMMANDS),
+)  # fmt: skip
+"""The scheduler's Redis user as deploy/base/redis/users.acl.template grants it: exactly
+the adapter's :data:`ACL_COMMANDS`."""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=RedisClusterException,
+    reason="ACL_COMMANDS lack the cluster client's CLUSTER SLOTS and COMMAND (the agent gets"
+    " them, interference.acl.CLUSTER_CLIENT_COMMANDS); redis-py reports the NOPERM as"
+    " 'Cluster mode is not enabled on this node'",
+)
+def test_the_scheduler_follows_a_cluster_as_its_own_acl_user(cluster: Cluster) -> None:
+    """With only the commands the adapter says it needs, on every shard, the scheduler
+    reads the records and writes the ranking on the cluster."""
+    node = "gpu-node-1"
+    sent = cluster.publish(node, pods=2)
+    for shard in cluster.shards.values():
+        shard.execute_command("ACL", "SETUSER", "interference-scheduler", *SCHEDULER_USER_RULES)
+    settings = dataclasses.replace(SETTINGS, url=cluster.url, cluster=True)
+    env = {"REDIS_USERNAME": "interference-scheduler", "REDIS_PASSWORD": "scheduler-pw"}
+    connection = connect(settings, env)
+    try:
+        cache = follower(connection, settings, [node])
+        assert cache.poll_once() == 1
+        assert signals_at(cache.snapshot(), node) == sent.ts
+        assert cache.write_ranking()
+    finally:
+        connection.close()
+        for shard in cluster.shards.values():
+            shard.acl_deluser("interference-scheduler")
 
 
 def test_an_unreachable_cluster_is_an_outage_not_a_crash() -> None:
