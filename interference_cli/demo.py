@@ -377,7 +377,7 @@ def _measure(
         time.sleep(1.0)
         console.print(_signals_line(store, nodes))
         for result in results.values():
-            row = store.pod_row(NAMESPACE, result.pod)
+            row = store.pod_row(result.node, NAMESPACE, result.pod)
             if row is not None and row.updated_at > seen.get(result.pod, 0.0):
                 seen[result.pod] = row.updated_at
                 result.runq_p99_us.append(row.metrics.runq_p99_us)
@@ -459,6 +459,7 @@ def _print_next_steps(url: str, node: str, console: Console, linger_s: float) ->
     for command in (
         f"redis-cli -p {port} ZREVRANGE {keys.NODES_BY_SCORE} 0 -1 WITHSCORES",
         f"redis-cli -p {port} HGETALL {keys.node_key(node)}",
+        f"redis-cli -p {port} SMEMBERS {keys.node_pods_key(node)}",
         f"redis-cli -p {port} HGETALL {keys.decision_key(NAMESPACE, LATENCY_POD)}",
         f"interference --redis-url {url} top --watch",
         f"interference --redis-url {url} node {node}",

@@ -128,8 +128,10 @@ class LocalLab:
         client = redis.Redis.from_url(self.url, socket_timeout=2.0)
         try:
             while True:
-                reported = {m.decode() for m in client.zrange(keys.NODES_UPDATED, 0, -1)}
-                silent = [n.name for n in self.nodes if n.name not in reported]
+                # Each agent writes its node's scheduling record with every report.
+                record_keys = [keys.sched_key(n.name) for n in self.nodes]
+                present = [bool(found) for found in client.mget(record_keys)]
+                silent = [n.name for n, ok in zip(self.nodes, present, strict=True) if not ok]
                 if not silent:
                     return time.monotonic() - started
                 dead = [n for n in silent if self._agents[n].poll() is not None]

@@ -3,7 +3,7 @@
     interference top [--watch]          nodes ranked by interference score
     interference node NODE              one node: metrics, histograms, victim/antagonist pods
     interference explain NS/POD         the scheduler's decision record for a pod
-    interference record --out FILE      save NodeReports from the stream to a trace file
+    interference record --out FILE      save the nodes' NodeReports to a trace file
     interference simulate --trace FILE --pods FILE --policy A.yaml [--explain NS/POD]
 
 The Redis options may come before or after the command. Credentials: the URL's, or
@@ -121,11 +121,19 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
     top = command(
         "top",
         "nodes ranked by interference score",
-        "Every node that reported to Redis, noisiest first, with its signals and the age "
-        "of its latest report; stale nodes last.",
+        "The nodes of the scheduler's ranking (intf:nodes, its own interference index), "
+        "noisiest first, with their signals and the age of their latest report; stale "
+        "nodes last. Without a ranking (no scheduler running), or with --all, every node "
+        "with a scheduling record in Redis.",
         "interference top --watch --interval 2",
     )
     top.add_argument("--watch", action="store_true", help="refresh until Ctrl-C")
+    top.add_argument(
+        "--all",
+        action="store_true",
+        help="also the nodes the scheduler does not rank (degraded ones): found with SCAN "
+        "over every key, which costs Redis more on a big cluster",
+    )
     top.add_argument(
         "--interval",
         type=_number_type("refresh period in seconds", positive=True),
@@ -155,12 +163,14 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
 
     record = command(
         "record",
-        "save NodeReports from the stream to a trace file",
-        "Append the agents' reports from the Redis stream to a trace file (msgpack) for "
-        "`interference simulate`, until --duration, --count or Ctrl-C.",
+        "save the nodes' NodeReports to a trace file",
+        "Append the agents' reports from every node's report stream in Redis "
+        "(intf:node:NODE:reports, found again every few seconds) to a trace file "
+        "(msgpack) for `interference simulate`, until --duration, --count or Ctrl-C. An "
+        "existing trace is appended to; a file that is not one is refused.",
         "interference record --out trace.msgpack --duration 600",
     )
-    record.add_argument("--out", required=True, help="trace file to write (msgpack)")
+    record.add_argument("--out", required=True, help="trace file to write or append to (msgpack)")
     record.add_argument(
         "--duration",
         type=_number_type("seconds to record"),
@@ -174,7 +184,9 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
         help="stop after N reports, ≥ 0 (default 0: until --duration or Ctrl-C)",
     )
     record.add_argument(
-        "--from-start", action="store_true", help="include reports already in the stream"
+        "--from-start",
+        action="store_true",
+        help="include reports already in the streams (each node keeps its last ~2 minutes)",
     )
 
     simulate = command(
@@ -267,7 +279,10 @@ def _run(args: argparse.Namespace, console: Console, env: Mapping[str, str]) -> 
                 else (lambda _: None)
             ),
         )
-        console.print(f"recorded {recorded.written} reports to {args.out}")
+        console.print(
+            f"recorded {recorded.written} reports to {args.out}"
+            + (" (appended to the trace already there)" if recorded.appended else "")
+        )
         if recorded.skipped:
             console.print(
                 f"skipped {len(recorded.skipped)} malformed stream entries, "
@@ -276,9 +291,10 @@ def _run(args: argparse.Namespace, console: Console, env: Mapping[str, str]) -> 
         return 0
     if args.command == "top":
         if args.watch:
-            _watch_top(store, console, args.interval)
+            _watch_top(store, console, args.interval, scan=args.all)
         else:
-            console.print(views.top_table(store.node_rows(), time.time(), store.shown_url))
+            rows = store.node_rows(scan=args.all)
+            console.print(views.top_table(rows, time.time(), store.shown_url))
     elif args.command == "node":
         now = time.time()
         console.print(views.node_view(store.node_detail(args.node, now), now))
@@ -288,7 +304,7 @@ def _run(args: argparse.Namespace, console: Console, env: Mapping[str, str]) -> 
     return 0
 
 
-def _watch_top(store: Store, console: Console, interval_s: float) -> None:
+def _watch_top(store: Store, console: Console, interval_s: float, *, scan: bool = False) -> None:
     """Refresh the ranking until Ctrl-C; a failing read shows its error and keeps trying.
 
     On a terminal the table is redrawn in place; piped, each refresh is printed in turn.
@@ -297,7 +313,7 @@ def _watch_top(store: Store, console: Console, interval_s: float) -> None:
     def view() -> Table | Text:
         now = time.time()
         try:
-            return views.top_table(store.node_rows(now), now, store.shown_url)
+            return views.top_table(store.node_rows(now, scan=scan), now, store.shown_url)
         except CliError as exc:
             return Text(f"{time.strftime('%H:%M:%S')} {exc}", style="red")
 

@@ -1,5 +1,11 @@
 """Read-only access to the interference store in Redis for the ``interference`` CLI.
 
+What it reads (docs/design.md §4): the ranking the scheduler writes (``intf:nodes``,
+``intf:nodes:updated``) when there is one, else every node that has a scheduling record
+(``SCAN MATCH intf:node:*:sched``); each node's hash, pod set and pod hashes under its
+own prefix; each node's report stream (``intf:node:NODE:reports``) for ``record``.
+The viewer's Redis user needs :data:`VIEWER_COMMANDS` on ``intf:*``, reads only.
+
 Every failure the user can fix (Redis unreachable, nothing published yet, unknown node
 or pod, a malformed record) becomes a :class:`CliError` whose message is the one line
 the CLI prints.
@@ -10,9 +16,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import redis
+from redis.crc import key_slot
 from redis.exceptions import RedisClusterException
 
 from interference import freshness, keys
@@ -37,6 +44,14 @@ from interference_infra.redis_tls import RedisTls
 
 T = TypeVar("T")
 
+VIEWER_COMMANDS = ("get", "zrange", "zscore", "hgetall", "smembers", "scan", "xread", "xrevrange")
+"""Every Redis command the CLI sends (the viewer user needs ``+`` each, ``%R~intf:*``)."""
+
+SCAN_COUNT = 1000
+"""``COUNT`` hint of each ``SCAN`` step."""
+STREAM_BATCH = 500
+"""Report streams per ``XREAD`` (on a Redis Cluster, per hash slot)."""
+
 
 class CliError(Exception):
     """A problem the user can act on; the message is printed as one line on stderr."""
@@ -59,6 +74,9 @@ class NodeRow:
     it as stale), from :func:`interference.freshness.node_state`."""
     measured: tuple[str, ...] = ()
     """Signal families the latest report measured."""
+    scheduler_index: float | None = None
+    """The interference index the scheduler computed from the node's signals (its
+    ranking ``intf:nodes``); None when the scheduler does not rank the node."""
 
     @property
     def stale(self) -> bool:
@@ -158,7 +176,8 @@ class Store:
         except redis.exceptions.NoPermissionError as exc:
             raise CliError(
                 f"Redis at {where} does not let this user read {what} ({exc}); use the "
-                "viewer user (REDIS_USERNAME=interference-viewer)"
+                "viewer user (REDIS_USERNAME=interference-viewer), which needs "
+                f"{', '.join(c.upper() for c in VIEWER_COMMANDS)} on intf:*"
             ) from exc
         except redis.ResponseError as exc:
             raise CliError(f"Redis at {where} rejected reading {what}: {exc}") from exc
@@ -174,59 +193,76 @@ class Store:
                 f"({type(exc).__name__}: {mask_credentials(str(exc))}); check --redis-url"
             ) from exc
 
-    def node_rows(self, now: float | None = None) -> list[NodeRow]:
+    def node_rows(self, now: float | None = None, *, scan: bool = False) -> list[NodeRow]:
         """Every known node, highest interference index first; degraded, then stale ones
-        last. Members of the node sorted sets whose hash has expired more than a freshness
-        window ago (an agent that died; the agents' sweep removes them) are left out.
+        last.
 
-        Raises :class:`CliError` when no agent has ever published to this Redis.
+        The nodes are those of the scheduler's ranking (``intf:nodes``, with the index it
+        computed) when it has one; else, or with ``scan``, also every node with a
+        scheduling record, found with ``SCAN`` (which walks the whole key space: the
+        ranking leaves out nodes the scheduler cannot use, degraded ones included).
+        Members of the ranking whose hash expired more than a freshness window ago are
+        left out (the scheduler removes them at its next ranking).
+
+        Raises :class:`CliError` when no node has reported to this Redis.
         """
         now = time.time() if now is None else now
 
-        def read() -> tuple[list[str], dict[str, float], list[dict[bytes, bytes]]]:
-            scored = self._redis.zrange(keys.NODES_BY_SCORE, 0, -1)
-            updated = self._redis.zrange(keys.NODES_UPDATED, 0, -1, withscores=True)
+        def read() -> tuple[list[str], dict[str, float], dict[str, float], list[Any]]:
+            client = self._redis
+            ranking = client.zrange(keys.NODES_BY_SCORE, 0, -1, withscores=True)
+            updated = client.zrange(keys.NODES_UPDATED, 0, -1, withscores=True)
+            scores = {_text(m): float(s) for m, s in ranking}
             updated_at = {_text(m): float(s) for m, s in updated}
-            names = sorted({_text(m) for m in scored} | set(updated_at))
-            pipe = self._redis.pipeline(transaction=False)
+            found = set(scores) | set(updated_at)
+            if scan or not found:
+                found |= self._nodes_with_records()
+            names = sorted(found)
+            pipe = client.pipeline(transaction=False)
             for name in names:
                 pipe.hgetall(keys.node_key(name))
-            return names, updated_at, list(pipe.execute())
+            return names, scores, updated_at, list(pipe.execute())
 
-        names, updated_at, hashes = self._call("the node list", read)
+        names, scores, updated_at, hashes = self._call("the node list", read)
         if not names:
             raise CliError(
-                f"no node reports in Redis at {self.shown_url} ({keys.NODES_BY_SCORE} is empty); "
-                "is an interference-agent running with --redis-url pointing here?"
+                f"no node reports in Redis at {self.shown_url} (no {keys.NODES_BY_SCORE} "
+                f"ranking and no {keys.sched_key('*')} records); is an interference-agent "
+                "running with --redis-url pointing here?"
             )
         rows = [
-            self._node_row(name, raw, updated_at.get(name, 0.0), now)
+            self._node_row(name, raw, updated_at.get(name, 0.0), now, scores.get(name))
             for name, raw in zip(names, hashes, strict=True)
             if raw or now - updated_at.get(name, 0.0) <= 2 * freshness.MIN_STALE_AFTER_S
         ]
         order = {"ok": 0, "degraded": 1, "stale": 2}
-        rows.sort(
-            key=lambda r: (
-                order[r.state],
-                -(r.metrics.interference_index if r.metrics else 0.0),
-                r.node,
-            )
-        )
+        rows.sort(key=lambda r: (order[r.state], -_rank_index(r), r.node))
         return rows
+
+    def _nodes_with_records(self) -> set[str]:
+        """Nodes with a scheduling record key (``SCAN``; every primary of a Cluster)."""
+        found: set[str] = set()
+        for key in self._redis.scan_iter(match=keys.sched_key("*"), count=SCAN_COUNT):
+            try:
+                found.add(keys.node_from_sched_key(_text(key)))
+            except ValueError:
+                continue  # a pod named "sched" without a namespace: not a record
+        return found
 
     def node_detail(self, node: str, now: float | None = None) -> NodeDetail:
         """A node's metrics, histograms and pods; :class:`CliError` for an unknown node."""
         now = time.time() if now is None else now
 
-        def read() -> tuple[dict[bytes, bytes], float | None, set[bytes]]:
+        def read() -> tuple[dict[bytes, bytes], float | None, float | None, set[bytes]]:
             pipe = self._redis.pipeline(transaction=False)
             pipe.hgetall(keys.node_key(node))
             pipe.zscore(keys.NODES_UPDATED, node)
+            pipe.zscore(keys.NODES_BY_SCORE, node)
             pipe.smembers(keys.node_pods_key(node))
-            raw, updated, members = pipe.execute()
-            return raw, updated, members
+            raw, updated, score, members = pipe.execute()
+            return raw, updated, score, members
 
-        raw, updated, members = self._call(f"node {node!r}", read)
+        raw, updated, score, members = self._call(f"node {node!r}", read)
         if not raw:
             if updated is None:
                 raise CliError(
@@ -237,7 +273,9 @@ class Store:
                 f"node {node!r} is stale: its last report ({now - float(updated):.0f} s ago) "
                 "has expired; check that its interference-agent is running"
             )
-        row = self._node_row(node, raw, float(updated or 0.0), now)
+        row = self._node_row(
+            node, raw, float(updated or 0.0), now, None if score is None else float(score)
+        )
         data = decoded_hash(raw)
         histograms = {
             name.removeprefix("hist_"): _histogram(node, name, value)
@@ -271,36 +309,72 @@ class Store:
                 f"decision record {keys.decision_key(namespace, pod)} is malformed: {exc}"
             ) from exc
 
-    def pod_row(self, namespace: str, name: str) -> PodRow | None:
-        """A pod's latest metrics, None while it has none; CliError when malformed."""
+    def pod_row(self, node: str, namespace: str, name: str) -> PodRow | None:
+        """A pod's latest metrics on ``node``, None while it has none; CliError when
+        malformed."""
         raw = self._call(
-            f"pod {namespace}/{name}", lambda: self._redis.hgetall(keys.pod_key(namespace, name))
+            f"pod {namespace}/{name} on node {node!r}",
+            lambda: self._redis.hgetall(keys.pod_key(node, namespace, name)),
         )
         return self._pod_row(raw, f"pod {namespace}/{name}") if raw else None
 
-    def stream_after(
-        self, last_id: str, *, block_ms: int, count: int = 500
-    ) -> list[tuple[str, bytes]]:
-        """Stream entries after ``last_id`` (``$`` for only new ones) as ``(id, payload)``,
-        waiting up to ``block_ms`` for the first; entries without a report field are skipped."""
-        reply = self._call(
-            f"the stream {keys.STREAM}",
-            lambda: self._redis.xread({keys.STREAM: last_id}, count=count, block=block_ms),
-        )
-        entries: list[tuple[str, bytes]] = []
-        for _, messages in reply or []:
-            for entry_id, entry in messages:
-                payload = entry.get(keys.STREAM_FIELD.encode())
-                if payload is not None:
-                    entries.append((_text(entry_id), payload))
-        return entries
+    def report_streams(self) -> dict[str, str]:
+        """Node → key of its report stream, for every stream now in Redis (``SCAN``)."""
 
-    def last_stream_id(self) -> str:
-        """Id of the newest stream entry, ``0-0`` when the stream is empty or absent."""
-        reply = self._call(
-            f"the stream {keys.STREAM}", lambda: self._redis.xrevrange(keys.STREAM, count=1)
-        )
-        return _text(reply[0][0]) if reply else "0-0"
+        def scan() -> dict[str, str]:
+            found: dict[str, str] = {}
+            for raw in self._redis.scan_iter(match=keys.reports_key("*"), count=SCAN_COUNT):
+                key = _text(raw)
+                try:
+                    node = keys.node_from_key(key.removesuffix(REPORTS_SUFFIX))
+                except ValueError:
+                    continue
+                if key == keys.reports_key(node):
+                    found[node] = key
+            return found
+
+        return self._call(f"the report streams ({keys.reports_key('*')})", scan)
+
+    def last_stream_ids(self, stream_keys: list[str]) -> dict[str, str]:
+        """Id of the newest entry of each stream, ``0-0`` for one empty or gone."""
+
+        def read() -> list[Any]:
+            pipe = self._redis.pipeline(transaction=False)
+            for key in stream_keys:
+                pipe.xrevrange(key, count=1)
+            return list(pipe.execute())
+
+        replies = self._call("the report streams", read) if stream_keys else []
+        return {
+            key: _text(reply[0][0]) if reply else "0-0"
+            for key, reply in zip(stream_keys, replies, strict=True)
+        }
+
+    def streams_after(
+        self, last_ids: dict[str, str], *, count: int = 100
+    ) -> list[tuple[str, str, bytes]]:
+        """Entries after each stream's last id (``{key: id}``), at most ``count`` per
+        stream, as ``(key, id, payload)`` in id order; no waiting. Streams are read
+        :data:`STREAM_BATCH` keys per ``XREAD`` (on a Cluster, keys of one hash slot per
+        ``XREAD``), every batch in one pipelined round trip. Entries without a report
+        field are skipped."""
+
+        def read() -> list[Any]:
+            pipe = self._redis.pipeline(transaction=False)
+            for batch in _stream_batches(list(last_ids), self._connection.target.cluster):
+                pipe.xread({key: last_ids[key] for key in batch}, count=count)
+            return list(pipe.execute())
+
+        replies = self._call("the report streams", read) if last_ids else []
+        entries: list[tuple[str, str, bytes]] = []
+        for reply in replies:
+            for stream, messages in _xread_items(reply):
+                for entry_id, entry in messages:
+                    payload = entry.get(keys.REPORTS_FIELD.encode())
+                    if payload is not None:
+                        entries.append((_text(stream), _text(entry_id), payload))
+        entries.sort(key=lambda e: _id_order(e[1]))
+        return entries
 
     def _pods(self, node: str, members: list[str]) -> list[PodRow]:
         refs = [_split_pod_member(m) for m in members]
@@ -308,7 +382,7 @@ class Store:
         def read() -> list[dict[bytes, bytes]]:
             pipe = self._redis.pipeline(transaction=False)
             for namespace, name in refs:
-                pipe.hgetall(keys.pod_key(namespace, name))
+                pipe.hgetall(keys.pod_key(node, namespace, name))
             return list(pipe.execute())
 
         # A pod's hash may expire between the two reads: skip it.
@@ -326,10 +400,17 @@ class Store:
         return PodRow(metrics=metrics, updated_at=updated_at)
 
     def _node_row(
-        self, node: str, raw: dict[bytes, bytes], updated_at: float, now: float
+        self,
+        node: str,
+        raw: dict[bytes, bytes],
+        updated_at: float,
+        now: float,
+        scheduler_index: float | None = None,
     ) -> NodeRow:
         if not raw:
-            return NodeRow(node, None, updated_at, 0.0, 0, state="stale")
+            return NodeRow(
+                node, None, updated_at, 0.0, 0, state="stale", scheduler_index=scheduler_index
+            )
         try:
             parsed = parse_node_signals(raw)
             interval_s = parsed.interval_s if parsed.interval_s is not None else 1.0
@@ -345,6 +426,7 @@ class Store:
             pod_count,
             state=state,
             measured=parsed.measured,
+            scheduler_index=scheduler_index,
         )
 
 
@@ -374,6 +456,45 @@ def _windows(node: str, raw: dict[bytes, bytes]) -> dict[str, WindowMetrics]:
         return parse_node_signals(raw).windows
     except PayloadError as exc:
         raise CliError(f"node hash {keys.node_key(node)} is malformed: {exc}") from exc
+
+
+REPORTS_SUFFIX = keys.reports_key("").removeprefix(keys.node_key(""))
+"""``:reports``: what a node's report stream key adds to its node key."""
+
+
+def _rank_index(row: NodeRow) -> float:
+    """The index a row is ranked by: the scheduler's when it ranks the node, else the
+    agent's own."""
+    if row.scheduler_index is not None:
+        return row.scheduler_index
+    return row.metrics.interference_index if row.metrics else 0.0
+
+
+def _stream_batches(stream_keys: list[str], cluster: bool) -> list[list[str]]:
+    """``stream_keys`` in groups of at most :data:`STREAM_BATCH`; on a Cluster every
+    group's keys share a hash slot (one ``XREAD`` may not cross slots)."""
+    groups: dict[int, list[str]] = {}
+    for key in stream_keys:
+        groups.setdefault(key_slot(key.encode()) if cluster else 0, []).append(key)
+    return [
+        keys_of_slot[i : i + STREAM_BATCH]
+        for _, keys_of_slot in sorted(groups.items())
+        for i in range(0, len(keys_of_slot), STREAM_BATCH)
+    ]
+
+
+def _xread_items(reply: Any) -> list[tuple[Any, list[Any]]]:
+    """``XREAD``'s reply as ``[(stream, messages)]`` (RESP2 list or RESP3 map)."""
+    if not reply:
+        return []
+    if isinstance(reply, dict):
+        return [(stream, messages) for stream, messages in reply.items()]
+    return [(stream, messages) for stream, messages in reply]
+
+
+def _id_order(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return (int(ms), int(seq or 0))
 
 
 def _text(value: bytes | str) -> str:

@@ -1,9 +1,14 @@
-"""Trace files: NodeReports recorded from ``intf:stream`` for offline policy comparison.
+"""Trace files: NodeReports recorded from the nodes' report streams for offline policy
+comparison.
 
 A trace is a sequence of msgpack objects: a header map ``{"format": "interference-trace",
-"version": 1, ...}``, then each report exactly as the agent put it on the stream (the
-msgpack bytes of :func:`interference.codec.encode_report`), so reading a trace goes
-through the same versioned decoder as the scheduler.
+"version": 1, ...}``, then each report exactly as the agent put it on its node's stream
+``intf:node:NODE:reports`` (the msgpack bytes of :func:`interference.codec.encode_report`),
+so reading a trace goes through the same versioned decoder as the scheduler.
+
+``record`` finds the streams with ``SCAN`` (again every :data:`RESCAN_S`, so nodes that
+start reporting later are recorded too) and reads them with ``XREAD``, many streams per
+command. It appends to an existing trace file, and refuses a file that is not one.
 """
 
 from __future__ import annotations
@@ -22,8 +27,11 @@ from interference_cli.store import CliError, Store
 
 TRACE_FORMAT = "interference-trace"
 TRACE_VERSION = 1
-READ_BLOCK_MS = 500
-"""How long one stream read waits, so Ctrl-C and --duration are noticed promptly."""
+RESCAN_S = 5.0
+"""Seconds between two looks for report streams (nodes that started reporting)."""
+IDLE_S = 0.25
+"""Pause after a read that found nothing new, so Ctrl-C and --duration are noticed
+promptly and an idle Redis is not polled hard."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +40,9 @@ class RecordResult:
 
     written: int
     skipped: list[str]
-    """``"<stream id>: <why>"`` of every malformed stream entry left out."""
+    """``"<stream key> <entry id>: <why>"`` of every malformed stream entry left out."""
+    appended: bool = False
+    """The file was an existing trace the reports were added to."""
 
 
 def record_to_file(
@@ -43,25 +53,46 @@ def record_to_file(
     max_reports: int = 0,
     from_start: bool = False,
     progress: Callable[[int], None] = lambda _: None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> RecordResult:
-    """Append stream reports to a new trace file until the duration or count is reached,
-    or Ctrl-C. Each report is flushed as it arrives; an entry the codec rejects is
-    skipped and counted (the trace holds only reports the simulator can replay)."""
-    last_id = "0-0" if from_start else store.last_stream_id()
-    deadline = time.monotonic() + duration_s if duration_s > 0 else float("inf")
+    """Append the nodes' reports to a trace file until the duration or count is reached,
+    or Ctrl-C. A new (or empty) file gets a header; an existing trace is appended to; a
+    file that is not a whole trace is refused (:class:`CliError`), never overwritten.
+
+    Without ``from_start`` only reports added after the start are recorded (streams found
+    later are new, so they are read from their first entry). Each round's reports are
+    written in stream-id order and flushed; an entry the codec rejects is skipped and
+    counted (the trace holds only reports the simulator can replay)."""
+    path = Path(out)
+    appending = _check_existing(path)
+    deadline = clock() + duration_s if duration_s > 0 else float("inf")
     written = 0
     skipped: list[str] = []
+    streams = store.report_streams()
+    last_ids = (
+        dict.fromkeys(streams.values(), "0-0")
+        if from_start
+        else store.last_stream_ids(sorted(streams.values()))
+    )
+    scanned_at = clock()
     try:
-        with Path(out).open("wb") as handle:
-            handle.write(msgpack.packb(_header(store.shown_url), use_bin_type=True))
+        with path.open("ab") as handle:
+            if not appending:
+                handle.write(msgpack.packb(_header(store.shown_url), use_bin_type=True))
+                handle.flush()
             try:
-                while time.monotonic() < deadline and not (max_reports and written >= max_reports):
-                    for entry_id, payload in store.stream_after(last_id, block_ms=READ_BLOCK_MS):
-                        last_id = entry_id
+                while clock() < deadline and not (max_reports and written >= max_reports):
+                    if clock() - scanned_at >= RESCAN_S:
+                        for key in store.report_streams().values():
+                            last_ids.setdefault(key, "0-0")  # new since the last look
+                        scanned_at = clock()
+                    entries = store.streams_after(last_ids)
+                    for key, entry_id, payload in entries:
+                        last_ids[key] = entry_id
                         try:
                             decode_report(payload)
                         except PayloadError as exc:
-                            skipped.append(f"{entry_id}: {exc}")
+                            skipped.append(f"{key} {entry_id}: {exc}")
                             continue
                         handle.write(msgpack.packb(payload, use_bin_type=True))
                         written += 1
@@ -69,11 +100,34 @@ def record_to_file(
                             break
                     handle.flush()
                     progress(written)
+                    if not entries:
+                        time.sleep(max(0.0, min(IDLE_S, deadline - clock())))
             except KeyboardInterrupt:
                 pass  # Ctrl-C ends a recording; everything read so far is in the file
     except OSError as exc:
         raise CliError(f"cannot write trace file {out}: {exc}") from exc
-    return RecordResult(written, skipped)
+    return RecordResult(written, skipped, appended=appending)
+
+
+def _check_existing(path: Path) -> bool:
+    """True when ``path`` is a whole trace to append to, False when it is absent or
+    empty; :class:`CliError` for anything else (a file that is not a trace, one cut
+    short), which ``record`` must not overwrite or extend."""
+    try:
+        if not path.exists() or (path.is_file() and path.stat().st_size == 0):
+            return False
+    except OSError as exc:
+        raise CliError(f"cannot read trace file {path}: {exc}") from exc
+    if not path.is_file():
+        raise CliError(f"{path} is not a file; pass a trace file to --out")
+    try:
+        load_trace(path)
+    except CliError as exc:
+        raise CliError(
+            f"will not write to {path}: {exc}; pass a new file to --out (record appends "
+            "only to a whole trace)"
+        ) from exc
+    return True
 
 
 def write_trace(path: str | Path, payloads: list[bytes], source: str) -> None:

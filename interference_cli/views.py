@@ -22,9 +22,11 @@ TOP_PODS = 5
 
 def top_table(rows: Sequence[NodeRow], now: float, source: str) -> Table:
     """Nodes ranked by interference index (0 quiet – 100 saturated) with the key metrics;
-    ``degraded`` (a core signal family not measured) and ``stale`` nodes marked."""
+    ``degraded`` (a core signal family not measured) and ``stale`` nodes marked. ``index``
+    is the scheduler's (its ranking) where it ranks the node, else the agent's own
+    (``agent index``)."""
     table = Table(title=f"interference by node — {source}", title_justify="left")
-    for name in ("node", "index", "runq p99 µs", "wait ratio", "reclaim ms/s"):
+    for name in ("node", "index", "agent index", "runq p99 µs", "wait ratio", "reclaim ms/s"):
         table.add_column(name, justify="left" if name == "node" else "right")
     for name in ("throttled ms/s", "psi cpu %", "psi mem %", "pods", "age s", "state"):
         table.add_column(name, justify="right" if name != "state" else "left")
@@ -33,11 +35,16 @@ def top_table(rows: Sequence[NodeRow], now: float, source: str) -> Table:
         age_text = "—" if age == float("inf") else f"{age:.1f}"
         state = Text(row.state, style=_STATE_STYLES.get(row.state, "bold red"))
         m = row.metrics
+        ranked = row.scheduler_index
+        index = Text("—") if ranked is None else Text(f"{ranked:.1f}", style=_score_style(ranked))
         if m is None:
-            table.add_row(row.node, *["—"] * 8, age_text, Text("stale (expired)", style="red"))
+            table.add_row(
+                row.node, index, *["—"] * 8, age_text, Text("stale (expired)", style="red")
+            )
             continue
         table.add_row(
             row.node,
+            index if ranked is not None else Text(f"{m.interference_index:.1f}", style="dim"),
             Text(f"{m.interference_index:.1f}", style=_score_style(m.interference_index)),
             f"{m.runq_p99_us:.0f}",
             f"{m.runq_wait_ratio:.3f}",
@@ -68,6 +75,8 @@ def node_view(detail: NodeDetail, now: float) -> RenderableType:
     for name in type(row.metrics).__dataclass_fields__:
         metrics.add_row(name, f"{getattr(row.metrics, name):g}")
     parts: list[RenderableType] = [metrics]
+    if row.scheduler_index is not None:
+        parts.append(Text(f"scheduler's interference index: {row.scheduler_index:.1f}"))
     parts.append(Text(f"measured: {', '.join(row.measured) or 'nothing'}"))
     if detail.disabled_probes:
         parts.append(Text(f"disabled probes: {detail.disabled_probes}", style="yellow"))

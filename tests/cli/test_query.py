@@ -16,7 +16,7 @@ from interference import keys
 from interference.decision import CandidateVerdict, Decision, decision_hash
 from interference.signals import NodeMetrics, NodeReport, PodMetrics, WindowMetrics
 from interference_cli.main import main
-from interference_cli.trace import load_trace
+from interference_cli.store import VIEWER_COMMANDS
 from node_agent.publisher import PublisherSettings, RedisPublisher
 from tests.conftest import RedisServer, free_port
 
@@ -60,6 +60,20 @@ def _report(node: str, score: float, ts: float, pods: list[PodMetrics]) -> NodeR
     )
 
 
+def rank(client: redis.Redis[str], now: float) -> None:
+    """The ranking as the scheduler writes it: its own index of each usable node (not the
+    agents'), and nodes it has not yet dropped — one whose hash has just expired (shown as
+    stale), one gone a minute ago (left out). The degraded node is not ranked."""
+    client.zadd(
+        keys.NODES_BY_SCORE,
+        {"busy-node": 70.0, "quiet-node": 4.0, "dying-node": 10.0, "dead-node": 10.0},
+    )
+    client.zadd(
+        keys.NODES_UPDATED,
+        {"busy-node": now, "quiet-node": now, "dying-node": now - 7, "dead-node": now - 60},
+    )
+
+
 @pytest.fixture
 def filled(redis_server: RedisServer) -> RedisServer:
     client = redis_server.client()
@@ -76,11 +90,9 @@ def filled(redis_server: RedisServer) -> RedisServer:
             ],
         ),
     )
-    publish(client, _report("quiet-node", 3.0, now, [PodMetrics("", "system")]))
-    # Agents that died: the sorted sets remember them, their hashes have expired — one
-    # just now (shown as stale), one a minute ago (left out until a sweep removes it).
-    client.zadd(keys.NODES_UPDATED, {"dying-node": now - 7, "dead-node": now - 60})
-    client.zadd(keys.NODES_BY_SCORE, {"dying-node": 10.0, "dead-node": 10.0})
+    # The same pod name on another node: `node busy-node` shows only busy-node's row.
+    other_api = PodMetrics("web", "api-0", uid="u9", runq_wait_ms_per_s=1.0)
+    publish(client, _report("quiet-node", 3.0, now, [PodMetrics("", "system"), other_api]))
     # An agent whose run-queue probes all failed: fresh, all zeros, nothing measured.
     broken = replace(_report("broken-node", 0.0, now, []), measured=("psi",), histograms={})
     publish(client, broken)
@@ -117,24 +129,59 @@ def _cli(capsys: pytest.CaptureFixture[str], url: str, *args: str) -> tuple[int,
     return code, out, err
 
 
-def test_top_ranks_nodes_by_index_and_marks_degraded_and_stale(
+def _lines_of(out: str, *nodes: str) -> dict[str, int]:
+    lines = out.splitlines()
+    return {node: next(i for i, line in enumerate(lines) if f" {node} " in line) for node in nodes}
+
+
+def test_top_without_a_ranking_lists_every_node_with_a_record(
     filled: RedisServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Usable nodes by index, then degraded (no run-queue measured: not the quietest
-    node), then stale; a node whose hash expired long ago is left out."""
+    """No scheduler ranks the nodes: top finds them by their scheduling records and ranks
+    them by the agents' own index; usable nodes first, then degraded (no run-queue
+    measured: not the quietest node)."""
     code, out, err = _cli(capsys, filled.url, "top")
     assert code == 0, err
     lines = out.splitlines()
-    busy = next(i for i, line in enumerate(lines) if "busy-node" in line)
-    quiet = next(i for i, line in enumerate(lines) if "quiet-node" in line)
-    broken = next(i for i, line in enumerate(lines) if "broken-node" in line)
-    dying = next(i for i, line in enumerate(lines) if "dying-node" in line)
-    assert busy < quiet < broken < dying
-    assert "72.5" in lines[busy] and "2900" in lines[busy]
-    assert "│ degraded" in lines[broken] and " ok" not in lines[broken]
-    assert "stale" in lines[dying] and "stale" not in lines[busy] + lines[quiet]
-    assert " ok" in lines[busy] and " ok" in lines[quiet]
-    assert not any("dead-node" in line for line in lines)
+    at = _lines_of(out, "busy-node", "quiet-node", "broken-node")
+    assert at["busy-node"] < at["quiet-node"] < at["broken-node"]
+    assert "72.5" in lines[at["busy-node"]] and "2900" in lines[at["busy-node"]]
+    assert "│ degraded" in lines[at["broken-node"]] and " ok" not in lines[at["broken-node"]]
+    assert " ok" in lines[at["busy-node"]] and " ok" in lines[at["quiet-node"]]
+    assert "stale" not in out
+
+
+def test_top_follows_the_schedulers_ranking(
+    filled: RedisServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The scheduler's ranking decides which nodes are listed and by which index; a node
+    it still lists whose hash has expired is stale, one expired long ago is left out."""
+    rank(filled.client(), time.time())
+    code, out, err = _cli(capsys, filled.url, "top")
+    assert code == 0, err
+    lines = out.splitlines()
+    at = _lines_of(out, "busy-node", "quiet-node", "dying-node")
+    assert at["busy-node"] < at["quiet-node"] < at["dying-node"]
+    busy = lines[at["busy-node"]]
+    assert "70.0" in busy and "72.5" in busy  # the scheduler's index beside the agent's
+    assert "stale" in lines[at["dying-node"]] and "stale" not in busy
+    assert "dead-node" not in out
+    assert "broken-node" not in out  # the scheduler does not rank a degraded node …
+
+    code, out, err = _cli(capsys, filled.url, "top", "--all")  # … --all finds it
+    assert code == 0, err
+    at = _lines_of(out, "busy-node", "quiet-node", "broken-node", "dying-node")
+    assert at["busy-node"] < at["quiet-node"] < at["broken-node"] < at["dying-node"]
+
+
+def test_top_orders_by_the_schedulers_index_not_the_agents(
+    filled: RedisServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    filled.client().zadd(keys.NODES_BY_SCORE, {"busy-node": 5.0, "quiet-node": 60.0})
+    code, out, err = _cli(capsys, filled.url, "top")
+    assert code == 0, err
+    at = _lines_of(out, "busy-node", "quiet-node")
+    assert at["quiet-node"] < at["busy-node"]
 
 
 def test_node_shows_metrics_histogram_and_pods(
@@ -148,6 +195,7 @@ def test_node_shows_metrics_histogram_and_pods(
     victims = out[out.index("victims") : out.index("antagonists")]
     antagonists = out[out.index("antagonists") :]
     assert victims.index("web/api-0") < victims.index("batch/stress-1")
+    assert "35.0" in victims  # busy-node's web/api-0, not quiet-node's pod of that name
     assert antagonists.index("batch/stress-1") < antagonists.index("web/api-0")
     windows = out[out.index("windows (mean / max / σ") : out.index("runq_us: 62")]
     assert "10s" in windows and "3100" in windows and "72.5 / 100.0 / 18.1" in windows
@@ -182,6 +230,7 @@ def test_unknown_objects_give_one_line_and_exit_1(
     args: tuple[str, ...],
     expected: str,
 ) -> None:
+    rank(filled.client(), time.time())  # the scheduler still remembers dead-node
     code, out, err = _cli(capsys, filled.url, *args)
     assert code == 1
     assert out == ""
@@ -220,6 +269,15 @@ def test_malformed_node_hash_is_reported_not_crashed(
     assert "intf:node:bad is malformed" in err and err.count("\n") == 1
 
 
+def test_node_with_scheduler_ranking_shows_its_index(
+    filled: RedisServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rank(filled.client(), time.time())
+    code, out, err = _cli(capsys, filled.url, "node", "busy-node")
+    assert code == 0, err
+    assert "scheduler's interference index: 70.0" in out
+
+
 def test_top_watch_refreshes_until_ctrl_c(filled: RedisServer) -> None:
     watch = subprocess.Popen(
         [*CLI, "--redis-url", filled.url, "top", "--watch", "--interval", "0.2"],
@@ -240,16 +298,28 @@ def test_top_watch_refreshes_until_ctrl_c(filled: RedisServer) -> None:
     assert "cannot reach Redis" in out
 
 
-def test_record_keeps_valid_reports_and_skips_malformed_entries(
-    redis_server: RedisServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_the_viewer_needs_exactly_viewer_commands(
+    filled: RedisServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    client = redis_server.client()
-    publish(client, _report("n1", 10.0, time.time(), []))
-    redis.Redis(port=redis_server.port).xadd(keys.STREAM, {keys.STREAM_FIELD: b"\xc1garbage"})
-    publish(client, _report("n2", 20.0, time.time(), []))
-    out = tmp_path / "trace.msgpack"
-    args = ["record", "--out", str(out), "--from-start", "--duration", "1.5"]
-    code, stdout, err = _cli(capsys, redis_server.url, *args)
-    assert code == 0, err
-    assert "recorded 2 reports" in stdout and "skipped 1 malformed" in stdout
-    assert [r.node for r in load_trace(out)] == ["n1", "n2"]
+    """A read-only user with only VIEWER_COMMANDS on intf:* runs every command, with and
+    without the scheduler's ranking."""
+    filled.client().execute_command(
+        "ACL", "SETUSER", "viewer", "on", ">s3cret", "resetkeys", "%R~intf:*", "-@all",
+        *(f"+{c}" for c in VIEWER_COMMANDS),
+    )  # fmt: skip
+    url = f"redis://viewer:s3cret@127.0.0.1:{filled.port}/0"
+    trace_file = tmp_path / "trace.msgpack"
+    commands: list[tuple[str, ...]] = [
+        ("top",),
+        ("top", "--all"),
+        ("node", "busy-node"),
+        ("explain", "web/api-1"),
+        ("record", "--out", str(trace_file), "--from-start", "--duration", "0.5"),
+    ]
+    for ranked in (False, True):
+        if ranked:
+            rank(filled.client(), time.time())
+        for command in commands:
+            code, _, err = _cli(capsys, url, *command)
+            assert code == 0, (ranked, command, err)
+    assert filled.client().acl_log() == []
