@@ -4,10 +4,10 @@ A report of interval ``T`` seconds published at ``ts`` is **fresh** while::
 
     now − ts ≤ stale_after_s(T) = max(5, round(3 · T))
 
-i.e. for three missed intervals, at least 5 s. The agent writes every hash with exactly
-this TTL (:func:`ttl_seconds`), so a node's hash exists exactly as long as its report is
-fresh; afterwards the scheduler applies its ``stale_policy`` and ``interference top``
-shows the node as ``stale``. A report is **usable** only when it is fresh *and* measured
+i.e. for three missed intervals, at least 5 s. The agent writes every key of its node
+with exactly this TTL (:func:`ttl_seconds`), so a node's keys exist exactly as long as
+its report is fresh; afterwards the scheduler applies its ``stale_policy`` and
+``interference top`` shows the node as ``stale``. A report is **usable** only when it is fresh *and* measured
 the core signal families (:data:`interference.signals.CORE_FAMILIES`); a fresh report
 without them is **degraded** and treated exactly like a stale one.
 
@@ -18,8 +18,11 @@ quieter than it was). An interval that lost run-queue entries is therefore degra
 the same rule, for every reader, including readers older than the ``bpf_lost_entries``
 field.
 
-Members of ``intf:nodes`` whose hash has expired are removed by :func:`expired_members`'
-callers (the agent's sweep and every reader), see :mod:`node_agent.publisher`.
+The ranking ``intf:nodes`` is the scheduler's: it rewrites it from the records it
+accepted, and a node without a usable record leaves it at the next rewrite
+(:mod:`scheduler.adapters.redis_signals`). Agents write only their own node's keys and
+never sweep other nodes; readers skip members whose hash has expired
+(:func:`expired_members`).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ MIN_STALE_AFTER_S = 5
 
 def ttl_seconds(interval_s: float) -> int:
     """``max(5, round(3 · interval_s))``: how long a report stays fresh, and the TTL of
-    every hash the agent writes."""
+    every key the agent writes."""
     return max(MIN_STALE_AFTER_S, round(MISSED_INTERVALS * interval_s))
 
 
