@@ -7,8 +7,11 @@
 # on a debootstrap base and imported into containerd. Then the install section's shell
 # blocks marked `<!-- e2e-cluster -->` run literally (in a copy of the repository, so the
 # documented commands that write files do not touch the working tree), and the script
-# asserts: Redis, agent and scheduler Ready; the agent's BPF probes loaded in its
-# container and its node hash in Redis; the example service bound by interference-scheduler
+# asserts: Redis, credential issuer, agent and scheduler Ready; the agent's BPF probes
+# loaded in its container and its node hash in Redis; the identity path (the agent logged in
+# as its own node's ACL user agent:<node>, issued after a TokenReview of its projected token;
+# its fresh scheduling record; that user refused on another node's keys; the agent enrolling
+# again once its password was replaced); the example service bound by interference-scheduler
 # and Running; the agent's report naming that pod (attributed from the kubelet's cgroup
 # path); `interference top` through `kubectl port-forward`; `kubectl delete -k` removing
 # everything. Teardown (also on failure and Ctrl-C) stops every process it started and
@@ -494,6 +497,7 @@ mark "kubelet registered"
 # This API server build answers /openapi/v2 with 503, so kubectl's client-side schema
 # download fails: apply, create and replace without it (the server still validates every
 # object). Nothing else differs from plain kubectl.
+REAL_KUBECTL=$(command -v kubectl)  # `kubectl create token` takes no --validate
 cat > "$STATE/bin/kubectl" <<EOF
 #!/bin/sh
 case "\$1" in
@@ -539,14 +543,15 @@ done
 # --- checks --------------------------------------------------------------------------------
 NS=interference-system
 kctl() { kubectl -n "$NS" "$@"; }
-for what in deploy/redis daemonset/interference-agent deploy/interference-scheduler; do
+for what in deploy/redis deploy/interference-credentials daemonset/interference-agent \
+    deploy/interference-scheduler; do
     kctl rollout status "$what" --timeout=300s >/dev/null || fail "$what not rolled out"
 done
-for label in redis interference-agent interference-scheduler; do
+for label in redis interference-credentials interference-agent interference-scheduler; do
     kctl wait --for=condition=Ready pod -l "app.kubernetes.io/name=$label" --timeout=300s >/dev/null \
         || fail "pods of $label not Ready"
 done
-mark "Redis, agent and scheduler Ready"
+mark "Redis, credential issuer, agent and scheduler Ready"
 
 AGENT_POD=$(kctl get pod -l app.kubernetes.io/name=interference-agent -o jsonpath='{.items[0].metadata.name}')
 agent_log=$(kctl logs "$AGENT_POD")
@@ -561,6 +566,108 @@ for probe in runqlat reclaim; do
     [[ $disabled == *$probe* ]] && fail "BPF probe $probe disabled in the agent's container: $disabled"
 done
 mark "agent publishes intf:node:$NODE with its BPF probes running (disabled: ${disabled:-none})"
+
+# --- identity: each node speaks only for itself (docs/design.md §4.2) ---------------------
+# The agent logged in as agent:<node>, a user the issuer made after the API server reviewed
+# the agent's projected token; the user may touch only this node's keys.
+acl_users=$(redis_cli ACL LIST | grep '^user agent:' || true)
+[[ $(wc -l <<<"$acl_users") -eq 1 && $acl_users == "user agent:$NODE "* ]] \
+    || fail "Redis should have exactly the ACL user agent:$NODE, has: ${acl_users:-none}"
+[[ " $acl_users " == *" ~intf:node:$NODE "* && " $acl_users " == *" ~intf:node:$NODE:* "* ]] \
+    || fail "agent:$NODE may reach other keys: $acl_users"
+[[ $acl_users != *"~* "* && $acl_users != *"+@"* ]] || fail "agent:$NODE is too broad: $acl_users"
+cat > "$STATE/record_age.py" <<'EOF'
+"""Age in seconds of the scheduling record on stdin (redis-cli --no-raw GET), which must
+name the node $NODE; exit 1 when it is older than $MAX_AGE_S."""
+import ast, os, sys, time
+from interference import sched_record
+record = sched_record.decode(ast.literal_eval("b" + sys.stdin.read().strip()))
+assert record["node_id"] == sched_record.node_id(os.environ["NODE"]), "a record of another node"
+age = time.time() - record["ts"]
+print(f"{age:.1f}")
+sys.exit(0 if -2 < age < float(os.environ.get("MAX_AGE_S", "10")) else 1)
+EOF
+record_age() { # MAX_AGE_S: the age of the node's scheduling record, which must name the node
+    kubectl -n "$NS" exec deploy/redis -- redis-cli --no-raw GET "intf:node:$NODE:sched" \
+        | NODE=$NODE MAX_AGE_S=$1 .venv/bin/python "$STATE/record_age.py"
+}
+age=$(record_age 10) || fail "intf:node:$NODE:sched is not this node's fresh scheduling record (age: $age)"
+mark "agent writes as agent:$NODE (ACL LIST), its scheduling record is $age s old"
+
+# A token as the kubelet gives the agent (its ServiceAccount, the issuer's audience, bound to
+# the agent's pod and so naming its node), posted from the node as the agent does: the
+# issuer answers agent:<node> with a new password. That user is refused on another node's
+# keys (Redis counts each refusal in its ACL LOG). The running agent's password is now
+# stale: once its connection drops (as when Redis restarts) it gets WRONGPASS and must enrol
+# again.
+ISSUER_IP=$(kctl get svc interference-credentials -o jsonpath='{.spec.clusterIP}')
+REDIS_IP=$(kctl get svc redis -o jsonpath='{.spec.clusterIP}')
+AGENT_TOKEN=$("$REAL_KUBECTL" -n "$NS" create token interference-agent --audience interference-credentials \
+    --bound-object-kind Pod --bound-object-name "$AGENT_POD" --duration 10m) || fail "kubectl create token failed"
+OTHER_TOKEN=$("$REAL_KUBECTL" -n "$NS" create token interference-scheduler --audience interference-credentials \
+    --duration 10m) || fail "kubectl create token failed"
+redis_cli SET "intf:node:$NODE-other:sched" untouched EX 600 >/dev/null
+redis_cli ACL LOG RESET >/dev/null
+cat > "$STATE/identity.py" <<'EOF'
+import json, os, sys, time, urllib.error, urllib.request
+import redis
+
+def post(token):
+    request = urllib.request.Request(
+        os.environ["ISSUER"] + "/v1/credentials", b"", {"Authorization": f"Bearer {token}"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace")
+
+node = os.environ["NODE"]
+status, body = post(os.environ["OTHER_TOKEN"])
+assert status == 403, f"a token of another ServiceAccount got {status}: {body}"
+status, body = post(os.environ["AGENT_TOKEN"] + "x")
+assert status == 401, f"a forged token got {status}: {body}"
+for _ in range(30):  # the agent may have just enrolled: one issue per node per 5 s
+    status, body = post(os.environ["AGENT_TOKEN"])
+    if status != 429:
+        break
+    time.sleep(1)
+assert status == 200, f"the agent's token got {status}: {body}"
+assert body["node"] == node and body["username"] == f"agent:{node}", body
+user = redis.Redis(host=os.environ["REDIS_IP"], username=body["username"], password=body["password"])
+user.set(f"intf:node:{node}:probe", b"1", ex=60)  # its own node's keys: allowed
+other = f"intf:node:{node}-other"
+refused = 0
+for name, attempt in {
+    "overwrite": lambda: user.set(f"{other}:sched", b"forged", ex=600),
+    "delete": lambda: user.delete(f"{other}:sched"),
+    "trim": lambda: user.xadd(f"{other}:reports", {"r": b"x"}, maxlen=0),
+    "expire": lambda: user.expire(f"{other}:sched", 0),
+    "rank": lambda: user.zadd("intf:nodes", {node: 0.0}),
+    "decision": lambda: user.hset("intf:decision:default/x", "node", node),
+}.items():
+    try:
+        attempt()
+    except redis.exceptions.NoPermissionError:
+        refused += 1
+    else:
+        sys.exit(f"agent:{node} was allowed to {name} {other}'s data")
+print(f"403 for another ServiceAccount, 401 for a forged token, 200 agent:{node} for the "
+      f"agent's; {refused} writes to another node's keys refused")
+EOF
+identity=$(AGENT_TOKEN=$AGENT_TOKEN OTHER_TOKEN=$OTHER_TOKEN ISSUER="http://$ISSUER_IP:10272" \
+    REDIS_IP=$REDIS_IP NODE=$NODE .venv/bin/python "$STATE/identity.py" 2>&1) \
+    || fail "identity checks: $identity"
+[[ $(redis_cli GET "intf:node:$NODE-other:sched") == untouched ]] || fail "another node's record was changed"
+refusals=$(redis_cli ACL LOG | grep -c -x "agent:$NODE" || true)
+[[ $refusals -ge 1 ]] || fail "Redis' ACL LOG holds no refusal of agent:$NODE"
+redis_cli DEL "intf:node:$NODE-other:sched" >/dev/null
+mark "issuer: $identity (ACL LOG entries: $refusals)"
+# The running agent's password was just replaced: drop its connection; it must enrol again.
+sleep 5
+redis_cli CLIENT KILL USER "agent:$NODE" >/dev/null
+wait_for 90 "the agent enrolling again (a fresh record)" record_age 3
+mark "the agent enrolled again after its password was replaced (record $(record_age 3) s old)"
 
 # The example runs nginx:1.27.3-alpine, which needs a registry: here it runs Debian's nginx
 # (tests/cluster/nginx.Dockerfile), swapped in by a kustomization around the unchanged file.
@@ -597,8 +704,8 @@ EX_QOS=$(kubectl -n "$EX_NS" get pod "$EX_POD" -o jsonpath='{.status.qosClass}')
 pod_cgroup=$({ find /sys/fs/cgroup/unified/kubepods /sys/fs/cgroup/kubepods -maxdepth 2 -type d \
     -name "pod$EX_UID" 2>/dev/null || true; } | head -1)
 [[ -n $pod_cgroup ]] || fail "no kubelet cgroup pod$EX_UID for $EX_NS/$EX_POD"
-row_uid=$(redis_cli HGET "intf:pod:$EX_NS/$EX_POD" uid)
-row_qos=$(redis_cli HGET "intf:pod:$EX_NS/$EX_POD" qos)
+row_uid=$(redis_cli HGET "intf:node:$NODE:pod:$EX_NS/$EX_POD" uid)
+row_qos=$(redis_cli HGET "intf:node:$NODE:pod:$EX_NS/$EX_POD" qos)
 [[ $row_uid == "$EX_UID" ]] || fail "the agent's row for $EX_NS/$EX_POD has uid '$row_uid', not $EX_UID"
 [[ ${row_qos,,} == "${EX_QOS,,}" ]] || fail "the agent's row for $EX_NS/$EX_POD has QoS '$row_qos', not $EX_QOS"
 mark "agent names $EX_NS/$EX_POD (uid and QoS $row_qos from the kubelet cgroup ${pod_cgroup#/sys/fs/cgroup/})"
