@@ -94,11 +94,12 @@ def wait_for_banner(log: Path, proc: subprocess.Popen[bytes], what: str) -> None
 
 
 def wait_for_report(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    """Wait until the agent has published a report (probes loaded, loop running)."""
+    """Wait until the agent has published a report (probes loaded, loop running): its
+    node's scheduling record is there."""
     client = redis.Redis.from_url(url)
-    client.delete(keys.node_key(NODE))
+    client.delete(keys.sched_key(NODE))
     deadline = time.monotonic() + READY_TIMEOUT_S
-    while not client.exists(keys.node_key(NODE)):
+    while not client.exists(keys.sched_key(NODE)):
         if proc.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"the agent published nothing:\n{log.read_text()[-2000:]}")
         time.sleep(0.1)

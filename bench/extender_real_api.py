@@ -56,9 +56,9 @@ from bench.scheduler_real_api import (  # noqa: E402
     run_round,
 )
 from interference import keys  # noqa: E402
-from interference.codec import encode_report, node_hash  # noqa: E402
 from interference.signals import SIGNAL_FAMILIES, NodeMetrics, NodeReport  # noqa: E402
 from interference_cli.redis_process import free_port, private_redis_server  # noqa: E402
+from node_agent.publisher import PublisherSettings, RedisPublisher  # noqa: E402
 from tests.e2e.control_plane import AssetsMissing, ControlPlane, find_assets  # noqa: E402
 
 OVERLAY_CONFIG = REPO / "deploy" / "overlays" / "extender" / "kube-scheduler-config.yaml"
@@ -69,21 +69,28 @@ LABELS = {NOOP: "kube-scheduler + no-op extender", OURS: "kube-scheduler + our e
 
 
 def publish_quiet_reports(redis_url: str, nodes: int) -> None:
-    """One fresh report per node (interval 600 s: fresh for the whole run)."""
+    """One fresh report per node (interval 600 s: fresh for the whole run), written by the
+    agent's own publishing code: every key of each node, its scheduling record included."""
+    interval_s = 600.0
+    publisher = RedisPublisher(
+        PublisherSettings(redis_url=redis_url, ttl_s=keys.ttl_seconds(interval_s))
+    )
     store: redis.Redis[bytes] = redis.Redis.from_url(redis_url)
     pipe = store.pipeline(transaction=False)
     for i in range(nodes):
         report = NodeReport(
             node=f"node-{i:05d}",
             ts=time.time(),
-            interval_s=600.0,
+            interval_s=interval_s,
             metrics=NodeMetrics(runq_p99_us=50 + i % 400, interference_index=float(i % 60)),
             measured=SIGNAL_FAMILIES,
         )
-        pipe.hset(keys.node_key(report.node), mapping=dict(node_hash(report)))  # type: ignore[arg-type]
-        pipe.xadd(keys.STREAM, {keys.STREAM_FIELD: encode_report(report)})
+        publisher.queue_report(pipe, report)
+        if len(pipe) >= 10_000:
+            pipe.execute()
     pipe.execute()
     store.close()
+    publisher.close()
 
 
 def kube_scheduler_config(path: Path, kubeconfig: Path, extender_port: int | None) -> Path:

@@ -4,7 +4,7 @@ land on its node in its quiet seconds?
 Two real agents watch two cgroup-partition nodes (``tests/data/bursty-nodes.yaml``):
 node-a runs ``stress-ng`` 5 s on, 5 s off; node-b a steady 40 % CPU loop, so in node-a's
 off seconds node-a *looks* quieter than node-b. The reports are recorded from
-``intf:stream`` exactly as ``interference record`` does, then one latency pod a second
+the nodes' report streams exactly as ``interference record`` does, then one latency pod a second
 (``tests/data/bursty-arrivals.yaml``, tolerance 10 ms run-queue p99) is placed by the
 real engine under each policy on that same recording — so every policy sees the same
 kernel signals, side by side in one run:
@@ -56,7 +56,9 @@ WINDOWS: tuple[SignalWindow, ...] = ("latest", "10s", "60s")
 
 
 def record(seconds: float, out: Path) -> None:
-    """Run the lab and record ``seconds`` of its reports to ``out``."""
+    """Run the lab and record ``seconds`` of its reports to ``out`` (replaced: ``record``
+    itself would append to a trace already there)."""
+    out.unlink(missing_ok=True)
     lab = LocalLab(load_nodes(NODES), load_manifests([PODS]), f"intf-onoff-{os.getpid()}")
     try:
         lab.start()

@@ -3,8 +3,9 @@
 Four real ``interference-agent`` instances (one per cgroup-partition node of
 ``trace-nodes.yaml``, each with its own ``--node-name`` and ``--cgroup-root``) report
 the pods of ``trace-pods.yaml``: a latency probe on every node and ``stress-ng`` on
-node-1, whose CPU node-3 shares. The reports are taken from ``intf:stream`` exactly as
-``interference record`` takes them. Run as root::
+node-1, whose CPU node-3 shares. The reports are taken from the nodes' report streams
+exactly as ``interference record`` takes them; ``--out`` is replaced (``record`` itself
+would append to the trace already there). Run as root::
 
     .venv/bin/python -m tests.data.record_trace [--seconds 40] [--out FILE]
 """
@@ -40,6 +41,7 @@ def main() -> None:
         lab.start()
         lab.await_reports()
         time.sleep(WARMUP_S)
+        Path(args.out).unlink(missing_ok=True)
         recorded = record_to_file(Store(lab.url), args.out, duration_s=args.seconds)
     finally:
         lab.close()
