@@ -375,7 +375,10 @@ class RedisSignalCache:
         """
         settings = self.settings
         delay = settings.retry_initial_s
-        next_ranking = next_stray_scan = time.monotonic()
+        # The first stray count waits one interval: until the informer has listed the
+        # Nodes, every record would look like one of an unknown name.
+        next_ranking = time.monotonic()
+        next_stray_scan = next_ranking + settings.stray_scan_interval_s
         while not stop.is_set():
             if on_iteration is not None:
                 on_iteration()

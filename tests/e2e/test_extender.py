@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -25,7 +24,6 @@ import redis
 import yaml
 
 from interference import keys
-from interference.codec import encode_report, node_hash
 from interference.decision import parse_decision_hash
 from interference.signals import SIGNAL_FAMILIES, NodeMetrics, NodeReport
 from interference_cli.redis_process import free_port
@@ -33,6 +31,7 @@ from scheduler.model import ANNOTATION_MAX_RUNQ_P99_US
 from scheduler.plugins.interference import RUNQ_EXCEEDED
 from tests.deploy.manifests import DEPLOY, find, render
 from tests.deploy.test_references import BOOTSTRAP_ROLES
+from tests.e2e.agents import agents_publishing
 from tests.e2e.conftest import NAMESPACE as SYSTEM_NAMESPACE
 from tests.e2e.conftest import RBAC_KINDS, scheduler_command
 from tests.e2e.control_plane import Assets, ControlPlane, terminate
@@ -52,7 +51,7 @@ NODES = {"ext-a1": "a", "ext-a2": "a", "ext-b1": "b", "ext-noisy": "b"}
 """Node → zone."""
 TOLERANCE_TIER = {"ext-a2", "ext-noisy"}
 """Nodes labelled ``tier: tol`` (where the tolerance-bearing pod may go)."""
-REPORT_INTERVAL_S = 120.0
+REPORT_INTERVAL_S = 1.0
 """Interval the published reports claim: they stay fresh (3 intervals) for the whole test."""
 TIMEOUT_S = 60.0
 
@@ -74,16 +73,18 @@ def _labels(node: str) -> dict[str, str]:
     return labels
 
 
-def _publish(store: redis.Redis[bytes], node: str, runq_p99_us: float, index: float) -> None:
-    report = NodeReport(
-        node=node,
-        ts=time.time(),
-        interval_s=REPORT_INTERVAL_S,
-        metrics=NodeMetrics(runq_p99_us=runq_p99_us, interference_index=index),
-        measured=SIGNAL_FAMILIES,
-    )
-    store.hset(keys.node_key(node), mapping=dict(node_hash(report)))  # type: ignore[arg-type]
-    store.xadd(keys.STREAM, {keys.STREAM_FIELD: encode_report(report)})
+def _reports(now: float) -> list[NodeReport]:
+    """Every node's report: ext-noisy's run queue saturated (p99 20 ms), the others quiet."""
+    return [
+        NodeReport(
+            node=node,
+            ts=now,
+            interval_s=REPORT_INTERVAL_S,
+            metrics=NodeMetrics(runq_p99_us=20_000 if node == "ext-noisy" else 40),
+            measured=SIGNAL_FAMILIES,
+        )
+        for node in NODES
+    ]
 
 
 def _pod(
@@ -190,9 +191,8 @@ def setup(
     for node in NODES:
         kube.create_node(node, cpu="4", labels=_labels(node))
     store: redis.Redis[bytes] = redis.Redis.from_url(redis_url)
-    for node in NODES:
-        noisy = node == "ext-noisy"
-        _publish(store, node, runq_p99_us=2000 if noisy else 40, index=85 if noisy else 5)
+    agents = contextlib.ExitStack()
+    agents.enter_context(agents_publishing(redis_url, _reports))
     port = free_port()
     config = {
         "loop": {"scheduler_name": SCHEDULER},
@@ -230,6 +230,7 @@ def setup(
         )
         yield ExtenderSetup(kube, extender, store, workdir, restart)
     finally:
+        agents.close()
         if kube_scheduler is not None:
             terminate(kube_scheduler, grace_s=20)
         for proc in started:

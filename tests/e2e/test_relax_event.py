@@ -4,17 +4,13 @@ on the real apiserver (not only a metric)."""
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
-from interference import keys
-from interference.codec import encode_report
 from interference.signals import NodeMetrics, NodeReport, WindowMetrics, window_name
+from tests.e2e.agents import agents_publishing
 from tests.e2e.conftest import start_scheduler
 from tests.e2e.kube import Kube, SchedulerProcess, wait_for
 
@@ -31,29 +27,22 @@ def noisy_nodes(kube: Kube, redis_url: str) -> Iterator[tuple[str, ...]]:
     for name in NODES:
         kube.create_node(name, cpu="8")
     kube.ensure_namespace(NAMESPACE)
-    client = redis.Redis.from_url(redis_url)
-    stop = threading.Event()
 
-    def publish() -> None:
-        while not stop.is_set():
-            for name in NODES:
-                metrics = NodeMetrics(runq_p99_us=50_000, interference_index=90)
-                windows = {
-                    window_name(span): WindowMetrics(span_s=span, covered_s=span,
-                                                     intervals=int(span), runq_p99_us=50_000,
-                                                     index_mean=90, index_max=90)
-                    for span in (10.0, 60.0)
-                }  # fmt: skip
-                report = NodeReport(node=name, ts=time.time(), interval_s=1.0, metrics=metrics,
-                                    measured=("psi", "runq"), windows=windows)  # fmt: skip
-                client.xadd(keys.STREAM, {keys.STREAM_FIELD: encode_report(report)})
-            stop.wait(1.0)
+    def reports(now: float) -> list[NodeReport]:
+        metrics = NodeMetrics(runq_p99_us=50_000)
+        windows = {
+            window_name(span): WindowMetrics(span_s=span, covered_s=span, intervals=int(span),
+                                             runq_p99_us=50_000)
+            for span in (10.0, 60.0)
+        }  # fmt: skip
+        return [
+            NodeReport(node=name, ts=now, interval_s=1.0, metrics=metrics,
+                       measured=("psi", "runq"), windows=windows, histograms={"runq_us": [1]})
+            for name in NODES
+        ]  # fmt: skip
 
-    publisher = threading.Thread(target=publish, daemon=True)
-    publisher.start()
-    yield NODES
-    stop.set()
-    publisher.join(10)
+    with agents_publishing(redis_url, reports):
+        yield NODES
     for name in NODES:
         kube.delete_node(name)
 
