@@ -54,6 +54,7 @@ from prometheus_client.utils import floatToGoString
 from redis.cluster import RedisCluster
 
 from interference import keys, sched_record
+from interference.acl import CLUSTER_CLIENT_COMMANDS
 from interference.decision import Decision, decision_hash
 from interference.score import IndexReferences
 from interference.strict import SettingError
@@ -77,7 +78,11 @@ from scheduler.signal_records import (
 log = logging.getLogger(__name__)
 
 ACL_COMMANDS = ("mget", "scan", "zadd", "zrem", "zrange", "hset", "expire")
-"""Every Redis command the scheduler sends (its ACL user needs ``+`` each of them)."""
+"""Every Redis command the scheduler sends (its ACL user needs ``+`` each of them); on a
+Redis Cluster also :data:`CLUSTER_ACL_COMMANDS`."""
+CLUSTER_ACL_COMMANDS = CLUSTER_CLIENT_COMMANDS
+"""What the scheduler's Cluster client sends as it builds itself (slot map, command
+table); granted only on a Cluster, neither reads nor changes data."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,6 @@ import pytest
 import redis
 from prometheus_client import CollectorRegistry
 from redis.cluster import RedisCluster
-from redis.exceptions import RedisClusterException
 
 from interference import keys
 from interference.decision import Decision, parse_decision_hash
@@ -31,6 +30,7 @@ from interference_infra.redis_client import RedisConnection
 from node_agent.publisher import PublisherSettings, RedisPublisher
 from scheduler.adapters.redis_signals import (
     ACL_COMMANDS,
+    CLUSTER_ACL_COMMANDS,
     RedisDecisionSink,
     RedisSettings,
     RedisSignalCache,
@@ -424,19 +424,13 @@ def test_signal_keys_and_writes_spread_over_every_shard_and_the_scheduler_follow
 
 SCHEDULER_USER_RULES = (
     "on", ">scheduler-pw", "resetkeys", "%R~intf:node:*", "~intf:nodes", "~intf:nodes:updated",
-    "%W~intf:decision:*", "resetchannels", "-@all", *(f"+{c}" for c in ACL_COMMANDS),
+    "%W~intf:decision:*", "resetchannels", "-@all",
+    *(f"+{c}" for c in (*ACL_COMMANDS, *CLUSTER_ACL_COMMANDS)),
 )  # fmt: skip
-"""The scheduler's Redis user as deploy/base/redis/users.acl.template grants it: exactly
-the adapter's :data:`ACL_COMMANDS`."""
+"""The scheduler's Redis user on a Cluster: exactly the adapter's :data:`ACL_COMMANDS` and
+:data:`CLUSTER_ACL_COMMANDS`."""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RedisClusterException,
-    reason="ACL_COMMANDS lack the cluster client's CLUSTER SLOTS and COMMAND (the agent gets"
-    " them, interference.acl.CLUSTER_CLIENT_COMMANDS); redis-py reports the NOPERM as"
-    " 'Cluster mode is not enabled on this node'",
-)
 def test_the_scheduler_follows_a_cluster_as_its_own_acl_user(cluster: Cluster) -> None:
     """With only the commands the adapter says it needs, on every shard, the scheduler
     reads the records and writes the ranking on the cluster."""
