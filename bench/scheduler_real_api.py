@@ -285,7 +285,7 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=300.0, help="per round, seconds")
     parser.add_argument("--signal-pods", type=int, default=30, help="pods per replayed report")
     parser.add_argument(
-        "--signal-mode", default="full", choices=MODES,
+        "--signal-mode", default="records", choices=MODES,
         help="full: everything an agent writes; records: only the scheduling records",
     )  # fmt: skip
     parser.add_argument("--publishers", type=int, default=2, help="replaying processes")
