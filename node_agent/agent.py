@@ -385,7 +385,15 @@ def build_agent(
     """An agent wired to Redis (when ``publish``, as the node's own user from the credential
     issuer when ``settings.credentials_url`` is set), the pod directory, NVML and
     ``metrics``."""
+    metrics = metrics if metrics is not None else AgentMetrics(CollectorRegistry())
     enrolment_settings = settings.enrolment() if publish else None
-    enrolment = Enrolment(enrolment_settings, settings.node_name) if enrolment_settings else None
+    enrolment = None
+    if enrolment_settings is not None:
+        counter = metrics.credentials
+        enrolment = Enrolment(
+            enrolment_settings,
+            settings.node_name,
+            count=lambda event: counter.labels(event=event).inc(),
+        )
     sink = RedisPublisher(publisher_settings(settings), enrolment) if publish else None
     return Agent(settings, pod_directory(settings), sink, GpuInventory(), metrics, enrolment)

@@ -178,8 +178,12 @@ class Enrolment:
         fetch: Callable[[EnrolmentSettings, str], Credentials] = fetch_credentials,
         clock: Callable[[], float] = time.monotonic,
         rng: Callable[[], float] = random.random,
+        count: Callable[[str], None] | None = None,
     ) -> None:
+        """``count`` is called with ``issued``, ``failed`` or ``refused_by_redis`` for
+        each event (the agent's ``interference_agent_credentials_total``)."""
         self.settings = settings
+        self._count = count or (lambda _event: None)
         self._node = node
         self._fetch = fetch
         self._clock = clock
@@ -241,6 +245,7 @@ class Enrolment:
             self._problem = f"Redis refused the credentials of {credentials.username} ({reason})"
             log.warning("%s; enrolling again", self._problem)
             self._changed.notify_all()
+        self._count("refused_by_redis")
 
     def confirm(self) -> None:
         """A publish with the current credentials went through: reset the backoff."""
@@ -260,6 +265,7 @@ class Enrolment:
         try:
             issued = self._fetch(self.settings, self._node)
         except EnrolmentError as exc:
+            self._count("failed")
             with self._changed:
                 self._failures += 1
                 delay = max(self._backoff(self._failures), exc.retry_after_s)
@@ -273,6 +279,7 @@ class Enrolment:
             self._problem = ""
             self.enrolments += 1
             self._changed.notify_all()
+        self._count("issued")
         log.info("enrolled: writing to Redis as %s", issued.username)
         return True
 

@@ -34,6 +34,15 @@ class AgentMetrics:
             "Reports the sink dropped (Redis unreachable, rejected credentials, …).",
             registry=registry,
         )
+        self.credentials = Counter(
+            "interference_agent_credentials",
+            "Enrolment with the credential issuer: issued (credentials obtained), failed (no"
+            " answer, refused or rate-limited), refused_by_redis (WRONGPASS/NOAUTH/NOPERM).",
+            ["event"],
+            registry=registry,
+        )
+        for event in ("issued", "failed", "refused_by_redis"):
+            self.credentials.labels(event=event)
         self.probes_running = Gauge(
             "interference_agent_probes_running",
             "Probes collecting every interval.",

@@ -443,6 +443,16 @@ def test_the_agent_enrols_and_enrols_again_when_redis_loses_its_users(
         restarted = time.time()
         wait_for(lambda: published_since(restarted), "a report after Redis restarted", 40)
         assert agent.poll() is None
+        metrics_url = f"http://127.0.0.1:{env['HTTP_PORT']}/metrics"
+        with urllib.request.urlopen(metrics_url, timeout=10) as answer:
+            exposed = answer.read().decode()
+        counted = {
+            event: float(line.rsplit(" ", 1)[1])
+            for line in exposed.splitlines()
+            for event in ("issued", "refused_by_redis")
+            if line.startswith(f'interference_agent_credentials_total{{event="{event}"}}')
+        }
+        assert counted["issued"] >= 3 and counted["refused_by_redis"] >= 2, counted
     finally:
         if agent.poll() is None:
             os.killpg(agent.pid, signal.SIGTERM)

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 
 from credential_issuer.issuer import Issuer, IssuerMetrics
 from credential_issuer.redis_users import AgentUsers
-from credential_issuer.server import IssuerServer
+from credential_issuer.server import IssuerServer, TlsFiles
 from credential_issuer.settings import IssuerSettings, redis_target
 from interference import keys
 from interference.signals import NodeMetrics, NodeReport
@@ -39,6 +39,7 @@ from node_agent.publisher import PublisherSettings, RedisPublisher, refuses_cred
 from node_agent.settings import AgentSettings
 from tests.conftest import RedisServer, free_port
 from tests.credential_issuer.test_issuer import FakeReviewer
+from tests.credential_issuer.test_server import make_cert
 
 pytestmark = pytest.mark.redis
 
@@ -106,6 +107,33 @@ def test_fetch_says_why_it_got_nothing(
 ) -> None:
     with pytest.raises(EnrolmentError, match=message):
         fetch_credentials(enrolment_settings(issuer.port, token, tmp_path), node)
+
+
+def test_fetch_over_https_trusting_the_issuers_ca(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    cert, key = make_cert(tmp_path)
+    users = AgentUsers(redis_target(redis_server.url), 1.0)
+    settings = IssuerSettings(redis=redis_target(redis_server.url))
+    server = IssuerServer(
+        Issuer(settings, FakeReviewer(), users, IssuerMetrics(CollectorRegistry())),
+        "127.0.0.1",
+        0,
+        ready=lambda: "",
+        tls=TlsFiles(str(cert), str(key)),
+    )
+    server.start()
+    try:
+        url = f"https://127.0.0.1:{server.port}"
+        trusting = EnrolmentSettings(url=url, token_file=token_file(tmp_path, "token-a"),
+                                     ca_file=str(cert))  # fmt: skip
+        assert fetch_credentials(trusting, "node-a").username == "agent:node-a"
+        system_cas = EnrolmentSettings(url=url, token_file=token_file(tmp_path, "token-b"))
+        with pytest.raises(EnrolmentError, match="CERTIFICATE_VERIFY_FAILED"):
+            fetch_credentials(system_cas, "node-b")
+    finally:
+        server.stop()
+        users.close()
 
 
 def test_fetch_without_token_or_issuer(tmp_path: Path) -> None:
@@ -187,7 +215,15 @@ def test_backoff_doubles_to_the_cap_and_resets_after_a_good_publish(tmp_path: Pa
     settings = EnrolmentSettings(
         url="http://x", backoff_initial_s=1.0, backoff_max_s=4.0, token_file="/t"
     )
-    enrolment = Enrolment(settings, "node-a", fetch=fetch, clock=lambda: clock[0], rng=lambda: 0.5)
+    events: list[str] = []
+    enrolment = Enrolment(
+        settings,
+        "node-a",
+        fetch=fetch,
+        clock=lambda: clock[0],
+        rng=lambda: 0.5,
+        count=events.append,
+    )
     waits = []
     for _ in range(5):
         assert not enrolment.attempt()
@@ -205,6 +241,7 @@ def test_backoff_doubles_to_the_cap_and_resets_after_a_good_publish(tmp_path: Pa
     assert enrolment._next_try == clock[0] + 1.0
     enrolment.refused(good, "again")  # the same set twice: counted once
     assert enrolment._next_try == clock[0] + 1.0
+    assert events == ["failed"] * 5 + ["issued", "refused_by_redis", "issued", "refused_by_redis"]
 
 
 @pytest.mark.parametrize(
