@@ -30,7 +30,7 @@ from prometheus_client import CollectorRegistry
 
 from credential_issuer.redis_users import AgentUsers
 from credential_issuer.settings import redis_target
-from interference import acl, keys
+from interference import acl, keys, sched_record
 from interference.decision import CandidateVerdict, Decision, decision_hash
 from interference.signals import GpuDevice, NodeMetrics, NodeReport, PodMetrics
 from node_agent.publisher import PublisherSettings, RedisPublisher
@@ -283,15 +283,16 @@ def check_output(name: str, recipe: str, out: str) -> None:
         assert set(lines[0::2]) == set(SCORES)
     elif name == "ZCARD":
         assert lines == [str(len(SCORES))]
-    elif name == "HGETALL" and "intf:node:" in recipe:
-        fields = dict(zip(lines[0::2], lines[1::2], strict=True))
-        assert fields["score"] == "72.5" and "updated_at" in fields and "hist_runq_us" in fields
-    elif name == "HGETALL" and "intf:pod:" in recipe:
+    elif name == "HGETALL" and ":pod:" in recipe:
+        assert keys.pod_key(NODE, POD_NAMESPACE, POD) in recipe
         fields = dict(zip(lines[0::2], lines[1::2], strict=True))
         assert fields["node"] == NODE and fields["runq_wait_ms_per_s"] == "31.5"
-    elif name == "HGETALL" and "intf:gpu:" in recipe:
+    elif name == "HGETALL" and recipe.endswith(keys.gpu_key(NODE)):
         fields = dict(zip(lines[0::2], lines[1::2], strict=True))
         assert fields["count"] == "2" and fields["1.model"] == "NVIDIA H100 80GB HBM3"
+    elif name == "HGETALL" and recipe.endswith(keys.node_key(NODE)):
+        fields = dict(zip(lines[0::2], lines[1::2], strict=True))
+        assert fields["score"] == "72.5" and "updated_at" in fields and "hist_runq_us" in fields
     elif name == "HGETALL" and "intf:decision:" in recipe:
         fields = dict(zip(lines[0::2], lines[1::2], strict=True))
         assert fields["result"] == "scheduled" and fields["node"] == "cpu-node-2"
@@ -308,8 +309,14 @@ def check_output(name: str, recipe: str, out: str) -> None:
     elif name == "--scan":
         pattern = shlex.split(recipe)[-1]
         assert lines and all(re.fullmatch(pattern.replace("*", ".*"), k) for k in lines)
+        if pattern == keys.sched_key("*"):
+            assert sorted(lines) == sorted(keys.sched_key(n) for n in SCORES)
     elif name == "XLEN":
-        assert int(lines[0]) >= len(SCORES)
+        assert keys.reports_key(NODE) in recipe
+        assert int(lines[0]) >= 1
+    elif name == "STRLEN":
+        assert keys.sched_key(NODE) in recipe
+        assert lines == [str(sched_record.SIZE)]
     elif name in ("XINFO", "XREAD"):
         assert NODE in out or "cpu-node" in out
     elif name == "TIME":
