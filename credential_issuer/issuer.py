@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import secrets
 import threading
 import time
@@ -216,7 +217,7 @@ class Issuer:
                 429,
                 "rate_limited",
                 f"node {node} asked again within {self._settings.min_reissue_s:g} s",
-                headers={"Retry-After": str(max(1, round(retry_after + 0.5)))},
+                headers={"Retry-After": str(max(1, math.ceil(retry_after)))},
                 level=logging.INFO,
             )
         password = secrets.token_urlsafe(PASSWORD_BYTES)
