@@ -4,7 +4,10 @@ What it reads (docs/design.md §4): the ranking the scheduler writes (``intf:nod
 ``intf:nodes:updated``) when there is one, else every node that has a scheduling record
 (``SCAN MATCH intf:node:*:sched``); each node's hash, pod set and pod hashes under its
 own prefix; each node's report stream (``intf:node:NODE:reports``) for ``record``.
-The viewer's Redis user needs :data:`VIEWER_COMMANDS` on ``intf:*``, reads only.
+
+The viewer's Redis user needs :data:`VIEWER_COMMANDS` on ``intf:*``, reads only. ``SCAN``
+(:data:`SCAN_COMMAND`) is optional: without it the CLI sees only the nodes the scheduler
+ranks (``top`` without a ranking, and ``top --all``, say that they need it).
 
 Every failure the user can fix (Redis unreachable, nothing published yet, unknown node
 or pod, a malformed record) becomes a :class:`CliError` whose message is the one line
@@ -44,8 +47,11 @@ from interference_infra.redis_tls import RedisTls
 
 T = TypeVar("T")
 
-VIEWER_COMMANDS = ("get", "zrange", "zscore", "hgetall", "smembers", "scan", "xread", "xrevrange")
-"""Every Redis command the CLI sends (the viewer user needs ``+`` each, ``%R~intf:*``)."""
+VIEWER_COMMANDS = ("zrange", "zscore", "hgetall", "smembers", "xread", "xrevrange")
+"""The Redis commands every CLI command needs (the viewer user: ``+`` each, ``%R~intf:*``)."""
+SCAN_COMMAND = "scan"
+"""Optional: lets the CLI find nodes the scheduler does not rank (:meth:`Store.node_rows`,
+:meth:`Store.report_streams`)."""
 
 SCAN_COUNT = 1000
 """``COUNT`` hint of each ``SCAN`` step."""
@@ -153,6 +159,7 @@ class Store:
             ) from exc
         self.where = target.describe()
         """Where the store is, as printed (a password masked)."""
+        self._may_scan = True
 
     @property
     def _redis(self) -> Client:
@@ -177,7 +184,8 @@ class Store:
             raise CliError(
                 f"Redis at {where} does not let this user read {what} ({exc}); use the "
                 "viewer user (REDIS_USERNAME=interference-viewer), which needs "
-                f"{', '.join(c.upper() for c in VIEWER_COMMANDS)} on intf:*"
+                f"{', '.join(c.upper() for c in VIEWER_COMMANDS)} on intf:* (and SCAN to "
+                "find nodes the scheduler does not rank)"
             ) from exc
         except redis.ResponseError as exc:
             raise CliError(f"Redis at {where} rejected reading {what}: {exc}") from exc
@@ -216,7 +224,10 @@ class Store:
             updated_at = {_text(m): float(s) for m, s in updated}
             found = set(scores) | set(updated_at)
             if scan or not found:
-                found |= self._nodes_with_records()
+                scanned = self._nodes_with_records()
+                if scanned is None:
+                    raise CliError(_needs_scan(scan))
+                found |= scanned
             names = sorted(found)
             pipe = client.pipeline(transaction=False)
             for name in names:
@@ -239,15 +250,27 @@ class Store:
         rows.sort(key=lambda r: (order[r.state], -_rank_index(r), r.node))
         return rows
 
-    def _nodes_with_records(self) -> set[str]:
-        """Nodes with a scheduling record key (``SCAN``; every primary of a Cluster)."""
+    def _nodes_with_records(self) -> set[str] | None:
+        """Nodes with a scheduling record key (``SCAN``; every primary of a Cluster); None
+        when this user may not ``SCAN``."""
         found: set[str] = set()
-        for key in self._redis.scan_iter(match=keys.sched_key("*"), count=SCAN_COUNT):
+        for key in self._scan(keys.sched_key("*")) or ():
             try:
-                found.add(keys.node_from_sched_key(_text(key)))
+                found.add(keys.node_from_sched_key(key))
             except ValueError:
                 continue  # a pod named "sched" without a namespace: not a record
-        return found
+        return found if self._may_scan else None
+
+    def _scan(self, pattern: str) -> list[str]:
+        """Keys matching ``pattern``; none when this user may not ``SCAN`` (remembered:
+        :attr:`_may_scan` turns False and it is not tried again)."""
+        if not self._may_scan:
+            return []
+        try:
+            return [_text(k) for k in self._redis.scan_iter(match=pattern, count=SCAN_COUNT)]
+        except redis.exceptions.NoPermissionError:
+            self._may_scan = False
+            return []
 
     def node_detail(self, node: str, now: float | None = None) -> NodeDetail:
         """A node's metrics, histograms and pods; :class:`CliError` for an unknown node."""
@@ -319,21 +342,27 @@ class Store:
         return self._pod_row(raw, f"pod {namespace}/{name}") if raw else None
 
     def report_streams(self) -> dict[str, str]:
-        """Node → key of its report stream, for every stream now in Redis (``SCAN``)."""
+        """Node → key of its report stream: every stream in Redis (``SCAN``) and the
+        stream of every node the scheduler ranks (which may not exist: reading a missing
+        stream reads nothing). Without ``SCAN`` permission, only the ranked nodes'."""
 
-        def scan() -> dict[str, str]:
+        def find() -> dict[str, str]:
             found: dict[str, str] = {}
-            for raw in self._redis.scan_iter(match=keys.reports_key("*"), count=SCAN_COUNT):
-                key = _text(raw)
+            for key in self._scan(keys.reports_key("*")):
                 try:
                     node = keys.node_from_key(key.removesuffix(REPORTS_SUFFIX))
                 except ValueError:
                     continue
                 if key == keys.reports_key(node):
                     found[node] = key
+            for ranking in (keys.NODES_BY_SCORE, keys.NODES_UPDATED):
+                for member in self._redis.zrange(ranking, 0, -1):
+                    node = _text(member)
+                    if keys.valid_node_name(node):
+                        found.setdefault(node, keys.reports_key(node))
             return found
 
-        return self._call(f"the report streams ({keys.reports_key('*')})", scan)
+        return self._call(f"the report streams ({keys.reports_key('*')})", find)
 
     def last_stream_ids(self, stream_keys: list[str]) -> dict[str, str]:
         """Id of the newest entry of each stream, ``0-0`` for one empty or gone."""
@@ -460,6 +489,19 @@ def _windows(node: str, raw: dict[bytes, bytes]) -> dict[str, WindowMetrics]:
 
 REPORTS_SUFFIX = keys.reports_key("").removeprefix(keys.node_key(""))
 """``:reports``: what a node's report stream key adds to its node key."""
+
+
+def _needs_scan(all_nodes: bool) -> str:
+    why = (
+        "--all needs"
+        if all_nodes
+        else f"there is no ranking {keys.NODES_BY_SCORE} (is the scheduler running?), and "
+        "listing the nodes without it needs"
+    )
+    return (
+        f"{why} SCAN, which this Redis user may not run; grant it +scan, or name a node: "
+        "`interference node NODE`"
+    )
 
 
 def _rank_index(row: NodeRow) -> float:

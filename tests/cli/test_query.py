@@ -16,7 +16,8 @@ from interference import keys
 from interference.decision import CandidateVerdict, Decision, decision_hash
 from interference.signals import NodeMetrics, NodeReport, PodMetrics, WindowMetrics
 from interference_cli.main import main
-from interference_cli.store import VIEWER_COMMANDS
+from interference_cli.store import SCAN_COMMAND, VIEWER_COMMANDS
+from interference_cli.trace import load_trace
 from node_agent.publisher import PublisherSettings, RedisPublisher
 from tests.conftest import RedisServer, free_port
 
@@ -298,16 +299,22 @@ def test_top_watch_refreshes_until_ctrl_c(filled: RedisServer) -> None:
     assert "cannot reach Redis" in out
 
 
-def test_the_viewer_needs_exactly_viewer_commands(
-    filled: RedisServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """A read-only user with only VIEWER_COMMANDS on intf:* runs every command, with and
-    without the scheduler's ranking."""
-    filled.client().execute_command(
-        "ACL", "SETUSER", "viewer", "on", ">s3cret", "resetkeys", "%R~intf:*", "-@all",
-        *(f"+{c}" for c in VIEWER_COMMANDS),
+def viewer_url(server: RedisServer, *extra: str) -> str:
+    """A read-only user with exactly VIEWER_COMMANDS (and ``extra``) on intf:*."""
+    server.client().execute_command(
+        "ACL", "SETUSER", "viewer", "reset", "on", ">s3cret", "resetkeys", "%R~intf:*",
+        "-@all", *(f"+{c}" for c in (*VIEWER_COMMANDS, *extra)),
     )  # fmt: skip
-    url = f"redis://viewer:s3cret@127.0.0.1:{filled.port}/0"
+    return f"redis://viewer:s3cret@127.0.0.1:{server.port}/0"
+
+
+@pytest.mark.parametrize("may_scan", [False, True])
+def test_the_viewer_needs_exactly_viewer_commands(
+    filled: RedisServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], may_scan: bool
+) -> None:
+    """A read-only user with only VIEWER_COMMANDS on intf:* runs every command while the
+    scheduler ranks the nodes; with SCAN also without a ranking, and ``top --all``."""
+    url = viewer_url(filled, *([SCAN_COMMAND] if may_scan else []))
     trace_file = tmp_path / "trace.msgpack"
     commands: list[tuple[str, ...]] = [
         ("top",),
@@ -320,6 +327,24 @@ def test_the_viewer_needs_exactly_viewer_commands(
         if ranked:
             rank(filled.client(), time.time())
         for command in commands:
-            code, _, err = _cli(capsys, url, *command)
-            assert code == 0, (ranked, command, err)
-    assert filled.client().acl_log() == []
+            code, out, err = _cli(capsys, url, *command)
+            if may_scan or (ranked and command != ("top", "--all")):
+                assert code == 0, (ranked, command, err)
+            elif command[0] == "top":
+                assert code == 1 and "needs SCAN" in err and err.count("\n") == 1, err
+            elif command[0] == "record":
+                assert code == 0, err
+                assert "recorded 0 reports" in out  # no ranking: no stream it may find
+    assert [r.node for r in load_trace(trace_file)].count("busy-node") >= 1
+    assert may_scan or filled.client().acl_log()[0]["object"] == "scan"
+
+
+def test_record_finds_the_ranked_nodes_streams_without_scan(
+    filled: RedisServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rank(filled.client(), time.time())
+    out = tmp_path / "trace.msgpack"
+    url = viewer_url(filled)
+    code, _, err = _cli(capsys, url, "record", "--out", str(out), "--from-start", "--count", "2")
+    assert code == 0, err
+    assert sorted(r.node for r in load_trace(out)) == ["busy-node", "quiet-node"]
