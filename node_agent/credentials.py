@@ -35,6 +35,7 @@ CREDENTIALS_PATH = "/v1/credentials"
 """The issuer's endpoint, appended to a URL that names only the server."""
 DEFAULT_TOKEN_FILE = "/var/run/secrets/interference/token"
 MAX_ANSWER_BYTES = 16 * 1024
+_LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
 @dataclass(frozen=True)
@@ -203,6 +204,13 @@ class Enrolment:
     def start(self) -> None:
         """Enrol now and whenever the credentials are dropped, on a daemon thread."""
         if self._thread is None:
+            host = urlsplit(self.settings.endpoint).hostname or ""
+            if self.settings.endpoint.startswith("http://") and host not in _LOOPBACK:
+                log.warning(
+                    "CREDENTIALS_URL %s is plain HTTP: the token and the issued Redis password "
+                    "cross the network unencrypted (serve the issuer with TLS and use https://)",
+                    self.settings.url,
+                )
             self._thread = threading.Thread(target=self._run, name="enrolment", daemon=True)
             self._thread.start()
 
