@@ -28,6 +28,7 @@ import redis
 import yaml
 from prometheus_client import CollectorRegistry
 
+from credential_issuer.issuer import IssuerMetrics
 from credential_issuer.redis_users import AgentUsers
 from credential_issuer.settings import redis_target
 from interference import acl, keys, sched_record
@@ -76,8 +77,14 @@ def doc_commands() -> list[str]:
     ]
 
 
+VIEWER_RECIPE = "redis-cli --user interference-viewer "
+"""A recipe run from an operator's machine as the viewer user (password in REDISCLI_AUTH)."""
+
+
 def redis_recipe(command: str) -> str | None:
     """The ``redis-cli …`` part of a recipe the doc runs in the Redis pod, else None."""
+    if command.startswith(VIEWER_RECIPE):
+        return None
     if command.startswith("redis-cli ") and "ACL SETUSER" not in command:
         return command
     wrapped = REDIS_EXEC.match(command)
@@ -98,6 +105,7 @@ def test_every_command_is_exercised_or_needs_a_cluster() -> None:
         for c in commands
         if not (
             redis_recipe(c)
+            or c.startswith(VIEWER_RECIPE)
             or "ACL SETUSER" in c
             or c.startswith("kubectl kustomize ")
             or c.startswith(("scripts/create-redis-secret.sh", "interference simulate "))
@@ -276,9 +284,10 @@ def check_output(name: str, recipe: str, out: str) -> None:
     """What each kind of recipe must show, given the data the store fixture wrote."""
     lines = out.splitlines()
     if name == "ZREVRANGE":
-        ranked = sorted(SCORES, key=SCORES.__getitem__, reverse=True)
-        assert lines[0::2] == ranked
-        assert [float(s) for s in lines[1::2]] == sorted(SCORES.values(), reverse=True)
+        # The scheduler ranks by the index it computes from the signals (not the reported one).
+        scores = [float(s) for s in lines[1::2]]
+        assert set(lines[0::2]) == set(SCORES)
+        assert scores == sorted(scores, reverse=True) and all(0 <= s <= 100 for s in scores)
     elif name == "ZRANGE":
         assert set(lines[0::2]) == set(SCORES)
     elif name == "ZCARD":
@@ -333,6 +342,35 @@ def test_redis_recipe(recipe: str, store: Store, tmp_path: Path) -> None:
     assert done.stdout.strip(), f"{recipe!r} printed nothing"
     assert not re.search(r"\b(ERR|NOPERM|WRONGTYPE)\b", done.stdout), done.stdout
     check_output(redis_command_name(recipe), recipe, done.stdout)
+
+
+VIEWER_RECIPES = sorted(c for c in doc_commands() if c.startswith(VIEWER_RECIPE))
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("recipe", VIEWER_RECIPES)
+def test_viewer_recipe(recipe: str, store: Store) -> None:
+    """Each recipe as the doc says to run it (the viewer's password in REDISCLI_AUTH) reads
+    without error what the agents and the scheduler wrote."""
+    real = shutil.which("redis-cli")
+    assert real, "redis-cli is not installed; run `make setup`"
+    done = subprocess.run(
+        [real, "-p", str(store.server.port), *shlex.split(recipe)[1:]],
+        env={"PATH": "/usr/bin:/bin", "REDISCLI_AUTH": store.server.secret["viewer-password"]},
+        capture_output=True,
+        text=True,
+        errors="backslashreplace",
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip(), f"{recipe!r} printed nothing"
+    assert not re.search(r"\b(ERR|NOPERM|WRONGPASS|WRONGTYPE)\b", done.stdout), done.stdout
+    if "ZREVRANGE" in recipe:
+        assert set(done.stdout.splitlines()[0::2]) == set(SCORES)
+
+
+def test_there_are_viewer_recipes() -> None:
+    assert len(VIEWER_RECIPES) >= 3
 
 
 def test_the_recipes_cover_what_the_issue_asks_for() -> None:
@@ -603,4 +641,20 @@ def test_documented_metrics_are_exported() -> None:
     }
     documented = set(re.findall(r"\binterference_scheduler_\w+", DOC.read_text()))
     assert len(documented) >= 5
+    assert documented <= exported, sorted(documented - exported)
+
+
+def test_documented_issuer_metrics_are_exported() -> None:
+    """Every ``interference_credentials_*`` series the doc names is in the issuer's /metrics."""
+    registry = CollectorRegistry()
+    IssuerMetrics(registry)
+    exported = {
+        family.name + suffix
+        for family in registry.collect()
+        for suffix in {"counter": ("_total",), "histogram": ("", "_bucket", "_count", "_sum")}.get(
+            family.type, ("",)
+        )
+    }
+    documented = set(re.findall(r"\binterference_credentials_\w+", DOC.read_text()))
+    assert len(documented) >= 2
     assert documented <= exported, sorted(documented - exported)
