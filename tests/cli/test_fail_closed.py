@@ -2,10 +2,10 @@
 one, both real ``interference-agent`` processes publishing to a real redis-server.
 
 The broken agent publishes all zeros; it must not look like the quietest node: it is not
-ready (``/readyz`` 503), ``interference node`` shows it ``degraded``, and the scheduler's
-signal cache and engine treat it exactly like a stale node and leave it out of the
-ranking the scheduler writes. On SIGTERM both agents delete their own keys, and the
-scheduler's ranking drops the nodes once their last records are stale."""
+ready (``/readyz`` 503), ``interference top --all`` and ``node`` show it ``degraded``,
+and the scheduler's signal cache and engine treat it exactly like a stale node and leave
+it out of the ranking the scheduler writes. On SIGTERM both agents delete their own
+keys, and the scheduler's ranking drops the nodes once their last records are stale."""
 
 from __future__ import annotations
 
@@ -132,12 +132,18 @@ def test_a_broken_agent_is_not_ready_degraded_and_stale_to_the_scheduler(
     assert cache.write_ranking(now)
     assert client.zrange(keys.NODES_BY_SCORE, 0, -1) == ["healthy-node"]
 
-    # The CLI: the usable node is ok in `top`; the broken one is degraded.
+    # The CLI: `top` lists the ranked (usable) node ok; `top --all` also the broken one,
+    # degraded and listed after it; `node` says so too.
     assert main(["--redis-url", redis_server.url, "top"]) == 0
-    healthy_line = next(
-        line for line in capsys.readouterr().out.splitlines() if "healthy-node" in line
-    )
+    lines = capsys.readouterr().out.splitlines()
+    assert " ok" in next(line for line in lines if "healthy-node" in line)
+    assert main(["--redis-url", redis_server.url, "top", "--all"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    broken_line = next(line for line in lines if "broken-node" in line)
+    healthy_line = next(line for line in lines if "healthy-node" in line)
+    assert "degraded" in broken_line and "ok" not in broken_line.split("│")[-2]
     assert " ok" in healthy_line
+    assert lines.index(healthy_line) < lines.index(broken_line)
     assert main(["--redis-url", redis_server.url, "node", "broken-node"]) == 0
     assert "node broken-node — DEGRADED" in capsys.readouterr().out
 
