@@ -6,9 +6,11 @@ A trace is a sequence of msgpack objects: a header map ``{"format": "interferenc
 ``intf:node:NODE:reports`` (the msgpack bytes of :func:`interference.codec.encode_report`),
 so reading a trace goes through the same versioned decoder as the scheduler.
 
-``record`` finds the streams with ``SCAN`` (again every :data:`RESCAN_S`, so nodes that
-start reporting later are recorded too) and reads them with ``XREAD``, many streams per
-command. It appends to an existing trace file, and refuses a file that is not one.
+``record`` finds the streams (:meth:`~interference_cli.store.Store.report_streams`: the
+ranked nodes' and every one ``SCAN`` finds when the user may scan) again every
+:data:`RESCAN_S`, so nodes that start reporting later are recorded too, and reads them
+with ``XREAD``, many streams per command. It appends to an existing trace file, and
+refuses a file that is not one.
 """
 
 from __future__ import annotations
