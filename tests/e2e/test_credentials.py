@@ -93,18 +93,43 @@ def redis_store() -> Iterator[RedisServer]:
 
 
 @pytest.fixture(scope="module")
-def nodes(kube: Kube) -> dict[str, dict[str, Any]]:
+def created(kube: Kube) -> Iterator[list[str]]:
+    """API paths of the objects this module creates, deleted at its end so the session's
+    control plane is left as found."""
+    paths: list[str] = []
+    yield paths
+    for path in reversed(paths):
+        try:
+            kube.request("DELETE", path, {"gracePeriodSeconds": 0})
+        except urllib.error.HTTPError as exc:
+            if exc.code != 404:
+                raise
+
+
+@pytest.fixture(scope="module")
+def nodes(kube: Kube, created: list[str]) -> dict[str, dict[str, Any]]:
     """Nodes A and B, and a pod of the agent's ServiceAccount bound to each (what the
     DaemonSet creates; no kubelet runs them, their tokens are all the test needs)."""
-    kube.create_node(NODE_A)
-    kube.create_node(NODE_B)
+    create_node(kube, created, NODE_A)
+    create_node(kube, created, NODE_B)
     return {
-        NODE_A: create_pod(kube, "agent-a", AGENT_SA, NODE_A),
-        NODE_B: create_pod(kube, "agent-b", AGENT_SA, NODE_B),
+        NODE_A: create_pod(kube, created, "agent-a", AGENT_SA, NODE_A),
+        NODE_B: create_pod(kube, created, "agent-b", AGENT_SA, NODE_B),
     }
 
 
-def create_pod(kube: Kube, name: str, service_account: str, node: str = "") -> dict[str, Any]:
+def create_node(kube: Kube, created: list[str], name: str) -> None:
+    """A Node no scheduler places pods on (unschedulable, no allocatable, and tainted
+    not-ready by admission), so the other e2e tests sharing the control plane never see
+    it as room."""
+    kube.request("POST", "/api/v1/nodes", {"metadata": {"name": name},
+                                           "spec": {"unschedulable": True}})  # fmt: skip
+    created.append(f"/api/v1/nodes/{name}")
+
+
+def create_pod(
+    kube: Kube, created: list[str], name: str, service_account: str, node: str = ""
+) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "serviceAccountName": service_account,
         "containers": [{"name": "agent", "image": "registry.invalid/agent:1"}],
@@ -113,6 +138,7 @@ def create_pod(kube: Kube, name: str, service_account: str, node: str = "") -> d
         spec["nodeName"] = node
     body = {"metadata": {"name": name, "namespace": NAMESPACE}, "spec": spec}
     pod: dict[str, Any] = kube.request("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", body)
+    created.append(f"/api/v1/namespaces/{NAMESPACE}/pods/{name}")
     return pod
 
 
@@ -325,6 +351,7 @@ def _denied(admin: redis.Redis[str]) -> int | None:
 def test_tokens_that_do_not_name_an_agents_node_get_nothing(
     control_plane: ControlPlane,
     kube: Kube,
+    created: list[str],
     nodes: dict[str, dict[str, Any]],
     issuer: Issuer,
     redis_store: RedisServer,
@@ -335,16 +362,17 @@ def test_tokens_that_do_not_name_an_agents_node_get_nothing(
     suffix = f"{abs(hash(case)) % 10**8}"
     presented: str | None
     if case.startswith("another ServiceAccount"):
-        pod = create_pod(kube, f"sched-{suffix}", "interference-scheduler", NODE_A)
+        pod = create_pod(kube, created, f"sched-{suffix}", "interference-scheduler", NODE_A)
         presented = token(control_plane, "interference-scheduler", pod)
     elif case.endswith("another audience"):
         presented = token(control_plane, AGENT_SA, nodes[NODE_A], audience="kubernetes")
     elif case.endswith("bound to no pod"):
         presented = token(control_plane, AGENT_SA, None)
     elif case.endswith("on no node"):
-        presented = token(control_plane, AGENT_SA, create_pod(kube, f"pending-{suffix}", AGENT_SA))
+        pod = create_pod(kube, created, f"pending-{suffix}", AGENT_SA)
+        presented = token(control_plane, AGENT_SA, pod)
     elif case.endswith("deleted pod"):
-        pod = create_pod(kube, f"gone-{suffix}", AGENT_SA, NODE_A)
+        pod = create_pod(kube, created, f"gone-{suffix}", AGENT_SA, NODE_A)
         presented = token(control_plane, AGENT_SA, pod)
         kube.delete_pod(NAMESPACE, f"gone-{suffix}")
         wait_for(lambda: not _pod_exists(kube, f"gone-{suffix}"), "the pod to be deleted")
@@ -384,6 +412,7 @@ def _refused(issuer: Issuer, reason: str) -> float:
 def test_the_agent_enrols_and_enrols_again_when_redis_loses_its_users(
     control_plane: ControlPlane,
     kube: Kube,
+    created: list[str],
     issuer: Issuer,
     redis_store: RedisServer,
     tmp_path: Path,
@@ -393,8 +422,8 @@ def test_the_agent_enrols_and_enrols_again_when_redis_loses_its_users(
     forgot the user (ACL DELUSER; then a restart, which loses users and data) it enrols
     again and publishes again."""
     node = "cred-node-c"
-    kube.create_node(node)
-    pod = create_pod(kube, "agent-c", AGENT_SA, node)
+    create_node(kube, created, node)
+    pod = create_pod(kube, created, "agent-c", AGENT_SA, node)
     token_path = tmp_path / "token"
     token_path.write_text(token(control_plane, AGENT_SA, pod))
     # The library path first: an Enrolment from the token file names this node's user.
@@ -415,6 +444,7 @@ def test_the_agent_enrols_and_enrols_again_when_redis_loses_its_users(
         "LOG_LEVEL": "INFO",
     }
     log_path = tmp_path / "agent.log"
+    started = time.time()
     with log_path.open("ab") as log:
         agent = subprocess.Popen(
             [*command("interference-agent"), "--no-kubernetes", "--probes", "psi"],
@@ -430,7 +460,7 @@ def test_the_agent_enrols_and_enrols_again_when_redis_loses_its_users(
         return raw is not None and sched_record.decode(raw)["ts"] > moment
 
     try:
-        wait_for(lambda: published_since(time.time()), "the agent's first report", 30)
+        wait_for(lambda: published_since(started), "the agent's first report", 30)
         assert agent_users(redis_store).count(f"agent:{node}") == 1
         # Redis forgets the user (what a restart does to runtime users).
         admin.execute_command("ACL", "DELUSER", f"agent:{node}")
