@@ -61,8 +61,10 @@ def record_to_file(
     or Ctrl-C. A new (or empty) file gets a header; an existing trace is appended to; a
     file that is not a whole trace is refused (:class:`CliError`), never overwritten.
 
-    Without ``from_start`` only reports added after the start are recorded (streams found
-    later are new, so they are read from their first entry). Each round's reports are
+    Without ``from_start`` only reports added after the start are recorded: a stream
+    found later is read from the start time on (its entry ids are the Redis server's
+    clock in ms, so a client clock ahead of the server's by more than the rescan period
+    could miss a new node's first reports). Each round's reports are
     written in stream-id order and flushed; an entry the codec rejects is skipped and
     counted (the trace holds only reports the simulator can replay)."""
     path = Path(out)
@@ -70,6 +72,7 @@ def record_to_file(
     deadline = clock() + duration_s if duration_s > 0 else float("inf")
     written = 0
     skipped: list[str] = []
+    first_id = "0-0" if from_start else f"{int(time.time() * 1000)}-0"
     streams = store.report_streams()
     last_ids = (
         dict.fromkeys(streams.values(), "0-0")
@@ -86,7 +89,7 @@ def record_to_file(
                 while clock() < deadline and not (max_reports and written >= max_reports):
                     if clock() - scanned_at >= RESCAN_S:
                         for key in store.report_streams().values():
-                            last_ids.setdefault(key, "0-0")  # new since the last look
+                            last_ids.setdefault(key, first_id)  # new since the last look
                         scanned_at = clock()
                     entries = store.streams_after(last_ids)
                     for key, entry_id, payload in entries:

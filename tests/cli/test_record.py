@@ -231,3 +231,32 @@ def test_record_stops_at_the_count_across_streams(
     result = record_to_file(Store(redis_server.url), out, from_start=True, max_reports=2)
     assert result.written == 2
     assert len(load_trace(out)) == 2
+
+
+def test_a_stream_found_later_is_read_from_the_start_time_on(
+    redis_server: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A user without SCAN finds streams through the ranking: a node ranked only after
+    the recording started has older reports in its stream, which are left out."""
+    monkeypatch.setattr(trace, "RESCAN_S", 0.3)
+    client = redis_server.client()
+    client.execute_command(
+        "ACL", "SETUSER", "viewer", "on", ">s3cret", "%R~intf:*", "-@all",
+        *(f"+{c}" for c in store_module.VIEWER_COMMANDS),
+    )  # fmt: skip
+    now = time.time()
+    publish_all(redis_server.url, [report("late", now - 2), report("late", now - 1)])
+    time.sleep(0.05)
+    store = Store(f"redis://viewer:s3cret@127.0.0.1:{redis_server.port}/0")
+    out = tmp_path / "trace.msgpack"
+    done: list[trace.RecordResult] = []
+    recorder = threading.Thread(
+        target=lambda: done.append(record_to_file(store, out, duration_s=3.0, max_reports=1))
+    )
+    recorder.start()
+    time.sleep(0.3)
+    publish_all(redis_server.url, [report("late", now)])
+    client.zadd(keys.NODES_BY_SCORE, {"late": 5.0})  # the scheduler ranks it now
+    recorder.join(timeout=30)
+    assert not recorder.is_alive()
+    assert [(r.node, r.ts) for r in load_trace(out)] == [("late", now)]
