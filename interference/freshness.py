@@ -7,9 +7,9 @@ A report of interval ``T`` seconds published at ``ts`` is **fresh** while::
 i.e. for three missed intervals, at least 5 s. The agent writes every key of its node
 with exactly this TTL (:func:`ttl_seconds`), so a node's keys exist exactly as long as
 its report is fresh; afterwards the scheduler applies its ``stale_policy`` and
-``interference top`` shows the node as ``stale``. A report is **usable** only when it is fresh *and* measured
-the core signal families (:data:`interference.signals.CORE_FAMILIES`); a fresh report
-without them is **degraded** and treated exactly like a stale one.
+``interference top`` shows the node as ``stale``. A report is **usable** only when it is
+fresh *and* measured the core signal families (:data:`interference.signals.CORE_FAMILIES`);
+a fresh report without them is **degraded** and treated exactly like a stale one.
 
 A family is measured in an interval only when its probes saw all of it: the agent lists
 :func:`complete_families`, which leaves out every family whose BPF probe lost map entries
