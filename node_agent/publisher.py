@@ -174,6 +174,8 @@ class RedisPublisher:
     def withdraw(self, node: str) -> bool:
         """Delete the node's keys (clean shutdown); False when Redis could not be reached.
         Never raises."""
+        if self._enrolment is not None and self._logged_in is None:
+            return False  # never enrolled: nothing written, and no user to delete with
         try:
             with self._redis.client().pipeline(transaction=False) as pipe:
                 pipe.delete(keys.sched_key(node), keys.node_key(node))
