@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
+import signal
 import socket
 import ssl
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -21,7 +24,7 @@ from credential_issuer.issuer import Issuer, IssuerMetrics
 from credential_issuer.redis_users import AgentUsers
 from credential_issuer.server import IssuerServer, TlsFiles
 from credential_issuer.settings import DEFAULT_PORT, IssuerSettings, redis_target
-from tests.conftest import RedisServer
+from tests.conftest import RedisServer, free_port
 from tests.credential_issuer.test_issuer import FakeReviewer
 
 pytestmark = pytest.mark.redis
@@ -237,3 +240,56 @@ def test_cli_refuses_bad_settings_in_one_line(
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1, err
+
+
+def test_the_program_serves_tls_from_the_environment_and_stops_on_sigterm(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """``interference-credentials`` as deploy/ runs it: TLS from TLS_CERT_FILE/TLS_KEY_FILE,
+    Redis from REDIS_URL; /readyz answers once Redis does; SIGTERM ends it with 0."""
+    cert, key = make_cert(tmp_path)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+    )
+    port = free_port()
+    env = {
+        "PATH": os.environ["PATH"],
+        "REDIS_URL": redis_server.url,
+        "HTTP_ADDRESS": "127.0.0.1",
+        "HTTP_PORT": str(port),
+        "TLS_CERT_FILE": str(cert),
+        "TLS_KEY_FILE": str(key),
+        "KUBECONFIG": str(kubeconfig),
+    }
+    program = Path(sys.executable).parent / "interference-credentials"
+    proc = subprocess.Popen(
+        [str(program)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    try:
+        trusted = ssl.create_default_context(cafile=str(cert))
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                status, _, _ = request(port, "GET", "/readyz", context=trusted)
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, "never served"
+                time.sleep(0.1)
+        assert status == 200
+        # The API server in the kubeconfig is not there: a request is 503, not a crash.
+        status, headers, body = request(
+            port, "POST", "/v1/credentials", {"Authorization": "Bearer t"}, context=trusted
+        )
+        assert (status, json.loads(body)["error"]) == (503, "review_unavailable")
+        assert headers["Retry-After"] == "5"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=20)
+    text = out.decode()
+    assert proc.returncode == 0, text
+    assert f"serving https://127.0.0.1:{port}/v1/credentials" in text
+    assert "Traceback" not in text
