@@ -216,7 +216,9 @@ def build(settings: IssuerSettings, registry: CollectorRegistry) -> tuple[Issuer
     (Kubernetes credentials), ``OSError``/``ssl.SSLError`` when it cannot bind or read
     its certificate."""
     reviewer = KubernetesTokenReviewer(
-        api_client(settings.kubeconfig), settings.audience, settings.review_timeout_s
+        api_client(settings.kubeconfig, settings.max_connections),
+        settings.audience,
+        settings.review_timeout_s,
     )
     users = AgentUsers(settings.redis, settings.redis_socket_timeout_s)
     issuer = Issuer(settings, reviewer, users, IssuerMetrics(registry))

@@ -109,22 +109,23 @@ class KubernetesTokenReviewer:
         return identity_from_status(answer.status, self._audience)
 
 
-def api_client(kubeconfig: str | None) -> client.ApiClient:
+def api_client(kubeconfig: str | None, pool_size: int = 64) -> client.ApiClient:
     """A client from ``kubeconfig``, else the in-cluster ServiceAccount, else
-    ``~/.kube/config``; ``ValueError`` saying which were tried."""
+    ``~/.kube/config``, keeping up to ``pool_size`` connections to the API server (one per
+    request served at once); ``ValueError`` saying which were tried."""
+    configuration = client.Configuration()
     try:
         if kubeconfig:
-            made: client.ApiClient = config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
-            return made
-        try:
-            configuration = client.Configuration()
-            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-            return client.ApiClient(configuration)
-        except ConfigException:
-            fallback: client.ApiClient = config.new_client_from_config()  # type: ignore[no-untyped-call]
-            return fallback
+            config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)  # type: ignore[no-untyped-call]
+        else:
+            try:
+                config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            except ConfigException:
+                config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     except (ConfigException, OSError, TypeError, ValueError) as exc:
         raise ValueError(
             f"no usable Kubernetes credentials for TokenReviews ({exc}); pass --kubeconfig "
             "FILE, set KUBECONFIG, or run in a pod with a ServiceAccount"
         ) from exc
+    configuration.connection_pool_maxsize = pool_size
+    return client.ApiClient(configuration)
