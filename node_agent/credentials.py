@@ -11,7 +11,8 @@ issuer), and again whenever Redis refuses the credentials
 (``WRONGPASS``/``NOAUTH``: Redis restarted and lost its runtime users, or another enrolment
 for this node replaced the password; ``NOPERM``: the user's rules changed). Failed attempts
 back off exponentially with jitter up to ``backoff_max_s``, honouring the issuer's
-``Retry-After``; the first re-enrolment after credentials that worked is immediate. While
+``Retry-After``; the first re-enrolment after credentials that worked waits only a random
+part of ``backoff_initial_s``. While
 it holds no credentials ``/readyz`` says why and reports are dropped (never queued).
 """
 
@@ -241,14 +242,14 @@ class Enrolment:
 
     def refused(self, credentials: Credentials, reason: str) -> None:
         """Redis refused ``credentials`` (``WRONGPASS``, ``NOAUTH``, ``NOPERM``): drop
-        them and enrol again — at once the first time, with backoff while each new set is
-        refused too."""
+        them and enrol again — within ``backoff_initial_s`` the first time (jittered), with
+        backoff while each new set is refused too."""
         with self._changed:
             if self._current != credentials:
                 return  # already replaced
             self._current = None
             self._failures += 1
-            # The first refusal after credentials that worked: at once (Redis restarted).
+            # The first refusal after credentials that worked: within backoff_initial_s.
             self._next_try = self._clock() + self._backoff(self._failures - 1)
             self._problem = f"Redis refused the credentials of {credentials.username} ({reason})"
             log.warning("%s; enrolling again", self._problem)
@@ -313,10 +314,12 @@ class Enrolment:
                     self._next_try = self._clock() + self._backoff(self._failures)
 
     def _backoff(self, failures: int) -> float:
-        """Wait after ``failures`` failures in a row: none for 0, then ``backoff_initial_s``
-        doubling up to ``backoff_max_s``, ±20 % jitter."""
+        """Wait after ``failures`` failures in a row: for 0 a random part of
+        ``backoff_initial_s`` (every agent loses its user at once when Redis restarts:
+        spread them), then ``backoff_initial_s`` doubling up to ``backoff_max_s``, ±20 %
+        jitter."""
         if failures <= 0:
-            return 0.0
+            return self.settings.backoff_initial_s * self._rng()
         base = min(
             self.settings.backoff_max_s,
             self.settings.backoff_initial_s * 2.0 ** (failures - 1),

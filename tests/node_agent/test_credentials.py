@@ -234,7 +234,7 @@ def test_backoff_doubles_to_the_cap_and_resets_after_a_good_publish(tmp_path: Pa
     # Refused once after working: enrol again at once; refused again: back off.
     enrolment.confirm()
     enrolment.refused(good, "WRONGPASS")
-    assert enrolment.credentials() is None and enrolment._next_try == clock[0]
+    assert enrolment.credentials() is None and enrolment._next_try == clock[0] + 0.5
     assert "Redis refused the credentials of agent:node-a (WRONGPASS)" in enrolment.problem()
     assert enrolment.attempt()
     enrolment.refused(good, "NOPERM")
