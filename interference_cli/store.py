@@ -238,7 +238,7 @@ class Store:
         if not names:
             raise CliError(
                 f"no node reports in Redis at {self.shown_url} (no {keys.NODES_BY_SCORE} "
-                f"ranking and no {keys.sched_key('*')} records); is an interference-agent "
+                f"ranking and no {keys.SCHED_KEY_PATTERN} records); is an interference-agent "
                 "running with --redis-url pointing here?"
             )
         rows = [
@@ -254,7 +254,7 @@ class Store:
         """Nodes with a scheduling record key (``SCAN``; every primary of a Cluster); None
         when this user may not ``SCAN``."""
         found: set[str] = set()
-        for key in self._scan(keys.sched_key("*")) or ():
+        for key in self._scan(keys.SCHED_KEY_PATTERN) or ():
             try:
                 found.add(keys.node_from_sched_key(key))
             except ValueError:

@@ -476,8 +476,9 @@ class RedisSignalCache:
         except REDIS_ERRORS as exc:
             self.metrics.ranking_errors.inc()
             self._ranking_log.warning(
-                "could not write the node ranking %s (%s); the scheduler's ACL user needs"
-                " ZRANGE, ZADD and ZREM on it (or set redis.ranking_interval_s: 0)",
+                "could not write the node ranking %s (%s): Redis is unreachable, or the"
+                " scheduler's ACL user lacks ZRANGE, ZADD or ZREM on it (or set"
+                " redis.ranking_interval_s: 0)",
                 keys.NODES_BY_SCORE,
                 exc,
             )
@@ -491,7 +492,7 @@ class RedisSignalCache:
             found = [
                 _text(key)
                 for key in self._redis.client().scan_iter(
-                    match=keys.sched_key("*"), count=self.settings.batch
+                    match=keys.SCHED_KEY_PATTERN, count=self.settings.batch
                 )
             ]
         except REDIS_ERRORS as exc:
@@ -531,18 +532,24 @@ class RedisSignalCache:
         self._publish()
 
     def _fetch(self, names: list[str]) -> list[bytes | None]:
+        """The value of every key in ``names`` (None where missing), in order.
+
+        One server: ``MGET`` of ``batch`` keys at a time, all in one pipeline. A Cluster:
+        one ``mget_nonatomic`` of every key, which sends one ``MGET`` per hash slot; record
+        keys share :data:`~interference.keys.SCHED_KEY_GROUPS` hash tags, so that is 64
+        commands, not one per node.
+        """
         client = self._redis.client()
-        batch = self.settings.batch
-        chunks = [names[i : i + batch] for i in range(0, len(names), batch)]
+        if not names:  # nothing to read, but a poll must still find Redis there
+            client.zrange(keys.NODES_BY_SCORE, 0, 0)
+            return []
         if isinstance(client, RedisCluster):
-            return [
-                value
-                for chunk in chunks
-                for value in client.mget_nonatomic(chunk)  # type: ignore[no-untyped-call]
-            ]
+            values: list[bytes | None] = client.mget_nonatomic(names)  # type: ignore[no-untyped-call]
+            return values
+        batch = self.settings.batch
         pipe = client.pipeline(transaction=False)
-        for chunk in chunks:
-            pipe.mget(chunk)
+        for start in range(0, len(names), batch):
+            pipe.mget(names[start : start + batch])
         return [value for reply in pipe.execute() for value in reply]
 
     def _publish(self) -> None:

@@ -15,7 +15,7 @@ NODE = "gpu-1"
     ("key", "expected"),
     [
         (keys.node_key(NODE), "intf:node:gpu-1"),
-        (keys.sched_key(NODE), "intf:node:gpu-1:sched"),
+        (keys.sched_key(NODE), "intf:node:gpu-1:sched:{g07}"),
         (keys.reports_key(NODE), "intf:node:gpu-1:reports"),
         (keys.node_pods_key(NODE), "intf:node:gpu-1:pods"),
         (keys.pod_key(NODE, "ml", "trainer-0"), "intf:node:gpu-1:pod:ml/trainer-0"),
@@ -122,7 +122,7 @@ def test_node_from_key_inverts_node_key(node: str) -> None:
     "key",
     [
         "intf:node:gpu-1:pods",
-        "intf:node:gpu-1:sched",
+        keys.sched_key("gpu-1"),
         "intf:node:gpu-1:pod:ml/x",
         "intf:node:gpu-1:gpu",
         "intf:node:gpu-1:reports",
@@ -149,9 +149,12 @@ def test_node_from_sched_key_inverts_sched_key(node: str) -> None:
     [
         "intf:node:gpu-1",
         "intf:node:gpu-1:pods",
-        "intf:node:a:b:sched",  # a colon in the node part: not one node's record
+        "intf:node:gpu-1:sched",  # no group
+        "intf:node:gpu-1:sched:{g00}",  # another node's group
+        "intf:node:gpu-1:sched:{g15}x",
+        "intf:node:a:b:sched:{g01}",  # a colon in the node part: not one node's record
         "intf:node:gpu-1:pod:x:sched",
-        "intf:node::sched",  # no node name
+        "intf:node::sched:{g00}",  # no node name
         "intf:node:sched",
         "intf:nodes:sched",
         "intf:sched",
@@ -170,3 +173,11 @@ def test_node_from_sched_key_rejects_other_keys(key: str) -> None:
 )
 def test_ttl_is_three_intervals_and_at_least_five_seconds(interval_s: float, ttl: int) -> None:
     assert keys.ttl_seconds(interval_s) == ttl
+
+
+def test_scheduling_records_fall_into_a_few_hash_tag_groups_that_spread() -> None:
+    groups = [keys.sched_key_group(f"node-{i:05d}") for i in range(5_000)]
+    counts = [groups.count(g) for g in range(keys.SCHED_KEY_GROUPS)]
+    assert min(counts) > 0.5 * 5_000 / keys.SCHED_KEY_GROUPS  # every group used, evenly
+    assert fnmatch.fnmatchcase(keys.sched_key("gpu-1"), keys.SCHED_KEY_PATTERN)
+    assert fnmatch.fnmatchcase(keys.sched_key("gpu-1"), keys.node_key_patterns("gpu-1")[1])

@@ -569,3 +569,13 @@ def test_the_index_follows_the_configured_references(
     publisher.publish(report("a", time.time(), p99_us=1000.0))  # default references: quiet
     cache.poll_once()
     assert column(cache, "a", "index_mean@latest") == 100
+
+
+def test_a_poll_with_no_known_node_still_finds_out_that_redis_is_down(
+    redis_server: RedisServer, registry: CollectorRegistry
+) -> None:
+    cache = make_cache(redis_server, registry, nodes=())
+    assert cache.poll_once() == 0
+    redis_server.stop()
+    with pytest.raises(redis.ConnectionError):
+        cache.poll_once()
