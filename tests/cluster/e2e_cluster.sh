@@ -588,10 +588,11 @@ print(f"{age:.1f}")
 sys.exit(0 if -2 < age < float(os.environ.get("MAX_AGE_S", "10")) else 1)
 EOF
 record_age() { # MAX_AGE_S: the age of the node's scheduling record, which must name the node
-    kubectl -n "$NS" exec deploy/redis -- redis-cli --no-raw GET "intf:node:$NODE:sched" \
+    kubectl -n "$NS" exec deploy/redis -- redis-cli --no-raw GET "$SCHED_KEY" \
         | NODE=$NODE MAX_AGE_S=$1 .venv/bin/python "$STATE/record_age.py"
 }
-age=$(record_age 10) || fail "intf:node:$NODE:sched is not this node's fresh scheduling record (age: $age)"
+SCHED_KEY=$(.venv/bin/python -c 'import sys; from interference import keys; print(keys.sched_key(sys.argv[1]))' "$NODE")
+age=$(record_age 10) || fail "$SCHED_KEY is not this node's fresh scheduling record (age: $age)"
 mark "agent writes as agent:$NODE (ACL LIST), its scheduling record is $age s old"
 
 # A token as the kubelet gives the agent (its ServiceAccount, the issuer's audience, bound to
