@@ -1,4 +1,4 @@
-"""The agent's own Redis user, from the credential issuer (docs/design.md §4).
+"""The agent's own Redis user, from the credential issuer (docs/design.md §4.2).
 
 With ``--credentials-url`` the agent proves which node it runs on with its pod-bound
 ServiceAccount token (``--token-file``, a projected volume the kubelet renews) and gets
@@ -7,13 +7,13 @@ back ``agent:NODE`` and a password: ``POST {url}/v1/credentials`` with
 it write only its own node's keys.
 
 It enrols on a thread of its own from start-up (the measure loop never waits on the
-issuer), and again whenever Redis refuses the credentials
-(``WRONGPASS``/``NOAUTH``: Redis restarted and lost its runtime users, or another enrolment
-for this node replaced the password; ``NOPERM``: the user's rules changed). Failed attempts
-back off exponentially with jitter up to ``backoff_max_s``, honouring the issuer's
-``Retry-After``; the first re-enrolment after credentials that worked waits only a random
-part of ``backoff_initial_s``. While
-it holds no credentials ``/readyz`` says why and reports are dropped (never queued).
+issuer), and again whenever Redis refuses the credentials (``WRONGPASS``/``NOAUTH``: Redis
+restarted and lost its runtime users, or another enrolment for this node replaced the
+password; ``NOPERM``: the user's rules changed). Failed attempts back off exponentially
+with jitter up to ``backoff_max_s``, honouring the issuer's ``Retry-After``; the first
+re-enrolment after credentials that worked waits only a random part of
+``backoff_initial_s``. While it holds no credentials ``/readyz`` says why and reports are
+dropped (never queued).
 """
 
 from __future__ import annotations
