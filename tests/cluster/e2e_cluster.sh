@@ -589,9 +589,12 @@ sys.exit(0 if -2 < age < float(os.environ.get("MAX_AGE_S", "10")) else 1)
 EOF
 record_age() { # MAX_AGE_S: the age of the node's scheduling record, which must name the node
     kubectl -n "$NS" exec deploy/redis -- redis-cli --no-raw GET "$SCHED_KEY" \
-        | NODE=$NODE MAX_AGE_S=$1 .venv/bin/python "$STATE/record_age.py"
+        | NODE=$NODE MAX_AGE_S=$1 PYTHONPATH=$SRC .venv/bin/python "$STATE/record_age.py"
 }
-SCHED_KEY=$(.venv/bin/python -c 'import sys; from interference import keys; print(keys.sched_key(sys.argv[1]))' "$NODE")
+# Key names from the installed sources' interference/keys.py (the images' code).
+key() { PYTHONPATH=$SRC .venv/bin/python -c 'import sys; from interference import keys; print(getattr(keys, sys.argv[1])(*sys.argv[2:]))' "$@"; }
+SCHED_KEY=$(key sched_key "$NODE")
+OTHER_SCHED_KEY=$(key sched_key "$NODE-other")
 age=$(record_age 10) || fail "$SCHED_KEY is not this node's fresh scheduling record (age: $age)"
 mark "agent writes as agent:$NODE (ACL LIST), its scheduling record is $age s old"
 
@@ -607,7 +610,7 @@ AGENT_TOKEN=$("$REAL_KUBECTL" -n "$NS" create token interference-agent --audienc
     --bound-object-kind Pod --bound-object-name "$AGENT_POD" --duration 10m) || fail "kubectl create token failed"
 OTHER_TOKEN=$("$REAL_KUBECTL" -n "$NS" create token interference-scheduler --audience interference-credentials \
     --duration 10m) || fail "kubectl create token failed"
-redis_cli SET "intf:node:$NODE-other:sched" untouched EX 600 >/dev/null
+redis_cli SET "$OTHER_SCHED_KEY" untouched EX 600 >/dev/null
 redis_cli ACL LOG RESET >/dev/null
 cat > "$STATE/identity.py" <<'EOF'
 import json, os, sys, time, urllib.error, urllib.request
@@ -638,12 +641,13 @@ assert body["node"] == node and body["username"] == f"agent:{node}", body
 user = redis.Redis(host=os.environ["REDIS_IP"], username=body["username"], password=body["password"])
 user.set(f"intf:node:{node}:probe", b"1", ex=60)  # its own node's keys: allowed
 other = f"intf:node:{node}-other"
+other_sched = os.environ["OTHER_SCHED_KEY"]
 refused = 0
 for name, attempt in {
-    "overwrite": lambda: user.set(f"{other}:sched", b"forged", ex=600),
-    "delete": lambda: user.delete(f"{other}:sched"),
+    "overwrite": lambda: user.set(other_sched, b"forged", ex=600),
+    "delete": lambda: user.delete(other_sched),
     "trim": lambda: user.xadd(f"{other}:reports", {"r": b"x"}, maxlen=0),
-    "expire": lambda: user.expire(f"{other}:sched", 0),
+    "expire": lambda: user.expire(other_sched, 0),
     "rank": lambda: user.zadd("intf:nodes", {node: 0.0}),
     "decision": lambda: user.hset("intf:decision:default/x", "node", node),
 }.items():
@@ -657,12 +661,12 @@ print(f"403 for another ServiceAccount, 401 for a forged token, 200 agent:{node}
       f"agent's; {refused} writes to another node's keys refused")
 EOF
 identity=$(AGENT_TOKEN=$AGENT_TOKEN OTHER_TOKEN=$OTHER_TOKEN ISSUER="http://$ISSUER_IP:10272" \
-    REDIS_IP=$REDIS_IP NODE=$NODE .venv/bin/python "$STATE/identity.py" 2>&1) \
+    REDIS_IP=$REDIS_IP NODE=$NODE OTHER_SCHED_KEY=$OTHER_SCHED_KEY .venv/bin/python "$STATE/identity.py" 2>&1) \
     || fail "identity checks: $identity"
-[[ $(redis_cli GET "intf:node:$NODE-other:sched") == untouched ]] || fail "another node's record was changed"
+[[ $(redis_cli GET "$OTHER_SCHED_KEY") == untouched ]] || fail "another node's record was changed"
 refusals=$(redis_cli ACL LOG | grep -c -x "agent:$NODE" || true)
 [[ $refusals -ge 1 ]] || fail "Redis' ACL LOG holds no refusal of agent:$NODE"
-redis_cli DEL "intf:node:$NODE-other:sched" >/dev/null
+redis_cli DEL "$OTHER_SCHED_KEY" >/dev/null
 mark "issuer: $identity (ACL LOG entries: $refusals)"
 # The running agent's password was just replaced: drop its connection; it must enrol again.
 sleep 5
@@ -708,7 +712,7 @@ scheduled_by=$(kubectl -n "$EX_NS" get events --field-selector "involvedObject.n
 mark "example $EX_NS/$EX_POD bound by interference-scheduler and Running"
 
 wait_for 60 "the agent's report naming $EX_NS/$EX_POD" bash -c \
-    "kubectl -n $NS exec deploy/redis -- redis-cli SMEMBERS intf:node:$NODE:pods | grep -qx '$EX_NS/$EX_POD'"
+    "kubectl -n $NS exec deploy/redis -- redis-cli SMEMBERS '$(key node_pods_key "$NODE")' | grep -qx '$EX_NS/$EX_POD'"
 # The agent found the pod by its cgroup (kubelet's cgroupfs layout, kubepods[/qos]/pod<uid>)
 # and named it through its pod watch: the row's uid and QoS class come from that path.
 EX_UID=$(kubectl -n "$EX_NS" get pod "$EX_POD" -o jsonpath='{.metadata.uid}')
@@ -716,8 +720,9 @@ EX_QOS=$(kubectl -n "$EX_NS" get pod "$EX_POD" -o jsonpath='{.status.qosClass}')
 pod_cgroup=$({ find /sys/fs/cgroup/unified/kubepods /sys/fs/cgroup/kubepods -maxdepth 2 -type d \
     -name "pod$EX_UID" 2>/dev/null || true; } | head -1)
 [[ -n $pod_cgroup ]] || fail "no kubelet cgroup pod$EX_UID for $EX_NS/$EX_POD"
-row_uid=$(redis_cli HGET "intf:node:$NODE:pod:$EX_NS/$EX_POD" uid)
-row_qos=$(redis_cli HGET "intf:node:$NODE:pod:$EX_NS/$EX_POD" qos)
+POD_KEY=$(key pod_key "$NODE" "$EX_NS" "$EX_POD")
+row_uid=$(redis_cli HGET "$POD_KEY" uid)
+row_qos=$(redis_cli HGET "$POD_KEY" qos)
 [[ $row_uid == "$EX_UID" ]] || fail "the agent's row for $EX_NS/$EX_POD has uid '$row_uid', not $EX_UID"
 [[ ${row_qos,,} == "${EX_QOS,,}" ]] || fail "the agent's row for $EX_NS/$EX_POD has QoS '$row_qos', not $EX_QOS"
 mark "agent names $EX_NS/$EX_POD (uid and QoS $row_qos from the kubelet cgroup ${pod_cgroup#/sys/fs/cgroup/})"
