@@ -11,8 +11,10 @@ the intervals that ended in the last ``W`` seconds:
 - ``runq_wait_ratio_*``, ``reclaim_stall_ms_per_s_*``, ``index_*``: mean, maximum and
   population standard deviation σ of the per-interval values (the other signals of the
   index, ``throttled_ms_per_s``, ``psi_cpu_some``, ``psi_mem_some``, ``net_drops_per_s``:
-  mean and σ, from which the scheduler computes its own index), each interval weighted by
-  its length ``T``: ``mean = Σ Tᵢ·xᵢ / Σ Tᵢ``, ``σ² = Σ Tᵢ·(xᵢ − mean)² / Σ Tᵢ``.
+  mean and σ, from which the scheduler computes its own index; each signal over the
+  intervals that measured its family, so an unmeasured 0 never averages in as "quiet"),
+  each interval weighted by its length ``T``:
+  ``mean = Σ Tᵢ·xᵢ / Σ Tᵢ``, ``σ² = Σ Tᵢ·(xᵢ − mean)² / Σ Tᵢ``.
 
 Burstiness reads as σ or as peak-to-mean (``max / mean``).
 
@@ -48,6 +50,9 @@ class IntervalRecord:
     psi_cpu_some: float = 0.0
     psi_mem_some: float = 0.0
     net_drops_per_s: float = 0.0
+    measured: frozenset[str] = frozenset()
+    """The families the interval measured: a signal's window moments use only intervals
+    that measured its family (an unmeasured 0 is "unknown", not "quiet")."""
 
 
 class SignalHistory:
@@ -72,6 +77,7 @@ class SignalHistory:
     ) -> None:
         """Remember one interval (left out when it did not measure the core families),
         and forget intervals older than the longest span."""
+        measured = tuple(measured)
         if set(measured) >= CORE_FAMILIES:
             self._records.append(
                 IntervalRecord(
@@ -85,6 +91,7 @@ class SignalHistory:
                     psi_cpu_some=metrics.psi_cpu_some,
                     psi_mem_some=metrics.psi_mem_some,
                     net_drops_per_s=metrics.net_drops_per_s,
+                    measured=frozenset(measured),
                 )
             )
         horizon = ended_at - self.spans_s[-1]
@@ -111,12 +118,12 @@ def summarize(span_s: float, records: Sequence[IntervalRecord]) -> WindowMetrics
     for record in records:
         merged = hist.add(merged, record.runq_us)
     wait = _moments([r.runq_wait_ratio for r in records], weights)
-    reclaim = _moments([r.reclaim_stall_ms_per_s for r in records], weights)
+    reclaim = _family_moments(records, "reclaim", "reclaim_stall_ms_per_s")
     index = _moments([r.interference_index for r in records], weights)
-    throttled = _moments([r.throttled_ms_per_s for r in records], weights)
-    psi_cpu = _moments([r.psi_cpu_some for r in records], weights)
-    psi_mem = _moments([r.psi_mem_some for r in records], weights)
-    drops = _moments([r.net_drops_per_s for r in records], weights)
+    throttled = _family_moments(records, "throttle", "throttled_ms_per_s")
+    psi_cpu = _family_moments(records, "psi", "psi_cpu_some")
+    psi_mem = _family_moments(records, "psi", "psi_mem_some")
+    drops = _family_moments(records, "net", "net_drops_per_s")
     return WindowMetrics(
         span_s=span_s,
         covered_s=round(sum(weights), 6),
@@ -140,6 +147,14 @@ def summarize(span_s: float, records: Sequence[IntervalRecord]) -> WindowMetrics
         index_max=index[1],
         index_stddev=index[2],
     )
+
+
+def _family_moments(
+    records: Sequence[IntervalRecord], family: str, signal: str
+) -> tuple[float, float, float]:
+    """:func:`_moments` of ``signal`` over the intervals that measured ``family``."""
+    measured = [r for r in records if family in r.measured]
+    return _moments([getattr(r, signal) for r in measured], [r.interval_s for r in measured])
 
 
 def _moments(values: Sequence[float], weights: Sequence[float]) -> tuple[float, float, float]:

@@ -8,14 +8,15 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from interference import hist
-from interference.signals import NodeMetrics
+from interference.signals import SIGNAL_FAMILIES, NodeMetrics
 from node_agent.agent import Agent
 from node_agent.health import AgentMetrics
 from node_agent.history import IntervalRecord, SignalHistory, summarize
 from node_agent.pods import StaticPodDirectory
 from node_agent.settings import AgentSettings
 
-RUNQ = ("runq",)
+RUNQ = SIGNAL_FAMILIES
+"""Every family measured (the run queue, the core, among them)."""
 
 
 def metrics(index: float = 0.0, wait: float = 0.0, reclaim: float = 0.0) -> NodeMetrics:
@@ -32,7 +33,10 @@ def slots(**counts: int) -> list[int]:
 
 
 def record(index: float, interval_s: float = 1.0, runq: list[int] | None = None) -> IntervalRecord:
-    return IntervalRecord(0.0, interval_s, tuple(runq or []), index / 100, index / 10, index)
+    return IntervalRecord(
+        0.0, interval_s, tuple(runq or []), index / 100, index / 10, index,
+        measured=frozenset(SIGNAL_FAMILIES),
+    )  # fmt: skip
 
 
 ON_OFF = [record(95.0)] * 5 + [record(3.0)] * 5
@@ -198,3 +202,15 @@ def test_the_agent_publishes_both_windows_with_each_report() -> None:
     assert set(last.windows) == {"10s", "60s"}
     assert last.windows["10s"].intervals == 3 and last.windows["60s"].intervals == 3
     assert last.windows["10s"].index_max == max(r.metrics.interference_index for r in reports)
+
+
+def test_a_signal_averages_only_the_intervals_that_measured_its_family() -> None:
+    history = SignalHistory((10.0,))
+    history.add(1.0, 1.0, NodeMetrics(psi_cpu_some=40.0, net_drops_per_s=8.0), [1], RUNQ)
+    # PSI and the network not read this interval: their zeros mean "unknown"
+    history.add(2.0, 1.0, NodeMetrics(), [1], ("runq", "reclaim", "throttle"))
+    window = history.windows(2.0)["10s"]
+    assert window.intervals == 2
+    assert window.psi_cpu_some_mean == 40.0 and window.psi_cpu_some_stddev == 0.0
+    assert window.net_drops_per_s_mean == 8.0
+    assert window.throttled_ms_per_s_mean == 0.0  # measured both times, quiet both times
