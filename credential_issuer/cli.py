@@ -35,9 +35,9 @@ from credential_issuer.settings import (
 )
 from interference.cliparse import RUNTIME_EXIT, OneLineParser
 from interference.logsetup import configure_logging
-from interference.strict import parse_bool, parse_number
-from interference_infra.redis_client import credentials_from_env, parse_sentinels
-from interference_infra.redis_tls import RedisTls
+from interference.strict import parse_number
+from interference_infra.redis_arguments import add_redis_arguments, redis_arguments
+from interference_infra.redis_client import credentials_from_env
 
 log = logging.getLogger("credential_issuer")
 
@@ -103,48 +103,8 @@ def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         help="kubeconfig for the TokenReviews (env KUBECONFIG; default: the in-cluster "
         "ServiceAccount, which needs ClusterRole system:auth-delegator)",
     )
-    p.add_argument(
-        "--redis-url",
-        default=environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
-        help="redis:// or rediss:// URL (env REDIS_URL; default %(default)s); the ACL user "
-        "(allowed ACL SETUSER and PING) and password come from env REDIS_USERNAME / "
-        "REDIS_PASSWORD",
-    )
-    p.add_argument(
-        "--redis-ca-file",
-        default=environ.get("REDIS_CA_FILE") or None,
-        metavar="PEM",
-        help="CA of the Redis server's certificate (env REDIS_CA_FILE; rediss:// only)",
-    )
-    p.add_argument(
-        "--redis-cert-file",
-        default=environ.get("REDIS_CERT_FILE") or None,
-        metavar="PEM",
-        help="client certificate for Redis TLS client authentication (env REDIS_CERT_FILE)",
-    )
-    p.add_argument(
-        "--redis-key-file",
-        default=environ.get("REDIS_KEY_FILE") or None,
-        metavar="PEM",
-        help="private key of that certificate (env REDIS_KEY_FILE)",
-    )
-    p.add_argument(
-        "--redis-sentinels",
-        default=environ.get("REDIS_SENTINELS", ""),
-        metavar="HOST:PORT,…",
-        help="find the master through these Redis Sentinels (env REDIS_SENTINELS)",
-    )
-    p.add_argument(
-        "--redis-sentinel-master",
-        default=environ.get("REDIS_SENTINEL_MASTER", "mymaster"),
-        help="master name the sentinels monitor (env REDIS_SENTINEL_MASTER; default %(default)s)",
-    )
-    p.add_argument(
-        "--redis-cluster",
-        action="store_true",
-        default=None,
-        help="--redis-url names a Redis Cluster node; users are created on every node "
-        "(env REDIS_CLUSTER=true)",
+    add_redis_arguments(
+        p, environ, user="allowed ACL SETUSER and PING", cluster="; users are created on every node"
     )
     p.add_argument(
         "--log-level",
@@ -161,24 +121,20 @@ def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
 
 def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> IssuerSettings:
     """Settings from parsed flags and the environment; ``ValueError`` naming what is wrong."""
-    cluster = args.redis_cluster
-    if cluster is None:
-        raw = environ.get("REDIS_CLUSTER", "")
-        cluster = parse_bool("REDIS_CLUSTER", raw) if raw.strip() else False
+    redis = redis_arguments(args, environ)
     port = parse_number("--port/HTTP_PORT", args.port, minimum=0, maximum=65535, integer=True)
     reissue = parse_number(
         "--min-reissue-interval/MIN_REISSUE_S", args.min_reissue_interval, minimum=0
     )
-    tls = RedisTls(args.redis_ca_file, args.redis_cert_file, args.redis_key_file)
     username, password = credentials_from_env(environ)
     target = redis_target(
-        args.redis_url,
+        redis.url,
         username=username,
         password=password,
-        cluster=cluster,
-        sentinels=parse_sentinels(args.redis_sentinels, "--redis-sentinels"),
-        sentinel_master=args.redis_sentinel_master,
-        tls=tls,
+        cluster=redis.cluster,
+        sentinels=redis.sentinels,
+        sentinel_master=redis.sentinel_master,
+        tls=redis.tls,
     )
     return IssuerSettings(
         redis=target,

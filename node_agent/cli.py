@@ -26,9 +26,8 @@ from interference.cliparse import RUNTIME_EXIT, OneLineParser
 from interference.logsetup import configure_logging
 from interference.score import REFERENCE_NAMES, IndexReferences
 from interference.signals import NodeReport
-from interference.strict import SettingError, check_range, parse_bool, parse_number
-from interference_infra.redis_client import parse_sentinels
-from interference_infra.redis_tls import RedisTls
+from interference.strict import SettingError, check_range, parse_number
+from interference_infra.redis_arguments import add_redis_arguments, redis_arguments
 from node_agent import probes
 from node_agent.agent import Agent, build_agent, publisher_settings
 from node_agent.credentials import DEFAULT_TOKEN_FILE
@@ -59,49 +58,7 @@ def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         default=environ.get("NODE_NAME") or socket.gethostname(),
         help="node name the report is published under (env NODE_NAME; default: hostname)",
     )
-    p.add_argument(
-        "--redis-url",
-        default=environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
-        help="redis:// or rediss:// (TLS) URL (env REDIS_URL; default %(default)s); the ACL "
-        "user and password come from env REDIS_USERNAME / REDIS_PASSWORD",
-    )
-    p.add_argument(
-        "--redis-ca-file",
-        default=environ.get("REDIS_CA_FILE") or None,
-        metavar="PEM",
-        help="CA certificate that signed the Redis server's (env REDIS_CA_FILE; rediss:// "
-        "only; default: the system's CAs)",
-    )
-    p.add_argument(
-        "--redis-cert-file",
-        default=environ.get("REDIS_CERT_FILE") or None,
-        metavar="PEM",
-        help="client certificate for Redis TLS client authentication (env REDIS_CERT_FILE)",
-    )
-    p.add_argument(
-        "--redis-key-file",
-        default=environ.get("REDIS_KEY_FILE") or None,
-        metavar="PEM",
-        help="private key of that certificate (env REDIS_KEY_FILE)",
-    )
-    p.add_argument(
-        "--redis-sentinels",
-        default=environ.get("REDIS_SENTINELS", ""),
-        metavar="HOST:PORT,…",
-        help="find the master through these Redis Sentinels (env REDIS_SENTINELS); "
-        "--redis-url then only gives the database number and rediss:// for TLS",
-    )
-    p.add_argument(
-        "--redis-sentinel-master",
-        default=environ.get("REDIS_SENTINEL_MASTER", "mymaster"),
-        help="master name the sentinels monitor (env REDIS_SENTINEL_MASTER; default %(default)s)",
-    )
-    p.add_argument(
-        "--redis-cluster",
-        action="store_true",
-        default=None,
-        help="--redis-url names a Redis Cluster node (env REDIS_CLUSTER=true)",
-    )
+    add_redis_arguments(p, environ, user="writes only this node's keys")
     p.add_argument(
         "--credentials-url",
         default=environ.get("CREDENTIALS_URL") or None,
@@ -305,10 +262,7 @@ def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> 
     """Settings from parsed flags and the environment; ``ValueError`` (a
     :class:`~interference.strict.SettingError` for a bad number or boolean) naming the
     flag or variable and what it accepts."""
-    cluster = args.redis_cluster
-    if cluster is None:
-        raw_cluster = environ.get("REDIS_CLUSTER", "")
-        cluster = parse_bool("REDIS_CLUSTER", raw_cluster) if raw_cluster.strip() else False
+    redis = redis_arguments(args, environ)
     interval = _number(args.interval, environ, "--interval", "INTERVAL_S", above=0)
     maxlen = _integer(args.stream_maxlen, environ, "--stream-maxlen", "STREAM_MAXLEN", minimum=1)
     unready = _integer(
@@ -321,17 +275,15 @@ def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> 
     port = _integer(args.http_port, environ, "--http-port", "HTTP_PORT", minimum=0, maximum=65535)
     probe_names = tuple(n.strip() for n in args.probes.split(",") if n.strip())
     check_probe_names(probe_names)
-    tls = RedisTls(args.redis_ca_file, args.redis_cert_file, args.redis_key_file)
-    tls.check(args.redis_url)
     return AgentSettings(
         node_name=args.node_name,
-        redis_url=args.redis_url,
+        redis_url=redis.url,
         redis_username=environ.get("REDIS_USERNAME") or None,
         redis_password=environ.get("REDIS_PASSWORD") or None,
-        redis_tls=tls,
-        redis_sentinels=parse_sentinels(args.redis_sentinels, "--redis-sentinels"),
-        redis_sentinel_master=args.redis_sentinel_master,
-        redis_cluster=cluster,
+        redis_tls=redis.tls,
+        redis_sentinels=redis.sentinels,
+        redis_sentinel_master=redis.sentinel_master,
+        redis_cluster=redis.cluster,
         credentials_url=args.credentials_url,
         token_file=args.token_file,
         credentials_ca_file=args.credentials_ca_file,
