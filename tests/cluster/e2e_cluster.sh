@@ -749,6 +749,16 @@ for cg in $agent_cg; do
         log "agent container max_usage $(($(cat "$cg/memory.max_usage_in_bytes") / 1048576)) MiB, limit $(($(cat "$cg/memory.limit_in_bytes") / 1048576)) MiB, failcnt $(cat "$cg/memory.failcnt"), rss $(($(awk '$1=="total_rss"{print $2}' "$cg/memory.stat") / 1048576)) MiB"
     fi
 done
+# The credential issuers' memory after the enrolments above (a figure for their requests).
+for pod in $(kctl get pod -l app.kubernetes.io/name=interference-credentials -o jsonpath='{.items[*].metadata.name}'); do
+    cid=$(kctl get pod "$pod" -o jsonpath='{.status.containerStatuses[0].containerID}')
+    for cg in $({ find /sys/fs/cgroup/unified/kubepods /sys/fs/cgroup/memory/kubepods -type d -name "${cid#containerd://}" 2>/dev/null || true; }); do
+        if [[ -r $cg/memory.peak ]]; then log "issuer $pod memory.peak $(($(cat "$cg/memory.peak") / 1048576)) MiB"; fi
+        if [[ -r $cg/memory.max_usage_in_bytes ]]; then
+            log "issuer $pod max_usage $(($(cat "$cg/memory.max_usage_in_bytes") / 1048576)) MiB, rss $(($(awk '$1=="total_rss"{print $2}' "$cg/memory.stat") / 1048576)) MiB"
+        fi
+    done
+done
 
 # Signal age end to end: agent report time (end of the kernel window) to the scheduler's
 # signal cache, from each scheduler replica's histogram (a figure, not a check).
