@@ -680,7 +680,10 @@ kctl rollout status deploy/redis --timeout=300s >/dev/null || fail "Redis did no
 wait_for 120 "the agent's log saying it enrols again after Redis restarted" bash -c "[ \$(kubectl -n $NS logs $AGENT_POD | grep -c 'enrolling again') -ge 2 ]"
 wait_for 120 "the agent enrolling again after Redis restarted" record_age 3
 [[ $(redis_cli ACL LIST | grep -c "^user agent:") -eq 1 ]] || fail "no single agent:$NODE after the restart"
-issued=$(kctl logs -l app.kubernetes.io/name=interference-credentials --tail=-1 | grep -c "issued agent:$NODE" || true)
+issued=0  # per pod: with a selector kubectl shows only the last 10 lines of each
+for pod in $(kctl get pod -l app.kubernetes.io/name=interference-credentials -o jsonpath='{.items[*].metadata.name}'); do
+    issued=$((issued + $(kctl logs "$pod" | grep -c "issued agent:$NODE" || true)))
+done
 [[ $issued -ge 4 ]] || fail "the issuer logged $issued issues of agent:$NODE, expected at least 4"
 mark "Redis restarted: the agent enrolled again (record $(record_age 3) s old; $issued issues logged)"
 
