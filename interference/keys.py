@@ -29,8 +29,11 @@ NODES_UPDATED = "intf:nodes:updated"
 
 REPORTS_FIELD = "r"
 """Field of a per-node report stream entry holding the msgpack NodeReport."""
-NODE_REPORTS_MAXLEN = 120
-"""Approximate cap (``MAXLEN ~``) of each node's report stream: two minutes at 1 s."""
+NODE_REPORTS_MAXLEN = 10
+"""Exact cap (``MAXLEN``) of each node's report stream: ten seconds at 1 s, room for
+``interference record`` to read every node between two entries (a report with 30 pods is
+~7.5 KB, so a longer stream would be most of Redis' memory: docs/operations.md, Sizing
+Redis). Exact, since ``MAXLEN ~`` trims only whole stream nodes (100 entries)."""
 
 DECISION_TTL_S = 24 * 3600
 """How long a scheduling decision record stays readable."""

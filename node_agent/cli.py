@@ -158,7 +158,7 @@ def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     p.add_argument(
         "--stream-maxlen",
         metavar="N",
-        help=f"approximate cap of the report stream, ≥ 1 (env STREAM_MAXLEN; default "
+        help=f"cap of the node's report stream, ≥ 1 (env STREAM_MAXLEN; default "
         f"{AgentSettings.stream_maxlen})",
     )
     p.add_argument(

@@ -56,7 +56,7 @@ class PublisherSettings:
     ttl_s: int = 5
     """TTL of every hash and of the node's pod set."""
     stream_maxlen: int = keys.NODE_REPORTS_MAXLEN
-    """Approximate cap of the node's report stream (``MAXLEN ~``)."""
+    """Cap of the node's report stream (exact ``MAXLEN``)."""
     socket_timeout_s: float = 0.5
     """Connect and read timeout of the Redis socket."""
     sentinels: tuple[tuple[str, int], ...] = ()
@@ -250,7 +250,7 @@ class RedisPublisher:
             reports_key,
             {keys.REPORTS_FIELD: codec.encode_report(report)},
             maxlen=self._settings.stream_maxlen,
-            approximate=True,
+            approximate=False,  # exact: ~ trims only whole 100-entry stream nodes
         )
         pipe.expire(reports_key, ttl)
         return current

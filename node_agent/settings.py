@@ -70,7 +70,7 @@ class AgentSettings:
     ttl_s: int | None = None
     """TTL of every hash; None means :func:`interference.keys.ttl_seconds` of the interval."""
     stream_maxlen: int = keys.NODE_REPORTS_MAXLEN
-    """Approximate cap of the node's report stream (``XADD MAXLEN ~``)."""
+    """Cap of the node's report stream (exact ``XADD MAXLEN``)."""
     unready_after_publish_failures: int = 3
     """``/readyz`` fails after this many reports in a row could not be published (3 at
     the default 1 s interval: before the node's 5 s freshness window runs out)."""

@@ -52,6 +52,7 @@ from prometheus_client.metrics_core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 from redis.cluster import RedisCluster
+from redis.exceptions import ResponseError
 
 from interference import keys, sched_record
 from interference.acl import CLUSTER_CLIENT_COMMANDS
@@ -77,7 +78,7 @@ from scheduler.signal_records import (
 
 log = logging.getLogger(__name__)
 
-ACL_COMMANDS = ("mget", "scan", "zadd", "zrem", "zrange", "hset", "expire")
+ACL_COMMANDS = ("mget", "scan", "zadd", "zrem", "zrange", "hset", "expire", "info")
 """Every Redis command the scheduler sends (its ACL user needs ``+`` each of them); on a
 Redis Cluster also :data:`CLUSTER_ACL_COMMANDS`."""
 CLUSTER_ACL_COMMANDS = CLUSTER_CLIENT_COMMANDS
@@ -130,6 +131,11 @@ class RedisSettings:
     """Decision records that may wait for the writer thread; when it is full (Redis slow
     or down) a write waits up to ``socket_timeout_s``, then the record is counted in
     ``interference_scheduler_decision_write_errors_total`` and skipped."""
+    decision_memory_limit: float = 0.8
+    """Decision records are not written (each counted as a write error) while Redis uses
+    more than this share of its ``maxmemory`` (``INFO memory``, read at most every 5 s), so
+    they never take the room the nodes' reports need (Redis never evicts: docs/design.md
+    §4.3). 1: write until Redis refuses."""
     decision_batch: int = 500
     """Most decision records written in one pipeline."""
     decision_linger_s: float = 0.05
@@ -165,6 +171,11 @@ class RedisSettings:
         ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}: {getattr(self, name)!r} must be a number > 0")
+        if not 0 < self.decision_memory_limit <= 1:
+            raise ValueError(
+                f"decision_memory_limit: {self.decision_memory_limit!r} must be a share of"
+                " maxmemory, > 0 and ≤ 1 (e.g. 0.8)"
+            )
         for name in ("ranking_interval_s", "stray_scan_interval_s"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name}: {getattr(self, name)!r} must be a number ≥ 0 (0: never)")
@@ -315,6 +326,8 @@ class SignalMetrics:
             self.records_rejected.labels(reason)
 
 
+MEMORY_CHECK_S = 5.0
+"""How often the decision sink reads Redis' memory use."""
 UNKNOWN_NODE = "unknown_node"
 """Rejection reason of a record under the key of a name that is no Node."""
 
@@ -598,15 +611,25 @@ def _empty_columns(n: int) -> dict[str, NDArray[np.float64]]:
 
 class RedisDecisionSink:
     """The :class:`~scheduler.ports.DecisionSink`: HSET + EXPIRE per record, a whole batch
-    in one round trip; never raises."""
+    in one round trip, paused while Redis is fuller than ``decision_memory_limit``; never
+    raises."""
 
     def __init__(
-        self, connection: RedisConnection, settings: RedisSettings, metrics: SignalMetrics
+        self,
+        connection: RedisConnection,
+        settings: RedisSettings,
+        metrics: SignalMetrics,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._redis = connection
         self._ttl_s = settings.decision_ttl_s
+        self._memory_limit = settings.decision_memory_limit
         self._metrics = metrics
+        self._clock = clock
         self._log = _RateLimitedLog(settings.log_interval_s)
+        self._memory_checked_at = -float("inf")
+        self._memory_full = ""
+        """Why decisions are paused (Redis' memory use), empty while they are not."""
 
     def write(self, decision: Decision) -> None:
         self.write_many((decision,))
@@ -615,6 +638,9 @@ class RedisDecisionSink:
         """Write every record in one pipeline; a failure counts each of them."""
         names: list[str] = []
         try:
+            if paused := self._memory_pause():
+                self.failed(len(list(decisions)), paused)
+                return
             pipe = self._redis.client().pipeline(transaction=False)
             for decision in decisions:
                 key = keys.decision_key(decision.namespace, decision.pod)
@@ -630,6 +656,35 @@ class RedisDecisionSink:
             self._metrics.decision_write_errors.inc(max(1, len(names)))
             what = names[0] if len(names) == 1 else f"{len(names)} decision records"
             self._log.warning("could not write %s: %s", what, exc)
+
+    def _memory_pause(self) -> str:
+        """Why decisions must wait (Redis above its share of ``maxmemory``), else ``""``;
+        ``INFO memory`` at most every :data:`MEMORY_CHECK_S`."""
+        if self._memory_limit >= 1:
+            return ""
+        now = self._clock()
+        if now - self._memory_checked_at < MEMORY_CHECK_S:
+            return self._memory_full
+        self._memory_checked_at = now
+        try:
+            memory = self._redis.client().info("memory")
+        except ResponseError as exc:  # e.g. an ACL user without INFO: write as before
+            self._log.warning(
+                "cannot read Redis' memory use (%s); decision records are written until Redis"
+                " refuses them (the scheduler's ACL user needs +info)",
+                exc,
+            )
+            return ""
+        used, limit = int(memory.get("used_memory", 0)), int(memory.get("maxmemory", 0))
+        if limit and used > self._memory_limit * limit:
+            self._memory_full = (
+                f"Redis uses {used / 2**20:.0f} of its {limit / 2**20:.0f} MiB, above"
+                f" redis.decision_memory_limit ({self._memory_limit:g}); decisions wait so the"
+                " nodes' reports keep their room"
+            )
+        else:
+            self._memory_full = ""
+        return self._memory_full
 
     def failed(self, count: int, reason: str) -> None:
         """Count ``count`` records that were not written, and say why (rate-limited)."""

@@ -579,3 +579,24 @@ def test_a_poll_with_no_known_node_still_finds_out_that_redis_is_down(
     redis_server.stop()
     with pytest.raises(redis.ConnectionError):
         cache.poll_once()
+
+
+def test_decisions_wait_while_redis_is_fuller_than_their_share(
+    raw: redis.Redis[bytes], redis_server: RedisServer, registry: CollectorRegistry
+) -> None:
+    used = int(raw.info("memory")["used_memory"])
+    raw.config_set("maxmemory", str(int(used / 0.5)))  # now at about half of maxmemory
+    clock = [0.0]
+    settings = dataclasses.replace(_settings(redis_server), decision_memory_limit=0.4)
+    sink = RedisDecisionSink(
+        connect(settings, env={}), settings, SignalMetrics(registry), clock=lambda: clock[0]
+    )
+    sink.write(decision())
+    assert not raw.exists(keys.decision_key("ml", "train-0"))
+    assert registry.get_sample_value("interference_scheduler_decision_write_errors_total") == 1
+    raw.config_set("maxmemory", "0")  # no limit: decisions are written again at the next look
+    sink.write(decision())
+    assert not raw.exists(keys.decision_key("ml", "train-0"))  # still the cached answer
+    clock[0] += 5.0
+    sink.write(decision())
+    assert raw.exists(keys.decision_key("ml", "train-0"))
