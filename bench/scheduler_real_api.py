@@ -54,7 +54,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
-from bench.signal_replay import MODES, replay  # noqa: E402
+from bench.signal_replay import MODES, start_replay  # noqa: E402
 from interference_cli.redis_process import free_port, private_redis_server  # noqa: E402
 from tests.e2e.control_plane import (  # noqa: E402
     AssetsMissing,
@@ -191,30 +191,6 @@ class BindWatch:
         self.stop.set()
 
 
-def start_publishers(
-    redis_port: int, args: argparse.Namespace, stop: Any
-) -> list[multiprocessing.Process]:
-    """Processes replaying every node's report each second; returns once all send."""
-    names = [f"node-{i:05d}" for i in range(args.nodes)]
-    sent = multiprocessing.Value("q", 0)
-    started = []
-    for p in range(args.publishers):
-        ready = multiprocessing.Event()
-        proc = multiprocessing.Process(
-            target=replay,
-            args=(redis_port, names[p :: args.publishers], args.signal_pods, args.signal_mode,
-                  ready, stop, sent),
-            daemon=True,
-        )  # fmt: skip
-        proc.start()
-        started.append((proc, ready))
-    for proc, ready in started:
-        while not ready.wait(1):
-            if not proc.is_alive():
-                raise RuntimeError("a signal publisher died while encoding")
-    return [proc for proc, _ in started]
-
-
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS
@@ -344,7 +320,11 @@ def main() -> int:
                     stop = multiprocessing.Event()
                     publishers = []
                     if name == "interference-signals":
-                        publishers = start_publishers(redis_port, args, stop)
+                        names = [f"node-{i:05d}" for i in range(args.nodes)]
+                        publishers, _ = start_replay(
+                            redis_port, names, args.signal_pods, args.signal_mode,
+                            args.publishers, stop,
+                        )  # fmt: skip
                         time.sleep(2.0)  # a full second of reports is in Redis
                     try:
                         result = run_round(plane, api, name, kind, args.pods, argv,

@@ -53,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.scheduler_real_api import Api, cpu_seconds, create_nodes
-from bench.signal_replay import MODES, replay
+from bench.signal_replay import MODES, start_replay
 from interference_cli.redis_process import (
     free_port,
     start_redis_server,
@@ -142,22 +142,8 @@ def run_size(
     redis_proc = start_redis_server(redis_port, str(work))
     names = [f"node-{i:05d}" for i in range(nodes)]
     stop = multiprocessing.Event()
-    sent = multiprocessing.Value("q", 0)
-    publishers = []
     began = time.time()
-    for p in range(args.publishers):
-        ready = multiprocessing.Event()
-        proc = multiprocessing.Process(
-            target=replay,
-            args=(redis_port, names[p :: args.publishers], pods, mode, ready, stop, sent),
-            daemon=True,
-        )
-        proc.start()
-        publishers.append((proc, ready))
-    for proc, ready in publishers:
-        while not ready.wait(1):
-            if not proc.is_alive():
-                raise RuntimeError("a publisher died while encoding")
+    publishers, sent = start_replay(redis_port, names, pods, mode, args.publishers, stop)
     print(f"  {nodes} nodes: reports encoded in {time.time() - began:.0f} s ({mode})", flush=True)
     http_port = free_port()
     config = work / f"scheduler-{nodes}.yaml"
@@ -196,7 +182,7 @@ def run_size(
     finally:
         terminate(scheduler, grace_s=30)
         stop.set()
-        for proc, _ in publishers:
+        for proc in publishers:
             proc.join(30)
         stop_redis_server(redis_proc)
     span = last.at - first.at

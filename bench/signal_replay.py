@@ -19,6 +19,7 @@ set, GPU hash, report stream, with their TTLs); ``records`` only the scheduling 
 
 from __future__ import annotations
 
+import multiprocessing
 import socket
 import struct
 import threading
@@ -96,3 +97,27 @@ def replay(
                 sent_counter.value += len(chunk)
         time.sleep(0.01)
     sock.close()
+
+
+def start_replay(
+    port: int, nodes: list[str], pods: int, mode: str, processes: int, stop: Any
+) -> tuple[list[multiprocessing.Process], Any]:
+    """``processes`` processes replaying ``nodes`` (each a share) until ``stop`` is set;
+    returns once all of them encoded their flushes and send, with the shared counter of
+    flushes sent."""
+    sent = multiprocessing.Value("q", 0)
+    started = []
+    for p in range(processes):
+        ready = multiprocessing.Event()
+        proc = multiprocessing.Process(
+            target=replay,
+            args=(port, nodes[p::processes], pods, mode, ready, stop, sent),
+            daemon=True,
+        )
+        proc.start()
+        started.append((proc, ready))
+    for proc, ready in started:
+        while not ready.wait(1):
+            if not proc.is_alive():
+                raise RuntimeError("a replaying process died while encoding")
+    return [proc for proc, _ in started], sent
