@@ -101,7 +101,7 @@ def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         "--kubeconfig",
         default=environ.get("KUBECONFIG") or None,
         help="kubeconfig for the TokenReviews (env KUBECONFIG; default: the in-cluster "
-        "ServiceAccount, which needs ClusterRole system:auth-delegator)",
+        "ServiceAccount, which needs create on tokenreviews.authentication.k8s.io)",
     )
     add_redis_arguments(
         p, environ, user="allowed ACL SETUSER and PING", cluster="; users are created on every node"

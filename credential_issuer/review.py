@@ -99,7 +99,7 @@ class KubernetesTokenReviewer:
                 raise ReviewUnavailable(
                     f"the API server refused the issuer's TokenReview (HTTP {exc.status}): "
                     "its ServiceAccount needs create on tokenreviews.authentication.k8s.io "
-                    "(ClusterRole system:auth-delegator)"
+                    "(the ClusterRole interference-credentials in deploy/)"
                 ) from exc
             raise ReviewUnavailable(
                 f"TokenReview failed with HTTP {exc.status}: {exc.reason}"
