@@ -202,7 +202,7 @@ def parse_histogram_field(value: str) -> list[int]:
 
 
 def pod_hash(pod: PodMetrics, node: str, ts: float) -> dict[str, str]:
-    """Fields of ``intf:pod:{ns}/{name}``: the pod's metrics, ``hist_runq_us`` (its
+    """Fields of ``intf:node:{node}:pod:{ns}/{name}``: the pod's metrics, ``hist_runq_us`` (its
     run-queue histogram, comma-separated), ``node`` and ``updated_at``."""
     out = {"namespace": pod.namespace, "name": pod.name, "uid": pod.uid, "qos": pod.qos}
     out.update({n: _fmt(getattr(pod, n)) for n in _POD_FLOAT_FIELDS})
@@ -213,7 +213,7 @@ def pod_hash(pod: PodMetrics, node: str, ts: float) -> dict[str, str]:
 
 
 def parse_pod_hash(raw: Mapping[Any, Any]) -> tuple[PodMetrics, str, float]:
-    """PodMetrics, node and ``updated_at`` from an ``intf:pod:*`` hash."""
+    """PodMetrics, node and ``updated_at`` from a pod hash (``intf:node:*:pod:*``)."""
     data = decoded_hash(raw)
     try:
         pod = PodMetrics(
@@ -230,7 +230,7 @@ def parse_pod_hash(raw: Mapping[Any, Any]) -> tuple[PodMetrics, str, float]:
 
 
 def gpu_hash(gpus: list[GpuDevice]) -> dict[str, str]:
-    """Fields of ``intf:gpu:{node}``: ``count`` and ``{index}.{field}`` per device."""
+    """Fields of ``intf:node:{node}:gpu``: ``count`` and ``{index}.{field}`` per device."""
     out = {"count": str(len(gpus))}
     for gpu in gpus:
         for name in _GPU_FIELDS:
