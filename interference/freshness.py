@@ -21,13 +21,12 @@ field.
 The ranking ``intf:nodes`` is the scheduler's: it rewrites it from the records it
 accepted, and a node without a usable record leaves it at the next rewrite
 (:mod:`scheduler.adapters.redis_signals`). Agents write only their own node's keys and
-never sweep other nodes; readers skip members whose hash has expired
-(:func:`expired_members`).
+never sweep other nodes; readers show a member whose hash has expired as stale.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable
 
 from interference.signals import CORE_FAMILIES
 
@@ -81,8 +80,3 @@ def node_state(
     if missing_core(measured):
         return "degraded"
     return "ok"
-
-
-def expired_members(members: Iterable[str], hash_exists: Mapping[str, bool]) -> list[str]:
-    """Members of ``intf:nodes`` whose ``intf:node:{node}`` hash no longer exists."""
-    return sorted(m for m in members if not hash_exists.get(m, False))

@@ -230,7 +230,7 @@ def _start_schedulers(
     lab: LocalLab, config: SchedulerConfig, stop: threading.Event
 ) -> list[threading.Thread]:
     """The Redis signal cache and the two scheduling loops, each in its own thread."""
-    redis_settings = RedisSettings(url=lab.url, report_interval_s=lab.interval_s)
+    redis_settings = RedisSettings(url=lab.url)
     client = connect(redis_settings)
     signal_metrics = SignalMetrics(CollectorRegistry())
     nodes = tuple(n.name for n in lab.nodes)

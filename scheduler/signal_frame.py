@@ -2,7 +2,7 @@
 
 A :class:`SignalFrame` holds, per node (row), the columns the filters and scores read —
 ``signals_at``, ``fresh_until`` and each window's (:data:`SIGNAL_WINDOWS`)
-:data:`WINDOW_PARTS` — plus each row's measured families and interval. The Redis
+:data:`WINDOW_PARTS` — plus each row's measured families. The Redis
 follower builds frames straight from scheduling records in bulk
 (:mod:`scheduler.signal_records`); tests, simulation and the in-memory adapter build them
 from :class:`~scheduler.ports.NodeSignals` mappings with :meth:`SignalFrame.from_signals`.
@@ -88,14 +88,13 @@ class SignalFrame:
     """Every :data:`SIGNAL_COLUMNS` entry, ``len(names)`` long."""
     measured: NDArray[np.uint16]
     """Family bit mask per row (:func:`interference.sched_record.measured_mask`)."""
-    interval_s: NDArray[np.float64]
 
     def __len__(self) -> int:
         return len(self.names)
 
     @classmethod
     def empty(cls) -> SignalFrame:
-        return cls.build((), {}, np.zeros(0, np.uint16), np.zeros(0))
+        return cls.build((), {}, np.zeros(0, np.uint16))
 
     @classmethod
     def build(
@@ -103,7 +102,6 @@ class SignalFrame:
         names: tuple[str, ...],
         columns: Mapping[str, NDArray[np.float64]],
         measured: NDArray[np.uint16],
-        interval_s: NDArray[np.float64],
         index: Mapping[str, int] | None = None,
     ) -> SignalFrame:
         """A frame over ``names``; columns left out hold "no signals"."""
@@ -117,7 +115,7 @@ class SignalFrame:
                 raise ValueError(f"column {name} has shape {column.shape}, expected ({n},)")
         if index is None:
             index = MappingProxyType({name: i for i, name in enumerate(names)})
-        return cls(names, index, MappingProxyType(full), measured, interval_s)
+        return cls(names, index, MappingProxyType(full), measured)
 
     @classmethod
     def from_signals(cls, signals: Mapping[str, NodeSignals]) -> SignalFrame:
@@ -128,7 +126,6 @@ class SignalFrame:
         n = len(names)
         columns = {name: np.full(n, no_signal_value(name)) for name in SIGNAL_COLUMNS}
         measured = np.zeros(n, np.uint16)
-        interval = np.ones(n)
         for row, name in enumerate(names):
             node = signals[name]
             columns["signals_at"][row] = node.updated_at
@@ -138,12 +135,11 @@ class SignalFrame:
                 else fresh_until(node.updated_at, node.interval_s)
             )
             measured[row] = measured_mask(tuple(node.measured))
-            interval[row] = node.interval_s
             for window in SIGNAL_WINDOWS:
                 values = window_values(node.metrics, node.windows.get(window))
                 for part, value in zip(WINDOW_PARTS, values, strict=True):
                     columns[window_column(window, part)][row] = value if value > 0 else 0.0
-        return cls.build(names, columns, measured, interval)
+        return cls.build(names, columns, measured)
 
     def row(self, name: str) -> int | None:
         """Row of ``name``, None when the frame does not hold it."""

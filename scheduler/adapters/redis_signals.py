@@ -118,8 +118,6 @@ class RedisSettings:
     index_references: IndexReferences = field(default_factory=IndexReferences)
     """The interference index's references, with which the scheduler computes every
     node's index from its record (set them like the agents' ``--score-ref``)."""
-    report_interval_s: float = 1.0
-    """The agents' interval, used for the TTL of nodes whose report does not carry it."""
     retry_initial_s: float = 0.5
     """First reconnect delay after an error; doubles up to ``retry_max_s``."""
     retry_max_s: float = 10.0
@@ -162,7 +160,6 @@ class RedisSettings:
             raise ValueError(f"url: {exc}") from None
         for name in (
             "socket_timeout_s",
-            "report_interval_s",
             "retry_initial_s",
             "retry_max_s",
             "decision_linger_s",
@@ -359,7 +356,6 @@ class RedisSignalCache:
         self._ids: NDArray[np.uint64] = np.zeros(0, np.uint64)
         self._columns: dict[str, NDArray[np.float64]] = _empty_columns(0)
         self._measured: NDArray[np.uint16] = np.zeros(0, np.uint16)
-        self._interval: NDArray[np.float64] = np.ones(0)
         self._snapshot = SignalFrame.empty()
         self._reject_logs = {
             reason: _RateLimitedLog(settings.log_interval_s)
@@ -452,7 +448,6 @@ class RedisSignalCache:
             for column, values in signal_columns(records, self._references).items():
                 self._columns[column][positions] = values
             self._measured[positions] = records["measured"]
-            self._interval[positions] = records["interval_s"]
             self.metrics.signal_age.observe_many(np.maximum(now - records["ts"], 0.0))
             self.metrics.records_accepted.inc(len(positions))
             self._publish()
@@ -526,22 +521,20 @@ class RedisSignalCache:
     def _follow(self, names: tuple[str, ...]) -> None:
         """Follow ``names`` from now on, keeping what is known of the nodes still there."""
         old_index, old_columns = self._index, self._columns
-        old_measured, old_interval = self._measured, self._interval
+        old_measured = self._measured
         index = {name: row for row, name in enumerate(names)}
         columns = _empty_columns(len(names))
         measured = np.zeros(len(names), np.uint16)
-        interval = np.ones(len(names))
         kept = [(row, old_index[name]) for name, row in index.items() if name in old_index]
         if kept:
             new_rows, old_rows = (np.array(rows, np.intp) for rows in zip(*kept, strict=True))
             for column in SIGNAL_COLUMNS:
                 columns[column][new_rows] = old_columns[column][old_rows]
             measured[new_rows] = old_measured[old_rows]
-            interval[new_rows] = old_interval[old_rows]
         self._names, self._index = names, MappingProxyType(index)
         self._keys = [keys.sched_key(name) for name in names]
         self._ids = np.fromiter(map(sched_record.node_id, names), np.uint64, len(names))
-        self._columns, self._measured, self._interval = columns, measured, interval
+        self._columns, self._measured = columns, measured
         self._publish()
 
     def _fetch(self, names: list[str]) -> list[bytes | None]:
@@ -570,7 +563,6 @@ class RedisSignalCache:
             self._names,
             {column: values.copy() for column, values in self._columns.items()},
             self._measured.copy(),
-            self._interval.copy(),
             index=self._index,
         )
         with self._lock:

@@ -79,8 +79,3 @@ def test_a_family_whose_probe_lost_map_entries_is_not_measured(
     lost run-queue entries make a fresh report degraded (the engine's stale policy)."""
     assert freshness.complete_families(measured, lost_entries) == complete, case
     assert freshness.node_state(1000.0, 1.0, complete, 1000.0) == state, case
-
-
-def test_expired_members() -> None:
-    exists = {"alive": True, "dead": False}
-    assert freshness.expired_members(["alive", "dead", "unknown"], exists) == ["dead", "unknown"]
