@@ -8,6 +8,7 @@ import os
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pytest
@@ -69,9 +70,9 @@ class RedisServer:
         return redis.Redis(port=self.port, decode_responses=True)
 
 
-@pytest.fixture
-def redis_server() -> Iterator[RedisServer]:
-    """A fresh, empty redis-server per test (marker ``redis``)."""
+@contextmanager
+def running_redis_server() -> Iterator[RedisServer]:
+    """A fresh, empty redis-server on a free port for the block, in its own directory."""
     with tempfile.TemporaryDirectory() as workdir:
         server = RedisServer(port=free_port(), workdir=workdir)
         server.start()
@@ -79,6 +80,13 @@ def redis_server() -> Iterator[RedisServer]:
             yield server
         finally:
             server.stop()
+
+
+@pytest.fixture
+def redis_server() -> Iterator[RedisServer]:
+    """A fresh, empty redis-server per test (marker ``redis``)."""
+    with running_redis_server() as server:
+        yield server
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -18,7 +18,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -34,7 +33,7 @@ from interference import acl, keys, sched_record
 from interference.signals import NodeMetrics, NodeReport, PodMetrics
 from node_agent.credentials import Enrolment, EnrolmentSettings
 from node_agent.publisher import PublisherSettings, RedisPublisher
-from tests.conftest import RedisServer, free_port
+from tests.conftest import RedisServer, free_port, running_redis_server
 from tests.e2e.conftest import NAMESPACE
 from tests.e2e.control_plane import ControlPlane, terminate
 from tests.e2e.kube import Kube, wait_for
@@ -83,13 +82,8 @@ def command(name: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def redis_store() -> Iterator[RedisServer]:
-    with tempfile.TemporaryDirectory() as workdir:
-        server = RedisServer(port=free_port(), workdir=workdir)
-        server.start()
-        try:
-            yield server
-        finally:
-            server.stop()
+    with running_redis_server() as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
