@@ -33,11 +33,11 @@ from credential_issuer.settings import (
     parse_service_account,
     redis_target,
 )
-from interference.cliparse import RUNTIME_EXIT, OneLineParser
-from interference.logsetup import configure_logging
-from interference.strict import parse_number
+from interference_infra.cliparse import RUNTIME_EXIT, OneLineParser
+from interference_infra.logsetup import configure_logging
 from interference_infra.redis_arguments import add_redis_arguments, redis_arguments
 from interference_infra.redis_client import credentials_from_env
+from interference_infra.strict import parse_number
 
 log = logging.getLogger("credential_issuer")
 

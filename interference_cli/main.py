@@ -25,16 +25,16 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from interference.cliparse import RUNTIME_EXIT, USAGE_EXIT, OneLineParser
-from interference.strict import SettingError, parse_bool
 from interference_cli import views
 from interference_cli.store import CliError, Store, split_pod_ref
+from interference_infra.cliparse import RUNTIME_EXIT, USAGE_EXIT, OneLineParser
 from interference_infra.redis_client import (
     DEFAULT_SENTINEL_MASTER,
     credentials_from_env,
     parse_sentinels,
 )
 from interference_infra.redis_tls import RedisTls
+from interference_infra.strict import SettingError, parse_bool
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 WIDE_OUTPUT_COLUMNS = 160

@@ -15,9 +15,9 @@ import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from interference.strict import parse_bool
 from interference_infra.redis_client import DEFAULT_SENTINEL_MASTER, parse_sentinels
 from interference_infra.redis_tls import RedisTls
+from interference_infra.strict import parse_bool
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 
@@ -84,7 +84,7 @@ class RedisArguments:
 
 
 def redis_arguments(args: argparse.Namespace, environ: Mapping[str, str]) -> RedisArguments:
-    """The parsed flags; :class:`~interference.strict.SettingError` (a ``ValueError``)
+    """The parsed flags; :class:`~interference_infra.strict.SettingError` (a ``ValueError``)
     naming the flag or variable for a value that cannot work."""
     cluster = args.redis_cluster
     if cluster is None:

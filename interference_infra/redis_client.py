@@ -30,8 +30,8 @@ from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException
 from redis.sentinel import Sentinel
 
-from interference.strict import SettingError, mask_url
 from interference_infra.redis_tls import RedisTls
+from interference_infra.strict import SettingError, mask_url
 
 Client: TypeAlias = "redis.Redis[bytes] | RedisCluster[bytes]"
 

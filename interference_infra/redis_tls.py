@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from interference.strict import SettingError, mask_url
+from interference_infra.strict import SettingError, mask_url
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,12 +22,12 @@ from types import FrameType
 
 from prometheus_client import CollectorRegistry
 
-from interference.cliparse import RUNTIME_EXIT, OneLineParser
-from interference.logsetup import configure_logging
 from interference.score import REFERENCE_NAMES, IndexReferences
 from interference.signals import NodeReport
-from interference.strict import SettingError, check_range, parse_number
+from interference_infra.cliparse import RUNTIME_EXIT, OneLineParser
+from interference_infra.logsetup import configure_logging
 from interference_infra.redis_arguments import add_redis_arguments, redis_arguments
+from interference_infra.strict import SettingError, check_range, parse_number
 from node_agent import probes
 from node_agent.agent import Agent, build_agent, publisher_settings
 from node_agent.credentials import DEFAULT_TOKEN_FILE
@@ -260,7 +260,7 @@ def score_references(overrides: Sequence[str]) -> IndexReferences:
 
 def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> AgentSettings:
     """Settings from parsed flags and the environment; ``ValueError`` (a
-    :class:`~interference.strict.SettingError` for a bad number or boolean) naming the
+    :class:`~interference_infra.strict.SettingError` for a bad number or boolean) naming the
     flag or variable and what it accepts."""
     redis = redis_arguments(args, environ)
     interval = _number(args.interval, environ, "--interval", "INTERVAL_S", above=0)

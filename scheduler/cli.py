@@ -33,10 +33,10 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from interference import keys
-from interference.cliparse import RUNTIME_EXIT, USAGE_EXIT, OneLineParser
-from interference.logsetup import configure_logging, mask_credentials
-from interference.strict import SettingError, parse_bool
+from interference_infra.cliparse import RUNTIME_EXIT, USAGE_EXIT, OneLineParser
+from interference_infra.logsetup import configure_logging, mask_credentials
 from interference_infra.redis_client import REDIS_ERRORS, RedisConnection, parse_sentinels
+from interference_infra.strict import SettingError, parse_bool
 from scheduler.adapters.kubernetes import KubernetesCluster, make_api_client
 from scheduler.adapters.leader import LeaderElector, default_identity
 from scheduler.adapters.redis_signals import (
@@ -119,7 +119,7 @@ def report_reachability(
     except ClusterError as exc:
         log.error("Kubernetes API: %s (retrying in the background)", exc)
     try:
-        connection.client().zrange(keys.NODES_BY_SCORE, 0, 0)
+        connection.client().zrange(keys.NODES_BY_INDEX, 0, 0)
     except REDIS_ERRORS as exc:
         connection.reset()
         log.error(

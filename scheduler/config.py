@@ -50,7 +50,7 @@ from typing import Any, Literal, get_args, get_origin
 
 import yaml
 
-from interference.strict import SettingError, parse_bool
+from interference_infra.strict import SettingError, parse_bool
 from scheduler.adapters.kubernetes import KubernetesSettings
 from scheduler.adapters.leader import LeaderElectionSettings
 from scheduler.adapters.redis_signals import RedisSettings

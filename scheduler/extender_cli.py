@@ -24,9 +24,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from interference.cliparse import RUNTIME_EXIT, USAGE_EXIT, OneLineParser
-from interference.logsetup import configure_logging, mask_credentials
-from interference.strict import SettingError
+from interference_infra.cliparse import RUNTIME_EXIT, USAGE_EXIT, OneLineParser
+from interference_infra.logsetup import configure_logging, mask_credentials
+from interference_infra.strict import SettingError
 from scheduler.adapters.kubernetes import KubernetesCluster, make_api_client
 from scheduler.adapters.leader import default_identity
 from scheduler.adapters.redis_signals import (

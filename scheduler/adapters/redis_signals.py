@@ -58,7 +58,6 @@ from interference import keys, sched_record
 from interference.acl import CLUSTER_CLIENT_COMMANDS
 from interference.decision import Decision, decision_hash
 from interference.score import IndexReferences
-from interference.strict import SettingError
 from interference_infra.redis_client import (
     DEFAULT_SENTINEL_MASTER,
     REDIS_ERRORS,
@@ -68,6 +67,7 @@ from interference_infra.redis_client import (
     parse_sentinels,
 )
 from interference_infra.redis_tls import RedisTls
+from interference_infra.strict import SettingError
 from scheduler.signal_frame import SIGNAL_COLUMNS, SignalFrame, no_signal_value
 from scheduler.signal_records import (
     MAX_CLOCK_SKEW_S,

@@ -25,7 +25,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from interference.strict import parse_log_format
+from interference_infra.strict import parse_log_format
 from node_agent import cli as agent_cli
 from node_agent.health import AgentHttpServer
 from node_agent.probes.bpf_loader import BPF_DIR_ENV, HostPaths

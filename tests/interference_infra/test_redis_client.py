@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 import redis
 
-from interference.strict import SettingError
 from interference_infra.redis_client import (
     RedisConnection,
     RedisTarget,
@@ -14,6 +13,7 @@ from interference_infra.redis_client import (
     parse_sentinels,
 )
 from interference_infra.redis_tls import RedisTls
+from interference_infra.strict import SettingError
 from tests.conftest import RedisServer
 
 

@@ -1,4 +1,4 @@
-"""Strict settings parsing, URL masking and log set-up (interference.strict, .logsetup)."""
+"""Strict settings parsing, URL masking and log set-up (interference_infra.strict, .logsetup)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 from urllib3.exceptions import InsecureRequestWarning
 
-from interference.logsetup import configure_logging, mask_credentials
-from interference.strict import (
+from interference_infra.logsetup import configure_logging, mask_credentials
+from interference_infra.strict import (
     SettingError,
     allowed_range,
     mask_url,

@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from typing import TextIO
 
-from interference.strict import parse_log_format, parse_log_level
+from interference_infra.strict import parse_log_format, parse_log_level
 
 _CREDENTIALS_IN_URL = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^\s:/@]*:)\S*@", re.IGNORECASE)
 """Up to the last ``@`` of the word: a password may hold an unencoded ``/``, ``?``, ``#``
@@ -94,7 +94,7 @@ def configure_logging(
     level: str, fmt: str, *, own: Sequence[str] = (), stream: TextIO | None = None
 ) -> None:
     """Set up the root logger of a program; ``level`` and ``fmt`` are validated
-    (:class:`~interference.strict.SettingError`). The loggers named in ``own`` get
+    (:class:`~interference_infra.strict.SettingError`). The loggers named in ``own`` get
     ``level``; everything else stays at INFO or above even when ``level`` is DEBUG
     (libraries' DEBUG is per-request noise)."""
     threshold = logging.getLevelName(parse_log_level(level))
