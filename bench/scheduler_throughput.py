@@ -32,7 +32,9 @@ Targets: engine ≥ 5,000 decisions/s with every filter on; end to end ≥ 680 p
 
 Run from the repository root (``make bench`` runs it):
 ``.venv/bin/python bench/scheduler_throughput.py [--nodes 5000] [--running 50000]
-[--pending 10000] [--bind-workers 16] [--profile] [--skip-engine] [--skip-in-memory]``.
+[--pending 10000] [--bind-workers 16] [--profile] [--skip-engine] [--skip-in-memory]
+[--json]``. ``--json`` adds one last line to stdout: the headline figures as a JSON object
+(``bench/throughput_versus.py`` reads it).
 """
 
 from __future__ import annotations
@@ -689,6 +691,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--skip-in-memory", action="store_true", help="end to end only, without the in-memory loop"
     )
+    parser.add_argument(
+        "--json", action="store_true", help="end with one line: the headline figures as JSON"
+    )
     args = parser.parse_args(argv)
 
     print(
@@ -708,10 +713,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"built in {time.perf_counter() - t0:.1f}s; process RSS {rss_mib():.0f} MiB\n")
 
     rows: list[tuple[str, str, str]] = []
+    figures: dict[str, float] = {}
     if not args.skip_engine:
         engine = bench_engine(cluster, signals, args.profile)
         engine_rate = engine.decisions / engine.engine_s
         attempt_rate = engine.decisions / engine.attempt_s
+        figures |= {"engine_decisions_per_s": engine_rate, "attempt_decisions_per_s": attempt_rate}
         rows += [
             (
                 "engine: Engine.schedule only",
@@ -749,6 +756,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.pending,
                 args.bind_workers,
             )
+            figures["in_memory_pods_per_s"] = local.rate
             rows.append(
                 (
                     "loop, in-memory cluster (no HTTP)",
@@ -756,6 +764,10 @@ def main(argv: list[str] | None = None) -> int:
                     f"{local.bound / local.cpu_s:,.0f} pods per CPU-second",
                 )
             )
+        figures |= {
+            "end_to_end_pods_per_s": run.rate,
+            "end_to_end_pods_per_cpu_s": run.bound / run.cpu_s,
+        }
         rows += [
             (
                 "end to end: bound over HTTP",
@@ -802,6 +814,8 @@ def main(argv: list[str] | None = None) -> int:
     width = max(len(r[0]) for r in rows)
     for label, value, note in rows:
         print(f"{label:<{width}}  {value:>22}  {note}")
+    if args.json:
+        print(json.dumps(figures))
     return 0
 
 

@@ -1,0 +1,133 @@
+"""Scheduler throughput of this tree beside a previous revision, side by side in one run.
+
+``--base REV`` is checked out into a temporary ``git worktree`` (removed at the end, also
+on an error or Ctrl-C). Each side runs its *own* ``bench/scheduler_throughput.py`` in a
+subprocess with ``PYTHONPATH`` set to its own tree (the same interpreter and packages
+otherwise), alternating base/this/base/this for ``--rounds`` rounds so the machine's noise
+hits both. Each side runs its own driver because the driver builds on internals
+(``ClusterCache``, ``Engine``, ``SchedulingLoop``, ``NodeTable``, ``InMemoryCluster``),
+exactly what a refactor of the scheduling cycle changes; one driver against both trees
+would break or measure something else.
+
+Figures come from the driver's ``--json`` line where that side's driver has it, else from
+its human table (older revisions): ``Engine.schedule`` decisions/s, decisions/s with
+signal refresh + assume, in-memory loop pods/s, end-to-end pods/s and pods per CPU-second.
+Per figure: base median, this median, ratio this/base, and "no slower" when the ratio is
+at least 0.95 (``THRESHOLD``: the noise of a shared 2-vCPU VM, where the same code's
+end-to-end rate spreads by more than that between runs; take more rounds for a close
+call). Exit status 1 when any figure is below the threshold.
+
+Run from the repository root (defaults: the sizes of docs/BENCHMARKS.md)::
+
+    .venv/bin/python bench/throughput_versus.py --base REV [--rounds 3] [--nodes 5000]
+        [--running 50000] [--pending 10000] [--bind-workers 16] [--seed 42]
+        [--skip-engine] [--skip-end-to-end] [--skip-in-memory]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DRIVER = Path("bench/scheduler_throughput.py")
+THRESHOLD = 0.95
+"""Ratio this/base (higher is better) at or above which a figure is "no slower"."""
+FIGURES = {
+    "engine_decisions_per_s": "engine: Engine.schedule only",
+    "attempt_decisions_per_s": "engine: + signals refresh + assume",
+    "in_memory_pods_per_s": "loop, in-memory cluster (no HTTP)",
+    "end_to_end_pods_per_s": "end to end: bound over HTTP",
+    "end_to_end_pods_per_cpu_s": "end to end: pods per CPU-second",
+}
+"""The driver's JSON key → the label of its row in the human table."""
+
+
+def parse_table(stdout: str) -> dict[str, float]:
+    """The figures from the driver's human table (a revision without ``--json``)."""
+    figures = {}
+    for key, label in FIGURES.items():
+        match = re.search(rf"^{re.escape(label)}\s+([\d,.]+) (?:decisions|pods)/s", stdout, re.M)
+        if match:
+            figures[key] = float(match.group(1).replace(",", ""))
+    return figures
+
+
+def run_driver(tree: Path, workload: list[str]) -> dict[str, float]:
+    """One run of ``tree``'s driver on ``tree``'s code; its figures."""
+    driver = tree / DRIVER
+    has_json = '"--json"' in driver.read_text()
+    argv = [sys.executable, str(driver), *workload, *(["--json"] if has_json else [])]
+    done = subprocess.run(
+        argv, cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True,
+        text=True, check=False,
+    )  # fmt: skip
+    if done.returncode:
+        raise SystemExit(f"{driver} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    if has_json:
+        figures: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+        return figures
+    return parse_table(done.stdout)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--base", required=True, help="the revision to compare against")
+    parser.add_argument("--rounds", type=int, default=3)
+    for flag, default in (("--nodes", 5000), ("--running", 50_000), ("--pending", 10_000),
+                          ("--bind-workers", 16), ("--seed", 42)):  # fmt: skip
+        parser.add_argument(flag, type=int, default=default)
+    for flag in ("--skip-engine", "--skip-end-to-end", "--skip-in-memory"):
+        parser.add_argument(flag, action="store_true")
+    args = parser.parse_args(argv)
+    workload = [f"--{name.replace('_', '-')}={getattr(args, name)}"
+                for name in ("nodes", "running", "pending", "bind_workers", "seed")]  # fmt: skip
+    workload += [flag for flag in ("--skip-engine", "--skip-end-to-end", "--skip-in-memory")
+                 if getattr(args, flag[2:].replace("-", "_"))]  # fmt: skip
+    git = ["git", "-C", str(REPO)]
+    base = subprocess.run([*git, "rev-parse", "--verify", f"{args.base}^{{commit}}"],
+                          check=True, capture_output=True, text=True).stdout.strip()  # fmt: skip
+    print(f"base {base[:12]} ({args.base}) vs this tree {REPO}; {' '.join(workload)}; "
+          f"{args.rounds} rounds, alternating", flush=True)  # fmt: skip
+    results: dict[str, list[dict[str, float]]] = {"base": [], "this": []}
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="throughput-versus-") as tmp:
+        worktree = Path(tmp) / "base"
+        subprocess.run([*git, "worktree", "add", "-q", "--detach", str(worktree), base],
+                       check=True)  # fmt: skip
+        try:
+            for k in range(args.rounds):
+                for side, tree in (("base", worktree), ("this", REPO)):
+                    figures = run_driver(tree, workload)
+                    results[side].append(figures)
+                    shown = ", ".join(f"{key} {value:,.0f}" for key, value in figures.items())
+                    print(f"  round {k + 1} {side}: {shown}", flush=True)
+        finally:
+            subprocess.run([*git, "worktree", "remove", "--force", str(worktree)], check=False)
+            subprocess.run([*git, "worktree", "prune"], check=False)
+    print(f"\n{time.monotonic() - started:.0f} s; medians of {args.rounds} rounds "
+          f"(higher is better; no slower: this/base ≥ {THRESHOLD})")  # fmt: skip
+    slower = False
+    print(f"  {'figure':<27} {'base':>10} {'this':>10} {'this/base':>9}")
+    for key in FIGURES:
+        if not all(key in r for r in results["base"] + results["this"]):
+            continue
+        base_median = statistics.median(r[key] for r in results["base"])
+        this_median = statistics.median(r[key] for r in results["this"])
+        ratio = this_median / base_median
+        slower |= ratio < THRESHOLD
+        verdict = "no slower" if ratio >= THRESHOLD else "SLOWER"
+        print(f"  {key:<27} {base_median:>10,.0f} {this_median:>10,.0f} {ratio:>9.3f}  {verdict}")
+    return 1 if slower else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
