@@ -37,7 +37,10 @@ COMMON = """
 import json, sys, time
 sys.path.insert(1, {repo!r})  # tests.shaped_reports (identical input for both sides)
 from tests.shaped_reports import shaped_report
-from scheduler.model import parse_node
+try:
+    from scheduler.api.nodes import parse_node
+except ImportError:  # the previous commit's layout
+    from scheduler.model import parse_node
 from scheduler.table import NodeTable
 from tests.scheduler.test_model import node_obj
 nodes, pods, rounds = {nodes}, {pods}, {rounds}

@@ -75,11 +75,11 @@ from scheduler.adapters.redis_signals import (
     SignalMetrics,
     connect,
 )
+from scheduler.api.objects import ANNOTATION_MAX_RUNQ_P99_US, ANNOTATION_MAX_SCORE, HOSTNAME_LABEL
 from scheduler.cache import ClusterCache
 from scheduler.engine import Engine
 from scheduler.loop import LoopSettings, SchedulingLoop
 from scheduler.metrics import SchedulerMetrics
-from scheduler.model import ANNOTATION_MAX_RUNQ_P99_US, ANNOTATION_MAX_SCORE, HOSTNAME_LABEL
 from scheduler.ports import (
     Cluster,
     ClusterHandler,

@@ -47,9 +47,12 @@ from interference_cli.store import CliError, split_pod_ref
 from interference_cli.trace import load_trace
 from interference_cli.views import decision_view
 from scheduler.adapters.memory import node_object, pod_object
+from scheduler.api.nodes import parse_node
+from scheduler.api.objects import PodInfo
+from scheduler.api.pods import parse_pod
+from scheduler.api.reader import ObjectError
 from scheduler.config import ConfigError, load_config
 from scheduler.engine import Engine
-from scheduler.model import ObjectError, PodInfo, parse_node, parse_pod
 from scheduler.plugins.interference import interference_filter
 from scheduler.ports import NodeSignals
 from scheduler.settings import EngineSettings

@@ -39,19 +39,12 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from typing import TypeVar
 
+from scheduler.api.nodes import parse_namespace, parse_node
+from scheduler.api.objects import NodeInfo, PodInfo
+from scheduler.api.pods import parse_pod
+from scheduler.api.reader import ObjectError
+from scheduler.api.storage import parse_claim, parse_csi_node, parse_storage_class, parse_volume
 from scheduler.metrics import SchedulerMetrics
-from scheduler.model import (
-    NodeInfo,
-    ObjectError,
-    PodInfo,
-    parse_claim,
-    parse_csi_node,
-    parse_namespace,
-    parse_node,
-    parse_pod,
-    parse_storage_class,
-    parse_volume,
-)
 from scheduler.ports import (
     CLUSTER_SCOPED_KINDS,
     INFORMED_KINDS,

@@ -42,6 +42,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from interference.decision import CandidateVerdict
+from scheduler.api.objects import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, PREEMPT_NEVER, PodInfo
 from scheduler.messages import (
     NO_NODES,
     failed_scheduling_message,
@@ -50,7 +51,6 @@ from scheduler.messages import (
     refused_message,
     scheduled_message,
 )
-from scheduler.model import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, PREEMPT_NEVER, PodInfo
 from scheduler.plugins.base import CycleState, FilterPlugin, FilterResult, PodRejection
 from scheduler.plugins.node_resources_fit import NAME as NODE_RESOURCES_FIT
 from scheduler.plugins.registry import ResolvedProfile, resolve

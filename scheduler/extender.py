@@ -73,12 +73,14 @@ from numpy.typing import NDArray
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from interference.decision import CandidateVerdict, Decision
+from scheduler.api.objects import PodInfo
+from scheduler.api.pods import parse_pod
+from scheduler.api.reader import ObjectError
 from scheduler.cache import ClusterCache
 from scheduler.engine import run_filter
 from scheduler.http import PostRoute
 from scheduler.messages import failed_scheduling_message
 from scheduler.metrics import SchedulerMetrics
-from scheduler.model import ObjectError, PodInfo, parse_pod
 from scheduler.plugins.base import CycleState, FilterPlugin, FilterResult
 from scheduler.plugins.registry import resolve
 from scheduler.ports import DecisionSink, SignalSource

@@ -37,12 +37,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from interference.decision import CandidateVerdict, Decision
+from scheduler.api.objects import PodInfo
 from scheduler.binder import Binder, BindOutcome, BindRequest, BindStatus
 from scheduler.cache import ClusterCache, UnparseablePod
 from scheduler.engine import Engine, EngineResult
 from scheduler.messages import relaxed_message, scheduled_message, unparseable_message
 from scheduler.metrics import SchedulerMetrics
-from scheduler.model import PodInfo
 from scheduler.ports import Cluster, DecisionSink, PodRef, SignalSource
 from scheduler.queue import QueueState, SchedulingQueue
 from scheduler.settings import EngineSettings

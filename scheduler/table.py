@@ -38,17 +38,17 @@ from typing import Any, Generic, Literal, TypeVar, cast, get_args
 import numpy as np
 from numpy.typing import NDArray
 
-from scheduler.model import (
+from scheduler.api.objects import (
     GPU_PRODUCT_LABEL,
     AntiAffinityTerm,
     HostPort,
-    LabelSelector,
     NamespaceInfo,
     NodeInfo,
     PodInfo,
     Taint,
     WeightedTerm,
 )
+from scheduler.api.selectors import LabelSelector
 from scheduler.ports import NodeSignals
 from scheduler.quantity import CPU, EPHEMERAL_STORAGE, MEMORY, PODS
 from scheduler.signal_frame import (

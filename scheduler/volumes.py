@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Hashable
 from typing import TypeVar
 
-from scheduler.model import ClaimInfo, CSINodeInfo, PodInfo, StorageClassInfo, VolumeInfo
+from scheduler.api.objects import ClaimInfo, CSINodeInfo, PodInfo, StorageClassInfo, VolumeInfo
 
 K = TypeVar("K")
 H = TypeVar("H", bound=Hashable)

@@ -38,7 +38,7 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from scheduler.model import PodInfo
+from scheduler.api.objects import PodInfo
 from scheduler.settings import EngineSettings
 from scheduler.table import NodeTable
 

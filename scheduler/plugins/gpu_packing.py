@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from scheduler.model import PodInfo
+from scheduler.api.objects import PodInfo
 from scheduler.plugins.base import CycleState, Score
 from scheduler.settings import EngineSettings
 from scheduler.table import NodeTable

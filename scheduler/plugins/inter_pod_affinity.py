@@ -1,7 +1,7 @@
 """InterPodAffinity (kube-scheduler v1.36's plugin of that name): required pod affinity and
 anti-affinity as a filter, preferred terms as a score, any topology key.
 
-Terms are kube-scheduler's ``AffinityTerm`` (:class:`scheduler.model.AntiAffinityTerm`):
+Terms are kube-scheduler's ``AffinityTerm`` (:class:`scheduler.api.objects.AntiAffinityTerm`):
 a pod matches a term when its namespace is in the term's namespaces (or its namespace's
 labels match the term's namespace selector) and its labels match the label selector.
 The incoming pod's own namespace selectors are resolved against the Namespaces the
@@ -50,7 +50,8 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 from numpy.typing import NDArray
 
-from scheduler.model import HOSTNAME_LABEL, AntiAffinityTerm, LabelSelector, PodInfo
+from scheduler.api.objects import HOSTNAME_LABEL, AntiAffinityTerm, PodInfo
+from scheduler.api.selectors import LabelSelector
 from scheduler.plugins.base import (
     Filter,
     FilterResult,

@@ -3,7 +3,7 @@
 With ``EngineSettings.interference_aware`` False (interference-blind scheduling) neither
 the filter nor the score runs.
 
-Filter — tolerance (only for pods that declare one, see :mod:`scheduler.model` for the
+Filter — tolerance (only for pods that declare one, see :mod:`scheduler.api.pods` for the
 annotations), on nodes with usable signals, all read from the engine's ``signal_window``
 ``w`` (``latest``, ``10s`` or ``60s``)::
 
@@ -46,7 +46,7 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import NDArray
 
-from scheduler.model import PodInfo
+from scheduler.api.objects import PodInfo
 from scheduler.plugins.base import CycleState, Filter, FilterResult, Score
 from scheduler.quantity import CPU
 from scheduler.settings import EngineSettings

@@ -29,7 +29,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from scheduler.model import NodeSelectorTerm, PodInfo, Requirement, parse_int64
+from scheduler.api.objects import PodInfo
+from scheduler.api.selectors import NodeSelectorTerm, Requirement, parse_int64
 from scheduler.plugins.base import (
     Filter,
     FilterResult,

@@ -16,7 +16,7 @@ parse is unknown territory: what is free there cannot be counted. Reason:
 
 from __future__ import annotations
 
-from scheduler.model import NO_SCHEDULE, NOT_READY_TAINT_KEY, PodInfo, Taint
+from scheduler.api.objects import NO_SCHEDULE, NOT_READY_TAINT_KEY, PodInfo, Taint
 from scheduler.plugins.base import Filter, FilterResult, filter_by_table_and_pod
 from scheduler.table import NodeTable
 

@@ -2,7 +2,7 @@
 
 Filter — for each resource ``r`` the pod requests (``request[r] > 0``; cpu, memory,
 ephemeral-storage and extended resources such as ``nvidia.com/gpu``, counted with init
-containers and overhead as in :mod:`scheduler.model`)::
+containers and overhead as in :mod:`scheduler.api.requests`)::
 
     insufficient[i, r] = request[r] > allocatable[i, r] − requested[i, r]
     too_many_pods[i]   = pods_on_node[i] + 1 > allocatable_pods[i]
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from scheduler.model import PodInfo
+from scheduler.api.objects import PodInfo
 from scheduler.plugins.base import CycleState, Filter, FilterResult, Score, filter_by_table_and_pod
 from scheduler.quantity import CPU, EPHEMERAL_STORAGE, MEMORY, PODS
 from scheduler.table import NodeTable

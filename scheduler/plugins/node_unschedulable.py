@@ -7,7 +7,7 @@ Reason: ``node(s) were unschedulable``.
 
 from __future__ import annotations
 
-from scheduler.model import NO_SCHEDULE, UNSCHEDULABLE_TAINT_KEY, PodInfo, Taint
+from scheduler.api.objects import NO_SCHEDULE, UNSCHEDULABLE_TAINT_KEY, PodInfo, Taint
 from scheduler.plugins.base import Filter, FilterResult, filter_by_table_and_pod
 from scheduler.table import NodeTable
 

@@ -44,7 +44,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from scheduler.model import HOSTNAME_LABEL, AntiAffinityTerm, PodInfo, SpreadConstraint
+from scheduler.api.objects import HOSTNAME_LABEL, AntiAffinityTerm, PodInfo, SpreadConstraint
 from scheduler.plugins.base import CycleState, Filter, FilterResult, Score
 from scheduler.plugins.node_affinity import NAME as NODE_AFFINITY
 from scheduler.plugins.taint_toleration import NAME as TAINT_TOLERATION

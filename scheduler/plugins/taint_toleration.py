@@ -10,7 +10,7 @@ taint(s)`` (so every tainted node counts under the same reason in ``FailedSchedu
 
 from __future__ import annotations
 
-from scheduler.model import NO_EXECUTE, NO_SCHEDULE, PodInfo
+from scheduler.api.objects import NO_EXECUTE, NO_SCHEDULE, PodInfo
 from scheduler.plugins.base import (
     Filter,
     FilterResult,

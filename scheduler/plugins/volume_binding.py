@@ -31,7 +31,7 @@ first that fails rejects the pod on every node with that message:
   fails every node (:data:`RWOP_CONFLICT`; kube-scheduler makes it a Filter failure so
   that preemption may evict that pod).
 - NodeVolumeLimits: for each CSI driver the pod's bound PVs attach as
-  (:attr:`scheduler.model.VolumeInfo.attached_as`), the volumes already attached by the
+  (:attr:`scheduler.api.objects.VolumeInfo.attached_as`), the volumes already attached by the
   node's pods plus the pod's new ones (each ``driver/handle`` once) must not exceed the
   node's CSINode ``allocatable.count`` (:data:`MAX_VOLUME_COUNT`); a node without a
   CSINode or a count for the driver has no limit.
@@ -41,15 +41,16 @@ first that fails rejects the pod on every node with that message:
   ANDed, as NodeAffinity reads them, against a node that has labels only (kube passes
   the node's labels alone, so ``matchFields`` see an empty name).
 - VolumeZone: for each ``persistentVolumeClaim`` volume's PV label among
-  :data:`scheduler.model.VOLUME_ZONE_LABELS` (values split at ``__``), a node carrying any
+  :data:`scheduler.api.storage.VOLUME_ZONE_LABELS` (values split at ``__``), a node carrying any
   of those four labels must have that key — a ``failure-domain.beta`` key is also read
   from its ``topology.kubernetes.io`` twin — with one of the values (:data:`ZONE_CONFLICT`);
   a node with none of them passes.
 
 Not implemented (and never silently passed): binding or provisioning claims (refused as
 above); a pod with inline in-tree volumes (disk conflicts, or attach limits of the CSI
-driver they migrate to) is refused at parse time (:attr:`scheduler.model.PodInfo.unsupported`),
-though placed pods' inline volumes count towards their node's attach limits.
+driver they migrate to) is refused at parse time
+(:attr:`scheduler.api.objects.PodInfo.unsupported`), though placed pods' inline volumes
+count towards their node's attach limits.
 """
 
 from __future__ import annotations
@@ -60,16 +61,9 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from scheduler.model import (
-    READ_WRITE_ONCE_POD,
-    VOLUME_ZONE_LABELS,
-    WAIT_FOR_FIRST_CONSUMER,
-    ClaimInfo,
-    NodeSelectorTerm,
-    PodInfo,
-    PodVolumeClaim,
-    VolumeInfo,
-)
+from scheduler.api.objects import ClaimInfo, PodInfo, PodVolumeClaim, VolumeInfo
+from scheduler.api.selectors import NodeSelectorTerm
+from scheduler.api.storage import READ_WRITE_ONCE_POD, VOLUME_ZONE_LABELS, WAIT_FOR_FIRST_CONSUMER
 from scheduler.plugins.base import CycleState, Filter, FilterResult, PodRejection
 from scheduler.plugins.node_affinity import requirement_mask
 from scheduler.table import ABSENT, LabelColumn, NodeTable

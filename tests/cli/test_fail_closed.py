@@ -27,8 +27,8 @@ from interference import keys
 from interference_cli.main import main
 from scheduler.adapters.redis_signals import RedisSettings, RedisSignalCache, SignalMetrics
 from scheduler.adapters.redis_signals import connect as connect_signals
+from scheduler.api.pods import parse_pod
 from scheduler.engine import Engine
-from scheduler.model import parse_pod
 from scheduler.plugins.interference import quietness, stale_rows
 from scheduler.settings import EngineSettings
 from tests.conftest import RedisServer, free_port

@@ -23,7 +23,8 @@ from interference_cli.simulate import (
 from interference_cli.store import CliError
 from interference_cli.trace import load_trace, write_trace
 from scheduler.adapters.memory import node_object, pod_object
-from scheduler.model import parse_node, parse_pod
+from scheduler.api.nodes import parse_node
+from scheduler.api.pods import parse_pod
 from scheduler.settings import EngineSettings, Profile
 from scheduler.table import NodeTable
 

@@ -33,9 +33,9 @@ from node_agent.settings import AgentSettings, detect_cgroup_v2_mount
 from scheduler import cli as scheduler_cli
 from scheduler.adapters.leader import default_identity, lease_namespace
 from scheduler.adapters.redis_signals import connect
+from scheduler.api.pods import parse_pod
 from scheduler.config import SchedulerConfig, parse_config, with_overrides
 from scheduler.http import HealthServer, Status
-from scheduler.model import parse_pod
 from tests.deploy.conftest import POD_FIELDS, container_env
 from tests.deploy.manifests import (
     DEPLOY,

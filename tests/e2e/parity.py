@@ -13,10 +13,10 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from interference_cli.redis_process import free_port
+from scheduler.api.pods import parse_pod
 from scheduler.cache import ClusterCache
 from scheduler.engine import Engine
 from scheduler.metrics import SchedulerMetrics
-from scheduler.model import parse_pod
 from scheduler.ports import INFORMED_KINDS, ObjectKind
 from scheduler.queue import SchedulingQueue
 from scheduler.settings import EngineSettings

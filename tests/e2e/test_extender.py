@@ -27,7 +27,7 @@ from interference import keys
 from interference.decision import parse_decision_hash
 from interference.signals import SIGNAL_FAMILIES, NodeMetrics, NodeReport
 from interference_cli.redis_process import free_port
-from scheduler.model import ANNOTATION_MAX_RUNQ_P99_US
+from scheduler.api.objects import ANNOTATION_MAX_RUNQ_P99_US
 from scheduler.plugins.interference import RUNQ_EXCEEDED
 from tests.deploy.manifests import DEPLOY, find, render
 from tests.deploy.test_references import BOOTSTRAP_ROLES

@@ -18,9 +18,10 @@ from scheduler.adapters.memory import (
     storage_class_object,
     volume_object,
 )
+from scheduler.api.objects import PodInfo
+from scheduler.api.pods import parse_pod
 from scheduler.cache import ClusterCache
 from scheduler.metrics import SchedulerMetrics
-from scheduler.model import PodInfo, parse_pod
 from scheduler.plugins.node_ready import HOLDS_UNREADABLE_POD, node_ready
 from scheduler.ports import PodRef
 from scheduler.queue import QueueState, SchedulingQueue

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from scheduler.adapters.memory import node_object, pod_object
-from scheduler.model import ANNOTATION_MAX_RUNQ_P99_US, ANNOTATION_MAX_SCORE
+from scheduler.api.objects import ANNOTATION_MAX_RUNQ_P99_US, ANNOTATION_MAX_SCORE
 from scheduler.plugins.interference import RUNQ_EXCEEDED
 from scheduler.settings import EngineSettings, StalePolicy
 from tests.scheduler.runtime_helpers import LoopHarness

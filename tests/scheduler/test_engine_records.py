@@ -8,9 +8,10 @@ import pytest
 
 from interference.decision import CandidateVerdict, Decision, decision_hash, parse_decision_hash
 from interference.signals import NodeMetrics
+from scheduler.api.objects import ANNOTATION_MAX_RUNQ_P99_US
+from scheduler.api.pods import parse_pod
 from scheduler.config import ConfigError, parse_config
 from scheduler.engine import Engine
-from scheduler.model import ANNOTATION_MAX_RUNQ_P99_US, parse_pod
 from scheduler.plugins.interference import RUNQ_EXCEEDED, STALE_SIGNALS
 from scheduler.plugins.node_resources_fit import insufficient_reason
 from scheduler.plugins.taint_toleration import UNTOLERATED_TAINT

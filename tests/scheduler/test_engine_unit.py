@@ -11,8 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from interference.signals import NodeMetrics, WindowMetrics
+from scheduler.api.nodes import parse_node
+from scheduler.api.objects import ANNOTATION_MAX_RUNQ_P99_US
+from scheduler.api.pods import parse_pod
 from scheduler.engine import Engine
-from scheduler.model import ANNOTATION_MAX_RUNQ_P99_US, parse_node, parse_pod
 from scheduler.plugins.interference import quietness
 from scheduler.plugins.node_affinity import node_affinity
 from scheduler.plugins.node_resources_fit import least_allocated_score

@@ -17,6 +17,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from scheduler import cli
+from scheduler.api.objects import ANNOTATION_MAX_RUNQ_P99_US
 from scheduler.cache import ClusterCache
 from scheduler.extender import (
     MAX_EXTENDER_PRIORITY,
@@ -29,7 +30,6 @@ from scheduler.extender import (
 )
 from scheduler.http import HealthServer, HttpSettings, Status
 from scheduler.metrics import SchedulerMetrics
-from scheduler.model import ANNOTATION_MAX_RUNQ_P99_US
 from scheduler.plugins.interference import RUNQ_EXCEEDED
 from scheduler.ports import INFORMED_KINDS
 from scheduler.queue import SchedulingQueue

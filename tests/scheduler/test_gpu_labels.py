@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from interference.signals import GpuDevice, NodeMetrics
+from scheduler.api.objects import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL
+from scheduler.api.pods import parse_pod
 from scheduler.engine import GPU_MEMORY_MIB, GPU_MODEL, Engine
-from scheduler.model import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, parse_pod
 from scheduler.plugins.gpu_packing import gpu_packing_score
 from scheduler.ports import NodeSignals
 from scheduler.settings import EngineSettings

@@ -10,22 +10,21 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduler.model import (
+from scheduler.api.nodes import parse_node
+from scheduler.api.objects import (
     ANNOTATION_MAX_RECLAIM_STALL_MS_PER_S,
     ANNOTATION_MAX_RUNQ_P99_US,
     ANNOTATION_MAX_SCORE,
-    DEFAULT_MEMORY_REQUEST,
     AntiAffinityTerm,
     HostPort,
     InterferenceTolerance,
-    LabelSelector,
-    ObjectError,
-    Requirement,
     Taint,
     Toleration,
-    parse_node,
-    parse_pod,
 )
+from scheduler.api.pods import parse_pod
+from scheduler.api.reader import ObjectError
+from scheduler.api.requests import DEFAULT_MEMORY_REQUEST
+from scheduler.api.selectors import LabelSelector, Requirement
 from scheduler.quantity import QuantityError, parse_quantity, resource_amount
 from scheduler.table import NodeTable
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.model import parse_pod
+from scheduler.api.pods import parse_pod
 from scheduler.plugins.gpu_packing import gpu_packing_score
 from scheduler.settings import EngineSettings
 from scheduler.table import NodeTable

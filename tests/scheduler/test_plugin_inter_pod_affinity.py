@@ -15,17 +15,13 @@ from numpy.typing import NDArray
 from prometheus_client import CollectorRegistry
 
 from scheduler.adapters.memory import InMemoryCluster, namespace_object, node_object
+from scheduler.api.objects import NamespaceInfo, PodInfo
+from scheduler.api.pods import parse_pod
+from scheduler.api.reader import ObjectError
+from scheduler.api.selectors import LabelSelector, Requirement
 from scheduler.cache import ClusterCache
 from scheduler.engine import Engine
 from scheduler.metrics import SchedulerMetrics
-from scheduler.model import (
-    LabelSelector,
-    NamespaceInfo,
-    ObjectError,
-    PodInfo,
-    Requirement,
-    parse_pod,
-)
 from scheduler.plugins.inter_pod_affinity import (
     AFFINITY_RULES,
     ANTI_AFFINITY_RULES,

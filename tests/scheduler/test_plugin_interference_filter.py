@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from interference.signals import NodeMetrics, WindowMetrics
-from scheduler.model import (
+from scheduler.api.objects import (
     ANNOTATION_MAX_RECLAIM_STALL_MS_PER_S,
     ANNOTATION_MAX_RUNQ_P99_US,
     ANNOTATION_MAX_SCORE,
-    parse_pod,
 )
+from scheduler.api.pods import parse_pod
 from scheduler.plugins.base import or_all_pass
 from scheduler.plugins.interference import (
     RECLAIM_EXCEEDED,

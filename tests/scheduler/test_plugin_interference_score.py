@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from interference.signals import NodeMetrics, WindowMetrics
-from scheduler.model import parse_node, parse_pod
+from scheduler.api.nodes import parse_node
+from scheduler.api.pods import parse_pod
 from scheduler.plugins.interference import quietness
 from scheduler.ports import NodeSignals
 from scheduler.settings import EngineSettings, SignalWindow, StalePolicy

@@ -8,8 +8,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from scheduler.api.pods import parse_pod
+from scheduler.api.reader import ObjectError
 from scheduler.engine import Engine
-from scheduler.model import ObjectError, parse_pod
 from scheduler.plugins.node_affinity import node_affinity_score
 from scheduler.settings import EngineSettings, Profile
 from tests.scheduler.test_model import node_obj, pod_obj, table_of

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.model import parse_pod
+from scheduler.api.pods import parse_pod
 from scheduler.plugins.base import or_all_pass
 from scheduler.plugins.node_ports import PORTS_TAKEN, node_ports
 from tests.scheduler.test_model import container, node_obj, pod_obj, table_of

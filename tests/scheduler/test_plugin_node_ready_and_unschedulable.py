@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.model import parse_pod
+from scheduler.api.pods import parse_pod
 from scheduler.plugins.base import or_all_pass
 from scheduler.plugins.node_ready import NOT_READY, node_ready
 from scheduler.plugins.node_unschedulable import UNSCHEDULABLE, node_unschedulable

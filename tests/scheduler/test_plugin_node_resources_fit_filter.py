@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.model import parse_pod
+from scheduler.api.pods import parse_pod
 from scheduler.plugins.node_resources_fit import TOO_MANY_PODS, resources_fit
 from tests.scheduler.test_model import container, node_obj, pod_obj, table_of
 

@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from scheduler.api.pods import parse_pod
 from scheduler.engine import Engine
-from scheduler.model import parse_pod
 from scheduler.plugins.base import or_all_pass
 from scheduler.plugins.node_affinity import node_affinity
 from scheduler.plugins.pod_topology_spread import topology_spread_score

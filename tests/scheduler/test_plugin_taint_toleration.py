@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from scheduler.api.pods import parse_pod
 from scheduler.engine import Engine
-from scheduler.model import parse_pod
 from scheduler.plugins.base import or_all_pass
 from scheduler.plugins.taint_toleration import taint_toleration
 from scheduler.settings import EngineSettings

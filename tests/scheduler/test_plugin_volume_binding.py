@@ -16,15 +16,10 @@ from scheduler.adapters.memory import (
     storage_class_object,
     volume_object,
 )
+from scheduler.api.objects import PodVolumeClaim
+from scheduler.api.pods import parse_pod
+from scheduler.api.storage import parse_claim, parse_csi_node, parse_storage_class, parse_volume
 from scheduler.engine import Engine
-from scheduler.model import (
-    PodVolumeClaim,
-    parse_claim,
-    parse_csi_node,
-    parse_pod,
-    parse_storage_class,
-    parse_volume,
-)
 from scheduler.plugins.base import CycleState, PodRejection
 from scheduler.plugins.volume_binding import (
     FILTER,

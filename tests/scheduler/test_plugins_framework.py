@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from interference.signals import NodeMetrics
+from scheduler.api.nodes import parse_node
+from scheduler.api.pods import parse_pod
 from scheduler.engine import Engine
-from scheduler.model import parse_node, parse_pod
 from scheduler.plugins.base import CycleState, FilterResult
 from scheduler.plugins.node_resources_fit import insufficient_reason
 from scheduler.plugins.registry import FILTERS, SCORES, resolve

@@ -32,8 +32,8 @@ from scheduler.adapters.redis_signals import (
     SignalMetrics,
     connect,
 )
+from scheduler.api.pods import parse_pod
 from scheduler.engine import Engine
-from scheduler.model import parse_pod
 from scheduler.settings import EngineSettings
 from tests.conftest import RedisServer, free_port
 from tests.scheduler.test_model import node_obj, pod_obj, table_of

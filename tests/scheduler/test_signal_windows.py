@@ -14,8 +14,8 @@ import pytest
 from interference.score import interference_index
 from interference.signals import NodeMetrics
 from node_agent.history import SignalHistory
+from scheduler.api.pods import parse_pod
 from scheduler.engine import Engine
-from scheduler.model import parse_pod
 from scheduler.ports import NodeSignals
 from scheduler.settings import EngineSettings, Profile, SignalWindow
 from tests.scheduler.test_model import node_obj, pod_obj, table_of

@@ -7,14 +7,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.model import (
-    AntiAffinityTerm,
-    LabelSelector,
-    PodInfo,
-    Requirement,
-    parse_node,
-    parse_pod,
-)
+from scheduler.api.nodes import parse_node
+from scheduler.api.objects import AntiAffinityTerm, PodInfo
+from scheduler.api.pods import parse_pod
+from scheduler.api.selectors import LabelSelector, Requirement
 from scheduler.table import NodeTable
 from tests.scheduler.test_model import node_obj, pod_obj
 
