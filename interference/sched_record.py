@@ -29,6 +29,7 @@ import hashlib
 import struct
 
 from interference import hist
+from interference.codec import PayloadError
 from interference.signals import SIGNAL_FAMILIES, NodeReport, WindowMetrics, window_name
 
 VERSION = 1
@@ -75,10 +76,6 @@ FIELDS: tuple[tuple[str, str], ...] = (
 _STRUCT = struct.Struct("<" + "".join(code for _, code in FIELDS))
 SIZE = _STRUCT.size
 """Bytes per record."""
-
-
-class RecordError(ValueError):
-    """A payload is not a scheduling record of this release."""
 
 
 def node_id(node: str) -> int:
@@ -133,12 +130,12 @@ def _window_values(window: WindowMetrics | None) -> list[float | int]:
 
 def decode(payload: bytes) -> dict[str, float | int]:
     """Field name → value of one record (for people and tests; the scheduler decodes in
-    bulk); :class:`RecordError` for a payload of another size or version."""
+    bulk); :class:`~interference.codec.PayloadError` for a payload of another size or version."""
     if len(payload) != SIZE:
-        raise RecordError(f"a scheduling record is {SIZE} bytes, got {len(payload)}")
+        raise PayloadError(f"a scheduling record is {SIZE} bytes, got {len(payload)}")
     values = dict(zip((name for name, _ in FIELDS), _STRUCT.unpack(payload), strict=True))
     if values["version"] != VERSION:
-        raise RecordError(
+        raise PayloadError(
             f"scheduling record version {values['version']} is not {VERSION}; run the same"
             " release of agent and scheduler"
         )

@@ -96,10 +96,6 @@ SHORT_MEASURE_S = 6.0
 """``--short`` (the test): shorter warm-up and measurement."""
 
 
-class DemoError(LabError):
-    """The demo cannot run here; the message says why and what to do."""
-
-
 class Stopped(Exception):
     """SIGTERM/SIGHUP arrived; unwind and clean up."""
 
@@ -246,7 +242,7 @@ def _start_schedulers(
     # attempt would see no signals and (correctly) schedule blind.
     while not (signal_cache.healthy() and all(map(signal_cache.snapshot().has_record, nodes))):
         if time.monotonic() > deadline:
-            raise DemoError(f"the scheduler's signal cache did not load {lab.url} in time")
+            raise LabError(f"the scheduler's signal cache did not load {lab.url} in time")
         time.sleep(0.1)
     sources: list[tuple[str, SignalSource]] = [
         (AWARE_SCHEDULER, signal_cache),
@@ -276,7 +272,7 @@ def _find(manifests: list[K8sObject], name: str) -> K8sObject:
     for manifest in manifests:
         if manifest["metadata"]["name"] == name:
             return manifest
-    raise DemoError(f"deploy/demo/pods has no pod named {name}")
+    raise LabError(f"deploy/demo/pods has no pod named {name}")
 
 
 def _blind_copy(manifest: K8sObject) -> K8sObject:
@@ -346,7 +342,7 @@ def _await_bound(cluster: LocalCluster, pod: str, timeout_s: float) -> str:
         if node:
             return str(node)
         time.sleep(0.1)
-    raise DemoError(f"pod {NAMESPACE}/{pod} was not bound within {timeout_s:g} s")
+    raise LabError(f"pod {NAMESPACE}/{pod} was not bound within {timeout_s:g} s")
 
 
 def _await_decision(store: Store, pod: str, timeout_s: float) -> Decision:

@@ -34,7 +34,7 @@ from interference_infra.redis_client import (
     parse_sentinels,
 )
 from interference_infra.redis_tls import RedisTls
-from interference_infra.strict import SettingError, parse_bool
+from interference_infra.strict import SettingsError, parse_bool
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 WIDE_OUTPUT_COLUMNS = 160
@@ -246,7 +246,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     console = Console(width=None if sys.stdout.isatty() else WIDE_OUTPUT_COLUMNS)
     try:
         return _run(args, console, env)
-    except SettingError as exc:
+    except SettingsError as exc:
         print(f"interference: error: {exc}", file=sys.stderr)
         return USAGE_EXIT
     except CliError as exc:

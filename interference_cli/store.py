@@ -43,7 +43,7 @@ from interference_infra.redis_client import (
     RedisTarget,
 )
 from interference_infra.redis_tls import RedisTls
-from interference_infra.strict import SettingError, mask_url
+from interference_infra.strict import SettingsError, mask_url
 
 T = TypeVar("T")
 
@@ -150,7 +150,7 @@ class Store:
                 password=password,
             )
             self._connection = RedisConnection(target, timeout_s)
-        except SettingError:
+        except SettingsError:
             raise  # a setting that cannot work: a usage error, as the other settings
         except (ValueError, TypeError) as exc:
             raise CliError(
@@ -218,7 +218,7 @@ class Store:
 
         def read() -> tuple[list[str], dict[str, float], dict[str, float], list[Any]]:
             client = self._redis
-            ranking = client.zrange(keys.NODES_BY_INDEX, 0, -1, withscores=True)
+            ranking = client.zrange(keys.NODES_BY_SCORE, 0, -1, withscores=True)
             updated = client.zrange(keys.NODES_UPDATED, 0, -1, withscores=True)
             scores = {_text(m): float(s) for m, s in ranking}
             updated_at = {_text(m): float(s) for m, s in updated}
@@ -237,7 +237,7 @@ class Store:
         names, scores, updated_at, hashes = self._call("the node list", read)
         if not names:
             raise CliError(
-                f"no node reports in Redis at {self.shown_url} (no {keys.NODES_BY_INDEX} "
+                f"no node reports in Redis at {self.shown_url} (no {keys.NODES_BY_SCORE} "
                 f"ranking and no {keys.SCHED_KEY_PATTERN} records); is an interference-agent "
                 "running with --redis-url pointing here?"
             )
@@ -280,7 +280,7 @@ class Store:
             pipe = self._redis.pipeline(transaction=False)
             pipe.hgetall(keys.node_key(node))
             pipe.zscore(keys.NODES_UPDATED, node)
-            pipe.zscore(keys.NODES_BY_INDEX, node)
+            pipe.zscore(keys.NODES_BY_SCORE, node)
             pipe.smembers(keys.node_pods_key(node))
             raw, updated, score, members = pipe.execute()
             return raw, updated, score, members
@@ -355,7 +355,7 @@ class Store:
                     continue
                 if key == keys.reports_key(node):
                     found[node] = key
-            for ranking in (keys.NODES_BY_INDEX, keys.NODES_UPDATED):
+            for ranking in (keys.NODES_BY_SCORE, keys.NODES_UPDATED):
                 for member in self._redis.zrange(ranking, 0, -1):
                     node = _text(member)
                     if keys.valid_node_name(node):
@@ -495,7 +495,7 @@ def _needs_scan(all_nodes: bool) -> str:
     why = (
         "--all needs"
         if all_nodes
-        else f"there is no ranking {keys.NODES_BY_INDEX} (is the scheduler running?), and "
+        else f"there is no ranking {keys.NODES_BY_SCORE} (is the scheduler running?), and "
         "listing the nodes without it needs"
     )
     return (

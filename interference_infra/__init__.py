@@ -6,7 +6,7 @@
   (``redis://``, ``rediss://``, ``unix://``), a master found through Redis Sentinel, or a
   Redis Cluster, with TLS and the ``REDIS_USERNAME``/``REDIS_PASSWORD`` credentials;
 * :mod:`interference_infra.strict` — strict parsing of settings from the environment and
-  the command line, and :class:`~interference_infra.strict.SettingError`;
+  the command line, and :class:`~interference_infra.strict.SettingsError`;
 * :mod:`interference_infra.logsetup` — the programs' logging (text or JSON, credentials
   masked);
 * :mod:`interference_infra.cliparse` — the one-line ``argparse`` errors and exit statuses.

@@ -94,7 +94,7 @@ def configure_logging(
     level: str, fmt: str, *, own: Sequence[str] = (), stream: TextIO | None = None
 ) -> None:
     """Set up the root logger of a program; ``level`` and ``fmt`` are validated
-    (:class:`~interference_infra.strict.SettingError`). The loggers named in ``own`` get
+    (:class:`~interference_infra.strict.SettingsError`). The loggers named in ``own`` get
     ``level``; everything else stays at INFO or above even when ``level`` is DEBUG
     (libraries' DEBUG is per-request noise)."""
     threshold = logging.getLevelName(parse_log_level(level))

@@ -84,7 +84,7 @@ class RedisArguments:
 
 
 def redis_arguments(args: argparse.Namespace, environ: Mapping[str, str]) -> RedisArguments:
-    """The parsed flags; :class:`~interference_infra.strict.SettingError` (a ``ValueError``)
+    """The parsed flags; :class:`~interference_infra.strict.SettingsError` (a ``ValueError``)
     naming the flag or variable for a value that cannot work."""
     cluster = args.redis_cluster
     if cluster is None:

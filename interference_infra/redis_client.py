@@ -31,7 +31,7 @@ from redis.exceptions import RedisClusterException
 from redis.sentinel import Sentinel
 
 from interference_infra.redis_tls import RedisTls
-from interference_infra.strict import SettingError, mask_url
+from interference_infra.strict import SettingsError, mask_url
 
 Client: TypeAlias = "redis.Redis[bytes] | RedisCluster[bytes]"
 
@@ -44,7 +44,7 @@ DEFAULT_SENTINEL_MASTER = "mymaster"
 
 
 def parse_sentinels(value: str, what: str = "REDIS_SENTINELS") -> tuple[tuple[str, int], ...]:
-    """``host:port,host:port`` as pairs; :class:`SettingError` naming ``what`` and the
+    """``host:port,host:port`` as pairs; :class:`SettingsError` naming ``what`` and the
     entry that is wrong."""
     out: list[tuple[str, int]] = []
     for item in (part.strip() for part in value.split(",")):
@@ -52,7 +52,7 @@ def parse_sentinels(value: str, what: str = "REDIS_SENTINELS") -> tuple[tuple[st
             continue
         host, sep, port = item.rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
-            raise SettingError(f"{what}: entry {item!r} is not HOST:PORT (port 1–65535)")
+            raise SettingsError(f"{what}: entry {item!r} is not HOST:PORT (port 1–65535)")
         out.append((host.strip("[]"), int(port)))
     return tuple(out)
 
@@ -64,7 +64,7 @@ def credentials_from_env(env: Mapping[str, str]) -> tuple[str | None, str | None
 
 @dataclass(frozen=True, slots=True)
 class RedisTarget:
-    """Where Redis is and how to log in; :class:`ValueError` (a :class:`SettingError`)
+    """Where Redis is and how to log in; :class:`ValueError` (a :class:`SettingsError`)
     for a combination that cannot work."""
 
     url: str
@@ -85,28 +85,28 @@ class RedisTarget:
     def __post_init__(self) -> None:
         scheme = self.url.partition("://")[0] if "://" in self.url else ""
         if scheme not in SCHEMES:
-            raise SettingError(
+            raise SettingsError(
                 f"{mask_url(self.url)!r} must start with redis://, rediss:// or unix://,"
                 " e.g. redis://redis.interference:6379/0"
             )
         userinfo, at, _ = self.url.partition("://")[2].rpartition("@")
         if at and not urlsplit(self.url).netloc.startswith(f"{userinfo}@"):
             # urlsplit and redis-py would read part of the password as host, port or path
-            raise SettingError(
+            raise SettingsError(
                 f"{mask_url(self.url)!r}: the user name or password holds /, ?, # or @: "
                 "percent-encode it in the URL, or give the password in REDIS_PASSWORD"
             )
         if self.sentinels and self.cluster:
-            raise SettingError("use either Redis Sentinel or Redis Cluster, not both")
+            raise SettingsError("use either Redis Sentinel or Redis Cluster, not both")
         if scheme == "unix" and (self.sentinels or self.cluster):
-            raise SettingError(
+            raise SettingsError(
                 "Redis Sentinel and Redis Cluster need a redis:// or rediss:// URL, not unix://"
             )
         if self.sentinels and not self.sentinel_master:
-            raise SettingError("the Sentinel master name must not be empty, e.g. mymaster")
+            raise SettingsError("the Sentinel master name must not be empty, e.g. mymaster")
         database = urlsplit(self.url).path.strip("/")
         if self.sentinels and database and not database.isdigit():
-            raise SettingError(
+            raise SettingsError(
                 f"with Redis Sentinel the URL {mask_url(self.url)!r} gives only the database: "
                 "its path must be a number, e.g. redis://sentinel/0"
             )

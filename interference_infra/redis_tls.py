@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from interference_infra.strict import SettingError, mask_url
+from interference_infra.strict import SettingsError, mask_url
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,16 +28,16 @@ class RedisTls:
         return any((self.ca_file, self.cert_file, self.key_file))
 
     def check(self, url: str) -> None:
-        """:class:`SettingError` for options that cannot work with ``url``: a missing or
+        """:class:`SettingsError` for options that cannot work with ``url``: a missing or
         unreadable file, a certificate without its key (or the reverse), or TLS options
         with a URL that is not ``rediss://``."""
         if self.configured and not url.startswith("rediss://"):
-            raise SettingError(
+            raise SettingsError(
                 f"Redis TLS options are set but the URL {mask_url(url)} is not rediss://; "
                 "use rediss://HOST:PORT/DB for TLS"
             )
         if bool(self.cert_file) != bool(self.key_file):
-            raise SettingError(
+            raise SettingsError(
                 "a Redis client certificate needs both REDIS_CERT_FILE (--redis-cert-file) "
                 "and REDIS_KEY_FILE (--redis-key-file)"
             )
@@ -47,7 +47,7 @@ class RedisTls:
             ("REDIS_KEY_FILE", self.key_file),
         ):
             if path and not os.access(path, os.R_OK):
-                raise SettingError(f"{what}={path!r} is not a readable file")
+                raise SettingsError(f"{what}={path!r} is not a readable file")
 
     def client_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of redis-py's ``Redis.from_url`` for a ``rediss://`` URL."""

@@ -7,6 +7,7 @@ and the accepted values, never a silent default: ``DRY_RUN=Y`` must not mean "bi
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from urllib.parse import urlsplit
 
 TRUE_WORDS = ("true", "1", "yes")
@@ -15,19 +16,26 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LOG_FORMATS = ("json", "text")
 
 
-class SettingError(ValueError):
-    """A setting has a value outside what it accepts; the message says which and why."""
+class SettingsError(ValueError):
+    """One or more settings have values outside what they accept; ``problems`` holds one
+    line per setting, each naming it and saying why, and the message joins them with
+    ``; `` (a single problem reads as itself). Every program raises this for a bad flag,
+    environment variable or configuration value, and exits 2 on it."""
+
+    def __init__(self, problems: str | Sequence[str]) -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("; ".join(self.problems))
 
 
 def parse_bool(name: str, value: str) -> bool:
     """``true``/``1``/``yes`` → True, ``false``/``0``/``no`` → False (case-insensitive,
-    surrounding blanks ignored); anything else raises :class:`SettingError` naming ``name``."""
+    surrounding blanks ignored); anything else raises :class:`SettingsError` naming ``name``."""
     word = value.strip().lower()
     if word in TRUE_WORDS:
         return True
     if word in FALSE_WORDS:
         return False
-    raise SettingError(
+    raise SettingsError(
         f"{name}={value!r} is not a boolean; use one of "
         + "/".join(w for pair in zip(TRUE_WORDS, FALSE_WORDS, strict=True) for w in pair)
     )
@@ -42,13 +50,13 @@ def parse_number(
     above: float | None = None,
     integer: bool = False,
 ) -> float:
-    """``value`` as a finite number within the range, else :class:`SettingError` saying
+    """``value`` as a finite number within the range, else :class:`SettingsError` saying
     the allowed range: ``minimum ≤ v ≤ maximum`` and ``v > above`` (each bound optional)."""
     try:
         number = int(value.strip()) if integer else float(value.strip())
     except ValueError:
         kind = "a whole number" if integer else "a number"
-        raise SettingError(
+        raise SettingsError(
             f"{name}={value!r} is not {kind}; {allowed_range(minimum, maximum, above)}"
         ) from None
     check_range(name, number, minimum=minimum, maximum=maximum, above=above)
@@ -63,7 +71,7 @@ def check_range(
     maximum: float | None = None,
     above: float | None = None,
 ) -> None:
-    """:class:`SettingError` unless ``number`` is finite and within the range."""
+    """:class:`SettingsError` unless ``number`` is finite and within the range."""
     inside = (
         math.isfinite(number)
         and (minimum is None or number >= minimum)
@@ -71,7 +79,7 @@ def check_range(
         and (above is None or number > above)
     )
     if not inside:
-        raise SettingError(
+        raise SettingsError(
             f"{name}={number:g} is out of range; {allowed_range(minimum, maximum, above)}"
         )
 
@@ -93,20 +101,20 @@ def allowed_range(
 
 
 def parse_log_level(value: str) -> str:
-    """A log level name in any case (``debug``, ``Info``) as ``DEBUG``…; SettingError else."""
+    """A log level name in any case (``debug``, ``Info``) as ``DEBUG``…; SettingsError else."""
     level = value.strip().upper()
     if level == "WARN":
         level = "WARNING"
     if level not in LOG_LEVELS:
-        raise SettingError(f"log level {value!r} is not one of {', '.join(LOG_LEVELS)} (any case)")
+        raise SettingsError(f"log level {value!r} is not one of {', '.join(LOG_LEVELS)} (any case)")
     return level
 
 
 def parse_log_format(value: str) -> str:
-    """``json`` or ``text`` in any case; SettingError else."""
+    """``json`` or ``text`` in any case; SettingsError else."""
     fmt = value.strip().lower()
     if fmt not in LOG_FORMATS:
-        raise SettingError(f"log format {value!r} is not one of {', '.join(LOG_FORMATS)}")
+        raise SettingsError(f"log format {value!r} is not one of {', '.join(LOG_FORMATS)}")
     return fmt
 
 

@@ -27,7 +27,7 @@ from interference.signals import NodeReport
 from interference_infra.cliparse import RUNTIME_EXIT, OneLineParser
 from interference_infra.logsetup import configure_logging
 from interference_infra.redis_arguments import add_redis_arguments, redis_arguments
-from interference_infra.strict import SettingError, check_range, parse_number
+from interference_infra.strict import SettingsError, check_range, parse_number
 from node_agent import probes
 from node_agent.agent import Agent, build_agent, publisher_settings
 from node_agent.credentials import DEFAULT_TOKEN_FILE
@@ -260,7 +260,7 @@ def score_references(overrides: Sequence[str]) -> IndexReferences:
 
 def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> AgentSettings:
     """Settings from parsed flags and the environment; ``ValueError`` (a
-    :class:`~interference_infra.strict.SettingError` for a bad number or boolean) naming the
+    :class:`~interference_infra.strict.SettingsError` for a bad number or boolean) naming the
     flag or variable and what it accepts."""
     redis = redis_arguments(args, environ)
     interval = _number(args.interval, environ, "--interval", "INTERVAL_S", above=0)
@@ -313,7 +313,7 @@ def check_probe_names(names: Sequence[str]) -> None:
     known = probes.base.registered()
     unknown = [name for name in names if name not in known]
     if unknown:
-        raise SettingError(
+        raise SettingsError(
             f"unknown probe(s) {', '.join(unknown)} in --probes/PROBES; "
             f"choose from {', '.join(sorted(known))}"
         )
@@ -330,7 +330,7 @@ def check_cgroup_root(settings: AgentSettings) -> None:
         for controller in ("cpu,cpuacct", "cpu", "cpuacct", "memory", "cpuset")
     ]
     if not any(os.path.isdir(path) for path in candidates):
-        raise SettingError(
+        raise SettingsError(
             f"--cgroup-root/CGROUP_ROOT {settings.cgroup_root!r} is not a cgroup: "
             f"{candidates[0]} does not exist (nor under the v1 controllers of "
             f"{settings.cgroup_v1_mount}); name an existing cgroup or use /"

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import yaml
 
 from interference_infra.kube_watch import Backoff, Gone, list_and_watch
+from interference_infra.strict import SettingsError
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +33,6 @@ class PodDirectory(Protocol):
 
     def lookup(self, uid: str) -> tuple[str, str] | None:
         """``(namespace, name)``, or ``None`` when the UID is unknown."""
-
-
-class PodDirectoryFileError(ValueError):
-    """A static pod directory file is unreadable or not a ``{uid: "namespace/name"}`` map."""
 
 
 class StaticPodDirectory:
@@ -52,26 +49,27 @@ class StaticPodDirectory:
     def from_file(cls, path: str | Path) -> StaticPodDirectory:
         """Load a YAML or JSON file holding ``{uid: "namespace/name"}``.
 
-        Raises :class:`PodDirectoryFileError` saying which entry is wrong and why.
+        Raises :class:`~interference_infra.strict.SettingsError` (``--pods-file`` is a
+        setting) saying which entry is wrong and why.
         """
         try:
             text = Path(path).read_text()
         except OSError as exc:
-            raise PodDirectoryFileError(f"cannot read pod directory file {path}: {exc}") from exc
+            raise SettingsError(f"cannot read pod directory file {path}: {exc}") from exc
         try:
             # YAML is a superset of JSON, so one parser reads both.
             data: Any = yaml.safe_load(text) if text.strip() else {}
         except yaml.YAMLError as exc:
-            raise PodDirectoryFileError(f"{path} is not valid YAML/JSON: {exc}") from exc
+            raise SettingsError(f"{path} is not valid YAML/JSON: {exc}") from exc
         if not isinstance(data, dict):
-            raise PodDirectoryFileError(
+            raise SettingsError(
                 f'{path} must hold a mapping {{uid: "namespace/name"}}, got {type(data).__name__}'
             )
         pods: dict[str, tuple[str, str]] = {}
         for uid, ref in data.items():
             namespace, _, name = str(ref).partition("/")
             if not isinstance(ref, str) or not namespace or not name or "/" in name:
-                raise PodDirectoryFileError(
+                raise SettingsError(
                     f'{path}: entry {uid!r}: {json.dumps(ref)} is not "namespace/name"'
                 )
             pods[str(uid)] = (namespace, name)

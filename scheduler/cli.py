@@ -36,7 +36,7 @@ from interference import keys
 from interference_infra.cliparse import RUNTIME_EXIT, USAGE_EXIT, OneLineParser
 from interference_infra.logsetup import configure_logging, mask_credentials
 from interference_infra.redis_client import REDIS_ERRORS, RedisConnection, parse_sentinels
-from interference_infra.strict import SettingError, parse_bool
+from interference_infra.strict import SettingsError, parse_bool
 from scheduler.adapters.kubernetes import KubernetesCluster, make_api_client
 from scheduler.adapters.leader import LeaderElector, default_identity
 from scheduler.adapters.redis_signals import (
@@ -119,7 +119,7 @@ def report_reachability(
     except ClusterError as exc:
         log.error("Kubernetes API: %s (retrying in the background)", exc)
     try:
-        connection.client().zrange(keys.NODES_BY_INDEX, 0, 0)
+        connection.client().zrange(keys.NODES_BY_SCORE, 0, 0)
     except REDIS_ERRORS as exc:
         connection.reset()
         log.error(
@@ -136,7 +136,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def overrides(args: argparse.Namespace, env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
-    """Config fields set by flags or the environment; :class:`SettingError` for a
+    """Config fields set by flags or the environment; :class:`SettingsError` for a
     malformed ``DRY_RUN`` (a mistyped value must never mean "bind")."""
     sections: dict[str, dict[str, Any]] = {}
     redis_section: dict[str, Any] = {}
@@ -298,7 +298,7 @@ def prepare(
     try:
         configure_logging(args.log_level, args.log_format, own=["scheduler"])
         fixed = overrides(args, env)
-    except SettingError as exc:
+    except SettingsError as exc:
         parser.error(str(exc))
     try:
         loaded = load_config(args.config) if args.config else SchedulerConfig()

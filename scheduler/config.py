@@ -50,7 +50,8 @@ from typing import Any, Literal, get_args, get_origin
 
 import yaml
 
-from interference_infra.strict import SettingError, parse_bool
+from interference_infra.strict import SettingsError as SettingError
+from interference_infra.strict import parse_bool
 from scheduler.adapters.kubernetes import KubernetesSettings
 from scheduler.adapters.leader import LeaderElectionSettings
 from scheduler.adapters.redis_signals import RedisSettings

@@ -26,7 +26,7 @@ from prometheus_client import CollectorRegistry
 
 from interference_infra.cliparse import RUNTIME_EXIT, USAGE_EXIT, OneLineParser
 from interference_infra.logsetup import configure_logging, mask_credentials
-from interference_infra.strict import SettingError
+from interference_infra.strict import SettingsError
 from scheduler.adapters.kubernetes import KubernetesCluster, make_api_client
 from scheduler.adapters.leader import default_identity
 from scheduler.adapters.redis_signals import (
@@ -181,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         configure_logging(args.log_level, args.log_format, own=["scheduler"])
         fixed = overrides(args, os.environ)
-    except SettingError as exc:
+    except SettingsError as exc:
         parser.error(str(exc))
     fixed.pop("loop", None)  # DRY_RUN does not apply: the extender never binds
     try:

@@ -67,7 +67,7 @@ from interference_infra.redis_client import (
     parse_sentinels,
 )
 from interference_infra.redis_tls import RedisTls
-from interference_infra.strict import SettingError
+from interference_infra.strict import SettingsError
 from scheduler.signal_frame import SIGNAL_COLUMNS, SignalFrame, no_signal_value
 from scheduler.signal_records import (
     MAX_CLOCK_SKEW_S,
@@ -150,13 +150,13 @@ class RedisSettings:
     def __post_init__(self) -> None:
         try:
             parse_sentinels(",".join(self.sentinels), "sentinels")
-        except SettingError as exc:
+        except SettingsError as exc:
             raise ValueError(str(exc)) from None
         if self.sentinels and self.cluster:
             raise ValueError("cluster: use either Redis Sentinel (sentinels) or Redis Cluster")
         try:
             self.target()
-        except SettingError as exc:
+        except SettingsError as exc:
             raise ValueError(f"url: {exc}") from None
         for name in (
             "socket_timeout_s",
@@ -186,7 +186,7 @@ class RedisSettings:
         return RedisTls(self.ca_file, self.cert_file, self.key_file)
 
     def target(self, env: Mapping[str, str] | None = None) -> RedisTarget:
-        """Where Redis is, with the credentials of ``env`` (:class:`SettingError` for a
+        """Where Redis is, with the credentials of ``env`` (:class:`SettingsError` for a
         combination that cannot work)."""
         username, password = credentials_from_env(env or {})
         return RedisTarget(

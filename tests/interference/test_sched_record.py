@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from interference import sched_record
+from interference.codec import PayloadError
 from interference.signals import (
     SIGNAL_FAMILIES,
     GpuDevice,
@@ -142,19 +143,19 @@ def test_layout_is_fixed_little_endian_and_packed() -> None:
 @pytest.mark.parametrize("size", [0, 1, sched_record.SIZE - 1, sched_record.SIZE + 1, 4096])
 def test_decode_refuses_a_payload_of_another_size(size: int) -> None:
     payload = (sched_record.encode(BASE) * 10)[:size]
-    with pytest.raises(sched_record.RecordError, match=f"{sched_record.SIZE} bytes, got {size}"):
+    with pytest.raises(PayloadError, match=f"{sched_record.SIZE} bytes, got {size}"):
         sched_record.decode(payload)
 
 
 @pytest.mark.parametrize("version", [0, sched_record.VERSION + 1, 0xFFFF])
 def test_decode_refuses_another_version(version: int) -> None:
     payload = version.to_bytes(2, "little") + sched_record.encode(BASE)[2:]
-    with pytest.raises(sched_record.RecordError, match=f"version {version} is not"):
+    with pytest.raises(PayloadError, match=f"version {version} is not"):
         sched_record.decode(payload)
 
 
 def test_record_error_is_a_value_error() -> None:
-    assert issubclass(sched_record.RecordError, ValueError)
+    assert issubclass(PayloadError, ValueError)
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from interference_infra.redis_client import (
     parse_sentinels,
 )
 from interference_infra.redis_tls import RedisTls
-from interference_infra.strict import SettingError
+from interference_infra.strict import SettingsError
 from tests.conftest import RedisServer
 
 
@@ -32,7 +32,7 @@ def test_parse_sentinels(value: str, parsed: tuple[tuple[str, int], ...]) -> Non
 
 @pytest.mark.parametrize("entry", ["s-0", "s-0:", ":26379", "s-0:port", "s-0:70000"])
 def test_parse_sentinels_names_the_bad_entry(entry: str) -> None:
-    with pytest.raises(SettingError, match=f"--redis-sentinels: entry '{entry}' is not HOST:PORT"):
+    with pytest.raises(SettingsError, match=f"--redis-sentinels: entry '{entry}' is not HOST:PORT"):
         parse_sentinels(f"ok:1,{entry}", "--redis-sentinels")
 
 
@@ -54,7 +54,7 @@ def test_parse_sentinels_names_the_bad_entry(entry: str) -> None:
     ],
 )
 def test_targets_that_cannot_work_are_refused(target: object, problem: str) -> None:
-    with pytest.raises(SettingError, match=problem):
+    with pytest.raises(SettingsError, match=problem):
         target()  # type: ignore[operator]
 
 
@@ -72,7 +72,7 @@ def test_a_password_with_unencoded_url_delimiters_is_refused_without_showing_it(
 ) -> None:
     """urlsplit (and redis-py) would end the host early and read part of the password as
     the port or path, then print it in the parse error."""
-    with pytest.raises(SettingError, match="percent-encode") as raised:
+    with pytest.raises(SettingsError, match="percent-encode") as raised:
         RedisTarget(url)
     assert not any(part in str(raised.value) for part in secrets)
 

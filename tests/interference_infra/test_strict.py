@@ -13,7 +13,7 @@ from urllib3.exceptions import InsecureRequestWarning
 
 from interference_infra.logsetup import configure_logging, mask_credentials
 from interference_infra.strict import (
-    SettingError,
+    SettingsError,
     allowed_range,
     mask_url,
     parse_bool,
@@ -40,7 +40,7 @@ def test_booleans_accept_six_words(value: str, expected: bool) -> None:
 
 @pytest.mark.parametrize("value", ["Y", "n", "enabled", "maybe", "on", "off", "2", "", "tru"])
 def test_anything_else_is_an_error_naming_the_variable(value: str) -> None:
-    with pytest.raises(SettingError, match=r"^DRY_RUN=.* is not a boolean; use one of"):
+    with pytest.raises(SettingsError, match=r"^DRY_RUN=.* is not a boolean; use one of"):
         parse_bool("DRY_RUN", value)
 
 
@@ -72,7 +72,7 @@ def test_allowed_range_reads_like_the_docs(bounds: dict[str, float], text: str) 
 def test_numbers_out_of_range_say_the_range(
     value: str, bounds: dict[str, float], message: str
 ) -> None:
-    with pytest.raises(SettingError) as raised:
+    with pytest.raises(SettingsError) as raised:
         parse_number("W", value, **bounds)  # type: ignore[arg-type]
     assert str(raised.value).startswith(message)
 

@@ -13,9 +13,9 @@ import kmock
 import pytest
 from kubernetes import client
 
+from interference_infra.strict import SettingsError
 from node_agent.pods import (
     KubernetesPodDirectory,
-    PodDirectoryFileError,
     PodWatchSettings,
     StaticPodDirectory,
 )
@@ -56,12 +56,12 @@ def test_static_directory_from_yaml_and_json(tmp_path: Path) -> None:
 def test_static_directory_file_errors(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "pods.yaml"
     path.write_text(text)
-    with pytest.raises(PodDirectoryFileError, match=message):
+    with pytest.raises(SettingsError, match=message):
         StaticPodDirectory.from_file(path)
 
 
 def test_static_directory_missing_file(tmp_path: Path) -> None:
-    with pytest.raises(PodDirectoryFileError, match="cannot read"):
+    with pytest.raises(SettingsError, match="cannot read"):
         StaticPodDirectory.from_file(tmp_path / "absent.yaml")
 
 
