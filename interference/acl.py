@@ -34,14 +34,6 @@ def agent_username(node: str) -> str:
     return USERNAME_PREFIX + node
 
 
-def node_of_username(username: str) -> str | None:
-    """The node of an :func:`agent_username`, None for any other user."""
-    if not username.startswith(USERNAME_PREFIX):
-        return None
-    node = username[len(USERNAME_PREFIX) :]
-    return node if keys.valid_node_name(node) else None
-
-
 def agent_acl_rules(node: str, password: str, *, cluster: bool = False) -> list[str]:
     """The ``ACL SETUSER agent:NODE`` arguments giving ``node``'s agent the password
     ``password`` (its only one: ``reset`` drops earlier ones) and exactly

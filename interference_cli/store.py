@@ -114,11 +114,6 @@ class NodeDetail:
     """The latest report's windowed signals (``10s``, ``60s``)."""
 
 
-def is_stale(updated_at: float, interval_s: float, now: float) -> bool:
-    """The one freshness rule, :func:`interference.freshness.is_fresh`, negated."""
-    return not freshness.is_fresh(updated_at, interval_s, now)
-
-
 class Store:
     """The Redis store, read through one connection."""
 

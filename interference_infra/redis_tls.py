@@ -59,12 +59,3 @@ class RedisTls:
         if self.key_file:
             kwargs["ssl_keyfile"] = self.key_file
         return kwargs
-
-
-def tls_from_env(environ: Any) -> RedisTls:
-    """The TLS options from ``REDIS_CA_FILE``, ``REDIS_CERT_FILE``, ``REDIS_KEY_FILE``."""
-    return RedisTls(
-        ca_file=environ.get("REDIS_CA_FILE") or None,
-        cert_file=environ.get("REDIS_CERT_FILE") or None,
-        key_file=environ.get("REDIS_KEY_FILE") or None,
-    )

@@ -213,11 +213,6 @@ class ClusterCache:
         with self.lock:
             return self._pending.get(key)
 
-    def pending_count(self) -> int:
-        """How many pods wait for this scheduler (not counting assumed ones)."""
-        with self.lock:
-            return len(self._pending)
-
     def take_unparseable(self) -> list[UnparseablePod]:
         """Pods of ours that do not parse and were not reported yet (each version once)."""
         with self.lock:

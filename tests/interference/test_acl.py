@@ -21,7 +21,6 @@ from tests.conftest import RedisServer
 )
 def test_agent_username(node: str, username: str) -> None:
     assert acl.agent_username(node) == username
-    assert acl.node_of_username(username) == node
 
 
 @pytest.mark.parametrize(
@@ -49,11 +48,6 @@ def test_names_that_are_not_node_names_are_refused(node: str) -> None:
         acl.agent_username(node)
     with pytest.raises(ValueError, match="node name"):
         acl.agent_acl_rules(node, "secret")
-
-
-@pytest.mark.parametrize("username", ["default", "agent:", "agent:*", "agent:A", "x:node-a"])
-def test_node_of_other_usernames_is_none(username: str) -> None:
-    assert acl.node_of_username(username) is None
 
 
 @pytest.mark.parametrize(
