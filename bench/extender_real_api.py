@@ -55,7 +55,7 @@ from bench.scheduler_real_api import (  # noqa: E402
     create_nodes,
     run_round,
 )
-from interference import keys  # noqa: E402
+from interference import freshness  # noqa: E402
 from interference.signals import SIGNAL_FAMILIES, NodeMetrics, NodeReport  # noqa: E402
 from interference_cli.redis_process import free_port, private_redis_server  # noqa: E402
 from node_agent.publisher import PublisherSettings, RedisPublisher  # noqa: E402
@@ -73,7 +73,7 @@ def publish_quiet_reports(redis_url: str, nodes: int) -> None:
     agent's own publishing code: every key of each node, its scheduling record included."""
     interval_s = 600.0
     publisher = RedisPublisher(
-        PublisherSettings(redis_url=redis_url, ttl_s=keys.ttl_seconds(interval_s))
+        PublisherSettings(redis_url=redis_url, ttl_s=freshness.ttl_seconds(interval_s))
     )
     store: redis.Redis[bytes] = redis.Redis.from_url(redis_url)
     pipe = store.pipeline(transaction=False)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from interference import freshness, sched_record
+from interference import sched_record
 
 PREFIX = "intf:"
 
@@ -126,9 +126,3 @@ def node_from_sched_key(key: str) -> str:
 def decision_key(namespace: str, pod: str) -> str:
     """Hash of the scheduler's latest decision for one pod."""
     return f"intf:decision:{namespace}/{pod}"
-
-
-def ttl_seconds(interval_s: float) -> int:
-    """TTL of every per-node key: :func:`interference.freshness.ttl_seconds` (3 × the
-    report interval, at least 5 s — the same age after which a report is stale)."""
-    return freshness.ttl_seconds(interval_s)

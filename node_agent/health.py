@@ -10,10 +10,8 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from interference.freshness import MISSED_INTERVALS
 from interference_infra.http import HEALTHZ_PATH, READYZ_PATH, HealthEndpoint, problem_check
-
-STALE_INTERVALS = 3
-"""``/healthz`` fails once no interval completed for this many intervals."""
 
 HealthCheck = Callable[[], str]
 """Returns "" when fine, else the reason it is not (sent with the 503)."""
@@ -76,18 +74,19 @@ def liveness_problem(
     """Why the measure loop is not alive, or "" when it is.
 
     With ``since = last_measured`` (else ``loop_started`` before the first interval), the
-    loop is alive when ``now − since ≤ STALE_INTERVALS · interval_s``. Before the loop
+    loop is alive when ``now − since ≤ MISSED_INTERVALS · interval_s`` (the intervals a
+    report stays fresh for, :mod:`interference.freshness`). Before the loop
     starts (probes still loading, BCC compiling) it is not alive yet: a startup probe,
     not the liveness probe, covers that time. All times are ``time.monotonic()`` seconds.
     """
     if loop_started is None:
         return "starting: the probes are loading and the measure loop has not begun"
     since = last_measured if last_measured is not None else loop_started
-    limit = STALE_INTERVALS * interval_s
+    limit = MISSED_INTERVALS * interval_s
     if now - since <= limit:
         return ""
     what = "no interval measured" if last_measured is not None else "no interval measured yet"
-    return f"{what} for {now - since:.1f} s (limit {STALE_INTERVALS} × {interval_s:g} s)"
+    return f"{what} for {now - since:.1f} s (limit {MISSED_INTERVALS} × {interval_s:g} s)"
 
 
 class AgentHttpServer(HealthEndpoint):

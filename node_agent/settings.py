@@ -6,7 +6,7 @@ import os
 import socket
 from dataclasses import dataclass, field
 
-from interference import keys
+from interference import freshness, keys
 from interference.score import IndexReferences
 from interference_infra.redis_tls import RedisTls
 from node_agent.cpus import CpuCount, subtree_cpus
@@ -68,7 +68,7 @@ class AgentSettings:
     interval_s: float = 1.0
     """Seconds between reports."""
     ttl_s: int | None = None
-    """TTL of every hash; None means :func:`interference.keys.ttl_seconds` of the interval."""
+    """TTL of every hash; None means :func:`interference.freshness.ttl_seconds` of the interval."""
     stream_maxlen: int = keys.NODE_REPORTS_MAXLEN
     """Cap of the node's report stream (exact ``XADD MAXLEN``)."""
     unready_after_publish_failures: int = 3
@@ -143,7 +143,7 @@ class AgentSettings:
     @property
     def effective_ttl_s(self) -> int:
         """The TTL written on every hash."""
-        return self.ttl_s if self.ttl_s is not None else keys.ttl_seconds(self.interval_s)
+        return self.ttl_s if self.ttl_s is not None else freshness.ttl_seconds(self.interval_s)
 
     def cpus(self) -> CpuCount:
         """The run-queue wait ratio's CPU count: ``ncpu`` when given, else the cpuset of

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from interference import keys
+from interference import freshness, keys
 from interference.decision import CandidateVerdict, Decision, decision_hash
 from interference.signals import NodeMetrics, NodeReport, PodMetrics, WindowMetrics
 from interference_cli.main import main
@@ -29,7 +29,9 @@ CLI = [sys.executable, "-m", "interference_cli.main"]
 def publish(client: redis.Redis, report: NodeReport) -> None:
     """Write a report with the agent's own publisher."""
     url = "redis://{host}:{port}/0".format(**client.connection_pool.connection_kwargs)
-    publisher = RedisPublisher(PublisherSettings(url, ttl_s=keys.ttl_seconds(report.interval_s)))
+    publisher = RedisPublisher(
+        PublisherSettings(url, ttl_s=freshness.ttl_seconds(report.interval_s))
+    )
     try:
         assert publisher.publish(report)
     finally:

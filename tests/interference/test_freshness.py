@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from interference import freshness, keys
+from interference import freshness
 
 
 @pytest.mark.parametrize(
     ("interval_s", "ttl_s"),
-    [(0.1, 5), (1.0, 5), (1.7, 5), (2.0, 6), (10.0, 30), (0.5, 5)],
+    [(0.1, 5), (0.5, 5), (1.0, 5), (1.5, 5), (1.7, 5), (2.0, 6), (2.5, 8), (10.0, 30), (60.0, 180)],
 )
 def test_stale_after_is_three_intervals_at_least_five_seconds(
     interval_s: float, ttl_s: int
 ) -> None:
     assert freshness.ttl_seconds(interval_s) == ttl_s
     assert freshness.stale_after_s(interval_s) == ttl_s
-    assert keys.ttl_seconds(interval_s) == ttl_s  # the hashes' TTL is the same number
 
 
 @pytest.mark.parametrize(

@@ -167,14 +167,6 @@ def test_node_from_sched_key_rejects_other_keys(key: str) -> None:
         keys.node_from_sched_key(key)
 
 
-@pytest.mark.parametrize(
-    ("interval_s", "ttl"),
-    [(0.1, 5), (1.0, 5), (1.5, 5), (2.0, 6), (2.5, 8), (10.0, 30), (60.0, 180)],
-)
-def test_ttl_is_three_intervals_and_at_least_five_seconds(interval_s: float, ttl: int) -> None:
-    assert keys.ttl_seconds(interval_s) == ttl
-
-
 def test_scheduling_records_fall_into_a_few_hash_tag_groups_that_spread() -> None:
     groups = [keys.sched_key_group(f"node-{i:05d}") for i in range(5_000)]
     counts = [groups.count(g) for g in range(keys.SCHED_KEY_GROUPS)]

@@ -22,7 +22,7 @@ from typing import TypeVar
 import pytest
 import redis
 
-from interference import codec, keys, sched_record
+from interference import codec, freshness, keys, sched_record
 from interference.signals import SCHEMA_VERSION, NodeMetrics, NodeReport
 from node_agent.agent import Agent, pod_directory
 from node_agent.pods import KubernetesPodDirectory, StaticPodDirectory
@@ -149,7 +149,7 @@ def test_agent_publishes_readable_keys_that_expire_after_it_stops(
     metrics, updated_at = codec.parse_node_hash(fields)
     assert abs(updated_at - time.time()) < 60
     assert 0 <= metrics.interference_index <= 100
-    assert 0 < r.ttl(keys.node_key(agent.node)) <= keys.ttl_seconds(1.0)
+    assert 0 < r.ttl(keys.node_key(agent.node)) <= freshness.ttl_seconds(1.0)
 
     # The scheduling record; the ranking is the scheduler's to write, never the agent's.
     payload = redis.Redis(port=redis_server.port).get(keys.sched_key(agent.node))
@@ -157,7 +157,7 @@ def test_agent_publishes_readable_keys_that_expire_after_it_stops(
     record = sched_record.decode(payload)
     assert record["node_id"] == sched_record.node_id(agent.node)
     assert abs(record["ts"] - time.time()) < 60
-    assert 0 < r.ttl(keys.sched_key(agent.node)) <= keys.ttl_seconds(1.0)
+    assert 0 < r.ttl(keys.sched_key(agent.node)) <= freshness.ttl_seconds(1.0)
     assert not r.exists(keys.NODES_BY_SCORE, keys.NODES_UPDATED)
     patterns = keys.node_key_patterns(agent.node)
     assert all(k.startswith(patterns[0]) for k in r.scan_iter()), "a key of no node"
@@ -180,7 +180,7 @@ def test_agent_publishes_readable_keys_that_expire_after_it_stops(
     wait_for(
         "the node's keys to expire",
         lambda: r.exists(*node_keys) == 0,
-        timeout_s=keys.ttl_seconds(1.0) + 15,
+        timeout_s=freshness.ttl_seconds(1.0) + 15,
     )
 
 
