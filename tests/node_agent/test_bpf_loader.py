@@ -63,6 +63,18 @@ def test_shared_header_histogram_matches_python_histograms() -> None:
     assert f"#define HIST_SLOTS {hist.MAX_SLOTS}\n" in header
 
 
+@pytest.mark.parametrize("name", ["runqlat", "reclaim"])
+def test_every_map_the_loader_reads_is_declared_by_the_program(name: str) -> None:
+    """The map names the loader looks up (``STATS_TABLE``, …) are spelled in the C too:
+    a rename on one side only must fail here, not when the agent loads on a node."""
+    text = read_program(default_bpf_dir(), name)
+    needed = [bpf_loader.STATS_TABLE, bpf_loader.GENERATION_TABLE, bpf_loader.LOST_TABLE]
+    if name == "runqlat":  # the one program whose tasks map the loader seeds
+        needed.append(bpf_loader.SEEDED_TASKS_TABLE)
+    for table in needed:
+        assert re.search(rf"^BPF_\w+\(.*\b{table.decode()}\b", text, re.MULTILINE), table
+
+
 def test_shared_header_lost_entry_kinds_match_the_loader() -> None:
     """The loader reads ``lost_entries`` slot ``parity * LOST_KINDS + kind`` by the same
     kind order as ``LOST_*_ENTRY`` in ``bpf/intf.h``."""
