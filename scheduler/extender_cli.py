@@ -37,7 +37,7 @@ from scheduler.adapters.redis_signals import (
     connect,
 )
 from scheduler.cache import ClusterCache
-from scheduler.cli import add_process_arguments, one_line, overrides, report_reachability
+from scheduler.cli_common import add_process_arguments, one_line, overrides, report_reachability
 from scheduler.config import (
     ConfigError,
     ConfigWatcher,

@@ -1,0 +1,107 @@
+"""What the two entry points of ``interference-scheduler`` share: the standalone
+scheduler (:mod:`scheduler.cli`) and kube-scheduler extender mode
+(:mod:`scheduler.extender_cli`) both import this module, neither imports the other's
+internals — the process flags, the settings taken from flags and the environment, the
+start-up reachability lines and the one-line configuration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from interference import keys
+from interference_infra.redis_client import REDIS_ERRORS, RedisConnection, parse_sentinels
+from interference_infra.strict import parse_bool
+from scheduler.adapters.kubernetes import KubernetesCluster
+from scheduler.config import ConfigError
+from scheduler.ports import ClusterError
+
+log = logging.getLogger("scheduler")
+
+TLS_ENV = {"REDIS_CA_FILE": "ca_file", "REDIS_CERT_FILE": "cert_file", "REDIS_KEY_FILE": "key_file"}
+"""Environment variables that set the Redis TLS options of the config's ``redis`` section."""
+
+
+def add_process_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--config``, ``--kubeconfig``, ``--log-level`` and ``--log-format``: the flags the
+    standalone scheduler and the extender share."""
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=os.environ.get("INTERFERENCE_SCHEDULER_CONFIG", ""),
+        help="YAML config file, reloaded on change (env INTERFERENCE_SCHEDULER_CONFIG)",
+    )
+    parser.add_argument(
+        "--kubeconfig", metavar="FILE", default="", help="kubeconfig (default: in-cluster)"
+    )
+    parser.add_argument(
+        "--log-level",
+        default=os.environ.get("LOG_LEVEL", "INFO"),
+        help="DEBUG, INFO, WARNING or ERROR, any case (env LOG_LEVEL; default INFO)",
+    )
+    parser.add_argument(
+        "--log-format",
+        default=os.environ.get("LOG_FORMAT", "text"),
+        help="json (one object per line) or text (env LOG_FORMAT; default text)",
+    )
+
+
+def report_reachability(
+    cluster: KubernetesCluster, connection: RedisConnection, while_down: str
+) -> None:
+    """One clear line each when the API server or Redis cannot be reached at start;
+    ``while_down`` says what the process does until Redis answers."""
+    try:
+        cluster.list_page("Node", "")
+    except ClusterError as exc:
+        log.error("Kubernetes API: %s (retrying in the background)", exc)
+    try:
+        connection.client().zrange(keys.NODES_BY_SCORE, 0, 0)
+    except REDIS_ERRORS as exc:
+        connection.reset()
+        log.error(
+            "Redis: cannot reach %s (%s); check redis.url / REDIS_URL and REDIS_USERNAME /"
+            " REDIS_PASSWORD; %s until it answers",
+            connection.target.describe(),
+            exc,
+            while_down,
+        )
+
+
+def overrides(args: argparse.Namespace, env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """Config fields set by flags or the environment; :class:`SettingsError` for a
+    malformed ``DRY_RUN`` (a mistyped value must never mean "bind")."""
+    sections: dict[str, dict[str, Any]] = {}
+    redis_section: dict[str, Any] = {}
+    if env.get("REDIS_URL"):
+        redis_section["url"] = env["REDIS_URL"]
+    for variable, name in TLS_ENV.items():
+        if env.get(variable):
+            redis_section[name] = env[variable]
+    if env.get("REDIS_SENTINELS", "").strip():
+        sentinels = parse_sentinels(env["REDIS_SENTINELS"], "REDIS_SENTINELS")
+        redis_section["sentinels"] = tuple(f"{host}:{port}" for host, port in sentinels)
+    if env.get("REDIS_SENTINEL_MASTER"):
+        redis_section["sentinel_master"] = env["REDIS_SENTINEL_MASTER"]
+    if env.get("REDIS_CLUSTER", "").strip():
+        redis_section["cluster"] = parse_bool("REDIS_CLUSTER", env["REDIS_CLUSTER"])
+    if redis_section:
+        sections["redis"] = redis_section
+    dry_run = args.dry_run
+    if dry_run is None and env.get("DRY_RUN", "").strip():
+        dry_run = parse_bool("DRY_RUN", env["DRY_RUN"])
+    if dry_run is not None:
+        sections["loop"] = {"dry_run": dry_run}
+    if args.kubeconfig:
+        sections["kubernetes"] = {"kubeconfig": args.kubeconfig}
+    return sections
+
+
+def one_line(error: ConfigError) -> str:
+    """A configuration error as one line: the file, then every problem."""
+    problems = "; ".join(" ".join(problem.split()) for problem in error.problems)
+    return str(error).split(":", 1)[0] + ": invalid configuration: " + problems
