@@ -64,7 +64,7 @@ from kubernetes import client
 from prometheus_client import CollectorRegistry
 
 from interference.decision import Decision
-from interference.signals import NodeMetrics
+from interference.signals import SIGNAL_FAMILIES, NodeMetrics
 from interference_cli.redis_process import RedisServerError, private_redis_server
 from scheduler.adapters.kubernetes import KubernetesCluster
 from scheduler.adapters.memory import InMemoryCluster, node_object, pod_object
@@ -323,7 +323,10 @@ class ReportingSignals:
 
     def _report(self) -> None:
         now = time.time()
-        self._snapshot = {name: NodeSignals(m, updated_at=now) for name, m in self._metrics.items()}
+        self._snapshot = {
+            name: NodeSignals(m, updated_at=now, measured=SIGNAL_FAMILIES)
+            for name, m in self._metrics.items()
+        }
         self.reports += 1
 
     def run(self, stop: threading.Event) -> None:

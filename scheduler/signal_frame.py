@@ -23,7 +23,6 @@ from numpy.typing import NDArray
 from interference.freshness import fresh_until, missing_core
 from interference.sched_record import families_of, measured_mask
 from interference.signals import (
-    SIGNAL_FAMILIES,
     WINDOWS_S,
     GpuDevice,
     NodeMetrics,
@@ -69,9 +68,10 @@ class NodeSignals:
     interval_s: float = 1.0
     """The report's interval; with ``updated_at`` it decides freshness
     (:mod:`interference.freshness`)."""
-    measured: tuple[str, ...] = SIGNAL_FAMILIES
+    measured: tuple[str, ...] = ()
     """Signal families the report measured; adapters pass the report's own list (one
-    without a core family makes the node count as stale)."""
+    without a core family makes the node count as stale). The default is nothing
+    measured: signals that do not say what they measured never count as usable."""
     windows: Mapping[str, WindowMetrics] = field(default_factory=dict)
     """The report's windowed signals by window name (``10s``, ``60s``)."""
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from prometheus_client import CollectorRegistry
 
 from interference.decision import Decision
-from interference.signals import NodeMetrics
+from interference.signals import SIGNAL_FAMILIES, NodeMetrics
 from scheduler.adapters.memory import InMemoryCluster, InMemoryInformer
 from scheduler.loop import LoopSettings, SchedulingLoop
 from scheduler.metrics import SchedulerMetrics
@@ -48,7 +48,9 @@ class MemorySignals:
         """Store a report for ``node`` made at ``at`` with the given NodeMetrics fields."""
         with self._lock:
             signals = dict(self._signals)
-            signals[node] = NodeSignals(NodeMetrics(**metrics), updated_at=at)
+            signals[node] = NodeSignals(
+                NodeMetrics(**metrics), updated_at=at, measured=SIGNAL_FAMILIES
+            )
             self._signals = signals
 
     def snapshot(self) -> Mapping[str, NodeSignals]:

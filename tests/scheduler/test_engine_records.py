@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from interference.decision import CandidateVerdict, Decision, decision_hash, parse_decision_hash
-from interference.signals import NodeMetrics
+from interference.signals import SIGNAL_FAMILIES, NodeMetrics
 from scheduler.api.objects import ANNOTATION_MAX_RUNQ_P99_US
 from scheduler.api.pods import parse_pod
 from scheduler.config import ConfigError, parse_config
@@ -29,7 +29,9 @@ def _runq(table: NodeTable, **runq_p99_us: float) -> None:
         {
             # the index rises with the p99 so the quieter node ranks first
             name: NodeSignals(
-                NodeMetrics(runq_p99_us=value, interference_index=value / 100), updated_at=NOW
+                NodeMetrics(runq_p99_us=value, interference_index=value / 100),
+                updated_at=NOW,
+                measured=SIGNAL_FAMILIES,
             )
             for name, value in runq_p99_us.items()
         }

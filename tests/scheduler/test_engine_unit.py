@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from interference.signals import NodeMetrics, WindowMetrics
+from interference.signals import SIGNAL_FAMILIES, NodeMetrics, WindowMetrics
 from scheduler.api.nodes import parse_node
 from scheduler.api.objects import ANNOTATION_MAX_RUNQ_P99_US
 from scheduler.api.pods import parse_pod
@@ -30,7 +30,9 @@ GPU = "nvidia.com/gpu"
 def _signals(table: NodeTable, **scores: float) -> None:
     table.set_signals(
         {
-            name: NodeSignals(NodeMetrics(interference_index=s), updated_at=NOW)
+            name: NodeSignals(
+                NodeMetrics(interference_index=s), updated_at=NOW, measured=SIGNAL_FAMILIES
+            )
             for name, s in scores.items()
         }
     )
@@ -133,7 +135,10 @@ def test_ties_are_broken_randomly_and_reproducibly() -> None:
 def test_tolerance_blocks_then_relax_schedules() -> None:
     table = table_of([node_obj("a"), node_obj("b")])
     table.set_signals(
-        {n: NodeSignals(NodeMetrics(runq_p99_us=2000), updated_at=NOW) for n in ("a", "b")}
+        {
+            n: NodeSignals(NodeMetrics(runq_p99_us=2000), updated_at=NOW, measured=SIGNAL_FAMILIES)
+            for n in ("a", "b")
+        }
     )
     pod = parse_pod(pod_obj(annotations={ANNOTATION_MAX_RUNQ_P99_US: "500"}))
     engine = Engine(EngineSettings(), seed=0)
@@ -149,7 +154,9 @@ def test_tolerance_blocks_then_relax_schedules() -> None:
 
 def test_not_blocked_only_by_interference_when_resources_also_block() -> None:
     table = table_of([node_obj("a", cpu="1"), node_obj("b")])
-    table.set_signals({"b": NodeSignals(NodeMetrics(runq_p99_us=2000), updated_at=NOW)})
+    table.set_signals(
+        {"b": NodeSignals(NodeMetrics(runq_p99_us=2000), updated_at=NOW, measured=SIGNAL_FAMILIES)}
+    )
     pod = parse_pod(pod_obj(requests={"cpu": "2"}, annotations={ANNOTATION_MAX_RUNQ_P99_US: "500"}))
     result = Engine(EngineSettings()).schedule(pod, table, NOW)
     assert result.node is None and result.blocked_only_by_interference  # b passes without it
@@ -173,9 +180,15 @@ def test_burst_spreads_off_the_quiet_node() -> None:
     )
     table.set_signals(
         {
-            "quiet": NodeSignals(NodeMetrics(interference_index=0), updated_at=NOW - 1),
-            "busy-1": NodeSignals(NodeMetrics(interference_index=30), updated_at=NOW - 1),
-            "busy-2": NodeSignals(NodeMetrics(interference_index=30), updated_at=NOW - 1),
+            "quiet": NodeSignals(
+                NodeMetrics(interference_index=0), updated_at=NOW - 1, measured=SIGNAL_FAMILIES
+            ),
+            "busy-1": NodeSignals(
+                NodeMetrics(interference_index=30), updated_at=NOW - 1, measured=SIGNAL_FAMILIES
+            ),
+            "busy-2": NodeSignals(
+                NodeMetrics(interference_index=30), updated_at=NOW - 1, measured=SIGNAL_FAMILIES
+            ),
         }
     )
     engine = Engine(EngineSettings(), seed=3)
@@ -423,7 +436,9 @@ def test_row_by_row_scores_match_the_formulas(ops: list[tuple[str, int, str]]) -
         elif op == "report":
             metrics = NodeMetrics(interference_index=number, runq_p99_us=number * 15)
             window = WindowMetrics(10.0, intervals=10, index_mean=number, index_stddev=number / 7)
-            reports[node] = NodeSignals(metrics, updated_at=clock, windows={"10s": window})
+            reports[node] = NodeSignals(
+                metrics, updated_at=clock, windows={"10s": window}, measured=SIGNAL_FAMILIES
+            )
             table.set_signals(dict(reports))
         elif op == "remove_node":
             table.remove_node(node)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from interference.signals import GpuDevice, NodeMetrics
+from interference.signals import SIGNAL_FAMILIES, GpuDevice, NodeMetrics
 from scheduler.api.objects import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL
 from scheduler.api.pods import parse_pod
 from scheduler.engine import GPU_MEMORY_MIB, GPU_MODEL, Engine
@@ -29,7 +29,10 @@ def _device(index: int = 0, model: str = A100, memory_mib: float = 81920.0) -> G
 
 def _report(table: NodeTable, **gpus: list[GpuDevice]) -> None:
     table.set_signals(
-        {name: NodeSignals(NodeMetrics(), NOW, tuple(devices)) for name, devices in gpus.items()}
+        {
+            name: NodeSignals(NodeMetrics(), NOW, tuple(devices), measured=SIGNAL_FAMILIES)
+            for name, devices in gpus.items()
+        }
     )
 
 
@@ -117,7 +120,13 @@ def test_a_forged_inventory_never_attracts_a_gpu_pod() -> None:
     generation = table.generation
     _report(table, n=[_device()])
     busier = GpuDevice(0, "GPU-0", A100, 81920.0, 70000.0, 99.0, 4)
-    table.set_signals({"n": NodeSignals(NodeMetrics(interference_index=5), NOW + 1, (busier,))})
+    table.set_signals(
+        {
+            "n": NodeSignals(
+                NodeMetrics(interference_index=5), NOW + 1, (busier,), measured=SIGNAL_FAMILIES
+            )
+        }
+    )
     assert table.generation == generation
     assert engine.schedule(pod, table, NOW).node is None
     assert table.node_label(0, GPU_PRODUCT_LABEL) is None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from interference.signals import NodeMetrics, WindowMetrics
+from interference.signals import SIGNAL_FAMILIES, NodeMetrics, WindowMetrics
 from scheduler.api.objects import (
     ANNOTATION_MAX_RECLAIM_STALL_MS_PER_S,
     ANNOTATION_MAX_RUNQ_P99_US,
@@ -29,7 +29,7 @@ NOW = 1000.0
 
 def _table(metrics: NodeMetrics, age_s: float = 1.0) -> NodeTable:
     table = table_of([node_obj("n", cpu="10")])
-    table.set_signals({"n": NodeSignals(metrics, updated_at=NOW - age_s)})
+    table.set_signals({"n": NodeSignals(metrics, updated_at=NOW - age_s, measured=SIGNAL_FAMILIES)})
     return table
 
 
@@ -97,7 +97,13 @@ def test_load_placed_since_report_counts_toward_max_score() -> None:
         or_all_pass(interference_filter(table, pod, settings, NOW), table).reasons_for(0)
     ) == [SCORE_EXCEEDED]
     # a newer report includes that load and replaces the estimate
-    table.set_signals({"n": NodeSignals(NodeMetrics(interference_index=35), updated_at=NOW + 1)})
+    table.set_signals(
+        {
+            "n": NodeSignals(
+                NodeMetrics(interference_index=35), updated_at=NOW + 1, measured=SIGNAL_FAMILIES
+            )
+        }
+    )
     assert or_all_pass(interference_filter(table, pod, settings, NOW + 1), table).passed[0]
 
 
@@ -146,7 +152,7 @@ def test_degraded_signals_are_stale(policy: StalePolicy) -> None:
     table.set_signals(
         {
             "broken": NodeSignals(NodeMetrics(), updated_at=NOW, measured=("psi", "reclaim")),
-            "stale": NodeSignals(NodeMetrics(), updated_at=NOW - 60),
+            "stale": NodeSignals(NodeMetrics(), updated_at=NOW - 60, measured=SIGNAL_FAMILIES),
         }
     )
     settings = EngineSettings(stale_policy=policy)
@@ -175,7 +181,9 @@ def test_tolerances_read_the_engine_s_window(window: SignalWindow, passes: bool)
     table = table_of([node_obj("n")])
     metrics = NodeMetrics(runq_p99_us=200, reclaim_stall_ms_per_s=0.1)
     windows = {"10s": bursty, "60s": bursty}
-    table.set_signals({"n": NodeSignals(metrics, updated_at=NOW, windows=windows)})
+    table.set_signals(
+        {"n": NodeSignals(metrics, updated_at=NOW, windows=windows, measured=SIGNAL_FAMILIES)}
+    )
     settings = EngineSettings(signal_window=window, risk_k=1.0)
     for annotation, bound in ((ANNOTATION_MAX_RUNQ_P99_US, "500"),
                               (ANNOTATION_MAX_RECLAIM_STALL_MS_PER_S, "2.5")):  # fmt: skip

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from interference.signals import NodeMetrics, WindowMetrics
+from interference.signals import SIGNAL_FAMILIES, NodeMetrics, WindowMetrics
 from scheduler.api.nodes import parse_node
 from scheduler.api.pods import parse_pod
 from scheduler.plugins.interference import quietness
@@ -84,7 +84,9 @@ def test_formula(
     expected: float,
 ) -> None:
     table = table_of([node_obj("n")])
-    table.set_signals({"n": NodeSignals(metrics, updated_at=NOW, windows=windows)})
+    table.set_signals(
+        {"n": NodeSignals(metrics, updated_at=NOW, windows=windows, measured=SIGNAL_FAMILIES)}
+    )
     assert quietness(table, settings, NOW)[0] == pytest.approx(expected), case
 
 
@@ -98,11 +100,13 @@ def test_bursty_node_ranks_below_a_steady_quiet_one_on_windows_only(window: Sign
                 NodeMetrics(interference_index=1),
                 NOW,
                 windows={"10s": BURSTY, "60s": BURSTY},
+                measured=SIGNAL_FAMILIES,
             ),
             "steady": NodeSignals(
                 NodeMetrics(interference_index=8),
                 NOW,
                 windows={"10s": steady, "60s": steady},
+                measured=SIGNAL_FAMILIES,
             ),
         }
     )
@@ -112,7 +116,13 @@ def test_bursty_node_ranks_below_a_steady_quiet_one_on_windows_only(window: Sign
 
 def test_recent_load_lowers_score_until_next_report() -> None:
     table = table_of([node_obj("n", cpu="8")])
-    table.set_signals({"n": NodeSignals(NodeMetrics(interference_index=20), updated_at=NOW - 1)})
+    table.set_signals(
+        {
+            "n": NodeSignals(
+                NodeMetrics(interference_index=20), updated_at=NOW - 1, measured=SIGNAL_FAMILIES
+            )
+        }
+    )
     settings = EngineSettings(recent_load_weight=100.0)
     table.add_pod(parse_pod(pod_obj("a", requests={"cpu": "2"})), "n", NOW)
     assert quietness(table, settings, NOW)[0] == pytest.approx(100 - 20 - 25)
@@ -120,23 +130,43 @@ def test_recent_load_lowers_score_until_next_report() -> None:
     assert quietness(table, settings, NOW)[0] == pytest.approx(100 - 20 - 50)
     table.remove_pod(parse_pod(pod_obj("b")))  # a failed bind is forgotten
     assert quietness(table, settings, NOW)[0] == pytest.approx(100 - 20 - 25)
-    table.set_signals({"n": NodeSignals(NodeMetrics(interference_index=30), updated_at=NOW + 1)})
+    table.set_signals(
+        {
+            "n": NodeSignals(
+                NodeMetrics(interference_index=30), updated_at=NOW + 1, measured=SIGNAL_FAMILIES
+            )
+        }
+    )
     assert quietness(table, settings, NOW + 1)[0] == pytest.approx(70)
 
 
 def test_pods_placed_before_the_report_do_not_count() -> None:
     table = table_of([node_obj("n", cpu="8")])
     table.add_pod(parse_pod(pod_obj("old", requests={"cpu": "4"})), "n", NOW - 10)
-    table.set_signals({"n": NodeSignals(NodeMetrics(interference_index=20), updated_at=NOW - 5)})
+    table.set_signals(
+        {
+            "n": NodeSignals(
+                NodeMetrics(interference_index=20), updated_at=NOW - 5, measured=SIGNAL_FAMILIES
+            )
+        }
+    )
     assert quietness(table, EngineSettings(), NOW)[0] == pytest.approx(80)
 
 
 def test_confirming_an_assumed_pod_keeps_its_stamp() -> None:
     table = table_of([node_obj("n", cpu="8")])
-    table.set_signals({"n": NodeSignals(NodeMetrics(), updated_at=NOW - 1)})
+    table.set_signals(
+        {"n": NodeSignals(NodeMetrics(), updated_at=NOW - 1, measured=SIGNAL_FAMILIES)}
+    )
     pod = parse_pod(pod_obj("a", requests={"cpu": "4"}))
     table.add_pod(pod, "n", NOW)
-    table.set_signals({"n": NodeSignals(NodeMetrics(interference_index=10), updated_at=NOW + 1)})
+    table.set_signals(
+        {
+            "n": NodeSignals(
+                NodeMetrics(interference_index=10), updated_at=NOW + 1, measured=SIGNAL_FAMILIES
+            )
+        }
+    )
     table.add_pod(pod, "n", NOW + 2)  # the watch confirms the binding later
     assert quietness(table, EngineSettings(), NOW + 2)[0] == pytest.approx(90)
 
@@ -153,10 +183,14 @@ def test_stale_missing_and_degraded_signals(policy: StalePolicy, expected: float
     table = table_of([node_obj(n) for n in ("stale", "missing", "degraded", "fresh", "slow-agent")])
     table.set_signals(
         {
-            "stale": NodeSignals(NodeMetrics(), updated_at=NOW - 5.5),
+            "stale": NodeSignals(NodeMetrics(), updated_at=NOW - 5.5, measured=SIGNAL_FAMILIES),
             "degraded": NodeSignals(NodeMetrics(), updated_at=NOW, measured=("psi",)),
-            "fresh": NodeSignals(NodeMetrics(interference_index=25), updated_at=NOW - 4.5),
-            "slow-agent": NodeSignals(NodeMetrics(), updated_at=NOW - 25, interval_s=10.0),
+            "fresh": NodeSignals(
+                NodeMetrics(interference_index=25), updated_at=NOW - 4.5, measured=SIGNAL_FAMILIES
+            ),
+            "slow-agent": NodeSignals(
+                NodeMetrics(), updated_at=NOW - 25, interval_s=10.0, measured=SIGNAL_FAMILIES
+            ),
         }
     )
     scores = quietness(table, EngineSettings(stale_policy=policy), NOW)
@@ -167,8 +201,12 @@ def test_signals_arriving_before_the_node_apply_when_it_joins() -> None:
     table = table_of([node_obj("a")])
     table.set_signals(
         {
-            "a": NodeSignals(NodeMetrics(interference_index=10), updated_at=NOW),
-            "b": NodeSignals(NodeMetrics(interference_index=60), updated_at=NOW),
+            "a": NodeSignals(
+                NodeMetrics(interference_index=10), updated_at=NOW, measured=SIGNAL_FAMILIES
+            ),
+            "b": NodeSignals(
+                NodeMetrics(interference_index=60), updated_at=NOW, measured=SIGNAL_FAMILIES
+            ),
         }
     )
     table.upsert_node(parse_node(node_obj("b")))
@@ -178,8 +216,12 @@ def test_signals_arriving_before_the_node_apply_when_it_joins() -> None:
 def test_node_absent_from_a_new_snapshot_loses_its_signals() -> None:
     table = table_of([node_obj("a"), node_obj("b")])
     both = {
-        "a": NodeSignals(NodeMetrics(interference_index=10), updated_at=NOW),
-        "b": NodeSignals(NodeMetrics(interference_index=20), updated_at=NOW),
+        "a": NodeSignals(
+            NodeMetrics(interference_index=10), updated_at=NOW, measured=SIGNAL_FAMILIES
+        ),
+        "b": NodeSignals(
+            NodeMetrics(interference_index=20), updated_at=NOW, measured=SIGNAL_FAMILIES
+        ),
     }
     table.set_signals(both)
     generation = table.signals_generation
@@ -194,8 +236,12 @@ def test_signals_turn_stale_as_time_passes() -> None:
     table = table_of([node_obj("a"), node_obj("b")])
     table.set_signals(
         {
-            "a": NodeSignals(NodeMetrics(interference_index=20), updated_at=NOW),
-            "b": NodeSignals(NodeMetrics(interference_index=40), updated_at=NOW + 5),
+            "a": NodeSignals(
+                NodeMetrics(interference_index=20), updated_at=NOW, measured=SIGNAL_FAMILIES
+            ),
+            "b": NodeSignals(
+                NodeMetrics(interference_index=40), updated_at=NOW + 5, measured=SIGNAL_FAMILIES
+            ),
         }
     )
     settings = EngineSettings()  # fresh for 5 s after each report (1 s interval)

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from interference.signals import NodeMetrics
+from interference.signals import SIGNAL_FAMILIES, NodeMetrics
 from scheduler.api.nodes import parse_node
 from scheduler.api.pods import parse_pod
 from scheduler.engine import Engine
@@ -169,7 +169,13 @@ def test_cache_scopes_empty_on_what_they_are_named_for() -> None:
     table.upsert_node(parse_node(node_obj("a", cpu="8")))  # allocatable only
     touch_all()
     assert built[3:] == ["allocatable"]
-    table.set_signals({"a": NodeSignals(NodeMetrics(interference_index=10.0), updated_at=NOW)})
+    table.set_signals(
+        {
+            "a": NodeSignals(
+                NodeMetrics(interference_index=10.0), updated_at=NOW, measured=SIGNAL_FAMILIES
+            )
+        }
+    )
     touch_all()
     assert built[4:] == ["signals"]
     table.upsert_node(parse_node(node_obj("a", cpu="8", labels={"zone": "x"})))  # a label
