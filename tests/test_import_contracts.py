@@ -1,0 +1,65 @@
+"""Every module of ``scheduler`` is under the "only the adapters and the CLI wiring talk
+to Redis and Kubernetes" contract (pyproject.toml), so a new module is checked by
+``lint-imports`` without anyone adding it to a list; only the wiring is exempt."""
+
+from __future__ import annotations
+
+import fnmatch
+import tomllib
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+CONTRACT = "only the adapters and the CLI wiring talk to Redis and Kubernetes"
+WIRING = {
+    "scheduler.adapters",
+    "scheduler.cli",
+    "scheduler.cli_common",
+    "scheduler.config",
+    "scheduler.extender_cli",
+}
+"""The modules allowed to reach Redis and Kubernetes: the adapters and the entry points
+that wire them (and the config that assembles their settings)."""
+
+
+def contract() -> dict[str, Any]:
+    settings = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (found,) = [c for c in settings["contracts"] if c["name"] == CONTRACT]
+    return found
+
+
+def scheduler_modules() -> list[str]:
+    """``scheduler.X`` for every module and subpackage directly under scheduler/."""
+    root = REPO / "scheduler"
+    names = [p.stem for p in root.glob("*.py") if p.stem != "__init__"]
+    names += [p.parent.name for p in root.glob("*/__init__.py")]
+    return sorted(f"scheduler.{name}" for name in names)
+
+
+def covered(module: str, expressions: list[str]) -> bool:
+    """Whether a source module expression (``*`` one level, else the module or a package
+    above it, as import-linter reads them with ``as_packages``) covers ``module``."""
+    for expression in expressions:
+        if "*" in expression:
+            if fnmatch.fnmatchcase(module, expression.replace("**", "*")):
+                return True
+        elif module == expression or module.startswith(expression + "."):
+            return True
+    return False
+
+
+def test_every_scheduler_module_is_covered_by_the_contract() -> None:
+    sources = contract()["source_modules"]
+    uncovered = [m for m in scheduler_modules() if not covered(m, sources)]
+    assert not uncovered, f"not under {CONTRACT!r}: {uncovered}"
+
+
+def test_only_the_wiring_is_exempt() -> None:
+    importers = {line.split("->")[0].strip() for line in contract().get("ignore_imports", [])}
+    exempt = {importer.removesuffix(".**").removesuffix(".*") for importer in importers}
+    assert exempt <= WIRING, f"exempt beyond the wiring: {sorted(exempt - WIRING)}"
+
+
+def test_the_check_sees_modules_on_disk() -> None:
+    modules = scheduler_modules()
+    assert {"scheduler.signal_frame", "scheduler.ports", "scheduler.adapters"} <= set(modules)
