@@ -14,7 +14,7 @@ as ``deploy/overlays/extender`` configures it (filter + prioritize, ``nodeCacheC
    no real component can, the cost of calling *any* HTTP extender — the ceiling for
    round 3;
 3. kube-scheduler + ``interference-scheduler extender``, with a real ``redis-server``
-   holding a fresh report for every node (so the interference score is computed for
+   holding a fresh report for every node (so the quietness score is computed for
    every offered node).
 
 Printed per round: drain rate and its ratio to round 1 (target for round 3: >= 0.8x),

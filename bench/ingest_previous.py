@@ -74,7 +74,7 @@ print(json.dumps({{"cpu_s": times, "bytes": sum(map(len, payloads)) / len(payloa
 RECORDS = """
 import numpy as np
 from interference import sched_record
-from interference.score import IndexReferences
+from interference.index import IndexReferences
 from scheduler.signal_frame import SignalFrame
 from scheduler.signal_records import decode_records, signal_columns
 rounds_payloads = []

@@ -5,12 +5,14 @@ person can read them with ``redis-cli HGETALL``. Every decoder raises
 :class:`PayloadError` (and nothing else) for input it cannot trust.
 
 Versions: schema 2 (current) carries ``measured`` (the signal families measured),
-``windows`` and ``interference_index``. Schema 1 reports (``score``, no ``measured``)
-still decode: ``score`` becomes ``interference_index`` and ``measured`` is ``("runq",)``
-when the report's ``runq_us`` histogram holds samples, else empty — an agent whose
-run-queue probes failed publishes an empty histogram, so it decodes as degraded instead
-of quiet. Hashes follow the same rule (``measured`` field, else ``hist_runq_us``), and
-still carry ``score`` (equal to ``interference_index``) for readers of schema 1.
+``windows`` and ``interference_index``. Schema 1 reports (``score``, the former name of
+the index, and no ``measured``) still decode: ``score`` becomes ``interference_index``
+and ``measured`` is ``("runq",)`` when the report's ``runq_us`` histogram holds samples,
+else empty — an agent whose run-queue probes failed publishes an empty histogram, so it
+decodes as degraded instead of quiet. Hashes follow the same rule (``measured`` field,
+else ``hist_runq_us``). The index's hash field is ``interference_index``; hashes still
+carry the deprecated ``score`` (equal to it) for readers of the previous release, for
+this release only.
 """
 
 from __future__ import annotations
@@ -54,8 +56,10 @@ MAX_HISTOGRAM_SLOTS = 64
 """Most slots a histogram may carry (log2 µs: 64 covers any duration)."""
 SUPPORTED_VERSIONS = (1, SCHEMA_VERSION)
 """Report schema versions :func:`decode_report` accepts."""
-LEGACY_SCORE_FIELD = "score"
-"""Schema 1 name of ``interference_index`` (still written to hashes for old readers)."""
+DEPRECATED_INDEX_FIELD = "score"
+"""Schema 1 name of ``interference_index``: read from schema 1 reports and hashes, and
+still written to hashes, deprecated, for readers of the previous release (this release
+only; nothing in this release reads it from a hash that has ``interference_index``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +98,8 @@ def decode_report(payload: bytes) -> NodeReport:
         )
     try:
         raw_metrics = dict(_mapping(body["metrics"], "metrics"))
-        if version == 1 and LEGACY_SCORE_FIELD in raw_metrics:
-            raw_metrics["interference_index"] = raw_metrics.pop(LEGACY_SCORE_FIELD)
+        if version == 1 and DEPRECATED_INDEX_FIELD in raw_metrics:
+            raw_metrics["interference_index"] = raw_metrics.pop(DEPRECATED_INDEX_FIELD)
         metrics = NodeMetrics(**_floats(raw_metrics, _NODE_METRIC_FIELDS))
         histograms = {
             str(name): [
@@ -138,12 +142,13 @@ def decode_report(payload: bytes) -> NodeReport:
 
 
 def node_hash(report: NodeReport) -> dict[str, str]:
-    """Fields of ``intf:node:{node}``: every NodeMetrics field (and ``score``, the schema 1
-    name of the index), ``v``, ``measured`` (comma-separated families), ``updated_at``,
-    ``interval_s``, ``pods`` (count), ``gpus`` (count), ``hist_*`` and one
-    ``{window}.{field}`` per windowed signal (``60s.runq_p99_us``), as decimal strings."""
+    """Fields of ``intf:node:{node}``: every NodeMetrics field (the index is
+    ``interference_index``; the deprecated ``score`` repeats it), ``v``, ``measured``
+    (comma-separated families), ``updated_at``, ``interval_s``, ``pods`` (count), ``gpus``
+    (count), ``hist_*`` and one ``{window}.{field}`` per windowed signal
+    (``60s.runq_p99_us``), as decimal strings."""
     out = {name: _fmt(getattr(report.metrics, name)) for name in _NODE_METRIC_FIELDS}
-    out[LEGACY_SCORE_FIELD] = out["interference_index"]
+    out[DEPRECATED_INDEX_FIELD] = out["interference_index"]
     out["v"] = str(SCHEMA_VERSION)
     out["measured"] = ",".join(sorted(report.measured))
     for window_name, window in report.windows.items():
@@ -172,8 +177,8 @@ def parse_node_signals(raw: Mapping[Any, Any]) -> NodeHashSignals:
     data = decoded_hash(raw)
     if not data:
         raise PayloadError("node hash is empty")
-    if "interference_index" not in data and LEGACY_SCORE_FIELD in data:
-        data["interference_index"] = data[LEGACY_SCORE_FIELD]
+    if "interference_index" not in data and DEPRECATED_INDEX_FIELD in data:
+        data["interference_index"] = data[DEPRECATED_INDEX_FIELD]
     try:
         metrics = NodeMetrics(**{n: _float(data[n], n) for n in _NODE_METRIC_FIELDS if n in data})
         updated_at = _float(data["updated_at"], "updated_at")

@@ -19,13 +19,13 @@ from interference import sched_record
 
 PREFIX = "intf:"
 
-NODES_BY_SCORE = "intf:nodes"
-"""Sorted set: member = node name, score = the interference index the scheduler computed
-from the node's latest usable record (0–100). Written by the scheduler's signal follower;
-nodes without a fresh record are removed."""
+NODES_BY_INDEX = "intf:nodes"
+"""Sorted set: member = node name, ranked by the interference index (0–100, stored as the
+member's sorted-set value) the scheduler computed from the node's latest usable record.
+Written by the scheduler's signal follower; nodes without a fresh record are removed."""
 
 NODES_UPDATED = "intf:nodes:updated"
-"""Sorted set: member = node name, score = unix time of the node's latest record."""
+"""Sorted set: member = node name, ranked by the unix time of the node's latest record."""
 
 REPORTS_FIELD = "r"
 """Field of a per-node report stream entry holding the msgpack NodeReport."""

@@ -69,7 +69,7 @@ class NodeMetrics:
     """Packets dropped per second on all interfaces and qdiscs."""
     idle_wakeup_ms_per_s: float = 0.0
     """Milliseconds per second tasks waited for an idle CPU to wake up: the CPU's idle-exit
-    latency (C-states, vCPU wake-up), not contention. Published, never scored."""
+    latency (C-states, vCPU wake-up), not contention. Published, never part of the index."""
     bpf_missed_events: float = 0.0
     """Events the kernel skipped for the agent's BPF programs in the interval (each loses
     at most one wait or stall); non-zero means the figures may read slightly low."""
@@ -79,7 +79,7 @@ class NodeMetrics:
     families of a probe that lost entries are left out of ``measured`` (so a loss in
     ``runq`` makes the report degraded) and the interval publishes no per-pod rows."""
     interference_index: float = 0.0
-    """0 (quiet) – 100 (saturated), from :func:`interference.score.interference_index`."""
+    """0 (quiet) – 100 (saturated), from :func:`interference.index.interference_index`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +98,8 @@ class PodMetrics:
     runq_wait_ms_per_s: float = 0.0
     """Milliseconds per second the pod's tasks waited in a run queue."""
     idle_wakeup_ms_per_s: float = 0.0
-    """Milliseconds per second the pod's tasks waited for an idle CPU to wake up (not scored)."""
+    """Milliseconds per second the pod's tasks waited for an idle CPU to wake up (not part
+    of the index)."""
     runq_p99_us: float = 0.0
     reclaim_stall_ms_per_s: float = 0.0
     throttled_ms_per_s: float = 0.0

@@ -453,7 +453,7 @@ def _print_next_steps(url: str, node: str, console: Console, linger_s: float) ->
     port = url.rsplit(":", 1)[1].split("/")[0]
     console.rule("look further")
     for command in (
-        f"redis-cli -p {port} ZREVRANGE {keys.NODES_BY_SCORE} 0 -1 WITHSCORES",
+        f"redis-cli -p {port} ZREVRANGE {keys.NODES_BY_INDEX} 0 -1 WITHSCORES",
         f"redis-cli -p {port} HGETALL {keys.node_key(node)}",
         f"redis-cli -p {port} SMEMBERS {keys.node_pods_key(node)}",
         f"redis-cli -p {port} HGETALL {keys.decision_key(NAMESPACE, LATENCY_POD)}",

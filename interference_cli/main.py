@@ -1,6 +1,6 @@
 """``interference``: look at the interference store (Redis) and compare policies on traces.
 
-    interference top [--watch]          nodes ranked by interference score
+    interference top [--watch]          nodes ranked by interference index
     interference node NODE              one node: metrics, histograms, victim/antagonist pods
     interference explain NS/POD         the scheduler's decision record for a pod
     interference record --out FILE      save the nodes' NodeReports to a trace file
@@ -120,7 +120,7 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
 
     top = command(
         "top",
-        "nodes ranked by interference score",
+        "nodes ranked by interference index",
         "The nodes of the scheduler's ranking (intf:nodes, its own interference index), "
         "noisiest first, with their signals and the age of their latest report; stale "
         "nodes last. Without a ranking (no scheduler running), or with --all, every node "

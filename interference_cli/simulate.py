@@ -96,7 +96,7 @@ class Policy:
     name: str
     settings: EngineSettings
     """``engine:`` of the file; ``interference_aware: false`` makes an interference-blind
-    policy (tolerance filters off, no interference score), as the loop runs without signals."""
+    policy (tolerance filters off, no quietness score), as the loop runs without signals."""
 
 
 @dataclass

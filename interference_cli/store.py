@@ -213,11 +213,11 @@ class Store:
 
         def read() -> tuple[list[str], dict[str, float], dict[str, float], list[Any]]:
             client = self._redis
-            ranking = client.zrange(keys.NODES_BY_SCORE, 0, -1, withscores=True)
+            ranking = client.zrange(keys.NODES_BY_INDEX, 0, -1, withscores=True)
             updated = client.zrange(keys.NODES_UPDATED, 0, -1, withscores=True)
-            scores = {_text(m): float(s) for m, s in ranking}
+            index_of = {_text(m): float(s) for m, s in ranking}
             updated_at = {_text(m): float(s) for m, s in updated}
-            found = set(scores) | set(updated_at)
+            found = set(index_of) | set(updated_at)
             if scan or not found:
                 scanned = self._nodes_with_records()
                 if scanned is None:
@@ -227,17 +227,17 @@ class Store:
             pipe = client.pipeline(transaction=False)
             for name in names:
                 pipe.hgetall(keys.node_key(name))
-            return names, scores, updated_at, list(pipe.execute())
+            return names, index_of, updated_at, list(pipe.execute())
 
-        names, scores, updated_at, hashes = self._call("the node list", read)
+        names, index_of, updated_at, hashes = self._call("the node list", read)
         if not names:
             raise CliError(
-                f"no node reports in Redis at {self.shown_url} (no {keys.NODES_BY_SCORE} "
+                f"no node reports in Redis at {self.shown_url} (no {keys.NODES_BY_INDEX} "
                 f"ranking and no {keys.SCHED_KEY_PATTERN} records); is an interference-agent "
                 "running with --redis-url pointing here?"
             )
         rows = [
-            self._node_row(name, raw, updated_at.get(name, 0.0), now, scores.get(name))
+            self._node_row(name, raw, updated_at.get(name, 0.0), now, index_of.get(name))
             for name, raw in zip(names, hashes, strict=True)
             if raw or now - updated_at.get(name, 0.0) <= 2 * freshness.MIN_STALE_AFTER_S
         ]
@@ -275,12 +275,12 @@ class Store:
             pipe = self._redis.pipeline(transaction=False)
             pipe.hgetall(keys.node_key(node))
             pipe.zscore(keys.NODES_UPDATED, node)
-            pipe.zscore(keys.NODES_BY_SCORE, node)
+            pipe.zscore(keys.NODES_BY_INDEX, node)
             pipe.smembers(keys.node_pods_key(node))
-            raw, updated, score, members = pipe.execute()
-            return raw, updated, score, members
+            raw, updated, index, members = pipe.execute()
+            return raw, updated, index, members
 
-        raw, updated, score, members = self._call(f"node {node!r}", read)
+        raw, updated, index, members = self._call(f"node {node!r}", read)
         if not raw:
             if updated is None:
                 raise CliError(
@@ -292,7 +292,7 @@ class Store:
                 "has expired; check that its interference-agent is running"
             )
         row = self._node_row(
-            node, raw, float(updated or 0.0), now, None if score is None else float(score)
+            node, raw, float(updated or 0.0), now, None if index is None else float(index)
         )
         data = decoded_hash(raw)
         histograms = {
@@ -350,7 +350,7 @@ class Store:
                     continue
                 if key == keys.reports_key(node):
                     found[node] = key
-            for ranking in (keys.NODES_BY_SCORE, keys.NODES_UPDATED):
+            for ranking in (keys.NODES_BY_INDEX, keys.NODES_UPDATED):
                 for member in self._redis.zrange(ranking, 0, -1):
                     node = _text(member)
                     if keys.valid_node_name(node):
@@ -490,7 +490,7 @@ def _needs_scan(all_nodes: bool) -> str:
     why = (
         "--all needs"
         if all_nodes
-        else f"there is no ranking {keys.NODES_BY_SCORE} (is the scheduler running?), and "
+        else f"there is no ranking {keys.NODES_BY_INDEX} (is the scheduler running?), and "
         "listing the nodes without it needs"
     )
     return (

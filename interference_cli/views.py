@@ -36,7 +36,7 @@ def top_table(rows: Sequence[NodeRow], now: float, source: str) -> Table:
         state = Text(row.state, style=_STATE_STYLES.get(row.state, "bold red"))
         m = row.metrics
         ranked = row.scheduler_index
-        index = Text("—") if ranked is None else Text(f"{ranked:.1f}", style=_score_style(ranked))
+        index = Text("—") if ranked is None else Text(f"{ranked:.1f}", style=_index_style(ranked))
         if m is None:
             table.add_row(
                 row.node, index, *["—"] * 8, age_text, Text("stale (expired)", style="red")
@@ -45,7 +45,7 @@ def top_table(rows: Sequence[NodeRow], now: float, source: str) -> Table:
         table.add_row(
             row.node,
             index if ranked is not None else Text(f"{m.interference_index:.1f}", style="dim"),
-            Text(f"{m.interference_index:.1f}", style=_score_style(m.interference_index)),
+            Text(f"{m.interference_index:.1f}", style=_index_style(m.interference_index)),
             f"{m.runq_p99_us:.0f}",
             f"{m.runq_wait_ratio:.3f}",
             f"{m.reclaim_stall_ms_per_s:.2f}",
@@ -241,9 +241,10 @@ def _score_cell(candidate: CandidateVerdict, plugin: str) -> str:
 _STATE_STYLES = {"ok": "green", "degraded": "bold yellow", "stale": "bold red"}
 
 
-def _score_style(score: float) -> str:
-    if score >= 50:
+def _index_style(index: float) -> str:
+    """Red from an interference index of 50, yellow from 20."""
+    if index >= 50:
         return "bold red"
-    if score >= 20:
+    if index >= 20:
         return "yellow"
     return "green"

@@ -204,7 +204,7 @@ class Agent:
             owners,
             interval_s,
             self.ncpu,
-            self.settings.score_refs,
+            self.settings.index_refs,
             self.settings.cgroup_root,
         )
         ended_at = time.time()

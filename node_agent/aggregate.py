@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from interference import hist
 from interference.freshness import complete_families
-from interference.score import IndexReferences, interference_index
+from interference.index import IndexReferences, interference_index
 from interference.signals import NodeMetrics, PodMetrics
 from node_agent.attribution import SYSTEM, Attributor, PodIdentity
 from node_agent.probes import base
@@ -149,10 +149,10 @@ def aggregate(
       or, below a narrower ``cgroup_root`` than ``/``, from that cgroup's own pressure
       files (they cover its subtree, which is the "node" the agent measures);
     - ``net_drops_per_s = Σ net_drops / T``;
-    - ``interference_index``: :func:`interference.score.interference_index` with
+    - ``interference_index``: :func:`interference.index.interference_index` with
       ``refs`` over the measured families.
 
-    - ``idle_wakeup_ms_per_s = Σ idle_wakeup_ns / 1e6 / T`` (published, not scored);
+    - ``idle_wakeup_ms_per_s = Σ idle_wakeup_ns / 1e6 / T`` (published, not part of the index);
     - ``bpf_missed_events``: Σ of the probes' skipped BPF runs in the interval;
     - ``bpf_lost_entries``: Σ of the map entries the probes' BPF programs could not keep.
 

@@ -22,7 +22,7 @@ from types import FrameType
 
 from prometheus_client import CollectorRegistry
 
-from interference.score import REFERENCE_NAMES, IndexReferences
+from interference.index import REFERENCE_NAMES, IndexReferences
 from interference.signals import NodeReport
 from interference_infra.cliparse import RUNTIME_EXIT, OneLineParser
 from interference_infra.logsetup import configure_logging
@@ -36,7 +36,10 @@ from node_agent.settings import AgentSettings, detect_cgroup_v2_mount
 
 log = logging.getLogger("node_agent")
 
-_SCORE_REF_NAMES = REFERENCE_NAMES
+INDEX_REF_FLAG = "--index-ref"
+DEPRECATED_INDEX_REF_FLAG = "--score-ref"
+"""The deprecated former name of ``--index-ref``: still accepted for one release, hidden
+from ``--help``, and a warning names the new flag."""
 
 
 def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
@@ -168,12 +171,20 @@ def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         f"UNREADY_AFTER_PUBLISH_FAILURES; default {AgentSettings.unready_after_publish_failures})",
     )
     p.add_argument(
-        "--score-ref",
+        INDEX_REF_FLAG,
         action="append",
         default=[],
         metavar="NAME=VALUE",
         help="override a reference point or weight of the interference index (a number ≥ 0; "
-        "weights at most 1), repeatable; NAME is one of " + ", ".join(_SCORE_REF_NAMES),
+        "weights at most 1), repeatable; NAME is one of " + ", ".join(REFERENCE_NAMES),
+    )
+    p.add_argument(
+        DEPRECATED_INDEX_REF_FLAG,
+        dest="deprecated_index_ref",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help=argparse.SUPPRESS,
     )
     p.add_argument(
         "--once",
@@ -236,26 +247,44 @@ def _integer(
     return None if number is None else int(number)
 
 
-def score_references(overrides: Sequence[str]) -> IndexReferences:
-    """``IndexReferences`` with ``NAME=VALUE`` overrides; ``ValueError`` saying what is wrong."""
-    refs = IndexReferences()
+def index_references(overrides: Sequence[str], flag: str = INDEX_REF_FLAG) -> IndexReferences:
+    """``IndexReferences`` with ``NAME=VALUE`` overrides; ``ValueError`` saying what is wrong
+    (naming ``flag``, the flag they came from)."""
+    return _with_overrides(IndexReferences(), overrides, flag)
+
+
+def _with_overrides(refs: IndexReferences, overrides: Sequence[str], flag: str) -> IndexReferences:
     for item in overrides:
         name, sep, value = item.partition("=")
-        if not sep or name not in _SCORE_REF_NAMES:
+        if not sep or name not in REFERENCE_NAMES:
             raise ValueError(
-                f"--score-ref {item!r}: expected NAME=VALUE with NAME one of "
-                + ", ".join(_SCORE_REF_NAMES)
+                f"{flag} {item!r}: expected NAME=VALUE with NAME one of "
+                + ", ".join(REFERENCE_NAMES)
             )
         try:
             number = float(value)
         except ValueError:
-            raise ValueError(f"--score-ref {item!r}: {value!r} is not a number") from None
-        check_range(f"--score-ref {name}", number, minimum=0)
+            raise ValueError(f"{flag} {item!r}: {value!r} is not a number") from None
+        check_range(f"{flag} {name}", number, minimum=0)
         try:
             refs = replace(refs, **{name: number})
         except ValueError as exc:  # a quiet point above its saturation point, weight > 1
-            raise ValueError(f"--score-ref {item!r}: {exc}") from None
+            raise ValueError(f"{flag} {item!r}: {exc}") from None
     return refs
+
+
+def _index_references(args: argparse.Namespace) -> IndexReferences:
+    """The references from ``--index-ref`` and its deprecated alias (warned about; the new
+    flag's overrides apply last, so they win)."""
+    refs = IndexReferences()
+    if args.deprecated_index_ref:
+        log.warning(
+            "%s is deprecated and will be removed in the next release; use %s (same NAME=VALUE)",
+            DEPRECATED_INDEX_REF_FLAG,
+            INDEX_REF_FLAG,
+        )
+        refs = _with_overrides(refs, args.deprecated_index_ref, DEPRECATED_INDEX_REF_FLAG)
+    return _with_overrides(refs, args.index_ref, INDEX_REF_FLAG)
 
 
 def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> AgentSettings:
@@ -301,7 +330,7 @@ def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> 
         http_address=args.http_address,
         http_port=AgentSettings.http_port if port is None else port,
         bpf_source_dir=args.bpf_dir,
-        score_refs=score_references(args.score_ref),
+        index_refs=_index_references(args),
         pods_file=args.pods_file,
         kubernetes=not args.no_kubernetes,
         kubeconfig=args.kubeconfig,

@@ -7,7 +7,7 @@ import socket
 from dataclasses import dataclass, field
 
 from interference import freshness, keys
-from interference.score import IndexReferences
+from interference.index import IndexReferences
 from interference_infra.redis_tls import RedisTls
 from node_agent.cpus import CpuCount, subtree_cpus
 from node_agent.credentials import DEFAULT_TOKEN_FILE, EnrolmentSettings
@@ -88,8 +88,8 @@ class AgentSettings:
     bpf_source_dir: str = ""
     """Directory with ``*.bpf.c``; empty lets the probes find them (``INTERFERENCE_BPF_DIR``,
     then the ``bpf/`` folder shipped with the agent)."""
-    score_refs: IndexReferences = field(default_factory=IndexReferences)
-    """Reference curves and weights of the interference index (:mod:`interference.score`)."""
+    index_refs: IndexReferences = field(default_factory=IndexReferences)
+    """Reference curves and weights of the interference index (:mod:`interference.index`)."""
     pods_file: str | None = None
     """Static ``{uid: "namespace/name"}`` file naming pods (demo, tests); wins over the API."""
     kubernetes: bool = True

@@ -60,7 +60,7 @@ def report_reachability(
     except ClusterError as exc:
         log.error("Kubernetes API: %s (retrying in the background)", exc)
     try:
-        connection.client().zrange(keys.NODES_BY_SCORE, 0, 0)
+        connection.client().zrange(keys.NODES_BY_INDEX, 0, 0)
     except REDIS_ERRORS as exc:
         connection.reset()
         log.error(

@@ -1,4 +1,4 @@
-"""The interference index over numpy columns: :func:`interference.score.interference_index`
+"""The interference index over numpy columns: :func:`interference.index.interference_index`
 for every node at once, so the scheduler computes each node's index from its signals
 (never taking an agent's word for it) without Python work per node.
 
@@ -17,7 +17,7 @@ from collections.abc import Mapping
 import numpy as np
 from numpy.typing import NDArray
 
-from interference.score import SIGNALS_BY_FAMILY, IndexReferences, weight_of
+from interference.index import SIGNALS_BY_FAMILY, IndexReferences, weight_of
 from interference.signals import SIGNAL_FAMILIES
 
 

@@ -36,6 +36,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from interference import freshness
+from interference.index import IndexReferences
 from interference.sched_record import (
     FIELDS,
     MEAN_SIGNALS,
@@ -43,7 +44,6 @@ from interference.sched_record import (
     SIZE,
     VERSION,
 )
-from interference.score import IndexReferences
 from interference.signals import CORE_FAMILIES, SIGNAL_FAMILIES
 from scheduler.index_columns import index_column
 from scheduler.signal_frame import LATEST_WINDOW, window_column

@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 
 from interference import hist
-from interference.score import interference_index
+from interference.index import interference_index
 from interference.signals import (
     SIGNAL_FAMILIES,
     WINDOWS_S,

@@ -4,10 +4,10 @@ A task's wait is measured from the moment it becomes runnable (wakeup, new task,
 switched out while still runnable) to its switch-in, and charged to the task's own
 cgroup at its next switch-out (docs/design.md, "Signals"). A wait that ends by switching
 in from the idle task is the CPU waking up, not contention: it is counted apart as
-``idle_wakeup_*`` and published, never scored. Each interval yields per cgroup v2 id:
-``runq_count``, ``runq_ns``, ``idle_wakeup_count``, ``idle_wakeup_ns``, ``oncpu_ns`` and
-the ``runq_us`` log2 histogram, and ``bpf_missed_events`` and ``bpf_lost_entries`` for the
-node.
+``idle_wakeup_*`` and published, never part of the index. Each interval yields per
+cgroup v2 id: ``runq_count``, ``runq_ns``, ``idle_wakeup_count``, ``idle_wakeup_ns``,
+``oncpu_ns`` and the ``runq_us`` log2 histogram, and ``bpf_missed_events`` and
+``bpf_lost_entries`` for the node.
 
 The histogram has one entry per switch-in: a wake-up onto an idle CPU waited behind no
 other task, so it is entered as a zero wait (slot 0). A percentile of ``runq_us`` is then

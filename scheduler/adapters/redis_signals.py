@@ -57,7 +57,7 @@ from redis.exceptions import ResponseError
 from interference import keys, sched_record
 from interference.acl import CLUSTER_CLIENT_COMMANDS
 from interference.decision import Decision, decision_hash
-from interference.score import IndexReferences
+from interference.index import IndexReferences
 from interference_infra.redis_client import (
     DEFAULT_SENTINEL_MASTER,
     REDIS_ERRORS,
@@ -117,7 +117,7 @@ class RedisSettings:
     """A record whose ``ts`` is further than this from the scheduler's clock is ignored."""
     index_references: IndexReferences = field(default_factory=IndexReferences)
     """The interference index's references, with which the scheduler computes every
-    node's index from its record (set them like the agents' ``--score-ref``)."""
+    node's index from its record (set them like the agents' ``--index-ref``)."""
     retry_initial_s: float = 0.5
     """First reconnect delay after an error; doubles up to ``retry_max_s``."""
     retry_max_s: float = 10.0
@@ -471,14 +471,14 @@ class RedisSignalCache:
         try:
             client = self._redis.client()
             members = {_text(m) for m in client.zrange(keys.NODES_UPDATED, 0, -1)}
-            members |= {_text(m) for m in client.zrange(keys.NODES_BY_SCORE, 0, -1)}
+            members |= {_text(m) for m in client.zrange(keys.NODES_BY_INDEX, 0, -1)}
             gone = sorted(members - {str(name) for name in by_index})
             pipe = client.pipeline(transaction=False)
             if by_index:
-                pipe.zadd(keys.NODES_BY_SCORE, by_index)
+                pipe.zadd(keys.NODES_BY_INDEX, by_index)
                 pipe.zadd(keys.NODES_UPDATED, by_time)
             if gone:
-                pipe.zrem(keys.NODES_BY_SCORE, *gone)
+                pipe.zrem(keys.NODES_BY_INDEX, *gone)
                 pipe.zrem(keys.NODES_UPDATED, *gone)
             pipe.execute()
         except REDIS_ERRORS as exc:
@@ -487,7 +487,7 @@ class RedisSignalCache:
                 "could not write the node ranking %s (%s): Redis is unreachable, or the"
                 " scheduler's ACL user lacks ZRANGE, ZADD or ZREM on it (or set"
                 " redis.ranking_interval_s: 0)",
-                keys.NODES_BY_SCORE,
+                keys.NODES_BY_INDEX,
                 exc,
             )
             return False
@@ -547,7 +547,7 @@ class RedisSignalCache:
         """
         client = self._redis.client()
         if not names:  # nothing to read, but a poll must still find Redis there
-            client.zrange(keys.NODES_BY_SCORE, 0, 0)
+            client.zrange(keys.NODES_BY_INDEX, 0, 0)
             return []
         if isinstance(client, RedisCluster):
             values: list[bytes | None] = client.mget_nonatomic(names)  # type: ignore[no-untyped-call]

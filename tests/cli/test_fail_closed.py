@@ -130,7 +130,7 @@ def test_a_broken_agent_is_not_ready_degraded_and_stale_to_the_scheduler(
 
     # The ranking the scheduler writes holds only the usable node.
     assert cache.write_ranking(now)
-    assert client.zrange(keys.NODES_BY_SCORE, 0, -1) == ["healthy-node"]
+    assert client.zrange(keys.NODES_BY_INDEX, 0, -1) == ["healthy-node"]
 
     # The CLI: `top` lists the ranked (usable) node ok; `top --all` also the broken one,
     # degraded and listed after it; `node` says so too.
@@ -156,7 +156,7 @@ def test_clean_shutdown_deletes_the_nodes_keys_and_they_leave_the_ranking(
     cache = follower(redis_server)
     assert cache.poll_once() == 2
     assert cache.write_ranking()
-    assert client.zrange(keys.NODES_BY_SCORE, 0, -1) == ["healthy-node"]
+    assert client.zrange(keys.NODES_BY_INDEX, 0, -1) == ["healthy-node"]
     for agent in agents.values():
         wait_for("the agent to answer", lambda agent=agent: _answers(agent.port))  # type: ignore[misc]
         agent.process.send_signal(signal.SIGTERM)
@@ -167,7 +167,7 @@ def test_clean_shutdown_deletes_the_nodes_keys_and_they_leave_the_ranking(
     def ranking_empty() -> bool:
         cache.poll_once()
         cache.write_ranking()
-        return client.zcard(keys.NODES_BY_SCORE) == client.zcard(keys.NODES_UPDATED) == 0
+        return client.zcard(keys.NODES_BY_INDEX) == client.zcard(keys.NODES_UPDATED) == 0
 
     # the last records age out of the freshness window (5 s), then leave the ranking
     wait_for("the ranking to drop the nodes", ranking_empty, timeout_s=20)

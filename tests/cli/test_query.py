@@ -68,7 +68,7 @@ def rank(client: redis.Redis[str], now: float) -> None:
     agents'), and nodes it has not yet dropped — one whose hash has just expired (shown as
     stale), one gone a minute ago (left out). The degraded node is not ranked."""
     client.zadd(
-        keys.NODES_BY_SCORE,
+        keys.NODES_BY_INDEX,
         {"busy-node": 70.0, "quiet-node": 4.0, "dying-node": 10.0, "dead-node": 10.0},
     )
     client.zadd(
@@ -180,7 +180,7 @@ def test_top_follows_the_schedulers_ranking(
 def test_top_orders_by_the_schedulers_index_not_the_agents(
     filled: RedisServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    filled.client().zadd(keys.NODES_BY_SCORE, {"busy-node": 5.0, "quiet-node": 60.0})
+    filled.client().zadd(keys.NODES_BY_INDEX, {"busy-node": 5.0, "quiet-node": 60.0})
     code, out, err = _cli(capsys, filled.url, "top")
     assert code == 0, err
     at = _lines_of(out, "busy-node", "quiet-node")
@@ -266,7 +266,7 @@ def test_malformed_node_hash_is_reported_not_crashed(
 ) -> None:
     client = redis_server.client()
     client.zadd(keys.NODES_UPDATED, {"bad": time.time()})
-    client.hset(keys.node_key("bad"), mapping={"score": "lots", "updated_at": "1"})
+    client.hset(keys.node_key("bad"), mapping={"interference_index": "lots", "updated_at": "1"})
     code, _, err = _cli(capsys, redis_server.url, "top")
     assert code == 1
     assert "intf:node:bad is malformed" in err and err.count("\n") == 1

@@ -256,7 +256,7 @@ def test_a_stream_found_later_is_read_from_the_start_time_on(
     recorder.start()
     time.sleep(0.3)
     publish_all(redis_server.url, [report("late", now)])
-    client.zadd(keys.NODES_BY_SCORE, {"late": 5.0})  # the scheduler ranks it now
+    client.zadd(keys.NODES_BY_INDEX, {"late": 5.0})  # the scheduler ranks it now
     recorder.join(timeout=30)
     assert not recorder.is_alive()
     assert [(r.node, r.ts) for r in load_trace(out)] == [("late", now)]

@@ -51,8 +51,8 @@ DOC = REPO / "docs" / "operations.md"
 
 NODE = "gpu-node-1"
 POD_NAMESPACE, POD = "shop", "checkout-api-5b7d9c8f6-q4k2m"
-SCORES = {NODE: 72.5, "cpu-node-2": 15.0, "cpu-node-3": 40.25}
-"""The example names the doc uses, and each node's interference score."""
+INDEX_OF = {NODE: 72.5, "cpu-node-2": 15.0, "cpu-node-3": 40.25}
+"""The example names the doc uses, and each node's interference index."""
 
 NEEDS_CLUSTER = re.compile(
     r"^(kubectl (-n \S+ )?(apply|delete|rollout|logs|get|describe|edit|exec)\b"
@@ -144,7 +144,7 @@ def node_report(node: str, ts: float) -> NodeReport:
         ts=ts,
         interval_s=1.0,
         metrics=NodeMetrics(
-            runq_p50_us=40, runq_p99_us=SCORES[node] * 40, interference_index=SCORES[node]
+            runq_p50_us=40, runq_p99_us=INDEX_OF[node] * 40, interference_index=INDEX_OF[node]
         ),
         histograms={"runq_us": [0, 12, 40, 22, 7, 1]},
         pods=pods,
@@ -165,7 +165,7 @@ class Store:
         users = AgentUsers(redis_target(server.url, username=username, password=password), 5.0)
         self.publishers = {}
         try:
-            for node in SCORES:
+            for node in INDEX_OF:
                 agent_password = secrets.token_hex(24)
                 users.set_user(node, agent_password)
                 self.publishers[node] = RedisPublisher(
@@ -197,11 +197,11 @@ class Store:
             connection,
             settings,
             SignalMetrics(CollectorRegistry()),
-            known_nodes=lambda: list(SCORES),
+            known_nodes=lambda: list(INDEX_OF),
             clock=lambda: self.now + 0.5,
         )
         try:
-            assert cache.poll_once() == len(SCORES)
+            assert cache.poll_once() == len(INDEX_OF)
             assert cache.write_ranking()
         finally:
             connection.close()
@@ -285,13 +285,13 @@ def check_output(name: str, recipe: str, out: str) -> None:
     lines = out.splitlines()
     if name == "ZREVRANGE":
         # The scheduler ranks by the index it computes from the signals (not the reported one).
-        scores = [float(s) for s in lines[1::2]]
-        assert set(lines[0::2]) == set(SCORES)
-        assert scores == sorted(scores, reverse=True) and all(0 <= s <= 100 for s in scores)
+        ranked = [float(s) for s in lines[1::2]]
+        assert set(lines[0::2]) == set(INDEX_OF)
+        assert ranked == sorted(ranked, reverse=True) and all(0 <= i <= 100 for i in ranked)
     elif name == "ZRANGE":
-        assert set(lines[0::2]) == set(SCORES)
+        assert set(lines[0::2]) == set(INDEX_OF)
     elif name == "ZCARD":
-        assert lines == [str(len(SCORES))]
+        assert lines == [str(len(INDEX_OF))]
     elif name == "HGETALL" and ":pod:" in recipe:
         assert keys.pod_key(NODE, POD_NAMESPACE, POD) in recipe
         fields = dict(zip(lines[0::2], lines[1::2], strict=True))
@@ -301,7 +301,8 @@ def check_output(name: str, recipe: str, out: str) -> None:
         assert fields["count"] == "2" and fields["1.model"] == "NVIDIA H100 80GB HBM3"
     elif name == "HGETALL" and recipe.endswith(keys.node_key(NODE)):
         fields = dict(zip(lines[0::2], lines[1::2], strict=True))
-        assert fields["score"] == "72.5" and "updated_at" in fields and "hist_runq_us" in fields
+        assert fields["interference_index"] == "72.5"
+        assert "updated_at" in fields and "hist_runq_us" in fields
     elif name == "HGETALL" and "intf:decision:" in recipe:
         fields = dict(zip(lines[0::2], lines[1::2], strict=True))
         assert fields["result"] == "scheduled" and fields["node"] == "cpu-node-2"
@@ -319,7 +320,7 @@ def check_output(name: str, recipe: str, out: str) -> None:
         pattern = shlex.split(recipe)[-1]
         assert lines and all(re.fullmatch(pattern.replace("*", ".*"), k) for k in lines)
         if pattern == keys.sched_key("*"):
-            assert sorted(lines) == sorted(keys.sched_key(n) for n in SCORES)
+            assert sorted(lines) == sorted(keys.sched_key(n) for n in INDEX_OF)
     elif name == "XLEN":
         assert keys.reports_key(NODE) in recipe
         assert int(lines[0]) >= 1
@@ -366,7 +367,7 @@ def test_viewer_recipe(recipe: str, store: Store) -> None:
     assert done.stdout.strip(), f"{recipe!r} printed nothing"
     assert not re.search(r"\b(ERR|NOPERM|WRONGPASS|WRONGTYPE)\b", done.stdout), done.stdout
     if "ZREVRANGE" in recipe:
-        assert set(done.stdout.splitlines()[0::2]) == set(SCORES)
+        assert set(done.stdout.splitlines()[0::2]) == set(INDEX_OF)
 
 
 def test_there_are_viewer_recipes() -> None:

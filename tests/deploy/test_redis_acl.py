@@ -287,7 +287,7 @@ def test_the_issuer_user_touches_no_key_and_no_other_admin_command(
 def test_an_agent_user_publishes_with_the_real_publisher(deployed_redis: DeployedRedis) -> None:
     publish_two_reports(deployed_redis, "gpu-node-1")
     admin = deployed_redis.admin()
-    assert admin.hget(keys.node_key("gpu-node-1"), "score") == "10"
+    assert admin.hget(keys.node_key("gpu-node-1"), "interference_index") == "10"
     assert admin.smembers(keys.node_pods_key("gpu-node-1")) == {"shop/api-0"}
     assert admin.xlen(keys.reports_key("gpu-node-1")) == 2
     assert admin.exists(keys.sched_key("gpu-node-1"), keys.gpu_key("gpu-node-1")) == 2
@@ -328,7 +328,7 @@ def forged_writes(agent: redis.Redis[str]) -> dict[str, Callable[[], Any]]:
     forged_record = sched_record.encode(report(OTHER, NOW + 365 * 86400, []))
     return {
         "overwrite the record": lambda: agent.set(keys.sched_key(OTHER), forged_record, ex=600),
-        "overwrite the hash": lambda: agent.hset(keys.node_key(OTHER), "score", "0"),
+        "overwrite the hash": lambda: agent.hset(keys.node_key(OTHER), "interference_index", "0"),
         "delete the record": lambda: agent.delete(keys.sched_key(OTHER)),
         "delete the stream": lambda: agent.delete(keys.reports_key(OTHER)),
         "trim the stream": lambda: agent.xadd(keys.reports_key(OTHER), {"r": b"x"}, maxlen=0),
@@ -338,7 +338,7 @@ def forged_writes(agent: redis.Redis[str]) -> dict[str, Callable[[], Any]]:
         "forge a GPU": lambda: agent.hset(keys.gpu_key(OTHER), "0.name", "H200"),
         "a longer name": lambda: agent.set(keys.sched_key("gpu-node-10"), forged_record),
         "a subdomain": lambda: agent.set(keys.sched_key("gpu-node-1.example"), forged_record),
-        "rank itself": lambda: agent.zadd(keys.NODES_BY_SCORE, {"gpu-node-1": 0.0}),
+        "rank itself": lambda: agent.zadd(keys.NODES_BY_INDEX, {"gpu-node-1": 0.0}),
         "a decision": lambda: agent.hset(keys.decision_key("shop", "api-0"), "node", "n"),
         "read its record back": lambda: agent.get(keys.sched_key("gpu-node-1")),
         "read another node": lambda: agent.hgetall(keys.node_key(OTHER)),
@@ -407,7 +407,7 @@ def exercise_scheduler_store(
         client, settings, metrics, known_nodes=lambda: nodes, clock=lambda: NOW
     )
     # A node the ranking still lists but the scheduler no longer knows: it is removed.
-    admin.zadd(keys.NODES_BY_SCORE, {"departed-node": 50.0})
+    admin.zadd(keys.NODES_BY_INDEX, {"departed-node": 50.0})
     admin.zadd(keys.NODES_UPDATED, {"departed-node": NOW - 60})
     admin.config_resetstat()
     assert cache.poll_once() == len(nodes)
@@ -429,7 +429,7 @@ def test_the_scheduler_user_reads_records_writes_ranking_and_decisions(
     cache, _ = exercise_scheduler_store(deployed_redis, ["gpu-node-1", "cpu-node-2"])
     assert cache.healthy() or cache.polls == 1
     admin = deployed_redis.admin()
-    assert set(admin.zrange(keys.NODES_BY_SCORE, 0, -1)) == {"gpu-node-1", "cpu-node-2"}
+    assert set(admin.zrange(keys.NODES_BY_INDEX, 0, -1)) == {"gpu-node-1", "cpu-node-2"}
     assert set(admin.zrange(keys.NODES_UPDATED, 0, -1)) == {"gpu-node-1", "cpu-node-2"}
     assert admin.hget(keys.decision_key("shop", "api-2"), "node") == "cpu-node-2"
     assert admin.acl_log() == []
@@ -453,12 +453,12 @@ def test_the_scheduler_user_cannot_write_signals(deployed_redis: DeployedRedis) 
     scheduler = client_as(deployed_redis, username, password)
     deployed_redis.admin().set("other:key", "1")
     for forbidden in (
-        lambda: scheduler.hset(keys.node_key("gpu-node-1"), "score", "0"),
+        lambda: scheduler.hset(keys.node_key("gpu-node-1"), "interference_index", "0"),
         lambda: scheduler.mset({keys.sched_key("gpu-node-1"): "forged"}),
         lambda: scheduler.delete(keys.sched_key("gpu-node-1")),
         lambda: scheduler.xadd(keys.reports_key("gpu-node-1"), {"r": b"x"}),
         lambda: scheduler.expire(keys.sched_key("gpu-node-1"), 0),
-        lambda: scheduler.delete(keys.NODES_BY_SCORE),
+        lambda: scheduler.delete(keys.NODES_BY_INDEX),
         lambda: scheduler.hset("other:key", "a", "1"),
         lambda: scheduler.mget(["other:key"]),
         lambda: scheduler.hgetall(keys.decision_key("shop", "api-0")),  # writes records only
@@ -483,13 +483,13 @@ def test_the_viewer_reads_every_kind_of_key(deployed_redis: DeployedRedis) -> No
     )
     node = "gpu-node-1"
     assert sched_record.decode(viewer.get(keys.sched_key(node)))["ts"] == NOW - 1
-    assert viewer.hgetall(keys.node_key(node))[b"score"] == b"10"
+    assert viewer.hgetall(keys.node_key(node))[b"interference_index"] == b"10"
     assert viewer.smembers(keys.node_pods_key(node)) == {b"shop/api-0"}
     assert viewer.hgetall(keys.pod_key(node, "shop", "api-0"))
     assert viewer.hgetall(keys.gpu_key(node))
     assert len(viewer.xrevrange(keys.reports_key(node), count=1)) == 1
     assert viewer.xread({keys.reports_key(node): "0-0"}, count=10, block=10)
-    assert viewer.zrange(keys.NODES_BY_SCORE, 0, -1) == [node.encode()]
+    assert viewer.zrange(keys.NODES_BY_INDEX, 0, -1) == [node.encode()]
     assert viewer.zscore(keys.NODES_UPDATED, node) is not None
     assert viewer.hgetall(keys.decision_key("shop", "api-2"))[b"node"] == node.encode()
     assert deployed_redis.admin().acl_log() == []
@@ -515,11 +515,11 @@ def test_the_viewer_cannot_write_or_read_elsewhere(deployed_redis: DeployedRedis
     viewer = client_as(deployed_redis, VIEWER, deployed_redis.secret["viewer-password"])
     deployed_redis.admin().set("other:key", "1")
     for forbidden in (
-        lambda: viewer.hset(keys.node_key("gpu-node-1"), "score", "0"),
+        lambda: viewer.hset(keys.node_key("gpu-node-1"), "interference_index", "0"),
         lambda: viewer.set(keys.sched_key("gpu-node-1"), "x"),
         lambda: viewer.xadd(keys.reports_key("gpu-node-1"), {"r": b"x"}),
         lambda: viewer.hset(keys.decision_key("shop", "x"), "node", "n"),
-        lambda: viewer.delete(keys.NODES_BY_SCORE),
+        lambda: viewer.delete(keys.NODES_BY_INDEX),
         lambda: viewer.get("other:key"),
         lambda: viewer.hgetall("other:key"),
         lambda: viewer.flushall(),

@@ -259,7 +259,7 @@ def test_node_a_writes_only_its_own_keys(
     before_b = {key: raw.dump(key) for key in raw.keys(f"intf:node:{NODE_B}*")}
     assert keys.pod_key(NODE_B, "shop", "api-0").encode() in before_b
     assert keys.sched_key(NODE_B).encode() in before_b
-    admin.zadd(keys.NODES_BY_SCORE, {NODE_B: 10.0})
+    admin.zadd(keys.NODES_BY_INDEX, {NODE_B: 10.0})
 
     # As A, every way to change, delete or trim B's data — each refused by Redis.
     admin.execute_command("ACL", "LOG", "RESET")
@@ -278,8 +278,8 @@ def test_node_a_writes_only_its_own_keys(
         ("sadd", lambda: a.sadd(keys.node_pods_key(NODE_B), "x/forged")),
         ("hset", lambda: a.hset(keys.pod_key(NODE_B, "shop", "api-0"), "cpu_ms_per_s", "0")),
         ("del", lambda: a.delete(keys.pod_key(NODE_B, "shop", "api-0"))),
-        ("zadd", lambda: a.zadd(keys.NODES_BY_SCORE, {NODE_B: 100.0})),
-        ("zrem", lambda: a.zrem(keys.NODES_BY_SCORE, NODE_B)),
+        ("zadd", lambda: a.zadd(keys.NODES_BY_INDEX, {NODE_B: 100.0})),
+        ("zrem", lambda: a.zrem(keys.NODES_BY_INDEX, NODE_B)),
         ("rename", lambda: a.rename(keys.sched_key(NODE_A), b_sched)),
         ("set", lambda: a.set(keys.sched_key("cred-node-new"), b"forged")),
         ("flushall", lambda: a.flushall()),
@@ -309,7 +309,7 @@ def test_node_a_writes_only_its_own_keys(
         assert denied_after - denied_before == len(attempts) + setinfo
     # ...and B's data is exactly as B wrote it.
     assert {key: raw.dump(key) for key in raw.keys(f"intf:node:{NODE_B}*")} == before_b
-    assert admin.zscore(keys.NODES_BY_SCORE, NODE_B) == 10.0
+    assert admin.zscore(keys.NODES_BY_INDEX, NODE_B) == 10.0
     assert not admin.exists(keys.sched_key("cred-node-new"))
 
 

@@ -98,7 +98,7 @@ def test_rules_cover_every_key_the_agent_writes() -> None:
         keys.node_key("node-a.b"),
         keys.sched_key("node-ab"),
         keys.node_key("node-"),
-        keys.NODES_BY_SCORE,
+        keys.NODES_BY_INDEX,
         keys.NODES_UPDATED,
         keys.decision_key("shop", "api-0"),
     ]
@@ -124,7 +124,7 @@ def test_a_real_redis_holds_the_agent_to_its_node(redis_server: RedisServer) -> 
     for refused in (
         lambda: agent.set(keys.sched_key("node-b"), b"x"),
         lambda: agent.delete(keys.node_key("node-a.b")),
-        lambda: agent.zadd(keys.NODES_BY_SCORE, {"node-a": 0}),
+        lambda: agent.zadd(keys.NODES_BY_INDEX, {"node-a": 0}),
         lambda: agent.get(keys.sched_key("node-a")),  # GET is not a command it needs
         lambda: agent.publish("intf", "x"),
     ):

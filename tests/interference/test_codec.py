@@ -232,7 +232,7 @@ def test_schema_1_reports_still_decode(
 def test_node_hash_is_readable_and_round_trips() -> None:
     fields = codec.node_hash(REPORT)
     assert fields["interference_index"] == "41.5"
-    assert fields["score"] == "41.5"  # the schema 1 name, for readers of the previous release
+    assert fields["score"] == "41.5"  # deprecated (schema 1 name), for the previous release
     assert fields["v"] == str(SCHEMA_VERSION)
     assert fields["measured"] == "psi,runq"
     assert fields["10s.index_stddev"] == "12.5"

@@ -158,7 +158,7 @@ def test_agent_publishes_readable_keys_that_expire_after_it_stops(
     assert record["node_id"] == sched_record.node_id(agent.node)
     assert abs(record["ts"] - time.time()) < 60
     assert 0 < r.ttl(keys.sched_key(agent.node)) <= freshness.ttl_seconds(1.0)
-    assert not r.exists(keys.NODES_BY_SCORE, keys.NODES_UPDATED)
+    assert not r.exists(keys.NODES_BY_INDEX, keys.NODES_UPDATED)
     patterns = keys.node_key_patterns(agent.node)
     assert all(k.startswith(patterns[0]) for k in r.scan_iter()), "a key of no node"
 
@@ -235,7 +235,7 @@ def test_agent_survives_a_redis_restart_with_bounded_memory(
     assert len(dropped_after_restart) <= 1
     assert "is back after" in agent.log()
     assert rss_late - rss_early < 8 * 1024, "memory grew while reports were being dropped"
-    assert redis_server.client().hget(keys.node_key(agent.node), "score") is not None
+    assert redis_server.client().hget(keys.node_key(agent.node), "interference_index") is not None
     assert agent.stop() == 0
 
 

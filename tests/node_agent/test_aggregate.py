@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from interference import hist
-from interference.score import IndexReferences, interference_index
+from interference.index import IndexReferences, interference_index
 from interference.signals import NodeMetrics, PodMetrics
 from node_agent.aggregate import (
     Owners,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from interference.score import IndexReferences
+from interference.index import IndexReferences
 from node_agent import cli
 from node_agent.probes.base import ProbeContext, ProbeUnavailable
 from node_agent.probes.cgroup_files import CgroupCounterProbe
@@ -35,7 +35,7 @@ def test_defaults_without_flags_or_env() -> None:
     assert settings.probes == ()
     assert settings.effective_ttl_s == 5
     assert settings.kubernetes is True
-    assert settings.score_refs == IndexReferences()
+    assert settings.index_refs == IndexReferences()
 
 
 ENV = {
@@ -100,9 +100,9 @@ def test_flags_win_over_env() -> None:
             "--probes",
             "cpu_throttle",
             "--no-kubernetes",
-            "--score-ref",
+            "--index-ref",
             "runq_p99_us=20000",
-            "--score-ref",
+            "--index-ref",
             "weight_net_drops=0",
         ],
         ENV,
@@ -112,7 +112,7 @@ def test_flags_win_over_env() -> None:
     assert (settings.cgroup_v2_mount, settings.cgroup_v1_mount) == ("/mnt/v2", "/mnt/v1")
     assert settings.probes == ("cpu_throttle",)
     assert settings.kubernetes is False
-    assert settings.score_refs == IndexReferences(runq_p99_us=20000.0, weight_net_drops=0.0)
+    assert settings.index_refs == IndexReferences(runq_p99_us=20000.0, weight_net_drops=0.0)
 
 
 @pytest.mark.parametrize(
@@ -129,17 +129,17 @@ def test_flags_win_over_env() -> None:
             "--unready-after-publish-failures=0 is out of range; allowed: ≥ 1",
         ),
         (["--sweep-interval", "30"], {}, "unrecognized arguments: --sweep-interval"),
-        (["--score-ref", "runq=5"], {}, "NAME one of runq_p99_us"),
-        (["--score-ref", "runq_p99_us=soon"], {}, "'soon' is not a number"),
-        (["--score-ref", "runq_p99_us=100"], {}, "runq_p99_us_quiet < runq_p99_us"),
-        (["--score-ref", "weight_reclaim=2"], {}, "weight_reclaim: 2.0 must be between 0 and 1"),
+        (["--index-ref", "runq=5"], {}, "NAME one of runq_p99_us"),
+        (["--index-ref", "runq_p99_us=soon"], {}, "'soon' is not a number"),
+        (["--index-ref", "runq_p99_us=100"], {}, "runq_p99_us_quiet < runq_p99_us"),
+        (["--index-ref", "weight_reclaim=2"], {}, "weight_reclaim: 2.0 must be between 0 and 1"),
         (["--redis-url", "localhost:6379"], {}, "redis://"),
         (["--log-level", "LOUD"], {}, "log level 'LOUD' is not one of DEBUG, INFO"),
         ([], {"REDIS_CLUSTER": "Y"}, "REDIS_CLUSTER='Y' is not a boolean"),
         (["--probes", "bogus,psi"], {}, "unknown probe(s) bogus"),
         (["--cgroup-root", "/intf-test-c-does-not-exist"], {}, "is not a cgroup"),
         (["--http-port", "-1"], {}, "--http-port=-1 is out of range; allowed: 0–65535"),
-        (["--score-ref", "runq_p99_us=-5"], {}, "allowed: ≥ 0"),
+        (["--index-ref", "runq_p99_us=-5"], {}, "allowed: ≥ 0"),
         (["--redis-sentinels", "sentinel-0"], {}, "entry 'sentinel-0' is not HOST:PORT"),
         (["--redis-sentinels", "a:1", "--redis-cluster"], {}, "not both"),
     ],
@@ -151,6 +151,40 @@ def test_bad_configuration_exits_2_saying_what_is_wrong(
         cli.main(["--no-kubernetes", *argv], environ)
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_deprecated_score_ref_still_works_warning_to_use_index_ref(
+    caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The former name of ``--index-ref`` is accepted for one release, hidden from
+    ``--help``, warns naming the new flag, and ``--index-ref`` wins where both set a NAME."""
+    argv = [
+        cli.DEPRECATED_INDEX_REF_FLAG,
+        "runq_p99_us=20000",
+        cli.DEPRECATED_INDEX_REF_FLAG,
+        "weight_net_drops=0",
+        "--index-ref",
+        "runq_p99_us=30000",
+    ]
+    with caplog.at_level("WARNING", logger="node_agent"):
+        settings = settings_for(argv, {})
+    assert settings.index_refs == IndexReferences(runq_p99_us=30000.0, weight_net_drops=0.0)
+    assert [r.getMessage() for r in caplog.records] == [
+        "--score-ref is deprecated and will be removed in the next release; use --index-ref "
+        "(same NAME=VALUE)"
+    ]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="node_agent"):
+        settings_for(["--index-ref", "runq_p99_us=30000"], {})
+    assert caplog.records == []
+    with pytest.raises(SystemExit):
+        cli.parser({}).parse_args(["--help"])
+    help_text = capsys.readouterr().out
+    assert "--index-ref" in help_text and cli.DEPRECATED_INDEX_REF_FLAG not in help_text
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--no-kubernetes", cli.DEPRECATED_INDEX_REF_FLAG, "runq=5"], {})
+    assert exit_info.value.code == 2
+    assert f"{cli.DEPRECATED_INDEX_REF_FLAG} 'runq=5'" in capsys.readouterr().err
 
 
 def test_bad_pods_file_exits_2_naming_the_entry(

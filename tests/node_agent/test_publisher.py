@@ -109,7 +109,7 @@ def test_one_flush_writes_the_whole_layout_under_the_node_prefix(
         assert 0 < r.ttl(key) <= 7, key
 
     node = r.hgetall(keys.node_key("gpu-node-1"))
-    assert node["score"] == "42.25"
+    assert node["interference_index"] == "42.25"
     assert node["runq_p99_us"] == "1500"
     assert node["updated_at"] == "1700000000.5"
     assert node["pods"] == "3"
@@ -391,7 +391,7 @@ def test_publishes_to_the_master_a_sentinel_names(
         pub = sentinel_publisher(port, "intf-master")
         assert pub.publish(REPORT) is True
         pub.close()
-    assert redis_server.client().hget(keys.node_key("gpu-node-1"), "score") == "42.25"
+    assert redis_server.client().hget(keys.node_key("gpu-node-1"), "interference_index") == "42.25"
 
 
 def test_sentinel_without_the_master_is_an_outage_not_a_crash(
@@ -415,7 +415,7 @@ def test_publishes_to_a_redis_cluster(tmp_path: Path) -> None:
         pub.close()
 
         reader: RedisCluster[str] = RedisCluster.from_url(url, decode_responses=True)
-        assert reader.hget(keys.node_key("gpu-node-1"), "score") == "42.25"
+        assert reader.hget(keys.node_key("gpu-node-1"), "interference_index") == "42.25"
         assert reader.smembers(keys.node_pods_key("gpu-node-1")) == {"ml/trainer-0"}
         pod_hash = reader.hgetall(keys.pod_key("gpu-node-1", "ml", "trainer-0"))
         assert codec.parse_pod_hash(pod_hash)[0] == TRAINER

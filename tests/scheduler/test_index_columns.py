@@ -7,8 +7,8 @@ import random
 import numpy as np
 import pytest
 
+from interference.index import SIGNALS_BY_FAMILY, IndexReferences, interference_index
 from interference.sched_record import measured_mask
-from interference.score import SIGNALS_BY_FAMILY, IndexReferences, interference_index
 from interference.signals import SIGNAL_FAMILIES
 from scheduler.index_columns import index_column, saturation_column
 

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 
 from interference import keys, sched_record
 from interference.decision import CandidateVerdict, Decision, parse_decision_hash
-from interference.score import IndexReferences
+from interference.index import IndexReferences
 from interference.signals import NodeMetrics, NodeReport
 from node_agent.publisher import PublisherSettings, RedisPublisher
 from scheduler.adapters.redis_signals import (
@@ -343,12 +343,12 @@ def test_writes_the_ranking_with_its_own_index_and_drops_nodes_without_a_usable_
     raw: redis.Redis[bytes], cache: RedisSignalCache
 ) -> None:
     now = time.time()
-    raw.zadd(keys.NODES_BY_SCORE, {"gone": 5.0, "b": 0.0})
+    raw.zadd(keys.NODES_BY_INDEX, {"gone": 5.0, "b": 0.0})
     raw.set(keys.sched_key("a"), sched_record.encode(report("a", now, p99_us=20_000.0)))
     raw.set(keys.sched_key("b"), sched_record.encode(report("b", now, measured=("psi",))))
     cache.poll_once()
     assert cache.write_ranking(now)
-    ranking = {m.decode(): s for m, s in raw.zrange(keys.NODES_BY_SCORE, 0, -1, withscores=True)}
+    ranking = {m.decode(): s for m, s in raw.zrange(keys.NODES_BY_INDEX, 0, -1, withscores=True)}
     assert ranking.keys() == {"a"} and ranking["a"] >= 90
     assert raw.zscore(keys.NODES_UPDATED, "a") == pytest.approx(now)
 

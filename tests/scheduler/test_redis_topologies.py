@@ -131,7 +131,7 @@ def test_reads_signals_and_writes_decisions_through_sentinel(
             decision("train-0", "gpu-node-1")
         )
     master = redis.Redis(port=redis_server.port)
-    ranked = dict(master.zrange(keys.NODES_BY_SCORE, 0, -1, withscores=True))
+    ranked = dict(master.zrange(keys.NODES_BY_INDEX, 0, -1, withscores=True))
     index = frame.columns["index_mean@latest"]
     assert ranked == {b"gpu-node-1": index[0], b"gpu-node-2": index[1]}
     written = master.hgetall(keys.decision_key("ml", "train-0"))
@@ -330,7 +330,7 @@ def test_reads_signals_and_writes_decisions_on_a_redis_cluster(cluster: Cluster)
         assert signals_at(frame, "gpu-node-1") == sent["gpu-node-1"].ts
         assert frame.stale_nodes(max(r.ts for r in sent.values())) == []
         assert cache.write_ranking()
-        assert {m.decode() for m in cluster.client.zrange(keys.NODES_BY_SCORE, 0, -1)} == set(known)
+        assert {m.decode() for m in cluster.client.zrange(keys.NODES_BY_INDEX, 0, -1)} == set(known)
 
         metrics = SignalMetrics(CollectorRegistry())
         pods = [f"train-{i}" for i in range(8)]
@@ -386,7 +386,7 @@ def test_signal_keys_and_writes_spread_over_every_shard_and_the_scheduler_follow
         assert bool((frame.columns["fresh_until"] >= published_at).all())
 
         assert cache.write_ranking()
-        ranked = dict(cluster.client.zrange(keys.NODES_BY_SCORE, 0, -1, withscores=True))
+        ranked = dict(cluster.client.zrange(keys.NODES_BY_INDEX, 0, -1, withscores=True))
         index = frame.columns["index_mean@latest"]
         assert ranked == {node.encode(): index[row] for row, node in enumerate(nodes)}
         assert cluster.client.zcard(keys.NODES_UPDATED) == SPREAD_NODES

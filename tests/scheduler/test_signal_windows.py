@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from interference.score import interference_index
+from interference.index import interference_index
 from interference.signals import NodeMetrics
 from node_agent.history import SignalHistory
 from scheduler.api.pods import parse_pod

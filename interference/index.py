@@ -60,7 +60,7 @@ _WEIGHT_OF = {
 class IndexReferences:
     """The reference curve of every signal: its saturation point (the field named like
     the signal), its quiet point (``…_quiet``) and its weight (``weight_…``, 0 leaves the
-    signal out). The one set of references; the agent's ``--score-ref NAME=VALUE``
+    signal out). The one set of references; the agent's ``--index-ref NAME=VALUE``
     overrides them.
 
     Run-queue defaults come from the recorded lab (``tests/data/lab-trace.msgpack``, four
@@ -111,7 +111,7 @@ class IndexReferences:
 
 
 REFERENCE_NAMES = tuple(f.name for f in fields(IndexReferences))
-"""Every field of :class:`IndexReferences` (what ``--score-ref`` accepts)."""
+"""Every field of :class:`IndexReferences` (what ``--index-ref`` accepts)."""
 
 
 def weight_of(signal: str, refs: IndexReferences) -> float:

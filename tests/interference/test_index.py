@@ -1,4 +1,4 @@
-"""The interference index (interference.score): separation, curve and combination edge
+"""The interference index (interference.index): separation, curve and combination edge
 cases, table-driven with named cases."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from interference.score import (
+from interference.index import (
     REFERENCE_NAMES,
     SIGNALS_BY_FAMILY,
     IndexReferences,
