@@ -38,7 +38,7 @@ from interference_cli.local_cluster import load_manifests, load_nodes
 from interference_cli.simulate import Policy, load_policy, load_workload, simulate
 from interference_cli.store import Store
 from interference_cli.trace import load_trace, record_to_file
-from scheduler.settings import SignalWindow
+from scheduler.plugins.interference import SignalWindow
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"

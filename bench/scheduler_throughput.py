@@ -9,7 +9,7 @@ affinity to a running service's zone and pod anti-affinity on the hostname; 2 % 
 running pods carry preferred anti-affinity — and fresh interference signals for every
 node, re-reported every second like the agents do.
 
-1. **Engine**: the real :class:`~scheduler.engine.Engine` over the real node table (filled
+1. **Engine**: the real :class:`~scheduler.cycle.SchedulingCycle` over the real node table (filled
    by the real cache); every pending pod is decided and assumed. Prints decisions/s
    counted over ``Engine.schedule`` alone and over the whole attempt (with assume).
 2. **End to end**: the real :class:`~scheduler.loop.SchedulingLoop` (queue, cache,
@@ -75,9 +75,9 @@ from scheduler.adapters.redis_signals import (
     SignalMetrics,
     connect,
 )
-from scheduler.api.objects import ANNOTATION_MAX_RUNQ_P99_US, ANNOTATION_MAX_SCORE, HOSTNAME_LABEL
+from scheduler.api.objects import ANNOTATION_MAX_INDEX, ANNOTATION_MAX_RUNQ_P99_US, HOSTNAME_LABEL
 from scheduler.cache import ClusterCache
-from scheduler.engine import Engine
+from scheduler.cycle import SchedulingCycle
 from scheduler.loop import LoopSettings, SchedulingLoop
 from scheduler.metrics import SchedulerMetrics
 from scheduler.ports import (
@@ -243,7 +243,7 @@ def pending_pods(count: int, rng: random.Random) -> Iterator[K8sObject]:
                 namespace=namespace,
                 cpu=cpu,
                 memory="256Mi",
-                annotations={ANNOTATION_MAX_RUNQ_P99_US: "2500", ANNOTATION_MAX_SCORE: "85"},
+                annotations={ANNOTATION_MAX_RUNQ_P99_US: "2500", ANNOTATION_MAX_INDEX: "85"},
             )
             obj["spec"]["containers"][0]["ports"] = ports
             yield obj
@@ -372,7 +372,7 @@ def bench_engine(
     cluster.informer(cache).sync()
     sync_s = time.perf_counter() - started
     cache_rss = rss_mib() - before
-    engine = Engine(EngineSettings(), seed=1)
+    engine = SchedulingCycle(EngineSettings(), seed=1)
     keys = []
     while (key := queue.pop()) is not None:
         keys.append(key)

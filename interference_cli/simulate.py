@@ -1,7 +1,7 @@
 """``interference simulate``: what would each policy have done on a recorded trace?
 
 The trace's NodeReports are replayed in time order together with a pod arrival list;
-every arrival is placed by the real :class:`scheduler.engine.Engine` over a real
+every arrival is placed by the real :class:`scheduler.cycle.SchedulingCycle` over a real
 :class:`scheduler.table.NodeTable` (no copy of any filter or score), with the signals
 of the latest report of each node at that moment. Per policy it reports:
 
@@ -52,8 +52,8 @@ from scheduler.api.objects import PodInfo
 from scheduler.api.pods import parse_pod
 from scheduler.api.reader import ObjectError
 from scheduler.config import ConfigError, load_config
-from scheduler.engine import Engine
-from scheduler.plugins.interference import interference_filter
+from scheduler.cycle import SchedulingCycle
+from scheduler.plugins.interference import InterferenceArgs, interference_filter
 from scheduler.ports import NodeSignals
 from scheduler.settings import EngineSettings
 from scheduler.table import NodeTable
@@ -286,7 +286,7 @@ class _Replay:
     ):
         self._reports = ordered
         self._next_report = 0
-        self._engine = Engine(policy.settings, seed=0)
+        self._engine = SchedulingCycle(policy.settings, seed=0)
         self._latest: dict[str, NodeSignals] = {}
         self._departures: list[tuple[float, int, PodInfo]] = []
         self.table = NodeTable()
@@ -364,7 +364,8 @@ class _ToleranceJudge:
         for report in reports:
             self._by_node.setdefault(report.node, []).append(report)
         self._workload = workload
-        self._settings = EngineSettings()
+        self._judge = InterferenceArgs()
+        """Violations are judged with the plugin's default args, whatever the policy."""
         self._tables: dict[str, NodeTable] = {}
 
     def violated(self, pod: PodInfo, node: str, placed_at: float) -> bool:
@@ -376,7 +377,7 @@ class _ToleranceJudge:
         exceeded = 0
         for report in windows:
             table.set_signals({node: _signals(report)})
-            verdict = interference_filter(table, pod, self._settings, report.ts)
+            verdict = interference_filter(table, pod, self._judge, report.ts)
             if verdict is not None and not verdict.passed[0]:
                 exceeded += 1
         return exceeded >= self._workload.violation_fraction * len(windows)

@@ -224,9 +224,10 @@ def decision_view(decision: Decision, now: float, when: str | None = None) -> Re
 def _score_legend(plugins: Sequence[str]) -> list[str]:
     """``Name: what it prefers`` for each score plugin of the record the scheduler knows."""
     # the scheduler's plugins pull in numpy: only explaining a decision needs them
-    from scheduler.plugins.registry import SCORE_PLUGINS
+    from scheduler.plugins.registry import REGISTRY
 
-    return [f"{name}: {SCORE_PLUGINS[name].explain}" for name in plugins if name in SCORE_PLUGINS]
+    known = [(name, REGISTRY.score_named(name)) for name in plugins]
+    return [f"{name}: {plugin.explain}" for name, plugin in known if plugin is not None]
 
 
 def _score_cell(candidate: CandidateVerdict, plugin: str) -> str:

@@ -18,10 +18,14 @@ reports it (a ``Warning`` Event and ``PodScheduled=False`` with the parse error)
 change of the pod parses it again, so a fixed pod is scheduled and a still-broken one is
 reported again.
 
-The cache tells the queue about pending pods and about events that may make
-unschedulable pods fit (a node added, or changed in a field the engine reads; a pod
-on a node deleted or finished; a PersistentVolumeClaim, PersistentVolume, StorageClass or
-CSINode added, changed or deleted — the volume filters read them at every attempt).
+The cache tells the queue about pending pods and, as cluster events
+(:class:`scheduler.events.ClusterEvent`), about changes that may make unschedulable pods
+fit: a node added, deleted or changed in a
+field the filters read (labels, taints or cordon, readiness, allocatable); a pod placed,
+relabelled, scaled down, deleted or finished; a Namespace, PersistentVolumeClaim,
+PersistentVolume, StorageClass or CSINode added, changed or deleted. The queue retries a
+pod early only on the events of the plugins that rejected it; a relist, which the cache
+cannot classify, retries every pod.
 
 Thread-safety: the informer thread calls :meth:`replace`/:meth:`apply`, the scheduling
 thread reads the table and assumes, binder threads forget; all hold :attr:`lock`. The
@@ -44,6 +48,7 @@ from scheduler.api.objects import NodeInfo, PodInfo
 from scheduler.api.pods import parse_pod
 from scheduler.api.reader import ObjectError
 from scheduler.api.storage import parse_claim, parse_csi_node, parse_storage_class, parse_volume
+from scheduler.events import Action, ClusterEvent
 from scheduler.metrics import SchedulerMetrics
 from scheduler.ports import (
     CLUSTER_SCOPED_KINDS,
@@ -120,11 +125,11 @@ class ClusterCache:
         with self.lock:
             if kind == "Namespace":
                 namespaces = {n.name: n for n in self._parse_each(objects, parse_namespace, kind)}
-                for name in self.table.namespace_names():
+                for name in self.table.namespaces.names():
                     if name not in namespaces:
-                        self.table.remove_namespace(name)
+                        self.table.namespaces.remove(name)
                 for namespace in namespaces.values():
-                    self.table.upsert_namespace(namespace)
+                    self.table.namespaces.upsert(namespace)
             elif kind in VOLUME_KINDS:
                 listed = {_object_key(kind, obj) for obj in objects}
                 for key in self._volume_keys(kind):
@@ -154,7 +159,7 @@ class ClusterCache:
                 for state in pods.values():
                     self._upsert_pod(state)
             self._synced.add(kind)
-            self._queue.cluster_event()
+            self._queue.cluster_event(None)
 
     def apply(self, kind: ObjectKind, event: EventType, obj: K8sObject) -> None:
         """One watch event."""
@@ -167,39 +172,50 @@ class ClusterCache:
                     self._metrics.malformed_objects.labels(kind).inc()
                     log.warning("skipping a %s deletion without metadata.name: %.200r", kind, obj)
                 elif kind == "Node":
-                    self._delete_node(key)
-                elif kind == "Namespace":
-                    if self.table.remove_namespace(key):
-                        self._queue.cluster_event()
-                elif kind in VOLUME_KINDS:
-                    if self._remove_volume_object(kind, key):
-                        self._queue.cluster_event()
+                    deleted = self._nodes.get(key)
+                    if deleted is not None:
+                        self._delete_node(key)
+                        self._queue.cluster_event(ClusterEvent("Node", Action.DELETE, deleted))
+                elif kind == "Namespace" or kind in VOLUME_KINDS:
+                    removed = (
+                        self.table.namespaces.remove(key)
+                        if kind == "Namespace"
+                        else self._remove_volume_object(kind, key)
+                    )
+                    if removed:
+                        self._queue.cluster_event(ClusterEvent(kind, Action.DELETE))
                 else:
                     self._forget_unparseable(key)
                     released = self.table.release_unreadable_pod(key)
+                    placed = self._placed.get(key)
                     if self._delete_pod(key) or released:
-                        self._queue.cluster_event()
+                        self._queue.cluster_event(ClusterEvent("Pod", Action.DELETE, pod=placed))
                 return
             if kind == "Node":
                 node = self._parse(obj, parse_node, kind)
-                if node is not None and self._upsert_node(node):
-                    self._queue.cluster_event()
+                if node is not None:
+                    action = self._upsert_node(node)
+                    if action:
+                        self._queue.cluster_event(ClusterEvent("Node", action, node))
                 return
             if kind in VOLUME_KINDS:  # a claim bound (or a volume changed) may fit a pod now
                 if self._upsert_volume_object(kind, obj):
-                    self._queue.cluster_event()
+                    self._queue.cluster_event(ClusterEvent(kind, Action.ADD | Action.UPDATE))
                 return
             if kind == "Namespace":  # its labels decide which pods namespace selectors see
                 namespace = self._parse(obj, parse_namespace, kind)
-                if namespace is not None and self.table.upsert_namespace(namespace):
-                    self._queue.cluster_event()
+                if namespace is not None and self.table.namespaces.upsert(namespace):
+                    self._queue.cluster_event(ClusterEvent(kind, Action.ADD | Action.UPDATE))
                 return
             state = self._parse(obj, _parse_pod_state, kind)
             if state is not None:
                 self._forget_unparseable(state.pod.key)
                 released = self.table.release_unreadable_pod(state.pod.key)
-                if self._upsert_pod(state) or released:
-                    self._queue.cluster_event()
+                action = self._upsert_pod(state)
+                if released:
+                    action |= Action.UPDATE
+                if action:
+                    self._queue.cluster_event(ClusterEvent("Pod", action, pod=state.pod))
 
     # ---- used by the scheduling loop and the binder ------------------------------------
 
@@ -369,45 +385,64 @@ class ClusterCache:
             return volumes.storage_class_names()
         return volumes.csi_node_names()
 
-    def _upsert_node(self, node: NodeInfo) -> bool:
-        """Store the node; True when it is new or changed in a field the engine reads."""
-        if self._nodes.get(node.name) == node:
-            return False  # a heartbeat: nothing the engine reads changed
+    def _upsert_node(self, node: NodeInfo) -> Action:
+        """Store the node; what changed in the fields the filters read (nothing: a
+        heartbeat)."""
+        previous = self._nodes.get(node.name)
+        if previous == node:
+            return Action(0)
         self._nodes[node.name] = node
         self.table.upsert_node(node)
-        return True
+        if previous is None:
+            return Action.ADD
+        action = Action(0)
+        if node.labels != previous.labels:
+            action |= Action.UPDATE_NODE_LABEL
+        if node.taints != previous.taints or node.unschedulable != previous.unschedulable:
+            action |= Action.UPDATE_NODE_TAINT
+        if node.ready != previous.ready:
+            action |= Action.UPDATE_NODE_CONDITION
+        if node.allocatable != previous.allocatable:
+            action |= Action.UPDATE_NODE_ALLOCATABLE
+        return action or Action.UPDATE
 
     def _delete_node(self, name: str) -> None:
         if self._nodes.pop(name, None) is not None:
             self.table.remove_node(name)
 
-    def _upsert_pod(self, state: _PodState) -> bool:
-        """Track the pod; True when that may let a pending pod fit: it freed resources on a
-        node, or a pod not placed by our own assume arrived on a node or changed labels
-        there (pod affinity and topology spread count it, as kube-scheduler's
-        InterPodAffinity and PodTopologySpread react to assigned pods)."""
+    def _upsert_pod(self, state: _PodState) -> Action:
+        """Track the pod; what happened that may let a pending pod fit (nothing: none): it
+        freed resources on a node (deleted, finished, scaled down), or a pod not placed
+        by our own assume arrived on a node or changed labels there (pod affinity and
+        topology spread count it, as kube-scheduler's InterPodAffinity and
+        PodTopologySpread react to assigned pods)."""
         pod = state.pod
         key = pod.key
         if not pod.node_name:
             if state.finished:
-                return self._delete_pod(key)
+                return Action.DELETE if self._delete_pod(key) else Action(0)
             self._unbound[key] = pod
             if key not in self._assumed:  # else the watch has not caught up with our bind
                 self._track_unbound(pod)
-            return False
+            return Action(0)
         self._unbound.pop(key, None)
         self._pending.pop(key, None)
         ours = self._assumed.pop(key, None) is not None
         self._queue.remove(key)
         if state.finished:
-            return self._unplace(key)
+            return Action.DELETE if self._unplace(key) else Action(0)
         previous = self._placed.get(key)
         if previous == pod:
-            return False
+            return Action(0)
         self._place(pod, pod.node_name)
-        return not ours and (
-            previous is None or previous.node_name != pod.node_name or previous.labels != pod.labels
-        )
+        if previous is None or previous.node_name != pod.node_name:
+            return Action(0) if ours else Action.ADD
+        action = Action(0)
+        if previous.labels != pod.labels and not ours:
+            action |= Action.UPDATE_POD_LABEL
+        if any(pod.requests.get(r, 0) < amount for r, amount in previous.requests.items()):
+            action |= Action.UPDATE_POD_SCALE_DOWN
+        return action
 
     def _track_unbound(self, pod: PodInfo, enqueue: bool = True) -> None:
         if self._is_pending(pod):

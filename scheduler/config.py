@@ -6,7 +6,9 @@ a default (see each settings dataclass for its meaning)::
     engine:            # scheduler.settings.EngineSettings
       profile:         # scheduler.settings.Profile (docs/design.md §5.1)
         scores: {Interference: 2, NodeResourcesFit: 1, GpuPacking: 1}
-      stale_policy: neutral          # neutral | avoid | reject
+        plugin_config: # each plugin's args, kube-scheduler's pluginConfig shape
+          - name: Interference
+            args: {stale_policy: neutral}   # neutral | avoid | reject
     loop:              # scheduler.loop.LoopSettings
       scheduler_name: interference-scheduler
       dry_run: false
@@ -50,14 +52,14 @@ from typing import Any, Literal, get_args, get_origin
 
 import yaml
 
-from interference_infra.strict import SettingsError as SettingError
-from interference_infra.strict import parse_bool
+from interference_infra.strict import SettingsError, parse_bool
 from scheduler.adapters.kubernetes import KubernetesSettings
 from scheduler.adapters.leader import LeaderElectionSettings
 from scheduler.adapters.redis_signals import RedisSettings
 from scheduler.http import HttpSettings
 from scheduler.loop import LoopSettings
-from scheduler.settings import EngineSettings, SettingsError
+from scheduler.plugins.registry import REGISTRY
+from scheduler.settings import EngineSettings
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +68,13 @@ LIVE_SECTIONS = ("engine", "loop")
 REPLACED_KEYS = {
     "engine.weights": "engine.profile.scores, keyed by plugin name, e.g. "
     "{Interference: 2, NodeResourcesFit: 1, GpuPacking: 1} (docs/design.md §5.1)",
+    **{
+        f"engine.{key}": f"the Interference plugin's args: engine.profile.plugin_config:"
+        f" [{{name: Interference, args: {{{key}: …}}}}] (docs/design.md §5.1)"
+        for key in ("stale_policy", "signal_window", "risk_k", "recent_load_weight")
+    },
+    "engine.gpu_resource": "the GpuPacking plugin's args: engine.profile.plugin_config:"
+    " [{name: GpuPacking, args: {resource: …}}] (docs/design.md §5.1)",
 }
 """Keys of earlier versions → what replaced them (named in the error instead of a guess)."""
 
@@ -194,6 +203,8 @@ def _convert(hint: Any, value: Any, path: str, problems: list[str]) -> Any:
         return _INVALID
     if hint == tuple[tuple[str, float], ...]:  # name → number, e.g. score weights
         return _weights(value, path, problems)
+    if hint == tuple[tuple[str, object], ...]:  # plugin name → its args
+        return _plugin_config(value, path, problems)
     if origin is tuple:
         if value is None:
             return ()
@@ -214,7 +225,7 @@ def _convert(hint: Any, value: Any, path: str, problems: list[str]) -> Any:
         if isinstance(value, str):
             try:
                 return parse_bool(path, value)
-            except SettingError:
+            except SettingsError:
                 pass
         problems.append(f"{path}: must be true or false (or yes/no, 1/0), got {value!r}")
         return _INVALID
@@ -246,6 +257,44 @@ def _weights(value: Any, path: str, problems: list[str]) -> Any:
         (str(name), _convert(float, n, f"{path}.{name}", problems)) for name, n in value.items()
     ]
     return _INVALID if any(n is _INVALID for _, n in pairs) else tuple(pairs)
+
+
+def _plugin_config(value: Any, path: str, problems: list[str]) -> Any:
+    """kube-scheduler's ``pluginConfig`` shape, ``[{name: Plugin, args: {…}}, …]``, each
+    ``args`` built into that plugin's args dataclass."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        problems.append(f"{path}: must be a list of {{name, args}}, got {_kind(value)}")
+        return _INVALID
+    kinds = REGISTRY.args_types()
+    entries: list[tuple[str, object]] = []
+    ok = True
+    for i, entry in enumerate(value):
+        where = f"{path}[{i}]"
+        if not isinstance(entry, Mapping) or set(entry) - {"name", "args"}:
+            problems.append(f"{where}: must be a mapping with name and args, got {entry!r}")
+            ok = False
+            continue
+        name = entry.get("name")
+        kind = kinds.get(name) if isinstance(name, str) else None
+        if not isinstance(name, str):
+            kind = None
+        if kind is None:
+            hint = difflib.get_close_matches(str(name), list(kinds), n=1, cutoff=0.6)
+            also = f"did you mean {hint[0]!r}? " if hint else ""
+            problems.append(
+                f"{where}.name: {name!r} is not a plugin with args; {also}"
+                f"plugins with args: {', '.join(kinds)}"
+            )
+            ok = False
+            continue
+        args = _build(kind, entry.get("args") or {}, f"{where}.args.", problems)
+        if args is None or not isinstance(name, str):
+            ok = False
+        else:
+            entries.append((name, args))
+    return tuple(entries) if ok else _INVALID
 
 
 def _unknown_key(path: str, key: str, names: list[str]) -> str:

@@ -3,7 +3,8 @@
 In extender mode kube-scheduler (a second one, ``schedulerName: interference-scheduler``)
 runs every one of its own plugins — volumes, topology spread, pod affinity, DRA,
 preemption — and binds; it calls this extender for the nodes that passed them. The
-extender answers from the same node table, informer cache, Redis signal cache and
+extender runs the same scheduling cycle (:class:`scheduler.cycle.SchedulingCycle`) over
+the offered nodes, from the same node table, informer cache, Redis signal cache and
 decision records as standalone mode, and never binds.
 
 Protocol (``k8s.io/kube-scheduler/extender/v1``), JSON over HTTP. Its Go structs have no
@@ -30,9 +31,9 @@ them) and interference tolerances hold as in standalone. kube-scheduler has alre
 its own versions of NodeUnschedulable, TaintToleration, NodeAffinity, NodePorts and
 NodeResourcesFit, so the answer is the intersection: never a node kube-scheduler refused.
 Fields standalone mode refuses (:attr:`PodInfo.unsupported`) are left to kube-scheduler.
-A rejection is ``FailedNodes`` when the plugin says preemption may help
-(:attr:`~scheduler.plugins.base.FilterPlugin.preemption_may_help`), else
-``FailedAndUnresolvableNodes``.
+A rejection is ``FailedAndUnresolvableNodes`` when any of the node's reasons has the
+status ``UnschedulableAndUnresolvable`` (:attr:`~scheduler.plugins.base.Filter.statuses`),
+else ``FailedNodes`` (preemption may help).
 
 Scores: the profile's score plugins and weights (``engine.profile.scores``) less those
 kube-scheduler scores itself (PodTopologySpread, NodeAffinity, InterPodAffinity), mapped
@@ -45,8 +46,8 @@ over the plugins that run (the interference score only while signals are readabl
 kube-scheduler multiplies it by the extender's ``weight`` and by 100 / 10 and adds it to
 its own plugins' scores.
 
-Signals unreadable: interference-blind, as standalone (tolerances and the interference
-score off). Relax rule as standalone: a pod whose every offered node is refused only by
+The cycle applies, as in standalone mode, the interference-blind fallback while signals
+are unreadable and the relax rule: a pod whose every offered node is refused only by
 interference filters for ``relax_after_s`` gets those filters dropped.
 
 Decision records (``intf:decision:{ns}/{pod}``): ``result`` is ``filtered`` (the filter
@@ -77,12 +78,10 @@ from scheduler.api.objects import PodInfo
 from scheduler.api.pods import parse_pod
 from scheduler.api.reader import ObjectError
 from scheduler.cache import ClusterCache
-from scheduler.engine import run_filter
+from scheduler.cycle import SchedulingCycle, SignalGate, unresolvable
 from scheduler.http import PostRoute
 from scheduler.messages import failed_scheduling_message
 from scheduler.metrics import SchedulerMetrics
-from scheduler.plugins.base import CycleState, FilterPlugin, FilterResult
-from scheduler.plugins.registry import resolve
 from scheduler.ports import DecisionSink, SignalSource
 from scheduler.settings import EngineSettings
 from scheduler.table import NodeTable
@@ -282,23 +281,25 @@ class Extender:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._cache = cache
-        self._signals = signals
         self._decisions = decisions
         self._settings = settings
+        self._cycle = SchedulingCycle(settings, extender=True)
+        self._signal_gate = SignalGate(signals, metrics, "answering")
         self._metrics = metrics
         self._extender_metrics = extender_metrics
         self._clock = clock
         self._lock = threading.Lock()
-        self._blocked_since: OrderedDict[str, float] = OrderedDict()
-        """Pod key → when its offered nodes were first all refused only by interference."""
         self._filtered: OrderedDict[str, FilterVerdict] = OrderedDict()
         """Pod key → its latest filter verdict (for the prioritize call's record)."""
-        self._signals_healthy: bool | None = None
         self._pods: OrderedDict[tuple[str, str], PodInfo] = OrderedDict()
 
     def update_settings(self, settings: EngineSettings) -> None:
         """Apply a reloaded ``engine`` section (between two requests)."""
         with self._cache.lock:
+            if settings != self._settings:
+                relax = self._cycle.relax  # pods keep their waiting time across a reload
+                self._cycle = SchedulingCycle(settings, extender=True)
+                self._cycle.relax = relax
             self._settings = settings
 
     def routes(self) -> dict[str, PostRoute]:
@@ -366,8 +367,9 @@ class Extender:
         with self._cache.lock:
             now = self._clock()
             table = self._cache.table
-            settings = self._current_settings(table)
-            verdict = self._filter(pod, args.names, table, settings, now)
+            settings = self._settings
+            readable = self._signal_gate.readable(table)
+            verdict = self._filter(pod, args.names, table, readable, now)
         with self._lock:
             self._filtered[pod.key] = verdict
             self._filtered.move_to_end(pod.key)
@@ -402,8 +404,9 @@ class Extender:
         with self._cache.lock:
             now = self._clock()
             table = self._cache.table
-            settings = self._current_settings(table)
-            plugins = _scores(pod, table, settings, now)
+            settings = self._settings
+            readable = self._signal_gate.readable(table)
+            plugins = self._cycle.score(pod, table, now, signals_readable=readable)
             max_total = 100.0 * sum(weight for weight, _ in plugins.values())
             rows = _offered_rows(table, args.names, filtered)
             known = rows >= 0
@@ -441,63 +444,35 @@ class Extender:
 
     # ---- internals (the first ones run under the cache lock) ---------------------------
 
-    def _current_settings(self, table: NodeTable) -> EngineSettings:
-        """Settings for this request: interference-blind while signals are unreadable;
-        otherwise the table gets the latest signals first."""
-        healthy = self._signals.healthy()
-        if healthy != self._signals_healthy:
-            self._signals_healthy = healthy
-            self._metrics.signals_healthy.set(1 if healthy else 0)
-            if not healthy:
-                log.warning("interference signals cannot be read; answering interference-blind")
-        if not healthy:
-            self._metrics.interference_blind_attempts.inc()
-            return dataclasses.replace(self._settings, interference_aware=False)
-        table.set_signals(self._signals.snapshot())
-        return self._settings
-
     def _filter(
         self,
         pod: PodInfo,
         names: Sequence[str],
         table: NodeTable,
-        settings: EngineSettings,
+        signals_readable: bool,
         now: float,
     ) -> FilterVerdict:
-        state = CycleState(pod, table, settings, now)
-        stages: list[tuple[FilterPlugin, FilterResult]] = []  # those with a reason
-        relaxable: list[tuple[FilterPlugin, FilterResult]] = []
-        for plugin in resolve(settings.profile, extender=True).filters:
-            result = run_filter(plugin, state)
-            if result is not None and result.reasons:
-                (relaxable if plugin.relaxable else stages).append((plugin, result))
         offered = list(dict.fromkeys(names))
         rows = table.rows_of(offered)
-        relaxed = False
-        if relaxable:
-            without_relaxable = _passed_rows([result for _, result in stages], rows[rows >= 0])
-            blocked = len(_passed_rows([r for _, r in relaxable], without_relaxable)) == 0
-            if blocked and len(without_relaxable) > 0:
-                relaxed = self._relax(pod.key, now, settings.relax_after_s)
-            else:
-                self._forget_blocked(pod.key)
-            if not relaxed:
-                stages += relaxable
-        failing_stage = _first_failing([result for _, result in stages], rows)
-        passed_at = np.flatnonzero(failing_stage == len(stages))
+        candidates = np.zeros(len(table), dtype=np.bool_)
+        candidates[rows[rows >= 0]] = True
+        outcome = self._cycle.filter(pod, table, now, candidates, signals_readable=signals_readable)
+        known = rows >= 0
+        passed_at = np.flatnonzero(known & outcome.passed[np.where(known, rows, 0)])
         passed = [offered[i] for i in passed_at.tolist()]
         # an unknown node may become known: preemption "may help" (kube-scheduler retries)
         why: dict[int, tuple[bool, list[str]]] = {
-            i: (True, [UNKNOWN_NODE]) for i in np.flatnonzero(failing_stage < 0).tolist()
+            i: (True, [UNKNOWN_NODE]) for i in np.flatnonzero(~known).tolist()
         }
-        for number, (plugin, stage) in enumerate(stages):
-            at = np.flatnonzero(failing_stage == number)
-            if len(at):  # reasons looked up once per filter, for its rejected nodes only
-                found = stage.failure_reasons(rows[at])
-                resolvable = plugin.preemption_may_help
-                why.update(zip(at.tolist(), ((resolvable, r) for r in found), strict=True))
+        position = np.full(len(table), -1, dtype=np.intp)
+        position[rows[known]] = np.flatnonzero(known)
+        for plugin, stage, failing in outcome.rejections.failing:
+            at_rows = np.flatnonzero(failing)  # reasons looked up for its rejected nodes only
+            found = stage.failure_reasons(at_rows)
+            for i, reasons in zip(position[at_rows].tolist(), found, strict=True):
+                why[i] = (not unresolvable(plugin, reasons), reasons)
         failed: dict[str, str] = {}
-        unresolvable: dict[str, str] = {}
+        unresolvable_nodes: dict[str, str] = {}
         counts: dict[str, int] = {}
         rejected: list[CandidateVerdict] = []
         for i in sorted(why):
@@ -507,37 +482,21 @@ class Extender:
                 counts[reason] = counts.get(reason, 0) + 1
             text = ", ".join(reasons)
             if not resolvable:
-                unresolvable[name] = text
+                unresolvable_nodes[name] = text
             else:
                 failed[name] = text
-            if len(rejected) < settings.record_top_k:
+            if len(rejected) < self._settings.record_top_k:
                 rejected.append(CandidateVerdict(name, False, reasons))
         return FilterVerdict(
             tuple(passed),
             failed,
-            unresolvable,
+            unresolvable_nodes,
             counts,
             rejected,
             rows[passed_at],
             table.generation,
-            relaxed,
+            outcome.relaxed_after_s is not None,
         )
-
-    def _relax(self, key: str, now: float, relax_after_s: float) -> bool:
-        """Whether a pod refused only by interference filters has waited long enough."""
-        with self._lock:
-            since = self._blocked_since.setdefault(key, now)
-            self._blocked_since.move_to_end(key)
-            while len(self._blocked_since) > REMEMBERED_FILTER_CALLS:
-                self._blocked_since.popitem(last=False)
-            if now - since < relax_after_s:
-                return False
-            del self._blocked_since[key]
-            return True
-
-    def _forget_blocked(self, key: str) -> None:
-        with self._lock:
-            self._blocked_since.pop(key, None)
 
     def _filter_decision(
         self,
@@ -584,41 +543,6 @@ def _offered_rows(
     ):
         return filtered.passed_rows
     return table.rows_of(names)
-
-
-def _first_failing(stages: Sequence[FilterResult], rows: NDArray[np.intp]) -> NDArray[np.intp]:
-    """Per offered row: the index of the first stage it fails, ``len(stages)`` when it
-    passes them all, -1 for a node the table does not know (row -1)."""
-    result = np.full(len(rows), len(stages), dtype=np.intp)
-    result[rows < 0] = -1
-    known = np.flatnonzero(rows >= 0)
-    if len(known) and stages:
-        passes = np.stack([stage.passed[rows[known]] for stage in stages])
-        first = np.argmin(passes, axis=0)  # the first False; 0 as well when all pass
-        result[known] = np.where(passes.all(axis=0), len(stages), first)
-    return result
-
-
-def _passed_rows(stages: Sequence[FilterResult], rows: NDArray[np.intp]) -> NDArray[np.intp]:
-    """The ``rows`` that pass every stage."""
-    keep = np.ones(len(rows), dtype=np.bool_)
-    for stage in stages:
-        keep &= stage.passed[rows]
-    return rows[keep]
-
-
-def _scores(
-    pod: PodInfo, table: NodeTable, settings: EngineSettings, now: float
-) -> dict[str, tuple[float, NDArray[np.float64]]]:
-    """Plugin → (weight, 0–100 score per node) for extender mode's score plugins."""
-    state = CycleState(pod, table, settings, now)
-    feasible = table.everyone()  # kube-scheduler asks about the nodes that passed
-    scores: dict[str, tuple[float, NDArray[np.float64]]] = {}
-    for plugin, weight in resolve(settings.profile, extender=True).scores:
-        score = plugin.score(state, feasible)
-        if score is not None:
-            scores[plugin.name] = (weight, score)
-    return scores
 
 
 def _json(value: object) -> bytes:

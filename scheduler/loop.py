@@ -1,7 +1,7 @@
-"""The scheduling loop: queue → engine → assume → bind, with Events and decision records.
+"""The scheduling loop: queue → scheduling cycle → assume → bind, with Events and records.
 
-One scheduling thread pops a pending pod, reads the latest signals into the node table,
-asks the :class:`~scheduler.engine.Engine` for a node and, when there is one, assumes
+One scheduling thread pops a pending pod, runs it through the
+:class:`~scheduler.cycle.SchedulingCycle` over every node and, when it finds one, assumes
 the pod in the cache and hands the bind to the :class:`~scheduler.binder.Binder`
 (another thread). Every attempt produces a decision record; Events and the
 ``PodScheduled`` condition follow kube-scheduler:
@@ -15,13 +15,14 @@ the pod in the cache and hands the bind to the :class:`~scheduler.binder.Binder`
 * a pod of ours that does not parse → ``Warning FailedScheduling`` with the parse error
   and ``PodScheduled=False`` (once per version of the pod; a change parses it again).
 
-Relax rule: when a pod has been blocked *only* by interference filters for at least
-``EngineSettings.relax_after_s``, it is retried with those filters off; if that finds a
-node a ``Warning InterferenceRelaxed`` Event says so.
-
-Signals: while ``signals.healthy()`` is False the loop schedules interference-blind
-(tolerance filters off, interference weight 0, stale policy ``neutral``) and counts
-those attempts in ``interference_scheduler_interference_blind_attempts_total``.
+The cycle applies the relax rule (a pod blocked only by interference filters for
+``relax_after_s`` is judged without them; when that finds a node a ``Warning
+InterferenceRelaxed`` Event says so) and the interference-blind fallback while signals are
+unreadable (attempts counted in
+``interference_scheduler_interference_blind_attempts_total``). An unschedulable pod goes
+back to the queue with the events that may make it fit (those the plugins that rejected
+it registered for). A pod using a deprecated annotation gets a ``Warning
+DeprecatedAnnotation`` Event, once per pod.
 
 Leadership: the loop schedules and binds only while ``leading`` is set; when it is
 cleared, binds not yet sent are dropped and their pods requeued (see the binder).
@@ -33,6 +34,7 @@ import dataclasses
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -40,7 +42,7 @@ from interference.decision import CandidateVerdict, Decision
 from scheduler.api.objects import PodInfo
 from scheduler.binder import Binder, BindOutcome, BindRequest, BindStatus
 from scheduler.cache import ClusterCache, UnparseablePod
-from scheduler.engine import Engine, EngineResult
+from scheduler.cycle import CycleResult, SchedulingCycle, SignalGate
 from scheduler.messages import relaxed_message, scheduled_message, unparseable_message
 from scheduler.metrics import SchedulerMetrics
 from scheduler.ports import Cluster, DecisionSink, PodRef, SignalSource
@@ -53,6 +55,8 @@ log = logging.getLogger(__name__)
 DEFAULT_SCHEDULER_NAME = "interference-scheduler"
 _PRUNE_EVERY = 4096
 """Attempts between sweeps of per-pod notes (also swept whenever the queue runs dry)."""
+_WARNED_PODS = 16384
+"""Pods remembered as told about their deprecated annotations (the oldest forgotten)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,16 +106,6 @@ class LoopSettings:
             )
 
 
-@dataclass(frozen=True, slots=True)
-class _Verdict:
-    """The outcome of the engine for one attempt, with how it was reached."""
-
-    result: EngineResult
-    relaxed_after_s: float | None
-    """Seconds the pod had waited when interference filters were relaxed, else None."""
-    blind: bool
-
-
 class SchedulingLoop:
     """Schedules the pods of one scheduler name over one cluster."""
 
@@ -130,7 +124,6 @@ class SchedulingLoop:
         seed: int | None = None,
     ) -> None:
         self._cluster = cluster
-        self._signals = signals
         self._decisions = decisions
         self._leading = leading
         self._metrics = metrics
@@ -139,8 +132,8 @@ class SchedulingLoop:
         self._seed = seed
         self._engine_settings = engine_settings
         self._loop_settings = loop_settings
-        self._engine = Engine(engine_settings, seed)
-        self._blind_engine = Engine(_blind(engine_settings), seed)
+        self._cycle = SchedulingCycle(engine_settings, seed=seed)
+        self._signal_gate = SignalGate(signals, metrics, "scheduling")
         self.queue = SchedulingQueue(clock=monotonic)
         self.cache = ClusterCache(
             NodeTable(),
@@ -158,11 +151,9 @@ class SchedulingLoop:
         self._state_lock = threading.Lock()
         self._bind_decisions: dict[str, Decision] = {}
         """Decision of each bind in flight, written once the bind's outcome is known."""
-        self._blocked_since: dict[str, float] = {}
-        """When each pod was first found blocked only by interference filters. Changes from
-        several threads one key at a time; iterate it only under ``_state_lock``."""
+        self._warned: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+        """Pods told about their :attr:`PodInfo.warnings`, with what they were told."""
         self._attempts_since_prune = 0
-        self._signals_healthy: bool | None = None
         self.last_cycle_at = monotonic()
         """Monotonic time the scheduling thread last went round (for ``/healthz``: a loop
         that is alive comes back at least every ``idle_wait_s``)."""
@@ -185,8 +176,9 @@ class SchedulingLoop:
         """
         with self.cache.lock:
             if engine_settings != self._engine_settings:
-                self._engine = Engine(engine_settings, self._seed)
-                self._blind_engine = Engine(_blind(engine_settings), self._seed)
+                relax = self._cycle.relax  # pods keep their waiting time across a reload
+                self._cycle = SchedulingCycle(engine_settings, seed=self._seed)
+                self._cycle.relax = relax
                 self._engine_settings = engine_settings
             old = self._loop_settings
             self._loop_settings = loop_settings
@@ -301,8 +293,8 @@ class SchedulingLoop:
         try:
             with self.cache.lock:
                 now = self._clock()
-                verdict = self._decide(pod, now)
-                node = verdict.result.node
+                result = self._decide(pod, now)
+                node = result.node
                 if node is not None and not settings.dry_run:
                     self.cache.assume(pod, node)
         except Exception:
@@ -310,9 +302,8 @@ class SchedulingLoop:
             self._metrics.attempts.labels("error").inc()
             self.queue.backoff(key)
             return
-        result = verdict.result
-        if verdict.blind:
-            self._metrics.interference_blind_attempts.inc()
+        if pod.warnings and not settings.dry_run:
+            self._warn(pod)
         if result.node is None:
             outcome = "unschedulable"
             self._unschedulable(pod, result, now)
@@ -322,10 +313,10 @@ class SchedulingLoop:
             self.queue.backoff(key)  # stays pending: look again later, not in a hot loop
         else:
             outcome = "scheduled"
-            if verdict.relaxed_after_s is not None:
+            if result.relaxed_after_s is not None:
                 self._metrics.relaxed.inc()
                 self._event(
-                    pod, "Warning", "InterferenceRelaxed", relaxed_message(verdict.relaxed_after_s)
+                    pod, "Warning", "InterferenceRelaxed", relaxed_message(result.relaxed_after_s)
                 )
             message = scheduled_message(key, result.node)
             with self._state_lock:
@@ -337,28 +328,24 @@ class SchedulingLoop:
         self._metrics.attempt_duration.labels(outcome).observe(time.perf_counter() - started)
         self._update_queue_gauges()
 
-    def _decide(self, pod: PodInfo, now: float) -> _Verdict:
-        """Run the engine (caller holds the cache lock), applying the relax rule."""
+    def _decide(self, pod: PodInfo, now: float) -> CycleResult:
+        """Run the cycle over every node (caller holds the cache lock)."""
         table = self.cache.table
-        healthy = self._signals.healthy()
-        self._note_signal_health(healthy)
-        if not healthy:
-            blind = self._blind_engine.schedule(pod, table, now)
-            return _Verdict(blind, None, blind=True)
-        table.set_signals(self._signals.snapshot())
-        self._update_stale_gauge(now)
-        result = self._engine.schedule(pod, table, now)
-        if result.node is not None or not result.blocked_only_by_interference:
-            self._blocked_since.pop(pod.key, None)
-            return _Verdict(result, None, blind=False)
-        waited = now - self._blocked_since.setdefault(pod.key, now)
-        if waited < self._engine_settings.relax_after_s:
-            return _Verdict(result, None, blind=False)
-        relaxed = self._engine.schedule(pod, table, now, relax_interference=True)
-        if relaxed.node is None:
-            return _Verdict(result, None, blind=False)
-        self._blocked_since.pop(pod.key, None)
-        return _Verdict(relaxed, waited, blind=False)
+        readable = self._signal_gate.readable(table)
+        if readable:
+            self._update_stale_gauge(now)
+        return self._cycle.schedule(pod, table, now, signals_readable=readable)
+
+    def _warn(self, pod: PodInfo) -> None:
+        """A ``Warning DeprecatedAnnotation`` Event per warning, once per pod."""
+        with self._state_lock:
+            if self._warned.get(pod.key) == pod.warnings:
+                return
+            self._warned[pod.key] = pod.warnings
+            while len(self._warned) > _WARNED_PODS:
+                self._warned.popitem(last=False)
+        for warning in pod.warnings:
+            self._event(pod, "Warning", "DeprecatedAnnotation", warning)
 
     def _report_unparseable(self, broken: UnparseablePod) -> None:
         """A pod that does not parse stays Pending with the parse error for its owner to
@@ -390,8 +377,8 @@ class SchedulingLoop:
 
         self._binder.submit(report, "report")
 
-    def _unschedulable(self, pod: PodInfo, result: EngineResult, now: float) -> None:
-        self.queue.backoff(pod.key)
+    def _unschedulable(self, pod: PodInfo, result: CycleResult, now: float) -> None:
+        self.queue.backoff(pod.key, self._cycle.profile.retry_on(pod, result.rejected_by))
         decision = self._decision(pod, result, "unschedulable", "", now)
         if self._loop_settings.dry_run:  # a dry run writes decision records only
             self._write_decision(decision)
@@ -468,7 +455,7 @@ class SchedulingLoop:
     def _decision(
         self,
         pod: PodInfo,
-        result: EngineResult,
+        result: CycleResult,
         outcome: str,
         node: str,
         now: float,
@@ -497,29 +484,15 @@ class SchedulingLoop:
         )
 
     def _forget_pod_state(self, key: str) -> None:
+        self._cycle.relax.forget(key)
         with self._state_lock:
-            self._blocked_since.pop(key, None)
+            self._warned.pop(key, None)
 
     def _prune_pod_state(self) -> None:
         """Drop the notes of pods that left the queue without an outcome (deleted while
         waiting), so they do not accumulate."""
         self._attempts_since_prune = 0
-        with self._state_lock:
-            for key in [k for k in self._blocked_since if self.queue.state(k) is None]:
-                del self._blocked_since[key]
-
-    def _note_signal_health(self, healthy: bool) -> None:
-        if healthy == self._signals_healthy:
-            return
-        self._signals_healthy = healthy
-        self._metrics.signals_healthy.set(1 if healthy else 0)
-        if healthy:
-            log.info("interference signals are readable again; scheduling with them")
-        else:
-            log.warning(
-                "interference signals cannot be read; scheduling interference-blind "
-                "until the signal source recovers"
-            )
+        self._cycle.relax.prune(lambda key: self.queue.state(key) is not None)
 
     def _update_stale_gauge(self, now: float) -> None:
         moment = self._monotonic()
@@ -538,8 +511,3 @@ class SchedulingLoop:
 
 def _ref(pod: PodInfo) -> PodRef:
     return PodRef(pod.namespace, pod.name, pod.uid)
-
-
-def _blind(settings: EngineSettings) -> EngineSettings:
-    """Settings that ignore interference signals entirely (used while they are unreadable)."""
-    return dataclasses.replace(settings, interference_aware=False)

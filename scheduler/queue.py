@@ -6,8 +6,10 @@ Each pending pod is in exactly one state:
   priority first and, among equal priorities, the oldest (``created_at``) first.
 * **backoff** — the last attempt found no node; it becomes active again after
   ``min(initial_backoff_s * 2**(attempts - 1), max_backoff_s)`` seconds (1 s doubling to
-  10 s by default), or earlier when a relevant cluster event arrives
-  (:meth:`SchedulingQueue.cluster_event`).
+  10 s by default), or earlier when a cluster event arrives that may make it fit
+  (:meth:`SchedulingQueue.cluster_event`): one the plugins that rejected it registered
+  for, whose queueing hint says yes (the ``retry_on`` predicate :meth:`backoff` was
+  given; without one, any event).
 * **in flight** — popped and being scheduled or bound; the loop decides what happens
   next (:meth:`remove`, :meth:`backoff` or :meth:`requeue`).
 
@@ -24,6 +26,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
+
+from scheduler.events import ClusterEvent
 
 
 class QueueState(Enum):
@@ -47,6 +51,8 @@ class _Entry:
     last_attempt_at: float = 0.0
     generation: int = 0
     """Bumped on every state change so stale heap items are recognised and skipped."""
+    retry_on: Callable[[ClusterEvent], bool] | None = None
+    """Which events may make the pod fit after its last attempt (``None``: any)."""
 
 
 class SchedulingQueue:
@@ -112,8 +118,9 @@ class SchedulingQueue:
             if entry is not None:
                 self._leave_state(entry)
 
-    def backoff(self, key: str) -> float:
-        """The attempt found no node (or the bind failed): retry later.
+    def backoff(self, key: str, retry_on: Callable[[ClusterEvent], bool] | None = None) -> float:
+        """The attempt found no node (or the bind failed): retry later, or earlier on a
+        cluster event ``retry_on`` accepts (``None``: any event).
 
         Returns the delay in seconds, or 0.0 when the key is unknown.
         """
@@ -122,6 +129,7 @@ class SchedulingQueue:
             if entry is None:
                 return 0.0
             self._leave_state(entry)
+            entry.retry_on = retry_on
             entry.attempts += 1
             delay = min(
                 self._initial_backoff_s * 2.0 ** (entry.attempts - 1),
@@ -151,8 +159,10 @@ class SchedulingQueue:
             self._push_active(entry)
             self._cond.notify()
 
-    def cluster_event(self) -> int:
-        """Something that may make unschedulable pods fit happened: retry them early.
+    def cluster_event(self, event: ClusterEvent | None) -> int:
+        """Something that may make unschedulable pods fit happened: retry early the pods
+        whose ``retry_on`` accepts ``event`` (``None``: a change nobody classified, such
+        as a relist: every backed-off pod).
 
         Returns how many backed-off pods were moved (or scheduled to move within
         ``initial_backoff_s`` of their last attempt).
@@ -162,6 +172,8 @@ class SchedulingQueue:
             moved = 0
             for entry in list(self._entries.values()):
                 if entry.state is not QueueState.BACKOFF:
+                    continue
+                if event is not None and entry.retry_on is not None and not entry.retry_on(event):
                     continue
                 earliest = entry.last_attempt_at + self._initial_backoff_s
                 if earliest >= entry.ready_at:

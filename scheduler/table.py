@@ -33,7 +33,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import repeat
-from typing import Any, Generic, Literal, TypeVar, cast, get_args
+from typing import Any, Protocol, TypeVar, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -41,14 +41,18 @@ from numpy.typing import NDArray
 from scheduler.api.objects import (
     GPU_PRODUCT_LABEL,
     AntiAffinityTerm,
-    HostPort,
-    NamespaceInfo,
     NodeInfo,
     PodInfo,
-    Taint,
-    WeightedTerm,
 )
-from scheduler.api.selectors import LabelSelector
+from scheduler.namespaces import NamespaceCatalog
+from scheduler.node_columns import (
+    ABSENT,
+    LabelColumn,
+    TaintColumns,
+    WindowColumns,
+    label_column,
+    taint_columns,
+)
 from scheduler.ports import NodeSignals
 from scheduler.quantity import CPU, EPHEMERAL_STORAGE, MEMORY, PODS
 from scheduler.signal_frame import (
@@ -60,71 +64,31 @@ from scheduler.signal_frame import (
     no_signal_value,
     window_column,
 )
+from scheduler.table_caches import CHANGED_ROWS_LIMIT, CacheScope, T, TableCaches
+from scheduler.term_index import MatchCounts, discard, positive_candidates
 from scheduler.volumes import VolumeCatalog
 
 BASE_RESOURCES = (CPU, MEMORY, EPHEMERAL_STORAGE, PODS)
-K = TypeVar("K", bound=Hashable)
-V = TypeVar("V", bound=Hashable)
-H = TypeVar("H", bound=Hashable)
-T = TypeVar("T")
-CHANGED_ROWS_LIMIT = 32
-"""Changed rows :meth:`NodeTable.derived` refreshes one by one; beyond that it rebuilds."""
-CACHE_LIMIT = 512
-"""Entries per cache scope (a signature's masks take ~30 KB at 5,000 nodes) before that
-scope starts over."""
-_MISSING = object()
-CacheScope = Literal["constraints", "allocatable", "signals"]
-"""What empties a :meth:`NodeTable.cached` scope:
-
-- ``constraints``: :attr:`NodeTable.generation` changes (rows move; a node's labels,
-  taints, readiness or cordon change). For results that depend only on a pod's
-  signature and those node fields, e.g. the NodeAffinity mask per signature.
-- ``allocatable``: any node's allocatable changes, or ``constraints`` empties.
-- ``signals``: any node's signals change, or ``constraints`` empties.
-"""
-
-
-@dataclass(frozen=True, slots=True)
-class WindowColumns:
-    """One window's signal columns (views of the table's storage; do not modify)."""
-
-    runq_p99_us: NDArray[np.float64]
-    """Run-queue p99 of the window's merged histogram, µs."""
-    reclaim_mean: NDArray[np.float64]
-    """Mean reclaim stall, ms/s."""
-    reclaim_stddev: NDArray[np.float64]
-    index_mean: NDArray[np.float64]
-    """Mean interference index (0 = quiet)."""
-    index_stddev: NDArray[np.float64]
-
-
-ABSENT = -1
-"""Label code of a node that does not have the label."""
-MATCH_COUNTS_LIMIT = 1024
-"""Terms whose per-node match counts are kept before that cache starts over."""
-
-
-@dataclass(frozen=True, slots=True)
-class LabelColumn:
-    """One label key over all nodes: ``codes[i]`` indexes ``values`` or is :data:`ABSENT`."""
-
-    codes: NDArray[np.int32]
-    values: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class TaintColumns:
-    """Distinct taints of the cluster and which node carries which."""
-
-    taints: tuple[Taint, ...]
-    present: NDArray[np.bool_]
-    """``present[i, t]``: node ``i`` carries ``taints[t]``."""
 
 
 @dataclass(frozen=True, slots=True)
 class _PlacedPod:
     pod: PodInfo
     node: str
+
+
+class PlacedPodIndex(Protocol):
+    """What a plugin keeps about placed pods across decisions (ports in use, affinity
+    terms…), kept current by the table's add/remove hooks (:meth:`NodeTable.index`)."""
+
+    def add(self, pod: PodInfo, node: str) -> None:
+        """``pod`` was placed on ``node`` (a node the table may not know yet)."""
+
+    def remove(self, pod: PodInfo, node: str) -> None:
+        """``pod``, added on ``node`` before, is gone from it."""
+
+
+IndexT = TypeVar("IndexT", bound=PlacedPodIndex)
 
 
 class NodeTable:
@@ -156,17 +120,10 @@ class NodeTable:
         """Changes whenever rows move or a node's constraint-relevant fields change."""
         self.signals_generation = 0
         """Changes whenever any node's signals change."""
-        self.load_generation = 0
-        """Changes whenever a node's requests, signals or allocatable change."""
-        self._changed_rows: list[int] = []
-        """Row changed by each load generation since ``_changed_rows_start``."""
-        self._changed_rows_start = 0
-        self._caches: dict[CacheScope, dict[Hashable, object]] = {
-            scope: {} for scope in get_args(CacheScope)
-        }
-        """:meth:`cached` values per scope."""
+        self.caches = TableCaches()
+        """Scoped values (:meth:`cached`) and derived columns (:meth:`derived`)."""
         self._derived: dict[Hashable, object] = {}
-        self._row_derived: dict[Hashable, tuple[int, NDArray[np.float64]]] = {}
+        """Label and taint columns, rebuilt after a constraint change."""
         self._pods: dict[str, _PlacedPod] = {}
         self._unreadable_pods: dict[str, str] = {}
         """Placed pods (key → node) whose requests, ports, labels or terms do not parse."""
@@ -175,15 +132,11 @@ class NodeTable:
         self._pods_by_namespace: dict[str, set[str]] = {}
         self._priorities: Counter[int] = Counter()
         """Placed pods per priority (tells at once whether a pod could preempt anyone)."""
-        self._anti_terms = _TermIndex[AntiAffinityTerm](_same_term)
-        self._affinity_terms = _TermIndex[AntiAffinityTerm](_same_term)
-        self._preferred_terms = _TermIndex[WeightedTerm](_weighted_term)
-        """Placed pods' required anti-affinity, required affinity (with a selector) and
-        preferred terms (anti-affinity ones with negated weights)."""
-        self._namespace_labels: dict[str, Mapping[str, str]] = {}
-        self._namespace_selections: dict[LabelSelector, frozenset[str]] = {}
-        self._match_counts = _MatchCounts()
-        self._ports: dict[tuple[str, int], dict[str, Counter[HostPort]]] = {}
+        self.namespaces = NamespaceCatalog()
+        """The Namespaces' labels (namespace selectors of pod affinity terms)."""
+        self._match_counts = MatchCounts()
+        self._indexes: dict[str, PlacedPodIndex] = {"volumes": self.volumes}
+        """Indexes of placed pods registered by plugins (:meth:`index`), by name."""
         self._recent: dict[str, dict[str, tuple[float, int]]] = {}
         self._frame = SignalFrame.empty()
         self._signals_source: object = None
@@ -223,8 +176,8 @@ class NodeTable:
             if not node.constraints_equal(previous):
                 self._bump_generation()
             elif node.allocatable != previous.allocatable:
-                self._caches["allocatable"].clear()
-                self._note_load_change(row)
+                self.caches.clear("allocatable")
+                self.caches.note_load_change(row)
             self._nodes[row] = node
         self._vectors["ready"][row] = node.ready
         self._vectors["unschedulable"][row] = node.unschedulable
@@ -277,18 +230,8 @@ class NodeTable:
             self._pods_by_label.setdefault(item, set()).add(pod.key)
         self._pods_by_namespace.setdefault(pod.namespace, set()).add(pod.key)
         self._priorities[pod.priority] += 1
-        if pod.claims or pod.inline_attached:
-            self.volumes.count_users(pod, node, 1)
-        for term in pod.anti_affinity:
-            self._anti_terms.add(term, node)
-        for term in _required_affinity(pod):
-            self._affinity_terms.add(term, node)
-        for weighted in _preferred(pod):
-            self._preferred_terms.add(weighted, node)
-        for port in pod.host_ports:
-            self._ports.setdefault((port.protocol, port.port), {}).setdefault(node, Counter())[
-                port
-            ] += 1
+        for index in self._indexes.values():
+            index.add(pod, node)
         for resource in pod.requests:
             self._ensure_resource(resource)
         if added_at is not None and added_at > self._signals_updated_at(node):
@@ -309,24 +252,13 @@ class NodeTable:
         if not on_node:
             del self._pods_by_node[node]
         for item in pod.labels.items():
-            _discard(self._pods_by_label, item, pod.key)
-        _discard(self._pods_by_namespace, pod.namespace, pod.key)
+            discard(self._pods_by_label, item, pod.key)
+        discard(self._pods_by_namespace, pod.namespace, pod.key)
         self._priorities[pod.priority] -= 1
         if not self._priorities[pod.priority]:
             del self._priorities[pod.priority]
-        if pod.claims or pod.inline_attached:
-            self.volumes.count_users(pod, node, -1)
-        for term in pod.anti_affinity:
-            self._anti_terms.remove(term, node)
-        for term in _required_affinity(pod):
-            self._affinity_terms.remove(term, node)
-        for weighted in _preferred(pod):
-            self._preferred_terms.remove(weighted, node)
-        for port in pod.host_ports:
-            users = self._ports[(port.protocol, port.port)]
-            _decrement(users, node, port)
-            if not users:
-                del self._ports[(port.protocol, port.port)]
+        for index in self._indexes.values():
+            index.remove(pod, node)
         recent = self._recent.get(node)
         if recent is not None:
             recent.pop(pod.key, None)
@@ -351,7 +283,7 @@ class NodeTable:
         """Per node row, the placed pods ``term`` matches (without terminating ones when
         ``skip_terminating``). Kept current as pods come and go, rebuilt after a layout
         change; callers must not modify it. A namespace selector must have been resolved
-        into ``term.namespaces`` (:meth:`namespaces_matching`)."""
+        into ``term.namespaces`` (:meth:`NamespaceCatalog.matching`)."""
         if term.namespace_selector is not None:
             raise ValueError("matching_per_node needs a term with its namespaces resolved")
         key = (term, skip_terminating)
@@ -364,41 +296,6 @@ class NodeTable:
                     counts[row] += 1
             self._match_counts.put(key, counts)
         return counts
-
-    # ---- namespaces --------------------------------------------------------------------
-
-    def upsert_namespace(self, namespace: NamespaceInfo) -> bool:
-        """Store a namespace's labels; True when they changed."""
-        if self._namespace_labels.get(namespace.name) == namespace.labels:
-            return False
-        self._namespace_labels[namespace.name] = namespace.labels
-        self._namespace_selections.clear()
-        return True
-
-    def remove_namespace(self, name: str) -> bool:
-        """Forget a namespace; True when it was known."""
-        if self._namespace_labels.pop(name, None) is None:
-            return False
-        self._namespace_selections.clear()
-        return True
-
-    def namespace_names(self) -> list[str]:
-        return list(self._namespace_labels)
-
-    def namespace_labels(self, name: str) -> Mapping[str, str]:
-        """The labels of namespace ``name`` (none when unknown, as kube-scheduler assumes)."""
-        return self._namespace_labels.get(name, {})
-
-    def namespaces_matching(self, selector: LabelSelector) -> frozenset[str]:
-        """Names of the known namespaces whose labels ``selector`` matches (cached until a
-        namespace changes)."""
-        found = self._namespace_selections.get(selector)
-        if found is None:
-            found = frozenset(
-                name for name, labels in self._namespace_labels.items() if selector.matches(labels)
-            )
-            self._namespace_selections[selector] = found
-        return found
 
     def hold_unreadable_pod(self, key: str, node: str) -> None:
         """A pod placed on ``node`` that does not parse: what it holds there is unknown,
@@ -470,15 +367,15 @@ class NodeTable:
         if len(rows) == 0:
             return
         if len(rows) > CHANGED_ROWS_LIMIT:
-            self._note_load_change(None)
+            self.caches.note_load_change(None)
         else:
             for changed_row in rows.tolist():
-                self._note_load_change(changed_row)
+                self.caches.note_load_change(changed_row)
         for name in [name for name in self._recent if name in self._index]:
             if changed[self._index[name]]:
                 self._forget_recent(self._index[name], name)
         self.signals_generation += 1
-        self._caches["signals"].clear()
+        self.caches.clear("signals")
 
     def has_signals(self, name: str) -> bool:
         """Whether the latest frame holds a record of node ``name``."""
@@ -506,23 +403,23 @@ class NodeTable:
         build: Callable[[], T],
         still_valid: Callable[[T], bool] | None = None,
     ) -> T:
-        """The value cached under ``key`` in ``scope``, built by ``build()`` when missing
-        (or when ``still_valid(value)`` says it expired). Scopes are named for what empties
-        them (see :data:`CacheScope`); a key names its owner first (``("NodeResourcesFit",
-        …)``) so plugins never collide. Callers must not modify the value."""
-        entries = self._caches[scope]
-        found = entries.get(key, _MISSING)
-        if found is not _MISSING and (still_valid is None or still_valid(cast(T, found))):
-            return cast(T, found)
-        value = build()
-        if len(entries) >= CACHE_LIMIT:
-            entries.clear()
-        entries[key] = value
-        return value
+        """:meth:`TableCaches.cached`: the plugins' values across decisions, in scopes
+        named for what empties them."""
+        return self.caches.cached(scope, key, build, still_valid)
 
-    def cache_size(self, scope: CacheScope) -> int:
-        """How many values :meth:`cached` holds in ``scope``."""
-        return len(self._caches[scope])
+    def derived(
+        self,
+        key: Hashable,
+        compute: Callable[[], NDArray[np.float64]],
+        compute_row: Callable[[int], float],
+    ) -> NDArray[np.float64]:
+        """:meth:`TableCaches.derived`: a per-node column refreshed at the changed rows."""
+        return self.caches.derived(key, compute, compute_row)
+
+    @property
+    def load_generation(self) -> int:
+        """Changes whenever a node's requests, signals or allocatable change."""
+        return self.caches.load_generation
 
     def everyone(self) -> NDArray[np.bool_]:
         """A read-only all-True node mask (cached)."""
@@ -532,32 +429,6 @@ class NodeTable:
         mask = np.ones(self._count, dtype=np.bool_)
         mask.setflags(write=False)
         return mask
-
-    def derived(
-        self,
-        key: Hashable,
-        compute: Callable[[], NDArray[np.float64]],
-        compute_row: Callable[[int], float],
-    ) -> NDArray[np.float64]:
-        """A per-node column derived from this table's per-node columns, kept current
-        cheaply: ``compute()`` builds it whole (a new array) after rows move or many rows
-        changed; otherwise ``compute_row(row)`` — the same formula on one row's scalars,
-        in the same order of operations — refreshes only the rows whose requests, signals
-        or allocatable changed (usually one per decision). Callers must not modify it.
-        """
-        entry = self._row_derived.get(key)
-        if entry is not None:
-            built_at, values = entry
-            if built_at == self.load_generation:
-                return values
-            if built_at >= self._changed_rows_start:
-                for row in set(self._changed_rows[built_at - self._changed_rows_start :]):
-                    values[row] = compute_row(row)
-                self._row_derived[key] = (self.load_generation, values)
-                return values
-        values = compute()
-        self._row_derived[key] = (self.load_generation, values)
-        return values
 
     def inverse_allocatable(self, resource: str) -> NDArray[np.float64]:
         """``1 / allocatable`` per node for ``resource`` (0 where it has none), cached."""
@@ -573,45 +444,27 @@ class NodeTable:
         return self.cached("allocatable", ("inverse", resource), build)
 
     def label_column(self, key: str, field: bool = False) -> LabelColumn:
-        """Codes of label ``key`` over all nodes; with ``field``, of the node field ``key``
-        (only ``metadata.name`` exists for node selectors)."""
+        """:func:`~scheduler.node_columns.label_column` of this table's nodes (cached)."""
         cache_key = ("field" if field else "label", key)
         cached = self._derived.get(cache_key)
         if isinstance(cached, LabelColumn):
             return cached
-        vocabulary: dict[str, int] = {}
-        codes = np.full(self._count, ABSENT, dtype=np.int32)
-        for row, node in enumerate(self._nodes):
-            if field:
-                value = node.name if key == "metadata.name" else None
-            else:
-                value = self.node_label(row, key)
-            if value is not None:
-                codes[row] = vocabulary.setdefault(value, len(vocabulary))
-        column = LabelColumn(codes, tuple(vocabulary))
+        column = label_column(self._nodes, key, field)
         self._derived[cache_key] = column
         return column
 
     def taint_columns(self) -> TaintColumns:
-        """Distinct taints and a node × taint presence matrix."""
+        """:func:`~scheduler.node_columns.taint_columns` of this table's nodes (cached)."""
         cached = self._derived.get("taints")
         if isinstance(cached, TaintColumns):
             return cached
-        vocabulary: dict[Taint, int] = {}
-        for node in self._nodes:
-            for taint in node.taints:
-                vocabulary.setdefault(taint, len(vocabulary))
-        present = np.zeros((self._count, len(vocabulary)), dtype=np.bool_)
-        for row, node in enumerate(self._nodes):
-            for taint in node.taints:
-                present[row, vocabulary[taint]] = True
-        columns = TaintColumns(tuple(vocabulary), present)
+        columns = taint_columns(self._nodes)
         self._derived["taints"] = columns
         return columns
 
     def pods_matching(self, term: AntiAffinityTerm) -> Iterable[PodInfo]:
         """Placed pods that fall under ``term`` (index lookups first, then a full check)."""
-        candidates = _positive_candidates(term.selector, self._pods_by_label)
+        candidates = positive_candidates(term.selector, self._pods_by_label)
         if candidates is None:
             if term.namespaces is None:
                 candidates = set(self._pods)
@@ -624,30 +477,18 @@ class NodeTable:
             if term.matches(pod.namespace, pod.labels):
                 yield pod
 
-    def anti_affinity_terms(
-        self, namespace: str, labels: Mapping[str, str]
-    ) -> list[tuple[AntiAffinityTerm, Mapping[str, int]]]:
-        """Placed pods' required anti-affinity terms that may match a pod in ``namespace``
-        with ``labels`` (a superset: check :meth:`AntiAffinityTerm.matches`), each with
-        node → number of placed pods carrying it."""
-        return self._anti_terms.candidates(namespace, labels)
-
-    def affinity_terms(
-        self, namespace: str, labels: Mapping[str, str]
-    ) -> list[tuple[AntiAffinityTerm, Mapping[str, int]]]:
-        """As :meth:`anti_affinity_terms`, for placed pods' required affinity terms."""
-        return self._affinity_terms.candidates(namespace, labels)
-
-    def preferred_terms(
-        self, namespace: str, labels: Mapping[str, str]
-    ) -> list[tuple[WeightedTerm, Mapping[str, int]]]:
-        """As :meth:`anti_affinity_terms`, for placed pods' preferred affinity terms and
-        preferred anti-affinity terms (those with their weight negated)."""
-        return self._preferred_terms.candidates(namespace, labels)
-
-    def host_port_users(self, protocol: str, port: int) -> Mapping[str, Counter[HostPort]]:
-        """Node → host ports in use with this protocol and port number."""
-        return self._ports.get((protocol, port), {})
+    def index(self, name: str, build: Callable[[], IndexT]) -> IndexT:
+        """The placed-pod index registered under ``name`` (a plugin's name), built by
+        ``build()`` and filled with every placed pod the first time it is asked for; from
+        then on the table calls its :meth:`PlacedPodIndex.add` and
+        :meth:`~PlacedPodIndex.remove` as pods are placed and removed."""
+        found = self._indexes.get(name)
+        if found is None:
+            found = build()
+            for placed in self._pods.values():
+                found.add(placed.pod, placed.node)
+            self._indexes[name] = found
+        return cast(IndexT, found)
 
     # ---- internals ---------------------------------------------------------------------
 
@@ -692,7 +533,7 @@ class NodeTable:
         return row
 
     def _account(self, row: int, pod: PodInfo, sign: int) -> None:
-        self._note_load_change(row)
+        self.caches.note_load_change(row)
         for resource, amount in pod.requests.items():
             r = self._resource_rows[resource]
             self._requested[r, row] += sign * amount
@@ -723,7 +564,7 @@ class NodeTable:
 
     def _apply_frame_row(self, row: int) -> None:
         """Copy the latest frame's values of the node at ``row`` (a node just added)."""
-        self._note_load_change(row)
+        self.caches.note_load_change(row)
         name = self.names[row]
         frame_row = self._frame.row(name)
         for column in SIGNAL_COLUMNS:
@@ -747,23 +588,11 @@ class NodeTable:
             cpu for _, cpu in self._recent.get(name, {}).values()
         )
 
-    def _note_load_change(self, row: int | None) -> None:
-        """A new load generation that changed ``row`` (``None``: rows moved, or too many)."""
-        self.load_generation += 1
-        if row is None or len(self._changed_rows) >= CHANGED_ROWS_LIMIT:
-            self._changed_rows = []
-            self._changed_rows_start = self.load_generation
-        else:
-            self._changed_rows.append(row)
-
     def _bump_generation(self) -> None:
         self.generation += 1
-        for entries in self._caches.values():
-            entries.clear()
+        self.caches.clear_all()
         self._derived.clear()
-        self._row_derived.clear()
         self._match_counts.clear()
-        self._note_load_change(None)
 
     def _refresh_views(self) -> None:
         """Point the public columns at the live rows (views share memory with storage)."""
@@ -796,149 +625,3 @@ class NodeTable:
         """The interference index of the latest interval (0 = quiet)."""
         self.recent_cpu_m: NDArray[np.float64] = v["recent_cpu_m"][:n]
         """CPU requested by pods added since each node's last report, millicores."""
-
-
-class _TermIndex(Generic[H]):
-    """Placed pods' terms, indexed so a pod only meets terms that could match it.
-
-    An entry (a term, or something holding one: ``term_of`` finds it) is filed under each
-    namespace its term considers (``None``: all, or a namespace selector) and under the
-    ``(key, value)`` pairs of its first ``In`` requirement (``None``: no ``In``), since a
-    pod can only match it when it carries one of those labels.
-    """
-
-    def __init__(self, term_of: Callable[[H], AntiAffinityTerm]) -> None:
-        self._term_of = term_of
-        self._nodes: dict[H, Counter[str]] = {}
-        self._filed: dict[tuple[str | None, tuple[str, str] | None], set[H]] = {}
-
-    def add(self, entry: H, node: str) -> None:
-        nodes = self._nodes.get(entry)
-        if nodes is None:
-            nodes = self._nodes[entry] = Counter()
-            for key in _filing_keys(self._term_of(entry)):
-                self._filed.setdefault(key, set()).add(entry)
-        nodes[node] += 1
-
-    def remove(self, entry: H, node: str) -> None:
-        _decrement(self._nodes, entry, node)
-        if entry not in self._nodes:
-            for key in _filing_keys(self._term_of(entry)):
-                _discard(self._filed, key, entry)
-
-    def candidates(
-        self, namespace: str, labels: Mapping[str, str]
-    ) -> list[tuple[H, Mapping[str, int]]]:
-        if not self._nodes:
-            return []
-        found: set[H] = set()
-        for scope in (namespace, None):
-            found.update(self._filed.get((scope, None), ()))
-            for item in labels.items():
-                found.update(self._filed.get((scope, item), ()))
-        return [(entry, self._nodes[entry]) for entry in found]
-
-
-def _same_term(term: AntiAffinityTerm) -> AntiAffinityTerm:
-    return term
-
-
-def _weighted_term(weighted: WeightedTerm) -> AntiAffinityTerm:
-    return weighted.term
-
-
-def _required_affinity(pod: PodInfo) -> list[AntiAffinityTerm]:
-    """The pod's required affinity terms that can match a pod (those with a selector)."""
-    return [m for m in (t.matcher() for t in pod.pod_affinity) if m is not None]
-
-
-def _preferred(pod: PodInfo) -> list[WeightedTerm]:
-    """The pod's preferred affinity terms, then its preferred anti-affinity terms with
-    their weights negated."""
-    return [
-        *pod.preferred_affinity,
-        *(WeightedTerm(-w.weight, w.term) for w in pod.preferred_anti_affinity),
-    ]
-
-
-class _MatchCounts:
-    """Per-node counts of placed pods matching a term (:meth:`NodeTable.matching_per_node`),
-    updated as pods are added and removed. Entries are filed like :class:`_TermIndex`
-    terms, so a pod only meets the entries it could match."""
-
-    def __init__(self) -> None:
-        self._counts: dict[tuple[AntiAffinityTerm, bool], NDArray[np.int64]] = {}
-        self._filed: dict[
-            tuple[str | None, tuple[str, str] | None], set[tuple[AntiAffinityTerm, bool]]
-        ] = {}
-
-    def get(self, key: tuple[AntiAffinityTerm, bool]) -> NDArray[np.int64] | None:
-        return self._counts.get(key)
-
-    def put(self, key: tuple[AntiAffinityTerm, bool], counts: NDArray[np.int64]) -> None:
-        if len(self._counts) >= MATCH_COUNTS_LIMIT:
-            self.clear()
-        self._counts[key] = counts
-        for filing in _filing_keys(key[0]):
-            self._filed.setdefault(filing, set()).add(key)
-
-    def update(self, pod: PodInfo, row: int, sign: int) -> None:
-        if not self._counts:
-            return
-        for scope in (pod.namespace, None):
-            for item in (None, *pod.labels.items()):
-                for key in self._filed.get((scope, item), ()):
-                    term, skip_terminating = key
-                    if skip_terminating and pod.terminating:
-                        continue
-                    if term.matches(pod.namespace, pod.labels):
-                        self._counts[key][row] += sign
-
-    def clear(self) -> None:
-        self._counts.clear()
-        self._filed.clear()
-
-
-def _filing_keys(term: AntiAffinityTerm) -> list[tuple[str | None, tuple[str, str] | None]]:
-    first_in = next((r for r in term.selector.requirements if r.operator == "In"), None)
-    items: list[tuple[str, str] | None] = (
-        [None] if first_in is None else [(first_in.key, v) for v in first_in.values]
-    )
-    scopes: Iterable[str | None] = (
-        (None,)
-        if term.namespaces is None or term.namespace_selector is not None
-        else term.namespaces
-    )
-    return [(scope, item) for scope in scopes for item in items]
-
-
-def _positive_candidates(
-    selector: LabelSelector, index: Mapping[tuple[str, str], set[str]]
-) -> set[str] | None:
-    """Pods that can match ``In`` requirements (intersection of unions); ``None`` if none."""
-    result: set[str] | None = None
-    for requirement in selector.requirements:
-        if requirement.operator != "In":
-            continue
-        matching = set().union(
-            *(index.get((requirement.key, v), set()) for v in requirement.values)
-        )
-        result = matching if result is None else result & matching
-    return result
-
-
-def _discard(index: dict[K, set[V]], key: K, item: V) -> None:
-    members = index.get(key)
-    if members is not None:
-        members.discard(item)
-        if not members:
-            del index[key]
-
-
-def _decrement(counters: dict[K, Counter[V]], key: K, item: V) -> None:
-    counter = counters[key]
-    counter[item] -= 1
-    if counter[item] <= 0:
-        del counter[item]
-        if not counter:
-            del counters[key]

@@ -94,7 +94,17 @@ class VolumeCatalog:
 
     # ---- claim users (fed by the node table as pods are placed and removed) ------------
 
-    def count_users(self, pod: PodInfo, node: str, sign: int) -> None:
+    def add(self, pod: PodInfo, node: str) -> None:
+        """Count a pod placed on ``node`` (the table's placed-pod hook)."""
+        if pod.claims or pod.inline_attached:
+            self._count_users(pod, node, 1)
+
+    def remove(self, pod: PodInfo, node: str) -> None:
+        """Stop counting a pod placed on ``node``."""
+        if pod.claims or pod.inline_attached:
+            self._count_users(pod, node, -1)
+
+    def _count_users(self, pod: PodInfo, node: str, sign: int) -> None:
         """Add (``sign`` 1) or remove (-1) a pod placed on ``node``. Its
         ``persistentVolumeClaim`` claims count as used (ephemeral volumes not, as
         kube-scheduler's snapshot leaves them out of the ReadWriteOncePod check); every

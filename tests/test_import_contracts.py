@@ -63,3 +63,33 @@ def test_only_the_wiring_is_exempt() -> None:
 def test_the_check_sees_modules_on_disk() -> None:
     modules = scheduler_modules()
     assert {"scheduler.signal_frame", "scheduler.ports", "scheduler.adapters"} <= set(modules)
+
+
+def test_the_scheduler_import_graph_has_no_circle() -> None:
+    """No module of ``scheduler`` reaches itself through its imports (the layers contract
+    forbids upward imports between layers; this also covers modules inside one layer)."""
+    import grimp
+
+    graph = grimp.build_graph("scheduler")
+    modules = [m for m in graph.modules if not graph.is_module_squashed(m)]
+    assert len(modules) > 30
+    circles = [
+        module
+        for module in modules
+        if any(
+            graph.find_shortest_chain(importer=imported, imported=module)
+            for imported in graph.find_modules_directly_imported_by(module)
+            if imported.startswith("scheduler")
+        )
+    ]
+    assert not circles, f"modules on an import circle: {sorted(circles)}"
+
+
+def test_the_layers_contract_lists_every_scheduler_module() -> None:
+    settings = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (layers,) = [c for c in settings["contracts"] if c["type"] == "layers"]
+    assert layers["exhaustive"] is True
+    listed = {
+        f"scheduler.{name.strip()}" for layer in layers["layers"] for name in layer.split("|")
+    }
+    assert listed == set(scheduler_modules())

@@ -30,7 +30,11 @@ ANNOTATION_MAX_RUNQ_P99_US = "interference.io/max-runq-p99-us"
 ANNOTATION_MAX_RECLAIM_STALL_MS_PER_S = "interference.io/max-reclaim-stall-ms-per-s"
 
 
-ANNOTATION_MAX_SCORE = "interference.io/max-score"
+ANNOTATION_MAX_INDEX = "interference.io/max-index"
+
+
+DEPRECATED_ANNOTATION_MAX_SCORE = "interference.io/max-score"
+"""The earlier name of :data:`ANNOTATION_MAX_INDEX`: still read, with a Warning Event."""
 
 
 NO_SCHEDULE = "NoSchedule"
@@ -278,7 +282,7 @@ class InterferenceTolerance:
 
     max_runq_p99_us: float | None = None
     max_reclaim_stall_ms_per_s: float | None = None
-    max_score: float | None = None
+    max_index: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,6 +344,9 @@ class PodInfo:
     """``spec.schedulingGates`` names; a gated pod must not be scheduled yet."""
     unsupported: tuple[str, ...]
     """Fields the pod asks for that standalone mode does not implement (the pod is refused)."""
+    warnings: tuple[str, ...] = ()
+    """What the pod's owner should fix though it was understood (a deprecated annotation
+    name): the scheduler says so in a Warning Event."""
     preemption_policy: str = PREEMPT_LOWER_PRIORITY
     """``spec.preemptionPolicy``: ``PreemptLowerPriority`` or ``Never``."""
     spread: tuple[SpreadConstraint, ...] = ()

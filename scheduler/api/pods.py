@@ -8,9 +8,11 @@ a node whose fresh signals exceed any of them is filtered out):
     highest node run-queue p99 the pod accepts, microseconds (non-negative number, ``"500"``).
 ``interference.io/max-reclaim-stall-ms-per-s``
     highest node memory-reclaim stall, milliseconds per second (non-negative number, ``"2"``).
-``interference.io/max-score``
+``interference.io/max-index``
     highest node interference index, 0–100 (``"40"``); the index includes load bound to the
-    node since its last report.
+    node since its last report. ``interference.io/max-score``, its earlier name, is still
+    read (deprecated: :attr:`~scheduler.api.objects.PodInfo.warnings` says so, and the
+    scheduler turns that into a Warning Event); setting both is an error.
 
 Fields a pod asks for that standalone mode does not implement (volumes that need binding
 or volume topology, DRA resource claims, …) are listed in
@@ -28,9 +30,10 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from scheduler.api.objects import (
+    ANNOTATION_MAX_INDEX,
     ANNOTATION_MAX_RECLAIM_STALL_MS_PER_S,
     ANNOTATION_MAX_RUNQ_P99_US,
-    ANNOTATION_MAX_SCORE,
+    DEPRECATED_ANNOTATION_MAX_SCORE,
     PREEMPT_LOWER_PRIORITY,
     PREEMPT_NEVER,
     WILDCARD_IP,
@@ -124,6 +127,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         anti_affinity=inter_pod.required_anti_affinity,
         labels=reader.string_map(metadata, "labels", "metadata.labels"),
         tolerance=own_scheduling(lambda: _tolerance(reader, annotations), None),
+        warnings=own_scheduling(lambda: _annotation_warnings(reader, annotations), ()),
         scheduling_gates=gates,
         unsupported=tuple(
             unsupported
@@ -454,8 +458,18 @@ def _tolerance(reader: Reader, annotations: Mapping[str, str]) -> InterferenceTo
             '"2"',
             None,
         ),
-        ANNOTATION_MAX_SCORE: ("a number from 0 to 100", '"40"', 100.0),
+        ANNOTATION_MAX_INDEX: ("a number from 0 to 100", '"40"', 100.0),
     }
+    if DEPRECATED_ANNOTATION_MAX_SCORE in annotations:
+        if ANNOTATION_MAX_INDEX in annotations:
+            raise reader.error(
+                f"annotation {DEPRECATED_ANNOTATION_MAX_SCORE}",
+                f"set only {ANNOTATION_MAX_INDEX} (its deprecated earlier name is set too)",
+            )
+        annotations = {
+            **annotations,
+            ANNOTATION_MAX_INDEX: annotations[DEPRECATED_ANNOTATION_MAX_SCORE],
+        }
     values: dict[str, float | None] = {}
     for annotation, (expected, example, upper) in bounds.items():
         raw = annotations.get(annotation)
@@ -477,7 +491,17 @@ def _tolerance(reader: Reader, annotations: Mapping[str, str]) -> InterferenceTo
     return InterferenceTolerance(
         max_runq_p99_us=values[ANNOTATION_MAX_RUNQ_P99_US],
         max_reclaim_stall_ms_per_s=values[ANNOTATION_MAX_RECLAIM_STALL_MS_PER_S],
-        max_score=values[ANNOTATION_MAX_SCORE],
+        max_index=values[ANNOTATION_MAX_INDEX],
+    )
+
+
+def _annotation_warnings(reader: Reader, annotations: Mapping[str, str]) -> tuple[str, ...]:
+    if DEPRECATED_ANNOTATION_MAX_SCORE not in annotations:
+        return ()
+    return (
+        f"annotation {DEPRECATED_ANNOTATION_MAX_SCORE} is deprecated: it is read as"
+        f" {ANNOTATION_MAX_INDEX} (the node's interference index, 0 quiet – 100 saturated);"
+        " rename it",
     )
 
 

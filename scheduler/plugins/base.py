@@ -1,45 +1,53 @@
-"""The plugin interface: what a filter or score plugin receives and returns.
+r"""The plugin interface: what a plugin declares, receives and returns.
 
 A plugin is one module under :mod:`scheduler.plugins` holding a filter, a score or both,
-as pure functions of a :class:`CycleState` (the pod, the node table, the engine settings,
-the clock and the results of the filters that already ran), with the formula in the
-docstring. The engine runs a profile (:class:`scheduler.settings.Profile`): its filters in
-order, each node counted at its first failing filter, then its scores over the nodes that
-passed, ``total = Σ weightₚ · scoreₚ``. Plugins keep whatever they want to reuse across
-decisions in the table's caches (:meth:`scheduler.table.NodeTable.cached`, scopes named
-for what empties them), never in module state.
+as pure functions of a :class:`CycleState` (the pod, the node table, the plugin's own
+args, the clock and the results of the filters that already ran), with the formula in
+the docstring, and one line in :mod:`scheduler.plugins.registry`. The scheduling cycle
+(:mod:`scheduler.cycle`) runs a profile: PreFilter, the filters in order (each node
+counted at its first failing filter), the scores over the nodes that passed
+(``total = Σ weightₚ · scoreₚ``), the relax rule and the interference-blind fallback.
 
-A plugin module exposes ``FILTER = Filter(...)`` and/or ``SCORE = Score(...)`` (the
-function is the ``filter``/``score`` field itself: no extra call per decision; a pure
-function of the table and the pod is wrapped by :func:`filter_by_table_and_pod` or
-:func:`score_by_table_pod_and_feasible`) and is listed in
-:mod:`scheduler.plugins.registry`. It must not import adapters, ``redis`` or ``kubernetes``
-(import-linter checks).
+What a plugin declares (kube-scheduler's framework, in its words):
 
-Extension points (kube-scheduler's names):
+- **Extension points.** ``FILTER = Filter(...)`` and/or ``SCORE = Score(...)``: the
+  function is the ``filter``/``score`` field itself (no extra call per decision; a pure
+  function of the table and the pod is wrapped by :func:`filter_by_table_and_pod` or
+  :func:`score_by_table_pod_and_feasible`). **PreFilter** (:attr:`Filter.prefilter`): a
+  pod-wide check before any filter; a :class:`PodRejection` ends the decision with no node
+  looked at. **Filter**: a pass mask over all nodes and why the others failed
+  (:class:`FilterResult`), or ``None`` when the pod asks nothing of the plugin.
+  **Score**: 0–100 per node (higher is better), or ``None`` for no preference.
+- **Args** (:attr:`Filter.args`, :attr:`Score.args`): a frozen dataclass of the plugin's
+  settings with defaults, set in the profile's ``pluginConfig`` (kube's shape: a list of
+  ``{name, args}``) and read with :meth:`CycleState.args_of`.
+- **Status per reason** (:attr:`Filter.status`, :attr:`Filter.statuses`): whether
+  evicting pods could undo a rejection (:class:`Code`: kube's ``Unschedulable`` vs
+  ``UnschedulableAndUnresolvable``; extender mode's ``FailedNodes`` vs
+  ``FailedAndUnresolvableNodes``).
+- **Events** (:attr:`Filter.events`, kube's ``EventsToRegister`` with ``QueueingHint``\s):
+  the cluster events that can make a pod this filter rejected schedulable; the queue
+  retries such a pod early only on those.
+- **State** of its own across decisions: an index of placed pods registered with the
+  table (:meth:`scheduler.table.NodeTable.index`, add/remove hooks) and values in the
+  table's caches (:meth:`~scheduler.table.NodeTable.cached`, scopes named for what
+  empties them) — never module state.
 
-- **PreFilter** (:attr:`FilterPlugin.prefilter`): a pod-wide check before any filter
-  runs; a :class:`PodRejection` ends the decision with no node looked at (what it found
-  for the filter may go into :attr:`CycleState.data`). Standalone mode only: in extender
-  mode kube-scheduler has run its own PreFilters, so a plugin with one is not
-  :attr:`~FilterPlugin.in_extender`.
-- **Filter** (:class:`FilterPlugin`): a pass mask over all nodes and why nodes failed
-  (:class:`FilterResult`), or ``None`` when the pod asks nothing of this plugin.
-- **Score** (:class:`ScorePlugin`): 0–100 per node (higher is better), or ``None`` when
-  the plugin has no preference for this pod; only the feasible nodes' values count.
+A plugin must not import adapters, ``redis`` or ``kubernetes`` (import-linter checks).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from enum import Enum
+from typing import TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
 
 from scheduler.api.objects import PodInfo
-from scheduler.settings import EngineSettings
+from scheduler.events import EventInterest
 from scheduler.table import NodeTable
 
 
@@ -106,14 +114,18 @@ def any_per_node(matrix: NDArray[np.bool_]) -> NDArray[np.bool_]:
     return np.asarray(matrix.any(axis=1), dtype=np.bool_)
 
 
-def all_pass(name: str, table: NodeTable) -> FilterResult:
-    """A filter with nothing to check for this pod (every node passes)."""
-    return FilterResult(name, table.everyone(), ())
-
-
 def or_all_pass(result: FilterResult | None, table: NodeTable) -> FilterResult:
     """``result``, or for ``None`` (the filter had nothing to check) every node passing."""
     return FilterResult("", table.everyone(), ()) if result is None else result
+
+
+class Code(Enum):
+    """What a rejection says about preemption (kube-scheduler's status codes)."""
+
+    UNSCHEDULABLE = "Unschedulable"
+    """Evicting pods may undo it (resources, host ports, anti-affinity)."""
+    UNSCHEDULABLE_AND_UNRESOLVABLE = "UnschedulableAndUnresolvable"
+    """Nothing evicting pods does changes it (labels, taints, readiness, interference)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,15 +140,19 @@ class PodRejection:
     pod is refused naming them, as for :attr:`PodInfo.unsupported`)."""
 
 
+A = TypeVar("A")
+
+
 @dataclass(slots=True)
 class CycleState:
     """Everything a plugin reads for one scheduling decision of one pod."""
 
     pod: PodInfo
     table: NodeTable
-    settings: EngineSettings
     now: float
     """The decision's clock (seconds since the epoch), for signal freshness."""
+    args: Mapping[str, object] = field(default_factory=dict)
+    """The profile's plugin args by plugin name (read with :meth:`args_of`)."""
     filtered: dict[str, FilterResult | None] = field(default_factory=dict)
     """Results of the profile's filters that already ran for this pod, by plugin name
     (``None``: the plugin had nothing to check). Read them with :meth:`passed`."""
@@ -145,85 +161,84 @@ class CycleState:
 
     def passed(self, plugin: str) -> NDArray[np.bool_]:
         """The pass mask of filter ``plugin``, which must have run earlier in the profile
-        (declared in its :attr:`FilterPlugin.reads`); all nodes when it had nothing to check.
+        (declared in its :attr:`Filter.reads`); all nodes when it had nothing to check.
         Callers must not modify it."""
         result = self.filtered[plugin]
         return self.table.everyone() if result is None else result.passed
 
-
-class FilterPlugin(Protocol):
-    """A filter: which nodes may run the pod, and why the others may not."""
-
-    @property
-    def name(self) -> str:
-        """The plugin's name (kube-scheduler's where it mirrors one): the key in profiles,
-        :attr:`FilterResult.name` and decision records."""
-
-    @property
-    def explain(self) -> str:
-        """One line on what the filter checks, for ``interference explain`` and the docs."""
-
-    @property
-    def static(self) -> bool:
-        """True when the result depends only on the pod's :attr:`PodInfo.signature` and the
-        nodes' constraint fields (labels, taints, readiness, cordon): the engine caches it
-        per signature in the table's ``constraints`` scope."""
-
-    @property
-    def reads(self) -> tuple[str, ...]:
-        """Filters whose results this one reads from :attr:`CycleState.filtered`; a profile
-        must run them earlier."""
-
-    @property
-    def preemption_may_help(self) -> bool:
-        """Whether evicting pods could undo a rejection (kube-scheduler's ``Unschedulable``
-        vs ``UnschedulableAndUnresolvable``; extender mode's ``FailedNodes`` vs
-        ``FailedAndUnresolvableNodes``)."""
-
-    @property
-    def relaxable(self) -> bool:
-        """Dropped for a pod refused only by relaxable filters for ``relax_after_s`` (the
-        interference filters); never true of a kube-scheduler constraint."""
-
-    @property
-    def in_extender(self) -> bool:
-        """Also run in extender mode, where kube-scheduler has already run its own plugins
-        (False for what the extender cannot judge as well, e.g. volume binding)."""
-
-    @property
-    def prefilter(self) -> Callable[[CycleState], PodRejection | None] | None:
-        """A pod-wide check run before every filter of the profile (``None``: none); a
-        :class:`PodRejection` refuses the pod without looking at nodes."""
-
-    def filter(self, state: CycleState) -> FilterResult | None:
-        """The pass mask over every node of ``state.table``, ``None`` when the pod asks
-        nothing of this plugin (every node passes; nothing to report)."""
+    def args_of(self, plugin: str, kind: type[A]) -> A:
+        """Plugin ``plugin``'s args (its defaults when the profile sets none)."""
+        found = self.args.get(plugin)
+        return found if isinstance(found, kind) else kind()
 
 
-class ScorePlugin(Protocol):
-    """A score: how much the plugin likes each feasible node, 0–100."""
+@dataclass(frozen=True, slots=True)
+class Filter:
+    """A filter plugin: which nodes may run the pod, and why the others may not."""
 
-    @property
-    def name(self) -> str:
-        """The plugin's name: the key of its weight in profiles and of its score in
-        decision records (:attr:`interference.decision.CandidateVerdict.scores`)."""
+    name: str
+    """The plugin's name (kube-scheduler's where it mirrors one): the key in profiles,
+    :attr:`FilterResult.name` and decision records."""
+    explain: str
+    """One line on what the filter checks, for ``interference explain`` and the docs."""
+    filter: Callable[[CycleState], FilterResult | None]
+    """The pass mask over every node of ``state.table``, ``None`` when the pod asks
+    nothing of this plugin (every node passes; nothing to report)."""
+    events: tuple[EventInterest, ...]
+    """The cluster events that can make a pod this filter rejected schedulable (kube's
+    ``EventsToRegister``, each with an optional ``QueueingHint``)."""
+    status: Code = Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+    """The code of this filter's rejections."""
+    statuses: Mapping[str, Code] = field(default_factory=dict)
+    """Reason → code, where a reason's differs from :attr:`status`."""
+    static: bool = False
+    """True when the result depends only on the pod's :attr:`PodInfo.signature` and the
+    nodes' constraint fields (labels, taints, readiness, cordon): the cycle caches it per
+    signature in the table's ``constraints`` scope."""
+    reads: tuple[str, ...] = ()
+    """Filters whose results this one reads from :attr:`CycleState.filtered`; the profile
+    runs them earlier."""
+    relaxable: bool = False
+    """Dropped for a pod refused only by relaxable filters for ``relax_after_s`` (the
+    interference filters); never true of a kube-scheduler constraint."""
+    uses_signals: bool = False
+    """Reads the agents' signals: off while they are unreadable (interference-blind)."""
+    in_extender: bool = True
+    """Also run in extender mode, where kube-scheduler has already run its own plugins
+    (False for what the extender cannot judge as well, e.g. volume binding)."""
+    prefilter: Callable[[CycleState], PodRejection | None] | None = None
+    """A pod-wide check run before every filter of the profile (``None``: none); a
+    :class:`PodRejection` refuses the pod without looking at nodes. Standalone mode only:
+    in extender mode kube-scheduler has run its own PreFilters."""
+    args: type | None = None
+    """The dataclass of this plugin's args (``pluginConfig``), ``None`` when it has none."""
 
-    @property
-    def explain(self) -> str:
-        """One line on what the score prefers, for ``interference explain`` and the docs."""
+    def code(self, reason: str) -> Code:
+        """The status code of ``reason``."""
+        return self.statuses.get(reason, self.status)
 
-    @property
-    def default_weight(self) -> float:
-        """Its weight in the default profile (0–100; 0 leaves it out)."""
 
-    @property
-    def in_extender(self) -> bool:
-        """Also scored in extender mode (False where kube-scheduler's own plugin scores it)."""
+@dataclass(frozen=True, slots=True)
+class Score:
+    """A score plugin: how much it likes each feasible node, 0–100."""
 
-    def score(self, state: CycleState, feasible: NDArray[np.bool_]) -> NDArray[np.float64] | None:
-        """0–100 per node of ``state.table`` (only ``feasible`` nodes' values count; the
-        engine never writes into the array, so it may be a cached column), or ``None`` when
-        the plugin has no preference for this pod."""
+    name: str
+    """The key of its weight in profiles and of its score in decision records
+    (:attr:`interference.decision.CandidateVerdict.scores`)."""
+    explain: str
+    """One line on what the score prefers, for ``interference explain`` and the docs."""
+    score: Callable[[CycleState, NDArray[np.bool_]], NDArray[np.float64] | None]
+    """0–100 per node of ``state.table`` (only ``feasible`` nodes' values count; the cycle
+    never writes into the array, so it may be a cached column), or ``None`` when the
+    plugin has no preference for this pod."""
+    default_weight: float
+    """Its weight in the default profile (0–100; 0 leaves it out)."""
+    in_extender: bool = True
+    """Also scored in extender mode (False where kube-scheduler's own plugin scores it)."""
+    uses_signals: bool = False
+    """Reads the agents' signals: off while they are unreadable (interference-blind)."""
+    args: type | None = None
+    """The dataclass of this plugin's args, ``None`` when it has none."""
 
 
 def filter_by_table_and_pod(
@@ -248,29 +263,3 @@ def score_by_table_pod_and_feasible(
         return score(state.table, state.pod, feasible)
 
     return run
-
-
-@dataclass(frozen=True, slots=True)
-class Filter:
-    """A :class:`FilterPlugin` built from a function (how the plugin modules declare one)."""
-
-    name: str
-    explain: str
-    filter: Callable[[CycleState], FilterResult | None]
-    static: bool = False
-    reads: tuple[str, ...] = ()
-    preemption_may_help: bool = False
-    relaxable: bool = False
-    in_extender: bool = True
-    prefilter: Callable[[CycleState], PodRejection | None] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Score:
-    """A :class:`ScorePlugin` built from a function (how the plugin modules declare one)."""
-
-    name: str
-    explain: str
-    score: Callable[[CycleState, NDArray[np.bool_]], NDArray[np.float64] | None]
-    default_weight: float
-    in_extender: bool = True

@@ -15,22 +15,34 @@ device plugin advertises ``nvidia.com/gpu``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from numpy.typing import NDArray
 
 from scheduler.api.objects import PodInfo
 from scheduler.plugins.base import CycleState, Score
-from scheduler.settings import EngineSettings
 from scheduler.table import NodeTable
 
 NAME = "GpuPacking"
 
 
-def gpu_packing_score(
-    table: NodeTable, pod: PodInfo, settings: EngineSettings
-) -> NDArray[np.float64]:
+@dataclass(frozen=True, slots=True)
+class GpuPackingArgs:
+    """The GpuPacking plugin's args (``plugin_config``)."""
+
+    resource: str = "nvidia.com/gpu"
+    """Extended resource that counts as GPUs (also what makes a pod a GPU pod in decision
+    records, which then name each node's GPU model and memory)."""
+
+    def __post_init__(self) -> None:
+        if not self.resource:
+            raise ValueError("resource: must name an extended resource, e.g. nvidia.com/gpu")
+
+
+def gpu_packing_score(table: NodeTable, pod: PodInfo, args: GpuPackingArgs) -> NDArray[np.float64]:
     """0–100 per node (see the module formula)."""
-    gpu = settings.gpu_resource
+    gpu = args.resource
     inverse = table.inverse_allocatable(gpu)
     want = pod.requests.get(gpu, 0)
     if want == 0:
@@ -52,7 +64,7 @@ def gpu_packing_score(
 
 
 def _score(state: CycleState, feasible: NDArray[np.bool_]) -> NDArray[np.float64] | None:
-    return gpu_packing_score(state.table, state.pod, state.settings)
+    return gpu_packing_score(state.table, state.pod, state.args_of(NAME, GpuPackingArgs))
 
 
 SCORE = Score(
@@ -61,4 +73,5 @@ SCORE = Score(
     "nodes without GPUs",
     score=_score,
     default_weight=1.0,
+    args=GpuPackingArgs,
 )

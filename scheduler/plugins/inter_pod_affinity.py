@@ -5,10 +5,10 @@ Terms are kube-scheduler's ``AffinityTerm`` (:class:`scheduler.api.objects.AntiA
 a pod matches a term when its namespace is in the term's namespaces (or its namespace's
 labels match the term's namespace selector) and its labels match the label selector.
 The incoming pod's own namespace selectors are resolved against the Namespaces the
-scheduler watches (:meth:`NodeTable.namespaces_matching`); placed pods' terms are matched
-against the incoming pod's namespace labels. ``dom_k(i)`` is the value of node ``i``'s label
-``k``; a node without the label is in no domain of ``k``. Pods on nodes the table does not
-know count nowhere.
+scheduler watches (:meth:`scheduler.namespaces.NamespaceCatalog.matching`); placed pods'
+terms are matched against the incoming pod's namespace labels. ``dom_k(i)`` is the value
+of node ``i``'s label ``k``; a node without the label is in no domain of ``k``. Pods on
+nodes the table does not know count nowhere.
 
 **Filter** (a node counts under the first reason it fails, in this order)::
 
@@ -50,16 +50,20 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 from numpy.typing import NDArray
 
-from scheduler.api.objects import HOSTNAME_LABEL, AntiAffinityTerm, PodInfo
+from scheduler.api.objects import HOSTNAME_LABEL, AntiAffinityTerm, PodInfo, WeightedTerm
 from scheduler.api.selectors import LabelSelector
+from scheduler.events import Action, EventInterest
+from scheduler.node_columns import ABSENT, LabelColumn
 from scheduler.plugins.base import (
+    Code,
     Filter,
     FilterResult,
     Score,
     filter_by_table_and_pod,
     score_by_table_pod_and_feasible,
 )
-from scheduler.table import ABSENT, LabelColumn, NodeTable
+from scheduler.table import NodeTable
+from scheduler.term_index import TermIndex
 
 NAME = "InterPodAffinity"
 AFFINITY_RULES = "node(s) didn't match pod affinity rules"
@@ -71,11 +75,38 @@ pod's required affinity term matching the incoming pod adds to its domain's scor
 MAX_SCORE = 100
 
 
+class PlacedTerms:
+    """This plugin's index of placed pods' terms: their required anti-affinity terms,
+    required affinity terms (with a selector) and preferred terms (anti-affinity ones with
+    negated weights), each filed so a pod only meets the terms that could match it."""
+
+    def __init__(self) -> None:
+        self.anti_affinity = TermIndex[AntiAffinityTerm](_same_term)
+        self.affinity = TermIndex[AntiAffinityTerm](_same_term)
+        self.preferred = TermIndex[WeightedTerm](_weighted_term)
+
+    def add(self, pod: PodInfo, node: str) -> None:
+        for term in pod.anti_affinity:
+            self.anti_affinity.add(term, node)
+        for term in _required_affinity(pod):
+            self.affinity.add(term, node)
+        for weighted in _preferred(pod):
+            self.preferred.add(weighted, node)
+
+    def remove(self, pod: PodInfo, node: str) -> None:
+        for term in pod.anti_affinity:
+            self.anti_affinity.remove(term, node)
+        for term in _required_affinity(pod):
+            self.affinity.remove(term, node)
+        for weighted in _preferred(pod):
+            self.preferred.remove(weighted, node)
+
+
 def resolved(table: NodeTable, term: AntiAffinityTerm) -> AntiAffinityTerm:
     """``term`` with its namespace selector replaced by the namespaces it selects now."""
     if term.namespace_selector is None:
         return term
-    selected = table.namespaces_matching(term.namespace_selector)
+    selected = table.namespaces.matching(term.namespace_selector)
     namespaces = None if term.namespaces is None else term.namespaces | selected
     return AntiAffinityTerm(term.selector, namespaces, term.topology_key)
 
@@ -83,10 +114,12 @@ def resolved(table: NodeTable, term: AntiAffinityTerm) -> AntiAffinityTerm:
 def inter_pod_affinity_filter(table: NodeTable, pod: PodInfo) -> FilterResult | None:
     """Nodes where the pod's required (anti-)affinity and placed pods' required
     anti-affinity allow it (see the module formula); ``None`` when none is involved."""
-    namespace_labels = table.namespace_labels(pod.namespace)
+    namespace_labels = table.namespaces.labels(pod.namespace)
     existing = [
         (term, nodes)
-        for term, nodes in table.anti_affinity_terms(pod.namespace, pod.labels)
+        for term, nodes in table.index(NAME, PlacedTerms).anti_affinity.candidates(
+            pod.namespace, pod.labels
+        )
         if term.matches(pod.namespace, pod.labels, namespace_labels)
     ]
     if not pod.pod_affinity and not pod.anti_affinity and not existing:
@@ -126,14 +159,15 @@ def inter_pod_affinity_score(
         for weighted in preferred:
             counts = table.matching_per_node(resolved(table, weighted.term))
             add(weighted.term.topology_key)[:] += sign * weighted.weight * counts
-    namespace_labels = table.namespace_labels(pod.namespace)
+    namespace_labels = table.namespaces.labels(pod.namespace)
+    terms = table.index(NAME, PlacedTerms)
     placed: list[tuple[AntiAffinityTerm, int, Mapping[str, int]]] = [
         (term, HARD_POD_AFFINITY_WEIGHT, nodes)
-        for term, nodes in table.affinity_terms(pod.namespace, pod.labels)
+        for term, nodes in terms.affinity.candidates(pod.namespace, pod.labels)
     ]
     placed += (
         (weighted.term, weighted.weight, nodes)
-        for weighted, nodes in table.preferred_terms(pod.namespace, pod.labels)
+        for weighted, nodes in terms.preferred.candidates(pod.namespace, pod.labels)
     )
     for term, weight, nodes in placed:
         if term.matches(pod.namespace, pod.labels, namespace_labels):
@@ -239,12 +273,40 @@ def _clear_domains(
     mask &= ~_domains_of(column, holding)[column.codes]
 
 
+def _same_term(term: AntiAffinityTerm) -> AntiAffinityTerm:
+    return term
+
+
+def _weighted_term(weighted: WeightedTerm) -> AntiAffinityTerm:
+    return weighted.term
+
+
+def _required_affinity(pod: PodInfo) -> list[AntiAffinityTerm]:
+    """The pod's required affinity terms that can match a pod (those with a selector)."""
+    return [m for m in (t.matcher() for t in pod.pod_affinity) if m is not None]
+
+
+def _preferred(pod: PodInfo) -> list[WeightedTerm]:
+    """The pod's preferred affinity terms, then its preferred anti-affinity terms with
+    their weights negated."""
+    return [
+        *pod.preferred_affinity,
+        *(WeightedTerm(-w.weight, w.term) for w in pod.preferred_anti_affinity),
+    ]
+
+
 FILTER = Filter(
     name=NAME,
     explain="the pod's required pod affinity and anti-affinity, and placed pods' required "
     "anti-affinity against it, over each term's topology domains",
     filter=filter_by_table_and_pod(inter_pod_affinity_filter),
-    preemption_may_help=True,  # anti-affinity conflicts go away with the pods causing them
+    events=(
+        EventInterest("Pod", Action.ADD | Action.UPDATE_POD_LABEL | Action.DELETE),
+        EventInterest("Node", Action.ADD | Action.UPDATE_NODE_LABEL),
+        EventInterest("Namespace", Action.ADD | Action.UPDATE),
+    ),
+    status=Code.UNSCHEDULABLE,  # anti-affinity conflicts go away with the pods causing them
+    statuses={AFFINITY_RULES: Code.UNSCHEDULABLE_AND_UNRESOLVABLE},
     in_extender=False,  # kube-scheduler runs its own InterPodAffinity before asking
 )
 SCORE = Score(

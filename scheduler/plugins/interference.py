@@ -1,27 +1,32 @@
 """Interference (ours): keep pods off nodes their neighbours make noisy, prefer quiet ones.
 
-With ``EngineSettings.interference_aware`` False (interference-blind scheduling) neither
-the filter nor the score runs.
+Both read signals (:attr:`~scheduler.plugins.base.Filter.uses_signals`): while signals
+are unreadable, or in an interference-blind profile, neither runs. Args:
+:class:`InterferenceArgs` (``stale_policy``, ``signal_window``, ``risk_k``,
+``recent_load_weight``), set in the profile's ``plugin_config``.
 
 Filter — tolerance (only for pods that declare one, see :mod:`scheduler.api.pods` for the
-annotations), on nodes with usable signals, all read from the engine's ``signal_window``
+annotations), on nodes with usable signals, all read from the args' ``signal_window``
 ``w`` (``latest``, ``10s`` or ``60s``)::
 
     runq_exceeded[i]    = runq_p99_us[w][i] > max_runq_p99_us   (merged histogram's p99)
     reclaim_exceeded[i] = reclaim_mean[w][i] + k · reclaim_stddev[w][i]
                               > max_reclaim_stall_ms_per_s
-    score_exceeded[i]   = index[i] > max_score   (index = min(100, index_mean[w] +
+    index_exceeded[i]   = index[i] > max_index   (index = min(100, index_mean[w] +
                               k · index_stddev[w] + load placed since the report))
 
 with ``k = risk_k``. Stale, degraded or missing signals (:mod:`interference.freshness`)
 pass under ``neutral``/``avoid``; under ``reject`` they fail for every pod (``node(s) had
-stale or missing interference signals``). The loop drops this filter for a pod pending
-longer than ``relax_after_s`` only because of it (it is relaxable).
+stale or missing interference signals``). The cycle drops this filter for a pod pending
+longer than ``relax_after_s`` only because of it (it is relaxable). Its rejections are
+``UnschedulableAndUnresolvable`` (evicting pods does not quiet a node now). A rejected
+pod is retried early when a node is added; signal changes reach it at its next backoff
+(at most 10 s), well within a report's freshness.
 
 Score — quietness: 0–100 per node, higher is quieter (the inverse of the agents'
-interference index, :mod:`interference.score`, where 0 is quiet).
+interference index, :mod:`interference.index`, where 0 is quiet).
 With usable signals (fresh and measuring the core families, see
-:mod:`interference.freshness`), reading the engine's ``signal_window`` ``w``::
+:mod:`interference.freshness`), reading the args' ``signal_window`` ``w``::
 
     risk       = index_mean[w] + risk_k · index_stddev[w]     (latest: the interval's index)
     load       = recent_load_weight · recent_cpu_m / allocatable_cpu_m
@@ -42,14 +47,16 @@ after a placement recomputes one row, not the whole column.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
 from scheduler.api.objects import PodInfo
+from scheduler.events import Action, EventInterest
 from scheduler.plugins.base import CycleState, Filter, FilterResult, Score
 from scheduler.quantity import CPU
-from scheduler.settings import EngineSettings
 from scheduler.table import NodeTable
 
 NAME = "Interference"
@@ -57,11 +64,50 @@ NEUTRAL_SCORE = 50.0
 STALE_SIGNALS = "node(s) had stale or missing interference signals"
 RUNQ_EXCEEDED = "node(s) had run-queue p99 above the pod's interference tolerance"
 RECLAIM_EXCEEDED = "node(s) had memory reclaim stall above the pod's interference tolerance"
-SCORE_EXCEEDED = "node(s) had an interference score above the pod's interference tolerance"
+INDEX_EXCEEDED = "node(s) had an interference index above the pod's interference tolerance"
+StalePolicy = Literal["neutral", "avoid", "reject"]
+STALE_POLICIES: tuple[StalePolicy, ...] = ("neutral", "avoid", "reject")
+SignalWindow = Literal["latest", "10s", "60s"]
+SIGNAL_WINDOWS: tuple[SignalWindow, ...] = ("latest", "10s", "60s")
+
+
+@dataclass(frozen=True, slots=True)
+class InterferenceArgs:
+    """The Interference plugin's args (``plugin_config``)."""
+
+    stale_policy: StalePolicy = "neutral"
+    """Stale, missing or degraded signals (:mod:`interference.freshness`: a report older
+    than 3 of its intervals, at least 5 s, or one without the run-queue family):
+    ``neutral`` scores the node 50 and lets it pass tolerance filters, ``avoid`` scores it
+    0, ``reject`` filters it out for every pod."""
+    signal_window: SignalWindow = "10s"
+    """Which of the agents' signals the filter and score read: ``latest`` (the latest
+    interval), or the ``10s``/``60s`` window (merged run-queue histogram, mean + ``risk_k``
+    · σ of the index and of reclaim stall). A window a report lacks falls back to its
+    latest interval."""
+    risk_k: float = 1.0
+    """``k`` of the windowed risk ``mean + k · σ`` (Trimaran's LoadVariationRiskBalancing)."""
+    recent_load_weight: float = 100.0
+    """Interference-index points added per node's worth of CPU requested by pods bound to
+    it since its last report (so a burst does not all land on the one quiet node)."""
+
+    def __post_init__(self) -> None:
+        if self.stale_policy not in STALE_POLICIES:
+            raise ValueError(
+                f"stale_policy: {self.stale_policy!r} is not one of {', '.join(STALE_POLICIES)}"
+            )
+        if self.signal_window not in SIGNAL_WINDOWS:
+            raise ValueError(
+                f"signal_window: {self.signal_window!r} is not one of {', '.join(SIGNAL_WINDOWS)}"
+            )
+        if not 0 <= self.risk_k <= 10:
+            raise ValueError(f"risk_k: {self.risk_k!r} must be a number from 0 to 10")
+        if not self.recent_load_weight >= 0:
+            raise ValueError(f"recent_load_weight: {self.recent_load_weight!r} must be ≥ 0")
 
 
 def interference_filter(
-    table: NodeTable, pod: PodInfo, settings: EngineSettings, now: float
+    table: NodeTable, pod: PodInfo, settings: InterferenceArgs, now: float
 ) -> FilterResult | None:
     """Nodes acceptable under the stale policy and the pod's interference tolerance;
     ``None`` when neither applies to the pod."""
@@ -86,9 +132,9 @@ def interference_filter(
                 reclaim_risk(table, settings),
                 RECLAIM_EXCEEDED,
             ),
-            (tolerance.max_score, None, SCORE_EXCEEDED),
+            (tolerance.max_index, None, INDEX_EXCEEDED),
         )
-        units = {RUNQ_EXCEEDED: "µs", RECLAIM_EXCEEDED: "ms/s", SCORE_EXCEEDED: ""}
+        units = {RUNQ_EXCEEDED: "µs", RECLAIM_EXCEEDED: "ms/s", INDEX_EXCEEDED: ""}
         for bound, values, reason in bounds:
             if bound is None:
                 continue
@@ -146,7 +192,7 @@ def fresh_signals(table: NodeTable, now: float) -> NDArray[np.bool_]:
     return fresh
 
 
-def risk_index(table: NodeTable, settings: EngineSettings) -> NDArray[np.float64]:
+def risk_index(table: NodeTable, settings: InterferenceArgs) -> NDArray[np.float64]:
     """``risk`` of the module formula, capped at 100. Callers must not modify the result."""
     window = table.windows[settings.signal_window]
     k = settings.risk_k
@@ -164,14 +210,14 @@ def risk_index(table: NodeTable, settings: EngineSettings) -> NDArray[np.float64
     return table.derived(("risk_index", settings.signal_window, k), compute, compute_row)
 
 
-def reclaim_risk(table: NodeTable, settings: EngineSettings) -> NDArray[np.float64]:
+def reclaim_risk(table: NodeTable, settings: InterferenceArgs) -> NDArray[np.float64]:
     """``reclaim_mean[w] + risk_k · reclaim_stddev[w]`` (ms/s) of the engine's window."""
     window = table.windows[settings.signal_window]
     risk: NDArray[np.float64] = window.reclaim_mean + settings.risk_k * window.reclaim_stddev
     return risk
 
 
-def effective_index(table: NodeTable, settings: EngineSettings) -> NDArray[np.float64]:
+def effective_index(table: NodeTable, settings: InterferenceArgs) -> NDArray[np.float64]:
     """``index`` of the module formula: the risk plus load placed since the report.
 
     Callers must not modify the result.
@@ -196,7 +242,7 @@ def effective_index(table: NodeTable, settings: EngineSettings) -> NDArray[np.fl
     return table.derived(key, compute, compute_row)
 
 
-def fresh_quietness(table: NodeTable, settings: EngineSettings) -> NDArray[np.float64]:
+def fresh_quietness(table: NodeTable, settings: InterferenceArgs) -> NDArray[np.float64]:
     """``quietness`` of the module formula for every node, as if its signals were usable.
 
     Callers must not modify the result.
@@ -213,7 +259,7 @@ def fresh_quietness(table: NodeTable, settings: EngineSettings) -> NDArray[np.fl
     return table.derived(key, compute, compute_row)
 
 
-def quietness(table: NodeTable, settings: EngineSettings, now: float) -> NDArray[np.float64]:
+def quietness(table: NodeTable, settings: InterferenceArgs, now: float) -> NDArray[np.float64]:
     """0–100 per node, higher is quieter (see the module formula).
 
     Callers must not modify the result (it may be the cached column itself).
@@ -228,15 +274,12 @@ def quietness(table: NodeTable, settings: EngineSettings, now: float) -> NDArray
 
 
 def _filter(state: CycleState) -> FilterResult | None:
-    if not state.settings.interference_aware:
-        return None
-    return interference_filter(state.table, state.pod, state.settings, state.now)
+    args = state.args_of(NAME, InterferenceArgs)
+    return interference_filter(state.table, state.pod, args, state.now)
 
 
 def _score(state: CycleState, feasible: NDArray[np.bool_]) -> NDArray[np.float64] | None:
-    if not state.settings.interference_aware:
-        return None
-    return quietness(state.table, state.settings, state.now)
+    return quietness(state.table, state.args_of(NAME, InterferenceArgs), state.now)
 
 
 FILTER = Filter(
@@ -244,7 +287,10 @@ FILTER = Filter(
     explain="the node's interference signals are within the pod's tolerance "
     "(and, under stale_policy reject, fresh)",
     filter=_filter,
+    events=(EventInterest("Node", Action.ADD),),
     relaxable=True,
+    uses_signals=True,
+    args=InterferenceArgs,
 )
 SCORE = Score(
     name=NAME,
@@ -252,4 +298,6 @@ SCORE = Score(
     "placed since its last report)",
     score=_score,
     default_weight=2.0,
+    uses_signals=True,
+    args=InterferenceArgs,
 )

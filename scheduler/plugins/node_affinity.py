@@ -31,6 +31,8 @@ from numpy.typing import NDArray
 
 from scheduler.api.objects import PodInfo
 from scheduler.api.selectors import NodeSelectorTerm, Requirement, parse_int64
+from scheduler.events import Action, EventInterest
+from scheduler.node_columns import ABSENT, LabelColumn
 from scheduler.plugins.base import (
     Filter,
     FilterResult,
@@ -38,7 +40,7 @@ from scheduler.plugins.base import (
     filter_by_table_and_pod,
     score_by_table_pod_and_feasible,
 )
-from scheduler.table import ABSENT, LabelColumn, NodeTable
+from scheduler.table import NodeTable
 
 NAME = "NodeAffinity"
 NODE_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
@@ -132,6 +134,7 @@ FILTER = Filter(
     name=NAME,
     explain="the node matches the pod's nodeSelector and required node affinity",
     filter=filter_by_table_and_pod(node_affinity),
+    events=(EventInterest("Node", Action.ADD | Action.UPDATE_NODE_LABEL),),
     static=True,
 )
 SCORE = Score(

@@ -17,6 +17,7 @@ parse is unknown territory: what is free there cannot be counted. Reason:
 from __future__ import annotations
 
 from scheduler.api.objects import NO_SCHEDULE, NOT_READY_TAINT_KEY, PodInfo, Taint
+from scheduler.events import Action, EventInterest
 from scheduler.plugins.base import Filter, FilterResult, filter_by_table_and_pod
 from scheduler.table import NodeTable
 
@@ -49,5 +50,9 @@ FILTER = Filter(
     explain="the node's Ready condition is True (or the pod tolerates the not-ready taint) "
     "and every pod placed on it could be read",
     filter=filter_by_table_and_pod(node_ready),
+    events=(
+        EventInterest("Node", Action.ADD | Action.UPDATE_NODE_CONDITION),
+        EventInterest("Pod", Action.DELETE | Action.UPDATE),  # an unreadable pod fixed or gone
+    ),
     static=True,
 )

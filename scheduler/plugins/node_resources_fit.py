@@ -32,7 +32,15 @@ import numpy as np
 from numpy.typing import NDArray
 
 from scheduler.api.objects import PodInfo
-from scheduler.plugins.base import CycleState, Filter, FilterResult, Score, filter_by_table_and_pod
+from scheduler.events import Action, ClusterEvent, EventInterest
+from scheduler.plugins.base import (
+    Code,
+    CycleState,
+    Filter,
+    FilterResult,
+    Score,
+    filter_by_table_and_pod,
+)
 from scheduler.quantity import CPU, EPHEMERAL_STORAGE, MEMORY, PODS
 from scheduler.table import NodeTable
 
@@ -144,11 +152,26 @@ def _score(state: CycleState, feasible: NDArray[np.bool_]) -> NDArray[np.float64
     return least_allocated_score(state.table, state.pod)
 
 
+def allocatable_may_fit(pod: PodInfo, event: ClusterEvent) -> bool:
+    """QueueingHint: a node added or resized helps only if its allocatable alone covers
+    every resource the pod requests (what other pods use there is not known here)."""
+    node = event.node
+    if node is None:
+        return True
+    return all(
+        node.allocatable.get(resource, 0) >= amount for resource, amount in pod.requests.items()
+    )
+
+
 FILTER = Filter(
     name=NAME,
     explain="the node has room for the pod's requests and one more pod",
     filter=filter_by_table_and_pod(resources_fit),
-    preemption_may_help=True,  # evicting lower-priority pods frees their requests
+    events=(
+        EventInterest("Pod", Action.DELETE | Action.UPDATE_POD_SCALE_DOWN),
+        EventInterest("Node", Action.ADD | Action.UPDATE_NODE_ALLOCATABLE, allocatable_may_fit),
+    ),
+    status=Code.UNSCHEDULABLE,  # evicting lower-priority pods frees their requests
 )
 SCORE = Score(
     name=NAME,

@@ -8,6 +8,7 @@ Reason: ``node(s) were unschedulable``.
 from __future__ import annotations
 
 from scheduler.api.objects import NO_SCHEDULE, UNSCHEDULABLE_TAINT_KEY, PodInfo, Taint
+from scheduler.events import Action, EventInterest
 from scheduler.plugins.base import Filter, FilterResult, filter_by_table_and_pod
 from scheduler.table import NodeTable
 
@@ -27,5 +28,6 @@ FILTER = Filter(
     name=NAME,
     explain="the node is not cordoned (or the pod tolerates the unschedulable taint)",
     filter=filter_by_table_and_pod(node_unschedulable),
+    events=(EventInterest("Node", Action.ADD | Action.UPDATE_NODE_TAINT),),
     static=True,
 )

@@ -45,10 +45,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from scheduler.api.objects import HOSTNAME_LABEL, AntiAffinityTerm, PodInfo, SpreadConstraint
-from scheduler.plugins.base import CycleState, Filter, FilterResult, Score
+from scheduler.events import Action, EventInterest
+from scheduler.node_columns import ABSENT
+from scheduler.plugins.base import Code, CycleState, Filter, FilterResult, Score
 from scheduler.plugins.node_affinity import NAME as NODE_AFFINITY
 from scheduler.plugins.taint_toleration import NAME as TAINT_TOLERATION
-from scheduler.table import ABSENT, NodeTable
+from scheduler.table import NodeTable
 
 NAME = "PodTopologySpread"
 MAX_SCORE = 100
@@ -208,6 +210,15 @@ FILTER = Filter(
     name=NAME,
     explain="placing the pod keeps each DoNotSchedule spread constraint within its maxSkew",
     filter=_filter,
+    events=(
+        EventInterest("Pod", Action.ADD | Action.UPDATE_POD_LABEL | Action.DELETE),
+        EventInterest(
+            "Node",
+            Action.ADD | Action.DELETE | Action.UPDATE_NODE_LABEL | Action.UPDATE_NODE_TAINT,
+        ),
+    ),
+    status=Code.UNSCHEDULABLE,  # skew changes when pods are evicted
+    statuses={MISSING_LABEL: Code.UNSCHEDULABLE_AND_UNRESOLVABLE},
     reads=(NODE_AFFINITY, TAINT_TOLERATION),  # the node inclusion policies
     in_extender=False,  # kube-scheduler's own PodTopologySpread runs before the extender
 )

@@ -11,6 +11,7 @@ taint(s)`` (so every tainted node counts under the same reason in ``FailedSchedu
 from __future__ import annotations
 
 from scheduler.api.objects import NO_EXECUTE, NO_SCHEDULE, PodInfo
+from scheduler.events import Action, EventInterest
 from scheduler.plugins.base import (
     Filter,
     FilterResult,
@@ -44,5 +45,6 @@ FILTER = Filter(
     name=NAME,
     explain="the pod tolerates every NoSchedule/NoExecute taint of the node",
     filter=filter_by_table_and_pod(taint_toleration),
+    events=(EventInterest("Node", Action.ADD | Action.UPDATE_NODE_TAINT),),
     static=True,
 )

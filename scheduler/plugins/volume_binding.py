@@ -64,9 +64,11 @@ from numpy.typing import NDArray
 from scheduler.api.objects import ClaimInfo, PodInfo, PodVolumeClaim, VolumeInfo
 from scheduler.api.selectors import NodeSelectorTerm
 from scheduler.api.storage import READ_WRITE_ONCE_POD, VOLUME_ZONE_LABELS, WAIT_FOR_FIRST_CONSUMER
+from scheduler.events import Action, EventInterest
+from scheduler.node_columns import ABSENT, LabelColumn
 from scheduler.plugins.base import CycleState, Filter, FilterResult, PodRejection
 from scheduler.plugins.node_affinity import requirement_mask
-from scheduler.table import ABSENT, LabelColumn, NodeTable
+from scheduler.table import NodeTable
 from scheduler.volumes import VolumeCatalog
 
 NAME = "VolumeBinding"
@@ -333,6 +335,14 @@ FILTER = Filter(
         "or deleted claims and ReadWriteOncePod conflicts reject the pod"
     ),
     filter=_filter,
+    events=(
+        EventInterest("Node", Action.ADD | Action.UPDATE_NODE_LABEL),
+        EventInterest("Pod", Action.DELETE),  # a ReadWriteOncePod claim let go
+        *(
+            EventInterest(kind, Action.ADD | Action.UPDATE)
+            for kind in ("PersistentVolumeClaim", "PersistentVolume", "StorageClass", "CSINode")
+        ),
+    ),
     in_extender=False,
     prefilter=_prefilter,
 )

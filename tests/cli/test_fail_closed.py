@@ -28,9 +28,8 @@ from interference_cli.main import main
 from scheduler.adapters.redis_signals import RedisSettings, RedisSignalCache, SignalMetrics
 from scheduler.adapters.redis_signals import connect as connect_signals
 from scheduler.api.pods import parse_pod
-from scheduler.engine import Engine
-from scheduler.plugins.interference import quietness, stale_rows
-from scheduler.settings import EngineSettings
+from scheduler.cycle import SchedulingCycle
+from scheduler.plugins.interference import InterferenceArgs, quietness, stale_rows
 from tests.conftest import RedisServer, free_port
 from tests.node_agent.test_agent import wait_for
 from tests.node_agent.test_health import get
@@ -121,11 +120,11 @@ def test_a_broken_agent_is_not_ready_degraded_and_stale_to_the_scheduler(
     table = table_of([node_obj("broken-node"), node_obj("healthy-node")])
     table.set_signals(frame)
     assert stale_rows(table, now).tolist() == [0]
-    engine = Engine(EngineSettings(stale_policy="reject"), seed=1)
+    engine = SchedulingCycle(InterferenceArgs(stale_policy="reject"), seed=1)
     result = engine.schedule(parse_pod(pod_obj("web-0")), table, now)
     assert result.node == "healthy-node", result.message
     for policy, score in (("neutral", 50.0), ("avoid", 0.0)):
-        as_stale = quietness(table, EngineSettings(stale_policy=policy), now)  # type: ignore[arg-type]
+        as_stale = quietness(table, InterferenceArgs(stale_policy=policy), now)  # type: ignore[arg-type]
         assert as_stale[0] == score, policy  # not the 100 of its all-zero signals
 
     # The ranking the scheduler writes holds only the usable node.

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 from interference_cli.redis_process import free_port
 from scheduler.api.pods import parse_pod
 from scheduler.cache import ClusterCache
-from scheduler.engine import Engine
+from scheduler.cycle import SchedulingCycle
 from scheduler.metrics import SchedulerMetrics
 from scheduler.ports import INFORMED_KINDS, ObjectKind
 from scheduler.queue import SchedulingQueue
@@ -111,7 +111,7 @@ def cluster_table(kube: Kube) -> NodeTable:
 def decide(table: NodeTable, pod: Obj) -> tuple[str, str]:
     """Our engine's node (or :data:`PENDING`) for ``pod`` and its ``FailedScheduling``
     message (empty when placed); interference signals play no part."""
-    result = Engine(EngineSettings(interference_aware=False), seed=0).schedule(
+    result = SchedulingCycle(EngineSettings(interference_aware=False), seed=0).schedule(
         parse_pod(pod), table, 0.0
     )
     return result.node or PENDING, "" if result.node else result.message

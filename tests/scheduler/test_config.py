@@ -19,7 +19,7 @@ from scheduler.config import (
     parse_config,
     with_overrides,
 )
-from scheduler.plugins.registry import FILTERS
+from scheduler.plugins.registry import REGISTRY
 from scheduler.settings import EngineSettings, Profile
 
 FULL = """
@@ -110,12 +110,12 @@ def test_empty_file_means_defaults(tmp_path: Path, text: str) -> None:
             id="unknown-filter-plugin-did-you-mean",
         ),
         pytest.param(
-            {"engine": {"profile": {"filters": [p.name for p in FILTERS[:-1]]}}},
+            {"engine": {"profile": {"filters": [p.name for p in REGISTRY.filters[:-1]]}}},
             "engine.profile.filters: 'Interference' left out; every filter is required",
             id="a-required-filter-cannot-be-dropped",
         ),
         pytest.param(
-            {"engine": {"profile": {"filters": ["PodTopologySpread", *(p.name for p in FILTERS)]}}},
+            {"engine": {"profile": {"filters": ["PodTopologySpread", *(p.name for p in REGISTRY.filters)]}}},
             "engine.profile.filters: 'PodTopologySpread' reads the result of 'NodeAffinity', "
             "'TaintToleration': list it after them",
             id="a-filter-runs-after-those-it-reads",

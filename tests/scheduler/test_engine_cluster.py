@@ -13,16 +13,16 @@ from collections.abc import Iterator
 import pytest
 
 from scheduler.adapters.memory import node_object, pod_object
-from scheduler.api.objects import ANNOTATION_MAX_RUNQ_P99_US, ANNOTATION_MAX_SCORE
-from scheduler.plugins.interference import RUNQ_EXCEEDED
-from scheduler.settings import EngineSettings, StalePolicy
+from scheduler.api.objects import ANNOTATION_MAX_INDEX, ANNOTATION_MAX_RUNQ_P99_US
+from scheduler.plugins.interference import RUNQ_EXCEEDED, StalePolicy
+from tests.scheduler.profiles import interference_settings
 from tests.scheduler.runtime_helpers import LoopHarness
 
 LATENCY_SENSITIVE = {ANNOTATION_MAX_RUNQ_P99_US: "500"}
 
 
 def harness(**engine: object) -> LoopHarness:
-    return LoopHarness(engine=EngineSettings(**engine))  # type: ignore[arg-type]
+    return LoopHarness(engine=interference_settings(**engine))  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -165,7 +165,7 @@ def test_stale_policies(
     try:
         h.cluster.add_pod(pod_object("plain", cpu="1"))
         # Tolerates at most score 50: the fresh node (60) is out.
-        h.cluster.add_pod(pod_object("picky", cpu="1", annotations={ANNOTATION_MAX_SCORE: "50"}))
+        h.cluster.add_pod(pod_object("picky", cpu="1", annotations={ANNOTATION_MAX_INDEX: "50"}))
         h.cycle()
         assert h.cluster.node_of("default", "plain") in plain_nodes
         picky = h.cluster.node_of("default", "picky")

@@ -11,13 +11,14 @@ from interference.signals import SIGNAL_FAMILIES, NodeMetrics
 from scheduler.api.objects import ANNOTATION_MAX_RUNQ_P99_US
 from scheduler.api.pods import parse_pod
 from scheduler.config import ConfigError, parse_config
-from scheduler.engine import Engine
+from scheduler.cycle import SchedulingCycle
 from scheduler.plugins.interference import RUNQ_EXCEEDED, STALE_SIGNALS
 from scheduler.plugins.node_resources_fit import insufficient_reason
 from scheduler.plugins.taint_toleration import UNTOLERATED_TAINT
 from scheduler.ports import NodeSignals
 from scheduler.settings import EngineSettings, Profile
 from scheduler.table import NodeTable
+from tests.scheduler.profiles import interference_settings
 from tests.scheduler.test_model import node_obj, pod_obj, table_of
 
 NOW = 1000.0
@@ -62,7 +63,7 @@ def _cluster() -> NodeTable:
 
 def test_scheduled_pod_records_rejected_nodes_interference_first_and_counts() -> None:
     pod = parse_pod(_latency_pod(requests={"cpu": "1"}))
-    result = Engine(EngineSettings(record_top_k=3)).schedule(pod, _cluster(), NOW)
+    result = SchedulingCycle(EngineSettings(record_top_k=3)).schedule(pod, _cluster(), NOW)
     assert result.node == "quiet-a"
     feasible = [c for c in result.candidates if c.passed]
     rejected = [c for c in result.candidates if not c.passed]
@@ -105,7 +106,7 @@ def test_record_top_k_bounds_both_kinds(
     top_k: int, feasible: list[str], rejected: list[str]
 ) -> None:
     pod = parse_pod(_latency_pod(requests={"cpu": "1"}))
-    result = Engine(EngineSettings(record_top_k=top_k)).schedule(pod, _cluster(), NOW)
+    result = SchedulingCycle(EngineSettings(record_top_k=top_k)).schedule(pod, _cluster(), NOW)
     assert [c.node for c in result.candidates if c.passed] == feasible
     assert [c.node for c in result.candidates if not c.passed] == rejected
     assert sum(result.reason_counts.values()) == 5
@@ -113,14 +114,14 @@ def test_record_top_k_bounds_both_kinds(
 
 def test_every_node_feasible_records_no_rejections() -> None:
     table = table_of([node_obj("a"), node_obj("b")])
-    result = Engine(EngineSettings()).schedule(parse_pod(pod_obj()), table, NOW)
+    result = SchedulingCycle(EngineSettings()).schedule(parse_pod(pod_obj()), table, NOW)
     assert all(c.passed for c in result.candidates)
     assert result.reason_counts == {}
 
 
 def test_unschedulable_pod_lists_interference_rejections_first() -> None:
     pod = parse_pod(_latency_pod("10", requests={"cpu": "1"}))  # every node too noisy
-    result = Engine(EngineSettings(record_top_k=2)).schedule(pod, _cluster(), NOW)
+    result = SchedulingCycle(EngineSettings(record_top_k=2)).schedule(pod, _cluster(), NOW)
     assert result.node is None
     assert [c.node for c in result.candidates] == ["quiet-a", "quiet-b"]
     assert result.candidates[0].reasons == [f"{RUNQ_EXCEEDED} (measured 50 µs > tolerance 10 µs)"]
@@ -134,7 +135,7 @@ def test_unschedulable_pod_lists_interference_rejections_first() -> None:
 
 def test_record_counts_and_details_round_trip_through_the_decision_hash() -> None:
     pod = parse_pod(_latency_pod(requests={"cpu": "1"}))
-    result = Engine(EngineSettings()).schedule(pod, _cluster(), NOW)
+    result = SchedulingCycle(EngineSettings()).schedule(pod, _cluster(), NOW)
     decision = Decision(
         "default",
         "p",
@@ -163,12 +164,12 @@ def test_blind_engine_ignores_tolerance_stale_reject_and_interference_weight() -
     table = table_of([node_obj("noisy"), node_obj("unreported")])
     _runq(table, noisy=50_000)
     pod = parse_pod(_latency_pod(requests={"cpu": "1"}))
-    result = Engine(settings, seed=0).schedule(pod, table, NOW)
+    result = SchedulingCycle(settings, seed=0).schedule(pod, table, NOW)
     assert result.node in {"noisy", "unreported"}
     assert result.feasible == 2
     assert result.reason_counts == {}
     assert all(set(c.scores) == {"NodeResourcesFit", "GpuPacking"} for c in result.candidates)
-    aware = Engine(EngineSettings(stale_policy="reject")).schedule(pod, table, NOW)
+    aware = SchedulingCycle(interference_settings(stale_policy="reject")).schedule(pod, table, NOW)
     assert aware.node is None
     assert aware.reason_counts == {RUNQ_EXCEEDED: 1, STALE_SIGNALS: 1}
 
@@ -177,7 +178,7 @@ def test_interference_weight_zero_alone_keeps_tolerance_filters() -> None:
     table = table_of([node_obj("noisy")])
     _runq(table, noisy=50_000)
     settings = EngineSettings(profile=Profile(scores=(("Interference", 0.0),)))
-    result = Engine(settings).schedule(parse_pod(_latency_pod()), table, NOW)
+    result = SchedulingCycle(settings).schedule(parse_pod(_latency_pod()), table, NOW)
     assert result.node is None and result.blocked_only_by_interference
 
 
@@ -205,7 +206,7 @@ def test_config_validates_interference_aware(
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_tied_candidates_are_recorded_in_table_order_after_the_chosen_node(seed: int) -> None:
     table = table_of([node_obj(f"n{i}") for i in range(8)])  # every node scores the same
-    result = Engine(EngineSettings(record_top_k=3), seed=seed).schedule(
+    result = SchedulingCycle(EngineSettings(record_top_k=3), seed=seed).schedule(
         parse_pod(pod_obj()), table, NOW
     )
     recorded = [c.node for c in result.candidates]

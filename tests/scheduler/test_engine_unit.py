@@ -14,13 +14,15 @@ from interference.signals import SIGNAL_FAMILIES, NodeMetrics, WindowMetrics
 from scheduler.api.nodes import parse_node
 from scheduler.api.objects import ANNOTATION_MAX_RUNQ_P99_US
 from scheduler.api.pods import parse_pod
-from scheduler.engine import Engine
+from scheduler.cycle import SchedulingCycle
 from scheduler.plugins.interference import quietness
 from scheduler.plugins.node_affinity import node_affinity
 from scheduler.plugins.node_resources_fit import least_allocated_score
 from scheduler.ports import NodeSignals
 from scheduler.settings import EngineSettings, Profile
-from scheduler.table import CACHE_LIMIT, NodeTable
+from scheduler.table import NodeTable
+from scheduler.table_caches import CACHE_LIMIT
+from tests.scheduler.profiles import interference_settings
 from tests.scheduler.test_model import affinity_terms, node_obj, pod_obj, table_of
 
 NOW = 1000.0
@@ -43,7 +45,7 @@ def test_issue_example_message_matches_kube_scheduler() -> None:
     nodes += [
         node_obj(f"gpu-{i}", extra={GPU: "8"}, taints=[("k", "v", "NoSchedule")]) for i in range(9)
     ]
-    result = Engine(EngineSettings()).schedule(
+    result = SchedulingCycle(EngineSettings()).schedule(
         parse_pod(pod_obj(requests={GPU: "1"})), table_of(nodes), NOW
     )
     assert result.node is None
@@ -68,7 +70,7 @@ def test_each_node_counts_its_first_failing_filter_only() -> None:
             affinity=affinity_terms([("zone", "NotIn", ["b"])]),
         )
     )
-    result = Engine(EngineSettings()).schedule(pod, table_of(nodes), NOW)
+    result = SchedulingCycle(EngineSettings()).schedule(pod, table_of(nodes), NOW)
     assert result.message == (
         "0/4 nodes are available: 1 Insufficient cpu, 1 Insufficient memory, "
         "1 node(s) didn't match Pod's node affinity/selector, 1 node(s) were not ready, "
@@ -85,7 +87,7 @@ def test_each_node_counts_its_first_failing_filter_only() -> None:
 
 
 def test_no_nodes() -> None:
-    result = Engine(EngineSettings()).schedule(parse_pod(pod_obj()), NodeTable(), NOW)
+    result = SchedulingCycle(EngineSettings()).schedule(parse_pod(pod_obj()), NodeTable(), NOW)
     assert (result.node, result.message) == (None, "no nodes available to schedule pods")
 
 
@@ -93,7 +95,7 @@ def test_highest_total_wins_and_breakdown_is_recorded() -> None:
     table = table_of([node_obj("noisy"), node_obj("quiet"), node_obj("medium")])
     _signals(table, noisy=90, quiet=5, medium=40)
     settings = EngineSettings(profile=Profile(scores=(("GpuPacking", 0.0),)))
-    result = Engine(settings, seed=1).schedule(
+    result = SchedulingCycle(settings, seed=1).schedule(
         parse_pod(pod_obj("p", requests={"cpu": "1"})), table, NOW
     )
     assert result.node == "quiet"
@@ -110,7 +112,7 @@ def test_highest_total_wins_and_breakdown_is_recorded() -> None:
 
 def test_record_top_k_limits_candidates() -> None:
     table = table_of([node_obj(f"n{i}") for i in range(20)])
-    result = Engine(EngineSettings(record_top_k=3), seed=0).schedule(
+    result = SchedulingCycle(EngineSettings(record_top_k=3), seed=0).schedule(
         parse_pod(pod_obj()), table, NOW
     )
     assert len(result.candidates) == 3 and result.candidates[0].node == result.node
@@ -123,7 +125,7 @@ def test_ties_are_broken_randomly_and_reproducibly() -> None:
     pod = parse_pod(pod_obj())
 
     def choices(seed: int) -> list[str | None]:
-        engine = Engine(EngineSettings(), seed=seed)
+        engine = SchedulingCycle(EngineSettings(), seed=seed)
         return [engine.schedule(pod, table, NOW).node for _ in range(200)]
 
     first = choices(7)
@@ -141,7 +143,7 @@ def test_tolerance_blocks_then_relax_schedules() -> None:
         }
     )
     pod = parse_pod(pod_obj(annotations={ANNOTATION_MAX_RUNQ_P99_US: "500"}))
-    engine = Engine(EngineSettings(), seed=0)
+    engine = SchedulingCycle(EngineSettings(), seed=0)
     blocked = engine.schedule(pod, table, NOW)
     assert blocked.node is None and blocked.blocked_only_by_interference
     assert blocked.message == (
@@ -158,17 +160,17 @@ def test_not_blocked_only_by_interference_when_resources_also_block() -> None:
         {"b": NodeSignals(NodeMetrics(runq_p99_us=2000), updated_at=NOW, measured=SIGNAL_FAMILIES)}
     )
     pod = parse_pod(pod_obj(requests={"cpu": "2"}, annotations={ANNOTATION_MAX_RUNQ_P99_US: "500"}))
-    result = Engine(EngineSettings()).schedule(pod, table, NOW)
+    result = SchedulingCycle(EngineSettings()).schedule(pod, table, NOW)
     assert result.node is None and result.blocked_only_by_interference  # b passes without it
     table.upsert_node(parse_node(node_obj("b", cpu="1")))
-    result = Engine(EngineSettings()).schedule(pod, table, NOW)
+    result = SchedulingCycle(EngineSettings()).schedule(pod, table, NOW)
     assert result.node is None and not result.blocked_only_by_interference
 
 
 def test_stale_reject_filters_nodes_without_reports() -> None:
     table = table_of([node_obj("reporting"), node_obj("silent")])
     _signals(table, reporting=80)
-    result = Engine(EngineSettings(stale_policy="reject")).schedule(
+    result = SchedulingCycle(interference_settings(stale_policy="reject")).schedule(
         parse_pod(pod_obj()), table, NOW
     )
     assert result.node == "reporting"
@@ -191,7 +193,7 @@ def test_burst_spreads_off_the_quiet_node() -> None:
             ),
         }
     )
-    engine = Engine(EngineSettings(), seed=3)
+    engine = SchedulingCycle(EngineSettings(), seed=3)
     placed: Counter[str] = Counter()
     for i in range(12):
         pod = parse_pod(pod_obj(f"p{i}", requests={"cpu": "500m"}))
@@ -206,7 +208,7 @@ def test_burst_spreads_off_the_quiet_node() -> None:
 def test_signature_cache_follows_label_changes() -> None:
     table = table_of([node_obj("a", labels={"zone": "x"}), node_obj("b", labels={"zone": "y"})])
     pod = parse_pod(pod_obj(nodeSelector={"zone": "x"}))
-    engine = Engine(EngineSettings())
+    engine = SchedulingCycle(EngineSettings())
     assert engine.schedule(pod, table, NOW).node == "a"
     generation = table.generation
     table.upsert_node(parse_node(node_obj("a", labels={"zone": "y"})))
@@ -218,7 +220,7 @@ def test_signature_cache_follows_label_changes() -> None:
 def test_allocatable_heartbeat_keeps_cache_but_counts() -> None:
     table = table_of([node_obj("a", cpu="1")])
     pod = parse_pod(pod_obj(requests={"cpu": "2"}))
-    engine = Engine(EngineSettings())
+    engine = SchedulingCycle(EngineSettings())
     assert engine.schedule(pod, table, NOW).node is None
     generation = table.generation
     table.upsert_node(parse_node(node_obj("a", cpu="4")))
@@ -228,7 +230,9 @@ def test_allocatable_heartbeat_keeps_cache_but_counts() -> None:
 
 def test_pod_with_unsupported_field_is_refused_on_every_node() -> None:
     obj: dict[str, Any] = pod_obj(resourceClaims=[{"name": "gpu"}])
-    result = Engine(EngineSettings()).schedule(parse_pod(obj), table_of([node_obj("a")]), NOW)
+    result = SchedulingCycle(EngineSettings()).schedule(
+        parse_pod(obj), table_of([node_obj("a")]), NOW
+    )
     assert result.node is None and result.feasible == 0
     field = "spec.resourceClaims"
     assert result.unsupported == (field,)
@@ -250,7 +254,9 @@ def _preemption_case(
     if policy is not None:
         spec["preemptionPolicy"] = policy
     pod = parse_pod(pod_obj("urgent", requests={"cpu": "2"}, **spec))
-    result = Engine(EngineSettings()).schedule(pod, table_of(nodes, [(victim, "busy")]), NOW)
+    result = SchedulingCycle(EngineSettings()).schedule(
+        pod, table_of(nodes, [(victim, "busy")]), NOW
+    )
     return result.message, result.node
 
 
@@ -289,7 +295,7 @@ def test_table_rows_stay_consistent_when_nodes_come_and_go() -> None:
     table.remove_node("a")  # c moves into a's row
     assert sorted(table.names) == ["b", "c"] and len(table) == 2
     table.upsert_node(parse_node(node_obj("d", cpu="4")))
-    engine = Engine(EngineSettings())
+    engine = SchedulingCycle(EngineSettings())
     pod = parse_pod(pod_obj("big", requests={"cpu": "2"}))
     assert engine.schedule(pod, table, NOW).node == "b"
     table.remove_node("c")
@@ -302,11 +308,11 @@ def test_table_rows_stay_consistent_when_nodes_come_and_go() -> None:
 
 def test_constraints_cache_is_bounded() -> None:
     table = table_of([node_obj("a", labels={"zone": "x"})])
-    engine = Engine(EngineSettings())
+    engine = SchedulingCycle(EngineSettings())
     for i in range(CACHE_LIMIT + 50):
         pod = parse_pod(pod_obj(f"p{i}", nodeSelector={"zone": "x", "slot": str(i)}))
         assert engine.schedule(pod, table, NOW).node is None
-    assert 0 < table.cache_size("constraints") <= CACHE_LIMIT
+    assert 0 < table.caches.size("constraints") <= CACHE_LIMIT
     assert engine.schedule(parse_pod(pod_obj(nodeSelector={"zone": "x"})), table, NOW).node == "a"
 
 
@@ -420,7 +426,7 @@ score_operations = st.lists(
 @given(score_operations)
 def test_row_by_row_scores_match_the_formulas(ops: list[tuple[str, int, str]]) -> None:
     table = table_of([node_obj(n, cpu="4", memory="8Gi") for n in NODE_NAMES])
-    engine_settings = EngineSettings(signal_window="10s", risk_k=1.5)
+    engine_settings = interference_settings(signal_window="10s", risk_k=1.5)
     pods = [parse_pod(pod_obj(f"p{i}", requests={"cpu": f"{(i + 1) * 200}m"})) for i in range(6)]
     incoming = parse_pod(pod_obj("new", requests={"cpu": "300m", "memory": "1Gi"}))
     reports: dict[str, NodeSignals] = {}

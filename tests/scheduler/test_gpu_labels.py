@@ -11,7 +11,7 @@ import pytest
 from interference.signals import SIGNAL_FAMILIES, GpuDevice, NodeMetrics
 from scheduler.api.objects import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL
 from scheduler.api.pods import parse_pod
-from scheduler.engine import GPU_MEMORY_MIB, GPU_MODEL, Engine
+from scheduler.cycle import GPU_MEMORY_MIB, GPU_MODEL, SchedulingCycle
 from scheduler.plugins.gpu_packing import gpu_packing_score
 from scheduler.ports import NodeSignals
 from scheduler.settings import EngineSettings
@@ -85,14 +85,14 @@ def test_selector_and_affinity_see_node_labels_never_reported_devices(
     spec: dict[str, Any], nodes: set[str]
 ) -> None:
     table = _gpu_nodes()
-    engine = Engine(EngineSettings(record_top_k=10))
+    engine = SchedulingCycle(EngineSettings(record_top_k=10))
     result = engine.schedule(_gpu_pod(**spec), table, NOW)
     assert {c.node for c in result.candidates if c.passed} == nodes
 
 
 def test_decision_records_gpu_model_from_labels_for_gpu_pods_only() -> None:
     table = _gpu_nodes()
-    result = Engine(EngineSettings(record_top_k=10)).schedule(_gpu_pod(), table, NOW)
+    result = SchedulingCycle(EngineSettings(record_top_k=10)).schedule(_gpu_pod(), table, NOW)
     details = {c.node: c.details for c in result.candidates}
     assert details == {
         "labelled": {GPU_MODEL: "Tesla-T4", GPU_MEMORY_MIB: "15360"},
@@ -100,7 +100,9 @@ def test_decision_records_gpu_model_from_labels_for_gpu_pods_only() -> None:
         "partial": {GPU_MODEL: "NVIDIA-L4"},
         "bare": {},
     }
-    plain = Engine(EngineSettings(record_top_k=10)).schedule(parse_pod(pod_obj()), table, NOW)
+    plain = SchedulingCycle(EngineSettings(record_top_k=10)).schedule(
+        parse_pod(pod_obj()), table, NOW
+    )
     assert all(c.details == {} for c in plain.candidates)
 
 
@@ -116,7 +118,7 @@ def test_packing_ignores_reported_gpus() -> None:
 def test_a_forged_inventory_never_attracts_a_gpu_pod() -> None:
     table = table_of([node_obj("n", extra={GPU: "1"})])
     pod = _gpu_pod(nodeSelector={GPU_PRODUCT_LABEL: "NVIDIA-A100-SXM4-80GB"})
-    engine = Engine(EngineSettings())
+    engine = SchedulingCycle(EngineSettings())
     generation = table.generation
     _report(table, n=[_device()])
     busier = GpuDevice(0, "GPU-0", A100, 81920.0, 70000.0, 99.0, 4)

@@ -14,7 +14,7 @@ from scheduler.adapters.memory import InMemoryCluster, node_object, pod_object
 from scheduler.loop import LoopSettings
 from scheduler.ports import ApiUnavailable, BindConflict, PodRef
 from scheduler.queue import QueueState
-from scheduler.settings import EngineSettings
+from tests.scheduler.profiles import interference_settings
 from tests.scheduler.runtime_helpers import LoopHarness
 
 
@@ -271,7 +271,7 @@ def test_unhealthy_signals_schedule_interference_blind(
     h: LoopHarness, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING)
-    h.loop.update_settings(EngineSettings(stale_policy="reject"), h.loop.loop_settings)
+    h.loop.update_settings(interference_settings(stale_policy="reject"), h.loop.loop_settings)
     h.signals.is_healthy = False  # no signals at all, and reject would refuse every node
     h.cluster.add_pod(pod_object("blind", cpu="1"))
     assert h.cycle() == 1

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from scheduler.api.nodes import parse_node
 from scheduler.api.objects import (
+    ANNOTATION_MAX_INDEX,
     ANNOTATION_MAX_RECLAIM_STALL_MS_PER_S,
     ANNOTATION_MAX_RUNQ_P99_US,
-    ANNOTATION_MAX_SCORE,
     AntiAffinityTerm,
     HostPort,
     InterferenceTolerance,
@@ -633,10 +633,10 @@ def test_unsupported_fields_are_named(spec: dict[str, Any], field: str) -> None:
         ({}, None),
         ({ANNOTATION_MAX_RUNQ_P99_US: "500"}, InterferenceTolerance(max_runq_p99_us=500.0)),
         (
-            {ANNOTATION_MAX_RECLAIM_STALL_MS_PER_S: "2.5", ANNOTATION_MAX_SCORE: "40"},
-            InterferenceTolerance(max_reclaim_stall_ms_per_s=2.5, max_score=40.0),
+            {ANNOTATION_MAX_RECLAIM_STALL_MS_PER_S: "2.5", ANNOTATION_MAX_INDEX: "40"},
+            InterferenceTolerance(max_reclaim_stall_ms_per_s=2.5, max_index=40.0),
         ),
-        ({ANNOTATION_MAX_SCORE: "0"}, InterferenceTolerance(max_score=0.0)),
+        ({ANNOTATION_MAX_INDEX: "0"}, InterferenceTolerance(max_index=0.0)),
     ],
     ids=["none", "runq", "reclaim-and-score", "zero-score"],
 )
@@ -652,8 +652,8 @@ def test_tolerance_annotations(
         (ANNOTATION_MAX_RUNQ_P99_US, "fast", "non-negative number of microseconds"),
         (ANNOTATION_MAX_RUNQ_P99_US, "-1", "non-negative number of microseconds"),
         (ANNOTATION_MAX_RECLAIM_STALL_MS_PER_S, "nan", "milliseconds per second"),
-        (ANNOTATION_MAX_SCORE, "101", "from 0 to 100"),
-        (ANNOTATION_MAX_SCORE, "inf", "from 0 to 100"),
+        (ANNOTATION_MAX_INDEX, "101", "from 0 to 100"),
+        (ANNOTATION_MAX_INDEX, "inf", "from 0 to 100"),
     ],
     ids=["runq-word", "runq-negative", "reclaim-nan", "score-above-100", "score-inf"],
 )
@@ -736,7 +736,7 @@ def test_parse_pod_rejects_non_object() -> None:
 # and the node would look emptier than kube-scheduler sees it). A pending pod with the same
 # field is refused as unparseable.
 OWN_SCHEDULING_FIELDS_WE_CANNOT_READ: list[tuple[str, dict[str, Any]]] = [
-    ("interference tolerance annotation", {"annotations": {ANNOTATION_MAX_SCORE: "high"}}),
+    ("interference tolerance annotation", {"annotations": {ANNOTATION_MAX_INDEX: "high"}}),
     (
         "toleration operator of an alpha gate",
         {"tolerations": [{"key": "gpu-mem", "operator": "Gt", "value": "40"}]},

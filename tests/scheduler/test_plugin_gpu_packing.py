@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scheduler.api.pods import parse_pod
-from scheduler.plugins.gpu_packing import gpu_packing_score
+from scheduler.plugins.gpu_packing import GpuPackingArgs, gpu_packing_score
 from scheduler.settings import EngineSettings
 from scheduler.table import NodeTable
 from tests.scheduler.test_model import node_obj, pod_obj, table_of
@@ -57,4 +57,4 @@ def test_cluster_without_gpus() -> None:
 def test_configured_gpu_resource() -> None:
     table = table_of([node_obj("amd", extra={"amd.com/gpu": "4"})])
     pod = parse_pod(pod_obj(requests={"amd.com/gpu": "2"}))
-    assert gpu_packing_score(table, pod, EngineSettings(gpu_resource="amd.com/gpu"))[0] == 50.0
+    assert gpu_packing_score(table, pod, GpuPackingArgs(resource="amd.com/gpu"))[0] == 50.0

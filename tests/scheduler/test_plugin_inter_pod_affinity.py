@@ -20,7 +20,7 @@ from scheduler.api.pods import parse_pod
 from scheduler.api.reader import ObjectError
 from scheduler.api.selectors import LabelSelector, Requirement
 from scheduler.cache import ClusterCache
-from scheduler.engine import Engine
+from scheduler.cycle import SchedulingCycle
 from scheduler.metrics import SchedulerMetrics
 from scheduler.plugins.inter_pod_affinity import (
     AFFINITY_RULES,
@@ -89,7 +89,7 @@ def _db(node: str, namespace: str = "default", **labels: str) -> tuple[Obj, str]
 def _table(placed: Placed) -> NodeTable:
     table = table_of(ZONED, placed)
     for namespace in NAMESPACES:
-        table.upsert_namespace(namespace)
+        table.namespaces.upsert(namespace)
     return table
 
 
@@ -333,7 +333,7 @@ def test_a_node_failing_several_rules_reports_the_first_in_kube_schedulers_order
 
 def test_affinity_failure_reason_in_the_engine_message() -> None:
     table = _table([_db("b1")])
-    engine = Engine(EngineSettings())
+    engine = SchedulingCycle(EngineSettings())
     web = parse_pod(_pod("web", affinity=_required(AFFINITY, _term(DB))))
     assert engine.schedule(web, table, 0.0).node == "b1"
     lonely = parse_pod(_pod("web2", affinity=_required(AFFINITY, _term(CACHE))))
@@ -352,9 +352,9 @@ def test_namespace_label_change_moves_a_namespace_in_and_out_of_a_selector() -> 
     table = _table([_db("a1", "team-b")])
     pod = parse_pod(_pod("web", affinity=_required(AFFINITY, _term(DB, namespaceSelector=TEAM_A))))
     assert _names(table, _filter(table, pod)) == []
-    table.upsert_namespace(NamespaceInfo("team-b", {"team": "a"}))
+    table.namespaces.upsert(NamespaceInfo("team-b", {"team": "a"}))
     assert _names(table, _filter(table, pod)) == ["a1", "a2"]
-    table.remove_namespace("team-b")
+    table.namespaces.remove("team-b")
     assert _names(table, _filter(table, pod)) == []
 
 
@@ -491,7 +491,7 @@ def test_score_normalises_over_feasible_nodes_and_truncates() -> None:
 def test_engine_places_a_pod_by_its_preferred_affinity() -> None:
     table = _table([_db("b1")])
     pod = parse_pod(_preferring(_preferred(AFFINITY, (100, _term(DB, HOSTNAME)))))
-    result = Engine(EngineSettings(), seed=1).schedule(pod, table, 0.0)
+    result = SchedulingCycle(EngineSettings(), seed=1).schedule(pod, table, 0.0)
     assert result.node == "b1"
     assert result.candidates[0].scores[NAME] == 100
 
@@ -617,20 +617,20 @@ def test_namespace_objects_reach_the_table_through_the_informer() -> None:
     informer = cluster.informer(cache)
     informer.sync()
     assert cache.synced()
-    assert table.namespaces_matching(LabelSelector((Requirement("team", "In", ("a",)),))) == {
+    assert table.namespaces.matching(LabelSelector((Requirement("team", "In", ("a",)),))) == {
         "team-a"
     }
-    assert table.namespace_labels("team-a")["kubernetes.io/metadata.name"] == "team-a"
+    assert table.namespaces.labels("team-a")["kubernetes.io/metadata.name"] == "team-a"
     cluster.add_namespace(namespace_object("team-a", {"team": "b"}))
     cluster.add_namespace(namespace_object("team-c", {"team": "a"}))
     informer.sync()
-    assert table.namespaces_matching(LabelSelector((Requirement("team", "In", ("a",)),))) == {
+    assert table.namespaces.matching(LabelSelector((Requirement("team", "In", ("a",)),))) == {
         "team-c"
     }
     cluster.delete_namespace("team-c")
     informer.sync()
-    assert table.namespace_labels("team-c") == {}
-    assert table.namespace_names() == ["team-a"]
+    assert table.namespaces.labels("team-c") == {}
+    assert table.namespaces.names() == ["team-a"]
 
 
 kinds = st.sampled_from(["affinity-required", "affinity-preferred", "anti-preferred"])

@@ -6,21 +6,23 @@ import pytest
 
 from interference.signals import SIGNAL_FAMILIES, NodeMetrics, WindowMetrics
 from scheduler.api.objects import (
+    ANNOTATION_MAX_INDEX,
     ANNOTATION_MAX_RECLAIM_STALL_MS_PER_S,
     ANNOTATION_MAX_RUNQ_P99_US,
-    ANNOTATION_MAX_SCORE,
 )
 from scheduler.api.pods import parse_pod
 from scheduler.plugins.base import or_all_pass
 from scheduler.plugins.interference import (
+    INDEX_EXCEEDED,
     RECLAIM_EXCEEDED,
     RUNQ_EXCEEDED,
-    SCORE_EXCEEDED,
     STALE_SIGNALS,
+    InterferenceArgs,
+    SignalWindow,
+    StalePolicy,
     interference_filter,
 )
 from scheduler.ports import NodeSignals
-from scheduler.settings import EngineSettings, SignalWindow, StalePolicy
 from scheduler.table import NodeTable
 from tests.scheduler.test_model import node_obj, pod_obj, table_of
 
@@ -44,12 +46,12 @@ def _table(metrics: NodeMetrics, age_s: float = 1.0) -> NodeTable:
             NodeMetrics(reclaim_stall_ms_per_s=3),
             [RECLAIM_EXCEEDED],
         ),
-        ({ANNOTATION_MAX_SCORE: "40"}, NodeMetrics(interference_index=41), [SCORE_EXCEEDED]),
-        ({ANNOTATION_MAX_SCORE: "40"}, NodeMetrics(interference_index=40), []),
+        ({ANNOTATION_MAX_INDEX: "40"}, NodeMetrics(interference_index=41), [INDEX_EXCEEDED]),
+        ({ANNOTATION_MAX_INDEX: "40"}, NodeMetrics(interference_index=40), []),
         (
-            {ANNOTATION_MAX_RUNQ_P99_US: "100", ANNOTATION_MAX_SCORE: "10"},
+            {ANNOTATION_MAX_RUNQ_P99_US: "100", ANNOTATION_MAX_INDEX: "10"},
             NodeMetrics(runq_p99_us=900, interference_index=80),
-            [RUNQ_EXCEEDED, SCORE_EXCEEDED],
+            [RUNQ_EXCEEDED, INDEX_EXCEEDED],
         ),
         ({}, NodeMetrics(runq_p99_us=10_000, interference_index=100), []),
     ],
@@ -67,7 +69,7 @@ def _table(metrics: NodeMetrics, age_s: float = 1.0) -> NodeTable:
 def test_tolerance(annotations: dict[str, str], metrics: NodeMetrics, reasons: list[str]) -> None:
     table = _table(metrics)
     pod = parse_pod(pod_obj(annotations=annotations))
-    result = or_all_pass(interference_filter(table, pod, EngineSettings(), NOW), table)
+    result = or_all_pass(interference_filter(table, pod, InterferenceArgs(), NOW), table)
     assert bool(result.passed[0]) is (not reasons)
     assert _bare(result.reasons_for(0)) == reasons
 
@@ -81,21 +83,21 @@ def test_reasons_carry_the_measurement_against_the_tolerance() -> None:
     table = _table(NodeMetrics(runq_p99_us=2900))
     pod = parse_pod(pod_obj(annotations={ANNOTATION_MAX_RUNQ_P99_US: "500"}))
     result = or_all_pass(
-        interference_filter(table, pod, EngineSettings(signal_window="latest"), NOW), table
+        interference_filter(table, pod, InterferenceArgs(signal_window="latest"), NOW), table
     )
     assert result.reasons_for(0) == [f"{RUNQ_EXCEEDED} (measured 2900 µs > tolerance 500 µs)"]
 
 
 def test_load_placed_since_report_counts_toward_max_score() -> None:
     table = _table(NodeMetrics(interference_index=30))
-    pod = parse_pod(pod_obj(annotations={ANNOTATION_MAX_SCORE: "40"}))
-    settings = EngineSettings(recent_load_weight=100.0)
+    pod = parse_pod(pod_obj(annotations={ANNOTATION_MAX_INDEX: "40"}))
+    settings = InterferenceArgs(recent_load_weight=100.0)
     assert or_all_pass(interference_filter(table, pod, settings, NOW), table).passed[0]
     # 2 of 10 CPUs placed after the report: index 30 + 100·0.2 = 50 > 40
     table.add_pod(parse_pod(pod_obj("burst", requests={"cpu": "2"})), "n", NOW)
     assert _bare(
         or_all_pass(interference_filter(table, pod, settings, NOW), table).reasons_for(0)
-    ) == [SCORE_EXCEEDED]
+    ) == [INDEX_EXCEEDED]
     # a newer report includes that load and replaces the estimate
     table.set_signals(
         {
@@ -126,7 +128,7 @@ def test_stale_policies(
     policy: StalePolicy, age_s: float, tolerant_passes: bool, plain_passes: bool
 ) -> None:
     table = _table(NodeMetrics(runq_p99_us=5000), age_s=age_s)
-    settings = EngineSettings(stale_policy=policy)
+    settings = InterferenceArgs(stale_policy=policy)
     tolerant = parse_pod(pod_obj("t", annotations={ANNOTATION_MAX_RUNQ_P99_US: "100"}))
     plain = parse_pod(pod_obj("p"))
     assert (
@@ -155,7 +157,7 @@ def test_degraded_signals_are_stale(policy: StalePolicy) -> None:
             "stale": NodeSignals(NodeMetrics(), updated_at=NOW - 60, measured=SIGNAL_FAMILIES),
         }
     )
-    settings = EngineSettings(stale_policy=policy)
+    settings = InterferenceArgs(stale_policy=policy)
     tolerant = parse_pod(pod_obj("t", annotations={ANNOTATION_MAX_RUNQ_P99_US: "100"}))
     broken, stale = or_all_pass(
         interference_filter(table, tolerant, settings, NOW), table
@@ -184,7 +186,7 @@ def test_tolerances_read_the_engine_s_window(window: SignalWindow, passes: bool)
     table.set_signals(
         {"n": NodeSignals(metrics, updated_at=NOW, windows=windows, measured=SIGNAL_FAMILIES)}
     )
-    settings = EngineSettings(signal_window=window, risk_k=1.0)
+    settings = InterferenceArgs(signal_window=window, risk_k=1.0)
     for annotation, bound in ((ANNOTATION_MAX_RUNQ_P99_US, "500"),
                               (ANNOTATION_MAX_RECLAIM_STALL_MS_PER_S, "2.5")):  # fmt: skip
         pod = parse_pod(pod_obj("t", annotations={annotation: bound}))
@@ -196,6 +198,6 @@ def test_tolerances_read_the_engine_s_window(window: SignalWindow, passes: bool)
 
 def test_missing_signals_are_stale() -> None:
     table = table_of([node_obj("n")])
-    settings = EngineSettings(stale_policy="reject")
+    settings = InterferenceArgs(stale_policy="reject")
     result = or_all_pass(interference_filter(table, parse_pod(pod_obj()), settings, NOW), table)
     assert _bare(result.reasons_for(0)) == [STALE_SIGNALS]

@@ -8,9 +8,9 @@ import pytest
 from interference.signals import SIGNAL_FAMILIES, NodeMetrics, WindowMetrics
 from scheduler.api.nodes import parse_node
 from scheduler.api.pods import parse_pod
-from scheduler.plugins.interference import quietness
+from scheduler.plugins.interference import InterferenceArgs, SignalWindow, StalePolicy, quietness
 from scheduler.ports import NodeSignals
-from scheduler.settings import EngineSettings, SignalWindow, StalePolicy
+from scheduler.settings import EngineSettings
 from tests.scheduler.test_model import node_obj, pod_obj, table_of
 
 NOW = 1000.0
@@ -36,42 +36,42 @@ BURSTY = WindowMetrics(10.0, 10.0, 10, index_mean=40.0, index_stddev=30.0, index
             "window missing: the latest interval stands in",
             NodeMetrics(interference_index=5),
             {},
-            EngineSettings(signal_window="60s"),
+            InterferenceArgs(signal_window="60s"),
             95.0,
         ),
         (
             "a quiet second of a bursty node scores by its window: mean + k·σ",
             NodeMetrics(interference_index=2),
             {"10s": BURSTY},
-            EngineSettings(signal_window="10s", risk_k=1.0),
+            InterferenceArgs(signal_window="10s", risk_k=1.0),
             100 - (40 + 30),
         ),
         (
             "k = 0: the window's mean",
             NodeMetrics(interference_index=2),
             {"10s": BURSTY},
-            EngineSettings(signal_window="10s", risk_k=0.0),
+            InterferenceArgs(signal_window="10s", risk_k=0.0),
             60.0,
         ),
         (
             "risk is capped at 100",
             NodeMetrics(interference_index=2),
             {"10s": BURSTY},
-            EngineSettings(signal_window="10s", risk_k=3.0),
+            InterferenceArgs(signal_window="10s", risk_k=3.0),
             0.0,
         ),
         (
             "the per-interval policy sees only the quiet second",
             NodeMetrics(interference_index=2),
             {"10s": BURSTY},
-            EngineSettings(signal_window="latest"),
+            InterferenceArgs(signal_window="latest"),
             98.0,
         ),
         (
             "a window with no interval yet falls back to the latest interval",
             NodeMetrics(interference_index=7),
             {"10s": WindowMetrics(10.0)},
-            EngineSettings(signal_window="10s"),
+            InterferenceArgs(signal_window="10s"),
             93.0,
         ),
     ],
@@ -110,7 +110,7 @@ def test_bursty_node_ranks_below_a_steady_quiet_one_on_windows_only(window: Sign
             ),
         }
     )
-    bursty, steady_score = quietness(table, EngineSettings(signal_window=window), NOW).tolist()
+    bursty, steady_score = quietness(table, InterferenceArgs(signal_window=window), NOW).tolist()
     assert (bursty < steady_score) == (window != "latest")
 
 
@@ -123,7 +123,7 @@ def test_recent_load_lowers_score_until_next_report() -> None:
             )
         }
     )
-    settings = EngineSettings(recent_load_weight=100.0)
+    settings = InterferenceArgs(recent_load_weight=100.0)
     table.add_pod(parse_pod(pod_obj("a", requests={"cpu": "2"})), "n", NOW)
     assert quietness(table, settings, NOW)[0] == pytest.approx(100 - 20 - 25)
     table.add_pod(parse_pod(pod_obj("b", requests={"cpu": "2"})), "n", NOW)
@@ -193,7 +193,7 @@ def test_stale_missing_and_degraded_signals(policy: StalePolicy, expected: float
             ),
         }
     )
-    scores = quietness(table, EngineSettings(stale_policy=policy), NOW)
+    scores = quietness(table, InterferenceArgs(stale_policy=policy), NOW)
     assert scores.tolist() == [expected, expected, expected, 75.0, 100.0]
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from scheduler.api.pods import parse_pod
 from scheduler.api.reader import ObjectError
-from scheduler.engine import Engine
+from scheduler.cycle import SchedulingCycle
 from scheduler.plugins.node_affinity import node_affinity_score
 from scheduler.settings import EngineSettings, Profile
 from tests.scheduler.test_model import node_obj, pod_obj, table_of
@@ -81,6 +81,6 @@ def test_unparseable_preferred_term_makes_the_pod_unparseable() -> None:
 def test_engine_prefers_the_preferred_nodes() -> None:
     only = Profile(scores=(("Interference", 0), ("NodeResourcesFit", 0), ("GpuPacking", 0)))
     pod = parse_pod(pod_obj(affinity=_preferred((10, "disk", "In", ["hdd"]))))
-    result = Engine(EngineSettings(profile=only)).schedule(pod, table_of(NODES), 0.0)
+    result = SchedulingCycle(EngineSettings(profile=only)).schedule(pod, table_of(NODES), 0.0)
     assert result.node == "hdd-a"
     assert result.candidates[0].scores == {"NodeAffinity": 100.0}

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from scheduler.api.pods import parse_pod
-from scheduler.engine import Engine
+from scheduler.cycle import SchedulingCycle
 from scheduler.plugins.base import or_all_pass
 from scheduler.plugins.node_affinity import node_affinity
 from scheduler.plugins.pod_topology_spread import MISSING_LABEL, SKEW, topology_spread
@@ -173,7 +173,7 @@ def test_missing_topology_label_and_skew_reasons_in_the_engine_message() -> None
     nodes.append(node_obj("unlabelled"))
     placed = [_placed("a", "w1"), _placed("b", "w2"), _placed("c", "w3"), _placed("a", "w4")]
     table = table_of(nodes, placed)
-    engine = Engine(EngineSettings())
+    engine = SchedulingCycle(EngineSettings())
     pod = parse_pod(_web())
     result = engine.schedule(pod, table, 0.0)
     assert result.node in ("b", "c")

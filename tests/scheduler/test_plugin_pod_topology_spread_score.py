@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from scheduler.api.pods import parse_pod
-from scheduler.engine import Engine
+from scheduler.cycle import SchedulingCycle
 from scheduler.plugins.base import or_all_pass
 from scheduler.plugins.node_affinity import node_affinity
 from scheduler.plugins.pod_topology_spread import topology_spread_score
@@ -107,6 +107,6 @@ def test_engine_prefers_the_emptiest_zone_for_schedule_anyway() -> None:
     only = Profile(scores=(("Interference", 0), ("NodeResourcesFit", 0), ("GpuPacking", 0)))
     pod = parse_pod(pod_obj("new", labels={"app": "web"}, topologySpreadConstraints=_soft()))
     assert pod.unsupported == () and pod.soft_spread
-    result = Engine(EngineSettings(profile=only)).schedule(pod, table, 0.0)
+    result = SchedulingCycle(EngineSettings(profile=only)).schedule(pod, table, 0.0)
     assert result.node == "c"
     assert result.candidates[0].scores == {"PodTopologySpread": 100.0}

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from scheduler.api.pods import parse_pod
-from scheduler.engine import Engine
+from scheduler.cycle import SchedulingCycle
 from scheduler.plugins.base import or_all_pass
 from scheduler.plugins.taint_toleration import taint_toleration
 from scheduler.settings import EngineSettings
@@ -125,6 +125,6 @@ def test_untolerated_taints_count_as_one_reason_like_kube_scheduler_v1_36() -> N
         node_obj("infra", taints=[("dedicated", "infra", "NoExecute")]),
         node_obj("both", taints=[("a", "1", "NoSchedule"), ("b", "2", "NoSchedule")]),
     ]
-    result = Engine(EngineSettings()).schedule(parse_pod(pod_obj()), table_of(nodes), 0.0)
+    result = SchedulingCycle(EngineSettings()).schedule(parse_pod(pod_obj()), table_of(nodes), 0.0)
     assert result.message == "0/3 nodes are available: 3 node(s) had untolerated taint(s)."
     assert result.reason_counts == {"node(s) had untolerated taint(s)": 3}

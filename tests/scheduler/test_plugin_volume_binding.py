@@ -19,7 +19,7 @@ from scheduler.adapters.memory import (
 from scheduler.api.objects import PodVolumeClaim
 from scheduler.api.pods import parse_pod
 from scheduler.api.storage import parse_claim, parse_csi_node, parse_storage_class, parse_volume
-from scheduler.engine import Engine
+from scheduler.cycle import SchedulingCycle
 from scheduler.plugins.base import CycleState, PodRejection
 from scheduler.plugins.volume_binding import (
     FILTER,
@@ -304,7 +304,7 @@ def test_claim_problems_reject_the_pod_on_every_node_as_kube_prefilter(
     table = volumes_table(THREE_NODES, objects)
     pod = parse_pod(pod_with(*volumes))
     assert check_claims(pod, table.volumes).rejection == rejection
-    result = Engine(EngineSettings()).schedule(pod, table, 0.0)
+    result = SchedulingCycle(EngineSettings()).schedule(pod, table, 0.0)
     assert result.node is None
     assert result.message == f"0/3 nodes are available: {rejection}."
 
@@ -323,13 +323,13 @@ def test_read_write_once_pod_claim_in_use_rejects_every_node_until_its_user_leav
     check = check_claims(pod, table.volumes)
     assert check.rejection is None and check.read_write_once_pod_conflict
     assert verdicts(table, pod_with(pvc_volume("solo"))) == [[RWOP_CONFLICT]] * 3
-    result = Engine(EngineSettings()).schedule(pod, table, 0.0)
+    result = SchedulingCycle(EngineSettings()).schedule(pod, table, 0.0)
     assert result.message == (  # a per-node Filter failure, after NodeResourcesFit
         f"0/3 nodes are available: 1 Insufficient cpu, 2 {RWOP_CONFLICT}."
     )
     table.remove_pod(parse_pod(user))
     assert not check_claims(pod, table.volumes).read_write_once_pod_conflict
-    assert Engine(EngineSettings()).schedule(pod, table, 0.0).node in ("n1", "n2")
+    assert SchedulingCycle(EngineSettings()).schedule(pod, table, 0.0).node in ("n1", "n2")
 
 
 def test_read_write_once_claim_may_be_shared() -> None:
@@ -347,7 +347,7 @@ def test_read_write_once_claim_may_be_shared() -> None:
 def test_unbound_wait_for_first_consumer_claim_is_refused_naming_claim_and_extender_mode() -> None:
     table = volumes_table(THREE_NODES, [WFFC, claim_object("data", storage_class="local")])
     pod = parse_pod(pod_with(pvc_volume("data")))
-    result = Engine(EngineSettings()).schedule(pod, table, 0.0)
+    result = SchedulingCycle(EngineSettings()).schedule(pod, table, 0.0)
     assert result.node is None
     assert result.unsupported == (
         "spec.volumes[0].persistentVolumeClaim (claim data is unbound and its StorageClass "
@@ -366,7 +366,7 @@ def test_pod_with_bound_claim_is_placed_on_the_node_its_pv_allows() -> None:
         ],
     )
     pod = parse_pod(pod_with(pvc_volume("data")))
-    result = Engine(EngineSettings(), seed=1).schedule(pod, table, 0.0)
+    result = SchedulingCycle(EngineSettings(), seed=1).schedule(pod, table, 0.0)
     assert result.node == "n3"
     assert result.reason_counts == {NODE_CONFLICT: 2}
 
@@ -380,7 +380,7 @@ def test_failed_scheduling_counts_volume_node_affinity_conflicts() -> None:
         ],
     )
     pod = parse_pod(pod_obj("p", requests={"cpu": "2"}, volumes=[pvc_volume("data")]))
-    result = Engine(EngineSettings()).schedule(pod, table, 0.0)
+    result = SchedulingCycle(EngineSettings()).schedule(pod, table, 0.0)
     assert result.message == (
         "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) didn't match PersistentVolume's "
         "node affinity."

@@ -11,10 +11,10 @@ import pytest
 from interference.signals import SIGNAL_FAMILIES, NodeMetrics
 from scheduler.api.nodes import parse_node
 from scheduler.api.pods import parse_pod
-from scheduler.engine import Engine
+from scheduler.cycle import SchedulingCycle
 from scheduler.plugins.base import CycleState, FilterResult
 from scheduler.plugins.node_resources_fit import insufficient_reason
-from scheduler.plugins.registry import FILTERS, SCORES, resolve
+from scheduler.plugins.registry import REGISTRY
 from scheduler.ports import NodeSignals
 from scheduler.settings import EngineSettings, Profile
 from scheduler.table import NodeTable
@@ -40,14 +40,14 @@ def _with_port(name: str, port: int = 8080, cpu: str = "100m") -> dict[str, Any]
 
 
 def test_default_profile_runs_kube_schedulers_filter_order_then_ours() -> None:
-    assert [p.name for p in FILTERS] == [
+    assert [p.name for p in REGISTRY.filters] == [
         *NODE_FILTERS,
         "VolumeBinding",
         "PodTopologySpread",
         "InterPodAffinity",
         "Interference",
     ]
-    assert {p.name: p.default_weight for p in SCORES} == {
+    assert {p.name: p.default_weight for p in REGISTRY.scores} == {
         "Interference": 2.0,
         "NodeResourcesFit": 1.0,
         "GpuPacking": 1.0,
@@ -55,7 +55,7 @@ def test_default_profile_runs_kube_schedulers_filter_order_then_ours() -> None:
         "NodeAffinity": 2.0,
         "InterPodAffinity": 2.0,
     }
-    assert all(p.explain for p in (*FILTERS, *SCORES))
+    assert all(p.explain for p in (*REGISTRY.filters, *REGISTRY.scores))
 
 
 @pytest.mark.parametrize(
@@ -84,7 +84,7 @@ def test_a_node_counts_only_its_first_failing_filter_in_profile_order(
     filters: tuple[str, ...] | None, reason: str
 ) -> None:
     table = table_of([node_obj("busy", cpu="1")], [(_with_port("holder", cpu="900m"), "busy")])
-    engine = Engine(EngineSettings(profile=Profile(filters=filters)))
+    engine = SchedulingCycle(EngineSettings(profile=Profile(filters=filters)))
     result = engine.schedule(parse_pod(_with_port("new", cpu="500m")), table, NOW)
     assert result.node is None
     assert result.reason_counts == {reason: 1}
@@ -112,16 +112,16 @@ def test_a_static_filter_after_a_dynamic_one_filters_alike() -> None:
         parse_pod(pod_obj("nowhere", nodeSelector={"zone": "c"})),
     ]
     for pod in pods:
-        default = Engine(EngineSettings(), seed=1).schedule(pod, table_of(nodes), NOW)
-        reordered = Engine(EngineSettings(profile=Profile(filters=later)), seed=1).schedule(
-            pod, table_of(nodes), NOW
-        )
+        default = SchedulingCycle(EngineSettings(), seed=1).schedule(pod, table_of(nodes), NOW)
+        reordered = SchedulingCycle(
+            EngineSettings(profile=Profile(filters=later)), seed=1
+        ).schedule(pod, table_of(nodes), NOW)
         assert (reordered.node, reordered.feasible) == (default.node, default.feasible)
         assert reordered.reason_counts == default.reason_counts
 
 
 def test_extender_profile_leaves_kube_schedulers_own_plugins_to_it() -> None:
-    extender = resolve(Profile(), extender=True)
+    extender = REGISTRY.resolve(Profile(), extender=True)
     assert [p.name for p in extender.filters] == [*NODE_FILTERS, "Interference"]
     assert [p.name for p, _ in extender.scores] == [
         "Interference",
@@ -133,7 +133,9 @@ def test_extender_profile_leaves_kube_schedulers_own_plugins_to_it() -> None:
 
 def test_a_zero_weight_leaves_the_score_out_of_the_total_and_the_record() -> None:
     settings = EngineSettings(profile=Profile(scores=(("GpuPacking", 0.0),)))
-    result = Engine(settings).schedule(parse_pod(pod_obj()), table_of([node_obj("a")]), NOW)
+    result = SchedulingCycle(settings).schedule(
+        parse_pod(pod_obj()), table_of([node_obj("a")]), NOW
+    )
     chosen = result.candidates[0]
     assert "GpuPacking" not in chosen.scores and "GpuPacking" not in chosen.weights
     assert set(chosen.scores) == {"Interference", "NodeResourcesFit"}
@@ -141,7 +143,7 @@ def test_a_zero_weight_leaves_the_score_out_of_the_total_and_the_record() -> Non
 
 def test_cycle_state_reads_an_earlier_filters_mask() -> None:
     table = table_of([node_obj("a"), node_obj("b")])
-    state = CycleState(parse_pod(pod_obj()), table, EngineSettings(), NOW)
+    state = CycleState(parse_pod(pod_obj()), table, NOW)
     state.filtered["NodeAffinity"] = None  # nothing to check: every node passes
     assert state.passed("NodeAffinity").tolist() == [True, True]
     only_b = np.array([False, True])

@@ -33,7 +33,7 @@ from scheduler.adapters.redis_signals import (
     connect,
 )
 from scheduler.api.pods import parse_pod
-from scheduler.engine import Engine
+from scheduler.cycle import SchedulingCycle
 from scheduler.settings import EngineSettings
 from tests.conftest import RedisServer, free_port
 from tests.scheduler.test_model import node_obj, pod_obj, table_of
@@ -283,7 +283,7 @@ def test_a_forged_or_malformed_record_is_ignored_counted_and_scheduling_goes_on(
     # scheduling goes on: the engine decides over the frame
     table = table_of([node_obj(n) for n in NODES])
     table.set_signals(cache.snapshot())
-    result = Engine(EngineSettings()).schedule(parse_pod(pod_obj()), table, now)
+    result = SchedulingCycle(EngineSettings()).schedule(parse_pod(pod_obj()), table, now)
     assert result.node in NODES
 
 

@@ -15,9 +15,10 @@ from interference.index import interference_index
 from interference.signals import NodeMetrics
 from node_agent.history import SignalHistory
 from scheduler.api.pods import parse_pod
-from scheduler.engine import Engine
+from scheduler.cycle import SchedulingCycle
+from scheduler.plugins.interference import SignalWindow
 from scheduler.ports import NodeSignals
-from scheduler.settings import EngineSettings, Profile, SignalWindow
+from scheduler.settings import EngineSettings, Profile
 from tests.scheduler.test_model import node_obj, pod_obj, table_of
 
 DURATION_S = 120
@@ -34,7 +35,7 @@ def on_off_p99_us(second: int) -> float:
 def avoidance(window: SignalWindow, risk_k: float = 1.0) -> float:
     """Share of decisions that did not place the pod on the antagonist's node."""
     table = table_of([node_obj("antagonist"), node_obj("steady")])
-    engine = Engine(
+    engine = SchedulingCycle(
         EngineSettings(
             signal_window=window,
             risk_k=risk_k,

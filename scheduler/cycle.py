@@ -1,0 +1,740 @@
+"""The scheduling cycle: PreFilter → Filter → Score → relax → interference-blind fallback.
+
+Every mode runs a pod through this one cycle, over the rows it is given: every node in
+standalone mode (:class:`scheduler.loop.SchedulingLoop`), the offered nodes in extender
+mode (:class:`scheduler.extender.Extender`: :meth:`SchedulingCycle.filter` and
+:meth:`SchedulingCycle.score`), the candidates of a rebalancing decision. Nothing else
+implements these rules.
+
+1. **Signals.** :class:`SignalGate` reads the signal source's health once per decision;
+   while signals are unreadable — or the profile is interference-blind
+   (``engine.interference_aware: false``) — the plugins that read signals
+   (:attr:`~scheduler.plugins.base.Filter.uses_signals`) are off: the pod is judged as
+   kube-scheduler would (the interference-blind fallback).
+2. **PreFilter.** Each filter's pod-wide check, in order; a :class:`PodRejection` ends the
+   decision. A pod asking for a field standalone mode does not implement
+   (:attr:`PodInfo.unsupported`) is refused before any filter runs.
+3. **Filter.** The profile's filters in order: the leading static ones (depending only on
+   the pod's signature) cached together in the table per signature with their rejection
+   counts, then the others. A node counts only at its first failing filter in the
+   ``FailedScheduling`` message, as in kube-scheduler; the plugins that rejected any node
+   are the pod's rejectors (the queue retries it early only on their events).
+4. **Relax.** A pod whose candidates are all refused only by relaxable filters
+   (Interference) for ``relax_after_s`` (:class:`RelaxTracker`) is judged once more
+   without them.
+5. **Score.** ``total = Σ weightₚ · scoreₚ`` over the profile's score plugins on the
+   nodes that passed; the highest total wins, ties broken uniformly at random.
+
+The result carries, for the decision record, the best ``record_top_k`` candidates with
+their score breakdown by plugin (the chosen node first), then up to as many rejected nodes
+with the reasons of their first failing filter — those the last filters (Interference)
+rejected first, so ``interference explain`` shows why a noisy node lost — and the count of
+nodes per reason. Reasons are looked up only for the recorded nodes.
+
+Preemption is not done, but when no node fits, the message says on how many nodes evicting
+lower-priority pods would have made room (:func:`preemption_would_help`).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from interference.decision import CandidateVerdict
+from scheduler.api.objects import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, PREEMPT_NEVER, PodInfo
+from scheduler.messages import (
+    NO_NODES,
+    failed_scheduling_message,
+    pod_rejected_message,
+    preemption_message,
+    refused_message,
+    scheduled_message,
+)
+from scheduler.metrics import SchedulerMetrics
+from scheduler.plugins.base import Code, CycleState, Filter, FilterResult, PodRejection
+from scheduler.plugins.gpu_packing import NAME as GPU_PACKING
+from scheduler.plugins.gpu_packing import GpuPackingArgs
+from scheduler.plugins.node_resources_fit import NAME as NODE_RESOURCES_FIT
+from scheduler.plugins.registry import REGISTRY, Registry, ResolvedProfile
+from scheduler.ports import SignalSource
+from scheduler.quantity import PODS
+from scheduler.settings import EngineSettings
+from scheduler.table import NodeTable
+
+log = logging.getLogger(__name__)
+
+GPU_MODEL = "gpu_model"
+"""Candidate detail: the node's GPU model (``nvidia.com/gpu.product``), for GPU pods."""
+GPU_MEMORY_MIB = "gpu_memory_mib"
+"""Candidate detail: memory per GPU in MiB (``nvidia.com/gpu.memory``), for GPU pods."""
+REMEMBERED_BLOCKED_PODS = 65536
+"""Pods the relax rule remembers at once (the oldest are forgotten first)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CycleResult:
+    """The outcome of :meth:`SchedulingCycle.schedule` for one pod."""
+
+    node: str | None
+    """Chosen node, ``None`` when no node passed every filter."""
+    candidates: list[CandidateVerdict]
+    """The chosen node and the next best with score breakdowns (none when no node passed),
+    then up to ``record_top_k`` rejected nodes with the reasons of their first failing
+    filter, those rejected by the last filters (Interference) first. For GPU pods each
+    carries the node's GPU model and memory in ``details``."""
+    message: str
+    """``Successfully assigned ns/pod to node`` or kube-scheduler's FailedScheduling text."""
+    blocked_only_by_interference: bool
+    """No node passed, but some would have without the relaxable (interference) filters."""
+    unsupported: tuple[str, ...]
+    """The pod's fields standalone mode does not implement; when any, the pod was refused."""
+    feasible: int
+    """How many nodes passed every filter."""
+    reason_counts: dict[str, int] = field(default_factory=dict)
+    """Filter reason → nodes it rejected, each node counted at its first failing filter
+    (the FailedScheduling histogram; also for scheduled pods)."""
+    rejected_by: frozenset[str] = frozenset()
+    """The plugins that rejected any candidate (or the pod, at PreFilter)."""
+    relaxed_after_s: float | None = None
+    """Seconds the pod had waited when the relaxable filters were dropped, else ``None``."""
+    blind: bool = False
+    """Judged interference-blind (signals unreadable, or a blind profile)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rejections:
+    """Candidates rejected by a sequence of filters, each at its first failing filter."""
+
+    counts: dict[str, int]
+    """Reason → nodes, reasons with none left out (a node failing a filter for two
+    reasons counts under both)."""
+    failing: tuple[tuple[Filter, FilterResult, NDArray[np.bool_]], ...]
+    """Per filter that rejected any candidate first, in filter order: the candidates it
+    rejected."""
+
+
+@dataclass(frozen=True, slots=True)
+class FilterOutcome:
+    """The Filter stage of one cycle over its candidates (:meth:`SchedulingCycle.filter`)."""
+
+    passed: NDArray[np.bool_]
+    """Per table row: a candidate that passed every filter that ran."""
+    rejections: Rejections
+    relaxed_after_s: float | None
+    blind: bool
+
+    def rejected_by(self) -> frozenset[str]:
+        return frozenset(plugin.name for plugin, _, _ in self.rejections.failing)
+
+
+@dataclass(frozen=True, slots=True)
+class _StaticStage:
+    """The profile's leading filters that depend only on the pod's signature and the
+    nodes' constraint fields."""
+
+    passed: NDArray[np.bool_]
+    results: dict[str, FilterResult | None]
+    """By plugin name (``None``: nothing to check for this pod)."""
+    checked: tuple[tuple[Filter, FilterResult], ...]
+    """Those with a reason."""
+    passed_count: int
+    rejections: Rejections
+    """Which nodes these filters reject first, and why (cached with the masks)."""
+    verdicts: dict[tuple[int, bool], list[CandidateVerdict]] = field(default_factory=dict)
+    """Record entries of the first rejected nodes by (how many, with GPU details); they
+    depend only on what the masks depend on, so they are built once per signature."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Filtered:
+    """What the Filter stage found, before records are built."""
+
+    passed: NDArray[np.bool_]
+    without_relaxable: NDArray[np.bool_]
+    static: _StaticStage
+    dynamic: tuple[tuple[Filter, FilterResult], ...]
+    """The non-static filters that ran with a reason, in profile order."""
+    undecided: NDArray[np.bool_]
+    """The candidates the static filters passed."""
+
+
+class RelaxTracker:
+    """When each pod was first found refused only by relaxable filters (bounded: the
+    oldest entries are forgotten first). Thread-safe: the scheduling thread notes, binder
+    threads forget."""
+
+    def __init__(self, limit: int = REMEMBERED_BLOCKED_PODS) -> None:
+        self._since: OrderedDict[str, float] = OrderedDict()
+        self._limit = limit
+        self._lock = threading.Lock()
+
+    def waited(self, key: str, now: float) -> float:
+        """Seconds ``key`` has been blocked, noting ``now`` as the start the first time."""
+        with self._lock:
+            since = self._since.setdefault(key, now)
+            self._since.move_to_end(key)
+            while len(self._since) > self._limit:
+                self._since.popitem(last=False)
+        return now - since
+
+    def forget(self, key: str) -> None:
+        with self._lock:
+            self._since.pop(key, None)
+
+    def prune(self, keep: Callable[[str], bool]) -> None:
+        """Drop the pods ``keep`` says no longer wait."""
+        with self._lock:
+            for key in [k for k in self._since if not keep(k)]:
+                del self._since[key]
+
+    def __len__(self) -> int:
+        return len(self._since)
+
+
+class SignalGate:
+    """Whether this decision may read signals, with the metric and log on each change;
+    while they are readable, the table gets the latest frame first."""
+
+    def __init__(self, signals: SignalSource, metrics: SchedulerMetrics, mode: str) -> None:
+        self._signals = signals
+        self._metrics = metrics
+        self._mode = mode
+        self._healthy: bool | None = None
+
+    def readable(self, table: NodeTable) -> bool:
+        """Caller holds the cache lock (the table is written)."""
+        healthy = self._signals.healthy()
+        if healthy != self._healthy:
+            self._healthy = healthy
+            self._metrics.signals_healthy.set(1 if healthy else 0)
+            if healthy:
+                log.info("interference signals are readable again; %s with them", self._mode)
+            else:
+                log.warning(
+                    "interference signals cannot be read; %s interference-blind until the"
+                    " signal source recovers",
+                    self._mode,
+                )
+        if not healthy:
+            self._metrics.interference_blind_attempts.inc()
+            return False
+        table.set_signals(self._signals.snapshot())
+        return True
+
+
+class SchedulingCycle:
+    """Runs pods through the profile; holds no cluster state, only the relax notes."""
+
+    def __init__(
+        self,
+        settings: EngineSettings,
+        *,
+        extender: bool = False,
+        seed: int | None = None,
+        registry: Registry = REGISTRY,
+    ) -> None:
+        self.settings = settings
+        self.profile = registry.resolve(settings.profile, extender=extender)
+        self._blind = self.profile.without_signals()
+        gpu = self.profile.args.get(GPU_PACKING)
+        self._gpu_resource = (gpu if isinstance(gpu, GpuPackingArgs) else GpuPackingArgs()).resource
+        self.relax = RelaxTracker()
+        self._random = random.Random(seed)
+
+    def profile_for(self, signals_readable: bool) -> ResolvedProfile:
+        """The profile to run: without the signal plugins when signals are unreadable or
+        the settings are interference-blind."""
+        if signals_readable and self.settings.interference_aware:
+            return self.profile
+        return self._blind
+
+    # ---- standalone and rebalancing ----------------------------------------------------
+
+    def schedule(
+        self,
+        pod: PodInfo,
+        table: NodeTable,
+        now: float,
+        *,
+        signals_readable: bool = True,
+        candidates: NDArray[np.bool_] | None = None,
+        relax_interference: bool = False,
+    ) -> CycleResult:
+        """Pick a node for ``pod`` among ``candidates`` (every node when ``None``), applying
+        the relax rule (``relax_interference`` drops the relaxable filters at once)."""
+        profile = self.profile_for(signals_readable)
+        blind = profile is not self.profile
+        result = self._decide(pod, table, now, profile, candidates, relax_interference)
+        if blind or relax_interference:
+            return _with(result, blind=blind)
+        if result.node is not None or not result.blocked_only_by_interference:
+            self.relax.forget(pod.key)
+            return result
+        waited = self.relax.waited(pod.key, now)
+        if waited < self.settings.relax_after_s:
+            return result
+        relaxed = self._decide(pod, table, now, profile, candidates, relax=True)
+        if relaxed.node is None:
+            return result
+        self.relax.forget(pod.key)
+        return _with(relaxed, relaxed_after_s=waited)
+
+    # ---- extender ----------------------------------------------------------------------
+
+    def filter(
+        self,
+        pod: PodInfo,
+        table: NodeTable,
+        now: float,
+        candidates: NDArray[np.bool_],
+        *,
+        signals_readable: bool = True,
+    ) -> FilterOutcome:
+        """The Filter stage over ``candidates`` (kube-scheduler's offered nodes) with the
+        relax rule, every rejected candidate at its first failing filter."""
+        profile = self.profile_for(signals_readable)
+        blind = profile is not self.profile
+        state = CycleState(pod, table, now, profile.args)
+        filtered = self._filters(profile, state, candidates, relax=False)
+        relaxed_after: float | None = None
+        blocked = not filtered.passed.any() and bool(filtered.without_relaxable.any())
+        if blocked and not blind:
+            waited = self.relax.waited(pod.key, now)
+            if waited >= self.settings.relax_after_s:
+                self.relax.forget(pod.key)
+                relaxed_after = waited
+                state = CycleState(pod, table, now, profile.args)
+                filtered = self._filters(profile, state, candidates, relax=True)
+        elif not blind:
+            self.relax.forget(pod.key)
+        stages = filtered.static.checked + filtered.dynamic
+        return FilterOutcome(filtered.passed, _rejections(stages, candidates), relaxed_after, blind)
+
+    def score(
+        self, pod: PodInfo, table: NodeTable, now: float, *, signals_readable: bool = True
+    ) -> dict[str, tuple[float, NDArray[np.float64]]]:
+        """Plugin → (weight, 0–100 score per node) of the profile's score plugins, every
+        node counted feasible (kube-scheduler asks about the nodes that passed)."""
+        profile = self.profile_for(signals_readable)
+        state = CycleState(pod, table, now, profile.args)
+        return _scores(profile, state, table.everyone())
+
+    # ---- internals ---------------------------------------------------------------------
+
+    def _decide(
+        self,
+        pod: PodInfo,
+        table: NodeTable,
+        now: float,
+        profile: ResolvedProfile,
+        candidates: NDArray[np.bool_] | None,
+        relax: bool,
+    ) -> CycleResult:
+        if len(table) == 0:
+            return CycleResult(None, [], NO_NODES, False, pod.unsupported, 0)
+        if pod.unsupported:
+            message = refused_message(len(table), pod.unsupported)
+            return CycleResult(None, [], message, False, pod.unsupported, 0)
+        state = CycleState(pod, table, now, profile.args)
+        if profile.prefilters:
+            refused = _prefilter(profile, state)
+            if refused is not None:
+                plugin, rejection = refused
+                if rejection.unsupported:
+                    message = refused_message(len(table), rejection.unsupported)
+                    return CycleResult(None, [], message, False, rejection.unsupported, 0)
+                message = pod_rejected_message(len(table), rejection.reason)
+                return CycleResult(None, [], message, False, (), 0, {}, frozenset({plugin}))
+        filtered = self._filters(profile, state, candidates, relax)
+        passed = filtered.passed
+        static = filtered.static
+        feasible = int(np.count_nonzero(passed))
+        details = self._details_for(pod, table)
+        if candidates is None:
+            counts = dict(static.rejections.counts)  # the result's own, the cached one stays
+            static_rejections = static.rejections
+            undecided_count = static.passed_count
+        else:
+            static_rejections = _rejections(static.checked, candidates)
+            counts = dict(static_rejections.counts)
+            undecided_count = int(np.count_nonzero(filtered.undecided))
+        rejectors = {plugin.name for plugin, _, _ in static_rejections.failing}
+        rejected: list[CandidateVerdict] = []
+        if undecided_count > feasible:
+            dynamic_rejections = _rejections(filtered.dynamic, filtered.undecided)
+            counts = _merged(counts, dynamic_rejections.counts)
+            rejectors.update(plugin.name for plugin, _, _ in dynamic_rejections.failing)
+            rejected = self._rejected(table, dynamic_rejections.failing, details)
+        left = self.settings.record_top_k - len(rejected)
+        if left > 0 and static_rejections.failing:
+            if candidates is None:
+                rejected += self._static_verdicts(table, static, left, details)
+            else:
+                rejected += self._rejected(table, static_rejections.failing, details, left)
+        if feasible == 0:
+            considered = len(table) if candidates is None else int(np.count_nonzero(candidates))
+            message = failed_scheduling_message(considered, counts)
+            fit = state.filtered.get(NODE_RESOURCES_FIT)
+            if fit is not None and fit.reasons:
+                others = (r for _, r in filtered.dynamic if r is not fit)
+                only_resources = _all_of(filtered.undecided, others)
+                helpful = preemption_would_help(table, pod, only_resources & ~fit.passed)
+                if helpful:
+                    message += preemption_message(helpful, considered)
+            return CycleResult(
+                node=None,
+                candidates=rejected,
+                message=message,
+                blocked_only_by_interference=bool(filtered.without_relaxable.any()),
+                unsupported=pod.unsupported,
+                feasible=0,
+                reason_counts=counts,
+                rejected_by=frozenset(rejectors),
+            )
+        scores = _scores(profile, state, passed)
+        totals = _weighted_sum(scores.values(), len(table))
+        np.putmask(totals, ~passed, -np.inf)  # infeasible nodes rank last, never chosen
+        best = _best_first(totals, min(max(2, self.settings.record_top_k), feasible))
+        chosen = best[0]
+        if len(best) > 1 and totals[best[1]] == totals[chosen]:
+            ties = np.flatnonzero(totals == totals[chosen])
+            chosen = int(ties[self._random.randrange(len(ties))])
+        ranked = self._ranked(table, best, chosen, scores, totals, details)
+        return CycleResult(
+            node=table.names[chosen],
+            candidates=ranked + rejected,
+            message=scheduled_message(pod.key, table.names[chosen]),
+            blocked_only_by_interference=False,
+            unsupported=pod.unsupported,
+            feasible=feasible,
+            reason_counts=counts,
+            rejected_by=frozenset(rejectors),
+        )
+
+    def _filters(
+        self,
+        profile: ResolvedProfile,
+        state: CycleState,
+        candidates: NDArray[np.bool_] | None,
+        relax: bool,
+    ) -> _Filtered:
+        """Run the profile's filters: the static ones from the signature cache, then the
+        others (the relaxable ones skipped with ``relax``)."""
+        static = _static_stage(profile, state)
+        state.filtered.update(static.results)
+        dynamic: list[tuple[Filter, FilterResult]] = []  # those with a reason, in order
+        binding: list[FilterResult] = []  # … of them, those never relaxed
+        for plugin in profile.dynamic:
+            if relax and plugin.relaxable:
+                state.filtered[plugin.name] = None
+                continue
+            if plugin.static:
+                result = run_filter(plugin, state)
+            else:  # run_filter inlined: this loop runs for every decision
+                result = state.filtered[plugin.name] = plugin.filter(state)
+            if result is not None and result.reasons:  # no reason: every node passed
+                dynamic.append((plugin, result))
+                if not plugin.relaxable:
+                    binding.append(result)
+        undecided = static.passed if candidates is None else static.passed & candidates
+        without_relaxable = _all_of(undecided, binding)
+        if len(binding) == len(dynamic):
+            passed = without_relaxable
+        else:
+            passed = _all_of(undecided, (result for _, result in dynamic))
+        return _Filtered(passed, without_relaxable, static, tuple(dynamic), undecided)
+
+    def _static_verdicts(
+        self,
+        table: NodeTable,
+        static: _StaticStage,
+        count: int,
+        details: Callable[[int], dict[str, str]],
+    ) -> list[CandidateVerdict]:
+        """:meth:`_rejected` for the signature-cached filters, built once per signature."""
+        key = (count, details is not _no_details)
+        verdicts = static.verdicts.get(key)
+        if verdicts is None:
+            verdicts = self._rejected(table, static.rejections.failing, details, count)
+            static.verdicts[key] = verdicts
+        return verdicts
+
+    def _details_for(self, pod: PodInfo, table: NodeTable) -> Callable[[int], dict[str, str]]:
+        """What a candidate record says about a node besides verdict and scores: for GPU
+        pods, the node's GPU model and memory (its labels)."""
+        if pod.requests.get(self._gpu_resource, 0) == 0:
+            return _no_details
+
+        # labels change only with the table's generation, which empties this scope
+        found: dict[int, dict[str, str]] = table.cached("constraints", "gpu_details", dict)
+
+        def gpu_details(row: int) -> dict[str, str]:
+            cached = found.get(row)
+            if cached is None:
+                labels = ((GPU_MODEL, GPU_PRODUCT_LABEL), (GPU_MEMORY_MIB, GPU_MEMORY_LABEL))
+                values = {name: table.node_label(row, label) for name, label in labels}
+                cached = {name: value for name, value in values.items() if value is not None}
+                found[row] = cached
+            return cached
+
+        return gpu_details
+
+    def _ranked(
+        self,
+        table: NodeTable,
+        best_rows: list[int],
+        chosen: int,
+        scores: dict[str, tuple[float, NDArray[np.float64]]],
+        totals: NDArray[np.float64],
+        details: Callable[[int], dict[str, str]],
+    ) -> list[CandidateVerdict]:
+        """The chosen node, then the next best feasible nodes, with their breakdowns."""
+        k = self.settings.record_top_k
+        rows = [chosen, *(r for r in best_rows if r != chosen)][:k]
+        weights = {plugin: weight for plugin, (weight, _) in scores.items()}
+        names = table.names
+        return [
+            CandidateVerdict(
+                names[row],
+                True,
+                [],
+                {plugin: score.item(row) for plugin, (_, score) in scores.items()},
+                totals.item(row),
+                details(row),
+                weights,
+            )
+            for row in rows
+        ]
+
+    def _rejected(
+        self,
+        table: NodeTable,
+        failing: tuple[tuple[Filter, FilterResult, NDArray[np.bool_]], ...],
+        details: Callable[[int], dict[str, str]],
+        count: int | None = None,
+    ) -> list[CandidateVerdict]:
+        """Up to ``count`` (``record_top_k``) rejected nodes with the reasons of their first
+        failing filter, the latest filter first: interference, so a noisy node shows why it
+        lost, then anti-affinity, resources, … readiness. Reasons are looked up for these
+        nodes only."""
+        verdicts: list[CandidateVerdict] = []
+        left = self.settings.record_top_k if count is None else count
+        for _, stage, rejected in reversed(failing):
+            if left <= 0:
+                break
+            recorded = np.flatnonzero(rejected)[:left]
+            reasons = stage.failure_reasons(recorded)
+            for row, why in zip(recorded.tolist(), reasons, strict=True):
+                verdicts.append(
+                    CandidateVerdict(table.names[row], False, why, details=details(row))
+                )
+            left -= len(recorded)
+        return verdicts
+
+
+def unresolvable(plugin: Filter, reasons: Iterable[str]) -> bool:
+    """Whether a node rejected by ``plugin`` for ``reasons`` stays rejected whatever is
+    evicted (any of its reasons is ``UnschedulableAndUnresolvable``, as kube-scheduler)."""
+    return any(plugin.code(reason) is Code.UNSCHEDULABLE_AND_UNRESOLVABLE for reason in reasons)
+
+
+def run_filter(plugin: Filter, state: CycleState) -> FilterResult | None:
+    """``plugin.filter(state)``, from the table's per-signature cache for a static plugin,
+    recorded in ``state.filtered`` for the filters after it."""
+    if plugin.static:
+        result = state.table.cached(
+            "constraints", (plugin.name, state.pod.signature), lambda: plugin.filter(state)
+        )
+    else:
+        result = plugin.filter(state)
+    state.filtered[plugin.name] = result
+    return result
+
+
+def preemption_would_help(table: NodeTable, pod: PodInfo, candidates: NDArray[np.bool_]) -> int:
+    """On how many ``candidates`` (nodes that failed only for resources) evicting every pod
+    of lower priority than ``pod`` would make room::
+
+        helps[i] = ∀ r ∈ requests: free[r, i] + Σ_{q on i, prio(q) < prio(pod)} req[q, r] ≥ req[r]
+                   ∧ free[pods, i] + |{q on i, prio(q) < prio(pod)}| ≥ 1
+
+    0 when the pod's ``preemptionPolicy`` is ``Never`` or no placed pod has a lower
+    priority. Other filters a victim's eviction could also satisfy (anti-affinity, host
+    ports) are not considered, so this is a lower bound on what kube-scheduler would find.
+    """
+    lowest = table.lowest_priority()
+    if pod.preemption_policy == PREEMPT_NEVER or lowest is None or lowest >= pod.priority:
+        return 0
+    wanted: list[tuple[str, int, int]] = []  # resource, its table row, amount
+    for resource, amount in pod.requests.items():
+        row = table.resource_row(resource)
+        if row is None:
+            return 0  # a resource no node offers: no eviction makes room for it
+        wanted.append((resource, row, amount))
+    pods_row = table.resource_row(PODS)
+    if pods_row is None:
+        return 0
+    free = table.free
+    helpful = 0
+    for node_row in np.flatnonzero(candidates).tolist():
+        victims = [
+            q
+            for q in table.pods_on_node(table.names[node_row]).values()
+            if q.priority < pod.priority
+        ]
+        if not victims or free[pods_row, node_row] + len(victims) < 1:
+            continue
+        if all(
+            free[row, node_row] + sum(q.requests.get(resource, 0) for q in victims) >= amount
+            for resource, row, amount in wanted
+        ):
+            helpful += 1
+    return helpful
+
+
+def _with(
+    result: CycleResult, *, blind: bool = False, relaxed_after_s: float | None = None
+) -> CycleResult:
+    if not blind and relaxed_after_s is None:
+        return result
+    return CycleResult(
+        result.node,
+        result.candidates,
+        result.message,
+        result.blocked_only_by_interference,
+        result.unsupported,
+        result.feasible,
+        result.reason_counts,
+        result.rejected_by,
+        relaxed_after_s,
+        blind,
+    )
+
+
+def _prefilter(profile: ResolvedProfile, state: CycleState) -> tuple[str, PodRejection] | None:
+    """The first pod-wide rejection of the profile's PreFilters, with its plugin's name."""
+    for name, check in profile.prefilters:
+        rejection = check(state)
+        if rejection is not None:
+            return name, rejection
+    return None
+
+
+def _static_stage(profile: ResolvedProfile, state: CycleState) -> _StaticStage:
+    key = ("static", profile.static_names, state.pod.signature)
+    return state.table.cached("constraints", key, lambda: _build_static(profile, state))
+
+
+def _build_static(profile: ResolvedProfile, state: CycleState) -> _StaticStage:
+    table = state.table
+    results: dict[str, FilterResult | None] = {}
+    for plugin in profile.filters[: profile.static_prefix]:
+        results[plugin.name] = result = plugin.filter(state)
+        state.filtered[plugin.name] = result  # a later static filter may read it
+    checked = tuple(
+        (plugin, result)
+        for plugin in profile.filters[: profile.static_prefix]
+        if (result := results[plugin.name]) is not None and result.reasons
+    )
+    passed = _all_of(table.everyone(), (result for _, result in checked))
+    return _StaticStage(
+        passed,
+        results,
+        checked,
+        int(np.count_nonzero(passed)),
+        _rejections(checked, table.everyone()),
+    )
+
+
+def _scores(
+    profile: ResolvedProfile, state: CycleState, feasible: NDArray[np.bool_]
+) -> dict[str, tuple[float, NDArray[np.float64]]]:
+    scores: dict[str, tuple[float, NDArray[np.float64]]] = {}
+    for scorer, weight in profile.scores:
+        score = scorer.score(state, feasible)
+        if score is not None:
+            scores[scorer.name] = (weight, score)
+    return scores
+
+
+def _no_details(row: int) -> dict[str, str]:
+    return {}
+
+
+def _all_of(first: NDArray[np.bool_], stages: Iterable[FilterResult]) -> NDArray[np.bool_]:
+    """``first ∧ passed`` of every stage, never writing into ``first`` or a stage's mask."""
+    passed = first
+    for stage in stages:
+        if passed is first:
+            passed = first & stage.passed
+        else:
+            passed &= stage.passed
+    return passed
+
+
+def _weighted_sum(
+    scores: Iterable[tuple[float, NDArray[np.float64]]], count: int
+) -> NDArray[np.float64]:
+    """``Σ weight · score`` per node as a new array, never writing into a score (it may be a
+    cached column)."""
+    totals: NDArray[np.float64] | None = None
+    for weight, score in scores:
+        if totals is None:
+            totals = score.copy() if weight == 1 else score * weight
+        else:
+            totals += score if weight == 1 else score * weight
+    return np.zeros(count) if totals is None else totals
+
+
+def _best_first(values: NDArray[np.float64], k: int) -> list[int]:
+    """Indices of the ``k`` largest values, largest first, ties in index order.
+
+    ``k`` is small (the record's length), so ``k`` arg-max passes beat a partition of every
+    node; each found value is masked for the next pass and put back at the end.
+    """
+    rows: list[int] = []
+    found: list[float] = []
+    for _ in range(k):
+        row = int(values.argmax())
+        rows.append(row)
+        found.append(values.item(row))
+        values[row] = -np.inf
+    values[rows] = found
+    return rows
+
+
+def _merged(counts: dict[str, int], more: dict[str, int]) -> dict[str, int]:
+    """``counts`` with ``more`` added reason by reason (``counts`` is updated and returned)."""
+    for reason, nodes in more.items():
+        counts[reason] = counts.get(reason, 0) + nodes
+    return counts
+
+
+def _rejections(
+    stages: Iterable[tuple[Filter, FilterResult]], undecided: NDArray[np.bool_]
+) -> Rejections:
+    """Candidates among ``undecided`` that ``stages`` reject, each at its first failing
+    filter. A filter with one reason needs no per-reason columns."""
+    counts: dict[str, int] = {}
+    failing_per_stage: list[tuple[Filter, FilterResult, NDArray[np.bool_]]] = []
+    for plugin, stage in stages:
+        if not stage.reasons:
+            continue
+        failing = np.greater(undecided, stage.passed)  # undecided ∧ ¬passed
+        rejected = int(np.count_nonzero(failing))
+        if rejected == 0:
+            continue
+        failing_per_stage.append((plugin, stage, failing))
+        per_reason = [rejected] if len(stage.reasons) == 1 else stage.reason_counts(failing)
+        for reason, nodes in zip(stage.reasons, per_reason, strict=True):
+            if nodes:
+                counts[reason] = counts.get(reason, 0) + nodes
+        undecided = undecided & stage.passed
+    return Rejections(counts, tuple(failing_per_stage))
