@@ -38,7 +38,7 @@ from interference_cli.local_cluster import load_manifests, load_nodes
 from interference_cli.simulate import Policy, load_policy, load_workload, simulate
 from interference_cli.store import Store
 from interference_cli.trace import load_trace, record_to_file
-from scheduler.plugins.interference import SignalWindow
+from scheduler.plugins.interference import InterferenceArgs, SignalWindow
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
@@ -99,7 +99,11 @@ def evaluate(trace: Path) -> list[dict[str, float | str]]:
     rows: list[dict[str, float | str]] = []
     for window in WINDOWS:
         name = "per-second" if window == "latest" else window
-        settings = dataclasses.replace(base.settings, signal_window=window)
+        args = InterferenceArgs(signal_window=window)
+        profile = dataclasses.replace(
+            base.settings.profile, plugin_config=(("Interference", args),)
+        )
+        settings = dataclasses.replace(base.settings, profile=profile)
         result = simulate(reports, workload, Policy(name, settings))
         off = [(t, node) for t, _, node in result.placements if not phase_at(phases, t0 + t)]
         avoided = sum(node != ANTAGONIST_NODE for _, _, node in result.placements)

@@ -13,6 +13,9 @@ each container's ``command + args`` as a process inside the node's partition:
 
 Every process is started in its own session and ended by PID; every cgroup created is
 removed by :meth:`LocalCluster.close`.
+
+Size: just over 500 lines: the cluster port's calls and the cgroups and processes behind
+them, created and removed in one place.
 """
 
 from __future__ import annotations

@@ -22,7 +22,10 @@ of the latest report of each node at that moment. Per policy it reports:
     engine decisions (attempts, retries included) per second of time spent in the engine.
 
 The trace's measurements already contain whatever ran on the nodes when it was recorded,
-not the simulated pods' own load; the engine's recent-load term stands in for that.
+not the simulated pods' own load; the cycle's recent-load term stands in for that.
+
+Size: just over 500 lines: the replay, the policies' runs and the violation judge share
+the trace's timeline.
 """
 
 from __future__ import annotations
@@ -422,7 +425,6 @@ def _signals(report: NodeReport) -> NodeSignals:
     return NodeSignals(
         metrics=report.metrics,
         updated_at=report.ts,
-        gpus=tuple(report.gpus),
         interval_s=report.interval_s,
         measured=report.measured,
         windows=report.windows,

@@ -33,14 +33,16 @@ nodes per reason. Reasons are looked up only for the recorded nodes.
 
 Preemption is not done, but when no node fits, the message says on how many nodes evicting
 lower-priority pods would have made room (:func:`preemption_would_help`).
+
+Size: over 500 lines because the stages share one decision's state (the signature
+cache, the masks, the record); the array helpers, the relax memory, the signal gate and
+the preemption count are modules of their own.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -48,7 +50,15 @@ import numpy as np
 from numpy.typing import NDArray
 
 from interference.decision import CandidateVerdict
-from scheduler.api.objects import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, PREEMPT_NEVER, PodInfo
+from scheduler.api.objects import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, PodInfo
+from scheduler.filter_masks import (
+    Rejections,
+    all_of,
+    best_first,
+    merged,
+    rejections,
+    weighted_sum,
+)
 from scheduler.messages import (
     NO_NODES,
     failed_scheduling_message,
@@ -57,14 +67,13 @@ from scheduler.messages import (
     refused_message,
     scheduled_message,
 )
-from scheduler.metrics import SchedulerMetrics
 from scheduler.plugins.base import Code, CycleState, Filter, FilterResult, PodRejection
 from scheduler.plugins.gpu_packing import NAME as GPU_PACKING
 from scheduler.plugins.gpu_packing import GpuPackingArgs
 from scheduler.plugins.node_resources_fit import NAME as NODE_RESOURCES_FIT
 from scheduler.plugins.registry import REGISTRY, Registry, ResolvedProfile
-from scheduler.ports import SignalSource
-from scheduler.quantity import PODS
+from scheduler.preemption import preemption_would_help
+from scheduler.relax import RelaxTracker
 from scheduler.settings import EngineSettings
 from scheduler.table import NodeTable
 
@@ -74,8 +83,6 @@ GPU_MODEL = "gpu_model"
 """Candidate detail: the node's GPU model (``nvidia.com/gpu.product``), for GPU pods."""
 GPU_MEMORY_MIB = "gpu_memory_mib"
 """Candidate detail: memory per GPU in MiB (``nvidia.com/gpu.memory``), for GPU pods."""
-REMEMBERED_BLOCKED_PODS = 65536
-"""Pods the relax rule remembers at once (the oldest are forgotten first)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,18 +113,6 @@ class CycleResult:
     """Seconds the pod had waited when the relaxable filters were dropped, else ``None``."""
     blind: bool = False
     """Judged interference-blind (signals unreadable, or a blind profile)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Rejections:
-    """Candidates rejected by a sequence of filters, each at its first failing filter."""
-
-    counts: dict[str, int]
-    """Reason → nodes, reasons with none left out (a node failing a filter for two
-    reasons counts under both)."""
-    failing: tuple[tuple[Filter, FilterResult, NDArray[np.bool_]], ...]
-    """Per filter that rejected any candidate first, in filter order: the candidates it
-    rejected."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,70 +158,6 @@ class _Filtered:
     """The non-static filters that ran with a reason, in profile order."""
     undecided: NDArray[np.bool_]
     """The candidates the static filters passed."""
-
-
-class RelaxTracker:
-    """When each pod was first found refused only by relaxable filters (bounded: the
-    oldest entries are forgotten first). Thread-safe: the scheduling thread notes, binder
-    threads forget."""
-
-    def __init__(self, limit: int = REMEMBERED_BLOCKED_PODS) -> None:
-        self._since: OrderedDict[str, float] = OrderedDict()
-        self._limit = limit
-        self._lock = threading.Lock()
-
-    def waited(self, key: str, now: float) -> float:
-        """Seconds ``key`` has been blocked, noting ``now`` as the start the first time."""
-        with self._lock:
-            since = self._since.setdefault(key, now)
-            self._since.move_to_end(key)
-            while len(self._since) > self._limit:
-                self._since.popitem(last=False)
-        return now - since
-
-    def forget(self, key: str) -> None:
-        with self._lock:
-            self._since.pop(key, None)
-
-    def prune(self, keep: Callable[[str], bool]) -> None:
-        """Drop the pods ``keep`` says no longer wait."""
-        with self._lock:
-            for key in [k for k in self._since if not keep(k)]:
-                del self._since[key]
-
-    def __len__(self) -> int:
-        return len(self._since)
-
-
-class SignalGate:
-    """Whether this decision may read signals, with the metric and log on each change;
-    while they are readable, the table gets the latest frame first."""
-
-    def __init__(self, signals: SignalSource, metrics: SchedulerMetrics, mode: str) -> None:
-        self._signals = signals
-        self._metrics = metrics
-        self._mode = mode
-        self._healthy: bool | None = None
-
-    def readable(self, table: NodeTable) -> bool:
-        """Caller holds the cache lock (the table is written)."""
-        healthy = self._signals.healthy()
-        if healthy != self._healthy:
-            self._healthy = healthy
-            self._metrics.signals_healthy.set(1 if healthy else 0)
-            if healthy:
-                log.info("interference signals are readable again; %s with them", self._mode)
-            else:
-                log.warning(
-                    "interference signals cannot be read; %s interference-blind until the"
-                    " signal source recovers",
-                    self._mode,
-                )
-        if not healthy:
-            self._metrics.interference_blind_attempts.inc()
-            return False
-        table.set_signals(self._signals.snapshot())
-        return True
 
 
 class SchedulingCycle:
@@ -315,7 +246,7 @@ class SchedulingCycle:
         elif not blind:
             self.relax.forget(pod.key)
         stages = filtered.static.checked + filtered.dynamic
-        return FilterOutcome(filtered.passed, _rejections(stages, candidates), relaxed_after, blind)
+        return FilterOutcome(filtered.passed, rejections(stages, candidates), relaxed_after, blind)
 
     def score(
         self, pod: PodInfo, table: NodeTable, now: float, *, signals_readable: bool = True
@@ -362,14 +293,14 @@ class SchedulingCycle:
             static_rejections = static.rejections
             undecided_count = static.passed_count
         else:
-            static_rejections = _rejections(static.checked, candidates)
+            static_rejections = rejections(static.checked, candidates)
             counts = dict(static_rejections.counts)
             undecided_count = int(np.count_nonzero(filtered.undecided))
         rejectors = {plugin.name for plugin, _, _ in static_rejections.failing}
         rejected: list[CandidateVerdict] = []
         if undecided_count > feasible:
-            dynamic_rejections = _rejections(filtered.dynamic, filtered.undecided)
-            counts = _merged(counts, dynamic_rejections.counts)
+            dynamic_rejections = rejections(filtered.dynamic, filtered.undecided)
+            counts = merged(counts, dynamic_rejections.counts)
             rejectors.update(plugin.name for plugin, _, _ in dynamic_rejections.failing)
             rejected = self._rejected(table, dynamic_rejections.failing, details)
         left = self.settings.record_top_k - len(rejected)
@@ -384,7 +315,7 @@ class SchedulingCycle:
             fit = state.filtered.get(NODE_RESOURCES_FIT)
             if fit is not None and fit.reasons:
                 others = (r for _, r in filtered.dynamic if r is not fit)
-                only_resources = _all_of(filtered.undecided, others)
+                only_resources = all_of(filtered.undecided, others)
                 helpful = preemption_would_help(table, pod, only_resources & ~fit.passed)
                 if helpful:
                     message += preemption_message(helpful, considered)
@@ -399,9 +330,9 @@ class SchedulingCycle:
                 rejected_by=frozenset(rejectors),
             )
         scores = _scores(profile, state, passed)
-        totals = _weighted_sum(scores.values(), len(table))
+        totals = weighted_sum(scores.values(), len(table))
         np.putmask(totals, ~passed, -np.inf)  # infeasible nodes rank last, never chosen
-        best = _best_first(totals, min(max(2, self.settings.record_top_k), feasible))
+        best = best_first(totals, min(max(2, self.settings.record_top_k), feasible))
         chosen = best[0]
         if len(best) > 1 and totals[best[1]] == totals[chosen]:
             ties = np.flatnonzero(totals == totals[chosen])
@@ -444,11 +375,11 @@ class SchedulingCycle:
                 if not plugin.relaxable:
                     binding.append(result)
         undecided = static.passed if candidates is None else static.passed & candidates
-        without_relaxable = _all_of(undecided, binding)
+        without_relaxable = all_of(undecided, binding)
         if len(binding) == len(dynamic):
             passed = without_relaxable
         else:
-            passed = _all_of(undecided, (result for _, result in dynamic))
+            passed = all_of(undecided, (result for _, result in dynamic))
         return _Filtered(passed, without_relaxable, static, tuple(dynamic), undecided)
 
     def _static_verdicts(
@@ -558,47 +489,6 @@ def run_filter(plugin: Filter, state: CycleState) -> FilterResult | None:
     return result
 
 
-def preemption_would_help(table: NodeTable, pod: PodInfo, candidates: NDArray[np.bool_]) -> int:
-    """On how many ``candidates`` (nodes that failed only for resources) evicting every pod
-    of lower priority than ``pod`` would make room::
-
-        helps[i] = ∀ r ∈ requests: free[r, i] + Σ_{q on i, prio(q) < prio(pod)} req[q, r] ≥ req[r]
-                   ∧ free[pods, i] + |{q on i, prio(q) < prio(pod)}| ≥ 1
-
-    0 when the pod's ``preemptionPolicy`` is ``Never`` or no placed pod has a lower
-    priority. Other filters a victim's eviction could also satisfy (anti-affinity, host
-    ports) are not considered, so this is a lower bound on what kube-scheduler would find.
-    """
-    lowest = table.lowest_priority()
-    if pod.preemption_policy == PREEMPT_NEVER or lowest is None or lowest >= pod.priority:
-        return 0
-    wanted: list[tuple[str, int, int]] = []  # resource, its table row, amount
-    for resource, amount in pod.requests.items():
-        row = table.resource_row(resource)
-        if row is None:
-            return 0  # a resource no node offers: no eviction makes room for it
-        wanted.append((resource, row, amount))
-    pods_row = table.resource_row(PODS)
-    if pods_row is None:
-        return 0
-    free = table.free
-    helpful = 0
-    for node_row in np.flatnonzero(candidates).tolist():
-        victims = [
-            q
-            for q in table.pods_on_node(table.names[node_row]).values()
-            if q.priority < pod.priority
-        ]
-        if not victims or free[pods_row, node_row] + len(victims) < 1:
-            continue
-        if all(
-            free[row, node_row] + sum(q.requests.get(resource, 0) for q in victims) >= amount
-            for resource, row, amount in wanted
-        ):
-            helpful += 1
-    return helpful
-
-
 def _with(
     result: CycleResult, *, blind: bool = False, relaxed_after_s: float | None = None
 ) -> CycleResult:
@@ -643,13 +533,13 @@ def _build_static(profile: ResolvedProfile, state: CycleState) -> _StaticStage:
         for plugin in profile.filters[: profile.static_prefix]
         if (result := results[plugin.name]) is not None and result.reasons
     )
-    passed = _all_of(table.everyone(), (result for _, result in checked))
+    passed = all_of(table.everyone(), (result for _, result in checked))
     return _StaticStage(
         passed,
         results,
         checked,
         int(np.count_nonzero(passed)),
-        _rejections(checked, table.everyone()),
+        rejections(checked, table.everyone()),
     )
 
 
@@ -666,75 +556,3 @@ def _scores(
 
 def _no_details(row: int) -> dict[str, str]:
     return {}
-
-
-def _all_of(first: NDArray[np.bool_], stages: Iterable[FilterResult]) -> NDArray[np.bool_]:
-    """``first ∧ passed`` of every stage, never writing into ``first`` or a stage's mask."""
-    passed = first
-    for stage in stages:
-        if passed is first:
-            passed = first & stage.passed
-        else:
-            passed &= stage.passed
-    return passed
-
-
-def _weighted_sum(
-    scores: Iterable[tuple[float, NDArray[np.float64]]], count: int
-) -> NDArray[np.float64]:
-    """``Σ weight · score`` per node as a new array, never writing into a score (it may be a
-    cached column)."""
-    totals: NDArray[np.float64] | None = None
-    for weight, score in scores:
-        if totals is None:
-            totals = score.copy() if weight == 1 else score * weight
-        else:
-            totals += score if weight == 1 else score * weight
-    return np.zeros(count) if totals is None else totals
-
-
-def _best_first(values: NDArray[np.float64], k: int) -> list[int]:
-    """Indices of the ``k`` largest values, largest first, ties in index order.
-
-    ``k`` is small (the record's length), so ``k`` arg-max passes beat a partition of every
-    node; each found value is masked for the next pass and put back at the end.
-    """
-    rows: list[int] = []
-    found: list[float] = []
-    for _ in range(k):
-        row = int(values.argmax())
-        rows.append(row)
-        found.append(values.item(row))
-        values[row] = -np.inf
-    values[rows] = found
-    return rows
-
-
-def _merged(counts: dict[str, int], more: dict[str, int]) -> dict[str, int]:
-    """``counts`` with ``more`` added reason by reason (``counts`` is updated and returned)."""
-    for reason, nodes in more.items():
-        counts[reason] = counts.get(reason, 0) + nodes
-    return counts
-
-
-def _rejections(
-    stages: Iterable[tuple[Filter, FilterResult]], undecided: NDArray[np.bool_]
-) -> Rejections:
-    """Candidates among ``undecided`` that ``stages`` reject, each at its first failing
-    filter. A filter with one reason needs no per-reason columns."""
-    counts: dict[str, int] = {}
-    failing_per_stage: list[tuple[Filter, FilterResult, NDArray[np.bool_]]] = []
-    for plugin, stage in stages:
-        if not stage.reasons:
-            continue
-        failing = np.greater(undecided, stage.passed)  # undecided ∧ ¬passed
-        rejected = int(np.count_nonzero(failing))
-        if rejected == 0:
-            continue
-        failing_per_stage.append((plugin, stage, failing))
-        per_reason = [rejected] if len(stage.reasons) == 1 else stage.reason_counts(failing)
-        for reason, nodes in zip(stage.reasons, per_reason, strict=True):
-            if nodes:
-                counts[reason] = counts.get(reason, 0) + nodes
-        undecided = undecided & stage.passed
-    return Rejections(counts, tuple(failing_per_stage))

@@ -42,7 +42,7 @@ to kube-scheduler's extender range::
     total[i] = Σ_p weight_p · score_p[i]                  (score_p in 0–100)
     score[i] = round(MAX_EXTENDER_PRIORITY · total[i] / (100 · Σ_p weight_p))   ∈ 0..10
 
-over the plugins that run (the interference score only while signals are readable).
+over the plugins that run (the Interference quietness score only while signals are readable).
 kube-scheduler multiplies it by the extender's ``weight`` and by 100 / 10 and adds it to
 its own plugins' scores.
 
@@ -54,6 +54,9 @@ Decision records (``intf:decision:{ns}/{pod}``): ``result`` is ``filtered`` (the
 verb's verdicts; some nodes passed), ``unschedulable`` (none passed) or ``prioritized``
 (the scores of the nodes kube-scheduler asked about, the best first, with the rejected
 nodes of the preceding filter call). ``node`` stays empty: kube-scheduler chooses and binds.
+
+Size: just over 500 lines: the protocol's parsing, its two verbs and their records; the
+rules themselves are the scheduling cycle's.
 """
 
 from __future__ import annotations
@@ -78,12 +81,13 @@ from scheduler.api.objects import PodInfo
 from scheduler.api.pods import parse_pod
 from scheduler.api.reader import ObjectError
 from scheduler.cache import ClusterCache
-from scheduler.cycle import SchedulingCycle, SignalGate, unresolvable
+from scheduler.cycle import SchedulingCycle, unresolvable
 from scheduler.http import PostRoute
 from scheduler.messages import failed_scheduling_message
 from scheduler.metrics import SchedulerMetrics
 from scheduler.ports import DecisionSink, SignalSource
 from scheduler.settings import EngineSettings
+from scheduler.signal_gate import SignalGate
 from scheduler.table import NodeTable
 
 log = logging.getLogger(__name__)
@@ -259,11 +263,6 @@ def extender_scores(totals: NDArray[np.float64], max_total: float) -> NDArray[np
         return np.zeros(len(totals), dtype=np.int64)
     scaled = np.rint(MAX_EXTENDER_PRIORITY * totals / max_total)
     return np.clip(scaled, 0, MAX_EXTENDER_PRIORITY).astype(np.int64)
-
-
-def extender_score(total: float, max_total: float) -> int:
-    """:func:`extender_scores` of one node."""
-    return int(extender_scores(np.array([float(total)]), max_total)[0])
 
 
 class Extender:

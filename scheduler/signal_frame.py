@@ -24,7 +24,6 @@ from interference.freshness import fresh_until, missing_core
 from interference.sched_record import families_of, measured_mask
 from interference.signals import (
     WINDOWS_S,
-    GpuDevice,
     NodeMetrics,
     WindowMetrics,
     window_name,
@@ -64,7 +63,6 @@ class NodeSignals:
     metrics: NodeMetrics
     updated_at: float
     """Unix time of the agent's report."""
-    gpus: tuple[GpuDevice, ...] = field(default_factory=tuple)
     interval_s: float = 1.0
     """The report's interval; with ``updated_at`` it decides freshness
     (:mod:`interference.freshness`)."""
@@ -149,12 +147,6 @@ class SignalFrame:
         """Whether the frame holds a record of ``name``."""
         row = self.index.get(name)
         return row is not None and bool(self.columns["signals_at"][row] > -np.inf)
-
-    def stale_nodes(self, now: float) -> list[str]:
-        """Nodes with a record that is stale or degraded (:mod:`interference.freshness`)."""
-        at = self.columns["signals_at"]
-        unusable = np.flatnonzero((at > -np.inf) & (self.columns["fresh_until"] < now))
-        return sorted(self.names[i] for i in unusable)
 
     def families(self, name: str) -> tuple[str, ...]:
         """The families ``name``'s record measured (empty without one)."""

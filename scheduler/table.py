@@ -25,6 +25,11 @@ values in three scopes named for what empties them (:data:`CacheScope`: ``constr
 per pod signature, when :attr:`NodeTable.generation` changes; ``allocatable``; ``signals``)
 and :meth:`NodeTable.derived` columns, refreshed only at the rows whose requests, signals or
 allocatable changed (:attr:`NodeTable.load_generation`).
+
+Size: over 500 lines because every column and every per-node structure moves together
+when a row moves (a removed node's row takes the last one), so the row layout stays in one
+class; the caches, label columns, namespaces, term indexes and the plugins' own indexes
+live elsewhere.
 """
 
 from __future__ import annotations
@@ -215,7 +220,7 @@ class NodeTable:
     def add_pod(self, pod: PodInfo, node: str, now: float) -> None:
         """Count a pod bound or assumed on ``node`` (re-adding the same pod replaces it).
 
-        ``now`` stamps its load for the interference score until the node reports again.
+        ``now`` stamps its load for the interference index until the node reports again.
         """
         previous = self._pods.get(pod.key)
         added_at: float | None = now
@@ -327,13 +332,6 @@ class NodeTable:
 
         return self.cached("constraints", "unreadable pods", build)
 
-    def pod_node(self, key: str) -> str | None:
-        """Node a pod (``namespace/name``) is placed on, ``None`` when unknown."""
-        placed = self._pods.get(key)
-        return placed.node if placed else None
-
-    # ---- signals -----------------------------------------------------------------------
-
     def set_signals(self, signals: SignalFrame | Mapping[str, NodeSignals]) -> None:
         """Replace all signals with a frame (nodes absent from it have none).
 
@@ -376,10 +374,6 @@ class NodeTable:
                 self._forget_recent(self._index[name], name)
         self.signals_generation += 1
         self.caches.clear("signals")
-
-    def has_signals(self, name: str) -> bool:
-        """Whether the latest frame holds a record of node ``name``."""
-        return self._signals_updated_at(name) > -np.inf
 
     def node_label(self, row: int, key: str) -> str | None:
         """Label ``key`` of the node at ``row`` (the Node's own labels only)."""

@@ -168,6 +168,7 @@ KEYS = [
     "relax_after_s", "stale_policy", "dry_run", "scheduler_name", "ignore_namespaces", "url",
     "port",
     "reload_interval_s", "lease_duration_s", "poll_interval_s", "ca_file", "record_top_k", "bogus",
+    "plugin_config", "name", "args", "signal_window", "GpuPacking", "resource",
 ]  # fmt: skip
 SCALARS = st.one_of(
     st.none(),
@@ -189,6 +190,40 @@ DOCUMENTS = st.recursive(
 @FUZZ
 @given(document=st.dictionaries(st.sampled_from(KEYS), DOCUMENTS, max_size=4))
 def test_config_loader_ends_in_a_config_or_config_error(document: dict[str, Any]) -> None:
+    try:
+        config = parse_config(document, "fuzz.yaml")
+    except ConfigError as exc:
+        assert exc.problems and all(p.strip() for p in exc.problems)
+        assert "\n" not in scheduler_cli.one_line(exc)
+    else:
+        assert isinstance(config, SchedulerConfig)
+
+
+PLUGIN_ARGS = [
+    "stale_policy", "signal_window", "risk_k", "recent_load_weight", "resource", "bogus",
+]  # fmt: skip
+PLUGIN_CONFIG = st.lists(
+    st.one_of(
+        st.fixed_dictionaries(
+            {
+                "name": st.one_of(
+                    st.sampled_from(["Interference", "GpuPacking", "NodeReady"]), SCALARS
+                ),
+                "args": st.one_of(
+                    SCALARS, st.dictionaries(st.sampled_from(PLUGIN_ARGS), SCALARS, max_size=3)
+                ),
+            }
+        ),
+        DOCUMENTS,
+    ),
+    max_size=3,
+)
+
+
+@FUZZ
+@given(plugin_config=st.one_of(PLUGIN_CONFIG, DOCUMENTS))
+def test_plugin_config_ends_in_a_config_or_config_error(plugin_config: Any) -> None:
+    document = {"engine": {"profile": {"plugin_config": plugin_config}}}
     try:
         config = parse_config(document, "fuzz.yaml")
     except ConfigError as exc:

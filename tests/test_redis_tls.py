@@ -27,6 +27,7 @@ from scheduler.adapters.redis_signals import RedisSettings, RedisSignalCache, Si
 from scheduler.config import SchedulerConfig, with_overrides
 from scheduler.signal_frame import SignalFrame
 from tests.conftest import free_port
+from tests.scheduler.frames import stale_nodes
 from tests.shaped_reports import shaped_report
 
 pytestmark = pytest.mark.redis
@@ -235,7 +236,7 @@ def test_the_scheduler_reads_signals_over_tls_from_its_environment(tls_redis: Tl
     row = frame.row("tls-node-3")
     assert row is not None
     assert frame.columns["signals_at"][row] == sent.ts
-    assert frame.stale_nodes(sent.ts) == []
+    assert stale_nodes(frame, sent.ts) == []
     assert frame.columns["index_mean@latest"][row] > 0  # computed by the scheduler
 
 

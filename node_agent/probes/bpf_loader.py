@@ -14,6 +14,10 @@ BCC (with LLVM and clang, well over 100 MB resident) runs only in a short-lived 
 process per program; it hands the map and tracepoint-attachment file descriptors to the
 agent over a Unix socket, and the agent drains the maps with plain ``bpf(2)`` calls. So
 the agent never imports ``bcc``, imports fine on machines without it, and stays small.
+
+Size: over 500 lines because compiling, attaching and draining share the programs' map
+layout (``bpf/intf.h``) and the loader process's protocol; each step stays next to the
+error it turns into advice.
 """
 
 from __future__ import annotations

@@ -42,6 +42,9 @@ Every API call goes through one method of :class:`KubernetesCluster`
 :data:`REQUIRED_PERMISSIONS` lists the RBAC rules they need, so a test can check the
 deploy manifests against the calls. Client exceptions never escape: they become
 :class:`~scheduler.ports.ClusterError` subclasses that say what to do.
+
+Size: over 500 lines because it is the one client of the API server: list and watch of
+seven kinds, bind, Events and the ``PodScheduled`` condition, with their error mapping.
 """
 
 from __future__ import annotations

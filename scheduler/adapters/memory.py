@@ -10,6 +10,9 @@ Events, conditions and binds are recorded for assertions.
 
 Used by the engine tests, the throughput benchmark and ``interference simulate``.
 The builders :func:`node_object` and :func:`pod_object` make well-formed objects.
+
+Size: over 500 lines because it stands in for the API server's list, watch, bind, Event
+and status calls, each with the server's semantics the tests rely on.
 """
 
 from __future__ import annotations

@@ -31,6 +31,9 @@ Redis Sentinel (``sentinels``), or a Redis Cluster (``cluster``); credentials: t
 overridden by ``REDIS_USERNAME`` / ``REDIS_PASSWORD``. The scheduler's ACL user needs
 exactly :data:`ACL_COMMANDS`: read ``%R~intf:node:*``, write ``~intf:nodes``,
 ``~intf:nodes:updated`` and ``~intf:decision:*``.
+
+Size: over 500 lines because the follower, the ranking writer and the decision sink share
+one connection, its failure handling and its metrics (standalone or Redis Cluster).
 """
 
 from __future__ import annotations
@@ -375,12 +378,6 @@ class RedisSignalCache:
     def healthy(self) -> bool:
         with self._lock:
             return self._healthy
-
-    def stale_nodes(self, now: float | None = None) -> list[str]:
-        """Nodes whose latest record is stale or degraded (:mod:`interference.freshness`)."""
-        return self.snapshot().stale_nodes(self._clock() if now is None else now)
-
-    # --- the follower ---
 
     def run(self, stop: threading.Event, on_iteration: Callable[[], None] | None = None) -> None:
         """Poll every ``poll_interval_s`` until ``stop``; survives any Redis outage.

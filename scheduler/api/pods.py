@@ -19,6 +19,8 @@ or volume topology, DRA resource claims, …) are listed in
 :attr:`~scheduler.api.objects.PodInfo.unsupported`: the engine refuses such a pod (it stays
 Pending with a ``FailedScheduling`` Event naming the field) rather than place it with a
 constraint ignored.
+
+Size: just over 500 lines: one Pod spec, field by field, with kube's validation messages.
 """
 
 from __future__ import annotations

@@ -114,11 +114,6 @@ def any_per_node(matrix: NDArray[np.bool_]) -> NDArray[np.bool_]:
     return np.asarray(matrix.any(axis=1), dtype=np.bool_)
 
 
-def or_all_pass(result: FilterResult | None, table: NodeTable) -> FilterResult:
-    """``result``, or for ``None`` (the filter had nothing to check) every node passing."""
-    return FilterResult("", table.everyone(), ()) if result is None else result
-
-
 class Code(Enum):
     """What a rejection says about preemption (kube-scheduler's status codes)."""
 

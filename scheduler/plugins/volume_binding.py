@@ -66,7 +66,7 @@ from scheduler.api.selectors import NodeSelectorTerm
 from scheduler.api.storage import READ_WRITE_ONCE_POD, VOLUME_ZONE_LABELS, WAIT_FOR_FIRST_CONSUMER
 from scheduler.events import Action, EventInterest
 from scheduler.node_columns import ABSENT, LabelColumn
-from scheduler.plugins.base import CycleState, Filter, FilterResult, PodRejection
+from scheduler.plugins.base import Code, CycleState, Filter, FilterResult, PodRejection
 from scheduler.plugins.node_affinity import requirement_mask
 from scheduler.table import NodeTable
 from scheduler.volumes import VolumeCatalog
@@ -343,6 +343,10 @@ FILTER = Filter(
             for kind in ("PersistentVolumeClaim", "PersistentVolume", "StorageClass", "CSINode")
         ),
     ),
+    statuses={  # kube-scheduler: evicting the pod that holds the claim or the attachments
+        RWOP_CONFLICT: Code.UNSCHEDULABLE,
+        MAX_VOLUME_COUNT: Code.UNSCHEDULABLE,
+    },
     in_extender=False,
     prefilter=_prefilter,
 )

@@ -33,6 +33,8 @@ from scheduler.plugins.interference import InterferenceArgs, quietness, stale_ro
 from tests.conftest import RedisServer, free_port
 from tests.node_agent.test_agent import wait_for
 from tests.node_agent.test_health import get
+from tests.scheduler.frames import stale_nodes
+from tests.scheduler.profiles import interference_settings
 from tests.scheduler.test_model import node_obj, pod_obj, table_of
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
@@ -116,11 +118,11 @@ def test_a_broken_agent_is_not_ready_degraded_and_stale_to_the_scheduler(
     assert frame.columns["fresh_until"][broken] == -math.inf  # ...that is never usable
     assert frame.families("broken-node") == ()
     assert "runq" in frame.families("healthy-node")
-    assert cache.stale_nodes(now) == ["broken-node"]
+    assert stale_nodes(cache.snapshot(), now) == ["broken-node"]
     table = table_of([node_obj("broken-node"), node_obj("healthy-node")])
     table.set_signals(frame)
     assert stale_rows(table, now).tolist() == [0]
-    engine = SchedulingCycle(InterferenceArgs(stale_policy="reject"), seed=1)
+    engine = SchedulingCycle(interference_settings(stale_policy="reject"), seed=1)
     result = engine.schedule(parse_pod(pod_obj("web-0")), table, now)
     assert result.node == "healthy-node", result.message
     for policy, score in (("neutral", 50.0), ("avoid", 0.0)):
@@ -170,7 +172,7 @@ def test_clean_shutdown_deletes_the_nodes_keys_and_they_leave_the_ranking(
 
     # the last records age out of the freshness window (5 s), then leave the ranking
     wait_for("the ranking to drop the nodes", ranking_empty, timeout_s=20)
-    assert cache.stale_nodes() == list(NODES)  # its last records, now stale
+    assert stale_nodes(cache.snapshot(), time.time()) == list(NODES)  # its last records, now stale
 
 
 def _answers(port: int, path: str = "/healthz") -> bool:

@@ -25,8 +25,10 @@ from interference_cli.trace import load_trace, write_trace
 from scheduler.adapters.memory import node_object, pod_object
 from scheduler.api.nodes import parse_node
 from scheduler.api.pods import parse_pod
+from scheduler.plugins.registry import REGISTRY
 from scheduler.settings import EngineSettings, Profile
 from scheduler.table import NodeTable
+from tests.scheduler.profiles import with_interference_args
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACE = ROOT / "tests" / "data" / "lab-trace.msgpack"
@@ -51,7 +53,12 @@ def test_acceptance_aware_default_policy_beats_least_allocated_on_the_trace() ->
     reports = load_trace(TRACE)
     workload = load_workload(ARRIVALS)
     aware_policy = load_policy(AWARE)
-    assert aware_policy.settings == EngineSettings()  # the embedded default policy
+    # the embedded default policy: it runs exactly as the defaults (its file spells
+    # Interference's default args out, so its profile holds them where the default's
+    # plugin_config is empty)
+    default = EngineSettings()
+    assert dataclasses.replace(aware_policy.settings, profile=default.profile) == default
+    assert REGISTRY.resolve(aware_policy.settings.profile) == REGISTRY.resolve(default.profile)
     aware = simulate(reports, workload, aware_policy)
     blind = simulate(reports, workload, load_policy(BLIND))
     assert blind.violations >= 10  # the comparison is not vacuous
@@ -232,7 +239,7 @@ def test_bursty_trace_windowed_policy_avoids_the_antagonist_in_its_quiet_seconds
     assert {on for _, on in antagonist} == {True, False}, "the trace must hold on and off seconds"
 
     def off_seconds_on_antagonist(window: str) -> tuple[float, int]:
-        settings = dataclasses.replace(aware.settings, signal_window=window)
+        settings = with_interference_args(aware.settings, signal_window=window)
         result = simulate(reports, workload, Policy(window, settings))
         off = [
             node

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from scheduler.plugins.gpu_packing import GpuPackingArgs
@@ -25,3 +26,15 @@ def interference_settings(profile: Profile | None = None, **values: Any) -> Engi
     if config:
         base = Profile(base.filters, base.scores, (*base.plugin_config, *config))
     return EngineSettings(profile=base, **values)
+
+
+def with_interference_args(settings: EngineSettings, **changes: Any) -> EngineSettings:
+    """``settings`` with the Interference plugin's args changed by ``changes`` (the rest
+    of its args, the profile's other plugins and the engine's own fields kept)."""
+    profile = settings.profile
+    config = dict(profile.plugin_config)
+    args = config.get("Interference", InterferenceArgs())
+    assert isinstance(args, InterferenceArgs)
+    config["Interference"] = replace(args, **changes)
+    changed = Profile(profile.filters, profile.scores, tuple(config.items()))
+    return replace(settings, profile=changed)

@@ -19,6 +19,8 @@ from scheduler.config import (
     parse_config,
     with_overrides,
 )
+from scheduler.plugins.gpu_packing import GpuPackingArgs
+from scheduler.plugins.interference import InterferenceArgs
 from scheduler.plugins.registry import REGISTRY
 from scheduler.settings import EngineSettings, Profile
 
@@ -26,8 +28,11 @@ FULL = """
 engine:
   profile:
     scores: {Interference: 3, NodeResourcesFit: 1.5, GpuPacking: 0}
-  stale_policy: avoid
-  signal_window: 60s
+    plugin_config:
+      - name: Interference
+        args: {stale_policy: avoid, signal_window: 60s}
+      - name: GpuPacking
+        args: {resource: example.com/gpu}
 loop:
   scheduler_name: my-scheduler
   dry_run: true
@@ -47,6 +52,13 @@ reload_interval_s: 2
 """
 
 
+def interference_args(engine: EngineSettings) -> InterferenceArgs:
+    """The Interference plugin's args in ``engine``'s profile (its defaults when unset)."""
+    found = dict(engine.profile.plugin_config).get("Interference", InterferenceArgs())
+    assert isinstance(found, InterferenceArgs)
+    return found
+
+
 def write(tmp_path: Path, text: str, name: str = "config.yaml") -> str:
     path = tmp_path / name
     path.write_text(text)
@@ -56,10 +68,14 @@ def write(tmp_path: Path, text: str, name: str = "config.yaml") -> str:
 def test_loads_every_section(tmp_path: Path) -> None:
     config = load_config(write(tmp_path, FULL))
     assert config.engine.profile == Profile(
-        scores=(("Interference", 3.0), ("NodeResourcesFit", 1.5), ("GpuPacking", 0.0))
+        scores=(("Interference", 3.0), ("NodeResourcesFit", 1.5), ("GpuPacking", 0.0)),
+        plugin_config=(
+            ("Interference", InterferenceArgs(stale_policy="avoid", signal_window="60s")),
+            ("GpuPacking", GpuPackingArgs(resource="example.com/gpu")),
+        ),
     )
-    assert config.engine.stale_policy == "avoid"
-    assert config.engine.signal_window == "60s"
+    assert interference_args(config.engine).stale_policy == "avoid"
+    assert interference_args(config.engine).signal_window == "60s"
     assert config.loop.scheduler_name == "my-scheduler"
     assert config.loop.dry_run is True
     assert config.loop.ignore_namespaces == ("kube-system", "monitoring")
@@ -110,12 +126,13 @@ def test_empty_file_means_defaults(tmp_path: Path, text: str) -> None:
             id="unknown-filter-plugin-did-you-mean",
         ),
         pytest.param(
-            {"engine": {"profile": {"filters": [p.name for p in REGISTRY.filters[:-1]]}}},
-            "engine.profile.filters: 'Interference' left out; every filter is required",
-            id="a-required-filter-cannot-be-dropped",
-        ),
-        pytest.param(
-            {"engine": {"profile": {"filters": ["PodTopologySpread", *(p.name for p in REGISTRY.filters)]}}},
+            {
+                "engine": {
+                    "profile": {
+                        "filters": ["PodTopologySpread", *(p.name for p in REGISTRY.filters)]
+                    }
+                }
+            },
             "engine.profile.filters: 'PodTopologySpread' reads the result of 'NodeAffinity', "
             "'TaintToleration': list it after them",
             id="a-filter-runs-after-those-it-reads",
@@ -131,9 +148,54 @@ def test_empty_file_means_defaults(tmp_path: Path, text: str) -> None:
             id="typo-section",
         ),
         pytest.param(
-            {"engine": {"stale_policy": "ignore"}},
-            "engine.stale_policy: must be one of neutral, avoid, reject, got 'ignore'",
-            id="bad-literal",
+            {"engine": {"stale_policy": "reject"}},
+            "engine.stale_policy: replaced by the Interference plugin's args: "
+            "engine.profile.plugin_config: [{name: Interference, args: {stale_policy: …}}]",
+            id="stale-policy-of-earlier-versions-names-its-replacement",
+        ),
+        pytest.param(
+            {"engine": {"signal_window": "60s"}},
+            "engine.signal_window: replaced by the Interference plugin's args: "
+            "engine.profile.plugin_config: [{name: Interference, args: {signal_window: …}}]",
+            id="signal-window-of-earlier-versions-names-its-replacement",
+        ),
+        pytest.param(
+            {"engine": {"risk_k": 2}},
+            "engine.risk_k: replaced by the Interference plugin's args: "
+            "engine.profile.plugin_config: [{name: Interference, args: {risk_k: …}}]",
+            id="risk-k-of-earlier-versions-names-its-replacement",
+        ),
+        pytest.param(
+            {"engine": {"recent_load_weight": 50}},
+            "engine.recent_load_weight: replaced by the Interference plugin's args: "
+            "engine.profile.plugin_config: [{name: Interference, args: {recent_load_weight: …}}]",
+            id="recent-load-weight-of-earlier-versions-names-its-replacement",
+        ),
+        pytest.param(
+            {"engine": {"gpu_resource": "example.com/gpu"}},
+            "engine.gpu_resource: replaced by the GpuPacking plugin's args: "
+            "engine.profile.plugin_config: [{name: GpuPacking, args: {resource: …}}]",
+            id="gpu-resource-of-earlier-versions-names-its-replacement",
+        ),
+        pytest.param(
+            {"engine": {"profile": {"plugin_config": [{"name": "Interferance", "args": {}}]}}},
+            "engine.profile.plugin_config[0].name: 'Interferance' is not a plugin with args; "
+            "did you mean 'Interference'?",
+            id="unknown-plugin-in-plugin-config-did-you-mean",
+        ),
+        pytest.param(
+            {
+                "engine": {
+                    "profile": {
+                        "plugin_config": [
+                            {"name": "Interference", "args": {"stale_policy": "ignore"}}
+                        ]
+                    }
+                }
+            },
+            "engine.profile.plugin_config[0].args.stale_policy: must be one of neutral, "
+            "avoid, reject, got 'ignore'",
+            id="bad-literal-in-plugin-args",
         ),
         pytest.param(
             {"loop": {"dry_run": "yes please"}},
@@ -189,11 +251,36 @@ def test_errors_name_the_field_and_the_fix(document: dict[str, Any], expected: s
     assert str(caught.value).startswith("policy.yaml: invalid configuration:")
 
 
+def test_a_filter_left_out_of_the_list_runs_at_its_default_place() -> None:
+    every = REGISTRY.filter_names
+    without_last = parse_config({"engine": {"profile": {"filters": list(every[:-1])}}})
+    assert without_last.engine.profile.filters == every  # Interference still runs, last
+
+    # NodeResourcesFit moved before NodePorts, VolumeBinding left out: it runs right after
+    # NodeResourcesFit, its predecessor in the default order
+    listed = [n for n in every if n != "VolumeBinding"]
+    at = listed.index("NodePorts")
+    listed[at], listed[at + 1] = listed[at + 1], listed[at]
+    assert listed[at : at + 2] == ["NodeResourcesFit", "NodePorts"]
+    config = parse_config({"engine": {"profile": {"filters": listed}}})
+    expected = [*listed[: at + 1], "VolumeBinding", *listed[at + 1 :]]
+    assert config.engine.profile.filters == tuple(expected)
+
+    # a filter with no predecessor in the list runs first
+    first = parse_config({"engine": {"profile": {"filters": ["NodeUnschedulable"]}}})
+    assert first.engine.profile.filters == every
+
+
 def test_every_problem_is_reported_at_once() -> None:
     with pytest.raises(ConfigError) as caught:
         parse_config(
             {
-                "engine": {"profile": {"scores": {"GpuPacking": "x"}}, "stale_policy": "no"},
+                "engine": {
+                    "profile": {
+                        "scores": {"GpuPacking": "x"},
+                        "plugin_config": [{"name": "Interference", "args": {"stale_policy": "no"}}],
+                    }
+                },
                 "bogus": 1,
             }
         )
@@ -225,30 +312,38 @@ def _rewrite(path: str, text: str) -> None:
     os.replace(tmp, path)
 
 
+def stale_policy_yaml(policy: str) -> str:
+    """A config file setting the Interference plugin's ``stale_policy``."""
+    return (
+        "engine:\n  profile:\n    plugin_config:\n      - name: Interference\n"
+        f"        args: {{stale_policy: {policy}}}\n"
+    )
+
+
 def test_reload_applies_a_valid_change_and_keeps_the_old_config_on_a_bad_one(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    path = write(tmp_path, "engine:\n  stale_policy: neutral\n")
+    path = write(tmp_path, stale_policy_yaml("neutral"))
     applied: list[SchedulerConfig] = []
     watcher = ConfigWatcher(path, load_config(path), applied.append)
     assert not watcher.check()  # unchanged
 
-    _rewrite(path, "engine:\n  stale_policy: reject\n")
+    _rewrite(path, stale_policy_yaml("reject"))
     assert watcher.check()
-    assert [c.engine.stale_policy for c in applied] == ["reject"]
+    assert [interference_args(c.engine).stale_policy for c in applied] == ["reject"]
 
     caplog.set_level(logging.ERROR, logger="scheduler.config")
-    _rewrite(path, "engine:\n  stale_policy: sometimes\n")
+    _rewrite(path, stale_policy_yaml("sometimes"))
     assert not watcher.check()
-    assert watcher.current.engine.stale_policy == "reject"  # kept
-    assert "engine.stale_policy: must be one of" in watcher.error
+    assert interference_args(watcher.current.engine).stale_policy == "reject"  # kept
+    assert "engine.profile.plugin_config[0].args.stale_policy: must be one of" in watcher.error
     assert any("keeping the running configuration" in r.getMessage() for r in caplog.records)
     assert len(applied) == 1
 
-    _rewrite(path, "engine:\n  stale_policy: avoid\n")
+    _rewrite(path, stale_policy_yaml("avoid"))
     assert watcher.check()
     assert watcher.error == ""
-    assert [c.engine.stale_policy for c in applied] == ["reject", "avoid"]
+    assert [interference_args(c.engine).stale_policy for c in applied] == ["reject", "avoid"]
 
 
 def test_restart_only_sections_are_flagged(
@@ -263,18 +358,22 @@ def test_restart_only_sections_are_flagged(
 
 
 def test_watcher_thread_reloads_without_restart(tmp_path: Path) -> None:
-    path = write(tmp_path, "reload_interval_s: 0.05\nengine:\n  risk_k: 1\n")
+    risk_k = (
+        "reload_interval_s: 0.05\nengine:\n  profile:\n    plugin_config:\n"
+        "      - {{name: Interference, args: {{risk_k: {}}}}}\n"
+    )
+    path = write(tmp_path, risk_k.format(1))
     applied: list[EngineSettings] = []
     watcher = ConfigWatcher(path, load_config(path), lambda c: applied.append(c.engine))
     stop = threading.Event()
     thread = threading.Thread(target=watcher.run, args=(stop,), daemon=True)
     thread.start()
     try:
-        _rewrite(path, "reload_interval_s: 0.05\nengine:\n  risk_k: 2.5\n")
+        _rewrite(path, risk_k.format(2.5))
         deadline = time.monotonic() + 30
         while not applied and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert [e.risk_k for e in applied] == [2.5]
+        assert [interference_args(e).risk_k for e in applied] == [2.5]
     finally:
         stop.set()
         thread.join(30)

@@ -177,7 +177,7 @@ def test_stale_policies(
             assert record.result == "unschedulable"
             assert record.message == (
                 "0/3 nodes are available: "
-                "1 node(s) had an interference score above the pod's interference tolerance, "
+                "1 node(s) had an interference index above the pod's interference tolerance, "
                 "2 node(s) had stale or missing interference signals."
             )
     finally:

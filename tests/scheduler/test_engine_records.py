@@ -156,10 +156,10 @@ def test_record_counts_and_details_round_trip_through_the_decision_hash() -> Non
 
 
 def test_blind_engine_ignores_tolerance_stale_reject_and_interference_weight() -> None:
-    settings = EngineSettings(
+    settings = interference_settings(
+        Profile(scores=(("Interference", 50.0),)),
         interference_aware=False,
         stale_policy="reject",
-        profile=Profile(scores=(("Interference", 50.0),)),
     )
     table = table_of([node_obj("noisy"), node_obj("unreported")])
     _runq(table, noisy=50_000)

@@ -15,7 +15,7 @@ from scheduler.api.nodes import parse_node
 from scheduler.api.objects import ANNOTATION_MAX_RUNQ_P99_US
 from scheduler.api.pods import parse_pod
 from scheduler.cycle import SchedulingCycle
-from scheduler.plugins.interference import quietness
+from scheduler.plugins.interference import InterferenceArgs, quietness
 from scheduler.plugins.node_affinity import node_affinity
 from scheduler.plugins.node_resources_fit import least_allocated_score
 from scheduler.ports import NodeSignals
@@ -426,7 +426,7 @@ score_operations = st.lists(
 @given(score_operations)
 def test_row_by_row_scores_match_the_formulas(ops: list[tuple[str, int, str]]) -> None:
     table = table_of([node_obj(n, cpu="4", memory="8Gi") for n in NODE_NAMES])
-    engine_settings = interference_settings(signal_window="10s", risk_k=1.5)
+    args = InterferenceArgs(signal_window="10s", risk_k=1.5)
     pods = [parse_pod(pod_obj(f"p{i}", requests={"cpu": f"{(i + 1) * 200}m"})) for i in range(6)]
     incoming = parse_pod(pod_obj("new", requests={"cpu": "300m", "memory": "1Gi"}))
     reports: dict[str, NodeSignals] = {}
@@ -449,11 +449,11 @@ def test_row_by_row_scores_match_the_formulas(ops: list[tuple[str, int, str]]) -
         elif op == "remove_node":
             table.remove_node(node)
         # score after every step, so later steps update the cached columns row by row
-        interference = quietness(table, engine_settings, clock)
+        interference = quietness(table, args, clock)
         balance = least_allocated_score(table, incoming)
     if not len(table):
         return
-    interference = quietness(table, engine_settings, clock)
+    interference = quietness(table, args, clock)
     balance = least_allocated_score(table, incoming)
     cpu, memory = table.resource_row("cpu"), table.resource_row("memory")
     assert cpu is not None and memory is not None

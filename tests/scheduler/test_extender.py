@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -26,7 +27,7 @@ from scheduler.extender import (
     Extender,
     ExtenderMetrics,
     HostPriorities,
-    extender_score,
+    extender_scores,
 )
 from scheduler.http import HealthServer, HttpSettings, Status
 from scheduler.metrics import SchedulerMetrics
@@ -359,7 +360,7 @@ def test_prioritize_after_filter_scores_as_without_it_when_nodes_come_and_go(
     ],
 )
 def test_extender_score(total: float, max_total: float, score: int) -> None:
-    assert extender_score(total, max_total) == score
+    assert int(extender_scores(np.array([total]), max_total)[0]) == score
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ from interference.signals import SIGNAL_FAMILIES, GpuDevice, NodeMetrics
 from scheduler.api.objects import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL
 from scheduler.api.pods import parse_pod
 from scheduler.cycle import GPU_MEMORY_MIB, GPU_MODEL, SchedulingCycle
-from scheduler.plugins.gpu_packing import gpu_packing_score
+from scheduler.plugins.gpu_packing import GpuPackingArgs, gpu_packing_score
 from scheduler.ports import NodeSignals
 from scheduler.settings import EngineSettings
 from scheduler.table import NodeTable
@@ -108,11 +108,11 @@ def test_decision_records_gpu_model_from_labels_for_gpu_pods_only() -> None:
 
 def test_packing_ignores_reported_gpus() -> None:
     table = table_of([node_obj("cpu"), node_obj("reported"), node_obj("gpu", extra={GPU: "8"})])
-    settings = EngineSettings()
+    args = GpuPackingArgs()
     plain = parse_pod(pod_obj())
-    assert gpu_packing_score(table, plain, settings).tolist() == [100.0, 100.0, 0.0]
+    assert gpu_packing_score(table, plain, args).tolist() == [100.0, 100.0, 0.0]
     _report(table, reported=[_device()])
-    assert gpu_packing_score(table, plain, settings).tolist() == [100.0, 100.0, 0.0]
+    assert gpu_packing_score(table, plain, args).tolist() == [100.0, 100.0, 0.0]
 
 
 def test_a_forged_inventory_never_attracts_a_gpu_pod() -> None:

@@ -15,7 +15,7 @@ from scheduler.loop import LoopSettings
 from scheduler.ports import ApiUnavailable, BindConflict, PodRef
 from scheduler.queue import QueueState
 from tests.scheduler.profiles import interference_settings
-from tests.scheduler.runtime_helpers import LoopHarness
+from tests.scheduler.runtime_helpers import LoopHarness, schedule_pending
 
 
 @pytest.fixture
@@ -152,7 +152,7 @@ def test_losing_the_lease_stops_binding_at_once() -> None:
         for i in range(5):
             h.cluster.add_pod(pod_object(f"p{i}", created_at=1000.0 + i))
         h.informer.sync()
-        assert h.loop.schedule_pending_once() == 5  # all assumed, p0's bind is on the wire
+        assert schedule_pending(h.loop) == 5  # all assumed, p0's bind is on the wire
         assert entered.wait(60)
         h.leading.clear()
         release.set()
@@ -295,7 +295,7 @@ def test_engine_crash_is_contained(h: LoopHarness, monkeypatch: pytest.MonkeyPat
     def explode(*args: object, **kwargs: object) -> None:
         raise RuntimeError("engine bug")
 
-    monkeypatch.setattr(h.loop._engine, "schedule", explode)
+    monkeypatch.setattr(h.loop._cycle, "schedule", explode)
     assert h.cycle() == 1
     assert h.metric("interference_scheduler_attempts_total", result="error") == 1
     assert h.loop.queue.state("default/p") is QueueState.BACKOFF

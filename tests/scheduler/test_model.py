@@ -15,6 +15,7 @@ from scheduler.api.objects import (
     ANNOTATION_MAX_INDEX,
     ANNOTATION_MAX_RECLAIM_STALL_MS_PER_S,
     ANNOTATION_MAX_RUNQ_P99_US,
+    DEPRECATED_ANNOTATION_MAX_SCORE,
     AntiAffinityTerm,
     HostPort,
     InterferenceTolerance,
@@ -638,12 +639,53 @@ def test_unsupported_fields_are_named(spec: dict[str, Any], field: str) -> None:
         ),
         ({ANNOTATION_MAX_INDEX: "0"}, InterferenceTolerance(max_index=0.0)),
     ],
-    ids=["none", "runq", "reclaim-and-score", "zero-score"],
+    ids=["none", "runq", "reclaim-and-index", "zero-index"],
 )
 def test_tolerance_annotations(
     annotations: dict[str, str], tolerance: InterferenceTolerance | None
 ) -> None:
     assert parse_pod(pod_obj(annotations=annotations)).tolerance == tolerance
+
+
+def test_the_max_index_annotation_sets_no_warning() -> None:
+    pod = parse_pod(pod_obj(annotations={ANNOTATION_MAX_INDEX: "40"}))
+    assert pod.tolerance == InterferenceTolerance(max_index=40.0)
+    assert pod.warnings == ()
+
+
+def test_the_deprecated_max_score_annotation_is_read_as_max_index_with_a_warning() -> None:
+    assert DEPRECATED_ANNOTATION_MAX_SCORE == "interference.io/max-score"
+    assert ANNOTATION_MAX_INDEX == "interference.io/max-index"
+    pod = parse_pod(pod_obj(annotations={DEPRECATED_ANNOTATION_MAX_SCORE: "40"}))
+    assert pod.tolerance == InterferenceTolerance(max_index=40.0)
+    assert len(pod.warnings) == 1
+    warning = pod.warnings[0]
+    assert DEPRECATED_ANNOTATION_MAX_SCORE in warning and "deprecated" in warning
+    assert ANNOTATION_MAX_INDEX in warning  # names the replacement
+
+
+def test_the_deprecated_max_score_annotation_is_validated_like_max_index() -> None:
+    with pytest.raises(ObjectError) as info:
+        parse_pod(pod_obj("lat", annotations={DEPRECATED_ANNOTATION_MAX_SCORE: "101"}))
+    message = str(info.value)
+    assert "pod default/lat" in message and "from 0 to 100" in message
+    assert repr("101") in message
+
+
+def test_setting_both_max_index_and_its_deprecated_name_is_an_error() -> None:
+    annotations = {ANNOTATION_MAX_INDEX: "40", DEPRECATED_ANNOTATION_MAX_SCORE: "40"}
+    with pytest.raises(ObjectError) as info:
+        parse_pod(pod_obj("lat", annotations=annotations))
+    message = str(info.value)
+    assert "pod default/lat" in message
+    assert DEPRECATED_ANNOTATION_MAX_SCORE in message and ANNOTATION_MAX_INDEX in message
+
+
+def test_a_placed_pod_with_both_names_still_counts_on_its_node() -> None:
+    annotations = {ANNOTATION_MAX_INDEX: "40", DEPRECATED_ANNOTATION_MAX_SCORE: "40"}
+    pod = parse_pod(pod_obj("placed", annotations=annotations, nodeName="n1"))
+    assert pod.node_name == "n1"
+    assert pod.tolerance is None  # only its own scheduling reads it, and that is over
 
 
 @pytest.mark.parametrize(
@@ -655,7 +697,7 @@ def test_tolerance_annotations(
         (ANNOTATION_MAX_INDEX, "101", "from 0 to 100"),
         (ANNOTATION_MAX_INDEX, "inf", "from 0 to 100"),
     ],
-    ids=["runq-word", "runq-negative", "reclaim-nan", "score-above-100", "score-inf"],
+    ids=["runq-word", "runq-negative", "reclaim-nan", "index-above-100", "index-inf"],
 )
 def test_malformed_tolerance_names_annotation_and_format(
     annotation: str, value: str, expected: str

@@ -6,7 +6,6 @@ import pytest
 
 from scheduler.api.pods import parse_pod
 from scheduler.plugins.gpu_packing import GpuPackingArgs, gpu_packing_score
-from scheduler.settings import EngineSettings
 from scheduler.table import NodeTable
 from tests.scheduler.test_model import node_obj, pod_obj, table_of
 
@@ -41,14 +40,14 @@ def _table() -> NodeTable:
 )
 def test_gpu_packing(gpus: str | None, expected: list[float]) -> None:
     pod = parse_pod(pod_obj(requests={GPU: gpus} if gpus else {"cpu": "1"}))
-    assert gpu_packing_score(_table(), pod, EngineSettings()).tolist() == pytest.approx(expected)
+    assert gpu_packing_score(_table(), pod, GpuPackingArgs()).tolist() == pytest.approx(expected)
 
 
 def test_cluster_without_gpus() -> None:
     table = table_of([node_obj("a"), node_obj("b")])
-    settings = EngineSettings()
-    assert gpu_packing_score(table, parse_pod(pod_obj()), settings).tolist() == [100.0, 100.0]
-    assert gpu_packing_score(table, parse_pod(pod_obj(requests={GPU: "1"})), settings).tolist() == [
+    args = GpuPackingArgs()
+    assert gpu_packing_score(table, parse_pod(pod_obj()), args).tolist() == [100.0, 100.0]
+    assert gpu_packing_score(table, parse_pod(pod_obj(requests={GPU: "1"})), args).tolist() == [
         0.0,
         0.0,
     ]

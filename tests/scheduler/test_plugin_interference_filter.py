@@ -11,7 +11,6 @@ from scheduler.api.objects import (
     ANNOTATION_MAX_RUNQ_P99_US,
 )
 from scheduler.api.pods import parse_pod
-from scheduler.plugins.base import or_all_pass
 from scheduler.plugins.interference import (
     INDEX_EXCEEDED,
     RECLAIM_EXCEEDED,
@@ -24,6 +23,7 @@ from scheduler.plugins.interference import (
 )
 from scheduler.ports import NodeSignals
 from scheduler.table import NodeTable
+from tests.scheduler.filters import or_all_pass
 from tests.scheduler.test_model import node_obj, pod_obj, table_of
 
 NOW = 1000.0

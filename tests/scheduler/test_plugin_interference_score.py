@@ -3,6 +3,7 @@ policies for stale, missing and degraded signals."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from interference.signals import SIGNAL_FAMILIES, NodeMetrics, WindowMetrics
@@ -10,7 +11,6 @@ from scheduler.api.nodes import parse_node
 from scheduler.api.pods import parse_pod
 from scheduler.plugins.interference import InterferenceArgs, SignalWindow, StalePolicy, quietness
 from scheduler.ports import NodeSignals
-from scheduler.settings import EngineSettings
 from tests.scheduler.test_model import node_obj, pod_obj, table_of
 
 NOW = 1000.0
@@ -22,14 +22,14 @@ BURSTY = WindowMetrics(10.0, 10.0, 10, index_mean=40.0, index_stddev=30.0, index
 @pytest.mark.parametrize(
     ("case", "metrics", "windows", "settings", "expected"),
     [
-        ("quiet", NodeMetrics(), {}, EngineSettings(), 100.0),
-        ("index", NodeMetrics(interference_index=30), {}, EngineSettings(), 70.0),
-        ("saturated", NodeMetrics(interference_index=100), {}, EngineSettings(), 0.0),
+        ("quiet", NodeMetrics(), {}, InterferenceArgs(), 100.0),
+        ("index", NodeMetrics(interference_index=30), {}, InterferenceArgs(), 70.0),
+        ("saturated", NodeMetrics(interference_index=100), {}, InterferenceArgs(), 0.0),
         (
             "the run-queue p99 alone does not score (the index already holds it)",
             NodeMetrics(interference_index=10, runq_p99_us=4000),
             {},
-            EngineSettings(),
+            InterferenceArgs(),
             90.0,
         ),
         (
@@ -80,7 +80,7 @@ def test_formula(
     case: str,
     metrics: NodeMetrics,
     windows: dict[str, WindowMetrics],
-    settings: EngineSettings,
+    settings: InterferenceArgs,
     expected: float,
 ) -> None:
     table = table_of([node_obj("n")])
@@ -150,7 +150,7 @@ def test_pods_placed_before_the_report_do_not_count() -> None:
             )
         }
     )
-    assert quietness(table, EngineSettings(), NOW)[0] == pytest.approx(80)
+    assert quietness(table, InterferenceArgs(), NOW)[0] == pytest.approx(80)
 
 
 def test_confirming_an_assumed_pod_keeps_its_stamp() -> None:
@@ -168,7 +168,7 @@ def test_confirming_an_assumed_pod_keeps_its_stamp() -> None:
         }
     )
     table.add_pod(pod, "n", NOW + 2)  # the watch confirms the binding later
-    assert quietness(table, EngineSettings(), NOW + 2)[0] == pytest.approx(90)
+    assert quietness(table, InterferenceArgs(), NOW + 2)[0] == pytest.approx(90)
 
 
 @pytest.mark.parametrize(
@@ -210,7 +210,7 @@ def test_signals_arriving_before_the_node_apply_when_it_joins() -> None:
         }
     )
     table.upsert_node(parse_node(node_obj("b")))
-    assert quietness(table, EngineSettings(), NOW).tolist() == [90.0, 40.0]
+    assert quietness(table, InterferenceArgs(), NOW).tolist() == [90.0, 40.0]
 
 
 def test_node_absent_from_a_new_snapshot_loses_its_signals() -> None:
@@ -228,8 +228,8 @@ def test_node_absent_from_a_new_snapshot_loses_its_signals() -> None:
     table.set_signals(dict(both))  # same content, new mapping: nothing changes
     assert table.signals_generation == generation
     table.set_signals({"a": both["a"]})
-    assert not table.has_signals("b")
-    assert quietness(table, EngineSettings(), NOW).tolist() == [90.0, 50.0]
+    assert table.signals_at[table.index_of("b")] == -np.inf
+    assert quietness(table, InterferenceArgs(), NOW).tolist() == [90.0, 50.0]
 
 
 def test_signals_turn_stale_as_time_passes() -> None:
@@ -244,7 +244,7 @@ def test_signals_turn_stale_as_time_passes() -> None:
             ),
         }
     )
-    settings = EngineSettings()  # fresh for 5 s after each report (1 s interval)
+    settings = InterferenceArgs()  # fresh for 5 s after each report (1 s interval)
     assert quietness(table, settings, NOW + 1).tolist() == [80.0, 60.0]
     assert quietness(table, settings, NOW + 5).tolist() == [80.0, 60.0]
     assert quietness(table, settings, NOW + 5.5).tolist() == [50.0, 60.0]

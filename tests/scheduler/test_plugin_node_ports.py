@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from scheduler.api.pods import parse_pod
-from scheduler.plugins.base import or_all_pass
 from scheduler.plugins.node_ports import PORTS_TAKEN, node_ports
+from tests.scheduler.filters import or_all_pass
 from tests.scheduler.test_model import container, node_obj, pod_obj, table_of
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from scheduler.api.pods import parse_pod
-from scheduler.plugins.base import or_all_pass
 from scheduler.plugins.node_ready import NOT_READY, node_ready
 from scheduler.plugins.node_unschedulable import UNSCHEDULABLE, node_unschedulable
+from tests.scheduler.filters import or_all_pass
 from tests.scheduler.test_model import node_obj, pod_obj, table_of
 
 

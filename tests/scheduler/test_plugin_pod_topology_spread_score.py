@@ -10,11 +10,11 @@ import pytest
 
 from scheduler.api.pods import parse_pod
 from scheduler.cycle import SchedulingCycle
-from scheduler.plugins.base import or_all_pass
 from scheduler.plugins.node_affinity import node_affinity
 from scheduler.plugins.pod_topology_spread import topology_spread_score
 from scheduler.plugins.taint_toleration import taint_toleration
 from scheduler.settings import EngineSettings, Profile
+from tests.scheduler.filters import or_all_pass
 from tests.scheduler.test_model import node_obj, pod_obj, table_of
 
 HOSTNAME = "kubernetes.io/hostname"

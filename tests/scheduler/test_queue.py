@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import pytest
 
+from scheduler.api.pods import parse_pod
+from scheduler.events import Action, ClusterEvent, EventInterest
 from scheduler.queue import QueueState, SchedulingQueue
+from tests.scheduler.test_model import pod_obj
 
 
 class FakeClock:
@@ -134,7 +138,7 @@ def test_cluster_event_moves_backed_off_pods_early(
     assert queue.pop() == "a"
     assert queue.backoff("a") == 10.0
     clock.advance(1.5)
-    assert queue.cluster_event() == 1
+    assert queue.cluster_event(None) == 1
     assert queue.pop() == "a"
 
 
@@ -144,15 +148,111 @@ def test_cluster_event_never_retries_within_initial_backoff(
     queue.add("a", 0, 1.0)
     queue.pop()
     queue.backoff("a")  # ready in 1 s: an event cannot make it earlier
-    assert queue.cluster_event() == 0
+    assert queue.cluster_event(None) == 0
     queue.pop()  # not ready
     clock.advance(1.0)
     assert queue.pop() == "a"
     queue.backoff("a")  # 2 s now
     clock.advance(0.5)
-    assert queue.cluster_event() == 1  # moved to last attempt + 1 s
+    assert queue.cluster_event(None) == 1  # moved to last attempt + 1 s
     assert queue.pop() is None
     clock.advance(0.5)
+    assert queue.pop() == "a"
+
+
+NODE_ADDED = ClusterEvent("Node", Action.ADD)
+NODE_TAINTED = ClusterEvent("Node", Action.UPDATE_NODE_TAINT)
+POD_DELETED = ClusterEvent("Pod", Action.DELETE)
+
+
+def only(*events: ClusterEvent) -> Callable[[ClusterEvent], bool]:
+    """A ``retry_on`` predicate accepting exactly ``events``."""
+    return lambda event: event in events
+
+
+def back_off_long(
+    queue: SchedulingQueue,
+    clock: FakeClock,
+    retry_on: dict[str, Callable[[ClusterEvent], bool] | None],
+) -> None:
+    """Pop each pod of ``retry_on`` and back it off with its predicate until its backoff
+    is well over the initial 1 s, then let more than 1 s pass: only an event can make
+    them active now."""
+    for _ in range(3):  # 1 + 2 s, then 4 s
+        assert sorted(drain(queue)) == sorted(retry_on)
+        delays = {queue.backoff(key, accepts) for key, accepts in retry_on.items()}
+        assert len(delays) == 1
+        if (delay := delays.pop()) < 4.0:
+            clock.advance(delay)
+    clock.advance(1.5)
+
+
+def test_a_pod_with_retry_on_moves_only_on_the_events_it_accepts(
+    queue: SchedulingQueue, clock: FakeClock
+) -> None:
+    queue.add("a", 0, 1.0)
+    back_off_long(queue, clock, {"a": only(NODE_ADDED)})
+    assert queue.cluster_event(POD_DELETED) == 0
+    assert queue.cluster_event(NODE_TAINTED) == 0
+    assert queue.pop() is None
+    assert queue.state("a") is QueueState.BACKOFF
+    assert queue.cluster_event(NODE_ADDED) == 1
+    assert queue.pop() == "a"
+
+
+def test_an_unclassified_change_moves_a_pod_whatever_its_retry_on(
+    queue: SchedulingQueue, clock: FakeClock
+) -> None:
+    queue.add("a", 0, 1.0)
+    back_off_long(queue, clock, {"a": only(NODE_ADDED)})
+    assert queue.cluster_event(None) == 1
+    assert queue.pop() == "a"
+
+
+def test_a_pod_without_retry_on_moves_on_any_event(
+    queue: SchedulingQueue, clock: FakeClock
+) -> None:
+    queue.add("a", 0, 1.0)
+    back_off_long(queue, clock, {"a": None})
+    assert queue.cluster_event(POD_DELETED) == 1
+    assert queue.pop() == "a"
+
+
+def test_each_pod_is_moved_by_its_own_retry_on(queue: SchedulingQueue, clock: FakeClock) -> None:
+    queue.add("nodes", 0, 1.0)
+    queue.add("pods", 0, 2.0)
+    back_off_long(queue, clock, {"nodes": only(NODE_ADDED), "pods": only(POD_DELETED)})
+    assert queue.cluster_event(POD_DELETED) == 1
+    assert drain(queue) == ["pods"]
+    assert queue.state("nodes") is QueueState.BACKOFF
+    assert queue.cluster_event(NODE_ADDED) == 1
+    assert drain(queue) == ["nodes"]
+
+
+def test_the_latest_backoff_s_retry_on_is_the_one_that_counts(
+    queue: SchedulingQueue, clock: FakeClock
+) -> None:
+    queue.add("a", 0, 1.0)
+    back_off_long(queue, clock, {"a": only(NODE_ADDED)})
+    assert queue.cluster_event(NODE_ADDED) == 1
+    assert queue.pop() == "a"
+    assert queue.backoff("a", only(POD_DELETED)) == 8.0
+    clock.advance(1.5)
+    assert queue.cluster_event(NODE_ADDED) == 0
+    assert queue.cluster_event(POD_DELETED) == 1
+    assert queue.pop() == "a"
+
+
+def test_retry_on_works_with_a_plugin_s_event_interest(
+    queue: SchedulingQueue, clock: FakeClock
+) -> None:
+    interest = EventInterest("Node", Action.ADD | Action.UPDATE_NODE_TAINT)
+    pod = parse_pod(pod_obj("a"))
+    queue.add("a", 0, 1.0)
+    back_off_long(queue, clock, {"a": lambda event: interest.wants(pod, event)})
+    assert queue.cluster_event(ClusterEvent("Node", Action.UPDATE_NODE_LABEL)) == 0
+    assert queue.cluster_event(ClusterEvent("Pod", Action.ADD)) == 0
+    assert queue.cluster_event(NODE_TAINTED) == 1
     assert queue.pop() == "a"
 
 

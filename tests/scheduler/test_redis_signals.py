@@ -36,6 +36,7 @@ from scheduler.api.pods import parse_pod
 from scheduler.cycle import SchedulingCycle
 from scheduler.settings import EngineSettings
 from tests.conftest import RedisServer, free_port
+from tests.scheduler.frames import stale_nodes
 from tests.scheduler.test_model import node_obj, pod_obj, table_of
 from tests.shaped_reports import shaped_report
 
@@ -154,7 +155,7 @@ def test_reads_every_known_node_in_one_round_trip_of_mget_and_nothing_else(
     for i, node in enumerate(NODES):
         assert signals_at(cache, node) == pytest.approx(now - i)
     assert cache.poll_once() == 0  # nothing new: nothing re-applied
-    assert cache.snapshot().stale_nodes(now) == []
+    assert stale_nodes(cache.snapshot(), now) == []
 
 
 def test_the_index_is_computed_from_the_signals_with_the_schedulers_references(
@@ -207,7 +208,7 @@ def test_degraded_and_old_records_are_stale(
     raw.set(keys.sched_key("c"), sched_record.encode(report("c", now)))
     cache.poll_once()
     assert column(cache, "a", "fresh_until") == -math.inf  # degraded: no run queue
-    assert cache.stale_nodes(now) == ["a", "b"]
+    assert stale_nodes(cache.snapshot(), now) == ["a", "b"]
 
 
 def _forged(node: str, ts: float, **fields: float) -> bytes:
@@ -296,7 +297,7 @@ def test_a_forged_record_for_a_node_without_one_never_looks_quiet(
     assert signals_at(cache, "b") == -math.inf  # no signals: the stale policy applies
     table = table_of([node_obj(n) for n in NODES])
     table.set_signals(cache.snapshot())
-    assert not table.has_signals("b")
+    assert table.signals_at[table.index_of("b")] == -np.inf
     assert table.fresh_until[table.index_of("b")] == -math.inf
 
 

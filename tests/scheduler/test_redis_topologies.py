@@ -42,6 +42,7 @@ from scheduler.config import ConfigError, SchedulerConfig, parse_config, with_ov
 from scheduler.signal_frame import SignalFrame
 from tests.conftest import RedisServer, free_port
 from tests.redis_topologies import redis_cluster, replica_of, sentinel, sentinel_publisher
+from tests.scheduler.frames import stale_nodes
 from tests.shaped_reports import shaped_report
 
 pytestmark = pytest.mark.redis
@@ -125,7 +126,7 @@ def test_reads_signals_and_writes_decisions_through_sentinel(
         frame = cache.snapshot()
         assert frame.names == ("gpu-node-1", "gpu-node-2")
         assert [signals_at(frame, n) for n in frame.names] == [first.ts, second.ts]
-        assert frame.stale_nodes(second.ts) == []
+        assert stale_nodes(frame, second.ts) == []
         assert cache.write_ranking(second.ts)
         RedisDecisionSink(connection, settings, SignalMetrics(CollectorRegistry())).write(
             decision("train-0", "gpu-node-1")
@@ -382,7 +383,7 @@ def test_signal_keys_and_writes_spread_over_every_shard_and_the_scheduler_follow
         assert {node: signals_at(frame, node) for node in nodes} == {
             node: r.ts for node, r in last.items()
         }
-        assert frame.stale_nodes(published_at) == []
+        assert stale_nodes(frame, published_at) == []
         assert bool((frame.columns["fresh_until"] >= published_at).all())
 
         assert cache.write_ranking()

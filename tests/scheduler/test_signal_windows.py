@@ -18,7 +18,8 @@ from scheduler.api.pods import parse_pod
 from scheduler.cycle import SchedulingCycle
 from scheduler.plugins.interference import SignalWindow
 from scheduler.ports import NodeSignals
-from scheduler.settings import EngineSettings, Profile
+from scheduler.settings import Profile
+from tests.scheduler.profiles import interference_settings
 from tests.scheduler.test_model import node_obj, pod_obj, table_of
 
 DURATION_S = 120
@@ -36,10 +37,10 @@ def avoidance(window: SignalWindow, risk_k: float = 1.0) -> float:
     """Share of decisions that did not place the pod on the antagonist's node."""
     table = table_of([node_obj("antagonist"), node_obj("steady")])
     engine = SchedulingCycle(
-        EngineSettings(
+        interference_settings(
+            Profile(scores=(("NodeResourcesFit", 0.0), ("GpuPacking", 0.0))),
             signal_window=window,
             risk_k=risk_k,
-            profile=Profile(scores=(("NodeResourcesFit", 0.0), ("GpuPacking", 0.0))),
             recent_load_weight=0.0,
         ),
         seed=7,
