@@ -4,6 +4,12 @@ A hash a person can read with ``redis-cli HGETALL``: ``result``, ``node``, ``mes
 ``ts``, ``dry_run``, ``candidates`` — a JSON list with, per node, its filter verdict,
 its score breakdown and details such as its GPU model — and ``rejected``, a JSON object
 counting the nodes each filter reason rejected (each node at its first failing filter).
+
+The record lists only the best candidates and the first rejected nodes (the scheduler's
+``record_top_k`` of each: a record per pod must stay small at 5,000 nodes); ``omitted``
+says how many of each were left out, and ``funnel`` how many nodes each filter let
+through, so the counts are whole even where the list is not. ``trace_id`` names the
+decision's OpenTelemetry trace when tracing is on.
 """
 
 from __future__ import annotations
@@ -35,6 +41,16 @@ class CandidateVerdict:
 
 
 @dataclass(frozen=True, slots=True)
+class FunnelStage:
+    """One filter of a decision, in the order they ran: the nodes it was given and the
+    nodes it let through."""
+
+    name: str
+    nodes_in: int
+    nodes_out: int
+
+
+@dataclass(frozen=True, slots=True)
 class Decision:
     """What the scheduler decided for one pod in one cycle."""
 
@@ -49,6 +65,12 @@ class Decision:
     candidates: list[CandidateVerdict] = field(default_factory=list)
     rejected_by_reason: dict[str, int] = field(default_factory=dict)
     """Filter reason → nodes it rejected (also for pods that were scheduled)."""
+    funnel: list[FunnelStage] = field(default_factory=list)
+    """Each filter that ran, in order, with the nodes in and out."""
+    omitted: dict[str, int] = field(default_factory=dict)
+    """How many ``feasible`` and ``rejected`` nodes ``candidates`` leaves out."""
+    trace_id: str = ""
+    """The decision's trace (32 hex digits) when tracing is on."""
 
 
 def decision_hash(decision: Decision) -> dict[str, str]:
@@ -77,6 +99,12 @@ def decision_hash(decision: Decision) -> dict[str, str]:
             separators=(",", ":"),
         ),
         "rejected": json.dumps(decision.rejected_by_reason, separators=(",", ":")),
+        "funnel": json.dumps(
+            [[stage.name, stage.nodes_in, stage.nodes_out] for stage in decision.funnel],
+            separators=(",", ":"),
+        ),
+        "omitted": json.dumps(decision.omitted, separators=(",", ":")),
+        "trace_id": decision.trace_id,
     }
 
 
@@ -108,6 +136,12 @@ def parse_decision_hash(raw: Mapping[Any, Any]) -> Decision:
             rejected_by_reason={
                 str(k): int(v) for k, v in json.loads(data.get("rejected", "{}")).items()
             },
+            funnel=[
+                FunnelStage(str(name), int(nodes_in), int(nodes_out))
+                for name, nodes_in, nodes_out in json.loads(data.get("funnel", "[]"))
+            ],
+            omitted={str(k): int(v) for k, v in json.loads(data.get("omitted", "{}")).items()},
+            trace_id=data.get("trace_id", ""),
         )
     except (KeyError, ValueError, TypeError, AttributeError) as exc:
         raise PayloadError(f"bad decision record: {exc!r}") from exc

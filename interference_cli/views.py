@@ -204,7 +204,21 @@ def decision_view(decision: Decision, now: float, when: str | None = None) -> Re
             f"{cand.total:.1f}" if cand.passed else "—",
             *[cand.details.get(key, "—") for key in details],
         )
-    parts: list[RenderableType] = [header, Text(decision.message), table]
+    parts: list[RenderableType] = [header, Text(decision.message)]
+    if decision.funnel:
+        parts.append(Text("funnel: " + funnel_line(decision)))
+    parts.append(table)
+    left_out = [
+        f"{count} more {kind}" for kind, count in sorted(decision.omitted.items()) if count > 0
+    ]
+    if left_out:
+        parts.append(
+            Text(
+                f"… {' and '.join(left_out)} node(s) not listed: the record keeps the best"
+                " and the first rejected (engine.record_top_k of each)",
+                style="dim",
+            )
+        )
     if weights:
         parts.append(
             Text(
@@ -218,7 +232,28 @@ def decision_view(decision: Decision, now: float, when: str | None = None) -> Re
             f"{count} {reason}" for reason, count in sorted(decision.rejected_by_reason.items())
         )
         parts.append(Text(f"rejected: {rejected}", style="red"))
+    if decision.trace_id:
+        parts.append(Text(f"trace: {decision.trace_id}"))
     return Group(*parts)
+
+
+def funnel_line(decision: Decision) -> str:
+    """``5000 nodes → 212 after NodeResourcesFit → 3 after Interference → chosen n7``: the
+    filters that removed nodes, in the order they ran."""
+    first = decision.funnel[0].nodes_in
+    steps = [f"{first} nodes"]
+    steps += [
+        f"{stage.nodes_out} after {stage.name}"
+        for stage in decision.funnel
+        if stage.nodes_out != stage.nodes_in
+    ]
+    if decision.node:
+        steps.append(f"chosen {decision.node}")
+    elif decision.result in ("filtered", "prioritized"):
+        steps.append("kube-scheduler picks")
+    elif decision.funnel[-1].nodes_out == 0:
+        steps.append("none left")
+    return " → ".join(steps)
 
 
 def _score_legend(plugins: Sequence[str]) -> list[str]:

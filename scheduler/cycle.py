@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-from interference.decision import CandidateVerdict
+from interference.decision import CandidateVerdict, FunnelStage
 from scheduler.api.objects import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, PodInfo
 from scheduler.filter_masks import (
     Rejections,
@@ -113,6 +113,10 @@ class CycleResult:
     """Seconds the pod had waited when the relaxable filters were dropped, else ``None``."""
     blind: bool = False
     """Judged interference-blind (signals unreadable, or a blind profile)."""
+    funnel: tuple[FunnelStage, ...] = ()
+    """Each filter that ran, in order, with the candidates in and out."""
+    omitted: dict[str, int] = field(default_factory=dict)
+    """How many ``feasible`` and ``rejected`` nodes ``candidates`` leaves out."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +128,8 @@ class FilterOutcome:
     rejections: Rejections
     relaxed_after_s: float | None
     blind: bool
+    funnel: tuple[FunnelStage, ...] = ()
+    """Each filter that ran, in order, with the candidates in and out."""
 
     def rejected_by(self) -> frozenset[str]:
         return frozenset(plugin.name for plugin, _, _ in self.rejections.failing)
@@ -246,7 +252,10 @@ class SchedulingCycle:
         elif not blind:
             self.relax.forget(pod.key)
         stages = filtered.static.checked + filtered.dynamic
-        return FilterOutcome(filtered.passed, rejections(stages, candidates), relaxed_after, blind)
+        found = rejections(stages, candidates)
+        considered = int(np.count_nonzero(candidates))
+        funnel = _funnel(profile, relaxed_after is not None, considered, found.first_failures())
+        return FilterOutcome(filtered.passed, found, relaxed_after, blind, funnel)
 
     def score(
         self, pod: PodInfo, table: NodeTable, now: float, *, signals_readable: bool = True
@@ -297,11 +306,13 @@ class SchedulingCycle:
             counts = dict(static_rejections.counts)
             undecided_count = int(np.count_nonzero(filtered.undecided))
         rejectors = {plugin.name for plugin, _, _ in static_rejections.failing}
+        first_failures = static_rejections.first_failures()
         rejected: list[CandidateVerdict] = []
         if undecided_count > feasible:
             dynamic_rejections = rejections(filtered.dynamic, filtered.undecided)
             counts = merged(counts, dynamic_rejections.counts)
             rejectors.update(plugin.name for plugin, _, _ in dynamic_rejections.failing)
+            first_failures.update(dynamic_rejections.first_failures())
             rejected = self._rejected(table, dynamic_rejections.failing, details)
         left = self.settings.record_top_k - len(rejected)
         if left > 0 and static_rejections.failing:
@@ -309,8 +320,9 @@ class SchedulingCycle:
                 rejected += self._static_verdicts(table, static, left, details)
             else:
                 rejected += self._rejected(table, static_rejections.failing, details, left)
+        considered = len(table) if candidates is None else int(np.count_nonzero(candidates))
+        funnel = _funnel(profile, relax, considered, first_failures)
         if feasible == 0:
-            considered = len(table) if candidates is None else int(np.count_nonzero(candidates))
             message = failed_scheduling_message(considered, counts)
             fit = state.filtered.get(NODE_RESOURCES_FIT)
             if fit is not None and fit.reasons:
@@ -328,6 +340,8 @@ class SchedulingCycle:
                 feasible=0,
                 reason_counts=counts,
                 rejected_by=frozenset(rejectors),
+                funnel=funnel,
+                omitted={"feasible": 0, "rejected": considered - len(rejected)},
             )
         scores = _scores(profile, state, passed)
         totals = weighted_sum(scores.values(), len(table))
@@ -347,6 +361,11 @@ class SchedulingCycle:
             feasible=feasible,
             reason_counts=counts,
             rejected_by=frozenset(rejectors),
+            funnel=funnel,
+            omitted={
+                "feasible": feasible - len(ranked),
+                "rejected": considered - feasible - len(rejected),
+            },
         )
 
     def _filters(
@@ -505,7 +524,25 @@ def _with(
         result.rejected_by,
         relaxed_after_s,
         blind,
+        result.funnel,
+        result.omitted,
     )
+
+
+def _funnel(
+    profile: ResolvedProfile, relax: bool, considered: int, first_failures: dict[str, int]
+) -> tuple[FunnelStage, ...]:
+    """Each filter that ran with the candidates it was given and let through: a filter
+    lets through what it was given less the candidates it rejected first."""
+    stages: list[FunnelStage] = []
+    left = considered
+    for plugin in profile.filters:
+        if relax and plugin.relaxable:
+            continue
+        out = left - first_failures.get(plugin.name, 0)
+        stages.append(FunnelStage(plugin.name, left, out))
+        left = out
+    return tuple(stages)
 
 
 def _prefilter(profile: ResolvedProfile, state: CycleState) -> tuple[str, PodRejection] | None:

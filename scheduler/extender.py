@@ -76,7 +76,7 @@ import numpy as np
 from numpy.typing import NDArray
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from interference.decision import CandidateVerdict, Decision
+from interference.decision import CandidateVerdict, Decision, FunnelStage
 from scheduler.api.objects import PodInfo
 from scheduler.api.pods import parse_pod
 from scheduler.api.reader import ObjectError
@@ -177,6 +177,7 @@ class FilterVerdict:
     node added or removed bumps) is ``generation``."""
     generation: int
     relaxed: bool = False
+    funnel: tuple[FunnelStage, ...] = ()
 
 
 def read_extender_pod(obj: Mapping[str, Any]) -> PodInfo:
@@ -495,6 +496,7 @@ class Extender:
             rows[passed_at],
             table.generation,
             outcome.relaxed_after_s is not None,
+            outcome.funnel,
         )
 
     def _filter_decision(
@@ -526,6 +528,11 @@ class Extender:
             candidates=[CandidateVerdict(n, True) for n in verdict.passed[: settings.record_top_k]]
             + verdict.rejected,
             rejected_by_reason=dict(verdict.reason_counts),
+            funnel=list(verdict.funnel),
+            omitted={
+                "rejected": len(args.names) - len(verdict.passed) - len(verdict.rejected),
+                "feasible": max(0, len(verdict.passed) - settings.record_top_k),
+            },
         )
 
 

@@ -23,6 +23,14 @@ class Rejections:
     failing: tuple[tuple[Filter, FilterResult, NDArray[np.bool_]], ...]
     """Per filter that rejected any candidate first, in filter order: the candidates it
     rejected."""
+    rejected: tuple[int, ...] = ()
+    """How many candidates each of ``failing`` rejected first."""
+
+    def first_failures(self) -> dict[str, int]:
+        """Filter name → candidates it rejected first."""
+        return {
+            plugin.name: n for (plugin, _, _), n in zip(self.failing, self.rejected, strict=True)
+        }
 
 
 def all_of(first: NDArray[np.bool_], stages: Iterable[FilterResult]) -> NDArray[np.bool_]:
@@ -81,6 +89,7 @@ def rejections(
     filter. A filter with one reason needs no per-reason columns."""
     counts: dict[str, int] = {}
     failing_per_stage: list[tuple[Filter, FilterResult, NDArray[np.bool_]]] = []
+    rejected_per_stage: list[int] = []
     for plugin, stage in stages:
         if not stage.reasons:
             continue
@@ -89,9 +98,10 @@ def rejections(
         if rejected == 0:
             continue
         failing_per_stage.append((plugin, stage, failing))
+        rejected_per_stage.append(rejected)
         per_reason = [rejected] if len(stage.reasons) == 1 else stage.reason_counts(failing)
         for reason, nodes in zip(stage.reasons, per_reason, strict=True):
             if nodes:
                 counts[reason] = counts.get(reason, 0) + nodes
         undecided = undecided & stage.passed
-    return Rejections(counts, tuple(failing_per_stage))
+    return Rejections(counts, tuple(failing_per_stage), tuple(rejected_per_stage))

@@ -464,6 +464,8 @@ class SchedulingLoop:
             dry_run=self._loop_settings.dry_run,
             candidates=candidates,
             rejected_by_reason=dict(result.reason_counts),
+            funnel=list(result.funnel),
+            omitted=dict(result.omitted),
         )
 
     def _write_decision(self, decision: Decision) -> None:

@@ -7,7 +7,13 @@ import json
 import pytest
 
 from interference.codec import PayloadError
-from interference.decision import CandidateVerdict, Decision, decision_hash, parse_decision_hash
+from interference.decision import (
+    CandidateVerdict,
+    Decision,
+    FunnelStage,
+    decision_hash,
+    parse_decision_hash,
+)
 
 DECISION = Decision(
     namespace="ml",
@@ -28,6 +34,9 @@ DECISION = Decision(
             weights={"Interference": 2.0, "GpuPacking": 1.0},
         ),
     ],
+    funnel=[FunnelStage("NodeResourcesFit", 40, 12), FunnelStage("Interference", 12, 3)],
+    omitted={"feasible": 2, "rejected": 36},
+    trace_id="4bf92f3577b34da6a3ce929d0e0e4736",
 )
 
 
@@ -36,6 +45,8 @@ def test_decision_round_trips_and_reads_well() -> None:
     assert fields["result"] == "scheduled"
     assert fields["dry_run"] == "0"
     assert json.loads(fields["candidates"])[0]["reasons"] == ["Insufficient nvidia.com/gpu"]
+    assert json.loads(fields["funnel"]) == [["NodeResourcesFit", 40, 12], ["Interference", 12, 3]]
+    assert json.loads(fields["omitted"]) == {"feasible": 2, "rejected": 36}
     assert parse_decision_hash(fields) == DECISION
     as_bytes = {k.encode(): v.encode() for k, v in fields.items()}
     assert parse_decision_hash(as_bytes) == DECISION

@@ -4,6 +4,7 @@ statuses and events, and standalone and extender modes agreeing through the cycl
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -249,3 +250,31 @@ def test_standalone_and_extender_modes_agree_through_the_one_cycle(
     rejected = sum(int(np.count_nonzero(mask)) for _, _, mask in filtered.rejections.failing)
     assert rejected + chosen.feasible == int(np.count_nonzero(candidates))
     assert sum(chosen.reason_counts.values()) >= rejected
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    cpus=st.lists(st.sampled_from(["500m", "1", "2", "4"]), min_size=1, max_size=12),
+    tainted=st.lists(st.booleans(), min_size=12, max_size=12),
+    want=st.sampled_from(["100m", "900m", "1500m", "3"]),
+    top_k=st.integers(0, 4),
+)
+def test_the_funnel_and_the_omitted_counts_account_for_every_node(
+    cpus: list[str], tainted: list[bool], want: str, top_k: int
+) -> None:
+    nodes = [
+        node_obj(f"n{i}", cpu=cpu, taints=[("k", "v", "NoSchedule")] if tainted[i] else [])
+        for i, cpu in enumerate(cpus)
+    ]
+    table = table_of(nodes)
+    pod = parse_pod(pod_obj(requests={"cpu": want}))
+    result = SchedulingCycle(EngineSettings(record_top_k=top_k), seed=1).schedule(pod, table, NOW)
+    funnel = result.funnel
+    assert [stage.name for stage in funnel] == [p.name for p in REGISTRY.filters]
+    assert funnel[0].nodes_in == len(cpus)
+    assert all(a.nodes_out == b.nodes_in for a, b in itertools.pairwise(funnel))
+    assert funnel[-1].nodes_out == result.feasible
+    listed_feasible = sum(c.passed for c in result.candidates)
+    listed_rejected = sum(not c.passed for c in result.candidates)
+    assert result.omitted["feasible"] + listed_feasible == result.feasible
+    assert result.omitted["rejected"] + listed_rejected == len(cpus) - result.feasible
