@@ -38,6 +38,7 @@ from interference_infra.logsetup import configure_logging
 from interference_infra.redis_arguments import add_redis_arguments, redis_arguments
 from interference_infra.redis_client import credentials_from_env
 from interference_infra.strict import parse_number
+from interference_infra.version import add_version_argument
 
 log = logging.getLogger("credential_issuer")
 
@@ -54,6 +55,7 @@ def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         '{"node", "username", "password"}. Every flag falls back to the environment '
         "variable named in its help.",
     )
+    add_version_argument(p)
     p.add_argument(
         "--address",
         default=environ.get("HTTP_ADDRESS", "0.0.0.0"),

@@ -19,6 +19,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.live import Live
@@ -28,6 +29,7 @@ from rich.text import Text
 from interference_cli import views
 from interference_cli.store import CliError, Store, split_pod_ref
 from interference_infra.cliparse import RUNTIME_EXIT, USAGE_EXIT, OneLineParser
+from interference_infra.redis_arguments import check_url
 from interference_infra.redis_client import (
     DEFAULT_SENTINEL_MASTER,
     credentials_from_env,
@@ -35,6 +37,10 @@ from interference_infra.redis_client import (
 )
 from interference_infra.redis_tls import RedisTls
 from interference_infra.strict import SettingsError, parse_bool
+from interference_infra.version import add_version_argument
+
+if TYPE_CHECKING:
+    from interference_cli.trace import RecordResult
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 WIDE_OUTPUT_COLUMNS = 160
@@ -104,6 +110,7 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
     parser = OneLineParser(
         prog="interference", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
+    add_version_argument(parser)
     _redis_options(parser, env, top=True)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -167,7 +174,8 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
         "Append the agents' reports from every node's report stream in Redis "
         "(intf:node:NODE:reports, found again every few seconds) to a trace file "
         "(msgpack) for `interference simulate`, until --duration, --count or Ctrl-C. An "
-        "existing trace is appended to; a file that is not one is refused.",
+        "existing trace is appended to (what it held is kept byte for byte); a file that "
+        "is not one is refused. Exit 1, saying why, when no report was recorded.",
         "interference record --out trace.msgpack --duration 600",
     )
     record.add_argument("--out", required=True, help="trace file to write or append to (msgpack)")
@@ -223,6 +231,7 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
 def store_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> Store:
     """The store the Redis options and REDIS_USERNAME / REDIS_PASSWORD point at; with
     REDIS_SENTINELS (and REDIS_SENTINEL_MASTER) or REDIS_CLUSTER as the agent takes them."""
+    check_url(args.redis_url, environ)
     tls = RedisTls(args.redis_ca_file, args.redis_cert_file, args.redis_key_file)
     tls.check(args.redis_url)
     username, password = credentials_from_env(environ)
@@ -279,15 +288,18 @@ def _run(args: argparse.Namespace, console: Console, env: Mapping[str, str]) -> 
                 else (lambda _: None)
             ),
         )
-        console.print(
-            f"recorded {recorded.written} reports to {args.out}"
-            + (" (appended to the trace already there)" if recorded.appended else "")
-        )
         if recorded.skipped:
             console.print(
                 f"skipped {len(recorded.skipped)} malformed stream entries, "
                 f"first: {recorded.skipped[0]}"
             )
+        if recorded.written == 0:
+            print(f"interference: {_nothing_recorded(args, store, recorded)}", file=sys.stderr)
+            return RUNTIME_EXIT
+        console.print(
+            f"recorded {recorded.written} reports to {args.out}"
+            + (" (appended to the trace already there)" if recorded.appended else "")
+        )
         return 0
     if args.command == "top":
         if args.watch:
@@ -302,6 +314,36 @@ def _run(args: argparse.Namespace, console: Console, env: Mapping[str, str]) -> 
         namespace, pod = split_pod_ref(args.pod)
         console.print(views.decision_view(store.decision(namespace, pod), time.time()))
     return 0
+
+
+def _nothing_recorded(args: argparse.Namespace, store: Store, recorded: RecordResult) -> str:
+    """Why a recording got no report, and what became of the file."""
+    kept = (
+        f"the trace in {args.out} is unchanged"
+        if recorded.appended
+        else f"{args.out} was not written"
+    )
+    if recorded.streams == 0 and not store.may_scan:
+        why = (
+            f"this Redis user may not SCAN and the scheduler ranks no node in Redis at "
+            f"{store.where}, so no node's report stream could be found; record while the "
+            "scheduler runs, or as a user allowed SCAN on intf:* (the viewer user's ACL)"
+        )
+    elif recorded.streams == 0:
+        why = (
+            f"no node report stream (intf:node:NODE:reports) in Redis at {store.where}: "
+            "no agent publishes to this Redis; check --redis-url / REDIS_URL (host, port "
+            "and database number) and that interference-agent runs on the nodes"
+        )
+    else:
+        how = "from the start" if args.from_start else f"new in {recorded.duration_s:.0f} s"
+        why = (
+            f"{recorded.streams} nodes' report streams in Redis at {store.where}, but no "
+            f"report {how}: are the agents still publishing? (without --from-start only "
+            "reports added after the start are recorded; raise --duration or add "
+            "--from-start to take what the streams hold)"
+        )
+    return f"recorded no reports: {why}; {kept}"
 
 
 def _watch_top(store: Store, console: Console, interval_s: float, *, scan: bool = False) -> None:

@@ -24,8 +24,7 @@ of the latest report of each node at that moment. Per policy it reports:
 The trace's measurements already contain whatever ran on the nodes when it was recorded,
 not the simulated pods' own load; the cycle's recent-load term stands in for that.
 
-Size: just over 500 lines: the replay, the policies' runs and the violation judge share
-the trace's timeline.
+The ``--pods`` file is read by :mod:`interference_cli.workload`.
 """
 
 from __future__ import annotations
@@ -40,7 +39,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from rich.console import Console
 from rich.table import Table
 
@@ -49,7 +47,8 @@ from interference.signals import NodeReport
 from interference_cli.store import CliError, split_pod_ref
 from interference_cli.trace import load_trace
 from interference_cli.views import decision_view
-from scheduler.adapters.memory import node_object, pod_object
+from interference_cli.workload import Arrival, Workload, load_workload
+from scheduler.adapters.memory import node_object
 from scheduler.api.nodes import parse_node
 from scheduler.api.objects import PodInfo
 from scheduler.api.pods import parse_pod
@@ -62,34 +61,9 @@ from scheduler.settings import EngineSettings
 from scheduler.table import NodeTable
 
 GPU_RESOURCE = "nvidia.com/gpu"
-MAX_ARRIVALS_PER_ENTRY = 100_000
 RETRY_INITIAL_S = 1.0
 RETRY_MAX_S = 10.0
 """Backoff of an unschedulable pod between attempts, as the scheduling queue's."""
-
-
-@dataclass(frozen=True, slots=True)
-class Arrival:
-    """One pod arriving ``at_s`` seconds after the trace's first report."""
-
-    at_s: float
-    obj: dict[str, Any]
-    """The pod as the API server would return it."""
-    duration_s: float | None
-    """Seconds until it leaves (frees its resources); None stays to the end."""
-
-
-@dataclass(frozen=True, slots=True)
-class Workload:
-    """The ``--pods`` file: node sizes, arrivals and how violations are judged."""
-
-    node_allocatable: Mapping[str, Mapping[str, str]]
-    """Per node name (``default`` for the rest) the allocatable resources."""
-    arrivals: list[Arrival]
-    horizon_s: float = 10.0
-    """Seconds after a placement whose reports are judged against the pod's tolerance."""
-    violation_fraction: float = 0.5
-    """Share of those reports that must exceed the tolerance to count a violation."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,90 +100,6 @@ class PolicyResult:
         out["placements"] = [list(p) for p in self.placements]
         out["explained"] = decision_hash(self.explained) if self.explained else None
         return out
-
-
-def load_workload(path: str | Path) -> Workload:
-    """Read a ``--pods`` file; :class:`CliError` naming what is wrong.
-
-    Format::
-
-        nodes:                       # allocatable per trace node; `default` for the rest
-          default: {cpu: "4", memory: 16Gi, pods: "110"}
-        evaluation: {horizon_s: 10, violation_fraction: 0.5}
-        arrivals:
-          - {at_s: 2, count: 10, every_s: 1, name: web, cpu: 250m, memory: 256Mi,
-             gpus: 0, duration_s: 60, annotations: {interference.io/max-runq-p99-us: "1000"}}
-    """
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise CliError(
-            f"pod arrival file {path} is not text (UTF-8 YAML); see deploy/demo/arrivals.yaml "
-            "for the format"
-        ) from None
-    except OSError as exc:
-        raise CliError(f"cannot read pod arrival file {path}: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
-        raise CliError(f"pod arrival file {path} is not valid YAML: {one_line(exc)}") from exc
-    if not isinstance(data, dict) or not isinstance(data.get("arrivals"), list):
-        raise CliError(f"pod arrival file {path} needs an `arrivals:` list")
-    try:
-        nodes = {
-            str(name): {str(k): str(v) for k, v in resources.items()}
-            for name, resources in (data.get("nodes") or {}).items()
-        }
-        evaluation = data.get("evaluation") or {}
-        arrivals = [a for i, entry in enumerate(data["arrivals"]) for a in _expand(i, entry)]
-        workload = Workload(
-            nodes,
-            sorted(arrivals, key=lambda a: a.at_s),
-            horizon_s=float(evaluation.get("horizon_s", 10.0)),
-            violation_fraction=float(evaluation.get("violation_fraction", 0.5)),
-        )
-    except (AttributeError, KeyError, TypeError, ValueError) as exc:
-        raise CliError(
-            f"pod arrival file {path} is malformed ({type(exc).__name__}: {one_line(exc)}); "
-            "see the format in docs/operations.md and deploy/demo/arrivals.yaml"
-        ) from exc
-    if not workload.arrivals:
-        raise CliError(f"pod arrival file {path} has no arrivals")
-    if not 0 < workload.violation_fraction <= 1 or workload.horizon_s <= 0:
-        raise CliError(
-            f"pod arrival file {path}: evaluation needs horizon_s > 0 and "
-            "0 < violation_fraction ≤ 1"
-        )
-    return workload
-
-
-def one_line(exc: Exception) -> str:
-    """An exception's message on one line."""
-    return " ".join(str(exc).split())
-
-
-def _expand(index: int, entry: Mapping[str, Any]) -> list[Arrival]:
-    count = int(entry.get("count", 1))
-    every_s = float(entry.get("every_s", 0.0))
-    if not 1 <= count <= MAX_ARRIVALS_PER_ENTRY:
-        raise ValueError(f"arrival {index}: count {count} is out of range; allowed: 1–100000")
-    if not (every_s >= 0 and float(entry["at_s"]) >= 0):
-        raise ValueError(f"arrival {index}: at_s and every_s must be ≥ 0")
-    name = str(entry.get("name", f"pod{index}"))
-    duration = entry.get("duration_s")
-    return [
-        Arrival(
-            at_s=float(entry["at_s"]) + k * every_s,
-            obj=pod_object(
-                f"{name}-{k}" if count > 1 else name,
-                namespace=str(entry.get("namespace", "default")),
-                cpu=str(entry.get("cpu", "100m")),
-                memory=str(entry.get("memory", "128Mi")),
-                gpus=int(entry.get("gpus", 0)),
-                annotations={str(a): str(v) for a, v in (entry.get("annotations") or {}).items()},
-            ),
-            duration_s=None if duration is None else float(duration),
-        )
-        for k in range(count)
-    ]
 
 
 def load_policy(path: str | Path) -> Policy:

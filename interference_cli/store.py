@@ -43,6 +43,7 @@ from interference_infra.redis_client import (
     Client,
     RedisConnection,
     RedisTarget,
+    unreachable_reason,
 )
 from interference_infra.redis_tls import RedisTls
 from interference_infra.strict import SettingsError, mask_url
@@ -159,6 +160,11 @@ class Store:
         self._may_scan = True
 
     @property
+    def may_scan(self) -> bool:
+        """False once this user was refused ``SCAN``: only the ranked nodes can be found."""
+        return self._may_scan
+
+    @property
     def _redis(self) -> Client:
         return self._connection.client()
 
@@ -172,6 +178,11 @@ class Store:
                 "set REDIS_USERNAME and REDIS_PASSWORD (or user:password in the URL)"
             ) from exc
         except (redis.ConnectionError, redis.TimeoutError) as exc:
+            reason = unreachable_reason(self._connection.target, exc)
+            if reason != str(exc):  # a rediss:// URL on a plaintext server, said plainly
+                raise CliError(
+                    f"cannot reach Redis at {where} while reading {what}: {reason}"
+                ) from exc
             raise CliError(
                 f"cannot reach Redis at {where} while reading {what} "
                 f"({mask_credentials(str(exc))}); start redis-server or pass --redis-url / "

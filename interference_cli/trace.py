@@ -9,8 +9,12 @@ so reading a trace goes through the same versioned decoder as the scheduler.
 ``record`` finds the streams (:meth:`~interference_cli.store.Store.report_streams`: the
 ranked nodes' and every one ``SCAN`` finds when the user may scan) again every
 :data:`RESCAN_S`, so nodes that start reporting later are recorded too, and reads them
-with ``XREAD``, many streams per command. It appends to an existing trace file, and
-refuses a file that is not one.
+with ``XREAD``, many streams per command. It appends to an existing trace file (a
+trace is a plain sequence of msgpack objects, so reports written after the last one keep
+it one trace with one header), and refuses a file that is not one. It never leaves a
+trace it appended to shorter than it found it, nor with half an entry at its end: a
+failed write is cut back to the last whole report; a file it created and wrote no report
+to is removed.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import msgpack
 
@@ -45,6 +49,10 @@ class RecordResult:
     """``"<stream key> <entry id>: <why>"`` of every malformed stream entry left out."""
     appended: bool = False
     """The file was an existing trace the reports were added to."""
+    streams: int = 0
+    """Report streams found in Redis (the nodes that ever published) by the end."""
+    duration_s: float = 0.0
+    """How long it recorded."""
 
 
 def record_to_file(
@@ -69,7 +77,8 @@ def record_to_file(
     counted (the trace holds only reports the simulator can replay)."""
     path = Path(out)
     appending = _check_existing(path)
-    deadline = clock() + duration_s if duration_s > 0 else float("inf")
+    started = clock()
+    deadline = started + duration_s if duration_s > 0 else float("inf")
     written = 0
     skipped: list[str] = []
     first_id = "0-0" if from_start else f"{int(time.time() * 1000)}-0"
@@ -80,18 +89,24 @@ def record_to_file(
         else store.last_stream_ids(sorted(streams.values()))
     )
     scanned_at = clock()
+    created = not path.exists()
     try:
-        with path.open("ab") as handle:
-            if not appending:
-                handle.write(msgpack.packb(_header(store.shown_url), use_bin_type=True))
-                handle.flush()
+        # Unbuffered: a round's bytes go to the file in one write call (or fail), so no
+        # buffered tail can reach the file after a failure has cut it back.
+        with path.open("ab", buffering=0) as handle:
+            whole = handle.tell()  # bytes that are whole entries: what a failure cuts back to
             try:
+                if not appending:
+                    _write_all(handle, msgpack.packb(_header(store.shown_url), use_bin_type=True))
+                    whole = handle.tell()
                 while clock() < deadline and not (max_reports and written >= max_reports):
                     if clock() - scanned_at >= RESCAN_S:
                         for key in store.report_streams().values():
                             last_ids.setdefault(key, first_id)  # new since the last look
                         scanned_at = clock()
                     entries = store.streams_after(last_ids)
+                    chunk = bytearray()
+                    taken = 0
                     for key, entry_id, payload in entries:
                         last_ids[key] = entry_id
                         try:
@@ -99,19 +114,40 @@ def record_to_file(
                         except PayloadError as exc:
                             skipped.append(f"{key} {entry_id}: {exc}")
                             continue
-                        handle.write(msgpack.packb(payload, use_bin_type=True))
-                        written += 1
-                        if max_reports and written >= max_reports:
+                        chunk += msgpack.packb(payload, use_bin_type=True)
+                        taken += 1
+                        if max_reports and written + taken >= max_reports:
                             break
-                    handle.flush()
+                    _write_all(handle, bytes(chunk))
+                    whole, written = handle.tell(), written + taken
                     progress(written)
                     if not entries:
                         time.sleep(max(0.0, min(IDLE_S, deadline - clock())))
             except KeyboardInterrupt:
                 pass  # Ctrl-C ends a recording; everything read so far is in the file
+            finally:
+                # Whole entries only, whatever ended the recording (Ctrl-C in a write, a
+                # full disk, Redis gone); a new trace with no report is not kept.
+                handle.truncate(whole if written or appending else 0)
+        if written == 0 and created:
+            path.unlink()
     except OSError as exc:
         raise CliError(f"cannot write trace file {out}: {exc}") from exc
-    return RecordResult(written, skipped, appended=appending)
+    return RecordResult(
+        written,
+        skipped,
+        appended=appending,
+        streams=len(last_ids),
+        duration_s=clock() - started,
+    )
+
+
+def _write_all(handle: BinaryIO, data: bytes) -> None:
+    """Write all of ``data`` to an unbuffered file (a raw write may take only part)."""
+    view = memoryview(data)
+    while view:
+        count = handle.write(view)
+        view = view[count or 0 :]
 
 
 def _check_existing(path: Path) -> bool:

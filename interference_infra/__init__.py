@@ -9,7 +9,8 @@
   the command line, and :class:`~interference_infra.strict.SettingsError`;
 * :mod:`interference_infra.logsetup` — the programs' logging (text or JSON, credentials
   masked);
-* :mod:`interference_infra.cliparse` — the one-line ``argparse`` errors and exit statuses.
+* :mod:`interference_infra.cliparse` — the one-line ``argparse`` errors and exit statuses;
+* :mod:`interference_infra.version` — every program's ``--version``.
 
 It may import :mod:`interference` (the shared contract), never ``node_agent``,
 ``scheduler`` or ``interference_cli`` (docs/design.md §2).

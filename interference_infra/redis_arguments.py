@@ -15,9 +15,9 @@ import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from interference_infra.redis_client import DEFAULT_SENTINEL_MASTER, parse_sentinels
+from interference_infra.redis_client import DEFAULT_SENTINEL_MASTER, RedisTarget, parse_sentinels
 from interference_infra.redis_tls import RedisTls
-from interference_infra.strict import parse_bool
+from interference_infra.strict import SettingsError, parse_bool
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 
@@ -90,6 +90,7 @@ def redis_arguments(args: argparse.Namespace, environ: Mapping[str, str]) -> Red
     if cluster is None:
         raw = environ.get("REDIS_CLUSTER", "")
         cluster = parse_bool("REDIS_CLUSTER", raw) if raw.strip() else False
+    check_url(args.redis_url, environ)
     tls = RedisTls(args.redis_ca_file, args.redis_cert_file, args.redis_key_file)
     tls.check(args.redis_url)
     return RedisArguments(
@@ -99,3 +100,18 @@ def redis_arguments(args: argparse.Namespace, environ: Mapping[str, str]) -> Red
         sentinel_master=args.redis_sentinel_master,
         cluster=cluster,
     )
+
+
+def url_given_as(url: str, environ: Mapping[str, str]) -> str:
+    """What the user gave ``url`` as: ``REDIS_URL`` when the value is the variable's (the
+    flag's default), else ``--redis-url``."""
+    return "REDIS_URL" if environ.get("REDIS_URL") == url else "--redis-url"
+
+
+def check_url(url: str, environ: Mapping[str, str]) -> None:
+    """:class:`SettingsError` naming ``REDIS_URL`` or ``--redis-url`` (whichever gave it)
+    for a URL no Redis client can use (wrong scheme, unencoded password)."""
+    try:
+        RedisTarget(url)
+    except SettingsError as exc:
+        raise SettingsError(f"{url_given_as(url, environ)}: {exc}") from None

@@ -30,7 +30,7 @@ from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException
 from redis.sentinel import Sentinel
 
-from interference_infra.redis_tls import RedisTls
+from interference_infra.redis_tls import RedisTls, plaintext_server_hint
 from interference_infra.strict import SettingsError, mask_url
 
 Client: TypeAlias = "redis.Redis[bytes] | RedisCluster[bytes]"
@@ -172,6 +172,17 @@ def _credentials(target: RedisTarget) -> tuple[str, str | None, str | None]:
         target.username if target.username is not None else url_username,
         target.password if target.password is not None else url_password,
     )
+
+
+def unreachable_reason(target: RedisTarget, error: BaseException) -> str:
+    """Why ``target`` could not be reached, for a message: redis-py's own words, unless
+    the URL is ``rediss://`` and the server speaks plaintext Redis (then says so, since
+    redis-py only reports a timeout)."""
+    if isinstance(error, redis.ConnectionError | redis.TimeoutError) and not target.sentinels:
+        hint = plaintext_server_hint(target.url)
+        if hint is not None:
+            return hint
+    return str(error)
 
 
 class RedisConnection:

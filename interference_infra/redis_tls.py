@@ -9,8 +9,10 @@ for certificates (``tls-auth-clients yes``). The options only make sense with a
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from interference_infra.strict import SettingsError, mask_url
 
@@ -59,3 +61,33 @@ class RedisTls:
         if self.key_file:
             kwargs["ssl_keyfile"] = self.key_file
         return kwargs
+
+
+def plaintext_server_hint(url: str, timeout_s: float = 1.0) -> str | None:
+    """Why a ``rediss://`` connection failed when the server at the URL's address speaks
+    plain Redis, not TLS (redis-py then only says "Timeout connecting": the server waits
+    for a command while the client waits for the TLS handshake); None otherwise.
+
+    Called after a failure only: it sends ``PING`` in clear text and a server that
+    answers like Redis (``+PONG``, or an error such as ``-NOAUTH``) is serving plaintext;
+    a TLS server answers with a TLS alert or closes the connection."""
+    if not url.startswith("rediss://"):
+        return None
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname or "localhost", parts.port or 6379
+    except ValueError:
+        return None
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            sock.sendall(b"PING\r\n")
+            answer = sock.recv(64)
+    except OSError:
+        return None
+    if answer[:1] not in (b"+", b"-"):
+        return None
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return (
+        f"the server at {where} did not complete a TLS handshake: is it serving TLS? "
+        "(rediss:// needs a TLS port; use redis:// for a plaintext server)"
+    )

@@ -28,6 +28,7 @@ from interference_infra.cliparse import RUNTIME_EXIT, OneLineParser
 from interference_infra.logsetup import configure_logging
 from interference_infra.redis_arguments import add_redis_arguments, redis_arguments
 from interference_infra.strict import SettingsError, check_range, parse_number
+from interference_infra.version import add_version_argument
 from node_agent import probes
 from node_agent.agent import Agent, build_agent, publisher_settings
 from node_agent.credentials import DEFAULT_TOKEN_FILE
@@ -56,6 +57,7 @@ def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         epilog="example: interference-agent --once --no-kubernetes --probes psi,cpu_throttle"
         "  (measure one interval, print it as JSON, no Redis needed)",
     )
+    add_version_argument(p)
     p.add_argument(
         "--node-name",
         default=environ.get("NODE_NAME") or socket.gethostname(),

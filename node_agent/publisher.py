@@ -33,6 +33,7 @@ from interference_infra.redis_client import (
     REDIS_ERRORS,
     RedisConnection,
     RedisTarget,
+    unreachable_reason,
 )
 from interference_infra.redis_tls import RedisTls
 from node_agent.credentials import Credentials, Enrolment
@@ -138,8 +139,12 @@ class RedisPublisher:
                 f"Redis rejected the credentials ({exc}); check REDIS_USERNAME/REDIS_PASSWORD",
             )
         except (redis.ConnectionError, redis.TimeoutError) as exc:
+            # Explained once per outage (only its first line is logged): the look at a
+            # rediss:// server that may speak plaintext costs a connection.
+            first = self._failure != "unreachable"
+            why = unreachable_reason(self._redis.target, exc) if first else str(exc)
             return self._failed(
-                report, "unreachable", f"Redis at {self._where} is unreachable ({exc})"
+                report, "unreachable", f"Redis at {self._where} is unreachable ({why})"
             )
         except redis.ResponseError as exc:
             if issued is not None and refuses_credentials(exc):

@@ -44,7 +44,13 @@ from scheduler.adapters.redis_signals import (
     SignalMetrics,
     connect,
 )
-from scheduler.cli_common import add_process_arguments, one_line, overrides, report_reachability
+from scheduler.cli_common import (
+    add_process_arguments,
+    environment_keys,
+    one_line,
+    overrides,
+    report_reachability,
+)
 from scheduler.config import (
     ConfigError,
     ConfigWatcher,
@@ -226,7 +232,7 @@ def prepare(
         loaded = load_config(args.config) if args.config else SchedulerConfig()
         config = with_overrides(loaded, **fixed)
     except ConfigError as exc:
-        print(f"interference-scheduler: {one_line(exc)}", file=sys.stderr)
+        print(f"interference-scheduler: {one_line(exc, environment_keys(env))}", file=sys.stderr)
         raise SystemExit(USAGE_EXIT) from None
     return args, fixed, config
 

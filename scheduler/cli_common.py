@@ -14,8 +14,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from interference import keys
-from interference_infra.redis_client import REDIS_ERRORS, RedisConnection, parse_sentinels
+from interference_infra.redis_client import (
+    REDIS_ERRORS,
+    RedisConnection,
+    parse_sentinels,
+    unreachable_reason,
+)
 from interference_infra.strict import parse_bool
+from interference_infra.version import add_version_argument
 from scheduler.adapters.kubernetes import KubernetesCluster
 from scheduler.config import ConfigError
 from scheduler.ports import ClusterError
@@ -24,11 +30,22 @@ log = logging.getLogger("scheduler")
 
 TLS_ENV = {"REDIS_CA_FILE": "ca_file", "REDIS_CERT_FILE": "cert_file", "REDIS_KEY_FILE": "key_file"}
 """Environment variables that set the Redis TLS options of the config's ``redis`` section."""
+REDIS_ENV = {
+    "REDIS_URL": "url",
+    **TLS_ENV,
+    "REDIS_SENTINELS": "sentinels",
+    "REDIS_SENTINEL_MASTER": "sentinel_master",
+    "REDIS_CLUSTER": "cluster",
+}
+"""Every environment variable that sets a key of the config's ``redis`` section."""
+OVERRIDES_SOURCE = "command line/environment"
+"""What :func:`scheduler.config.with_overrides` names as the source of its errors."""
 
 
 def add_process_arguments(parser: argparse.ArgumentParser) -> None:
     """``--config``, ``--kubeconfig``, ``--log-level`` and ``--log-format``: the flags the
-    standalone scheduler and the extender share."""
+    standalone scheduler and the extender share (and ``--version``)."""
+    add_version_argument(parser)
     parser.add_argument(
         "--config",
         metavar="FILE",
@@ -67,7 +84,7 @@ def report_reachability(
             "Redis: cannot reach %s (%s); check redis.url / REDIS_URL and REDIS_USERNAME /"
             " REDIS_PASSWORD; %s until it answers",
             connection.target.describe(),
-            exc,
+            unreachable_reason(connection.target, exc),
             while_down,
         )
 
@@ -101,7 +118,23 @@ def overrides(args: argparse.Namespace, env: Mapping[str, str]) -> dict[str, dic
     return sections
 
 
-def one_line(error: ConfigError) -> str:
-    """A configuration error as one line: the file, then every problem."""
-    problems = "; ".join(" ".join(problem.split()) for problem in error.problems)
-    return str(error).split(":", 1)[0] + ": invalid configuration: " + problems
+def environment_keys(env: Mapping[str, str]) -> dict[str, str]:
+    """``{"redis.url": "REDIS_URL", …}``: the config keys the environment sets, each with
+    the variable that set it, so an error names what the user actually gave."""
+    return {f"redis.{key}": variable for variable, key in REDIS_ENV.items() if env.get(variable)}
+
+
+def one_line(error: ConfigError, given_as: Mapping[str, str] | None = None) -> str:
+    """A configuration error as one line: the file, then every problem. ``given_as``
+    (:func:`environment_keys`) names the variable beside a key the environment set:
+    ``REDIS_URL (redis.url): …``."""
+    source = str(error).split(":", 1)[0]
+    # Only the overrides' error is about the environment's values; a file's is the file's.
+    names = (given_as or {}) if source == OVERRIDES_SOURCE else {}
+
+    def named(problem: str) -> str:
+        key, colon, rest = problem.partition(":")
+        return f"{names[key]} ({key}){colon}{rest}" if colon and key in names else problem
+
+    problems = "; ".join(named(" ".join(problem.split())) for problem in error.problems)
+    return source + ": invalid configuration: " + problems

@@ -37,7 +37,13 @@ from scheduler.adapters.redis_signals import (
     connect,
 )
 from scheduler.cache import ClusterCache
-from scheduler.cli_common import add_process_arguments, one_line, overrides, report_reachability
+from scheduler.cli_common import (
+    add_process_arguments,
+    environment_keys,
+    one_line,
+    overrides,
+    report_reachability,
+)
 from scheduler.config import (
     ConfigError,
     ConfigWatcher,
@@ -188,7 +194,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         loaded = load_config(args.config) if args.config else SchedulerConfig()
         process = ExtenderProcess(with_overrides(loaded, **fixed), args.config, fixed)
     except ConfigError as exc:
-        print(f"interference-scheduler extender: {one_line(exc)}", file=sys.stderr)
+        print(
+            f"interference-scheduler extender: {one_line(exc, environment_keys(os.environ))}",
+            file=sys.stderr,
+        )
         return USAGE_EXIT
     except (ClusterError, ValueError) as exc:
         print(f"interference-scheduler extender: {mask_credentials(str(exc))}", file=sys.stderr)

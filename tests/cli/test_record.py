@@ -260,3 +260,74 @@ def test_a_stream_found_later_is_read_from_the_start_time_on(
     recorder.join(timeout=30)
     assert not recorder.is_alive()
     assert [(r.node, r.ts) for r in load_trace(out)] == [("late", now)]
+
+
+def _a_trace(path: Path) -> bytes:
+    write_trace(path, [codec.encode_report(report("earlier", 1.0 + i)) for i in range(50)], "x")
+    return path.read_bytes()
+
+
+def test_an_appended_trace_keeps_every_byte_it_had_and_reads_as_one_trace(
+    redis_server: RedisServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "trace.msgpack"
+    before = _a_trace(out)
+    publish_all(redis_server.url, [report("n1", time.time()), report("n2", time.time())])
+    stdout = record(redis_server.url, out, capsys, "--from-start", "--count", "2")
+    assert "recorded 2 reports" in stdout and "appended" in stdout
+    assert out.read_bytes().startswith(before)  # the earlier recording, byte for byte
+    assert [r.node for r in load_trace(out)] == ["earlier"] * 50 + ["n1", "n2"]
+
+
+def test_no_agents_warns_exits_1_and_leaves_the_trace_as_it_was(
+    redis_server: RedisServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "trace.msgpack"
+    before = _a_trace(out)
+    argv = ["--redis-url", redis_server.url, "record", "--out", str(out), "--duration", "0.3"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "recorded no reports: no node report stream (intf:node:NODE:reports)" in err
+    assert redis_server.url in err and "REDIS_URL" in err and "interference-agent" in err
+    assert f"the trace in {out} is unchanged" in err and err.count("\n") == 1
+    assert out.read_bytes() == before
+    # A new file is not left behind as an empty trace.
+    new = tmp_path / "new.msgpack"
+    assert main([*argv[:4], str(new), "--duration", "0.3"]) == 1
+    assert f"{new} was not written" in capsys.readouterr().err and not new.exists()
+
+
+def test_streams_without_new_reports_warn_and_suggest_from_start(
+    redis_server: RedisServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    publish_all(redis_server.url, [report("n1", time.time())])  # before the start: not new
+    out = tmp_path / "trace.msgpack"
+    argv = ["--redis-url", redis_server.url, "record", "--out", str(out), "--duration", "0.3"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "1 nodes' report streams" in err and "no report new in 0 s" in err
+    assert "are the agents still publishing?" in err and "--from-start" in err
+    assert not out.exists()
+
+
+def test_a_write_that_fails_halfway_leaves_only_whole_entries(
+    redis_server: RedisServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A full disk (or Ctrl-C) in the middle of a write: the file is cut back to its last
+    whole entry, so the trace it was stays readable."""
+    out = tmp_path / "trace.msgpack"
+    before = _a_trace(out)
+    publish_all(redis_server.url, [report("n1", time.time())])
+    real_write = trace._write_all
+
+    def half_then_full(handle: object, data: bytes) -> None:
+        real_write(handle, data[: len(data) // 2])  # type: ignore[arg-type]
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(trace, "_write_all", half_then_full)
+    with pytest.raises(CliError, match="No space left on device"):
+        record_to_file(Store(redis_server.url), out, from_start=True, max_reports=1)
+    assert out.read_bytes() == before
+    assert len(load_trace(out)) == 50

@@ -186,8 +186,8 @@ def test_trace_roundtrip_and_bad_files(tmp_path: Path) -> None:
     [
         ("pods: []\n", "needs an `arrivals:` list"),
         ("arrivals: []\n", "has no arrivals"),
-        ("arrivals: [{count: 2}]\n", "is malformed"),
         ("arrivals: [{at_s: 1}]\nevaluation: {violation_fraction: 2}\n", "violation_fraction"),
+        ("nodes: [a, b]\narrivals: [{at_s: 1}]\n", "is malformed"),
     ],
 )
 def test_bad_arrival_files_name_the_problem(tmp_path: Path, text: str, message: str) -> None:
@@ -195,6 +195,36 @@ def test_bad_arrival_files_name_the_problem(tmp_path: Path, text: str, message: 
     path.write_text(text)
     with pytest.raises(CliError, match=message):
         load_workload(path)
+
+
+@pytest.mark.parametrize(
+    ("entries", "message"),
+    [
+        ("[{at_s: 1}, {name: db, count: 2}]", "arrivals[1] has no at_s (seconds after the"),
+        ("[{at_s: soon}]", "arrivals[0].at_s must be a number, got 'soon'"),
+        ("[{at_s: true}]", "arrivals[0].at_s must be a number, got True"),
+        ("[{at_s: -1}]", "arrivals[0].at_s must be a finite number ≥ 0, got -1"),
+        ("[{at_s: 1, count: 2.5}]", "arrivals[0].count must be a whole number, got 2.5"),
+        ("[{at_s: 1, count: 0}]", "arrivals[0].count 0 is out of range; allowed: 1–100000"),
+        ("[{at_s: 1, gpus: one}]", "arrivals[0].gpus must be a whole number, got 'one'"),
+        ("[{at_s: 1, duration_s: [1]}]", "arrivals[0].duration_s must be a number, got [1]"),
+        ("[{at_s: 1, annotations: [a]}]", "arrivals[0].annotations must be a mapping"),
+        ("[{at_s: 1, cpu: [1]}]", "arrivals[0].cpu must be a single value, got [1]"),
+        ("[{at: 1}]", "arrivals[0] has unknown key 'at' (did you mean 'at_s'?); known: at_s,"),
+        ("[web]", "arrivals[0] must be a mapping with at_s"),
+    ],
+)
+def test_an_arrival_error_names_the_file_the_entry_and_the_key(
+    tmp_path: Path, entries: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Through the command, as a user meets it: one line, exit 1, no KeyError."""
+    path = tmp_path / "arrivals.yaml"
+    path.write_text(f"arrivals: {entries}\n")
+    args = ["simulate", "--trace", str(TRACE), "--pods", str(path), "--policy", str(BLIND)]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"interference: pod arrival file {path}: {message}"), err
+    assert err.count("\n") == 1 and "KeyError" not in err
 
 
 def test_bad_policy_is_one_line_and_exit_1(
