@@ -84,6 +84,7 @@ from scheduler.ports import (
     Cluster,
     ClusterHandler,
     DecisionSink,
+    DecisionTracer,
     K8sObject,
     NodeSignals,
     PodRef,
@@ -586,6 +587,7 @@ def run_loop(
     sink: DecisionSink,
     pending: int,
     workers: int,
+    tracer: DecisionTracer | None = None,
 ) -> LoopRun:
     """Run the real SchedulingLoop over ``cluster`` until ``pending`` pods are bound."""
     leading = threading.Event()
@@ -599,6 +601,7 @@ def run_loop(
         leading,
         SchedulerMetrics(CollectorRegistry()),
         seed=2,
+        tracer=tracer,
     )
     stop = threading.Event()
     started = time.perf_counter()

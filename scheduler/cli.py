@@ -47,6 +47,7 @@ from scheduler.adapters.redis_signals import (
 from scheduler.cli_common import (
     add_process_arguments,
     environment_keys,
+    make_tracer,
     one_line,
     overrides,
     report_reachability,
@@ -134,6 +135,7 @@ class Scheduler:
             self.identity,
             on_change=lambda leading: self.metrics.leader.set(1 if leading else 0),
         )
+        self.tracer = make_tracer(config.tracing, self.registry)
         self.loop = SchedulingLoop(
             self.cluster,
             self.signals,
@@ -142,6 +144,7 @@ class Scheduler:
             config.loop,
             self.leading,
             self.metrics,
+            tracer=self.tracer,
         )
         self.watcher = (
             ConfigWatcher(
@@ -206,6 +209,8 @@ class Scheduler:
         for thread in self._threads:
             thread.join(timeout=30)
         self.decisions.close()  # the loop has stopped: write the records still queued
+        if self.tracer is not None:
+            self.tracer.close()
         self.http.stop()
 
     def _start(self, name: str, target: Any, *args: Any) -> threading.Thread:

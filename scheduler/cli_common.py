@@ -13,6 +13,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from interference import keys
 from interference_infra.redis_client import (
     REDIS_ERRORS,
@@ -23,6 +25,7 @@ from interference_infra.redis_client import (
 from interference_infra.strict import parse_bool
 from interference_infra.version import add_version_argument
 from scheduler.adapters.kubernetes import KubernetesCluster
+from scheduler.adapters.tracing import OtlpTracer, TracingMetrics, TracingSettings
 from scheduler.config import ConfigError
 from scheduler.ports import ClusterError
 
@@ -138,3 +141,18 @@ def one_line(error: ConfigError, given_as: Mapping[str, str] | None = None) -> s
 
     problems = "; ".join(named(" ".join(problem.split())) for problem in error.problems)
     return source + ": invalid configuration: " + problems
+
+
+def make_tracer(settings: TracingSettings, registry: CollectorRegistry) -> OtlpTracer | None:
+    """The OTLP tracer when tracing is on (``tracing.endpoint`` or the standard
+    ``OTEL_EXPORTER_OTLP_*ENDPOINT`` variables), else ``None``."""
+    endpoint = settings.resolved_endpoint()
+    if not endpoint:
+        return None
+    log.info(
+        "tracing scheduling attempts to %s (%s, sample ratio %g)",
+        endpoint,
+        settings.resolved_protocol(),
+        settings.sample_ratio,
+    )
+    return OtlpTracer(settings, TracingMetrics(registry))

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -75,6 +76,14 @@ from scheduler.plugins.registry import REGISTRY, Registry, ResolvedProfile
 from scheduler.preemption import preemption_would_help
 from scheduler.relax import RelaxTracker
 from scheduler.settings import EngineSettings
+from scheduler.stage_trace import (
+    NODE_FILTER,
+    PREFILTER,
+    SCORE_RANKING,
+    SELECTION,
+    StageNote,
+    StageRecorder,
+)
 from scheduler.table import NodeTable
 
 log = logging.getLogger(__name__)
@@ -203,12 +212,14 @@ class SchedulingCycle:
         signals_readable: bool = True,
         candidates: NDArray[np.bool_] | None = None,
         relax_interference: bool = False,
+        recorder: StageRecorder | None = None,
     ) -> CycleResult:
         """Pick a node for ``pod`` among ``candidates`` (every node when ``None``), applying
-        the relax rule (``relax_interference`` drops the relaxable filters at once)."""
+        the relax rule (``relax_interference`` drops the relaxable filters at once); a
+        ``recorder`` notes each stage for the attempt's trace."""
         profile = self.profile_for(signals_readable)
         blind = profile is not self.profile
-        result = self._decide(pod, table, now, profile, candidates, relax_interference)
+        result = self._decide(pod, table, now, profile, candidates, relax_interference, recorder)
         if blind or relax_interference:
             return _with(result, blind=blind)
         if result.node is not None or not result.blocked_only_by_interference:
@@ -217,7 +228,7 @@ class SchedulingCycle:
         waited = self.relax.waited(pod.key, now)
         if waited < self.settings.relax_after_s:
             return result
-        relaxed = self._decide(pod, table, now, profile, candidates, relax=True)
+        relaxed = self._decide(pod, table, now, profile, candidates, True, recorder)
         if relaxed.node is None:
             return result
         self.relax.forget(pod.key)
@@ -233,13 +244,15 @@ class SchedulingCycle:
         candidates: NDArray[np.bool_],
         *,
         signals_readable: bool = True,
+        recorder: StageRecorder | None = None,
     ) -> FilterOutcome:
         """The Filter stage over ``candidates`` (kube-scheduler's offered nodes) with the
         relax rule, every rejected candidate at its first failing filter."""
         profile = self.profile_for(signals_readable)
         blind = profile is not self.profile
         state = CycleState(pod, table, now, profile.args)
-        filtered = self._filters(profile, state, candidates, relax=False)
+        timings: dict[str, tuple[int, int]] | None = {} if recorder is not None else None
+        filtered = self._filters(profile, state, candidates, False, timings)
         relaxed_after: float | None = None
         blocked = not filtered.passed.any() and bool(filtered.without_relaxable.any())
         if blocked and not blind:
@@ -248,23 +261,31 @@ class SchedulingCycle:
                 self.relax.forget(pod.key)
                 relaxed_after = waited
                 state = CycleState(pod, table, now, profile.args)
-                filtered = self._filters(profile, state, candidates, relax=True)
+                filtered = self._filters(profile, state, candidates, True, timings)
         elif not blind:
             self.relax.forget(pod.key)
         stages = filtered.static.checked + filtered.dynamic
         found = rejections(stages, candidates)
         considered = int(np.count_nonzero(candidates))
         funnel = _funnel(profile, relaxed_after is not None, considered, found.first_failures())
+        if recorder is not None and timings is not None:
+            _note_filters(recorder, funnel, timings, (found,))
         return FilterOutcome(filtered.passed, found, relaxed_after, blind, funnel)
 
     def score(
-        self, pod: PodInfo, table: NodeTable, now: float, *, signals_readable: bool = True
+        self,
+        pod: PodInfo,
+        table: NodeTable,
+        now: float,
+        *,
+        signals_readable: bool = True,
+        recorder: StageRecorder | None = None,
     ) -> dict[str, tuple[float, NDArray[np.float64]]]:
         """Plugin → (weight, 0–100 score per node) of the profile's score plugins, every
         node counted feasible (kube-scheduler asks about the nodes that passed)."""
         profile = self.profile_for(signals_readable)
         state = CycleState(pod, table, now, profile.args)
-        return _scores(profile, state, table.everyone())
+        return _scores(profile, state, table.everyone(), recorder)
 
     # ---- internals ---------------------------------------------------------------------
 
@@ -276,6 +297,7 @@ class SchedulingCycle:
         profile: ResolvedProfile,
         candidates: NDArray[np.bool_] | None,
         relax: bool,
+        recorder: StageRecorder | None = None,
     ) -> CycleResult:
         if len(table) == 0:
             return CycleResult(None, [], NO_NODES, False, pod.unsupported, 0)
@@ -284,7 +306,12 @@ class SchedulingCycle:
             return CycleResult(None, [], message, False, pod.unsupported, 0)
         state = CycleState(pod, table, now, profile.args)
         if profile.prefilters:
+            started = time.time_ns()
             refused = _prefilter(profile, state)
+            if recorder is not None:
+                recorder.note(
+                    "PreFilter", PREFILTER, started, {"rejected_by": refused[0]} if refused else {}
+                )
             if refused is not None:
                 plugin, rejection = refused
                 if rejection.unsupported:
@@ -292,7 +319,8 @@ class SchedulingCycle:
                     return CycleResult(None, [], message, False, rejection.unsupported, 0)
                 message = pod_rejected_message(len(table), rejection.reason)
                 return CycleResult(None, [], message, False, (), 0, {}, frozenset({plugin}))
-        filtered = self._filters(profile, state, candidates, relax)
+        timings: dict[str, tuple[int, int]] | None = {} if recorder is not None else None
+        filtered = self._filters(profile, state, candidates, relax, timings)
         passed = filtered.passed
         static = filtered.static
         feasible = int(np.count_nonzero(passed))
@@ -322,6 +350,11 @@ class SchedulingCycle:
                 rejected += self._rejected(table, static_rejections.failing, details, left)
         considered = len(table) if candidates is None else int(np.count_nonzero(candidates))
         funnel = _funnel(profile, relax, considered, first_failures)
+        if recorder is not None and timings is not None:
+            found = (static_rejections,) + (
+                (dynamic_rejections,) if undecided_count > feasible else ()
+            )
+            _note_filters(recorder, funnel, timings, found)
         if feasible == 0:
             message = failed_scheduling_message(considered, counts)
             fit = state.filtered.get(NODE_RESOURCES_FIT)
@@ -343,7 +376,8 @@ class SchedulingCycle:
                 funnel=funnel,
                 omitted={"feasible": 0, "rejected": considered - len(rejected)},
             )
-        scores = _scores(profile, state, passed)
+        scores = _scores(profile, state, passed, recorder)
+        selecting = time.time_ns()
         totals = weighted_sum(scores.values(), len(table))
         np.putmask(totals, ~passed, -np.inf)  # infeasible nodes rank last, never chosen
         best = best_first(totals, min(max(2, self.settings.record_top_k), feasible))
@@ -352,6 +386,14 @@ class SchedulingCycle:
             ties = np.flatnonzero(totals == totals[chosen])
             chosen = int(ties[self._random.randrange(len(ties))])
         ranked = self._ranked(table, best, chosen, scores, totals, details)
+        if recorder is not None:
+            top = ", ".join(f"{c.node}={c.total:.1f}" for c in ranked)
+            recorder.note(
+                "Select",
+                SELECTION,
+                selecting,
+                {"chosen": table.names[chosen], "feasible": feasible, "top": top},
+            )
         return CycleResult(
             node=table.names[chosen],
             candidates=ranked + rejected,
@@ -374,9 +416,13 @@ class SchedulingCycle:
         state: CycleState,
         candidates: NDArray[np.bool_] | None,
         relax: bool,
+        timings: dict[str, tuple[int, int]] | None = None,
     ) -> _Filtered:
         """Run the profile's filters: the static ones from the signature cache, then the
-        others (the relaxable ones skipped with ``relax``)."""
+        others (the relaxable ones skipped with ``relax``); ``timings`` gets each filter's
+        (start, end) in wall-clock nanoseconds (the static ones share theirs)."""
+        if timings is not None:
+            return self._timed_filters(profile, state, candidates, relax, timings)
         static = _static_stage(profile, state)
         state.filtered.update(static.results)
         dynamic: list[tuple[Filter, FilterResult]] = []  # those with a reason, in order
@@ -399,6 +445,38 @@ class SchedulingCycle:
             passed = without_relaxable
         else:
             passed = all_of(undecided, (result for _, result in dynamic))
+        return _Filtered(passed, without_relaxable, static, tuple(dynamic), undecided)
+
+    def _timed_filters(
+        self,
+        profile: ResolvedProfile,
+        state: CycleState,
+        candidates: NDArray[np.bool_] | None,
+        relax: bool,
+        timings: dict[str, tuple[int, int]],
+    ) -> _Filtered:
+        """:meth:`_filters` of a traced attempt: each filter timed on its own."""
+        started = time.time_ns()
+        static = _static_stage(profile, state)
+        state.filtered.update(static.results)
+        ended = time.time_ns()
+        timings.update((name, (started, ended)) for name in profile.static_names)
+        dynamic: list[tuple[Filter, FilterResult]] = []
+        binding: list[FilterResult] = []
+        for plugin in profile.dynamic:
+            if relax and plugin.relaxable:
+                state.filtered[plugin.name] = None
+                continue
+            started = time.time_ns()
+            result = run_filter(plugin, state)
+            timings[plugin.name] = (started, time.time_ns())
+            if result is not None and result.reasons:
+                dynamic.append((plugin, result))
+                if not plugin.relaxable:
+                    binding.append(result)
+        undecided = static.passed if candidates is None else static.passed & candidates
+        without_relaxable = all_of(undecided, binding)
+        passed = all_of(undecided, (result for _, result in dynamic))
         return _Filtered(passed, without_relaxable, static, tuple(dynamic), undecided)
 
     def _static_verdicts(
@@ -581,14 +659,53 @@ def _build_static(profile: ResolvedProfile, state: CycleState) -> _StaticStage:
 
 
 def _scores(
-    profile: ResolvedProfile, state: CycleState, feasible: NDArray[np.bool_]
+    profile: ResolvedProfile,
+    state: CycleState,
+    feasible: NDArray[np.bool_],
+    recorder: StageRecorder | None = None,
 ) -> dict[str, tuple[float, NDArray[np.float64]]]:
     scores: dict[str, tuple[float, NDArray[np.float64]]] = {}
     for scorer, weight in profile.scores:
+        started = time.time_ns() if recorder is not None else 0
         score = scorer.score(state, feasible)
         if score is not None:
             scores[scorer.name] = (weight, score)
+        if recorder is not None:
+            attributes: dict[str, str | int | float | bool] = {"weight": weight}
+            if score is not None and feasible.any():
+                attributes["best"] = float(score[feasible].max())
+            else:
+                attributes["no_preference"] = True
+            recorder.note(f"Score {scorer.name}", SCORE_RANKING, started, attributes)
     return scores
+
+
+def _note_filters(
+    recorder: StageRecorder,
+    funnel: tuple[FunnelStage, ...],
+    timings: dict[str, tuple[int, int]],
+    found: tuple[Rejections, ...],
+) -> None:
+    """A stage note per filter that ran: nodes in and out and its reasons counted."""
+    reasons: dict[str, dict[str, int]] = {}
+    for rejections_of in found:
+        for _, result, failing in rejections_of.failing:
+            per_reason = result.reason_counts(failing)
+            counted = reasons.setdefault(result.name, {})
+            for reason, count in zip(result.reasons, per_reason, strict=True):
+                if count:
+                    counted[reason] = counted.get(reason, 0) + count
+    for stage in funnel:
+        started, ended = timings.get(stage.name, (0, 0))
+        attributes: dict[str, str | int | float | bool] = {
+            "nodes_in": stage.nodes_in,
+            "nodes_out": stage.nodes_out,
+        }
+        for reason, count in reasons.get(stage.name, {}).items():
+            attributes[f"reason.{reason}"] = count
+        recorder.stages.append(
+            StageNote(f"Filter {stage.name}", NODE_FILTER, started, ended, attributes)
+        )
 
 
 def _no_details(row: int) -> dict[str, str]:

@@ -85,9 +85,10 @@ from scheduler.cycle import SchedulingCycle, unresolvable
 from scheduler.http import PostRoute
 from scheduler.messages import failed_scheduling_message
 from scheduler.metrics import SchedulerMetrics
-from scheduler.ports import DecisionSink, SignalSource
+from scheduler.ports import DecisionSink, DecisionTracer, NoTracer, SignalSource
 from scheduler.settings import EngineSettings
 from scheduler.signal_gate import SignalGate
+from scheduler.stage_trace import Attributes, StageRecorder
 from scheduler.table import NodeTable
 
 log = logging.getLogger(__name__)
@@ -279,6 +280,7 @@ class Extender:
         extender_metrics: ExtenderMetrics,
         *,
         clock: Callable[[], float] = time.time,
+        tracer: DecisionTracer | None = None,
     ) -> None:
         self._cache = cache
         self._decisions = decisions
@@ -288,6 +290,7 @@ class Extender:
         self._metrics = metrics
         self._extender_metrics = extender_metrics
         self._clock = clock
+        self._tracer: DecisionTracer = tracer or NoTracer()
         self._lock = threading.Lock()
         self._filtered: OrderedDict[str, FilterVerdict] = OrderedDict()
         """Pod key → its latest filter verdict (for the prioritize call's record)."""
@@ -369,7 +372,9 @@ class Extender:
             table = self._cache.table
             settings = self._settings
             readable = self._signal_gate.readable(table)
-            verdict = self._filter(pod, args.names, table, readable, now)
+            recorder = self._tracer.start()
+            started_ns = time.time_ns()
+            verdict = self._filter(pod, args.names, table, readable, now, recorder)
         with self._lock:
             self._filtered[pod.key] = verdict
             self._filtered.move_to_end(pod.key)
@@ -380,7 +385,20 @@ class Extender:
         metrics.filtered_nodes.labels("failed").inc(len(args.names) - len(verdict.passed))
         if verdict.relaxed:
             metrics.relaxed.inc()
-        self._decisions.write(self._filter_decision(pod, args, verdict, now, settings))
+        trace_id = ""
+        if recorder is not None:
+            trace_id = recorder.trace_hex
+            attributes: Attributes = {
+                "k8s.namespace.name": pod.namespace,
+                "k8s.pod.name": pod.name,
+                "mode": "extender",
+                "offered": len(args.names),
+                "passed": len(verdict.passed),
+                "relaxed": verdict.relaxed,
+            }
+            self._tracer.finish(recorder, "extender filter", started_ns, attributes)
+        decision = self._filter_decision(pod, args, verdict, now, settings, trace_id)
+        self._decisions.write(decision)
         answer: dict[str, Any] = {
             "FailedNodes": verdict.failed,
             "FailedAndUnresolvableNodes": verdict.unresolvable,
@@ -406,7 +424,11 @@ class Extender:
             table = self._cache.table
             settings = self._settings
             readable = self._signal_gate.readable(table)
-            plugins = self._cycle.score(pod, table, now, signals_readable=readable)
+            recorder = self._tracer.start()
+            started_ns = time.time_ns()
+            plugins = self._cycle.score(
+                pod, table, now, signals_readable=readable, recorder=recorder
+            )
             max_total = 100.0 * sum(weight for weight, _ in plugins.values())
             rows = _offered_rows(table, args.names, filtered)
             known = rows >= 0
@@ -438,7 +460,16 @@ class Extender:
             ts=now,
             candidates=candidates + (filtered.rejected if filtered else []),
             rejected_by_reason=dict(filtered.reason_counts) if filtered else {},
+            trace_id="" if recorder is None else recorder.trace_hex,
         )
+        if recorder is not None:
+            attributes: Attributes = {
+                "k8s.namespace.name": pod.namespace,
+                "k8s.pod.name": pod.name,
+                "mode": "extender",
+                "offered": len(args.names),
+            }
+            self._tracer.finish(recorder, "extender prioritize", started_ns, attributes)
         self._decisions.write(decision)
         return priorities
 
@@ -451,12 +482,15 @@ class Extender:
         table: NodeTable,
         signals_readable: bool,
         now: float,
+        recorder: StageRecorder | None = None,
     ) -> FilterVerdict:
         offered = list(dict.fromkeys(names))
         rows = table.rows_of(offered)
         candidates = np.zeros(len(table), dtype=np.bool_)
         candidates[rows[rows >= 0]] = True
-        outcome = self._cycle.filter(pod, table, now, candidates, signals_readable=signals_readable)
+        outcome = self._cycle.filter(
+            pod, table, now, candidates, signals_readable=signals_readable, recorder=recorder
+        )
         known = rows >= 0
         passed_at = np.flatnonzero(known & outcome.passed[np.where(known, rows, 0)])
         passed = [offered[i] for i in passed_at.tolist()]
@@ -506,6 +540,7 @@ class Extender:
         verdict: FilterVerdict,
         now: float,
         settings: EngineSettings,
+        trace_id: str = "",
     ) -> Decision:
         if verdict.passed:
             result = "filtered"
@@ -529,6 +564,7 @@ class Extender:
             + verdict.rejected,
             rejected_by_reason=dict(verdict.reason_counts),
             funnel=list(verdict.funnel),
+            trace_id=trace_id,
             omitted={
                 "rejected": len(args.names) - len(verdict.passed) - len(verdict.rejected),
                 "feasible": max(0, len(verdict.passed) - settings.record_top_k),

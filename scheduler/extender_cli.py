@@ -40,6 +40,7 @@ from scheduler.cache import ClusterCache
 from scheduler.cli_common import (
     add_process_arguments,
     environment_keys,
+    make_tracer,
     one_line,
     overrides,
     report_reachability,
@@ -112,6 +113,7 @@ class ExtenderProcess:
             config.loop.scheduler_name,
             config.loop.ignore_namespaces,
         )
+        self.tracer = make_tracer(config.tracing, self.registry)
         self.extender = Extender(
             self.cache,
             self.signals,
@@ -119,6 +121,7 @@ class ExtenderProcess:
             config.engine,
             self.metrics,
             self.extender_metrics,
+            tracer=self.tracer,
         )
         self.watcher = (
             ConfigWatcher(
@@ -171,6 +174,8 @@ class ExtenderProcess:
         for thread in self._threads:
             thread.join(timeout=30)
         self.decisions.close()
+        if self.tracer is not None:
+            self.tracer.close()
         self.http.stop()
 
     def _start(self, name: str, target: Any, *args: Any) -> threading.Thread:

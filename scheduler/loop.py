@@ -48,10 +48,11 @@ from scheduler.cache import ClusterCache, UnparseablePod
 from scheduler.cycle import CycleResult, SchedulingCycle
 from scheduler.messages import relaxed_message, scheduled_message, unparseable_message
 from scheduler.metrics import SchedulerMetrics
-from scheduler.ports import Cluster, DecisionSink, PodRef, SignalSource
+from scheduler.ports import Cluster, DecisionSink, DecisionTracer, NoTracer, PodRef, SignalSource
 from scheduler.queue import QueueState, SchedulingQueue
 from scheduler.settings import EngineSettings
 from scheduler.signal_gate import SignalGate
+from scheduler.stage_trace import BIND, Attributes, StageNote, StageRecorder
 from scheduler.table import NodeTable
 
 log = logging.getLogger(__name__)
@@ -126,6 +127,7 @@ class SchedulingLoop:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         seed: int | None = None,
+        tracer: DecisionTracer | None = None,
     ) -> None:
         self._cluster = cluster
         self._decisions = decisions
@@ -134,6 +136,9 @@ class SchedulingLoop:
         self._clock = clock
         self._monotonic = monotonic
         self._seed = seed
+        self._tracer: DecisionTracer = tracer or NoTracer()
+        self._bind_traces: dict[str, tuple[StageRecorder, int]] = {}
+        """Traced binds in flight: the attempt's recorder and when the bind was handed over."""
         self._engine_settings = engine_settings
         self._loop_settings = loop_settings
         self._cycle = SchedulingCycle(engine_settings, seed=seed)
@@ -282,10 +287,13 @@ class SchedulingLoop:
             self.queue.requeue(key)
             return
         settings = self._loop_settings
+        recorder = self._tracer.start()
+        started_ns = time.time_ns() if recorder is not None else 0
+        trace_id = "" if recorder is None else recorder.trace_hex
         try:
             with self.cache.lock:
                 now = self._clock()
-                result = self._decide(pod, now)
+                result = self._decide(pod, now, recorder)
                 node = result.node
                 if node is not None and not settings.dry_run:
                     self.cache.assume(pod, node)
@@ -298,10 +306,11 @@ class SchedulingLoop:
             self._warn(pod)
         if result.node is None:
             outcome = "unschedulable"
-            self._unschedulable(pod, result, now)
+            self._unschedulable(pod, result, now, trace_id)
         elif settings.dry_run:
             outcome = "dry_run"
-            self._write_decision(self._decision(pod, result, "dry_run", result.node, now))
+            decision = self._decision(pod, result, "dry_run", result.node, now, trace_id=trace_id)
+            self._write_decision(decision)
             self.queue.backoff(key)  # stays pending: look again later, not in a hot loop
         else:
             outcome = "scheduled"
@@ -313,20 +322,34 @@ class SchedulingLoop:
             message = scheduled_message(key, result.node)
             with self._state_lock:
                 self._bind_decisions[key] = self._decision(
-                    pod, result, "scheduled", result.node, now, message
+                    pod, result, "scheduled", result.node, now, message, trace_id
                 )
+                if recorder is not None:
+                    self._bind_traces[key] = (recorder, time.time_ns())
             self._binder.bind(BindRequest(_ref(pod), key, result.node))
+        if recorder is not None:
+            attributes: Attributes = {
+                "k8s.namespace.name": pod.namespace,
+                "k8s.pod.name": pod.name,
+                "mode": "standalone",
+                "result": outcome,
+                "node": result.node or "",
+                "nodes": len(self.cache.table),
+                "feasible": result.feasible,
+                "interference_blind": result.blind,
+            }
+            self._tracer.finish(recorder, "schedule", started_ns, attributes)
         self._metrics.attempts.labels(outcome).inc()
         self._metrics.attempt_duration.labels(outcome).observe(time.perf_counter() - started)
         self._update_queue_gauges()
 
-    def _decide(self, pod: PodInfo, now: float) -> CycleResult:
+    def _decide(self, pod: PodInfo, now: float, recorder: StageRecorder | None) -> CycleResult:
         """Run the cycle over every node (caller holds the cache lock)."""
         table = self.cache.table
         readable = self._signal_gate.readable(table)
         if readable:
             self._update_stale_gauge(now)
-        return self._cycle.schedule(pod, table, now, signals_readable=readable)
+        return self._cycle.schedule(pod, table, now, signals_readable=readable, recorder=recorder)
 
     def _warn(self, pod: PodInfo) -> None:
         """A ``Warning DeprecatedAnnotation`` Event per warning, once per pod."""
@@ -369,9 +392,9 @@ class SchedulingLoop:
 
         self._binder.submit(report, "report")
 
-    def _unschedulable(self, pod: PodInfo, result: CycleResult, now: float) -> None:
+    def _unschedulable(self, pod: PodInfo, result: CycleResult, now: float, trace_id: str) -> None:
         self.queue.backoff(pod.key, self._cycle.profile.retry_on(pod, result.rejected_by))
-        decision = self._decision(pod, result, "unschedulable", "", now)
+        decision = self._decision(pod, result, "unschedulable", "", now, trace_id=trace_id)
         if self._loop_settings.dry_run:  # a dry run writes decision records only
             self._write_decision(decision)
             return
@@ -401,6 +424,14 @@ class SchedulingLoop:
         binder = self._binder
         with self._state_lock:
             decision = self._bind_decisions.pop(key, None)
+            traced = self._bind_traces.pop(key, None)
+        if traced is not None:
+            recorder, handed_at = traced
+            attributes: Attributes = {"node": request.node, "status": outcome.status.value}
+            if outcome.error:
+                attributes["error"] = str(outcome.error)
+            stage = StageNote("Bind", BIND, handed_at, time.time_ns(), attributes)
+            self._tracer.add_stage(recorder, stage)
         if outcome.status is BindStatus.BOUND:
             self.queue.remove(key)
             self._forget_pod_state(key)
@@ -452,6 +483,7 @@ class SchedulingLoop:
         node: str,
         now: float,
         message: str | None = None,
+        trace_id: str = "",
     ) -> Decision:
         candidates: list[CandidateVerdict] = list(result.candidates)
         return Decision(
@@ -466,6 +498,7 @@ class SchedulingLoop:
             rejected_by_reason=dict(result.reason_counts),
             funnel=list(result.funnel),
             omitted=dict(result.omitted),
+            trace_id=trace_id,
         )
 
     def _write_decision(self, decision: Decision) -> None:

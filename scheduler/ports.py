@@ -19,6 +19,7 @@ from typing import Any, Literal, Protocol
 from interference.decision import Decision
 from scheduler.signal_frame import NodeSignals as NodeSignals
 from scheduler.signal_frame import SignalFrame
+from scheduler.stage_trace import Attributes, StageNote, StageRecorder
 
 ObjectKind = Literal[
     "Node",
@@ -118,3 +119,35 @@ class DecisionSink(Protocol):
 
     def write(self, decision: Decision) -> None:
         """Store a decision; must not raise (log and count failures instead)."""
+
+
+class DecisionTracer(Protocol):
+    """Traces of scheduling attempts: a root span per attempt, a span per stage
+    (:mod:`scheduler.stage_trace`). Implemented by :mod:`scheduler.adapters.tracing`."""
+
+    def start(self) -> StageRecorder | None:
+        """A recorder for a new attempt's trace, ``None`` when this attempt is not sampled
+        (or tracing is off): the cycle then notes nothing."""
+
+    def finish(
+        self, recorder: StageRecorder, name: str, start_ns: int, attributes: Attributes
+    ) -> None:
+        """The attempt ended now: export its root span and its stages."""
+
+    def add_stage(self, recorder: StageRecorder, stage: StageNote) -> None:
+        """A stage noted after :meth:`finish` (the bind), a child of the same root span."""
+
+
+class NoTracer:
+    """Tracing off: nothing is sampled."""
+
+    def start(self) -> StageRecorder | None:
+        return None
+
+    def finish(
+        self, recorder: StageRecorder, name: str, start_ns: int, attributes: Attributes
+    ) -> None:
+        return None
+
+    def add_stage(self, recorder: StageRecorder, stage: StageNote) -> None:
+        return None

@@ -33,7 +33,7 @@ class Profile:
     plugin_config: tuple[tuple[str, object], ...] = ()
     """Plugin name → its args dataclass (e.g. ``Interference`` →
     :class:`scheduler.plugins.interference.InterferenceArgs`); plugins not named use
-    their defaults."""
+    their defaults. Holds every plugin's args once built."""
 
     def __post_init__(self) -> None:
         problems = REGISTRY.problems(self.filters, self.scores, self.plugin_config)
@@ -42,7 +42,9 @@ class Profile:
         # frozen: completed once, while building
         object.__setattr__(self, "filters", REGISTRY.filter_order(self.filters))
         object.__setattr__(self, "scores", REGISTRY.weights(self.scores))
-        object.__setattr__(self, "plugin_config", tuple(sorted(self.plugin_config)))
+        args = {name: kind() for name, kind in REGISTRY.args_types().items()}
+        args.update(self.plugin_config)  # every plugin's args, so equal profiles compare equal
+        object.__setattr__(self, "plugin_config", tuple(sorted(args.items())))
 
 
 @dataclass(frozen=True, slots=True)

@@ -462,16 +462,15 @@ def _tolerance(reader: Reader, annotations: Mapping[str, str]) -> InterferenceTo
         ),
         ANNOTATION_MAX_INDEX: ("a number from 0 to 100", '"40"', 100.0),
     }
+    index_key = ANNOTATION_MAX_INDEX
     if DEPRECATED_ANNOTATION_MAX_SCORE in annotations:
         if ANNOTATION_MAX_INDEX in annotations:
             raise reader.error(
                 f"annotation {DEPRECATED_ANNOTATION_MAX_SCORE}",
                 f"set only {ANNOTATION_MAX_INDEX} (its deprecated earlier name is set too)",
             )
-        annotations = {
-            **annotations,
-            ANNOTATION_MAX_INDEX: annotations[DEPRECATED_ANNOTATION_MAX_SCORE],
-        }
+        index_key = DEPRECATED_ANNOTATION_MAX_SCORE  # errors name what the pod set
+        bounds[index_key] = bounds.pop(ANNOTATION_MAX_INDEX)
     values: dict[str, float | None] = {}
     for annotation, (expected, example, upper) in bounds.items():
         raw = annotations.get(annotation)
@@ -493,7 +492,7 @@ def _tolerance(reader: Reader, annotations: Mapping[str, str]) -> InterferenceTo
     return InterferenceTolerance(
         max_runq_p99_us=values[ANNOTATION_MAX_RUNQ_P99_US],
         max_reclaim_stall_ms_per_s=values[ANNOTATION_MAX_RECLAIM_STALL_MS_PER_S],
-        max_index=values[ANNOTATION_MAX_INDEX],
+        max_index=values[index_key],
     )
 
 

@@ -17,7 +17,7 @@ from interference.signals import SIGNAL_FAMILIES, NodeMetrics
 from scheduler.adapters.memory import InMemoryCluster, InMemoryInformer
 from scheduler.loop import LoopSettings, SchedulingLoop
 from scheduler.metrics import SchedulerMetrics
-from scheduler.ports import NodeSignals
+from scheduler.ports import DecisionTracer, NodeSignals
 from scheduler.settings import EngineSettings
 
 START = 1_800_000_000.0
@@ -102,6 +102,7 @@ class LoopHarness:
         loop: LoopSettings | None = None,
         cluster: InMemoryCluster | None = None,
         leading: bool = True,
+        tracer: DecisionTracer | None = None,
     ) -> None:
         self.clock = FakeClock()
         self.cluster = cluster or InMemoryCluster()
@@ -122,6 +123,7 @@ class LoopHarness:
             clock=self.clock,
             monotonic=self.clock,
             seed=7,
+            tracer=tracer,
         )
         self.informer: InMemoryInformer = self.cluster.informer(self.loop.cache)
 

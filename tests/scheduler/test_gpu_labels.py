@@ -4,17 +4,20 @@ pods)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 
-from interference.signals import SIGNAL_FAMILIES, GpuDevice, NodeMetrics
+from interference import sched_record
+from interference.signals import SIGNAL_FAMILIES, GpuDevice, NodeMetrics, NodeReport
 from scheduler.api.objects import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL
 from scheduler.api.pods import parse_pod
 from scheduler.cycle import GPU_MEMORY_MIB, GPU_MODEL, SchedulingCycle
 from scheduler.plugins.gpu_packing import GpuPackingArgs, gpu_packing_score
 from scheduler.ports import NodeSignals
 from scheduler.settings import EngineSettings
+from scheduler.signal_frame import SIGNAL_COLUMNS
 from scheduler.table import NodeTable
 from tests.scheduler.test_model import affinity_terms, node_obj, pod_obj, table_of
 
@@ -28,12 +31,35 @@ def _device(index: int = 0, model: str = A100, memory_mib: float = 81920.0) -> G
 
 
 def _report(table: NodeTable, **gpus: list[GpuDevice]) -> None:
+    """The agents on ``gpus``' nodes report those devices: the scheduler's signals carry
+    none of it (:func:`_signals`), only the report's metrics reach the table."""
     table.set_signals(
         {
-            name: NodeSignals(NodeMetrics(), NOW, tuple(devices), measured=SIGNAL_FAMILIES)
+            name: _signals(NodeReport(name, NOW, 1.0, NodeMetrics(), gpus=devices))
             for name, devices in gpus.items()
         }
     )
+
+
+def _signals(report: NodeReport) -> NodeSignals:
+    """What the scheduler keeps of an agent's report: every field :class:`NodeSignals`
+    has (it has none for GPUs)."""
+    return NodeSignals(
+        report.metrics,
+        report.ts,
+        interval_s=report.interval_s,
+        measured=SIGNAL_FAMILIES,
+        windows=report.windows,
+    )
+
+
+def test_the_scheduler_s_signals_have_no_gpu_inventory() -> None:
+    """The agent's record carries GPU aggregates (for the CLI); neither the signals the
+    scheduler keeps per node nor the table's signal columns hold any of them."""
+    reported = {name for name, _ in sched_record.HEADER if name.startswith("gpu")}
+    assert reported  # the agent does report GPUs
+    assert not any("gpu" in column for column in SIGNAL_COLUMNS)
+    assert not any("gpu" in field.name for field in dataclasses.fields(NodeSignals))
 
 
 def _gpu_nodes() -> NodeTable:
@@ -122,13 +148,8 @@ def test_a_forged_inventory_never_attracts_a_gpu_pod() -> None:
     generation = table.generation
     _report(table, n=[_device()])
     busier = GpuDevice(0, "GPU-0", A100, 81920.0, 70000.0, 99.0, 4)
-    table.set_signals(
-        {
-            "n": NodeSignals(
-                NodeMetrics(interference_index=5), NOW + 1, (busier,), measured=SIGNAL_FAMILIES
-            )
-        }
-    )
+    report = NodeReport("n", NOW + 1, 1.0, NodeMetrics(interference_index=5), gpus=[busier])
+    table.set_signals({"n": _signals(report)})
     assert table.generation == generation
     assert engine.schedule(pod, table, NOW).node is None
     assert table.node_label(0, GPU_PRODUCT_LABEL) is None

@@ -329,7 +329,7 @@ def test_reads_signals_and_writes_decisions_on_a_redis_cluster(cluster: Cluster)
         assert cache.poll_once() == 1
         frame = cache.snapshot()
         assert signals_at(frame, "gpu-node-1") == sent["gpu-node-1"].ts
-        assert frame.stale_nodes(max(r.ts for r in sent.values())) == []
+        assert stale_nodes(frame, max(r.ts for r in sent.values())) == []
         assert cache.write_ranking()
         assert {m.decode() for m in cluster.client.zrange(keys.NODES_BY_INDEX, 0, -1)} == set(known)
 

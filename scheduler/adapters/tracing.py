@@ -1,0 +1,264 @@
+"""OpenTelemetry traces of scheduling attempts, exported over OTLP (gRPC or HTTP).
+
+Every scheduling attempt — standalone, extender filter and prioritize, rebalancing — that
+the sampler keeps is one trace: a root span for the attempt and a child span per stage
+the cycle noted (PreFilter, each Filter with ``nodes_in``/``nodes_out`` and its reasons
+counted, each Score, the selection; the bind later), each with ``decision_stage``
+(``prefilter``, ``node_filter``, ``score_ranking``, ``selection``, ``bind``). The trace id
+goes into the decision record, so ``interference explain`` leads from a pod to its trace.
+
+Off by default. On when ``tracing.endpoint`` is set, or when the standard
+``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_ENDPOINT`` is; the OTLP
+exporter reads the other ``OTEL_EXPORTER_OTLP_*`` variables (headers, certificates,
+timeout, compression) itself. Sampling is parent-based with a trace-id ratio
+(``tracing.sample_ratio``; attempts have no parent, so the ratio decides).
+
+Why a child process: the SDK costs about 50 µs a span in CPython; built on the scheduling
+thread, ten spans a decision would cost more than the decision. The scheduling thread only
+notes its stages (:mod:`scheduler.stage_trace`) and hands them, as plain tuples, to a
+spawned exporter process that builds the spans with the SDK — the same trace and root
+span ids, the stages' own timestamps — and exports them with the SDK's batch processor
+and OTLP exporter (figures in docs/BENCHMARKS.md). When the exporter falls behind, whole
+traces are dropped and counted, never the scheduling thread slowed.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import queue
+import random
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from opentelemetry.sdk.trace.id_generator import IdGenerator
+from opentelemetry.sdk.trace.sampling import Decision
+from prometheus_client import CollectorRegistry, Counter
+
+from scheduler.stage_trace import Attributes, StageNote, StageRecorder
+
+log = logging.getLogger(__name__)
+
+Protocol = Literal["grpc", "http/protobuf"]
+PROTOCOLS: tuple[Protocol, ...] = ("grpc", "http/protobuf")
+ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+PROTOCOL_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
+TRACER_NAME = "interference-scheduler"
+_MESSAGE_ATTEMPT = "attempt"
+_MESSAGE_STAGE = "stage"
+
+
+@dataclass(frozen=True, slots=True)
+class TracingSettings:
+    """The ``tracing`` section (applies at restart)."""
+
+    endpoint: str = ""
+    """OTLP endpoint, e.g. ``http://jaeger-collector.tracing:4317`` (gRPC) or
+    ``http://tempo.tracing:4318/v1/traces`` (HTTP); empty: the standard
+    ``OTEL_EXPORTER_OTLP_*_ENDPOINT`` variables, and tracing is off without them."""
+    protocol: Protocol | None = None
+    """``grpc`` or ``http/protobuf``; unset: ``OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL``,
+    else ``grpc``."""
+    sample_ratio: float = 1.0
+    """Share of attempts traced (parent-based trace-id ratio), 0–1."""
+    service_name: str = "interference-scheduler"
+    """``service.name`` of the spans (``OTEL_SERVICE_NAME`` wins, as the SDK reads it)."""
+    queue_limit: int = 10_000
+    """Traces waiting for the exporter process before new ones are dropped (and counted)."""
+
+    def __post_init__(self) -> None:
+        if self.protocol is not None and self.protocol not in PROTOCOLS:
+            raise ValueError(f"protocol: {self.protocol!r} is not one of {', '.join(PROTOCOLS)}")
+        if not 0.0 <= self.sample_ratio <= 1.0:
+            raise ValueError(f"sample_ratio: {self.sample_ratio!r} must be a number from 0 to 1")
+        if self.queue_limit < 1:
+            raise ValueError(f"queue_limit: {self.queue_limit!r} must be an integer ≥ 1")
+
+    def resolved_endpoint(self) -> str:
+        """The endpoint in effect: the setting, else the standard variables ("" = off)."""
+        if self.endpoint:
+            return self.endpoint
+        return next((os.environ[v] for v in ENDPOINT_VARIABLES if os.environ.get(v)), "")
+
+    def resolved_protocol(self) -> Protocol:
+        if self.protocol is not None:
+            return self.protocol
+        found = next((os.environ[v] for v in PROTOCOL_VARIABLES if os.environ.get(v)), "grpc")
+        if found not in PROTOCOLS:
+            raise ValueError(
+                f"{PROTOCOL_VARIABLES[1]}={found!r} is not one of {', '.join(PROTOCOLS)}"
+            )
+        return found
+
+
+class TracingMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.dropped = Counter(
+            "interference_scheduler_traces_dropped",
+            "Sampled attempt traces dropped because the exporter process fell behind.",
+            registry=registry,
+        )
+        self.sent = Counter(
+            "interference_scheduler_traces",
+            "Sampled attempt traces handed to the exporter process.",
+            registry=registry,
+        )
+
+
+class OtlpTracer:
+    """:class:`scheduler.ports.DecisionTracer` exporting through a spawned SDK process."""
+
+    def __init__(self, settings: TracingSettings, metrics: TracingMetrics) -> None:
+        # the SDK's sampler in this process: the same decision the SDK would make
+        from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+        self._sampler = ParentBased(TraceIdRatioBased(settings.sample_ratio))
+        self._metrics = metrics
+        self._random = random.Random()
+        context = multiprocessing.get_context("spawn")  # never fork a threaded process
+        self._queue: Any = context.Queue(maxsize=settings.queue_limit)
+        self._process = context.Process(
+            target=export_forever,
+            args=(
+                self._queue,
+                settings.resolved_endpoint(),
+                settings.resolved_protocol(),
+                settings.service_name,
+            ),
+            name="otlp-exporter",
+            daemon=True,
+        )
+        self._process.start()
+
+    def start(self) -> StageRecorder | None:
+        trace_id = self._random.getrandbits(128) or 1
+        decision = self._sampler.should_sample(None, trace_id, "attempt").decision
+        if decision is not Decision.RECORD_AND_SAMPLE:
+            return None
+        return StageRecorder(trace_id, self._random.getrandbits(64) or 1)
+
+    def finish(
+        self, recorder: StageRecorder, name: str, start_ns: int, attributes: Attributes
+    ) -> None:
+        stages = [_as_tuple(stage) for stage in recorder.stages]
+        message = (
+            _MESSAGE_ATTEMPT,
+            recorder.trace_id,
+            recorder.root_span_id,
+            name,
+            start_ns,
+            time.time_ns(),
+            attributes,
+            stages,
+        )
+        self._put(message)
+
+    def add_stage(self, recorder: StageRecorder, stage: StageNote) -> None:
+        self._put((_MESSAGE_STAGE, recorder.trace_id, recorder.root_span_id, _as_tuple(stage)))
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Flush what is queued and end the exporter process."""
+        with suppress(ValueError, OSError):
+            self._queue.put(None, timeout=timeout_s)
+        self._process.join(timeout_s)
+        if self._process.is_alive():
+            self._process.terminate()
+
+    def _put(self, message: tuple[Any, ...]) -> None:
+        try:
+            self._queue.put_nowait(message)
+        except queue.Full:
+            self._metrics.dropped.inc()
+        else:
+            self._metrics.sent.inc()
+
+
+def _as_tuple(stage: StageNote) -> tuple[str, str, int, int, Attributes]:
+    return (stage.name, stage.stage, stage.start_ns, stage.end_ns, stage.attributes)
+
+
+def export_forever(messages: Any, endpoint: str, protocol: Protocol, service_name: str) -> None:
+    """The exporter process: spans from the notes, exported by the SDK until ``None``."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+
+    ids = _ChosenIds()
+    provider = TracerProvider(
+        resource=Resource.create({SERVICE_NAME: service_name}),
+        sampler=ALWAYS_ON,  # sampled already, by the scheduling process
+        id_generator=ids,
+    )
+    provider.add_span_processor(BatchSpanProcessor(_exporter(endpoint, protocol)))
+    tracer = provider.get_tracer(TRACER_NAME)
+    try:
+        for message in iter(messages.get, None):
+            if message[0] == _MESSAGE_ATTEMPT:
+                _, trace_id, root_id, name, start_ns, end_ns, attributes, stages = message
+                ids.choose(trace_id, root_id)
+                root = tracer.start_span(name, start_time=start_ns, attributes=attributes)
+                parent = trace.set_span_in_context(root)
+                for stage in stages:
+                    _stage_span(tracer, parent, stage)
+                root.end(end_time=end_ns)
+            else:
+                _, trace_id, root_id, stage = message
+                remote = trace.SpanContext(
+                    trace_id, root_id, is_remote=True, trace_flags=trace.TraceFlags(1)
+                )
+                parent = trace.set_span_in_context(trace.NonRecordingSpan(remote))
+                _stage_span(tracer, parent, stage)
+    finally:
+        provider.shutdown()
+
+
+def _stage_span(tracer: Any, parent: Any, stage: Sequence[Any]) -> None:
+    name, decision_stage, start_ns, end_ns, attributes = stage
+    span = tracer.start_span(
+        name,
+        context=parent,
+        start_time=start_ns,
+        attributes={"decision_stage": decision_stage, **attributes},
+    )
+    span.end(end_time=end_ns)
+
+
+def _exporter(endpoint: str, protocol: Protocol) -> Any:
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+            OTLPSpanExporter as GrpcExporter,
+        )
+
+        return GrpcExporter(endpoint=endpoint or None)
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+        OTLPSpanExporter as HttpExporter,
+    )
+
+    return HttpExporter(endpoint=endpoint or None)
+
+
+class _ChosenIds(IdGenerator):
+    """The SDK's id generator, handing out the ids the scheduling process chose for an
+    attempt's root span (so the decision record and later bind spans can name them), then
+    random ids for its stages."""
+
+    def __init__(self) -> None:
+        self._random = random.Random()
+        self._trace: Iterator[int] = iter(())
+        self._span: Iterator[int] = iter(())
+
+    def choose(self, trace_id: int, span_id: int) -> None:
+        self._trace = iter((trace_id,))
+        self._span = iter((span_id,))
+
+    def generate_trace_id(self) -> int:
+        return next(self._trace, 0) or self._random.getrandbits(128)
+
+    def generate_span_id(self) -> int:
+        return next(self._span, 0) or self._random.getrandbits(64)

@@ -1,0 +1,196 @@
+"""OpenTelemetry traces of scheduling attempts against a real OTLP receiver.
+
+The receiver is the OTLP trace service from the ``opentelemetry-proto`` definitions,
+served over gRPC (and OTLP/HTTP's protobuf body over HTTP): no collector binary is
+obtainable here. The scheduler side is the real loop over the in-memory cluster and the
+real exporter process (the SDK's batch processor and OTLP exporters)."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+import time
+from collections.abc import Iterator
+from concurrent import futures
+from typing import Any
+
+import grpc
+import pytest
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+from prometheus_client import CollectorRegistry
+
+from scheduler.adapters.memory import node_object, pod_object
+from scheduler.adapters.tracing import OtlpTracer, TracingMetrics, TracingSettings
+from tests.scheduler.runtime_helpers import LoopHarness
+
+
+class Receiver(trace_service_pb2_grpc.TraceServiceServicer):
+    """Keeps every span it is sent, by span id."""
+
+    def __init__(self) -> None:
+        self.spans: dict[bytes, Any] = {}
+        self.resources: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+
+    def Export(self, request: Any, context: Any) -> Any:
+        self.take(request)
+        return trace_service_pb2.ExportTraceServiceResponse()
+
+    def take(self, request: Any) -> None:
+        with self.lock:
+            for resource_spans in request.resource_spans:
+                self.resources.append(_attributes(resource_spans.resource.attributes))
+                for scope in resource_spans.scope_spans:
+                    for span in scope.spans:
+                        self.spans[span.span_id] = span
+
+    def wait_for(self, count: int, timeout_s: float = 30.0) -> list[Any]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self.lock:
+                if len(self.spans) >= count:
+                    return list(self.spans.values())
+            time.sleep(0.05)
+        with self.lock:
+            return list(self.spans.values())
+
+
+def _attributes(pairs: Any) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for pair in pairs:
+        value = pair.value
+        kind = value.WhichOneof("value")
+        found[pair.key] = getattr(value, kind) if kind else None
+    return found
+
+
+@pytest.fixture
+def grpc_receiver() -> Iterator[tuple[Receiver, str]]:
+    receiver = Receiver()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(receiver, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield receiver, f"http://127.0.0.1:{port}"
+    finally:
+        server.stop(grace=None)
+
+
+@pytest.fixture
+def http_receiver() -> Iterator[tuple[Receiver, str]]:
+    receiver = Receiver()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            request = trace_service_pb2.ExportTraceServiceRequest()
+            request.ParseFromString(body)
+            receiver.take(request)
+            answer = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, *args: Any) -> None:
+            return None
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield receiver, f"http://127.0.0.1:{server.server_address[1]}/v1/traces"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _schedule_three_pods(tracer: OtlpTracer) -> LoopHarness:
+    harness = LoopHarness(tracer=tracer)
+    harness.cluster.add_node(node_object("small", cpu="1"))
+    harness.cluster.add_node(node_object("big", cpu="8"))
+    harness.cluster.add_node(node_object("tainted", cpu="8", unschedulable=True))
+    harness.cluster.add_pod(pod_object("fits", cpu="2"))
+    harness.cluster.add_pod(pod_object("nowhere", cpu="16"))
+    harness.cycle()
+    harness.close()
+    tracer.close()
+    return harness
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_each_attempt_is_a_trace_with_a_span_per_stage(
+    protocol: str, grpc_receiver: tuple[Receiver, str], http_receiver: tuple[Receiver, str]
+) -> None:
+    receiver, endpoint = grpc_receiver if protocol == "grpc" else http_receiver
+    settings = TracingSettings(endpoint=endpoint, protocol=protocol)  # type: ignore[arg-type]
+    tracer = OtlpTracer(settings, TracingMetrics(CollectorRegistry()))
+    harness = _schedule_three_pods(tracer)
+    fits = harness.decisions.last("fits")
+    nowhere = harness.decisions.last("nowhere")
+    assert len(fits.trace_id) == 32 and len(nowhere.trace_id) == 32
+    # fits: root, PreFilter, 10 filters, 6 scores, select, bind; nowhere: root, PreFilter,
+    # 10 filters
+    spans = receiver.wait_for(20 + 12)
+    assert len(spans) == 32
+    assert {"service.name": "interference-scheduler"}.items() <= receiver.resources[0].items()
+    by_trace: dict[str, list[Any]] = {}
+    for span in spans:
+        by_trace.setdefault(span.trace_id.hex(), []).append(span)
+
+    # the scheduled pod: root, a span per filter with the record's funnel, scores, select, bind
+    trace = by_trace[fits.trace_id]
+    (root,) = [s for s in trace if not s.parent_span_id]
+    assert root.name == "schedule"
+    root_attributes = _attributes(root.attributes)
+    assert root_attributes["k8s.pod.name"] == "fits"
+    assert root_attributes["result"] == "scheduled" and root_attributes["node"] == "big"
+    children = [s for s in trace if s.parent_span_id]
+    assert all(s.parent_span_id == root.span_id for s in children)
+    stages = {s.name: _attributes(s.attributes) for s in children}
+    for stage in fits.funnel:
+        attributes = stages[f"Filter {stage.name}"]
+        assert attributes["decision_stage"] == "node_filter"
+        assert (attributes["nodes_in"], attributes["nodes_out"]) == (
+            stage.nodes_in,
+            stage.nodes_out,
+        )
+    assert stages["Filter NodeUnschedulable"]["reason.node(s) were unschedulable"] == 1
+    assert stages["Filter NodeResourcesFit"]["reason.Insufficient cpu"] == 1
+    assert stages["Score NodeResourcesFit"]["decision_stage"] == "score_ranking"
+    assert stages["Select"]["chosen"] == "big" and stages["Select"]["feasible"] == 1
+    assert stages["Bind"] == {"decision_stage": "bind", "node": "big", "status": "bound"}
+    assert stages["PreFilter"] == {"decision_stage": "prefilter"}
+    assert all(s.start_time_unix_nano <= s.end_time_unix_nano for s in trace)
+
+    # the unschedulable pod: its reasons counted, no selection, no bind
+    trace = by_trace[nowhere.trace_id]
+    names = {s.name for s in trace}
+    assert "Select" not in names and "Bind" not in names
+    fit = next(s for s in trace if s.name == "Filter NodeResourcesFit")
+    assert _attributes(fit.attributes)["nodes_out"] == 0
+
+
+def test_a_zero_ratio_traces_nothing_and_records_no_trace_id(
+    grpc_receiver: tuple[Receiver, str],
+) -> None:
+    receiver, endpoint = grpc_receiver
+    settings = TracingSettings(endpoint=endpoint, sample_ratio=0.0)
+    metrics = TracingMetrics(CollectorRegistry())
+    harness = _schedule_three_pods(OtlpTracer(settings, metrics))
+    assert harness.decisions.last("fits").trace_id == ""
+    assert receiver.wait_for(1, timeout_s=2.0) == []
+
+
+def test_the_standard_variables_turn_tracing_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert TracingSettings().resolved_endpoint() == ""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    settings = TracingSettings()
+    assert settings.resolved_endpoint() == "http://collector:4317"
+    assert settings.resolved_protocol() == "http/protobuf"
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "carrier-pigeon")
+    with pytest.raises(ValueError, match="OTEL_EXPORTER_OTLP_PROTOCOL"):
+        settings.resolved_protocol()
