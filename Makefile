@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test lint unit demo bench images base-image local-images e2e-cluster clean
+.PHONY: setup test lint unit demo bench images base-image local-images e2e-cluster config-reference clean
 
 $(STAMP): pyproject.toml scripts/setup.sh
 	bash scripts/setup.sh
@@ -44,6 +44,10 @@ local-images: base-image
 # uninstall, and a leak check (root; skipped with a reason when it cannot run here).
 e2e-cluster: setup
 	bash tests/cluster/e2e_cluster.sh
+
+# docs/configuration.md from the settings dataclasses (tests/scheduler/test_config_reference.py).
+config-reference: $(STAMP)
+	$(PY) -c 'from scheduler.config import reference; print(reference(), end="")' > docs/configuration.md
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

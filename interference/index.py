@@ -76,26 +76,47 @@ class IndexReferences:
     """
 
     runq_p99_us: float = 16_000.0
+    """The node's run-queue latency p99 (µs) read as saturated (100)."""
     runq_p99_us_quiet: float = 4_000.0
+    """The node's run-queue latency p99 (µs) read as quiet (0)."""
     runq_wait_ratio: float = 1.0
+    """Run-queue wait ratio (waiting tasks per CPU) read as saturated (100)."""
     runq_wait_ratio_quiet: float = 0.1
+    """Run-queue wait ratio (waiting tasks per CPU) read as quiet (0)."""
     reclaim_stall_ms_per_s: float = 5.0
+    """Memory reclaim stall (ms per second) read as saturated (100)."""
     reclaim_stall_ms_per_s_quiet: float = 0.25
+    """Memory reclaim stall (ms per second) read as quiet (0)."""
     throttled_ms_per_s: float = 100.0
+    """CFS throttling (ms per second) read as saturated (100)."""
     throttled_ms_per_s_quiet: float = 5.0
+    """CFS throttling (ms per second) read as quiet (0)."""
     psi_cpu_some: float = 60.0
+    """CPU PSI ``some`` (%) read as saturated (100)."""
     psi_cpu_some_quiet: float = 10.0
+    """CPU PSI ``some`` (%) read as quiet (0)."""
     psi_mem_some: float = 20.0
+    """Memory PSI ``some`` (%) read as saturated (100)."""
     psi_mem_some_quiet: float = 1.0
+    """Memory PSI ``some`` (%) read as quiet (0)."""
     net_drops_per_s: float = 1000.0
+    """Network drops per second read as saturated (100)."""
     net_drops_per_s_quiet: float = 10.0
+    """Network drops per second read as quiet (0)."""
     weight_runq_p99: float = 1.0
+    """Weight of ``runq_p99_us`` in the index, 0–1 (0 leaves the signal out)."""
     weight_runq_wait: float = 1.0
+    """Weight of ``runq_wait_ratio`` in the index, 0–1 (0 leaves the signal out)."""
     weight_reclaim: float = 1.0
+    """Weight of ``reclaim_stall_ms_per_s`` in the index, 0–1 (0 leaves the signal out)."""
     weight_throttled: float = 1.0
+    """Weight of ``throttled_ms_per_s`` in the index, 0–1 (0 leaves the signal out)."""
     weight_psi_cpu: float = 1.0
+    """Weight of ``psi_cpu_some`` in the index, 0–1 (0 leaves the signal out)."""
     weight_psi_mem: float = 1.0
+    """Weight of ``psi_mem_some`` in the index, 0–1 (0 leaves the signal out)."""
     weight_net_drops: float = 1.0
+    """Weight of ``net_drops_per_s`` in the index, 0–1 (0 leaves the signal out)."""
 
     def __post_init__(self) -> None:
         for signal, weight_name in _WEIGHT_OF.items():

@@ -1,7 +1,10 @@
 """The scheduler's YAML configuration (a ConfigMap): loading, validation and reload.
 
 The file mirrors :class:`SchedulerConfig`; every section is optional and every key has
-a default (see each settings dataclass for its meaning)::
+a default. docs/configuration.md lists every key with its type, default, whether a
+reload applies it and its meaning (generated from the dataclasses by :func:`reference`).
+Some keys with their defaults (``tests/scheduler/test_config_reference.py`` checks that
+this parses and that each value shown is the default)::
 
     engine:            # scheduler.settings.EngineSettings
       profile:         # scheduler.settings.Profile (docs/design.md §5.1)
@@ -9,12 +12,13 @@ a default (see each settings dataclass for its meaning)::
         plugin_config: # each plugin's args, kube-scheduler's pluginConfig shape
           - name: Interference
             args: {stale_policy: neutral}   # neutral | avoid | reject
+      relax_after_s: 60
     loop:              # scheduler.loop.LoopSettings
       scheduler_name: interference-scheduler
       dry_run: false
-      ignore_namespaces: [kube-system]
+      ignore_namespaces: []
     redis:             # scheduler.adapters.redis_signals.RedisSettings
-      url: redis://redis.interference:6379/0
+      url: redis://127.0.0.1:6379/0   # deploy/ sets redis://redis:6379/0; REDIS_URL overrides
     kubernetes:        # scheduler.adapters.kubernetes.KubernetesSettings
       kubeconfig: ""
     leader_election:   # scheduler.adapters.leader.LeaderElectionSettings
@@ -30,8 +34,9 @@ number, so a typo cannot silently become a default.
 
 Reload: :class:`ConfigWatcher` polls the file (mtime, size and inode, so a ConfigMap's
 symlink swap counts) and hands a new valid config to a callback; a bad file is logged
-and the running config stays. Only ``engine`` and ``loop`` apply live; changes to the
-other sections are logged as needing a restart.
+and the running config stays. Only ``engine``, ``loop`` and ``reload_interval_s`` apply
+live (``interference-scheduler extender``: ``engine`` only); changes to the other
+sections are logged as needing a restart.
 
 Simulator policies (``interference simulate --policy A.yaml``) are files of this format.
 """
@@ -56,6 +61,8 @@ from interference_infra.strict import SettingsError, parse_bool
 from scheduler.adapters.kubernetes import KubernetesSettings
 from scheduler.adapters.leader import LeaderElectionSettings
 from scheduler.adapters.redis_signals import RedisSettings
+from scheduler.adapters.tracing import TracingSettings
+from scheduler.config_reference import render
 from scheduler.http import HttpSettings
 from scheduler.loop import LoopSettings
 from scheduler.plugins.registry import REGISTRY
@@ -63,8 +70,9 @@ from scheduler.settings import EngineSettings
 
 log = logging.getLogger(__name__)
 
-LIVE_SECTIONS = ("engine", "loop")
-"""Sections a reload applies without a restart."""
+LIVE_SECTIONS = ("engine", "loop", "reload_interval_s")
+"""Sections (and top-level keys) a reload applies without a restart (the extender mode
+applies ``engine`` only: it has no scheduling loop)."""
 REPLACED_KEYS = {
     "engine.weights": "engine.profile.scores, keyed by plugin name, e.g. "
     "{Interference: 2, NodeResourcesFit: 1, GpuPacking: 1} (docs/design.md §5.1)",
@@ -113,6 +121,7 @@ class SchedulerConfig:
     kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
     leader_election: LeaderElectionSettings = field(default_factory=LeaderElectionSettings)
     http: HttpSettings = field(default_factory=HttpSettings)
+    tracing: TracingSettings = field(default_factory=TracingSettings)
     reload_interval_s: float = 5.0
     """How often the config file is checked for changes."""
 
@@ -329,6 +338,36 @@ def with_overrides(config: SchedulerConfig, **sections: Any) -> SchedulerConfig:
     if problems:
         raise ConfigError("command line/environment", problems)
     return dataclasses.replace(config, **replaced)
+
+
+REFERENCE_INTRO = """\
+The scheduler's configuration file: the ConfigMap `interference-scheduler-config`
+(deploy/base/scheduler/scheduler.yaml, mounted at `/etc/interference/scheduler.yaml`), or
+`interference-scheduler --config FILE`; simulator policies (`interference simulate
+--policy FILE`) have the same format. Every section and every key is optional. Types are
+strict: a quoted number is a string, an unknown key is an error with a did-you-mean, and
+every problem of a file is reported at once.
+
+**applies**: `live` — the running scheduler applies a change within `reload_interval_s`
+of the file changing (a ConfigMap edit reaches the pod within about a minute);
+`restart` — the change is logged as needing a restart and applies at the next start. In
+extender mode (`interference-scheduler extender`) only `engine` applies live. An invalid
+file is logged and the running configuration stays.
+
+The file's path is `--config FILE` or `INTERFERENCE_SCHEDULER_CONFIG`. The environment
+and flags set some keys over the file (and a reload leaves them as they were set):
+`REDIS_URL` (`redis.url`), `REDIS_CA_FILE`, `REDIS_CERT_FILE`, `REDIS_KEY_FILE`
+(`redis.ca_file`, `redis.cert_file`, `redis.key_file`), `REDIS_SENTINELS`,
+`REDIS_SENTINEL_MASTER`, `REDIS_CLUSTER` (`redis.sentinels`, `redis.sentinel_master`,
+`redis.cluster`), `--dry-run` or `DRY_RUN` (`loop.dry_run`), `--kubeconfig`
+(`kubernetes.kubeconfig`). The Redis user and password are never in the file:
+`REDIS_USERNAME` and `REDIS_PASSWORD`.
+"""
+
+
+def reference() -> str:
+    """docs/configuration.md: every key of the file, from the settings dataclasses."""
+    return render(SchedulerConfig, LIVE_SECTIONS, REGISTRY.args_types(), REFERENCE_INTRO)
 
 
 class ConfigWatcher:

@@ -55,6 +55,7 @@ class LeaderElectionSettings:
     enabled: bool = True
     """False: this replica leads unconditionally (one replica, tests, dry runs)."""
     lease_name: str = "interference-scheduler"
+    """Name of the Lease the replicas compete for (one per scheduler name)."""
     namespace: str = ""
     """Namespace of the Lease; empty: ``$POD_NAMESPACE``, else ``kube-system``."""
     lease_duration_s: int = 15

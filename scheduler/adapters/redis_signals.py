@@ -124,6 +124,7 @@ class RedisSettings:
     retry_initial_s: float = 0.5
     """First reconnect delay after an error; doubles up to ``retry_max_s``."""
     retry_max_s: float = 10.0
+    """Longest reconnect delay."""
     decision_ttl_s: int = keys.DECISION_TTL_S
     """Lifetime of ``intf:decision:{ns}/{pod}`` records."""
     log_interval_s: float = 30.0

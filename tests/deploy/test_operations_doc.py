@@ -370,6 +370,66 @@ def test_viewer_recipe(recipe: str, store: Store) -> None:
         assert set(done.stdout.splitlines()[0::2]) == set(INDEX_OF)
 
 
+def run_as_viewer(recipe: str, store: Store) -> subprocess.CompletedProcess[str]:
+    """A recipe of the Redis pod run from an operator's machine as the viewer user (the
+    doc's ``redis-cli --user interference-viewer``, password in REDISCLI_AUTH)."""
+    real = shutil.which("redis-cli")
+    assert real, "redis-cli is not installed; run `make setup`"
+    argv = shlex.split(recipe)
+    assert argv[0] == "redis-cli"
+    proc = subprocess.Popen(
+        [real, "-p", str(store.server.port), "--user", "interference-viewer", *argv[1:]],
+        env={"PATH": "/usr/bin:/bin", "REDISCLI_AUTH": store.server.secret["viewer-password"]},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="backslashreplace",  # stream entries are msgpack
+    )
+    if "BLOCK" in recipe:
+        deadline = time.monotonic() + 30
+        while proc.poll() is None and time.monotonic() < deadline:
+            store.publish_all()
+            time.sleep(0.3)
+    stdout, stderr = proc.communicate(timeout=30)
+    return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_every_redis_recipe_runs_as_the_viewer(recipe: str, store: Store) -> None:
+    """The doc hands CLI users the viewer: each recipe of the Redis pod (as admin) runs as
+    the viewer too, with the same output, and Redis logs no refused command."""
+    done = run_as_viewer(recipe, store)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip(), f"{recipe!r} printed nothing as the viewer"
+    errors = r"\b(ERR|NOPERM|WRONGPASS|WRONGTYPE)\b"
+    assert not re.search(errors, done.stdout + done.stderr), done.stdout + done.stderr
+    check_output(redis_command_name(recipe), recipe, done.stdout)
+    assert store.server.admin().acl_log() == []
+
+
+@pytest.mark.redis
+def test_the_viewer_may_only_read_intf_keys(deployed_redis: DeployedRedis) -> None:
+    """What the viewer is granted so that the recipes run stays read-only: no command
+    that writes or administers, and read access to ``intf:*`` keys only."""
+    admin = deployed_redis.admin()
+    viewer = admin.acl_getuser("interference-viewer")
+    assert viewer is not None
+    assert viewer["keys"] == ["%R~intf:*"] and viewer["categories"] == ["-@all"]
+    assert all(c.startswith("+") for c in viewer["commands"]), viewer["commands"]
+    granted = [c.removeprefix("+") for c in viewer["commands"]]
+    for command in granted:
+        name, _, sub = command.partition("|")
+        info = admin.execute_command("COMMAND", "INFO", name)[name]
+        if sub:
+            (entry,) = [s for s in info["subcommands"] if s[0] == command]
+            flags, categories = set(entry[2]), set(entry[6])
+        else:
+            flags, categories = set(info["flags"]), set(info["acl_categories"])
+        assert not flags & {"write", "admin", "denyoom"}, (command, flags)
+        assert not categories & {"@write", "@admin", "@dangerous"}, (command, categories)
+
+
 def test_there_are_viewer_recipes() -> None:
     assert len(VIEWER_RECIPES) >= 3
 
