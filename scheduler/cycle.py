@@ -670,13 +670,8 @@ def _scores(
         score = scorer.score(state, feasible)
         if score is not None:
             scores[scorer.name] = (weight, score)
-        if recorder is not None:
-            attributes: dict[str, str | int | float | bool] = {"weight": weight}
-            if score is not None and feasible.any():
-                attributes["best"] = float(score[feasible].max())
-            else:
-                attributes["no_preference"] = True
-            recorder.note(f"Score {scorer.name}", SCORE_RANKING, started, attributes)
+        if recorder is not None and score is not None:
+            recorder.note(f"Score {scorer.name}", SCORE_RANKING, started, {"weight": weight})
     return scores
 
 
@@ -686,16 +681,20 @@ def _note_filters(
     timings: dict[str, tuple[int, int]],
     found: tuple[Rejections, ...],
 ) -> None:
-    """A stage note per filter that ran: nodes in and out and its reasons counted."""
+    """A stage note per filter that ran: nodes in and out and its reasons counted (from
+    the counts the rejections already hold: no pass over the nodes)."""
     reasons: dict[str, dict[str, int]] = {}
     for rejections_of in found:
-        for _, result, failing in rejections_of.failing:
-            per_reason = result.reason_counts(failing)
+        for _, result, _ in rejections_of.failing:
             counted = reasons.setdefault(result.name, {})
-            for reason, count in zip(result.reasons, per_reason, strict=True):
-                if count:
-                    counted[reason] = counted.get(reason, 0) + count
+            for reason in result.reasons:
+                if rejections_of.counts.get(reason):
+                    counted[reason] = rejections_of.counts[reason]
+    unchecked: list[str] = []
     for stage in funnel:
+        if stage.nodes_in == stage.nodes_out and not reasons.get(stage.name):
+            unchecked.append(stage.name)  # let every node through: one name, not a span
+            continue
         started, ended = timings.get(stage.name, (0, 0))
         attributes: dict[str, str | int | float | bool] = {
             "nodes_in": stage.nodes_in,
@@ -706,6 +705,8 @@ def _note_filters(
         recorder.stages.append(
             StageNote(f"Filter {stage.name}", NODE_FILTER, started, ended, attributes)
         )
+    if unchecked:
+        recorder.passed_filters = tuple(unchecked)
 
 
 def _no_details(row: int) -> dict[str, str]:

@@ -44,6 +44,9 @@ class StageRecorder:
     root_span_id: int
     """64-bit id of the attempt's root span (bind spans name it as their parent)."""
     stages: list[StageNote] = field(default_factory=list)
+    passed_filters: tuple[str, ...] = ()
+    """Filters that let every node through (nothing to check, or every node passed): named
+    on the root span, not a span each (the exporter's cost is per span)."""
 
     @property
     def trace_hex(self) -> str:

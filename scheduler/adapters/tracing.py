@@ -15,11 +15,13 @@ timeout, compression) itself. Sampling is parent-based with a trace-id ratio
 
 Why a child process: the SDK costs about 50 µs a span in CPython; built on the scheduling
 thread, ten spans a decision would cost more than the decision. The scheduling thread only
-notes its stages (:mod:`scheduler.stage_trace`) and hands them, as plain tuples, to a
-spawned exporter process that builds the spans with the SDK — the same trace and root
-span ids, the stages' own timestamps — and exports them with the SDK's batch processor
-and OTLP exporter (figures in docs/BENCHMARKS.md). When the exporter falls behind, whole
-traces are dropped and counted, never the scheduling thread slowed.
+notes its stages (:mod:`scheduler.stage_trace`; a filter that let every node through is
+named on the root span rather than being a span of its own, and a score with no
+preference is left out) and hands them, as plain tuples, to a spawned, niced exporter
+process that builds the spans with the SDK — the same trace and root span ids, the
+stages' own timestamps — and exports them with the SDK's batch processor and OTLP exporter
+(figures in docs/BENCHMARKS.md). When the exporter falls behind, whole traces are dropped
+and counted, never the scheduling thread slowed.
 """
 
 from __future__ import annotations
@@ -145,6 +147,8 @@ class OtlpTracer:
         self, recorder: StageRecorder, name: str, start_ns: int, attributes: Attributes
     ) -> None:
         stages = [_as_tuple(stage) for stage in recorder.stages]
+        if recorder.passed_filters:
+            attributes = {**attributes, "filters_passed_by_all": ",".join(recorder.passed_filters)}
         message = (
             _MESSAGE_ATTEMPT,
             recorder.trace_id,
@@ -182,7 +186,12 @@ def _as_tuple(stage: StageNote) -> tuple[str, str, int, int, Attributes]:
 
 
 def export_forever(messages: Any, endpoint: str, protocol: Protocol, service_name: str) -> None:
-    """The exporter process: spans from the notes, exported by the SDK until ``None``."""
+    """The exporter process: spans from the notes, exported by the SDK until ``None``.
+
+    It runs niced: under CPU pressure the scheduling thread wins, the queue fills and whole
+    traces are dropped (counted) rather than decisions slowed."""
+    with suppress(OSError):
+        os.nice(10)
     from opentelemetry import trace
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
     from opentelemetry.sdk.trace import TracerProvider

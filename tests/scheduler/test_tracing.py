@@ -131,10 +131,11 @@ def test_each_attempt_is_a_trace_with_a_span_per_stage(
     fits = harness.decisions.last("fits")
     nowhere = harness.decisions.last("nowhere")
     assert len(fits.trace_id) == 32 and len(nowhere.trace_id) == 32
-    # fits: root, PreFilter, 10 filters, 6 scores, select, bind; nowhere: root, PreFilter,
-    # 10 filters
-    spans = receiver.wait_for(20 + 12)
-    assert len(spans) == 32
+    # a span per filter that rejected a node (the others are named on the root span) and
+    # per score with a preference: fits: root, PreFilter, NodeUnschedulable,
+    # NodeResourcesFit, 3 scores, select, bind; nowhere: root, PreFilter, the two filters
+    spans = receiver.wait_for(9 + 4)
+    assert len(spans) == 13
     assert {"service.name": "interference-scheduler"}.items() <= receiver.resources[0].items()
     by_trace: dict[str, list[Any]] = {}
     for span in spans:
@@ -150,13 +151,18 @@ def test_each_attempt_is_a_trace_with_a_span_per_stage(
     children = [s for s in trace if s.parent_span_id]
     assert all(s.parent_span_id == root.span_id for s in children)
     stages = {s.name: _attributes(s.attributes) for s in children}
+    passed_by_all = root_attributes["filters_passed_by_all"].split(",")
     for stage in fits.funnel:
+        if stage.nodes_in == stage.nodes_out:
+            assert stage.name in passed_by_all
+            continue
         attributes = stages[f"Filter {stage.name}"]
         assert attributes["decision_stage"] == "node_filter"
         assert (attributes["nodes_in"], attributes["nodes_out"]) == (
             stage.nodes_in,
             stage.nodes_out,
         )
+    assert len(passed_by_all) == 8
     assert stages["Filter NodeUnschedulable"]["reason.node(s) were unschedulable"] == 1
     assert stages["Filter NodeResourcesFit"]["reason.Insufficient cpu"] == 1
     assert stages["Score NodeResourcesFit"]["decision_stage"] == "score_ranking"
