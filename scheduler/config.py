@@ -103,12 +103,14 @@ StrictBoolLoader.add_implicit_resolver(
 )
 
 
-class ConfigError(ValueError):
-    """The configuration is invalid; ``problems`` holds one line per field."""
+class ConfigError(SettingsError):
+    """The configuration is invalid; ``problems`` holds one line per field, the message
+    names the file (or the flags and environment) they came from."""
 
     def __init__(self, source: str, problems: list[str]) -> None:
-        self.problems = problems
-        super().__init__(f"{source}: invalid configuration:\n  " + "\n  ".join(problems))
+        super().__init__(problems)
+        self.source = source
+        self.args = (f"{source}: invalid configuration:\n  " + "\n  ".join(problems),)
 
 
 @dataclass(frozen=True, slots=True)

@@ -194,6 +194,13 @@ class SchedulingCycle:
         self.relax = RelaxTracker()
         self._random = random.Random(seed)
 
+    def register_indexes(self, table: NodeTable) -> None:
+        """Register the profile's placed-pod indexes with ``table`` (before its pods arrive,
+        so each is kept current pod by pod; one registered late is filled at once)."""
+        for plugin in self.profile.filters:
+            if plugin.index is not None:
+                table.index(plugin.name, plugin.index)
+
     def profile_for(self, signals_readable: bool) -> ResolvedProfile:
         """The profile to run: without the signal plugins when signals are unreadable or
         the settings are interference-blind."""

@@ -286,6 +286,7 @@ class Extender:
         self._decisions = decisions
         self._settings = settings
         self._cycle = SchedulingCycle(settings, extender=True)
+        self._cycle.register_indexes(cache.table)
         self._signal_gate = SignalGate(signals, metrics, "answering")
         self._metrics = metrics
         self._extender_metrics = extender_metrics
@@ -303,6 +304,7 @@ class Extender:
                 relax = self._cycle.relax  # pods keep their waiting time across a reload
                 self._cycle = SchedulingCycle(settings, extender=True)
                 self._cycle.relax = relax
+                self._cycle.register_indexes(self._cache.table)
             self._settings = settings
 
     def routes(self) -> dict[str, PostRoute]:

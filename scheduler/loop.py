@@ -152,6 +152,7 @@ class SchedulingLoop:
             loop_settings.ignore_namespaces,
             clock=clock,
         )
+        self._cycle.register_indexes(self.cache.table)
         self._binder = Binder(
             cluster, leading, self._on_bind_outcome, metrics, loop_settings.bind_workers
         )
@@ -188,6 +189,7 @@ class SchedulingLoop:
                 relax = self._cycle.relax  # pods keep their waiting time across a reload
                 self._cycle = SchedulingCycle(engine_settings, seed=self._seed)
                 self._cycle.relax = relax
+                self._cycle.register_indexes(self.cache.table)
                 self._engine_settings = engine_settings
             old = self._loop_settings
             self._loop_settings = loop_settings

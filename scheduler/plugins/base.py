@@ -48,7 +48,7 @@ from numpy.typing import NDArray
 
 from scheduler.api.objects import PodInfo
 from scheduler.events import EventInterest
-from scheduler.table import NodeTable
+from scheduler.table import NodeTable, PlacedPodIndex
 
 
 @dataclass(slots=True)
@@ -207,6 +207,10 @@ class Filter:
     in extender mode kube-scheduler has run its own PreFilters."""
     args: type | None = None
     """The dataclass of this plugin's args (``pluginConfig``), ``None`` when it has none."""
+    index: Callable[[], PlacedPodIndex] | None = None
+    """Builds the plugin's index of placed pods, registered with the table under the
+    plugin's name before pods arrive (:meth:`scheduler.table.NodeTable.index`), so it is
+    kept current as pods are placed rather than built at the first decision."""
 
     def code(self, reason: str) -> Code:
         """The status code of ``reason``."""

@@ -308,6 +308,7 @@ FILTER = Filter(
     status=Code.UNSCHEDULABLE,  # anti-affinity conflicts go away with the pods causing them
     statuses={AFFINITY_RULES: Code.UNSCHEDULABLE_AND_UNRESOLVABLE},
     in_extender=False,  # kube-scheduler runs its own InterPodAffinity before asking
+    index=PlacedTerms,
 )
 SCORE = Score(
     name=NAME,

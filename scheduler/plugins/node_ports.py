@@ -73,4 +73,5 @@ FILTER = Filter(
     filter=filter_by_table_and_pod(node_ports),
     events=(EventInterest("Pod", Action.DELETE), EventInterest("Node", Action.ADD)),
     status=Code.UNSCHEDULABLE,  # the pods holding the ports can be evicted
+    index=HostPortIndex,
 )
