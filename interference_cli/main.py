@@ -2,9 +2,9 @@
 
     interference top [--watch]          nodes ranked by interference index
     interference node NODE              one node: metrics, histograms, victim/antagonist pods
-    interference explain NS/POD         the scheduler's decision record for a pod
+    interference explain NS/POD [--html FILE]   a pod's decision record (and its page)
     interference record --out FILE      save the nodes' NodeReports to a trace file
-    interference simulate --trace FILE --pods FILE --policy A.yaml [--explain NS/POD]
+    interference simulate --trace FILE --pods FILE --policy A.yaml [--explain NS/POD [--html FILE]]
 
 The Redis options may come before or after the command. Credentials: the URL's, or
 REDIS_USERNAME / REDIS_PASSWORD (never printed). A bad command line exits 2, a problem
@@ -26,6 +26,9 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from interference import keys
+from interference.decision import Decision
+from interference.decision_page import render_decision_page
 from interference_cli import views
 from interference_cli.store import CliError, Store, split_pod_ref
 from interference_infra.cliparse import RUNTIME_EXIT, USAGE_EXIT, OneLineParser
@@ -167,6 +170,12 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
         "interference explain shop/checkout-api-5b7d9c8f6-q4k2m",
     )
     explain.add_argument("pod", metavar="NS/POD", help="namespace/name of the pod")
+    explain.add_argument(
+        "--html",
+        metavar="FILE",
+        help="also write the decision as a self-contained HTML page (funnel, score parts, "
+        "the chosen node's recent interference index)",
+    )
 
     record = command(
         "record",
@@ -224,6 +233,12 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
         "--explain",
         metavar="NS/POD",
         help="print the decision record of this pod (its last attempt) under each policy",
+    )
+    simulate.add_argument(
+        "--html",
+        metavar="FILE",
+        help="with --explain, also write that decision as an HTML page (one file per policy "
+        "when several: FILE's name gets the policy's)",
     )
     return parser
 
@@ -312,8 +327,36 @@ def _run(args: argparse.Namespace, console: Console, env: Mapping[str, str]) -> 
         console.print(views.node_view(store.node_detail(args.node, now), now))
     elif args.command == "explain":
         namespace, pod = split_pod_ref(args.pod)
-        console.print(views.decision_view(store.decision(namespace, pod), time.time()))
+        decision = store.decision(namespace, pod)
+        console.print(views.decision_view(decision, time.time()))
+        if args.html:
+            _write_decision_page(store, decision, args.html, console)
     return 0
+
+
+def _write_decision_page(store: Store, decision: Decision, path: str, console: Console) -> None:
+    """``explain --html``: the page, with the chosen node's index from its report stream."""
+    history = store.index_history(decision.node) if decision.node else []
+    stream = keys.reports_key(decision.node)
+    if history:
+        covered = f"{len(history)} report(s) covering {history[-1][0] - history[0][0]:.0f} s"
+        note = f"The node's last {covered}, from {stream}; read now, not at the decision."
+    else:
+        covered = ""
+        note = f"Not available: the node's report stream ({stream}) is empty."
+    write_page(path, render_decision_page(decision, history or None, history_note=note))
+    console.print(
+        f"decision page written to {path}" + (f" (index history: {covered})" if covered else "")
+    )
+
+
+def write_page(path: str, page: str) -> None:
+    """Write an HTML page; :class:`CliError` naming the file when it cannot be written."""
+    try:
+        with open(path, "w", encoding="utf-8") as out:
+            out.write(page)
+    except OSError as exc:
+        raise CliError(f"cannot write {path}: {exc.strerror or exc}") from exc
 
 
 def _nothing_recorded(args: argparse.Namespace, store: Store, recorded: RecordResult) -> str:

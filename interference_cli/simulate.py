@@ -239,6 +239,8 @@ class _Replay:
                 now,
                 candidates=decision.candidates,
                 rejected_by_reason=dict(decision.reason_counts),
+                funnel=list(decision.funnel),
+                omitted=dict(decision.omitted),
             )
         if decision.node is None:
             return False
@@ -355,11 +357,56 @@ def run_simulate_command(args: argparse.Namespace, console: Console) -> int:
                 continue
             when = f"at {result.explained.ts - t0:.1f} s into the trace"
             console.print(decision_view(result.explained, result.explained.ts, when=when))
+    html = getattr(args, "html", None)
+    if html:
+        if explain is None:
+            raise CliError("--html draws the decision --explain names: add --explain NS/POD")
+        _write_pages(html, results, reports, console if not args.json else None)
     if args.plot:
         plot(results, args.plot)
         if not args.json:
             console.print(f"plot written to {args.plot}")
     return 0
+
+
+INDEX_HISTORY_S = 300.0
+"""How far back the page's index chart reaches from a simulated decision."""
+
+
+def _write_pages(
+    path: str,
+    results: Sequence[PolicyResult],
+    reports: Sequence[NodeReport],
+    console: Console | None,
+) -> None:
+    """``simulate --explain NS/POD --html FILE``: the explained decision of each policy as
+    a page, the chosen node's index drawn from the trace's reports before the decision."""
+    from interference.decision_page import render_decision_page
+    from interference_cli.main import write_page
+
+    for result in results:
+        decision = result.explained
+        if decision is None:
+            continue
+        target = path
+        if len(results) > 1:
+            stem, dot, ext = path.rpartition(".")
+            safe = "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in result.policy)
+            target = f"{stem}-{safe}.{ext}" if dot and "/" not in ext else f"{path}-{safe}"
+        history = [
+            (r.ts, r.metrics.interference_index)
+            for r in reports
+            if r.node == decision.node and decision.ts - INDEX_HISTORY_S <= r.ts <= decision.ts
+        ]
+        note = (
+            f"{len(history)} report(s) of the trace in the {INDEX_HISTORY_S:.0f} s before the "
+            f"decision, covering {history[-1][0] - history[0][0]:.0f} s."
+            if history
+            else "Not available: the trace holds no report of the node before the decision."
+        )
+        write_page(target, render_decision_page(decision, history or None, history_note=note))
+        if console is not None:
+            console.print(f"decision page ({result.policy}) written to {target}")
 
 
 def _arrival_key(arrival: Arrival) -> str:

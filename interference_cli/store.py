@@ -30,6 +30,7 @@ from redis.exceptions import RedisClusterException
 from interference import freshness, keys
 from interference.codec import (
     PayloadError,
+    decode_report,
     decoded_hash,
     parse_histogram_field,
     parse_node_signals,
@@ -339,6 +340,24 @@ class Store:
             raise CliError(
                 f"decision record {keys.decision_key(namespace, pod)} is malformed: {exc}"
             ) from exc
+
+    def index_history(self, node: str) -> list[tuple[float, float]]:
+        """The node's interference index in its report stream (its last
+        ``NODE_REPORTS_MAXLEN`` reports) as ``(unix time, index)``, oldest first; reports
+        that do not decode are left out."""
+        entries = self._call(
+            f"the report stream of {node}",
+            lambda: self._redis.xrevrange(keys.reports_key(node), count=keys.NODE_REPORTS_MAXLEN),
+        )
+        history = []
+        for _, fields in entries:
+            payload = fields.get(keys.REPORTS_FIELD.encode(), fields.get(keys.REPORTS_FIELD))
+            try:
+                report = decode_report(payload)
+            except (PayloadError, TypeError):
+                continue
+            history.append((report.ts, report.metrics.interference_index))
+        return sorted(history)
 
     def pod_row(self, node: str, namespace: str, name: str) -> PodRow | None:
         """A pod's latest metrics on ``node``, None while it has none; CliError when

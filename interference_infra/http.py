@@ -3,7 +3,8 @@
 The server runs on a daemon thread, so a slow scrape never delays the program's own
 loops. What the checks mean is the program's business: each passes a :data:`Check` per
 GET path. Extra ``POST`` routes (the scheduler's extender verbs) take the request body
-and return status, body and content type.
+and return status, body and content type; extra ``GET`` routes by path prefix (the
+scheduler's ``/decisions/NS/POD`` page) take the whole path and return the same.
 
 ``keep_alive`` serves HTTP/1.1 with persistent connections and ``TCP_NODELAY``, for a
 caller that posts many requests on one connection (kube-scheduler calling an extender);
@@ -33,6 +34,8 @@ Check = Callable[[], tuple[int, str]]
 """A GET handler: → (status, text body)."""
 PostRoute = Callable[[bytes], tuple[int, bytes, str]]
 """A POST handler: request body → (status, body, content type)."""
+GetRoute = Callable[[str], tuple[int, bytes, str]]
+"""A GET handler for every path under a prefix: path → (status, body, content type)."""
 
 
 def problem_check(problem: Callable[[], str], failing_status: int = 503) -> Check:
@@ -91,6 +94,7 @@ class HealthEndpoint:
         checks: Mapping[str, Check],
         *,
         post_routes: Mapping[str, PostRoute] | None = None,
+        get_routes: Mapping[str, GetRoute] | None = None,
         keep_alive: bool = False,
         thread_name: str = "http",
         bind_fix: str = "free the port or choose another",
@@ -100,6 +104,7 @@ class HealthEndpoint:
         self._log = logger
         self._checks = dict(checks)
         self._post_routes = dict(post_routes or {})
+        self._get_routes = dict(get_routes or {})
         handler = self._handler_class(keep_alive)
         self._server = _Server((address, port), handler, bind_and_activate=False)
         self._server.log = logger
@@ -166,7 +171,13 @@ class HealthEndpoint:
                     return
                 check = endpoint._checks.get(path)
                 if check is None:
-                    known = ", ".join([*endpoint._checks, METRICS_PATH])
+                    for prefix, route in endpoint._get_routes.items():
+                        if path.startswith(prefix):
+                            self._get_route(route, path)
+                            return
+                    known = ", ".join(
+                        [*endpoint._checks, METRICS_PATH, *(f"{p}*" for p in endpoint._get_routes)]
+                    )
                     self._send(404, f"not found: try {known}\n".encode())
                     return
                 try:
@@ -175,6 +186,14 @@ class HealthEndpoint:
                     endpoint._log.exception("%s check failed", path)
                     code, text = 500, f"check failed: {exc!r}\n"
                 self._send(code, text.encode())
+
+            def _get_route(self, route: GetRoute, path: str) -> None:
+                try:
+                    code, answer, content_type = route(path)
+                except Exception as exc:  # a failing handler is an error answer, not a crash
+                    endpoint._log.exception("GET %s failed", path)
+                    code, answer, content_type = 500, f"failed: {exc!r}\n".encode(), "text/plain"
+                self._send(code, answer, content_type)
 
             def _send(self, code: int, body: bytes, content_type: str = "text/plain") -> None:
                 self.send_response(code)

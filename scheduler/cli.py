@@ -196,6 +196,7 @@ class Scheduler:
                 heartbeats=(self.signal_heartbeat, self.loop_heartbeat),
                 threads=(loop_thread, elector_thread, signals_thread),
             ),
+            decisions=self.decisions,
         )
         self.http.start()
         log.info(

@@ -162,6 +162,7 @@ class ExtenderProcess:
                 role=lambda: "extender",
             ),
             post_routes=self.extender.routes(),
+            decisions=self.decisions,
         )
         self.http.start()
         log.info(

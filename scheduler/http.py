@@ -13,6 +13,13 @@ kube-scheduler on the same host nor pretends to be TLS.
   valid; the body says ``leader`` or ``follower`` (both are ready: a follower is a
   healthy standby). 503 lists what is missing. Point the readiness probe here.
 * ``/metrics`` — the Prometheus registry passed in.
+* ``/decisions/NAMESPACE/POD`` — when the caller passes a decision source: the pod's
+  latest decision record drawn as one self-contained HTML page
+  (:func:`interference.decision_page.render_decision_page`: the funnel with the failing
+  filter, the finalists' score parts, the rejected nodes, the chosen node's recent
+  interference index when the source can read it); 404 with a plain message for a pod
+  without a record. Read-only, and as open as ``/metrics``: the port has no auth of its
+  own (keep it inside the cluster, like the metrics).
 * ``POST`` routes given by the caller (extender mode's ``/filter`` and ``/prioritize``):
   each handler takes the request body and returns status, body and content type.
 
@@ -25,14 +32,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+import urllib.parse
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 
+from interference.decision import Decision
+from interference.decision_page import render_decision_page
 from interference_infra.http import (
     HEALTHZ_PATH,
     READYZ_PATH,
+    GetRoute,
     HealthEndpoint,
     PostRoute,
 )
@@ -41,7 +53,20 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 10251
 
-__all__ = ["DEFAULT_PORT", "HealthServer", "Heartbeat", "HttpSettings", "PostRoute", "Status"]
+DECISIONS_PATH = "/decisions/"
+"""Prefix of the decision pages: ``/decisions/NAMESPACE/POD``."""
+
+__all__ = [
+    "DECISIONS_PATH",
+    "DEFAULT_PORT",
+    "DecisionPages",
+    "HealthServer",
+    "Heartbeat",
+    "HttpSettings",
+    "PostRoute",
+    "Status",
+    "decision_page_route",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +131,49 @@ class Status:
     :attr:`leading` (extender mode, where every replica answers, says ``extender``)."""
 
 
+class DecisionPages(Protocol):
+    """What the decision page reads (:class:`scheduler.ports.DecisionSource`)."""
+
+    def read(self, namespace: str, pod: str) -> Decision | None:
+        """The pod's latest decision record, ``None`` when there is none."""
+
+    def index_history(self, node: str) -> Sequence[tuple[float, float]] | None:
+        """The node's recent interference index as ``(unix time, index)``, ``None`` when
+        it cannot be read."""
+
+
+def decision_page_route(source: DecisionPages) -> GetRoute:
+    """The GET handler of ``/decisions/NAMESPACE/POD``."""
+
+    def route(path: str) -> tuple[int, bytes, str]:
+        parts = [urllib.parse.unquote(p) for p in path[len(DECISIONS_PATH) :].split("/")]
+        if len(parts) != 2 or not all(parts):
+            return 404, b"not found: ask for /decisions/NAMESPACE/POD\n", "text/plain"
+        namespace, pod = parts
+        try:
+            decision = source.read(namespace, pod)
+        except Exception as exc:
+            log.warning("cannot read the decision record of %s/%s: %s", namespace, pod, exc)
+            return 503, f"cannot read the decision record: {exc}\n".encode(), "text/plain"
+        if decision is None:
+            text = (
+                f"no decision record for pod {namespace}/{pod}: not scheduled by this "
+                "scheduler, or its record has expired\n"
+            )
+            return 404, text.encode(), "text/plain; charset=utf-8"
+        history = source.index_history(decision.node) if decision.node else None
+        note = (
+            f"The node's last {len(history)} report(s) from its report stream."
+            if history
+            else "Not available: the scheduler could not read the node's report stream "
+            "(interference explain NS/POD --html draws it with the viewer user)."
+        )
+        page = render_decision_page(decision, history, history_note=note)
+        return 200, page.encode(), "text/html; charset=utf-8"
+
+    return route
+
+
 class HealthServer(HealthEndpoint):
     """The shared endpoint (:mod:`interference_infra.http`) with the scheduler's checks,
     kept-alive connections and ``post_routes``; ``port`` is the bound port."""
@@ -116,14 +184,19 @@ class HealthServer(HealthEndpoint):
         registry: CollectorRegistry,
         status: Status,
         post_routes: Mapping[str, PostRoute] | None = None,
+        decisions: DecisionPages | None = None,
     ):
         self._status = status
+        self.decisions = decisions
         super().__init__(
             settings.host,
             settings.port,
             registry,
             {HEALTHZ_PATH: self.healthz, READYZ_PATH: self.readyz},
             post_routes=post_routes,
+            get_routes=(
+                {DECISIONS_PATH: decision_page_route(decisions)} if decisions is not None else None
+            ),
             keep_alive=True,
             bind_fix="free the port or set http.port",
             logger=log,
@@ -131,7 +204,11 @@ class HealthServer(HealthEndpoint):
 
     def start(self) -> None:
         super().start()
-        log.info("serving /healthz, /readyz and /metrics on port %d", self.port)
+        log.info(
+            "serving /healthz, /readyz, /metrics%s on port %d",
+            f" and {DECISIONS_PATH}NS/POD" if self.decisions is not None else "",
+            self.port,
+        )
 
     def healthz(self) -> tuple[int, str]:
         wedged = [

@@ -12,7 +12,7 @@ backend; ``scheduler.adapters.redis_signals`` for signals and decisions.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -119,6 +119,19 @@ class DecisionSink(Protocol):
 
     def write(self, decision: Decision) -> None:
         """Store a decision; must not raise (log and count failures instead)."""
+
+
+class DecisionSource(Protocol):
+    """Where the decision page (``/decisions/NS/POD``, :mod:`scheduler.http`) reads
+    records back: the Redis adapter's queued sink."""
+
+    def read(self, namespace: str, pod: str) -> Decision | None:
+        """The pod's latest decision record, ``None`` when there is none; may raise when
+        the store cannot be read."""
+
+    def index_history(self, node: str) -> Sequence[tuple[float, float]] | None:
+        """The node's recent interference index as ``(unix time, 0–100)`` pairs, oldest
+        first; ``None`` when it cannot be read. Never raises."""
 
 
 class DecisionTracer(Protocol):

@@ -42,7 +42,7 @@ import logging
 import os
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -55,11 +55,12 @@ from prometheus_client.metrics_core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 from redis.cluster import RedisCluster
-from redis.exceptions import ResponseError
+from redis.exceptions import NoPermissionError, ResponseError
 
 from interference import keys, sched_record
 from interference.acl import CLUSTER_CLIENT_COMMANDS
-from interference.decision import Decision, decision_hash
+from interference.codec import PayloadError, decode_report
+from interference.decision import Decision, decision_hash, parse_decision_hash
 from interference.index import IndexReferences
 from interference_infra.redis_client import (
     DEFAULT_SENTINEL_MASTER,
@@ -681,6 +682,49 @@ class RedisDecisionSink:
         self._metrics.decision_write_errors.inc(count)
         self._log.warning("skipped %d decision records: %s", count, reason)
 
+    def read(self, namespace: str, pod: str) -> Decision | None:
+        """The pod's record in Redis (HGETALL), ``None`` when there is none or this user
+        may not read it (the deployed scheduler user only writes records); raises on
+        other Redis errors and on a malformed record."""
+        key = keys.decision_key(namespace, pod)
+        try:
+            raw = self._redis.client().hgetall(key)
+        except NoPermissionError as exc:
+            self._log.warning(
+                "cannot read %s (%s): only this replica's records are shown", key, exc
+            )
+            return None
+        if not raw:
+            return None
+        try:
+            return parse_decision_hash(raw)
+        except PayloadError as exc:
+            raise ValueError(f"{key} is malformed: {exc}") from exc
+
+    def index_history(self, node: str) -> list[tuple[float, float]] | None:
+        """The node's interference index in its report stream (its last
+        ``NODE_REPORTS_MAXLEN`` reports), oldest first; ``None`` when unreadable."""
+        try:
+            entries = self._redis.client().xrevrange(
+                keys.reports_key(node), count=keys.NODE_REPORTS_MAXLEN
+            )
+        except Exception as exc:  # e.g. the deployed scheduler user has no XREVRANGE
+            self._log.warning("cannot read the report stream of %s: %s", node, exc)
+            return None
+        history = []
+        for _, fields in entries:
+            payload = fields.get(keys.REPORTS_FIELD.encode(), fields.get(keys.REPORTS_FIELD))
+            try:
+                report = decode_report(payload)
+            except (PayloadError, TypeError):
+                continue
+            history.append((report.ts, report.metrics.interference_index))
+        return sorted(history) or None
+
+
+RECENT_DECISIONS = 4096
+"""Decision records a :class:`QueuedDecisionSink` remembers for the decision page."""
+
 
 class QueuedDecisionSink:
     """A :class:`~scheduler.ports.DecisionSink` that queues records for a writer thread,
@@ -694,8 +738,14 @@ class QueuedDecisionSink:
     are written synchronously.
     """
 
-    def __init__(self, sink: RedisDecisionSink, settings: RedisSettings) -> None:
+    def __init__(
+        self, sink: RedisDecisionSink, settings: RedisSettings, remember: int = RECENT_DECISIONS
+    ) -> None:
         self._sink = sink
+        self._remember = remember
+        self._recent: OrderedDict[tuple[str, str], Decision] = OrderedDict()
+        """The last ``remember`` records written here, for the decision page: the deployed
+        scheduler user may write records but not read them back."""
         self._capacity = settings.decision_queue_size
         self._batch = settings.decision_batch
         self._linger_s = settings.decision_linger_s
@@ -710,6 +760,12 @@ class QueuedDecisionSink:
 
     def write(self, decision: Decision) -> None:
         with self._changed:
+            if self._remember > 0:
+                pod = (decision.namespace, decision.pod)
+                self._recent.pop(pod, None)
+                self._recent[pod] = decision
+                if len(self._recent) > self._remember:
+                    self._recent.popitem(last=False)
             if not self._closed:
                 if not self._changed.wait_for(
                     lambda: len(self._queue) < self._capacity or self._closed, self._wait_s
@@ -726,6 +782,16 @@ class QueuedDecisionSink:
                         self._changed.notify_all()
                     return
         self._sink.write(decision)
+
+    def read(self, namespace: str, pod: str) -> Decision | None:
+        """The pod's latest record: the one this replica wrote last when it still
+        remembers it, else the one in Redis (see :meth:`RedisDecisionSink.read`)."""
+        with self._changed:
+            recent = self._recent.get((namespace, pod))
+        return recent if recent is not None else self._sink.read(namespace, pod)
+
+    def index_history(self, node: str) -> list[tuple[float, float]] | None:
+        return self._sink.index_history(node)
 
     def flush(self, timeout_s: float = 30.0) -> bool:
         """Wait until every queued record has been written (or failed); False on timeout."""

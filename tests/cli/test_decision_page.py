@@ -1,0 +1,409 @@
+"""The picture of a decision (issue 19, item 2): the page drawn from real decision records
+(a real :class:`SchedulingCycle` over a small table, so the funnel is the engine's),
+opened in a real headless Chromium — a screenshot kept as a test artefact, the DOM dumped
+and the funnel's numbers read back and compared with the record — and served by the
+scheduler's HTTP port at ``/decisions/NS/POD``.
+
+Screenshots go to ``$TEST_ARTEFACTS`` (default ``tests/artefacts/``, ignored by git).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import subprocess
+import urllib.error
+import urllib.request
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+import redis
+from prometheus_client import CollectorRegistry
+
+from interference import keys
+from interference.decision import Decision, decision_hash, parse_decision_hash
+from interference.decision_page import failing_stage, first_cut_stage, render_decision_page
+from interference.signals import NodeMetrics, NodeReport
+from interference_cli.main import main
+from scheduler.adapters.redis_signals import (
+    QueuedDecisionSink,
+    RedisDecisionSink,
+    RedisSettings,
+    SignalMetrics,
+    connect,
+)
+from scheduler.api.pods import parse_pod
+from scheduler.cycle import SchedulingCycle
+from scheduler.http import HealthServer, HttpSettings, Status
+from scheduler.settings import EngineSettings
+from tests.cli.test_query import publish
+from tests.conftest import RedisServer
+from tests.scheduler.test_model import node_obj, pod_obj, table_of
+
+NOW = 1_700_000_000.0
+CHROMIUM = next(
+    (p for p in (shutil.which("chromium"), shutil.which("chromium-browser")) if p), None
+)
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="no chromium binary (chromium or chromium-browser on PATH; Debian: apt-get "
+    "install chromium): the page cannot be opened in a real browser",
+)
+ARTEFACTS = Path(os.environ.get("TEST_ARTEFACTS") or Path(__file__).parents[1] / "artefacts")
+
+
+def decision_for(pod: dict[str, object], trace_id: str = "") -> Decision:
+    """The record the scheduling loop would write for ``pod`` on a small cluster: 8 nodes,
+    one tainted, one cordoned, three too small for 3 CPUs."""
+    table = table_of(
+        [
+            node_obj("big-1", cpu="8"),
+            node_obj("big-2", cpu="16"),
+            node_obj("big-3", cpu="4"),
+            node_obj("small-1", cpu="2"),
+            node_obj("small-2", cpu="2"),
+            node_obj("small-3", cpu="1"),
+            node_obj("tainted", cpu="32", taints=[("dedicated", "gpu", "NoSchedule")]),
+            node_obj("cordoned", cpu="32", unschedulable=True),
+        ]
+    )
+    parsed = parse_pod(pod)
+    result = SchedulingCycle(EngineSettings(), seed=0).schedule(parsed, table, NOW)
+    decision = Decision(
+        namespace=parsed.namespace,
+        pod=parsed.name,
+        result="scheduled" if result.node else "unschedulable",
+        node=result.node or "",
+        message=result.message,
+        ts=NOW,
+        candidates=list(result.candidates),
+        rejected_by_reason=dict(result.reason_counts),
+        funnel=list(result.funnel),
+        omitted=dict(result.omitted),
+        trace_id=trace_id,
+    )
+    return parse_decision_hash(decision_hash(decision))  # as read back from Redis
+
+
+@pytest.fixture(scope="module")
+def scheduled() -> Decision:
+    return decision_for(
+        pod_obj("checkout-0", "shop", requests={"cpu": "3"}),
+        trace_id="0af7651916cd43dd8448eb211c80319c",
+    )
+
+
+@pytest.fixture(scope="module")
+def unschedulable() -> Decision:
+    return decision_for(pod_obj("huge-0", "shop", requests={"cpu": "20"}))
+
+
+# --- reading the page back --------------------------------------------------------------
+
+
+class PageReader(HTMLParser):
+    """The elements of the page that carry numbers: funnel stages, the end of the funnel,
+    finalists, index points."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stages: list[dict[str, str]] = []
+        self.chosen: dict[str, str] | None = None
+        self.finalists: list[dict[str, str]] = []
+        self.points: list[dict[str, str]] = []
+        self.ids: set[str] = set()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        if "id" in a:
+            self.ids.add(a["id"])
+        classes = a.get("class", "").split()
+        if "data-stage" in a:
+            self.stages.append(a)
+        elif a.get("id") == "chosen":
+            self.chosen = a
+        elif "finalist" in classes:
+            self.finalists.append(a)
+        elif "point" in classes:
+            self.points.append(a)
+
+
+def read_page(html: str) -> PageReader:
+    reader = PageReader()
+    reader.feed(html)
+    return reader
+
+
+def check_funnel(page: PageReader, decision: Decision) -> None:
+    """The funnel read back equals the record's, stage by stage, with the marks."""
+    assert [(s["data-stage"], int(s["data-in"]), int(s["data-out"])) for s in page.stages] == [
+        (s.name, s.nodes_in, s.nodes_out) for s in decision.funnel
+    ]
+    cut, failing = first_cut_stage(decision.funnel), failing_stage(decision.funnel)
+    marks = {s["data-stage"]: s["data-mark"] for s in page.stages if s["data-mark"]}
+    expected = {}
+    if cut is not None:
+        expected[cut.name] = "first-cut"
+    if failing is not None:
+        expected[failing.name] = "failing"
+    assert marks == expected
+    assert page.chosen is not None and page.chosen["data-node"] == decision.node
+
+
+# --- in a real browser ------------------------------------------------------------------
+
+
+def chromium(*args: str) -> subprocess.CompletedProcess[str]:
+    assert CHROMIUM is not None
+    command = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-dev-shm-usage",
+        "--window-size=1200,1600",
+        *args,
+    ]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+
+
+def open_in_chromium(page: Path, screenshot: Path) -> str:
+    """Screenshot the page into ``screenshot`` and return the DOM Chromium built."""
+    shot = chromium(f"--screenshot={screenshot}", page.as_uri())
+    assert screenshot.exists(), f"chromium wrote no screenshot: {shot.stderr[-2000:]}"
+    dom = chromium("--dump-dom", page.as_uri())
+    assert dom.returncode == 0 and "<svg" in dom.stdout, dom.stderr[-2000:]
+    return dom.stdout
+
+
+def png_pixels(path: Path) -> tuple[int, int, list[bytes]]:
+    """Width, height and the (filtered) rows of a non-interlaced 8-bit PNG."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos, idat, header = 8, b"", b""
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
+        if kind == b"IHDR":
+            header = body
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    width, height, depth, colour = struct.unpack(">IIBB", header[:10])
+    assert depth == 8, depth
+    channels = {0: 1, 2: 3, 4: 2, 6: 4}[colour]
+    raw = zlib.decompress(idat)
+    stride = 1 + width * channels
+    rows = [raw[i * stride : (i + 1) * stride] for i in range(height)]
+    return width, height, rows
+
+
+def check_screenshot(path: Path) -> None:
+    """A non-blank picture: some KB, many different rows, many byte values."""
+    assert path.stat().st_size > 10_000, path.stat().st_size
+    width, height, rows = png_pixels(path)
+    assert (width, height) == (1200, 1600)
+    assert len(set(rows)) > 50, "the screenshot is (nearly) one colour"
+    assert len(set(b"".join(rows))) > 50
+
+
+@pytest.fixture(scope="module")
+def artefacts() -> Path:
+    ARTEFACTS.mkdir(parents=True, exist_ok=True)
+    return ARTEFACTS
+
+
+@needs_chromium
+def test_a_scheduled_decision_in_chromium(scheduled: Decision, artefacts: Path) -> None:
+    assert scheduled.node and len(scheduled.funnel) >= 3
+    history = [(NOW - 60 + 10 * i, float(v)) for i, v in enumerate((5, 12, 30, 64, 41, 22, 9))]
+    page = artefacts / "decision-scheduled.html"
+    page.write_text(render_decision_page(scheduled, history), encoding="utf-8")
+    dom = read_page(open_in_chromium(page, artefacts / "decision-scheduled.png"))
+    check_funnel(dom, scheduled)
+    assert dom.chosen is not None and "big-" in dom.chosen["data-node"]
+    finalists = {f["data-node"]: float(f["data-total"]) for f in dom.finalists}
+    assert finalists == {c.node: round(c.total, 2) for c in scheduled.candidates if c.passed}
+    assert [float(p["data-index"]) for p in dom.points] == [v for _, v in history]
+    assert "trace" in dom.ids and "rejected" in dom.ids
+    check_screenshot(artefacts / "decision-scheduled.png")
+
+
+@needs_chromium
+def test_an_unschedulable_decision_highlights_the_failing_filter(
+    unschedulable: Decision, artefacts: Path
+) -> None:
+    failing = failing_stage(unschedulable.funnel)
+    cut = first_cut_stage(unschedulable.funnel)
+    # cordon and taint remove a node each first; then nothing has 20 CPUs
+    assert failing is not None and failing.name == "NodeResourcesFit"
+    assert cut is not None and cut.name != failing.name
+    page = artefacts / "decision-unschedulable.html"
+    page.write_text(render_decision_page(unschedulable), encoding="utf-8")
+    dom = read_page(open_in_chromium(page, artefacts / "decision-unschedulable.png"))
+    check_funnel(dom, unschedulable)
+    failing_marked = [s["data-stage"] for s in dom.stages if s["data-mark"] == "failing"]
+    assert failing_marked == ["NodeResourcesFit"]
+    assert "index-none" in dom.ids  # no history offline
+    check_screenshot(artefacts / "decision-unschedulable.png")
+
+
+def test_every_string_from_the_record_is_escaped(scheduled: Decision) -> None:
+    nasty = "<script>alert('x')</script> & \"q\""
+    decision = replace(
+        scheduled,
+        message=nasty,
+        trace_id=nasty,
+        rejected_by_reason={nasty: 1},
+        candidates=[replace(c, reasons=[nasty]) for c in scheduled.candidates],
+    )
+    page = render_decision_page(decision, history_note=nasty)
+    assert "<script>" not in page and "&lt;script&gt;" in page
+    assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
+
+
+def test_a_record_without_funnel_or_node_still_draws() -> None:
+    decision = Decision("ns", "p", "unschedulable", "", "0/0 nodes are available", NOW)
+    page = read_page(render_decision_page(decision))
+    assert page.stages == [] and page.chosen is not None and page.chosen["data-node"] == ""
+
+
+# --- from Redis: explain --html, and the scheduler's sink ---------------------------------
+
+
+@pytest.mark.redis
+def test_explain_html_reads_the_record_and_the_nodes_report_stream(
+    scheduled: Decision,
+    redis_server: RedisServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    client = redis_server.client()
+    record: dict[str | bytes, bytes | float | int | str] = {}
+    record.update(decision_hash(scheduled))
+    client.hset(keys.decision_key("shop", "checkout-0"), mapping=record)
+    for i, index in enumerate((10.0, 35.0, 20.0)):
+        publish(
+            client,
+            NodeReport(
+                scheduled.node,
+                NOW + i,
+                1.0,
+                NodeMetrics(interference_index=index),
+                measured=("runq",),
+            ),
+        )
+    out = tmp_path / "page.html"
+    code = main(["--redis-url", redis_server.url, "explain", "shop/checkout-0", "--html", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 0 and f"decision page written to {out}" in printed
+    assert "3 report(s) covering 2 s" in printed
+    page = read_page(out.read_text(encoding="utf-8"))
+    check_funnel(page, scheduled)
+    assert [float(p["data-index"]) for p in page.points] == [10.0, 35.0, 20.0]
+
+    sink = RedisDecisionSink(
+        connect(RedisSettings(url=redis_server.url), env={}),
+        RedisSettings(url=redis_server.url),
+        SignalMetrics(CollectorRegistry()),
+    )
+    assert sink.read("shop", "checkout-0") == scheduled
+    assert sink.read("shop", "nope") is None
+    history = sink.index_history(scheduled.node)
+    assert history is not None and [i for _, i in history] == [10.0, 35.0, 20.0]
+
+
+# --- on the scheduler's HTTP port ---------------------------------------------------------
+
+
+class MemoryDecisions:
+    """An in-memory decision source."""
+
+    def __init__(self, decisions: Sequence[Decision], history: list[tuple[float, float]]):
+        self.decisions = {(d.namespace, d.pod): d for d in decisions}
+        self.history = history
+
+    def read(self, namespace: str, pod: str) -> Decision | None:
+        if namespace == "broken":
+            raise ConnectionError("Redis is down")
+        return self.decisions.get((namespace, pod))
+
+    def index_history(self, node: str) -> list[tuple[float, float]] | None:
+        return self.history
+
+
+@pytest.fixture
+def server(scheduled: Decision, unschedulable: Decision) -> Iterator[HealthServer]:
+    status = Status(synced=lambda: True, config_error=lambda: "", leading=lambda: True)
+    source = MemoryDecisions([scheduled, unschedulable], [(NOW - 5, 12.0), (NOW, 40.0)])
+    http = HealthServer(
+        HttpSettings(host="127.0.0.1", port=0), CollectorRegistry(), status, decisions=source
+    )
+    http.start()
+    yield http
+    http.stop()
+
+
+def get(server: HealthServer, path: str) -> tuple[int, str, str]:
+    url = f"http://127.0.0.1:{server.port}{path}"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, response.headers["Content-Type"], response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers["Content-Type"], exc.read().decode()
+
+
+def test_the_http_port_serves_the_page(
+    server: HealthServer, scheduled: Decision, unschedulable: Decision
+) -> None:
+    code, content_type, body = get(server, "/decisions/shop/checkout-0")
+    assert code == 200 and content_type == "text/html; charset=utf-8"
+    page = read_page(body)
+    check_funnel(page, scheduled)
+    assert [float(p["data-index"]) for p in page.points] == [12.0, 40.0]
+    code, _, body = get(server, "/decisions/shop/huge-0")
+    assert code == 200
+    check_funnel(read_page(body), unschedulable)
+
+
+def test_the_http_port_answers_404_for_an_unknown_pod(server: HealthServer) -> None:
+    code, content_type, body = get(server, "/decisions/shop/no-such-pod")
+    assert code == 404 and content_type.startswith("text/plain")
+    assert body == (
+        "no decision record for pod shop/no-such-pod: not scheduled by this scheduler, or "
+        "its record has expired\n"
+    )
+    assert get(server, "/decisions/shop")[::2] == (
+        404,
+        "not found: ask for /decisions/NAMESPACE/POD\n",
+    )
+    code, _, body = get(server, "/decisions/broken/pod")
+    assert code == 503 and "Redis is down" in body
+    code, _, body = get(server, "/nothing")
+    assert code == 404 and "/decisions/*" in body
+
+
+def test_the_queued_sink_remembers_what_it_wrote(scheduled: Decision) -> None:
+    """The deployed scheduler user may write decision records, not read them: the page
+    shows what this replica decided from memory first."""
+    settings = RedisSettings(url="redis://127.0.0.1:1/0", socket_timeout_s=0.2)
+    sink = QueuedDecisionSink(
+        RedisDecisionSink(connect(settings, env={}), settings, SignalMetrics(CollectorRegistry())),
+        settings,
+        remember=1,
+    )
+    try:
+        sink.write(scheduled)
+        assert sink.read("shop", "checkout-0") == scheduled
+        sink.write(replace(scheduled, pod="other"))
+        assert sink.read("shop", "other") is not None
+        with pytest.raises(redis.ConnectionError):  # forgotten, and Redis is not there
+            sink.read("shop", "checkout-0")
+    finally:
+        sink.close(timeout_s=5)
