@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from interference.codec import PayloadError, decoded_hash
 
@@ -40,10 +40,9 @@ class CandidateVerdict:
     """Weight of each plugin in ``total``: ``total = Σ weights[p] · scores[p]``."""
 
 
-@dataclass(frozen=True, slots=True)
-class FunnelStage:
+class FunnelStage(NamedTuple):
     """One filter of a decision, in the order they ran: the nodes it was given and the
-    nodes it let through."""
+    nodes it let through (a tuple: one is built per filter per decision)."""
 
     name: str
     nodes_in: int

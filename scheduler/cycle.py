@@ -621,10 +621,11 @@ def _funnel(
     lets through what it was given less the candidates it rejected first."""
     stages: list[FunnelStage] = []
     left = considered
+    rejected_first = first_failures.get
     for plugin in profile.filters:
         if relax and plugin.relaxable:
             continue
-        out = left - first_failures.get(plugin.name, 0)
+        out = left - rejected_first(plugin.name, 0)
         stages.append(FunnelStage(plugin.name, left, out))
         left = out
     return tuple(stages)

@@ -69,7 +69,7 @@ from scheduler.signal_frame import (
     no_signal_value,
     window_column,
 )
-from scheduler.table_caches import CHANGED_ROWS_LIMIT, CacheScope, T, TableCaches
+from scheduler.table_caches import CHANGED_ROWS_LIMIT, TableCaches
 from scheduler.term_index import MatchCounts, discard, positive_candidates
 from scheduler.volumes import VolumeCatalog
 
@@ -127,6 +127,12 @@ class NodeTable:
         """Changes whenever any node's signals change."""
         self.caches = TableCaches()
         """Scoped values (:meth:`cached`) and derived columns (:meth:`derived`)."""
+        # the caches' own methods, bound here: plugins call them dozens of times a decision
+        self.cached = self.caches.cached
+        """:meth:`TableCaches.cached`: the plugins' values across decisions, in scopes
+        named for what empties them."""
+        self.derived = self.caches.derived
+        """:meth:`TableCaches.derived`: a per-node column refreshed at the changed rows."""
         self._derived: dict[Hashable, object] = {}
         """Label and taint columns, rebuilt after a constraint change."""
         self._pods: dict[str, _PlacedPod] = {}
@@ -389,26 +395,6 @@ class NodeTable:
     def resource_row(self, resource: str) -> int | None:
         """Row of ``resource`` in :attr:`alloc`/:attr:`requested`/:attr:`free`, if known."""
         return self._resource_rows.get(resource)
-
-    def cached(
-        self,
-        scope: CacheScope,
-        key: Hashable,
-        build: Callable[[], T],
-        still_valid: Callable[[T], bool] | None = None,
-    ) -> T:
-        """:meth:`TableCaches.cached`: the plugins' values across decisions, in scopes
-        named for what empties them."""
-        return self.caches.cached(scope, key, build, still_valid)
-
-    def derived(
-        self,
-        key: Hashable,
-        compute: Callable[[], NDArray[np.float64]],
-        compute_row: Callable[[int], float],
-    ) -> NDArray[np.float64]:
-        """:meth:`TableCaches.derived`: a per-node column refreshed at the changed rows."""
-        return self.caches.derived(key, compute, compute_row)
 
     @property
     def load_generation(self) -> int:
