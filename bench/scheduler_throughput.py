@@ -652,7 +652,11 @@ def bench_in_memory(
 
 
 def bench_end_to_end(
-    memory: InMemoryCluster, signals: ReportingSignals, pending: int, workers: int
+    memory: InMemoryCluster,
+    signals: ReportingSignals,
+    pending: int,
+    workers: int,
+    tracer: DecisionTracer | None = None,
 ) -> EndToEndFigures:
     with http_emulator() as url, redis_server() as redis_url:
         configuration = client.Configuration()
@@ -664,7 +668,9 @@ def bench_end_to_end(
         sink = QueuedDecisionSink(
             RedisDecisionSink(store, settings, SignalMetrics(CollectorRegistry())), settings
         )
-        run = run_loop(HttpBoundCluster(memory, http), memory, signals, sink, pending, workers)
+        run = run_loop(
+            HttpBoundCluster(memory, http), memory, signals, sink, pending, workers, tracer
+        )
         sink.close(60)
         stats = http_stats(url)
         decisions = sum(1 for _ in store.client().scan_iter(match="intf:decision:*", count=1000))

@@ -2,14 +2,17 @@
 
 The workload is ``bench/scheduler_throughput.py``'s (5,000 nodes, 50,000 running pods,
 10,000 pending pods of every kind, fresh signals); the real SchedulingLoop binds every
-pending pod over the in-memory cluster (the scheduler's own ceiling, where a per-decision
-cost shows most). "On" traces every attempt (sample ratio 1.0) through the real
-exporter process to a real OTLP gRPC receiver (the ``opentelemetry-proto`` trace service,
-in its own process, counting spans). Runs alternate off/on so the shared machine's noise
+pending pod, ``--path in-memory`` over the in-memory cluster (the scheduler's own ceiling,
+where a per-decision cost shows most) or ``--path end-to-end`` through the real
+Kubernetes client to the HTTP emulator with decision records in a real redis-server, as
+``scheduler_throughput.py`` measures end to end. "On" traces every attempt (sample ratio
+1.0) through the real exporter process to a real OTLP gRPC receiver (the
+``opentelemetry-proto`` trace service in its own niced process, counting spans: it stands
+for a collector on another machine). Runs alternate off/on so the shared machine's noise
 hits both; the figure is the ratio of the medians. Target: on ≥ 0.95 × off.
 
-Run from the repository root: ``.venv/bin/python bench/tracing_cost.py [--nodes 5000]
-[--running 50000] [--pending 10000] [--rounds 3]``.
+Run from the repository root: ``.venv/bin/python bench/tracing_cost.py [--path in-memory]
+[--nodes 5000] [--running 50000] [--pending 10000] [--rounds 3]``.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from prometheus_client import CollectorRegistry
 from bench.scheduler_throughput import (
     ListSink,
     ReportingSignals,
+    bench_end_to_end,
     build_cluster,
     run_loop,
 )
@@ -68,12 +72,16 @@ def one_run(args: argparse.Namespace, tracer: OtlpTracer | None) -> float:
     """Pods/s of the loop binding every pending pod."""
     memory = build_cluster(args.nodes, args.running, args.pending, args.seed)
     signals = ReportingSignals([f"node-{i:05d}" for i in range(args.nodes)], args.seed)
-    run = run_loop(memory, memory, signals, ListSink(), args.pending, 16, tracer)
+    if args.path == "end-to-end":
+        run = bench_end_to_end(memory, signals, args.pending, 16, tracer).run
+    else:
+        run = run_loop(memory, memory, signals, ListSink(), args.pending, 16, tracer)
     return run.bound / run.seconds
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--path", choices=("in-memory", "end-to-end"), default="in-memory")
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--running", type=int, default=50_000)
     parser.add_argument("--pending", type=int, default=10_000)
@@ -102,7 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         receiver.terminate()
     ratio = statistics.median(on) / statistics.median(off)
-    print(f"\n{args.nodes} nodes, {args.pending} pending pods, {args.rounds} rounds, medians:")
+    print(
+        f"\n{args.path}: {args.nodes} nodes, {args.pending} pending pods, {args.rounds} rounds,"
+        " medians:"
+    )
     print(f"  tracing off: {statistics.median(off):.0f} pods/s")
     print(f"  tracing on (ratio 1.0): {statistics.median(on):.0f} pods/s")
     print(f"  on / off: {ratio:.3f} (target ≥ {TARGET}) {'ok' if ratio >= TARGET else 'MISSED'}")
