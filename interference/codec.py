@@ -18,7 +18,7 @@ this release only.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -395,3 +395,20 @@ def _gpu(data: Mapping[str, Any]) -> GpuDevice:
         )
     except KeyError as exc:
         raise PayloadError(f"gpu entry lacks {exc.args[0]!r}") from exc
+
+
+def index_history(
+    entries: Iterable[tuple[Any, Mapping[Any, Any]]], field_name: str
+) -> list[tuple[float, float]]:
+    """``(unix time, interference index)`` of each report in a node's report stream
+    entries (``XRANGE``/``XREVRANGE`` replies, the report in ``field_name``), oldest first;
+    entries that do not decode are left out."""
+    history = []
+    for _, entry in entries:
+        payload = entry.get(field_name.encode(), entry.get(field_name))
+        try:
+            report = decode_report(payload)
+        except (PayloadError, TypeError):
+            continue
+        history.append((report.ts, report.metrics.interference_index))
+    return sorted(history)

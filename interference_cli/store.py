@@ -30,8 +30,8 @@ from redis.exceptions import RedisClusterException
 from interference import freshness, keys
 from interference.codec import (
     PayloadError,
-    decode_report,
     decoded_hash,
+    index_history,
     parse_histogram_field,
     parse_node_signals,
     parse_pod_hash,
@@ -349,15 +349,7 @@ class Store:
             f"the report stream of {node}",
             lambda: self._redis.xrevrange(keys.reports_key(node), count=keys.NODE_REPORTS_MAXLEN),
         )
-        history = []
-        for _, fields in entries:
-            payload = fields.get(keys.REPORTS_FIELD.encode(), fields.get(keys.REPORTS_FIELD))
-            try:
-                report = decode_report(payload)
-            except (PayloadError, TypeError):
-                continue
-            history.append((report.ts, report.metrics.interference_index))
-        return sorted(history)
+        return index_history(entries, keys.REPORTS_FIELD)
 
     def pod_row(self, node: str, namespace: str, name: str) -> PodRow | None:
         """A pod's latest metrics on ``node``, None while it has none; CliError when

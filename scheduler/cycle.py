@@ -428,20 +428,26 @@ class SchedulingCycle:
         """Run the profile's filters: the static ones from the signature cache, then the
         others (the relaxable ones skipped with ``relax``); ``timings`` gets each filter's
         (start, end) in wall-clock nanoseconds (the static ones share theirs)."""
-        if timings is not None:
-            return self._timed_filters(profile, state, candidates, relax, timings)
+        started = time.time_ns() if timings is not None else 0
         static = _static_stage(profile, state)
         state.filtered.update(static.results)
+        if timings is not None:
+            ended = time.time_ns()
+            timings.update((name, (started, ended)) for name in profile.static_names)
         dynamic: list[tuple[Filter, FilterResult]] = []  # those with a reason, in order
         binding: list[FilterResult] = []  # … of them, those never relaxed
         for plugin in profile.dynamic:
             if relax and plugin.relaxable:
                 state.filtered[plugin.name] = None
                 continue
+            if timings is not None:
+                started = time.time_ns()
             if plugin.static:
                 result = run_filter(plugin, state)
             else:  # run_filter inlined: this loop runs for every decision
                 result = state.filtered[plugin.name] = plugin.filter(state)
+            if timings is not None:
+                timings[plugin.name] = (started, time.time_ns())
             if result is not None and result.reasons:  # no reason: every node passed
                 dynamic.append((plugin, result))
                 if not plugin.relaxable:
@@ -452,38 +458,6 @@ class SchedulingCycle:
             passed = without_relaxable
         else:
             passed = all_of(undecided, (result for _, result in dynamic))
-        return _Filtered(passed, without_relaxable, static, tuple(dynamic), undecided)
-
-    def _timed_filters(
-        self,
-        profile: ResolvedProfile,
-        state: CycleState,
-        candidates: NDArray[np.bool_] | None,
-        relax: bool,
-        timings: dict[str, tuple[int, int]],
-    ) -> _Filtered:
-        """:meth:`_filters` of a traced attempt: each filter timed on its own."""
-        started = time.time_ns()
-        static = _static_stage(profile, state)
-        state.filtered.update(static.results)
-        ended = time.time_ns()
-        timings.update((name, (started, ended)) for name in profile.static_names)
-        dynamic: list[tuple[Filter, FilterResult]] = []
-        binding: list[FilterResult] = []
-        for plugin in profile.dynamic:
-            if relax and plugin.relaxable:
-                state.filtered[plugin.name] = None
-                continue
-            started = time.time_ns()
-            result = run_filter(plugin, state)
-            timings[plugin.name] = (started, time.time_ns())
-            if result is not None and result.reasons:
-                dynamic.append((plugin, result))
-                if not plugin.relaxable:
-                    binding.append(result)
-        undecided = static.passed if candidates is None else static.passed & candidates
-        without_relaxable = all_of(undecided, binding)
-        passed = all_of(undecided, (result for _, result in dynamic))
         return _Filtered(passed, without_relaxable, static, tuple(dynamic), undecided)
 
     def _static_verdicts(

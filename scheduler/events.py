@@ -18,7 +18,7 @@ from typing import Literal
 
 from scheduler.api.objects import NodeInfo, PodInfo
 
-EventResource = Literal[
+ObjectKind = Literal[
     "Node",
     "Pod",
     "Namespace",
@@ -63,7 +63,7 @@ class ClusterEvent:
     """One change the cache applied. ``node`` or ``pod`` is the changed object (its new
     version; the old one for a deletion) where the resource is a Node or a placed Pod."""
 
-    resource: EventResource
+    resource: ObjectKind
     action: Action
     node: NodeInfo | None = None
     pod: PodInfo | None = None
@@ -79,7 +79,7 @@ class EventInterest:
     """An event a filter plugin registers for: any of ``actions`` on ``resource``, and
     ``hint`` (when given) says yes for the pod."""
 
-    resource: EventResource
+    resource: ObjectKind
     actions: Action
     hint: QueueingHint | None = None
 

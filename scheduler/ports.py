@@ -17,19 +17,11 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from interference.decision import Decision
+from scheduler.events import ObjectKind as ObjectKind
 from scheduler.signal_frame import NodeSignals as NodeSignals
 from scheduler.signal_frame import SignalFrame
 from scheduler.stage_trace import Attributes, StageNote, StageRecorder
 
-ObjectKind = Literal[
-    "Node",
-    "Pod",
-    "Namespace",
-    "PersistentVolumeClaim",
-    "PersistentVolume",
-    "StorageClass",
-    "CSINode",
-]
 INFORMED_KINDS: tuple[ObjectKind, ...] = (
     "Node",
     "Namespace",

@@ -59,7 +59,7 @@ from redis.exceptions import NoPermissionError, ResponseError
 
 from interference import keys, sched_record
 from interference.acl import CLUSTER_CLIENT_COMMANDS
-from interference.codec import PayloadError, decode_report
+from interference.codec import PayloadError, index_history
 from interference.decision import Decision, decision_hash, parse_decision_hash
 from interference.index import IndexReferences
 from interference_infra.redis_client import (
@@ -711,15 +711,7 @@ class RedisDecisionSink:
         except Exception as exc:  # e.g. the deployed scheduler user has no XREVRANGE
             self._log.warning("cannot read the report stream of %s: %s", node, exc)
             return None
-        history = []
-        for _, fields in entries:
-            payload = fields.get(keys.REPORTS_FIELD.encode(), fields.get(keys.REPORTS_FIELD))
-            try:
-                report = decode_report(payload)
-            except (PayloadError, TypeError):
-                continue
-            history.append((report.ts, report.metrics.interference_index))
-        return sorted(history) or None
+        return index_history(entries, keys.REPORTS_FIELD) or None
 
 
 RECENT_DECISIONS = 4096
