@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry
 from credential_issuer.issuer import IssuerMetrics
 from node_agent.health import AgentMetrics
 from scheduler.adapters.redis_signals import SignalMetrics
+from scheduler.adapters.tracing import TracingMetrics
 from scheduler.extender import ExtenderMetrics
 from scheduler.metrics import SchedulerMetrics
 from tests.deploy.manifests import DEPLOY, find, kustomizations, render
@@ -53,6 +54,7 @@ def program_registries() -> dict[str, CollectorRegistry]:
     SchedulerMetrics(scheduler)
     ExtenderMetrics(scheduler)
     SignalMetrics(scheduler)
+    TracingMetrics(scheduler)
     agent = CollectorRegistry()
     AgentMetrics(agent)
     issuer = CollectorRegistry()

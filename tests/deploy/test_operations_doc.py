@@ -41,6 +41,7 @@ from scheduler.adapters.redis_signals import (
     SignalMetrics,
     connect,
 )
+from scheduler.adapters.tracing import TracingMetrics
 from scheduler.extender import ExtenderMetrics
 from scheduler.metrics import SchedulerMetrics
 from tests.conftest import RedisServer
@@ -693,6 +694,7 @@ def test_documented_metrics_are_exported() -> None:
     SchedulerMetrics(registry)
     SignalMetrics(registry)
     ExtenderMetrics(registry)  # extender mode
+    TracingMetrics(registry)  # with tracing on
     exported = {
         family.name + suffix
         for family in registry.collect()
