@@ -24,7 +24,8 @@ def interference_settings(profile: Profile | None = None, **values: Any) -> Engi
         config.append(("GpuPacking", GpuPackingArgs(values.pop("gpu_resource"))))
     base = profile or Profile()
     if config:
-        base = Profile(base.filters, base.scores, (*base.plugin_config, *config))
+        merged = {**dict(base.plugin_config), **dict(config)}
+        base = Profile(base.filters, base.scores, tuple(merged.items()))
     return EngineSettings(profile=base, **values)
 
 
