@@ -41,6 +41,7 @@ the preemption count are modules of their own.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import time
@@ -140,9 +141,6 @@ class FilterOutcome:
     funnel: tuple[FunnelStage, ...] = ()
     """Each filter that ran, in order, with the candidates in and out."""
 
-    def rejected_by(self) -> frozenset[str]:
-        return frozenset(plugin.name for plugin, _, _ in self.rejections.failing)
-
 
 @dataclass(frozen=True, slots=True)
 class _StaticStage:
@@ -232,8 +230,8 @@ class SchedulingCycle:
         if result.node is not None or not result.blocked_only_by_interference:
             self.relax.forget(pod.key)
             return result
-        waited = self.relax.waited(pod.key, now)
-        if waited < self.settings.relax_after_s:
+        waited = self._relax_due(pod.key, now)
+        if waited is None:
             return result
         relaxed = self._decide(pod, table, now, profile, candidates, True, recorder)
         if relaxed.node is None:
@@ -263,10 +261,9 @@ class SchedulingCycle:
         relaxed_after: float | None = None
         blocked = not filtered.passed.any() and bool(filtered.without_relaxable.any())
         if blocked and not blind:
-            waited = self.relax.waited(pod.key, now)
-            if waited >= self.settings.relax_after_s:
+            relaxed_after = self._relax_due(pod.key, now)
+            if relaxed_after is not None:
                 self.relax.forget(pod.key)
-                relaxed_after = waited
                 state = CycleState(pod, table, now, profile.args)
                 filtered = self._filters(profile, state, candidates, True, timings)
         elif not blind:
@@ -296,6 +293,12 @@ class SchedulingCycle:
 
     # ---- internals ---------------------------------------------------------------------
 
+    def _relax_due(self, key: str, now: float) -> float | None:
+        """The relax rule: how long ``key`` has been refused only by relaxable filters,
+        once that is at least ``relax_after_s`` (``None`` before)."""
+        waited = self.relax.waited(key, now)
+        return waited if waited >= self.settings.relax_after_s else None
+
     def _decide(
         self,
         pod: PodInfo,
@@ -313,7 +316,7 @@ class SchedulingCycle:
             return CycleResult(None, [], message, False, pod.unsupported, 0)
         state = CycleState(pod, table, now, profile.args)
         if profile.prefilters:
-            started = time.time_ns()
+            started = time.time_ns() if recorder is not None else 0
             refused = _prefilter(profile, state)
             if recorder is not None:
                 recorder.note(
@@ -340,13 +343,11 @@ class SchedulingCycle:
             static_rejections = rejections(static.checked, candidates)
             counts = dict(static_rejections.counts)
             undecided_count = int(np.count_nonzero(filtered.undecided))
-        rejectors = {plugin.name for plugin, _, _ in static_rejections.failing}
-        first_failures = static_rejections.first_failures()
+        first_failures = static_rejections.first_failures()  # its keys: the rejectors
         rejected: list[CandidateVerdict] = []
         if undecided_count > feasible:
             dynamic_rejections = rejections(filtered.dynamic, filtered.undecided)
             counts = merged(counts, dynamic_rejections.counts)
-            rejectors.update(plugin.name for plugin, _, _ in dynamic_rejections.failing)
             first_failures.update(dynamic_rejections.first_failures())
             rejected = self._rejected(table, dynamic_rejections.failing, details)
         left = self.settings.record_top_k - len(rejected)
@@ -379,12 +380,12 @@ class SchedulingCycle:
                 unsupported=pod.unsupported,
                 feasible=0,
                 reason_counts=counts,
-                rejected_by=frozenset(rejectors),
+                rejected_by=frozenset(first_failures),
                 funnel=funnel,
                 omitted={"feasible": 0, "rejected": considered - len(rejected)},
             )
         scores = _scores(profile, state, passed, recorder)
-        selecting = time.time_ns()
+        selecting = time.time_ns() if recorder is not None else 0
         totals = weighted_sum(scores.values(), len(table))
         np.putmask(totals, ~passed, -np.inf)  # infeasible nodes rank last, never chosen
         best = best_first(totals, min(max(2, self.settings.record_top_k), feasible))
@@ -409,7 +410,7 @@ class SchedulingCycle:
             unsupported=pod.unsupported,
             feasible=feasible,
             reason_counts=counts,
-            rejected_by=frozenset(rejectors),
+            rejected_by=frozenset(first_failures),
             funnel=funnel,
             omitted={
                 "feasible": feasible - len(ranked),
@@ -572,20 +573,7 @@ def _with(
 ) -> CycleResult:
     if not blind and relaxed_after_s is None:
         return result
-    return CycleResult(
-        result.node,
-        result.candidates,
-        result.message,
-        result.blocked_only_by_interference,
-        result.unsupported,
-        result.feasible,
-        result.reason_counts,
-        result.rejected_by,
-        relaxed_after_s,
-        blind,
-        result.funnel,
-        result.omitted,
-    )
+    return dataclasses.replace(result, blind=blind, relaxed_after_s=relaxed_after_s)
 
 
 def _funnel(

@@ -87,7 +87,3 @@ class EventInterest:
         if event.resource != self.resource or not (event.action & self.actions):
             return False
         return self.hint is None or self.hint(pod, event)
-
-
-UNKNOWN_CHANGE = ClusterEvent("Node", Action.ALL)
-"""Something changed that the cache cannot classify (a relist): every pod may fit."""

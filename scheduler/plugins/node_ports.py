@@ -19,6 +19,7 @@ from scheduler.api.objects import HostPort, PodInfo
 from scheduler.events import Action, EventInterest
 from scheduler.plugins.base import Code, Filter, FilterResult, filter_by_table_and_pod
 from scheduler.table import NodeTable
+from scheduler.term_index import decrement
 
 NAME = "NodePorts"
 PORTS_TAKEN = "node(s) didn't have free ports for the requested pod ports"
@@ -39,12 +40,7 @@ class HostPortIndex:
     def remove(self, pod: PodInfo, node: str) -> None:
         for port in pod.host_ports:
             users = self._users[(port.protocol, port.port)]
-            held = users[node]
-            held[port] -= 1
-            if held[port] <= 0:
-                del held[port]
-                if not held:
-                    del users[node]
+            decrement(users, node, port)
             if not users:
                 del self._users[(port.protocol, port.port)]
 
