@@ -488,12 +488,12 @@ class Extender:
     ) -> FilterVerdict:
         offered = list(dict.fromkeys(names))
         rows = table.rows_of(offered)
+        known = rows >= 0
         candidates = np.zeros(len(table), dtype=np.bool_)
-        candidates[rows[rows >= 0]] = True
+        candidates[rows[known]] = True
         outcome = self._cycle.filter(
             pod, table, now, candidates, signals_readable=signals_readable, recorder=recorder
         )
-        known = rows >= 0
         passed_at = np.flatnonzero(known & outcome.passed[np.where(known, rows, 0)])
         passed = [offered[i] for i in passed_at.tolist()]
         # an unknown node may become known: preemption "may help" (kube-scheduler retries)
