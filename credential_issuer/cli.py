@@ -2,7 +2,8 @@
 
 Every flag falls back to an environment variable (named in ``--help``); the Redis target is
 configured exactly as for the other programs (``REDIS_URL``, ``REDIS_USERNAME``,
-``REDIS_PASSWORD``, ``REDIS_CLUSTER``, ``REDIS_SENTINELS``, ``REDIS_CA_FILE``, …).
+``REDIS_PASSWORD`` or ``REDIS_PASSWORD_FILE``, ``REDIS_CLUSTER``, ``REDIS_SENTINELS``,
+``REDIS_CA_FILE``, …).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from credential_issuer.settings import (
 from interference_infra.cliparse import RUNTIME_EXIT, OneLineParser
 from interference_infra.logsetup import configure_logging
 from interference_infra.redis_arguments import add_redis_arguments, redis_arguments
-from interference_infra.redis_client import credentials_from_env
+from interference_infra.redis_client import credentials_from_env, password_file_from_env
 from interference_infra.strict import parse_number
 from interference_infra.version import add_version_argument
 
@@ -133,6 +134,7 @@ def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> 
         redis.url,
         username=username,
         password=password,
+        password_file=password_file_from_env(environ),
         cluster=redis.cluster,
         sentinels=redis.sentinels,
         sentinel_master=redis.sentinel_master,

@@ -110,6 +110,7 @@ def redis_target(
     *,
     username: str | None = None,
     password: str | None = None,
+    password_file: str | None = None,
     cluster: bool = False,
     sentinels: tuple[tuple[str, int], ...] = (),
     sentinel_master: str = DEFAULT_SENTINEL_MASTER,
@@ -124,4 +125,5 @@ def redis_target(
         tls=tls if tls is not None else RedisTls(),
         username=username,
         password=password,
+        password_file=password_file,
     )

@@ -37,6 +37,7 @@ from interference_infra.redis_client import (
     DEFAULT_SENTINEL_MASTER,
     credentials_from_env,
     parse_sentinels,
+    password_file_from_env,
 )
 from interference_infra.redis_tls import RedisTls
 from interference_infra.strict import SettingsError, parse_bool
@@ -84,7 +85,8 @@ def _redis_options(parser: argparse.ArgumentParser, environ: Mapping[str, str], 
         default=default(environ.get("REDIS_URL") or DEFAULT_REDIS_URL),
         help="Redis holding the agents' reports, redis:// or rediss:// (TLS) (default: "
         f"$REDIS_URL or {DEFAULT_REDIS_URL}); user and password: REDIS_USERNAME, "
-        "REDIS_PASSWORD; Sentinel: REDIS_SENTINELS=HOST:PORT,… and REDIS_SENTINEL_MASTER; "
+        "REDIS_PASSWORD or REDIS_PASSWORD_FILE (a file holding it); Sentinel: "
+        "REDIS_SENTINELS=HOST:PORT,… and REDIS_SENTINEL_MASTER; "
         "Cluster: REDIS_CLUSTER=true",
     )
     group.add_argument(
@@ -255,6 +257,7 @@ def store_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> Sto
         args.redis_url,
         username=username,
         password=password,
+        password_file=password_file_from_env(environ),
         tls=tls,
         sentinels=parse_sentinels(environ.get("REDIS_SENTINELS", ""), "REDIS_SENTINELS"),
         sentinel_master=environ.get("REDIS_SENTINEL_MASTER") or DEFAULT_SENTINEL_MASTER,

@@ -128,12 +128,14 @@ class Store:
         timeout_s: float = 3.0,
         username: str | None = None,
         password: str | None = None,
+        password_file: str | None = None,
         tls: RedisTls | None = None,
         sentinels: tuple[tuple[str, int], ...] = (),
         sentinel_master: str = DEFAULT_SENTINEL_MASTER,
         cluster: bool = False,
     ) -> None:
-        """``username``/``password`` (REDIS_USERNAME/REDIS_PASSWORD) win over the URL's;
+        """``username``/``password`` (REDIS_USERNAME/REDIS_PASSWORD, or ``password_file``,
+        REDIS_PASSWORD_FILE, read at every login) win over the URL's;
         ``sentinels`` or ``cluster`` as in :class:`~interference_infra.redis_client.RedisTarget`."""
         self.url = url
         self.shown_url = mask_url(url)
@@ -147,6 +149,7 @@ class Store:
                 tls=tls or RedisTls(),
                 username=username,
                 password=password,
+                password_file=password_file,
             )
             self._connection = RedisConnection(target, timeout_s)
         except SettingsError:

@@ -11,6 +11,8 @@ or a Redis Cluster; TLS; credentials.
 
 Credentials: ``username``/``password`` (``REDIS_USERNAME``/``REDIS_PASSWORD``, see
 :func:`credentials_from_env`) win over the URL's; redis-py on its own lets the URL win.
+``password_file`` (``REDIS_PASSWORD_FILE``, a mounted Secret) is read again for every new
+connection (:class:`PasswordFile`), so a rotated password is used without a restart.
 
 :class:`RedisConnection` builds its client on first use and rebuilds it after a failure,
 so an unreachable Redis (or Cluster, whose client needs a node to answer just to be
@@ -19,6 +21,7 @@ built) is an outage the caller retries, never a crash at start-up.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -27,6 +30,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import redis
 from redis.cluster import RedisCluster
+from redis.credentials import CredentialProvider
 from redis.exceptions import RedisClusterException
 from redis.sentinel import Sentinel
 
@@ -62,6 +66,46 @@ def credentials_from_env(env: Mapping[str, str]) -> tuple[str | None, str | None
     return env.get("REDIS_USERNAME") or None, env.get("REDIS_PASSWORD") or None
 
 
+def password_file_from_env(env: Mapping[str, str]) -> str | None:
+    """``REDIS_PASSWORD_FILE``, None when unset or empty."""
+    return env.get("REDIS_PASSWORD_FILE") or None
+
+
+class PasswordFile(CredentialProvider):
+    """The ACL user and the password held in a file, read when a connection logs in.
+
+    A Secret volume's file changes in place when the Secret does (the kubelet swaps it
+    within a minute or so), so after a rotation every new connection, and every retry
+    after a refused login, uses the new password with no restart; connections already
+    logged in keep working (Redis does not close them when a password is removed).
+    One small read per new connection, not per command."""
+
+    def __init__(self, username: str | None, path: str) -> None:
+        self.username = username
+        self.path = path
+
+    def password(self) -> str:
+        """The file's content without its trailing line break; a
+        :class:`redis.AuthenticationError` (an outage the caller retries) when it cannot
+        be read or is empty."""
+        try:
+            with open(self.path, encoding="utf-8") as file:
+                password = file.read().rstrip("\r\n")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise redis.AuthenticationError(
+                f"cannot read the Redis password file {self.path} (REDIS_PASSWORD_FILE): {exc}"
+            ) from None
+        if not password:
+            raise redis.AuthenticationError(
+                f"the Redis password file {self.path} (REDIS_PASSWORD_FILE) is empty"
+            )
+        return password
+
+    def get_credentials(self) -> tuple[str] | tuple[str, str]:
+        password = self.password()
+        return (self.username, password) if self.username else (password,)
+
+
 @dataclass(frozen=True, slots=True)
 class RedisTarget:
     """Where Redis is and how to log in; :class:`ValueError` (a :class:`SettingsError`)
@@ -81,6 +125,9 @@ class RedisTarget:
     """ACL user; None: the URL's, else ``default``."""
     password: str | None = None
     """Its password; None: the URL's."""
+    password_file: str | None = None
+    """A file holding the password, read at every login (:class:`PasswordFile`); wins
+    over the URL's password, and excludes ``password``."""
 
     def __post_init__(self) -> None:
         scheme = self.url.partition("://")[0] if "://" in self.url else ""
@@ -110,6 +157,16 @@ class RedisTarget:
                 f"with Redis Sentinel the URL {mask_url(self.url)!r} gives only the database: "
                 "its path must be a number, e.g. redis://sentinel/0"
             )
+        if self.password_file is not None:
+            if self.password is not None:
+                raise SettingsError(
+                    "REDIS_PASSWORD and REDIS_PASSWORD_FILE are both set: give the password "
+                    "one way (the file, a mounted Secret, is re-read after a rotation)"
+                )
+            if not os.access(self.password_file, os.R_OK):
+                raise SettingsError(
+                    f"REDIS_PASSWORD_FILE={self.password_file!r} is not a readable file"
+                )
         self.tls.check(self.url)
 
     def describe(self) -> str:
@@ -132,10 +189,13 @@ def connect(target: RedisTarget, socket_timeout_s: float, **client_kwargs: Any) 
         **target.tls.client_kwargs(),
         **client_kwargs,
     }
-    if username is not None:
-        kwargs["username"] = username
-    if password is not None:
-        kwargs["password"] = password
+    if target.password_file is not None:
+        kwargs["credential_provider"] = PasswordFile(username, target.password_file)
+    else:
+        if username is not None:
+            kwargs["username"] = username
+        if password is not None:
+            kwargs["password"] = password
     if target.cluster:
         return RedisCluster.from_url(url, **kwargs)
     if target.sentinels:

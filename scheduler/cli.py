@@ -5,6 +5,8 @@ Precedence: command-line flags > environment > config file > defaults. Environme
 * ``INTERFERENCE_SCHEDULER_CONFIG`` — config file when ``--config`` is not given;
 * ``KUBECONFIG`` — used by the client when neither flag nor file names a kubeconfig;
 * ``REDIS_URL``, ``REDIS_USERNAME``, ``REDIS_PASSWORD`` — Redis address and ACL user;
+  ``REDIS_PASSWORD_FILE`` instead of ``REDIS_PASSWORD``: a file (the mounted Secret) read
+  at every login, so a rotated password needs no restart;
 * ``REDIS_SENTINELS`` (``HOST:PORT,…``) and ``REDIS_SENTINEL_MASTER``, or
   ``REDIS_CLUSTER`` (``true``) — a master found through Redis Sentinel, or a Redis Cluster
   (as the agent's variables);

@@ -69,6 +69,7 @@ from interference_infra.redis_client import (
     RedisTarget,
     credentials_from_env,
     parse_sentinels,
+    password_file_from_env,
 )
 from interference_infra.redis_tls import RedisTls
 from interference_infra.strict import SettingsError
@@ -97,7 +98,8 @@ class RedisSettings:
     url: str = "redis://127.0.0.1:6379/0"
     """``redis://`` or ``rediss://`` URL of the server, of one Redis Cluster node
     (``cluster``), or only the database and TLS choice (``sentinels``);
-    ``REDIS_USERNAME``/``REDIS_PASSWORD`` override its credentials."""
+    ``REDIS_USERNAME``/``REDIS_PASSWORD`` (or ``REDIS_PASSWORD_FILE``) override its
+    credentials."""
     sentinels: tuple[str, ...] = ()
     """Redis Sentinels as ``HOST:PORT`` (env ``REDIS_SENTINELS``, comma-separated); when
     set, the master comes from them and follows a failover."""
@@ -202,6 +204,7 @@ class RedisSettings:
             tls=self.tls,
             username=username,
             password=password,
+            password_file=password_file_from_env(env or {}),
         )
 
 
