@@ -6,11 +6,13 @@ mode (:class:`scheduler.extender.Extender`: :meth:`SchedulingCycle.filter` and
 :meth:`SchedulingCycle.score`), the candidates of a rebalancing decision. Nothing else
 implements these rules.
 
-1. **Signals.** :class:`SignalGate` reads the signal source's health once per decision;
-   while signals are unreadable — or the profile is interference-blind
-   (``engine.interference_aware: false``) — the plugins that read signals
-   (:attr:`~scheduler.plugins.base.Filter.uses_signals`) are off: the pod is judged as
-   kube-scheduler would (the interference-blind fallback).
+1. **Signals.** :class:`SignalGate` reads the signal source's health once per decision.
+   In an interference-blind profile (``engine.interference_aware: false``) the plugins
+   that read signals (:attr:`~scheduler.plugins.base.Filter.uses_signals`) are off: the
+   pod is judged as kube-scheduler would. While signals are unreadable the scores that
+   read them are off and the filters that read them fail closed: a pod with an
+   interference tolerance (or any pod under ``stale_policy: reject``) is refused on every
+   node until the relax rule drops them; any other pod is judged interference-blind.
 2. **PreFilter.** Each filter's pod-wide check, in order; a :class:`PodRejection` ends the
    decision. A pod asking for a field standalone mode does not implement
    (:attr:`PodInfo.unsupported`) is refused before any filter runs.
@@ -187,6 +189,7 @@ class SchedulingCycle:
         self.settings = settings
         self.profile = registry.resolve(settings.profile, extender=extender)
         self._blind = self.profile.without_signals()
+        self._unreadable = self.profile.without_signal_scores()
         gpu = self.profile.args.get(GPU_PACKING)
         self._gpu_resource = (gpu if isinstance(gpu, GpuPackingArgs) else GpuPackingArgs()).resource
         self.relax = RelaxTracker()
@@ -200,11 +203,18 @@ class SchedulingCycle:
                 table.index(plugin.name, plugin.index)
 
     def profile_for(self, signals_readable: bool) -> ResolvedProfile:
-        """The profile to run: without the signal plugins when signals are unreadable or
-        the settings are interference-blind."""
-        if signals_readable and self.settings.interference_aware:
-            return self.profile
-        return self._blind
+        """The profile to run: without the signal plugins when the settings are
+        interference-blind, without the signal scores while signals are unreadable."""
+        if not self.settings.interference_aware:
+            return self._blind
+        return self.profile if signals_readable else self._unreadable
+
+    def _state(
+        self, pod: PodInfo, table: NodeTable, now: float, profile: ResolvedProfile
+    ) -> CycleState:
+        return CycleState(
+            pod, table, now, profile.args, signals_readable=profile is not self._unreadable
+        )
 
     # ---- standalone and rebalancing ----------------------------------------------------
 
@@ -225,19 +235,19 @@ class SchedulingCycle:
         profile = self.profile_for(signals_readable)
         blind = profile is not self.profile
         result = self._decide(pod, table, now, profile, candidates, relax_interference, recorder)
-        if blind or relax_interference:
+        if relax_interference:
             return _with(result, blind=blind)
         if result.node is not None or not result.blocked_only_by_interference:
             self.relax.forget(pod.key)
-            return result
+            return _with(result, blind=blind)
         waited = self._relax_due(pod.key, now)
         if waited is None:
-            return result
+            return _with(result, blind=blind)
         relaxed = self._decide(pod, table, now, profile, candidates, True, recorder)
         if relaxed.node is None:
-            return result
+            return _with(result, blind=blind)
         self.relax.forget(pod.key)
-        return _with(relaxed, relaxed_after_s=waited)
+        return _with(relaxed, blind=blind, relaxed_after_s=waited)
 
     # ---- extender ----------------------------------------------------------------------
 
@@ -255,18 +265,18 @@ class SchedulingCycle:
         relax rule, every rejected candidate at its first failing filter."""
         profile = self.profile_for(signals_readable)
         blind = profile is not self.profile
-        state = CycleState(pod, table, now, profile.args)
+        state = self._state(pod, table, now, profile)
         timings: dict[str, tuple[int, int]] | None = {} if recorder is not None else None
         filtered = self._filters(profile, state, candidates, False, timings)
         relaxed_after: float | None = None
         blocked = not filtered.passed.any() and bool(filtered.without_relaxable.any())
-        if blocked and not blind:
+        if blocked:
             relaxed_after = self._relax_due(pod.key, now)
             if relaxed_after is not None:
                 self.relax.forget(pod.key)
-                state = CycleState(pod, table, now, profile.args)
+                state = self._state(pod, table, now, profile)
                 filtered = self._filters(profile, state, candidates, True, timings)
-        elif not blind:
+        else:
             self.relax.forget(pod.key)
         stages = filtered.static.checked + filtered.dynamic
         found = rejections(stages, candidates)
@@ -288,7 +298,7 @@ class SchedulingCycle:
         """Plugin → (weight, 0–100 score per node) of the profile's score plugins, every
         node counted feasible (kube-scheduler asks about the nodes that passed)."""
         profile = self.profile_for(signals_readable)
-        state = CycleState(pod, table, now, profile.args)
+        state = self._state(pod, table, now, profile)
         return _scores(profile, state, table.everyone(), recorder)
 
     # ---- internals ---------------------------------------------------------------------
@@ -314,7 +324,7 @@ class SchedulingCycle:
         if pod.unsupported:
             message = refused_message(len(table), pod.unsupported)
             return CycleResult(None, [], message, False, pod.unsupported, 0)
-        state = CycleState(pod, table, now, profile.args)
+        state = self._state(pod, table, now, profile)
         if profile.prefilters:
             started = time.time_ns() if recorder is not None else 0
             refused = _prefilter(profile, state)

@@ -54,9 +54,9 @@ class EngineSettings:
     profile: Profile = field(default_factory=Profile)
     interference_aware: bool = True
     """False schedules interference-blind, as kube-scheduler would: the plugins that read
-    signals (Interference's filter and score) do not run. The cycle also runs so while
-    signals are unreadable; an interference-blind policy for ``interference simulate``
-    sets it."""
+    signals (Interference's filter and score) do not run; an interference-blind policy
+    for ``interference simulate`` sets it. While signals are unreadable the score is off
+    and the filter fails closed for pods with a tolerance."""
     relax_after_s: float = 60.0
     """A pod pending this long only because of interference filters is scheduled without them."""
     record_top_k: int = 5

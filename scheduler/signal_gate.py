@@ -1,7 +1,8 @@
-"""Whether a decision may read the agents' signals: the interference-blind fallback's gate.
+"""Whether a decision may read the agents' signals.
 
-The scheduling cycle runs without the plugins that read signals while the signal source
-is unhealthy (:mod:`scheduler.cycle`); the gate asks the source once per decision, sets
+While the signal source is unhealthy the scheduling cycle fails closed for pods with an
+interference tolerance and judges the others interference-blind (:mod:`scheduler.cycle`);
+the gate asks the source once per decision, sets
 the ``signals_healthy`` gauge and logs each change, counts the blind attempts, and hands
 the table the latest frame while signals are readable.
 """
@@ -37,8 +38,9 @@ class SignalGate:
                 log.info("interference signals are readable again; %s with them", self._mode)
             else:
                 log.warning(
-                    "interference signals cannot be read; %s interference-blind until the"
-                    " signal source recovers",
+                    "interference signals cannot be read; %s: pods with an interference"
+                    " tolerance wait (until relax_after_s), the others interference-blind,"
+                    " until the signal source recovers",
                     self._mode,
                 )
         if not healthy:

@@ -153,6 +153,9 @@ class CycleState:
     (``None``: the plugin had nothing to check). Read them with :meth:`passed`."""
     data: dict[str, object] = field(default_factory=dict)
     """What a plugin's PreFilter found for its Filter or Score, under the plugin's name."""
+    signals_readable: bool = True
+    """False while the signal source cannot be read: the filters that read signals then
+    fail closed (:attr:`Filter.uses_signals`)."""
 
     def passed(self, plugin: str) -> NDArray[np.bool_]:
         """The pass mask of filter ``plugin``, which must have run earlier in the profile
@@ -197,7 +200,10 @@ class Filter:
     """Dropped for a pod refused only by relaxable filters for ``relax_after_s`` (the
     interference filters); never true of a kube-scheduler constraint."""
     uses_signals: bool = False
-    """Reads the agents' signals: off while they are unreadable (interference-blind)."""
+    """Reads the agents' signals. While they are unreadable it still runs, with
+    :attr:`CycleState.signals_readable` false, and fails closed: it refuses every node
+    for a pod it would judge by signals (relaxable, so the relax rule still applies) and
+    has nothing to check for the others. Off in an interference-blind profile."""
     in_extender: bool = True
     """Also run in extender mode, where kube-scheduler has already run its own plugins
     (False for what the extender cannot judge as well, e.g. volume binding)."""

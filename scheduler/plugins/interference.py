@@ -1,7 +1,12 @@
 """Interference (ours): keep pods off nodes their neighbours make noisy, prefer quiet ones.
 
-Both read signals (:attr:`~scheduler.plugins.base.Filter.uses_signals`): while signals
-are unreadable, or in an interference-blind profile, neither runs. Args:
+Both read signals (:attr:`~scheduler.plugins.base.Filter.uses_signals`): in an
+interference-blind profile neither runs. While signals are unreadable (the store cannot
+be read, so no node's signals are known) the score is off and the filter fails closed:
+it refuses every node for a pod with a tolerance and, under ``stale_policy: reject``, for
+every pod (``node(s) had no readable interference signals (the signal store cannot be
+read)``); other pods pass, as a stale node does under ``neutral``/``avoid``. The relax
+rule applies to these refusals as to any other of this filter. Args:
 :class:`InterferenceArgs` (``stale_policy``, ``signal_window``, ``risk_k``,
 ``recent_load_weight``), set in the profile's ``plugin_config``.
 
@@ -62,6 +67,9 @@ from scheduler.table import NodeTable
 NAME = "Interference"
 NEUTRAL_SCORE = 50.0
 STALE_SIGNALS = "node(s) had stale or missing interference signals"
+SIGNALS_UNREADABLE = (
+    "node(s) had no readable interference signals (the signal store cannot be read)"
+)
 RUNQ_EXCEEDED = "node(s) had run-queue p99 above the pod's interference tolerance"
 RECLAIM_EXCEEDED = "node(s) had memory reclaim stall above the pod's interference tolerance"
 INDEX_EXCEEDED = "node(s) had an interference index above the pod's interference tolerance"
@@ -275,7 +283,20 @@ def quietness(table: NodeTable, settings: InterferenceArgs, now: float) -> NDArr
 
 def _filter(state: CycleState) -> FilterResult | None:
     args = state.args_of(NAME, InterferenceArgs)
+    if not state.signals_readable:
+        return unreadable_signals_filter(state.table, state.pod, args)
     return interference_filter(state.table, state.pod, args, state.now)
+
+
+def unreadable_signals_filter(
+    table: NodeTable, pod: PodInfo, settings: InterferenceArgs
+) -> FilterResult | None:
+    """Failing closed while no signal can be read: every node refused for a pod this
+    filter would judge by signals (a tolerance, or ``stale_policy: reject``); ``None`` for
+    the others."""
+    if pod.tolerance is None and settings.stale_policy != "reject":
+        return None
+    return FilterResult(NAME, np.zeros(len(table), dtype=np.bool_), (SIGNALS_UNREADABLE,))
 
 
 def _score(state: CycleState, feasible: NDArray[np.bool_]) -> NDArray[np.float64] | None:

@@ -3,7 +3,7 @@
 Default filter order (kube-scheduler's, then ours): NodeReady, NodeUnschedulable,
 TaintToleration, NodeAffinity (these four depend only on the pod's signature and are
 cached per signature), NodePorts, NodeResourcesFit, VolumeBinding, PodTopologySpread,
-InterPodAffinity, Interference. Default score weights: Interference 2, NodeResourcesFit 1,
+InterPodAffinity, Interference, RebalancedAway. Default score weights: Interference 2, NodeResourcesFit 1,
 GpuPacking 1, PodTopologySpread 2, NodeAffinity 2, InterPodAffinity 2 (kube-scheduler's
 defaults where it has the plugin).
 
@@ -33,6 +33,7 @@ from scheduler.plugins import (
     node_resources_fit,
     node_unschedulable,
     pod_topology_spread,
+    rebalanced_away,
     taint_toleration,
     volume_binding,
 )
@@ -81,6 +82,15 @@ class ResolvedProfile:
         """This profile less the plugins that read signals (interference-blind)."""
         return _resolved(
             tuple(f for f in self.filters if not f.uses_signals),
+            tuple((s, w) for s, w in self.scores if not s.uses_signals),
+            self.args,
+        )
+
+    def without_signal_scores(self) -> ResolvedProfile:
+        """This profile less the scores that read signals, for decisions while signals are
+        unreadable: its filters that read them stay, to fail closed."""
+        return _resolved(
+            self.filters,
             tuple((s, w) for s, w in self.scores if not s.uses_signals),
             self.args,
         )
@@ -288,6 +298,7 @@ REGISTRY = Registry(
         pod_topology_spread.FILTER,
         inter_pod_affinity.FILTER,
         interference.FILTER,
+        rebalanced_away.FILTER,
     ),
     scores=(
         interference.SCORE,

@@ -31,7 +31,7 @@ from scheduler.extender import (
 )
 from scheduler.http import HealthServer, HttpSettings, Status
 from scheduler.metrics import SchedulerMetrics
-from scheduler.plugins.interference import RUNQ_EXCEEDED
+from scheduler.plugins.interference import RUNQ_EXCEEDED, SIGNALS_UNREADABLE
 from scheduler.ports import INFORMED_KINDS
 from scheduler.queue import SchedulingQueue
 from scheduler.settings import EngineSettings, Profile
@@ -253,13 +253,23 @@ def test_filter_without_node_cache_answers_node_objects_and_reads_any_key_case()
     assert answer["FailedNodes"] == {"small": "Insufficient cpu"}
 
 
-def test_unreadable_signals_make_filter_interference_blind() -> None:
-    harness = Harness()
+def test_unreadable_signals_fail_closed_for_tolerant_pods_until_relaxed() -> None:
+    harness = Harness(EngineSettings(relax_after_s=30))
     harness.signals.is_healthy = False
-    _, answer = harness.filter(pod_obj(annotations=TOLERANT), ["quiet", "noisy"])
-    assert answer["NodeNames"] == ["quiet", "noisy"]
+    _, plain = harness.filter(pod_obj(name="plain"), ["quiet", "noisy"])
+    assert plain["NodeNames"] == ["quiet", "noisy"]  # no tolerance: stale_policy neutral
+    answers = []
+    for seconds in (0, 29, 2):
+        harness.clock.advance(seconds)
+        answers.append(harness.filter(pod_obj(annotations=TOLERANT), ["quiet", "noisy"])[1])
+    first, before, after = answers
+    assert first["NodeNames"] == before["NodeNames"] == []
+    refused = {**first["FailedNodes"], **first["FailedAndUnresolvableNodes"]}
+    assert refused == {"quiet": SIGNALS_UNREADABLE, "noisy": SIGNALS_UNREADABLE}
+    assert after["NodeNames"] == ["quiet", "noisy"]  # the relax rule, as for any refusal
+    assert "relaxed" in harness.decisions.last("p").message
     assert harness.sample("interference_scheduler_signals_healthy") == 0
-    assert harness.sample("interference_scheduler_interference_blind_attempts_total") == 1
+    assert harness.sample("interference_scheduler_interference_blind_attempts_total") == 4
 
 
 def test_pod_refused_only_by_interference_is_relaxed_after_relax_after_s() -> None:

@@ -11,7 +11,9 @@ from collections.abc import Iterator
 import pytest
 
 from scheduler.adapters.memory import InMemoryCluster, node_object, pod_object
+from scheduler.api.objects import ANNOTATION_MAX_RUNQ_P99_US
 from scheduler.loop import LoopSettings
+from scheduler.plugins.interference import StalePolicy
 from scheduler.ports import ApiUnavailable, BindConflict, PodRef
 from scheduler.queue import QueueState
 from tests.scheduler.profiles import interference_settings
@@ -267,26 +269,101 @@ def test_unparseable_pod_gets_event_and_condition_and_is_scheduled_once_fixed(
     assert h.cluster.node_of("default", "gated") in ("n1", "n2")
 
 
-def test_unhealthy_signals_schedule_interference_blind(
-    h: LoopHarness, caplog: pytest.LogCaptureFixture
+UNREADABLE = (
+    "0/2 nodes are available: 2 node(s) had no readable interference signals"
+    " (the signal store cannot be read)."
+)
+
+
+@pytest.mark.parametrize(
+    ("policy", "tolerance", "placed"),
+    [
+        # A pod with a tolerance waits whatever the policy: no node can be shown within it.
+        pytest.param("neutral", True, False, id="neutral-tolerance"),
+        pytest.param("avoid", True, False, id="avoid-tolerance"),
+        pytest.param("reject", True, False, id="reject-tolerance"),
+        # Without one, the stale policy decides, as it does for one node without signals.
+        pytest.param("neutral", False, True, id="neutral-plain"),
+        pytest.param("avoid", False, True, id="avoid-plain"),
+        pytest.param("reject", False, False, id="reject-plain"),
+    ],
+)
+def test_unreadable_signals_fail_closed(
+    policy: StalePolicy, tolerance: bool, placed: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING)
-    h.loop.update_settings(interference_settings(stale_policy="reject"), h.loop.loop_settings)
-    h.signals.is_healthy = False  # no signals at all, and reject would refuse every node
-    h.cluster.add_pod(pod_object("blind", cpu="1"))
-    assert h.cycle() == 1
-    assert h.cluster.node_of("default", "blind") is not None
-    assert h.metric("interference_scheduler_interference_blind_attempts_total") == 1
-    assert h.metric("interference_scheduler_signals_healthy") == 0
-    assert "interference-blind" in caplog.text
-    # Healthy again: the reject policy applies again (no node has signals).
-    h.signals.is_healthy = True
-    h.cluster.add_pod(pod_object("seeing", cpu="1"))
-    h.cycle()
-    assert h.cluster.node_of("default", "seeing") is None
-    assert "stale or missing interference signals" in h.decisions.last("seeing").message
-    assert h.metric("interference_scheduler_signals_healthy") == 1
-    assert h.metric("interference_scheduler_stale_nodes") == 2
+    h = LoopHarness(engine=interference_settings(stale_policy=policy))
+    try:
+        for name in ("n1", "n2"):
+            h.cluster.add_node(node_object(name, cpu="4"))
+        h.signals.is_healthy = False
+        annotations = {ANNOTATION_MAX_RUNQ_P99_US: "500"} if tolerance else {}
+        h.cluster.add_pod(pod_object("p", cpu="1", annotations=annotations))
+        assert h.cycle() == 1
+        assert h.metric("interference_scheduler_signals_healthy") == 0
+        assert h.metric("interference_scheduler_interference_blind_attempts_total") == 1
+        assert "interference signals cannot be read" in caplog.text
+        if placed:
+            assert h.cluster.node_of("default", "p") in ("n1", "n2")
+            assert h.decisions.last("p").result == "scheduled"
+            return
+        assert h.cluster.node_of("default", "p") is None
+        assert h.decisions.last("p").message == UNREADABLE
+        [(kind, reason, message)] = events(h, "p")
+        assert (kind, reason, message) == ("Warning", "FailedScheduling", UNREADABLE)
+        # Readable again (two quiet nodes): the pod is placed at its next attempt.
+        h.signals.is_healthy = True
+        h.clock.advance(30.0)
+        for name in ("n1", "n2"):
+            h.signals.report(name, h.clock.now - 1, runq_p99_us=100, interference_index=5)
+        h.cycle()
+        assert h.cluster.node_of("default", "p") in ("n1", "n2")
+        assert h.metric("interference_scheduler_signals_healthy") == 1
+    finally:
+        h.close()
+
+
+def test_unreadable_signals_relax_after_waiting() -> None:
+    """The relax rule applies to the refusal as to any interference filter's: after
+    ``relax_after_s`` the pod is placed interference-blind, with the Event saying so."""
+    h = LoopHarness(engine=interference_settings(relax_after_s=30.0))
+    try:
+        h.cluster.add_node(node_object("n1", cpu="4"))
+        h.signals.is_healthy = False
+        h.cluster.add_pod(
+            pod_object("patient", cpu="1", annotations={ANNOTATION_MAX_RUNQ_P99_US: "500"})
+        )
+        h.cluster.add_pod(
+            pod_object("too-big", cpu="64", annotations={ANNOTATION_MAX_RUNQ_P99_US: "500"})
+        )
+        h.cycle()
+        started = h.clock.now
+        while h.clock.now < started + 29:
+            h.clock.advance(1.0)
+            h.cycle()
+            assert h.cluster.node_of("default", "patient") is None, "relaxed too early"
+        for _ in range(15):
+            h.clock.advance(1.0)
+            h.cycle()
+        assert h.cluster.node_of("default", "patient") == "n1"
+        record = h.decisions.last("patient")
+        assert record.result == "scheduled"
+        relaxed = [
+            e
+            for e in h.cluster.events_for("default", "patient")
+            if e.reason == "InterferenceRelaxed"
+        ]
+        assert len(relaxed) == 1 and relaxed[0].type == "Warning"
+        # Short of CPU as well: not blocked by the signals alone, so never relaxed.
+        assert h.cluster.node_of("default", "too-big") is None
+        assert "Insufficient cpu" in h.decisions.last("too-big").message
+        assert not [
+            e
+            for e in h.cluster.events_for("default", "too-big")
+            if e.reason == "InterferenceRelaxed"
+        ]
+    finally:
+        h.close()
 
 
 def test_engine_crash_is_contained(h: LoopHarness, monkeypatch: pytest.MonkeyPatch) -> None:
