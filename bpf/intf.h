@@ -1,8 +1,9 @@
 /* Shared definitions of the interference agent's BPF programs (compiled by BCC).
  *
  * Contract with node_agent/probes/bpf_loader.py:
- *  - every per-cgroup map is keyed by struct cgroup_key, whose generation is the value
- *    of drain_generation[0] when the event was counted. The agent bumps the generation,
+ *  - every per-cgroup map is keyed by a struct ending in a generation (struct cgroup_key;
+ *    runqlat's culprits map: struct culprit_key), the value of drain_generation[0] when
+ *    the event was counted. The agent bumps the generation,
  *    waits a grace period for in-flight programs, then reads and deletes the old
  *    generation's entries: counts arriving during the drain land in the new generation,
  *    so none is lost and every interval starts from empty maps (bounded size).
@@ -29,6 +30,10 @@
 /* Tasks tracked at once (runnable or mid-reclaim). */
 #define MAX_TASKS 32768
 #endif
+#ifndef MAX_CULPRIT_PAIRS
+/* (waiting cgroup, culprit cgroup) pairs that can be active within one drain interval. */
+#define MAX_CULPRIT_PAIRS 16384
+#endif
 
 struct cgroup_key {
     u64 cgroup_id;  /* cgroup v2 id: inode of the cgroup directory */
@@ -45,7 +50,7 @@ static __always_inline u64 current_generation(void)
 }
 
 /* What a full map (or an LRU eviction) cost; index of lost_entries within a parity. */
-#define LOST_CGROUP_ENTRY 0 /* a per-cgroup stats entry not created: those counts are gone */
+#define LOST_CGROUP_ENTRY 0 /* a per-cgroup entry (stats, culprit pair) not created: those counts are gone */
 #define LOST_TASK_ENTRY 1   /* a per-task entry not stored or evicted: that wait/stall is gone */
 #define LOST_KINDS 2
 

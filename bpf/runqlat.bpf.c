@@ -11,6 +11,15 @@
  * another task: that delay is the CPU's idle-exit latency (C-states, vCPU wake-up), no
  * neighbour's fault, so it goes to idle_wakeup_* and never into the run-queue figures.
  *
+ * Culprits ("preempted by", as Netflix's per-container metric): at the switch-in the
+ * current task is `prev`, the task that held the CPU until the waiter got it, so its
+ * cgroup (bpf_get_current_cgroup_id()) is stashed with the delay and the delay is also
+ * added to culprits[(waiter's cgroup, prev's cgroup)] at the waiter's switch-out. Every
+ * run-queue wait lands in exactly one pair, so a cgroup's pairs sum to its runq_ns
+ * unless a pair entry could not be created (counted as a lost cgroup entry). Only the
+ * last task before the switch-in is named, not every task that ran during the wait: a
+ * sample weighted by the wait, exact for a CPU shared by two cgroups.
+ *
  * Lost entries (count_lost_entry): a stats entry that cannot be created (map full) loses
  * that switch-out's counts; a task entry that cannot be stored, or that the LRU evicted
  * while the task was queued, shows up as a switch-in of a task without an entry, whose
@@ -39,6 +48,18 @@ struct task_state {
     u64 pending_delay_ns; /* delay measured at switch-in, not yet attributed */
     u64 has_pending;
     u64 pending_from_idle; /* the stashed delay ended by switching in from the idle task */
+    u64 pending_culprit_cgroup_id; /* cgroup of the task that ran before that switch-in */
+};
+
+struct culprit_key {
+    u64 cgroup_id;         /* the waiting task's cgroup */
+    u64 culprit_cgroup_id; /* the cgroup of the task that held the CPU until its switch-in */
+    u64 generation;
+};
+
+struct culprit_wait {
+    u64 wait_count;
+    u64 wait_ns;
 };
 
 /* Seeded by the loader with an empty entry per thread present at attach.
@@ -49,6 +70,26 @@ struct task_state {
 BPF_TABLE("lru_hash", u32, struct task_state, tasks, MAX_TASKS);
 BPF_PERCPU_ARRAY(oncpu_since_ns, u64, 1);
 BPF_PERCPU_HASH(stats, struct cgroup_key, struct runq_stats, MAX_CGROUPS);
+/* Shared across CPUs with atomic adds: small values, and a per-CPU copy of every pair
+ * would cost MAX_CULPRIT_PAIRS x CPUs of memory. */
+BPF_HASH(culprits, struct culprit_key, struct culprit_wait, MAX_CULPRIT_PAIRS);
+
+static __always_inline void charge_culprit(struct cgroup_key *waiter, u64 culprit, u64 delay)
+{
+    struct culprit_key key = {
+        .cgroup_id = waiter->cgroup_id,
+        .culprit_cgroup_id = culprit,
+        .generation = waiter->generation,
+    };
+    struct culprit_wait zero = {};
+    struct culprit_wait *pair = culprits.lookup_or_try_init(&key, &zero);
+    if (!pair) {
+        count_lost_entry(waiter->generation, LOST_CGROUP_ENTRY);
+        return;
+    }
+    __sync_fetch_and_add(&pair->wait_count, 1);
+    __sync_fetch_and_add(&pair->wait_ns, delay);
+}
 
 static __always_inline int mark_enqueued(u32 pid, u64 now)
 {
@@ -100,6 +141,7 @@ static __always_inline void switch_out(u32 pid, long prev_state, u64 now, u64 on
             u32 slot = log2_slot(delay / 1000);
             if (slot < HIST_SLOTS)
                 cg->runq_us_slots[slot] += 1;
+            charge_culprit(&key, task->pending_culprit_cgroup_id, delay);
         }
     }
     if ((prev_state & TASK_REPORT_STATE_MASK) == 0) {
@@ -134,6 +176,8 @@ static __always_inline void switch_in(u32 pid, u64 now, u64 from_idle)
         task->pending_delay_ns = now > task->enqueued_ns ? now - task->enqueued_ns : 0;
         task->has_pending = 1;
         task->pending_from_idle = from_idle;
+        /* `prev` is still current: its cgroup held the CPU until now. */
+        task->pending_culprit_cgroup_id = from_idle ? 0 : bpf_get_current_cgroup_id();
         task->enqueued_ns = 0;
     }
 }

@@ -4,8 +4,11 @@ Stream entries carry the whole report as msgpack; hashes carry decimal strings s
 person can read them with ``redis-cli HGETALL``. Every decoder raises
 :class:`PayloadError` (and nothing else) for input it cannot trust.
 
-Versions: schema 2 (current) carries ``measured`` (the signal families measured),
-``windows`` and ``interference_index``. Schema 1 reports (``score``, the former name of
+Versions: schema 3 (current) adds each pod's culprits (``own_wait_ms_per_s``,
+``neighbour_wait_ms_per_s``, ``culprits``; the pod hash's ``culprits`` field is
+``key=ms_per_s`` pairs, comma-separated); schema 2 reports decode with none. Schema 2
+carries ``measured`` (the signal families measured), ``windows`` and
+``interference_index``. Schema 1 reports (``score``, the former name of
 the index, and no ``measured``) still decode: ``score`` becomes ``interference_index``
 and ``measured`` is ``("runq",)`` when the report's ``runq_us`` histogram holds samples,
 else empty — an agent whose run-queue probes failed publishes an empty histogram, so it
@@ -28,6 +31,7 @@ from interference import hist
 from interference.signals import (
     SCHEMA_VERSION,
     SIGNAL_FAMILIES,
+    TOP_CULPRITS,
     GpuDevice,
     NodeMetrics,
     NodeReport,
@@ -42,10 +46,11 @@ class PayloadError(ValueError):
 
 _NODE_METRIC_FIELDS = tuple(f.name for f in fields(NodeMetrics))
 POD_HISTOGRAM_FIELD = "runq_us"
+POD_CULPRITS_FIELD = "culprits"
 _POD_FLOAT_FIELDS = tuple(
     f.name
     for f in fields(PodMetrics)
-    if f.name not in ("namespace", "name", "uid", "qos", POD_HISTOGRAM_FIELD)
+    if f.name not in ("namespace", "name", "uid", "qos", POD_HISTOGRAM_FIELD, POD_CULPRITS_FIELD)
 )
 _GPU_FIELDS = tuple(f.name for f in fields(GpuDevice))
 _WINDOW_FIELDS = tuple(f.name for f in fields(WindowMetrics))
@@ -54,7 +59,7 @@ MAX_PODS = 1_000
 MAX_GPUS = 64
 MAX_HISTOGRAM_SLOTS = 64
 """Most slots a histogram may carry (log2 µs: 64 covers any duration)."""
-SUPPORTED_VERSIONS = (1, SCHEMA_VERSION)
+SUPPORTED_VERSIONS = (1, 2, SCHEMA_VERSION)
 """Report schema versions :func:`decode_report` accepts."""
 DEPRECATED_INDEX_FIELD = "score"
 """Schema 1 name of ``interference_index``: read from schema 1 reports and hashes, and
@@ -208,10 +213,12 @@ def parse_histogram_field(value: str) -> list[int]:
 
 def pod_hash(pod: PodMetrics, node: str, ts: float) -> dict[str, str]:
     """Fields of ``intf:node:{node}:pod:{ns}/{name}``: the pod's metrics, ``hist_runq_us`` (its
-    run-queue histogram, comma-separated), ``node`` and ``updated_at``."""
+    run-queue histogram, comma-separated), ``culprits`` (``key=ms_per_s`` pairs,
+    comma-separated), ``node`` and ``updated_at``."""
     out = {"namespace": pod.namespace, "name": pod.name, "uid": pod.uid, "qos": pod.qos}
     out.update({n: _fmt(getattr(pod, n)) for n in _POD_FLOAT_FIELDS})
     out[f"hist_{POD_HISTOGRAM_FIELD}"] = ",".join(str(c) for c in pod.runq_us)
+    out[POD_CULPRITS_FIELD] = ",".join(f"{key}={_fmt(ms)}" for key, ms in pod.culprits)
     out["node"] = node
     out["updated_at"] = _fmt(ts)
     return out
@@ -227,11 +234,25 @@ def parse_pod_hash(raw: Mapping[Any, Any]) -> tuple[PodMetrics, str, float]:
             uid=data.get("uid", ""),
             qos=data.get("qos", ""),
             runq_us=tuple(parse_histogram_field(data.get(f"hist_{POD_HISTOGRAM_FIELD}", ""))),
+            culprits=parse_culprits_field(data.get(POD_CULPRITS_FIELD, "")),
             **{n: _float(data[n], n) for n in _POD_FLOAT_FIELDS if n in data},
         )
         return pod, data["node"], _float(data["updated_at"], "updated_at")
     except KeyError as exc:
         raise PayloadError(f"pod hash lacks field {exc.args[0]!r}") from exc
+
+
+def parse_culprits_field(value: str) -> tuple[tuple[str, float], ...]:
+    """A pod hash's ``culprits`` field (``key=ms_per_s,…``) back into pairs."""
+    pairs = []
+    for item in (part for part in value.split(",") if part):
+        key, equals, ms = item.rpartition("=")
+        if not equals or not key:
+            raise PayloadError(f"bad culprits field {value[:60]!r}: {item!r} is not key=ms_per_s")
+        pairs.append((key, _non_negative(ms, "culprits")))
+    if len(pairs) > TOP_CULPRITS:
+        raise PayloadError(f"culprits holds {len(pairs)} entries, more than {TOP_CULPRITS}")
+    return tuple(pairs)
 
 
 def gpu_hash(gpus: list[GpuDevice]) -> dict[str, str]:
@@ -297,6 +318,13 @@ def _float(value: Any, name: str) -> float:
         raise PayloadError(f"{name} must be a number, got {value!r}") from exc
     if math.isnan(out) or math.isinf(out):
         raise PayloadError(f"{name} must be finite, got {value!r}")
+    return out
+
+
+def _non_negative(value: Any, name: str) -> float:
+    out = _float(value, name)
+    if out < 0:
+        raise PayloadError(f"{name} must be ≥ 0, got {value!r}")
     return out
 
 
@@ -372,8 +400,18 @@ def _pod(data: Mapping[str, Any]) -> PodMetrics:
                 MAX_HISTOGRAM_SLOTS,
             )
         ),
+        culprits=tuple(
+            _culprit(_list(pair, "pods[].culprits[]"))
+            for pair in _list(data.get(POD_CULPRITS_FIELD, []), "pods[].culprits", TOP_CULPRITS)
+        ),
         **{n: _float(data[n], n) for n in _POD_FLOAT_FIELDS if n in data},
     )
+
+
+def _culprit(pair: list[Any]) -> tuple[str, float]:
+    if len(pair) != 2:
+        raise PayloadError(f"pods[].culprits[] must be [key, ms_per_s], got {pair!r}")
+    return _str(pair[0], "pods[].culprits[].key"), _non_negative(pair[1], "pods[].culprits[]")
 
 
 def _count(value: Any, name: str) -> int:

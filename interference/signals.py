@@ -25,10 +25,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-SCHEMA_VERSION = 2
-"""Version of the msgpack NodeReport; bump on an incompatible change. Version 2 renamed
-``score`` to ``interference_index`` and added ``measured`` and ``windows``; version 1
-reports are still decoded (see :func:`interference.codec.decode_report`)."""
+SCHEMA_VERSION = 3
+"""Version of the msgpack NodeReport; bump on an incompatible change. Version 3 added the
+pods' culprits (``own_wait_ms_per_s``, ``neighbour_wait_ms_per_s``, ``culprits``);
+version 2 renamed ``score`` to ``interference_index`` and added ``measured`` and
+``windows``; versions 1 and 2 are still decoded (see
+:func:`interference.codec.decode_report`)."""
+
+TOP_CULPRITS = 5
+"""Culprits kept per pod row: the neighbours its tasks waited behind the longest."""
 
 SIGNAL_FAMILIES = ("runq", "reclaim", "throttle", "psi", "net", "memory_events")
 """Every family a report can list in ``measured``."""
@@ -106,6 +111,16 @@ class PodMetrics:
     runq_us: tuple[int, ...] = ()
     """The pod's run-queue waits of the interval as a log2 µs histogram (trailing empty
     slots left out), so a reader can merge intervals into a p99 over any window."""
+    own_wait_ms_per_s: float = 0.0
+    """Part of ``runq_wait_ms_per_s`` whose wait ended after a task of this pod itself held
+    the CPU (docs/design.md §3, culprits)."""
+    neighbour_wait_ms_per_s: float = 0.0
+    """Part of ``runq_wait_ms_per_s`` whose wait ended after a task of another pod or of
+    ``system`` held the CPU."""
+    culprits: tuple[tuple[str, float], ...] = ()
+    """The neighbours (pod keys, or ``system``) whose tasks held the CPU when this pod's
+    waits ended, with those waits in ms per second, longest first; at most
+    :data:`TOP_CULPRITS`, so they may sum to less than ``neighbour_wait_ms_per_s``."""
 
     @property
     def key(self) -> str:

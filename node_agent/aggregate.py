@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 from interference import hist
 from interference.freshness import complete_families
 from interference.index import IndexReferences, interference_index
-from interference.signals import NodeMetrics, PodMetrics
+from interference.signals import TOP_CULPRITS, NodeMetrics, PodMetrics
 from node_agent.attribution import SYSTEM, Attributor, PodIdentity
 from node_agent.probes import base
 
@@ -69,6 +69,11 @@ class _Totals:
     identity: PodIdentity
     values: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     histograms: dict[str, list[int]] = field(default_factory=dict)
+    waits_by_culprit_ns: dict[PodIdentity, float] = field(
+        default_factory=lambda: defaultdict(float)
+    )
+    """Run-queue wait by the owner whose task held the CPU when it ended (the container
+    left out of the identity: a pod is one culprit)."""
 
     def add_values(self, values: Mapping[str, float]) -> None:
         for name, value in values.items():
@@ -91,7 +96,8 @@ def resolve_owners(
     paths: dict[str, PodIdentity | None] = {}
     pids: dict[int, PodIdentity | None] = {}
     for sample in samples:
-        for cgroup_id in (*sample.by_cgroup_id, *sample.histograms_by_cgroup_id):
+        culprit_ids = (cgroup_id for pair in sample.waits_by_culprit for cgroup_id in pair)
+        for cgroup_id in (*sample.by_cgroup_id, *sample.histograms_by_cgroup_id, *culprit_ids):
             if cgroup_id not in ids:
                 path = attributor.path_of(cgroup_id)
                 if path is not None:
@@ -157,7 +163,12 @@ def aggregate(
     - ``bpf_lost_entries``: Σ of the map entries the probes' BPF programs could not keep.
 
     Per pod: ``cpu_ms_per_s`` (on-CPU), ``runq_wait_ms_per_s``, ``idle_wakeup_ms_per_s``,
-    ``runq_p99_us``, ``reclaim_stall_ms_per_s`` and ``throttled_ms_per_s``, same formulas.
+    ``runq_p99_us``, ``reclaim_stall_ms_per_s`` and ``throttled_ms_per_s``, same formulas;
+    from the run-queue waits by culprit (``Sample.waits_by_culprit``, the owner whose task
+    held the CPU when a wait ended; outside the measured subtree: ``system``):
+    ``own_wait_ms_per_s`` (behind the pod itself, any of its containers),
+    ``neighbour_wait_ms_per_s`` (behind anyone else) and ``culprits``, the
+    :data:`~interference.signals.TOP_CULPRITS` longest of the latter by pod.
     Keys missing from ``owners`` count as ``system``; keys owned by ``None`` are dropped.
     """
     if interval_s <= 0:
@@ -190,6 +201,7 @@ def aggregate(
         for name, value in totals.values.items():
             sums[name] += value
         ident = totals.identity
+        culprits = _culprit_parts(totals, interval_s)
         pods.append(
             PodMetrics(
                 namespace=ident.namespace,
@@ -203,6 +215,9 @@ def aggregate(
                 runq_us=tuple(hist.trimmed(totals.histograms.get(base.HIST_RUNQ_US, []))),
                 reclaim_stall_ms_per_s=totals.values[reclaim_metric] / NS_PER_MS / interval_s,
                 throttled_ms_per_s=totals.values[base.THROTTLED_NS] / NS_PER_MS / interval_s,
+                own_wait_ms_per_s=culprits.own_ms_per_s,
+                neighbour_wait_ms_per_s=culprits.neighbour_ms_per_s,
+                culprits=culprits.top,
             )
         )
     pods.sort(key=lambda p: (p.uid != "", p.key))
@@ -237,6 +252,41 @@ def aggregate(
     return Aggregate(metrics=metrics, histograms=node_hists, pods=pods, measured=measured)
 
 
+@dataclass(frozen=True)
+class _CulpritParts:
+    own_ms_per_s: float
+    neighbour_ms_per_s: float
+    top: tuple[tuple[str, float], ...]
+
+
+def _culprit_parts(totals: _Totals, interval_s: float) -> _CulpritParts:
+    """An owner's waits behind itself, behind others, and its :data:`TOP_CULPRITS`."""
+    own_key = _pod_of(totals.identity)
+    own = 0.0
+    neighbours: dict[str, float] = defaultdict(float)
+    for culprit, wait_ns in totals.waits_by_culprit_ns.items():
+        ms_per_s = wait_ns / NS_PER_MS / interval_s
+        if _pod_of(culprit) == own_key:
+            own += ms_per_s
+        else:
+            neighbours[_culprit_key(culprit)] += ms_per_s
+    top = sorted(neighbours.items(), key=lambda item: (-item[1], item[0]))[:TOP_CULPRITS]
+    return _CulpritParts(
+        own_ms_per_s=own,
+        neighbour_ms_per_s=sum(neighbours.values()),
+        top=tuple((key, round(ms, 3)) for key, ms in top),
+    )
+
+
+def _pod_of(identity: PodIdentity) -> tuple[str, str, str]:
+    return (identity.uid, identity.namespace, identity.name)
+
+
+def _culprit_key(identity: PodIdentity) -> str:
+    """The culprit as a pod row names it (:attr:`interference.signals.PodMetrics.key`)."""
+    return f"{identity.namespace}/{identity.name}" if identity.namespace else identity.name
+
+
 def _per_owner_totals(
     samples: Iterable[base.Sample], owners: Owners, runq_from_bpf: bool
 ) -> dict[tuple[str, str, str], _Totals]:
@@ -258,6 +308,11 @@ def _per_owner_totals(
             if (owner := owner_totals(owners.by_cgroup_id.get(cgroup_id, SYSTEM))) is not None:
                 for name, buckets in histograms.items():
                     owner.add_histogram(name, buckets)
+        for (waiting, culprit), wait in sample.waits_by_culprit.items():
+            if (owner := owner_totals(owners.by_cgroup_id.get(waiting, SYSTEM))) is not None:
+                # A culprit outside the measured subtree is still a neighbour: system.
+                held_by = owners.by_cgroup_id.get(culprit, SYSTEM) or SYSTEM
+                owner.waits_by_culprit_ns[held_by] += wait.get(base.CULPRIT_WAIT_NS, 0.0)
         for path, values in sample.by_cgroup_path.items():
             if (owner := owner_totals(owners.by_cgroup_path.get(path, SYSTEM))) is not None:
                 owner.add_values(values)

@@ -32,6 +32,10 @@ BPF_MISSED_EVENTS = "bpf_missed_events"
 BPF_LOST_ENTRIES = "bpf_lost_entries"
 """Map entries a probe's BPF programs could not keep in the interval (a map full, or a
 queued task's entry evicted): that probe's families are incomplete for the interval."""
+CULPRIT_WAIT_COUNT = "wait_count"
+"""Run-queue waits of one (waiting cgroup, culprit cgroup) pair (``Sample.waits_by_culprit``)."""
+CULPRIT_WAIT_NS = "wait_ns"
+"""Their total, ns: part of the waiting cgroup's ``runq_ns``."""
 ONCPU_NS = "oncpu_ns"
 """Time on CPU, ns."""
 RECLAIM_COUNT = "reclaim_count"
@@ -91,6 +95,9 @@ class Sample:
     by_pid: dict[int, dict[str, float]] = field(default_factory=dict)
     histograms_by_cgroup_id: dict[int, dict[str, list[int]]] = field(default_factory=dict)
     """Per cgroup id, log2 histograms by name (``runq_us``, ``reclaim_us``)."""
+    waits_by_culprit: dict[tuple[int, int], dict[str, float]] = field(default_factory=dict)
+    """Per ``(waiting cgroup id, culprit cgroup id)``: the run-queue waits of the first
+    that ended by switching in after a task of the second (``wait_count``, ``wait_ns``)."""
 
 
 class Probe(Protocol):

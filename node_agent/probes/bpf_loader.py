@@ -35,7 +35,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -66,6 +66,11 @@ CAP_BPF = 39
 STATS_TABLE = b"stats"
 GENERATION_TABLE = b"drain_generation"
 LOST_TABLE = b"lost_entries"
+
+PAIR_TABLES = (b"culprits",)
+"""Further generation-keyed maps a program may have (shared across CPUs, not per-CPU):
+handed over with the others when present and drained by the probe that reads them
+(:meth:`LoadedProgram.drain_table`)."""
 
 SEEDED_TASKS_TABLE = b"tasks"
 """A program's per-task map keyed by pid (``runqlat``), seeded at attach (:func:`seed_tasks`)."""
@@ -264,6 +269,15 @@ def seed_tasks(program: Any, proc_root: str) -> int:
     return seeded
 
 
+def _present_tables(program: Any, names: Iterable[bytes]) -> Iterator[tuple[bytes, Any]]:
+    """``(name, table)`` of each of ``names`` the compiled program has."""
+    for name in names:
+        try:
+            yield name, program.get_table(name)
+        except KeyError:
+            continue
+
+
 def compiler_main() -> None:
     """Entry point of the compiler process (see :func:`load_program`).
 
@@ -282,17 +296,28 @@ def compiler_main() -> None:
         stats, generation = program[STATS_TABLE], program[GENERATION_TABLE]
         lost = program[LOST_TABLE]
         program_fds = [function.fd for function in program.funcs.values()]
+        pair_tables = dict(_present_tables(program, PAIR_TABLES))
         layout = {
             "key": describe_u64_struct(stats.Key),
             "leaf": describe_u64_struct(stats.sLeaf),
             "max_entries": int(stats.max_entries),
             "lost_slots": int(lost.max_entries),
             "programs": len(program_fds),
+            "tables": [
+                {
+                    "name": name.decode(),
+                    "key": describe_u64_struct(table.Key),
+                    "leaf": describe_u64_struct(table.Leaf),
+                    "max_entries": int(table.max_entries),
+                }
+                for name, table in pair_tables.items()
+            ],
         }
         fds = [
             stats.map_fd,
             generation.map_fd,
             lost.map_fd,
+            *(table.map_fd for table in pair_tables.values()),
             *program_fds,
             *program.tracepoint_fds.values(),
         ]
@@ -367,6 +392,17 @@ def recursion_misses(fd: int, proc_root: str = "/proc") -> int:
     return 0
 
 
+class PairTable:
+    """One of a program's :data:`PAIR_TABLES`: its descriptor and key and value layout
+    (u64 fields, the key's last one ``generation``)."""
+
+    def __init__(self, fd: int, layout: Mapping[str, Any]) -> None:
+        self.fd = fd
+        self.key_type = _struct_type("pair_key", layout["key"])
+        self.leaf_type = _struct_type("pair_value", layout["leaf"])
+        self.max_entries = int(layout["max_entries"])
+
+
 BPF_MAP_LOOKUP_ELEM = 1
 BPF_MAP_UPDATE_ELEM = 2
 BPF_MAP_DELETE_ELEM = 3
@@ -385,6 +421,13 @@ class LoadedProgram:
 
     def __init__(self, fds: Sequence[int], layout: Mapping[str, Any]) -> None:
         self._stats_fd, self._generation_fd, self._lost_fd, *rest = fds
+        tables = list(layout.get("tables", []))
+        table_fds, rest = rest[: len(tables)], rest[len(tables) :]
+        self.tables: dict[str, PairTable] = {
+            str(table["name"]): PairTable(fd, table)
+            for fd, table in zip(table_fds, tables, strict=True)
+        }
+        """The program's :data:`PAIR_TABLES`, by name."""
         programs = int(layout.get("programs", 0))
         self._program_fds, self._attachment_fds = rest[:programs], rest[programs:]
         for fd in self._attachment_fds:
@@ -419,11 +462,14 @@ class LoadedProgram:
 
     def stats_keys(self) -> list[Any]:
         """Every key of the ``stats`` map (bounded by its size, even while it changes)."""
+        return self._keys(self._stats_fd, self.key_type, self._max_entries)
+
+    def _keys(self, fd: int, key_type: Any, max_entries: int) -> list[Any]:
         found: list[Any] = []
         previous = None
-        while len(found) <= self._max_entries:
-            key = self.key_type()
-            if not self._call(BPF_MAP_GET_NEXT_KEY, self._stats_fd, previous, key):
+        while len(found) <= max_entries:
+            key = key_type()
+            if not self._call(BPF_MAP_GET_NEXT_KEY, fd, previous, key):
                 break
             found.append(key)
             previous = key
@@ -466,6 +512,29 @@ class LoadedProgram:
         """
         return sum(recursion_misses(fd) for fd in self._program_fds)
 
+    def drain_table(
+        self, name: str, current_generation: int
+    ) -> dict[tuple[int, ...], dict[str, int]]:
+        """Every entry of pair table ``name`` from a generation before
+        ``current_generation``, deleted as read: ``{key fields but the generation: {leaf
+        field: sum}}`` (an entry seen under two old generations is summed). Call only
+        after the generation moved on and the grace period passed."""
+        table = self.tables[name]
+        totals: dict[tuple[int, ...], dict[str, int]] = {}
+        for key in self._keys(table.fd, table.key_type, table.max_entries):
+            if key.generation == current_generation:
+                continue
+            value = table.leaf_type()
+            found = self._call(BPF_MAP_LOOKUP_ELEM, table.fd, key, value)
+            self._call(BPF_MAP_DELETE_ELEM, table.fd, key)
+            if not found:
+                continue
+            ident = tuple(int(getattr(key, f)) for f, *_ in key._fields_ if f != "generation")
+            into = totals.setdefault(ident, {})
+            for field_name, *_ in value._fields_:
+                into[field_name] = into.get(field_name, 0) + int(getattr(value, field_name))
+        return totals
+
     def close(self) -> None:
         if self._closed:
             return
@@ -476,6 +545,7 @@ class LoadedProgram:
             self._stats_fd,
             self._generation_fd,
             self._lost_fd,
+            *(table.fd for table in self.tables.values()),
         ):
             with contextlib.suppress(OSError):
                 os.close(fd)

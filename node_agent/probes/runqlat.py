@@ -9,6 +9,11 @@ cgroup v2 id: ``runq_count``, ``runq_ns``, ``idle_wakeup_count``, ``idle_wakeup_
 ``oncpu_ns`` and the ``runq_us`` log2 histogram, and ``bpf_missed_events`` and
 ``bpf_lost_entries`` for the node.
 
+Culprits: each run-queue wait is also filed under the cgroup of the task that held the
+CPU until the waiter's switch-in (``Sample.waits_by_culprit``, keyed by waiting and
+culprit cgroup ids, only for waiting cgroups in scope); a cgroup's pairs sum to its
+``runq_ns``.
+
 The histogram has one entry per switch-in: a wake-up onto an idle CPU waited behind no
 other task, so it is entered as a zero wait (slot 0). A percentile of ``runq_us`` is then
 "of all wake-ups, the wait behind other tasks" — a quiet node whose few waits behind a
@@ -17,19 +22,27 @@ kworker are its only samples would otherwise report their maximum as its p99.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 from node_agent.probes.base import (
+    CULPRIT_WAIT_COUNT,
+    CULPRIT_WAIT_NS,
     HIST_RUNQ_US,
     IDLE_WAKEUP_COUNT,
     IDLE_WAKEUP_NS,
     ONCPU_NS,
     RUNQ_COUNT,
     RUNQ_NS,
+    ProbeContext,
+    ProbeUnavailable,
+    Sample,
     register,
 )
-from node_agent.probes.bpf_loader import BpfCgroupProbe, CgroupTotals, LoadedProgram
+from node_agent.probes.bpf_loader import BpfCgroupProbe, CgroupTotals, HostPaths, LoadedProgram
+
+CULPRITS_TABLE = "culprits"
+"""The program's (waiting cgroup, culprit cgroup, generation) → waits map."""
 
 
 @register("runqlat")
@@ -47,8 +60,38 @@ class RunqlatProbe(BpfCgroupProbe):
     }
     histograms: ClassVar[Mapping[str, str]] = {"runq_us_slots": HIST_RUNQ_US}
 
+    def __init__(
+        self, ctx: ProbeContext, paths: HostPaths | None = None, cflags: Sequence[str] = ()
+    ) -> None:
+        super().__init__(ctx, paths, cflags)
+        self._culprit_waits: dict[tuple[int, ...], dict[str, int]] = {}
+
+    def start(self) -> None:
+        super().start()
+        assert self._program is not None
+        if CULPRITS_TABLE not in self._program.tables:
+            self.close()
+            raise ProbeUnavailable(
+                f"bpf/{self.name}.bpf.c has no {CULPRITS_TABLE} map: ship the bpf/ directory "
+                "of the same release"
+            )
+
+    def collect(self) -> Sample:
+        sample = super().collect()
+        in_scope = set(sample.by_cgroup_id)
+        for (waiting, culprit), wait in self._culprit_waits.items():
+            if waiting in in_scope:
+                sample.waits_by_culprit[(waiting, culprit)] = {
+                    CULPRIT_WAIT_COUNT: float(wait.get("wait_count", 0)),
+                    CULPRIT_WAIT_NS: float(wait.get("wait_ns", 0)),
+                }
+        return sample
+
     def drain(self, program: LoadedProgram) -> dict[int, CgroupTotals]:
         totals = super().drain(program)
+        # The generation moved on and the grace period passed in super().drain().
+        if CULPRITS_TABLE in program.tables:
+            self._culprit_waits = program.drain_table(CULPRITS_TABLE, self._generation)
         for cgroup in totals.values():
             idle_wakeups = cgroup.counters.get("idle_wakeup_count", 0)
             if idle_wakeups:
