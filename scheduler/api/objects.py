@@ -35,6 +35,8 @@ ANNOTATION_MAX_INDEX = "interference.io/max-index"
 
 DEPRECATED_ANNOTATION_MAX_SCORE = "interference.io/max-score"
 """The earlier name of :data:`ANNOTATION_MAX_INDEX`: still read, with a Warning Event."""
+ANNOTATION_REBALANCE = "interference.io/rebalance"
+"""``"false"`` keeps the rebalancer from ever evicting the pod (scheduler/rebalance.py)."""
 
 
 NO_SCHEDULE = "NoSchedule"
@@ -286,6 +288,18 @@ class InterferenceTolerance:
 
 
 @dataclass(frozen=True, slots=True)
+class ControllerRef:
+    """The owner reference with ``controller: true``: the workload that recreates the pod."""
+
+    kind: str
+    name: str
+    uid: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
 class NodeInfo:
     name: str
     labels: Mapping[str, str]
@@ -367,6 +381,10 @@ class PodInfo:
     inline_attached: tuple[tuple[str, str], ...] = ()
     """(CSI driver, volume) of its inline in-tree volumes, which count towards a node's
     attach limits once it is placed (:data:`scheduler.api.storage.MIGRATED_IN_TREE_SOURCES`)."""
+    controller: ControllerRef | None = None
+    """Its controlling owner (``ownerReferences[].controller: true``), ``None`` when none."""
+    rebalance_opt_out: bool = False
+    """Annotation :data:`ANNOTATION_REBALANCE` is ``"false"``: never evicted to move it."""
 
     @property
     def key(self) -> str:

@@ -35,11 +35,13 @@ from scheduler.api.objects import (
     ANNOTATION_MAX_INDEX,
     ANNOTATION_MAX_RECLAIM_STALL_MS_PER_S,
     ANNOTATION_MAX_RUNQ_P99_US,
+    ANNOTATION_REBALANCE,
     DEPRECATED_ANNOTATION_MAX_SCORE,
     PREEMPT_LOWER_PRIORITY,
     PREEMPT_NEVER,
     WILDCARD_IP,
     AntiAffinityTerm,
+    ControllerRef,
     HostPort,
     InterferenceTolerance,
     PodAffinityTerm,
@@ -146,7 +148,28 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         ),
         claims=_volume_claims(reader, spec),
         inline_attached=_inline_attached(reader, spec),
+        controller=_controller(reader, metadata),
+        rebalance_opt_out=annotations.get(ANNOTATION_REBALANCE, "").strip().lower() == "false",
     )
+
+
+def _controller(reader: Reader, metadata: Mapping[str, Any]) -> ControllerRef | None:
+    """The owner reference with ``controller: true`` (the API allows at most one); ``None``
+    also for one that does not read, which only makes the pod one the rebalancer leaves
+    alone (it is no reason to refuse scheduling it)."""
+    try:
+        for i, owner in enumerate(reader.sequence(metadata, "metadata.ownerReferences")):
+            owner = reader.as_mapping(owner, f"metadata.ownerReferences[{i}]")
+            if owner.get("controller") is True:
+                field = f"metadata.ownerReferences[{i}]"
+                return ControllerRef(
+                    kind=reader.string(owner, "kind", f"{field}.kind"),
+                    name=reader.string(owner, "name", f"{field}.name"),
+                    uid=reader.string(owner, "uid", f"{field}.uid"),
+                )
+    except ObjectError:
+        pass
+    return None
 
 
 def _preemption_policy(reader: Reader, spec: Mapping[str, Any]) -> str:

@@ -3,9 +3,9 @@
 Default filter order (kube-scheduler's, then ours): NodeReady, NodeUnschedulable,
 TaintToleration, NodeAffinity (these four depend only on the pod's signature and are
 cached per signature), NodePorts, NodeResourcesFit, VolumeBinding, PodTopologySpread,
-InterPodAffinity, Interference, RebalancedAway. Default score weights: Interference 2, NodeResourcesFit 1,
-GpuPacking 1, PodTopologySpread 2, NodeAffinity 2, InterPodAffinity 2 (kube-scheduler's
-defaults where it has the plugin).
+InterPodAffinity, Interference, RebalancedAway. Default score weights: Interference 2,
+NodeResourcesFit 1, GpuPacking 1, PodTopologySpread 2, NodeAffinity 2, InterPodAffinity 2
+(kube-scheduler's defaults where it has the plugin).
 
 Adding a plugin is its module plus one line below. A profile that lists ``filters`` keeps
 working when a filter is added: every filter is required (each enforces a constraint a

@@ -1,0 +1,303 @@
+"""The rebalancer's rules, as pure functions: who may be moved, when, and how often.
+
+A running pod that declares an interference tolerance (``interference.io/max-runq-p99-us``,
+``interference.io/max-reclaim-stall-ms-per-s``, :mod:`scheduler.api.pods`) is a
+**victim** when, over the settings' ``window``::
+
+    runq_breach    = p99(Σ the pod's own run-queue histograms of the window)
+                         > max_runq_p99_us
+    reclaim_breach = reclaim_mean[window] of its node > max_reclaim_stall_ms_per_s
+
+has held at every look for ``sustained_for_s`` (:class:`BreachTracker`; a look without
+usable signals — no fresh pod row, a stale or degraded node — ends the streak: unknown is
+never a breach). A victim is moved only when, in this order (:func:`eligible`, then
+:func:`hold_reason` and :class:`EvictionLedger`):
+
+1. it is movable at all: its controller recreates it (``controller_kinds``), its namespace
+   is not ``kube-system`` nor in ``never_namespaces``, it does not opt out
+   (``interference.io/rebalance: "false"``), and this scheduler places its replacement
+   (its ``schedulerName`` is ours);
+2. its own CPU limit does not explain the wait: ``throttled_mean ≥ throttle_share ·
+   runq_wait_mean`` over the window means the pod is throttled by its own quota, which
+   moving it would not change (only for a run-queue breach);
+3. its workload has not been moved within ``cooldown_s``;
+4. fewer than ``max_per_node`` / ``max_per_namespace`` / ``max_per_cluster`` evictions in
+   the last ``rate_window_s`` from its node / namespace / the cluster;
+5. a node other than its own passes every filter for it now (the scheduling cycle, run
+   by :class:`scheduler.rebalancer.Rebalancer`).
+
+Dry runs count in the ledger like evictions, so a dry run shows what enforcing would do.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Literal
+
+from interference import hist
+from interference.signals import PodMetrics
+from scheduler.api.objects import PodInfo
+
+RebalanceMode = Literal["off", "dry_run", "enforce"]
+REBALANCE_MODES: tuple[RebalanceMode, ...] = ("off", "dry_run", "enforce")
+RebalanceWindow = Literal["10s", "60s"]
+WINDOW_SECONDS: dict[str, float] = {"10s": 10.0, "60s": 60.0}
+ALWAYS_SPARED_NAMESPACE = "kube-system"
+"""Never rebalanced, whatever ``never_namespaces`` says."""
+
+# Why a victim was not moved (the ``reason`` label of
+# ``interference_scheduler_rebalance_holds_total``).
+THROTTLED = "throttled"
+COOLDOWN = "cooldown"
+NODE_LIMIT = "node_limit"
+NAMESPACE_LIMIT = "namespace_limit"
+CLUSTER_LIMIT = "cluster_limit"
+NO_BETTER_NODE = "no_better_node"
+RETRY_LATER = "retry_later"
+HOLD_REASONS = (
+    THROTTLED,
+    COOLDOWN,
+    NODE_LIMIT,
+    NAMESPACE_LIMIT,
+    CLUSTER_LIMIT,
+    NO_BETTER_NODE,
+    RETRY_LATER,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RebalancerSettings:
+    """The rebalancer (the ``rebalancer`` section; docs/operations.md, Rebalancing)."""
+
+    mode: RebalanceMode = "dry_run"
+    """``dry_run``: a victim gets a ``WouldEvict`` Event, a metric and a record, and the
+    Eviction API is called with ``dryRun=All`` (so PodDisruptionBudgets are checked, nothing
+    is evicted); ``enforce``: it is evicted; ``off``: nothing is looked at."""
+    interval_s: float = 5.0
+    """How often the leader looks at the pods with a tolerance."""
+    window: RebalanceWindow = "60s"
+    """Span of the pod's own run-queue p99 (its per-interval histograms merged) and of its
+    node's reclaim stall mean."""
+    sustained_for_s: float = 30.0
+    """How long the window must have broken the tolerance, look after look, before the pod
+    is a victim."""
+    throttle_share: float = 0.5
+    """A pod throttled by its own CPU limit for at least this share of its run-queue wait
+    (window means) is not moved for a run-queue breach."""
+    controller_kinds: tuple[str, ...] = (
+        "ReplicaSet",
+        "StatefulSet",
+        "Job",
+        "ReplicationController",
+    )
+    """Kinds of controlling owner that recreate an evicted pod; any other pod is never moved."""
+    never_namespaces: tuple[str, ...] = (ALWAYS_SPARED_NAMESPACE,)
+    """Namespaces whose pods are never moved (``kube-system`` always, listed or not)."""
+    max_per_node: int = 1
+    """Evictions from one node per ``rate_window_s``."""
+    max_per_namespace: int = 2
+    """Evictions in one namespace per ``rate_window_s``."""
+    max_per_cluster: int = 5
+    """Evictions in the whole cluster per ``rate_window_s``."""
+    rate_window_s: float = 600.0
+    cooldown_s: float = 600.0
+    """After one of its pods was moved, a workload (controller) is not moved again for this long."""
+    retry_after_s: float = 30.0
+    """After the Eviction API answered 429 (a PodDisruptionBudget allows no disruption
+    now), the pod is not tried again for this long."""
+
+    def __post_init__(self) -> None:
+        if self.mode not in REBALANCE_MODES:
+            raise ValueError(f"mode: {self.mode!r} is not one of {', '.join(REBALANCE_MODES)}")
+        if self.window not in WINDOW_SECONDS:
+            raise ValueError(f"window: {self.window!r} is not one of 10s, 60s")
+        for name in ("interval_s", "rate_window_s", "retry_after_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}: {getattr(self, name)!r} must be a number > 0")
+        for name in ("sustained_for_s", "cooldown_s", "throttle_share"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name}: {getattr(self, name)!r} must be a number ≥ 0")
+        for name in ("max_per_node", "max_per_namespace", "max_per_cluster"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}: {getattr(self, name)!r} must be an integer ≥ 0")
+
+    @property
+    def window_s(self) -> float:
+        return WINDOW_SECONDS[self.window]
+
+
+def eligible(pod: PodInfo, settings: RebalancerSettings, scheduler_name: str) -> str | None:
+    """Why ``pod`` is never moved, ``None`` when it may be (rule 1 of the module)."""
+    if pod.tolerance is None or (
+        pod.tolerance.max_runq_p99_us is None and pod.tolerance.max_reclaim_stall_ms_per_s is None
+    ):
+        return "declares no run-queue or reclaim tolerance"
+    if pod.namespace == ALWAYS_SPARED_NAMESPACE or pod.namespace in settings.never_namespaces:
+        return f"namespace {pod.namespace} is never rebalanced"
+    if pod.rebalance_opt_out:
+        return 'opts out (interference.io/rebalance: "false")'
+    if pod.controller is None:
+        return "no controller recreates it"
+    if pod.controller.kind not in settings.controller_kinds:
+        return (
+            f"its controller {pod.controller} is not one of {', '.join(settings.controller_kinds)}"
+        )
+    if pod.scheduler_name != scheduler_name:
+        return f"its replacement would be placed by {pod.scheduler_name}, not by this scheduler"
+    if pod.terminating or pod.finished:
+        return "it is terminating or finished"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class OwnWindow:
+    """A pod's own signals over the window (its published per-interval rows merged)."""
+
+    intervals: int
+    runq_p99_us: float
+    runq_wait_ms_per_s: float
+    """Mean over the intervals."""
+    throttled_ms_per_s: float
+    """Mean over the intervals."""
+
+
+@dataclass(slots=True)
+class PodHistory:
+    """The per-interval rows of one pod seen so far (deduplicated by publication time)."""
+
+    uid: str
+    rows: deque[tuple[float, PodMetrics]] = field(default_factory=deque)
+
+    def add(self, row: PodMetrics, updated_at: float) -> None:
+        if self.rows and updated_at <= self.rows[-1][0]:
+            return
+        self.rows.append((updated_at, row))
+
+    def window(self, now: float, span_s: float, fresh_for_s: float) -> OwnWindow | None:
+        """The rows of the last ``span_s``; ``None`` when the latest is older than
+        ``fresh_for_s`` (the agent stopped publishing the pod: unknown, not quiet)."""
+        while self.rows and self.rows[0][0] < now - span_s:
+            self.rows.popleft()
+        if not self.rows or now - self.rows[-1][0] > fresh_for_s:
+            return None
+        merged: list[int] = []
+        wait = throttled = 0.0
+        for _, row in self.rows:
+            merged = hist.add(merged, row.runq_us)
+            wait += row.runq_wait_ms_per_s
+            throttled += row.throttled_ms_per_s
+        count = len(self.rows)
+        p99 = hist.percentile(merged, 0.99) if hist.total(merged) else 0.0
+        return OwnWindow(count, p99, wait / count, throttled / count)
+
+
+@dataclass(frozen=True, slots=True)
+class Breach:
+    """What a victim's window broke, for Events and records."""
+
+    runq: bool
+    reclaim: bool
+    text: str
+    """``run-queue p99 2900 µs > tolerance 500 µs``; both parts joined by ``; ``."""
+
+
+def breach(
+    pod: PodInfo, own: OwnWindow | None, node_reclaim_ms_per_s: float | None
+) -> Breach | None:
+    """What of ``pod``'s tolerance its window breaks now, ``None`` when nothing known does.
+
+    ``own`` is ``None`` without fresh rows of the pod; ``node_reclaim_ms_per_s`` is
+    ``None`` when the node's signals are not usable.
+    """
+    tolerance = pod.tolerance
+    if tolerance is None:
+        return None
+    parts: list[str] = []
+    runq = reclaim = False
+    bound = tolerance.max_runq_p99_us
+    if bound is not None and own is not None and own.runq_p99_us > bound:
+        runq = True
+        parts.append(f"its run-queue p99 {own.runq_p99_us:g} µs > tolerance {bound:g} µs")
+    bound = tolerance.max_reclaim_stall_ms_per_s
+    if bound is not None and node_reclaim_ms_per_s is not None and node_reclaim_ms_per_s > bound:
+        reclaim = True
+        parts.append(
+            f"its node's reclaim stall {node_reclaim_ms_per_s:.3g} ms/s > tolerance {bound:g} ms/s"
+        )
+    if not parts:
+        return None
+    return Breach(runq, reclaim, "; ".join(parts))
+
+
+def throttled_by_own_limit(
+    found: Breach, own: OwnWindow | None, settings: RebalancerSettings
+) -> bool:
+    """Rule 2: a run-queue breach (alone) that the pod's own CPU throttling explains."""
+    if not found.runq or found.reclaim or own is None:
+        return False
+    return own.throttled_ms_per_s > 0 and (
+        own.throttled_ms_per_s >= settings.throttle_share * own.runq_wait_ms_per_s
+    )
+
+
+class BreachTracker:
+    """Since when each pod's window has broken its tolerance at every look."""
+
+    def __init__(self) -> None:
+        self._since: dict[str, float] = {}
+
+    def note(self, uid: str, breaching: bool, now: float) -> float:
+        """Seconds the streak has lasted (0 when it is not breaching now)."""
+        if not breaching:
+            self._since.pop(uid, None)
+            return 0.0
+        since = self._since.setdefault(uid, now)
+        return now - since
+
+    def forget(self, uid: str) -> None:
+        self._since.pop(uid, None)
+
+    def keep_only(self, uids: set[str]) -> None:
+        for uid in list(self._since):
+            if uid not in uids:
+                del self._since[uid]
+
+
+@dataclass(frozen=True, slots=True)
+class Moved:
+    """One eviction (or dry-run eviction) the ledger counts."""
+
+    at: float
+    node: str
+    namespace: str
+    workload_uid: str
+
+
+class EvictionLedger:
+    """Recent evictions, for the cool-down and the rate limits (rules 3 and 4)."""
+
+    def __init__(self) -> None:
+        self._moves: deque[Moved] = deque()
+
+    def note(self, moved: Moved) -> None:
+        self._moves.append(moved)
+
+    def hold_reason(self, pod: PodInfo, now: float, settings: RebalancerSettings) -> str | None:
+        """Which guard rail keeps ``pod`` where it is now, ``None`` when none does."""
+        keep = max(settings.rate_window_s, settings.cooldown_s)
+        while self._moves and self._moves[0].at < now - keep:
+            self._moves.popleft()
+        workload = pod.controller.uid if pod.controller is not None else ""
+        if any(
+            m.workload_uid == workload and now - m.at < settings.cooldown_s for m in self._moves
+        ):
+            return COOLDOWN
+        recent = [m for m in self._moves if now - m.at < settings.rate_window_s]
+        if sum(m.node == pod.node_name for m in recent) >= settings.max_per_node:
+            return NODE_LIMIT
+        if sum(m.namespace == pod.namespace for m in recent) >= settings.max_per_namespace:
+            return NAMESPACE_LIMIT
+        if len(recent) >= settings.max_per_cluster:
+            return CLUSTER_LIMIT
+        return None

@@ -1,0 +1,438 @@
+"""The rebalancer: moves a running pod off a node whose interference breaks its tolerance.
+
+It runs in the scheduler process, on the Lease holder only (docs/design.md §11): every
+``interval_s`` :meth:`Rebalancer.step` looks at the bound pods that declare a run-queue or
+reclaim tolerance (:func:`scheduler.rebalance.eligible`), reads the per-interval rows the
+agents publish for them (each node's report stream, so no interval is missed between two
+looks), and judges each by the rules of :mod:`scheduler.rebalance`. For a victim that
+passes every guard rail it runs the scheduling cycle over every node but its own; when a
+node passes every filter it:
+
+* ``enforce``: evicts the pod through the Eviction API (PodDisruptionBudgets are the API
+  server's to honour; a 429 means try again after ``retry_after_s``), records the
+  departure so the RebalancedAway filter keeps the workload's replacement off the node
+  it left (:mod:`scheduler.plugins.rebalanced_away`), and says so in a ``Warning
+  InterferenceEvicted`` Event on the pod;
+* ``dry_run`` (the default): asks the Eviction API with ``dryRun=All`` (the budgets are
+  checked, nothing is evicted) and writes a ``Normal InterferenceWouldEvict`` Event.
+
+Either way a decision record (``intf:decision:{ns}/{pod}``, result ``evicted``,
+``would_evict`` or ``eviction_blocked``) holds the node it found with the candidates'
+verdicts, and ``interference_scheduler_rebalance_evictions_total{result}`` counts it. A
+victim kept where it is counts in ``interference_scheduler_rebalance_holds_total{reason}``
+(once per streak and reason, so a long hold is not a flood).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Protocol
+
+import numpy as np
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from interference.decision import Decision
+from interference.freshness import stale_after_s
+from interference.signals import NodeReport
+from scheduler.api.objects import PodInfo
+from scheduler.cache import ClusterCache
+from scheduler.cycle import CycleResult, SchedulingCycle
+from scheduler.plugins.rebalanced_away import NAME as REBALANCED_AWAY
+from scheduler.plugins.rebalanced_away import Departure, DepartureIndex, RebalancedAwayArgs
+from scheduler.ports import ClusterError, DecisionSink, PodRef, SignalSource
+from scheduler.rebalance import (
+    HOLD_REASONS,
+    NO_BETTER_NODE,
+    RETRY_LATER,
+    THROTTLED,
+    Breach,
+    BreachTracker,
+    EvictionLedger,
+    Moved,
+    PodHistory,
+    RebalancerSettings,
+    breach,
+    eligible,
+    throttled_by_own_limit,
+)
+from scheduler.settings import EngineSettings
+
+log = logging.getLogger(__name__)
+
+EVICTED = "evicted"
+WOULD_EVICT = "would_evict"
+BLOCKED = "eviction_blocked"
+FAILED = "eviction_failed"
+HELD = "held"
+EVICTION_RESULTS = (EVICTED, WOULD_EVICT, BLOCKED, FAILED)
+"""Values of the ``result`` label of ``interference_scheduler_rebalance_evictions_total``
+(and, but ``eviction_failed``, of the decision record's ``result``)."""
+
+
+class RebalanceMetrics:
+    """The rebalancer's metrics (on the scheduler's registry)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.evictions = Counter(
+            "interference_scheduler_rebalance_evictions",
+            "Victims the rebalancer acted on, by result (evicted, would_evict in a dry run,"
+            " eviction_blocked by a PodDisruptionBudget, eviction_failed).",
+            ["result"],
+            registry=registry,
+        )
+        self.holds = Counter(
+            "interference_scheduler_rebalance_holds",
+            "Victims kept where they are, by guard rail (throttled, cooldown, node_limit,"
+            " namespace_limit, cluster_limit, no_better_node, retry_later); once per streak"
+            " and reason.",
+            ["reason"],
+            registry=registry,
+        )
+        self.over_tolerance = Gauge(
+            "interference_scheduler_rebalance_over_tolerance_pods",
+            "Bound pods whose window breaks their interference tolerance at the latest look.",
+            registry=registry,
+        )
+        for result in EVICTION_RESULTS:
+            self.evictions.labels(result)
+        for reason in HOLD_REASONS:
+            self.holds.labels(reason)
+
+
+class EvictionStatus(Enum):
+    EVICTED = "evicted"
+    """Accepted (with ``dry_run``: would have been)."""
+    BLOCKED = "blocked"
+    """429: a PodDisruptionBudget allows no disruption now."""
+    GONE = "gone"
+    """404/409: the pod (this UID) is already gone."""
+
+
+@dataclass(frozen=True, slots=True)
+class EvictionAnswer:
+    status: EvictionStatus
+    message: str = ""
+    """The API server's words (which budget blocked, …)."""
+
+
+class Evictor(Protocol):
+    """The Eviction API (``policy/v1`` Eviction of ``pods/eviction``)."""
+
+    def evict(self, pod: PodRef, dry_run: bool) -> EvictionAnswer:
+        """Evict ``pod`` (precondition: its UID); ``dry_run`` asks with ``dryRun=All``.
+        Raises :class:`~scheduler.ports.ClusterError` for any other failure."""
+
+
+class PodReports(Protocol):
+    """The agents' recent reports (their per-pod rows), per node."""
+
+    def recent(self, nodes: Sequence[str]) -> dict[str, list[NodeReport]]:
+        """Node → its latest reports (any order; a node without any left out)."""
+
+
+class EventRecorder(Protocol):
+    def record_event(self, pod: PodRef, event_type: str, reason: str, message: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RebalanceAction:
+    """What one step did (or would do) about one victim."""
+
+    pod: str
+    """``namespace/name``."""
+    node: str
+    """The node it is on."""
+    outcome: str
+    """``evicted``, ``would_evict``, ``eviction_blocked``, ``eviction_failed`` or ``held``."""
+    reason: str
+    """Why: the breach, then for a hold which guard rail (``no_better_node``, …)."""
+    target: str = ""
+    """The node the cycle found for it (empty when none)."""
+    workload: str = ""
+    at: float = 0.0
+
+
+class Rebalancer:
+    """Judges the bound pods with a tolerance and moves victims; see the module docstring.
+
+    :meth:`step` is the whole work of one look and returns what it did, so a benchmark
+    (``bench/rebalance.py``) or a test can drive it with its own clock.
+    """
+
+    def __init__(
+        self,
+        cache: ClusterCache,
+        signals: SignalSource,
+        reports: PodReports,
+        evictor: Evictor,
+        events: EventRecorder,
+        decisions: DecisionSink,
+        engine_settings: EngineSettings,
+        settings: RebalancerSettings,
+        scheduler_name: str,
+        metrics: RebalanceMetrics,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._cache = cache
+        self._signals = signals
+        self._reports = reports
+        self._evictor = evictor
+        self._events = events
+        self._decisions = decisions
+        self._metrics = metrics
+        self._clock = clock
+        self.settings = settings
+        self.scheduler_name = scheduler_name
+        self._engine_settings = engine_settings
+        self._cycle = SchedulingCycle(engine_settings)
+        """Its own cycle: a check of a running pod must leave no relax memory behind for
+        the scheduling loop (a StatefulSet's replacement has the same name)."""
+        self._histories: dict[str, PodHistory] = {}
+        self._streaks = BreachTracker()
+        self._ledger = EvictionLedger()
+        self._retry_at: dict[str, float] = {}
+        self._held: dict[str, str] = {}
+        """Victim UID → the hold reason already counted in this streak."""
+
+    def update_settings(
+        self, engine_settings: EngineSettings, settings: RebalancerSettings, scheduler_name: str
+    ) -> None:
+        """Apply a reloaded configuration (between two steps)."""
+        if engine_settings != self._engine_settings:
+            self._cycle = SchedulingCycle(engine_settings)
+            self._engine_settings = engine_settings
+        self.settings = settings
+        self.scheduler_name = scheduler_name
+
+    @property
+    def departures(self) -> DepartureIndex:
+        """The RebalancedAway filter's record of who left which node."""
+        with self._cache.lock:
+            return self._cache.table.index(REBALANCED_AWAY, DepartureIndex)
+
+    # ---- running -------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event, leading: threading.Event) -> None:
+        """Step every ``interval_s`` while this replica leads and the cache is synced."""
+        while not stop.wait(self.settings.interval_s):
+            if self.settings.mode == "off" or not leading.is_set() or not self._cache.synced():
+                continue
+            try:
+                self.step()
+            except Exception:  # one bad step must not end rebalancing
+                log.exception("rebalancing step failed")
+
+    def step(self, now: float | None = None) -> list[RebalanceAction]:
+        """One look at every pod with a tolerance; returns the victims' outcomes."""
+        now = self._clock() if now is None else now
+        settings = self.settings
+        if settings.mode == "off":
+            return []
+        name = self.scheduler_name
+        pods = self._cache.bound_pods(lambda p: eligible(p, settings, name) is None)
+        uids = {p.uid for p in pods}
+        for uid in list(self._histories):
+            if uid not in uids:
+                del self._histories[uid]
+                self._held.pop(uid, None)
+                self._retry_at.pop(uid, None)
+        self._streaks.keep_only(uids)
+        if not pods:
+            self._metrics.over_tolerance.set(0)
+            return []
+        self._read_rows(pods)
+        breaching: list[tuple[PodInfo, Breach, float, bool]] = []
+        with self._cache.lock:
+            readable = self._signals.healthy()
+            table = self._cache.table
+            if readable:
+                table.set_signals(self._signals.snapshot())
+            reclaim_mean = table.windows[settings.window].reclaim_mean
+            fresh_for = stale_after_s(1.0) + settings.interval_s
+            for pod in pods:
+                history = self._histories.get(pod.uid)
+                own = (
+                    None
+                    if history is None or not readable
+                    else history.window(now, settings.window_s, fresh_for)
+                )
+                row = table.index_of(pod.node_name)
+                reclaim = (
+                    float(reclaim_mean[row])
+                    if readable and row is not None and table.fresh_until[row] >= now
+                    else None
+                )
+                found = breach(pod, own, reclaim)
+                lasted = self._streaks.note(pod.uid, found is not None, now)
+                if found is None:
+                    self._held.pop(pod.uid, None)
+                    continue
+                throttled = throttled_by_own_limit(found, own, settings)
+                breaching.append((pod, found, lasted, throttled))
+        self._metrics.over_tolerance.set(len(breaching))
+        actions: list[RebalanceAction] = []
+        for pod, found, lasted, throttled in breaching:
+            if lasted < settings.sustained_for_s:
+                continue
+            if throttled:
+                why = f"{found.text}, but its own CPU limit throttles it (moving would not help)"
+                actions.append(self._hold(pod, THROTTLED, why, now))
+            else:
+                actions.append(self._judge(pod, found, lasted, now))
+        return actions
+
+    # ---- one victim -----------------------------------------------------------------------
+
+    def _judge(self, pod: PodInfo, found: Breach, lasted: float, now: float) -> RebalanceAction:
+        settings = self.settings
+        if now < self._retry_at.get(pod.uid, -np.inf):
+            return self._hold(pod, RETRY_LATER, "the Eviction API asked to wait", now)
+        guard = self._ledger.hold_reason(pod, now, settings)
+        if guard is not None:
+            return self._hold(pod, guard, found.text, now)
+        why = f"{found.text} for {lasted:.0f} s over the {settings.window} window"
+        result = self._better_node(pod, now)
+        if result is None or result.node is None:
+            return self._hold(pod, NO_BETTER_NODE, why, now)
+        return self._move(pod, why, result, now)
+
+    def _better_node(self, pod: PodInfo, now: float) -> CycleResult | None:
+        """The cycle over every node but the pod's own, as if it were pending now."""
+        with self._cache.lock:
+            table = self._cache.table
+            row = table.index_of(pod.node_name)
+            if row is None or len(table) < 2:
+                return None
+            readable = self._signals.healthy()
+            if not readable:  # an interference-blind answer cannot say a node is better
+                return None
+            candidates = table.everyone().copy()
+            candidates[row] = False
+            pending = dataclasses.replace(pod, node_name="")
+            result = self._cycle.schedule(
+                pending, table, now, signals_readable=True, candidates=candidates
+            )
+            self._cycle.relax.forget(pod.key)
+            return result
+
+    def _move(self, pod: PodInfo, why: str, result: CycleResult, now: float) -> RebalanceAction:
+        dry_run = self.settings.mode != "enforce"
+        target = result.node or ""
+        ref = PodRef(pod.namespace, pod.name, pod.uid)
+        workload = str(pod.controller)
+        try:
+            answer = self._evictor.evict(ref, dry_run)
+        except ClusterError as exc:
+            log.warning("evicting %s failed: %s", pod.key, exc)
+            self._metrics.evictions.labels(FAILED).inc()
+            self._retry_at[pod.uid] = now + self.settings.retry_after_s
+            return RebalanceAction(pod.key, pod.node_name, FAILED, str(exc), target, workload, now)
+        if answer.status is EvictionStatus.GONE:
+            return RebalanceAction(pod.key, pod.node_name, HELD, "already gone", "", workload, now)
+        if answer.status is EvictionStatus.BLOCKED:
+            self._retry_at[pod.uid] = now + self.settings.retry_after_s
+            message = (
+                f"{'would evict' if dry_run else 'evicting'} it to leave {pod.node_name} "
+                f"({why}; {target} passes every filter) is blocked: {answer.message}; "
+                f"trying again in {self.settings.retry_after_s:g} s"
+            )
+            self._metrics.evictions.labels(BLOCKED).inc()
+            self._events.record_event(ref, "Normal", "InterferenceEvictionBlocked", message)
+            self._record(pod, BLOCKED, message, result, now, dry_run)
+            return RebalanceAction(pod.key, pod.node_name, BLOCKED, message, target, workload, now)
+        controller = pod.controller
+        assert controller is not None  # eligible() requires one
+        self._ledger.note(Moved(now, pod.node_name, pod.namespace, controller.uid))
+        self._streaks.forget(pod.uid)
+        self._held.pop(pod.uid, None)
+        outcome = WOULD_EVICT if dry_run else EVICTED
+        if dry_run:
+            message = (
+                f"would evict (dry run): {why}; {target} passes every filter for it "
+                f"(rebalancer mode enforce would move it)"
+            )
+            self._events.record_event(ref, "Normal", "InterferenceWouldEvict", message)
+        else:
+            message = (
+                f"evicted to leave {pod.node_name}: {why}; {target} passes every filter for it; "
+                f"{workload} avoids {pod.node_name} for {self._avoid_for_s():g} s"
+            )
+            with self._cache.lock:
+                departures = self._cache.table.index(REBALANCED_AWAY, DepartureIndex)
+                departures.record(
+                    Departure(controller.uid, workload, pod.node_name, now, why),
+                    now - self._avoid_for_s(),
+                )
+            self._events.record_event(ref, "Warning", "InterferenceEvicted", message)
+        log.info("%s %s", pod.key, message)
+        self._metrics.evictions.labels(outcome).inc()
+        self._record(pod, outcome, message, result, now, dry_run)
+        return RebalanceAction(pod.key, pod.node_name, outcome, message, target, workload, now)
+
+    def _hold(self, pod: PodInfo, reason: str, why: str, now: float) -> RebalanceAction:
+        if self._held.get(pod.uid) != reason:
+            self._held[pod.uid] = reason
+            self._metrics.holds.labels(reason).inc()
+        return RebalanceAction(
+            pod.key, pod.node_name, HELD, f"{reason}: {why}", "", str(pod.controller), now
+        )
+
+    # ---- helpers ----------------------------------------------------------------------------
+
+    def _avoid_for_s(self) -> float:
+        args = self._cycle.profile.args.get(REBALANCED_AWAY)
+        return (args if isinstance(args, RebalancedAwayArgs) else RebalancedAwayArgs()).avoid_for_s
+
+    def _read_rows(self, pods: list[PodInfo]) -> None:
+        """Add each pod's rows from its node's recent reports to its history."""
+        nodes = sorted({p.node_name for p in pods})
+        try:
+            reports = self._reports.recent(nodes)
+        except Exception as exc:  # unknown signals end no streak here: the window ages out
+            log.warning("reading the agents' reports for rebalancing failed: %s", exc)
+            return
+        by_key = {p.key: p for p in pods}
+        for node, node_reports in reports.items():
+            for report in sorted(node_reports, key=lambda r: r.ts):
+                if report.node != node:
+                    continue  # a report under another node's key is not this node's word
+                for row in report.pods:
+                    pod = by_key.get(row.key)
+                    if pod is None or pod.node_name != node or (row.uid and row.uid != pod.uid):
+                        continue
+                    history = self._histories.get(pod.uid)
+                    if history is None:
+                        history = self._histories[pod.uid] = PodHistory(pod.uid)
+                    history.add(row, report.ts)
+
+    def _record(
+        self,
+        pod: PodInfo,
+        outcome: str,
+        message: str,
+        result: CycleResult,
+        now: float,
+        dry_run: bool,
+    ) -> None:
+        self._decisions.write(
+            Decision(
+                namespace=pod.namespace,
+                pod=pod.name,
+                result=outcome,
+                node=result.node or "",
+                message=message,
+                ts=now,
+                dry_run=dry_run,
+                candidates=list(result.candidates),
+                rejected_by_reason=dict(result.reason_counts),
+                funnel=list(result.funnel),
+                omitted=dict(result.omitted),
+            )
+        )

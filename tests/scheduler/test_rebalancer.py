@@ -1,0 +1,305 @@
+"""The rebalancer's steps over the real cache, table, scheduling cycle and loop (in-memory
+cluster): who is moved, to where, what it says, and each guard rail. The Eviction API
+itself is exercised on a real apiserver in tests/e2e/test_rebalancer.py."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from interference.signals import NodeMetrics, NodeReport, PodMetrics
+from scheduler.adapters.memory import node_object, pod_object
+from scheduler.plugins.rebalanced_away import LEFT_NODE
+from scheduler.ports import ClusterError, PodRef
+from scheduler.rebalance import RebalancerSettings
+from scheduler.rebalancer import (
+    BLOCKED,
+    EVICTED,
+    HELD,
+    WOULD_EVICT,
+    EvictionAnswer,
+    EvictionStatus,
+    RebalanceMetrics,
+    Rebalancer,
+)
+from scheduler.settings import EngineSettings
+from tests.scheduler.runtime_helpers import LoopHarness
+
+NOISY = (0,) * 12 + (50,)  # 50 waits of 4–8 ms
+QUIET = (200,)
+
+
+@dataclass
+class Evictions:
+    """The Eviction API's answers, in order (EVICTED when none is left), and the calls."""
+
+    answers: list[EvictionAnswer | ClusterError] = field(default_factory=list)
+    calls: list[tuple[PodRef, bool]] = field(default_factory=list)
+
+    def evict(self, pod: PodRef, dry_run: bool) -> EvictionAnswer:
+        self.calls.append((pod, dry_run))
+        answer = self.answers.pop(0) if self.answers else EvictionAnswer(EvictionStatus.EVICTED)
+        if isinstance(answer, ClusterError):
+            raise answer
+        return answer
+
+
+@dataclass
+class Reports:
+    """Each node's agent: every second a report with its pods' rows."""
+
+    rows: dict[str, dict[str, tuple[int, ...]]] = field(default_factory=dict)
+    """node → pod key → its run-queue histogram each second."""
+    throttled: dict[str, float] = field(default_factory=dict)
+    now: float = 0.0
+
+    def recent(self, nodes: Sequence[str]) -> dict[str, list[NodeReport]]:
+        found: dict[str, list[NodeReport]] = {}
+        for node in nodes:
+            pods = self.rows.get(node, {})
+            found[node] = [
+                NodeReport(
+                    node,
+                    self.now - age,
+                    1.0,
+                    NodeMetrics(),
+                    pods=[
+                        PodMetrics(
+                            key.split("/")[0],
+                            key.split("/")[1],
+                            uid=f"uid-{key.replace('/', '-')}",
+                            runq_us=hist,
+                            runq_wait_ms_per_s=20.0,
+                            throttled_ms_per_s=self.throttled.get(key, 0.0),
+                        )
+                        for key, hist in pods.items()
+                    ],
+                )
+                for age in range(10)
+            ]
+        return found
+
+
+class World:
+    """The loop harness plus a rebalancer over its cache."""
+
+    def __init__(self, settings: RebalancerSettings) -> None:
+        self.h = LoopHarness()
+        # node-b is smaller: LeastAllocated prefers node-a for a new pod
+        self.h.cluster.add_node(node_object("node-a", cpu="8", memory="32Gi"))
+        self.h.cluster.add_node(node_object("node-b", cpu="2", memory="8Gi"))
+        self.evictions = Evictions()
+        self.reports = Reports()
+        self.registry = CollectorRegistry()
+        self.rebalancer = Rebalancer(
+            self.h.loop.cache,
+            self.h.signals,
+            self.reports,
+            self.evictions,
+            self.h.cluster,
+            self.h.decisions,
+            EngineSettings(),
+            settings,
+            "interference-scheduler",
+            RebalanceMetrics(self.registry),
+            clock=self.h.clock,
+        )
+
+    def run_pod(self, name: str, node: str, owner: str = "web", **annotations: str) -> None:
+        obj = pod_object(
+            name,
+            namespace="shop",
+            node_name=node,
+            annotations={"interference.io/max-runq-p99-us": "500", **annotations},
+        )
+        obj["metadata"]["ownerReferences"] = [
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": owner,
+             "uid": f"rs-{owner}", "controller": True}
+        ]  # fmt: skip
+        self.h.cluster.add_pod(obj)
+        self.reports.rows.setdefault(node, {})[f"shop/{name}"] = NOISY
+
+    def step(self, after_s: float = 0.0) -> list[object]:
+        self.h.clock.advance(after_s)
+        for name in self.h.loop.cache.node_names():
+            self.h.signals.report(name, self.h.clock.now, runq_p99_us=100.0)
+        self.reports.now = self.h.clock.now
+        self.h.informer.sync()
+        return list(self.rebalancer.step())
+
+    def metric(self, name: str, **labels: str) -> float:
+        return self.registry.get_sample_value(name, labels) or 0.0
+
+    def events(self, pod: str) -> list[tuple[str, str, str]]:
+        return [(e.type, e.reason, e.message) for e in self.h.cluster.events_for("shop", pod)]
+
+
+@pytest.fixture
+def enforcing() -> Iterator[World]:
+    world = World(RebalancerSettings(mode="enforce"))
+    yield world
+    world.h.close()
+
+
+def test_a_sustained_victim_is_evicted_and_its_replacement_avoids_the_node(
+    enforcing: World,
+) -> None:
+    w = enforcing
+    w.run_pod("web-1", "node-a")
+    assert w.step() == []  # over its tolerance, not yet for sustained_for_s
+    assert w.metric("interference_scheduler_rebalance_over_tolerance_pods") == 1
+    assert w.step(15) == []
+    (action,) = w.step(15)
+    assert (action.outcome, action.node, action.target) == (EVICTED, "node-a", "node-b")  # type: ignore[attr-defined]
+    assert w.evictions.calls == [(PodRef("shop", "web-1", "uid-shop-web-1"), False)]
+    ((kind, reason, message),) = w.events("web-1")
+    assert (kind, reason) == ("Warning", "InterferenceEvicted")
+    assert "its run-queue p99" in message and "> tolerance 500 µs for 30 s" in message
+    assert "node-b passes every filter" in message
+    assert w.h.decisions.last("web-1", "shop").result == EVICTED
+    assert w.metric("interference_scheduler_rebalance_evictions_total", result=EVICTED) == 1
+    # the ReplicaSet's replacement: node-a has more room (LeastAllocated prefers it), but
+    # the workload just left it
+    w.h.cluster.delete_pod("shop", "web-1")
+    replacement = pod_object("web-2", namespace="shop")
+    replacement["metadata"]["ownerReferences"] = [
+        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "rs-web",
+         "controller": True}
+    ]  # fmt: skip
+    w.h.cluster.add_pod(replacement)
+    w.h.cycle()
+    assert w.h.cluster.node_of("shop", "web-2") == "node-b"
+    record = w.h.decisions.last("web-2", "shop")
+    (left,) = [c for c in record.candidates if c.node == "node-a"]
+    assert not left.passed
+    assert left.reasons[0].startswith(f"{LEFT_NODE} (ReplicaSet/web left node-a 0 s ago: its")
+    assert record.funnel[-1].name == "RebalancedAway"
+
+
+def test_a_pod_of_another_workload_may_still_go_to_the_node(enforcing: World) -> None:
+    w = enforcing
+    w.run_pod("web-1", "node-a")
+    w.step()
+    w.step(30)
+    w.h.cluster.delete_pod("shop", "web-1")
+    w.h.cluster.add_pod(pod_object("other", namespace="shop"))
+    w.h.cycle()
+    assert w.h.cluster.node_of("shop", "other") == "node-a"
+
+
+def test_dry_run_asks_the_api_with_dry_run_and_writes_an_event_only() -> None:
+    w = World(RebalancerSettings())
+    w.run_pod("web-1", "node-a")
+    w.step()
+    (action,) = w.step(30)
+    assert action.outcome == WOULD_EVICT  # type: ignore[attr-defined]
+    assert w.evictions.calls == [(PodRef("shop", "web-1", "uid-shop-web-1"), True)]
+    ((kind, reason, message),) = w.events("web-1")
+    assert (kind, reason) == ("Normal", "InterferenceWouldEvict")
+    assert message.startswith("would evict (dry run): its run-queue p99")
+    record = w.h.decisions.last("web-1", "shop")
+    assert (record.result, record.node, record.dry_run) == (WOULD_EVICT, "node-b", True)
+    assert w.rebalancer.departures.all() == []  # nothing moved: nothing to avoid
+    # dry runs count towards the guard rails: the same workload is not flagged again at once
+    assert w.step(30) == []  # a new streak begins
+    (held,) = w.step(30)
+    assert held.outcome == HELD and held.reason.startswith("cooldown")  # type: ignore[attr-defined]
+    assert len(w.evictions.calls) == 1
+    w.h.close()
+
+
+def test_no_eviction_when_no_other_node_would_take_it(enforcing: World) -> None:
+    w = enforcing
+    w.h.cluster.add_node(node_object("node-b", cpu="2", memory="8Gi", unschedulable=True))
+    w.run_pod("web-1", "node-a")
+    w.step()
+    (action,) = w.step(30)
+    assert action.outcome == HELD and action.reason.startswith("no_better_node")  # type: ignore[attr-defined]
+    assert w.evictions.calls == [] and w.events("web-1") == []
+    assert w.metric("interference_scheduler_rebalance_holds_total", reason="no_better_node") == 1
+    w.step(5)  # a long hold is counted once
+    assert w.metric("interference_scheduler_rebalance_holds_total", reason="no_better_node") == 1
+
+
+def test_no_eviction_when_the_other_node_breaks_the_tolerance_too(enforcing: World) -> None:
+    w = enforcing
+    w.run_pod("web-1", "node-a")
+    w.step()
+    w.h.clock.advance(30)
+    w.h.signals.report("node-b", w.h.clock.now, runq_p99_us=9000.0)
+    w.reports.now = w.h.clock.now
+    (action,) = w.rebalancer.step()
+    assert action.outcome == HELD and action.reason.startswith("no_better_node")
+    assert w.evictions.calls == []
+
+
+def test_a_pod_throttled_by_its_own_limit_is_not_moved(enforcing: World) -> None:
+    w = enforcing
+    w.run_pod("web-1", "node-a")
+    w.reports.throttled["shop/web-1"] = 15.0  # of 20 ms/s waiting
+    w.step()
+    (action,) = w.step(30)
+    assert action.outcome == HELD and action.reason.startswith("throttled")  # type: ignore[attr-defined]
+    assert "its own CPU limit throttles it" in action.reason  # type: ignore[attr-defined]
+    assert w.evictions.calls == []
+
+
+def test_a_streak_needs_every_look_over_the_tolerance(enforcing: World) -> None:
+    w = enforcing
+    w.run_pod("web-1", "node-a")
+    w.step()
+    w.step(20)
+    w.reports.rows["node-a"]["shop/web-1"] = QUIET
+    w.step(61)  # the window has only quiet rows now
+    w.reports.rows["node-a"]["shop/web-1"] = NOISY
+    assert w.step(1) == []
+    assert w.step(20) == []  # 20 s of a new streak
+    assert w.evictions.calls == []
+
+
+def test_at_most_one_eviction_per_node_per_window(enforcing: World) -> None:
+    w = enforcing
+    w.run_pod("web-1", "node-a", owner="web")
+    w.run_pod("api-1", "node-a", owner="api")
+    w.step()
+    actions = w.step(30)
+    outcomes = sorted((a.outcome, a.reason.split(":")[0]) for a in actions)  # type: ignore[attr-defined]
+    assert outcomes == [(EVICTED, "evicted to leave node-a"), (HELD, "node_limit")]
+    assert len(w.evictions.calls) == 1
+
+
+def test_a_blocking_disruption_budget_means_wait_then_try_again(enforcing: World) -> None:
+    w = enforcing
+    budget = "Cannot evict pod as it would violate the pod's disruption budget."
+    w.evictions.answers.append(EvictionAnswer(EvictionStatus.BLOCKED, budget))
+    w.run_pod("web-1", "node-a")
+    w.step()
+    (blocked,) = w.step(30)
+    assert blocked.outcome == BLOCKED  # type: ignore[attr-defined]
+    ((kind, reason, message),) = w.events("web-1")
+    assert (kind, reason) == ("Normal", "InterferenceEvictionBlocked")
+    assert budget in message and "trying again in 30 s" in message
+    (waiting,) = w.step(10)
+    assert waiting.reason.startswith("retry_later")  # type: ignore[attr-defined]
+    (evicted,) = w.step(25)
+    assert evicted.outcome == EVICTED  # type: ignore[attr-defined]
+    assert len(w.evictions.calls) == 2
+
+
+def test_off_looks_at_nothing() -> None:
+    w = World(RebalancerSettings(mode="off"))
+    w.run_pod("web-1", "node-a")
+    assert w.step() == [] and w.step(60) == []
+    assert w.evictions.calls == []
+    w.h.close()
+
+
+def test_an_opted_out_pod_is_never_looked_at(enforcing: World) -> None:
+    w = enforcing
+    w.run_pod("web-1", "node-a", **{"interference.io/rebalance": "false"})
+    w.step()
+    assert w.step(60) == []
+    assert w.metric("interference_scheduler_rebalance_over_tolerance_pods") == 0
