@@ -17,9 +17,10 @@ never a breach). A victim is moved only when, in this order (:func:`eligible`, t
    is not ``kube-system`` nor in ``never_namespaces``, it does not opt out
    (``interference.io/rebalance: "false"``), and this scheduler places its replacement
    (its ``schedulerName`` is ours);
-2. its own CPU limit does not explain the wait: ``throttled_mean ≥ throttle_share ·
-   runq_wait_mean`` over the window means the pod is throttled by its own quota, which
-   moving it would not change (only for a run-queue breach);
+2. for a run-queue breach, the wait is its neighbours' doing: the window's means split by
+   :func:`interference.contention.contention_shares` (own CPU limit, own tasks,
+   neighbours) name ``neighbours`` the largest part — a pod throttled by its own quota, or
+   with more runnable threads than CPUs, waits as long on any node (:func:`own_cause`);
 3. its workload has not been moved within ``cooldown_s``;
 4. fewer than ``max_per_node`` / ``max_per_namespace`` / ``max_per_cluster`` evictions in
    the last ``rate_window_s`` from its node / namespace / the cluster;
@@ -36,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from interference import hist
+from interference.contention import contention_shares
 from interference.signals import PodMetrics
 from scheduler.api.objects import PodInfo
 
@@ -48,7 +50,8 @@ ALWAYS_SPARED_NAMESPACE = "kube-system"
 
 # Why a victim was not moved (the ``reason`` label of
 # ``interference_scheduler_rebalance_holds_total``).
-THROTTLED = "throttled"
+OWN_LIMIT = "own_limit"
+OWN_TASKS = "own_tasks"
 COOLDOWN = "cooldown"
 NODE_LIMIT = "node_limit"
 NAMESPACE_LIMIT = "namespace_limit"
@@ -56,7 +59,8 @@ CLUSTER_LIMIT = "cluster_limit"
 NO_BETTER_NODE = "no_better_node"
 RETRY_LATER = "retry_later"
 HOLD_REASONS = (
-    THROTTLED,
+    OWN_LIMIT,
+    OWN_TASKS,
     COOLDOWN,
     NODE_LIMIT,
     NAMESPACE_LIMIT,
@@ -82,9 +86,6 @@ class RebalancerSettings:
     sustained_for_s: float = 30.0
     """How long the window must have broken the tolerance, look after look, before the pod
     is a victim."""
-    throttle_share: float = 0.5
-    """A pod throttled by its own CPU limit for at least this share of its run-queue wait
-    (window means) is not moved for a run-queue breach."""
     controller_kinds: tuple[str, ...] = (
         "ReplicaSet",
         "StatefulSet",
@@ -115,7 +116,7 @@ class RebalancerSettings:
         for name in ("interval_s", "rate_window_s", "retry_after_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}: {getattr(self, name)!r} must be a number > 0")
-        for name in ("sustained_for_s", "cooldown_s", "throttle_share"):
+        for name in ("sustained_for_s", "cooldown_s"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name}: {getattr(self, name)!r} must be a number ≥ 0")
         for name in ("max_per_node", "max_per_namespace", "max_per_cluster"):
@@ -157,9 +158,12 @@ class OwnWindow:
     intervals: int
     runq_p99_us: float
     runq_wait_ms_per_s: float
-    """Mean over the intervals."""
+    """Mean over the intervals (as are the fields below)."""
     throttled_ms_per_s: float
-    """Mean over the intervals."""
+    cpu_ms_per_s: float = 0.0
+    own_wait_ms_per_s: float = 0.0
+    """Waits behind its own tasks (the agent's culprit attribution; 0 from older agents)."""
+    neighbour_wait_ms_per_s: float = 0.0
 
 
 @dataclass(slots=True)
@@ -182,14 +186,22 @@ class PodHistory:
         if not self.rows or now - self.rows[-1][0] > fresh_for_s:
             return None
         merged: list[int] = []
-        wait = throttled = 0.0
+        sums = [0.0] * 5
         for _, row in self.rows:
             merged = hist.add(merged, row.runq_us)
-            wait += row.runq_wait_ms_per_s
-            throttled += row.throttled_ms_per_s
+            for i, value in enumerate(
+                (
+                    row.runq_wait_ms_per_s,
+                    row.throttled_ms_per_s,
+                    row.cpu_ms_per_s,
+                    row.own_wait_ms_per_s,
+                    row.neighbour_wait_ms_per_s,
+                )
+            ):
+                sums[i] += value
         count = len(self.rows)
         p99 = hist.percentile(merged, 0.99) if hist.total(merged) else 0.0
-        return OwnWindow(count, p99, wait / count, throttled / count)
+        return OwnWindow(count, p99, *(total / count for total in sums))
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,15 +242,27 @@ def breach(
     return Breach(runq, reclaim, "; ".join(parts))
 
 
-def throttled_by_own_limit(
-    found: Breach, own: OwnWindow | None, settings: RebalancerSettings
-) -> bool:
-    """Rule 2: a run-queue breach (alone) that the pod's own CPU throttling explains."""
+def own_cause(found: Breach, own: OwnWindow | None) -> str | None:
+    """Rule 2: ``own_limit`` or ``own_tasks`` when the pod's own doing is the largest part
+    of its run-queue wait (a run-queue breach alone), else ``None``.
+
+    The parts are :func:`interference.contention.contention_shares` of the window's means;
+    from an agent that publishes no culprits (``own + neighbour = 0``) the whole wait
+    counts as the neighbours' before its own throttling is taken out.
+    """
     if not found.runq or found.reclaim or own is None:
-        return False
-    return own.throttled_ms_per_s > 0 and (
-        own.throttled_ms_per_s >= settings.throttle_share * own.runq_wait_ms_per_s
+        return None
+    attributed = own.own_wait_ms_per_s + own.neighbour_wait_ms_per_s
+    shares = contention_shares(
+        own_wait_ms_per_s=own.own_wait_ms_per_s,
+        neighbour_wait_ms_per_s=own.neighbour_wait_ms_per_s
+        if attributed > 0
+        else own.runq_wait_ms_per_s,
+        throttled_ms_per_s=own.throttled_ms_per_s,
+        cpu_ms_per_s=own.cpu_ms_per_s,
     )
+    cause = shares.cause
+    return cause if cause in (OWN_LIMIT, OWN_TASKS) else None
 
 
 class BreachTracker:

@@ -49,8 +49,8 @@ from scheduler.ports import ClusterError, DecisionSink, PodRef, SignalSource
 from scheduler.rebalance import (
     HOLD_REASONS,
     NO_BETTER_NODE,
+    OWN_LIMIT,
     RETRY_LATER,
-    THROTTLED,
     Breach,
     BreachTracker,
     EvictionLedger,
@@ -59,7 +59,7 @@ from scheduler.rebalance import (
     RebalancerSettings,
     breach,
     eligible,
-    throttled_by_own_limit,
+    own_cause,
 )
 from scheduler.settings import EngineSettings
 
@@ -88,9 +88,9 @@ class RebalanceMetrics:
         )
         self.holds = Counter(
             "interference_scheduler_rebalance_holds",
-            "Victims kept where they are, by guard rail (throttled, cooldown, node_limit,"
-            " namespace_limit, cluster_limit, no_better_node, retry_later); once per streak"
-            " and reason.",
+            "Victims kept where they are, by guard rail (own_limit, own_tasks, cooldown,"
+            " node_limit, namespace_limit, cluster_limit, no_better_node, retry_later); once"
+            " per streak and reason.",
             ["reason"],
             registry=registry,
         )
@@ -248,7 +248,7 @@ class Rebalancer:
             self._metrics.over_tolerance.set(0)
             return []
         self._read_rows(pods)
-        breaching: list[tuple[PodInfo, Breach, float, bool]] = []
+        breaching: list[tuple[PodInfo, Breach, float, str | None]] = []
         with self._cache.lock:
             readable = self._signals.healthy()
             table = self._cache.table
@@ -274,16 +274,16 @@ class Rebalancer:
                 if found is None:
                     self._held.pop(pod.uid, None)
                     continue
-                throttled = throttled_by_own_limit(found, own, settings)
-                breaching.append((pod, found, lasted, throttled))
+                breaching.append((pod, found, lasted, own_cause(found, own)))
         self._metrics.over_tolerance.set(len(breaching))
         actions: list[RebalanceAction] = []
-        for pod, found, lasted, throttled in breaching:
+        for pod, found, lasted, cause in breaching:
             if lasted < settings.sustained_for_s:
                 continue
-            if throttled:
-                why = f"{found.text}, but its own CPU limit throttles it (moving would not help)"
-                actions.append(self._hold(pod, THROTTLED, why, now))
+            if cause is not None:
+                whose = "its own CPU limit" if cause == OWN_LIMIT else "its own tasks"
+                why = f"{found.text}, but {whose} caused most of the wait (moving would not help)"
+                actions.append(self._hold(pod, cause, why, now))
             else:
                 actions.append(self._judge(pod, found, lasted, now))
         return actions

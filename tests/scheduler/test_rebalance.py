@@ -26,6 +26,8 @@ from scheduler.rebalance import (
     COOLDOWN,
     NAMESPACE_LIMIT,
     NODE_LIMIT,
+    OWN_LIMIT,
+    OWN_TASKS,
     BreachTracker,
     EvictionLedger,
     Moved,
@@ -34,7 +36,7 @@ from scheduler.rebalance import (
     RebalancerSettings,
     breach,
     eligible,
-    throttled_by_own_limit,
+    own_cause,
 )
 from scheduler.table import NodeTable
 
@@ -163,21 +165,24 @@ def test_what_a_window_breaks(
 
 
 @pytest.mark.parametrize(
-    ("window", "reclaim", "throttled"),
+    ("window", "reclaim", "cause"),
     [
-        (own(2900, wait=20, throttled=15), None, True),  # 15 ≥ 0.5 · 20: its own limit
-        (own(2900, wait=20, throttled=10), None, True),  # exactly the share
-        (own(2900, wait=20, throttled=9), None, False),
-        (own(2900, wait=20, throttled=0), None, False),
-        (own(2900, wait=20, throttled=15), 9.0, False),  # reclaim is the node's, not its limit
+        # a thread with a 0.2-CPU quota: runs 200, waits 400 ms/s, throttled 400 ms/s
+        (OwnWindow(60, 2900, 400, 400, 200, 0, 400), None, OWN_LIMIT),
+        # the same numbers from an agent without culprits: the wait counts as neighbours'
+        (OwnWindow(60, 2900, 400, 400, 200), None, OWN_LIMIT),
+        (OwnWindow(60, 2900, 300, 0, 500, 0, 300), None, None),  # neighbours: move it
+        (OwnWindow(60, 2900, 350, 0, 800, 300, 50), None, OWN_TASKS),  # its own threads
+        (OwnWindow(60, 2900, 20, 15, 0), None, None),  # barely running: mostly neighbours
+        (OwnWindow(60, 2900, 400, 400, 200), 9.0, None),  # reclaim is the node's doing
     ],
 )
-def test_own_throttling_explains_a_run_queue_breach(
-    window: OwnWindow, reclaim: float | None, throttled: bool
+def test_whose_doing_a_run_queue_breach_is(
+    window: OwnWindow, reclaim: float | None, cause: str | None
 ) -> None:
     found = breach(tolerant(), window, reclaim)
     assert found is not None
-    assert throttled_by_own_limit(found, window, RebalancerSettings()) is throttled
+    assert own_cause(found, window) == cause
 
 
 def rows(*p99_buckets: list[int], start: float = 1000.0) -> PodHistory:

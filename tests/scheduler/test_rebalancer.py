@@ -72,7 +72,8 @@ class Reports:
                             key.split("/")[1],
                             uid=f"uid-{key.replace('/', '-')}",
                             runq_us=hist,
-                            runq_wait_ms_per_s=20.0,
+                            cpu_ms_per_s=200.0,
+                            runq_wait_ms_per_s=400.0,
                             throttled_ms_per_s=self.throttled.get(key, 0.0),
                         )
                         for key, hist in pods.items()
@@ -239,11 +240,11 @@ def test_no_eviction_when_the_other_node_breaks_the_tolerance_too(enforcing: Wor
 def test_a_pod_throttled_by_its_own_limit_is_not_moved(enforcing: World) -> None:
     w = enforcing
     w.run_pod("web-1", "node-a")
-    w.reports.throttled["shop/web-1"] = 15.0  # of 20 ms/s waiting
+    w.reports.throttled["shop/web-1"] = 400.0  # runs 200, waits 400 ms/s
     w.step()
     (action,) = w.step(30)
-    assert action.outcome == HELD and action.reason.startswith("throttled")  # type: ignore[attr-defined]
-    assert "its own CPU limit throttles it" in action.reason  # type: ignore[attr-defined]
+    assert action.outcome == HELD and action.reason.startswith("own_limit")  # type: ignore[attr-defined]
+    assert "its own CPU limit caused most of the wait" in action.reason  # type: ignore[attr-defined]
     assert w.evictions.calls == []
 
 
