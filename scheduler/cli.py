@@ -13,6 +13,9 @@ Precedence: command-line flags > environment > config file > defaults. Environme
 * ``REDIS_CA_FILE``, ``REDIS_CERT_FILE``, ``REDIS_KEY_FILE`` — TLS (``rediss://``);
 * ``DRY_RUN`` (``1``/``true``) — like ``--dry-run``;
 * ``POD_NAME``, ``POD_NAMESPACE`` — leader identity and Lease namespace;
+* ``INTERFERENCE_SCHEDULER_CONFIGMAP`` — ``NAME`` or ``NAMESPACE/NAME`` of the ConfigMap
+  the reload Events are about (default ``interference-scheduler-config`` in
+  ``POD_NAMESPACE``; :mod:`scheduler.config_reload`);
 * ``LOG_LEVEL`` — like ``--log-level``.
 
 Exit status 2 for an invalid configuration or missing Kubernetes credentials (nothing
@@ -29,6 +32,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -54,18 +58,14 @@ from scheduler.cli_common import (
     overrides,
     report_reachability,
 )
-from scheduler.config import (
-    ConfigError,
-    ConfigWatcher,
-    SchedulerConfig,
-    load_config,
-    with_overrides,
-)
+from scheduler.config import ConfigError, SchedulerConfig, load_config, with_overrides
+from scheduler.config_reload import ConfigReload, config_map_ref
 from scheduler.extender_cli import main as extender_main
 from scheduler.http import HealthServer, Heartbeat, Status
 from scheduler.loop import SchedulingLoop
 from scheduler.metrics import SchedulerMetrics
 from scheduler.ports import ClusterError
+from scheduler.reload_guard import ReloadGuard
 
 log = logging.getLogger("scheduler")
 
@@ -147,13 +147,22 @@ class Scheduler:
             self.leading,
             self.metrics,
             tracer=self.tracer,
+            on_attempt=lambda key, placed: self.guard.observe(key, placed, time.time()),
         )
-        self.watcher = (
-            ConfigWatcher(
+        self.guard = ReloadGuard()
+        config_map = config_map_ref(env)
+        self.reload = (
+            ConfigReload(
                 config_path,
                 config,
                 self._apply_reload,
+                self.metrics,
+                lambda kind, reason, note: self.cluster.record_object_event(
+                    "ConfigMap", *config_map, kind, reason, "Reload", note
+                ),
                 transform=lambda loaded: with_overrides(loaded, **fixed),
+                guard=self.guard,
+                leading=self.leading.is_set,
             )
             if config_path
             else None
@@ -185,9 +194,9 @@ class Scheduler:
         signals_thread = self._start(
             "signal-cache", self.signals.run, stop, self.signal_heartbeat.beat
         )
-        if self.watcher is not None:
-            self._start("config-watcher", self.watcher.run, stop)
-        watcher = self.watcher
+        if self.reload is not None:
+            self._start("config-reload", self.reload.run, stop)
+        watcher = self.reload.watcher if self.reload is not None else None
         self.http = HealthServer(
             self.config.http,
             self.registry,
@@ -199,6 +208,7 @@ class Scheduler:
                 threads=(loop_thread, elector_thread, signals_thread),
             ),
             decisions=self.decisions,
+            get_routes=self.reload.routes() if self.reload is not None else None,
         )
         self.http.start()
         log.info(

@@ -32,11 +32,11 @@ Validation collects every problem, each naming the field and the fix
 plugin names are rejected with a did-you-mean. Types are strict: a quoted number is a string, not a
 number, so a typo cannot silently become a default.
 
-Reload: :class:`ConfigWatcher` polls the file (mtime, size and inode, so a ConfigMap's
-symlink swap counts) and hands a new valid config to a callback; a bad file is logged
-and the running config stays. Only ``engine``, ``loop`` and ``reload_interval_s`` apply
-live (``interference-scheduler extender``: ``engine`` only); changes to the other
-sections are logged as needing a restart.
+Reload (:mod:`scheduler.config_reload`): the file is polled and a new valid config
+applied; a bad file changes nothing that serves. Only ``engine``, ``loop``,
+``reload_guard`` and ``reload_interval_s`` apply live (``interference-scheduler
+extender``: ``engine`` only); changes to the other sections are logged as needing a
+restart.
 
 Simulator policies (``interference simulate --policy A.yaml``) are files of this format.
 """
@@ -46,12 +46,10 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import logging
-import os
 import re
-import threading
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args, get_origin
 
@@ -66,13 +64,15 @@ from scheduler.config_reference import render
 from scheduler.http import HttpSettings
 from scheduler.loop import LoopSettings
 from scheduler.plugins.registry import REGISTRY
+from scheduler.reload_guard import ReloadGuardSettings
 from scheduler.settings import EngineSettings
 
 log = logging.getLogger(__name__)
 
-LIVE_SECTIONS = ("engine", "loop", "reload_interval_s")
+LIVE_SECTIONS = ("engine", "loop", "reload_guard", "reload_interval_s")
 """Sections (and top-level keys) a reload applies without a restart (the extender mode
-applies ``engine`` only: it has no scheduling loop)."""
+applies ``engine`` only: it has no scheduling loop; ``reload_guard`` applies to the
+reloads after the one that changed it)."""
 REPLACED_KEYS = {
     "engine.weights": "engine.profile.scores, keyed by plugin name, e.g. "
     "{Interference: 2, NodeResourcesFit: 1, GpuPacking: 1} (docs/design.md §5.1)",
@@ -124,6 +124,7 @@ class SchedulerConfig:
     leader_election: LeaderElectionSettings = field(default_factory=LeaderElectionSettings)
     http: HttpSettings = field(default_factory=HttpSettings)
     tracing: TracingSettings = field(default_factory=TracingSettings)
+    reload_guard: ReloadGuardSettings = field(default_factory=ReloadGuardSettings)
     reload_interval_s: float = 5.0
     """How often the config file is checked for changes."""
 
@@ -145,21 +146,36 @@ def parse_config(mapping: Mapping[str, Any] | None, source: str = "config") -> S
 
 def load_config(path: str) -> SchedulerConfig:
     """Read and validate a config file; :class:`ConfigError` says what to fix."""
+    return parse_config_text(read_config_text(path), path)
+
+
+def read_config_text(path: str) -> str:
+    """A config file's text; :class:`ConfigError` when it cannot be read as UTF-8."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            document = yaml.load(handle, Loader=StrictBoolLoader)  # a SafeLoader
+        with open(path, "rb") as handle:
+            data = handle.read()
     except OSError as exc:
         raise ConfigError(path, [f"cannot read the file: {exc.strerror or exc}"]) from exc
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(path, ["not text: a config file is UTF-8 YAML"]) from None
+
+
+def parse_config_text(text: str, source: str) -> SchedulerConfig:
+    """Validate a config file's text (``source`` names it in errors)."""
+    try:
+        document = yaml.load(text, Loader=StrictBoolLoader)  # a SafeLoader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(path, [f"not valid YAML{where}: {problem}"]) from exc
+        raise ConfigError(source, [f"not valid YAML{where}: {problem}"]) from exc
     if document is not None and not isinstance(document, dict):
-        raise ConfigError(path, [f"top level must be a mapping of sections, got {_kind(document)}"])
-    return parse_config(document, path)
+        raise ConfigError(
+            source, [f"top level must be a mapping of sections, got {_kind(document)}"]
+        )
+    return parse_config(document, source)
 
 
 def _build(cls: type[Any], data: Any, path: str, problems: list[str]) -> Any:
@@ -354,7 +370,12 @@ every problem of a file is reported at once.
 of the file changing (a ConfigMap edit reaches the pod within about a minute);
 `restart` — the change is logged as needing a restart and applies at the next start. In
 extender mode (`interference-scheduler extender`) only `engine` applies live. An invalid
-file is logged and the running configuration stays.
+file changes nothing that serves and never makes a replica unready: the last valid
+configuration keeps serving, and a `Warning InvalidConfiguration` Event on the ConfigMap,
+`interference_scheduler_config_rejected` and the log say why. After a valid reload the
+standalone scheduler watches its Pending rate and rolls back to the last good
+configuration when it stays too high (`reload_guard`; docs/operations.md, "Configuration
+reload and roll back").
 
 The file's path is `--config FILE` or `INTERFERENCE_SCHEDULER_CONFIG`. The environment
 and flags set some keys over the file (and a reload leaves them as they were set):
@@ -370,64 +391,3 @@ and flags set some keys over the file (and a reload leaves them as they were set
 def reference() -> str:
     """docs/configuration.md: every key of the file, from the settings dataclasses."""
     return render(SchedulerConfig, LIVE_SECTIONS, REGISTRY.args_types(), REFERENCE_INTRO)
-
-
-class ConfigWatcher:
-    """Polls a config file and calls ``on_change`` with each new valid config."""
-
-    def __init__(
-        self,
-        path: str,
-        current: SchedulerConfig,
-        on_change: Callable[[SchedulerConfig], None],
-        transform: Callable[[SchedulerConfig], SchedulerConfig] = lambda c: c,
-    ) -> None:
-        self.path = path
-        self.current = current
-        self.error = ""
-        """Why the file on disk is invalid right now (empty while it is valid)."""
-        self.reloads = 0
-        self._on_change = on_change
-        self._transform = transform
-        self._signature = self._stat()
-
-    def _stat(self) -> tuple[float, int, int] | None:
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return None
-        return (st.st_mtime, st.st_size, st.st_ino)
-
-    def check(self) -> bool:
-        """Reload if the file changed; True when a new config was applied."""
-        signature = self._stat()
-        if signature == self._signature:
-            return False
-        self._signature = signature
-        try:
-            new = self._transform(load_config(self.path))
-        except ConfigError as exc:
-            self.error = "; ".join(exc.problems)
-            log.error("%s; keeping the running configuration", exc)
-            return False
-        self.error = ""
-        if new == self.current:
-            return False
-        for name in dataclasses.fields(SchedulerConfig):
-            section = name.name
-            if section not in LIVE_SECTIONS and getattr(new, section) != getattr(
-                self.current, section
-            ):
-                log.warning("config: changes to %r take effect after a restart", section)
-        self.current = new
-        self.reloads += 1
-        self._on_change(new)
-        log.info("configuration reloaded from %s", self.path)
-        return True
-
-    def run(self, stop: threading.Event) -> None:
-        while not stop.wait(self.current.reload_interval_s):
-            try:
-                self.check()
-            except Exception:  # a callback bug must not end reloading
-                log.exception("applying the reloaded configuration failed")

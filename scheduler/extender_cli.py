@@ -9,7 +9,8 @@ replica of the extender answers). ``/filter`` and ``/prioritize`` are served on 
 The node and pod view comes from the same informers (list + watch) as standalone mode,
 the signals from the same Redis signal cache, and decision records go to the same
 Redis keys. ``/readyz`` fails until nodes and pods are listed, so kube-scheduler's
-calls go to a replica that knows the cluster.
+calls go to a replica that knows the cluster; an invalid configuration reload never
+makes it fail (the last valid configuration keeps answering, :mod:`scheduler.config_reload`).
 """
 
 from __future__ import annotations
@@ -45,13 +46,8 @@ from scheduler.cli_common import (
     overrides,
     report_reachability,
 )
-from scheduler.config import (
-    ConfigError,
-    ConfigWatcher,
-    SchedulerConfig,
-    load_config,
-    with_overrides,
-)
+from scheduler.config import ConfigError, SchedulerConfig, load_config, with_overrides
+from scheduler.config_reload import ConfigReload, config_map_ref
 from scheduler.extender import Extender, ExtenderMetrics
 from scheduler.http import HealthServer, Heartbeat, Status
 from scheduler.metrics import SchedulerMetrics
@@ -123,11 +119,16 @@ class ExtenderProcess:
             self.extender_metrics,
             tracer=self.tracer,
         )
-        self.watcher = (
-            ConfigWatcher(
+        config_map = config_map_ref(env)
+        self.reload = (
+            ConfigReload(
                 config_path,
                 config,
                 lambda new: self.extender.update_settings(new.engine),
+                self.metrics,
+                lambda kind, reason, note: self.cluster.record_object_event(
+                    "ConfigMap", *config_map, kind, reason, "Reload", note
+                ),
                 transform=lambda loaded: with_overrides(loaded, **fixed),
             )
             if config_path
@@ -147,9 +148,9 @@ class ExtenderProcess:
         self.report_reachability()
         informers = self._start("informers", self.cluster.run_informers, self.cache, stop)
         signals = self._start("signal-cache", self.signals.run, stop, self.signal_heartbeat.beat)
-        if self.watcher is not None:
-            self._start("config-watcher", self.watcher.run, stop)
-        watcher = self.watcher
+        if self.reload is not None:
+            self._start("config-reload", self.reload.run, stop)
+        watcher = self.reload.watcher if self.reload is not None else None
         self.http = HealthServer(
             self.config.http,
             self.registry,
@@ -163,6 +164,7 @@ class ExtenderProcess:
             ),
             post_routes=self.extender.routes(),
             decisions=self.decisions,
+            get_routes=self.reload.routes() if self.reload is not None else None,
         )
         self.http.start()
         log.info(

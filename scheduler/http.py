@@ -9,9 +9,12 @@ kube-scheduler on the same host nor pretends to be TLS.
   :class:`Heartbeat` has beaten within its ``max_silence_s`` and every essential thread
   is alive; 500 names the culprit.
   Point the liveness probe here.
-* ``/readyz`` — 200 when the cluster cache has synced and the configuration file is
-  valid; the body says ``leader`` or ``follower`` (both are ready: a follower is a
-  healthy standby). 503 lists what is missing. Point the readiness probe here.
+* ``/readyz`` — 200 when the cluster cache has synced; the body says ``leader`` or
+  ``follower`` (both are ready: a follower is a healthy standby) and, while the
+  configuration file on disk is invalid, that the last valid configuration serves — a
+  config typo never makes a replica unready (scheduler.config_reload tells it in an
+  Event, a metric and the log). 503 lists what is missing. Point the readiness probe
+  here.
 * ``/metrics`` — the Prometheus registry passed in.
 * ``/decisions/NAMESPACE/POD`` — when the caller passes a decision source: the pod's
   latest decision record drawn as one self-contained HTML page
@@ -121,7 +124,8 @@ class Status:
     synced: Callable[[], bool]
     """True once the cluster cache has listed nodes and pods."""
     config_error: Callable[[], str]
-    """Why the configuration file is invalid (empty when it is valid)."""
+    """Why the configuration file is invalid (empty when it is valid); shown by
+    ``/readyz``, never a reason to be unready."""
     leading: Callable[[], bool]
     heartbeats: tuple[Heartbeat, ...] = ()
     threads: tuple[threading.Thread, ...] = ()
@@ -185,18 +189,20 @@ class HealthServer(HealthEndpoint):
         status: Status,
         post_routes: Mapping[str, PostRoute] | None = None,
         decisions: DecisionPages | None = None,
+        get_routes: Mapping[str, GetRoute] | None = None,
     ):
         self._status = status
         self.decisions = decisions
+        routes = dict(get_routes or {})
+        if decisions is not None:
+            routes[DECISIONS_PATH] = decision_page_route(decisions)
         super().__init__(
             settings.host,
             settings.port,
             registry,
             {HEALTHZ_PATH: self.healthz, READYZ_PATH: self.readyz},
             post_routes=post_routes,
-            get_routes=(
-                {DECISIONS_PATH: decision_page_route(decisions)} if decisions is not None else None
-            ),
+            get_routes=routes,
             keep_alive=True,
             bind_fix="free the port or set http.port",
             logger=log,
@@ -229,9 +235,12 @@ class HealthServer(HealthEndpoint):
         missing = []
         if not self._status.synced():
             missing.append("cluster cache not synced yet (listing nodes and pods)")
-        config_error = self._status.config_error()
-        if config_error:
-            missing.append(f"configuration invalid: {config_error}")
         if missing:
             return 503, f"not ready ({role}): " + "; ".join(missing) + "\n"
+        config_error = self._status.config_error()
+        if config_error:
+            return 200, (
+                f"ok ({role}); the configuration file is invalid, the last valid configuration"
+                f" serves: {config_error}\n"
+            )
         return 200, f"ok ({role})\n"

@@ -128,8 +128,12 @@ class SchedulingLoop:
         monotonic: Callable[[], float] = time.monotonic,
         seed: int | None = None,
         tracer: DecisionTracer | None = None,
+        on_attempt: Callable[[str, bool], None] | None = None,
     ) -> None:
+        """``on_attempt(pod key, found a node)`` is told each attempt's outcome (the
+        Pending-rate guard of a reload, scheduler.reload_guard)."""
         self._cluster = cluster
+        self._on_attempt = on_attempt
         self._decisions = decisions
         self._leading = leading
         self._metrics = metrics
@@ -341,6 +345,8 @@ class SchedulingLoop:
                 "interference_blind": result.blind,
             }
             self._tracer.finish(recorder, "schedule", started_ns, attributes)
+        if self._on_attempt is not None:
+            self._on_attempt(key, result.node is not None)
         self._metrics.attempts.labels(outcome).inc()
         self._metrics.attempt_duration.labels(outcome).observe(time.perf_counter() - started)
         self._update_queue_gauges()

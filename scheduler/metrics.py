@@ -11,6 +11,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 ATTEMPT_RESULTS = ("scheduled", "unschedulable", "dry_run", "error")
 """Values of the ``result`` label of ``interference_scheduler_attempts_total``."""
 
+CONFIG_RELOAD_RESULTS = ("applied", "invalid", "confirmed", "rolled_back", "would_roll_back")
+"""Values of the ``result`` label of ``interference_scheduler_config_reloads_total``:
+a valid file applied, an invalid one left unapplied (the last valid one serves), a
+reload kept after its watch, rolled back by the Pending-rate guard, or one it would
+have rolled back in dry run (scheduler.config_reload)."""
+
 BIND_ERROR_REASONS = ("conflict", "error", "dropped")
 """``conflict``: 409/404, the pod is dropped; ``error``: other API error, requeued with
 backoff; ``dropped``: not sent because this replica stopped leading, requeued."""
@@ -88,6 +94,28 @@ class SchedulerMetrics:
             ["kind"],
             registry=registry,
         )
+        self.config_reloads = Counter(
+            "interference_scheduler_config_reloads",
+            "Configuration file changes by result (applied, invalid, confirmed, rolled_back,"
+            " would_roll_back).",
+            ["result"],
+            registry=registry,
+        )
+        self.config_rejected = Gauge(
+            "interference_scheduler_config_rejected",
+            "1 while the configuration file on disk is not what serves (invalid, or rolled"
+            " back by the Pending-rate guard), else 0.",
+            registry=registry,
+        )
+        self.reload_pending_rate = Gauge(
+            "interference_scheduler_reload_pending_rate",
+            "Share of the pods attempted in the guard's window left Pending, while a reload"
+            " is watched (NaN otherwise).",
+            registry=registry,
+        )
+        self.reload_pending_rate.set(float("nan"))
+        for result in CONFIG_RELOAD_RESULTS:
+            self.config_reloads.labels(result)
         for result in ATTEMPT_RESULTS:
             self.attempts.labels(result)
         for reason in BIND_ERROR_REASONS:

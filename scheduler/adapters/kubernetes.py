@@ -38,7 +38,8 @@ generated client's (:class:`~kubernetes.client.exceptions.ApiException`). Lists,
 and the Lease stay on the real client.
 
 Every API call goes through one method of :class:`KubernetesCluster`
-(``list_page``, ``open_watch``, ``bind``, ``record_event``, ``set_unschedulable``), and
+(``list_page``, ``open_watch``, ``bind``, ``record_event``, ``record_object_event``,
+``set_unschedulable``), and
 :data:`REQUIRED_PERMISSIONS` lists the RBAC rules they need, so a test can check the
 deploy manifests against the calls. Client exceptions never escape: they become
 :class:`~scheduler.ports.ClusterError` subclasses that say what to do.
@@ -591,6 +592,38 @@ class KubernetesCluster:
             raise translate_error(exc, "create", "events.k8s.io/events", self.host) from exc
         series.name = body["metadata"]["name"]
         series.written_at = time.time()
+
+    def record_object_event(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        event_type: str,
+        reason: str,
+        action: str,
+        message: str,
+    ) -> None:
+        """An ``events.k8s.io/v1`` Event about a core (``v1``) object other than a pod,
+        e.g. the ConfigMap a reload read; one Event per call (these are rare, no series)."""
+        now = time.time()
+        body: dict[str, Any] = {
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": {"name": event_name(name, time.time_ns()), "namespace": namespace},
+            "eventTime": _micro_time(now),
+            "reportingController": SCHEDULER_NAME,
+            "reportingInstance": self.identity[:128],
+            "action": action,
+            "reason": reason,
+            "note": message[:_NOTE_MAX],
+            "type": event_type,
+            "regarding": {"apiVersion": "v1", "kind": kind, "namespace": namespace, "name": name},
+        }
+        path = f"/apis/events.k8s.io/v1/namespaces/{_path_part(namespace)}/events"
+        try:
+            self._writer.send("POST", path, _json(body), "application/json")
+        except Exception as exc:
+            raise translate_error(exc, "create", "events.k8s.io/events", self.host) from exc
 
     def _patch_series(self, pod: PodRef, series: _EventSeries) -> None:
         path = (

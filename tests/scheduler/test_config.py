@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-import os
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +9,6 @@ import pytest
 
 from scheduler.config import (
     ConfigError,
-    ConfigWatcher,
     SchedulerConfig,
     load_config,
     parse_config,
@@ -303,80 +298,6 @@ def test_overrides_are_validated() -> None:
     assert config.loop.dry_run and config.kubernetes.kubeconfig == "k"
     with pytest.raises(ConfigError, match=r"redis\.url"):
         with_overrides(SchedulerConfig(), redis={"url": "nope"})
-
-
-def _rewrite(path: str, text: str) -> None:
-    """Replace the file the way a ConfigMap update does: a new inode renamed into place."""
-    tmp = path + ".new"
-    Path(tmp).write_text(text)
-    os.replace(tmp, path)
-
-
-def stale_policy_yaml(policy: str) -> str:
-    """A config file setting the Interference plugin's ``stale_policy``."""
-    return (
-        "engine:\n  profile:\n    plugin_config:\n      - name: Interference\n"
-        f"        args: {{stale_policy: {policy}}}\n"
-    )
-
-
-def test_reload_applies_a_valid_change_and_keeps_the_old_config_on_a_bad_one(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    path = write(tmp_path, stale_policy_yaml("neutral"))
-    applied: list[SchedulerConfig] = []
-    watcher = ConfigWatcher(path, load_config(path), applied.append)
-    assert not watcher.check()  # unchanged
-
-    _rewrite(path, stale_policy_yaml("reject"))
-    assert watcher.check()
-    assert [interference_args(c.engine).stale_policy for c in applied] == ["reject"]
-
-    caplog.set_level(logging.ERROR, logger="scheduler.config")
-    _rewrite(path, stale_policy_yaml("sometimes"))
-    assert not watcher.check()
-    assert interference_args(watcher.current.engine).stale_policy == "reject"  # kept
-    assert "engine.profile.plugin_config[0].args.stale_policy: must be one of" in watcher.error
-    assert any("keeping the running configuration" in r.getMessage() for r in caplog.records)
-    assert len(applied) == 1
-
-    _rewrite(path, stale_policy_yaml("avoid"))
-    assert watcher.check()
-    assert watcher.error == ""
-    assert [interference_args(c.engine).stale_policy for c in applied] == ["reject", "avoid"]
-
-
-def test_restart_only_sections_are_flagged(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    path = write(tmp_path, "http:\n  port: 9000\n")
-    watcher = ConfigWatcher(path, load_config(path), lambda c: None)
-    caplog.set_level(logging.WARNING, logger="scheduler.config")
-    _rewrite(path, "http:\n  port: 9001\n")
-    assert watcher.check()
-    assert any("'http' take effect after a restart" in r.getMessage() for r in caplog.records)
-
-
-def test_watcher_thread_reloads_without_restart(tmp_path: Path) -> None:
-    risk_k = (
-        "reload_interval_s: 0.05\nengine:\n  profile:\n    plugin_config:\n"
-        "      - {{name: Interference, args: {{risk_k: {}}}}}\n"
-    )
-    path = write(tmp_path, risk_k.format(1))
-    applied: list[EngineSettings] = []
-    watcher = ConfigWatcher(path, load_config(path), lambda c: applied.append(c.engine))
-    stop = threading.Event()
-    thread = threading.Thread(target=watcher.run, args=(stop,), daemon=True)
-    thread.start()
-    try:
-        _rewrite(path, risk_k.format(2.5))
-        deadline = time.monotonic() + 30
-        while not applied and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert [interference_args(e).risk_k for e in applied] == [2.5]
-    finally:
-        stop.set()
-        thread.join(30)
 
 
 @pytest.mark.parametrize(
