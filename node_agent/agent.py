@@ -35,6 +35,8 @@ from node_agent.gpu import GpuInventory
 from node_agent.health import AgentMetrics, liveness_problem
 from node_agent.history import SignalHistory
 from node_agent.pods import (
+    KubeletPodDirectory,
+    KubeletSettings,
     KubernetesPodDirectory,
     PodDirectory,
     StaticPodDirectory,
@@ -288,7 +290,7 @@ class Agent:
             sink.close()
         if self._enrolment is not None:
             self._enrolment.stop()
-        if isinstance(self._directory, KubernetesPodDirectory):
+        if isinstance(self._directory, KubernetesPodDirectory | KubeletPodDirectory):
             self._directory.stop()
         if self._gpu_inventory is not None:
             self._gpu_inventory.close()
@@ -348,7 +350,16 @@ def pod_directory(settings: AgentSettings) -> PodDirectory:
     return StaticPodDirectory()
 
 
-def _kubernetes_directory(settings: AgentSettings) -> KubernetesPodDirectory | None:
+def _kubernetes_directory(
+    settings: AgentSettings,
+) -> KubernetesPodDirectory | KubeletPodDirectory | None:
+    if settings.kubelet_url:
+        kubelet = KubeletPodDirectory(
+            KubeletSettings(url=settings.kubelet_url, ca_file=settings.kubelet_ca_file),
+            settings.node_name,
+        )
+        kubelet.start()
+        return kubelet
     if not settings.kubeconfig:
         return kubernetes_directory_from_environment(settings.node_name)
     # Imported here: the client costs ~20 MB of RSS, paid only where it is used.

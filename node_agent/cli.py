@@ -145,6 +145,24 @@ def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         "service account, then ~/.kube/config)",
     )
     p.add_argument(
+        "--kubelet-url",
+        default=environ.get("KUBELET_URL") or None,
+        help="name pods from this node's kubelet, e.g. https://NODE_IP:10250 (env KUBELET_URL; "
+        "needs get nodes/pods), instead of watching pods in the API server",
+    )
+    p.add_argument(
+        "--kubelet-ca-file",
+        default=environ.get("KUBELET_CA_FILE") or None,
+        help="CA of the kubelet's serving certificate (env KUBELET_CA_FILE; default: not "
+        "verified, kubelets serve self-signed certificates unless configured otherwise)",
+    )
+    p.add_argument(
+        "--proc-root",
+        default=environ.get("PROC_ROOT", AgentSettings.proc_root),
+        help="the host's procfs, e.g. /host/proc without the host PID namespace (env "
+        "PROC_ROOT; default %(default)s)",
+    )
+    p.add_argument(
         "--no-kubernetes",
         action="store_true",
         help="do not contact the API server; pods are named by UID (or --pods-file)",
@@ -336,6 +354,9 @@ def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> 
         pods_file=args.pods_file,
         kubernetes=not args.no_kubernetes,
         kubeconfig=args.kubeconfig,
+        kubelet_url=args.kubelet_url,
+        kubelet_ca_file=args.kubelet_ca_file,
+        proc_root=args.proc_root,
     )
 
 

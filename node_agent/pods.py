@@ -1,19 +1,25 @@
 """Pod UID → (namespace, name) for the pods on this node.
 
+:class:`KubeletPodDirectory` (the DaemonSet's) asks this node's kubelet for its pods
+(``GET /pods`` on its authenticated port, authorised as ``get nodes/pods``): the agent
+needs no pod list in the API server, where RBAC cannot hold a list to one node's pods.
 :class:`KubernetesPodDirectory` lists and watches the pods bound to this node
-(``fieldSelector=spec.nodeName=NODE``) with the ``kubernetes`` client in a background
-thread: it resumes watches from the last resourceVersion, relists on ``410 Gone``, backs
-off on errors and never lets an exception end the thread. :class:`StaticPodDirectory` is
-a fixed mapping for tests and the demo. Without API credentials the agent uses no
-directory at all and names pods by UID (see :func:`kubernetes_directory_from_environment`).
+(``fieldSelector=spec.nodeName=NODE``) through the API server with the ``kubernetes``
+client, for an agent run with a kubeconfig: it resumes watches from the last
+resourceVersion, relists on ``410 Gone``, backs off on errors and never lets an exception
+end the thread. :class:`StaticPodDirectory` is a fixed mapping for tests and the demo.
+Without either the agent names pods by UID (see :func:`kubernetes_directory_from_environment`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import ssl
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -92,6 +98,57 @@ class PodWatchSettings:
     """Deleted pods stay known this long, so their last interval is still attributed."""
 
 
+class _NodePods:
+    """The pods of one node by UID, with deleted ones kept ``deleted_grace_s`` so their
+    last interval is still attributed (shared by the kubelet and API directories)."""
+
+    def __init__(self, deleted_grace_s: float, clock: Callable[[], float]) -> None:
+        self._grace_s = deleted_grace_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._pods: dict[str, tuple[str, str]] = {}
+        self._deleted_at: dict[str, float] = {}
+
+    def lookup(self, uid: str) -> tuple[str, str] | None:
+        """``(namespace, name)`` of a pod on this node (or deleted within the grace)."""
+        with self._lock:
+            self._forget_expired()
+            return self._pods.get(uid)
+
+    def deleted_since(self, uid: str) -> float | None:
+        """When the pod ``uid`` was seen deleted (clock time), ``None`` while it exists or
+        once forgotten."""
+        with self._lock:
+            return self._deleted_at.get(uid)
+
+    def replace_all(self, pods: Mapping[str, tuple[str, str]]) -> None:
+        """A full listing: ``pods`` exist, every other known pod was deleted now."""
+        with self._lock:
+            gone = set(self._pods) - set(pods)
+            self._pods.update(pods)
+            for uid in pods:
+                self._deleted_at.pop(uid, None)
+            now = self._clock()
+            for uid in gone:
+                self._deleted_at.setdefault(uid, now)
+
+    def put(self, uid: str, ref: tuple[str, str]) -> None:
+        with self._lock:
+            self._pods[uid] = ref
+            self._deleted_at.pop(uid, None)
+
+    def mark_deleted(self, uid: str) -> None:
+        with self._lock:
+            if uid in self._pods:
+                self._deleted_at.setdefault(uid, self._clock())
+
+    def _forget_expired(self) -> None:
+        horizon = self._clock() - self._grace_s
+        for uid in [uid for uid, at in self._deleted_at.items() if at <= horizon]:
+            del self._deleted_at[uid]
+            self._pods.pop(uid, None)
+
+
 class KubernetesPodDirectory:
     """Pods on ``node_name``, listed and then watched in a daemon thread.
 
@@ -110,10 +167,7 @@ class KubernetesPodDirectory:
         self._api = api
         self._node = node_name
         self._settings = settings or PodWatchSettings()
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._pods: dict[str, tuple[str, str]] = {}
-        self._deleted_at: dict[str, float] = {}
+        self._known = _NodePods(self._settings.deleted_grace_s, clock)
         self._synced = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -125,15 +179,12 @@ class KubernetesPodDirectory:
     # -- PodDirectory ---------------------------------------------------------------
     def lookup(self, uid: str) -> tuple[str, str] | None:
         """``(namespace, name)`` of a pod on this node (or deleted within the grace)."""
-        with self._lock:
-            self._forget_expired()
-            return self._pods.get(uid)
+        return self._known.lookup(uid)
 
     def deleted_since(self, uid: str) -> float | None:
         """When the pod ``uid`` was seen deleted (clock time), ``None`` while it exists or
         once forgotten."""
-        with self._lock:
-            return self._deleted_at.get(uid)
+        return self._known.deleted_since(uid)
 
     # -- lifecycle ------------------------------------------------------------------
     def start(self) -> None:
@@ -185,14 +236,7 @@ class KubernetesPodDirectory:
             for pod in pod_list.items
             if self._on_this_node(pod)
         }
-        with self._lock:
-            gone = set(self._pods) - set(pods)
-            self._pods.update(pods)
-            for uid in pods:
-                self._deleted_at.pop(uid, None)
-            now = self._clock()
-            for uid in gone:
-                self._deleted_at.setdefault(uid, now)
+        self._known.replace_all(pods)
         self.relists += 1
         self._synced.set()
         return str(pod_list.metadata.resource_version or "")
@@ -229,24 +273,15 @@ class KubernetesPodDirectory:
         if kind == "BOOKMARK" or not hasattr(pod, "metadata") or pod.metadata is None:
             return
         uid = pod.metadata.uid
-        with self._lock:
-            if kind == "DELETED" or not self._on_this_node(pod):
-                if uid in self._pods:
-                    self._deleted_at.setdefault(uid, self._clock())
-            else:
-                self._pods[uid] = (pod.metadata.namespace, pod.metadata.name)
-                self._deleted_at.pop(uid, None)
+        if kind == "DELETED" or not self._on_this_node(pod):
+            self._known.mark_deleted(uid)
+        else:
+            self._known.put(uid, (pod.metadata.namespace, pod.metadata.name))
 
     def _on_this_node(self, pod: Any) -> bool:
         # The field selector already filters server-side; this guards against servers
         # (and emulators) that ignore it.
         return bool(pod.spec is not None and pod.spec.node_name == self._node)
-
-    def _forget_expired(self) -> None:
-        horizon = self._clock() - self._settings.deleted_grace_s
-        for uid in [uid for uid, at in self._deleted_at.items() if at <= horizon]:
-            del self._deleted_at[uid]
-            self._pods.pop(uid, None)
 
 
 @contextmanager
@@ -268,6 +303,203 @@ def _is_read_timeout(exc: Exception) -> bool:
     return isinstance(exc, ReadTimeoutError) or isinstance(
         getattr(exc, "reason", None), ReadTimeoutError
     )
+
+
+SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+KUBELET_PERMISSION = ("", "nodes/pods", "get")
+"""What the kubelet checks for ``GET /pods`` (API group, resource/subresource, verb):
+fine-grained kubelet authorisation, Kubernetes >= 1.33 (GA in 1.36); older kubelets ask
+for ``nodes/proxy`` instead, which the agent is not given."""
+
+
+@dataclass(frozen=True)
+class KubeletSettings:
+    """How :class:`KubeletPodDirectory` asks this node's kubelet for its pods."""
+
+    url: str
+    """The kubelet's authenticated endpoint, ``https://NODE_IP:10250`` (``KUBELET_URL``)."""
+    token_file: str = SERVICE_ACCOUNT_TOKEN
+    """Bearer token the kubelet reviews with the API server (the ServiceAccount's)."""
+    ca_file: str | None = None
+    """CA of the kubelet's serving certificate (``KUBELET_CA_FILE``); None: not verified,
+    because most kubelets serve a self-signed certificate (the address is this node's own)."""
+    poll_interval_s: float = 30.0
+    """Full listing at least this often (deletions are seen within it)."""
+    min_interval_s: float = 5.0
+    """A UID nobody knows asks for a listing at once, but not more often than this."""
+    timeout_s: float = 10.0
+    deleted_grace_s: float = 60.0
+    """Deleted pods stay known this long, so their last interval is still attributed."""
+    backoff_max_s: float = 30.0
+    """Longest wait between attempts while the kubelet refuses or is away."""
+
+
+class KubeletPodDirectory:
+    """Pods on this node from its kubelet's ``GET /pods``, polled in a daemon thread.
+
+    The kubelet has no watch: the directory lists every ``poll_interval_s`` and at once
+    (at most every ``min_interval_s``) when asked for a UID it does not know — a pod that
+    just started. Failures are logged once per streak with what to check, and retried
+    with a doubling wait; pods keep their last names meanwhile.
+    """
+
+    def __init__(
+        self,
+        settings: KubeletSettings,
+        node_name: str,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._settings = settings
+        self._node = node_name
+        self._known = _NodePods(settings.deleted_grace_s, clock)
+        self._context = _kubelet_tls(settings.ca_file)
+        self._wanted = threading.Event()
+        self._synced = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.listings = 0
+        """Successful listings."""
+        self.errors = 0
+        """Failed listings."""
+
+    def lookup(self, uid: str) -> tuple[str, str] | None:
+        """``(namespace, name)`` of a pod on this node (or deleted within the grace); an
+        unknown UID asks the kubelet again."""
+        found = self._known.lookup(uid)
+        if found is None:
+            self._wanted.set()
+        return found
+
+    def deleted_since(self, uid: str) -> float | None:
+        """When the pod ``uid`` was seen gone (clock time), ``None`` while it exists."""
+        return self._known.deleted_since(uid)
+
+    def start(self) -> None:
+        """Start the polling thread (returns at once; see :meth:`wait_synced`)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="kubelet-pods", daemon=True)
+            self._thread.start()
+
+    def wait_synced(self, timeout_s: float) -> bool:
+        """Whether the first listing completed within ``timeout_s``."""
+        return self._synced.wait(timeout_s)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Ask the thread to stop and wait for it up to ``timeout_s``."""
+        self._stopping.set()
+        self._wanted.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def list_once(self) -> int:
+        """List this node's pods from the kubelet now; how many. Raises
+        :class:`KubeletRefused` or ``OSError``."""
+        try:
+            token = Path(self._settings.token_file).read_text().strip()
+        except OSError as exc:
+            raise KubeletRefused(
+                f"cannot read the token {self._settings.token_file} to show the kubelet: "
+                f"{exc.strerror}"
+            ) from exc
+        request = urllib.request.Request(
+            self._settings.url.rstrip("/") + "/pods",
+            headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(
+                request, timeout=self._settings.timeout_s, context=self._context
+            ) as answer:
+                body = json.loads(answer.read())
+        except urllib.error.HTTPError as exc:
+            raise KubeletRefused(_refusal(exc.code, self._settings.url)) from exc
+        except json.JSONDecodeError as exc:
+            raise KubeletRefused(f"the kubelet's /pods is not JSON: {exc}") from exc
+        pods = pods_of_node(body, self._node)
+        self._known.replace_all(pods)
+        self.listings += 1
+        self._synced.set()
+        return len(pods)
+
+    def _run(self) -> None:
+        settings = self._settings
+        wait_s = settings.min_interval_s
+        failing = False
+        while not self._stopping.is_set():
+            self._wanted.clear()
+            try:
+                self.list_once()
+            except (KubeletRefused, OSError) as exc:
+                self.errors += 1
+                log.log(
+                    logging.DEBUG if failing else logging.WARNING,
+                    "listing the pods of %s from its kubelet failed (%s); pods keep being "
+                    "reported by their last names or UIDs; retrying",
+                    self._node,
+                    exc,
+                )
+                failing = True
+                wait_s = min(max(wait_s * 2, settings.min_interval_s), settings.backoff_max_s)
+                self._stopping.wait(wait_s)
+                continue
+            if failing:
+                log.info("listing the pods of %s from its kubelet works again", self._node)
+            failing, wait_s = False, settings.min_interval_s
+            # Never more often than min_interval_s, at least every poll_interval_s.
+            if self._stopping.wait(settings.min_interval_s):
+                break
+            self._wanted.wait(settings.poll_interval_s - settings.min_interval_s)
+
+
+class KubeletRefused(Exception):
+    """The kubelet did not list the pods (its status, or a token that cannot be read)."""
+
+
+def _refusal(status: int, url: str) -> str:
+    if status == 401:
+        return (
+            f"401 from {url}/pods: the kubelet does not accept the ServiceAccount token "
+            "(it needs authentication.webhook.enabled in its configuration)"
+        )
+    if status == 403:
+        return (
+            f"403 from {url}/pods: the kubelet refused get nodes/pods (ClusterRole "
+            "interference-agent; kubelets before 1.33 check nodes/proxy instead)"
+        )
+    return f"HTTP {status} from {url}/pods"
+
+
+def _kubelet_tls(ca_file: str | None) -> ssl.SSLContext:
+    if ca_file:
+        return ssl.create_default_context(cafile=ca_file)
+    # Self-signed serving certificates are the kubelet's default; the address is the
+    # node's own (status.hostIP), and the token shown is the pod's own.
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def pods_of_node(pod_list: Any, node_name: str) -> dict[str, tuple[str, str]]:
+    """``{uid: (namespace, name)}`` of the pods in a ``PodList`` body bound to ``node_name``.
+
+    Raises :class:`KubeletRefused` when the body is not a pod list."""
+    items = pod_list.get("items") if isinstance(pod_list, dict) else None
+    if not isinstance(items, list):
+        raise KubeletRefused("the kubelet's /pods answer holds no items list")
+    pods: dict[str, tuple[str, str]] = {}
+    for item in items:
+        metadata = item.get("metadata") if isinstance(item, dict) else None
+        spec = item.get("spec") if isinstance(item, dict) else None
+        if not isinstance(metadata, dict) or not isinstance(spec, dict):
+            continue
+        uid, namespace, name = metadata.get("uid"), metadata.get("namespace"), metadata.get("name")
+        if spec.get("nodeName") not in (None, node_name):
+            continue
+        if isinstance(uid, str) and isinstance(namespace, str) and isinstance(name, str):
+            pods[uid] = (namespace, name)
+    return pods
 
 
 def kubernetes_directory_from_environment(

@@ -84,6 +84,8 @@ class AgentSettings:
     cgroup_v1_mount: str = "/sys/fs/cgroup"
     """Parent of the v1 controller mounts on hybrid hosts."""
     proc_root: str = "/proc"
+    """The host's procfs: ``/proc`` with the host PID namespace, else the host's ``/proc``
+    mounted elsewhere (the DaemonSet's ``/host/proc``): BPF sees host thread ids."""
     tracefs: str = "/sys/kernel/tracing"
     bpf_source_dir: str = ""
     """Directory with ``*.bpf.c``; empty lets the probes find them (``INTERFERENCE_BPF_DIR``,
@@ -97,6 +99,11 @@ class AgentSettings:
     in-cluster service account, else ``kubeconfig``; without them pods are named by UID."""
     kubeconfig: str | None = None
     """Kubeconfig file; None tries the in-cluster config, then ``~/.kube/config``."""
+    kubelet_url: str | None = None
+    """This node's kubelet (``https://NODE_IP:10250``): pod names from its ``/pods``
+    (authorised as ``get nodes/pods``) instead of a pod watch in the API server."""
+    kubelet_ca_file: str | None = None
+    """CA of the kubelet's serving certificate; None: not verified (self-signed by default)."""
     ncpu: int | None = None
     """CPUs the measured pods can run on, the denominator of the run-queue wait ratio;
     None reads the cpuset of ``cgroup_root`` (:func:`node_agent.cpus.subtree_cpus`)."""

@@ -4,12 +4,14 @@ Links: ``rx_dropped + tx_dropped`` from ``IFLA_STATS64``; qdiscs: ``drops`` and
 ``backlog`` from ``TCA_STATS2``/``TCA_STATS_QUEUE`` (``TCA_STATS`` on old kernels).
 ``net_drops`` is the increase over the interval summed over every link and qdisc;
 ``net_backlog_bytes`` is the bytes queued in qdiscs right now (a gauge).
-Reads the network namespace the agent runs in (host network in the DaemonSet).
+Reads the network namespace the agent runs in, so it runs only in the node's: a pod's own
+namespace would report its one virtual interface as the node (see :func:`check_host_network`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 from node_agent.probes.base import (
@@ -46,6 +48,28 @@ def qdisc_drops_backlog(qdisc: Any) -> tuple[tuple[str, int, str], int, int]:
     return key, int(legacy.get("drop", 0)), int(legacy.get("backlog", 0))
 
 
+def check_host_network(proc_root: str) -> None:
+    """Raise unless this process is in the network namespace of the host's PID 1.
+
+    ``PROC_ROOT/self/net/dev`` and ``PROC_ROOT/1/net/dev`` are the same procfs entry only
+    in the same network namespace (each namespace has its own). Needs the host's procfs
+    at ``proc_root`` (the host PID namespace, or the host's ``/proc`` mounted there)."""
+    try:
+        own = os.stat(os.path.join(proc_root, "self/net/dev")).st_ino
+        host = os.stat(os.path.join(proc_root, "1/net/dev")).st_ino
+    except OSError as exc:
+        raise ProbeUnavailable(
+            f"cannot tell whether this is the node's network namespace ({exc}); mount the "
+            "host's /proc (PROC_ROOT) or disable the network probe"
+        ) from exc
+    if own != host:
+        raise ProbeUnavailable(
+            "the agent runs in its pod's network namespace, not the node's, so it would "
+            "count its own interface's drops as the node's: node-level drops need "
+            "hostNetwork (deploy/components/host-namespaces)"
+        )
+
+
 @register("network")
 class NetworkProbe:
     """Node-level link and qdisc drops (delta) and qdisc backlog (gauge)."""
@@ -54,6 +78,7 @@ class NetworkProbe:
 
     def __init__(self, ctx: ProbeContext, netns: str | None = None) -> None:
         """``netns``: a named network namespace to read instead of the agent's own."""
+        self._ctx = ctx
         self._netns = netns
         self._ipr: Any = None
         self._drops: CounterDeltas[tuple[str, int, str]] = CounterDeltas()
@@ -64,6 +89,8 @@ class NetworkProbe:
             from pyroute2 import IPRoute
         except ImportError as exc:
             raise ProbeUnavailable(f"pyroute2 is missing ({exc}); pip install pyroute2") from exc
+        if not self._netns:
+            check_host_network(self._ctx.proc_root)
         try:
             self._ipr = IPRoute(netns=self._netns) if self._netns else IPRoute()
             self._read()

@@ -60,6 +60,25 @@ def delays_from_stats(stats: Any) -> dict[str, int]:
     return delays
 
 
+def check_host_pid_namespace(proc_root: str) -> None:
+    """Raise unless this process's pid is the same in ``proc_root``'s PID namespace.
+
+    Tasks are listed by the host's pids (``cgroup.threads`` read through the host's
+    cgroupfs) and taskstats looks them up in the caller's PID namespace: both must be the
+    host's."""
+    try:
+        seen_as = int(os.readlink(os.path.join(proc_root, "self")))
+    except (OSError, ValueError) as exc:
+        raise ProbeUnavailable(
+            f"cannot read {proc_root}/self ({exc}); mount the host's /proc (PROC_ROOT)"
+        ) from exc
+    if seen_as != os.getpid():
+        raise ProbeUnavailable(
+            f"the agent runs in its own PID namespace (pid {os.getpid()}, {seen_as} on the "
+            "host): taskstats needs the host's (hostPID, deploy/components/host-namespaces)"
+        )
+
+
 @register("taskstats")
 class TaskstatsProbe:
     """Per-task CPU/reclaim delay deltas (``by_pid``) for tasks in cgroups under the root."""
@@ -85,6 +104,7 @@ class TaskstatsProbe:
                 f"no cgroup hierarchy at {self._ctx.cgroup_v2_mount} or "
                 f"{self._ctx.cgroup_v1_mount}/cpu to find tasks in; mount /sys/fs/cgroup"
             )
+        check_host_pid_namespace(self._ctx.proc_root)
         try:
             from pyroute2 import TaskStats
 

@@ -232,6 +232,7 @@ teardown() {
     awk -v s="$STATE" 'index($2, s) == 1 {print $2}' /proc/self/mounts | sort -r \
         | while read -r m; do umount -l "$m" 2>/dev/null; done
     ip link delete "$BRIDGE" 2>/dev/null
+    [[ -L /var/lib/kubelet/seccomp ]] && rm -f /var/lib/kubelet/seccomp
     runtime_leftovers | sort -r | while read -r path; do rm -rf "$path"; done
     for root in $CGROUP_ROOTS; do
         for name in kubepods kubepods.slice interference-e2e docker buildkit; do
@@ -471,11 +472,13 @@ address: $GATEWAY
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
 healthzPort: 0
+# As kubeadm sets it up: ServiceAccount tokens reviewed by the API server, every request
+# authorised by it (the agent reads /pods as get nodes/pods, deploy/base/agent/rbac.yaml).
 authentication:
   anonymous: {enabled: false}
-  webhook: {enabled: false}
+  webhook: {enabled: true}
   x509: {clientCAFile: $PKI/ca.crt}
-authorization: {mode: AlwaysAllow}
+authorization: {mode: Webhook}
 failSwapOn: false
 resolvConf: /etc/resolv.conf
 evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%}
@@ -483,6 +486,12 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
 EOF
+# Localhost seccomp profiles live in <root-dir>/seccomp; the agent's init container writes
+# its profile to the default root's (/var/lib/kubelet/seccomp): point that at ours.
+mkdir -p "$STATE/kubelet/root/seccomp" /var/lib/kubelet
+[[ -L /var/lib/kubelet/seccomp ]] && rm -f /var/lib/kubelet/seccomp
+[[ -e /var/lib/kubelet/seccomp ]] && fail "/var/lib/kubelet/seccomp exists: a kubelet with the default root dir runs here"
+ln -s "$STATE/kubelet/root/seccomp" /var/lib/kubelet/seccomp
 start kubelet "$ASSETS/kubelet" --config "$STATE/kubelet/config.yaml" --kubeconfig "$STATE/kubelet.kubeconfig" \
     --root-dir "$STATE/kubelet/root" --cert-dir "$STATE/kubelet/pki" \
     --hostname-override "$NODE" --node-ip "$GATEWAY"
@@ -542,19 +551,45 @@ done
 
 # --- checks --------------------------------------------------------------------------------
 NS=interference-system
+AGENT_NS=interference-agent
 kctl() { kubectl -n "$NS" "$@"; }
-for what in deploy/redis deploy/interference-credentials daemonset/interference-agent \
-    deploy/interference-scheduler; do
+actl() { kubectl -n "$AGENT_NS" "$@"; }
+for what in deploy/redis deploy/interference-credentials deploy/interference-scheduler; do
     kctl rollout status "$what" --timeout=300s >/dev/null || fail "$what not rolled out"
 done
-for label in redis interference-credentials interference-agent interference-scheduler; do
+actl rollout status daemonset/interference-agent --timeout=300s >/dev/null || fail "the agent not rolled out"
+for label in redis interference-credentials interference-scheduler; do
     kctl wait --for=condition=Ready pod -l "app.kubernetes.io/name=$label" --timeout=300s >/dev/null \
         || fail "pods of $label not Ready"
 done
+actl wait --for=condition=Ready pod -l app.kubernetes.io/name=interference-agent --timeout=300s >/dev/null \
+    || fail "pods of interference-agent not Ready"
 mark "Redis, credential issuer, agent and scheduler Ready"
 
-AGENT_POD=$(kctl get pod -l app.kubernetes.io/name=interference-agent -o jsonpath='{.items[0].metadata.name}')
-agent_log=$(kctl logs "$AGENT_POD")
+# Pod Security: the API server refuses in interference-system what "restricted" forbids (a
+# root container); the agent's namespace is the only privileged one.
+printf '%s\n' "apiVersion: v1" "kind: Pod" "metadata: {name: psa-probe, namespace: $NS}" \
+    "spec: {containers: [{name: c, image: interference-pause:bookworm, securityContext: {runAsUser: 0}}]}" \
+    > "$STATE/root-pod.yaml"
+psa=$(kubectl create --dry-run=server -f "$STATE/root-pod.yaml" 2>&1) && fail "interference-system admitted a root pod: $psa"
+grep -q 'violates PodSecurity "restricted' <<<"$psa" || fail "the root pod was refused for another reason: $psa"
+mark "Pod Security restricted enforced in $NS (a root pod: ${psa:0:120})"
+
+AGENT_POD=$(actl get pod -l app.kubernetes.io/name=interference-agent -o jsonpath='{.items[0].metadata.name}')
+agent_log=$(actl logs "$AGENT_POD")
+# The agent runs in its own PID and network namespaces, under the Localhost seccomp profile
+# its init container installed, with only BPF and PERFMON.
+[[ -s $STATE/kubelet/root/seccomp/interference/agent.json ]] || fail "no seccomp profile on the node"
+cmp -s "$STATE/kubelet/root/seccomp/interference/agent.json" "$SRC/deploy/base/agent/seccomp-profile.json" \
+    || fail "the node's seccomp profile is not deploy/base/agent/seccomp-profile.json"
+agent_pid=$(pgrep -o -f "bin/interference-agent" || true)
+[[ -n $agent_pid ]] || fail "no agent process on the node"
+[[ $(readlink "/proc/$agent_pid/ns/pid") != $(readlink /proc/1/ns/pid) ]] || fail "the agent is in the host PID namespace"
+[[ $(readlink "/proc/$agent_pid/ns/net") != $(readlink /proc/1/ns/net) ]] || fail "the agent is in the host network namespace"
+grep -q $'^Seccomp:\t2' "/proc/$agent_pid/status" || fail "the agent runs without a seccomp filter: $(grep Seccomp "/proc/$agent_pid/status")"
+agent_caps=$(capsh --decode="$(awk '/^CapEff/{print $2}' "/proc/$agent_pid/status")")
+[[ $agent_caps == *"=cap_perfmon,cap_bpf" || $agent_caps == *"=cap_bpf,cap_perfmon" ]] || fail "agent capabilities: $agent_caps"
+mark "agent (pid $agent_pid): own PID and network namespaces, seccomp filter on, ${agent_caps#*=}"
 for probe in runqlat reclaim; do
     grep -q -i "disabled.*$probe\|$probe.*disabled" <<<"$agent_log" \
         && fail "the agent disabled its BPF probe $probe: $(grep -i disabled <<<"$agent_log" | head -3)"
@@ -606,7 +641,7 @@ mark "agent writes as agent:$NODE (ACL LIST), its scheduling record is $age s ol
 # again.
 ISSUER_IP=$(kctl get svc interference-credentials -o jsonpath='{.spec.clusterIP}')
 REDIS_IP=$(kctl get svc redis -o jsonpath='{.spec.clusterIP}')
-AGENT_TOKEN=$("$REAL_KUBECTL" -n "$NS" create token interference-agent --audience interference-credentials \
+AGENT_TOKEN=$("$REAL_KUBECTL" -n "$AGENT_NS" create token interference-agent --audience interference-credentials \
     --bound-object-kind Pod --bound-object-name "$AGENT_POD" --duration 10m) || fail "kubectl create token failed"
 OTHER_TOKEN=$("$REAL_KUBECTL" -n "$NS" create token interference-scheduler --audience interference-credentials \
     --duration 10m) || fail "kubectl create token failed"
@@ -671,7 +706,7 @@ mark "issuer: $identity (ACL LOG entries: $refusals)"
 # The running agent's password was just replaced: drop its connection; it must enrol again.
 sleep 5
 redis_cli CLIENT KILL USER "agent:$NODE" >/dev/null
-wait_for 60 "the agent's log saying it enrols again" bash -c "[ \$(kubectl -n $NS logs $AGENT_POD | grep -c 'enrolling again') -ge 1 ]"
+wait_for 60 "the agent's log saying it enrols again" bash -c "[ \$(kubectl -n $AGENT_NS logs $AGENT_POD | grep -c 'enrolling again') -ge 1 ]"
 wait_for 90 "the agent enrolling again (a fresh record)" record_age 3
 mark "the agent enrolled again after its password was replaced (record $(record_age 3) s old)"
 # Redis restarts and forgets every user made at run time: the agent enrols again by itself.
@@ -755,7 +790,7 @@ stop_pid "${PIDS[port-forward]}" port-forward
 mark "interference top through kubectl port-forward lists $NODE"
 
 # The agent container's memory: cgroup peak (BCC's compile child and page cache included).
-agent_cid=$(kctl get pod "$AGENT_POD" -o jsonpath='{.status.containerStatuses[0].containerID}')
+agent_cid=$(actl get pod "$AGENT_POD" -o jsonpath='{.status.containerStatuses[0].containerID}')
 agent_cid=${agent_cid#containerd://}
 agent_cg=$({ find /sys/fs/cgroup/unified/kubepods /sys/fs/cgroup/memory/kubepods -type d -name "$agent_cid" 2>/dev/null || true; } | tr '\n' ' ')
 for cg in $agent_cg; do
@@ -801,6 +836,7 @@ kubectl delete -k "$STATE/example" --wait=true --timeout=120s >/dev/null
     || fail "kubectl delete -k failed"
 left=$(kubectl get all,configmap,secret,serviceaccount,role,rolebinding,lease -n "$NS" --no-headers 2>/dev/null | grep -v '^configmap/kube-root-ca.crt' || true)
 kubectl get namespace "$NS" >/dev/null 2>&1 && fail "namespace $NS still exists: $left"
+kubectl get namespace "$AGENT_NS" >/dev/null 2>&1 && fail "namespace $AGENT_NS still exists"
 for kind in clusterrole clusterrolebinding priorityclass; do
     kubectl get "$kind" -o name | grep -q interference && fail "$kind left: $(kubectl get "$kind" -o name | grep interference)"
 done
