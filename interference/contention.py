@@ -17,9 +17,8 @@ from typing import Literal
 Cause = Literal["none", "own_limit", "own_tasks", "neighbours"]
 
 MS_PER_S = 1000.0
-MAX_THROTTLED_FRACTION = 0.99
-"""Throttled share of the interval the estimate is capped at (the pod's and its
-containers' cgroups are each throttled, and their sums can pass one second per second)."""
+"""Also the cap on throttled ms/s: the pod's and its containers' cgroups are each
+throttled, and their sum can pass one second per second."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,24 +60,27 @@ def contention_shares(
     With ``O`` = own wait, ``N`` = neighbour wait, ``θ`` = throttled ms/s, ``C`` = on-CPU
     ms/s (all per second of the same interval or window)::
 
-        f          = min(θ / 1000, 0.99)            throttled share of the time
-        limit      = min(C · f / (1 − f), O + N)   own limit: while throttled, as many
-                                                   tasks wait as ran while not
-                                                   (C / (1000 − θ) of them)
+        W          = O + N                          attributed wait
+        n          = (W + C) / 1000                 mean runnable tasks (running or waiting)
+        limit      = min(min(θ, 1000) · n, W)       while throttled, every runnable task waits
         neighbours = max(0, N − limit)
         own_tasks  = max(0, O − max(0, limit − N))
 
-    The limit's waits come out of the neighbour part first: on a node busy enough to
-    matter, the CPUs a throttled pod leaves are taken by other pods' tasks, which are then
-    named as the culprits. On an idle node those waits end by a wake-up from idle and are
-    no run-queue wait at all, so ``limit`` is capped at the attributed wait. Negative
+    ``n`` assumes the pod's runnable count does not depend on whether it is throttled
+    (exact for busy threads: one busy thread with quota 0.2 CPU behind two busy
+    neighbours runs 200 ms/s, waits 400 ms/s behind them and 400 ms/s throttled, and
+    ``n = 1``). The limit's waits come out of the neighbour part first: on a node busy
+    enough to matter, the CPUs a throttled pod leaves are taken by other pods' tasks,
+    which are then named as the culprits. On an idle node those waits end by a wake-up
+    from idle and are no run-queue wait at all, so ``limit`` is capped at ``W``. Negative
     inputs (never published) count as 0.
     """
     own = max(0.0, own_wait_ms_per_s)
     neighbour = max(0.0, neighbour_wait_ms_per_s)
-    throttled = min(max(0.0, throttled_ms_per_s) / MS_PER_S, MAX_THROTTLED_FRACTION)
-    cpu = max(0.0, cpu_ms_per_s)
-    limit = min(cpu * throttled / (1.0 - throttled), own + neighbour)
+    throttled = min(max(0.0, throttled_ms_per_s), MS_PER_S)
+    waited = own + neighbour
+    runnable = (waited + max(0.0, cpu_ms_per_s)) / MS_PER_S
+    limit = min(throttled * runnable, waited)
     return ContentionShares(
         own_limit_ms_per_s=limit,
         own_tasks_ms_per_s=max(0.0, own - max(0.0, limit - neighbour)),

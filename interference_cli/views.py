@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from interference import hist
+from interference.contention import contention_shares
 from interference.decision import CandidateVerdict, Decision
 from interference.signals import WindowMetrics
 from interference_cli.store import NodeDetail, NodeRow, PodRow
@@ -17,7 +18,9 @@ BAR_WIDTH = 40
 """Characters of the longest histogram bar."""
 
 TOP_PODS = 5
-"""Victim and antagonist pods listed per node."""
+"""Victim, culprit and antagonist pods listed per node."""
+CULPRITS_SHOWN = 2
+"""Culprits named beside each victim."""
 
 
 def top_table(rows: Sequence[NodeRow], now: float, source: str) -> Table:
@@ -60,7 +63,8 @@ def top_table(rows: Sequence[NodeRow], now: float, source: str) -> Table:
 
 
 def node_view(detail: NodeDetail, now: float) -> RenderableType:
-    """A node's metrics, its histograms as bars, and its top victim and antagonist pods."""
+    """A node's metrics, its histograms as bars, its top victims (with whom they waited
+    behind and why), the culprits, and the pods using the most CPU."""
     row = detail.row
     assert row.metrics is not None  # node_detail raises for expired nodes
     state = row.state.upper() if row.stale else "ok"
@@ -85,11 +89,9 @@ def node_view(detail: NodeDetail, now: float) -> RenderableType:
     for name, buckets in detail.histograms.items():
         parts.append(histogram_table(name, buckets))
     parts.append(
-        pod_table(
-            "victims (most run-queue wait)",
-            sorted(detail.pods, key=lambda p: -p.metrics.runq_wait_ms_per_s)[:TOP_PODS],
-        )
+        victim_table(sorted(detail.pods, key=lambda p: -p.metrics.runq_wait_ms_per_s)[:TOP_PODS])
     )
+    parts.append(culprit_table(detail.pods))
     parts.append(
         pod_table(
             "antagonists (most CPU)",
@@ -97,6 +99,63 @@ def node_view(detail: NodeDetail, now: float) -> RenderableType:
         )
     )
     return Group(*parts)
+
+
+def victim_table(pods: Sequence[PodRow]) -> Table:
+    """Pods that waited the most, with whose tasks they waited behind and what the wait
+    was mostly down to (:func:`interference.contention.contention_shares`): ``neighbours``,
+    or the pod's own doing (``own_limit``: its CFS quota; ``own_tasks``: its own threads)."""
+    table = Table(title="victims (most run-queue wait)", title_justify="left")
+    table.add_column("pod")
+    table.add_column("qos")
+    for name in ("runq wait ms/s", "runq p99 µs", "behind neighbours ms/s", "throttled ms/s"):
+        table.add_column(name, justify="right")
+    table.add_column("mostly")
+    table.add_column("waited behind (ms/s)")
+    for pod in pods:
+        m = pod.metrics
+        cause = contention_shares(
+            own_wait_ms_per_s=m.own_wait_ms_per_s,
+            neighbour_wait_ms_per_s=m.neighbour_wait_ms_per_s,
+            throttled_ms_per_s=m.throttled_ms_per_s,
+            cpu_ms_per_s=m.cpu_ms_per_s,
+        ).cause
+        table.add_row(
+            m.key,
+            m.qos or "—",
+            f"{m.runq_wait_ms_per_s:.2f}",
+            f"{m.runq_p99_us:.0f}",
+            f"{m.neighbour_wait_ms_per_s:.2f}",
+            f"{m.throttled_ms_per_s:.1f}",
+            Text(cause, style="bold red" if cause == "neighbours" else ""),
+            ", ".join(f"{key} {ms:.1f}" for key, ms in m.culprits[:CULPRITS_SHOWN]) or "—",
+        )
+    return table
+
+
+def culprit_table(pods: Sequence[PodRow]) -> RenderableType:
+    """Whose tasks held the CPU while other pods waited: per culprit, the run-queue wait
+    it caused summed over the pods that named it, how many pods, and the one it kept
+    waiting longest (from each pod's :data:`~interference.signals.TOP_CULPRITS`)."""
+    caused: dict[str, float] = {}
+    waiters: dict[str, list[tuple[float, str]]] = {}
+    for pod in pods:
+        for key, ms in pod.metrics.culprits:
+            caused[key] = caused.get(key, 0.0) + ms
+            waiters.setdefault(key, []).append((ms, pod.metrics.key))
+    if not caused:
+        return Text("culprits: no pod waited behind another this interval", style="dim")
+    table = Table(
+        title="culprits (whose tasks held the CPU while pods waited)", title_justify="left"
+    )
+    table.add_column("culprit")
+    for name in ("wait caused ms/s", "pods kept waiting"):
+        table.add_column(name, justify="right")
+    table.add_column("longest kept waiting")
+    for key, total in sorted(caused.items(), key=lambda item: (-item[1], item[0]))[:TOP_PODS]:
+        longest_ms, longest = max(waiters[key])
+        table.add_row(key, f"{total:.1f}", str(len(waiters[key])), f"{longest} ({longest_ms:.1f})")
+    return table
 
 
 def window_table(windows: Mapping[str, WindowMetrics]) -> Table:

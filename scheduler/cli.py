@@ -41,8 +41,10 @@ from prometheus_client import CollectorRegistry
 from interference_infra.cliparse import RUNTIME_EXIT, USAGE_EXIT, OneLineParser
 from interference_infra.logsetup import configure_logging, mask_credentials
 from interference_infra.strict import SettingsError
+from scheduler.adapters.eviction import KubernetesEvictor
 from scheduler.adapters.kubernetes import KubernetesCluster, make_api_client
 from scheduler.adapters.leader import LeaderElector, default_identity
+from scheduler.adapters.pod_reports import RedisPodReports
 from scheduler.adapters.redis_signals import (
     QueuedDecisionSink,
     RedisDecisionSink,
@@ -65,6 +67,7 @@ from scheduler.http import HealthServer, Heartbeat, Status
 from scheduler.loop import SchedulingLoop
 from scheduler.metrics import SchedulerMetrics
 from scheduler.ports import ClusterError
+from scheduler.rebalancer import RebalanceMetrics, Rebalancer
 from scheduler.reload_guard import ReloadGuard
 
 log = logging.getLogger("scheduler")
@@ -167,6 +170,18 @@ class Scheduler:
             if config_path
             else None
         )
+        self.rebalancer = Rebalancer(
+            self.loop.cache,
+            self.signals,
+            RedisPodReports(self.redis),
+            KubernetesEvictor(self.api),
+            self.cluster,
+            self.decisions,
+            config.engine,
+            config.rebalancer,
+            config.loop.scheduler_name,
+            RebalanceMetrics(self.registry),
+        )
         self.signal_heartbeat = Heartbeat(
             "redis signal follower", max_silence_s=60 + 2 * config.redis.socket_timeout_s
         )
@@ -182,6 +197,7 @@ class Scheduler:
     def _apply_reload(self, new: SchedulerConfig) -> None:
         self.loop.update_settings(new.engine, new.loop)
         self.loop_heartbeat.max_silence_s = new.loop.wedged_after_s
+        self.rebalancer.update_settings(new.engine, new.rebalancer, new.loop.scheduler_name)
 
     def report_reachability(self) -> None:
         """One clear line each when the API server or Redis cannot be reached at start."""
@@ -194,6 +210,7 @@ class Scheduler:
         signals_thread = self._start(
             "signal-cache", self.signals.run, stop, self.signal_heartbeat.beat
         )
+        self._start("rebalancer", self.rebalancer.run, stop, self.leading)
         if self.reload is not None:
             self._start("config-reload", self.reload.run, stop)
         watcher = self.reload.watcher if self.reload is not None else None

@@ -64,12 +64,13 @@ from scheduler.config_reference import render
 from scheduler.http import HttpSettings
 from scheduler.loop import LoopSettings
 from scheduler.plugins.registry import REGISTRY
+from scheduler.rebalance import RebalancerSettings
 from scheduler.reload_guard import ReloadGuardSettings
 from scheduler.settings import EngineSettings
 
 log = logging.getLogger(__name__)
 
-LIVE_SECTIONS = ("engine", "loop", "reload_guard", "reload_interval_s")
+LIVE_SECTIONS = ("engine", "loop", "rebalancer", "reload_guard", "reload_interval_s")
 """Sections (and top-level keys) a reload applies without a restart (the extender mode
 applies ``engine`` only: it has no scheduling loop; ``reload_guard`` applies to the
 reloads after the one that changed it)."""
@@ -124,6 +125,7 @@ class SchedulerConfig:
     leader_election: LeaderElectionSettings = field(default_factory=LeaderElectionSettings)
     http: HttpSettings = field(default_factory=HttpSettings)
     tracing: TracingSettings = field(default_factory=TracingSettings)
+    rebalancer: RebalancerSettings = field(default_factory=RebalancerSettings)
     reload_guard: ReloadGuardSettings = field(default_factory=ReloadGuardSettings)
     reload_interval_s: float = 5.0
     """How often the config file is checked for changes."""

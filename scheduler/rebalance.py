@@ -75,9 +75,10 @@ class RebalancerSettings:
     """The rebalancer (the ``rebalancer`` section; docs/operations.md, Rebalancing)."""
 
     mode: RebalanceMode = "dry_run"
-    """``dry_run``: a victim gets a ``WouldEvict`` Event, a metric and a record, and the
-    Eviction API is called with ``dryRun=All`` (so PodDisruptionBudgets are checked, nothing
-    is evicted); ``enforce``: it is evicted; ``off``: nothing is looked at."""
+    """``dry_run``: a victim gets an ``InterferenceWouldEvict`` Event, a metric and a
+    decision record, and the Eviction API is asked with ``dryRun=All`` (PodDisruptionBudgets
+    are checked, nothing is evicted); ``enforce``: it is evicted; ``off``: nothing is looked
+    at."""
     interval_s: float = 5.0
     """How often the leader looks at the pods with a tolerance."""
     window: RebalanceWindow = "60s"
@@ -102,6 +103,7 @@ class RebalancerSettings:
     max_per_cluster: int = 5
     """Evictions in the whole cluster per ``rate_window_s``."""
     rate_window_s: float = 600.0
+    """The window of the ``max_per_*`` limits (dry runs count as evictions)."""
     cooldown_s: float = 600.0
     """After one of its pods was moved, a workload (controller) is not moved again for this long."""
     retry_after_s: float = 30.0

@@ -13,11 +13,14 @@ CASES: list[tuple[str, tuple[float, float, float, float], tuple[float, float, fl
     ("quiet pod", (0, 0, 0, 100), (0, 0, 0, "none")),
     ("neighbour contention, no limit", (5, 400, 0, 500), (0, 5, 400, "neighbours")),
     # quota 0.5 CPU, one busy thread on a busy node: runs 500 ms, throttled 500 ms, and
-    # those 500 ms of waits end after neighbours' tasks.
+    # those 500 ms of waits end after neighbours' tasks (one runnable task).
     ("own limit on a busy node", (0, 500, 500, 500), (500, 0, 0, "own_limit")),
     # quota 2 CPUs, four threads: each waits out the 500 ms throttled.
     ("own limit, four threads", (100, 1900, 500, 2000), (2000, 0, 0, "own_limit")),
-    ("limit and a real neighbour", (0, 900, 200, 400), (100, 0, 800, "neighbours")),
+    ("limit and a real neighbour", (0, 900, 200, 400), (260, 0, 640, "neighbours")),
+    # quota 0.2 CPU, one busy thread behind two busy neighbours: 400 ms/s waiting behind
+    # them, 400 ms/s throttled; a tie goes to the pod itself.
+    ("half limit, half neighbours", (0, 800, 400, 200), (400, 0, 400, "own_limit")),
     # throttled on an idle node: the waits ended by waking idle CPUs, not in a run queue.
     ("own limit on an idle node", (0, 0, 500, 500), (0, 0, 0, "none")),
     ("own threads crowd its CPUs", (600, 50, 0, 1000), (0, 600, 50, "own_tasks")),
