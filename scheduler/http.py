@@ -23,16 +23,22 @@ kube-scheduler on the same host nor pretends to be TLS.
   interference index when the source can read it); 404 with a plain message for a pod
   without a record. Read-only, and as open as ``/metrics``: the port has no auth of its
   own (keep it inside the cluster, like the metrics).
-* ``POST`` routes given by the caller (extender mode's ``/filter`` and ``/prioritize``):
-  each handler takes the request body and returns status, body and content type.
+* ``POST`` routes given by the caller: each handler takes the request body and returns
+  status, body and content type.
 
-HTTP/1.1 with keep-alive and TCP_NODELAY, so a caller that posts many requests
-(kube-scheduler calling an extender) reuses its connection.
+HTTP/1.1 with keep-alive and TCP_NODELAY, so a caller that posts many requests reuses its
+connection.
+
+Extender mode serves kube-scheduler's calls (``POST /filter``, ``/prioritize``) apart from
+these, on :class:`ExtenderEndpoint`: HTTPS on its own port (default 10262), requiring a
+client certificate signed by the install's CA, within :class:`ExtenderSettings`' limits.
+The kubelet's probes and Prometheus, which hold no such certificate, stay on this port.
 """
 
 from __future__ import annotations
 
 import logging
+import ssl
 import threading
 import time
 import urllib.parse
@@ -47,14 +53,29 @@ from interference.decision_page import render_decision_page
 from interference_infra.http import (
     HEALTHZ_PATH,
     READYZ_PATH,
+    REFUSALS,
     GetRoute,
     HealthEndpoint,
     PostRoute,
+    ServerLimits,
 )
+from interference_infra.server_tls import ServerTls
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 10251
+EXTENDER_PORT = 10262
+"""The extender verbs' HTTPS port: beside 10251, clear of kube-scheduler's 10259 and the
+kubelet's and kube-proxy's ports."""
+EXTENDER_TLS_DIR = "/etc/interference-extender-tls"
+"""Where deploy/components/extender mounts the Secret interference-extender-serving."""
+MIB = 1024 * 1024
+EXTENDER_MAX_BODY_BYTES = 6 * MIB
+"""The largest legitimate ``ExtenderArgs`` with ``NodeNames`` for 5,000 nodes, rounded up:
+the Pod as JSON (the API server takes at most 3 MiB per request body, so no stored Pod is
+larger) plus 5,000 node names at the longest a name may be (253 characters, 256 bytes
+quoted with a comma: 1.28 MB) and the envelope. Without ``nodeCacheCapable`` the request
+carries every Node object instead, and the limit must be raised."""
 
 DECISIONS_PATH = "/decisions/"
 """Prefix of the decision pages: ``/decisions/NAMESPACE/POD``."""
@@ -62,7 +83,11 @@ DECISIONS_PATH = "/decisions/"
 __all__ = [
     "DECISIONS_PATH",
     "DEFAULT_PORT",
+    "EXTENDER_PORT",
+    "REFUSALS",
     "DecisionPages",
+    "ExtenderEndpoint",
+    "ExtenderSettings",
     "HealthServer",
     "Heartbeat",
     "HttpSettings",
@@ -86,6 +111,74 @@ class HttpSettings:
             raise ValueError(f"port: {self.port!r} must be an integer in 0–65535, e.g. 10251")
         if not self.host:
             raise ValueError("host: must not be empty, e.g. 0.0.0.0")
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderSettings:
+    """How ``interference-scheduler extender`` serves kube-scheduler's calls: HTTPS with
+    client authentication on its own port, within limits (docs/operations.md, "Extender
+    mode"). A restart applies a change; renewed certificate files are picked up live."""
+
+    port: int = EXTENDER_PORT
+    """TCP port of POST /filter and /prioritize (0: any free port, for tests)."""
+    host: str = "0.0.0.0"
+    """Address to bind."""
+    tls_cert_file: str = f"{EXTENDER_TLS_DIR}/tls.crt"
+    """The serving certificate (PEM), for the Service name kube-scheduler calls."""
+    tls_key_file: str = f"{EXTENDER_TLS_DIR}/tls.key"
+    """Its private key (PEM)."""
+    client_ca_file: str = f"{EXTENDER_TLS_DIR}/ca.crt"
+    """The CA (PEM) that signed kube-scheduler's client certificate: a client without a
+    certificate it signed fails the TLS handshake."""
+    plaintext: bool = False
+    """Serve plain HTTP with no client authentication instead: only for a test on
+    loopback, never where anything but kube-scheduler can reach the port."""
+    max_connections: int = 8
+    """Connections served at once (one thread each; kube-scheduler calls one at a time);
+    more wait up to 2 s, then get 503."""
+    max_body_bytes: int = EXTENDER_MAX_BODY_BYTES
+    """Largest request body; a larger one gets 413. The default fits the largest Pod with
+    NodeNames for 5,000 nodes (raise it only for nodeCacheCapable: false)."""
+    request_timeout_s: float = 30.0
+    """Longest wait for each read of a request, and for the next request on a kept-alive
+    connection."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port: {self.port!r} must be an integer in 0–65535, e.g. 10262")
+        if not self.host:
+            raise ValueError("host: must not be empty, e.g. 0.0.0.0")
+        if not self.plaintext:
+            for name in ("tls_cert_file", "tls_key_file", "client_ca_file"):
+                if not getattr(self, name):
+                    raise ValueError(
+                        f"{name}: must name a PEM file (scripts/create-extender-certs.sh makes"
+                        " them); plaintext: true serves without TLS, for a loopback test only"
+                    )
+        self.limits()  # the ranges of max_connections, max_body_bytes, request_timeout_s
+
+    def limits(self) -> ServerLimits:
+        """The endpoint's :class:`ServerLimits`."""
+        return ServerLimits(
+            max_connections=self.max_connections,
+            max_body_bytes=self.max_body_bytes,
+            request_timeout_s=self.request_timeout_s,
+        )
+
+    def tls(self) -> ServerTls | None:
+        """The certificate files loaded (``None`` with ``plaintext``); ``ValueError`` naming
+        the files and the fix when they cannot be used."""
+        if self.plaintext:
+            return None
+        try:
+            return ServerTls(self.tls_cert_file, self.tls_key_file, self.client_ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise ValueError(
+                f"extender: cannot load the TLS files {self.tls_cert_file},"
+                f" {self.tls_key_file}, {self.client_ca_file} ({exc}); create them with"
+                " scripts/create-extender-certs.sh or cert-manager (docs/operations.md,"
+                " Extender mode)"
+            ) from exc
 
 
 class Heartbeat:
@@ -176,6 +269,39 @@ def decision_page_route(source: DecisionPages) -> GetRoute:
         return 200, page.encode(), "text/html; charset=utf-8"
 
     return route
+
+
+class ExtenderEndpoint(HealthEndpoint):
+    """kube-scheduler's side: ``routes`` (``POST /filter``, ``/prioritize``) alone, over
+    HTTPS with ``tls`` (``settings.tls()``: a client certificate required; ``None`` only
+    with ``settings.plaintext``), kept alive, within ``settings``' limits; ``on_refused``
+    counts each refusal by reason (:data:`interference_infra.http.REFUSALS`).
+    :class:`EndpointBindError` when the port is taken."""
+
+    def __init__(
+        self,
+        settings: ExtenderSettings,
+        routes: Mapping[str, PostRoute],
+        tls: ServerTls | None,
+        on_refused: Callable[[str], None] | None = None,
+    ) -> None:
+        if tls is None and not settings.plaintext:
+            raise ValueError("extender: TLS is required unless extender.plaintext is true")
+        self.settings = settings
+        super().__init__(
+            settings.host,
+            settings.port,
+            None,
+            {},
+            post_routes=routes,
+            keep_alive=True,
+            limits=settings.limits(),
+            tls=tls,
+            on_refused=on_refused,
+            thread_name="extender-http",
+            bind_fix="free the port or set extender.port",
+            logger=log,
+        )
 
 
 class HealthServer(HealthEndpoint):
