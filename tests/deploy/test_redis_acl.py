@@ -33,6 +33,7 @@ from interference.decision import Decision
 from interference.signals import GpuDevice, NodeMetrics, NodeReport, PodMetrics
 from interference_cli.store import CliError, Store
 from node_agent.publisher import PublisherSettings, RedisPublisher
+from scheduler.adapters.pod_reports import RedisPodReports
 from scheduler.adapters.redis_signals import (
     ACL_COMMANDS,
     RedisDecisionSink,
@@ -413,6 +414,7 @@ def exercise_scheduler_store(
     assert cache.poll_once() == len(nodes)
     assert cache.write_ranking()
     cache.count_strays()
+    assert set(RedisPodReports(client).recent(nodes)) <= set(nodes)  # the rebalancer's read
     RedisDecisionSink(client, settings, metrics).write(
         Decision("shop", "api-2", "scheduled", nodes[-1], "assigned", NOW)
     )

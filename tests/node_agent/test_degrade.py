@@ -1,0 +1,266 @@
+"""The degrader (node_agent.degrade) on real cgroups: who is degraded, when, how far, when
+it is put back, dry run, rate limit, opt-in, and restoring after a restart.
+
+The pods' cgroups are real (a unique ``kubepods/<qos>/pod<uid>`` tree in the v2 hierarchy
+and in the v1 ``cpu`` and ``memory`` hierarchies where those are mounted, as on this
+hybrid host), so the knobs found and the values written are the kernel's; the reports
+are built here, interval by interval. ``test_degrading_relieves_the_victim`` closes the
+loop with real workloads and probes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from interference.signals import NodeMetrics, NodeReport, PodMetrics
+from node_agent.cgroup_knobs import PodCgroups, read_knob
+from node_agent.degrade import (
+    REASON_DEGRADED,
+    REASON_RESTORED,
+    REASON_WOULD_DEGRADE,
+    REASON_WOULD_RESTORE,
+    DegradeMetrics,
+    Degrader,
+    DegradeSettings,
+)
+from node_agent.probes.base import ProbeContext
+from tests.node_agent.bpf_workloads import require_root
+from tests.node_agent.own_cgroups import cgroup_tree, unique_name
+
+CTX = ProbeContext()
+NS = "degrade"
+
+
+@dataclass
+class RecordedEvents:
+    events: list[tuple[str, str, str, bool]] = field(default_factory=list)
+
+    def emit(self, pod: PodMetrics, reason: str, message: str, warning: bool) -> None:
+        self.events.append((pod.key, reason, message, warning))
+
+    def reasons(self) -> list[tuple[str, str]]:
+        return [(key, reason) for key, reason, _, _ in self.events]
+
+
+@dataclass(frozen=True)
+class Tree:
+    root: str
+    uids: dict[str, str]
+    """pod name → UID."""
+    qos: dict[str, str]
+
+
+def hierarchies() -> dict[str, str]:
+    found = {"v2": CTX.cgroup_v2_mount}
+    for controller in ("cpu", "memory"):
+        mount = f"{CTX.cgroup_v1_mount}/{controller}"
+        if Path(mount, "tasks").exists():
+            found[controller] = mount
+    return found
+
+
+@pytest.fixture
+def tree() -> Iterator[Tree]:
+    require_root()
+    top = unique_name("intf-test-degrade")
+    pods = {"hog": "besteffort", "victim": "burstable", "batch": "burstable", "hog2": "besteffort"}
+    uids = {name: str(uuid.uuid4()) for name in pods}
+    with ExitStack() as stack:
+        for mount in hierarchies().values():
+            kubepods = stack.enter_context(cgroup_tree(mount, f"{top}/kubepods"))
+            for name, qos in pods.items():
+                (kubepods / qos / f"pod{uids[name]}").mkdir(parents=True)
+        yield Tree(f"/{top}", uids, pods)
+
+
+def pod(tree: Tree, name: str, **values: object) -> PodMetrics:
+    return PodMetrics(NS, name, uid=tree.uids[name], qos=tree.qos[name], **values)  # type: ignore[arg-type]
+
+
+def contended(tree: Tree, culprit: str = "hog", reclaim_stall: float = 0.0) -> NodeReport:
+    """The victim waits 600 ms/s behind ``culprit`` (and a little behind system)."""
+    victim = pod(
+        tree,
+        "victim",
+        cpu_ms_per_s=300.0,
+        runq_wait_ms_per_s=700.0,
+        neighbour_wait_ms_per_s=700.0,
+        culprits=((f"{NS}/{culprit}", 600.0), ("system", 100.0)),
+    )
+    return NodeReport(
+        node="n1",
+        ts=time.time(),
+        interval_s=1.0,
+        metrics=NodeMetrics(runq_p99_us=30_000.0, reclaim_stall_ms_per_s=reclaim_stall),
+        pods=[victim, *(pod(tree, n, cpu_ms_per_s=900.0) for n in tree.uids if n != "victim")],
+        measured=("reclaim", "runq", "throttle"),
+    )
+
+
+def quiet(tree: Tree) -> NodeReport:
+    return replace(
+        contended(tree),
+        metrics=NodeMetrics(),
+        pods=[pod(tree, n, cpu_ms_per_s=100.0) for n in tree.uids],
+    )
+
+
+def degrader(
+    tree: Tree, tmp_path: Path, events: RecordedEvents, **settings: object
+) -> tuple[Degrader, CollectorRegistry]:
+    registry = CollectorRegistry()
+    chosen = DegradeSettings(
+        **{  # type: ignore[arg-type]
+            "enabled": True,
+            "dry_run": False,
+            "min_degraded_s": 30.0,
+            "state_file": str(tmp_path / "degraded.json"),
+            **settings,
+        }
+    )
+    cgroups = PodCgroups(ProbeContext(cgroup_root=tree.root))
+    return Degrader(chosen, cgroups, events, DegradeMetrics(registry)), registry
+
+
+def run(d: Degrader, report: NodeReport, intervals: int, start: float) -> float:
+    for i in range(intervals):
+        d.observe(report, start + i)
+    return start + intervals
+
+
+def actions(registry: CollectorRegistry, action: str, resource: str) -> float:
+    value = registry.get_sample_value(
+        "interference_agent_degrade_actions_total", {"action": action, "resource": resource}
+    )
+    return value or 0.0
+
+
+def test_cpu_antagonist_degraded_after_sustained_contention_and_restored(
+    tree: Tree, tmp_path: Path
+) -> None:
+    events = RecordedEvents()
+    d, registry = degrader(tree, tmp_path, events)
+    knob = PodCgroups(ProbeContext(cgroup_root=tree.root)).knob(tree.uids["hog"], "cpu")
+    assert knob is not None, "no cpu knob: neither v2 cpu.weight nor v1 cpu.shares"
+    original = read_knob(knob)
+
+    now = run(d, contended(tree), 4, 1000.0)
+    assert read_knob(knob) == original and not events.events  # not yet sustained
+    now = run(d, contended(tree), 1, now)
+    lowered = "1" if knob.file == "cpu.weight" else "10"
+    assert read_knob(knob) == lowered
+    [(key, reason, message, warning)] = events.events
+    assert (key, reason, warning) == (f"{NS}/hog", REASON_DEGRADED, True)
+    assert f"{knob.file} {original} → {lowered}" in message
+    assert "degrade/victim 600 ms/s" in message and "5 intervals" in message
+    assert actions(registry, "degraded", "cpu") == 1
+    assert registry.get_sample_value("interference_agent_degraded_pods", {"resource": "cpu"}) == 1
+
+    # Contention ends: restored only after 10 quiet intervals and the least hold time.
+    now = run(d, quiet(tree), 10, now)
+    assert read_knob(knob) == lowered, "restored before min_degraded_s"
+    now = run(d, quiet(tree), 20, now + 20)
+    assert read_knob(knob) == original
+    assert events.reasons()[-1] == (f"{NS}/hog", REASON_RESTORED)
+    assert actions(registry, "restored", "cpu") == 1
+    assert registry.get_sample_value("interference_agent_degraded_pods", {"resource": "cpu"}) == 0
+
+
+def test_dry_run_writes_nothing_and_says_what_it_would_do(tree: Tree, tmp_path: Path) -> None:
+    events = RecordedEvents()
+    d, registry = degrader(tree, tmp_path, events, dry_run=True)
+    knob = PodCgroups(ProbeContext(cgroup_root=tree.root)).knob(tree.uids["hog"], "cpu")
+    assert knob is not None
+    original = read_knob(knob)
+    now = run(d, contended(tree), 8, 0.0)
+    run(d, quiet(tree), 40, now + 60)
+    assert read_knob(knob) == original
+    assert [r for _, r in events.reasons()] == [REASON_WOULD_DEGRADE, REASON_WOULD_RESTORE]
+    assert "dry run: would set" in events.events[0][2]
+    assert actions(registry, "would_degrade", "cpu") == 1
+    assert actions(registry, "degraded", "cpu") == 0
+    assert not (tmp_path / "degraded.json").exists()
+
+
+def test_only_opted_in_pods_are_degraded(tree: Tree, tmp_path: Path) -> None:
+    """A Burstable culprit is left alone unless annotated degradable."""
+    events = RecordedEvents()
+    d, _ = degrader(tree, tmp_path, events)
+    run(d, contended(tree, culprit="batch"), 20, 0.0)
+    assert events.events == []
+    d.opted_in = lambda uid: uid == tree.uids["batch"]
+    run(d, contended(tree, culprit="batch"), 5, 100.0)
+    assert events.reasons() == [(f"{NS}/batch", REASON_DEGRADED)]
+
+
+def test_a_pod_throttled_by_its_own_limit_is_no_victim(tree: Tree, tmp_path: Path) -> None:
+    events = RecordedEvents()
+    d, _ = degrader(tree, tmp_path, events)
+    report = contended(tree)
+    throttled = replace(report.pods[0], throttled_ms_per_s=900.0, cpu_ms_per_s=50.0)
+    run(d, replace(report, pods=[throttled, *report.pods[1:]]), 20, 0.0)
+    assert events.events == []
+
+
+def test_rate_limit_holds_the_second_antagonist(tree: Tree, tmp_path: Path) -> None:
+    events = RecordedEvents()
+    d, _ = degrader(tree, tmp_path, events, max_degrades_per_window=1, window_s=120.0)
+    now = run(d, contended(tree, culprit="hog"), 5, 0.0)
+    assert events.reasons() == [(f"{NS}/hog", REASON_DEGRADED)]
+    # hog2 becomes the antagonist at once; it waits for the window to pass.
+    now = run(d, contended(tree, culprit="hog2"), 30, now)
+    assert [key for key, _ in events.reasons()].count(f"{NS}/hog2") == 0
+    run(d, contended(tree, culprit="hog2"), 100, now)
+    assert (f"{NS}/hog2", REASON_DEGRADED) in events.reasons()
+
+
+def test_memory_antagonist_gets_a_ceiling_under_reclaim_stall(tree: Tree, tmp_path: Path) -> None:
+    events = RecordedEvents()
+    d, registry = degrader(tree, tmp_path, events)
+    knob = PodCgroups(ProbeContext(cgroup_root=tree.root)).knob(tree.uids["hog"], "memory")
+    if knob is None:
+        pytest.skip("no memory controller in v2 or v1 here")
+    original = read_knob(knob)
+    run(d, contended(tree, culprit="system", reclaim_stall=4.9), 10, 0.0)
+    assert read_knob(knob) == original  # below the 5 ms/s threshold
+    run(d, contended(tree, culprit="system", reclaim_stall=12.0), 5, 20.0)
+    # Empty test cgroups use no memory: the ceiling is the floor.
+    assert int(read_knob(knob)) == 64 * 1024 * 1024
+    assert events.reasons() == [(f"{NS}/hog", REASON_DEGRADED)]
+    assert "stalled in reclaim 12.0 ms/s" in events.events[0][2]
+    assert actions(registry, "degraded", "memory") == 1
+
+
+def test_a_restarted_agent_restores_what_it_wrote(tree: Tree, tmp_path: Path) -> None:
+    events = RecordedEvents()
+    d, _ = degrader(tree, tmp_path, events)
+    knob = PodCgroups(ProbeContext(cgroup_root=tree.root)).knob(tree.uids["hog"], "cpu")
+    assert knob is not None
+    original = read_knob(knob)
+    run(d, contended(tree), 5, 0.0)
+    assert read_knob(knob) != original
+    # The agent dies here; the next one finds the state file.
+    after, _ = degrader(tree, tmp_path, RecordedEvents())
+    assert after.restore_saved() == [f"{NS}/hog"]
+    assert read_knob(knob) == original
+    assert after.restore_saved() == []
+
+
+def test_settings_refuse_nonsense() -> None:
+    with pytest.raises(ValueError, match="cpu weight"):
+        DegradeSettings(cpu_weight=0)
+    with pytest.raises(ValueError, match="memory ratio"):
+        DegradeSettings(memory_ratio=1.5)
+    with pytest.raises(ValueError, match="sustain intervals"):
+        DegradeSettings(sustain_intervals=0)
+    assert DegradeSettings().enabled is False and DegradeSettings().dry_run is True
+    assert os.path.basename(DegradeSettings().state_file) == "degraded.json"
