@@ -11,18 +11,26 @@ Kubernetes client to the HTTP emulator with decision records in a real redis-ser
 for a collector on another machine). Runs alternate off/on so the shared machine's noise
 hits both; the figure is the ratio of the medians. Target: on ≥ 0.95 × off.
 
+``--pin`` runs the scheduler on CPU 0 and the exporter process and the receiver on CPU 1:
+a scheduler given a CPU beyond its scheduling thread, which is what the exporter being a
+process of its own is for. Without it everything shares this machine's two CPUs, and what
+the exporter spends comes off the scheduler.
+
 Run from the repository root: ``.venv/bin/python bench/tracing_cost.py [--path in-memory]
-[--nodes 5000] [--running 50000] [--pending 10000] [--rounds 3]``.
+[--nodes 5000] [--running 50000] [--pending 10000] [--rounds 3] [--pin]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from concurrent import futures
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -40,13 +48,13 @@ from bench.scheduler_throughput import (
 from scheduler.adapters.tracing import OtlpTracer, TracingMetrics, TracingSettings
 
 TARGET = 0.95
+SCHEDULER_CPU = 0
+EXPORTER_CPU = 1
 
 
 def receive_spans(port_out: Any, counted: Any) -> None:
     """An OTLP gRPC trace receiver counting the spans it is sent (its own process, niced:
     it stands for a collector on another machine)."""
-    import os
-
     import grpc
     from opentelemetry.proto.collector.trace.v1 import (
         trace_service_pb2,
@@ -68,6 +76,20 @@ def receive_spans(port_out: Any, counted: Any) -> None:
     server.wait_for_termination()
 
 
+@contextmanager
+def on_cpu(pin: bool, cpu: int) -> Iterator[None]:
+    """With ``pin``: this process on ``cpu`` inside the block (for the processes it spawns
+    there), on ``SCHEDULER_CPU`` after."""
+    if not pin:
+        yield
+        return
+    os.sched_setaffinity(0, {cpu})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, {SCHEDULER_CPU})
+
+
 def one_run(args: argparse.Namespace, tracer: OtlpTracer | None) -> float:
     """Pods/s of the loop binding every pending pod."""
     memory = build_cluster(args.nodes, args.running, args.pending, args.seed)
@@ -87,12 +109,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pending", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument(
+        "--pin", action="store_true", help="scheduler on CPU 0, exporter and receiver on CPU 1"
+    )
     args = parser.parse_args(argv)
+    if args.pin and not {0, 1} <= os.sched_getaffinity(0):
+        parser.error("--pin needs CPUs 0 and 1")
     context = multiprocessing.get_context("spawn")
     port_out: Any = context.Queue()
     counted: Any = context.Value("q", 0)
     receiver = context.Process(target=receive_spans, args=(port_out, counted), daemon=True)
-    receiver.start()
+    with on_cpu(args.pin, EXPORTER_CPU):  # a spawned process inherits the affinity
+        receiver.start()
     endpoint = f"http://127.0.0.1:{port_out.get(timeout=30)}"
     off: list[float] = []
     on: list[float] = []
@@ -101,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         for round_number in range(args.rounds):
             off.append(one_run(args, None))
             registry = CollectorRegistry()
-            tracer = OtlpTracer(TracingSettings(endpoint=endpoint), TracingMetrics(registry))
+            with on_cpu(args.pin, EXPORTER_CPU):
+                tracer = OtlpTracer(TracingSettings(endpoint=endpoint), TracingMetrics(registry))
             on.append(one_run(args, tracer))
             tracer.close(60)
             dropped += registry.get_sample_value("interference_scheduler_traces_dropped_total") or 0
@@ -110,9 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         receiver.terminate()
     ratio = statistics.median(on) / statistics.median(off)
+    pinned = ", scheduler on CPU 0, exporter and receiver on CPU 1" if args.pin else ""
     print(
-        f"\n{args.path}: {args.nodes} nodes, {args.pending} pending pods, {args.rounds} rounds,"
-        " medians:"
+        f"\n{args.path}: {args.nodes} nodes, {args.pending} pending pods, {args.rounds} rounds"
+        f"{pinned}, medians:"
     )
     print(f"  tracing off: {statistics.median(off):.0f} pods/s")
     print(f"  tracing on (ratio 1.0): {statistics.median(on):.0f} pods/s")
