@@ -30,7 +30,10 @@ from interference.freshness import missing_core
 from interference.signals import GpuDevice, NodeReport
 from node_agent.aggregate import aggregate, measured_families, resolve_owners
 from node_agent.attribution import Attributor
+from node_agent.cgroup_knobs import PodCgroups
 from node_agent.credentials import Enrolment
+from node_agent.degrade import DegradeMetrics, Degrader, EventSink
+from node_agent.events import KubernetesEvents, LoggedEvents
 from node_agent.gpu import GpuInventory
 from node_agent.health import AgentMetrics, liveness_problem
 from node_agent.history import SignalHistory
@@ -77,11 +80,13 @@ class Agent:
         gpu_inventory: GpuInventory | None = None,
         metrics: AgentMetrics | None = None,
         enrolment: Enrolment | None = None,
+        events: EventSink | None = None,
     ) -> None:
         """``sink`` None only measures (``--once``); ``gpu_inventory`` None reports no GPUs;
         ``metrics`` None records into a registry of its own; ``enrolment`` (the sink's
         source of Redis credentials) is started with the probes and explains ``/readyz``
-        while it holds none."""
+        while it holds none; ``events`` receives the degrader's Events (log lines when
+        None)."""
         self.settings = settings
         cpus = settings.cpus()
         self.ncpu = cpus.count
@@ -107,6 +112,17 @@ class Agent:
         """Reports dropped in a row by the sink (0 after any successful publish)."""
         self.disabled_probes: dict[str, str] = {}
         """Probes that could not start, with the reason (published in every report)."""
+        self.degrader: Degrader | None = None
+        """Degrades antagonists after each report when ``settings.degrade.enabled``."""
+        if settings.degrade.enabled:
+            opted_in = getattr(directory, "degradable", None)
+            self.degrader = Degrader(
+                settings.degrade,
+                PodCgroups(self._ctx),
+                events if events is not None else LoggedEvents(),
+                DegradeMetrics(self.metrics.registry),
+                opted_in=opted_in if callable(opted_in) else (lambda _uid: False),
+            )
 
     @property
     def running_probes(self) -> list[str]:
@@ -147,6 +163,12 @@ class Agent:
         else:
             log.info("running probes: %s", ", ".join(self.running_probes) or "none")
         self.metrics.set_probes(self.running_probes, self.disabled_probes)
+        if self.degrader is not None:
+            mode = "dry run" if self.settings.degrade.dry_run else "enforcing"
+            log.info("degrading antagonists on this node (%s)", mode)
+            restored = self.degrader.restore_saved()
+            if restored:
+                log.info("restored what a previous run degraded: %s", ", ".join(restored))
         self._started = True
         if self._gpu_inventory is not None:
             self._gpu_inventory.start()
@@ -252,10 +274,20 @@ class Agent:
                 failing = False
                 if self._sink is not None:
                     self.publish(report)
+                self.degrade(report)
             next_tick += interval
             now = time.monotonic()
             if next_tick <= now:  # fell behind (a stalled host): realign, don't burst
                 next_tick = now + interval
+
+    def degrade(self, report: NodeReport) -> None:
+        """Hand ``report`` to the degrader (when on); a failure costs one interval."""
+        if self.degrader is None:
+            return
+        try:
+            self.degrader.observe(report, time.monotonic())
+        except Exception:
+            log.exception("degrading antagonists failed this interval")
 
     def publish(self, report: NodeReport) -> bool:
         """Hand ``report`` to the sink, counting failures in a row (for ``/readyz``)."""
@@ -273,6 +305,10 @@ class Agent:
         ``withdraw`` (a clean shutdown: readers then see the node gone at once instead of
         after its TTL); safe to call twice."""
         sink, self._sink = self._sink, None
+        if self.degrader is not None:
+            # Leaving a pod degraded with no agent to restore it would be worse than
+            # letting the next agent degrade it again.
+            self.degrader.restore_all()
         if (
             withdraw
             and sink is not None
@@ -407,4 +443,26 @@ def build_agent(
             count=lambda event: counter.labels(event=event).inc(),
         )
     sink = RedisPublisher(publisher_settings(settings), enrolment) if publish else None
-    return Agent(settings, pod_directory(settings), sink, GpuInventory(), metrics, enrolment)
+    events = kubernetes_events(settings) if settings.degrade.enabled else None
+    return Agent(
+        settings, pod_directory(settings), sink, GpuInventory(), metrics, enrolment, events
+    )
+
+
+def kubernetes_events(settings: AgentSettings) -> EventSink | None:
+    """Events through the API server (in-cluster config, else ``settings.kubeconfig``),
+    or None (log lines) without API access."""
+    if not settings.kubernetes:
+        return None
+    from kubernetes import client, config
+
+    try:
+        if settings.kubeconfig:
+            api_client = config.new_client_from_config(config_file=settings.kubeconfig)  # type: ignore[no-untyped-call]
+        else:
+            config.load_incluster_config()  # type: ignore[no-untyped-call]
+            api_client = client.ApiClient()
+    except (config.ConfigException, OSError, yaml.YAMLError) as exc:
+        log.warning("no API access for Events (%s): the degrader's Events go to the log", exc)
+        return None
+    return KubernetesEvents(client.EventsV1Api(api_client), settings.node_name)

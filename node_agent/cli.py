@@ -32,6 +32,7 @@ from interference_infra.version import add_version_argument
 from node_agent import probes
 from node_agent.agent import Agent, build_agent, publisher_settings
 from node_agent.credentials import DEFAULT_TOKEN_FILE
+from node_agent.degrade import DegradeSettings
 from node_agent.health import AgentHttpServer, AgentMetrics
 from node_agent.settings import AgentSettings, detect_cgroup_v2_mount
 
@@ -161,6 +162,31 @@ def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         default=environ.get("PROC_ROOT", AgentSettings.proc_root),
         help="the host's procfs, e.g. /host/proc without the host PID namespace (env "
         "PROC_ROOT; default %(default)s)",
+    )
+    p.add_argument(
+        "--degrade",
+        default=environ.get("DEGRADE", "off"),
+        help="degrade antagonists on this node (BestEffort or interference.io/degradable "
+        "pods): off, dry-run (Events and metrics only) or enforce (writes cgroupfs; "
+        "deploy/components/degrade) (env DEGRADE; default off)",
+    )
+    p.add_argument(
+        "--degrade-reclaim-stall",
+        metavar="MS_PER_S",
+        help="node reclaim stall from which the memory antagonist is degraded (env "
+        f"DEGRADE_RECLAIM_STALL_MS_PER_S; default {DegradeSettings.reclaim_stall_ms_per_s:g})",
+    )
+    p.add_argument(
+        "--degrade-victim-wait",
+        metavar="MS_PER_S",
+        help="run-queue wait behind neighbours that makes a pod a victim (env "
+        f"DEGRADE_VICTIM_WAIT_MS_PER_S; default {DegradeSettings.victim_wait_ms_per_s:g})",
+    )
+    p.add_argument(
+        "--degrade-state-file",
+        default=environ.get("DEGRADE_STATE_FILE", DegradeSettings.state_file),
+        help="where what was degraded is kept for restoring after a restart (env "
+        "DEGRADE_STATE_FILE; default %(default)s)",
     )
     p.add_argument(
         "--no-kubernetes",
@@ -357,6 +383,40 @@ def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> 
         kubelet_url=args.kubelet_url,
         kubelet_ca_file=args.kubelet_ca_file,
         proc_root=args.proc_root,
+        degrade=degrade_settings(args, environ),
+    )
+
+
+DEGRADE_MODES = ("off", "dry-run", "enforce")
+
+
+def degrade_settings(args: argparse.Namespace, environ: Mapping[str, str]) -> DegradeSettings:
+    """``--degrade`` and its thresholds (``SettingsError`` naming the flag or variable)."""
+    mode = str(args.degrade).strip().lower()
+    if mode not in DEGRADE_MODES:
+        raise SettingsError(
+            f"--degrade/DEGRADE must be one of {', '.join(DEGRADE_MODES)}, got {args.degrade!r}"
+        )
+    stall = _number(
+        args.degrade_reclaim_stall,
+        environ,
+        "--degrade-reclaim-stall",
+        "DEGRADE_RECLAIM_STALL_MS_PER_S",
+        above=0,
+    )
+    wait = _number(
+        args.degrade_victim_wait,
+        environ,
+        "--degrade-victim-wait",
+        "DEGRADE_VICTIM_WAIT_MS_PER_S",
+        above=0,
+    )
+    return DegradeSettings(
+        enabled=mode != "off",
+        dry_run=mode != "enforce",
+        reclaim_stall_ms_per_s=DegradeSettings.reclaim_stall_ms_per_s if stall is None else stall,
+        victim_wait_ms_per_s=DegradeSettings.victim_wait_ms_per_s if wait is None else wait,
+        state_file=args.degrade_state_file,
     )
 
 

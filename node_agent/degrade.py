@@ -54,8 +54,6 @@ from node_agent.cgroup_knobs import (
 
 log = logging.getLogger(__name__)
 
-DEGRADABLE_ANNOTATION = "interference.io/degradable"
-"""``"true"`` on a pod lets the agent degrade it (BestEffort pods may be without it)."""
 
 REASON_DEGRADED = "InterferenceDegraded"
 REASON_RESTORED = "InterferenceRestored"

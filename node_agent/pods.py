@@ -44,8 +44,17 @@ class PodDirectory(Protocol):
 class StaticPodDirectory:
     """A fixed ``{uid: (namespace, name)}`` mapping (tests, demo, hosts without an API)."""
 
-    def __init__(self, pods: Mapping[str, tuple[str, str]] | None = None) -> None:
+    def __init__(
+        self,
+        pods: Mapping[str, tuple[str, str]] | None = None,
+        degradable: frozenset[str] = frozenset(),
+    ) -> None:
         self._pods = {uid.lower(): ref for uid, ref in (pods or {}).items()}
+        self._degradable = frozenset(uid.lower() for uid in degradable)
+
+    def degradable(self, uid: str) -> bool:
+        """Whether the pod was given as degradable (:data:`DEGRADABLE_ANNOTATION`)."""
+        return uid.lower() in self._degradable
 
     def lookup(self, uid: str) -> tuple[str, str] | None:
         """``(namespace, name)`` for a known UID, else ``None``."""
@@ -354,6 +363,7 @@ class KubeletPodDirectory:
         self._settings = settings
         self._node = node_name
         self._known = _NodePods(settings.deleted_grace_s, clock)
+        self._degradable: frozenset[str] = frozenset()
         self._context = _kubelet_tls(settings.ca_file)
         self._wanted = threading.Event()
         self._synced = threading.Event()
@@ -375,6 +385,10 @@ class KubeletPodDirectory:
     def deleted_since(self, uid: str) -> float | None:
         """When the pod ``uid`` was seen gone (clock time), ``None`` while it exists."""
         return self._known.deleted_since(uid)
+
+    def degradable(self, uid: str) -> bool:
+        """Whether the pod carries ``interference.io/degradable: "true"`` (latest listing)."""
+        return uid in self._degradable
 
     def start(self) -> None:
         """Start the polling thread (returns at once; see :meth:`wait_synced`)."""
@@ -418,6 +432,7 @@ class KubeletPodDirectory:
             raise KubeletRefused(f"the kubelet's /pods is not JSON: {exc}") from exc
         pods = pods_of_node(body, self._node)
         self._known.replace_all(pods)
+        self._degradable = degradable_of_node(body, self._node)
         self.listings += 1
         self._synced.set()
         return len(pods)
@@ -500,6 +515,29 @@ def pods_of_node(pod_list: Any, node_name: str) -> dict[str, tuple[str, str]]:
         if isinstance(uid, str) and isinstance(namespace, str) and isinstance(name, str):
             pods[uid] = (namespace, name)
     return pods
+
+
+DEGRADABLE_ANNOTATION = "interference.io/degradable"
+"""``"true"`` lets the agent degrade the pod (node_agent/degrade.py)."""
+
+
+def degradable_of_node(pod_list: Any, node_name: str) -> frozenset[str]:
+    """UIDs of the pods in a ``PodList`` body bound to ``node_name`` that carry
+    :data:`DEGRADABLE_ANNOTATION` ``"true"`` (any case)."""
+    items = pod_list.get("items") if isinstance(pod_list, dict) else None
+    found: set[str] = set()
+    for item in items if isinstance(items, list) else []:
+        metadata = item.get("metadata") if isinstance(item, dict) else None
+        spec = item.get("spec") if isinstance(item, dict) else None
+        if not isinstance(metadata, dict) or not isinstance(spec, dict):
+            continue
+        annotations = metadata.get("annotations")
+        if spec.get("nodeName") not in (None, node_name) or not isinstance(annotations, dict):
+            continue
+        value, uid = annotations.get(DEGRADABLE_ANNOTATION), metadata.get("uid")
+        if isinstance(value, str) and value.strip().lower() == "true" and isinstance(uid, str):
+            found.add(uid)
+    return frozenset(found)
 
 
 def kubernetes_directory_from_environment(

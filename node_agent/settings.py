@@ -11,6 +11,7 @@ from interference.index import IndexReferences
 from interference_infra.redis_tls import RedisTls
 from node_agent.cpus import CpuCount, subtree_cpus
 from node_agent.credentials import DEFAULT_TOKEN_FILE, EnrolmentSettings
+from node_agent.degrade import DegradeSettings
 from node_agent.probes.base import ProbeContext
 
 DEFAULT_HTTP_PORT = 10271
@@ -111,6 +112,8 @@ class AgentSettings:
     """Address of the ``/healthz``, ``/readyz`` and ``/metrics`` endpoint."""
     http_port: int = DEFAULT_HTTP_PORT
     """Port of that endpoint; 0 serves nothing."""
+    degrade: DegradeSettings = field(default_factory=DegradeSettings)
+    """Degrading antagonists on this node (off by default; :mod:`node_agent.degrade`)."""
 
     def __post_init__(self) -> None:
         if not self.node_name:

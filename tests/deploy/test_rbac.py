@@ -29,13 +29,14 @@ from credential_issuer.review import KubernetesTokenReviewer, ReviewUnavailable,
 from credential_issuer.settings import DEFAULT_AUDIENCE
 from interference_cli.redis_process import free_port
 from node_agent.pods import KubernetesPodDirectory, PodWatchSettings
+from scheduler.adapters.eviction import EVICTION_PERMISSIONS, KubernetesEvictor
 from scheduler.adapters.kubernetes import REQUIRED_PERMISSIONS, KubernetesCluster
 from scheduler.adapters.leader import LEASE_PERMISSIONS, LeaderElectionSettings, LeaderElector
 from scheduler.config import parse_config
 from scheduler.extender_cli import ExtenderProcess
 from scheduler.loop import LoopSettings, SchedulingLoop
 from scheduler.metrics import SchedulerMetrics
-from scheduler.ports import BindConflict, EventType, K8sObject, ObjectKind, PodRef
+from scheduler.ports import BindConflict, ClusterError, EventType, K8sObject, ObjectKind, PodRef
 from scheduler.settings import EngineSettings
 from tests.deploy.manifests import Obj, container, find, kustomizations, render
 from tests.scheduler.k8s_emulator import EmulatorThread, node, pod, running_emulator
@@ -165,9 +166,10 @@ def emulator() -> Iterator[EmulatorThread]:
 
 
 def exercise_scheduler(emulator: EmulatorThread, lease_namespace: str) -> None:
-    """Every call of KubernetesCluster and the elector: informers (list + watch) of nodes
-    and pods, bind (also a conflicting one), an Event, the PodScheduled condition, and a
-    Lease acquired, renewed and released."""
+    """Every call of KubernetesCluster, the elector and the rebalancer's evictor: informers
+    (list + watch) of nodes and pods, bind (also a conflicting one), an Event, the
+    PodScheduled condition, an eviction (dry run and real), and a Lease acquired, renewed
+    and released."""
     emulator.put("nodes", node("gpu-node-1"))
     emulator.put("pods", pod("pending-a", namespace="shop"))
     emulator.put("pods", pod("pending-b", namespace="shop"))
@@ -197,6 +199,10 @@ def exercise_scheduler(emulator: EmulatorThread, lease_namespace: str) -> None:
         for _ in range(2):  # a repeat PATCHes the Event's series
             cluster.record_event(PodRef("shop", "pending-b"), "Warning", "FailedScheduling", "0/1")
         cluster.set_unschedulable(PodRef("shop", "pending-b"), "0/1 nodes are available")
+        evictor = KubernetesEvictor(api)  # the rebalancer: the answer does not matter here
+        for dry_run in (True, False):
+            with contextlib.suppress(ClusterError):
+                evictor.evict(PodRef("shop", "pending-a"), dry_run)
         wait_until(lambda: elector.renewals >= 3 and leading.is_set(), "a renewed lease")
     finally:
         stop.set()
@@ -416,11 +422,15 @@ def test_agent_rbac_is_exactly_what_it_calls(name: str, agent_calls: set[Permiss
 
 @pytest.mark.slow
 def test_the_scheduler_declares_the_permissions_it_uses(scheduler_calls: set[Permission]) -> None:
-    """REQUIRED_PERMISSIONS + LEASE_PERMISSIONS (the code's own list, used in its Forbidden
-    messages) match the recorded calls."""
+    """REQUIRED_PERMISSIONS + LEASE_PERMISSIONS + EVICTION_PERMISSIONS (the code's own
+    lists, used in its Forbidden messages) match the recorded calls."""
     declared = {
         (group, resource, verb)
-        for group, resource, verbs in (*REQUIRED_PERMISSIONS, *LEASE_PERMISSIONS)
+        for group, resource, verbs in (
+            *REQUIRED_PERMISSIONS,
+            *LEASE_PERMISSIONS,
+            *EVICTION_PERMISSIONS,
+        )
         for verb in verbs
     }
     assert declared == {(p.group, p.resource, p.verb) for p in scheduler_calls}

@@ -22,6 +22,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from interference.signals import NodeMetrics, NodeReport, PodMetrics
+from interference_infra.strict import SettingsError
+from node_agent import cli
 from node_agent.cgroup_knobs import PodCgroups, read_knob
 from node_agent.degrade import (
     REASON_DEGRADED,
@@ -32,6 +34,7 @@ from node_agent.degrade import (
     Degrader,
     DegradeSettings,
 )
+from node_agent.pods import StaticPodDirectory, degradable_of_node
 from node_agent.probes.base import ProbeContext
 from tests.node_agent.bpf_workloads import require_root
 from tests.node_agent.own_cgroups import cgroup_tree, unique_name
@@ -264,3 +267,42 @@ def test_settings_refuse_nonsense() -> None:
         DegradeSettings(sustain_intervals=0)
     assert DegradeSettings().enabled is False and DegradeSettings().dry_run is True
     assert os.path.basename(DegradeSettings().state_file) == "degraded.json"
+
+
+def test_opt_in_is_read_from_the_kubelets_pod_list() -> None:
+    def item(uid: str, node: str, annotations: dict[str, str] | None) -> dict[str, object]:
+        metadata: dict[str, object] = {"uid": uid, "namespace": NS, "name": uid}
+        if annotations is not None:
+            metadata["annotations"] = annotations
+        return {"metadata": metadata, "spec": {"nodeName": node}}
+
+    body = {
+        "items": [
+            item("a", "n1", {"interference.io/degradable": "true"}),
+            item("b", "n1", {"interference.io/degradable": " TRUE "}),
+            item("c", "n1", {"interference.io/degradable": "false"}),
+            item("d", "n1", None),
+            item("e", "n2", {"interference.io/degradable": "true"}),
+            "not a pod",
+        ]
+    }
+    assert degradable_of_node(body, "n1") == {"a", "b"}
+    assert degradable_of_node({"items": "x"}, "n1") == frozenset()
+    static = StaticPodDirectory({"A": (NS, "a")}, degradable=frozenset({"A"}))
+    assert static.degradable("a") and not static.degradable("b")
+
+
+def test_degrade_flag(tmp_path: Path) -> None:
+    environ = {"NODE_NAME": "n1"}
+    args = cli.parser(environ).parse_args([])
+    assert cli.degrade_settings(args, environ) == DegradeSettings()
+    args = cli.parser(environ).parse_args(["--degrade", "enforce", "--degrade-victim-wait", "50"])
+    chosen = cli.degrade_settings(args, {"DEGRADE_RECLAIM_STALL_MS_PER_S": "8"})
+    assert (chosen.enabled, chosen.dry_run) == (True, False)
+    assert (chosen.victim_wait_ms_per_s, chosen.reclaim_stall_ms_per_s) == (50.0, 8.0)
+    dry = cli.degrade_settings(cli.parser({"DEGRADE": "dry-run"}).parse_args([]), {})
+    assert (dry.enabled, dry.dry_run) == (True, True)
+    with pytest.raises(SettingsError, match="--degrade/DEGRADE must be one of"):
+        cli.degrade_settings(cli.parser(environ).parse_args(["--degrade", "yes"]), environ)
+    with pytest.raises(SettingsError, match="DEGRADE_RECLAIM_STALL_MS_PER_S"):
+        cli.degrade_settings(args, {"DEGRADE_RECLAIM_STALL_MS_PER_S": "-1"})
