@@ -21,7 +21,11 @@ Run from the repository root (defaults: the sizes of docs/BENCHMARKS.md)::
 
     .venv/bin/python bench/throughput_versus.py --base REV [--rounds 3] [--nodes 5000]
         [--running 50000] [--pending 10000] [--bind-workers 16] [--seed 42]
-        [--skip-engine] [--skip-end-to-end] [--skip-in-memory]
+        [--skip-engine] [--skip-end-to-end] [--skip-in-memory] [--base-patch FILE]
+
+``engine_decisions_per_cpu_s`` counts the scheduling thread's CPU time only, so it does
+not swing with what else runs on the machine; a base whose driver lacks it gets it from
+``--base-patch bench/patches/1b01c92-engine-cpu-time.patch`` (the same two clock reads).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ THRESHOLD = 0.95
 """Ratio this/base (higher is better) at or above which a figure is "no slower"."""
 FIGURES = {
     "engine_decisions_per_s": "engine: Engine.schedule only",
+    "engine_decisions_per_cpu_s": "engine: per CPU-second",
     "attempt_decisions_per_s": "engine: + signals refresh + assume",
     "in_memory_pods_per_s": "loop, in-memory cluster (no HTTP)",
     "end_to_end_pods_per_s": "end to end: bound over HTTP",
@@ -78,10 +83,28 @@ def run_driver(tree: Path, workload: list[str]) -> dict[str, float]:
     return parse_table(done.stdout)
 
 
+def apply_bench_patch(worktree: Path, patch: Path) -> None:
+    """Apply ``patch`` in the base's worktree; only files under ``bench/`` may change, so
+    the code being compared stays the base's own."""
+    touched = subprocess.run(["git", "apply", "--numstat", str(patch)], cwd=worktree,
+                             check=True, capture_output=True, text=True).stdout  # fmt: skip
+    paths = [line.split("\t")[2] for line in touched.splitlines()]
+    if not paths or any(not path.startswith("bench/") for path in paths):
+        raise SystemExit(f"{patch}: only bench/ files may be patched, not {paths}")
+    subprocess.run(["git", "apply", str(patch)], cwd=worktree, check=True)
+    print(f"base patched with {patch.name}: {', '.join(paths)}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--base", required=True, help="the revision to compare against")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--base-patch",
+        type=Path,
+        help="a patch to the base's bench/ applied in its worktree (e.g. a figure its driver"
+        " lacks, bench/patches/); printed, so the comparison says what it ran",
+    )
     for flag, default in (("--nodes", 5000), ("--running", 50_000), ("--pending", 10_000),
                           ("--bind-workers", 16), ("--seed", 42)):  # fmt: skip
         parser.add_argument(flag, type=int, default=default)
@@ -104,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run([*git, "worktree", "add", "-q", "--detach", str(worktree), base],
                        check=True)  # fmt: skip
         try:
+            if args.base_patch:
+                apply_bench_patch(worktree, args.base_patch.resolve())
             for k in range(args.rounds):
                 for side, tree in (("base", worktree), ("this", REPO)):
                     figures = run_driver(tree, workload)
