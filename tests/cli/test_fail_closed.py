@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,8 +26,10 @@ from prometheus_client import CollectorRegistry
 
 from interference import keys
 from interference_cli.main import main
+from scheduler.adapters.memory import node_object, pod_object
 from scheduler.adapters.redis_signals import RedisSettings, RedisSignalCache, SignalMetrics
 from scheduler.adapters.redis_signals import connect as connect_signals
+from scheduler.api.objects import ANNOTATION_MAX_RUNQ_P99_US
 from scheduler.api.pods import parse_pod
 from scheduler.cycle import SchedulingCycle
 from scheduler.plugins.interference import InterferenceArgs, quietness, stale_rows
@@ -35,6 +38,7 @@ from tests.node_agent.test_agent import wait_for
 from tests.node_agent.test_health import get
 from tests.scheduler.frames import stale_nodes
 from tests.scheduler.profiles import interference_settings
+from tests.scheduler.runtime_helpers import LoopHarness
 from tests.scheduler.test_model import node_obj, pod_obj, table_of
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
@@ -180,3 +184,45 @@ def _answers(port: int, path: str = "/healthz") -> bool:
         return get(port, path)[0] == 200
     except OSError:
         return False
+
+
+def test_a_redis_outage_keeps_tolerant_pods_pending_and_places_the_others(
+    redis_server: RedisServer,
+) -> None:
+    """The real signal cache loses its real redis-server: a pod with a tolerance waits with
+    the reason, a pod without one is placed (``stale_policy: neutral``)."""
+    settings = RedisSettings(url=redis_server.url, poll_interval_s=0.2, retry_initial_s=0.1)
+    signals = RedisSignalCache(
+        connect_signals(settings, {}),
+        settings,
+        SignalMetrics(CollectorRegistry()),
+        known_nodes=lambda: ("n1", "n2"),
+    )
+    stop = threading.Event()
+    poller = threading.Thread(target=signals.run, args=(stop,), daemon=True)
+    poller.start()
+    harness = LoopHarness(signals=signals)
+    try:
+        wait_for("the first poll", signals.healthy, timeout_s=10)
+        redis_server.stop()
+        wait_for("the outage noticed", lambda: not signals.healthy(), timeout_s=10)
+        for name in ("n1", "n2"):
+            harness.cluster.add_node(node_object(name, cpu="4"))
+        tolerant = {ANNOTATION_MAX_RUNQ_P99_US: "500"}
+        harness.cluster.add_pod(pod_object("latency", cpu="1", annotations=tolerant))
+        harness.cluster.add_pod(pod_object("batch", cpu="1"))
+        assert harness.cycle() == 2
+        assert harness.cluster.node_of("default", "batch") in ("n1", "n2")
+        assert harness.cluster.node_of("default", "latency") is None
+        message = harness.decisions.last("latency").message
+        assert message == (
+            "0/2 nodes are available: 2 node(s) had no readable interference signals"
+            " (the signal store cannot be read)."
+        )
+        reasons = [e.reason for e in harness.cluster.events_for("default", "latency")]
+        assert reasons == ["FailedScheduling"]
+        assert harness.metric("interference_scheduler_signals_healthy") == 0
+    finally:
+        stop.set()
+        poller.join(10)
+        harness.close()

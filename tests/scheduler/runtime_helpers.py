@@ -17,7 +17,7 @@ from interference.signals import SIGNAL_FAMILIES, NodeMetrics
 from scheduler.adapters.memory import InMemoryCluster, InMemoryInformer
 from scheduler.loop import LoopSettings, SchedulingLoop
 from scheduler.metrics import SchedulerMetrics
-from scheduler.ports import DecisionTracer, NodeSignals
+from scheduler.ports import DecisionTracer, NodeSignals, SignalSource
 from scheduler.settings import EngineSettings
 
 START = 1_800_000_000.0
@@ -103,7 +103,9 @@ class LoopHarness:
         cluster: InMemoryCluster | None = None,
         leading: bool = True,
         tracer: DecisionTracer | None = None,
+        signals: SignalSource | None = None,
     ) -> None:
+        """``signals``: the loop's signal source instead of :attr:`signals`."""
         self.clock = FakeClock()
         self.cluster = cluster or InMemoryCluster()
         self.signals = MemorySignals()
@@ -114,7 +116,7 @@ class LoopHarness:
         self.metrics = SchedulerMetrics(CollectorRegistry())
         self.loop = SchedulingLoop(
             self.cluster,
-            self.signals,
+            signals or self.signals,
             self.decisions,
             engine or EngineSettings(),
             loop or LoopSettings(bind_workers=4),
