@@ -54,8 +54,9 @@ DOCKERFILES = {
     "agent": DEPLOY / "docker" / "agent.Dockerfile",
     "scheduler": DEPLOY / "docker" / "scheduler.Dockerfile",
 }
-RUNTIME_ONLY_ENV = {"NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"}
-"""Env vars read by the NVIDIA container runtime (to expose NVML), not by the agent."""
+RUNTIME_ONLY_ENV = {"NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "HOST_IP"}
+"""Env vars read by the NVIDIA container runtime (to expose NVML), or by the kubelet when it
+expands ``$(HOST_IP)`` in ``KUBELET_URL``, not by the agent."""
 LOGGING_ENV = {"LOG_FORMAT"}
 """Env vars of the logging set-up rather than of the settings."""
 SECRET = {"password": "a", "credentials-password": "b", "scheduler-password": "c"}
@@ -232,6 +233,9 @@ def test_every_agent_env_var_is_read_by_the_agent() -> None:
     args = agent_cli.parser(env).parse_args(agent_container().get("args", []))
     assert parse_log_format(args.log_format) == env["LOG_FORMAT"] == "json"
     assert full.node_name == POD_FIELDS["spec.nodeName"]
+    # Pod names from this node's own kubelet: $(HOST_IP) is the kubelet's expansion.
+    assert env["KUBELET_URL"] == "https://$(HOST_IP):10250"
+    assert env["HOST_IP"] == POD_FIELDS["status.hostIP"]
     # No password in the manifest: the agent's Redis user comes from the credential issuer.
     assert full.redis_password is None and full.redis_username is None
 
@@ -239,12 +243,13 @@ def test_every_agent_env_var_is_read_by_the_agent() -> None:
 def test_agent_port_probes_and_scrape_annotation_match_what_it_serves() -> None:
     env = container_env(agent_container()["env"], SECRET)
     settings = agent_settings(env)
-    # hostNetwork: the pod IP is the node's, so kubelet and Prometheus reach the agent there.
+    # Its own network namespace: it listens on the pod's address, where the kubelet's
+    # probes and Prometheus reach it.
     assert settings.http_address == POD_FIELDS["status.podIP"]
     ports = {p["name"]: p["containerPort"] for p in agent_container()["ports"]}
     assert ports["http"] == settings.http_port != 0
     template = find(base(), "DaemonSet", "interference-agent")["spec"]["template"]
-    assert template["spec"]["hostNetwork"] is True
+    assert "hostNetwork" not in template["spec"]
     annotations = template["metadata"]["annotations"]
     assert annotations["prometheus.io/scrape"] == "true"
     assert annotations["prometheus.io/port"] == str(settings.http_port)
@@ -301,21 +306,49 @@ def test_agent_mounts_the_host_paths_it_reads_read_only() -> None:
         mount = mounts[path]
         assert mount.get("readOnly") is True
         assert volumes[mount["name"]]["hostPath"]["path"] == path
-    assert spec["hostPID"] is True
+    # No host PID namespace: the host's /proc, read-only, where PROC_ROOT says.
+    assert "hostPID" not in spec
+    proc_root = agent_settings(container_env(agent_container()["env"], SECRET)).proc_root
+    assert mounts[proc_root].get("readOnly") is True
+    assert volumes[mounts[proc_root]["name"]]["hostPath"]["path"] == "/proc"
 
 
 def test_agent_is_not_privileged_and_adds_only_named_capabilities() -> None:
     context = agent_container()["securityContext"]
     assert context.get("privileged") is False
     assert context["capabilities"]["drop"] == ["ALL"]
-    assert set(context["capabilities"]["add"]) == {"BPF", "PERFMON", "NET_ADMIN"}
+    assert set(context["capabilities"]["add"]) == {"BPF", "PERFMON"}
     assert context["readOnlyRootFilesystem"] is True
 
 
-def test_agent_runs_on_every_node() -> None:
+CONTROL_PLANE_TAINTS = (
+    {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"},
+    {"key": "node-role.kubernetes.io/master", "effect": "NoSchedule"},
+)
+
+
+def tolerates(toleration: Obj, taint: Obj) -> bool:
+    """Kubernetes toleration semantics (Exists/Equal, empty key and effect match all)."""
+    if toleration.get("effect") and toleration["effect"] != taint["effect"]:
+        return False
+    if toleration.get("operator", "Equal") == "Exists":
+        return not toleration.get("key") or toleration["key"] == taint["key"]
+    return toleration.get("key") == taint["key"] and toleration.get("value") == taint.get("value")
+
+
+def test_agent_runs_on_worker_and_gpu_nodes_but_not_control_plane_ones() -> None:
     spec = find(base(), "DaemonSet", "interference-agent")["spec"]["template"]["spec"]
-    assert {"operator": "Exists"} in spec["tolerations"]
+    tolerations = spec["tolerations"]
+    for taint in CONTROL_PLANE_TAINTS:
+        assert not any(tolerates(t, taint) for t in tolerations), f"tolerates {taint}"
+    gpu = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    assert any(tolerates(t, gpu) for t in tolerations)
     assert "nodeSelector" not in spec and "affinity" not in spec
+
+
+def test_the_toleration_check_can_fail() -> None:
+    assert tolerates({"operator": "Exists"}, CONTROL_PLANE_TAINTS[0])
+    assert not tolerates({"key": "nvidia.com/gpu", "operator": "Exists"}, CONTROL_PLANE_TAINTS[0])
 
 
 # --- the scheduler's config, env, port and probes -----------------------------------

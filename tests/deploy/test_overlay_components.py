@@ -94,6 +94,25 @@ def has_legacy_capabilities(objects: tuple[Obj, ...]) -> None:
     assert "SYS_ADMIN" in agent["securityContext"]["capabilities"]["add"]
 
 
+def uses_host_namespaces(objects: tuple[Obj, ...]) -> None:
+    agent = find(objects, "DaemonSet", "interference-agent")["spec"]["template"]["spec"]
+    assert agent["hostPID"] is True and agent["hostNetwork"] is True
+    assert "NET_ADMIN" in container_of(agent, "agent")["securityContext"]["capabilities"]["add"]
+
+
+def names_cilium_entities(objects: tuple[Obj, ...]) -> None:
+    policies = [o for o in objects if o["kind"] == "CiliumNetworkPolicy"]
+    entities = {e for p in policies for rule in p["spec"]["egress"] for e in rule["toEntities"]}
+    assert entities == {"kube-apiserver", "host"}
+    names = {o["metadata"]["name"] for o in objects if o["kind"] == "NetworkPolicy"}
+    assert not {"apiserver", "interference-agent-kubelet"} & names
+
+
+def container_of(spec: Obj, name: str) -> Obj:
+    found: Obj = next(c for c in spec["containers"] if c["name"] == name)
+    return found
+
+
 def is_extender(objects: tuple[Obj, ...]) -> None:
     assert scheduler_args(objects)[0] == "extender"
     find(objects, "Deployment", "interference-kube-scheduler")
@@ -112,6 +131,8 @@ EFFECT: dict[str, Callable[[tuple[Obj, ...]], None]] = {
     "legacy-kernel": has_legacy_capabilities,
     "extender": is_extender,
     "external-redis": uses_external_redis,
+    "host-namespaces": uses_host_namespaces,
+    "cilium": names_cilium_entities,
 }
 """What each component must still do in any combination."""
 

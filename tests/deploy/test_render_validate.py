@@ -21,10 +21,24 @@ VERSIONS = ("1.28", "1.29", "1.30", "1.31", "1.32", "1.33")
 EXPECTED_OVERLAYS = {"external-redis", "dry-run", "extender"}
 
 
+def cilium_policy_errors(obj: Obj) -> list[str]:
+    """CiliumNetworkPolicy (no published schema in kubernetes-validate): the fields
+    deploy/components/cilium uses, checked against Cilium's v2 API."""
+    from tests.deploy.test_network_policy import cilium_policy_errors as check
+
+    return check(obj)
+
+
+CUSTOM_RESOURCES = {"cilium.io/v2": cilium_policy_errors}
+"""Kinds of CRDs, validated by their own checks."""
+
+
 def validation_errors(obj: Obj) -> list[str]:
     """Strict (unknown fields rejected) schema errors of ``obj`` for every version."""
     errors = []
     name = f"{obj['kind']}/{obj['metadata']['name']}"
+    if obj["apiVersion"] in CUSTOM_RESOURCES:
+        return CUSTOM_RESOURCES[obj["apiVersion"]](obj)
     for version in VERSIONS:
         try:
             kubernetes_validate.validate(obj, version, strict=True)
