@@ -25,6 +25,8 @@ this parses and that each value shown is the default)::
       lease_duration_s: 15
     http:              # scheduler.http.HttpSettings
       port: 10251
+    extender:          # scheduler.http.ExtenderSettings (interference-scheduler extender)
+      port: 10262
     reload_interval_s: 5
 
 Validation collects every problem, each naming the field and the fix
@@ -61,7 +63,7 @@ from scheduler.adapters.leader import LeaderElectionSettings
 from scheduler.adapters.redis_signals import RedisSettings
 from scheduler.adapters.tracing import TracingSettings
 from scheduler.config_reference import render
-from scheduler.http import HttpSettings
+from scheduler.http import ExtenderSettings, HttpSettings
 from scheduler.loop import LoopSettings
 from scheduler.plugins.registry import REGISTRY
 from scheduler.rebalance import RebalancerSettings
@@ -124,6 +126,7 @@ class SchedulerConfig:
     kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
     leader_election: LeaderElectionSettings = field(default_factory=LeaderElectionSettings)
     http: HttpSettings = field(default_factory=HttpSettings)
+    extender: ExtenderSettings = field(default_factory=ExtenderSettings)
     tracing: TracingSettings = field(default_factory=TracingSettings)
     rebalancer: RebalancerSettings = field(default_factory=RebalancerSettings)
     reload_guard: ReloadGuardSettings = field(default_factory=ReloadGuardSettings)

@@ -54,9 +54,18 @@ Decision records (``intf:decision:{ns}/{pod}``): ``result`` is ``filtered`` (the
 verb's verdicts; some nodes passed), ``unschedulable`` (none passed) or ``prioritized``
 (the scores of the nodes kube-scheduler asked about, the best first, with the rejected
 nodes of the preceding filter call). ``node`` stays empty: kube-scheduler chooses and binds.
+A record is written only for a pod the informers know — pending for this scheduler under
+the same namespace, name and UID — so a caller cannot make records (and Redis memory)
+under names it chooses: a request about any other pod is answered and records nothing.
+kube-scheduler may call before our watch has delivered a new pod, so such a record is
+held (at most :data:`UNCONFIRMED_RECORDS`, each for :data:`RECORD_CONFIRM_S`) and written
+once the informer has the pod (:meth:`Extender.confirm_records`), else dropped and counted.
 
-Size: just over 500 lines: the protocol's parsing, its two verbs and their records; the
-rules themselves are the scheduling cycle's.
+Served by :class:`scheduler.http.ExtenderEndpoint` (HTTPS with client authentication, a
+body limit and a bounded thread pool); the refusals are counted here.
+
+Size: about 700 lines: the protocol's parsing, its two verbs, their records and which pods
+may have one; the rules themselves are the scheduling cycle's.
 """
 
 from __future__ import annotations
@@ -82,7 +91,7 @@ from scheduler.api.pods import parse_pod
 from scheduler.api.reader import ObjectError
 from scheduler.cache import ClusterCache
 from scheduler.cycle import SchedulingCycle, unresolvable
-from scheduler.http import PostRoute
+from scheduler.http import REFUSALS, PostRoute
 from scheduler.messages import failed_scheduling_message
 from scheduler.metrics import SchedulerMetrics
 from scheduler.ports import DecisionSink, DecisionTracer, NoTracer, SignalSource
@@ -106,6 +115,10 @@ REMEMBERED_PODS = 1024
 """Parsed pods kept by UID and resourceVersion: prioritize (and a retry) sends the pod
 filter just read."""
 JSON = "application/json"
+UNCONFIRMED_RECORDS = 256
+"""Records held for pods the informer has not delivered yet."""
+RECORD_CONFIRM_S = 10.0
+"""How long such a record waits for its pod before it is dropped."""
 DURATION_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 """Request-duration buckets: kube-scheduler's default extender timeout is 5 s."""
 
@@ -144,6 +157,22 @@ class ExtenderMetrics:
             " relax_after_s.",
             registry=registry,
         )
+        self.refused = Counter(
+            "interference_scheduler_extender_refused",
+            "Connections or requests the extender's HTTPS port refused, by reason (busy: 503"
+            " after waiting for a thread; queue_full: closed; too_large: 413; tls_handshake:"
+            " no or an untrusted client certificate).",
+            ["reason"],
+            registry=registry,
+        )
+        self.unknown_pod_records = Counter(
+            "interference_scheduler_extender_unknown_pod_records",
+            "Decision records not written because the informers did not know the pod"
+            " (pending here, same namespace, name and UID) within 10 s of the request.",
+            registry=registry,
+        )
+        for reason in REFUSALS:
+            self.refused.labels(reason)
         for verb in VERBS:
             self.request_duration.labels(verb)
             for result in ("ok", "error"):
@@ -296,6 +325,8 @@ class Extender:
         self._filtered: OrderedDict[str, FilterVerdict] = OrderedDict()
         """Pod key → its latest filter verdict (for the prioritize call's record)."""
         self._pods: OrderedDict[tuple[str, str], PodInfo] = OrderedDict()
+        self._unconfirmed: OrderedDict[str, tuple[str, Decision, float]] = OrderedDict()
+        """Pod key → (UID, record, deadline) for pods the informer has not delivered yet."""
 
     def update_settings(self, settings: EngineSettings) -> None:
         """Apply a reloaded ``engine`` section (between two requests)."""
@@ -399,8 +430,7 @@ class Extender:
                 "relaxed": verdict.relaxed,
             }
             self._tracer.finish(recorder, "extender filter", started_ns, attributes)
-        decision = self._filter_decision(pod, args, verdict, now, settings, trace_id)
-        self._decisions.write(decision)
+        self._record(pod, self._filter_decision(pod, args, verdict, now, settings, trace_id))
         answer: dict[str, Any] = {
             "FailedNodes": verdict.failed,
             "FailedAndUnresolvableNodes": verdict.unresolvable,
@@ -472,8 +502,64 @@ class Extender:
                 "offered": len(args.names),
             }
             self._tracer.finish(recorder, "extender prioritize", started_ns, attributes)
-        self._decisions.write(decision)
+        self._record(pod, decision)
         return priorities
+
+    # ---- decision records ------------------------------------------------------------
+
+    def confirm_records(self) -> None:
+        """Write the held records whose pods the informer now knows; drop (and count) those
+        past :data:`RECORD_CONFIRM_S`."""
+        with self._lock:
+            if not self._unconfirmed:
+                return
+            held = list(self._unconfirmed.items())
+        now = self._clock()
+        for key, (uid, decision, deadline) in held:
+            known = self._known(key, uid)
+            if not known and now < deadline:
+                continue
+            with self._lock:
+                entry = self._unconfirmed.get(key)
+                if entry is None or entry[1] is not decision:
+                    continue  # a newer record replaced it meanwhile
+                del self._unconfirmed[key]
+            if known:
+                self._decisions.write(decision)
+            else:
+                self._extender_metrics.unknown_pod_records.inc()
+
+    def run_record_confirmer(self, stop: threading.Event, interval_s: float = 0.25) -> None:
+        """:meth:`confirm_records` every ``interval_s`` until ``stop`` is set."""
+        while not stop.wait(interval_s):
+            try:
+                self.confirm_records()
+            except Exception:  # a record is not worth the thread
+                log.exception("confirming held decision records failed")
+
+    def _known(self, key: str, uid: str) -> bool:
+        """The informer has the pod pending here with this UID."""
+        pending = self._cache.pending_pod(key)
+        return pending is not None and bool(uid) and pending.uid == uid
+
+    def _record(self, pod: PodInfo, decision: Decision) -> None:
+        """Write ``decision`` now when the informer knows ``pod``; else hold it for
+        :meth:`confirm_records` (the oldest held one dropped and counted when full)."""
+        if self._known(pod.key, pod.uid):
+            self._decisions.write(decision)
+            return
+        if not pod.uid:
+            self._extender_metrics.unknown_pod_records.inc()
+            return
+        with self._lock:
+            self._unconfirmed.pop(pod.key, None)
+            deadline = self._clock() + RECORD_CONFIRM_S
+            self._unconfirmed[pod.key] = (pod.uid, decision, deadline)
+            dropped = max(0, len(self._unconfirmed) - UNCONFIRMED_RECORDS)
+            for _ in range(dropped):
+                self._unconfirmed.popitem(last=False)
+        if dropped:
+            self._extender_metrics.unknown_pod_records.inc(dropped)
 
     # ---- internals (the first ones run under the cache lock) ---------------------------
 

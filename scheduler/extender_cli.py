@@ -3,7 +3,9 @@
 The same config file, flags and environment as standalone mode (``loop.dry_run`` and
 ``leader_election`` do not apply: kube-scheduler elects its leader and binds; every
 replica of the extender answers). ``/filter`` and ``/prioritize`` are served on the
-``http`` port beside ``/healthz``, ``/readyz`` and ``/metrics``
+``extender`` port, over HTTPS requiring kube-scheduler's client certificate, with a body
+limit and a bounded thread pool (``extender`` settings); ``/healthz``, ``/readyz`` and
+``/metrics`` stay on the ``http`` port for the kubelet and Prometheus
 (:mod:`scheduler.extender` describes the protocol, :mod:`scheduler.http` the endpoints).
 
 The node and pod view comes from the same informers (list + watch) as standalone mode,
@@ -26,6 +28,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from interference_infra.cliparse import RUNTIME_EXIT, USAGE_EXIT, OneLineParser
+from interference_infra.http import EndpointBindError
 from interference_infra.logsetup import configure_logging, mask_credentials
 from interference_infra.strict import SettingsError
 from scheduler.adapters.kubernetes import KubernetesCluster, make_api_client
@@ -49,7 +52,7 @@ from scheduler.cli_common import (
 from scheduler.config import ConfigError, SchedulerConfig, load_config, with_overrides
 from scheduler.config_reload import ConfigReload, config_map_ref
 from scheduler.extender import Extender, ExtenderMetrics
-from scheduler.http import HealthServer, Heartbeat, Status
+from scheduler.http import ExtenderEndpoint, HealthServer, Heartbeat, Status
 from scheduler.metrics import SchedulerMetrics
 from scheduler.ports import ClusterError
 from scheduler.queue import SchedulingQueue
@@ -137,8 +140,10 @@ class ExtenderProcess:
         self.signal_heartbeat = Heartbeat(
             "redis signal follower", max_silence_s=60 + 2 * config.redis.socket_timeout_s
         )
+        self.extender_tls = config.extender.tls()  # unusable files: ValueError at start
         self._threads: list[threading.Thread] = []
         self.http: HealthServer | None = None
+        self.extender_http: ExtenderEndpoint | None = None
 
     def report_reachability(self) -> None:
         """One clear line each when the API server or Redis cannot be reached at start."""
@@ -162,14 +167,30 @@ class ExtenderProcess:
                 threads=(informers, signals),
                 role=lambda: "extender",
             ),
-            post_routes=self.extender.routes(),
             decisions=self.decisions,
             get_routes=self.reload.routes() if self.reload is not None else None,
         )
         self.http.start()
+        self._start("record-confirmer", self.extender.run_record_confirmer, stop)
+        refused = self.extender_metrics.refused
+        self.extender_http = ExtenderEndpoint(
+            self.config.extender,
+            self.extender.routes(),
+            self.extender_tls,
+            on_refused=lambda reason: refused.labels(reason).inc(),
+        )
+        self.extender_http.start()
+        if self.extender_tls is None:
+            log.warning(
+                "extender.plaintext is true: /filter and /prioritize are served over plain"
+                " HTTP without client authentication (for a loopback test only)"
+            )
         log.info(
-            "interference-scheduler extender %s answering /filter and /prioritize on port %d",
+            "interference-scheduler extender %s answering /filter and /prioritize on %s port"
+            " %d (health and metrics on port %d)",
             self.identity,
+            self.extender_http.scheme.upper(),
+            self.extender_http.port,
             self.http.port,
         )
         stop.wait()
@@ -179,6 +200,7 @@ class ExtenderProcess:
         self.decisions.close()
         if self.tracer is not None:
             self.tracer.close()
+        self.extender_http.stop()
         self.http.stop()
 
     def _start(self, name: str, target: Any, *args: Any) -> threading.Thread:
@@ -217,13 +239,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signum, lambda *_: stop.set())
     try:
         process.run(stop)
+    except EndpointBindError as exc:  # names the paths, the address and the setting to change
+        log.error("%s", exc)
+        return RUNTIME_EXIT
     except OSError as exc:
-        log.error(
-            "cannot serve the extender and /healthz, /readyz, /metrics on %s:%d (%s); free the"
-            " port or set http.port",
-            process.config.http.host,
-            process.config.http.port,
-            exc.strerror or exc,
-        )
+        log.error("cannot serve the extender: %s", exc)
         return RUNTIME_EXIT
     return 0

@@ -79,13 +79,25 @@ class Harness:
             clock=self.clock,
         )
 
-    def filter(self, pod: Mapping[str, Any], names: list[str]) -> tuple[int, dict[str, Any]]:
+    def inform(self, pod: Mapping[str, Any]) -> None:
+        """The informer delivers ``pod`` (kube-scheduler asks only about pods it watched)."""
+        self.cache.apply("Pod", "ADDED", json.loads(json.dumps(pod)))
+
+    def filter(
+        self, pod: Mapping[str, Any], names: list[str], informed: bool = True
+    ) -> tuple[int, dict[str, Any]]:
+        if informed:
+            self.inform(pod)
         body = json.dumps({"Pod": pod, "NodeNames": names}).encode()
         code, answer, content_type = self.extender.filter_route(body)
         assert content_type == "application/json"
         return code, json.loads(answer)
 
-    def prioritize(self, pod: Mapping[str, Any], names: list[str]) -> dict[str, int]:
+    def prioritize(
+        self, pod: Mapping[str, Any], names: list[str], informed: bool = True
+    ) -> dict[str, int]:
+        if informed:
+            self.inform(pod)
         body = json.dumps({"Pod": pod, "NodeNames": names}).encode()
         code, answer, _ = self.extender.prioritize_route(body)
         assert code == 200, answer

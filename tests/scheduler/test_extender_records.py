@@ -1,0 +1,119 @@
+"""Extender decision records only for pods the informers know, and a request body limit
+sized for the largest legitimate request: a caller cannot make records under names it
+chooses, a record waits briefly for a pod our watch has not delivered yet, and the
+largest ExtenderArgs kube-scheduler can send for 5,000 nodes fits the limit."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from scheduler.extender import RECORD_CONFIRM_S, UNCONFIRMED_RECORDS
+from scheduler.http import EXTENDER_MAX_BODY_BYTES, ExtenderSettings
+from tests.scheduler.test_extender import TOLERANT, Harness
+from tests.scheduler.test_model import pod_obj
+
+UNKNOWN = "interference_scheduler_extender_unknown_pod_records_total"
+
+
+@pytest.mark.parametrize("verb", ["filter", "prioritize"])
+def test_a_pod_the_informer_never_delivers_is_answered_and_records_nothing(verb: str) -> None:
+    harness = Harness()
+    pod = pod_obj("forged", annotations=TOLERANT)
+    if verb == "filter":
+        code, answer = harness.filter(pod, ["quiet", "noisy"], informed=False)
+        assert (code, answer["NodeNames"]) == (200, ["quiet"])  # the same answer as for a known pod
+    else:
+        assert harness.prioritize(pod, ["quiet", "noisy"], informed=False)["quiet"] > 0
+    harness.extender.confirm_records()
+    assert harness.decisions.items == []  # held, not written
+    harness.clock.advance(RECORD_CONFIRM_S + 0.1)
+    harness.extender.confirm_records()
+    assert harness.decisions.items == []
+    assert harness.sample(UNKNOWN) == 1
+
+
+def test_a_record_waits_for_the_informer_to_deliver_its_pod() -> None:
+    """kube-scheduler may call before our watch has the new pod: its record is written once
+    the informer delivers it."""
+    harness = Harness()
+    pod = pod_obj("new", annotations=TOLERANT)
+    harness.filter(pod, ["quiet", "noisy"], informed=False)
+    assert harness.decisions.items == []
+    harness.clock.advance(RECORD_CONFIRM_S / 2)
+    harness.inform(pod)
+    harness.extender.confirm_records()
+    assert harness.decisions.last("new").result == "filtered"
+    harness.extender.confirm_records()
+    assert len(harness.decisions.items) == 1 and harness.sample(UNKNOWN) == 0
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"metadata": {"uid": "another"}},  # a pod of that name, but not this one
+        {"spec": {"schedulerName": "default-scheduler"}},  # not ours
+        {"spec": {"nodeName": "quiet"}},  # already bound
+    ],
+    ids=["other-uid", "other-scheduler", "bound"],
+)
+def test_a_request_naming_a_pod_the_informer_holds_differently_records_nothing(
+    change: dict[str, dict[str, Any]],
+) -> None:
+    harness = Harness()
+    pod = pod_obj("web-0")
+    informed = json.loads(json.dumps(pod))
+    for part, fields in change.items():
+        informed[part].update(fields)
+    harness.inform(informed)
+    harness.filter(pod, ["quiet", "noisy"], informed=False)
+    harness.clock.advance(RECORD_CONFIRM_S + 0.1)
+    harness.extender.confirm_records()
+    assert harness.decisions.items == [] and harness.sample(UNKNOWN) == 1
+
+
+def test_held_records_are_bounded() -> None:
+    harness = Harness()
+    for i in range(UNCONFIRMED_RECORDS + 40):
+        harness.filter(pod_obj(f"flood-{i}"), ["quiet"], informed=False)
+    assert harness.sample(UNKNOWN) == 40  # the oldest, dropped as the newest arrived
+    harness.inform(pod_obj(f"flood-{UNCONFIRMED_RECORDS + 39}"))
+    harness.extender.confirm_records()
+    assert [d.pod for d in harness.decisions.items] == [f"flood-{UNCONFIRMED_RECORDS + 39}"]
+
+
+def test_known_pods_are_recorded_at_once() -> None:
+    harness = Harness()
+    pod = pod_obj("known")
+    harness.filter(pod, ["quiet", "noisy"])
+    assert harness.decisions.last("known").result == "filtered"
+    harness.prioritize(pod, ["quiet", "noisy"])
+    assert harness.decisions.last("known").result == "prioritized"
+
+
+def largest_legitimate_request() -> bytes:
+    """ExtenderArgs with NodeNames for 5,000 nodes, each name as long as a node name may be
+    (253 characters), and a Pod of 3 MiB as JSON (the API server's limit on a request body,
+    so no stored Pod is larger)."""
+    names = [f"{i:05d}-" + "n" * 247 for i in range(5000)]
+    assert {len(n) for n in names} == {253}
+    pod = pod_obj("big", requests={"cpu": "100m"})
+    pod["metadata"]["resourceVersion"] = "1"
+    filler = 3 * 1024 * 1024 - len(json.dumps(pod)) - 200
+    env = [{"name": "FILL", "value": "x" * filler}]
+    pod["spec"]["containers"][0]["env"] = env
+    assert 3 * 1024 * 1024 - 300 < len(json.dumps(pod)) <= 3 * 1024 * 1024
+    return json.dumps({"Pod": pod, "NodeNames": names}).encode()
+
+
+def test_the_body_limit_fits_the_largest_legitimate_request_for_5000_nodes() -> None:
+    body = largest_legitimate_request()
+    assert ExtenderSettings().max_body_bytes == EXTENDER_MAX_BODY_BYTES
+    assert len(body) <= EXTENDER_MAX_BODY_BYTES
+    assert len(body) > EXTENDER_MAX_BODY_BYTES * 0.6  # sized from it, not far above
+    harness = Harness()
+    code, answer, _ = harness.extender.filter_route(body)
+    assert code == 200, answer
+    assert json.loads(answer)["FailedNodes"]  # names not in the cache, answered one by one
