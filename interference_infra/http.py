@@ -15,8 +15,8 @@ Limits (:class:`ServerLimits`), so no client can make the process grow without b
 
 * at most ``max_connections`` connections are served at once, one pool thread each; a
   further connection waits in a queue of ``max_waiting`` and is served when a thread
-  frees (a kept-alive connection is closed after its current answer while others
-  wait); one that waited ``queue_wait_s`` is answered 503 with ``Retry-After``; when
+  frees (a kept-alive connection that is idle, or has just been answered, is
+  closed while others wait); one that waited ``queue_wait_s`` is answered 503 with ``Retry-After``; when
   the queue is full it is closed at once. Threads never exceed ``max_connections``.
 * a ``POST`` body larger than ``max_body_bytes`` is answered 413 without being read
   (and the connection closed); a body without ``Content-Length`` (chunked) 411.
@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import select
 import socket
 import ssl
 import sys
@@ -118,6 +119,11 @@ class EndpointBindError(OSError):
         return self.sentence
 
 
+IDLE_POLL_S = 0.1
+"""How often an idle kept-alive connection checks whether others wait for its thread."""
+BUSY_HANDSHAKE_S = 0.5
+"""A connection that waited too long gets this long for its TLS handshake before its 503
+(a client that does not start one is closed instead)."""
 DISCARD_S = 1.0
 """How long a refused body is read and dropped before the connection closes."""
 
@@ -229,7 +235,7 @@ class _PooledServer(HTTPServer):
         connection: socket.socket = request
         try:
             if self.tls is not None:
-                request.settimeout(self.limits.handshake_timeout_s)
+                request.settimeout(BUSY_HANDSHAKE_S if busy else self.limits.handshake_timeout_s)
                 try:
                     connection = self.tls.context().wrap_socket(request, server_side=True)
                 except (OSError, ssl.SSLError) as exc:  # includes a handshake that timed out
@@ -344,6 +350,33 @@ class HealthEndpoint:
                 # headers and body go out in two writes: without TCP_NODELAY the body
                 # waits for the client's delayed ACK (~40 ms per kept-alive request)
                 disable_nagle_algorithm = True
+
+            def handle(self) -> None:
+                self.handle_one_request()
+                while not self.close_connection and self._next_request_arrives():
+                    self.handle_one_request()
+
+            def _next_request_arrives(self) -> bool:
+                """Wait for the next request on a kept-alive connection: False (close it)
+                after ``request_timeout_s``, or at once while other connections wait for
+                a thread. (A request already read into the buffer, which only pipelining
+                clients send, is not seen here.)"""
+                connection = self.connection
+                deadline = time.monotonic() + limits.request_timeout_s
+                while True:
+                    if isinstance(connection, ssl.SSLSocket) and connection.pending():
+                        return True
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return False
+                    readable, _, _ = select.select(
+                        [connection], [], [], min(IDLE_POLL_S, remaining)
+                    )
+                    if readable:
+                        return True
+                    server = self.server
+                    if isinstance(server, _PooledServer) and server.crowded():
+                        return False
 
             def do_POST(self) -> None:
                 if self.headers.get("Transfer-Encoding"):
