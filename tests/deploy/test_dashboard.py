@@ -28,7 +28,7 @@ from tests.deploy.manifests import DEPLOY, find, kustomizations, render
 
 GRAFANA = DEPLOY / "grafana"
 DASHBOARD = GRAFANA / "interference-scheduler.json"
-ROWS = ["Signal plane", "Decisions", "Redis", "Agents", "Credential issuer"]
+ROWS = ["Signal plane", "Decisions", "Redis", "Agents", "Credential issuer", "Configuration"]
 DATASOURCE = {"type": "prometheus", "uid": "${DS_PROMETHEUS}"}
 
 Panel = dict[str, Any]

@@ -56,12 +56,13 @@ INDEX_OF = {NODE: 72.5, "cpu-node-2": 15.0, "cpu-node-3": 40.25}
 """The example names the doc uses, and each node's interference index."""
 
 NEEDS_CLUSTER = re.compile(
-    r"^(kubectl (-n \S+ )?(apply|delete|rollout|logs|get|describe|edit|exec)\b"
-    r"|docker |make (local-)?images\b"
+    r"^(kubectl (-n \S+ )?(apply|delete|rollout|logs|get|describe|edit|exec|port-forward)\b"
+    r"|curl -s localhost:10251/|docker |make (local-)?images\b"
     r"|(KUBEBUILDER_ASSETS=\S+ )?make test\b|\S*python -m pytest -m e2e\b)"
 )
 """Commands that need a cluster, a registry, a Docker engine or Kubernetes binaries (the
-Install section's are run by ``make e2e-cluster``, the test commands are the suite)."""
+Install section's are run by ``make e2e-cluster``, the test commands are the suite; the
+scheduler's ``/config`` pages through a port-forward by tests/e2e/test_config_rollback.py)."""
 REDIS_EXEC = re.compile(
     r"^kubectl -n interference-system exec (-i )?deploy/redis -- (redis-cli .*)$"
 )
