@@ -1,18 +1,28 @@
 """Extender mode end to end: the real kube-scheduler (a second profile named like ours)
-calls ``interference-scheduler extender`` over HTTP, on a real kube-apiserver, with
-signals from a real redis-server.
+calls ``interference-scheduler extender`` over HTTPS with its client certificate, as the
+overlay configures it, with certificates from the install script, on a real
+kube-apiserver, with signals from a real redis-server.
 
 kube-scheduler keeps every one of its own rules — a PVC bound to a node-affine PV, a
 ``DoNotSchedule`` topology spread, required pod affinity — and binds; the extender's
 interference filter still keeps a tolerance-bearing pod off the noisy node. Nodes are
 Node objects without a kubelet (status written through ``nodes/status``).
+
+The extender's port refuses what is not kube-scheduler: a client without a certificate
+from the install's CA, a body over the limit (413), connections beyond its thread pool
+(its threads stay bounded, kube-scheduler is served again once they are gone); a filter
+call about a pod the informers do not know is answered and writes no decision record.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import socket
+import ssl
 import subprocess
+import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -37,6 +47,7 @@ from tests.e2e.conftest import RBAC_KINDS, scheduler_command
 from tests.e2e.control_plane import Assets, ControlPlane, terminate
 from tests.e2e.kube import Kube, Obj, SchedulerProcess, wait_for
 from tests.e2e.parity import kube_scheduler_argv, read_log
+from tests.interference_infra.test_http_limits import SERVER_NAME, make_certs
 
 pytestmark = [pytest.mark.e2e]
 
@@ -56,6 +67,10 @@ REPORT_INTERVAL_S = 1.0
 TIMEOUT_S = 60.0
 
 
+MAX_CONNECTIONS = 8
+"""The extender's thread pool (``extender.max_connections``' default)."""
+
+
 @dataclass
 class ExtenderSetup:
     kube: Kube
@@ -63,7 +78,25 @@ class ExtenderSetup:
     redis: redis.Redis[bytes]
     workdir: Path
     restart: Callable[[], SchedulerProcess]
-    """Start the extender again (same port and configuration) after a test stopped it."""
+    """Start the extender again (same ports and configuration) after a test stopped it."""
+    extender_port: int
+    """The HTTPS port of /filter and /prioritize."""
+    certs: Path
+    """The install script's files: ca.crt, serving.*, client.* (kube-scheduler's)."""
+
+    def client(self, certificate: Path | None) -> ssl.SSLContext:
+        """A TLS client trusting the install's CA, presenting ``certificate``'s
+        ``client.crt`` (a directory of the script's files) when given."""
+        context = ssl.create_default_context(cafile=str(self.certs / "ca.crt"))
+        if certificate is not None:
+            context.load_cert_chain(
+                str(certificate / "client.crt"), str(certificate / "client.key")
+            )
+        return context
+
+    def connect(self, certificate: Path | None) -> ssl.SSLSocket:
+        raw = socket.create_connection(("127.0.0.1", self.extender_port), timeout=10)
+        return self.client(certificate).wrap_socket(raw, server_hostname=SERVER_NAME)
 
 
 def _labels(node: str) -> dict[str, str]:
@@ -145,10 +178,12 @@ def _start(argv: list[str], log_path: Path, env: dict[str, str]) -> subprocess.P
         )
 
 
-def _kube_scheduler_config(kubeconfig: Path, extender_port: int, path: Path) -> Path:
+def _kube_scheduler_config(kubeconfig: Path, extender_port: int, certs: Path, path: Path) -> Path:
     """The overlay's KubeSchedulerConfiguration as rendered, pointed at this apiserver,
-    this test's scheduler name and the extender on loopback (everything else as shipped:
-    leader election with its own Lease, nodeCacheCapable, ignorable false)."""
+    this test's scheduler name and the extender on loopback, with the install script's
+    client certificate for the overlay's tlsConfig files and the serving certificate's
+    name for the loopback address (everything else as shipped: HTTPS, leader election with
+    its own Lease, nodeCacheCapable, ignorable false)."""
     rendered = find(render(OVERLAY), "ConfigMap", "interference-kube-scheduler-config")
     config = yaml.safe_load(rendered["data"]["config.yaml"])
     config["clientConnection"] = {"kubeconfig": str(kubeconfig)}
@@ -156,7 +191,17 @@ def _kube_scheduler_config(kubeconfig: Path, extender_port: int, path: Path) -> 
     profile["schedulerName"] = SCHEDULER
     (extender,) = config["extenders"]
     assert extender["nodeCacheCapable"] is True and extender["ignorable"] is False
-    extender["urlPrefix"] = f"http://127.0.0.1:{extender_port}"
+    assert extender["enableHTTPS"] is True
+    assert extender["urlPrefix"].startswith(f"https://{SERVER_NAME}:")
+    shipped = extender["tlsConfig"]
+    assert set(shipped) == {"certFile", "keyFile", "caFile"}
+    extender["urlPrefix"] = f"https://127.0.0.1:{extender_port}"
+    extender["tlsConfig"] = {
+        "certFile": str(certs / "client.crt"),
+        "keyFile": str(certs / "client.key"),
+        "caFile": str(certs / "ca.crt"),
+        "serverName": SERVER_NAME,
+    }
     path.write_text(yaml.safe_dump(config))
     return path
 
@@ -194,10 +239,19 @@ def setup(
     agents = contextlib.ExitStack()
     agents.enter_context(agents_publishing(redis_url, _reports))
     port = free_port()
+    extender_port = free_port()
+    certs = make_certs(workdir / "certs")
     config = {
         "loop": {"scheduler_name": SCHEDULER},
         "redis": {"url": redis_url},
         "http": {"port": port, "host": "127.0.0.1"},
+        "extender": {
+            "port": extender_port,
+            "host": "127.0.0.1",
+            "tls_cert_file": str(certs / "serving.crt"),
+            "tls_key_file": str(certs / "serving.key"),
+            "client_ca_file": str(certs / "ca.crt"),
+        },
     }
     config_path = workdir / "extender.yaml"
     config_path.write_text(yaml.safe_dump(config))
@@ -221,14 +275,16 @@ def setup(
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as answer:
             assert answer.read() == b"ok (extender)\n"  # every replica answers, none leads
         identity = _kube_scheduler_identity(control_plane, kube, workdir)
-        scheduler_config = _kube_scheduler_config(identity, port, workdir / "kube-scheduler.yaml")
+        scheduler_config = _kube_scheduler_config(
+            identity, extender_port, certs, workdir / "kube-scheduler.yaml"
+        )
         kube_scheduler_args = kube_scheduler_argv(
             assets.kube_scheduler, scheduler_config, identity, workdir / "kube-scheduler-certs"
         )
         kube_scheduler = _start(
             [*kube_scheduler_args, "--v=2"], workdir / "kube-scheduler.log", env
         )
-        yield ExtenderSetup(kube, extender, store, workdir, restart)
+        yield ExtenderSetup(kube, extender, store, workdir, restart, extender_port, certs)
     finally:
         agents.close()
         if kube_scheduler is not None:
@@ -368,9 +424,135 @@ def test_while_the_extender_is_down_pods_wait_and_then_are_scheduled(
                 and e["reason"] == "FailedScheduling"]  # fmt: skip
 
     events = wait_for(extender_failures, "a FailedScheduling Event naming the extender", TIMEOUT_S)
-    url = f"http://127.0.0.1:{setup.extender.http_port}/filter"
+    url = f"https://127.0.0.1:{setup.extender_port}/filter"
     assert all(url in e["note"] for e in events), [e["note"] for e in events]
     assert not kube.pod(NAMESPACE, "while-down")["spec"].get("nodeName")
     back = setup.restart()
+    setup.extender = back
     _wait_http(f"http://127.0.0.1:{back.http_port}/readyz", "the extender to come back")
     assert _node_of(kube, "while-down") in NODES
+
+
+REFUSED = 'interference_scheduler_extender_refused_total{{reason="{}"}}'
+UNKNOWN_POD_RECORDS = "interference_scheduler_extender_unknown_pod_records_total"
+
+
+def _metric(setup: ExtenderSetup, name: str) -> float:
+    return setup.extender.metrics().get(name, 0.0)
+
+
+def _exchange(connection: socket.socket, request: bytes) -> bytes:
+    """Send ``request`` and read until the server closes; b"" when it answers nothing (a
+    refused handshake surfaces here under TLS 1.3)."""
+    answer = b""
+    try:
+        connection.sendall(request)
+        while chunk := connection.recv(65536):
+            answer += chunk
+    except (ssl.SSLError, OSError):
+        pass
+    finally:
+        connection.close()
+    return answer
+
+
+def _post(path: str, body: bytes, length: int | None = None) -> bytes:
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: {SERVER_NAME}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body) if length is None else length}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+def _filter_body(pod: Obj) -> bytes:
+    return json.dumps({"Pod": pod, "NodeNames": list(NODES)}).encode()
+
+
+def test_only_a_client_with_the_installs_certificate_is_answered(
+    setup: ExtenderSetup, tmp_path: Path
+) -> None:
+    refused_before = _metric(setup, REFUSED.format("tls_handshake"))
+    request = _post("/filter", _filter_body(_pod("probe")))
+    answer = _exchange(setup.connect(setup.certs), request)  # kube-scheduler's certificate
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+    assert b'"NodeNames"' in answer
+    stranger = make_certs(tmp_path / "another-ca")  # a valid certificate of another CA
+    for certificate in (None, stranger):
+        try:
+            connection = setup.connect(certificate)
+        except (ssl.SSLError, OSError):
+            continue  # refused during the handshake
+        assert _exchange(connection, request) == b""
+    plain = socket.create_connection(("127.0.0.1", setup.extender_port), timeout=10)
+    assert not _exchange(plain, request).startswith(b"HTTP/")  # no plain-HTTP answer
+    wait_for(
+        lambda: _metric(setup, REFUSED.format("tls_handshake")) >= refused_before + 3,
+        "three refused handshakes counted",
+        TIMEOUT_S,
+    )
+
+
+def test_a_body_over_the_limit_is_refused_with_413(setup: ExtenderSetup) -> None:
+    before = _metric(setup, REFUSED.format("too_large"))
+    seven_mib = 7 * 1024 * 1024  # over the 6 MiB limit: never read
+    answer = _exchange(setup.connect(setup.certs), _post("/filter", b"{" * 65536, seven_mib))
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert b"over this endpoint's limit" in answer
+    assert _metric(setup, REFUSED.format("too_large")) == before + 1
+
+
+def test_a_filter_for_a_pod_the_informers_do_not_know_writes_no_record(
+    setup: ExtenderSetup,
+) -> None:
+    before = _metric(setup, UNKNOWN_POD_RECORDS)
+    forged = _pod("forged-by-caller", annotations={ANNOTATION_MAX_RUNQ_P99_US: "500"})
+    forged["metadata"]["uid"] = "00000000-0000-0000-0000-00000000f0f0"
+    answer = _exchange(setup.connect(setup.certs), _post("/filter", _filter_body(forged)))
+    head, _, payload = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), answer[:200]
+    result = json.loads(payload)
+    assert "ext-noisy" in result["FailedAndUnresolvableNodes"]  # answered as for any pod
+    wait_for(
+        lambda: _metric(setup, UNKNOWN_POD_RECORDS) >= before + 1,
+        "the held record dropped after its wait for the informer",
+        TIMEOUT_S,
+    )
+    assert not setup.redis.exists(keys.decision_key(NAMESPACE, "forged-by-caller"))
+
+
+def _threads(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no Threads line for process {pid}")
+
+
+def test_connections_beyond_the_pool_are_bounded_and_kube_scheduler_is_served_after(
+    setup: ExtenderSetup,
+) -> None:
+    """100 connections that never start a handshake: at most 8 threads serve them, the
+    queue of 64 holds some, the rest are closed at once; once they are gone kube-scheduler
+    is served again."""
+    pid = setup.extender.popen.pid
+    threads_before = _threads(pid)
+    queue_full_before = _metric(setup, REFUSED.format("queue_full"))
+    held = [socket.create_connection(("127.0.0.1", setup.extender_port), timeout=10)
+            for _ in range(100)]  # fmt: skip
+    try:
+        time.sleep(1.0)
+        assert _threads(pid) <= threads_before + MAX_CONNECTIONS
+        wait_for(
+            lambda: (
+                _metric(setup, REFUSED.format("queue_full"))
+                >= queue_full_before + 100 - MAX_CONNECTIONS - 64
+            ),
+            "the connections beyond the queue closed and counted",
+            TIMEOUT_S,
+        )
+        assert _threads(pid) <= threads_before + MAX_CONNECTIONS
+    finally:
+        for connection in held:
+            connection.close()
+    path = f"/api/v1/namespaces/{NAMESPACE}/pods"
+    _create(setup.kube, _pod("after-the-flood"), path)
+    assert _node_of(setup.kube, "after-the-flood") in NODES
