@@ -166,7 +166,14 @@ def check_privileges(capabilities: int) -> None:
 def check_tracepoints(tracefs: str, tracepoints: Sequence[str]) -> None:
     """Raise unless tracefs is mounted and holds every ``category:event`` tracepoint."""
     events = Path(tracefs) / "events"
-    if not events.is_dir():
+    try:
+        found = events.is_dir()
+    except PermissionError as exc:
+        raise ProbeUnavailable(
+            f"tracefs at {tracefs} is not readable ({exc.strerror}): it is root's, run the "
+            "agent as uid 0"
+        ) from exc
+    if not found:
         raise ProbeUnavailable(
             f"tracefs is not mounted at {tracefs}: mount tracefs: "
             f"mount -t tracefs tracefs {tracefs}"

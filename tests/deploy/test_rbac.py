@@ -1,9 +1,10 @@
 """Acceptance 2: the rendered RBAC is exactly what the code uses.
 
-The real adapters — the scheduler's ``KubernetesCluster`` and ``LeaderElector``, the agent's
-``KubernetesPodDirectory``, the credential issuer's ``KubernetesTokenReviewer`` — run every
-API call they make with the real ``kubernetes`` client against the HTTP API emulator
-(tests/scheduler/k8s_emulator.py, on kmock). Each recorded request becomes a permission (API
+The real adapters — the scheduler's ``KubernetesCluster`` and ``LeaderElector``, the credential
+issuer's ``KubernetesTokenReviewer`` — run every API call they make with the real
+``kubernetes`` client against the HTTP API emulator (tests/scheduler/k8s_emulator.py, on
+kmock); the agent's ``KubeletPodDirectory`` asks a kubelet, whose requests are mapped to the
+permissions the kubelet checks. Each recorded request becomes a permission (API
 group, resource[/subresource], verb, namespace), which is compared both ways with the
 ClusterRoles and Roles bound to the workload's ServiceAccount in every rendered
 kustomization: nothing missing, nothing extra, no wildcards.
@@ -28,7 +29,7 @@ from prometheus_client import CollectorRegistry
 from credential_issuer.review import KubernetesTokenReviewer, ReviewUnavailable, TokenRejected
 from credential_issuer.settings import DEFAULT_AUDIENCE
 from interference_cli.redis_process import free_port
-from node_agent.pods import KubernetesPodDirectory, PodWatchSettings
+from node_agent.pods import KUBELET_PERMISSION
 from scheduler.adapters.eviction import EVICTION_PERMISSIONS, KubernetesEvictor
 from scheduler.adapters.kubernetes import REQUIRED_PERMISSIONS, KubernetesCluster
 from scheduler.adapters.leader import LEASE_PERMISSIONS, LeaderElectionSettings, LeaderElector
@@ -314,20 +315,46 @@ def exercise_extender(emulator: EmulatorThread, workdir: Path) -> None:
     assert not thread.is_alive()
 
 
-def exercise_agent(emulator: EmulatorThread, node_name: str) -> None:
-    """The agent's pod directory: list then watch the pods on its node."""
-    emulator.put("pods", pod("api-0", namespace="shop", node=node_name, phase="Running"))
-    directory = KubernetesPodDirectory(
-        client.CoreV1Api(api_client(emulator.url)), node_name, PodWatchSettings(read_timeout_s=5)
-    )
-    directory.start()
+KUBELET_SUBRESOURCES = {
+    "pods": "pods",
+    "healthz": "healthz",
+    "configz": "configz",
+    "stats": "stats",
+    "metrics": "metrics",
+    "logs": "log",
+    "spec": "spec",
+    "checkpoint": "checkpoint",
+}
+KUBELET_VERBS = {"GET": "get", "HEAD": "get", "POST": "create", "PUT": "update"}
+KUBELET_VERBS |= {"PATCH": "patch", "DELETE": "delete"}
+
+
+def kubelet_permission(method: str, path: str) -> Permission:
+    """How a kubelet (v1.36, fine-grained authorisation: pkg/kubelet/server/auth.go)
+    authorises a request: the nodes subresource its path names, nodes/proxy for any other
+    path (exec, attach, port-forward, run among them); the verb from the method."""
+    first = path.lstrip("/").split("/")[0].split("?")[0]
+    resource = "nodes/" + KUBELET_SUBRESOURCES.get(first, "proxy")
+    return Permission("", resource, KUBELET_VERBS[method], ALL_NAMESPACES)
+
+
+def exercise_agent(node_name: str, directory: Path) -> set[Permission]:
+    """The agent's pod directory against a kubelet: every request it made, as the kubelet
+    authorises it. The agent makes no API server request."""
+    from node_agent.pods import KubeletPodDirectory, KubeletSettings
+    from tests.node_agent.test_kubelet_pods import TOKEN, FakeKubelet, pod, self_signed
+
+    kubelet = FakeKubelet(*self_signed(directory, "127.0.0.1"))
+    token = directory / "token"
+    token.write_text(TOKEN)
     try:
-        assert directory.wait_synced(30)
-        added = emulator.put("pods", pod("api-1", namespace="shop", node=node_name))
-        uid = added["metadata"]["uid"]
-        wait_until(lambda: directory.lookup(uid) == ("shop", "api-1"), "a watched pod")
+        kubelet.pods = [pod("uid-1", "api-0", node=node_name)]
+        agent = KubeletPodDirectory(KubeletSettings(kubelet.url, str(token)), node_name)
+        assert agent.list_once() == 1 and agent.lookup("uid-1") == ("shop", "api-0")
     finally:
-        directory.stop()
+        kubelet.close()
+    assert kubelet.requests
+    return {kubelet_permission(method, path) for method, path, _ in kubelet.requests}
 
 
 @pytest.fixture(scope="module")
@@ -386,10 +413,15 @@ def test_issuer_rbac_is_exactly_what_it_calls(name: str, issuer_calls: set[Permi
 
 
 @pytest.fixture(scope="module")
-def agent_calls() -> set[Permission]:
-    with running_emulator() as server:
-        exercise_agent(server, "gpu-node-1")
-        return used_permissions(server)
+def agent_calls(tmp_path_factory: pytest.TempPathFactory) -> set[Permission]:
+    calls = exercise_agent("gpu-node-1", tmp_path_factory.mktemp("kubelet"))
+    assert calls == {Permission(*KUBELET_PERMISSION, ALL_NAMESPACES)}
+    return calls
+
+
+def test_the_kubelet_mapping_tells_pods_from_exec() -> None:
+    assert kubelet_permission("GET", "/pods") == Permission("", "nodes/pods", "get", "*")
+    assert kubelet_permission("POST", "/exec/ns/pod/c?command=sh").resource == "nodes/proxy"
 
 
 @pytest.mark.slow
