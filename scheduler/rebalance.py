@@ -232,7 +232,7 @@ def breach(
     bound = tolerance.max_runq_p99_us
     if bound is not None and own is not None and own.runq_p99_us > bound:
         runq = True
-        parts.append(f"its run-queue p99 {own.runq_p99_us:g} µs > tolerance {bound:g} µs")
+        parts.append(f"its run-queue p99 {own.runq_p99_us:.0f} µs > tolerance {bound:g} µs")
     bound = tolerance.max_reclaim_stall_ms_per_s
     if bound is not None and node_reclaim_ms_per_s is not None and node_reclaim_ms_per_s > bound:
         reclaim = True
