@@ -181,6 +181,7 @@ class Scheduler:
             config.rebalancer,
             config.loop.scheduler_name,
             RebalanceMetrics(self.registry),
+            records_only=config.loop.dry_run,
         )
         self.signal_heartbeat = Heartbeat(
             "redis signal follower", max_silence_s=60 + 2 * config.redis.socket_timeout_s
@@ -197,7 +198,9 @@ class Scheduler:
     def _apply_reload(self, new: SchedulerConfig) -> None:
         self.loop.update_settings(new.engine, new.loop)
         self.loop_heartbeat.max_silence_s = new.loop.wedged_after_s
-        self.rebalancer.update_settings(new.engine, new.rebalancer, new.loop.scheduler_name)
+        self.rebalancer.update_settings(
+            new.engine, new.rebalancer, new.loop.scheduler_name, records_only=new.loop.dry_run
+        )
 
     def report_reachability(self) -> None:
         """One clear line each when the API server or Redis cannot be reached at start."""

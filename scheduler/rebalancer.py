@@ -14,7 +14,9 @@ node passes every filter it:
   it left (:mod:`scheduler.plugins.rebalanced_away`), and says so in a ``Warning
   InterferenceEvicted`` Event on the pod;
 * ``dry_run`` (the default): asks the Eviction API with ``dryRun=All`` (the budgets are
-  checked, nothing is evicted) and writes a ``Normal InterferenceWouldEvict`` Event.
+  checked, nothing is evicted) and writes a ``Normal InterferenceWouldEvict`` Event;
+* while the whole scheduler is a dry run (``loop.dry_run``, the dry-run overlay, whose
+  RBAC has neither Events nor evictions) it writes the decision record only.
 
 Either way a decision record (``intf:decision:{ns}/{pod}``, result ``evicted``,
 ``would_evict`` or ``eviction_blocked``) holds the node it found with the candidates'
@@ -178,9 +180,13 @@ class Rebalancer:
         scheduler_name: str,
         metrics: RebalanceMetrics,
         *,
+        records_only: bool = False,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        """``records_only``: the scheduler is a dry run (``loop.dry_run``): no Event, no
+        Eviction API call, only decision records (as ``dry_run`` mode otherwise)."""
         self._cache = cache
+        self.records_only = records_only
         self._signals = signals
         self._reports = reports
         self._evictor = evictor
@@ -202,9 +208,14 @@ class Rebalancer:
         """Victim UID → the hold reason already counted in this streak."""
 
     def update_settings(
-        self, engine_settings: EngineSettings, settings: RebalancerSettings, scheduler_name: str
+        self,
+        engine_settings: EngineSettings,
+        settings: RebalancerSettings,
+        scheduler_name: str,
+        records_only: bool = False,
     ) -> None:
         """Apply a reloaded configuration (between two steps)."""
+        self.records_only = records_only
         if engine_settings != self._engine_settings:
             self._cycle = SchedulingCycle(engine_settings)
             self._engine_settings = engine_settings
@@ -323,12 +334,15 @@ class Rebalancer:
             return result
 
     def _move(self, pod: PodInfo, why: str, result: CycleResult, now: float) -> RebalanceAction:
-        dry_run = self.settings.mode != "enforce"
+        dry_run = self.settings.mode != "enforce" or self.records_only
         target = result.node or ""
         ref = PodRef(pod.namespace, pod.name, pod.uid)
         workload = str(pod.controller)
         try:
-            answer = self._evictor.evict(ref, dry_run)
+            if self.records_only:
+                answer = EvictionAnswer(EvictionStatus.EVICTED)  # not asked: records only
+            else:
+                answer = self._evictor.evict(ref, dry_run)
         except ClusterError as exc:
             log.warning("evicting %s failed: %s", pod.key, exc)
             self._metrics.evictions.labels(FAILED).inc()
@@ -358,7 +372,8 @@ class Rebalancer:
                 f"would evict (dry run): {why}; {target} passes every filter for it "
                 f"(rebalancer mode enforce would move it)"
             )
-            self._events.record_event(ref, "Normal", "InterferenceWouldEvict", message)
+            if not self.records_only:
+                self._events.record_event(ref, "Normal", "InterferenceWouldEvict", message)
         else:
             message = (
                 f"evicted to leave {pod.node_name}: {why}; {target} passes every filter for it; "

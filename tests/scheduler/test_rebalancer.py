@@ -304,3 +304,20 @@ def test_an_opted_out_pod_is_never_looked_at(enforcing: World) -> None:
     w.step()
     assert w.step(60) == []
     assert w.metric("interference_scheduler_rebalance_over_tolerance_pods") == 0
+
+
+def test_a_dry_run_scheduler_only_records() -> None:
+    """``loop.dry_run`` (the dry-run overlay: no Events, no evictions in its RBAC)."""
+    w = World(RebalancerSettings(mode="enforce"))
+    w.rebalancer.update_settings(
+        EngineSettings(), w.rebalancer.settings, "interference-scheduler", records_only=True
+    )
+    w.run_pod("web-1", "node-a")
+    w.step()
+    (action,) = w.step(30)
+    assert action.outcome == WOULD_EVICT  # type: ignore[attr-defined]
+    assert w.evictions.calls == [] and w.events("web-1") == []
+    record = w.h.decisions.last("web-1", "shop")
+    assert (record.result, record.node, record.dry_run) == (WOULD_EVICT, "node-b", True)
+    assert w.rebalancer.departures.all() == []
+    w.h.close()
