@@ -111,6 +111,8 @@ def test_every_command_is_exercised_or_needs_a_cluster() -> None:
             or "ACL SETUSER" in c
             or c.startswith("kubectl kustomize ")
             or c.startswith(("scripts/create-redis-secret.sh", "interference simulate "))
+            # run on a real apiserver by tests/e2e/test_extender_certs.py
+            or c.startswith("scripts/create-extender-certs.sh")
             or NEEDS_CLUSTER.match(c)
         )
     ]
