@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from interference.annotations import unknown_annotation_message, unknown_annotations
 from interference_cli.store import CliError
 from scheduler.adapters.memory import pod_object
 
@@ -176,6 +177,9 @@ def _expand(index: int, entry: Any) -> list[Arrival]:
     annotations = entry.get("annotations") or {}
     if not isinstance(annotations, Mapping):
         raise ArrivalError(f"{where}.annotations must be a mapping, got {annotations!r}")
+    unknown = unknown_annotations(str(key) for key in annotations)
+    if unknown:  # the scheduler would only warn; a replay with it would mislead
+        raise ArrivalError(f"{where}.annotations: {unknown_annotation_message(unknown[0])}")
     for key in ("name", "namespace", "cpu", "memory"):
         if isinstance(entry.get(key), list | dict):
             raise ArrivalError(f"{where}.{key} must be a single value, got {entry[key]!r}")

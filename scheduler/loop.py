@@ -22,7 +22,8 @@ unreadable (attempts counted in
 ``interference_scheduler_interference_blind_attempts_total``). An unschedulable pod goes
 back to the queue with the events that may make it fit (those the plugins that rejected
 it registered for). A pod using a deprecated annotation gets a ``Warning
-DeprecatedAnnotation`` Event, once per pod.
+DeprecatedAnnotation`` Event, one with an ``interference.io/`` key no program reads a
+``Warning UnknownAnnotation`` Event naming the closest known key, once per pod.
 
 Leadership: the loop schedules and binds only while ``leading`` is set; when it is
 cleared, binds not yet sent are dropped and their pods requeued (see the binder).
@@ -42,7 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from interference.decision import CandidateVerdict, Decision
-from scheduler.api.objects import PodInfo
+from scheduler.api.objects import PodInfo, PodWarning
 from scheduler.binder import Binder, BindOutcome, BindRequest, BindStatus
 from scheduler.cache import ClusterCache, UnparseablePod
 from scheduler.cycle import CycleResult, SchedulingCycle
@@ -165,7 +166,7 @@ class SchedulingLoop:
         self._state_lock = threading.Lock()
         self._bind_decisions: dict[str, Decision] = {}
         """Decision of each bind in flight, written once the bind's outcome is known."""
-        self._warned: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+        self._warned: OrderedDict[str, tuple[PodWarning, ...]] = OrderedDict()
         """Pods told about their :attr:`PodInfo.warnings`, with what they were told."""
         self._attempts_since_prune = 0
         self.last_cycle_at = monotonic()
@@ -360,7 +361,8 @@ class SchedulingLoop:
         return self._cycle.schedule(pod, table, now, signals_readable=readable, recorder=recorder)
 
     def _warn(self, pod: PodInfo) -> None:
-        """A ``Warning DeprecatedAnnotation`` Event per warning, once per pod."""
+        """A Warning Event per warning (``DeprecatedAnnotation``, ``UnknownAnnotation``),
+        once per pod."""
         with self._state_lock:
             if self._warned.get(pod.key) == pod.warnings:
                 return
@@ -368,7 +370,7 @@ class SchedulingLoop:
             while len(self._warned) > _WARNED_PODS:
                 self._warned.popitem(last=False)
         for warning in pod.warnings:
-            self._event(pod, "Warning", "DeprecatedAnnotation", warning)
+            self._event(pod, "Warning", warning.reason, warning.message)
 
     def _report_unparseable(self, broken: UnparseablePod) -> None:
         """A pod that does not parse stays Pending with the parse error for its owner to

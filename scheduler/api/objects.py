@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
+from interference import annotations as pod_annotations
 from scheduler.api.selectors import LabelSelector, NodeSelectorTerm
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
@@ -24,18 +26,18 @@ GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
 
 
-ANNOTATION_MAX_RUNQ_P99_US = "interference.io/max-runq-p99-us"
+ANNOTATION_MAX_RUNQ_P99_US = pod_annotations.MAX_RUNQ_P99_US
 
 
-ANNOTATION_MAX_RECLAIM_STALL_MS_PER_S = "interference.io/max-reclaim-stall-ms-per-s"
+ANNOTATION_MAX_RECLAIM_STALL_MS_PER_S = pod_annotations.MAX_RECLAIM_STALL_MS_PER_S
 
 
-ANNOTATION_MAX_INDEX = "interference.io/max-index"
+ANNOTATION_MAX_INDEX = pod_annotations.MAX_INDEX
 
 
-DEPRECATED_ANNOTATION_MAX_SCORE = "interference.io/max-score"
+DEPRECATED_ANNOTATION_MAX_SCORE = pod_annotations.DEPRECATED_MAX_SCORE
 """The earlier name of :data:`ANNOTATION_MAX_INDEX`: still read, with a Warning Event."""
-ANNOTATION_REBALANCE = "interference.io/rebalance"
+ANNOTATION_REBALANCE = pod_annotations.REBALANCE
 """``"false"`` keeps the rebalancer from ever evicting the pod (scheduler/rebalance.py)."""
 
 
@@ -321,6 +323,14 @@ class NodeInfo:
         )
 
 
+class PodWarning(NamedTuple):
+    """One thing a pod's owner should fix: the Warning Event's reason and note."""
+
+    reason: str
+    """``DeprecatedAnnotation`` or ``UnknownAnnotation``."""
+    message: str
+
+
 @dataclass(frozen=True, slots=True)
 class PodInfo:
     namespace: str
@@ -358,9 +368,9 @@ class PodInfo:
     """``spec.schedulingGates`` names; a gated pod must not be scheduled yet."""
     unsupported: tuple[str, ...]
     """Fields the pod asks for that standalone mode does not implement (the pod is refused)."""
-    warnings: tuple[str, ...] = ()
-    """What the pod's owner should fix though it was understood (a deprecated annotation
-    name): the scheduler says so in a Warning Event."""
+    warnings: tuple[PodWarning, ...] = ()
+    """What the pod's owner should fix though the pod was understood (a deprecated or an
+    unknown ``interference.io/`` annotation): the scheduler says so in Warning Events."""
     preemption_policy: str = PREEMPT_LOWER_PRIORITY
     """``spec.preemptionPolicy``: ``PreemptLowerPriority`` or ``Never``."""
     spread: tuple[SpreadConstraint, ...] = ()

@@ -14,6 +14,11 @@ a node whose fresh signals exceed any of them is filtered out):
     read (deprecated: :attr:`~scheduler.api.objects.PodInfo.warnings` says so, and the
     scheduler turns that into a Warning Event); setting both is an error.
 
+Any other key under ``interference.io/`` that no program reads
+(:mod:`interference.annotations`) is a warning too — a Warning ``UnknownAnnotation``
+Event naming the closest known key — since the pod would otherwise run unprotected by a
+typo.
+
 Fields a pod asks for that standalone mode does not implement (volumes that need binding
 or volume topology, DRA resource claims, …) are listed in
 :attr:`~scheduler.api.objects.PodInfo.unsupported`: the engine refuses such a pod (it stays
@@ -31,6 +36,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
+from interference.annotations import unknown_annotation_messages
 from scheduler.api.objects import (
     ANNOTATION_MAX_INDEX,
     ANNOTATION_MAX_RECLAIM_STALL_MS_PER_S,
@@ -47,6 +53,7 @@ from scheduler.api.objects import (
     PodAffinityTerm,
     PodInfo,
     PodVolumeClaim,
+    PodWarning,
     SpreadConstraint,
     Toleration,
     WeightedTerm,
@@ -131,7 +138,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         anti_affinity=inter_pod.required_anti_affinity,
         labels=reader.string_map(metadata, "labels", "metadata.labels"),
         tolerance=own_scheduling(lambda: _tolerance(reader, annotations), None),
-        warnings=own_scheduling(lambda: _annotation_warnings(reader, annotations), ()),
+        warnings=own_scheduling(lambda: _annotation_warnings(annotations), ()),
         scheduling_gates=gates,
         unsupported=tuple(
             unsupported
@@ -519,14 +526,24 @@ def _tolerance(reader: Reader, annotations: Mapping[str, str]) -> InterferenceTo
     )
 
 
-def _annotation_warnings(reader: Reader, annotations: Mapping[str, str]) -> tuple[str, ...]:
-    if DEPRECATED_ANNOTATION_MAX_SCORE not in annotations:
-        return ()
-    return (
-        f"annotation {DEPRECATED_ANNOTATION_MAX_SCORE} is deprecated: it is read as"
-        f" {ANNOTATION_MAX_INDEX} (the node's interference index, 0 quiet – 100 saturated);"
-        " rename it",
-    )
+def _annotation_warnings(annotations: Mapping[str, str]) -> tuple[PodWarning, ...]:
+    """A deprecated annotation name, and each ``interference.io/`` key no program reads
+    (a typo would leave the pod unprotected while its owner believes it protected)."""
+    found = [
+        PodWarning("UnknownAnnotation", message)
+        for message in unknown_annotation_messages(annotations)
+    ]
+    if DEPRECATED_ANNOTATION_MAX_SCORE in annotations:
+        found.insert(
+            0,
+            PodWarning(
+                "DeprecatedAnnotation",
+                f"annotation {DEPRECATED_ANNOTATION_MAX_SCORE} is deprecated: it is read as"
+                f" {ANNOTATION_MAX_INDEX} (the node's interference index, 0 quiet – 100"
+                " saturated); rename it",
+            ),
+        )
+    return tuple(found)
 
 
 def _timestamp(reader: Reader, value: Any) -> float:

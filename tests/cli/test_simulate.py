@@ -209,6 +209,12 @@ def test_bad_arrival_files_name_the_problem(tmp_path: Path, text: str, message: 
         ("[{at_s: 1, gpus: one}]", "arrivals[0].gpus must be a whole number, got 'one'"),
         ("[{at_s: 1, duration_s: [1]}]", "arrivals[0].duration_s must be a number, got [1]"),
         ("[{at_s: 1, annotations: [a]}]", "arrivals[0].annotations must be a mapping"),
+        (
+            '[{at_s: 1, annotations: {"interference.io/max-runq-p99": "500"}}]',
+            "arrivals[0].annotations: annotation interference.io/max-runq-p99 is not one"
+            " interference-scheduler reads and has no effect; did you mean"
+            " interference.io/max-runq-p99-us?",
+        ),
         ("[{at_s: 1, cpu: [1]}]", "arrivals[0].cpu must be a single value, got [1]"),
         ("[{at: 1}]", "arrivals[0] has unknown key 'at' (did you mean 'at_s'?); known: at_s,"),
         ("[web]", "arrivals[0] must be a mapping with at_s"),

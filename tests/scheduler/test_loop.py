@@ -438,6 +438,22 @@ def test_run_binds_with_real_threads() -> None:
     assert not thread.is_alive()
 
 
+def test_an_unknown_annotation_gets_one_warning_event_naming_the_closest_key() -> None:
+    h = LoopHarness()
+    h.cluster.add_node(node_object("n1", cpu="1"))
+    typo = {"interference.io/max-runq-p99": "500"}  # without -us: no tolerance at all
+    h.cluster.add_pod(pod_object("typo", cpu="2", annotations=typo))
+    h.cycle()
+    h.clock.advance(30)  # past the backoff: attempted again, still unschedulable
+    h.cycle()
+    warnings = [e for e in events(h, "typo") if e[1] == "UnknownAnnotation"]
+    assert len(warnings) == 1
+    assert warnings[0][0] == "Warning"
+    assert "did you mean interference.io/max-runq-p99-us?" in warnings[0][2]
+    pod = h.loop.cache.pending_pod("default/typo")
+    assert pod is not None and pod.tolerance is None
+
+
 def test_a_deprecated_annotation_gets_one_warning_event_and_still_counts() -> None:
     h = LoopHarness()
     h.cluster.add_node(node_object("n1", cpu="1"))

@@ -659,9 +659,40 @@ def test_the_deprecated_max_score_annotation_is_read_as_max_index_with_a_warning
     pod = parse_pod(pod_obj(annotations={DEPRECATED_ANNOTATION_MAX_SCORE: "40"}))
     assert pod.tolerance == InterferenceTolerance(max_index=40.0)
     assert len(pod.warnings) == 1
-    warning = pod.warnings[0]
+    reason, warning = pod.warnings[0]
+    assert reason == "DeprecatedAnnotation"
     assert DEPRECATED_ANNOTATION_MAX_SCORE in warning and "deprecated" in warning
     assert ANNOTATION_MAX_INDEX in warning  # names the replacement
+
+
+@pytest.mark.parametrize(
+    ("annotations", "reasons", "closest"),
+    [
+        ({"interference.io/max-runq-p99": "500"}, ["UnknownAnnotation"],
+         "did you mean interference.io/max-runq-p99-us?"),
+        ({"interference.io/max_index": "40", ANNOTATION_MAX_INDEX: "40"}, ["UnknownAnnotation"],
+         "did you mean interference.io/max-index?"),
+        ({"Interference.IO/rebalance": "false"}, ["UnknownAnnotation"],
+         "did you mean interference.io/rebalance?"),
+        ({"interference.io/whatever": "1"}, ["UnknownAnnotation"],
+         "known: interference.io/max-runq-p99-us, "),
+        ({DEPRECATED_ANNOTATION_MAX_SCORE: "40", "interference.io/max-reclaim": "2"},
+         ["DeprecatedAnnotation", "UnknownAnnotation"],
+         "did you mean interference.io/max-reclaim-stall-ms-per-s?"),
+        ({"example.com/max-index": "1", "scheduler.interference.io/x": "1"}, [], ""),
+        ({"interference.io/degradable": "true", "interference.io/rebalance": "false"}, [], ""),
+    ],
+    ids=["no-us", "underscore", "case", "far-from-any", "with-deprecated", "other-prefix",
+         "other-programs-keys"],
+)  # fmt: skip
+def test_an_unknown_interference_annotation_is_a_warning_naming_the_closest_key(
+    annotations: dict[str, str], reasons: list[str], closest: str
+) -> None:
+    pod = parse_pod(pod_obj(annotations=annotations))
+    assert [w.reason for w in pod.warnings] == reasons
+    if closest:
+        assert closest in pod.warnings[-1].message
+        assert "has no effect" in pod.warnings[-1].message
 
 
 def test_the_deprecated_max_score_annotation_is_validated_like_max_index() -> None:
