@@ -291,6 +291,8 @@ def exercise_extender(emulator: EmulatorThread, workdir: Path) -> None:
                 "socket_timeout_s": 0.5,
             },
             "http": {"host": "127.0.0.1", "port": free_port()},
+            # the verbs' port without TLS: this test is about the API calls it makes
+            "extender": {"host": "127.0.0.1", "port": free_port(), "plaintext": True},
         }
     )
     process = ExtenderProcess(config, env={})
@@ -298,14 +300,18 @@ def exercise_extender(emulator: EmulatorThread, workdir: Path) -> None:
     thread = threading.Thread(target=process.run, args=(stop,), daemon=True)
     thread.start()
     try:
-        wait_until(lambda: process.http is not None and process.cache.synced(), "the extender")
+        wait_until(
+            lambda: process.extender_http is not None and process.cache.synced(), "the extender"
+        )
         emulator.put("pods", pod("pending-b", namespace="shop"))
         wait_until(lambda: process.cache.pending_pod("shop/pending-b") is not None, "a watch event")
         body = json.dumps({"Pod": pod("pending-a", namespace="shop"), "NodeNames": ["gpu-node-1"]})
-        assert process.http is not None
+        assert process.extender_http is not None
         for verb in ("filter", "prioritize"):
             request = urllib.request.Request(
-                f"http://127.0.0.1:{process.http.port}/{verb}", body.encode(), method="POST"
+                f"http://127.0.0.1:{process.extender_http.port}/{verb}",
+                body.encode(),
+                method="POST",
             )
             with urllib.request.urlopen(request, timeout=10) as answer:
                 assert answer.status == 200
