@@ -18,6 +18,9 @@ log = logging.getLogger(__name__)
 
 REPORTING_CONTROLLER = "interference.io/agent"
 
+EVENT_PERMISSIONS = (("events.k8s.io", "events", ("create",)),)
+"""``(API group, resource, verbs)`` the Events need (deploy/components/degrade/rbac.yaml)."""
+
 
 class KubernetesEvents:
     """Writes Events through ``kubernetes.client.EventsV1Api``."""

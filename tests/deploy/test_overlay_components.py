@@ -125,7 +125,21 @@ def uses_external_redis(objects: tuple[Obj, ...]) -> None:
     ]
 
 
+def degrades_in_dry_run(objects: tuple[Obj, ...]) -> None:
+    agent = container(find(objects, "DaemonSet", "interference-agent"), "agent")
+    env = {e["name"]: e.get("value") for e in agent["env"]}
+    assert env["DEGRADE"] == "dry-run"
+    mounts = {m["mountPath"]: m for m in agent["volumeMounts"]}
+    assert mounts["/sys/fs/cgroup"].get("readOnly") is False
+    assert env["DEGRADE_STATE_FILE"].startswith(mounts["/run/interference-agent"]["mountPath"])
+    role = find(objects, "ClusterRole", "interference-agent-degrade")
+    assert role["rules"] == [
+        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]}
+    ]
+
+
 EFFECT: dict[str, Callable[[tuple[Obj, ...]], None]] = {
+    "degrade": degrades_in_dry_run,
     "dry-run": is_dry_run,
     "local-images": uses_local_images,
     "legacy-kernel": has_legacy_capabilities,

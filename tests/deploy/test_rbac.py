@@ -28,7 +28,9 @@ from prometheus_client import CollectorRegistry
 
 from credential_issuer.review import KubernetesTokenReviewer, ReviewUnavailable, TokenRejected
 from credential_issuer.settings import DEFAULT_AUDIENCE
+from interference.signals import PodMetrics
 from interference_cli.redis_process import free_port
+from node_agent.events import EVENT_PERMISSIONS, KubernetesEvents
 from node_agent.pods import KUBELET_PERMISSION
 from scheduler.adapters.eviction import EVICTION_PERMISSIONS, KubernetesEvictor
 from scheduler.adapters.kubernetes import REQUIRED_PERMISSIONS, KubernetesCluster
@@ -451,10 +453,28 @@ def test_scheduler_rbac_is_exactly_what_it_calls(
     assert missing == [] and extra == [], f"missing: {missing}\nextra: {extra}"
 
 
+@pytest.fixture(scope="module")
+def degrader_calls() -> set[Permission]:
+    """The agent's Events writer (deploy/components/degrade), as the degrader uses it."""
+    with running_emulator() as server:
+        events = KubernetesEvents(client.EventsV1Api(api_client(server.url)), "gpu-node-1")
+        events.emit(PodMetrics("shop", "hog", uid="u1"), "InterferenceDegraded", "why", True)
+        assert events.written == 1
+        used = used_permissions(server)
+    assert {(p.group, p.resource, p.verb) for p in used} == {
+        (group, resource, verb) for group, resource, verbs in EVENT_PERMISSIONS for verb in verbs
+    }
+    return used
+
+
 @pytest.mark.parametrize("name", sorted(kustomizations()))
-def test_agent_rbac_is_exactly_what_it_calls(name: str, agent_calls: set[Permission]) -> None:
+def test_agent_rbac_is_exactly_what_it_calls(
+    name: str, agent_calls: set[Permission], degrader_calls: set[Permission]
+) -> None:
+    """With deploy/components/degrade the agent also writes Events on pods."""
     granted = granted_permissions(render(kustomizations()[name]), "DaemonSet", "interference-agent")
-    missing, extra = compare(agent_calls, granted)
+    used = agent_calls | degrader_calls if name == "degrade" else agent_calls
+    missing, extra = compare(used, granted)
     assert missing == [] and extra == [], f"missing: {missing}\nextra: {extra}"
 
 
