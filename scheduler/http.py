@@ -174,7 +174,7 @@ class ExtenderSettings:
             return ServerTls(self.tls_cert_file, self.tls_key_file, self.client_ca_file)
         except (OSError, ssl.SSLError) as exc:
             raise ValueError(
-                f"extender: cannot load the TLS files {self.tls_cert_file},"
+                f"cannot load the extender's TLS files {self.tls_cert_file},"
                 f" {self.tls_key_file}, {self.client_ca_file} ({exc}); create them with"
                 " scripts/create-extender-certs.sh or cert-manager (docs/operations.md,"
                 " Extender mode)"
