@@ -24,11 +24,20 @@ from scheduler.adapters.redis_signals import SignalMetrics
 from scheduler.adapters.tracing import TracingMetrics
 from scheduler.extender import ExtenderMetrics
 from scheduler.metrics import SchedulerMetrics
+from scheduler.rebalancer import RebalanceMetrics
 from tests.deploy.manifests import DEPLOY, find, kustomizations, render
 
 GRAFANA = DEPLOY / "grafana"
 DASHBOARD = GRAFANA / "interference-scheduler.json"
-ROWS = ["Signal plane", "Decisions", "Redis", "Agents", "Credential issuer", "Configuration"]
+ROWS = [
+    "Signal plane",
+    "Decisions",
+    "Redis",
+    "Agents",
+    "Credential issuer",
+    "Configuration",
+    "Evictions",
+]
 DATASOURCE = {"type": "prometheus", "uid": "${DS_PROMETHEUS}"}
 
 Panel = dict[str, Any]
@@ -55,6 +64,7 @@ def program_registries() -> dict[str, CollectorRegistry]:
     ExtenderMetrics(scheduler)
     SignalMetrics(scheduler)
     TracingMetrics(scheduler)
+    RebalanceMetrics(scheduler)
     agent = CollectorRegistry()
     AgentMetrics(agent)
     issuer = CollectorRegistry()
@@ -262,7 +272,7 @@ def test_rows_and_layout() -> None:
     assert board["uid"] == "interference-scheduler"
     rows = [p["title"] for p in board["panels"] if p["type"] == "row"]
     assert rows == ROWS
-    assert "Evictions row comes with the rebalancer" in board["description"]
+    assert "the rebalancer's evictions" in board["description"]
     panels = list(all_panels(board["panels"]))
     ids = [p["id"] for p in panels]
     assert len(ids) == len(set(ids)), "panel ids repeat"

@@ -44,6 +44,7 @@ from scheduler.adapters.redis_signals import (
 from scheduler.adapters.tracing import TracingMetrics
 from scheduler.extender import ExtenderMetrics
 from scheduler.metrics import SchedulerMetrics
+from scheduler.rebalancer import RebalanceMetrics
 from tests.conftest import RedisServer
 from tests.deploy.conftest import DeployedRedis, redis_manifests, referenced_secret_keys
 from tests.deploy.manifests import REPO, find, kustomizations, pod_templates, render
@@ -698,6 +699,7 @@ def test_documented_metrics_are_exported() -> None:
     SignalMetrics(registry)
     ExtenderMetrics(registry)  # extender mode
     TracingMetrics(registry)  # with tracing on
+    RebalanceMetrics(registry)
     exported = {
         family.name + suffix
         for family in registry.collect()
