@@ -37,9 +37,8 @@ from node_agent.events import KubernetesEvents, LoggedEvents
 from node_agent.gpu import GpuInventory
 from node_agent.health import AgentMetrics, liveness_problem
 from node_agent.history import SignalHistory
+from node_agent.kubelet_pods import KubeletPodDirectory, KubeletSettings
 from node_agent.pods import (
-    KubeletPodDirectory,
-    KubeletSettings,
     KubernetesPodDirectory,
     PodDirectory,
     StaticPodDirectory,

@@ -57,7 +57,9 @@ INDEX_OF = {NODE: 72.5, "cpu-node-2": 15.0, "cpu-node-3": 40.25}
 """The example names the doc uses, and each node's interference index."""
 
 NEEDS_CLUSTER = re.compile(
-    r"^(kubectl (-n \S+ )?(apply|delete|rollout|logs|get|describe|edit|exec|port-forward)\b"
+    r"^(kubectl (-n \S+ )?(apply|delete|rollout|logs|get|describe|edit|exec|port-forward|set)\b"
+    # the agents' Service addresses without cluster DNS (Install, run by make e2e-cluster)
+    r"|(REDIS_IP|ISSUER_IP|SCHEME|QUERY)=\$\("
     r"|curl -s localhost:10251/|docker |make (local-)?images\b"
     r"|(KUBEBUILDER_ASSETS=\S+ )?make test\b|\S*python -m pytest -m e2e\b)"
 )

@@ -31,7 +31,7 @@ from credential_issuer.settings import DEFAULT_AUDIENCE
 from interference.signals import PodMetrics
 from interference_cli.redis_process import free_port
 from node_agent.events import EVENT_PERMISSIONS, KubernetesEvents
-from node_agent.pods import KUBELET_PERMISSION
+from node_agent.kubelet_pods import KUBELET_PERMISSION
 from scheduler.adapters.eviction import EVICTION_PERMISSIONS, KubernetesEvictor
 from scheduler.adapters.kubernetes import REQUIRED_PERMISSIONS, KubernetesCluster
 from scheduler.adapters.leader import LEASE_PERMISSIONS, LeaderElectionSettings, LeaderElector
@@ -349,7 +349,7 @@ def kubelet_permission(method: str, path: str) -> Permission:
 def exercise_agent(node_name: str, directory: Path) -> set[Permission]:
     """The agent's pod directory against a kubelet: every request it made, as the kubelet
     authorises it. The agent makes no API server request."""
-    from node_agent.pods import KubeletPodDirectory, KubeletSettings
+    from node_agent.kubelet_pods import KubeletPodDirectory, KubeletSettings
     from tests.node_agent.test_kubelet_pods import TOKEN, FakeKubelet, pod, self_signed
 
     kubelet = FakeKubelet(*self_signed(directory, "127.0.0.1"))

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from node_agent.pods import (
+from node_agent.kubelet_pods import (
     KUBELET_PERMISSION,
     KubeletPodDirectory,
     KubeletRefused,
