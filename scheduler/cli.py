@@ -67,6 +67,7 @@ from scheduler.http import HealthServer, Heartbeat, Status
 from scheduler.loop import SchedulingLoop
 from scheduler.metrics import SchedulerMetrics
 from scheduler.ports import ClusterError
+from scheduler.rebalance import REBALANCE_MODES
 from scheduler.rebalancer import RebalanceMetrics, Rebalancer
 from scheduler.reload_guard import ReloadGuard
 
@@ -90,6 +91,13 @@ def build_parser() -> OneLineParser:
         action="store_true",
         default=None,
         help="record decisions in Redis, bind nothing (env DRY_RUN=true)",
+    )
+    parser.add_argument(
+        "--rebalance",
+        choices=REBALANCE_MODES,
+        default=None,
+        help="the rebalancer's mode, over the config file's rebalancer.mode: off, dry_run (the"
+        " default: Events and records, evicts nothing) or enforce (evicts)",
     )
     return parser
 
@@ -264,6 +272,8 @@ def prepare(
     try:
         configure_logging(args.log_level, args.log_format, own=["scheduler"])
         fixed = overrides(args, env)
+        if args.rebalance is not None:
+            fixed["rebalancer"] = {"mode": args.rebalance}
     except SettingsError as exc:
         parser.error(str(exc))
     try:

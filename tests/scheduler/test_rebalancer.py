@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from interference.signals import NodeMetrics, NodeReport, PodMetrics
 from scheduler.adapters.memory import node_object, pod_object
+from scheduler.cli import prepare
+from scheduler.config import ConfigError, parse_config
 from scheduler.plugins.rebalanced_away import LEFT_NODE
 from scheduler.ports import ClusterError, PodRef
 from scheduler.rebalance import RebalancerSettings
@@ -321,3 +324,23 @@ def test_a_dry_run_scheduler_only_records() -> None:
     assert (record.result, record.node, record.dry_run) == (WOULD_EVICT, "node-b", True)
     assert w.rebalancer.departures.all() == []
     w.h.close()
+
+
+def test_the_rebalance_flag_wins_over_the_config_file(tmp_path: Path) -> None:
+    path = tmp_path / "scheduler.yaml"
+    path.write_text("rebalancer: {mode: 'off', max_per_node: 3}\n")
+    _, fixed, config = prepare(["--config", str(path), "--rebalance", "enforce"], {})
+    assert (config.rebalancer.mode, config.rebalancer.max_per_node) == ("enforce", 3)
+    assert fixed["rebalancer"] == {"mode": "enforce"}  # re-applied to every reload
+    assert prepare(["--config", str(path)], {})[2].rebalancer.mode == "off"
+    assert prepare([], {})[2].rebalancer.mode == "dry_run"  # the default
+
+
+def test_a_bad_rebalancer_section_names_the_field() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"rebalancer": {"mode": "on", "max_per_cluster": "5"}})
+    problems = caught.value.problems
+    assert any(
+        p.startswith("rebalancer.mode: must be one of off, dry_run, enforce") for p in problems
+    )
+    assert "rebalancer.max_per_cluster: must be a whole number, got '5'" in problems
