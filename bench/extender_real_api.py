@@ -13,17 +13,19 @@ as ``deploy/overlays/extender`` configures it (filter + prioritize, ``nodeCacheC
    scores 0, on the same HTTP stack as ours). An emulator on purpose: it measures what
    no real component can, the cost of calling *any* HTTP extender — the ceiling for
    round 3;
-3. kube-scheduler + ``interference-scheduler extender``, with a real ``redis-server``
-   holding a fresh report for every node (so the quietness score is computed for
-   every offered node).
+3. kube-scheduler + ``interference-scheduler extender`` over plain HTTP
+   (``extender.plaintext``), with a real ``redis-server`` holding a fresh report for
+   every node (so the quietness score is computed for every offered node);
+4. the same over HTTPS with kube-scheduler's client certificate, as deployed
+   (certificates from ``scripts/create-extender-certs.sh --out``): the cost of TLS.
 
-Printed per round: drain rate and its ratio to round 1 (target for round 3: >= 0.8x),
+Printed per round: drain rate and its ratio to round 1 (target for round 4: >= 0.8x),
 kube-scheduler's and the extender's CPU per pod (user+system from ``/proc``, first to
 last bind), and the distinct client connections to the extender seen during the round
-(kube-scheduler reusing kept-alive connections shows as a handful); then round 3 / round 2
-(the part of the gap that is our extender's work) and our extender's p99 answer time per
-verb at that rate, read from its ``/metrics`` histogram (the upper bound of the bucket
-holding the 99th percentile).
+(kube-scheduler reusing kept-alive connections shows as a handful); then round 4 / round 2
+(the part of the gap that is our extender's work), round 4 / round 3 (TLS) and our
+extender's p99 answer time per verb at that rate, read from its ``/metrics`` histogram
+(the upper bound of the bucket holding the 99th percentile).
 
     .venv/bin/python bench/extender_real_api.py [--nodes 5000] [--pods 5000]
 """
@@ -61,11 +63,19 @@ from interference_cli.redis_process import free_port, private_redis_server  # no
 from node_agent.publisher import PublisherSettings, RedisPublisher  # noqa: E402
 from tests.e2e.control_plane import AssetsMissing, ControlPlane, find_assets  # noqa: E402
 
-OVERLAY_CONFIG = REPO / "deploy" / "overlays" / "extender" / "kube-scheduler-config.yaml"
+OVERLAY_CONFIG = REPO / "deploy" / "components" / "extender" / "kube-scheduler-config.yaml"
 SCHEDULER = "interference-scheduler"
 NOOP = "noop-extender"
+OURS_PLAIN = "our-extender-http"
 OURS = "our-extender"
-LABELS = {NOOP: "kube-scheduler + no-op extender", OURS: "kube-scheduler + our extender"}
+LABELS = {
+    NOOP: "kube-scheduler + no-op extender",
+    OURS_PLAIN: "kube-scheduler + ours, plain HTTP",
+    OURS: "kube-scheduler + ours, HTTPS+cert",
+}
+CERTS_SCRIPT = REPO / "scripts" / "create-extender-certs.sh"
+SERVER_NAME = "interference-scheduler-extender.interference-system.svc"
+"""A DNS name in the script's serving certificate (kube-scheduler calls 127.0.0.1)."""
 
 
 def publish_quiet_reports(redis_url: str, nodes: int) -> None:
@@ -93,9 +103,12 @@ def publish_quiet_reports(redis_url: str, nodes: int) -> None:
     publisher.close()
 
 
-def kube_scheduler_config(path: Path, kubeconfig: Path, extender_port: int | None) -> Path:
+def kube_scheduler_config(
+    path: Path, kubeconfig: Path, extender_port: int | None, certs: Path | None = None
+) -> Path:
     """Client QPS/burst 5000, no leader election; with the overlay's extender when a port is
-    given (pointed at loopback), else kube-scheduler alone."""
+    given (pointed at loopback: over HTTPS with ``certs``' client certificate, else plain
+    HTTP), else kube-scheduler alone."""
     overlay = yaml.safe_load(OVERLAY_CONFIG.read_text())
     config: dict[str, object] = {
         "apiVersion": overlay["apiVersion"],
@@ -106,7 +119,18 @@ def kube_scheduler_config(path: Path, kubeconfig: Path, extender_port: int | Non
     }
     if extender_port is not None:
         (extender,) = overlay["extenders"]
-        config["extenders"] = [{**extender, "urlPrefix": f"http://127.0.0.1:{extender_port}"}]
+        extender = {**extender, "urlPrefix": f"http://127.0.0.1:{extender_port}"}
+        extender.pop("tlsConfig")
+        extender["enableHTTPS"] = certs is not None
+        if certs is not None:
+            extender["urlPrefix"] = f"https://127.0.0.1:{extender_port}"
+            extender["tlsConfig"] = {
+                "certFile": str(certs / "client.crt"),
+                "keyFile": str(certs / "client.key"),
+                "caFile": str(certs / "ca.crt"),
+                "serverName": SERVER_NAME,
+            }
+        config["extenders"] = [extender]
     path.write_text(yaml.safe_dump(config))
     return path
 
@@ -202,13 +226,17 @@ def stop_process(process: subprocess.Popen[bytes]) -> None:
 def extender_round(
     plane: ControlPlane, api: Api, name: str, args: argparse.Namespace, kube: list[str],
     admin: Path, extender_argv: list[str], port: int, work: Path, *, read_metrics: bool,
+    verbs_port: int | None = None, certs: Path | None = None,
 ) -> ExtenderRound:  # fmt: skip
-    """Start the extender, run one kube-scheduler round against it, stop it."""
+    """Start the extender (``/readyz`` and ``/metrics`` on ``port``, the verbs on
+    ``verbs_port``, the same when not given), run one kube-scheduler round against it,
+    stop it."""
+    verbs_port = port if verbs_port is None else verbs_port
     extender = start_extender(extender_argv, port, work / f"{name}-extender.log")
     try:
         cpu_before = cpu_seconds(extender.pid)
-        config = kube_scheduler_config(work / f"{name}.yaml", admin, port)
-        counter = ConnectionCounter(port)
+        config = kube_scheduler_config(work / f"{name}.yaml", admin, verbs_port, certs)
+        counter = ConnectionCounter(verbs_port)
         result = run_round(plane, api, name, "plain", args.pods, [*kube, f"--config={config}"],
                            SCHEDULER, work / f"{name}.log", args.timeout)  # fmt: skip
         connections = counter.close()
@@ -264,20 +292,30 @@ def main() -> int:
         noop = [sys.executable, str(REPO / "bench" / "noop_extender.py"), f"--port={port}"]
         rounds[NOOP] = extender_round(plane, api, NOOP, args, kube, admin, noop, port, work,
                                       read_metrics=False)  # fmt: skip
+        certs = work / "certs"
+        subprocess.run(["sh", str(CERTS_SCRIPT), "--out", str(certs)], check=True,
+                       capture_output=True, timeout=60)  # fmt: skip
+        tls = {"tls_cert_file": str(certs / "serving.crt"),
+               "tls_key_file": str(certs / "serving.key"),
+               "client_ca_file": str(certs / "ca.crt")}  # fmt: skip
         with private_redis_server(str(work)) as redis_url:
             publish_quiet_reports(redis_url, args.nodes)
-            port = free_port()
-            settings = {
-                "loop": {"scheduler_name": SCHEDULER},
-                "redis": {"url": redis_url},
-                "http": {"port": port, "host": "127.0.0.1"},
-            }
-            (work / "extender.yaml").write_text(json.dumps(settings))
             script = str(Path(sys.executable).parent / "interference-scheduler")
-            ours = [script, "extender", "--config", str(work / "extender.yaml"),
-                    "--kubeconfig", str(admin)]  # fmt: skip
-            rounds[OURS] = extender_round(plane, api, OURS, args, kube, admin, ours, port, work,
-                                          read_metrics=True)  # fmt: skip
+            for name, secured in ((OURS_PLAIN, False), (OURS, True)):
+                port, verbs_port = free_port(), free_port()
+                verbs = tls if secured else {"plaintext": True}
+                settings = {
+                    "loop": {"scheduler_name": SCHEDULER},
+                    "redis": {"url": redis_url},
+                    "http": {"port": port, "host": "127.0.0.1"},
+                    "extender": {"port": verbs_port, "host": "127.0.0.1", **verbs},
+                }
+                (work / f"{name}.yaml").write_text(json.dumps(settings))
+                ours = [script, "extender", "--config", str(work / f"{name}.yaml"),
+                        "--kubeconfig", str(admin)]  # fmt: skip
+                rounds[name] = extender_round(plane, api, name, args, kube, admin, ours, port,
+                                              work, read_metrics=True, verbs_port=verbs_port,
+                                              certs=certs if secured else None)  # fmt: skip
     finally:
         survivors = plane.stop()
         subprocess.run(["rm", "-rf", str(work)], check=False)
@@ -308,7 +346,7 @@ def report(
         print(f"{label:<34} {r.result.bound:>5}/{r.result.pods:<5} {rate:>13,.0f}"
               f" {(rate / base if base else 0):>8.2f}x {r.result.drain_cpu_ms_per_pod:>26.2f}"
               f" {r.extender_cpu_ms_per_pod:>20.2f} {r.connections:>12}")  # fmt: skip
-    noop, ours = rounds.get(NOOP), rounds.get(OURS)
+    noop, plain, ours = rounds.get(NOOP), rounds.get(OURS_PLAIN), rounds.get(OURS)
     if ours is None or not base:
         return
     ratio = ours.result.drain_pods_per_s / base
@@ -318,6 +356,11 @@ def report(
         ceiling = noop.result.drain_pods_per_s / base
         print(f"ceiling (no-op extender) / alone = {ceiling:.2f}x; ours / no-op ="
               f" {ours.result.drain_pods_per_s / noop.result.drain_pods_per_s:.2f}x")  # fmt: skip
+    if plain is not None and plain.result.drain_pods_per_s:
+        print(f"ours over HTTPS with a client certificate / plain HTTP ="
+              f" {ours.result.drain_pods_per_s / plain.result.drain_pods_per_s:.2f}x drain,"
+              f" {ours.extender_cpu_ms_per_pod / max(plain.extender_cpu_ms_per_pod, 1e-9):.2f}x"
+              " extender CPU per pod")  # fmt: skip
     name = "interference_scheduler_extender_request_duration_seconds"
     for verb in ("filter", "prioritize"):
         p99, count, mean = histogram_p99(ours.metrics, name, verb)
