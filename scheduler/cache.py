@@ -271,12 +271,6 @@ class ClusterCache:
             pod = self._placed.get(key)
             return None if pod is None else pod.node_name
 
-    def bound_pods(self, keep: Callable[[PodInfo], bool]) -> list[PodInfo]:
-        """The pods bound to a node (not merely assumed) that ``keep`` accepts."""
-        with self.lock:
-            assumed = self._assumed
-            return [p for k, p in self._placed.items() if k not in assumed and keep(p)]
-
     def node_names(self) -> list[str]:
         """Every node in the cache."""
         with self.lock:

@@ -77,6 +77,33 @@ EVICTION_RESULTS = (EVICTED, WOULD_EVICT, BLOCKED, FAILED)
 (and, but ``eviction_failed``, of the decision record's ``result``)."""
 
 
+TOLERANT_PODS = "rebalancer.tolerant_pods"
+"""The table index of :class:`TolerantPods`."""
+
+
+class TolerantPods:
+    """The placed pods that declare a run-queue or reclaim tolerance, kept current by the
+    table's placed-pod hooks, so a look costs O(those pods), not O(every pod)."""
+
+    def __init__(self) -> None:
+        self._pods: dict[str, PodInfo] = {}
+
+    def add(self, pod: PodInfo, node: str) -> None:
+        tolerance = pod.tolerance
+        if tolerance is None or (
+            tolerance.max_runq_p99_us is None and tolerance.max_reclaim_stall_ms_per_s is None
+        ):
+            return
+        placed = pod if pod.node_name == node else dataclasses.replace(pod, node_name=node)
+        self._pods[pod.key] = placed
+
+    def remove(self, pod: PodInfo, node: str) -> None:
+        self._pods.pop(pod.key, None)
+
+    def pods(self) -> list[PodInfo]:
+        return list(self._pods.values())
+
+
 class RebalanceMetrics:
     """The rebalancer's metrics (on the scheduler's registry)."""
 
@@ -206,6 +233,8 @@ class Rebalancer:
         self._retry_at: dict[str, float] = {}
         self._held: dict[str, str] = {}
         """Victim UID → the hold reason already counted in this streak."""
+        with cache.lock:
+            cache.table.index(TOLERANT_PODS, TolerantPods)
 
     def update_settings(
         self,
@@ -247,7 +276,9 @@ class Rebalancer:
         if settings.mode == "off":
             return []
         name = self.scheduler_name
-        pods = self._cache.bound_pods(lambda p: eligible(p, settings, name) is None)
+        with self._cache.lock:
+            tolerant = self._cache.table.index(TOLERANT_PODS, TolerantPods).pods()
+        pods = [p for p in tolerant if eligible(p, settings, name) is None]
         uids = {p.uid for p in pods}
         for uid in list(self._histories):
             if uid not in uids:
