@@ -27,6 +27,8 @@ from tests.e2e.kube import Kube, SchedulerProcess
 
 NAMESPACE = "interference-system"
 """Where deploy/ puts the ServiceAccounts and the leader-election Role."""
+AGENT_NAMESPACE = "interference-agent"
+"""Where deploy/ puts the agent and its ServiceAccount."""
 RBAC_KINDS = ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
               "RoleBinding")  # fmt: skip
 
@@ -105,7 +107,7 @@ def scheduler_kubeconfig(control_plane: ControlPlane) -> Path:
 @pytest.fixture(scope="session")
 def agent_kubeconfig(control_plane: ControlPlane) -> Path:
     """A kubeconfig holding a TokenRequest token of deploy/'s agent ServiceAccount."""
-    token = control_plane.service_account_token(NAMESPACE, "interference-agent")
+    token = control_plane.service_account_token(AGENT_NAMESPACE, "interference-agent")
     return control_plane.kubeconfig(control_plane.workdir / "agent.kubeconfig", token, "agent")
 
 

@@ -1,5 +1,7 @@
-"""The agent's pod directory (node_agent/pods.py) against the real apiserver, as deploy/'s
-agent ServiceAccount: it names the pods of its node by UID and nothing else."""
+"""The API-server pod directory (node_agent/pods.py, for an agent run with a kubeconfig)
+against the real apiserver: it names the pods of its node by UID and nothing else. And deploy/'s
+agent ServiceAccount is not given that: it may ask a kubelet for its pods (get nodes/pods) and
+nothing else — no pod list in the API server, no nodes/proxy."""
 
 from __future__ import annotations
 
@@ -18,11 +20,11 @@ NAMESPACE = "e2e-agent"
 NODE = "agent-node"
 
 
-def test_agent_resolves_pods_on_its_node(kube: Kube, agent_kubeconfig: Path) -> None:
+def test_agent_resolves_pods_on_its_node(kube: Kube) -> None:
     kube.ensure_namespace(NAMESPACE)
     here = kube.create_pod(NAMESPACE, "on-this-node", "default-scheduler", node_name=NODE)
     there = kube.create_pod(NAMESPACE, "elsewhere", "default-scheduler", node_name="other-node")
-    api = config.new_client_from_config(config_file=str(agent_kubeconfig))
+    api = config.new_client_from_config(config_file=str(kube.kubeconfig))
     directory = KubernetesPodDirectory(
         client.CoreV1Api(api), NODE, PodWatchSettings(read_timeout_s=5, deleted_grace_s=60)
     )
@@ -38,13 +40,36 @@ def test_agent_resolves_pods_on_its_node(kube: Kube, agent_kubeconfig: Path) -> 
         assert directory.errors == 0
     finally:
         directory.stop()
-    # Least privilege: the agent's ServiceAccount reads pods and nothing else.
+
+
+def test_deploys_agent_may_ask_a_kubelet_for_pods_and_nothing_else(
+    agent_kubeconfig: Path,
+) -> None:
+    """The API server's own answer (SelfSubjectAccessReview) for the agent's token."""
+    agent = config.new_client_from_config(config_file=str(agent_kubeconfig))
+    api = client.AuthorizationV1Api(agent)
+
+    def allowed(verb: str, resource: str, subresource: str = "") -> bool:
+        review = client.V1SelfSubjectAccessReview(
+            spec=client.V1SelfSubjectAccessReviewSpec(
+                resource_attributes=client.V1ResourceAttributes(
+                    verb=verb, resource=resource, subresource=subresource, name=NODE
+                )
+            )
+        )
+        return bool(api.create_self_subject_access_review(review).status.allowed)
+
+    assert allowed("get", "nodes", "pods")
+    assert not allowed("get", "nodes", "proxy")
+    assert not allowed("create", "nodes", "proxy")
+    assert not allowed("list", "pods") and not allowed("watch", "pods")
+    assert not allowed("get", "nodes")
     with pytest.raises(ApiException) as refused:
-        client.CoreV1Api(api).list_node()
+        client.CoreV1Api(agent).list_pod_for_all_namespaces(field_selector=f"spec.nodeName={NODE}")
     assert refused.value.status == 403
 
 
-def test_deleted_pod_stays_known_for_the_grace_period(kube: Kube, agent_kubeconfig: Path) -> None:
+def test_deleted_pod_stays_known_for_the_grace_period(kube: Kube) -> None:
     """A pod deleted at any moment — even between the list and the watch opening, which the
     watch then replays from the list's resourceVersion — keeps its name for
     ``deleted_grace_s`` (its last interval is still reported), then is forgotten."""
@@ -52,7 +77,7 @@ def test_deleted_pod_stays_known_for_the_grace_period(kube: Kube, agent_kubeconf
     created = kube.create_pod(NAMESPACE, "short-job", "default-scheduler", node_name=NODE)
     uid = created["metadata"]["uid"]
     now = [1000.0]
-    api = config.new_client_from_config(config_file=str(agent_kubeconfig))
+    api = config.new_client_from_config(config_file=str(kube.kubeconfig))
     directory = KubernetesPodDirectory(
         client.CoreV1Api(api),
         NODE,

@@ -34,7 +34,7 @@ from interference.signals import NodeMetrics, NodeReport, PodMetrics
 from node_agent.credentials import Enrolment, EnrolmentSettings
 from node_agent.publisher import PublisherSettings, RedisPublisher
 from tests.conftest import RedisServer, free_port, running_redis_server
-from tests.e2e.conftest import NAMESPACE
+from tests.e2e.conftest import AGENT_NAMESPACE, NAMESPACE
 from tests.e2e.control_plane import ControlPlane, terminate
 from tests.e2e.kube import Kube, wait_for
 
@@ -124,16 +124,32 @@ def create_node(kube: Kube, created: list[str], name: str) -> None:
 def create_pod(
     kube: Kube, created: list[str], name: str, service_account: str, node: str = ""
 ) -> dict[str, Any]:
+    # Pod Security "restricted" holds in interference-system: a pod that would pass it.
+    restricted = {
+        "runAsNonRoot": True,
+        "runAsUser": 10001,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
     spec: dict[str, Any] = {
         "serviceAccountName": service_account,
-        "containers": [{"name": "agent", "image": "registry.invalid/agent:1"}],
+        "containers": [
+            {"name": "agent", "image": "registry.invalid/agent:1", "securityContext": restricted}
+        ],
     }
     if node:
         spec["nodeName"] = node
-    body = {"metadata": {"name": name, "namespace": NAMESPACE}, "spec": spec}
-    pod: dict[str, Any] = kube.request("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", body)
-    created.append(f"/api/v1/namespaces/{NAMESPACE}/pods/{name}")
+    namespace = namespace_of(service_account)
+    body = {"metadata": {"name": name, "namespace": namespace}, "spec": spec}
+    pod: dict[str, Any] = kube.request("POST", f"/api/v1/namespaces/{namespace}/pods", body)
+    created.append(f"/api/v1/namespaces/{namespace}/pods/{name}")
     return pod
+
+
+def namespace_of(service_account: str) -> str:
+    """deploy/ puts the agent's ServiceAccount in its own namespace, the others in ours."""
+    return AGENT_NAMESPACE if service_account == AGENT_SA else NAMESPACE
 
 
 def token(
@@ -153,7 +169,7 @@ def token(
         }  # fmt: skip
     answer = plane.request(
         "POST",
-        f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{service_account}/token",
+        f"/api/v1/namespaces/{namespace_of(service_account)}/serviceaccounts/{service_account}/token",
         {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec},
     )
     return str(answer["status"]["token"])
@@ -175,6 +191,7 @@ def issuer(
         "HTTP_PORT": str(port),
         "KUBECONFIG": str(kubeconfig),
         "LOG_LEVEL": "INFO",
+        "AGENT_SERVICE_ACCOUNT": deployed_agent_service_account(),
     }
     log_path = workdir / "issuer.log"
     with log_path.open("ab") as log:
@@ -188,6 +205,16 @@ def issuer(
     finally:
         terminate(proc)
         print("--- issuer log ---\n" + running.log()[-6000:])
+
+
+def deployed_agent_service_account() -> str:
+    """``AGENT_SERVICE_ACCOUNT`` as deploy/'s issuer Deployment sets it."""
+    from tests.deploy.manifests import DEPLOY, container, find, render
+
+    issuer = container(find(render(DEPLOY), "Deployment", "interference-credentials"), "issuer")
+    (value,) = [e["value"] for e in issuer["env"] if e["name"] == "AGENT_SERVICE_ACCOUNT"]
+    assert value == f"{AGENT_NAMESPACE}/{AGENT_SA}"
+    return str(value)
 
 
 def _issuer_kubeconfig(plane: ControlPlane, workdir: Path) -> Path:
@@ -368,7 +395,7 @@ def test_tokens_that_do_not_name_an_agents_node_get_nothing(
     elif case.endswith("deleted pod"):
         pod = create_pod(kube, created, f"gone-{suffix}", AGENT_SA, NODE_A)
         presented = token(control_plane, AGENT_SA, pod)
-        kube.delete_pod(NAMESPACE, f"gone-{suffix}")
+        kube.delete_pod(AGENT_NAMESPACE, f"gone-{suffix}")
         wait_for(lambda: not _pod_exists(kube, f"gone-{suffix}"), "the pod to be deleted")
     elif case.startswith("a token whose claims"):
         genuine = token(control_plane, AGENT_SA, nodes[NODE_A])
@@ -387,7 +414,7 @@ def test_tokens_that_do_not_name_an_agents_node_get_nothing(
 
 def _pod_exists(kube: Kube, name: str) -> bool:
     try:
-        kube.pod(NAMESPACE, name)
+        kube.pod(AGENT_NAMESPACE, name)
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
             return False
