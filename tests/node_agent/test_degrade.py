@@ -35,7 +35,8 @@ from node_agent.degrade import (
     Degrader,
     DegradeSettings,
 )
-from node_agent.pods import StaticPodDirectory, degradable_of_node
+from node_agent.kubelet_pods import degradable_of_node
+from node_agent.pods import StaticPodDirectory
 from node_agent.probes.base import ProbeContext
 from node_agent.settings import AgentSettings
 from tests.node_agent.bpf_workloads import BUSY_LOOP, many_started_in, require_root, started_in
