@@ -44,6 +44,7 @@ from interference_infra.strict import SettingsError
 from scheduler.adapters.eviction import KubernetesEvictor
 from scheduler.adapters.kubernetes import KubernetesCluster, make_api_client
 from scheduler.adapters.leader import LeaderElector, default_identity
+from scheduler.adapters.move_journal import RedisMoveJournal
 from scheduler.adapters.pod_reports import RedisPodReports
 from scheduler.adapters.redis_signals import (
     QueuedDecisionSink,
@@ -189,6 +190,7 @@ class Scheduler:
             config.rebalancer,
             config.loop.scheduler_name,
             RebalanceMetrics(self.registry),
+            journal=RedisMoveJournal(self.redis),
             records_only=config.loop.dry_run,
         )
         self.signal_heartbeat = Heartbeat(

@@ -165,6 +165,17 @@ class PodReports(Protocol):
         """Node → its latest reports (any order; a node without any left out)."""
 
 
+class MoveJournal(Protocol):
+    """Where the leader keeps its moves, so the next leader keeps their guard rails."""
+
+    def record(self, moved: Moved, departure: Departure | None, keep_s: float) -> None:
+        """Add ``moved`` (with its departure when the pod was evicted) and forget the
+        moves older than ``keep_s`` before it."""
+
+    def since(self, at: float) -> list[tuple[Moved, Departure | None]]:
+        """The moves from ``at`` on."""
+
+
 class EventRecorder(Protocol):
     def record_event(self, pod: PodRef, event_type: str, reason: str, message: str) -> None: ...
 
@@ -207,12 +218,17 @@ class Rebalancer:
         scheduler_name: str,
         metrics: RebalanceMetrics,
         *,
+        journal: MoveJournal | None = None,
         records_only: bool = False,
         clock: Callable[[], float] = time.time,
     ) -> None:
         """``records_only``: the scheduler is a dry run (``loop.dry_run``): no Event, no
         Eviction API call, only decision records (as ``dry_run`` mode otherwise)."""
         self._cache = cache
+        self._journal = journal
+        self._restored = journal is None
+        """Whether this leadership has read the journal back (a new leader must, before
+        it judges anyone: the cool-downs and limits are the old leader's too)."""
         self.records_only = records_only
         self._signals = signals
         self._reports = reports
@@ -262,7 +278,10 @@ class Rebalancer:
     def run(self, stop: threading.Event, leading: threading.Event) -> None:
         """Step every ``interval_s`` while this replica leads and the cache is synced."""
         while not stop.wait(self.settings.interval_s):
-            if self.settings.mode == "off" or not leading.is_set() or not self._cache.synced():
+            if not leading.is_set():
+                self._restored = self._journal is None  # read it again when leading again
+                continue
+            if self.settings.mode == "off" or not self._cache.synced():
                 continue
             try:
                 self.step()
@@ -275,6 +294,8 @@ class Rebalancer:
         settings = self.settings
         if settings.mode == "off":
             return []
+        if not self._restored and not self._restore(now):
+            return []  # judging without the old leader's moves could break its guard rails
         name = self.scheduler_name
         with self._cache.lock:
             tolerant = self._cache.table.index(TOLERANT_PODS, TolerantPods).pods()
@@ -394,10 +415,12 @@ class Rebalancer:
             return RebalanceAction(pod.key, pod.node_name, BLOCKED, message, target, workload, now)
         controller = pod.controller
         assert controller is not None  # eligible() requires one
-        self._ledger.note(Moved(now, pod.node_name, pod.namespace, controller.uid))
+        moved = Moved(now, pod.node_name, pod.namespace, controller.uid)
+        self._ledger.note(moved)
         self._streaks.forget(pod.uid)
         self._held.pop(pod.uid, None)
         outcome = WOULD_EVICT if dry_run else EVICTED
+        departure: Departure | None = None
         if dry_run:
             message = (
                 f"would evict (dry run): {why}; {target} passes every filter for it "
@@ -410,14 +433,13 @@ class Rebalancer:
                 f"evicted to leave {pod.node_name}: {why}; {target} passes every filter for it; "
                 f"{workload} avoids {pod.node_name} for {self._avoid_for_s():g} s"
             )
+            departure = Departure(controller.uid, workload, pod.node_name, now, why)
             with self._cache.lock:
                 departures = self._cache.table.index(REBALANCED_AWAY, DepartureIndex)
-                departures.record(
-                    Departure(controller.uid, workload, pod.node_name, now, why),
-                    now - self._avoid_for_s(),
-                )
+                departures.record(departure, now - self._avoid_for_s())
             self._events.record_event(ref, "Warning", "InterferenceEvicted", message)
         log.info("%s %s", pod.key, message)
+        self._journal_move(moved, departure)
         self._metrics.evictions.labels(outcome).inc()
         self._record(pod, outcome, message, result, now, dry_run)
         return RebalanceAction(pod.key, pod.node_name, outcome, message, target, workload, now)
@@ -431,6 +453,39 @@ class Rebalancer:
         )
 
     # ---- helpers ----------------------------------------------------------------------------
+
+    def _keep_s(self) -> float:
+        """How long a move still matters: the longest of its windows."""
+        settings = self.settings
+        return max(settings.rate_window_s, settings.cooldown_s, self._avoid_for_s())
+
+    def _journal_move(self, moved: Moved, departure: Departure | None) -> None:
+        if self._journal is None:
+            return
+        try:
+            self._journal.record(moved, departure, self._keep_s())
+        except Exception as exc:  # the move happened; only a later leader would miss it
+            log.warning("could not journal the move of a %s pod: %s", moved.namespace, exc)
+
+    def _restore(self, now: float) -> bool:
+        """Read the journal back into the ledger and the departures; False when it cannot
+        be read (try again at the next look)."""
+        assert self._journal is not None
+        try:
+            moves = self._journal.since(now - self._keep_s())
+        except Exception as exc:
+            log.warning("cannot read the rebalancer's journal; not judging until it can: %s", exc)
+            return False
+        avoid_for = self._avoid_for_s()
+        with self._cache.lock:
+            departures = self._cache.table.index(REBALANCED_AWAY, DepartureIndex)
+            for moved, departure in moves:
+                self._ledger.note(moved)
+                if departure is not None:
+                    departures.record(departure, now - avoid_for)
+        self._restored = True
+        log.info("rebalancer: %d earlier moves read back", len(moves))
+        return True
 
     def _avoid_for_s(self) -> float:
         args = self._cycle.profile.args.get(REBALANCED_AWAY)

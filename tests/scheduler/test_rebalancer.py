@@ -15,9 +15,9 @@ from interference.signals import NodeMetrics, NodeReport, PodMetrics
 from scheduler.adapters.memory import node_object, pod_object
 from scheduler.cli import prepare
 from scheduler.config import ConfigError, parse_config
-from scheduler.plugins.rebalanced_away import LEFT_NODE
+from scheduler.plugins.rebalanced_away import LEFT_NODE, Departure
 from scheduler.ports import ClusterError, PodRef
-from scheduler.rebalance import RebalancerSettings
+from scheduler.rebalance import Moved, RebalancerSettings
 from scheduler.rebalancer import (
     BLOCKED,
     EVICTED,
@@ -87,10 +87,28 @@ class Reports:
         return found
 
 
+@dataclass
+class Journal:
+    """The moves a leader journals (Redis in production: tests/scheduler/
+    test_rebalancer_redis.py), and whether it can be read now."""
+
+    moves: list[tuple[Moved, Departure | None]] = field(default_factory=list)
+    readable: bool = True
+
+    def record(self, moved: Moved, departure: Departure | None, keep_s: float) -> None:
+        self.moves = [m for m in self.moves if m[0].at >= moved.at - keep_s]
+        self.moves.append((moved, departure))
+
+    def since(self, at: float) -> list[tuple[Moved, Departure | None]]:
+        if not self.readable:
+            raise ConnectionError("Redis is away")
+        return [m for m in self.moves if m[0].at >= at]
+
+
 class World:
     """The loop harness plus a rebalancer over its cache."""
 
-    def __init__(self, settings: RebalancerSettings) -> None:
+    def __init__(self, settings: RebalancerSettings, journal: Journal | None = None) -> None:
         self.h = LoopHarness()
         # node-b is smaller: LeastAllocated prefers node-a for a new pod
         self.h.cluster.add_node(node_object("node-a", cpu="8", memory="32Gi"))
@@ -109,6 +127,7 @@ class World:
             settings,
             "interference-scheduler",
             RebalanceMetrics(self.registry),
+            journal=journal,
             clock=self.h.clock,
         )
 
@@ -344,3 +363,39 @@ def test_a_bad_rebalancer_section_names_the_field() -> None:
         p.startswith("rebalancer.mode: must be one of off, dry_run, enforce") for p in problems
     )
     assert "rebalancer.max_per_cluster: must be a whole number, got '5'" in problems
+
+
+def test_a_new_leader_keeps_the_old_leaders_cool_down_and_departures() -> None:
+    journal = Journal()
+    old = World(RebalancerSettings(mode="enforce"), journal)
+    old.run_pod("web-1", "node-a")
+    old.step()
+    (evicted,) = old.step(30)
+    assert evicted.outcome == EVICTED  # type: ignore[attr-defined]
+    old.h.close()
+    new = World(RebalancerSettings(mode="enforce"), journal)
+    new.h.clock.now = old.h.clock.now + 60
+    new.run_pod("web-2", "node-a")  # the same workload, noisy again
+    new.step()
+    (held,) = new.step(30)
+    assert held.outcome == HELD and held.reason.startswith("cooldown")  # type: ignore[attr-defined]
+    (departure,) = new.rebalancer.departures.all()
+    assert (departure.workload, departure.node) == ("ReplicaSet/web", "node-a")
+    assert new.evictions.calls == []
+    new.h.close()
+
+
+def test_no_judging_before_the_journal_is_read() -> None:
+    journal = Journal(readable=False)
+    w = World(RebalancerSettings(mode="enforce"), journal)
+    w.run_pod("web-1", "node-a")
+    assert w.step() == [] and w.step(30) == []  # the old leader's moves are unknown
+    assert w.evictions.calls == []
+    journal.readable = True
+    w.step(1)
+    (evicted,) = w.step(30)
+    assert evicted.outcome == EVICTED  # type: ignore[attr-defined]
+    ((moved, departure),) = journal.moves
+    assert (moved.node, moved.workload_uid) == ("node-a", "rs-web")
+    assert departure is not None and departure.reason.startswith("its run-queue p99")
+    w.h.close()
