@@ -156,6 +156,16 @@ class ExtenderProcess:
         if self.reload is not None:
             self._start("config-reload", self.reload.run, stop)
         watcher = self.reload.watcher if self.reload is not None else None
+        self._start("record-confirmer", self.extender.run_record_confirmer, stop)
+        refused = self.extender_metrics.refused
+        # the verbs' port first, so /readyz never passes before kube-scheduler can connect
+        self.extender_http = ExtenderEndpoint(
+            self.config.extender,
+            self.extender.routes(),
+            self.extender_tls,
+            on_refused=lambda reason: refused.labels(reason).inc(),
+        )
+        self.extender_http.start()
         self.http = HealthServer(
             self.config.http,
             self.registry,
@@ -171,15 +181,6 @@ class ExtenderProcess:
             get_routes=self.reload.routes() if self.reload is not None else None,
         )
         self.http.start()
-        self._start("record-confirmer", self.extender.run_record_confirmer, stop)
-        refused = self.extender_metrics.refused
-        self.extender_http = ExtenderEndpoint(
-            self.config.extender,
-            self.extender.routes(),
-            self.extender_tls,
-            on_refused=lambda reason: refused.labels(reason).inc(),
-        )
-        self.extender_http.start()
         if self.extender_tls is None:
             log.warning(
                 "extender.plaintext is true: /filter and /prioritize are served over plain"
