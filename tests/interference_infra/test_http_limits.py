@@ -286,3 +286,40 @@ def test_renewed_certificate_files_are_served_without_a_restart(
         assert https_post(served.port, client_context(other_certs, other_certs), b"kept")[0] == 200
     finally:
         served.stop()
+
+
+def test_a_tls_connection_that_waited_too_long_gets_503_over_tls(
+    certs: Path, recorder: Recorder
+) -> None:
+    tls = ServerTls(str(certs / "serving.crt"), str(certs / "serving.key"), str(certs / "ca.crt"))
+    served = serve(recorder, ServerLimits(max_connections=1, queue_wait_s=0.3), tls)
+    try:
+        context = client_context(certs, certs)
+        slow = threading.Thread(target=lambda: https_post_path(served.port, context, "/slow"))
+        slow.start()
+        deadline = time.monotonic() + 10
+        while served.pool_threads() < 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        time.sleep(0.2)  # the slow request holds the one thread
+        waited: list[tuple[int, bytes]] = []
+        late = threading.Thread(
+            target=lambda: waited.append(https_post(served.port, context, b"x"))
+        )
+        late.start()
+        time.sleep(0.6)  # past queue_wait_s
+        recorder.gate.set()
+        slow.join(10)
+        late.join(10)
+        assert waited and waited[0][0] == 503 and b"request threads" in waited[0][1]
+        assert recorder.refused == ["busy"]
+    finally:
+        recorder.gate.set()
+        served.stop()
+
+
+def https_post_path(port: int, context: ssl.SSLContext, path: str) -> None:
+    raw = socket.create_connection(("127.0.0.1", port), timeout=20)
+    with context.wrap_socket(raw, server_hostname=SERVER_NAME) as tls:
+        tls.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n".encode())
+        tls.recv(4096)
