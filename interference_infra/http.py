@@ -15,9 +15,10 @@ Limits (:class:`ServerLimits`), so no client can make the process grow without b
 
 * at most ``max_connections`` connections are served at once, one pool thread each; a
   further connection waits in a queue of ``max_waiting`` and is served when a thread
-  frees (a kept-alive connection that is idle, or has just been answered, is
-  closed while others wait); one that waited ``queue_wait_s`` is answered 503 with ``Retry-After``; when
-  the queue is full it is closed at once. Threads never exceed ``max_connections``.
+  frees (a kept-alive connection that is idle, or has just been answered, is closed
+  while others wait); one that waited ``queue_wait_s`` is answered 503 with
+  ``Retry-After``; when the queue is full it is closed at once. Threads never exceed
+  ``max_connections``.
 * a ``POST`` body larger than ``max_body_bytes`` is answered 413 without being read
   (and the connection closed); a body without ``Content-Length`` (chunked) 411.
 * every read (each request line, header and body, the next request on a kept-alive
