@@ -12,6 +12,7 @@ test (what a kubelet would do), since the disruption controller counts only Read
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 import urllib.error
@@ -200,6 +201,20 @@ class Scene:
             client.close()
         return parse_decision_hash(raw) if raw else None
 
+    def forget_moves(self) -> None:
+        client = redis.Redis.from_url(self.redis_url)
+        try:
+            client.delete(keys.REBALANCE_MOVES)
+        finally:
+            client.close()
+
+    def journal(self) -> list[Obj]:
+        client = redis.Redis.from_url(self.redis_url)
+        try:
+            return [json.loads(m) for m in client.zrange(keys.REBALANCE_MOVES, 0, -1)]
+        finally:
+            client.close()
+
     def terminating(self, app: str) -> list[Obj]:
         return [p for p in self.pods_of(app) if p["metadata"].get("deletionTimestamp")]
 
@@ -211,6 +226,7 @@ def scene(
     namespace = "rb-" + request.node.name.removeprefix("test_").replace("_", "-")[:40].rstrip("-")
     kube.ensure_namespace(namespace)
     scene = Scene(kube, namespace, redis_url)
+    scene.forget_moves()  # the session's Redis: earlier tests' moves count in the limits
     kube.create_node(scene.node_a, cpu="8", memory="8Gi", labels={"rebalance-test": namespace})
     kube.create_node(scene.node_b, cpu="1", memory="1Gi", labels={"rebalance-test": namespace})
     scene.cordon(scene.node_b, True)  # until the test has placed its pods on A
@@ -299,6 +315,12 @@ def test_evicted_through_a_budget_that_allows_and_replaced_elsewhere(
         "node(s) were left by this pod's workload because of interference (ReplicaSet/web left"
     )
     assert evictions(scene, "evicted") == 1
+    (move,) = scene.journal()  # what the next leader reads back
+    assert (move["node"], move["workload"], move["departed"]) == (
+        scene.node_a,
+        "ReplicaSet/web",
+        True,
+    )
     # the other replica on A: its workload is cooling down, so it stays
     stays(lambda: len(scene.terminating("web")) == 1, "a second eviction", 4)
     assert hold_count(scene, "cooldown") >= 1
