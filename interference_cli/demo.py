@@ -11,7 +11,12 @@
    interference weight 0), i.e. what a request-based scheduler such as LeastAllocated does;
 5. the same latency-sensitive pod submitted to each, then its run-queue p99 measured by
    the agents on the node each scheduler chose, side by side, with the kernel's own
-   ``/proc/PID/schedstat`` wait per run as a cross-check.
+   ``/proc/PID/schedstat`` wait per run as a cross-check;
+6. second act, interference that arrives after placement
+   (:mod:`interference_cli.rebalance_act`): the batch pod gone, a latency workload owned by
+   a ReplicaSet is placed on a quiet node, then a CPU antagonist on that node by the
+   interference-blind loop; the rebalancer (enforcing) moves it, and its p99 before, during
+   and after is printed.
 
 Everything it starts is ended by PID and every cgroup removed, also on Ctrl-C / SIGTERM.
 """
@@ -34,7 +39,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from prometheus_client import CollectorRegistry
 from rich.console import Console
 from rich.table import Table
 
@@ -43,18 +47,17 @@ from interference.decision import Decision
 from interference_cli import views
 from interference_cli.lab import LabError, LocalLab
 from interference_cli.local_cluster import LocalCluster, load_manifests, load_nodes
-from interference_cli.store import CliError, NodeRow, Store
-from scheduler.adapters.redis_signals import (
-    RedisDecisionSink,
-    RedisSettings,
-    RedisSignalCache,
-    SignalMetrics,
-    connect,
+from interference_cli.rebalance_act import (
+    ACT_REBALANCER,
+    LocalReplicaSets,
+    Workload,
+    run_once,
+    start_schedulers,
+    tolerance_us,
 )
-from scheduler.config import SchedulerConfig, load_config
-from scheduler.loop import SchedulingLoop
-from scheduler.metrics import SchedulerMetrics
-from scheduler.ports import ClusterError, K8sObject, NodeSignals, SignalSource
+from interference_cli.store import CliError, NodeRow, Store
+from scheduler.config import load_config
+from scheduler.ports import ClusterError, K8sObject
 
 DEMO_DIR = Path(__file__).resolve().parent.parent / "deploy" / "demo"
 AWARE_SCHEDULER = "interference-scheduler"
@@ -85,6 +88,12 @@ class DemoSettings:
     """Agent report interval."""
     bind_timeout_s: float = 60.0
     """How long both schedulers get to bind their pod."""
+    act2_before_s: float = 10.0
+    """Second act: seconds the workload is measured before the antagonist arrives."""
+    act2_give_up_s: float = 120.0
+    """Second act: how long after the antagonist the move and recovery may take."""
+    act2_after_s: float = 10.0
+    """Second act: seconds measured after the replacement runs under its tolerance."""
     lab_cpus: frozenset[int] = frozenset({0})
     """CPUs the lab's own processes run on (Redis, the agents, both schedulers, this
     process): node-a's, so node-b's CPU holds only node-b's pods, as a machine of its own
@@ -141,7 +150,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     settings = DemoSettings(partition=args.partition, linger_s=args.linger)
     if args.short:
-        settings = dataclasses.replace(settings, warmup_s=SHORT_WARMUP_S, measure_s=SHORT_MEASURE_S)
+        settings = dataclasses.replace(
+            settings,
+            warmup_s=SHORT_WARMUP_S,
+            measure_s=SHORT_MEASURE_S,
+            act2_before_s=5.0,
+            act2_give_up_s=90.0,
+            act2_after_s=3.0,
+        )
     console = Console(width=None if sys.stdout.isatty() else 120)
     previous = {sig: signal.signal(sig, _raise_stopped) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
@@ -165,7 +181,16 @@ def run_demo(settings: DemoSettings, console: Console) -> None:
     manifests = load_manifests(sorted(settings.pods_dir.glob("*.yaml")))
     manifests.append(_blind_copy(_find(manifests, LATENCY_POD)))
     config = load_config(str(settings.policy_file))
-    lab = LocalLab(nodes, manifests, partition, interval_s=settings.interval_s, log=console.print)
+    workload = Workload.of(f"{LATENCY_POD}-rs", _find(manifests, LATENCY_POD))
+    lab = LocalLab(
+        nodes,
+        manifests,
+        partition,
+        interval_s=settings.interval_s,
+        log=console.print,
+        future_pods=workload.future_pods(),
+    )
+    evictor = LocalReplicaSets(lab, [workload])
     stop = threading.Event()
     threads: list[threading.Thread] = []
     host_cpus = os.sched_getaffinity(0)
@@ -197,7 +222,9 @@ def run_demo(settings: DemoSettings, console: Console) -> None:
             f"{AWARE_SCHEDULER} reads the agents' signals; {BLIND_SCHEDULER} runs the same "
             "loop without any (it logs that it schedules interference-blind)"
         )
-        threads = _start_schedulers(lab, config, stop)
+        # The rebalancer runs throughout; the first act's pods have no controller, so it
+        # never moves them.
+        threads = start_schedulers(lab, config, evictor, stop, ACT_REBALANCER).threads
         results = {
             AWARE_SCHEDULER: PodResult(LATENCY_POD),
             BLIND_SCHEDULER: PodResult(f"{LATENCY_POD}-blind"),
@@ -210,6 +237,7 @@ def run_demo(settings: DemoSettings, console: Console) -> None:
         console.rule(f"measuring both copies of the pod ({settings.measure_s:g} s)")
         _measure(lab, store, results, settings.measure_s, console)
         _print_result(results, console)
+        _second_act(lab, workload, evictor, settings, console)
         _print_next_steps(lab.url, nodes[0].name, console, settings.linger_s)
         if settings.linger_s > 0:
             time.sleep(settings.linger_s)
@@ -220,49 +248,6 @@ def run_demo(settings: DemoSettings, console: Console) -> None:
         lab.close()
         os.sched_setaffinity(0, host_cpus)
         console.print(f"cleaned up: every process stopped, cgroups under /{partition} removed")
-
-
-def _start_schedulers(
-    lab: LocalLab, config: SchedulerConfig, stop: threading.Event
-) -> list[threading.Thread]:
-    """The Redis signal cache and the two scheduling loops, each in its own thread."""
-    redis_settings = RedisSettings(url=lab.url)
-    client = connect(redis_settings)
-    signal_metrics = SignalMetrics(CollectorRegistry())
-    nodes = tuple(n.name for n in lab.nodes)
-    signal_cache = RedisSignalCache(client, redis_settings, signal_metrics, lambda: nodes)
-    sink = RedisDecisionSink(client, redis_settings, signal_metrics)
-    signals_thread = threading.Thread(
-        target=signal_cache.run, args=(stop,), name="signals", daemon=True
-    )
-    signals_thread.start()
-    threads = [signals_thread]
-    deadline = time.monotonic() + SIGNALS_TIMEOUT_S
-    # The aware loop must not start before the cache holds every node, or its first
-    # attempt would see no signals and (correctly) schedule blind.
-    while not (signal_cache.healthy() and all(map(signal_cache.snapshot().has_record, nodes))):
-        if time.monotonic() > deadline:
-            raise LabError(f"the scheduler's signal cache did not load {lab.url} in time")
-        time.sleep(0.1)
-    sources: list[tuple[str, SignalSource]] = [
-        (AWARE_SCHEDULER, signal_cache),
-        (BLIND_SCHEDULER, _NoSignals()),
-    ]
-    for name, signals in sources:
-        loop = SchedulingLoop(
-            lab.cluster,
-            signals,
-            sink,
-            config.engine,
-            dataclasses.replace(config.loop, scheduler_name=name),
-            _leading(),
-            SchedulerMetrics(CollectorRegistry()),
-        )
-        threads.append(threading.Thread(target=loop.run, args=(stop,), name=name))
-    for thread in threads[1:]:
-        thread.daemon = True
-        thread.start()
-    return threads
 
 
 # ---- setup -------------------------------------------------------------------------------
@@ -276,27 +261,16 @@ def _find(manifests: list[K8sObject], name: str) -> K8sObject:
 
 
 def _blind_copy(manifest: K8sObject) -> K8sObject:
-    """The same pod for the interference-blind scheduler."""
+    """The same pod for the interference-blind scheduler, without its interference
+    tolerance: a request-based scheduler does not read it, and a loop without signals
+    holds a pod that has one until the signals come back (fail closed)."""
     blind = copy.deepcopy(manifest)
     blind["metadata"]["name"] = f"{manifest['metadata']['name']}-blind"
     blind["spec"]["schedulerName"] = BLIND_SCHEDULER
+    annotations = blind["metadata"].get("annotations", {})
+    for name in [a for a in annotations if a.startswith("interference.io/max-")]:
+        del annotations[name]
     return blind
-
-
-def _leading() -> threading.Event:
-    leading = threading.Event()
-    leading.set()  # one replica per scheduler name: no election needed
-    return leading
-
-
-class _NoSignals:
-    """A SignalSource with no signals: the loop then schedules interference-blind."""
-
-    def snapshot(self) -> Mapping[str, NodeSignals]:
-        return {}
-
-    def healthy(self) -> bool:
-        return False
 
 
 # ---- watching ----------------------------------------------------------------------------
@@ -440,6 +414,57 @@ def _print_result(results: Mapping[str, PodResult], console: Console) -> None:
         "wake-up onto an idle CPU counts as a zero wait; the mean wait is exact)",
         style="dim",
     )
+
+
+def _second_act(
+    lab: LocalLab,
+    workload: Workload,
+    evictor: LocalReplicaSets,
+    settings: DemoSettings,
+    console: Console,
+) -> None:
+    """Interference after placement: the rebalancer moves the victim (module docstring)."""
+    console.rule("second act: interference that arrives after placement")
+    for pod in ("batch-stress", LATENCY_POD, f"{LATENCY_POD}-blind"):
+        lab.cluster.delete_pod(NAMESPACE, pod)
+    console.print(
+        f"the batch pod and the first act's pods are gone; {workload.name} (a ReplicaSet, "
+        f"tolerance {tolerance_us(workload) / 1000:g} ms) goes to {AWARE_SCHEDULER}, then a "
+        f"CPU antagonist to its node through {BLIND_SCHEDULER}; the rebalancer enforces"
+    )
+    result = run_once(
+        lab,
+        workload,
+        evictor,
+        before_s=settings.act2_before_s,
+        give_up_s=settings.act2_give_up_s,
+        after_s=settings.act2_after_s,
+        log=console.print,
+    )
+    table = Table(title=f"{workload.name}: its run-queue p99 (agent, merged histograms)")
+    for column in ("", "before", "during", "after"):
+        table.add_column(column, justify="right" if column else "left")
+    table.add_row(
+        "node",
+        result.first_node,
+        result.first_node,
+        result.second_node or "(not moved)",
+    )
+    table.add_row(
+        "p99, µs",
+        *(f"{v:.0f}" for v in (result.p99_before_us, result.p99_during_us, result.p99_after_us)),
+    )
+    console.print(table)
+    if math.isnan(result.recovered_after_s):
+        console.print(
+            f"not back under its tolerance within {settings.act2_give_up_s:g} s of the "
+            "antagonist (see the rebalancer's Events above for why)"
+        )
+    else:
+        console.print(
+            f"back under its tolerance {result.recovered_after_s:.0f} s after the antagonist "
+            f"arrived (moved after {result.moved_at - result.antagonist_at:.0f} s)"
+        )
 
 
 def _ratio(worse: float, better: float) -> str:

@@ -7,13 +7,14 @@ which is safe to call at any point of :meth:`LocalLab.start` (it undoes what was
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import redis
@@ -91,7 +92,11 @@ class LocalLab:
         *,
         interval_s: float = 1.0,
         log: Callable[[str], None] = print,
+        future_pods: Mapping[str, str] | None = None,
     ) -> None:
+        """``future_pods``: ``{uid: "namespace/name"}`` of pods created later (a
+        ReplicaSet's replacements), so the agents name them too."""
+        self.future_pods = dict(future_pods or {})
         self.nodes = nodes
         self.partition = partition
         self.interval_s = interval_s
@@ -115,7 +120,8 @@ class LocalLab:
         self.url = self._start_redis()
         self.cluster.create_partitions()
         pods_file = self.workdir / "pods.json"
-        self.cluster.write_pods_file(pods_file)
+        names = {**self.future_pods, **self.cluster.pods_file_content()}
+        pods_file.write_text(json.dumps(names, indent=1))
         for node in self.nodes:
             self._start_agent(node.name, pods_file)
 

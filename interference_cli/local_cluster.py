@@ -268,6 +268,21 @@ class LocalCluster:
             self._broadcast("ADDED", obj)
         return copy.deepcopy(obj)
 
+    def delete_pod(self, namespace: str, name: str) -> None:
+        """Stop the pod's processes (by PID and by what its cgroups hold) and remove it,
+        as the kubelet does after an eviction; its cgroups go at :meth:`close`."""
+        with self._lock:
+            pod = self._pods.pop((namespace, name), None)
+            if pod is None:
+                raise ClusterError(f"pod {namespace}/{name} does not exist")
+            self._broadcast("DELETED", pod.obj)
+        for container in pod.containers:
+            if container.proc is not None and container.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(container.proc.pid, signal.SIGKILL)
+                container.proc.wait()
+            _kill_cgroup_members(container.v2_dir)
+
     # -- Cluster protocol ------------------------------------------------------------
 
     def run_informers(self, handler: ClusterHandler, stop: threading.Event) -> None:

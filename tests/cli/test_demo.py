@@ -77,6 +77,13 @@ def test_short_demo_prints_the_side_by_side_result_and_cleans_up(own_cgroup: Pat
     assert cells[1:4] == ["node chosen", "node-b", "node-a"]
     assert "pod run-queue p99" in table and "kernel schedstat" in table
     assert "Successfully assigned demo/latency-web to" in out
+    # The second act: the ReplicaSet's pod placed, the antagonist placed by the blind loop,
+    # and its p99 before / during / after printed (the move itself depends on the host's
+    # load: bench/rebalance.py measures it).
+    act = out[out.index("second act: interference that arrives after placement") :]
+    assert "Successfully assigned demo/latency-web-rs-0 to" in act
+    assert "antagonist latency-web-rs-antagonist placed on" in act
+    assert "its run-queue p99" in act and "before" in act and "after" in act
     assert "interference --redis-url" in out and "redis-cli -p" in out
     _assert_nothing_left(own_cgroup, partition)
 
