@@ -9,10 +9,11 @@ cgroup v2 id: ``runq_count``, ``runq_ns``, ``idle_wakeup_count``, ``idle_wakeup_
 ``oncpu_ns`` and the ``runq_us`` log2 histogram, and ``bpf_missed_events`` and
 ``bpf_lost_entries`` for the node.
 
-Culprits: each run-queue wait is also filed under the cgroup of the task that held the
-CPU until the waiter's switch-in (``Sample.waits_by_culprit``, keyed by waiting and
-culprit cgroup ids, only for waiting cgroups in scope); a cgroup's pairs sum to its
-``runq_ns``.
+Culprits: each run-queue wait is also split over the cgroups whose tasks held the CPU
+during it (the CPU's recent on-CPU stints; what they do not cover goes to the task that
+ran last before the waiter's switch-in), in ``Sample.waits_by_culprit`` keyed by waiting
+and culprit cgroup ids, for waiting cgroups in scope; a cgroup's pairs sum to its
+``runq_ns`` and ``runq_count``.
 
 The histogram has one entry per switch-in: a wake-up onto an idle CPU waited behind no
 other task, so it is entered as a zero wait (slot 0). A percentile of ``runq_us`` is then
