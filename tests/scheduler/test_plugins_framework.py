@@ -46,6 +46,7 @@ def test_default_profile_runs_kube_schedulers_filter_order_then_ours() -> None:
         "PodTopologySpread",
         "InterPodAffinity",
         "Interference",
+        "RebalancedAway",
     ]
     assert {p.name: p.default_weight for p in REGISTRY.scores} == {
         "Interference": 2.0,

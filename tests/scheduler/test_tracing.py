@@ -162,7 +162,7 @@ def test_each_attempt_is_a_trace_with_a_span_per_stage(
             stage.nodes_in,
             stage.nodes_out,
         )
-    assert len(passed_by_all) == 8
+    assert len(passed_by_all) == 9  # every filter but NodeUnschedulable and NodeResourcesFit
     assert stages["Filter NodeUnschedulable"]["reason.node(s) were unschedulable"] == 1
     assert stages["Filter NodeResourcesFit"]["reason.Insufficient cpu"] == 1
     assert stages["Score NodeResourcesFit"]["decision_stage"] == "score_ranking"
