@@ -30,6 +30,7 @@ from interference import keys
 from interference.decision import Decision
 from interference.decision_page import render_decision_page
 from interference_cli import views
+from interference_cli.plain import plain, text
 from interference_cli.store import CliError, Store, split_pod_ref
 from interference_infra.cliparse import RUNTIME_EXIT, USAGE_EXIT, OneLineParser
 from interference_infra.redis_arguments import check_url
@@ -274,10 +275,10 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     try:
         return _run(args, console, env)
     except SettingsError as exc:
-        print(f"interference: error: {exc}", file=sys.stderr)
+        print(f"interference: error: {plain(exc)}", file=sys.stderr)
         return USAGE_EXIT
     except CliError as exc:
-        print(f"interference: {exc}", file=sys.stderr)
+        print(f"interference: {plain(exc)}", file=sys.stderr)
         return RUNTIME_EXIT
     except BrokenPipeError:
         return RUNTIME_EXIT  # `interference top | head`: the reader is gone
@@ -308,15 +309,21 @@ def _run(args: argparse.Namespace, console: Console, env: Mapping[str, str]) -> 
         )
         if recorded.skipped:
             console.print(
-                f"skipped {len(recorded.skipped)} malformed stream entries, "
-                f"first: {recorded.skipped[0]}"
+                text(
+                    f"skipped {len(recorded.skipped)} malformed stream entries, "
+                    f"first: {recorded.skipped[0]}"
+                )
             )
         if recorded.written == 0:
-            print(f"interference: {_nothing_recorded(args, store, recorded)}", file=sys.stderr)
+            print(
+                f"interference: {plain(_nothing_recorded(args, store, recorded))}", file=sys.stderr
+            )
             return RUNTIME_EXIT
         console.print(
-            f"recorded {recorded.written} reports to {args.out}"
-            + (" (appended to the trace already there)" if recorded.appended else "")
+            text(
+                f"recorded {recorded.written} reports to {args.out}"
+                + (" (appended to the trace already there)" if recorded.appended else "")
+            )
         )
         return 0
     if args.command == "top":
@@ -349,7 +356,9 @@ def _write_decision_page(store: Store, decision: Decision, path: str, console: C
         note = f"Not available: the node's report stream ({stream}) is empty."
     write_page(path, render_decision_page(decision, history or None, history_note=note))
     console.print(
-        f"decision page written to {path}" + (f" (index history: {covered})" if covered else "")
+        text(
+            f"decision page written to {path}" + (f" (index history: {covered})" if covered else "")
+        )
     )
 
 
@@ -403,7 +412,7 @@ def _watch_top(store: Store, console: Console, interval_s: float, *, scan: bool 
         try:
             return views.top_table(store.node_rows(now, scan=scan), now, store.shown_url)
         except CliError as exc:
-            return Text(f"{time.strftime('%H:%M:%S')} {exc}", style="red")
+            return text(f"{time.strftime('%H:%M:%S')} {exc}", style="red")
 
     try:
         if not console.is_terminal:

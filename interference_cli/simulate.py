@@ -44,6 +44,7 @@ from rich.table import Table
 
 from interference.decision import Decision, decision_hash
 from interference.signals import NodeReport
+from interference_cli.plain import text
 from interference_cli.store import CliError, split_pod_ref
 from interference_cli.trace import load_trace
 from interference_cli.views import decision_view
@@ -351,9 +352,10 @@ def run_simulate_command(args: argparse.Namespace, console: Console) -> int:
     if explain is not None and not args.json:
         t0 = min(r.ts for r in reports)
         for result in results:
-            console.print(f"\n[bold]policy {result.policy}[/bold]")
+            console.print()
+            console.print(text(f"policy {result.policy}", style="bold"))
             if result.explained is None:  # the pod never reached the engine
-                console.print(f"{explain} was never attempted")
+                console.print(text(f"{explain} was never attempted"))
                 continue
             when = f"at {result.explained.ts - t0:.1f} s into the trace"
             console.print(decision_view(result.explained, result.explained.ts, when=when))
@@ -365,7 +367,7 @@ def run_simulate_command(args: argparse.Namespace, console: Console) -> int:
     if args.plot:
         plot(results, args.plot)
         if not args.json:
-            console.print(f"plot written to {args.plot}")
+            console.print(text(f"plot written to {args.plot}"))
     return 0
 
 
@@ -406,7 +408,7 @@ def _write_pages(
         )
         write_page(target, render_decision_page(decision, history or None, history_note=note))
         if console is not None:
-            console.print(f"decision page ({result.policy}) written to {target}")
+            console.print(text(f"decision page ({result.policy}) written to {target}"))
 
 
 def _arrival_key(arrival: Arrival) -> str:
@@ -419,7 +421,7 @@ def result_table(results: Sequence[PolicyResult], reports: int, arrivals: int) -
     table = Table(title=f"{arrivals} pod arrivals replayed over {reports} node reports")
     table.add_column("")
     for result in results:
-        table.add_column(result.policy, justify="right")
+        table.add_column(text(result.policy), justify="right")
     rows: list[tuple[str, list[str]]] = [
         ("placed", [str(r.placed) for r in results]),
         ("unschedulable", [str(r.unschedulable) for r in results]),

@@ -1,4 +1,8 @@
-"""Rich renderings of what the store holds: node ranking, one node, one decision."""
+"""Rich renderings of what the store holds: node ranking, one node, one decision.
+
+Every name and message from the store (nodes, pods, namespaces, plugins, reasons,
+messages, windows, histograms) goes in as :func:`interference_cli.plain.text`: printed
+as text, never as rich markup or terminal control sequences."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from interference import hist
 from interference.contention import contention_shares
 from interference.decision import CandidateVerdict, Decision
 from interference.signals import WindowMetrics
+from interference_cli.plain import plain, text
 from interference_cli.store import NodeDetail, NodeRow, PodRow
 
 BAR_WIDTH = 40
@@ -28,7 +33,7 @@ def top_table(rows: Sequence[NodeRow], now: float, source: str) -> Table:
     ``degraded`` (a core signal family not measured) and ``stale`` nodes marked. ``index``
     is the scheduler's (its ranking) where it ranks the node, else the agent's own
     (``agent index``)."""
-    table = Table(title=f"interference by node — {source}", title_justify="left")
+    table = Table(title=text(f"interference by node — {source}"), title_justify="left")
     for name in ("node", "index", "agent index", "runq p99 µs", "wait ratio", "reclaim ms/s"):
         table.add_column(name, justify="left" if name == "node" else "right")
     for name in ("throttled ms/s", "psi cpu %", "psi mem %", "pods", "age s", "state"):
@@ -36,17 +41,17 @@ def top_table(rows: Sequence[NodeRow], now: float, source: str) -> Table:
     for row in rows:
         age = row.age_s(now)
         age_text = "—" if age == float("inf") else f"{age:.1f}"
-        state = Text(row.state, style=_STATE_STYLES.get(row.state, "bold red"))
+        state = text(row.state, style=_STATE_STYLES.get(row.state, "bold red"))
         m = row.metrics
         ranked = row.scheduler_index
         index = Text("—") if ranked is None else Text(f"{ranked:.1f}", style=_index_style(ranked))
         if m is None:
             table.add_row(
-                row.node, index, *["—"] * 8, age_text, Text("stale (expired)", style="red")
+                text(row.node), index, *["—"] * 8, age_text, Text("stale (expired)", style="red")
             )
             continue
         table.add_row(
-            row.node,
+            text(row.node),
             index if ranked is not None else Text(f"{m.interference_index:.1f}", style="dim"),
             Text(f"{m.interference_index:.1f}", style=_index_style(m.interference_index)),
             f"{m.runq_p99_us:.0f}",
@@ -69,8 +74,10 @@ def node_view(detail: NodeDetail, now: float) -> RenderableType:
     assert row.metrics is not None  # node_detail raises for expired nodes
     state = row.state.upper() if row.stale else "ok"
     metrics = Table(
-        title=f"node {row.node} — {state}, report {row.age_s(now):.1f} s old, "
-        f"interval {row.interval_s:g} s, {row.pod_count} pods",
+        title=text(
+            f"node {row.node} — {state}, report {row.age_s(now):.1f} s old, "
+            f"interval {row.interval_s:g} s, {row.pod_count} pods"
+        ),
         title_justify="left",
         show_header=False,
     )
@@ -81,9 +88,9 @@ def node_view(detail: NodeDetail, now: float) -> RenderableType:
     parts: list[RenderableType] = [metrics]
     if row.scheduler_index is not None:
         parts.append(Text(f"scheduler's interference index: {row.scheduler_index:.1f}"))
-    parts.append(Text(f"measured: {', '.join(row.measured) or 'nothing'}"))
+    parts.append(text(f"measured: {', '.join(row.measured) or 'nothing'}"))
     if detail.disabled_probes:
-        parts.append(Text(f"disabled probes: {detail.disabled_probes}", style="yellow"))
+        parts.append(text(f"disabled probes: {detail.disabled_probes}", style="yellow"))
     if detail.windows:
         parts.append(window_table(detail.windows))
     for name, buckets in detail.histograms.items():
@@ -121,14 +128,14 @@ def victim_table(pods: Sequence[PodRow]) -> Table:
             cpu_ms_per_s=m.cpu_ms_per_s,
         ).cause
         table.add_row(
-            m.key,
-            m.qos or "—",
+            text(m.key),
+            text(m.qos or "—"),
             f"{m.runq_wait_ms_per_s:.2f}",
             f"{m.runq_p99_us:.0f}",
             f"{m.neighbour_wait_ms_per_s:.2f}",
             f"{m.throttled_ms_per_s:.1f}",
             Text(cause, style="bold red" if cause == "neighbours" else ""),
-            ", ".join(f"{key} {ms:.1f}" for key, ms in m.culprits[:CULPRITS_SHOWN]) or "—",
+            text(", ".join(f"{key} {ms:.1f}" for key, ms in m.culprits[:CULPRITS_SHOWN]) or "—"),
         )
     return table
 
@@ -154,7 +161,9 @@ def culprit_table(pods: Sequence[PodRow]) -> RenderableType:
     table.add_column("longest kept waiting")
     for key, total in sorted(caused.items(), key=lambda item: (-item[1], item[0]))[:TOP_PODS]:
         longest_ms, longest = max(waiters[key])
-        table.add_row(key, f"{total:.1f}", str(len(waiters[key])), f"{longest} ({longest_ms:.1f})")
+        table.add_row(
+            text(key), f"{total:.1f}", str(len(waiters[key])), text(f"{longest} ({longest_ms:.1f})")
+        )
     return table
 
 
@@ -167,7 +176,7 @@ def window_table(windows: Mapping[str, WindowMetrics]) -> Table:
         table.add_column(name, justify="right")
     for name, w in sorted(windows.items(), key=lambda item: item[1].span_s):
         table.add_row(
-            name,
+            text(name),
             str(w.intervals),
             f"{w.runq_p99_us:.0f}",
             f"{w.index_mean:.1f} / {w.index_max:.1f} / {w.index_stddev:.1f}",
@@ -183,17 +192,18 @@ def histogram_table(name: str, buckets: Sequence[int]) -> RenderableType:
     """A log2 histogram drawn as bars, from the first to the last non-empty slot."""
     used = [i for i, count in enumerate(buckets) if count > 0]
     if not used:
-        return Text(f"{name}: no samples this interval", style="dim")
-    unit = name.rsplit("_", 1)[-1] if "_" in name else ""
+        return text(f"{name}: no samples this interval", style="dim")
+    unit = plain(name.rsplit("_", 1)[-1] if "_" in name else "")
     p50 = hist.percentile(buckets, 0.5)
     p99 = hist.percentile(buckets, 0.99)
     table = Table(
-        title=f"{name}: {hist.total(buckets)} samples, p50 ≈ {p50:.0f} {unit}, "
-        f"p99 ≈ {p99:.0f} {unit}",
+        title=text(
+            f"{name}: {hist.total(buckets)} samples, p50 ≈ {p50:.0f} {unit}, p99 ≈ {p99:.0f} {unit}"
+        ),
         title_justify="left",
         show_edge=False,
     )
-    table.add_column(f"range {unit}", justify="right")
+    table.add_column(text(f"range {unit}"), justify="right")
     table.add_column("count", justify="right")
     table.add_column("distribution")
     peak = max(buckets)
@@ -215,8 +225,8 @@ def pod_table(title: str, pods: Sequence[PodRow]) -> Table:
     for pod in pods:
         m = pod.metrics
         table.add_row(
-            m.key,
-            m.qos or "—",
+            text(m.key),
+            text(m.qos or "—"),
             f"{m.cpu_ms_per_s:.1f}",
             f"{m.runq_wait_ms_per_s:.2f}",
             f"{m.runq_p99_us:.0f}",
@@ -230,12 +240,14 @@ def decision_view(decision: Decision, now: float, when: str | None = None) -> Re
     """The decision record: outcome, chosen node, and every candidate's verdicts and scores
     (``when`` replaces the record's age, e.g. for a simulated decision)."""
     header = Text()
-    header.append(f"{decision.namespace}/{decision.pod}: ", style="bold")
-    header.append(decision.result, style="green" if decision.result == "scheduled" else "red")
+    header.append(plain(f"{decision.namespace}/{decision.pod}: "), style="bold")
+    header.append(
+        plain(decision.result), style="green" if decision.result == "scheduled" else "red"
+    )
     if decision.node:
-        header.append(f" on {decision.node}", style="bold")
+        header.append(plain(f" on {decision.node}"), style="bold")
     age = when if when is not None else f"{now - decision.ts:.0f} s ago"
-    header.append(f" ({age}{', dry run' if decision.dry_run else ''})")
+    header.append(plain(f" ({age}{', dry run' if decision.dry_run else ''})"))
     plugins = sorted({name for c in decision.candidates for name in c.scores})
     weights = {name: w for c in decision.candidates for name, w in c.weights.items()}
     table = Table(title="candidates", title_justify="left")
@@ -243,36 +255,36 @@ def decision_view(decision: Decision, now: float, when: str | None = None) -> Re
     table.add_column("filters")
     for name in plugins:
         column = f"{name} ×{weights[name]:g}" if name in weights else name
-        table.add_column(column, justify="right")
+        table.add_column(text(column), justify="right")
     table.add_column("total" + (" = Σ weighted" if weights else ""), justify="right")
     details = sorted({key for c in decision.candidates for key in c.details})
     for key in details:
-        table.add_column(key)
+        table.add_column(text(key))
     ranked = sorted(decision.candidates, key=lambda c: (not c.passed, -c.total, c.node))
     for cand in ranked:
         chosen = cand.node == decision.node
         verdict = (
             Text("pass", style="green")
             if cand.passed
-            else Text("; ".join(cand.reasons) or "rejected", style="red")
+            else text("; ".join(cand.reasons) or "rejected", style="red")
         )
         table.add_row(
-            Text(("▶ " if chosen else "  ") + cand.node, style="bold" if chosen else ""),
+            text(("▶ " if chosen else "  ") + cand.node, style="bold" if chosen else ""),
             verdict,
             *[_score_cell(cand, n) for n in plugins],
             f"{cand.total:.1f}" if cand.passed else "—",
-            *[cand.details.get(key, "—") for key in details],
+            *[text(cand.details.get(key, "—")) for key in details],
         )
-    parts: list[RenderableType] = [header, Text(decision.message)]
+    parts: list[RenderableType] = [header, text(decision.message)]
     if decision.funnel:
-        parts.append(Text("funnel: " + funnel_line(decision)))
+        parts.append(text("funnel: " + funnel_line(decision)))
     parts.append(table)
     left_out = [
         f"{count} more {kind}" for kind, count in sorted(decision.omitted.items()) if count > 0
     ]
     if left_out:
         parts.append(
-            Text(
+            text(
                 f"… {' and '.join(left_out)} node(s) not listed: the record keeps the best"
                 " and the first rejected (engine.record_top_k of each)",
                 style="dim",
@@ -280,19 +292,19 @@ def decision_view(decision: Decision, now: float, when: str | None = None) -> Re
         )
     if weights:
         parts.append(
-            Text(
+            text(
                 "total = Σ weight × score (0–100 each): "
                 + ", ".join(f"{name} ×{w:g}" for name, w in sorted(weights.items()))
             )
         )
-    parts += [Text(f"  {line}", style="dim") for line in _score_legend(plugins)]
+    parts += [text(f"  {line}", style="dim") for line in _score_legend(plugins)]
     if decision.rejected_by_reason:
         rejected = ", ".join(
             f"{count} {reason}" for reason, count in sorted(decision.rejected_by_reason.items())
         )
-        parts.append(Text(f"rejected: {rejected}", style="red"))
+        parts.append(text(f"rejected: {rejected}", style="red"))
     if decision.trace_id:
-        parts.append(Text(f"trace: {decision.trace_id}"))
+        parts.append(text(f"trace: {decision.trace_id}"))
     return Group(*parts)
 
 
