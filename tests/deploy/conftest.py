@@ -65,6 +65,7 @@ POD_FIELDS = {
     "metadata.name": "interference-scheduler-6d4b9c7f5-k2x8p",
     "metadata.namespace": "interference-system",
     "status.podIP": "10.0.3.17",
+    "status.hostIP": "10.0.3.17",
 }
 """Downward-API values a pod would get, for resolving ``fieldRef`` env vars."""
 
