@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry
 from credential_issuer.issuer import Issuer, IssuerMetrics
 from credential_issuer.redis_users import AgentUsers
 from credential_issuer.review import KubernetesTokenReviewer, api_client
-from credential_issuer.server import IssuerServer, TlsFiles
+from credential_issuer.server import IssuerServer
 from credential_issuer.settings import (
     CREDENTIALS_PATH,
     DEFAULT_AGENT_SERVICE_ACCOUNT,
@@ -38,6 +38,7 @@ from interference_infra.cliparse import RUNTIME_EXIT, OneLineParser
 from interference_infra.logsetup import configure_logging
 from interference_infra.redis_arguments import add_redis_arguments, redis_arguments
 from interference_infra.redis_client import credentials_from_env, password_file_from_env
+from interference_infra.server_tls import ServerTls
 from interference_infra.strict import parse_number
 from interference_infra.version import add_version_argument
 
@@ -185,7 +186,7 @@ def build(settings: IssuerSettings, registry: CollectorRegistry) -> tuple[Issuer
     tls = None
     try:
         if settings.tls_cert_file and settings.tls_key_file:
-            tls = TlsFiles(settings.tls_cert_file, settings.tls_key_file)
+            tls = ServerTls(settings.tls_cert_file, settings.tls_key_file)
         server = IssuerServer(
             issuer,
             settings.address,

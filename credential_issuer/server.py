@@ -6,13 +6,12 @@ connection waits in the listen backlog, then is dropped); every connection must 
 TLS handshake and request within ``request_timeout_s``, so slow clients cannot hold the
 threads. TLS is done on the request's own thread, never on the accepting one; the
 certificate and key are read again when either file changes (cert-manager renewals need no
-restart).
+restart: :class:`interference_infra.server_tls.ServerTls`).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import ssl
 import sys
@@ -25,6 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from credential_issuer.issuer import Answer, Issuer
 from credential_issuer.settings import CREDENTIALS_PATH
+from interference_infra.server_tls import ServerTls
 
 log = logging.getLogger(__name__)
 
@@ -33,52 +33,6 @@ READYZ_PATH = "/readyz"
 METRICS_PATH = "/metrics"
 ACCEPT_WAIT_S = 5.0
 """How long an accepted connection waits for a free request thread before it is closed."""
-
-
-class TlsFiles:
-    """A server-side TLS context from a certificate and key file, rebuilt when either
-    file's modification time or size changes (a broken new pair keeps the old context and
-    is logged)."""
-
-    def __init__(self, cert_file: str, key_file: str) -> None:
-        self._cert_file = cert_file
-        self._key_file = key_file
-        self._lock = threading.Lock()
-        self._stamp = self._files_stamp()
-        self._context = self._load()  # raises for an unusable pair at start-up
-
-    def _files_stamp(self) -> tuple[tuple[int, int], ...]:
-        stamps = []
-        for path in (self._cert_file, self._key_file):
-            try:
-                stat = os.stat(path)
-                stamps.append((stat.st_mtime_ns, stat.st_size))
-            except OSError:
-                stamps.append((-1, -1))
-        return tuple(stamps)
-
-    def _load(self) -> ssl.SSLContext:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.load_cert_chain(self._cert_file, self._key_file)
-        return context
-
-    def context(self) -> ssl.SSLContext:
-        stamp = self._files_stamp()
-        with self._lock:
-            if stamp != self._stamp:
-                self._stamp = stamp
-                try:
-                    self._context = self._load()
-                    log.info("TLS: loaded the renewed certificate %s", self._cert_file)
-                except (OSError, ssl.SSLError) as exc:
-                    log.error(
-                        "TLS: cannot load %s / %s (%s); serving the previous certificate",
-                        self._cert_file,
-                        self._key_file,
-                        exc,
-                    )
-            return self._context
 
 
 class _BoundedServer(ThreadingHTTPServer):
@@ -91,7 +45,7 @@ class _BoundedServer(ThreadingHTTPServer):
         handler: type[BaseHTTPRequestHandler],
         max_connections: int,
         timeout_s: float,
-        tls: TlsFiles | None,
+        tls: ServerTls | None,
     ) -> None:
         self._slots = threading.BoundedSemaphore(max_connections)
         self._timeout_s = timeout_s
@@ -153,7 +107,7 @@ class IssuerServer:
         port: int,
         *,
         ready: Callable[[], str],
-        tls: TlsFiles | None = None,
+        tls: ServerTls | None = None,
         max_connections: int = 64,
         request_timeout_s: float = 10.0,
     ) -> None:

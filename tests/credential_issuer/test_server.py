@@ -22,8 +22,9 @@ from prometheus_client import CollectorRegistry
 from credential_issuer import cli
 from credential_issuer.issuer import Issuer, IssuerMetrics
 from credential_issuer.redis_users import AgentUsers
-from credential_issuer.server import IssuerServer, TlsFiles
+from credential_issuer.server import IssuerServer
 from credential_issuer.settings import DEFAULT_PORT, IssuerSettings, redis_target
+from interference_infra.server_tls import ServerTls
 from tests.conftest import RedisServer, free_port
 from tests.credential_issuer.test_issuer import FakeReviewer
 
@@ -43,7 +44,7 @@ def make_cert(directory: Path, name: str = "issuer") -> tuple[Path, Path]:
 
 
 def serve(
-    redis_server: RedisServer, tls: TlsFiles | None = None, **server_args: object
+    redis_server: RedisServer, tls: ServerTls | None = None, **server_args: object
 ) -> tuple[IssuerServer, AgentUsers]:
     users = AgentUsers(redis_target(redis_server.url), 1.0)
     settings = IssuerSettings(redis=redis_target(redis_server.url))
@@ -148,7 +149,7 @@ def test_readyz_says_redis_is_away(redis_server: RedisServer) -> None:
 
 def test_tls_and_certificate_renewal(redis_server: RedisServer, tmp_path: Path) -> None:
     cert, key = make_cert(tmp_path)
-    server, users = serve(redis_server, TlsFiles(str(cert), str(key)))
+    server, users = serve(redis_server, ServerTls(str(cert), str(key)))
     try:
         trusted = ssl.create_default_context(cafile=str(cert))
         status, _, body = request(

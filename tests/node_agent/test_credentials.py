@@ -21,10 +21,11 @@ from prometheus_client import CollectorRegistry
 
 from credential_issuer.issuer import Issuer, IssuerMetrics
 from credential_issuer.redis_users import AgentUsers
-from credential_issuer.server import IssuerServer, TlsFiles
+from credential_issuer.server import IssuerServer
 from credential_issuer.settings import IssuerSettings, redis_target
 from interference import keys
 from interference.signals import NodeMetrics, NodeReport
+from interference_infra.server_tls import ServerTls
 from node_agent import cli
 from node_agent.agent import Agent
 from node_agent.credentials import (
@@ -120,7 +121,7 @@ def test_fetch_over_https_trusting_the_issuers_ca(
         "127.0.0.1",
         0,
         ready=lambda: "",
-        tls=TlsFiles(str(cert), str(key)),
+        tls=ServerTls(str(cert), str(key)),
     )
     server.start()
     try:
