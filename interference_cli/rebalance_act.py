@@ -297,11 +297,30 @@ class RunResult:
     moved_at: float = float("nan")
     second_node: str = ""
     recovered_after_s: float = float("nan")
-    """Antagonist placed → the first 10 s of the replacement's rows under the tolerance."""
+    """Antagonist placed → the end of the first 10 s of the replacement's own rows under
+    the tolerance (:func:`first_window_under`)."""
     p99_before_us: float = float("nan")
     p99_during_us: float = float("nan")
     p99_after_us: float = float("nan")
     evictions: int = 0
+
+
+RECOVERY_WINDOW_S = 10.0
+"""Recovered: a full window this long of the replacement's own rows under its tolerance."""
+
+
+def first_window_under(rows: PodRows, limit_us: float) -> float | None:
+    """The end of the first :data:`RECOVERY_WINDOW_S` of ``rows`` (at least 80 % of its
+    intervals present) whose merged p99 is at most ``limit_us``; None while there is none."""
+    times = sorted(rows.rows)
+    for end in times:
+        start = end - RECOVERY_WINDOW_S
+        if start < times[0] - 0.5:
+            continue  # not yet a full window of the replacement's rows
+        span = (start + 1e-6, end + 1e-6)
+        if rows.intervals(*span) >= 0.8 * RECOVERY_WINDOW_S and rows.p99_us(*span) <= limit_us:
+            return end
+    return None
 
 
 def await_bound(lab: LocalLab, name: str, timeout_s: float, sleep: Callable[[float], None]) -> str:
@@ -370,14 +389,10 @@ def run_once(
                         f"{workload.pod_name} placed on {result.second_node}"
                     )
             if result.second_node:
-                replacement = rows.get(workload.pod_uid, PodRows())
-                placed = min(replacement.rows, default=float("inf"))
-                # A full 10 s of the replacement's own rows under its tolerance.
-                if replacement.intervals(placed, placed + 10.0) >= 8:
-                    p99 = replacement.p99_us(placed, placed + 10.0)
-                    if p99 <= limit and (placed + 10.0) <= time.time():
-                        result.recovered_after_s = placed + 10.0 - result.antagonist_at
-                        break
+                recovered = first_window_under(rows.get(workload.pod_uid, PodRows()), limit)
+                if recovered is not None:
+                    result.recovered_after_s = recovered - result.antagonist_at
+                    break
         sleep(after_s)
         read_rows(lab.url, nodes, uids, rows)
     finally:
