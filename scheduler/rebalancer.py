@@ -18,7 +18,9 @@ node passes every filter it:
 * while the whole scheduler is a dry run (``loop.dry_run``, the dry-run overlay, whose
   RBAC has neither Events nor evictions) it writes the decision record only.
 
-Either way a decision record (``intf:decision:{ns}/{pod}``, result ``evicted``,
+A blocking budget is a ``Normal InterferenceEvictionBlocked`` Event, any other failure of
+the Eviction API a ``Warning InterferenceEvictionFailed`` one; both are tried again after
+``retry_after_s``. A decision record (``intf:decision:{ns}/{pod}``, result ``evicted``,
 ``would_evict`` or ``eviction_blocked``) holds the node it found with the candidates'
 verdicts, and ``interference_scheduler_rebalance_evictions_total{result}`` counts it. A
 victim kept where it is counts in ``interference_scheduler_rebalance_holds_total{reason}``
@@ -399,7 +401,13 @@ class Rebalancer:
             log.warning("evicting %s failed: %s", pod.key, exc)
             self._metrics.evictions.labels(FAILED).inc()
             self._retry_at[pod.uid] = now + self.settings.retry_after_s
-            return RebalanceAction(pod.key, pod.node_name, FAILED, str(exc), target, workload, now)
+            message = (
+                f"{'asking the Eviction API (dry run) about' if dry_run else 'evicting'} it "
+                f"to leave {pod.node_name} ({why}; {target} passes every filter) failed: "
+                f"{exc}; trying again in {self.settings.retry_after_s:g} s"
+            )
+            self._events.record_event(ref, "Warning", "InterferenceEvictionFailed", message)
+            return RebalanceAction(pod.key, pod.node_name, FAILED, message, target, workload, now)
         if answer.status is EvictionStatus.GONE:
             return RebalanceAction(pod.key, pod.node_name, HELD, "already gone", "", workload, now)
         if answer.status is EvictionStatus.BLOCKED:

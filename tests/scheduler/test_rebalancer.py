@@ -21,6 +21,7 @@ from scheduler.rebalance import Moved, RebalancerSettings
 from scheduler.rebalancer import (
     BLOCKED,
     EVICTED,
+    FAILED,
     HELD,
     WOULD_EVICT,
     EvictionAnswer,
@@ -399,3 +400,20 @@ def test_no_judging_before_the_journal_is_read() -> None:
     assert (moved.node, moved.workload_uid) == ("node-a", "rs-web")
     assert departure is not None and departure.reason.startswith("its run-queue p99")
     w.h.close()
+
+
+def test_a_failed_eviction_is_an_event_and_is_tried_again_later(enforcing: World) -> None:
+    w = enforcing
+    w.evictions.answers.append(ClusterError("create pods/eviction failed with HTTP 403: no"))
+    w.run_pod("web-1", "node-a")
+    w.step()
+    (failed,) = w.step(30)
+    assert failed.outcome == FAILED  # type: ignore[attr-defined]
+    ((kind, reason, message),) = w.events("web-1")
+    assert (kind, reason) == ("Warning", "InterferenceEvictionFailed")
+    assert "HTTP 403" in message and "trying again in 30 s" in message
+    assert w.metric("interference_scheduler_rebalance_evictions_total", result=FAILED) == 1
+    (waiting,) = w.step(10)
+    assert waiting.reason.startswith("retry_later")  # type: ignore[attr-defined]
+    (evicted,) = w.step(25)
+    assert evicted.outcome == EVICTED  # type: ignore[attr-defined]
