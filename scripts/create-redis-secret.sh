@@ -1,115 +1,208 @@
 #!/bin/sh
-# Creates the Secret redis-credentials (namespace interference-system, type
-# kubernetes.io/basic-auth) with a random password for each Redis user: username/password
-# (admin), credentials-password (the credential issuer, which creates each agent's own
-# user), scheduler-password, viewer-password. Run it once per cluster,
-# before `kubectl apply -k deploy/` (docs/operations.md, Install). deploy/ holds only a
-# data-less stub of this Secret, which the API server refuses to create on its own: without
-# this script's Secret the apply fails with `The Secret "redis-credentials" is invalid`.
+# Creates what Redis and its users need before `kubectl apply -k deploy/` (docs/operations.md,
+# Install), once per cluster:
+#   Secrets redis-admin, redis-issuer, redis-scheduler, redis-viewer (namespace
+#     interference-system, type kubernetes.io/basic-auth): one per Redis user, each with
+#     username, a random password and ca.crt; each is mounted only by its own component,
+#     so whoever may read one (the viewer's, for the CLI) gets no other password;
+#   Secret redis-tls (type kubernetes.io/tls): a certificate for Redis' Service names
+#     (redis, redis.NAMESPACE.svc, ... and localhost/127.0.0.1 for kubectl port-forward), its
+#     key, and ca.crt: a CA made for it alone, whose key is discarded once it signed;
+#   ConfigMap redis-ca (in NAMESPACE and in AGENT_NAMESPACE): that CA, for the agents.
+# deploy/ holds data-less stubs of the Secrets, which the API server refuses to create on
+# their own: without this script the apply fails with `The Secret "redis-admin" is invalid`.
 #
-#   scripts/create-redis-secret.sh            create it (an existing Secret is kept; a key
-#                                             it lacks, e.g. credentials-password in one
-#                                             made before the issuer, is added)
-#   scripts/create-redis-secret.sh --rotate   replace it with new passwords (also converts a
-#                                             Secret of an older type, which kubectl cannot
-#                                             change in place)
-#   scripts/create-redis-secret.sh --print    print it as YAML, touch no cluster
+#   scripts/create-redis-secret.sh          create them (an existing Secret is kept; a
+#                                           missing one is added; passwords of a Secret
+#                                           redis-credentials from an older release are
+#                                           reused)
+#   scripts/create-redis-secret.sh --print  print them as YAML, touch no cluster
 #
-# Environment: NAMESPACE (default interference-system), KUBECTL (default kubectl), and
-# ADMIN_PASSWORD / CREDENTIALS_PASSWORD / SCHEDULER_PASSWORD / VIEWER_PASSWORD to use given
-# passwords instead of random ones (an external Redis whose users already exist).
-# Passwords are never printed except with --print.
+# Rotate a password without a restart: scripts/rotate-redis-password.sh USER.
+# Environment: NAMESPACE (default interference-system), AGENT_NAMESPACE (default
+# interference-agent), CLUSTER_DOMAIN (default cluster.local), KUBECTL (default kubectl),
+# TLS_DAYS (certificate lifetime, default 1095), OPENSSL (default openssl), and
+# ADMIN_PASSWORD / ISSUER_PASSWORD / SCHEDULER_PASSWORD / VIEWER_PASSWORD to use given
+# passwords instead of random ones, REDIS_CA_FILE to use the CA of a Redis you run
+# (deploy/overlays/external-redis: no redis-tls is made then).
+# Passwords are never printed except with --print, and never on a command line.
 set -eu
 
 NAMESPACE=${NAMESPACE:-interference-system}
+AGENT_NAMESPACE=${AGENT_NAMESPACE:-interference-agent}
+CLUSTER_DOMAIN=${CLUSTER_DOMAIN:-cluster.local}
 KUBECTL=${KUBECTL:-kubectl}
-SECRET=redis-credentials
-# The stub in deploy/base/redis/credentials.yaml has this type; a type is immutable.
-TYPE=kubernetes.io/basic-auth
+OPENSSL=${OPENSSL:-openssl}
+TLS_DAYS=${TLS_DAYS:-1095}
+USERS="admin issuer scheduler viewer"
+MIN_LENGTH=16
 MODE=create
 case "${1:-}" in
     "") ;;
-    --rotate) MODE=rotate ;;
     --print) MODE=print ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "create-redis-secret.sh: unknown option $1 (use --rotate, --print or --help)" >&2
+    --rotate)
+        echo "create-redis-secret.sh: --rotate is gone: rotate one user's password with no" \
+             "restart by scripts/rotate-redis-password.sh USER (docs/operations.md," \
+             "\"Rotating a Redis password\")" >&2
+        exit 2 ;;
+    -h|--help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "create-redis-secret.sh: unknown option $1 (use --print or --help)" >&2
        exit 2 ;;
 esac
 
+acl_user() {  # the Redis ACL user of each Secret
+    case "$1" in
+        admin) echo admin ;;
+        issuer) echo interference-credentials ;;
+        scheduler) echo interference-scheduler ;;
+        viewer) echo interference-viewer ;;
+    esac
+}
+given_password() {  # the password given in the environment for USER, if any
+    case "$1" in
+        admin) echo "${ADMIN_PASSWORD:-}" ;;
+        issuer) echo "${ISSUER_PASSWORD:-${CREDENTIALS_PASSWORD:-}}" ;;
+        scheduler) echo "${SCHEDULER_PASSWORD:-}" ;;
+        viewer) echo "${VIEWER_PASSWORD:-}" ;;
+    esac
+}
+legacy_key() {  # its key in redis-credentials, the one Secret of older releases
+    case "$1" in
+        admin) echo password ;;
+        issuer) echo credentials-password ;;
+        *) echo "$1-password" ;;
+    esac
+}
 random_password() {  # 48 hex characters (192 bits) from the kernel's CSPRNG
     od -An -N24 -tx1 /dev/urandom | tr -d ' \n'
 }
+kube() { "$KUBECTL" --namespace "$NAMESPACE" "$@"; }
+exists() { kube get "$1" "$2" >/dev/null 2>&1; }
 
-ADMIN=${ADMIN_PASSWORD:-$(random_password)}
-CREDENTIALS=${CREDENTIALS_PASSWORD:-$(random_password)}
-SCHEDULER=${SCHEDULER_PASSWORD:-$(random_password)}
-VIEWER=${VIEWER_PASSWORD:-$(random_password)}
-for value in "$ADMIN" "$CREDENTIALS" "$SCHEDULER" "$VIEWER"; do
-    if [ "${#value}" -lt 16 ]; then
-        echo "create-redis-secret.sh: a given password is shorter than 16 characters" >&2
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/redis-secrets.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+umask 077
+
+make_tls() {  # a CA and Redis' certificate signed by it, in $WORK; the CA key is deleted
+    command -v "$OPENSSL" >/dev/null 2>&1 \
+        || { echo "create-redis-secret.sh: openssl is needed to make Redis' certificate" >&2; exit 1; }
+    sans="DNS:redis,DNS:redis.$NAMESPACE,DNS:redis.$NAMESPACE.svc"
+    sans="$sans,DNS:redis.$NAMESPACE.svc.$CLUSTER_DOMAIN,DNS:localhost,IP:127.0.0.1,IP:::1"
+    "$OPENSSL" req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+        -days "$TLS_DAYS" -subj "/CN=interference-scheduler Redis CA $(date -u +%Y%m%dT%H%M%SZ)" \
+        -addext "basicConstraints=critical,CA:TRUE,pathlen:0" \
+        -addext "keyUsage=critical,keyCertSign,cRLSign" \
+        -keyout "$WORK/ca.key" -out "$WORK/ca.crt" 2>"$WORK/openssl.log" \
+    && "$OPENSSL" req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+        -subj "/CN=redis.$NAMESPACE.svc" -keyout "$WORK/tls.key" -out "$WORK/tls.csr" \
+        2>>"$WORK/openssl.log" \
+    && printf '%s\n' "subjectAltName=$sans" "basicConstraints=critical,CA:FALSE" \
+        "keyUsage=critical,digitalSignature,keyEncipherment" "extendedKeyUsage=serverAuth" \
+        > "$WORK/tls.ext" \
+    && "$OPENSSL" x509 -req -in "$WORK/tls.csr" -CA "$WORK/ca.crt" -CAkey "$WORK/ca.key" \
+        -CAcreateserial -CAserial "$WORK/ca.srl" -days "$TLS_DAYS" -extfile "$WORK/tls.ext" \
+        -out "$WORK/tls.crt" 2>>"$WORK/openssl.log" \
+    || { echo "create-redis-secret.sh: openssl failed:" >&2; cat "$WORK/openssl.log" >&2; exit 1; }
+    rm -f "$WORK/ca.key" "$WORK/ca.srl" "$WORK/tls.csr"
+}
+
+user_secret_yaml() {  # USER: its Secret, from files in $WORK (no value on a command line)
+    printf '%s' "$(acl_user "$1")" > "$WORK/$1.username"
+    "$KUBECTL" create secret generic "redis-$1" --namespace "$NAMESPACE" \
+        --type kubernetes.io/basic-auth --from-file=username="$WORK/$1.username" \
+        --from-file=password="$WORK/$1.password" --from-file=ca.crt="$WORK/ca.crt" \
+        --dry-run=client -o yaml
+}
+tls_secret_yaml() {
+    "$KUBECTL" create secret generic redis-tls --namespace "$NAMESPACE" \
+        --type kubernetes.io/tls --from-file=tls.crt="$WORK/tls.crt" \
+        --from-file=tls.key="$WORK/tls.key" --from-file=ca.crt="$WORK/ca.crt" \
+        --dry-run=client -o yaml
+}
+ca_configmap_yaml() {  # NAMESPACE
+    "$KUBECTL" create configmap redis-ca --namespace "$1" --from-file=ca.crt="$WORK/ca.crt" \
+        --dry-run=client -o yaml
+}
+set_password() {  # USER: $WORK/USER.password from the environment, an older Secret or random
+    value=$(given_password "$1")
+    if [ -z "$value" ] && [ "$MODE" = create ] && [ -n "${LEGACY:-}" ]; then
+        value=$(kube get secret redis-credentials \
+            -o "jsonpath={.data.$(legacy_key "$1")}" 2>/dev/null | base64 -d 2>/dev/null || true)
+        [ -n "$value" ] && REUSED="$REUSED $1"
+    fi
+    [ -n "$value" ] || value=$(random_password)
+    if [ "${#value}" -lt "$MIN_LENGTH" ]; then
+        echo "create-redis-secret.sh: the password given for $1 is shorter than" \
+             "$MIN_LENGTH characters" >&2
         exit 2
     fi
-done
-
-secret_yaml() {  # the passwords go through stdin, never on a command line (ps)
-    "$KUBECTL" create secret generic "$SECRET" --namespace "$NAMESPACE" --type "$TYPE" \
-        --from-env-file=/dev/stdin --dry-run=client -o yaml <<END
-username=admin
-password=$ADMIN
-credentials-password=$CREDENTIALS
-scheduler-password=$SCHEDULER
-viewer-password=$VIEWER
-END
+    printf '%s' "$value" > "$WORK/$1.password"
 }
 
 if [ "$MODE" = print ]; then
-    secret_yaml
+    if [ -n "${REDIS_CA_FILE:-}" ]; then cp "$REDIS_CA_FILE" "$WORK/ca.crt"; else make_tls; fi
+    for user in $USERS; do
+        set_password "$user"
+        echo "---"
+        user_secret_yaml "$user"
+    done
+    if [ -z "${REDIS_CA_FILE:-}" ]; then echo "---"; tls_secret_yaml; fi
+    for namespace in $(printf '%s\n' "$NAMESPACE" "$AGENT_NAMESPACE" | uniq); do
+        echo "---"
+        ca_configmap_yaml "$namespace"
+    done
     exit 0
 fi
 
-if ! "$KUBECTL" get namespace "$NAMESPACE" >/dev/null 2>&1; then
-    "$KUBECTL" create namespace "$NAMESPACE" >/dev/null
-    echo "created namespace $NAMESPACE"
-fi
-RESTART="kubectl -n $NAMESPACE rollout restart deploy/redis deploy/interference-credentials deploy/interference-scheduler"
-if existing=$("$KUBECTL" --namespace "$NAMESPACE" get secret "$SECRET" -o 'jsonpath={.type}' 2>/dev/null); then
-    if [ "$MODE" != rotate ]; then
-        if [ "$existing" != "$TYPE" ]; then
-            echo "create-redis-secret.sh: secret $NAMESPACE/$SECRET exists with type" \
-                 "${existing:-Opaque}, made by an older release; deploy/ needs type $TYPE" \
-                 "with the admin password under the key password, and a Secret's type cannot" \
-                 "change: run scripts/create-redis-secret.sh --rotate to recreate it with new" \
-                 "passwords (with ADMIN_PASSWORD=... CREDENTIALS_PASSWORD=... SCHEDULER_PASSWORD=..." \
-                 "VIEWER_PASSWORD=... to keep the current ones)" >&2
-            exit 1
-        fi
-        # A Secret made before the credential issuer lacks its key: add it (a random
-        # password, through stdin), keep every other one.
-        if [ -z "$("$KUBECTL" --namespace "$NAMESPACE" get secret "$SECRET" \
-                -o 'jsonpath={.data.credentials-password}' 2>/dev/null)" ]; then
-            "$KUBECTL" --namespace "$NAMESPACE" patch secret "$SECRET" --type merge \
-                --patch-file /dev/stdin >/dev/null <<END
-{"stringData": {"credentials-password": "$CREDENTIALS"}}
-END
-            echo "secret $NAMESPACE/$SECRET exists; added credentials-password (the" \
-                 "credential issuer's), kept the rest; restart Redis: kubectl -n $NAMESPACE" \
-                 "rollout restart deploy/redis"
-            exit 0
-        fi
-        echo "secret $NAMESPACE/$SECRET exists; kept (use --rotate for new passwords)"
-        exit 0
+for namespace in $(printf '%s\n' "$NAMESPACE" "$AGENT_NAMESPACE" | uniq); do
+    if ! "$KUBECTL" get namespace "$namespace" >/dev/null 2>&1; then
+        "$KUBECTL" create namespace "$namespace" >/dev/null
+        echo "created namespace $namespace"
     fi
-    if [ "$existing" = "$TYPE" ]; then
-        secret_yaml | "$KUBECTL" replace -f - >/dev/null
-    else  # the type is immutable: replace cannot convert, delete and create can
-        "$KUBECTL" --namespace "$NAMESPACE" delete secret "$SECRET" >/dev/null
-        secret_yaml | "$KUBECTL" create -f - >/dev/null
-        echo "secret $NAMESPACE/$SECRET had type ${existing:-Opaque}; recreated as $TYPE"
-    fi
-    echo "secret $NAMESPACE/$SECRET replaced with new passwords; restart Redis, the agents" \
-         "and the scheduler: $RESTART"
-    exit 0
+done
+
+# The CA every Secret and the ConfigMap carry: the given one, the one of an existing
+# redis-tls (whose certificate stays), or a new one with a new certificate.
+if [ -n "${REDIS_CA_FILE:-}" ]; then
+    cp "$REDIS_CA_FILE" "$WORK/ca.crt"
+elif exists secret redis-tls; then
+    kube get secret redis-tls -o 'jsonpath={.data.ca\.crt}' | base64 -d > "$WORK/ca.crt"
+    [ -s "$WORK/ca.crt" ] || { echo "create-redis-secret.sh: secret $NAMESPACE/redis-tls" \
+        "has no ca.crt: delete it and run this script again (Redis then needs a restart)" >&2
+        exit 1; }
+    echo "secret $NAMESPACE/redis-tls exists; kept"
+else
+    make_tls
+    tls_secret_yaml | "$KUBECTL" create -f - >/dev/null
+    echo "created secret $NAMESPACE/redis-tls (Redis' certificate, valid $TLS_DAYS days)"
 fi
-secret_yaml | "$KUBECTL" create -f - >/dev/null
-echo "created secret $NAMESPACE/$SECRET with random passwords for admin, the credential" \
-     "issuer, scheduler and viewer"
+
+LEGACY=
+REUSED=
+exists secret redis-credentials && LEGACY=1
+CREATED=
+for user in $USERS; do
+    # A Redis of your own (REDIS_CA_FILE): its admin is yours, not a Secret here.
+    [ "$user" = admin ] && [ -n "${REDIS_CA_FILE:-}" ] && continue
+    if exists secret "redis-$user"; then
+        echo "secret $NAMESPACE/redis-$user exists; kept"
+        continue
+    fi
+    set_password "$user"
+    user_secret_yaml "$user" | "$KUBECTL" create -f - >/dev/null
+    CREATED="$CREATED redis-$user"
+done
+[ -n "$CREATED" ] && echo "created secrets:$CREATED (random passwords unless given)"
+if [ -n "$REUSED" ]; then
+    echo "reused the passwords of$REUSED from secret $NAMESPACE/redis-credentials (an older" \
+         "release's); once Redis runs with the new Secrets: kubectl -n $NAMESPACE delete" \
+         "secret redis-credentials"
+fi
+for namespace in $(printf '%s\n' "$NAMESPACE" "$AGENT_NAMESPACE" | uniq); do
+    if "$KUBECTL" --namespace "$namespace" get configmap redis-ca >/dev/null 2>&1; then
+        ca_configmap_yaml "$namespace" | "$KUBECTL" replace -f - >/dev/null
+    else
+        ca_configmap_yaml "$namespace" | "$KUBECTL" create -f - >/dev/null
+    fi
+done
+echo "configmap redis-ca (Redis' CA) in $(printf '%s\n' "$NAMESPACE" "$AGENT_NAMESPACE" | uniq | tr '\n' ' ')"

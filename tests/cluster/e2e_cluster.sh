@@ -781,13 +781,31 @@ mark "agent names $EX_NS/$EX_POD (uid and QoS $row_qos from the kubelet cgroup $
 PF_PORT=$(free_port)
 start port-forward kubectl -n "$NS" port-forward svc/redis "$PF_PORT:6379" --address 127.0.0.1
 wait_for 30 "kubectl port-forward" bash -c "exec 3<>/dev/tcp/127.0.0.1/$PF_PORT"
-VIEWER_PASSWORD=$(kctl get secret redis-credentials -o jsonpath='{.data.viewer-password}' | base64 -d)
-top_out=$(REDIS_USERNAME=interference-viewer REDIS_PASSWORD=$VIEWER_PASSWORD \
-    .venv/bin/interference --redis-url "redis://127.0.0.1:$PF_PORT/0" top 2>&1) \
+# The viewer's Secret only: its password and the CA of Redis' certificate (TLS).
+kctl get secret redis-viewer -o jsonpath='{.data.password}' | base64 -d > "$STATE/viewer.password"
+kctl get secret redis-viewer -o jsonpath='{.data.ca\.crt}' | base64 -d > "$STATE/viewer-ca.crt"
+top_out=$(REDIS_USERNAME=interference-viewer REDIS_PASSWORD_FILE=$STATE/viewer.password \
+    REDIS_CA_FILE=$STATE/viewer-ca.crt \
+    .venv/bin/interference --redis-url "rediss://127.0.0.1:$PF_PORT/0" top 2>&1) \
     || fail "interference top through port-forward failed: $top_out"
 grep -q "$NODE" <<<"$top_out" || fail "interference top does not list $NODE: $top_out"
 stop_pid "${PIDS[port-forward]}" port-forward
-mark "interference top through kubectl port-forward lists $NODE"
+mark "interference top through kubectl port-forward lists $NODE (TLS, viewer's Secret)"
+
+# The scheduler's Redis password rotated while it runs, with no restart (docs/operations.md,
+# "Rotating a Redis password"): the same pods stay Ready, the kubelet swaps their mounted
+# file, and afterwards Redis accepts only the new password.
+sched_pods=$(kctl get pods -l app.kubernetes.io/name=interference-scheduler -o name | sort)
+rotate_out=$(NAMESPACE=$NS WAIT_S=300 sh scripts/rotate-redis-password.sh scheduler 2>&1) \
+    || fail "scripts/rotate-redis-password.sh scheduler failed: $rotate_out"
+[[ $(kctl get pods -l app.kubernetes.io/name=interference-scheduler -o name | sort) == "$sched_pods" ]] \
+    || fail "the scheduler's pods changed during the rotation"
+kctl wait --for=condition=Ready pod -l app.kubernetes.io/name=interference-scheduler --timeout=120s >/dev/null \
+    || fail "the scheduler is not Ready after the rotation"
+new_hash=$(kctl get secret redis-scheduler -o jsonpath='{.data.password}' | base64 -d | sha256sum | cut -d' ' -f1)
+[[ $(redis_cli ACL GETUSER interference-scheduler | sed -n '/^passwords$/{n;p;}') == "$new_hash" ]] \
+    || fail "Redis does not hold exactly the new scheduler password after the rotation"
+mark "scheduler password rotated with no restart"
 
 # The agent container's memory: cgroup peak (BCC's compile child and page cache included).
 agent_cid=$(actl get pod "$AGENT_POD" -o jsonpath='{.status.containerStatuses[0].containerID}')

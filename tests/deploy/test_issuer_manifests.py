@@ -34,7 +34,7 @@ from credential_issuer.settings import (
     DEFAULT_PORT,
     IssuerSettings,
 )
-from tests.deploy.conftest import container_env
+from tests.deploy.conftest import container_env, mounted_here
 from tests.deploy.manifests import DEPLOY, REPO, Obj, container, find, kustomizations, render
 
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
@@ -126,6 +126,8 @@ def perturbed(name: str, value: str) -> str:
         return parts._replace(netloc=f"other-{parts.hostname}:{parts.port or 6379}").geturl()
     if value.isdigit():
         return str(int(value) + 1)
+    if name.endswith("_FILE"):  # a mounted file: another file that exists
+        return mounted_here(f"/var/run/secrets/redis/{name.lower()}-changed")
     return f"{value}-changed"
 
 
@@ -137,10 +139,10 @@ def test_every_issuer_env_var_is_read_by_the_issuer() -> None:
         assert issuer_settings(changed) != full, f"the issuer ignores env {name}"
     args = issuer_cli.parser(env).parse_args(issuer_container().get("args", []))
     assert args.log_format == env["LOG_FORMAT"] == "json"
-    assert (full.redis.username, full.redis.password) == (
-        PROGRAM,
-        SECRET["credentials-password"],
-    )
+    # Its own user, the password from the mounted file of its Secret (read at each login).
+    assert (full.redis.username, full.redis.password) == (PROGRAM, None)
+    assert full.redis.password_file == env["REDIS_PASSWORD_FILE"]
+    assert full.redis.url.startswith("rediss://") and full.redis.tls.ca_file
     # The defaults it relies on are the agents' side of deploy/: their ServiceAccount and
     # the audience of their projected token (checked below).
     assert full.audience == DEFAULT_AUDIENCE
@@ -212,7 +214,11 @@ def test_issuer_pod_is_hardened_and_sized() -> None:
     assert context["readOnlyRootFilesystem"] is True
     assert context["allowPrivilegeEscalation"] is False
     assert context["capabilities"]["drop"] == ["ALL"] and "add" not in context["capabilities"]
-    assert not spec.get("hostNetwork") and not spec.get("hostPID") and not spec.get("volumes")
+    assert not spec.get("hostNetwork") and not spec.get("hostPID")
+    # Its one volume: its own Redis user's Secret (password and CA), read-only.
+    (volume,) = spec["volumes"]
+    assert volume["secret"]["secretName"] == "redis-issuer"
+    assert [m["readOnly"] for m in issuer_container()["volumeMounts"]] == [True]
     # It calls the API server (TokenReview) with its own ServiceAccount's token.
     assert spec["serviceAccountName"] == PROGRAM
     assert spec.get("automountServiceAccountToken", True) is True

@@ -36,7 +36,7 @@ from scheduler.adapters.redis_signals import connect
 from scheduler.api.pods import parse_pod
 from scheduler.config import SchedulerConfig, parse_config, with_overrides
 from scheduler.http import HealthServer, Status
-from tests.deploy.conftest import POD_FIELDS, container_env
+from tests.deploy.conftest import POD_FIELDS, container_env, mounted_here
 from tests.deploy.manifests import (
     DEPLOY,
     REPO,
@@ -220,7 +220,12 @@ def perturbed(value: str) -> str:
             return str(number(value) * 2 + 1)
         except ValueError:
             continue
+    if value.startswith(_MOUNT_PREFIX):  # a mounted file: another file that exists
+        return mounted_here(value.replace(".", "-changed.", 1) if "." in value else value + "2")
     return f"{value}-changed"
+
+
+_MOUNT_PREFIX = mounted_here("/var/run/secrets/redis/x").removesuffix("/var/run/secrets/redis/x")
 
 
 def test_every_agent_env_var_is_read_by_the_agent() -> None:
@@ -412,12 +417,16 @@ def serve_and_get(paths: list[str]) -> list[int]:
 def test_scheduler_env_feeds_redis_login_and_lease(monkeypatch: pytest.MonkeyPatch) -> None:
     env = container_env(scheduler_container()["env"], SECRET)
     config = scheduler_config(env)
+    password_file = Path(env["REDIS_PASSWORD_FILE"])
+    password_file.write_text("scheduler-password-from-the-mounted-secret")
     client = connect(config.redis, env).client()
     kwargs: dict[str, Any] = client.connection_pool.connection_kwargs
-    assert (kwargs["username"], kwargs["password"]) == (
+    provider = kwargs["credential_provider"]
+    assert provider.get_credentials() == (
         env["REDIS_USERNAME"],
-        SECRET["scheduler-password"],
+        "scheduler-password-from-the-mounted-secret",
     )
+    assert config.redis.url.startswith("rediss://") and kwargs["ssl_ca_certs"]
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     assert lease_namespace(config.leader_election) == POD_FIELDS["metadata.namespace"]

@@ -46,8 +46,8 @@ from scheduler.extender import ExtenderMetrics
 from scheduler.metrics import SchedulerMetrics
 from scheduler.rebalancer import RebalanceMetrics
 from tests.conftest import RedisServer
-from tests.deploy.conftest import DeployedRedis, redis_manifests, referenced_secret_keys
-from tests.deploy.manifests import REPO, find, kustomizations, pod_templates, render
+from tests.deploy.conftest import USERS, DeployedRedis, redis_manifests
+from tests.deploy.manifests import REPO, Obj, kustomizations, pod_templates, render
 
 DOC = REPO / "docs" / "operations.md"
 
@@ -61,7 +61,9 @@ NEEDS_CLUSTER = re.compile(
     # the agents' Service addresses without cluster DNS (Install, run by make e2e-cluster)
     r"|(REDIS_IP|ISSUER_IP|SCHEME|QUERY)=\$\("
     r"|curl -s localhost:10251/|docker |make (local-)?images\b"
-    r"|(KUBEBUILDER_ASSETS=\S+ )?make test\b|\S*python -m pytest -m e2e\b)"
+    r"|(KUBEBUILDER_ASSETS=\S+ )?make test\b|\S*python -m pytest -m e2e\b"
+    r"|REDIS_USERNAME=\S+ REDIS_PASSWORD_FILE=\S+ REDIS_CA_FILE=\S+ interference top "
+    r"--redis-url rediss://localhost:6379/0$)"
 )
 """Commands that need a cluster, a registry, a Docker engine or Kubernetes binaries (the
 Install section's are run by ``make e2e-cluster``, the test commands are the suite; the
@@ -82,8 +84,9 @@ def doc_commands() -> list[str]:
     ]
 
 
-VIEWER_RECIPE = "redis-cli --user interference-viewer "
-"""A recipe run from an operator's machine as the viewer user (password in REDISCLI_AUTH)."""
+VIEWER_RECIPE = "redis-cli --tls --cacert ca.crt --user interference-viewer "
+"""A recipe run from an operator's machine as the viewer user, over TLS with the CA of the
+viewer's Secret saved as ca.crt (password in REDISCLI_AUTH)."""
 
 
 def redis_recipe(command: str) -> str | None:
@@ -116,6 +119,8 @@ def test_every_command_is_exercised_or_needs_a_cluster() -> None:
             or c.startswith(("scripts/create-redis-secret.sh", "interference simulate "))
             # run on a real apiserver by tests/e2e/test_extender_certs.py
             or c.startswith("scripts/create-extender-certs.sh")
+            # run on the deployed Redis by tests/deploy/test_redis_rotation.py
+            or c.startswith("scripts/rotate-redis-password.sh ")
             or NEEDS_CLUSTER.match(c)
         )
     ]
@@ -253,18 +258,15 @@ def run_recipe(recipe: str, store: Store, tmp_path: Path) -> subprocess.Complete
     assert real, "redis-cli is not installed; run `make setup`"
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    # The container's redis-cli is the ConfigMap's wrapper (it logs in as admin); here it
-    # runs the real binary through a shim that adds this Redis's port.
+    # The container's redis-cli is the ConfigMap's wrapper (TLS, logged in as admin from
+    # the mounted password file); server.env() points it at this Redis's files and port.
     config, _ = redis_manifests()
     (bin_dir / "redis-cli").write_text(config["redis-cli"])
-    shim = bin_dir / "redis-cli-on-port"
-    shim.write_text(f'#!/bin/sh\nexec {real} -p {store.server.port} "$@"\n')
-    for script in (bin_dir / "redis-cli", shim):
-        script.chmod(0o755)
+    (bin_dir / "redis-cli").chmod(0o755)
     env = {
         **store.server.env(),
         "PATH": f"{bin_dir}:/usr/bin:/bin",
-        "REDIS_CLI_BINARY": str(shim),
+        "REDIS_CLI_BINARY": real,
     }
     proc = subprocess.Popen(
         ["bash", "-c", recipe],
@@ -362,9 +364,10 @@ def test_viewer_recipe(recipe: str, store: Store) -> None:
     without error what the agents and the scheduler wrote."""
     real = shutil.which("redis-cli")
     assert real, "redis-cli is not installed; run `make setup`"
+    argv = [str(store.server.ca_file) if a == "ca.crt" else a for a in shlex.split(recipe)]
     done = subprocess.run(
-        [real, "-p", str(store.server.port), *shlex.split(recipe)[1:]],
-        env={"PATH": "/usr/bin:/bin", "REDISCLI_AUTH": store.server.secret["viewer-password"]},
+        [real, "-p", str(store.server.tls_port), *argv[1:]],
+        env={"PATH": "/usr/bin:/bin", "REDISCLI_AUTH": store.server.secret["viewer"]},
         capture_output=True,
         text=True,
         errors="backslashreplace",
@@ -384,9 +387,10 @@ def run_as_viewer(recipe: str, store: Store) -> subprocess.CompletedProcess[str]
     assert real, "redis-cli is not installed; run `make setup`"
     argv = shlex.split(recipe)
     assert argv[0] == "redis-cli"
+    tls = ["--tls", "--cacert", str(store.server.ca_file), "-p", str(store.server.tls_port)]
     proc = subprocess.Popen(
-        [real, "-p", str(store.server.port), "--user", "interference-viewer", *argv[1:]],
-        env={"PATH": "/usr/bin:/bin", "REDISCLI_AUTH": store.server.secret["viewer-password"]},
+        [real, *tls, "--user", "interference-viewer", *argv[1:]],
+        env={"PATH": "/usr/bin:/bin", "REDISCLI_AUTH": store.server.secret["viewer"]},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -491,44 +495,47 @@ def test_kustomize_command(command: str) -> None:
     assert {"DaemonSet", "Deployment"} <= kinds
 
 
-FAKE_KUBECTL = """#!/bin/sh
-# Records each call; keeps the namespace and the Secret as files in $STATE and refuses what
-# the API server refuses: creating an existing Secret, replacing one with another type.
-echo "$*" >> "$STATE/calls"
-type_of() {{ sed -n 's/^type: //p' "$1"; }}
-case "$1 $2" in
-    "get namespace") test -e "$STATE/namespace" ;;
-    "create namespace") touch "$STATE/namespace" ;;
-    "create secret") exec {real} "$@" ;;
-    "create -f") test ! -e "$STATE/secret.yaml" && cat > "$STATE/secret.yaml" ;;
-    "replace -f")
-        cat > "$STATE/new.yaml"
-        test "$(type_of "$STATE/new.yaml")" = "$(type_of "$STATE/secret.yaml")"
-        mv "$STATE/new.yaml" "$STATE/secret.yaml" ;;
-    "--namespace interference-system")
-        case "$3 $4 $5 $6 $7" in
-            "get secret redis-credentials -o jsonpath={{.type}}")
-                test -e "$STATE/secret.yaml" && type_of "$STATE/secret.yaml" ;;
-            "get secret redis-credentials -o jsonpath={{.data.credentials-password}}")
-                sed -n 's/^  credentials-password: //p' "$STATE/secret.yaml" ;;
-            "patch secret redis-credentials --type merge")
-                test "$8 $9" = "--patch-file /dev/stdin" || exit 98
-                value=$(sed -n 's/.*"credentials-password": "\\([^"]*\\)".*/\\1/p')
-                encoded=$(printf '%s' "$value" | base64 -w0)
-                sed -i "s/^data:$/data:\\n  credentials-password: $encoded/" "$STATE/secret.yaml" ;;
-            "delete secret redis-credentials  ") rm "$STATE/secret.yaml" ;;
-            *) echo "unexpected kubectl $*" >&2; exit 99 ;;
-        esac ;;
-    *) echo "unexpected kubectl $*" >&2; exit 99 ;;
-esac
+FAKE_KUBECTL = """#!{python}
+# Records each call; keeps namespaces, Secrets and ConfigMaps as files in $STATE and refuses
+# what the API server refuses: creating an object that exists, replacing a missing one.
+import base64, json, os, subprocess, sys
+import yaml
+state = os.environ["STATE"]
+args = sys.argv[1:]
+open(os.path.join(state, "calls"), "a").write(" ".join(args) + "\\n")
+namespace = "default"
+if args[:1] == ["--namespace"]:
+    namespace, args = args[1], args[2:]
+def path(kind, name, ns):
+    return os.path.join(state, f"{{kind}}.{{ns}}.{{name}}.yaml")
+if args[:2] in (["get", "namespace"], ["create", "namespace"]):
+    marker = os.path.join(state, f"namespace.{{args[2]}}")
+    if args[0] == "create":
+        open(marker, "w").close()
+    sys.exit(0 if os.path.exists(marker) else 1)
+if args[0] == "create" and "--dry-run=client" in args:
+    sys.exit(subprocess.run([{real!r}, *sys.argv[1:]]).returncode)
+if args[:2] in (["create", "-f"], ["replace", "-f"]):
+    obj = yaml.safe_load(sys.stdin.read())
+    target = path(obj["kind"].lower(), obj["metadata"]["name"], obj["metadata"]["namespace"])
+    if os.path.exists(target) == (args[0] == "create"):
+        print(f"{{args[0]}}: {{obj['metadata']['name']}} exists or is missing", file=sys.stderr)
+        sys.exit(1)
+    yaml.safe_dump(obj, open(target, "w"))
+    sys.exit(0)
+if args[0] == "get" and args[1] in ("secret", "configmap"):
+    target = path(args[1], args[2], namespace)
+    if not os.path.exists(target):
+        print(f'(NotFound): {{args[1]}}s "{{args[2]}}" not found', file=sys.stderr)
+        sys.exit(1)
+    if "-o" in args:
+        key = args[args.index("-o") + 1].removeprefix("jsonpath={{.data.").removesuffix("}}")
+        data = yaml.safe_load(open(target)).get("data", {{}})
+        print(data.get(key.replace("\\\\.", "."), ""), end="")
+    sys.exit(0)
+print(f"unexpected kubectl {{sys.argv[1:]}}", file=sys.stderr)
+sys.exit(99)
 """
-OLD_SECRET = """apiVersion: v1
-kind: Secret
-metadata: {name: redis-credentials, namespace: interference-system}
-type: Opaque
-data: {admin-password: MDEyMzQ1Njc4OWFiY2RlZjAxMjM=}
-"""
-"""The Secret as an older create-redis-secret.sh made it: type Opaque, admin-password."""
 
 
 def run_generator(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -538,7 +545,7 @@ def run_generator(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[st
     state = tmp_path / "state"
     state.mkdir(exist_ok=True)
     kubectl = tmp_path / "kubectl"
-    kubectl.write_text(FAKE_KUBECTL.format(real=shutil.which("kubectl")))
+    kubectl.write_text(FAKE_KUBECTL.format(python=sys.executable, real=shutil.which("kubectl")))
     kubectl.chmod(0o755)
     return subprocess.run(
         [*shlex.split(generator), *extra],
@@ -550,11 +557,31 @@ def run_generator(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[st
     )
 
 
-def test_secret_generator_creates_the_secret_the_workloads_read(tmp_path: Path) -> None:
-    """The doc's install step creates the namespace and a basic-auth Secret (the stub's
-    type) with one random password per key the workloads read; a second run keeps it;
-    ``--rotate`` replaces it. No password reaches its output."""
-    state = tmp_path / "state"
+def stored(tmp_path: Path, kind: str, name: str, namespace: str = "interference-system") -> Obj:
+    """An object the generator created, as the fake API server keeps it."""
+    loaded: Obj = yaml.safe_load(
+        (tmp_path / "state" / f"{kind}.{namespace}.{name}.yaml").read_text()
+    )
+    return loaded
+
+
+def decode(obj: Obj) -> dict[str, str]:
+    return {k: base64.b64decode(v).decode() for k, v in obj["data"].items()}
+
+
+ACL_USERS = {
+    "admin": "admin",
+    "issuer": "interference-credentials",
+    "scheduler": "interference-scheduler",
+    "viewer": "interference-viewer",
+}
+
+
+def test_secret_generator_creates_what_the_workloads_mount(tmp_path: Path) -> None:
+    """The doc's install step creates both namespaces, one basic-auth Secret per Redis user
+    (the stubs' type) with its user name, a random password and the CA, the TLS Secret
+    whose certificate that CA signed, and the CA ConfigMap for the agents; a second run
+    keeps everything. No password reaches its output or any command line."""
 
     def run(*extra: str) -> str:
         done = run_generator(tmp_path, *extra)
@@ -563,108 +590,86 @@ def test_secret_generator_creates_the_secret_the_workloads_read(tmp_path: Path) 
 
     out = run()
     assert "created namespace interference-system" in out
-    secret = yaml.safe_load((state / "secret.yaml").read_text())
-    assert (secret["metadata"]["name"], secret["metadata"]["namespace"]) == (
-        "redis-credentials",
-        "interference-system",
-    )
-    stub = find(render(kustomizations()["base"]), "Secret", "redis-credentials")
-    assert secret["type"] == stub["type"] == "kubernetes.io/basic-auth"
-    values = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
-    assert values.pop("username") == "admin"  # the ACL user whose password `password` is
-    assert set(values) == referenced_secret_keys() | {"viewer-password"}
-    assert all(re.fullmatch(r"[0-9a-f]{48}", v) for v in values.values())
-    assert len(set(values.values())) == len(values)
-    assert not any(v in out for v in values.values())
-    # No password on any command line (ps shows them): they go through stdin.
-    assert not any(v in (state / "calls").read_text() for v in values.values())
-    assert "exists; kept" in run()
-    assert yaml.safe_load((state / "secret.yaml").read_text()) == secret
-    assert "replaced with new passwords" in run("--rotate")
-    rotated = yaml.safe_load((state / "secret.yaml").read_text())["data"]
-    assert set(rotated) == set(secret["data"])
-    assert rotated["username"] == secret["data"]["username"]
-    assert not {v for k, v in rotated.items() if k != "username"} & set(secret["data"].values())
+    assert "created namespace interference-agent" in out
+    stubs = {
+        o["metadata"]["name"]: o for o in render(kustomizations()["base"]) if o["kind"] == "Secret"
+    }
+    tls = stored(tmp_path, "secret", "redis-tls")
+    assert tls["type"] == stubs["redis-tls"]["type"] == "kubernetes.io/tls"
+    ca = decode(tls)["ca.crt"]
+    passwords = {}
+    for user in USERS:
+        secret = stored(tmp_path, "secret", f"redis-{user}")
+        assert secret["type"] == stubs[f"redis-{user}"]["type"] == "kubernetes.io/basic-auth"
+        data = decode(secret)
+        assert data["username"] == ACL_USERS[user] and data["ca.crt"] == ca
+        passwords[user] = data["password"]
+    assert all(re.fullmatch(r"[0-9a-f]{48}", v) for v in passwords.values())
+    assert len(set(passwords.values())) == len(USERS)
+    for namespace in ("interference-system", "interference-agent"):
+        assert stored(tmp_path, "configmap", "redis-ca", namespace)["data"]["ca.crt"] == ca
+    calls = (tmp_path / "state" / "calls").read_text()
+    assert not any(v in out or v in calls for v in passwords.values())
+    again = run()
+    assert again.count("exists; kept") == 5
+    assert all(decode(stored(tmp_path, "secret", f"redis-{u}"))["password"] == passwords[u]
+               for u in USERS)  # fmt: skip
 
 
-def test_secret_generator_adds_the_issuer_key_to_a_secret_made_before_it(tmp_path: Path) -> None:
-    """A Secret of the release before the credential issuer (an agent password, no
-    credentials-password): a plain run adds a random credentials-password through stdin and
-    keeps every other password, so Redis restarts with the issuer's user and the rest as
-    they were."""
+def test_secret_generator_reuses_the_passwords_of_an_older_release(tmp_path: Path) -> None:
+    """The one Secret redis-credentials of older releases: its passwords go to the new
+    Secrets, so Redis and the components keep them across the upgrade."""
     state = tmp_path / "state"
     state.mkdir()
-    (state / "namespace").touch()
     before = {
         "username": "admin",
         "password": "a" * 48,
-        "agent-password": "b" * 48,
+        "credentials-password": "b" * 48,
         "scheduler-password": "c" * 48,
         "viewer-password": "d" * 48,
     }
-    data = "".join(
-        f"  {k}: {base64.b64encode(v.encode()).decode()}\n" for k, v in sorted(before.items())
-    )
-    (state / "secret.yaml").write_text(
-        "apiVersion: v1\nkind: Secret\nmetadata: {name: redis-credentials, namespace: "
-        f"interference-system}}\ntype: kubernetes.io/basic-auth\ndata:\n{data}"
+    yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "redis-credentials", "namespace": "interference-system"},
+            "type": "kubernetes.io/basic-auth",
+            "data": {k: base64.b64encode(v.encode()).decode() for k, v in before.items()},
+        },
+        (state / "secret.interference-system.redis-credentials.yaml").open("w"),
     )
     done = run_generator(tmp_path)
     assert done.returncode == 0, done.stderr
-    assert "added credentials-password" in done.stdout
-    secret = yaml.safe_load((state / "secret.yaml").read_text())
-    values = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
-    added = values.pop("credentials-password")
-    assert values == before
-    assert re.fullmatch(r"[0-9a-f]{48}", added)
-    assert added not in done.stdout + done.stderr + (state / "calls").read_text()
-    again = run_generator(tmp_path)
-    assert "exists; kept" in again.stdout
-    assert yaml.safe_load((state / "secret.yaml").read_text()) == secret
+    assert "reused the passwords of admin issuer scheduler viewer" in done.stdout
+    assert "delete secret redis-credentials" in done.stdout
+    got = {u: decode(stored(tmp_path, "secret", f"redis-{u}"))["password"] for u in USERS}
+    assert got == {"admin": "a" * 48, "issuer": "b" * 48, "scheduler": "c" * 48,
+                   "viewer": "d" * 48}  # fmt: skip
 
 
-def test_secret_generator_explains_an_old_type_secret_and_rotate_converts_it(
-    tmp_path: Path,
-) -> None:
-    """An Opaque Secret from an older release cannot become basic-auth in place (the type
-    is immutable): a plain run says so and what to run, keeping it; ``--rotate`` deletes
-    and recreates it with the new type."""
-    state = tmp_path / "state"
-    state.mkdir()
-    (state / "namespace").touch()
-    (state / "secret.yaml").write_text(OLD_SECRET)
-    done = run_generator(tmp_path)
-    assert done.returncode == 1
-    assert done.stderr.count("\n") == 1
-    assert "exists with type Opaque" in done.stderr
-    assert "run scripts/create-redis-secret.sh --rotate" in done.stderr
-    assert (state / "secret.yaml").read_text() == OLD_SECRET
+def test_secret_generator_points_rotate_to_the_rotation_script(tmp_path: Path) -> None:
     done = run_generator(tmp_path, "--rotate")
-    assert done.returncode == 0, done.stderr
-    assert "had type Opaque; recreated as kubernetes.io/basic-auth" in done.stdout
-    secret = yaml.safe_load((state / "secret.yaml").read_text())
-    assert secret["type"] == "kubernetes.io/basic-auth"
-    assert set(secret["data"]) == {"username", "password"} | referenced_secret_keys() | {
-        "viewer-password"
-    }
+    assert done.returncode == 2
+    assert "scripts/rotate-redis-password.sh USER" in done.stderr
+    assert not (tmp_path / "state" / "calls").exists()
 
 
 def test_no_render_holds_a_password() -> None:
-    """`kubectl kustomize` of the base and every overlay contains no password: the one
-    Secret is the data-less basic-auth stub of redis-credentials (which the API server
-    refuses to create, so an apply without the real Secret fails), the ACL template has
-    only hash placeholders, env vars only secretKeyRefs."""
+    """`kubectl kustomize` of the base and every overlay contains no password: the Secrets
+    are the data-less stubs (which the API server refuses to create, so an apply without
+    the real ones fails), the ACL template has only hash placeholders, no env var holds a
+    password."""
     for name, directory in kustomizations().items():
         objects = render(directory)
-        secrets = [o for o in objects if o["kind"] == "Secret"]
-        assert [s["metadata"]["name"] for s in secrets] == ["redis-credentials"], name
-        assert secrets[0]["type"] == "kubernetes.io/basic-auth", name
-        assert not {"data", "stringData"} & set(secrets[0]), name
+        for secret in (o for o in objects if o["kind"] == "Secret"):
+            assert secret["metadata"]["name"].startswith("redis-"), name
+            assert not {"data", "stringData"} & set(secret), name
         for _, template in pod_templates(objects):
             for c in template["spec"]["containers"]:
                 for var in c.get("env", []):
-                    if "PASSWORD" in var["name"] or var["name"] == "REDISCLI_AUTH":
+                    if "PASSWORD" in var["name"] and not var["name"].endswith("_FILE"):
                         assert "value" not in var, (name, var)
+                    assert var["name"] != "REDISCLI_AUTH", (name, var)
         for config in (o for o in objects if o["kind"] == "ConfigMap"):
             for key, text in config.get("data", {}).items():
                 assert not re.search(r"requirepass|masterauth", text), (name, key)

@@ -129,17 +129,23 @@ def viewer_store(server: DeployedRedis, password: str | None = None) -> Store:
     return Store(
         server.url,
         username=VIEWER,
-        password=password if password is not None else server.secret["viewer-password"],
+        password=password if password is not None else server.secret["viewer"],
     )
 
 
 def run_entrypoint(tmp_path: Path, **passwords: str) -> subprocess.CompletedProcess[str]:
-    """The rendered entrypoint with only ``passwords`` (env name → value) set."""
+    """The rendered entrypoint with only ``passwords`` (user → value; empty: no file)
+    mounted."""
     config, _ = redis_manifests()
     (tmp_path / "entrypoint.sh").write_text(config["entrypoint.sh"])
+    directory = tmp_path / "passwords"
+    directory.mkdir()
+    for user, password in passwords.items():
+        if password:
+            (directory / user).write_text(password)
     return subprocess.run(
         ["sh", str(tmp_path / "entrypoint.sh")],
-        env={"PATH": "/usr/bin:/bin", **passwords},
+        env={"PATH": "/usr/bin:/bin", "PASSWORD_DIR": str(directory)},
         capture_output=True,
         text=True,
         timeout=30,
@@ -148,10 +154,10 @@ def run_entrypoint(tmp_path: Path, **passwords: str) -> subprocess.CompletedProc
 
 GOOD = "0123456789abcdef0123"
 ALL_SET = {
-    "REDIS_ADMIN_PASSWORD": GOOD + "a",
-    "REDIS_CREDENTIALS_PASSWORD": GOOD + "b",
-    "REDIS_SCHEDULER_PASSWORD": GOOD + "c",
-    "REDIS_VIEWER_PASSWORD": GOOD + "d",
+    "admin": GOOD + "a",
+    "issuer": GOOD + "b",
+    "scheduler": GOOD + "c",
+    "viewer": GOOD + "d",
 }
 
 
@@ -159,14 +165,14 @@ ALL_SET = {
     ("changes", "message"),
     [
         (
-            {"REDIS_CREDENTIALS_PASSWORD": ""},
-            "credentials-password is empty or missing in the redis-credentials",
+            {"issuer": ""},
+            "the password of issuer is empty or missing in the Secret redis-issuer",
         ),
-        ({"REDIS_VIEWER_PASSWORD": "short"}, "viewer-password in the redis-credentials Secret"),
+        ({"viewer": "short"}, "the password of viewer in the Secret redis-viewer"),
         (
-            {"REDIS_ADMIN_PASSWORD": "REPLACE-ME-admin-example-password"},
-            "redis: password in the redis-credentials Secret (namespace interference-system; "
-            "create it with scripts/create-redis-secret.sh) is a placeholder",
+            {"admin": "REPLACE-ME-admin-example-password"},
+            "redis: the password of admin in the Secret redis-admin (key password; create it "
+            "with scripts/create-redis-secret.sh) is a placeholder",
         ),
     ],
 )
@@ -179,35 +185,19 @@ def test_a_missing_or_weak_password_stops_redis_naming_the_secret(
     assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1
 
 
-def test_every_workload_needs_the_secret_no_default_exists() -> None:
-    """No secretKeyRef is optional: without the Secret the kubelet refuses to start the
-    container (``secret "redis-credentials" not found``) instead of running without it. The
-    agents read no password at all: theirs come from the credential issuer."""
-    objects = render(DEPLOY)
-    refs = [
-        var["valueFrom"]["secretKeyRef"]
-        for obj in objects
-        if obj["kind"] in ("Deployment", "DaemonSet")
-        for c in obj["spec"]["template"]["spec"]["containers"]
-        for var in c.get("env", [])
-        if "secretKeyRef" in var.get("valueFrom", {})
-    ]
-    assert len(refs) >= 7
-    assert all(r["name"] == "redis-credentials" and not r.get("optional") for r in refs)
-    # The render's Secret is a stub without data: it gives no pod a password.
-    assert [o.get("data") for o in objects if o["kind"] == "Secret"] == [None]
-    agent = container(find(objects, *AGENT[:2]), AGENT[2])
-    agent_env = {var["name"]: var for var in agent["env"]}
-    assert not {"REDIS_USERNAME", "REDIS_PASSWORD"} & set(agent_env)
-    assert not any(
-        "valueFrom" in v and "secretKeyRef" in v["valueFrom"] for v in agent_env.values()
-    )
+def test_the_agents_read_no_password() -> None:
+    """The agents' Redis users come from the credential issuer: no password in their env,
+    no Secret mounted (which Secret each component mounts: tests/deploy/test_redis_secrets.py)."""
+    agent = find(render(DEPLOY), *AGENT[:2])
+    agent_env = {var["name"]: var for var in container(agent, AGENT[2])["env"]}
+    assert not {"REDIS_USERNAME", "REDIS_PASSWORD", "REDIS_PASSWORD_FILE"} & set(agent_env)
+    assert not any("secret" in v for v in agent["spec"]["template"]["spec"]["volumes"])
 
 
 def test_passwords_are_stored_hashed(deployed_redis: DeployedRedis) -> None:
     acl_text = (deployed_redis.workdir / "users.acl").read_text()
     assert acl_text.count("#") >= 4
-    passwords = [v for k, v in deployed_redis.secret.items() if k != "username"]
+    passwords = list(deployed_redis.secret.values())
     assert len(passwords) == 4
     for password in passwords:
         assert password not in acl_text
@@ -217,7 +207,7 @@ def test_the_default_user_is_off(deployed_redis: DeployedRedis) -> None:
     anonymous = redis.Redis(port=deployed_redis.port)
     with pytest.raises(redis.exceptions.AuthenticationError):
         anonymous.ping()
-    as_default = redis.Redis(port=deployed_redis.port, password=deployed_redis.secret["password"])
+    as_default = redis.Redis(port=deployed_redis.port, password=deployed_redis.secret["admin"])
     with pytest.raises(redis.exceptions.AuthenticationError):
         as_default.ping()
     assert "off" in deployed_redis.admin().acl_getuser("default")["flags"]
@@ -487,7 +477,7 @@ def test_the_viewer_reads_every_kind_of_key(deployed_redis: DeployedRedis) -> No
     publish_two_reports(deployed_redis, "gpu-node-1")
     exercise_scheduler_store(deployed_redis, ["gpu-node-1"])
     viewer = redis.Redis(
-        port=deployed_redis.port, username=VIEWER, password=deployed_redis.secret["viewer-password"]
+        port=deployed_redis.port, username=VIEWER, password=deployed_redis.secret["viewer"]
     )
     node = "gpu-node-1"
     assert sched_record.decode(viewer.get(keys.sched_key(node)))["ts"] == NOW - 1
@@ -520,7 +510,7 @@ def test_the_viewer_reads_with_the_real_cli_store(deployed_redis: DeployedRedis)
 
 
 def test_the_viewer_cannot_write_or_read_elsewhere(deployed_redis: DeployedRedis) -> None:
-    viewer = client_as(deployed_redis, VIEWER, deployed_redis.secret["viewer-password"])
+    viewer = client_as(deployed_redis, VIEWER, deployed_redis.secret["viewer"])
     deployed_redis.admin().set("other:key", "1")
     for forbidden in (
         lambda: viewer.hset(keys.node_key("gpu-node-1"), "interference_index", "0"),
@@ -564,7 +554,7 @@ def test_the_real_agent_publishes_with_the_daemonset_env(deployed_redis: Deploye
     user and password are the ones the issuer hands out (here given directly: the issuer's
     TokenReview needs an API server, ``make e2e-cluster`` runs that path)."""
     workload = find(render(DEPLOY), AGENT[0], AGENT[1])
-    env = container_env(container(workload, AGENT[2])["env"], deployed_redis.secret)
+    env = container_env(container(workload, AGENT[2])["env"], {})
     assert {"CREDENTIALS_URL", "TOKEN_FILE"} <= set(env)
     del env["CREDENTIALS_URL"], env["TOKEN_FILE"]
     username, password = enrol(deployed_redis, env["NODE_NAME"])
@@ -573,7 +563,9 @@ def test_the_real_agent_publishes_with_the_daemonset_env(deployed_redis: Deploye
         **env,
         "REDIS_USERNAME": username,
         "REDIS_PASSWORD": password,
-        "REDIS_URL": deployed_redis.url,
+        # Redis' TLS port and its CA as the DaemonSet mounts it (ConfigMap redis-ca).
+        "REDIS_URL": deployed_redis.tls_url,
+        "REDIS_CA_FILE": str(deployed_redis.ca_file),
         "PATH": os.environ["PATH"],
         "HTTP_ADDRESS": "127.0.0.1",
         "HTTP_PORT": str(free_port()),

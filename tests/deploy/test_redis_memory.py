@@ -27,7 +27,7 @@ from scheduler.adapters.redis_signals import (
     SignalMetrics,
     connect,
 )
-from tests.deploy.conftest import DeployedRedis, generated_secret, redis_manifests
+from tests.deploy.conftest import DeployedRedis, redis_manifests
 from tests.deploy.test_redis_acl import SCHEDULER, enrol
 
 pytestmark = pytest.mark.redis
@@ -52,7 +52,6 @@ def test_the_shipped_config_never_evicts() -> None:
 def start(tmp_path: Path, *extra: str) -> DeployedRedis:
     server = DeployedRedis(
         workdir=tmp_path,
-        secret=generated_secret(),
         extra_args=("--maxmemory", SMALL_MAXMEMORY, *extra),
     )
     server.start()

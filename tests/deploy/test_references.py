@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.deploy.conftest import generated_secret
+from tests.deploy.conftest import generated_objects
 from tests.deploy.manifests import Obj, find, kustomizations, pod_templates, render
 
 
@@ -19,10 +19,19 @@ def references(template: Obj) -> Iterator[tuple[str, str, str | None]]:
     if "serviceAccountName" in spec:
         yield "ServiceAccount", spec["serviceAccountName"], None
     for volume in spec.get("volumes", []):
+        sources: list[tuple[str, Obj]] = []
         if "configMap" in volume:
-            yield "ConfigMap", volume["configMap"]["name"], None
+            sources.append(("ConfigMap", volume["configMap"]))
         if "secret" in volume:
-            yield "Secret", volume["secret"]["secretName"], None
+            sources.append(("Secret", {**volume["secret"], "name": volume["secret"]["secretName"]}))
+        for source in volume.get("projected", {}).get("sources", []):
+            for kind, field in (("Secret", "secret"), ("ConfigMap", "configMap")):
+                if field in source:
+                    sources.append((kind, source[field]))
+        for kind, source in sources:
+            yield kind, source["name"], None
+            for item in source.get("items", []):
+                yield kind, source["name"], item["key"]
     for container in spec["containers"] + spec.get("initContainers", []):
         for var in container.get("env", []):
             source = var.get("valueFrom", {})
@@ -31,22 +40,26 @@ def references(template: Obj) -> Iterator[tuple[str, str, str | None]]:
                     yield kind, source[field]["name"], source[field]["key"]
 
 
-OPERATOR_SECRET = "redis-credentials"
-"""The Secret every render holds only as a data-less stub: the operator creates the real
-one with scripts/create-redis-secret.sh, so no password is ever in the manifests."""
+def made_by_script() -> dict[tuple[str, str], set[str]]:
+    """(kind, name) → keys of what scripts/create-redis-secret.sh makes: the Secrets every
+    render holds only as data-less stubs (no password is ever in the manifests) and the
+    ConfigMap redis-ca."""
+    return {(o["kind"], o["metadata"]["name"]): set(o["data"]) for o in generated_objects()}
 
 
 @pytest.mark.parametrize("name", sorted(kustomizations()))
 def test_pod_references_resolve(name: str) -> None:
     objects = render(kustomizations()[name])
-    created_by_script = set(generated_secret())
+    created_by_script = made_by_script()
     for owner, template in pod_templates(objects):
         for kind, ref, key in references(template):
             # Generated names carry kustomize's hash suffix; kustomize rewrites references.
             matches = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == ref]
-            assert matches, f"{owner['metadata']['name']} references missing {kind}/{ref}"
-            if (kind, ref) == ("Secret", OPERATOR_SECRET):
-                assert key in created_by_script, f"the Secret generator makes no key {key}"
+            if kind == "Secret" or (kind, ref) not in created_by_script:
+                assert matches, f"{owner['metadata']['name']} references missing {kind}/{ref}"
+            if (kind, ref) in created_by_script:
+                made = created_by_script[kind, ref]
+                assert key is None or key in made, f"the script makes no key {key} in {ref}"
             elif key is not None:
                 assert key in matches[0].get("data", {}), f"{kind}/{ref} has no key {key}"
 
@@ -84,5 +97,10 @@ def test_selectors_and_role_refs_resolve(name: str) -> None:
 def test_external_redis_overlay_drops_the_bundled_redis() -> None:
     objects = render(kustomizations()["external-redis"])
     left = [o for o in objects if o["metadata"]["name"].startswith("redis")]
-    # The agents and the scheduler still log in with the Secret's passwords.
-    assert [(o["kind"], o["metadata"]["name"]) for o in left] == [("Secret", OPERATOR_SECRET)]
+    # The credential issuer, the scheduler and CLI users still log in with their Secrets'
+    # passwords (and the external Redis' CA in them); Redis' own admin and TLS go.
+    assert sorted((o["kind"], o["metadata"]["name"]) for o in left if o["kind"] == "Secret") == [
+        ("Secret", "redis-issuer"),
+        ("Secret", "redis-scheduler"),
+        ("Secret", "redis-viewer"),
+    ]
