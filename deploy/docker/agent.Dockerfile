@@ -22,15 +22,20 @@ COPY node_agent/ node_agent/
 ARG PIP_INDEX_URL=
 # --system-site-packages: the venv imports Debian's bcc module, built for this python3.
 # The gpu extra brings NVML bindings for the GPU inventory on GPU nodes. Every dependency,
-# the build backend included, is pinned by constraints.txt.
+# the build backend included, comes from constraints.txt with its SHA-256 checked
+# (--require-hashes); the project then installs from the build context with no index, so
+# nothing unhashed is downloaded.
 RUN --mount=type=secret,id=pip_ca --mount=type=secret,id=pip_conf \
     set -eu; \
     if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi; \
     if [ -s /run/secrets/pip_conf ]; then export PIP_CONFIG_FILE=/run/secrets/pip_conf; fi; \
     if [ -n "$PIP_INDEX_URL" ]; then export PIP_INDEX_URL; else unset PIP_INDEX_URL; fi; \
-    export PIP_CONSTRAINT=/src/constraints.txt PIP_DISABLE_PIP_VERSION_CHECK=1; \
+    export PIP_DISABLE_PIP_VERSION_CHECK=1; \
     python3 -m venv --system-site-packages /opt/interference; \
-    /opt/interference/bin/pip install --no-cache-dir '.[gpu]'; \
+    /opt/interference/bin/pip install --no-cache-dir --require-hashes --no-deps \
+        --requirement /src/constraints.txt; \
+    /opt/interference/bin/pip install --no-cache-dir --no-index --no-deps \
+        --no-build-isolation '.[gpu]'; \
     rm -rf /src
 COPY bpf/ /opt/interference/bpf/
 
