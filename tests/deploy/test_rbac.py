@@ -268,8 +268,9 @@ def exercise_dry_run_scheduler(emulator: EmulatorThread, lease_namespace: str) -
 
 def exercise_extender(emulator: EmulatorThread, workdir: Path) -> None:
     """The real ``interference-scheduler extender`` process object over the real adapter:
-    it lists and watches nodes and pods and answers a filter and a prioritize call (Redis
-    is unreachable: signals and decision records fail without any API call)."""
+    it lists and watches nodes and pods, answers a filter and a prioritize call (Redis
+    is unreachable: signals and decision records fail without any API call) and tells
+    about an invalid configuration file in an Event on its ConfigMap."""
     emulator.put("nodes", node("gpu-node-1"))
     emulator.put("pods", pod("pending-a", namespace="shop"))
     kubeconfig = workdir / "kubeconfig"
@@ -297,7 +298,11 @@ def exercise_extender(emulator: EmulatorThread, workdir: Path) -> None:
             "extender": {"host": "127.0.0.1", "port": free_port(), "plaintext": True},
         }
     )
-    process = ExtenderProcess(config, env={})
+    config_path = workdir / "extender.yaml"
+    config_path.write_text("reload_interval_s: 0.1\n")
+    process = ExtenderProcess(
+        config, str(config_path), env={"POD_NAMESPACE": "interference-system"}
+    )
     stop = threading.Event()
     thread = threading.Thread(target=process.run, args=(stop,), daemon=True)
     thread.start()
@@ -317,6 +322,11 @@ def exercise_extender(emulator: EmulatorThread, workdir: Path) -> None:
             )
             with urllib.request.urlopen(request, timeout=10) as answer:
                 assert answer.status == 200
+        config_path.write_text("reload_interval_s: soon\n")  # an invalid reload: an Event
+        wait_until(
+            lambda: any("/events" in path for _, path, _, _ in emulator.requests()),
+            "the InvalidConfiguration Event",
+        )
     finally:
         stop.set()
         thread.join(60)
