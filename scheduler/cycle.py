@@ -49,6 +49,8 @@ import random
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from itertools import accumulate, repeat
+from operator import sub
 
 import numpy as np
 from numpy.typing import NDArray
@@ -591,16 +593,11 @@ def _funnel(
 ) -> tuple[FunnelStage, ...]:
     """Each filter that ran with the candidates it was given and let through: a filter
     lets through what it was given less the candidates it rejected first."""
-    stages: list[FunnelStage] = []
-    left = considered
-    rejected_first = first_failures.get
-    for plugin in profile.filters:
-        if relax and plugin.relaxable:
-            continue
-        out = left - rejected_first(plugin.name, 0)
-        stages.append(FunnelStage(plugin.name, left, out))
-        left = out
-    return tuple(stages)
+    names = profile.relaxed_names if relax else profile.names
+    left = list(accumulate(map(first_failures.get, names, repeat(0)), sub, initial=considered))
+    stages = zip(names, left[:-1], left[1:], strict=True)
+    # C loops: built per filter per decision, where FunnelStage(...) runs a Python __new__
+    return tuple(map(tuple.__new__, repeat(FunnelStage), stages))
 
 
 def _prefilter(profile: ResolvedProfile, state: CycleState) -> tuple[str, PodRejection] | None:

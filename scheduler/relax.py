@@ -35,6 +35,8 @@ class RelaxTracker:
         return now - since
 
     def forget(self, key: str) -> None:
+        if key not in self._since:  # most decisions: no lock taken (only this thread adds)
+            return
         with self._lock:
             self._since.pop(key, None)
 

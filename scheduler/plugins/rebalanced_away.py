@@ -118,6 +118,8 @@ def _measured(why: dict[int, Departure], now: float) -> Callable[[int, int], str
 
 
 def _filter(state: CycleState) -> FilterResult | None:
+    if state.pod.controller is None:  # most decisions: nothing to look up
+        return None
     departures = state.table.index(NAME, DepartureIndex)
     return rebalanced_away(state, departures, state.args_of(NAME, RebalancedAwayArgs))
 

@@ -62,6 +62,10 @@ class ResolvedProfile:
     """The filters after them."""
     prefilters: tuple[tuple[str, Callable[[CycleState], PodRejection | None]], ...]
     """The filters' PreFilters with their plugin's name, in order."""
+    names: tuple[str, ...]
+    """The filters' names, in order."""
+    relaxed_names: tuple[str, ...]
+    """Those of the filters the relax rule keeps (not relaxable), in order."""
 
     def retry_on(
         self, pod: PodInfo, rejected_by: frozenset[str]
@@ -277,6 +281,8 @@ def _resolved(
         tuple(f.name for f in filters[:prefix]),
         filters[prefix:],
         tuple((f.name, f.prefilter) for f in filters if f.prefilter is not None),
+        tuple(f.name for f in filters),
+        tuple(f.name for f in filters if not f.relaxable),
     )
 
 
