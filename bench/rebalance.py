@@ -128,7 +128,8 @@ def main() -> int:
         moved = workloads[args.runs - 1]
         node = lab.cluster.pod(NAMESPACE, moved.pod_name)["spec"]["nodeName"]
         print(
-            f"\n== no pod moved twice: {moved.pod_name} (moved once) gets an antagonist on {node}"
+            f"\n== no pod moved twice: {moved.pod_name} (its workload moved {len(moved.moves)} "
+            f"time(s)) gets an antagonist on {node}"
         )
         before = len(evictor.evictions)
         hog = antagonist("second-hit", node)
