@@ -201,6 +201,13 @@ class Scene:
             client.close()
         return parse_decision_hash(raw) if raw else None
 
+    def decided(self, pod: str, result: str) -> Any:
+        """The pod's decision record once it has ``result`` (written behind the Events)."""
+        return wait_for(
+            lambda: (d := self.decision(pod)) is not None and d.result == result and d,
+            f"the {result} decision record of {pod}",
+        )
+
     def forget_moves(self) -> None:
         client = redis.Redis.from_url(self.redis_url)
         try:
@@ -296,8 +303,8 @@ def test_evicted_through_a_budget_that_allows_and_replaced_elsewhere(
     assert event["type"] == "Warning"
     assert f"evicted to leave {scene.node_a}: its run-queue p99" in event["note"]
     assert f"{scene.node_b} passes every filter" in event["note"]
-    record = scene.decision(name)
-    assert (record.result, record.node) == ("evicted", scene.node_b)
+    record = scene.decided(name, "evicted")  # records are written behind the Events
+    assert record.node == scene.node_b
     # the ReplicaSet's replacement, placed by our scheduler away from the node it left
     old = {p["metadata"]["name"] for p in first}
 
@@ -307,8 +314,8 @@ def test_evicted_through_a_budget_that_allows_and_replaced_elsewhere(
 
     new = wait_for(replacement, "the replacement bound", 60)
     assert new["spec"]["nodeName"] == scene.node_b
-    placed = scene.decision(new["metadata"]["name"])
-    assert placed.result == "scheduled" and placed.node == scene.node_b
+    placed = scene.decided(new["metadata"]["name"], "scheduled")
+    assert placed.node == scene.node_b
     (left,) = [c for c in placed.candidates if c.node == scene.node_a]
     assert not left.passed
     assert left.reasons[0].startswith(
@@ -354,8 +361,8 @@ def test_dry_run_writes_events_and_records_only(
     (event,) = scene.events("InterferenceWouldEvict")
     assert event["type"] == "Normal" and event["regarding"]["name"] == name
     assert event["note"].startswith("would evict (dry run): its run-queue p99")
-    record = scene.decision(name)
-    assert (record.result, record.node, record.dry_run) == ("would_evict", scene.node_b, True)
+    record = scene.decided(name, "would_evict")
+    assert (record.node, record.dry_run) == (scene.node_b, True)
     assert evictions(scene, "would_evict") == 1
     stays(lambda: scene.terminating("web") == [] and len(scene.pods_of("web")) == 1,
           "a dry run that evicts", 4)  # fmt: skip
