@@ -103,15 +103,16 @@ def test_top_table(
 def test_node_view(
     node: str, namespace: str, pod: str, culprit: str, window: str, hist: str, probe: str
 ) -> None:
+    row = pod_row(namespace, pod, culprit, qos=probe)
     detail = NodeDetail(
         node_row(node, measured=(probe,)),
         histograms={hist: [0, 3, 5, 1]},
-        pods=[pod_row(namespace, pod, culprit, qos=probe)],
+        pods=[row],
         disabled_probes=probe,
         windows={window: WindowMetrics(span_s=10.0, covered_s=10.0, intervals=10)},
     )
     output = render(views.node_view(detail, 1001.0))
-    assert_printed_as_text(output, node, f"{namespace}/{pod}", culprit, window, hist, probe)
+    assert_printed_as_text(output, node, row.metrics.key, culprit, window, hist, probe)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
