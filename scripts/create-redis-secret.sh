@@ -10,7 +10,7 @@
 #     key, and ca.crt: a CA made for it alone, whose key is discarded once it signed;
 #   ConfigMap redis-ca (in NAMESPACE and in AGENT_NAMESPACE): that CA, for the agents.
 # deploy/ holds data-less stubs of the Secrets, which the API server refuses to create on
-# their own: without this script the apply fails with `The Secret "redis-admin" is invalid`.
+# their own: without this script the apply fails with `Secret "redis-admin" is invalid`.
 #
 #   scripts/create-redis-secret.sh          create them (an existing Secret is kept; a
 #                                           missing one is added; passwords of a Secret
