@@ -192,6 +192,7 @@ class Scheduler:
             RebalanceMetrics(self.registry),
             journal=RedisMoveJournal(self.redis),
             records_only=config.loop.dry_run,
+            tracer=self.tracer,
         )
         self.signal_heartbeat = Heartbeat(
             "redis signal follower", max_silence_s=60 + 2 * config.redis.socket_timeout_s

@@ -49,7 +49,14 @@ from scheduler.cache import ClusterCache
 from scheduler.cycle import CycleResult, SchedulingCycle
 from scheduler.plugins.rebalanced_away import NAME as REBALANCED_AWAY
 from scheduler.plugins.rebalanced_away import Departure, DepartureIndex, RebalancedAwayArgs
-from scheduler.ports import ClusterError, DecisionSink, PodRef, SignalSource
+from scheduler.ports import (
+    ClusterError,
+    DecisionSink,
+    DecisionTracer,
+    NoTracer,
+    PodRef,
+    SignalSource,
+)
 from scheduler.rebalance import (
     HOLD_REASONS,
     NO_BETTER_NODE,
@@ -66,6 +73,7 @@ from scheduler.rebalance import (
     own_cause,
 )
 from scheduler.settings import EngineSettings
+from scheduler.stage_trace import Attributes, StageRecorder
 
 log = logging.getLogger(__name__)
 
@@ -223,10 +231,14 @@ class Rebalancer:
         journal: MoveJournal | None = None,
         records_only: bool = False,
         clock: Callable[[], float] = time.time,
+        tracer: DecisionTracer | None = None,
     ) -> None:
         """``records_only``: the scheduler is a dry run (``loop.dry_run``): no Event, no
-        Eviction API call, only decision records (as ``dry_run`` mode otherwise)."""
+        Eviction API call, only decision records (as ``dry_run`` mode otherwise).
+        ``tracer``: each search for a better node is a trace, as a scheduling attempt is
+        (its id in the decision record)."""
         self._cache = cache
+        self._tracer: DecisionTracer = tracer or NoTracer()
         self._journal = journal
         self._restored = journal is None
         """Whether this leadership has read the journal back (a new leader must, before
@@ -363,12 +375,25 @@ class Rebalancer:
         if guard is not None:
             return self._hold(pod, guard, found.text, now)
         why = f"{found.text} for {lasted:.0f} s over the {settings.window} window"
-        result = self._better_node(pod, now)
+        recorder = self._tracer.start()
+        started_ns = time.time_ns() if recorder is not None else 0
+        result = self._better_node(pod, now, recorder)
+        if recorder is not None:
+            attributes: Attributes = {
+                "pod": pod.key,
+                "node": pod.node_name,
+                "breach": why,
+                "better_node": "" if result is None else result.node or "",
+            }
+            self._tracer.finish(recorder, "rebalance", started_ns, attributes)
         if result is None or result.node is None:
             return self._hold(pod, NO_BETTER_NODE, why, now)
-        return self._move(pod, why, result, now)
+        trace_id = "" if recorder is None else recorder.trace_hex
+        return self._move(pod, why, result, now, trace_id)
 
-    def _better_node(self, pod: PodInfo, now: float) -> CycleResult | None:
+    def _better_node(
+        self, pod: PodInfo, now: float, recorder: StageRecorder | None
+    ) -> CycleResult | None:
         """The cycle over every node but the pod's own, as if it were pending now."""
         with self._cache.lock:
             table = self._cache.table
@@ -382,12 +407,19 @@ class Rebalancer:
             candidates[row] = False
             pending = dataclasses.replace(pod, node_name="")
             result = self._cycle.schedule(
-                pending, table, now, signals_readable=True, candidates=candidates
+                pending,
+                table,
+                now,
+                signals_readable=True,
+                candidates=candidates,
+                recorder=recorder,
             )
             self._cycle.relax.forget(pod.key)
             return result
 
-    def _move(self, pod: PodInfo, why: str, result: CycleResult, now: float) -> RebalanceAction:
+    def _move(
+        self, pod: PodInfo, why: str, result: CycleResult, now: float, trace_id: str = ""
+    ) -> RebalanceAction:
         dry_run = self.settings.mode != "enforce" or self.records_only
         target = result.node or ""
         ref = PodRef(pod.namespace, pod.name, pod.uid)
@@ -419,7 +451,7 @@ class Rebalancer:
             )
             self._metrics.evictions.labels(BLOCKED).inc()
             self._events.record_event(ref, "Normal", "InterferenceEvictionBlocked", message)
-            self._record(pod, BLOCKED, message, result, now, dry_run)
+            self._record(pod, BLOCKED, message, result, now, dry_run, trace_id)
             return RebalanceAction(pod.key, pod.node_name, BLOCKED, message, target, workload, now)
         controller = pod.controller
         assert controller is not None  # eligible() requires one
@@ -449,7 +481,7 @@ class Rebalancer:
         log.info("%s %s", pod.key, message)
         self._journal_move(moved, departure)
         self._metrics.evictions.labels(outcome).inc()
-        self._record(pod, outcome, message, result, now, dry_run)
+        self._record(pod, outcome, message, result, now, dry_run, trace_id)
         return RebalanceAction(pod.key, pod.node_name, outcome, message, target, workload, now)
 
     def _hold(self, pod: PodInfo, reason: str, why: str, now: float) -> RebalanceAction:
@@ -529,6 +561,7 @@ class Rebalancer:
         result: CycleResult,
         now: float,
         dry_run: bool,
+        trace_id: str = "",
     ) -> None:
         self._decisions.write(
             Decision(
@@ -543,5 +576,6 @@ class Rebalancer:
                 rejected_by_reason=dict(result.reason_counts),
                 funnel=list(result.funnel),
                 omitted=dict(result.omitted),
+                trace_id=trace_id,
             )
         )

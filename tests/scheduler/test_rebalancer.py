@@ -16,7 +16,7 @@ from scheduler.adapters.memory import node_object, pod_object
 from scheduler.cli import prepare
 from scheduler.config import ConfigError, parse_config
 from scheduler.plugins.rebalanced_away import LEFT_NODE, Departure
-from scheduler.ports import ClusterError, PodRef
+from scheduler.ports import ClusterError, DecisionTracer, PodRef
 from scheduler.rebalance import Moved, RebalancerSettings
 from scheduler.rebalancer import (
     BLOCKED,
@@ -30,6 +30,7 @@ from scheduler.rebalancer import (
     Rebalancer,
 )
 from scheduler.settings import EngineSettings
+from scheduler.stage_trace import SELECTION, Attributes, StageNote, StageRecorder
 from tests.scheduler.runtime_helpers import LoopHarness
 
 NOISY = (0,) * 12 + (50,)  # 50 waits of 4–8 ms
@@ -109,7 +110,12 @@ class Journal:
 class World:
     """The loop harness plus a rebalancer over its cache."""
 
-    def __init__(self, settings: RebalancerSettings, journal: Journal | None = None) -> None:
+    def __init__(
+        self,
+        settings: RebalancerSettings,
+        journal: Journal | None = None,
+        tracer: DecisionTracer | None = None,
+    ) -> None:
         self.h = LoopHarness()
         # node-b is smaller: LeastAllocated prefers node-a for a new pod
         self.h.cluster.add_node(node_object("node-a", cpu="8", memory="32Gi"))
@@ -130,6 +136,7 @@ class World:
             RebalanceMetrics(self.registry),
             journal=journal,
             clock=self.h.clock,
+            tracer=tracer,
         )
 
     def run_pod(self, name: str, node: str, owner: str = "web", **annotations: str) -> None:
@@ -417,3 +424,44 @@ def test_a_failed_eviction_is_an_event_and_is_tried_again_later(enforcing: World
     assert waiting.reason.startswith("retry_later")  # type: ignore[attr-defined]
     (evicted,) = w.step(25)
     assert evicted.outcome == EVICTED  # type: ignore[attr-defined]
+
+
+@dataclass
+class Traces:
+    """A DecisionTracer sampling every attempt and keeping what it is handed."""
+
+    finished: list[tuple[str, StageRecorder, Attributes]] = field(default_factory=list)
+
+    def start(self) -> StageRecorder | None:
+        return StageRecorder(len(self.finished) + 1, 7)
+
+    def finish(
+        self, recorder: StageRecorder, name: str, start_ns: int, attributes: Attributes
+    ) -> None:
+        self.finished.append((name, recorder, attributes))
+
+    def add_stage(self, recorder: StageRecorder, stage: StageNote) -> None:
+        raise AssertionError("a rebalancing search has no stage after its end")
+
+
+def test_each_search_for_a_better_node_is_a_trace_named_in_the_record() -> None:
+    traces = Traces()
+    w = World(RebalancerSettings(mode="enforce"), tracer=traces)
+    try:
+        w.run_pod("web-1", "node-a")
+        w.step()
+        w.step(15)
+        assert traces.finished == []  # not sustained yet: no search
+        assert len(w.step(15)) == 1
+        ((name, recorder, attributes),) = traces.finished
+        assert name == "rebalance"
+        assert attributes["pod"] == "shop/web-1" and attributes["node"] == "node-a"
+        assert attributes["better_node"] == "node-b"
+        assert "run-queue p99" in str(attributes["breach"])
+        # the cycle's stages: node-b passed every filter (named on the root), then chosen
+        assert "NodeResourcesFit" in recorder.passed_filters
+        (selection,) = [s for s in recorder.stages if s.stage == SELECTION]
+        assert selection.attributes["chosen"] == "node-b"
+        assert w.h.decisions.last("web-1", "shop").trace_id == recorder.trace_hex
+    finally:
+        w.h.close()
