@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import uuid
 from typing import Any
 
 from interference.signals import PodMetrics
@@ -37,7 +38,11 @@ class KubernetesEvents:
 
         now = datetime.datetime.now(datetime.UTC)
         body = client.EventsV1Event(
-            metadata=client.V1ObjectMeta(generate_name=f"{pod.name}.", namespace=pod.namespace),
+            # NAME.<random hex>, as kubectl names Events (a generateName ending in "." is
+            # refused by the API server's name validation).
+            metadata=client.V1ObjectMeta(
+                name=f"{pod.name[:200]}.{uuid.uuid4().hex[:16]}", namespace=pod.namespace
+            ),
             event_time=now,
             action=reason,
             reason=reason,
