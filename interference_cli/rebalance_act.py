@@ -45,13 +45,8 @@ from scheduler.loop import SchedulingLoop
 from scheduler.metrics import SchedulerMetrics
 from scheduler.ports import K8sObject, NodeSignals, PodRef, SignalSource
 from scheduler.rebalance import RebalancerSettings
-from scheduler.rebalancer import (
-    EvictionAnswer,
-    EvictionStatus,
-    RebalanceAction,
-    RebalanceMetrics,
-    Rebalancer,
-)
+from scheduler.rebalance_ports import EvictionAnswer, EvictionStatus
+from scheduler.rebalancer import RebalanceAction, RebalanceMetrics, Rebalancer
 
 AWARE = "interference-scheduler"
 BLIND = "interference-blind"
@@ -117,7 +112,7 @@ class Workload:
 
 
 class LocalReplicaSets:
-    """:class:`scheduler.rebalancer.Evictor` of the local cluster: the kubelet stops the
+    """:class:`scheduler.rebalance_ports.Evictor` of the local cluster: the kubelet stops the
     evicted pod, the ReplicaSet controller creates the next replica (Pending)."""
 
     def __init__(self, lab: LocalLab, workloads: list[Workload]) -> None:

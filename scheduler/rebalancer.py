@@ -25,6 +25,11 @@ the Eviction API a ``Warning InterferenceEvictionFailed`` one; both are tried ag
 verdicts, and ``interference_scheduler_rebalance_evictions_total{result}`` counts it. A
 victim kept where it is counts in ``interference_scheduler_rebalance_holds_total{reason}``
 (once per streak and reason, so a long hold is not a flood).
+
+Size: over 520 lines because the look, the judgement and the move share one leadership's
+state (the pods' histories, the streaks, the eviction ledger, the retries, the journal);
+the rules (:mod:`scheduler.rebalance`), the ports (:mod:`scheduler.rebalance_ports`) and
+the adapters are modules of their own.
 """
 
 from __future__ import annotations
@@ -33,17 +38,14 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
-from typing import Protocol
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from interference.decision import Decision
 from interference.freshness import stale_after_s
-from interference.signals import NodeReport
 from scheduler.api.objects import PodInfo
 from scheduler.cache import ClusterCache
 from scheduler.cycle import CycleResult, SchedulingCycle
@@ -71,6 +73,14 @@ from scheduler.rebalance import (
     breach,
     eligible,
     own_cause,
+)
+from scheduler.rebalance_ports import (
+    EventRecorder,
+    EvictionAnswer,
+    EvictionStatus,
+    Evictor,
+    MoveJournal,
+    PodReports,
 )
 from scheduler.settings import EngineSettings
 from scheduler.stage_trace import Attributes, StageRecorder
@@ -142,52 +152,6 @@ class RebalanceMetrics:
             self.evictions.labels(result)
         for reason in HOLD_REASONS:
             self.holds.labels(reason)
-
-
-class EvictionStatus(Enum):
-    EVICTED = "evicted"
-    """Accepted (with ``dry_run``: would have been)."""
-    BLOCKED = "blocked"
-    """429: a PodDisruptionBudget allows no disruption now."""
-    GONE = "gone"
-    """404/409: the pod (this UID) is already gone."""
-
-
-@dataclass(frozen=True, slots=True)
-class EvictionAnswer:
-    status: EvictionStatus
-    message: str = ""
-    """The API server's words (which budget blocked, …)."""
-
-
-class Evictor(Protocol):
-    """The Eviction API (``policy/v1`` Eviction of ``pods/eviction``)."""
-
-    def evict(self, pod: PodRef, dry_run: bool) -> EvictionAnswer:
-        """Evict ``pod`` (precondition: its UID); ``dry_run`` asks with ``dryRun=All``.
-        Raises :class:`~scheduler.ports.ClusterError` for any other failure."""
-
-
-class PodReports(Protocol):
-    """The agents' recent reports (their per-pod rows), per node."""
-
-    def recent(self, nodes: Sequence[str]) -> dict[str, list[NodeReport]]:
-        """Node → its latest reports (any order; a node without any left out)."""
-
-
-class MoveJournal(Protocol):
-    """Where the leader keeps its moves, so the next leader keeps their guard rails."""
-
-    def record(self, moved: Moved, departure: Departure | None, keep_s: float) -> None:
-        """Add ``moved`` (with its departure when the pod was evicted) and forget the
-        moves older than ``keep_s`` before it."""
-
-    def since(self, at: float) -> list[tuple[Moved, Departure | None]]:
-        """The moves from ``at`` on."""
-
-
-class EventRecorder(Protocol):
-    def record_event(self, pod: PodRef, event_type: str, reason: str, message: str) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

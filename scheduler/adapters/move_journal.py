@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 
 class RedisMoveJournal:
-    """:class:`scheduler.rebalancer.MoveJournal` on Redis."""
+    """:class:`scheduler.rebalance_ports.MoveJournal` on Redis."""
 
     def __init__(self, connection: RedisConnection) -> None:
         self._redis = connection

@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 
 class RedisPodReports:
-    """:class:`scheduler.rebalancer.PodReports` on Redis."""
+    """:class:`scheduler.rebalance_ports.PodReports` on Redis."""
 
     def __init__(self, connection: RedisConnection) -> None:
         self._redis = connection

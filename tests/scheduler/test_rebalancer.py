@@ -18,14 +18,13 @@ from scheduler.config import ConfigError, parse_config
 from scheduler.plugins.rebalanced_away import LEFT_NODE, Departure
 from scheduler.ports import ClusterError, DecisionTracer, PodRef
 from scheduler.rebalance import Moved, RebalancerSettings
+from scheduler.rebalance_ports import EvictionAnswer, EvictionStatus
 from scheduler.rebalancer import (
     BLOCKED,
     EVICTED,
     FAILED,
     HELD,
     WOULD_EVICT,
-    EvictionAnswer,
-    EvictionStatus,
     RebalanceMetrics,
     Rebalancer,
 )
