@@ -196,7 +196,7 @@ class DeployedRedis:
             "PASSWORD_DIR": str(self.password_dir),
             "REDIS_ADMIN_PASSWORD_FILE": str(self.password_dir / "admin"),
             "REDIS_TLS_CA_FILE": str(self.ca_file),
-            "REDIS_PORT": str(self.tls_port),
+            "REDIS_CLI_PORT": str(self.tls_port),
         }
 
     def start(self) -> None:

@@ -286,3 +286,34 @@ def test_the_scheduler_and_the_cli_log_in_over_tls_with_their_mounted_files(
     admin.zadd("intf:nodes:updated", {"tls-node": time.time()})
     assert [row.node for row in store.node_rows()] == ["tls-node"]
     assert server.admin().acl_log() == []
+
+
+@pytest.mark.redis
+def test_the_probes_work_beside_the_kubelets_service_variables(
+    tls_only_redis: DeployedRedis, tmp_path: Path
+) -> None:
+    """The kubelet gives every container docker-link variables for each Service of its
+    namespace, REDIS_PORT=tcp://… among them for the Service redis: the probes' redis-cli
+    wrapper must not take any of them for its own settings."""
+    redis_pod = find(render(DEPLOY), "Deployment", "redis")
+    probes = container(redis_pod, "redis")
+    commands = [probes[p]["exec"]["command"] for p in ("readinessProbe", "livenessProbe")]
+    assert commands == [["redis-cli", "ping"]] * 2
+    config = find(render(DEPLOY), "ConfigMap", "redis-config")["data"]
+    wrapper = tmp_path / "redis-cli"
+    wrapper.write_text(config["redis-cli"])
+    wrapper.chmod(0o755)
+    service_links = {
+        "REDIS_PORT": "tcp://10.96.0.10:6379",
+        "REDIS_PORT_6379_TCP": "tcp://10.96.0.10:6379",
+        "REDIS_PORT_6379_TCP_ADDR": "10.96.0.10",
+        "REDIS_PORT_6379_TCP_PORT": "6379",
+        "REDIS_SERVICE_HOST": "10.96.0.10",
+        "REDIS_SERVICE_PORT": "6379",
+    }
+    env = {**tls_only_redis.env(), **service_links, "PATH": f"{tmp_path}:/usr/bin:/bin"}
+    env["REDIS_CLI_BINARY"] = shutil.which("redis-cli") or "redis-cli"
+    done = subprocess.run(
+        ["redis-cli", "ping"], env=env, capture_output=True, text=True, timeout=30
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "PONG"), done.stderr
