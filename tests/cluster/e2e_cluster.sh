@@ -646,6 +646,7 @@ mark "agent writes as agent:$NODE (ACL LIST), its scheduling record is $age s ol
 # again.
 ISSUER_IP=$(kctl get svc interference-credentials -o jsonpath='{.spec.clusterIP}')
 REDIS_IP=$(kctl get svc redis -o jsonpath='{.spec.clusterIP}')
+kctl get configmap redis-ca -o jsonpath='{.data.ca\.crt}' > "$STATE/redis-ca.crt"
 AGENT_TOKEN=$("$REAL_KUBECTL" -n "$AGENT_NS" create token interference-agent --audience interference-credentials \
     --bound-object-kind Pod --bound-object-name "$AGENT_POD" --duration 10m) || fail "kubectl create token failed"
 OTHER_TOKEN=$("$REAL_KUBECTL" -n "$NS" create token interference-scheduler --audience interference-credentials \
@@ -678,7 +679,9 @@ for _ in range(30):  # the agent may have just enrolled: one issue per node per 
     time.sleep(1)
 assert status == 200, f"the agent's token got {status}: {body}"
 assert body["node"] == node and body["username"] == f"agent:{node}", body
-user = redis.Redis(host=os.environ["REDIS_IP"], username=body["username"], password=body["password"])
+# TLS, verified against the install's CA (by ClusterIP: the chain, not the name).
+user = redis.Redis(host=os.environ["REDIS_IP"], username=body["username"], password=body["password"],
+                   ssl=True, ssl_ca_certs=os.environ["REDIS_CA_FILE"], ssl_check_hostname=False)
 user.set(f"intf:node:{node}:probe", b"1", ex=60)  # its own node's keys: allowed
 other = f"intf:node:{node}-other"
 other_sched = os.environ["OTHER_SCHED_KEY"]
@@ -701,7 +704,8 @@ print(f"403 for another ServiceAccount, 401 for a forged token, 200 agent:{node}
       f"agent's; {refused} writes to another node's keys refused")
 EOF
 identity=$(AGENT_TOKEN=$AGENT_TOKEN OTHER_TOKEN=$OTHER_TOKEN ISSUER="http://$ISSUER_IP:10272" \
-    REDIS_IP=$REDIS_IP NODE=$NODE OTHER_SCHED_KEY=$OTHER_SCHED_KEY .venv/bin/python "$STATE/identity.py" 2>&1) \
+    REDIS_IP=$REDIS_IP REDIS_CA_FILE=$STATE/redis-ca.crt NODE=$NODE OTHER_SCHED_KEY=$OTHER_SCHED_KEY \
+    .venv/bin/python "$STATE/identity.py" 2>&1) \
     || fail "identity checks: $identity"
 [[ $(redis_cli GET "$OTHER_SCHED_KEY") == untouched ]] || fail "another node's record was changed"
 refusals=$(redis_cli ACL LOG | grep -c -x "agent:$NODE" || true)
