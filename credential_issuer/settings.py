@@ -13,7 +13,7 @@ DEFAULT_PORT = 10272
 Prometheus exporters' 9100–9999 and the NodePort and ephemeral ranges."""
 DEFAULT_AUDIENCE = "interference-credentials"
 """The audience the agent's projected token is issued for, and the only one accepted."""
-DEFAULT_AGENT_SERVICE_ACCOUNT = "interference-system/interference-agent"
+DEFAULT_AGENT_SERVICE_ACCOUNT = "interference-agent/interference-agent"
 """``namespace/name`` of the agents' ServiceAccount (deploy/'s DaemonSet)."""
 CREDENTIALS_PATH = "/v1/credentials"
 """The one POST endpoint."""
@@ -53,7 +53,7 @@ class IssuerSettings:
     """Its private key."""
     audience: str = DEFAULT_AUDIENCE
     """The one audience a token must carry."""
-    agent_service_account: tuple[str, str] = ("interference-system", "interference-agent")
+    agent_service_account: tuple[str, str] = ("interference-agent", "interference-agent")
     """``(namespace, name)`` of the only ServiceAccount whose tokens are accepted."""
     kubeconfig: str | None = None
     """Kubeconfig for the TokenReviews; None: in-cluster, then ``~/.kube/config``."""

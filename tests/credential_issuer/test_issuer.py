@@ -26,7 +26,7 @@ from tests.conftest import RedisServer
 
 pytestmark = pytest.mark.redis
 
-AGENT_SA = "system:serviceaccount:interference-system:interference-agent"
+AGENT_SA = "system:serviceaccount:interference-agent:interference-agent"
 
 
 def agent(node: str | None, pod: str = "agent-xyz") -> Identity:

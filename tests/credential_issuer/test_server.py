@@ -212,7 +212,7 @@ def test_cli_settings_from_flags_and_env(tmp_path: Path) -> None:
     assert (settings.tls_cert_file, settings.tls_key_file) == ("/tls/tls.crt", "/tls/tls.key")
     assert settings.audience == "interference-credentials"
     assert settings.agent_username == (
-        "system:serviceaccount:interference-system:interference-agent"
+        "system:serviceaccount:interference-agent:interference-agent"
     )
     default = cli.settings_from_args(cli.parser({}).parse_args([]), {})
     assert default.port == DEFAULT_PORT == 10272 and default.tls_cert_file is None

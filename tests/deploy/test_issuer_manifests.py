@@ -255,16 +255,18 @@ def test_the_agent_sends_the_token_the_issuer_accepts_to_the_issuer() -> None:
     assert PurePosixPath(mount["mountPath"]) / token["path"] == token_file
     url = urlsplit(env["CREDENTIALS_URL"])
     service = find(base(), "Service", PROGRAM)
-    assert url.scheme == "http" and url.hostname == service["metadata"]["name"]
+    # the agent runs in a namespace of its own: the Service's name with its namespace
+    service_host = f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc"
+    assert url.scheme == "http" and url.hostname == service_host
     assert url.port == service["spec"]["ports"][0]["port"]
-    # Without a cluster DNS (local-images) the Service's address comes from the kubelet's
-    # environment variables for it.
+    # Without a cluster DNS (local-images) the kubelet's Service variables cannot help (they
+    # name only Services of the pod's own namespace): the install sets the address instead.
     local = render(kustomizations()["local-images"])
     local_env = env_of(container(find(local, "DaemonSet", "interference-agent"), "agent"))
-    prefix = PROGRAM.upper().replace("-", "_")
-    assert local_env["CREDENTIALS_URL"] == (
-        f"http://$({prefix}_SERVICE_HOST):$({prefix}_SERVICE_PORT)"
-    )
+    assert local_env["CREDENTIALS_URL"] == env["CREDENTIALS_URL"]
+    install = (REPO / "docs" / "operations.md").read_text()
+    assert "set env daemonset/interference-agent" in install
+    assert '"CREDENTIALS_URL=http://$ISSUER_IP:10272"' in install
 
 
 def test_no_rendered_agent_holds_a_redis_password() -> None:
