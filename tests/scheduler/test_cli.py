@@ -162,10 +162,15 @@ def test_dry_run_records_decisions_binds_nothing_then_a_reload_turns_binding_on(
             status == 200 and 'interference_scheduler_attempts_total{result="dry_run"}' in metrics
         )
 
-        # A broken edit is refused, /readyz says why, the dry run goes on.
+        # A broken edit is refused: the replica stays ready, /readyz says why, the dry run
+        # goes on.
         path.write_text(config_text(redis_server.url, kube, port, dry_run=True) + "bogus: 1\n")
-        wait_until(lambda: http_get(port, "/readyz")[0] == 503)
-        assert "bogus: unknown key" in http_get(port, "/readyz")[1]
+        wait_until(lambda: "bogus: unknown key" in http_get(port, "/readyz")[1])
+        status, text = http_get(port, "/readyz")
+        assert status == 200 and "the last valid configuration serves" in text
+        assert 'interference_scheduler_config_reloads_total{result="invalid"} 1.0' in (
+            http_get(port, "/metrics")[1]
+        )
         assert binding_posts(emulator) == []
 
         # Turning dry_run off in the file applies without a restart: the pod gets bound.
@@ -175,7 +180,7 @@ def test_dry_run_records_decisions_binds_nothing_then_a_reload_turns_binding_on(
         )
         bound = emulator.get("pods", "shop", "web-0")
         assert bound is not None and bound["spec"]["nodeName"] == "n2"  # the quiet node
-        wait_until(lambda: http_get(port, "/readyz")[0] == 200)
+        assert http_get(port, "/readyz") == (200, "ok (leader)\n")
     finally:
         agents.stop()
         stop.set()
