@@ -168,8 +168,9 @@ def test_dry_run_records_decisions_binds_nothing_then_a_reload_turns_binding_on(
         wait_until(lambda: "bogus: unknown key" in http_get(port, "/readyz")[1])
         status, text = http_get(port, "/readyz")
         assert status == 200 and "the last valid configuration serves" in text
-        assert 'interference_scheduler_config_reloads_total{result="invalid"} 1.0' in (
-            http_get(port, "/metrics")[1]
+        assert (
+            'interference_scheduler_config_reloads_total{result="invalid"} 1.0'
+            in (http_get(port, "/metrics")[1])
         )
         assert binding_posts(emulator) == []
 
