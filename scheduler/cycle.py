@@ -237,19 +237,17 @@ class SchedulingCycle:
         profile = self.profile_for(signals_readable)
         blind = profile is not self.profile
         result = self._decide(pod, table, now, profile, candidates, relax_interference, recorder)
+        waited: float | None = None
         if relax_interference:
-            return _with(result, blind=blind)
-        if result.node is not None or not result.blocked_only_by_interference:
+            pass
+        elif result.node is not None or not result.blocked_only_by_interference:
             self.relax.forget(pod.key)
-            return _with(result, blind=blind)
-        waited = self._relax_due(pod.key, now)
-        if waited is None:
-            return _with(result, blind=blind)
-        relaxed = self._decide(pod, table, now, profile, candidates, True, recorder)
-        if relaxed.node is None:
-            return _with(result, blind=blind)
-        self.relax.forget(pod.key)
-        return _with(relaxed, blind=blind, relaxed_after_s=waited)
+        elif (due := self._relax_due(pod.key, now)) is not None:
+            relaxed = self._decide(pod, table, now, profile, candidates, True, recorder)
+            if relaxed.node is not None:
+                self.relax.forget(pod.key)
+                result, waited = relaxed, due
+        return _with(result, blind=blind, relaxed_after_s=waited)
 
     # ---- extender ----------------------------------------------------------------------
 
