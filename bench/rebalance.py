@@ -3,11 +3,11 @@
 On this machine (:mod:`interference_cli.rebalance_act`): two cgroup-partition nodes with
 a CPU each (``deploy/demo/nodes.yaml``), one real agent per node, the aware and blind
 scheduling loops and the real rebalancer, enforcing. Per run, a fresh latency workload
-(``deploy/demo/pods/latency.yaml``: 100 wake-ups a second, tolerance 6 ms of run-queue
-p99) is placed by the aware loop, measured quiet, then a BestEffort ``stress-ng`` (4 CPU
-hogs) is placed on its node by the blind loop; the rebalancer moves it and the run ends
-once the replacement has run 10 s under its tolerance. Then two checks of the guard rails
-on the same lab:
+(``deploy/demo/pods/latency.yaml``: 100 wake-ups a second, here with a tolerance of 3 ms
+of run-queue p99, ``ACT_TOLERANCE_US``) is placed by the aware loop, measured quiet, then
+a BestEffort ``stress-ng`` (4 CPU hogs) is placed on its node by the blind loop; the
+rebalancer moves it and the run ends once the replacement has run 10 s under its
+tolerance. Then two checks of the guard rails on the same lab:
 
 - **no pod moved twice**: the last run's replacement gets an antagonist too while the other
   node is quiet: its workload is in its 600 s cool-down, so it stays (0 evictions);
@@ -37,8 +37,8 @@ from interference_cli.lab import LocalLab  # noqa: E402
 from interference_cli.local_cluster import load_manifests, load_nodes  # noqa: E402
 from interference_cli.rebalance_act import (  # noqa: E402
     ACT_REBALANCER,
+    ACT_TOLERANCE_US,
     NAMESPACE,
-    TOLERANCE_ANNOTATION,
     LocalReplicaSets,
     PodRows,
     Workload,
@@ -48,6 +48,7 @@ from interference_cli.rebalance_act import (  # noqa: E402
     run_once,
     start_schedulers,
     tolerance_us,
+    with_tolerance,
 )
 from scheduler.config import load_config  # noqa: E402
 
@@ -71,16 +72,16 @@ def main() -> int:
     parser.add_argument(
         "--tolerance-us",
         type=float,
-        default=0.0,
-        help="the workload's interference.io/max-runq-p99-us (default: latency.yaml's, 6000)",
+        default=ACT_TOLERANCE_US,
+        help="the workload's interference.io/max-runq-p99-us (default %(default).0f, as the"
+        " demo's second act: interference_cli.rebalance_act.ACT_TOLERANCE_US says why)",
     )
     args = parser.parse_args()
 
     nodes = load_nodes(DEMO / "nodes.yaml")
     manifests = load_manifests([DEMO / "pods" / "cache.yaml"])
     (template,) = load_manifests([DEMO / "pods" / "latency.yaml"])
-    if args.tolerance_us > 0:
-        template["metadata"]["annotations"][TOLERANCE_ANNOTATION] = f"{args.tolerance_us:.0f}"
+    template = with_tolerance(template, args.tolerance_us)
     workloads = [Workload.of(f"latency-r{i + 1}", template) for i in range(args.runs + 1)]
     future = {uid: ref for w in workloads for uid, ref in w.future_pods().items()}
     partition = f"intf-bench-rebalance-{os.getpid()}"

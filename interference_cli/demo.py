@@ -49,11 +49,13 @@ from interference_cli.lab import LabError, LocalLab
 from interference_cli.local_cluster import LocalCluster, load_manifests, load_nodes
 from interference_cli.rebalance_act import (
     ACT_REBALANCER,
+    ACT_TOLERANCE_US,
     LocalReplicaSets,
     Workload,
     run_once,
     start_schedulers,
     tolerance_us,
+    with_tolerance,
 )
 from interference_cli.store import CliError, NodeRow, Store
 from scheduler.config import load_config
@@ -181,7 +183,9 @@ def run_demo(settings: DemoSettings, console: Console) -> None:
     manifests = load_manifests(sorted(settings.pods_dir.glob("*.yaml")))
     manifests.append(_blind_copy(_find(manifests, LATENCY_POD)))
     config = load_config(str(settings.policy_file))
-    workload = Workload.of(f"{LATENCY_POD}-rs", _find(manifests, LATENCY_POD))
+    workload = Workload.of(
+        f"{LATENCY_POD}-rs", with_tolerance(_find(manifests, LATENCY_POD), ACT_TOLERANCE_US)
+    )
     lab = LocalLab(
         nodes,
         manifests,
