@@ -61,6 +61,11 @@ kube-scheduler may call before our watch has delivered a new pod, so such a reco
 held (at most :data:`UNCONFIRMED_RECORDS`, each for :data:`RECORD_CONFIRM_S`) and written
 once the informer has the pod (:meth:`Extender.confirm_records`), else dropped and counted.
 
+A pod's warnings (an unknown ``interference.io/`` annotation, naming the closest known key;
+a deprecated one) become Warning Events as in standalone mode, once per pod, written by a
+thread of their own from a bounded queue (:mod:`scheduler.pod_warnings`), only for pods the
+informers know.
+
 Served by :class:`scheduler.http.ExtenderEndpoint` (HTTPS with client authentication, a
 body limit and a bounded thread pool); the refusals are counted here.
 
@@ -94,6 +99,12 @@ from scheduler.cycle import SchedulingCycle, unresolvable
 from scheduler.http import REFUSALS, PostRoute
 from scheduler.messages import failed_scheduling_message
 from scheduler.metrics import SchedulerMetrics
+from scheduler.pod_warnings import (
+    WAIT_FOR_INFORMER_S,
+    WAITING_PODS,
+    PodEvents,
+    PodWarningEvents,
+)
 from scheduler.ports import DecisionSink, DecisionTracer, NoTracer, SignalSource
 from scheduler.settings import EngineSettings
 from scheduler.signal_gate import SignalGate
@@ -169,6 +180,13 @@ class ExtenderMetrics:
             "interference_scheduler_extender_unknown_pod_records",
             "Decision records not written because the informers did not know the pod"
             " (pending here, same namespace, name and UID) within 10 s of the request.",
+            registry=registry,
+        )
+        self.unwritten_pod_warnings = Counter(
+            "interference_scheduler_extender_unwritten_pod_warnings",
+            "Pods whose warning Events (UnknownAnnotation, DeprecatedAnnotation) were not"
+            f" written: more than {WAITING_PODS} waited, or the informers did not know the pod"
+            f" within {WAIT_FOR_INFORMER_S:g} s.",
             registry=registry,
         )
         for reason in REFUSALS:
@@ -310,7 +328,9 @@ class Extender:
         *,
         clock: Callable[[], float] = time.time,
         tracer: DecisionTracer | None = None,
+        events: PodEvents | None = None,
     ) -> None:
+        """``events``: where the pods' warning Events go (none written without it)."""
         self._cache = cache
         self._decisions = decisions
         self._settings = settings
@@ -327,6 +347,13 @@ class Extender:
         self._pods: OrderedDict[tuple[str, str], PodInfo] = OrderedDict()
         self._unconfirmed: OrderedDict[str, tuple[str, Decision, float]] = OrderedDict()
         """Pod key → (UID, record, deadline) for pods the informer has not delivered yet."""
+        self._pod_warnings = (
+            None
+            if events is None
+            else PodWarningEvents(
+                events, self._known, metrics, extender_metrics.unwritten_pod_warnings, clock
+            )
+        )
 
     def update_settings(self, settings: EngineSettings) -> None:
         """Apply a reloaded ``engine`` section (between two requests)."""
@@ -431,6 +458,8 @@ class Extender:
             }
             self._tracer.finish(recorder, "extender filter", started_ns, attributes)
         self._record(pod, self._filter_decision(pod, args, verdict, now, settings, trace_id))
+        if self._pod_warnings is not None:
+            self._pod_warnings.note(pod)
         answer: dict[str, Any] = {
             "FailedNodes": verdict.failed,
             "FailedAndUnresolvableNodes": verdict.unresolvable,
@@ -536,6 +565,16 @@ class Extender:
                 self.confirm_records()
             except Exception:  # a record is not worth the thread
                 log.exception("confirming held decision records failed")
+
+    def write_pod_warnings(self) -> int:
+        """Write the noted pods' warning Events the informers now vouch for (see
+        :class:`PodWarningEvents`); how many were written."""
+        return 0 if self._pod_warnings is None else self._pod_warnings.write_due()
+
+    def run_pod_warnings(self, stop: threading.Event) -> None:
+        """Write the pods' warning Events (:class:`PodWarningEvents`) until ``stop`` is set."""
+        if self._pod_warnings is not None:
+            self._pod_warnings.run(stop)
 
     def _known(self, key: str, uid: str) -> bool:
         """The informer has the pod pending here with this UID."""

@@ -10,7 +10,9 @@ limit and a bounded thread pool (``extender`` settings); ``/healthz``, ``/readyz
 
 The node and pod view comes from the same informers (list + watch) as standalone mode,
 the signals from the same Redis signal cache, and decision records go to the same
-Redis keys. ``/readyz`` fails until nodes and pods are listed, so kube-scheduler's
+Redis keys. Its only writes to the API server are Events: about its configuration's
+reloads, and a Warning Event on a pod whose annotations need fixing (as standalone mode
+writes). ``/readyz`` fails until nodes and pods are listed, so kube-scheduler's
 calls go to a replica that knows the cluster; an invalid configuration reload never
 makes it fail (the last valid configuration keeps answering, :mod:`scheduler.config_reload`).
 """
@@ -121,6 +123,7 @@ class ExtenderProcess:
             self.metrics,
             self.extender_metrics,
             tracer=self.tracer,
+            events=self.cluster,
         )
         config_map = config_map_ref(env)
         self.reload = (
@@ -157,6 +160,7 @@ class ExtenderProcess:
             self._start("config-reload", self.reload.run, stop)
         watcher = self.reload.watcher if self.reload is not None else None
         self._start("record-confirmer", self.extender.run_record_confirmer, stop)
+        self._start("pod-warnings", self.extender.run_pod_warnings, stop)
         refused = self.extender_metrics.refused
         # the verbs' port first, so /readyz never passes before kube-scheduler can connect
         self.extender_http = ExtenderEndpoint(

@@ -269,10 +269,15 @@ def exercise_dry_run_scheduler(emulator: EmulatorThread, lease_namespace: str) -
 def exercise_extender(emulator: EmulatorThread, workdir: Path) -> None:
     """The real ``interference-scheduler extender`` process object over the real adapter:
     it lists and watches nodes and pods, answers a filter and a prioritize call (Redis
-    is unreachable: signals and decision records fail without any API call) and tells
-    about an invalid configuration file in an Event on its ConfigMap."""
+    is unreachable: signals and decision records fail without any API call), warns about
+    a pod's annotation typo in an Event (and again, a repeat of the series, when its owner
+    makes another) and tells about an invalid configuration file in an Event on its
+    ConfigMap."""
     emulator.put("nodes", node("gpu-node-1"))
     emulator.put("pods", pod("pending-a", namespace="shop"))
+    typo = pod("typo", namespace="shop")
+    typo["metadata"]["annotations"] = {"interference.io/max-runq-p99": "500"}
+    typo = emulator.put("pods", typo)  # with the UID the informers know it by
     kubeconfig = workdir / "kubeconfig"
     kubeconfig.write_text(
         yaml.safe_dump(
@@ -322,15 +327,42 @@ def exercise_extender(emulator: EmulatorThread, workdir: Path) -> None:
             )
             with urllib.request.urlopen(request, timeout=10) as answer:
                 assert answer.status == 200
+        wait_until(lambda: process.cache.pending_pod("shop/typo") is not None, "the typo pod")
+        port = process.extender_http.port
+
+        def filter_with_annotation(key: str) -> None:
+            typo["metadata"]["annotations"] = {key: "500"}
+            edited = emulator.put("pods", typo)  # a new resourceVersion, the same UID
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{port}/filter",
+                json.dumps({"Pod": edited, "NodeNames": ["gpu-node-1"]}).encode(),
+                method="POST",
+            )
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                assert answer.status == 200
+
+        filter_with_annotation("interference.io/max-runq-p99")
+        wait_until(lambda: ("POST", "shop") in event_writes(emulator), "the UnknownAnnotation")
+        filter_with_annotation("interference.io/max-reclaim-stall")  # another: the same series
+        wait_until(lambda: ("PATCH", "shop") in event_writes(emulator), "the series' repeat")
         config_path.write_text("reload_interval_s: soon\n")  # an invalid reload: an Event
         wait_until(
-            lambda: any("/events" in path for _, path, _, _ in emulator.requests()),
+            lambda: ("POST", "interference-system") in event_writes(emulator),
             "the InvalidConfiguration Event",
         )
     finally:
         stop.set()
         thread.join(60)
     assert not thread.is_alive()
+
+
+def event_writes(emulator: EmulatorThread) -> set[tuple[str, str]]:
+    """(method, namespace) of the Event requests the emulator served."""
+    return {
+        (method, path.split("/namespaces/")[1].split("/")[0])
+        for method, path, _, _ in emulator.requests()
+        if path.startswith("/apis/events.k8s.io/") and "/namespaces/" in path
+    }
 
 
 KUBELET_SUBRESOURCES = {
@@ -451,8 +483,8 @@ def test_scheduler_rbac_is_exactly_what_it_calls(
     extender_scheduler_calls: set[Permission],
 ) -> None:
     """The dry-run overlay's scheduler binds nothing and writes no Events or conditions,
-    and the extender overlay's only reads nodes and pods (kube-scheduler binds), so each is
-    granted only what that mode calls."""
+    and the extender overlay's reads what its informers read and writes only Events
+    (kube-scheduler binds), so each is granted only what that mode calls."""
     granted = granted_permissions(
         render(kustomizations()[name]), "Deployment", "interference-scheduler"
     )

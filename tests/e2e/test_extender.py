@@ -12,6 +12,9 @@ The extender's port refuses what is not kube-scheduler: a client without a certi
 from the install's CA, a body over the limit (413), connections beyond its thread pool
 (its threads stay bounded, kube-scheduler is served again once they are gone); a filter
 call about a pod the informers do not know is answered and writes no decision record.
+
+A pod with an ``interference.io/`` annotation typo gets one Warning Event naming the
+closest known key, however often kube-scheduler (or anyone) asks about it.
 """
 
 from __future__ import annotations
@@ -34,9 +37,11 @@ import redis
 import yaml
 
 from interference import keys
+from interference.annotations import unknown_annotation_message
 from interference.decision import parse_decision_hash
 from interference.signals import SIGNAL_FAMILIES, NodeMetrics, NodeReport
 from interference_cli.redis_process import free_port
+from scheduler.adapters.kubernetes import SCHEDULER_NAME
 from scheduler.api.objects import ANNOTATION_MAX_RUNQ_P99_US
 from scheduler.plugins.interference import RUNQ_EXCEEDED
 from tests.deploy.manifests import DEPLOY, find, render
@@ -406,6 +411,58 @@ def test_interference_filter_keeps_tolerance_bearing_pod_off_noisy_node(
     metrics = setup.extender.metrics()
     count = 'interference_scheduler_extender_request_duration_seconds_count{verb="filter"}'
     assert metrics.get(count, 0) >= 2
+
+
+def _warnings_about(kube: Kube, pod: str) -> list[Obj]:
+    return [e for e in kube.events(NAMESPACE) if e["regarding"]["name"] == pod
+            and e["reason"] == "UnknownAnnotation"]  # fmt: skip
+
+
+def test_an_annotation_typo_gets_a_warning_event_naming_the_closest_key(
+    setup: ExtenderSetup,
+) -> None:
+    """kube-scheduler places a pod whose tolerance lacks its ``-us`` (no tolerance at all):
+    the extender tells its owner in a Warning Event on the pod, as standalone mode does."""
+    kube = setup.kube
+    typo = "interference.io/max-runq-p99"
+    path = f"/api/v1/namespaces/{NAMESPACE}/pods"
+    _create(kube, _pod("typo", annotations={typo: "500"}, node_selector={"tier": "tol"}), path)
+    assert _node_of(kube, "typo") in TOLERANCE_TIER  # placed without any tolerance read
+    (event,) = wait_for(lambda: _warnings_about(kube, "typo"), "the Warning Event", TIMEOUT_S)
+    assert event["type"] == "Warning" and event["reportingController"] == SCHEDULER_NAME
+    assert event["note"] == unknown_annotation_message(typo)
+    assert event["note"].endswith(f"did you mean {ANNOTATION_MAX_RUNQ_P99_US}?")
+
+
+def test_the_typo_warning_is_written_once_however_often_the_pod_is_filtered(
+    setup: ExtenderSetup,
+) -> None:
+    """A pod kube-scheduler keeps asking about (only the noisy node offered, its tolerance
+    refuses it), and three more /filter calls about it: one Event, no repeats counted."""
+    kube = setup.kube
+    annotations = {ANNOTATION_MAX_RUNQ_P99_US: "500", "interference.io/max-reclaim-stall": "2"}
+    path = f"/api/v1/namespaces/{NAMESPACE}/pods"
+    _create(kube, _pod("typo-pending", annotations=annotations,
+                       node_selector={HOSTNAME: "ext-noisy"}), path)  # fmt: skip
+
+    def failed_scheduling() -> int:
+        return sum(e["regarding"]["name"] == "typo-pending" and e["reason"] == "FailedScheduling"
+                   for e in kube.events(NAMESPACE))  # fmt: skip
+
+    wait_for(failed_scheduling, "kube-scheduler to have asked the extender", TIMEOUT_S)
+    stored = kube.pod(NAMESPACE, "typo-pending")  # with its UID, as kube-scheduler sends it
+    for _ in range(3):
+        answer = _exchange(setup.connect(setup.certs), _post("/filter", _filter_body(stored)))
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+    (event,) = wait_for(
+        lambda: _warnings_about(kube, "typo-pending"), "the Warning Event", TIMEOUT_S
+    )
+    time.sleep(2.0)  # the writer comes round every 0.25 s: a second Event would be here
+    assert _warnings_about(kube, "typo-pending") == [event]
+    assert event.get("series") is None  # not written again as a repeat either
+    assert event["note"].endswith("did you mean interference.io/max-reclaim-stall-ms-per-s?")
+    assert event["regarding"]["uid"] == stored["metadata"]["uid"]
+    assert not kube.pod(NAMESPACE, "typo-pending")["spec"].get("nodeName")
 
 
 def test_while_the_extender_is_down_pods_wait_and_then_are_scheduled(

@@ -32,6 +32,7 @@ from scheduler.extender import (
 from scheduler.http import HealthServer, HttpSettings, Status
 from scheduler.metrics import SchedulerMetrics
 from scheduler.plugins.interference import RUNQ_EXCEEDED, SIGNALS_UNREADABLE
+from scheduler.pod_warnings import PodEvents
 from scheduler.ports import INFORMED_KINDS
 from scheduler.queue import SchedulingQueue
 from scheduler.settings import EngineSettings, Profile
@@ -54,7 +55,12 @@ NODES = [
 class Harness:
     """An :class:`Extender` over a cache fed with ``NODES`` and two signal reports."""
 
-    def __init__(self, settings: EngineSettings | None = None, pods_listed: bool = True) -> None:
+    def __init__(
+        self,
+        settings: EngineSettings | None = None,
+        pods_listed: bool = True,
+        events: PodEvents | None = None,
+    ) -> None:
         self.clock = FakeClock()
         self.signals = MemorySignals()
         self.signals.report("quiet", START - 1, runq_p99_us=50, interference_index=5)
@@ -77,6 +83,7 @@ class Harness:
             metrics,
             ExtenderMetrics(self.registry),
             clock=self.clock,
+            events=events,
         )
 
     def inform(self, pod: Mapping[str, Any]) -> None:
