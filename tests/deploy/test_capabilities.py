@@ -4,18 +4,22 @@ rendered DaemonSet adds (everything else dropped, as the container runtime does)
 shipped seccomp profile (loaded with libseccomp, as runc loads a Localhost profile), and its
 BPF probes work; without any one of those privileges — a capability dropped, a syscall left
 out of the profile, another uid, a host path or a host namespace missing — the probe that
-needs it stops, saying why."""
+needs it stops, saying why. The legacy-kernel overlay's set (``SYS_ADMIN``, ``SYS_RESOURCE``)
+loads them as well, not without ``SYS_ADMIN``; from kernel 5.11 ``RLIMIT_MEMLOCK`` does not
+limit them (so the base needs no ``SYS_RESOURCE``)."""
 
 from __future__ import annotations
 
 import ctypes
 import json
 import os
+import re
+import resource
 import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,19 +55,20 @@ def run_agent(
     leave_out_syscalls: Sequence[str] = (),
     namespaces: Sequence[str] = (),
     host_proc: bool = False,
+    memlock_bytes: int | None = None,
 ) -> dict[str, Any]:
     """One ``--once`` report of the real agent as uid 0 with only ``capabilities``, under
     the shipped seccomp profile (less ``leave_out_syscalls``); ``namespaces``: unshare(1)
     flags for namespaces of its own; ``host_proc``: the host's /proc bound where PROC_ROOT
-    points, as the DaemonSet mounts it (with a PID namespace of its own)."""
+    points, as the DaemonSet mounts it (with a PID namespace of its own); ``memlock_bytes``:
+    its ``RLIMIT_MEMLOCK``, soft and hard (raising it back needs ``SYS_RESOURCE``)."""
     if shutil.which("setpriv") is None or shutil.which("unshare") is None:
         pytest.fail("setpriv and unshare (util-linux) are needed")
-    bounding = ",".join(["-all", *(f"+{c.lower()}" for c in sorted(capabilities))])
     agent = [
         "setpriv",
         "--reuid=0",
         "--inh-caps=-all",
-        f"--bounding-set={bounding}",
+        f"--bounding-set={_bounding(capabilities)}",
         sys.executable,
         str(SECCOMP_EXEC),
         str(PROFILE),
@@ -85,10 +90,28 @@ def run_agent(
             command = [*command, "--proc-root", host]
         elif namespaces:
             command = ["unshare", *namespaces, *agent]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=240)
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            preexec_fn=None if memlock_bytes is None else _memlock_limit(memlock_bytes),
+        )
     assert done.returncode == 0, done.stderr[-3000:]
     report: dict[str, Any] = json.loads(done.stdout)
     return report
+
+
+def _bounding(capabilities: set[str]) -> str:
+    """setpriv's ``--bounding-set``: only ``capabilities`` (uid 0 keeps the bounding set)."""
+    return ",".join(["-all", *(f"+{c.lower()}" for c in sorted(capabilities))])
+
+
+def _memlock_limit(limit: int) -> Callable[[], None]:
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_MEMLOCK, (limit, limit))
+
+    return apply
 
 
 def test_bpf_probes_load_with_exactly_the_daemonset_capabilities() -> None:
@@ -108,6 +131,68 @@ def test_without_perfmon_the_bpf_probes_stop_with_a_reason() -> None:
     report = run_agent(daemonset_capabilities() - {"PERFMON"}, "runqlat,reclaim")
     assert set(report["disabled_probes"]) == {"runqlat", "reclaim"}
     assert "CAP_PERFMON" in report["disabled_probes"]["runqlat"]
+
+
+def test_the_legacy_kernel_capabilities_load_the_bpf_probes() -> None:
+    """deploy/components/legacy-kernel gives ``SYS_ADMIN`` and ``SYS_RESOURCE`` in place of
+    ``BPF`` and ``PERFMON`` (kernels before 5.8 have neither): with exactly its set the
+    probes load, attach and measure, so the overlay really stands in for the base's two."""
+    capabilities = daemonset_capabilities("legacy-kernel")
+    base = daemonset_capabilities()
+    assert capabilities == (base - {"BPF", "PERFMON"}) | {"SYS_ADMIN", "SYS_RESOURCE"}
+    report = run_agent(capabilities, "runqlat,reclaim")
+    assert report["disabled_probes"] == {}
+    assert report["metrics"]["runq_p99_us"] > 0
+    assert report["histograms"]["runq_us"]
+
+
+def test_without_sys_admin_the_legacy_set_cannot_load_the_bpf_probes() -> None:
+    """The legacy set less ``SYS_ADMIN`` (neither it nor ``BPF`` + ``PERFMON``): the probes
+    stop, saying which capabilities they need — ``SYS_ADMIN`` is what loads them there."""
+    capabilities = daemonset_capabilities("legacy-kernel") - {"SYS_ADMIN"}
+    assert not capabilities & {"BPF", "PERFMON"}
+    report = run_agent(capabilities, "runqlat,reclaim")
+    assert set(report["disabled_probes"]) == {"runqlat", "reclaim"}
+    reason = report["disabled_probes"]["runqlat"]
+    assert "CAP_BPF+CAP_PERFMON (or root / CAP_SYS_ADMIN)" in reason
+
+
+def test_from_5_11_bpf_maps_need_no_memlock_and_so_no_sys_resource() -> None:
+    """Why the base has no ``SYS_RESOURCE``: from kernel 5.11 BPF maps are charged to the
+    memory cgroup, not to ``RLIMIT_MEMLOCK``. With that limit at 0 (soft and hard: without
+    ``SYS_RESOURCE`` nothing raises it), under which the agent cannot lock a single page,
+    the probes still load and measure. Below 5.11 the maps would fail here, which is what
+    the legacy-kernel overlay's ``SYS_RESOURCE`` is for: verifiable only on such a kernel."""
+    release = tuple(int(part) for part in re.findall(r"\d+", os.uname().release)[:2])
+    if release < (5, 11):
+        pytest.skip(f"kernel {os.uname().release}: BPF maps count against RLIMIT_MEMLOCK")
+    capabilities = daemonset_capabilities()
+    assert not capabilities & {"SYS_RESOURCE", "IPC_LOCK"}
+    assert _locks_a_page(capabilities, None)
+    assert not _locks_a_page(capabilities, 0)  # the limit holds for the agent
+    report = run_agent(capabilities, "runqlat,reclaim", memlock_bytes=0)
+    assert report["disabled_probes"] == {}
+    assert report["metrics"]["runq_p99_us"] > 0
+    assert report["histograms"]["runq_us"]
+
+
+def _locks_a_page(capabilities: set[str], memlock_bytes: int | None) -> bool:
+    """Whether a process set up as :func:`run_agent` sets up the agent can ``mlock`` a page."""
+    script = (
+        "import ctypes, mmap; page = mmap.mmap(-1, mmap.PAGESIZE);"
+        " at = ctypes.addressof(ctypes.c_char.from_buffer(page));"
+        " print(ctypes.CDLL(None).mlock(ctypes.c_void_p(at), mmap.PAGESIZE) == 0)"
+    )
+    done = subprocess.run(
+        ["setpriv", "--reuid=0", "--inh-caps=-all", f"--bounding-set={_bounding(capabilities)}",
+         *PYTHON, script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=None if memlock_bytes is None else _memlock_limit(memlock_bytes),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip() == "True"
 
 
 @pytest.mark.parametrize(
