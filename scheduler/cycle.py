@@ -81,14 +81,7 @@ from scheduler.plugins.registry import REGISTRY, Registry, ResolvedProfile
 from scheduler.preemption import preemption_would_help
 from scheduler.relax import RelaxTracker
 from scheduler.settings import EngineSettings
-from scheduler.stage_trace import (
-    NODE_FILTER,
-    PREFILTER,
-    SCORE_RANKING,
-    SELECTION,
-    StageNote,
-    StageRecorder,
-)
+from scheduler.stage_trace import PREFILTER, StageRecorder
 from scheduler.table import NodeTable
 
 log = logging.getLogger(__name__)
@@ -405,13 +398,8 @@ class SchedulingCycle:
             chosen = int(ties[self._random.randrange(len(ties))])
         ranked = self._ranked(table, best, chosen, scores, totals, details)
         if recorder is not None:
-            top = ", ".join(f"{c.node}={c.total:.1f}" for c in ranked)
-            recorder.note(
-                "Select",
-                SELECTION,
-                selecting,
-                {"chosen": table.names[chosen], "feasible": feasible, "top": top},
-            )
+            top = [(c.node, c.total) for c in ranked]
+            recorder.note_selection(selecting, table.names[chosen], feasible, top)
         return CycleResult(
             node=table.names[chosen],
             candidates=ranked + rejected,
@@ -646,7 +634,7 @@ def _scores(
         if score is not None:
             scores[scorer.name] = (weight, score)
         if recorder is not None and score is not None:
-            recorder.note(f"Score {scorer.name}", SCORE_RANKING, started, {"weight": weight})
+            recorder.note_score(scorer.name, weight, started)
     return scores
 
 
@@ -656,32 +644,13 @@ def _note_filters(
     timings: dict[str, tuple[int, int]],
     found: tuple[Rejections, ...],
 ) -> None:
-    """A stage note per filter that ran: nodes in and out and its reasons counted (from
-    the counts the rejections already hold: no pass over the nodes)."""
-    reasons: dict[str, dict[str, int]] = {}
-    for rejections_of in found:
-        for _, result, _ in rejections_of.failing:
-            counted = reasons.setdefault(result.name, {})
-            for reason in result.reasons:
-                if rejections_of.counts.get(reason):
-                    counted[reason] = rejections_of.counts[reason]
-    unchecked: list[str] = []
-    for stage in funnel:
-        if stage.nodes_in == stage.nodes_out and not reasons.get(stage.name):
-            unchecked.append(stage.name)  # let every node through: one name, not a span
-            continue
-        started, ended = timings.get(stage.name, (0, 0))
-        attributes: dict[str, str | int | float | bool] = {
-            "nodes_in": stage.nodes_in,
-            "nodes_out": stage.nodes_out,
-        }
-        for reason, count in reasons.get(stage.name, {}).items():
-            attributes[f"reason.{reason}"] = count
-        recorder.stages.append(
-            StageNote(f"Filter {stage.name}", NODE_FILTER, started, ended, attributes)
-        )
-    if unchecked:
-        recorder.passed_filters = tuple(unchecked)
+    """The Filter stage, raw: the funnel, the timings and the reasons counted (from the
+    counts the rejections already hold: no pass over the nodes)."""
+    recorder.note_filters(
+        funnel,
+        timings,
+        ((r.counts, ((result.name, result.reasons) for _, result, _ in r.failing)) for r in found),
+    )
 
 
 def _no_details(row: int) -> dict[str, str]:

@@ -8,6 +8,7 @@ real exporter process (the SDK's batch processor and OTLP exporters)."""
 from __future__ import annotations
 
 import http.server
+import random
 import threading
 import time
 from collections.abc import Iterator
@@ -17,10 +18,11 @@ from typing import Any
 import grpc
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+from opentelemetry.sdk.trace.sampling import Decision, ParentBased, TraceIdRatioBased
 from prometheus_client import CollectorRegistry
 
 from scheduler.adapters.memory import node_object, pod_object
-from scheduler.adapters.tracing import OtlpTracer, TracingMetrics, TracingSettings
+from scheduler.adapters.tracing import OtlpTracer, TracingMetrics, TracingSettings, sampled
 from tests.scheduler.runtime_helpers import LoopHarness
 
 
@@ -200,3 +202,17 @@ def test_the_standard_variables_turn_tracing_on(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "carrier-pigeon")
     with pytest.raises(ValueError, match="OTEL_EXPORTER_OTLP_PROTOCOL"):
         settings.resolved_protocol()
+
+
+@pytest.mark.parametrize("ratio", [0.0, 0.001, 0.1, 0.5, 0.999, 1.0])
+def test_the_sampling_rule_is_the_sdks_parent_based_ratio_sampler(ratio: float) -> None:
+    sdk = ParentBased(TraceIdRatioBased(ratio))
+    bound = TraceIdRatioBased(ratio).bound
+    rng = random.Random(7)
+    limit = TraceIdRatioBased.TRACE_ID_LIMIT
+    edges = [1, bound - 1, bound, bound + 1, limit, limit + 1, (1 << 128) - 1]
+    trace_ids = [t for t in edges if 0 < t < 1 << 128]
+    trace_ids += [rng.getrandbits(128) or 1 for _ in range(2000)]
+    for trace_id in trace_ids:
+        expected = sdk.should_sample(None, trace_id, "attempt").decision
+        assert sampled(trace_id, bound) == (expected is Decision.RECORD_AND_SAMPLE), trace_id
