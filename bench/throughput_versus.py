@@ -12,10 +12,12 @@ would break or measure something else.
 Figures come from the driver's ``--json`` line where that side's driver has it, else from
 its human table (older revisions): ``Engine.schedule`` decisions/s, decisions/s with
 signal refresh + assume, in-memory loop pods/s, end-to-end pods/s and pods per CPU-second.
-Per figure: base median, this median, ratio this/base, and "no slower" when the ratio is
-at least 0.95 (``THRESHOLD``: the noise of a shared 2-vCPU VM, where the same code's
-end-to-end rate spreads by more than that between runs; take more rounds for a close
-call). Exit status 1 when any figure is below the threshold.
+Per figure: each side's median and best round, the ratios this/base of both, and "no
+slower" when both ratios are at least 0.95 (``THRESHOLD``). Both, because on a shared
+2-vCPU VM the same code's rate spreads by 20–40 % between runs: the median can hide a
+side's slow rounds, and the best round (what ``timeit`` reports: noise never makes code
+faster than it is) can be one lucky round. Take more rounds for a close call. Exit status
+1 when any figure is below the threshold.
 
 Run from the repository root (defaults: the sizes of docs/BENCHMARKS.md)::
 
@@ -138,19 +140,25 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             subprocess.run([*git, "worktree", "remove", "--force", str(worktree)], check=False)
             subprocess.run([*git, "worktree", "prune"], check=False)
-    print(f"\n{time.monotonic() - started:.0f} s; medians of {args.rounds} rounds "
-          f"(higher is better; no slower: this/base ≥ {THRESHOLD})")  # fmt: skip
+    print(f"\n{time.monotonic() - started:.0f} s; {args.rounds} rounds (higher is better; "
+          f"no slower: this/base ≥ {THRESHOLD} for the medians and for the bests)")  # fmt: skip
     slower = False
-    print(f"  {'figure':<27} {'base':>10} {'this':>10} {'this/base':>9}")
+    print(f"  {'figure':<27} {'base med':>9} {'this med':>9} {'ratio':>6}"
+          f" {'base best':>10} {'this best':>10} {'ratio':>6}")  # fmt: skip
     for key in FIGURES:
         if not all(key in r for r in results["base"] + results["this"]):
             continue
-        base_median = statistics.median(r[key] for r in results["base"])
-        this_median = statistics.median(r[key] for r in results["this"])
-        ratio = this_median / base_median
-        slower |= ratio < THRESHOLD
-        verdict = "no slower" if ratio >= THRESHOLD else "SLOWER"
-        print(f"  {key:<27} {base_median:>10,.0f} {this_median:>10,.0f} {ratio:>9.3f}  {verdict}")
+        base_values = [r[key] for r in results["base"]]
+        this_values = [r[key] for r in results["this"]]
+        base_median, this_median = statistics.median(base_values), statistics.median(this_values)
+        base_best, this_best = max(base_values), max(this_values)
+        median_ratio, best_ratio = this_median / base_median, this_best / base_best
+        below = min(median_ratio, best_ratio) < THRESHOLD
+        slower |= below
+        verdict = "SLOWER" if below else "no slower"
+        medians = f"{base_median:>9,.0f} {this_median:>9,.0f} {median_ratio:>6.3f}"
+        bests = f"{base_best:>10,.0f} {this_best:>10,.0f} {best_ratio:>6.3f}"
+        print(f"  {key:<27} {medians} {bests}  {verdict}")
     return 1 if slower else 0
 
 
