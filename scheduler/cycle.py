@@ -86,6 +86,9 @@ from scheduler.table import NodeTable
 
 log = logging.getLogger(__name__)
 
+Details = Callable[[int], dict[str, str]]
+"""What a candidate record says about a node (row) besides verdict and scores."""
+
 GPU_MODEL = "gpu_model"
 """Candidate detail: the node's GPU model (``nvidia.com/gpu.product``), for GPU pods."""
 GPU_MEMORY_MIB = "gpu_memory_mib"
@@ -152,6 +155,8 @@ class _StaticStage:
     passed_count: int
     rejections: Rejections
     """Which nodes these filters reject first, and why (cached with the masks)."""
+    first_failures: dict[str, int] = field(default_factory=dict)
+    """``rejections.first_failures()``, built once per signature (callers copy it)."""
     verdicts: dict[tuple[int, bool], list[CandidateVerdict]] = field(default_factory=dict)
     """Record entries of the first rejected nodes by (how many, with GPU details); they
     depend only on what the masks depend on, so they are built once per signature."""
@@ -240,7 +245,9 @@ class SchedulingCycle:
             if relaxed.node is not None:
                 self.relax.forget(pod.key)
                 result, waited = relaxed, due
-        return _with(result, blind=blind, relaxed_after_s=waited)
+        if not blind and waited is None:
+            return result
+        return dataclasses.replace(result, blind=blind, relaxed_after_s=waited)
 
     # ---- extender ----------------------------------------------------------------------
 
@@ -342,11 +349,12 @@ class SchedulingCycle:
             counts = dict(static.rejections.counts)  # the result's own, the cached one stays
             static_rejections = static.rejections
             undecided_count = static.passed_count
+            first_failures = dict(static.first_failures)  # its keys: the rejectors
         else:
             static_rejections = rejections(static.checked, candidates)
             counts = dict(static_rejections.counts)
             undecided_count = int(np.count_nonzero(filtered.undecided))
-        first_failures = static_rejections.first_failures()  # its keys: the rejectors
+            first_failures = static_rejections.first_failures()
         rejected: list[CandidateVerdict] = []
         if undecided_count > feasible:
             dynamic_rejections = rejections(filtered.dynamic, filtered.undecided)
@@ -464,21 +472,21 @@ class SchedulingCycle:
         table: NodeTable,
         static: _StaticStage,
         count: int,
-        details: Callable[[int], dict[str, str]],
+        details: Details | None,
     ) -> list[CandidateVerdict]:
         """:meth:`_rejected` for the signature-cached filters, built once per signature."""
-        key = (count, details is not _no_details)
+        key = (count, details is not None)
         verdicts = static.verdicts.get(key)
         if verdicts is None:
             verdicts = self._rejected(table, static.rejections.failing, details, count)
             static.verdicts[key] = verdicts
         return verdicts
 
-    def _details_for(self, pod: PodInfo, table: NodeTable) -> Callable[[int], dict[str, str]]:
+    def _details_for(self, pod: PodInfo, table: NodeTable) -> Details | None:
         """What a candidate record says about a node besides verdict and scores: for GPU
         pods, the node's GPU model and memory (its labels)."""
         if pod.requests.get(self._gpu_resource, 0) == 0:
-            return _no_details
+            return None  # no call per candidate: most pods are not GPU pods
 
         # labels change only with the table's generation, which empties this scope
         found: dict[int, dict[str, str]] = table.cached("constraints", "gpu_details", dict)
@@ -501,7 +509,7 @@ class SchedulingCycle:
         chosen: int,
         scores: dict[str, tuple[float, NDArray[np.float64]]],
         totals: NDArray[np.float64],
-        details: Callable[[int], dict[str, str]],
+        details: Details | None,
     ) -> list[CandidateVerdict]:
         """The chosen node, then the next best feasible nodes, with their breakdowns."""
         k = self.settings.record_top_k
@@ -515,7 +523,7 @@ class SchedulingCycle:
                 [],
                 {plugin: score.item(row) for plugin, (_, score) in scores.items()},
                 totals.item(row),
-                details(row),
+                details(row) if details is not None else {},
                 weights,
             )
             for row in rows
@@ -525,7 +533,7 @@ class SchedulingCycle:
         self,
         table: NodeTable,
         failing: tuple[tuple[Filter, FilterResult, NDArray[np.bool_]], ...],
-        details: Callable[[int], dict[str, str]],
+        details: Details | None,
         count: int | None = None,
     ) -> list[CandidateVerdict]:
         """Up to ``count`` (``record_top_k``) rejected nodes with the reasons of their first
@@ -541,7 +549,12 @@ class SchedulingCycle:
             reasons = stage.failure_reasons(recorded)
             for row, why in zip(recorded.tolist(), reasons, strict=True):
                 verdicts.append(
-                    CandidateVerdict(table.names[row], False, why, details=details(row))
+                    CandidateVerdict(
+                        table.names[row],
+                        False,
+                        why,
+                        details=details(row) if details is not None else {},
+                    )
                 )
             left -= len(recorded)
         return verdicts
@@ -564,14 +577,6 @@ def run_filter(plugin: Filter, state: CycleState) -> FilterResult | None:
         result = plugin.filter(state)
     state.filtered[plugin.name] = result
     return result
-
-
-def _with(
-    result: CycleResult, *, blind: bool = False, relaxed_after_s: float | None = None
-) -> CycleResult:
-    if not blind and relaxed_after_s is None:
-        return result
-    return dataclasses.replace(result, blind=blind, relaxed_after_s=relaxed_after_s)
 
 
 def _funnel(
@@ -612,12 +617,9 @@ def _build_static(profile: ResolvedProfile, state: CycleState) -> _StaticStage:
         if (result := results[plugin.name]) is not None and result.reasons
     )
     passed = all_of(table.everyone(), (result for _, result in checked))
+    found = rejections(checked, table.everyone())
     return _StaticStage(
-        passed,
-        results,
-        checked,
-        int(np.count_nonzero(passed)),
-        rejections(checked, table.everyone()),
+        passed, results, checked, int(np.count_nonzero(passed)), found, found.first_failures()
     )
 
 
@@ -651,7 +653,3 @@ def _note_filters(
         timings,
         ((r.counts, ((result.name, result.reasons) for _, result, _ in r.failing)) for r in found),
     )
-
-
-def _no_details(row: int) -> dict[str, str]:
-    return {}
