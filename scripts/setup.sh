@@ -5,8 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# chromium: the decision page is tested in a real headless browser (tests/cli).
 APT_PACKAGES=(redis-server redis-tools python3-bpfcc bpfcc-tools stress-ng linux-perf
-              libbpf-tools linux-headers-cloud-amd64 iproute2 kmod)
+              libbpf-tools linux-headers-cloud-amd64 iproute2 kmod chromium)
 VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-python3}
 
