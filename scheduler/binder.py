@@ -28,6 +28,7 @@ from enum import Enum
 
 from scheduler.metrics import SchedulerMetrics
 from scheduler.ports import BindConflict, Cluster, ClusterError, PodRef
+from scheduler.side_effects import write_guarded
 
 log = logging.getLogger(__name__)
 
@@ -127,14 +128,7 @@ class Binder:
 
         For callbacks that already run on a binder thread (bind outcomes).
         """
-        try:
-            write()
-        except ClusterError as exc:
-            self._metrics.side_effect_errors.labels(kind).inc()
-            log.warning("could not write %s: %s", kind, exc)
-        except Exception:
-            self._metrics.side_effect_errors.labels(kind).inc()
-            log.exception("unexpected error writing %s", kind)
+        write_guarded(write, kind, self._metrics)
 
     def _guarded(self, task: Callable[[], None], kind: str) -> None:
         try:

@@ -155,7 +155,7 @@ class _StaticStage:
     passed_count: int
     rejections: Rejections
     """Which nodes these filters reject first, and why (cached with the masks)."""
-    first_failures: dict[str, int] = field(default_factory=dict)
+    first_failures: dict[str, int]
     """``rejections.first_failures()``, built once per signature (callers copy it)."""
     verdicts: dict[tuple[int, bool], list[CandidateVerdict]] = field(default_factory=dict)
     """Record entries of the first rejected nodes by (how many, with GPU details); they

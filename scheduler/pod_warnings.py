@@ -32,7 +32,8 @@ from prometheus_client import Counter
 
 from scheduler.api.objects import PodInfo, PodWarning
 from scheduler.metrics import SchedulerMetrics
-from scheduler.ports import ClusterError, PodRef
+from scheduler.ports import PodRef
+from scheduler.side_effects import write_guarded
 
 log = logging.getLogger(__name__)
 
@@ -152,14 +153,9 @@ class PodWarningEvents:
             del self._warned[key]
 
     def _write(self, ref: PodRef, warning: PodWarning) -> int:
-        try:
-            self._events.record_event(ref, "Warning", warning.reason, warning.message)
-        except ClusterError as exc:
-            self._metrics.side_effect_errors.labels("event").inc()
-            log.warning("could not write event: %s", exc)
-            return 0
-        except Exception:
-            self._metrics.side_effect_errors.labels("event").inc()
-            log.exception("unexpected error writing event")
-            return 0
-        return 1
+        written = write_guarded(
+            lambda: self._events.record_event(ref, "Warning", warning.reason, warning.message),
+            "event",
+            self._metrics,
+        )
+        return int(written)
