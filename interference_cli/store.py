@@ -405,10 +405,11 @@ class Store:
         self, last_ids: dict[str, str], *, count: int = 100
     ) -> list[tuple[str, str, bytes]]:
         """Entries after each stream's last id (``{key: id}``), at most ``count`` per
-        stream, as ``(key, id, payload)`` in id order; no waiting. Streams are read
-        :data:`STREAM_BATCH` keys per ``XREAD`` (on a Cluster, keys of one hash slot per
-        ``XREAD``), every batch in one pipelined round trip. Entries without a report
-        field are skipped."""
+        stream, as ``(key, id, payload)`` in id order; no waiting. Two streams' entries of
+        one millisecond can share an id: those go by stream key, so a recording never
+        depends on the order of the replies. Streams are read :data:`STREAM_BATCH` keys
+        per ``XREAD`` (on a Cluster, keys of one hash slot per ``XREAD``), every batch in
+        one pipelined round trip. Entries without a report field are skipped."""
 
         def read() -> list[Any]:
             pipe = self._redis.pipeline(transaction=False)
@@ -424,7 +425,7 @@ class Store:
                     payload = entry.get(keys.REPORTS_FIELD.encode())
                     if payload is not None:
                         entries.append((_text(stream), _text(entry_id), payload))
-        entries.sort(key=lambda e: _id_order(e[1]))
+        entries.sort(key=lambda e: (_id_order(e[1]), e[0]))
         return entries
 
     def _pods(self, node: str, members: list[str]) -> list[PodRow]:

@@ -109,6 +109,27 @@ def test_record_without_from_start_takes_only_new_reports_and_finds_new_nodes(
     ]
 
 
+def test_entries_that_share_an_id_go_by_stream_key_whatever_the_reply_order(
+    redis_server: RedisServer,
+) -> None:
+    """Two agents can add a report in the same millisecond: their entries get one id."""
+    client = redis.Redis(port=redis_server.port)
+    client.xadd(keys.reports_key("alpha"), {keys.REPORTS_FIELD: b"x"}, id="999-5")
+    for node in ("zeta", "alpha", "mid"):  # created out of key order
+        payload = codec.encode_report(report(node, 1.0))
+        client.xadd(keys.reports_key(node), {keys.REPORTS_FIELD: payload}, id="1000-0")
+    store = Store(redis_server.url)
+    for order in (["zeta", "alpha", "mid"], ["mid", "zeta", "alpha"]):
+        last_ids = {keys.reports_key(node): "0-0" for node in order}
+        got = [(key, entry_id) for key, entry_id, _ in store.streams_after(last_ids)]
+        assert got == [
+            (keys.reports_key("alpha"), "999-5"),
+            (keys.reports_key("alpha"), "1000-0"),
+            (keys.reports_key("mid"), "1000-0"),
+            (keys.reports_key("zeta"), "1000-0"),
+        ]
+
+
 def test_record_reads_streams_in_batches(
     redis_server: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
