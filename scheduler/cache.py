@@ -11,6 +11,12 @@ A pod occupies a node in the table while it is bound there and not finished
 the bind is in flight. An assumed pod is confirmed when the watch shows it bound and
 forgotten when the bind fails.
 
+In extender mode kube-scheduler binds, and its bind can reach our watch right behind the
+pod's creation: :meth:`ClusterCache.vouches_for` answers for a pod pending here *or*
+bound less than :data:`VOUCHED_AFTER_BIND_S` after our watch saw it pending, so the
+extender's decision records and Events do not depend on which of the two events a poll
+happens to fall between.
+
 A pod of ours that does not parse (a malformed field, or one this scheduler cannot read,
 such as a ``Gt`` toleration from an alpha feature gate) is not skipped silently: it
 leaves the pending set and is kept in :meth:`ClusterCache.take_unparseable` until the loop
@@ -43,6 +49,7 @@ import json
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping
 from typing import TypeVar
 
@@ -68,6 +75,11 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+VOUCHED_AFTER_BIND_S = 30.0
+"""How long a pod seen pending is still vouched for once seen bound (the extender holds a
+record for a pod our watch has not delivered for 10 s; this outlasts that wait)."""
+VOUCHED_AFTER_BIND_PODS = 65536
+"""At most this many bound pods are remembered (the oldest forgotten first)."""
 """Pods in these phases no longer use their node's resources."""
 VOLUME_KINDS: frozenset[ObjectKind] = frozenset(
     {"PersistentVolumeClaim", "PersistentVolume", "StorageClass", "CSINode"}
@@ -105,6 +117,9 @@ class ClusterCache:
         """Every live pod without ``spec.nodeName``, whoever schedules it."""
         self._pending: dict[str, PodInfo] = {}
         """The unbound pods this scheduler should place (and has not assumed)."""
+        self._bound_from_pending: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        """Pod key → (UID, when the watch showed it bound) for pods that left the pending
+        set by a bind, the oldest first (see :meth:`vouches_for`)."""
         self._synced: set[ObjectKind] = set()
         self._unparseable: dict[str, UnparseablePod] = {}
         """Pods of ours whose latest version does not parse, by key."""
@@ -231,6 +246,24 @@ class ClusterCache:
         """The latest object of a pending pod, or None when it is no longer pending."""
         with self.lock:
             return self._pending.get(key)
+
+    def vouches_for(self, key: str, uid: str) -> bool:
+        """The informers have the pod ``key`` with this UID pending here, or had it pending
+        until they saw it bound less than :data:`VOUCHED_AFTER_BIND_S` ago. A pod our watch
+        first delivered bound, another pod of that name, or one of another scheduler is
+        not vouched for."""
+        if not uid:
+            return False
+        with self.lock:
+            pending = self._pending.get(key)
+            if pending is not None:
+                return pending.uid == uid
+            bound = self._bound_from_pending.get(key)
+            return (
+                bound is not None
+                and bound[0] == uid
+                and self._clock() - bound[1] < VOUCHED_AFTER_BIND_S
+            )
 
     def take_unparseable(self) -> list[UnparseablePod]:
         """Pods of ours that do not parse and were not reported yet (each version once)."""
@@ -429,7 +462,9 @@ class ClusterCache:
                 self._track_unbound(pod)
             return Action(0)
         self._unbound.pop(key, None)
-        self._pending.pop(key, None)
+        was_pending = self._pending.pop(key, None)
+        if was_pending is not None and was_pending.uid == pod.uid:
+            self._remember_bound_from_pending(key, pod.uid)
         ours = self._assumed.pop(key, None) is not None
         self._queue.remove(key)
         if state.finished:
@@ -455,6 +490,17 @@ class ClusterCache:
         else:
             self._pending.pop(pod.key, None)
             self._queue.remove(pod.key)
+
+    def _remember_bound_from_pending(self, key: str, uid: str) -> None:
+        now = self._clock()
+        remembered = self._bound_from_pending
+        remembered.pop(key, None)
+        remembered[key] = (uid, now)
+        while remembered:
+            oldest_key, (_, bound_at) = next(iter(remembered.items()))
+            if len(remembered) <= VOUCHED_AFTER_BIND_PODS and now - bound_at < VOUCHED_AFTER_BIND_S:
+                break
+            del remembered[oldest_key]
 
     def _delete_pod(self, key: str) -> bool:
         """Forget the pod; True when that freed resources on a node."""

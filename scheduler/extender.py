@@ -55,11 +55,15 @@ verb's verdicts; some nodes passed), ``unschedulable`` (none passed) or ``priori
 (the scores of the nodes kube-scheduler asked about, the best first, with the rejected
 nodes of the preceding filter call). ``node`` stays empty: kube-scheduler chooses and binds.
 A record is written only for a pod the informers know — pending for this scheduler under
-the same namespace, name and UID — so a caller cannot make records (and Redis memory)
-under names it chooses: a request about any other pod is answered and records nothing.
-kube-scheduler may call before our watch has delivered a new pod, so such a record is
-held (at most :data:`UNCONFIRMED_RECORDS`, each for :data:`RECORD_CONFIRM_S`) and written
-once the informer has the pod (:meth:`Extender.confirm_records`), else dropped and counted.
+the same namespace, name and UID, or seen so until its bind just now — so a caller cannot
+make records (and Redis memory) under names it chooses: a request about any other pod is
+answered and records nothing. kube-scheduler may call before our watch has delivered a new
+pod, so such a record is held (at most :data:`UNCONFIRMED_RECORDS`, each for
+:data:`RECORD_CONFIRM_S`) and written once the informer has the pod
+(:meth:`Extender.confirm_records`), else dropped and counted. Our watch can deliver the pod
+and kube-scheduler's bind back to back, so "has the pod" includes a pod seen pending and
+then bound (:meth:`~scheduler.cache.ClusterCache.vouches_for`): a poll between the two
+events is not needed.
 
 A pod's warnings (an unknown ``interference.io/`` annotation, naming the closest known key;
 a deprecated one) become Warning Events as in standalone mode, once per pod, written by a
@@ -577,9 +581,9 @@ class Extender:
             self._pod_warnings.run(stop)
 
     def _known(self, key: str, uid: str) -> bool:
-        """The informer has the pod pending here with this UID."""
-        pending = self._cache.pending_pod(key)
-        return pending is not None and bool(uid) and pending.uid == uid
+        """The informer has the pod pending here with this UID, or saw it so just before
+        kube-scheduler's bind (:meth:`ClusterCache.vouches_for`)."""
+        return self._cache.vouches_for(key, uid)
 
     def _record(self, pod: PodInfo, decision: Decision) -> None:
         """Write ``decision`` now when the informer knows ``pod``; else hold it for

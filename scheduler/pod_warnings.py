@@ -14,9 +14,10 @@ Bounded: at most :data:`WAITING_PODS` pods wait to be written (beyond, the oldes
 dropped, counted, and warned again on a later call) and :data:`WARNED_PODS` are remembered
 as warned. The writer is one thread, so the API server sees one Event request at a time.
 As decision records, an Event is written only for a pod the informers know (pending here,
-same UID, when the call comes: kube-scheduler may have bound it by the time the Event is
-written), so a caller cannot make Events about names it chooses; a pod our watch has not
-delivered yet waits up to :data:`WAIT_FOR_INFORMER_S` for it.
+same UID, or seen so just before kube-scheduler's bind:
+:meth:`~scheduler.cache.ClusterCache.vouches_for`), so a caller cannot make Events about
+names it chooses; a pod our watch has not delivered yet waits up to
+:data:`WAIT_FOR_INFORMER_S` for it.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ class PodWarningEvents:
         dropped: Counter,
         clock: Callable[[], float],
     ) -> None:
-        """``known(key, uid)``: the informers have the pod pending here with that UID;
+        """``known(key, uid)``: the informers vouch for the pod with that UID;
         ``dropped`` counts the pods whose Events were not written (queue full, or never
         known)."""
         self._events = events

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from scheduler import cache as cache_module
 from scheduler.adapters.memory import (
     InMemoryCluster,
     InMemoryInformer,
@@ -20,7 +21,7 @@ from scheduler.adapters.memory import (
 )
 from scheduler.api.objects import PodInfo
 from scheduler.api.pods import parse_pod
-from scheduler.cache import ClusterCache
+from scheduler.cache import VOUCHED_AFTER_BIND_S, ClusterCache
 from scheduler.metrics import SchedulerMetrics
 from scheduler.plugins.node_ready import HOLDS_UNREADABLE_POD, node_ready
 from scheduler.ports import PodRef
@@ -519,3 +520,58 @@ def test_assigned_pod_events_requeue_pods_waiting_for_affinity_or_spread(
     h.sync()
     expected = QueueState.ACTIVE if requeued else QueueState.BACKOFF
     assert h.queue.state("default/w") is expected
+
+
+def test_a_pod_seen_pending_is_vouched_for_until_a_while_after_its_bind(h: Harness) -> None:
+    """kube-scheduler's bind can reach our watch right behind the pod's creation (extender
+    mode): the extender still knows the pod it was asked about, for a while."""
+    h.cluster.add_pod(pod_object("web"))
+    h.sync()
+    uid = h.pod("web").uid
+    assert h.cache.vouches_for("default/web", uid)
+    assert not h.cache.vouches_for("default/web", "another-uid")
+    assert not h.cache.vouches_for("default/web", "")
+    h.cluster.bind(PodRef("default", "web", uid), "n1")
+    h.sync()
+    assert h.cache.pending_pod("default/web") is None
+    assert h.cache.vouches_for("default/web", uid)
+    assert not h.cache.vouches_for("default/web", "another-uid")
+    h.now += VOUCHED_AFTER_BIND_S - 0.1
+    assert h.cache.vouches_for("default/web", uid)
+    h.now += 0.2
+    assert not h.cache.vouches_for("default/web", uid)
+
+
+@pytest.mark.parametrize(
+    "pod",
+    [
+        pytest.param(pod_object("bound", node_name="n1"), id="first-seen-bound"),
+        pytest.param(
+            pod_object("theirs", scheduler_name="default-scheduler"), id="other-scheduler"
+        ),
+    ],
+)
+def test_a_pod_never_pending_here_is_not_vouched_for(h: Harness, pod: dict[str, Any]) -> None:
+    h.cluster.add_pod(pod)
+    h.sync()
+    meta = pod["metadata"]
+    key = f"{meta['namespace']}/{meta['name']}"
+    uid = h.pod(meta["name"]).uid
+    if meta["name"] != "bound":
+        h.cluster.bind(PodRef("default", meta["name"], uid), "n1")
+        h.sync()
+    assert uid and not h.cache.vouches_for(key, uid)
+
+
+def test_remembered_binds_are_bounded(h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cache_module, "VOUCHED_AFTER_BIND_PODS", 3)
+    uids = {}
+    for i in range(5):
+        h.cluster.add_pod(pod_object(f"p{i}"))
+        h.sync()
+        uids[i] = h.pod(f"p{i}").uid
+        h.cluster.bind(PodRef("default", f"p{i}", uids[i]), "n1")
+        h.sync()
+    assert [h.cache.vouches_for(f"default/p{i}", uids[i]) for i in range(5)] == [
+        False, False, True, True, True,
+    ]  # fmt: skip

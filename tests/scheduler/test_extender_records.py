@@ -50,6 +50,23 @@ def test_a_record_waits_for_the_informer_to_deliver_its_pod() -> None:
     assert len(harness.decisions.items) == 1 and harness.sample(UNKNOWN) == 0
 
 
+def test_a_record_is_written_when_the_watch_delivers_the_pod_and_its_bind_back_to_back() -> None:
+    """Our watch can deliver the new pod and kube-scheduler's bind between two polls of the
+    confirmer: the pod was pending here, so its record is written."""
+    harness = Harness()
+    pod = pod_obj("fast", annotations=TOLERANT)
+    harness.prioritize(pod, ["quiet", "noisy"], informed=False)
+    assert harness.decisions.items == []
+    harness.inform(pod)
+    bound = json.loads(json.dumps(pod))
+    bound["spec"]["nodeName"] = "quiet"
+    harness.cache.apply("Pod", "MODIFIED", bound)
+    assert harness.cache.pending_pod("default/fast") is None
+    harness.extender.confirm_records()
+    assert harness.decisions.last("fast").result == "prioritized"
+    assert harness.sample(UNKNOWN) == 0
+
+
 @pytest.mark.parametrize(
     "change",
     [
