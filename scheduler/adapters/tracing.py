@@ -13,16 +13,16 @@ exporter reads the other ``OTEL_EXPORTER_OTLP_*`` variables (headers, certificat
 timeout, compression) itself. Sampling is parent-based with a trace-id ratio
 (``tracing.sample_ratio``; attempts have no parent, so the ratio decides).
 
-Why a child process: the SDK costs about 50 µs a span in CPython; built on the scheduling
-thread, ten spans a decision would cost more than the decision. The scheduling thread only
-notes its stages (:mod:`scheduler.stage_trace`; a filter that let every node through is
-named on the root span rather than being a span of its own, and a score with no
-preference is left out) and hands them, as plain tuples in batches of up to
-``HANDOFF_BATCH`` traces, to a spawned, niced exporter process that builds the spans with
-the SDK — the same trace and root span ids, the
-stages' own timestamps — and exports them with the SDK's batch processor and OTLP exporter
-(figures in docs/BENCHMARKS.md). When the exporter falls behind, whole traces are dropped
-and counted, never the scheduling thread slowed.
+Why a child process: in CPython the SDK costs about 60 µs a span (24 µs to start and end
+one through a ``Tracer``, 35 µs to encode it for OTLP); built on the scheduling thread,
+ten spans a decision would cost more than the decision. The scheduling thread only notes
+its stages (:mod:`scheduler.stage_trace`; a filter that let every node through is named on
+the root span rather than being a span of its own, and a score with no preference is left
+out) and hands them, as plain tuples in batches of up to ``HANDOFF_BATCH`` traces, to a
+spawned, niced exporter process. That process makes the SDK's spans from them — the
+scheduling process's trace and root span ids, the stages' own timestamps — and exports
+them with the SDK's OTLP exporter (figures in docs/BENCHMARKS.md). When the exporter
+falls behind, whole traces are dropped and counted, never the scheduling thread slowed.
 """
 
 from __future__ import annotations
@@ -34,12 +34,11 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
 from prometheus_client import CollectorRegistry, Counter
 
@@ -59,6 +58,10 @@ HANDOFF_BATCH = 64
 40 µs of the scheduling process's CPU per item (its lock, semaphore and feeder thread
 woken, a pipe write), against 2 µs to pickle an attempt's notes: one item per batch makes
 that per-item cost 64 times smaller (docs/BENCHMARKS.md, tracing on vs off)."""
+EXPORT_BATCH_SPANS = 512
+"""Spans per export request (the SDK batch processor's default batch)."""
+EXPORT_INTERVAL_S = 1.0
+"""A batch not yet full is exported after this long."""
 HANDOFF_INTERVAL_S = 0.2
 """A batch not yet full is handed over after this long, so a quiet scheduler's traces
 still reach the backend within a fraction of a second."""
@@ -224,59 +227,113 @@ def sampled(trace_id: int, bound: int) -> bool:
 
 
 def export_forever(messages: Any, endpoint: str, protocol: Protocol, service_name: str) -> None:
-    """The exporter process: spans from the notes, exported by the SDK until ``None``.
+    """The exporter process: spans from the notes, exported by the SDK's OTLP exporter
+    until ``None``.
 
-    It runs niced: under CPU pressure the scheduling thread wins, the queue fills and whole
-    traces are dropped (counted) rather than decisions slowed."""
+    The spans are the SDK's :class:`~opentelemetry.sdk.trace.ReadableSpan`, made from the
+    notes directly rather than started and ended through a ``Tracer``: the notes already
+    hold every id and timestamp, and starting a span costs about 24 µs against 4 µs to
+    make one (measured in docs/BENCHMARKS.md). They are exported in batches of up to
+    :data:`EXPORT_BATCH_SPANS`, or after :data:`EXPORT_INTERVAL_S`, synchronously: an
+    export that is slow or failing holds this process up, the queue from the scheduling
+    process fills, and *whole* traces are dropped there and counted — where the SDK's
+    batch processor would drop single spans of a trace, uncounted.
+
+    It runs niced: under CPU pressure the scheduling thread wins."""
     with suppress(OSError):
         os.nice(10)
-    from opentelemetry import trace
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
-    from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-    ids = _ChosenIds()
-    provider = TracerProvider(
-        resource=Resource.create({SERVICE_NAME: service_name}),
-        sampler=ALWAYS_ON,  # sampled already, by the scheduling process
-        id_generator=ids,
+    spans = _SpanMaker(
+        Resource.create({SERVICE_NAME: service_name}), InstrumentationScope(TRACER_NAME)
     )
-    provider.add_span_processor(BatchSpanProcessor(_exporter(endpoint, protocol)))
-    tracer = provider.get_tracer(TRACER_NAME)
+    exporter = _exporter(endpoint, protocol)
+    ready: list[Any] = []
+    exported_at = time.monotonic()
     try:
-        for message in (message for batch in iter(messages.get, None) for message in batch):
-            if message[0] == _MESSAGE_ATTEMPT:
-                _, trace_id, root_id, name, start_ns, end_ns, attributes, parts = message
-                stages, passed = expand(parts)
-                if passed:
-                    attributes = {**attributes, "filters_passed_by_all": ",".join(passed)}
-                ids.choose(trace_id, root_id)
-                root = tracer.start_span(name, start_time=start_ns, attributes=attributes)
-                parent = trace.set_span_in_context(root)
-                for stage in stages:
-                    _stage_span(tracer, parent, stage)
-                root.end(end_time=end_ns)
-            else:
-                _, trace_id, root_id, stage = message
-                remote = trace.SpanContext(
-                    trace_id, root_id, is_remote=True, trace_flags=trace.TraceFlags(1)
-                )
-                parent = trace.set_span_in_context(trace.NonRecordingSpan(remote))
-                _stage_span(tracer, parent, stage)
+        while True:
+            try:
+                batch = messages.get(timeout=EXPORT_INTERVAL_S)
+            except queue.Empty:
+                batch = ()
+            if batch is None:
+                break
+            for message in batch:
+                spans.add(message, ready)
+            if len(ready) >= EXPORT_BATCH_SPANS or (
+                ready and time.monotonic() - exported_at >= EXPORT_INTERVAL_S
+            ):
+                _export(exporter, ready)
+                ready = []
+                exported_at = time.monotonic()
     finally:
-        provider.shutdown()
+        if ready:
+            _export(exporter, ready)
+        exporter.shutdown()
 
 
-def _stage_span(tracer: Any, parent: Any, stage: Sequence[Any]) -> None:
-    name, decision_stage, start_ns, end_ns, attributes = stage
-    span = tracer.start_span(
-        name,
-        context=parent,
-        start_time=start_ns,
-        attributes={"decision_stage": decision_stage, **attributes},
-    )
-    span.end(end_time=end_ns)
+def _export(exporter: Any, spans: list[Any]) -> None:
+    for start in range(0, len(spans), EXPORT_BATCH_SPANS):
+        try:
+            exporter.export(spans[start : start + EXPORT_BATCH_SPANS])
+        except Exception:  # a trace is not worth the exporter process
+            log.exception("exporting %d spans failed", len(spans))
+
+
+class _SpanMaker:
+    """The SDK's finished spans from the scheduling process's notes."""
+
+    def __init__(self, resource: Any, scope: Any) -> None:
+        from opentelemetry.sdk.trace import ReadableSpan
+        from opentelemetry.trace import SpanContext, TraceFlags
+
+        self._span = ReadableSpan
+        self._context = SpanContext
+        self._sampled = TraceFlags(TraceFlags.SAMPLED)
+        self._resource = resource
+        self._scope = scope
+        self._random = random.Random()
+
+    def add(self, message: Sequence[Any], spans: list[Any]) -> None:
+        """``message``'s spans, appended to ``spans``: an attempt's root span and its
+        stages, or a later stage (the bind) of an attempt already handed over."""
+        if message[0] == _MESSAGE_ATTEMPT:
+            _, trace_id, root_id, name, start_ns, end_ns, attributes, parts = message
+            stages, passed = expand(parts)
+            if passed:
+                attributes = {**attributes, "filters_passed_by_all": ",".join(passed)}
+            root = self._context(trace_id, root_id, False, self._sampled)
+            spans.append(self._make(name, root, None, start_ns, end_ns, attributes))
+        else:
+            _, trace_id, root_id, stage = message
+            root = self._context(trace_id, root_id, True, self._sampled)
+            stages = [StageNote(*stage)]
+        for name, decision_stage, start_ns, end_ns, attributes in stages:
+            context = self._context(trace_id, self._random.getrandbits(64) or 1, False,
+                                    self._sampled)  # fmt: skip
+            attributes = {"decision_stage": decision_stage, **attributes}
+            spans.append(self._make(name, context, root, start_ns, end_ns, attributes))
+
+    def _make(
+        self,
+        name: str,
+        context: Any,
+        parent: Any,
+        start_ns: int,
+        end_ns: int,
+        attributes: Attributes,
+    ) -> Any:
+        return self._span(
+            name,
+            context,
+            parent,
+            self._resource,
+            attributes,
+            start_time=start_ns,
+            end_time=end_ns,
+            instrumentation_scope=self._scope,
+        )
 
 
 def _exporter(endpoint: str, protocol: Protocol) -> Any:
@@ -291,24 +348,3 @@ def _exporter(endpoint: str, protocol: Protocol) -> Any:
     )
 
     return HttpExporter(endpoint=endpoint or None)
-
-
-class _ChosenIds(IdGenerator):
-    """The SDK's id generator, handing out the ids the scheduling process chose for an
-    attempt's root span (so the decision record and later bind spans can name them), then
-    random ids for its stages."""
-
-    def __init__(self) -> None:
-        self._random = random.Random()
-        self._trace: Iterator[int] = iter(())
-        self._span: Iterator[int] = iter(())
-
-    def choose(self, trace_id: int, span_id: int) -> None:
-        self._trace = iter((trace_id,))
-        self._span = iter((span_id,))
-
-    def generate_trace_id(self) -> int:
-        return next(self._trace, 0) or self._random.getrandbits(128)
-
-    def generate_span_id(self) -> int:
-        return next(self._span, 0) or self._random.getrandbits(64)

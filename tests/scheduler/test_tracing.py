@@ -3,7 +3,7 @@
 The receiver is the OTLP trace service from the ``opentelemetry-proto`` definitions,
 served over gRPC (and OTLP/HTTP's protobuf body over HTTP): no collector binary is
 obtainable here. The scheduler side is the real loop over the in-memory cluster and the
-real exporter process (the SDK's batch processor and OTLP exporters)."""
+real exporter process (the SDK's spans and OTLP exporters)."""
 
 from __future__ import annotations
 
@@ -216,3 +216,53 @@ def test_the_sampling_rule_is_the_sdks_parent_based_ratio_sampler(ratio: float) 
     for trace_id in trace_ids:
         expected = sdk.should_sample(None, trace_id, "attempt").decision
         assert sampled(trace_id, bound) == (expected is Decision.RECORD_AND_SAMPLE), trace_id
+
+
+class SlowReceiver(Receiver):
+    """A collector that takes ``delay_s`` to answer each export."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__()
+        self.delay_s = delay_s
+
+    def Export(self, request: Any, context: Any) -> Any:
+        time.sleep(self.delay_s)
+        return super().Export(request, context)
+
+
+def test_a_slow_collector_costs_whole_traces_counted_never_parts_of_one() -> None:
+    receiver = SlowReceiver(delay_s=1.0)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(receiver, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    registry = CollectorRegistry()
+    settings = TracingSettings(endpoint=f"http://127.0.0.1:{port}", queue_limit=64)
+    tracer = OtlpTracer(settings, TracingMetrics(registry))
+    attempts = 3000
+    time.sleep(1.5)  # the exporter process up, so that it is its export that falls behind
+    try:
+        for attempt in range(attempts):
+            if attempt % 64 == 0:
+                time.sleep(0.05)  # about 1,300 attempts a second, 5,000 spans: over 512 a second
+            recorder = tracer.start()
+            assert recorder is not None
+            started = time.time_ns()
+            recorder.note("PreFilter", "prefilter", started)
+            recorder.note_score("NodeResourcesFit", 1.0, started)
+            recorder.note_selection(started, "big", 2, [("big", 90.0), ("small", 40.0)])
+            tracer.finish(recorder, "schedule", started, {"k8s.pod.name": "p"})
+        tracer.close(timeout_s=60)
+    finally:
+        server.stop(grace=None)
+    sent = registry.get_sample_value("interference_scheduler_traces_total")
+    dropped = registry.get_sample_value("interference_scheduler_traces_dropped_total")
+    assert sent is not None and dropped is not None
+    assert dropped > 0 and sent + dropped == attempts
+    by_trace: dict[bytes, list[Any]] = {}
+    for span in receiver.spans.values():
+        by_trace.setdefault(span.trace_id, []).append(span)
+    assert len(by_trace) == sent  # every trace handed over arrived …
+    for spans in by_trace.values():  # … whole: its root and its three stages
+        assert sorted(s.name for s in spans) == ["PreFilter", "Score NodeResourcesFit",
+                                                 "Select", "schedule"]  # fmt: skip
