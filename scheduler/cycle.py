@@ -266,8 +266,8 @@ class SchedulingCycle:
         profile = self.profile_for(signals_readable)
         blind = profile is not self.profile
         state = self._state(pod, table, now, profile)
-        timings: dict[str, tuple[int, int]] | None = {} if recorder is not None else None
-        filtered = self._filters(profile, state, candidates, False, timings)
+        stamps: list[int] | None = [] if recorder is not None else None
+        filtered = self._filters(profile, state, candidates, False, stamps)
         relaxed_after: float | None = None
         blocked = not filtered.passed.any() and bool(filtered.without_relaxable.any())
         if blocked:
@@ -275,15 +275,19 @@ class SchedulingCycle:
             if relaxed_after is not None:
                 self.relax.forget(pod.key)
                 state = self._state(pod, table, now, profile)
-                filtered = self._filters(profile, state, candidates, True, timings)
+                filtered = self._filters(profile, state, candidates, True, stamps)
         else:
             self.relax.forget(pod.key)
         stages = filtered.static.checked + filtered.dynamic
         found = rejections(stages, candidates)
         considered = int(np.count_nonzero(candidates))
-        funnel = _funnel(profile, relaxed_after is not None, considered, found.first_failures())
-        if recorder is not None and timings is not None:
-            _note_filters(recorder, funnel, timings, (found,))
+        relaxed = relaxed_after is not None
+        first_failures = found.first_failures()
+        funnel = _funnel(profile, relaxed, considered, first_failures)
+        if recorder is not None and stamps is not None:
+            _note_filters(
+                recorder, profile, relaxed, considered, first_failures, stamps, found.counts, state
+            )
         return FilterOutcome(filtered.passed, found, relaxed_after, blind, funnel)
 
     def score(
@@ -339,8 +343,8 @@ class SchedulingCycle:
                     return CycleResult(None, [], message, False, rejection.unsupported, 0)
                 message = pod_rejected_message(len(table), rejection.reason)
                 return CycleResult(None, [], message, False, (), 0, {}, frozenset({plugin}))
-        timings: dict[str, tuple[int, int]] | None = {} if recorder is not None else None
-        filtered = self._filters(profile, state, candidates, relax, timings)
+        stamps: list[int] | None = [] if recorder is not None else None
+        filtered = self._filters(profile, state, candidates, relax, stamps)
         passed = filtered.passed
         static = filtered.static
         feasible = int(np.count_nonzero(passed))
@@ -369,11 +373,10 @@ class SchedulingCycle:
                 rejected += self._rejected(table, static_rejections.failing, details, left)
         considered = len(table) if candidates is None else int(np.count_nonzero(candidates))
         funnel = _funnel(profile, relax, considered, first_failures)
-        if recorder is not None and timings is not None:
-            found = (static_rejections,) + (
-                (dynamic_rejections,) if undecided_count > feasible else ()
+        if recorder is not None and stamps is not None:
+            _note_filters(
+                recorder, profile, relax, considered, first_failures, stamps, counts, state
             )
-            _note_filters(recorder, funnel, timings, found)
         if feasible == 0:
             message = failed_scheduling_message(considered, counts)
             fit = state.filtered.get(NODE_RESOURCES_FIT)
@@ -430,31 +433,29 @@ class SchedulingCycle:
         state: CycleState,
         candidates: NDArray[np.bool_] | None,
         relax: bool,
-        timings: dict[str, tuple[int, int]] | None = None,
+        stamps: list[int] | None = None,
     ) -> _Filtered:
         """Run the profile's filters: the static ones from the signature cache, then the
-        others (the relaxable ones skipped with ``relax``); ``timings`` gets each filter's
-        (start, end) in wall-clock nanoseconds (the static ones share theirs)."""
-        started = time.time_ns() if timings is not None else 0
+        others (the relaxable ones skipped with ``relax``); ``stamps`` is set to the
+        wall-clock ns of the start, the static ones' end and each later filter's end."""
+        if stamps is not None:
+            stamps[:] = (time.time_ns(),)
         static = _static_stage(profile, state)
         state.filtered.update(static.results)
-        if timings is not None:
-            ended = time.time_ns()
-            timings.update((name, (started, ended)) for name in profile.static_names)
+        if stamps is not None:
+            stamps.append(time.time_ns())
         dynamic: list[tuple[Filter, FilterResult]] = []  # those with a reason, in order
         binding: list[FilterResult] = []  # … of them, those never relaxed
         for plugin in profile.dynamic:
             if relax and plugin.relaxable:
                 state.filtered[plugin.name] = None
                 continue
-            if timings is not None:
-                started = time.time_ns()
             if plugin.static:
                 result = run_filter(plugin, state)
             else:  # run_filter inlined: this loop runs for every decision
                 result = state.filtered[plugin.name] = plugin.filter(state)
-            if timings is not None:
-                timings[plugin.name] = (started, time.time_ns())
+            if stamps is not None:
+                stamps.append(time.time_ns())
             if result is not None and result.reasons:  # no reason: every node passed
                 dynamic.append((plugin, result))
                 if not plugin.relaxable:
@@ -630,26 +631,34 @@ def _scores(
     recorder: StageRecorder | None = None,
 ) -> dict[str, tuple[float, NDArray[np.float64]]]:
     scores: dict[str, tuple[float, NDArray[np.float64]]] = {}
+    ended = time.time_ns() if recorder is not None else 0
     for scorer, weight in profile.scores:
-        started = time.time_ns() if recorder is not None else 0
         score = scorer.score(state, feasible)
         if score is not None:
             scores[scorer.name] = (weight, score)
-        if recorder is not None and score is not None:
-            recorder.note_score(scorer.name, weight, started)
+        if recorder is not None:
+            started, ended = ended, time.time_ns()
+            if score is not None:
+                recorder.note_score(scorer.name, weight, started, ended)
     return scores
 
 
 def _note_filters(
     recorder: StageRecorder,
-    funnel: tuple[FunnelStage, ...],
-    timings: dict[str, tuple[int, int]],
-    found: tuple[Rejections, ...],
+    profile: ResolvedProfile,
+    relax: bool,
+    considered: int,
+    first_failures: dict[str, int],
+    stamps: list[int],
+    counts: dict[str, int],
+    state: CycleState,
 ) -> None:
-    """The Filter stage, raw: the funnel, the timings and the reasons counted (from the
-    counts the rejections already hold: no pass over the nodes)."""
+    """The Filter stage, raw (:meth:`StageRecorder.note_filters`): what the decision
+    computed anyway, copied where the caller may still change it."""
+    filtered = state.filtered
+    reasons = {name: result.reasons for name in first_failures if (result := filtered[name])}
+    names = profile.relaxed_names if relax else profile.names
+    static_count = len(profile.static_names)
     recorder.note_filters(
-        funnel,
-        timings,
-        ((r.counts, ((result.name, result.reasons) for _, result, _ in r.failing)) for r in found),
+        names, static_count, considered, dict(first_failures), stamps, dict(counts), reasons
     )

@@ -53,7 +53,7 @@ from scheduler.ports import Cluster, DecisionSink, DecisionTracer, NoTracer, Pod
 from scheduler.queue import QueueState, SchedulingQueue
 from scheduler.settings import EngineSettings
 from scheduler.signal_gate import SignalGate
-from scheduler.stage_trace import BIND, Attributes, StageNote, StageRecorder
+from scheduler.stage_trace import BIND, Attributes, StageRecorder
 from scheduler.table import NodeTable
 
 log = logging.getLogger(__name__)
@@ -142,8 +142,9 @@ class SchedulingLoop:
         self._monotonic = monotonic
         self._seed = seed
         self._tracer: DecisionTracer = tracer or NoTracer()
-        self._bind_traces: dict[str, tuple[StageRecorder, int]] = {}
-        """Traced binds in flight: the attempt's recorder and when the bind was handed over."""
+        self._bind_traces: dict[str, _TracedBind] = {}
+        """Traced attempts whose bind is in flight: their trace is handed to the tracer,
+        bind included, when the bind's outcome comes."""
         self._engine_settings = engine_settings
         self._loop_settings = loop_settings
         self._cycle = SchedulingCycle(engine_settings, seed=seed)
@@ -279,6 +280,13 @@ class SchedulingLoop:
         """Finish queued writes and stop the binder threads (after :meth:`run` returned
         or when driving the loop by hand)."""
         self._binder.close()
+        with self._state_lock:
+            unfinished, self._bind_traces = self._bind_traces, {}
+        for traced in unfinished.values():  # binds that never reported: the attempt still
+            self._tracer.finish(
+                traced.recorder, "schedule", traced.started_ns, traced.attributes,
+                traced.decided_ns,
+            )  # fmt: skip
 
     # ---- one attempt -----------------------------------------------------------------
 
@@ -327,30 +335,38 @@ class SchedulingLoop:
                     pod, "Warning", "InterferenceRelaxed", relaxed_message(result.relaxed_after_s)
                 )
             message = scheduled_message(key, result.node)
+            traced = None
+            if recorder is not None:
+                attributes = self._trace_attributes(pod, outcome, result)
+                traced = _TracedBind(recorder, started_ns, time.time_ns(), attributes)
             with self._state_lock:
                 self._bind_decisions[key] = self._decision(
                     pod, result, "scheduled", result.node, now, message, trace_id
                 )
-                if recorder is not None:
-                    self._bind_traces[key] = (recorder, time.time_ns())
+                if traced is not None:
+                    self._bind_traces[key] = traced
             self._binder.bind(BindRequest(_ref(pod), key, result.node))
-        if recorder is not None:
-            attributes: Attributes = {
-                "k8s.namespace.name": pod.namespace,
-                "k8s.pod.name": pod.name,
-                "mode": "standalone",
-                "result": outcome,
-                "node": result.node or "",
-                "nodes": len(self.cache.table),
-                "feasible": result.feasible,
-                "interference_blind": result.blind,
-            }
+        if recorder is not None and outcome != "scheduled":
+            attributes = self._trace_attributes(pod, outcome, result)
             self._tracer.finish(recorder, "schedule", started_ns, attributes)
         if self._on_attempt is not None:
             self._on_attempt(key, result.node is not None)
         self._metrics.attempts.labels(outcome).inc()
         self._metrics.attempt_duration.labels(outcome).observe(time.perf_counter() - started)
         self._update_queue_gauges()
+
+    def _trace_attributes(self, pod: PodInfo, outcome: str, result: CycleResult) -> Attributes:
+        """The attempt's root span attributes."""
+        return {
+            "k8s.namespace.name": pod.namespace,
+            "k8s.pod.name": pod.name,
+            "mode": "standalone",
+            "result": outcome,
+            "node": result.node or "",
+            "nodes": len(self.cache.table),
+            "feasible": result.feasible,
+            "interference_blind": result.blind,
+        }
 
     def _decide(self, pod: PodInfo, now: float, recorder: StageRecorder | None) -> CycleResult:
         """Run the cycle over every node (caller holds the cache lock)."""
@@ -436,12 +452,14 @@ class SchedulingLoop:
             decision = self._bind_decisions.pop(key, None)
             traced = self._bind_traces.pop(key, None)
         if traced is not None:
-            recorder, handed_at = traced
             attributes: Attributes = {"node": request.node, "status": outcome.status.value}
             if outcome.error:
                 attributes["error"] = str(outcome.error)
-            stage = StageNote("Bind", BIND, handed_at, time.time_ns(), attributes)
-            self._tracer.add_stage(recorder, stage)
+            recorder = traced.recorder
+            recorder.note("Bind", BIND, traced.decided_ns, attributes)
+            self._tracer.finish(
+                recorder, "schedule", traced.started_ns, traced.attributes, traced.decided_ns
+            )
         if outcome.status is BindStatus.BOUND:
             self.queue.remove(key)
             self._forget_pod_state(key)
@@ -548,3 +566,15 @@ class SchedulingLoop:
 
 def _ref(pod: PodInfo) -> PodRef:
     return PodRef(pod.namespace, pod.name, pod.uid)
+
+
+@dataclass(frozen=True, slots=True)
+class _TracedBind:
+    """A traced attempt whose bind is in flight."""
+
+    recorder: StageRecorder
+    started_ns: int
+    decided_ns: int
+    """When the attempt ended and the bind was handed over (the root span's end, the bind
+    span's start)."""
+    attributes: Attributes

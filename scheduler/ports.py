@@ -20,7 +20,7 @@ from interference.decision import Decision
 from scheduler.events import ObjectKind as ObjectKind
 from scheduler.signal_frame import NodeSignals as NodeSignals
 from scheduler.signal_frame import SignalFrame
-from scheduler.stage_trace import Attributes, StageNote, StageRecorder
+from scheduler.stage_trace import Attributes, StageRecorder
 
 INFORMED_KINDS: tuple[ObjectKind, ...] = (
     "Node",
@@ -135,12 +135,15 @@ class DecisionTracer(Protocol):
         (or tracing is off): the cycle then notes nothing."""
 
     def finish(
-        self, recorder: StageRecorder, name: str, start_ns: int, attributes: Attributes
+        self,
+        recorder: StageRecorder,
+        name: str,
+        start_ns: int,
+        attributes: Attributes,
+        end_ns: int | None = None,
     ) -> None:
-        """The attempt ended now: export its root span and its stages."""
-
-    def add_stage(self, recorder: StageRecorder, stage: StageNote) -> None:
-        """A stage noted after :meth:`finish` (the bind), a child of the same root span."""
+        """The attempt ended at ``end_ns`` (default: now): export its root span and its
+        stages (a bind, which outlasts the attempt, is noted before this is called)."""
 
 
 class NoTracer:
@@ -150,9 +153,11 @@ class NoTracer:
         return None
 
     def finish(
-        self, recorder: StageRecorder, name: str, start_ns: int, attributes: Attributes
+        self,
+        recorder: StageRecorder,
+        name: str,
+        start_ns: int,
+        attributes: Attributes,
+        end_ns: int | None = None,
     ) -> None:
-        return None
-
-    def add_stage(self, recorder: StageRecorder, stage: StageNote) -> None:
         return None

@@ -1,20 +1,21 @@
 """What a traced scheduling attempt hands the trace exporter: its stages, as plain tuples.
 
 The scheduling cycle notes each stage it runs — PreFilter, each Filter with the nodes in
-and out and its reasons counted, each Score, the selection — with wall-clock
-nanoseconds, only when the attempt is sampled (:class:`StageRecorder`). It notes them raw,
-as references to what the cycle computed anyway (the funnel, the rejection counts, the
-ranked candidates) in plain tuples: :func:`expand` turns them into one
-:class:`StageNote` per span, in the exporter process. Formatting span names and
-attributes on the scheduling thread cost about a quarter of a 1,000-node decision
-(docs/BENCHMARKS.md, tracing on vs off). The spans themselves are built by the
-OpenTelemetry SDK in the exporter process (:mod:`scheduler.adapters.tracing`).
+and out and its reasons counted, each Score, the selection, then the bind — with
+wall-clock nanoseconds, only when the attempt is sampled (:class:`StageRecorder`). It
+notes them raw, as what the cycle computed anyway (the filters' names, the candidates each
+rejected first, the reason counts, one clock reading per filter): :func:`expand` works out
+the funnel and turns the notes into one :class:`StageNote` per span, in the exporter
+process. Each Python call on the scheduling thread counts here: the notes of a 1,000-node
+decision cost about 3 % of its instructions (docs/BENCHMARKS.md, tracing on vs off). The
+spans themselves are made by the OpenTelemetry SDK in the exporter process
+(:mod:`scheduler.adapters.tracing`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -72,31 +73,28 @@ class StageRecorder:
 
     def note_filters(
         self,
-        funnel: Iterable[tuple[str, int, int]],
-        timings: dict[str, tuple[int, int]],
-        found: Iterable[tuple[dict[str, int], Iterable[tuple[str, tuple[str, ...]]]]],
+        names: tuple[str, ...],
+        static_count: int,
+        considered: int,
+        first_failures: dict[str, int],
+        stamps: list[int],
+        counts: dict[str, int],
+        reasons: dict[str, tuple[str, ...]],
     ) -> None:
-        """The Filter stage: each filter's (name, nodes in, nodes out) in order, its
-        (start, end) in ``timings``, and per set of rejections its reason counts with the
-        (filter, reasons) of each filter in it that rejected a node.
-
-        Kept compact, since the part is pickled in this process: a span only for a filter
-        that rejected a node (one rejected by a later filter only counts for the first
-        that rejected it, so such a filter always lets fewer nodes out than in), and the
-        others' names joined in one string."""
-        funnel = tuple(funnel)
-        rejecting = tuple(
-            (name, nodes_in, nodes_out, *timings.get(name, (0, 0)))
-            for name, nodes_in, nodes_out in funnel
-            if nodes_in != nodes_out
+        """The Filter stage: ``names`` the filters that ran, in order, the leading
+        ``static_count`` of them cached together; ``considered`` the candidates they were
+        given; ``first_failures`` filter → candidates it rejected first; ``stamps`` in
+        wall-clock ns: the stage's start, the end of the cached filters, then the end of
+        each filter after them; ``counts`` reason → nodes; ``reasons`` each rejecting
+        filter's reasons. Kept as they are (the caller hands over its own copies): the
+        funnel and the reason counts per span are worked out by :func:`expand`."""
+        self.parts.append(
+            (_FILTERS, names, static_count, considered, first_failures, stamps, counts, reasons)
         )
-        passed = ",".join(name for name, nodes_in, nodes_out in funnel if nodes_in == nodes_out)
-        rejections = tuple((counts, tuple(failing)) for counts, failing in found)
-        self.parts.append((_FILTERS, rejecting, passed, rejections))
 
-    def note_score(self, plugin: str, weight: float, start_ns: int) -> None:
-        """A score plugin with a preference, computed from ``start_ns`` until now."""
-        self.parts.append((_SCORE, plugin, weight, start_ns, time.time_ns()))
+    def note_score(self, plugin: str, weight: float, start_ns: int, end_ns: int) -> None:
+        """A score plugin with a preference, computed from ``start_ns`` to ``end_ns``."""
+        self.parts.append((_SCORE, plugin, weight, start_ns, end_ns))
 
     def note_selection(
         self, start_ns: int, chosen: str, feasible: int, top: Iterable[tuple[str, float]]
@@ -141,22 +139,29 @@ def expand(parts: Iterable[Part]) -> tuple[list[StageNote], tuple[str, ...]]:
 
 def _filter_notes(
     notes: list[StageNote],
-    rejecting: Sequence[tuple[str, int, int, int, int]],
-    passed: str,
-    rejections: Sequence[tuple[dict[str, int], Sequence[tuple[str, tuple[str, ...]]]]],
+    names: tuple[str, ...],
+    static_count: int,
+    considered: int,
+    first_failures: dict[str, int],
+    stamps: list[int],
+    counts: dict[str, int],
+    reasons: dict[str, tuple[str, ...]],
 ) -> list[str]:
-    """A note per filter that rejected a node (nodes in and out, its reasons counted);
-    the names of those that let every node through."""
-    reasons: dict[str, dict[str, int]] = {}
-    for counts, failing in rejections:
-        for name, its_reasons in failing:
-            counted = reasons.setdefault(name, {})
-            for reason in its_reasons:
-                if counts.get(reason):
-                    counted[reason] = counts[reason]
-    for name, nodes_in, nodes_out, started, ended in rejecting:
-        attributes: Attributes = {"nodes_in": nodes_in, "nodes_out": nodes_out}
-        for reason, count in reasons.get(name, {}).items():
-            attributes[f"reason.{reason}"] = count
+    """A note per filter that rejected a node (nodes in and out as the decision's funnel,
+    its reasons counted); the names of those that let every node through."""
+    passed: list[str] = []
+    left = considered
+    for position, name in enumerate(names):
+        rejected = first_failures.get(name, 0)
+        if not rejected:
+            passed.append(name)
+            continue
+        at = max(0, position - static_count + 1)  # the cached filters share stamps 0–1
+        started, ended = stamps[at : at + 2] if at + 2 <= len(stamps) else (stamps[0], stamps[-1])
+        attributes: Attributes = {"nodes_in": left, "nodes_out": left - rejected}
+        for reason in reasons.get(name, ()):
+            if counts.get(reason):
+                attributes[f"reason.{reason}"] = counts[reason]
         notes.append(StageNote(f"Filter {name}", NODE_FILTER, started, ended, attributes))
-    return passed.split(",") if passed else []
+        left -= rejected
+    return passed

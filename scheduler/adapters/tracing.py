@@ -42,7 +42,7 @@ from typing import Any, Literal
 from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
 from prometheus_client import CollectorRegistry, Counter
 
-from scheduler.stage_trace import Attributes, StageNote, StageRecorder, expand
+from scheduler.stage_trace import Attributes, StageRecorder, expand
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +51,6 @@ PROTOCOLS: tuple[Protocol, ...] = ("grpc", "http/protobuf")
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 PROTOCOL_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
 TRACER_NAME = "interference-scheduler"
-_MESSAGE_ATTEMPT = "attempt"
-_MESSAGE_STAGE = "stage"
 HANDOFF_BATCH = 64
 """Traces per hand-off to the exporter process. A ``multiprocessing`` queue costs about
 40 µs of the scheduling process's CPU per item (its lock, semaphore and feeder thread
@@ -160,22 +158,23 @@ class OtlpTracer:
         return StageRecorder(trace_id, self._random.getrandbits(64) or 1)
 
     def finish(
-        self, recorder: StageRecorder, name: str, start_ns: int, attributes: Attributes
+        self,
+        recorder: StageRecorder,
+        name: str,
+        start_ns: int,
+        attributes: Attributes,
+        end_ns: int | None = None,
     ) -> None:
         message = (
-            _MESSAGE_ATTEMPT,
             recorder.trace_id,
             recorder.root_span_id,
             name,
             start_ns,
-            time.time_ns(),
+            time.time_ns() if end_ns is None else end_ns,
             attributes,
             recorder.parts,  # raw: expanded into spans in the exporter process
         )
         self._put(message)
-
-    def add_stage(self, recorder: StageRecorder, stage: StageNote) -> None:
-        self._put((_MESSAGE_STAGE, recorder.trace_id, recorder.root_span_id, tuple(stage)))
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Flush what is queued and end the exporter process."""
@@ -197,12 +196,12 @@ class OtlpTracer:
 
     def _hand_over(self) -> None:
         """The batch so far to the exporter process, or counted as dropped when it is
-        behind (whole traces: a batch holds an attempt's notes in one message)."""
+        behind (whole traces: an attempt and its stages are one message)."""
         with self._batch_lock:
             batch, self._batch = self._batch, []
         if not batch:
             return
-        attempts = sum(1 for message in batch if message[0] == _MESSAGE_ATTEMPT)
+        attempts = len(batch)
         try:
             self._queue.put_nowait(batch)
         except queue.Full:
@@ -296,19 +295,13 @@ class _SpanMaker:
         self._random = random.Random()
 
     def add(self, message: Sequence[Any], spans: list[Any]) -> None:
-        """``message``'s spans, appended to ``spans``: an attempt's root span and its
-        stages, or a later stage (the bind) of an attempt already handed over."""
-        if message[0] == _MESSAGE_ATTEMPT:
-            _, trace_id, root_id, name, start_ns, end_ns, attributes, parts = message
-            stages, passed = expand(parts)
-            if passed:
-                attributes = {**attributes, "filters_passed_by_all": ",".join(passed)}
-            root = self._context(trace_id, root_id, False, self._sampled)
-            spans.append(self._make(name, root, None, start_ns, end_ns, attributes))
-        else:
-            _, trace_id, root_id, stage = message
-            root = self._context(trace_id, root_id, True, self._sampled)
-            stages = [StageNote(*stage)]
+        """An attempt's root span and a span per stage, appended to ``spans``."""
+        trace_id, root_id, name, start_ns, end_ns, attributes, parts = message
+        stages, passed = expand(parts)
+        if passed:
+            attributes = {**attributes, "filters_passed_by_all": ",".join(passed)}
+        root = self._context(trace_id, root_id, False, self._sampled)
+        spans.append(self._make(name, root, None, start_ns, end_ns, attributes))
         for name, decision_stage, start_ns, end_ns, attributes in stages:
             context = self._context(trace_id, self._random.getrandbits(64) or 1, False,
                                     self._sampled)  # fmt: skip

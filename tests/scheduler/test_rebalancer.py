@@ -29,7 +29,7 @@ from scheduler.rebalancer import (
     Rebalancer,
 )
 from scheduler.settings import EngineSettings
-from scheduler.stage_trace import SELECTION, Attributes, StageNote, StageRecorder
+from scheduler.stage_trace import SELECTION, Attributes, StageRecorder
 from tests.scheduler.runtime_helpers import LoopHarness
 
 NOISY = (0,) * 12 + (50,)  # 50 waits of 4–8 ms
@@ -435,12 +435,14 @@ class Traces:
         return StageRecorder(len(self.finished) + 1, 7)
 
     def finish(
-        self, recorder: StageRecorder, name: str, start_ns: int, attributes: Attributes
+        self,
+        recorder: StageRecorder,
+        name: str,
+        start_ns: int,
+        attributes: Attributes,
+        end_ns: int | None = None,
     ) -> None:
         self.finished.append((name, recorder, attributes))
-
-    def add_stage(self, recorder: StageRecorder, stage: StageNote) -> None:
-        raise AssertionError("a rebalancing search has no stage after its end")
 
 
 def test_each_search_for_a_better_node_is_a_trace_named_in_the_record() -> None:

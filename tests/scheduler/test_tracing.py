@@ -249,7 +249,7 @@ def test_a_slow_collector_costs_whole_traces_counted_never_parts_of_one() -> Non
             assert recorder is not None
             started = time.time_ns()
             recorder.note("PreFilter", "prefilter", started)
-            recorder.note_score("NodeResourcesFit", 1.0, started)
+            recorder.note_score("NodeResourcesFit", 1.0, started, time.time_ns())
             recorder.note_selection(started, "big", 2, [("big", 90.0), ("small", 40.0)])
             tracer.finish(recorder, "schedule", started, {"k8s.pod.name": "p"})
         tracer.close(timeout_s=60)
