@@ -175,29 +175,36 @@ def _age(table: NodeTable, row: int, now: float) -> str:
     return "no report" if not np.isfinite(updated) else f"latest report {now - updated:.0f} s old"
 
 
-def stale_rows(table: NodeTable, now: float) -> NDArray[np.intp]:
-    """Rows whose report is stale, degraded or missing (``now > fresh_until``).
+def _staleness(
+    table: NodeTable, now: float
+) -> tuple[float, float, NDArray[np.intp], NDArray[np.bool_]]:
+    """(computed at, valid until, stale rows, stale mask) of :func:`stale_rows`.
 
     Cached until signals or rows change or the next usable report expires (staleness only
     grows with time, so the answer holds from when it was computed until then).
     """
 
-    def build() -> tuple[float, float, NDArray[np.intp]]:
+    def build() -> tuple[float, float, NDArray[np.intp], NDArray[np.bool_]]:
         stale = table.fresh_until < now
+        stale.setflags(write=False)
         until = table.fresh_until[~stale]
-        return (now, float(until.min()) if len(until) else np.inf, np.flatnonzero(stale))
+        return (now, float(until.min()) if len(until) else np.inf, np.flatnonzero(stale), stale)
 
-    def still_valid(entry: tuple[float, float, NDArray[np.intp]]) -> bool:
+    def still_valid(entry: tuple[float, float, NDArray[np.intp], NDArray[np.bool_]]) -> bool:
         return entry[0] <= now < entry[1]
 
-    return table.cached("signals", (NAME, "stale_rows"), build, still_valid)[2]
+    return table.cached("signals", (NAME, "stale_rows"), build, still_valid)
+
+
+def stale_rows(table: NodeTable, now: float) -> NDArray[np.intp]:
+    """Rows whose report is stale, degraded or missing (``now > fresh_until``), cached."""
+    return _staleness(table, now)[2]
 
 
 def fresh_signals(table: NodeTable, now: float) -> NDArray[np.bool_]:
     """Nodes whose report is usable now (fresh and not degraded)."""
-    fresh = np.ones(len(table), dtype=np.bool_)
-    fresh[stale_rows(table, now)] = False
-    return fresh
+    # from the cached mask: indexing every stale row costs far more when most are stale
+    return ~_staleness(table, now)[3]
 
 
 def risk_index(table: NodeTable, settings: InterferenceArgs) -> NDArray[np.float64]:
@@ -276,9 +283,19 @@ def quietness(table: NodeTable, settings: InterferenceArgs, now: float) -> NDArr
     stale = stale_rows(table, now)
     if len(stale) == 0:
         return score
+    value = NEUTRAL_SCORE if settings.stale_policy == "neutral" else 0.0
+    if len(stale) == len(score):  # every report stale (an outage): one constant column
+        key = (NAME, "stale_score", value)
+        return table.cached("signals", key, lambda: _constant(score, value))
     score = score.copy()
-    score[stale] = NEUTRAL_SCORE if settings.stale_policy == "neutral" else 0.0
+    score[stale] = value
     return score
+
+
+def _constant(like: NDArray[np.float64], value: float) -> NDArray[np.float64]:
+    column = np.full_like(like, value)
+    column.setflags(write=False)
+    return column
 
 
 def _filter(state: CycleState) -> FilterResult | None:
