@@ -50,7 +50,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import accumulate, repeat
-from operator import sub
+from operator import itemgetter, sub
 
 import numpy as np
 from numpy.typing import NDArray
@@ -93,6 +93,13 @@ GPU_MODEL = "gpu_model"
 """Candidate detail: the node's GPU model (``nvidia.com/gpu.product``), for GPU pods."""
 GPU_MEMORY_MIB = "gpu_memory_mib"
 """Candidate detail: memory per GPU in MiB (``nvidia.com/gpu.memory``), for GPU pods."""
+
+FUNNELS_CACHED = 1024
+"""Funnels :func:`_funnel` remembers (all forgotten at once beyond that)."""
+_FUNNELS: dict[
+    tuple[tuple[str, ...], int, tuple[tuple[str, int], ...]], tuple[FunnelStage, ...]
+] = {}
+"""(filter names, candidates considered, first failures by filter) → funnel."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -514,15 +521,23 @@ class SchedulingCycle:
     ) -> list[CandidateVerdict]:
         """The chosen node, then the next best feasible nodes, with their breakdowns."""
         k = self.settings.record_top_k
-        rows = [chosen, *(r for r in best_rows if r != chosen)][:k]
-        weights = {plugin: weight for plugin, (weight, _) in scores.items()}
+        if chosen == best_rows[0]:
+            rows = best_rows[:k]
+        else:
+            rows = [chosen, *filter(chosen.__ne__, best_rows)][:k]
+        plugins = tuple(scores)
+        pairs = tuple(scores.values())
+        weights = dict(zip(plugins, map(itemgetter(0), pairs), strict=True))
+        columns = tuple(map(itemgetter(1), pairs))
+        item = np.ndarray.item
         names = table.names
+        # C loops for each row's breakdown: a comprehension per row is a Python call
         return [
             CandidateVerdict(
                 names[row],
                 True,
                 [],
-                {plugin: score.item(row) for plugin, (_, score) in scores.items()},
+                dict(zip(plugins, map(item, columns, repeat(row)), strict=True)),
                 totals.item(row),
                 details(row) if details is not None else {},
                 weights,
@@ -584,8 +599,23 @@ def _funnel(
     profile: ResolvedProfile, relax: bool, considered: int, first_failures: dict[str, int]
 ) -> tuple[FunnelStage, ...]:
     """Each filter that ran with the candidates it was given and let through: a filter
-    lets through what it was given less the candidates it rejected first."""
+    lets through what it was given less the candidates it rejected first.
+
+    Memoised (the stages are immutable): most decisions repeat an earlier one's counts.
+    """
     names = profile.relaxed_names if relax else profile.names
+    key = (names, considered, tuple(first_failures.items()))
+    found = _FUNNELS.get(key)
+    if found is None:
+        if len(_FUNNELS) >= FUNNELS_CACHED:
+            _FUNNELS.clear()
+        found = _FUNNELS[key] = _build_funnel(names, considered, first_failures)
+    return found
+
+
+def _build_funnel(
+    names: tuple[str, ...], considered: int, first_failures: dict[str, int]
+) -> tuple[FunnelStage, ...]:
     left = list(accumulate(map(first_failures.get, names, repeat(0)), sub, initial=considered))
     stages = zip(names, left[:-1], left[1:], strict=True)
     # C loops: built per filter per decision, where FunnelStage(...) runs a Python __new__

@@ -9,7 +9,7 @@ whose requests, signals or allocatable changed since they were built
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from typing import Literal, TypeVar, cast, get_args
+from typing import Any, Literal, TypeVar, get_args
 
 import numpy as np
 from numpy.typing import NDArray
@@ -36,7 +36,8 @@ class TableCaches:
     """Scoped values and row-refreshed derived columns of one node table."""
 
     def __init__(self) -> None:
-        self._scopes: dict[CacheScope, dict[Hashable, object]] = {
+        # values typed Any: cached() hands each back as its caller's T without a cast() call
+        self._scopes: dict[CacheScope, dict[Hashable, Any]] = {
             scope: {} for scope in get_args(CacheScope)
         }
         self._derived: dict[Hashable, tuple[int, NDArray[np.float64]]] = {}
@@ -58,9 +59,9 @@ class TableCaches:
         (``("NodeResourcesFit", …)``) so plugins never collide. Callers must not modify
         the value."""
         entries = self._scopes[scope]
-        found = entries.get(key, _MISSING)
-        if found is not _MISSING and (still_valid is None or still_valid(cast(T, found))):
-            return cast(T, found)
+        found: T = entries.get(key, _MISSING)
+        if found is not _MISSING and (still_valid is None or still_valid(found)):
+            return found
         value = build()
         if len(entries) >= CACHE_LIMIT:
             entries.clear()
