@@ -14,12 +14,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
+from interference.decision import FunnelStage
 from scheduler.api.nodes import parse_node
 from scheduler.api.objects import PodInfo
 from scheduler.api.pods import parse_pod
 from scheduler.cache import ClusterCache
 from scheduler.config import parse_config
-from scheduler.cycle import SchedulingCycle, unresolvable
+from scheduler.cycle import SchedulingCycle, _funnel, unresolvable
 from scheduler.events import Action, ClusterEvent, EventInterest
 from scheduler.metrics import SchedulerMetrics
 from scheduler.plugins.base import Code, CycleState, Filter, FilterResult
@@ -279,3 +280,28 @@ def test_the_funnel_and_the_omitted_counts_account_for_every_node(
     listed_rejected = sum(not c.passed for c in result.candidates)
     assert result.omitted["feasible"] + listed_feasible == result.feasible
     assert result.omitted["rejected"] + listed_rejected == len(cpus) - result.feasible
+
+
+@pytest.mark.parametrize(
+    ("relax", "considered", "first_failures", "left"),
+    [
+        (False, 10, {}, [10] * 12),
+        (False, 10, {"TaintToleration": 3}, [10, 10, 10, 7, 7, 7, 7, 7, 7, 7, 7, 7]),
+        (False, 10, {"TaintToleration": 3, "Interference": 2}, [10, 10, 10, 7, *[7] * 6, 5, 5]),
+        (False, 10, {"Interference": 2, "TaintToleration": 3}, [10, 10, 10, 7, *[7] * 6, 5, 5]),
+        (False, 4, {"TaintToleration": 3}, [4, 4, 4, 1, 1, 1, 1, 1, 1, 1, 1, 1]),
+        (True, 10, {"TaintToleration": 3}, [10, 10, 10, 7, 7, 7, 7, 7, 7, 7]),
+    ],
+)
+def test_the_funnel_is_the_same_whether_built_or_remembered(
+    relax: bool, considered: int, first_failures: dict[str, int], left: list[int]
+) -> None:
+    """Each filter's candidates in and out follow from the first failures alone, and a
+    remembered funnel answers for equal counts only."""
+    profile = REGISTRY.resolve(EngineSettings().profile)
+    names = profile.relaxed_names if relax else profile.names
+    expected = tuple(zip(names, left[:-1], left[1:], strict=True))
+    for _ in range(2):  # built, then remembered
+        funnel = _funnel(profile, relax, considered, dict(first_failures))
+        assert [tuple(stage) for stage in funnel] == list(expected)
+        assert all(isinstance(stage, FunnelStage) for stage in funnel)

@@ -9,7 +9,14 @@ import pytest
 from interference.signals import SIGNAL_FAMILIES, NodeMetrics, WindowMetrics
 from scheduler.api.nodes import parse_node
 from scheduler.api.pods import parse_pod
-from scheduler.plugins.interference import InterferenceArgs, SignalWindow, StalePolicy, quietness
+from scheduler.plugins.interference import (
+    InterferenceArgs,
+    SignalWindow,
+    StalePolicy,
+    fresh_signals,
+    quietness,
+    stale_rows,
+)
 from scheduler.ports import NodeSignals
 from tests.scheduler.test_model import node_obj, pod_obj, table_of
 
@@ -250,3 +257,46 @@ def test_signals_turn_stale_as_time_passes() -> None:
     assert quietness(table, settings, NOW + 5.5).tolist() == [50.0, 60.0]
     assert quietness(table, settings, NOW + 10.5).tolist() == [50.0, 50.0]
     assert quietness(table, settings, NOW + 2).tolist() == [80.0, 60.0]  # clock skew
+
+
+@pytest.mark.parametrize(
+    ("case", "ages", "policy", "fresh", "expected"),
+    [
+        ("none stale", (0.0, 1.0), "neutral", [True, True], [80.0, 60.0]),
+        ("one stale", (0.0, 6.0), "neutral", [True, False], [80.0, 50.0]),
+        ("every one stale: neutral", (6.0, 7.0), "neutral", [False, False], [50.0, 50.0]),
+        ("every one stale: avoid", (6.0, 7.0), "avoid", [False, False], [0.0, 0.0]),
+    ],
+)
+def test_fresh_signals_and_quietness_by_how_many_reports_are_stale(
+    case: str,
+    ages: tuple[float, float],
+    policy: StalePolicy,
+    fresh: list[bool],
+    expected: list[float],
+) -> None:
+    """The stale rows, the fresh mask and the score agree however many reports are stale;
+    neither answer is a cached array a caller could spoil for the next decision."""
+    table = table_of([node_obj("a"), node_obj("b")])
+    table.set_signals(
+        {
+            name: NodeSignals(
+                NodeMetrics(interference_index=index),
+                updated_at=NOW - age,
+                measured=SIGNAL_FAMILIES,
+            )
+            for name, index, age in zip(("a", "b"), (20, 40), ages, strict=True)
+        }
+    )
+    settings = InterferenceArgs(stale_policy=policy)
+    assert stale_rows(table, NOW).tolist() == [i for i, f in enumerate(fresh) if not f], case
+    mask = fresh_signals(table, NOW)
+    assert mask.tolist() == fresh, case
+    mask[:] = ~mask  # the caller's own array
+    assert fresh_signals(table, NOW).tolist() == fresh, case
+    scores = quietness(table, settings, NOW)
+    assert scores.tolist() == expected, case
+    if not scores.flags.writeable:  # a cached column: read-only, so it cannot be spoiled
+        with pytest.raises(ValueError):
+            scores[0] = 1.0
+    assert quietness(table, settings, NOW).tolist() == expected, case
