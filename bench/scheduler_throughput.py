@@ -55,7 +55,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -306,7 +306,13 @@ class ReportingSignals:
     """Signals for every node, re-reported every ``interval_s`` by a background thread
     (as 5,000 agents would): each report is a new snapshot mapping."""
 
-    def __init__(self, nodes: list[str], seed: int, interval_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        nodes: list[str],
+        seed: int,
+        interval_s: float = 1.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         rng = random.Random(seed)
         self._metrics = {
             name: NodeMetrics(
@@ -318,12 +324,13 @@ class ReportingSignals:
             for name in nodes
         }
         self._interval_s = interval_s
+        self._clock = clock
         self._snapshot: Mapping[str, NodeSignals] = {}
         self.reports = 0
         self._report()
 
     def _report(self) -> None:
-        now = time.time()
+        now = self._clock()
         self._snapshot = {
             name: NodeSignals(m, updated_at=now, measured=SIGNAL_FAMILIES)
             for name, m in self._metrics.items()
