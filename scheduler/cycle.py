@@ -94,7 +94,7 @@ GPU_MODEL = "gpu_model"
 GPU_MEMORY_MIB = "gpu_memory_mib"
 """Candidate detail: memory per GPU in MiB (``nvidia.com/gpu.memory``), for GPU pods."""
 
-FUNNELS_CACHED = 1024
+FUNNELS_CACHED = 256
 """Funnels :func:`_funnel` remembers (all forgotten at once beyond that)."""
 _FUNNELS: dict[
     tuple[tuple[str, ...], int, tuple[tuple[str, int], ...]], tuple[FunnelStage, ...]
