@@ -282,11 +282,8 @@ class SchedulingLoop:
         self._binder.close()
         with self._state_lock:
             unfinished, self._bind_traces = self._bind_traces, {}
-        for traced in unfinished.values():  # binds that never reported: the attempt still
-            self._tracer.finish(
-                traced.recorder, "schedule", traced.started_ns, traced.attributes,
-                traced.decided_ns,
-            )  # fmt: skip
+        for t in unfinished.values():  # a bind that never reported: no bind span
+            self._tracer.finish(t.recorder, "schedule", t.started_ns, t.attributes, t.decided_ns)
 
     # ---- one attempt -----------------------------------------------------------------
 
