@@ -586,9 +586,8 @@ def run_filter(plugin: Filter, state: CycleState) -> FilterResult | None:
     """``plugin.filter(state)``, from the table's per-signature cache for a static plugin,
     recorded in ``state.filtered`` for the filters after it."""
     if plugin.static:
-        result = state.table.cached(
-            "constraints", (plugin.name, state.pod.signature), lambda: plugin.filter(state)
-        )
+        key = (plugin.name, state.pod.signature)
+        result = state.table.cached("constraints", key, plugin.filter, state)
     else:
         result = plugin.filter(state)
     state.filtered[plugin.name] = result
@@ -633,7 +632,7 @@ def _prefilter(profile: ResolvedProfile, state: CycleState) -> tuple[str, PodRej
 
 def _static_stage(profile: ResolvedProfile, state: CycleState) -> _StaticStage:
     key = ("static", profile.static_names, state.pod.signature)
-    return state.table.cached("constraints", key, lambda: _build_static(profile, state))
+    return state.table.cached("constraints", key, _build_static, profile, state)
 
 
 def _build_static(profile: ResolvedProfile, state: CycleState) -> _StaticStage:

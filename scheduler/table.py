@@ -328,15 +328,14 @@ class NodeTable:
 
     def holds_unreadable_pod(self) -> NDArray[np.bool_]:
         """Nodes holding a pod that does not parse (cached until the next change)."""
+        return self.cached("constraints", "unreadable pods", self._find_unreadable_pods)
 
-        def build() -> NDArray[np.bool_]:
-            mask = np.zeros(self._count, dtype=np.bool_)
-            rows = [self._index.get(node) for node in self._unreadable_pods.values()]
-            mask[[row for row in rows if row is not None]] = True
-            mask.setflags(write=False)
-            return mask
-
-        return self.cached("constraints", "unreadable pods", build)
+    def _find_unreadable_pods(self) -> NDArray[np.bool_]:
+        mask = np.zeros(self._count, dtype=np.bool_)
+        rows = [self._index.get(node) for node in self._unreadable_pods.values()]
+        mask[[row for row in rows if row is not None]] = True
+        mask.setflags(write=False)
+        return mask
 
     def set_signals(self, signals: SignalFrame | Mapping[str, NodeSignals]) -> None:
         """Replace all signals with a frame (nodes absent from it have none).
@@ -412,16 +411,15 @@ class NodeTable:
 
     def inverse_allocatable(self, resource: str) -> NDArray[np.float64]:
         """``1 / allocatable`` per node for ``resource`` (0 where it has none), cached."""
+        return self.cached("allocatable", ("inverse", resource), self._inverse, resource)
 
-        def build() -> NDArray[np.float64]:
-            row = self._resource_rows.get(resource)
-            capacity = np.zeros(self._count) if row is None else self.alloc[row].astype(np.float64)
-            inverse: NDArray[np.float64] = np.divide(
-                1.0, capacity, out=np.zeros(self._count), where=capacity > 0
-            )
-            return inverse
-
-        return self.cached("allocatable", ("inverse", resource), build)
+    def _inverse(self, resource: str) -> NDArray[np.float64]:
+        row = self._resource_rows.get(resource)
+        capacity = np.zeros(self._count) if row is None else self.alloc[row].astype(np.float64)
+        inverse: NDArray[np.float64] = np.divide(
+            1.0, capacity, out=np.zeros(self._count), where=capacity > 0
+        )
+        return inverse
 
     def label_column(self, key: str, field: bool = False) -> LabelColumn:
         """:func:`~scheduler.node_columns.label_column` of this table's nodes (cached)."""

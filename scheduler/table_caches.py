@@ -9,12 +9,13 @@ whose requests, signals or allocatable changed since they were built
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from typing import Any, Literal, TypeVar, get_args
+from typing import Any, Literal, TypeVar, TypeVarTuple, Unpack, get_args
 
 import numpy as np
 from numpy.typing import NDArray
 
 T = TypeVar("T")
+Args = TypeVarTuple("Args")
 CHANGED_ROWS_LIMIT = 32
 """Changed rows :meth:`TableCaches.derived` refreshes one by one; beyond that it rebuilds."""
 CACHE_LIMIT = 512
@@ -51,18 +52,23 @@ class TableCaches:
         self,
         scope: CacheScope,
         key: Hashable,
-        build: Callable[[], T],
-        still_valid: Callable[[T], bool] | None = None,
+        build: Callable[[Unpack[Args]], T],
+        *args: *Args,
+        still_valid: Callable[[T, Unpack[Args]], bool] | None = None,
     ) -> T:
-        """The value cached under ``key`` in ``scope``, built by ``build()`` when missing
-        (or when ``still_valid(value)`` says it expired). A key names its owner first
-        (``("NodeResourcesFit", …)``) so plugins never collide. Callers must not modify
-        the value."""
+        """The value cached under ``key`` in ``scope``, built by ``build(*args)`` when
+        missing (or when ``still_valid(value, *args)`` says it expired). A key names its
+        owner first (``("NodeResourcesFit", …)``) so plugins never collide. Callers must
+        not modify the value.
+
+        ``build`` takes its inputs as ``args`` rather than from a closure: plugins call
+        this dozens of times a decision, mostly finding the value, and making a closure
+        for each call was 1.4 % of a decision's instructions (docs/BENCHMARKS.md)."""
         entries = self._scopes[scope]
         found: T = entries.get(key, _MISSING)
-        if found is not _MISSING and (still_valid is None or still_valid(found)):
+        if found is not _MISSING and (still_valid is None or still_valid(found, *args)):
             return found
-        value = build()
+        value = build(*args)
         if len(entries) >= CACHE_LIMIT:
             entries.clear()
         entries[key] = value
@@ -94,14 +100,16 @@ class TableCaches:
     def derived(
         self,
         key: Hashable,
-        compute: Callable[[], NDArray[np.float64]],
-        compute_row: Callable[[int], float],
+        compute: Callable[[Unpack[Args]], NDArray[np.float64]],
+        compute_row: Callable[[int, Unpack[Args]], float],
+        *args: *Args,
     ) -> NDArray[np.float64]:
         """A per-node column derived from the table's per-node columns, kept current
-        cheaply: ``compute()`` builds it whole (a new array) after rows move or many rows
-        changed; otherwise ``compute_row(row)`` — the same formula on one row's scalars,
-        in the same order of operations — refreshes only the rows whose requests, signals
-        or allocatable changed (usually one per decision). Callers must not modify it.
+        cheaply: ``compute(*args)`` builds it whole (a new array) after rows move or many
+        rows changed; otherwise ``compute_row(row, *args)`` — the same formula on one
+        row's scalars, in the same order of operations — refreshes only the rows whose
+        requests, signals or allocatable changed (usually one per decision). Callers must
+        not modify it. The inputs come as ``args``, as for :meth:`cached`.
         """
         entry = self._derived.get(key)
         if entry is not None:
@@ -110,9 +118,9 @@ class TableCaches:
                 return values
             if built_at >= self._changed_rows_start:
                 for row in set(self._changed_rows[built_at - self._changed_rows_start :]):
-                    values[row] = compute_row(row)
+                    values[row] = compute_row(row, *args)
                 self._derived[key] = (self.load_generation, values)
                 return values
-        values = compute()
+        values = compute(*args)
         self._derived[key] = (self.load_generation, values)
         return values

@@ -46,14 +46,7 @@ def gpu_packing_score(table: NodeTable, pod: PodInfo, args: GpuPackingArgs) -> N
     inverse = table.inverse_allocatable(gpu)
     want = pod.requests.get(gpu, 0)
     if want == 0:
-
-        def keep_off() -> NDArray[np.float64]:
-            scores: NDArray[np.float64] = np.where(
-                (inverse > 0) | table.gpu_model_known(), 0.0, 100.0
-            )
-            return scores
-
-        return table.cached("allocatable", (NAME, gpu), keep_off)
+        return table.cached("allocatable", (NAME, gpu), _keep_off, table, inverse)
     row = table.resource_row(gpu)
     if row is None:
         return np.zeros(len(table))
@@ -75,3 +68,9 @@ SCORE = Score(
     default_weight=1.0,
     args=GpuPackingArgs,
 )
+
+
+def _keep_off(table: NodeTable, inverse: NDArray[np.float64]) -> NDArray[np.float64]:
+    """A pod without GPUs: 100 on nodes without GPUs, 0 on GPU nodes."""
+    scores: NDArray[np.float64] = np.where((inverse > 0) | table.gpu_model_known(), 0.0, 100.0)
+    return scores

@@ -247,13 +247,13 @@ def _rows(table: NodeTable, nodes: Iterable[str]) -> NDArray[np.bool_]:
 
 def _labelled(table: NodeTable, key: str) -> tuple[NDArray[np.bool_], NDArray[np.int32]]:
     """The nodes with label ``key`` and their codes (cached until labels change)."""
+    return table.cached("constraints", (NAME, "labelled", key), _find_labelled, table, key)
 
-    def build() -> tuple[NDArray[np.bool_], NDArray[np.int32]]:
-        codes = table.label_column(key).codes
-        labelled = codes != ABSENT
-        return labelled, codes[labelled]
 
-    return table.cached("constraints", (NAME, "labelled", key), build)
+def _find_labelled(table: NodeTable, key: str) -> tuple[NDArray[np.bool_], NDArray[np.int32]]:
+    codes = table.label_column(key).codes
+    labelled = codes != ABSENT
+    return labelled, codes[labelled]
 
 
 def _domains_of(column: LabelColumn, holding: NDArray[np.bool_]) -> NDArray[np.bool_]:

@@ -184,16 +184,22 @@ def _staleness(
     grows with time, so the answer holds from when it was computed until then).
     """
 
-    def build() -> tuple[float, float, NDArray[np.intp], NDArray[np.bool_]]:
-        stale = table.fresh_until < now
-        stale.setflags(write=False)
-        until = table.fresh_until[~stale]
-        return (now, float(until.min()) if len(until) else np.inf, np.flatnonzero(stale), stale)
+    key = (NAME, "stale_rows")
+    return table.cached("signals", key, _find_stale, table, now, still_valid=_still_stale)
 
-    def still_valid(entry: tuple[float, float, NDArray[np.intp], NDArray[np.bool_]]) -> bool:
-        return entry[0] <= now < entry[1]
 
-    return table.cached("signals", (NAME, "stale_rows"), build, still_valid)
+_Staleness = tuple[float, float, NDArray[np.intp], NDArray[np.bool_]]
+
+
+def _find_stale(table: NodeTable, now: float) -> _Staleness:
+    stale = table.fresh_until < now
+    stale.setflags(write=False)
+    until = table.fresh_until[~stale]
+    return (now, float(until.min()) if len(until) else np.inf, np.flatnonzero(stale), stale)
+
+
+def _still_stale(entry: _Staleness, table: NodeTable, now: float) -> bool:
+    return entry[0] <= now < entry[1]
 
 
 def stale_rows(table: NodeTable, now: float) -> NDArray[np.intp]:
@@ -211,18 +217,19 @@ def risk_index(table: NodeTable, settings: InterferenceArgs) -> NDArray[np.float
     """``risk`` of the module formula, capped at 100. Callers must not modify the result."""
     window = table.windows[settings.signal_window]
     k = settings.risk_k
-    mean, stddev = window.index_mean, window.index_stddev
+    key = ("risk_index", settings.signal_window, k)
+    return table.derived(key, _risk, _risk_at, window.index_mean, window.index_stddev, k)
 
-    def compute() -> NDArray[np.float64]:
-        risk = stddev * k
-        risk += mean
-        np.minimum(risk, 100.0, out=risk)
-        return risk
 
-    def compute_row(row: int) -> float:
-        return min(mean.item(row) + k * stddev.item(row), 100.0)
+def _risk(mean: NDArray[np.float64], stddev: NDArray[np.float64], k: float) -> NDArray[np.float64]:
+    risk = stddev * k
+    risk += mean
+    np.minimum(risk, 100.0, out=risk)
+    return risk
 
-    return table.derived(("risk_index", settings.signal_window, k), compute, compute_row)
+
+def _risk_at(row: int, mean: NDArray[np.float64], stddev: NDArray[np.float64], k: float) -> float:
+    return min(mean.item(row) + k * stddev.item(row), 100.0)
 
 
 def reclaim_risk(table: NodeTable, settings: InterferenceArgs) -> NDArray[np.float64]:
@@ -239,22 +246,33 @@ def effective_index(table: NodeTable, settings: InterferenceArgs) -> NDArray[np.
     """
     weight = settings.recent_load_weight
     inverse_cpu = table.inverse_allocatable(CPU)
-    recent = table.recent_cpu_m
     risk = risk_index(table, settings)
-
-    def compute() -> NDArray[np.float64]:
-        index = recent * inverse_cpu
-        index *= weight
-        index += risk
-        np.minimum(index, 100.0, out=index)
-        return index
-
-    def compute_row(row: int) -> float:
-        # Python floats: the same IEEE operations as numpy's, without numpy scalar overhead
-        return min(recent.item(row) * inverse_cpu.item(row) * weight + risk.item(row), 100.0)
-
     key = ("effective_index", weight, settings.signal_window, settings.risk_k)
-    return table.derived(key, compute, compute_row)
+    return table.derived(key, _index, _index_at, table.recent_cpu_m, inverse_cpu, weight, risk)
+
+
+def _index(
+    recent: NDArray[np.float64],
+    inverse_cpu: NDArray[np.float64],
+    weight: float,
+    risk: NDArray[np.float64],
+) -> NDArray[np.float64]:
+    index = recent * inverse_cpu
+    index *= weight
+    index += risk
+    np.minimum(index, 100.0, out=index)
+    return index
+
+
+def _index_at(
+    row: int,
+    recent: NDArray[np.float64],
+    inverse_cpu: NDArray[np.float64],
+    weight: float,
+    risk: NDArray[np.float64],
+) -> float:
+    # Python floats: the same IEEE operations as numpy's, without numpy scalar overhead
+    return min(recent.item(row) * inverse_cpu.item(row) * weight + risk.item(row), 100.0)
 
 
 def fresh_quietness(table: NodeTable, settings: InterferenceArgs) -> NDArray[np.float64]:
@@ -263,15 +281,16 @@ def fresh_quietness(table: NodeTable, settings: InterferenceArgs) -> NDArray[np.
     Callers must not modify the result.
     """
     index = effective_index(table, settings)
-
-    def compute() -> NDArray[np.float64]:
-        return np.subtract(100.0, index)
-
-    def compute_row(row: int) -> float:
-        return 100.0 - index.item(row)
-
     key = ("quietness", settings.recent_load_weight, settings.signal_window, settings.risk_k)
-    return table.derived(key, compute, compute_row)
+    return table.derived(key, _quiet, _quiet_at, index)
+
+
+def _quiet(index: NDArray[np.float64]) -> NDArray[np.float64]:
+    return np.subtract(100.0, index)
+
+
+def _quiet_at(row: int, index: NDArray[np.float64]) -> float:
+    return 100.0 - index.item(row)
 
 
 def quietness(table: NodeTable, settings: InterferenceArgs, now: float) -> NDArray[np.float64]:
@@ -286,7 +305,7 @@ def quietness(table: NodeTable, settings: InterferenceArgs, now: float) -> NDArr
     value = NEUTRAL_SCORE if settings.stale_policy == "neutral" else 0.0
     if len(stale) == len(score):  # every report stale (an outage): one constant column
         key = (NAME, "stale_score", value)
-        return table.cached("signals", key, lambda: _constant(score, value))
+        return table.cached("signals", key, _constant, score, value)
     score = score.copy()
     score[stale] = value
     return score

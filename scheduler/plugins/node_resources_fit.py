@@ -81,7 +81,7 @@ def resources_fit(table: NodeTable, pod: PodInfo) -> FilterResult:
     """Nodes with room for the pod's requests and one more pod."""
     key = (NAME, *pod.requests.items())
     # resource rows never move; one no node offers yet may come with any heartbeat
-    plan = table.cached("constraints", key, lambda: _plan(table, pod), _all_offered)
+    plan = table.cached("constraints", key, _plan, table, pod, still_valid=_all_offered)
     if plan.unoffered:  # a resource no node has ever offered fails everywhere
         return FilterResult(
             NAME,
@@ -101,7 +101,7 @@ def resources_fit(table: NodeTable, pod: PodInfo) -> FilterResult:
     )
 
 
-def _all_offered(plan: _Plan) -> bool:
+def _all_offered(plan: _Plan, table: NodeTable, pod: PodInfo) -> bool:
     return not plan.unoffered
 
 
@@ -121,25 +121,27 @@ def least_allocated(
     table: NodeTable, resource: str, requested: NDArray[np.float64], pod_request: float
 ) -> NDArray[np.float64]:
     """Half of ``part`` of the module formula for one resource (the two halves add up)."""
-    per_unit: NDArray[np.float64] = table.cached(
-        "allocatable",
-        (NAME, "per_unit", resource),
-        lambda: table.inverse_allocatable(resource) * _HALF,
-    )
-
-    def room() -> NDArray[np.float64]:
-        left: NDArray[np.float64] = np.where(per_unit > 0, _HALF - requested * per_unit, 0.0)
-        return left
-
-    def room_at(row: int) -> float:
-        unit: float = per_unit.item(row)  # Python floats: numpy's IEEE operations, faster
-        return _HALF - requested.item(row) * unit if unit > 0 else 0.0
-
+    key = (NAME, "per_unit", resource)
+    per_unit = table.cached("allocatable", key, _per_unit, table, resource)
     part = per_unit * -pod_request
-    part += table.derived(("balance_room", resource), room, room_at)
+    part += table.derived(("balance_room", resource), _room, _room_at, per_unit, requested)
     # against a column of zeros, not the scalar 0: numpy's vectorised loop, over twice as fast
-    np.maximum(part, table.cached("constraints", (NAME, "zeros"), lambda: _zeros(table)), out=part)
+    np.maximum(part, table.cached("constraints", (NAME, "zeros"), _zeros, table), out=part)
     return part
+
+
+def _per_unit(table: NodeTable, resource: str) -> NDArray[np.float64]:
+    return table.inverse_allocatable(resource) * _HALF
+
+
+def _room(per_unit: NDArray[np.float64], requested: NDArray[np.float64]) -> NDArray[np.float64]:
+    left: NDArray[np.float64] = np.where(per_unit > 0, _HALF - requested * per_unit, 0.0)
+    return left
+
+
+def _room_at(row: int, per_unit: NDArray[np.float64], requested: NDArray[np.float64]) -> float:
+    unit: float = per_unit.item(row)  # Python floats: numpy's IEEE operations, faster
+    return _HALF - requested.item(row) * unit if unit > 0 else 0.0
 
 
 def _zeros(table: NodeTable) -> NDArray[np.float64]:

@@ -18,6 +18,7 @@ from scheduler.plugins.registry import REGISTRY
 from scheduler.ports import NodeSignals
 from scheduler.settings import EngineSettings, Profile
 from scheduler.table import NodeTable
+from scheduler.table_caches import CacheScope
 from tests.scheduler.test_model import container, node_obj, pod_obj, table_of
 
 NOW = 1000.0
@@ -162,8 +163,9 @@ def test_cache_scopes_empty_on_what_they_are_named_for() -> None:
         return object()
 
     def touch_all() -> None:
-        for scope in ("constraints", "allocatable", "signals"):
-            table.cached(scope, ("test", scope), lambda s=scope: value(s))  # type: ignore[arg-type]
+        scopes: tuple[CacheScope, ...] = ("constraints", "allocatable", "signals")
+        for scope in scopes:
+            table.cached(scope, ("test", scope), value, scope)
 
     touch_all()
     assert built == ["constraints", "allocatable", "signals"]
@@ -189,6 +191,6 @@ def test_cache_scopes_empty_on_what_they_are_named_for() -> None:
 def test_a_still_valid_check_rebuilds_an_expired_value() -> None:
     table = table_of([node_obj("a")])
     first = table.cached("signals", ("test",), lambda: 1)
-    kept = table.cached("signals", ("test",), lambda: 2, lambda v: True)
-    rebuilt = table.cached("signals", ("test",), lambda: 3, lambda v: v != 1)
+    kept = table.cached("signals", ("test",), lambda: 2, still_valid=lambda v: True)
+    rebuilt = table.cached("signals", ("test",), lambda: 3, still_valid=lambda v: v != 1)
     assert (first, kept, rebuilt) == (1, 1, 3)
