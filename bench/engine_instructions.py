@@ -63,9 +63,13 @@ def start_side(tree: Path, library: Path, out: Path, workload: list[str]) -> sub
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
 
 
-def instructions_per_decision(process: subprocess.Popen[str], out: Path) -> tuple[int, float]:
+def instructions_per_decision(
+    process: subprocess.Popen[str], out: Path, counted_line: str = r"^decisions counted (\d+)$"
+) -> tuple[int, float]:
+    """When ``process`` (a callgrind run writing ``out``) ends: how many decisions it
+    counted (``counted_line`` on its stderr) and the instructions per decision."""
     _, stderr = process.communicate()
-    counted = re.search(r"^decisions counted (\d+)$", stderr, re.M)
+    counted = re.search(counted_line, stderr, re.M)
     dumps = sorted(out.parent.glob(f"{out.name}.*"))
     if process.returncode or counted is None or not dumps:
         raise SystemExit(f"callgrind run failed ({process.returncode}):\n{stderr[-3000:]}")

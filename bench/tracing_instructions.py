@@ -31,7 +31,6 @@ import argparse
 import ctypes
 import gc
 import multiprocessing
-import re
 import subprocess
 import sys
 import tempfile
@@ -44,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from prometheus_client import CollectorRegistry
 
-from bench.engine_instructions import build_toggle_library
+from bench.engine_instructions import build_toggle_library, instructions_per_decision
 from bench.scheduler_throughput import (
     SCHEDULER,
     ListSink,
@@ -154,19 +153,6 @@ def count_one_side(toggle_library: str, side: str, nodes: int, running: int, pen
     return 0
 
 
-def instructions_per_attempt(process: subprocess.Popen[str], out: Path) -> tuple[int, float]:
-    _, stderr = process.communicate()
-    attempts = re.search(r"^attempts (\d+)$", stderr, re.M)
-    dumps = sorted(out.parent.glob(f"{out.name}.*"))
-    if process.returncode or attempts is None or not dumps:
-        raise SystemExit(f"callgrind run failed ({process.returncode}):\n{stderr[-3000:]}")
-    totals = re.search(r"^totals: (\d+)$", dumps[-1].read_text(), re.M)
-    if totals is None:
-        raise SystemExit(f"{dumps[-1]}: no totals line")
-    count = int(attempts.group(1))
-    return count, int(totals.group(1)) / count
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     for flag, default in (("--nodes", 1000), ("--running", 10_000), ("--pending", 600)):
@@ -192,7 +178,10 @@ def main(argv: list[str] | None = None) -> int:
             process = subprocess.Popen(argv_side, stdout=subprocess.DEVNULL,
                                        stderr=subprocess.PIPE, text=True)  # fmt: skip
             running[side] = (process, out)
-        counts = {side: instructions_per_attempt(*running[side]) for side in SIDES}
+        counts = {
+            side: instructions_per_decision(*running[side], counted_line=r"^attempts (\d+)$")
+            for side in SIDES
+        }
     print(f"{' '.join(workload)}; instructions per attempt, its bind's outcome included "
           "(callgrind)")  # fmt: skip
     for side, (attempts, per_attempt) in counts.items():
