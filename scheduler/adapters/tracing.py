@@ -18,11 +18,12 @@ one through a ``Tracer``, 35 µs to encode it for OTLP); built on the scheduling
 ten spans a decision would cost more than the decision. The scheduling thread only notes
 its stages (:mod:`scheduler.stage_trace`; a filter that let every node through is named on
 the root span rather than being a span of its own, and a score with no preference is left
-out) and hands them, as plain tuples in batches of up to ``HANDOFF_BATCH`` traces, to a
-spawned, niced exporter process. That process makes the SDK's spans from them — the
-scheduling process's trace and root span ids, the stages' own timestamps — and exports
-them with the SDK's OTLP exporter (figures in docs/BENCHMARKS.md). When the exporter
-falls behind, whole traces are dropped and counted, never the scheduling thread slowed.
+out) and hands them, each attempt pickled once, in batches of up to ``HANDOFF_BATCH``
+traces, to a spawned, niced exporter process. That process makes the SDK's spans from
+them — the scheduling process's trace and root span ids, the stages' own timestamps — and
+exports them with the SDK's OTLP exporter (figures in docs/BENCHMARKS.md). When the
+exporter falls behind, whole traces are dropped and counted, never the scheduling thread
+slowed.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ TRACER_NAME = "interference-scheduler"
 HANDOFF_BATCH = 64
 """Traces per hand-off to the exporter process. A ``multiprocessing`` queue costs about
 40 µs of the scheduling process's CPU per item (its lock, semaphore and feeder thread
-woken, a pipe write), against 2 µs to pickle an attempt's notes: one item per batch makes
+woken, a pipe write), against about 5 µs to pickle an attempt: one item per batch makes
 that per-item cost 64 times smaller (docs/BENCHMARKS.md, tracing on vs off)."""
 EXPORT_BATCH_SPANS = 512
 """Spans per export request (the SDK batch processor's default batch)."""
