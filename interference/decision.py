@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import accumulate, repeat
+from operator import sub
 from typing import Any, NamedTuple
 
 from interference.codec import PayloadError, decoded_hash
@@ -47,6 +49,19 @@ class FunnelStage(NamedTuple):
     name: str
     nodes_in: int
     nodes_out: int
+
+
+def funnel_of(
+    names: tuple[str, ...], considered: int, first_failures: Mapping[str, int]
+) -> tuple[FunnelStage, ...]:
+    """Each of the filters ``names`` that ran, in order, with the candidates it was given
+    and let through: the first is given the ``considered`` candidates, and each lets
+    through what it was given less the candidates it rejected first (``first_failures``,
+    filter → count; a filter not in it rejected none first)."""
+    left = list(accumulate(map(first_failures.get, names, repeat(0)), sub, initial=considered))
+    stages = zip(names, left[:-1], left[1:], strict=True)
+    # C loops: built per filter per decision, where FunnelStage(...) runs a Python __new__
+    return tuple(map(tuple.__new__, repeat(FunnelStage), stages))
 
 
 @dataclass(frozen=True, slots=True)

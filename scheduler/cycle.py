@@ -49,13 +49,13 @@ import random
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from itertools import accumulate, repeat
-from operator import itemgetter, sub
+from itertools import repeat
+from operator import itemgetter
 
 import numpy as np
 from numpy.typing import NDArray
 
-from interference.decision import CandidateVerdict, FunnelStage
+from interference.decision import CandidateVerdict, FunnelStage, funnel_of
 from scheduler.api.objects import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, PodInfo
 from scheduler.filter_masks import (
     Rejections,
@@ -597,8 +597,7 @@ def run_filter(plugin: Filter, state: CycleState) -> FilterResult | None:
 def _funnel(
     profile: ResolvedProfile, relax: bool, considered: int, first_failures: dict[str, int]
 ) -> tuple[FunnelStage, ...]:
-    """Each filter that ran with the candidates it was given and let through: a filter
-    lets through what it was given less the candidates it rejected first.
+    """:func:`~interference.decision.funnel_of` the filters that ran.
 
     Memoised (the stages are immutable): most decisions repeat an earlier one's counts.
     """
@@ -608,17 +607,8 @@ def _funnel(
     if found is None:
         if len(_FUNNELS) >= FUNNELS_CACHED:
             _FUNNELS.clear()
-        found = _FUNNELS[key] = _build_funnel(names, considered, first_failures)
+        found = _FUNNELS[key] = funnel_of(names, considered, first_failures)
     return found
-
-
-def _build_funnel(
-    names: tuple[str, ...], considered: int, first_failures: dict[str, int]
-) -> tuple[FunnelStage, ...]:
-    left = list(accumulate(map(first_failures.get, names, repeat(0)), sub, initial=considered))
-    stages = zip(names, left[:-1], left[1:], strict=True)
-    # C loops: built per filter per decision, where FunnelStage(...) runs a Python __new__
-    return tuple(map(tuple.__new__, repeat(FunnelStage), stages))
 
 
 def _prefilter(profile: ResolvedProfile, state: CycleState) -> tuple[str, PodRejection] | None:

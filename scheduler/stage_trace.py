@@ -19,6 +19,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from interference.decision import funnel_of
+
 AttributeValue = str | int | float | bool
 Attributes = dict[str, AttributeValue]
 PREFILTER = "prefilter"
@@ -30,8 +32,8 @@ BIND = "bind"
 
 
 class StageNote(NamedTuple):
-    """One stage of an attempt: a child span of the attempt's root span (a tuple, so
-    handing it to the exporter process is a C-level copy, not a field-by-field one)."""
+    """One stage of an attempt: a child span of the attempt's root span (made from the raw
+    parts by :func:`expand`)."""
 
     name: str
     stage: str
@@ -150,18 +152,16 @@ def _filter_notes(
     """A note per filter that rejected a node (nodes in and out as the decision's funnel,
     its reasons counted); the names of those that let every node through."""
     passed: list[str] = []
-    left = considered
-    for position, name in enumerate(names):
-        rejected = first_failures.get(name, 0)
-        if not rejected:
+    funnel = funnel_of(names, considered, first_failures)
+    for position, (name, nodes_in, nodes_out) in enumerate(funnel):
+        if nodes_in == nodes_out:
             passed.append(name)
             continue
         at = max(0, position - static_count + 1)  # the cached filters share stamps 0–1
         started, ended = stamps[at : at + 2] if at + 2 <= len(stamps) else (stamps[0], stamps[-1])
-        attributes: Attributes = {"nodes_in": left, "nodes_out": left - rejected}
+        attributes: Attributes = {"nodes_in": nodes_in, "nodes_out": nodes_out}
         for reason in reasons.get(name, ()):
             if counts.get(reason):
                 attributes[f"reason.{reason}"] = counts[reason]
         notes.append(StageNote(f"Filter {name}", NODE_FILTER, started, ended, attributes))
-        left -= rejected
     return passed
