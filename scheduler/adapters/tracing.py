@@ -280,10 +280,11 @@ def export_forever(messages: Any, endpoint: str, protocol: Protocol, service_nam
 
 def _export(exporter: Any, spans: list[Any]) -> None:
     for start in range(0, len(spans), EXPORT_BATCH_SPANS):
+        request = spans[start : start + EXPORT_BATCH_SPANS]
         try:
-            exporter.export(spans[start : start + EXPORT_BATCH_SPANS])
+            exporter.export(request)
         except Exception:  # a trace is not worth the exporter process
-            log.exception("exporting %d spans failed", len(spans))
+            log.exception("exporting %d spans failed", len(request))
 
 
 class _SpanMaker:
