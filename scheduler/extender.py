@@ -355,7 +355,7 @@ class Extender:
             None
             if events is None
             else PodWarningEvents(
-                events, self._known, metrics, extender_metrics.unwritten_pod_warnings, clock
+                events, cache.vouches_for, metrics, extender_metrics.unwritten_pod_warnings, clock
             )
         )
 
@@ -549,7 +549,7 @@ class Extender:
             held = list(self._unconfirmed.items())
         now = self._clock()
         for key, (uid, decision, deadline) in held:
-            known = self._known(key, uid)
+            known = self._cache.vouches_for(key, uid)
             if not known and now < deadline:
                 continue
             with self._lock:
@@ -580,15 +580,10 @@ class Extender:
         if self._pod_warnings is not None:
             self._pod_warnings.run(stop)
 
-    def _known(self, key: str, uid: str) -> bool:
-        """The informer has the pod pending here with this UID, or saw it so just before
-        kube-scheduler's bind (:meth:`ClusterCache.vouches_for`)."""
-        return self._cache.vouches_for(key, uid)
-
     def _record(self, pod: PodInfo, decision: Decision) -> None:
         """Write ``decision`` now when the informer knows ``pod``; else hold it for
         :meth:`confirm_records` (the oldest held one dropped and counted when full)."""
-        if self._known(pod.key, pod.uid):
+        if self._cache.vouches_for(pod.key, pod.uid):
             self._decisions.write(decision)
             return
         if not pod.uid:
