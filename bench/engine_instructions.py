@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 DRIVER = REPO / "bench" / "callgrind_engine_driver.py"
@@ -52,15 +53,22 @@ def build_toggle_library(directory: Path) -> Path:
     return library
 
 
-def start_side(tree: Path, library: Path, out: Path, workload: list[str]) -> subprocess.Popen[str]:
+def under_callgrind(out: Path, python_argv: list[str], **popen: Any) -> subprocess.Popen[str]:
+    """``python python_argv…`` started under callgrind, counting nothing until the script
+    asks (the toggle library's requests), its counts dumped to ``out``.*; stderr piped."""
     argv = [
         "valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-atstart=no",
-        f"--callgrind-out-file={out}", sys.executable, str(DRIVER), str(library), str(tree),
-        *workload, "--skip-end-to-end", "--skip-in-memory",
+        f"--callgrind-out-file={out}", sys.executable, *python_argv,
     ]  # fmt: skip
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, **popen)  # fmt: skip
+
+
+def start_side(tree: Path, library: Path, out: Path, workload: list[str]) -> subprocess.Popen[str]:
+    python_argv = [str(DRIVER), str(library), str(tree), *workload,
+                   "--skip-end-to-end", "--skip-in-memory"]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
-    return subprocess.Popen(argv, cwd=tree, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    return under_callgrind(out, python_argv, cwd=tree, env=env)
 
 
 def instructions_per_decision(

@@ -43,7 +43,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from prometheus_client import CollectorRegistry
 
-from bench.engine_instructions import build_toggle_library, instructions_per_decision
+from bench.engine_instructions import (
+    build_toggle_library,
+    instructions_per_decision,
+    under_callgrind,
+)
 from bench.scheduler_throughput import (
     SCHEDULER,
     ListSink,
@@ -170,14 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         running: dict[str, tuple[subprocess.Popen[str], Path]] = {}
         for side in SIDES:
             out = directory / f"callgrind.{side}"
-            argv_side = [
-                "valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-atstart=no",
-                f"--callgrind-out-file={out}", sys.executable, __file__, *workload,
-                f"--side={side}", f"--toggle-library={library}",
-            ]  # fmt: skip
-            process = subprocess.Popen(argv_side, stdout=subprocess.DEVNULL,
-                                       stderr=subprocess.PIPE, text=True)  # fmt: skip
-            running[side] = (process, out)
+            python_argv = [__file__, *workload, f"--side={side}", f"--toggle-library={library}"]
+            running[side] = (under_callgrind(out, python_argv), out)
         counts = {
             side: instructions_per_decision(*running[side], counted_line=r"^attempts (\d+)$")
             for side in SIDES
