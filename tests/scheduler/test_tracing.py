@@ -23,7 +23,8 @@ from prometheus_client import CollectorRegistry
 
 from scheduler.adapters.memory import node_object, pod_object
 from scheduler.adapters.tracing import OtlpTracer, TracingMetrics, TracingSettings, sampled
-from tests.scheduler.runtime_helpers import LoopHarness
+from scheduler.stage_trace import BIND, SELECTION, Attributes, StageRecorder
+from tests.scheduler.runtime_helpers import LoopHarness, schedule_pending
 
 
 class Receiver(trace_service_pb2_grpc.TraceServiceServicer):
@@ -266,3 +267,41 @@ def test_a_slow_collector_costs_whole_traces_counted_never_parts_of_one() -> Non
     for spans in by_trace.values():  # … whole: its root and its three stages
         assert sorted(s.name for s in spans) == ["PreFilter", "Score NodeResourcesFit",
                                                  "Select", "schedule"]  # fmt: skip
+
+
+class KeptTraces:
+    """A DecisionTracer sampling every attempt and keeping what it is handed."""
+
+    def __init__(self) -> None:
+        self.finished: list[tuple[str, StageRecorder, Attributes, int | None]] = []
+
+    def start(self) -> StageRecorder | None:
+        return StageRecorder(len(self.finished) + 1, 7)
+
+    def finish(
+        self,
+        recorder: StageRecorder,
+        name: str,
+        start_ns: int,
+        attributes: Attributes,
+        end_ns: int | None = None,
+    ) -> None:
+        self.finished.append((name, recorder, attributes, end_ns))
+
+
+def test_an_attempt_whose_bind_never_reported_is_still_traced_when_the_loop_closes() -> None:
+    traces = KeptTraces()
+    harness = LoopHarness(tracer=traces)
+    harness.cluster.add_node(node_object("big", cpu="8"))
+    harness.cluster.add_pod(pod_object("fits", cpu="2"))
+    harness.informer.sync()
+    harness.loop.close()  # the scheduler is stopping: its binder takes no more binds
+    assert schedule_pending(harness.loop) == 1
+    assert traces.finished == []  # a scheduled attempt's trace waits for its bind
+    harness.loop.close()
+    ((name, recorder, attributes, end_ns),) = traces.finished
+    assert name == "schedule"
+    assert attributes["result"] == "scheduled" and attributes["node"] == "big"
+    stages = [note.stage for note in recorder.stages]
+    assert SELECTION in stages and BIND not in stages  # the attempt, without a bind span
+    assert end_ns is not None  # ends when the decision was made, not at close
