@@ -1,4 +1,6 @@
-"""The scheduler's decision record, ``intf:decision:{ns}/{pod}`` (docs/design.md §5).
+"""The scheduler's decision record, ``intf:decision:{ns}/{pod}`` (docs/design.md §5), a
+pod's placement record; its rebalancing record (``intf:rebalance:decision:{ns}/{pod}``,
+§11) has the same fields.
 
 A hash a person can read with ``redis-cli HGETALL``: ``result``, ``node``, ``message``,
 ``ts``, ``dry_run``, ``candidates`` — a JSON list with, per node, its filter verdict,
@@ -71,7 +73,8 @@ class Decision:
     namespace: str
     pod: str
     result: str
-    """``scheduled``, ``unschedulable``, ``bind_failed`` or ``dry_run``."""
+    """``scheduled``, ``unschedulable``, ``bind_failed`` or ``dry_run``; in a rebalancing
+    record ``would_evict``, ``evicted`` or ``eviction_blocked``."""
     node: str
     message: str
     ts: float

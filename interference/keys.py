@@ -36,7 +36,7 @@ NODE_REPORTS_MAXLEN = 10
 Redis). Exact, since ``MAXLEN ~`` trims only whole stream nodes (100 entries)."""
 
 DECISION_TTL_S = 24 * 3600
-"""How long a scheduling decision record stays readable."""
+"""How long a decision record (placement or rebalancing record) stays readable."""
 
 REBALANCE_MOVES = "intf:rebalance:moves"
 """Sorted set written by the scheduler's rebalancer: member = one eviction (or dry-run
@@ -130,5 +130,13 @@ def node_from_sched_key(key: str) -> str:
 
 
 def decision_key(namespace: str, pod: str) -> str:
-    """Hash of the scheduler's latest decision for one pod."""
+    """Hash of the scheduler's latest decision for one pod: its placement record."""
     return f"intf:decision:{namespace}/{pod}"
+
+
+def rebalance_decision_key(namespace: str, pod: str) -> str:
+    """Hash of the rebalancer's latest look at one running pod, its rebalancing record
+    (result ``would_evict``, ``evicted``, ``eviction_blocked``): the fields of a decision
+    record, kept apart so that a look never overwrites why the pod was placed
+    (:func:`decision_key`)."""
+    return f"intf:rebalance:decision:{namespace}/{pod}"

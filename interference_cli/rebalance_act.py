@@ -204,6 +204,9 @@ def start_schedulers(
     nodes = tuple(n.name for n in lab.nodes)
     cache = RedisSignalCache(client, redis_settings, metrics, lambda: nodes)
     sink = RedisDecisionSink(client, redis_settings, metrics)
+    rebalancing_records = RedisDecisionSink(
+        client, redis_settings, metrics, record_key=keys.rebalance_decision_key
+    )
     threads = [threading.Thread(target=cache.run, args=(stop,), name="signals", daemon=True)]
     threads[0].start()
     deadline = time.monotonic() + SIGNALS_TIMEOUT_S
@@ -233,7 +236,7 @@ def start_schedulers(
         RedisPodReports(client),
         evictor,
         lab.cluster,
-        sink,
+        rebalancing_records,
         config.engine,
         rebalancer_settings,
         AWARE,

@@ -38,6 +38,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from interference import keys
 from interference_infra.cliparse import RUNTIME_EXIT, USAGE_EXIT, OneLineParser
 from interference_infra.logsetup import configure_logging, mask_credentials
 from interference_infra.strict import SettingsError
@@ -141,6 +142,12 @@ class Scheduler:
         self.decisions = QueuedDecisionSink(
             RedisDecisionSink(self.redis, config.redis, signal_metrics), config.redis
         )
+        """The placement records, and what the decision page (``/decisions/NS/POD``) shows."""
+        self.rebalancing_records = RedisDecisionSink(
+            self.redis, config.redis, signal_metrics, record_key=keys.rebalance_decision_key
+        )
+        """The rebalancer's records: written in its own thread, a few per look, so unqueued;
+        a key of their own keeps each pod's placement record (docs/design.md §11)."""
         self.leading = threading.Event()
         self.elector = LeaderElector(
             self.api,
@@ -185,7 +192,7 @@ class Scheduler:
             RedisPodReports(self.redis),
             KubernetesEvictor(self.api),
             self.cluster,
-            self.decisions,
+            self.rebalancing_records,
             config.engine,
             config.rebalancer,
             config.loop.scheduler_name,

@@ -107,7 +107,9 @@ class SignalSource(Protocol):
 
 
 class DecisionSink(Protocol):
-    """Where decision records go (``intf:decision:{ns}/{pod}`` in Redis)."""
+    """Where decision records go: placement records (``intf:decision:{ns}/{pod}`` in
+    Redis) from the scheduling loop, rebalancing records
+    (``intf:rebalance:decision:{ns}/{pod}``) from the rebalancer, each its own sink."""
 
     def write(self, decision: Decision) -> None:
         """Store a decision; must not raise (log and count failures instead)."""

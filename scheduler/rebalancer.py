@@ -16,13 +16,15 @@ node passes every filter it:
 * ``dry_run`` (the default): asks the Eviction API with ``dryRun=All`` (the budgets are
   checked, nothing is evicted) and writes a ``Normal InterferenceWouldEvict`` Event;
 * while the whole scheduler is a dry run (``loop.dry_run``, the dry-run overlay, whose
-  RBAC has neither Events nor evictions) it writes the decision record only.
+  RBAC has neither Events nor evictions) it writes the rebalancing record only.
 
 A blocking budget is a ``Normal InterferenceEvictionBlocked`` Event, any other failure of
 the Eviction API a ``Warning InterferenceEvictionFailed`` one; both are tried again after
-``retry_after_s``. A decision record (``intf:decision:{ns}/{pod}``, result ``evicted``,
-``would_evict`` or ``eviction_blocked``) holds the node it found with the candidates'
-verdicts, and ``interference_scheduler_rebalance_evictions_total{result}`` counts it. A
+``retry_after_s``. A rebalancing record (``intf:rebalance:decision:{ns}/{pod}``, result
+``evicted``, ``would_evict`` or ``eviction_blocked``; the fields of a decision record)
+holds the node it found with the candidates' verdicts, beside the pod's placement record
+(``intf:decision:{ns}/{pod}``), which it leaves as it is, and
+``interference_scheduler_rebalance_evictions_total{result}`` counts it. A
 victim kept where it is counts in ``interference_scheduler_rebalance_holds_total{reason}``
 (once per streak and reason, so a long hold is not a flood).
 
@@ -94,7 +96,7 @@ FAILED = "eviction_failed"
 HELD = "held"
 EVICTION_RESULTS = (EVICTED, WOULD_EVICT, BLOCKED, FAILED)
 """Values of the ``result`` label of ``interference_scheduler_rebalance_evictions_total``
-(and, but ``eviction_failed``, of the decision record's ``result``)."""
+(and, but ``eviction_failed``, of the rebalancing record's ``result``)."""
 
 
 TOLERANT_PODS = "rebalancer.tolerant_pods"
@@ -186,7 +188,7 @@ class Rebalancer:
         reports: PodReports,
         evictor: Evictor,
         events: EventRecorder,
-        decisions: DecisionSink,
+        rebalancing_records: DecisionSink,
         engine_settings: EngineSettings,
         settings: RebalancerSettings,
         scheduler_name: str,
@@ -197,10 +199,13 @@ class Rebalancer:
         clock: Callable[[], float] = time.time,
         tracer: DecisionTracer | None = None,
     ) -> None:
-        """``records_only``: the scheduler is a dry run (``loop.dry_run``): no Event, no
-        Eviction API call, only decision records (as ``dry_run`` mode otherwise).
+        """``rebalancing_records``: where each look's rebalancing record goes, a sink of
+        its own (``intf:rebalance:decision:{ns}/{pod}`` in Redis), never the placement
+        records' sink, so that a look leaves the pod's placement record as it is.
+        ``records_only``: the scheduler is a dry run (``loop.dry_run``): no Event, no
+        Eviction API call, only rebalancing records (as ``dry_run`` mode otherwise).
         ``tracer``: each search for a better node is a trace, as a scheduling attempt is
-        (its id in the decision record)."""
+        (its id in the rebalancing record)."""
         self._cache = cache
         self._tracer: DecisionTracer = tracer or NoTracer()
         self._journal = journal
@@ -212,7 +217,7 @@ class Rebalancer:
         self._reports = reports
         self._evictor = evictor
         self._events = events
-        self._decisions = decisions
+        self._records = rebalancing_records
         self._metrics = metrics
         self._clock = clock
         self.settings = settings
@@ -527,7 +532,7 @@ class Rebalancer:
         dry_run: bool,
         trace_id: str = "",
     ) -> None:
-        self._decisions.write(
+        self._records.write(
             Decision(
                 namespace=pod.namespace,
                 pod=pod.name,

@@ -30,7 +30,8 @@ Connection (:mod:`interference_infra.redis_client`): one server, a master found 
 Redis Sentinel (``sentinels``), or a Redis Cluster (``cluster``); credentials: the URL's,
 overridden by ``REDIS_USERNAME`` / ``REDIS_PASSWORD``. The scheduler's ACL user needs
 exactly :data:`ACL_COMMANDS`: read ``%R~intf:node:*``, write ``~intf:nodes``,
-``~intf:nodes:updated`` and ``~intf:decision:*``.
+``~intf:nodes:updated`` and ``~intf:decision:*`` (placement records), read and write
+``~intf:rebalance:*`` (the rebalancer's journal and rebalancing records).
 
 Size: over 500 lines because the follower, the ranking writer and the decision sink share
 one connection, its failure handling and its metrics (standalone or Redis Cluster).
@@ -130,7 +131,8 @@ class RedisSettings:
     retry_max_s: float = 10.0
     """Longest reconnect delay."""
     decision_ttl_s: int = keys.DECISION_TTL_S
-    """Lifetime of ``intf:decision:{ns}/{pod}`` records."""
+    """Lifetime of the decision records: placement records (``intf:decision:{ns}/{pod}``)
+    and rebalancing records (``intf:rebalance:decision:{ns}/{pod}``)."""
     log_interval_s: float = 30.0
     """At most one log line per this many seconds about malformed payloads."""
     decision_queue_size: int = 10_000
@@ -615,8 +617,14 @@ class RedisDecisionSink:
         settings: RedisSettings,
         metrics: SignalMetrics,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        record_key: Callable[[str, str], str] = keys.decision_key,
     ) -> None:
+        """``record_key``: the key of a pod's record from its namespace and name, the
+        placement record's by default; the rebalancer's sink passes
+        :func:`~interference.keys.rebalance_decision_key`."""
         self._redis = connection
+        self._record_key = record_key
         self._ttl_s = settings.decision_ttl_s
         self._memory_limit = settings.decision_memory_limit
         self._metrics = metrics
@@ -638,7 +646,7 @@ class RedisDecisionSink:
                 return
             pipe = self._redis.client().pipeline(transaction=False)
             for decision in decisions:
-                key = keys.decision_key(decision.namespace, decision.pod)
+                key = self._record_key(decision.namespace, decision.pod)
                 names.append(key)
                 # Every record has the same fields, so HSET overwrites the previous one whole.
                 fields: dict[str | bytes, bytes | float | int | str] = {}
@@ -690,7 +698,7 @@ class RedisDecisionSink:
         """The pod's record in Redis (HGETALL), ``None`` when there is none or this user
         may not read it (the deployed scheduler user only writes records); raises on
         other Redis errors and on a malformed record."""
-        key = keys.decision_key(namespace, pod)
+        key = self._record_key(namespace, pod)
         try:
             raw = self._redis.client().hgetall(key)
         except NoPermissionError as exc:

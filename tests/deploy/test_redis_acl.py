@@ -390,7 +390,8 @@ def exercise_scheduler_store(
 ) -> tuple[RedisSignalCache, set[str]]:
     """The scheduler's Redis adapters as deployed, logged in with the Deployment's
     credentials: read every known node's record, write the ranking, count strays, write a
-    decision record. Returns the cache and the commands the adapters sent."""
+    placement and a rebalancing record. Returns the cache and the commands the adapters
+    sent."""
     admin = server.admin()
     username, password = server.credentials(*SCHEDULER)
     settings = RedisSettings(url=server.url)
@@ -414,6 +415,9 @@ def exercise_scheduler_store(
     RedisDecisionSink(client, settings, metrics).write(
         Decision("shop", "api-2", "scheduled", nodes[-1], "assigned", NOW)
     )
+    RedisDecisionSink(  # … and its rebalancing records, under the rebalancer's own key
+        client, settings, metrics, record_key=keys.rebalance_decision_key
+    ).write(Decision("shop", "api-2", "would_evict", nodes[0], "would evict", NOW, dry_run=True))
     assert metrics.decision_write_errors._value.get() == 0
     assert metrics.ranking_errors._value.get() == 0
     return cache, commands_called(admin) - AUTHENTICATION
@@ -430,6 +434,7 @@ def test_the_scheduler_user_reads_records_writes_ranking_and_decisions(
     assert set(admin.zrange(keys.NODES_BY_INDEX, 0, -1)) == {"gpu-node-1", "cpu-node-2"}
     assert set(admin.zrange(keys.NODES_UPDATED, 0, -1)) == {"gpu-node-1", "cpu-node-2"}
     assert admin.hget(keys.decision_key("shop", "api-2"), "node") == "cpu-node-2"
+    assert admin.hget(keys.rebalance_decision_key("shop", "api-2"), "result") == "would_evict"
     assert admin.acl_log() == []
 
 
@@ -490,6 +495,9 @@ def test_the_viewer_reads_every_kind_of_key(deployed_redis: DeployedRedis) -> No
     assert viewer.zrange(keys.NODES_BY_INDEX, 0, -1) == [node.encode()]
     assert viewer.zscore(keys.NODES_UPDATED, node) is not None
     assert viewer.hgetall(keys.decision_key("shop", "api-2"))[b"node"] == node.encode()
+    assert viewer.hgetall(keys.rebalance_decision_key("shop", "api-2"))[b"result"] == (
+        b"would_evict"
+    )
     assert deployed_redis.admin().acl_log() == []
 
 
@@ -504,6 +512,8 @@ def test_the_viewer_reads_with_the_real_cli_store(deployed_redis: DeployedRedis)
     assert [row.node for row in store.node_rows(now=NOW)] == ["gpu-node-1"]
     assert [p.metrics.name for p in store.node_detail("gpu-node-1", now=NOW).pods] == ["api-0"]
     assert store.decision("shop", "api-2").node == "gpu-node-1"
+    records = store.pod_records("shop", "api-2")
+    assert records.rebalancing is not None and records.rebalancing.result == "would_evict"
     used = commands_called(admin) - AUTHENTICATION
     assert used <= granted_commands(admin, VIEWER)
     assert admin.acl_log() == []
@@ -517,6 +527,7 @@ def test_the_viewer_cannot_write_or_read_elsewhere(deployed_redis: DeployedRedis
         lambda: viewer.set(keys.sched_key("gpu-node-1"), "x"),
         lambda: viewer.xadd(keys.reports_key("gpu-node-1"), {"r": b"x"}),
         lambda: viewer.hset(keys.decision_key("shop", "x"), "node", "n"),
+        lambda: viewer.hset(keys.rebalance_decision_key("shop", "x"), "node", "n"),
         lambda: viewer.delete(keys.NODES_BY_INDEX),
         lambda: viewer.get("other:key"),
         lambda: viewer.hgetall("other:key"),

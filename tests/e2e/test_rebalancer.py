@@ -193,20 +193,29 @@ class Scene:
         assert self.scheduler is not None
         return self.scheduler.metrics().get(name, 0.0)
 
-    def decision(self, pod: str) -> Any:
+    def record(self, key: Callable[[str, str], str], pod: str) -> Any:
+        """The pod's record under ``key`` (placement or rebalancing record), or None."""
         client = redis.Redis.from_url(self.redis_url)
         try:
-            raw = client.hgetall(keys.decision_key(self.namespace, pod))
+            raw = client.hgetall(key(self.namespace, pod))
         finally:
             client.close()
         return parse_decision_hash(raw) if raw else None
 
     def decided(self, pod: str, result: str) -> Any:
-        """The pod's decision record once it has ``result`` (written behind the Events)."""
-        return wait_for(
-            lambda: (d := self.decision(pod)) is not None and d.result == result and d,
-            f"the {result} decision record of {pod}",
-        )
+        """The pod's placement record once it has ``result``."""
+        return self._awaited(keys.decision_key, pod, result, "placement record")
+
+    def rebalanced(self, pod: str, result: str) -> Any:
+        """The pod's rebalancing record once it has ``result`` (written behind the Events)."""
+        return self._awaited(keys.rebalance_decision_key, pod, result, "rebalancing record")
+
+    def _awaited(self, key: Callable[[str, str], str], pod: str, result: str, what: str) -> Any:
+        def found() -> Any:
+            record = self.record(key, pod)
+            return record if record is not None and record.result == result else None
+
+        return wait_for(found, f"the {result} {what} of {pod}")
 
     def forget_moves(self) -> None:
         client = redis.Redis.from_url(self.redis_url)
@@ -303,8 +312,10 @@ def test_evicted_through_a_budget_that_allows_and_replaced_elsewhere(
     assert event["type"] == "Warning"
     assert f"evicted to leave {scene.node_a}: its run-queue p99" in event["note"]
     assert f"{scene.node_b} passes every filter" in event["note"]
-    record = scene.decided(name, "evicted")  # records are written behind the Events
+    record = scene.rebalanced(name, "evicted")  # records are written behind the Events
     assert record.node == scene.node_b
+    placement = scene.record(keys.decision_key, name)  # kept beside the rebalancing record
+    assert (placement.result, placement.node) == ("scheduled", scene.node_a)
     # the ReplicaSet's replacement, placed by our scheduler away from the node it left
     old = {p["metadata"]["name"] for p in first}
 
@@ -361,8 +372,10 @@ def test_dry_run_writes_events_and_records_only(
     (event,) = scene.events("InterferenceWouldEvict")
     assert event["type"] == "Normal" and event["regarding"]["name"] == name
     assert event["note"].startswith("would evict (dry run): its run-queue p99")
-    record = scene.decided(name, "would_evict")
+    record = scene.rebalanced(name, "would_evict")
     assert (record.node, record.dry_run) == (scene.node_b, True)
+    placement = scene.record(keys.decision_key, name)  # why it was placed: still there
+    assert (placement.result, placement.node) == ("scheduled", scene.node_a)
     assert evictions(scene, "would_evict") == 1
     stays(lambda: scene.terminating("web") == [] and len(scene.pods_of("web")) == 1,
           "a dry run that evicts", 4)  # fmt: skip

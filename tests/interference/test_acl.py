@@ -101,6 +101,7 @@ def test_rules_cover_every_key_the_agent_writes() -> None:
         keys.NODES_BY_INDEX,
         keys.NODES_UPDATED,
         keys.decision_key("shop", "api-0"),
+        keys.rebalance_decision_key("shop", "api-0"),
     ]
     for key in others:
         assert not any(fnmatch.fnmatchcase(key, p) for p in patterns), key

@@ -22,6 +22,7 @@ NODE = "gpu-1"
         (keys.pod_key(NODE, "", "u-2"), "intf:node:gpu-1:pod:u-2"),
         (keys.gpu_key(NODE), "intf:node:gpu-1:gpu"),
         (keys.decision_key("ml", "trainer-0"), "intf:decision:ml/trainer-0"),
+        (keys.rebalance_decision_key("ml", "trainer-0"), "intf:rebalance:decision:ml/trainer-0"),
         (keys.NODES_BY_INDEX, "intf:nodes"),
         (keys.NODES_UPDATED, "intf:nodes:updated"),
     ],
@@ -101,7 +102,12 @@ def test_node_key_patterns_match_no_key_of_another_node(node: str, other: str) -
     patterns = keys.node_key_patterns(node)
     for key in _every_node_key(other):
         assert not _matches(key, patterns), key
-    for key in (keys.NODES_BY_INDEX, keys.NODES_UPDATED, keys.decision_key("ml", "x")):
+    for key in (
+        keys.NODES_BY_INDEX,
+        keys.NODES_UPDATED,
+        keys.decision_key("ml", "x"),
+        keys.rebalance_decision_key("ml", "x"),
+    ):
         assert not _matches(key, patterns), key
 
 

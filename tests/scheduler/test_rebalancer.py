@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
+from interference.decision import Decision
 from interference.signals import NodeMetrics, NodeReport, PodMetrics
 from scheduler.adapters.memory import node_object, pod_object
 from scheduler.cli import prepare
 from scheduler.config import ConfigError, parse_config
 from scheduler.plugins.rebalanced_away import LEFT_NODE, Departure
-from scheduler.ports import ClusterError, DecisionTracer, PodRef
-from scheduler.rebalance import Moved, RebalancerSettings
+from scheduler.ports import ClusterError, DecisionTracer, K8sObject, PodRef
+from scheduler.rebalance import Moved, RebalanceMode, RebalancerSettings
 from scheduler.rebalance_ports import EvictionAnswer, EvictionStatus
 from scheduler.rebalancer import (
     BLOCKED,
@@ -30,7 +31,7 @@ from scheduler.rebalancer import (
 )
 from scheduler.settings import EngineSettings
 from scheduler.stage_trace import SELECTION, Attributes, StageRecorder
-from tests.scheduler.runtime_helpers import LoopHarness
+from tests.scheduler.runtime_helpers import LoopHarness, MemoryDecisions
 
 NOISY = (0,) * 12 + (50,)  # 50 waits of 4–8 ms
 QUIET = (200,)
@@ -122,23 +123,40 @@ class World:
         self.evictions = Evictions()
         self.reports = Reports()
         self.registry = CollectorRegistry()
+        self.rebalancing_records = MemoryDecisions()
+        """The rebalancer's sink; ``self.h.decisions`` holds the loop's placement records."""
         self.rebalancer = Rebalancer(
             self.h.loop.cache,
             self.h.signals,
             self.reports,
             self.evictions,
             self.h.cluster,
-            self.h.decisions,
-            EngineSettings(),
-            settings,
-            "interference-scheduler",
-            RebalanceMetrics(self.registry),
+            rebalancing_records=self.rebalancing_records,
+            engine_settings=EngineSettings(),
+            settings=settings,
+            scheduler_name="interference-scheduler",
+            metrics=RebalanceMetrics(self.registry),
             journal=journal,
             clock=self.h.clock,
             tracer=tracer,
         )
 
     def run_pod(self, name: str, node: str, owner: str = "web", **annotations: str) -> None:
+        self.h.cluster.add_pod(self._pod(name, node, owner, annotations))
+        self.reports.rows.setdefault(node, {})[f"shop/{name}"] = NOISY
+
+    def place_pod(self, name: str) -> Decision:
+        """A pending pod the loop places (on node-a, the roomier); its placement record."""
+        for node in self.h.loop.cache.node_names():
+            self.h.signals.report(node, self.h.clock.now, runq_p99_us=100.0)
+        self.h.cluster.add_pod(self._pod(name, None, "web", {}))
+        self.h.cycle()
+        assert self.h.cluster.node_of("shop", name) == "node-a"
+        self.reports.rows.setdefault("node-a", {})[f"shop/{name}"] = NOISY
+        return self.h.decisions.last(name, "shop")
+
+    @staticmethod
+    def _pod(name: str, node: str | None, owner: str, annotations: dict[str, str]) -> K8sObject:
         obj = pod_object(
             name,
             namespace="shop",
@@ -149,8 +167,7 @@ class World:
             {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": owner,
              "uid": f"rs-{owner}", "controller": True}
         ]  # fmt: skip
-        self.h.cluster.add_pod(obj)
-        self.reports.rows.setdefault(node, {})[f"shop/{name}"] = NOISY
+        return obj
 
     def step(self, after_s: float = 0.0) -> list[object]:
         self.h.clock.advance(after_s)
@@ -189,7 +206,7 @@ def test_a_sustained_victim_is_evicted_and_its_replacement_avoids_the_node(
     assert (kind, reason) == ("Warning", "InterferenceEvicted")
     assert "its run-queue p99" in message and "> tolerance 500 µs for 30 s" in message
     assert "node-b passes every filter" in message
-    assert w.h.decisions.last("web-1", "shop").result == EVICTED
+    assert w.rebalancing_records.last("web-1", "shop").result == EVICTED
     assert w.metric("interference_scheduler_rebalance_evictions_total", result=EVICTED) == 1
     # the ReplicaSet's replacement: node-a has more room (LeastAllocated prefers it), but
     # the workload just left it
@@ -230,7 +247,7 @@ def test_dry_run_asks_the_api_with_dry_run_and_writes_an_event_only() -> None:
     ((kind, reason, message),) = w.events("web-1")
     assert (kind, reason) == ("Normal", "InterferenceWouldEvict")
     assert message.startswith("would evict (dry run): its run-queue p99")
-    record = w.h.decisions.last("web-1", "shop")
+    record = w.rebalancing_records.last("web-1", "shop")
     assert (record.result, record.node, record.dry_run) == (WOULD_EVICT, "node-b", True)
     assert w.rebalancer.departures.all() == []  # nothing moved: nothing to avoid
     # dry runs count towards the guard rails: the same workload is not flagged again at once
@@ -239,6 +256,40 @@ def test_dry_run_asks_the_api_with_dry_run_and_writes_an_event_only() -> None:
     assert held.outcome == HELD and held.reason.startswith("cooldown")  # type: ignore[attr-defined]
     assert len(w.evictions.calls) == 1
     w.h.close()
+
+
+@pytest.mark.parametrize(
+    ("mode", "records_only", "answer", "result", "dry_run"),
+    [
+        ("dry_run", False, EvictionStatus.EVICTED, WOULD_EVICT, True),
+        ("enforce", False, EvictionStatus.EVICTED, EVICTED, False),
+        ("enforce", False, EvictionStatus.BLOCKED, BLOCKED, False),
+        ("enforce", True, EvictionStatus.EVICTED, WOULD_EVICT, True),  # loop.dry_run
+    ],
+)
+def test_a_look_writes_a_rebalancing_record_and_keeps_the_placement_record(
+    mode: RebalanceMode,
+    records_only: bool,
+    answer: EvictionStatus,
+    result: str,
+    dry_run: bool,
+) -> None:
+    w = World(RebalancerSettings(mode=mode))
+    try:
+        w.rebalancer.update_settings(
+            EngineSettings(), w.rebalancer.settings, "interference-scheduler", records_only
+        )
+        w.evictions.answers.append(EvictionAnswer(answer, "blocked by a budget"))
+        placement = w.place_pod("web-1")
+        assert (placement.result, placement.node) == ("scheduled", "node-a")
+        w.step()
+        (action,) = w.step(30)
+        assert action.outcome == result  # type: ignore[attr-defined]
+        record = w.rebalancing_records.last("web-1", "shop")
+        assert (record.result, record.node, record.dry_run) == (result, "node-b", dry_run)
+        assert w.h.decisions.for_pod("web-1", "shop") == [placement]  # why it is where it is
+    finally:
+        w.h.close()
 
 
 def test_no_eviction_when_no_other_node_would_take_it(enforcing: World) -> None:
@@ -346,7 +397,7 @@ def test_a_dry_run_scheduler_only_records() -> None:
     (action,) = w.step(30)
     assert action.outcome == WOULD_EVICT  # type: ignore[attr-defined]
     assert w.evictions.calls == [] and w.events("web-1") == []
-    record = w.h.decisions.last("web-1", "shop")
+    record = w.rebalancing_records.last("web-1", "shop")
     assert (record.result, record.node, record.dry_run) == (WOULD_EVICT, "node-b", True)
     assert w.rebalancer.departures.all() == []
     w.h.close()
@@ -463,6 +514,6 @@ def test_each_search_for_a_better_node_is_a_trace_named_in_the_record() -> None:
         assert "NodeResourcesFit" in recorder.passed_filters
         (selection,) = [s for s in recorder.stages if s.stage == SELECTION]
         assert selection.attributes["chosen"] == "node-b"
-        assert w.h.decisions.last("web-1", "shop").trace_id == recorder.trace_hex
+        assert w.rebalancing_records.last("web-1", "shop").trace_id == recorder.trace_hex
     finally:
         w.h.close()

@@ -18,7 +18,7 @@ import redis
 from prometheus_client import CollectorRegistry
 
 from interference import keys, sched_record
-from interference.decision import CandidateVerdict, Decision, parse_decision_hash
+from interference.decision import CandidateVerdict, Decision, decision_hash, parse_decision_hash
 from interference.index import IndexReferences
 from interference.signals import NodeMetrics, NodeReport
 from node_agent.publisher import PublisherSettings, RedisPublisher
@@ -426,6 +426,35 @@ def test_decision_sink_writes_the_record_with_a_ttl(
     key = keys.decision_key("ml", "train-0")
     assert parse_decision_hash(raw.hgetall(key)) == decision()
     assert 0 < raw.ttl(key) <= keys.DECISION_TTL_S
+
+
+@pytest.mark.parametrize(
+    ("record_key", "other_key"),
+    [
+        (keys.decision_key, keys.rebalance_decision_key),
+        (keys.rebalance_decision_key, keys.decision_key),
+    ],
+)
+def test_decision_sink_writes_and_reads_under_its_key_function(
+    raw: redis.Redis[bytes],
+    redis_server: RedisServer,
+    record_key: Callable[[str, str], str],
+    other_key: Callable[[str, str], str],
+) -> None:
+    """The rebalancer's sink (``rebalance_decision_key``) and the loop's (the default)
+    write the same fields and TTL, each under its own key only."""
+    settings = dataclasses.replace(_settings(redis_server), decision_ttl_s=600)
+    sink = RedisDecisionSink(
+        connect(settings), settings, SignalMetrics(CollectorRegistry()), record_key=record_key
+    )
+    kept = dataclasses.replace(decision(), message="the other record")
+    raw.hset(other_key("ml", "train-0"), mapping=decision_hash(kept))  # type: ignore[arg-type]
+    looked = dataclasses.replace(decision(), result="would_evict", node="n2", dry_run=True)
+    sink.write(looked)
+    assert parse_decision_hash(raw.hgetall(record_key("ml", "train-0"))) == looked
+    assert 0 < raw.ttl(record_key("ml", "train-0")) <= 600
+    assert parse_decision_hash(raw.hgetall(other_key("ml", "train-0"))) == kept
+    assert sink.read("ml", "train-0") == looked
 
 
 def test_decision_sink_never_raises(registry: CollectorRegistry) -> None:
