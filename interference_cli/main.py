@@ -2,7 +2,7 @@
 
     interference top [--watch]          nodes ranked by interference index
     interference node NODE              one node: metrics, histograms, victim/antagonist pods
-    interference explain NS/POD [--html FILE]   a pod's decision record (and its page)
+    interference explain NS/POD [--html FILE]   a pod's decision records (and a page)
     interference record --out FILE      save the nodes' NodeReports to a trace file
     interference simulate --trace FILE --pods FILE --policy A.yaml [--explain NS/POD [--html FILE]]
 
@@ -168,7 +168,9 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
         "the scheduling decision record of a pod",
         "The interference-scheduler's latest decision for a pod: the chosen node, each "
         "rejected node with the reason and the measured value against the pod's tolerance, "
-        "and each candidate's scores with their weights (total = Σ weight × score). "
+        "and each candidate's scores with their weights (total = Σ weight × score). Then, "
+        "when there is one, its rebalancing record: the rebalancer's latest look at the "
+        "running pod (result, the node it found, message, time, dry run or not, trace). "
         "Without a cluster: `interference simulate … --explain NS/POD`.",
         "interference explain shop/checkout-api-5b7d9c8f6-q4k2m",
     )
@@ -177,7 +179,8 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
         "--html",
         metavar="FILE",
         help="also write the decision as a self-contained HTML page (funnel, score parts, "
-        "the chosen node's recent interference index)",
+        "the chosen node's recent interference index); the rebalancing record's once the "
+        "placement record is gone",
     )
 
     record = command(
@@ -337,10 +340,12 @@ def _run(args: argparse.Namespace, console: Console, env: Mapping[str, str]) -> 
         console.print(views.node_view(store.node_detail(args.node, now), now))
     elif args.command == "explain":
         namespace, pod = split_pod_ref(args.pod)
-        decision = store.decision(namespace, pod)
-        console.print(views.decision_view(decision, time.time()))
-        if args.html:
-            _write_decision_page(store, decision, args.html, console)
+        records = store.pod_records(namespace, pod)
+        console.print(views.explain_view(records, time.time()))
+        # the page draws the placement record; once it is gone, the rebalancer's search
+        drawn = records.placement or records.rebalancing
+        if args.html and drawn is not None:
+            _write_decision_page(store, drawn, args.html, console)
     return 0
 
 

@@ -3,7 +3,9 @@
 What it reads (docs/design.md §4): the ranking the scheduler writes (``intf:nodes``,
 ``intf:nodes:updated``) when there is one, else every node that has a scheduling record
 (``SCAN MATCH intf:node:*:sched``); each node's hash, pod set and pod hashes under its
-own prefix; each node's report stream (``intf:node:NODE:reports``) for ``record``.
+own prefix; each node's report stream (``intf:node:NODE:reports``) for ``record``; a
+pod's placement and rebalancing records (``intf:decision:{ns}/{pod}``,
+``intf:rebalance:decision:{ns}/{pod}``) for ``explain``.
 
 The viewer's Redis user needs :data:`VIEWER_COMMANDS` on ``intf:*``, reads only. ``SCAN``
 (:data:`SCAN_COMMAND`) is optional: without it the CLI sees only the nodes the scheduler
@@ -13,7 +15,7 @@ Every failure the user can fix (Redis unreachable, nothing published yet, unknow
 or pod, a malformed record) becomes a :class:`CliError` whose message is the one line
 the CLI prints.
 
-Size: just over 500 lines: every key the CLI reads, each with its own way of failing.
+Size: about 600 lines: every key the CLI reads, each with its own way of failing.
 """
 
 from __future__ import annotations
@@ -116,6 +118,18 @@ class NodeDetail:
     disabled_probes: str = ""
     windows: dict[str, WindowMetrics] = field(default_factory=dict)
     """The latest report's windowed signals (``10s``, ``60s``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodRecords:
+    """What ``interference explain`` shows of one pod: why it was placed where it is, and
+    what the rebalancer last concluded about it; each kept 24 h, so either may be gone."""
+
+    placement: Decision | None
+    """Its placement record (``intf:decision:{ns}/{pod}``)."""
+    rebalancing: Decision | None
+    """Its rebalancing record (``intf:rebalance:decision:{ns}/{pod}``): the rebalancer's
+    latest look, written only when it found a better node for a pod over its tolerance."""
 
 
 class Store:
@@ -326,23 +340,45 @@ class Store:
         )
 
     def decision(self, namespace: str, pod: str) -> Decision:
-        """The scheduler's latest decision for a pod; :class:`CliError` when there is none."""
-        raw = self._call(
-            f"the decision for {namespace}/{pod}",
-            lambda: self._redis.hgetall(keys.decision_key(namespace, pod)),
+        """The scheduler's latest decision for a pod, its placement record; :class:`CliError`
+        when there is none."""
+        placement = self._record("the decision", keys.decision_key, namespace, pod)
+        if placement is None:
+            raise CliError(self._no_record(namespace, pod))
+        return placement
+
+    def pod_records(self, namespace: str, pod: str) -> PodRecords:
+        """A pod's placement record and rebalancing record, either of which may be gone;
+        :class:`CliError` when both are."""
+        records = PodRecords(
+            placement=self._record("the decision", keys.decision_key, namespace, pod),
+            rebalancing=self._record(
+                "the rebalancing record", keys.rebalance_decision_key, namespace, pod
+            ),
         )
+        if records.placement is None and records.rebalancing is None:
+            raise CliError(self._no_record(namespace, pod))
+        return records
+
+    def _record(
+        self, what: str, key_of: Callable[[str, str], str], namespace: str, pod: str
+    ) -> Decision | None:
+        """The record under ``key_of(namespace, pod)``, None when there is none."""
+        key = key_of(namespace, pod)
+        raw = self._call(f"{what} for {namespace}/{pod}", lambda: self._redis.hgetall(key))
         if not raw:
-            raise CliError(
-                f"no scheduling decision for pod {namespace}/{pod} in {self.shown_url}; "
-                "is the pod scheduled by interference-scheduler (spec.schedulerName) "
-                f"and younger than {keys.DECISION_TTL_S // 3600} h?"
-            )
+            return None
         try:
             return parse_decision_hash(raw)
         except PayloadError as exc:
-            raise CliError(
-                f"decision record {keys.decision_key(namespace, pod)} is malformed: {exc}"
-            ) from exc
+            raise CliError(f"decision record {key} is malformed: {exc}") from exc
+
+    def _no_record(self, namespace: str, pod: str) -> str:
+        return (
+            f"no scheduling decision for pod {namespace}/{pod} in {self.shown_url}; "
+            "is the pod scheduled by interference-scheduler (spec.schedulerName) "
+            f"and younger than {keys.DECISION_TTL_S // 3600} h?"
+        )
 
     def index_history(self, node: str) -> list[tuple[float, float]]:
         """The node's interference index in its report stream (its last

@@ -1,4 +1,5 @@
-"""Rich renderings of what the store holds: node ranking, one node, one decision.
+"""Rich renderings of what the store holds: node ranking, one node, one pod's decision
+records.
 
 Every name and message from the store (nodes, pods, namespaces, plugins, reasons,
 messages, windows, histograms) goes in as :func:`interference_cli.plain.text`: printed
@@ -12,12 +13,12 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from interference import hist
+from interference import hist, keys
 from interference.contention import contention_shares
 from interference.decision import CandidateVerdict, Decision
 from interference.signals import WindowMetrics
 from interference_cli.plain import plain, text
-from interference_cli.store import NodeDetail, NodeRow, PodRow
+from interference_cli.store import NodeDetail, NodeRow, PodRecords, PodRow
 
 BAR_WIDTH = 40
 """Characters of the longest histogram bar."""
@@ -305,6 +306,43 @@ def decision_view(decision: Decision, now: float, when: str | None = None) -> Re
         parts.append(text(f"rejected: {rejected}", style="red"))
     if decision.trace_id:
         parts.append(text(f"trace: {decision.trace_id}"))
+    return Group(*parts)
+
+
+def explain_view(records: PodRecords, now: float) -> RenderableType:
+    """``interference explain``: the placement record (:func:`decision_view`), then the
+    rebalancing record when there is one (:func:`rebalancing_view`); when only that one is
+    left, a line saying the placement record is gone."""
+    parts: list[RenderableType] = []
+    if records.placement is not None:
+        parts.append(decision_view(records.placement, now))
+    elif records.rebalancing is not None:
+        gone = records.rebalancing
+        parts.append(
+            text(
+                f"{gone.namespace}/{gone.pod}: the placement record is gone (kept"
+                f" {keys.DECISION_TTL_S // 3600} h): why the pod was placed where it is"
+                " cannot be shown",
+                style="yellow",
+            )
+        )
+    if records.rebalancing is not None:
+        parts.append(rebalancing_view(records.rebalancing, now))
+    return Group(*parts)
+
+
+def rebalancing_view(record: Decision, now: float) -> RenderableType:
+    """The rebalancer's latest look at a running pod: its result, the node it found, when,
+    whether it was a dry run, its message and trace."""
+    header = Text()
+    header.append("\nrebalancing record, the rebalancer's latest look: ", style="bold")
+    header.append(plain(record.result), style="yellow" if record.dry_run else "red")
+    header.append(plain(f", found {record.node}" if record.node else ", no node found"))
+    age = f"{now - record.ts:.0f} s ago"
+    header.append(plain(f" ({age}, {'dry run' if record.dry_run else 'not a dry run'})"))
+    parts: list[RenderableType] = [header, text(record.message)]
+    if record.trace_id:
+        parts.append(text(f"trace: {record.trace_id}"))
     return Group(*parts)
 
 

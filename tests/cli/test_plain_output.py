@@ -21,7 +21,7 @@ from interference_cli import main as cli_main
 from interference_cli import views
 from interference_cli.plain import plain
 from interference_cli.simulate import PolicyResult, result_table
-from interference_cli.store import CliError, NodeDetail, NodeRow, PodRow
+from interference_cli.store import CliError, NodeDetail, NodeRow, PodRecords, PodRow
 
 NASTY = (
     "[link=https://evil.example]",
@@ -151,6 +151,23 @@ def test_decision_view(
     assert_printed_as_text(
         output, f"{namespace}/{pod}", node, other, reason, message, plugin, detail, trace
     )
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    namespace=names, pod=names, node=names, result=names, message=names, trace=names,
+    placement_kept=st.booleans(),
+)  # fmt: skip
+def test_explain_view_with_a_rebalancing_record(
+    namespace: str, pod: str, node: str, result: str, message: str, trace: str,
+    placement_kept: bool,
+) -> None:  # fmt: skip
+    """The rebalancing record's section, after the placement record or alone."""
+    placement = Decision(namespace, pod, "scheduled", "node-a", "placed", 900.0)
+    rebalancing = Decision(namespace, pod, result, node, message, 1000.0, trace_id=trace)
+    records = PodRecords(placement if placement_kept else None, rebalancing)
+    output = render(views.explain_view(records, 1001.0))
+    assert_printed_as_text(output, f"{namespace}/{pod}", node, result, message, trace)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -216,6 +217,53 @@ def test_explain_shows_every_candidate(
     assert "97.0" in out and "45.2" in out
     assert "NVIDIA-H100-80GB-HBM3" in out  # per-candidate details, e.g. the GPU model
     assert "rejected: 1 Insufficient nvidia.com/gpu, 3 node(s) were unschedulable" in out
+
+
+@pytest.mark.parametrize(
+    ("placement_kept", "shown", "not_shown"),
+    [
+        (True, ["scheduled on quiet-node (total 91.0)", "▶ quiet-node"], ["is gone"]),
+        (
+            False,
+            ["web/api-1: the placement record is gone (kept 24 h)"],
+            ["scheduled on quiet-node", "▶ quiet-node"],
+        ),
+    ],
+)
+def test_explain_shows_the_rebalancing_record_after_the_placement_record(
+    filled: RedisServer,
+    capsys: pytest.CaptureFixture[str],
+    placement_kept: bool,
+    shown: list[str],
+    not_shown: list[str],
+) -> None:
+    client = filled.client()
+    looked = Decision(
+        namespace="web",
+        pod="api-1",
+        result="would_evict",
+        node="busy-node",
+        message="would evict (dry run): its run-queue p99 8150 µs > tolerance 500 µs",
+        ts=time.time() - 12,
+        dry_run=True,
+        candidates=[CandidateVerdict("busy-node", True, [], {"Interference": 60.0}, 60.0)],
+        trace_id="4bf92f3577b34da6a3ce929d0e0e4736",
+    )
+    client.hset(keys.rebalance_decision_key("web", "api-1"), mapping=decision_hash(looked))
+    if not placement_kept:
+        client.delete(keys.decision_key("web", "api-1"))
+    code, out, err = _cli(capsys, filled.url, "explain", "web/api-1")
+    assert code == 0, err
+    for line in shown:
+        assert line in out
+    for line in not_shown:
+        assert line not in out
+    section = out[out.index("rebalancing record, the rebalancer's latest look:") :]
+    first = section.splitlines()[0]
+    assert re.search(r": would_evict, found busy-node \(1[23] s ago, dry run\)$", first), first
+    assert "would evict (dry run): its run-queue p99 8150 µs" in section
+    assert "trace: 4bf92f3577b34da6a3ce929d0e0e4736" in section
+    assert "Insufficient nvidia.com/gpu" not in section  # the placement record comes first
 
 
 @pytest.mark.parametrize(

@@ -241,6 +241,19 @@ class Store:
         key = keys.decision_key(POD_NAMESPACE, POD)
         scheduler.hset(key, mapping=decision_hash(decision))  # type: ignore[arg-type]
         scheduler.expire(key, keys.DECISION_TTL_S)
+        looked = Decision(
+            POD_NAMESPACE,
+            POD,
+            "would_evict",
+            NODE,
+            "would evict (dry run): its run-queue p99 8150 µs > tolerance 500 µs",
+            self.now,
+            dry_run=True,
+            candidates=candidates,
+        )
+        key = keys.rebalance_decision_key(POD_NAMESPACE, POD)
+        scheduler.hset(key, mapping=decision_hash(looked))  # type: ignore[arg-type]
+        scheduler.expire(key, keys.DECISION_TTL_S)
 
 
 @pytest.fixture
@@ -312,6 +325,10 @@ def check_output(name: str, recipe: str, out: str) -> None:
         fields = dict(zip(lines[0::2], lines[1::2], strict=True))
         assert fields["interference_index"] == "72.5"
         assert "updated_at" in fields and "hist_runq_us" in fields
+    elif name == "HGETALL" and recipe.endswith(keys.rebalance_decision_key(POD_NAMESPACE, POD)):
+        fields = dict(zip(lines[0::2], lines[1::2], strict=True))
+        assert fields["result"] == "would_evict" and fields["node"] == NODE
+        assert fields["dry_run"] == "1"
     elif name == "HGETALL" and "intf:decision:" in recipe:
         fields = dict(zip(lines[0::2], lines[1::2], strict=True))
         assert fields["result"] == "scheduled" and fields["node"] == "cpu-node-2"
@@ -449,6 +466,7 @@ def test_the_recipes_cover_what_the_issue_asks_for() -> None:
     names = {redis_command_name(r) for r in RECIPES}
     assert {"ZREVRANGE", "HGETALL", "XREAD"} <= names
     assert any(keys.decision_key(POD_NAMESPACE, POD) in r for r in RECIPES)
+    assert any(keys.rebalance_decision_key(POD_NAMESPACE, POD) in r for r in RECIPES)
     assert any(keys.node_key(NODE) in r for r in RECIPES)
 
 
