@@ -26,9 +26,12 @@ from typing import Any, NamedTuple
 from interference.codec import PayloadError, decoded_hash
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CandidateVerdict:
-    """One node's outcome for one pod."""
+    """One node's outcome for one pod.
+
+    Not frozen: about seven are built per decision, and a frozen dataclass's ``__init__``
+    (``object.__setattr__`` per field) takes 0.85 µs against 0.22 µs."""
 
     node: str
     passed: bool

@@ -187,9 +187,10 @@ def inter_pod_affinity_score(
     score = np.zeros(n)
     if not feasible.any():
         return score
-    low, high = raw[feasible].min(), raw[feasible].max()
+    candidates = raw[feasible]  # gathered once: each boolean gather of every node is ~5 µs
+    low, high = candidates.min(), candidates.max()
     if high > low:  # Go: int64(100 · (float64(s − min) / float64(max − min)))
-        score[feasible] = np.trunc(MAX_SCORE * ((raw[feasible] - low) / (high - low)))
+        score[feasible] = np.trunc(MAX_SCORE * ((candidates - low) / (high - low)))
     return score
 
 

@@ -184,11 +184,12 @@ def topology_spread_score(
     score = np.zeros(n)
     if not scored.any():
         return score
-    low, high = int(rounded[scored].min()), int(rounded[scored].max())
+    candidates = rounded[scored]  # gathered once: each boolean gather of every node is ~5 µs
+    low, high = int(candidates.min()), int(candidates.max())
     if high == 0:
         score[scored] = MAX_SCORE
     else:  # integer arithmetic, as kube-scheduler's int64 division
-        score[scored] = MAX_SCORE * (high + low - rounded[scored]) // high
+        score[scored] = MAX_SCORE * (high + low - candidates) // high
     return score
 
 
