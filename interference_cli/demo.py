@@ -241,8 +241,8 @@ def run_demo(settings: DemoSettings, console: Console) -> None:
         console.rule(f"measuring both copies of the pod ({settings.measure_s:g} s)")
         _measure(lab, store, results, settings.measure_s, console)
         _print_result(results, console)
-        _second_act(lab, workload, evictor, settings, console)
-        _print_next_steps(lab.url, nodes[0].name, console, settings.linger_s)
+        moved = _second_act(lab, workload, evictor, settings, console)
+        _print_next_steps(lab.url, nodes[0].name, moved, console, settings.linger_s)
         if settings.linger_s > 0:
             time.sleep(settings.linger_s)
     finally:
@@ -426,8 +426,9 @@ def _second_act(
     evictor: LocalReplicaSets,
     settings: DemoSettings,
     console: Console,
-) -> None:
-    """Interference after placement: the rebalancer moves the victim (module docstring)."""
+) -> str:
+    """Interference after placement: the rebalancer moves the victim (module docstring).
+    Returns the pod it judged."""
     console.rule("second act: interference that arrives after placement")
     for pod in ("batch-stress", LATENCY_POD, f"{LATENCY_POD}-blind"):
         lab.cluster.delete_pod(NAMESPACE, pod)
@@ -469,6 +470,7 @@ def _second_act(
             f"back under its tolerance {result.recovered_after_s:.0f} s after the antagonist "
             f"arrived (moved after {result.moved_at - result.antagonist_at:.0f} s)"
         )
+    return result.first_pod
 
 
 def _ratio(worse: float, better: float) -> str:
@@ -478,7 +480,9 @@ def _ratio(worse: float, better: float) -> str:
     return f"{worse / max(better, 1.0):.1f}×"
 
 
-def _print_next_steps(url: str, node: str, console: Console, linger_s: float) -> None:
+def _print_next_steps(
+    url: str, node: str, judged_pod: str, console: Console, linger_s: float
+) -> None:
     port = url.rsplit(":", 1)[1].split("/")[0]
     console.rule("look further")
     for command in (
@@ -489,6 +493,9 @@ def _print_next_steps(url: str, node: str, console: Console, linger_s: float) ->
         f"interference --redis-url {url} top --watch",
         f"interference --redis-url {url} node {node}",
         f"interference --redis-url {url} explain {NAMESPACE}/{LATENCY_POD}",
+        # the second act: the rebalancer's look at the pod it moved, beside its placement
+        f"redis-cli -p {port} HGETALL {keys.rebalance_decision_key(NAMESPACE, judged_pod)}",
+        f"interference --redis-url {url} explain {NAMESPACE}/{judged_pod}",
     ):
         console.print(f"  {command}")
     if linger_s > 0:

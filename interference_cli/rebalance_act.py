@@ -298,6 +298,8 @@ class RunResult:
     """One run: the workload's p99 before, during and after, and when it recovered."""
 
     first_node: str
+    first_pod: str = ""
+    """The workload's pod the antagonist met (the one the rebalancer judged)."""
     antagonist_at: float = float("nan")
     moved_at: float = float("nan")
     second_node: str = ""
@@ -367,7 +369,7 @@ def run_once(
     lab.cluster.add_pod(workload.manifest())
     first_uid = workload.pod_uid
     first = await_bound(lab, workload.pod_name, 60.0, sleep)
-    result = RunResult(first_node=first)
+    result = RunResult(first_node=first, first_pod=workload.pod_name)
     log(f"{workload.pod_name} placed on {first} by {AWARE}; measuring it quiet ({before_s:g} s)")
     uids = {uid for _, uid in workload.replicas}
     rows: dict[str, PodRows] = {}

@@ -85,6 +85,9 @@ def test_short_demo_prints_the_side_by_side_result_and_cleans_up(own_cgroup: Pat
     assert "antagonist latency-web-rs-antagonist placed on" in act
     assert "its run-queue p99" in act and "before" in act and "after" in act
     assert "interference --redis-url" in out and "redis-cli -p" in out
+    # where to read the rebalancer's look at the pod it judged, beside its placement record
+    assert "HGETALL intf:rebalance:decision:demo/latency-web-rs-0" in out
+    assert "explain demo/latency-web-rs-0" in out
     _assert_nothing_left(own_cgroup, partition)
 
 
