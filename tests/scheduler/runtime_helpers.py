@@ -19,6 +19,7 @@ from scheduler.loop import LoopSettings, SchedulingLoop
 from scheduler.metrics import SchedulerMetrics
 from scheduler.ports import DecisionTracer, NodeSignals, SignalSource
 from scheduler.settings import EngineSettings
+from scheduler.stage_trace import Attributes, StageRecorder
 
 START = 1_800_000_000.0
 
@@ -143,3 +144,24 @@ class LoopHarness:
 
     def close(self) -> None:
         self.loop.close()
+
+
+class KeptTraces:
+    """A DecisionTracer sampling every attempt and keeping what it is handed:
+    ``(name, recorder, root attributes, end_ns)`` per finished trace."""
+
+    def __init__(self) -> None:
+        self.finished: list[tuple[str, StageRecorder, Attributes, int | None]] = []
+
+    def start(self) -> StageRecorder | None:
+        return StageRecorder(len(self.finished) + 1, 7)
+
+    def finish(
+        self,
+        recorder: StageRecorder,
+        name: str,
+        start_ns: int,
+        attributes: Attributes,
+        end_ns: int | None = None,
+    ) -> None:
+        self.finished.append((name, recorder, attributes, end_ns))

@@ -30,8 +30,8 @@ from scheduler.rebalancer import (
     Rebalancer,
 )
 from scheduler.settings import EngineSettings
-from scheduler.stage_trace import SELECTION, Attributes, StageRecorder
-from tests.scheduler.runtime_helpers import LoopHarness, MemoryDecisions
+from scheduler.stage_trace import SELECTION
+from tests.scheduler.runtime_helpers import KeptTraces, LoopHarness, MemoryDecisions
 
 NOISY = (0,) * 12 + (50,)  # 50 waits of 4–8 ms
 QUIET = (200,)
@@ -476,28 +476,8 @@ def test_a_failed_eviction_is_an_event_and_is_tried_again_later(enforcing: World
     assert evicted.outcome == EVICTED  # type: ignore[attr-defined]
 
 
-@dataclass
-class Traces:
-    """A DecisionTracer sampling every attempt and keeping what it is handed."""
-
-    finished: list[tuple[str, StageRecorder, Attributes]] = field(default_factory=list)
-
-    def start(self) -> StageRecorder | None:
-        return StageRecorder(len(self.finished) + 1, 7)
-
-    def finish(
-        self,
-        recorder: StageRecorder,
-        name: str,
-        start_ns: int,
-        attributes: Attributes,
-        end_ns: int | None = None,
-    ) -> None:
-        self.finished.append((name, recorder, attributes))
-
-
 def test_each_search_for_a_better_node_is_a_trace_named_in_the_record() -> None:
-    traces = Traces()
+    traces = KeptTraces()
     w = World(RebalancerSettings(mode="enforce"), tracer=traces)
     try:
         w.run_pod("web-1", "node-a")
@@ -505,7 +485,7 @@ def test_each_search_for_a_better_node_is_a_trace_named_in_the_record() -> None:
         w.step(15)
         assert traces.finished == []  # not sustained yet: no search
         assert len(w.step(15)) == 1
-        ((name, recorder, attributes),) = traces.finished
+        ((name, recorder, attributes, _),) = traces.finished
         assert name == "rebalance"
         assert attributes["pod"] == "shop/web-1" and attributes["node"] == "node-a"
         assert attributes["better_node"] == "node-b"

@@ -23,8 +23,8 @@ from prometheus_client import CollectorRegistry
 
 from scheduler.adapters.memory import node_object, pod_object
 from scheduler.adapters.tracing import OtlpTracer, TracingMetrics, TracingSettings, sampled
-from scheduler.stage_trace import BIND, SELECTION, Attributes, StageRecorder
-from tests.scheduler.runtime_helpers import LoopHarness, schedule_pending
+from scheduler.stage_trace import BIND, SELECTION
+from tests.scheduler.runtime_helpers import KeptTraces, LoopHarness, schedule_pending
 
 
 class Receiver(trace_service_pb2_grpc.TraceServiceServicer):
@@ -267,26 +267,6 @@ def test_a_slow_collector_costs_whole_traces_counted_never_parts_of_one() -> Non
     for spans in by_trace.values():  # … whole: its root and its three stages
         assert sorted(s.name for s in spans) == ["PreFilter", "Score NodeResourcesFit",
                                                  "Select", "schedule"]  # fmt: skip
-
-
-class KeptTraces:
-    """A DecisionTracer sampling every attempt and keeping what it is handed."""
-
-    def __init__(self) -> None:
-        self.finished: list[tuple[str, StageRecorder, Attributes, int | None]] = []
-
-    def start(self) -> StageRecorder | None:
-        return StageRecorder(len(self.finished) + 1, 7)
-
-    def finish(
-        self,
-        recorder: StageRecorder,
-        name: str,
-        start_ns: int,
-        attributes: Attributes,
-        end_ns: int | None = None,
-    ) -> None:
-        self.finished.append((name, recorder, attributes, end_ns))
 
 
 def test_an_attempt_whose_bind_never_reported_is_still_traced_when_the_loop_closes() -> None:
