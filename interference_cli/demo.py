@@ -241,8 +241,8 @@ def run_demo(settings: DemoSettings, console: Console) -> None:
         console.rule(f"measuring both copies of the pod ({settings.measure_s:g} s)")
         _measure(lab, store, results, settings.measure_s, console)
         _print_result(results, console)
-        moved = _second_act(lab, workload, evictor, settings, console)
-        _print_next_steps(lab.url, nodes[0].name, moved, console, settings.linger_s)
+        judged = _second_act(lab, workload, evictor, settings, console)
+        _print_next_steps(lab.url, nodes[0].name, judged, console, settings.linger_s)
         if settings.linger_s > 0:
             time.sleep(settings.linger_s)
     finally:
