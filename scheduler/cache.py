@@ -45,6 +45,7 @@ pending, placed and assumed pods, which splitting would spread over modules.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import logging
 import threading
@@ -98,6 +99,7 @@ class ClusterCache:
         scheduler_name: str,
         ignore_namespaces: Collection[str] = (),
         clock: Callable[[], float] = time.time,
+        freeze_after_list: bool = True,
     ) -> None:
         self.lock = threading.RLock()
         """Held while reading or changing the table (see the module docstring)."""
@@ -107,6 +109,7 @@ class ClusterCache:
         self._scheduler_name = scheduler_name
         self._ignore_namespaces = frozenset(ignore_namespaces)
         self._clock = clock
+        self._freeze_after_list = freeze_after_list
         self._nodes: dict[str, NodeInfo] = {}
         self._placed: dict[str, PodInfo] = {}
         """Pods counted in the table by key; ``node_name`` is where (the assumed node for
@@ -178,6 +181,14 @@ class ClusterCache:
                     self._upsert_pod(state)
             self._synced.add(kind)
             self._queue.cluster_event(None)
+            if self._freeze_after_list and self._synced == set(INFORMED_KINDS):
+                # A listed cluster is a heap of long-lived objects (about 730,000 for 5,000
+                # nodes and 60,000 pods) that every full collection would walk again: 0.5 s
+                # each, twice per 10,000 pods bound. Frozen, the collector walks only what
+                # came after (0.07-0.24 s; in-memory loop 907-1,085 → 1,089-1,187 pods/s,
+                # bench/scheduler_throughput.py). Frozen objects are still freed by their
+                # reference counts, and parsed objects hold no cycles (tested).
+                gc.freeze()
 
     def apply(self, kind: ObjectKind, event: EventType, obj: K8sObject) -> None:
         """One watch event."""

@@ -1,8 +1,10 @@
 """Shared fixtures: a real redis-server on a random loopback port; logging restored after
-every test (the programs' ``main()`` reconfigure the root logger and their own levels)."""
+every test (the programs' ``main()`` reconfigure the root logger and their own levels); the
+collector's frozen objects handed back after every test (a synced cache freezes the heap)."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import subprocess
@@ -41,6 +43,14 @@ def _restore_logging() -> Iterator[None]:
     for name, logger in list(logging.root.manager.loggerDict.items()):
         if isinstance(logger, logging.Logger):
             logger.setLevel(levels.get(name, logging.NOTSET))
+
+
+@pytest.fixture(autouse=True)
+def _unfreeze_heap() -> Iterator[None]:
+    """A cache that finishes its list freezes every object alive (``gc.freeze``); in a
+    test process that would keep each earlier test's garbage cycles for good."""
+    yield
+    gc.unfreeze()
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 from typing import Any
 
@@ -575,3 +576,92 @@ def test_remembered_binds_are_bounded(h: Harness, monkeypatch: pytest.MonkeyPatc
     assert [h.cache.vouches_for(f"default/p{i}", uids[i]) for i in range(5)] == [
         False, False, True, True, True,
     ]  # fmt: skip
+
+
+def _pod_with_every_field_parsed(name: str, node: str | None) -> dict[str, Any]:
+    term = {
+        "labelSelector": {"matchLabels": {"app": "web"}},
+        "topologyKey": "kubernetes.io/hostname",
+    }
+    pod = pod_object(
+        name,
+        cpu="1",
+        gpus=1,
+        node_name=node,
+        labels={"app": "web"},
+        annotations={"interference.io/max-index": "60"},
+        node_selector={"pool": "gpu"},
+        tolerations=[{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        affinity={
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [term],
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 10, "podAffinityTerm": term}
+                ],
+            },
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["gpu"]}]}
+                    ]
+                }
+            },
+        },
+    )
+    pod["metadata"]["ownerReferences"] = [
+        {"kind": "ReplicaSet", "name": "web-1", "uid": "u1", "controller": True}
+    ]
+    pod["spec"]["topologySpreadConstraints"] = [
+        {
+            "maxSkew": 1,
+            "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "web"}},
+        }
+    ]
+    pod["spec"]["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 8080}]
+    pod["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
+    return pod
+
+
+@pytest.mark.parametrize("freeze", [True, False])
+def test_the_listed_cluster_is_frozen_once_every_kind_is_listed(freeze: bool) -> None:
+    gc.unfreeze()
+    h = Harness()
+    h.cache = ClusterCache(h.table, h.queue, h.metrics, NAME, freeze_after_list=freeze)
+    h.cluster.add_node(node_object("n1", cpu="4"))
+    h.cluster.add_pod(pod_object("placed", cpu="1", node_name="n1"))
+    h.cache.replace("Node", [h.cluster.get_node("n1")])  # type: ignore[list-item]
+    assert gc.get_freeze_count() == 0, "frozen before every kind was listed"
+    h.cluster.informer(h.cache).sync()
+    assert h.cache.synced()
+    assert (gc.get_freeze_count() > 0) is freeze
+
+
+def test_the_objects_a_cache_keeps_hold_no_reference_cycles(h: Harness) -> None:
+    """Frozen objects are freed only by their reference counts (see ``replace``): pods and
+    nodes that come, change and go must leave no cycle for the collector to find."""
+    gc.collect()
+    gc.disable()
+    try:
+        for i in range(3):
+            h.cluster.add_node(node_object(f"gpu-{i}", cpu="8", gpus=4, labels={"pool": "gpu"}))
+        for i in range(20):
+            node = f"gpu-{i % 3}" if i % 2 else None
+            h.cluster.add_pod(_pod_with_every_field_parsed(f"p{i}", node))
+        h.sync()
+        assert h.table.index_of("gpu-0") is not None
+        assert h.cache.pending_pod("default/p0") is not None
+        for i in range(0, 20, 2):
+            h.cluster.bind(PodRef("default", f"p{i}"), "gpu-1")
+        h.sync()
+        assert h.cache.pending_pod("default/p0") is None
+        for i in range(20):
+            h.cluster.delete_pod("default", f"p{i}")
+        for i in range(3):
+            h.cluster.delete_node(f"gpu-{i}")
+        h.sync()
+        assert h.table.index_of("gpu-0") is None
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
