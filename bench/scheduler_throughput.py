@@ -357,6 +357,48 @@ def rss_mib() -> float:
 # ---- 1. engine --------------------------------------------------------------------------
 
 
+TURNS_ENV = "THROUGHPUT_TURNS"
+"""Set by ``bench/throughput_versus.py --turns``: ``DIRECTORY:DECISIONS`` (see :class:`Turns`)."""
+
+
+class Turns:
+    """The engine phase in turns with another driver (``throughput_versus.py --turns``).
+
+    Before each turn of ``decisions`` decisions the driver reads one byte from the FIFO
+    ``DIRECTORY/go``; after it, it writes ``decisions wall_s cpu_s`` to ``DIRECTORY/done``.
+    The comparer lets the two drivers take turns, so the host's noise, which drifts over
+    seconds on a shared VM, falls on both sides of each pair of turns alike, and both sides
+    decide the same pods in the same order, turn by turn.
+    """
+
+    def __init__(self, spec: str) -> None:
+        directory, _, decisions = spec.rpartition(":")
+        self.decisions = int(decisions)
+        self._go = open(f"{directory}/go", "rb", buffering=0)  # noqa: SIM115 - held all run
+        self._done = open(f"{directory}/done", "w", buffering=1)  # noqa: SIM115
+        self._taken = 0
+        self._wall_s = self._cpu_s = 0.0
+
+    def start(self) -> None:
+        """Wait for the comparer's go."""
+        if not self._go.read(1):
+            raise SystemExit("throughput_versus went away")
+
+    def count(self, wall_s: float, cpu_s: float) -> None:
+        """One decision done; at the end of a turn, report it and wait for the next go."""
+        self._taken += 1
+        self._wall_s += wall_s
+        self._cpu_s += cpu_s
+        if self._taken == self.decisions:
+            self.close()
+            self.start()
+
+    def close(self) -> None:
+        if self._taken:
+            self._done.write(f"{self._taken} {self._wall_s!r} {self._cpu_s!r}\n")
+        self._taken, self._wall_s, self._cpu_s = 0, 0.0, 0.0
+
+
 @dataclass
 class EngineFigures:
     decisions: int
@@ -392,6 +434,9 @@ def bench_engine(
     engine_s = attempt_s = chunk_s = engine_cpu_s = 0.0
     chunk_rates = []
     scheduled = 0
+    turns = Turns(os.environ[TURNS_ENV]) if os.environ.get(TURNS_ENV) else None
+    if turns:
+        turns.start()
     for done, key in enumerate(keys, start=1):
         pod = cache.pending_pod(key)
         assert pod is not None
@@ -403,10 +448,13 @@ def bench_engine(
             profiler.enable()
         c1 = time.thread_time()
         result = engine.schedule(pod, cache.table, now)
-        engine_cpu_s += time.thread_time() - c1
+        c2 = time.thread_time()
+        engine_cpu_s += c2 - c1
         if profiler:
             profiler.disable()
         t2 = time.perf_counter()
+        if turns:
+            turns.count(t2 - t1, c2 - c1)
         if result.node is not None:
             cache.assume(pod, result.node)
             scheduled += 1
@@ -417,6 +465,8 @@ def bench_engine(
         if done % CHUNK == 0:
             chunk_rates.append(CHUNK / chunk_s)
             chunk_s = 0.0
+    if turns:
+        turns.close()
     if profiler:
         print("\nEngine.schedule profile (top 25 by cumulative time):")
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)

@@ -28,11 +28,23 @@ Run from the repository root (defaults: the sizes of docs/BENCHMARKS.md)::
 ``engine_decisions_per_cpu_s`` counts the scheduling thread's CPU time only, so it does
 not swing with what else runs on the machine; a base whose driver lacks it gets it from
 ``--base-patch bench/patches/1b01c92-engine-cpu-time.patch`` (the same two clock reads).
+
+``--turns N`` compares the engine phase in turns instead: both drivers list their clusters
+at once, then take turns of ``N`` decisions each (base first, then this, then this first,
+and so on), every turn timed by the driver (its ``Turns``; a base without it gets it from
+``--base-patch bench/patches/1b01c92-turns.patch``, given after the CPU-time patch). Both
+sides decide the same pods in the same order, so turn ``k`` of one side and turn ``k`` of
+the other are the same work measured seconds apart: the ratio of each pair cancels the
+host's slow drift that whole rounds minutes apart cannot. Printed per round and over all
+rounds: the median and quartiles of the pairs' ratios this/base (wall and CPU), the
+share of pairs where this tree was faster, and the ratio of the totals; "no slower" when
+the median and the totals' ratio are at least ``THRESHOLD``.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import re
@@ -41,10 +53,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DRIVER = Path("bench/scheduler_throughput.py")
+TURNS_ENV = "THROUGHPUT_TURNS"
+"""The driver's variable for ``--turns`` (``scheduler_throughput.TURNS_ENV``)."""
 THRESHOLD = 0.95
 """Ratio this/base (higher is better) at or above which a figure is "no slower"."""
 FIGURES = {
@@ -85,6 +100,127 @@ def run_driver(tree: Path, workload: list[str]) -> dict[str, float]:
     return parse_table(done.stdout)
 
 
+@dataclass(frozen=True)
+class Turn:
+    """One turn of a driver in ``--turns`` mode, as it reported it."""
+
+    decisions: int
+    wall_s: float
+    cpu_s: float
+
+
+def _open_fifo_for_writing(path: Path, side: str, driver: subprocess.Popen[bytes]) -> int:
+    """Open ``path`` once ``driver`` has opened it for reading (it lists its cluster
+    first, which takes a while), or exit if the driver died before."""
+    while True:
+        try:
+            return os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:
+                raise
+        if driver.poll() is not None:
+            raise SystemExit(f"{side} driver exited ({driver.returncode}) before its turns")
+        time.sleep(0.05)
+
+
+def run_in_turns(
+    trees: dict[str, Path], workload: list[str], decisions: int
+) -> tuple[dict[str, list[Turn]], dict[str, dict[str, float]]]:
+    """Both drivers' engine phases, in alternating turns of ``decisions`` decisions."""
+    turns: dict[str, list[Turn]] = {side: [] for side in trees}
+    figures: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="throughput-turns-") as tmp:
+        drivers, outputs, go, done = {}, {}, {}, {}
+        for side, tree in trees.items():
+            fifos = Path(tmp) / side
+            fifos.mkdir()
+            os.mkfifo(fifos / "go")
+            os.mkfifo(fifos / "done")
+            outputs[side] = open(fifos / "stdout", "w+b")  # noqa: SIM115 - closed below
+            env = {**os.environ, "PYTHONPATH": str(tree), TURNS_ENV: f"{fifos}:{decisions}"}
+            argv = [sys.executable, str(tree / DRIVER), *workload, "--skip-end-to-end", "--json"]
+            drivers[side] = subprocess.Popen(
+                argv, cwd=tree, env=env, stdout=outputs[side], stderr=subprocess.STDOUT
+            )
+        try:
+            for side in trees:
+                go[side] = _open_fifo_for_writing(Path(tmp) / side / "go", side, drivers[side])
+                done[side] = open(Path(tmp) / side / "done", encoding="ascii")  # noqa: SIM115
+            live, k = list(trees), 0
+            while live:
+                for side in live if k % 2 == 0 else live[::-1]:
+                    try:
+                        os.write(go[side], b"g")
+                        line = done[side].readline()
+                    except BrokenPipeError:
+                        line = ""
+                    if not line:
+                        live.remove(side)
+                        continue
+                    n, wall_s, cpu_s = line.split()
+                    turns[side].append(Turn(int(n), float(wall_s), float(cpu_s)))
+                k += 1
+            for side, driver in drivers.items():
+                if driver.wait(600):
+                    outputs[side].seek(0)
+                    tail = outputs[side].read().decode(errors="replace")[-3000:]
+                    raise SystemExit(f"{side} driver failed ({driver.returncode}):\n{tail}")
+                outputs[side].seek(0)
+                lines = outputs[side].read().decode().strip().splitlines()
+                figures[side] = json.loads(lines[-1])
+        finally:
+            for driver in drivers.values():
+                if driver.poll() is None:
+                    driver.kill()
+            for fd in go.values():
+                os.close(fd)
+            for handle in [*done.values(), *outputs.values()]:
+                handle.close()
+    return turns, figures
+
+
+def paired_ratios(base: list[Turn], this: list[Turn]) -> tuple[list[float], list[float]]:
+    """this/base rate of each pair of turns over the same decisions: wall, then CPU."""
+    pairs = [(b, t) for b, t in zip(base, this, strict=False) if b.decisions == t.decisions]
+    return [b.wall_s / t.wall_s for b, t in pairs], [b.cpu_s / t.cpu_s for b, t in pairs]
+
+
+def describe_ratios(ratios: list[float]) -> str:
+    quartiles = statistics.quantiles(ratios, n=4)
+    faster = sum(r > 1 for r in ratios) / len(ratios)
+    return (
+        f"median {statistics.median(ratios):.3f} (quartiles {quartiles[0]:.3f}–"
+        f"{quartiles[2]:.3f}), this faster in {faster:.0%} of {len(ratios)} pairs"
+    )
+
+
+def compare_in_turns(worktree: Path, workload: list[str], rounds: int, decisions: int) -> bool:
+    """Print the engine phase compared turn by turn; True when this tree is slower."""
+    walls: list[float] = []
+    cpus: list[float] = []
+    totals = {"base": [0.0, 0.0], "this": [0.0, 0.0]}
+    for k in range(rounds):
+        turns, figures = run_in_turns({"base": worktree, "this": REPO}, workload, decisions)
+        wall, cpu = paired_ratios(turns["base"], turns["this"])
+        walls += wall
+        cpus += cpu
+        for side in totals:
+            totals[side][0] += sum(t.wall_s for t in turns[side])
+            totals[side][1] += sum(t.cpu_s for t in turns[side])
+        rates = ", ".join(
+            f"{side} {figures[side]['engine_decisions_per_s']:,.0f}/s" for side in figures
+        )
+        print(f"  round {k + 1} ({rates}): wall {describe_ratios(wall)}", flush=True)
+    wall_total = totals["base"][0] / totals["this"][0]
+    cpu_total = totals["base"][1] / totals["this"][1]
+    print(f"\nengine decisions, this/base over {len(walls)} pairs of {decisions}-decision turns")
+    print(f"  wall: {describe_ratios(walls)}; totals {wall_total:.3f}")
+    print(f"  CPU:  {describe_ratios(cpus)}; totals {cpu_total:.3f}")
+    slower = min(statistics.median(walls), wall_total) < THRESHOLD
+    print(f"  {'SLOWER' if slower else 'no slower'} (median and totals ≥ {THRESHOLD})")
+    return slower
+
+
 def apply_bench_patch(worktree: Path, patch: Path) -> None:
     """Apply ``patch`` in the base's worktree; only files under ``bench/`` may change, so
     the code being compared stays the base's own."""
@@ -104,8 +240,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--base-patch",
         type=Path,
+        action="append",
+        default=[],
         help="a patch to the base's bench/ applied in its worktree (e.g. a figure its driver"
-        " lacks, bench/patches/); printed, so the comparison says what it ran",
+        " lacks, bench/patches/); printed, so the comparison says what it ran; repeatable",
+    )
+    parser.add_argument(
+        "--turns",
+        type=int,
+        metavar="DECISIONS",
+        help="compare the engine phase only, in alternating turns of this many decisions",
     )
     for flag, default in (("--nodes", 5000), ("--running", 50_000), ("--pending", 10_000),
                           ("--bind-workers", 16), ("--seed", 42)):  # fmt: skip
@@ -129,8 +273,12 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run([*git, "worktree", "add", "-q", "--detach", str(worktree), base],
                        check=True)  # fmt: skip
         try:
-            if args.base_patch:
-                apply_bench_patch(worktree, args.base_patch.resolve())
+            for patch in args.base_patch:
+                apply_bench_patch(worktree, patch.resolve())
+            if args.turns:
+                slower = compare_in_turns(worktree, workload, args.rounds, args.turns)
+                print(f"{time.monotonic() - started:.0f} s")
+                return 1 if slower else 0
             for k in range(args.rounds):
                 for side, tree in (("base", worktree), ("this", REPO)):
                     figures = run_driver(tree, workload)
