@@ -358,11 +358,12 @@ def rss_mib() -> float:
 
 
 TURNS_ENV = "THROUGHPUT_TURNS"
-"""Set by ``bench/throughput_versus.py --turns``: ``DIRECTORY:DECISIONS`` (see :class:`Turns`)."""
+"""Set by ``bench/throughput_versus.py --turns``: ``DIRECTORY:DECISIONS:PHASE`` (see
+:class:`Turns`); the driver then runs that phase only (``engine`` or ``loop``, in memory)."""
 
 
 class Turns:
-    """The engine phase in turns with another driver (``throughput_versus.py --turns``).
+    """One phase in turns with another driver (``throughput_versus.py --turns``).
 
     Before each turn of ``decisions`` decisions the driver reads one byte from the FIFO
     ``DIRECTORY/go``; after it, it writes ``decisions wall_s cpu_s`` to ``DIRECTORY/done``.
@@ -372,31 +373,78 @@ class Turns:
     """
 
     def __init__(self, spec: str) -> None:
-        directory, _, decisions = spec.rpartition(":")
+        directory, decisions, self.phase = spec.rsplit(":", 2)
         self.decisions = int(decisions)
         self._go = open(f"{directory}/go", "rb", buffering=0)  # noqa: SIM115 - held all run
         self._done = open(f"{directory}/done", "w", buffering=1)  # noqa: SIM115
-        self._taken = 0
-        self._wall_s = self._cpu_s = 0.0
 
-    def start(self) -> None:
-        """Wait for the comparer's go."""
+    @classmethod
+    def from_env(cls, phase: str) -> Turns | None:
+        spec = os.environ.get(TURNS_ENV, "")
+        return cls(spec) if spec.endswith(f":{phase}") else None
+
+    def wait(self) -> None:
+        """Until the comparer says go."""
         if not self._go.read(1):
             raise SystemExit("throughput_versus went away")
+
+    def report(self, decisions: int, wall_s: float, cpu_s: float) -> None:
+        self._done.write(f"{decisions} {wall_s!r} {cpu_s!r}\n")
+
+
+class EngineTurns:
+    """The engine phase's turns: the decisions' own wall and thread CPU time."""
+
+    def __init__(self, turns: Turns) -> None:
+        self._turns = turns
+        self._taken = 0
+        self._wall_s = self._cpu_s = 0.0
+        turns.wait()
 
     def count(self, wall_s: float, cpu_s: float) -> None:
         """One decision done; at the end of a turn, report it and wait for the next go."""
         self._taken += 1
         self._wall_s += wall_s
         self._cpu_s += cpu_s
-        if self._taken == self.decisions:
+        if self._taken == self._turns.decisions:
             self.close()
-            self.start()
+            self._turns.wait()
 
     def close(self) -> None:
         if self._taken:
-            self._done.write(f"{self._taken} {self._wall_s!r} {self._cpu_s!r}\n")
+            self._turns.report(self._taken, self._wall_s, self._cpu_s)
         self._taken, self._wall_s, self._cpu_s = 0, 0.0, 0.0
+
+
+def loop_in_turns(loop: SchedulingLoop, turns: Turns) -> None:
+    """Make ``loop`` schedule in turns: a turn starts at the comparer's go and ends when its
+    pods' binds, Events and records are written, timed by the wall clock and the process's
+    CPU time (every thread's)."""
+    run_once = loop.run_once
+    state = {"in_turn": 0, "wall": 0.0, "cpu": 0.0}
+
+    def process_cpu_s() -> float:
+        times = os.times()
+        return times.user + times.system
+
+    def start_turn() -> None:
+        turns.wait()
+        state["in_turn"], state["wall"], state["cpu"] = 0, time.perf_counter(), process_cpu_s()
+
+    def run_once_in_turns(wait: bool = False) -> bool:
+        if not state["wall"] and loop.cache.synced():
+            start_turn()
+        attempted = run_once(wait)
+        if attempted and state["wall"]:
+            state["in_turn"] += 1
+            if state["in_turn"] == turns.decisions:
+                loop.flush(60)
+                wall_s = time.perf_counter() - state["wall"]
+                turns.report(turns.decisions, wall_s, process_cpu_s() - state["cpu"])
+                start_turn()
+        return attempted
+
+    loop.run_once = run_once_in_turns  # type: ignore[method-assign]
 
 
 @dataclass
@@ -434,9 +482,8 @@ def bench_engine(
     engine_s = attempt_s = chunk_s = engine_cpu_s = 0.0
     chunk_rates = []
     scheduled = 0
-    turns = Turns(os.environ[TURNS_ENV]) if os.environ.get(TURNS_ENV) else None
-    if turns:
-        turns.start()
+    in_turns = Turns.from_env("engine")
+    turns = EngineTurns(in_turns) if in_turns else None
     for done, key in enumerate(keys, start=1):
         pod = cache.pending_pod(key)
         assert pod is not None
@@ -668,6 +715,9 @@ def run_loop(
         seed=2,
         tracer=tracer,
     )
+    turns = Turns.from_env("loop")
+    if turns:
+        loop_in_turns(loop, turns)
     stop = threading.Event()
     started = time.perf_counter()
     runner = threading.Thread(target=loop.run, args=(stop,), name="scheduler")
@@ -772,6 +822,10 @@ def main(argv: list[str] | None = None) -> int:
         "--json", action="store_true", help="end with one line: the headline figures as JSON"
     )
     args = parser.parse_args(argv)
+    turns_phase = os.environ.get(TURNS_ENV, "").rpartition(":")[2]
+    if turns_phase:  # that phase alone
+        args.skip_engine = turns_phase != "engine"
+        args.skip_end_to_end = True
 
     print(
         f"cluster: {args.nodes} nodes, {args.running} running pods, {args.pending} pending "
@@ -826,6 +880,25 @@ def main(argv: list[str] | None = None) -> int:
                     f"{min(engine.chunk_rates):,.0f}/s (the machine's load varies)",
                 ),
             )
+
+    def run_in_memory(fresh: InMemoryCluster | None = None) -> None:
+        local = bench_in_memory(
+            fresh or build_cluster(args.nodes, args.running, args.pending, args.seed),
+            signals,
+            args.pending,
+            args.bind_workers,
+        )
+        figures["in_memory_pods_per_s"] = local.rate
+        rows.append(
+            (
+                "loop, in-memory cluster (no HTTP)",
+                f"{local.rate:,.0f} pods/s",
+                f"{local.bound / local.cpu_s:,.0f} pods per CPU-second",
+            )
+        )
+
+    if turns_phase == "loop":
+        run_in_memory(cluster)
     if not args.skip_end_to_end:
         try:
             e2e = bench_end_to_end(cluster, signals, args.pending, args.bind_workers)
@@ -833,20 +906,7 @@ def main(argv: list[str] | None = None) -> int:
             sys.exit(str(exc))
         run = e2e.run
         if not args.skip_in_memory:
-            local = bench_in_memory(
-                build_cluster(args.nodes, args.running, args.pending, args.seed),
-                signals,
-                args.pending,
-                args.bind_workers,
-            )
-            figures["in_memory_pods_per_s"] = local.rate
-            rows.append(
-                (
-                    "loop, in-memory cluster (no HTTP)",
-                    f"{local.rate:,.0f} pods/s",
-                    f"{local.bound / local.cpu_s:,.0f} pods per CPU-second",
-                )
-            )
+            run_in_memory()
         figures |= {
             "end_to_end_pods_per_s": run.rate,
             "end_to_end_pods_per_cpu_s": run.bound / run.cpu_s,

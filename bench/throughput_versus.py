@@ -23,15 +23,18 @@ Run from the repository root (defaults: the sizes of docs/BENCHMARKS.md)::
 
     .venv/bin/python bench/throughput_versus.py --base REV [--rounds 3] [--nodes 5000]
         [--running 50000] [--pending 10000] [--bind-workers 16] [--seed 42]
-        [--skip-engine] [--skip-end-to-end] [--skip-in-memory] [--base-patch FILE]
+        [--skip-engine] [--skip-end-to-end] [--skip-in-memory] [--base-patch FILE]...
+        [--turns DECISIONS [--turns-phase engine|loop]]
 
 ``engine_decisions_per_cpu_s`` counts the scheduling thread's CPU time only, so it does
 not swing with what else runs on the machine; a base whose driver lacks it gets it from
 ``--base-patch bench/patches/1b01c92-engine-cpu-time.patch`` (the same two clock reads).
 
-``--turns N`` compares the engine phase in turns instead: both drivers list their clusters
-at once, then take turns of ``N`` decisions each (base first, then this, then this first,
-and so on), every turn timed by the driver (its ``Turns``; a base without it gets it from
+``--turns N`` compares one phase in turns instead (``--turns-phase engine``, the default,
+or ``loop``: the scheduling loop over an in-memory cluster, a turn ending when its pods'
+binds, Events and records are written): both drivers list their clusters at once, then
+take turns of ``N`` decisions each (base first, then this, then this first, and so on),
+every turn timed by the driver (its ``Turns``; a base without it gets it from
 ``--base-patch bench/patches/1b01c92-turns.patch``, given after the CPU-time patch). Both
 sides decide the same pods in the same order, so turn ``k`` of one side and turn ``k`` of
 the other are the same work measured seconds apart: the ratio of each pair cancels the
@@ -124,9 +127,9 @@ def _open_fifo_for_writing(path: Path, side: str, driver: subprocess.Popen[bytes
 
 
 def run_in_turns(
-    trees: dict[str, Path], workload: list[str], decisions: int
+    trees: dict[str, Path], workload: list[str], decisions: int, phase: str
 ) -> tuple[dict[str, list[Turn]], dict[str, dict[str, float]]]:
-    """Both drivers' engine phases, in alternating turns of ``decisions`` decisions."""
+    """Both drivers' ``phase``, in alternating turns of ``decisions`` decisions."""
     turns: dict[str, list[Turn]] = {side: [] for side in trees}
     figures: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="throughput-turns-") as tmp:
@@ -137,8 +140,9 @@ def run_in_turns(
             os.mkfifo(fifos / "go")
             os.mkfifo(fifos / "done")
             outputs[side] = open(fifos / "stdout", "w+b")  # noqa: SIM115 - closed below
-            env = {**os.environ, "PYTHONPATH": str(tree), TURNS_ENV: f"{fifos}:{decisions}"}
-            argv = [sys.executable, str(tree / DRIVER), *workload, "--skip-end-to-end", "--json"]
+            turns_spec = f"{fifos}:{decisions}:{phase}"
+            env = {**os.environ, "PYTHONPATH": str(tree), TURNS_ENV: turns_spec}
+            argv = [sys.executable, str(tree / DRIVER), *workload, "--json"]
             drivers[side] = subprocess.Popen(
                 argv, cwd=tree, env=env, stdout=outputs[side], stderr=subprocess.STDOUT
             )
@@ -194,26 +198,32 @@ def describe_ratios(ratios: list[float]) -> str:
     )
 
 
-def compare_in_turns(worktree: Path, workload: list[str], rounds: int, decisions: int) -> bool:
-    """Print the engine phase compared turn by turn; True when this tree is slower."""
+TURN_PHASES = {"engine": "engine_decisions_per_s", "loop": "in_memory_pods_per_s"}
+"""``--turns-phase`` → the driver's figure printed beside each round."""
+
+
+def compare_in_turns(
+    worktree: Path, workload: list[str], rounds: int, decisions: int, phase: str
+) -> bool:
+    """Print ``phase`` compared turn by turn; True when this tree is slower."""
     walls: list[float] = []
     cpus: list[float] = []
     totals = {"base": [0.0, 0.0], "this": [0.0, 0.0]}
     for k in range(rounds):
-        turns, figures = run_in_turns({"base": worktree, "this": REPO}, workload, decisions)
+        trees = {"base": worktree, "this": REPO}
+        turns, figures = run_in_turns(trees, workload, decisions, phase)
         wall, cpu = paired_ratios(turns["base"], turns["this"])
         walls += wall
         cpus += cpu
         for side in totals:
             totals[side][0] += sum(t.wall_s for t in turns[side])
             totals[side][1] += sum(t.cpu_s for t in turns[side])
-        rates = ", ".join(
-            f"{side} {figures[side]['engine_decisions_per_s']:,.0f}/s" for side in figures
-        )
+        rates = ", ".join(f"{side} {figures[side][TURN_PHASES[phase]]:,.0f}/s" for side in figures)
         print(f"  round {k + 1} ({rates}): wall {describe_ratios(wall)}", flush=True)
     wall_total = totals["base"][0] / totals["this"][0]
     cpu_total = totals["base"][1] / totals["this"][1]
-    print(f"\nengine decisions, this/base over {len(walls)} pairs of {decisions}-decision turns")
+    what = "engine decisions" if phase == "engine" else "pods bound by the in-memory loop"
+    print(f"\n{what}, this/base over {len(walls)} pairs of {decisions}-decision turns")
     print(f"  wall: {describe_ratios(walls)}; totals {wall_total:.3f}")
     print(f"  CPU:  {describe_ratios(cpus)}; totals {cpu_total:.3f}")
     slower = min(statistics.median(walls), wall_total) < THRESHOLD
@@ -249,7 +259,14 @@ def main(argv: list[str] | None = None) -> int:
         "--turns",
         type=int,
         metavar="DECISIONS",
-        help="compare the engine phase only, in alternating turns of this many decisions",
+        help="compare one phase only, in alternating turns of this many decisions",
+    )
+    parser.add_argument(
+        "--turns-phase",
+        choices=sorted(TURN_PHASES),
+        default="engine",
+        help="with --turns: the engine phase, or the scheduling loop over an in-memory"
+        " cluster (a turn ends when its pods' binds and records are written)",
     )
     for flag, default in (("--nodes", 5000), ("--running", 50_000), ("--pending", 10_000),
                           ("--bind-workers", 16), ("--seed", 42)):  # fmt: skip
@@ -276,7 +293,9 @@ def main(argv: list[str] | None = None) -> int:
             for patch in args.base_patch:
                 apply_bench_patch(worktree, patch.resolve())
             if args.turns:
-                slower = compare_in_turns(worktree, workload, args.rounds, args.turns)
+                slower = compare_in_turns(
+                    worktree, workload, args.rounds, args.turns, args.turns_phase
+                )
                 print(f"{time.monotonic() - started:.0f} s")
                 return 1 if slower else 0
             for k in range(args.rounds):
