@@ -1,6 +1,7 @@
 """Shared fixtures: a real redis-server on a random loopback port; logging restored after
 every test (the programs' ``main()`` reconfigure the root logger and their own levels); the
-collector's frozen objects handed back after every test (a synced cache freezes the heap)."""
+collector's frozen objects and thresholds restored after every test (a synced cache
+freezes the heap)."""
 
 from __future__ import annotations
 
@@ -47,10 +48,13 @@ def _restore_logging() -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def _unfreeze_heap() -> Iterator[None]:
-    """A cache that finishes its list freezes every object alive (``gc.freeze``); in a
-    test process that would keep each earlier test's garbage cycles for good."""
+    """A cache that finishes its list freezes every object alive and makes full
+    collections rarer (``freeze_listed_heap``); in a test process that would keep each
+    earlier test's garbage cycles for good."""
+    thresholds = gc.get_threshold()
     yield
     gc.unfreeze()
+    gc.set_threshold(*thresholds)
 
 
 @dataclass

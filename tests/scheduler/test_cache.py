@@ -22,7 +22,7 @@ from scheduler.adapters.memory import (
 )
 from scheduler.api.objects import PodInfo
 from scheduler.api.pods import parse_pod
-from scheduler.cache import VOUCHED_AFTER_BIND_S, ClusterCache
+from scheduler.cache import FULL_COLLECTION_THRESHOLD, VOUCHED_AFTER_BIND_S, ClusterCache
 from scheduler.metrics import SchedulerMetrics
 from scheduler.plugins.node_ready import HOLDS_UNREADABLE_POD, node_ready
 from scheduler.ports import PodRef
@@ -627,6 +627,8 @@ def _pod_with_every_field_parsed(name: str, node: str | None) -> dict[str, Any]:
 @pytest.mark.parametrize("freeze", [True, False])
 def test_the_listed_cluster_is_frozen_once_every_kind_is_listed(freeze: bool) -> None:
     gc.unfreeze()
+    thresholds = gc.get_threshold()
+    assert thresholds[2] != FULL_COLLECTION_THRESHOLD
     h = Harness()
     h.cache = ClusterCache(h.table, h.queue, h.metrics, NAME, freeze_after_list=freeze)
     h.cluster.add_node(node_object("n1", cpu="4"))
@@ -636,6 +638,8 @@ def test_the_listed_cluster_is_frozen_once_every_kind_is_listed(freeze: bool) ->
     h.cluster.informer(h.cache).sync()
     assert h.cache.synced()
     assert (gc.get_freeze_count() > 0) is freeze
+    expected = (*thresholds[:2], FULL_COLLECTION_THRESHOLD) if freeze else thresholds
+    assert gc.get_threshold() == expected
 
 
 def test_the_objects_a_cache_keeps_hold_no_reference_cycles(h: Harness) -> None:
