@@ -359,7 +359,8 @@ def rss_mib() -> float:
 
 TURNS_ENV = "THROUGHPUT_TURNS"
 """Set by ``bench/throughput_versus.py --turns``: ``DIRECTORY:DECISIONS:PHASE`` (see
-:class:`Turns`); the driver then runs that phase only (``engine`` or ``loop``, in memory)."""
+:class:`Turns`); the driver then runs that phase only (``engine``, ``loop`` in memory, or
+``end-to-end``)."""
 
 
 class Turns:
@@ -416,7 +417,7 @@ class EngineTurns:
         self._taken, self._wall_s, self._cpu_s = 0, 0.0, 0.0
 
 
-def loop_in_turns(loop: SchedulingLoop, turns: Turns) -> None:
+def loop_in_turns(loop: SchedulingLoop, sink: DecisionSink, turns: Turns) -> None:
     """Make ``loop`` schedule in turns: a turn starts at the comparer's go and ends when its
     pods' binds, Events and records are written, timed by the wall clock and the process's
     CPU time (every thread's)."""
@@ -439,6 +440,8 @@ def loop_in_turns(loop: SchedulingLoop, turns: Turns) -> None:
             state["in_turn"] += 1
             if state["in_turn"] == turns.decisions:
                 loop.flush(60)
+                if isinstance(sink, QueuedDecisionSink):
+                    sink.flush(60)
                 wall_s = time.perf_counter() - state["wall"]
                 turns.report(turns.decisions, wall_s, process_cpu_s() - state["cpu"])
                 start_turn()
@@ -715,9 +718,9 @@ def run_loop(
         seed=2,
         tracer=tracer,
     )
-    turns = Turns.from_env("loop")
+    turns = Turns.from_env("loop") or Turns.from_env("end-to-end")
     if turns:
-        loop_in_turns(loop, turns)
+        loop_in_turns(loop, sink, turns)
     stop = threading.Event()
     started = time.perf_counter()
     runner = threading.Thread(target=loop.run, args=(stop,), name="scheduler")
@@ -825,7 +828,8 @@ def main(argv: list[str] | None = None) -> int:
     turns_phase = os.environ.get(TURNS_ENV, "").rpartition(":")[2]
     if turns_phase:  # that phase alone
         args.skip_engine = turns_phase != "engine"
-        args.skip_end_to_end = True
+        args.skip_end_to_end = turns_phase != "end-to-end"
+        args.skip_in_memory = True
 
     print(
         f"cluster: {args.nodes} nodes, {args.running} running pods, {args.pending} pending "

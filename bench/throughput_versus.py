@@ -24,15 +24,16 @@ Run from the repository root (defaults: the sizes of docs/BENCHMARKS.md)::
     .venv/bin/python bench/throughput_versus.py --base REV [--rounds 3] [--nodes 5000]
         [--running 50000] [--pending 10000] [--bind-workers 16] [--seed 42]
         [--skip-engine] [--skip-end-to-end] [--skip-in-memory] [--base-patch FILE]...
-        [--turns DECISIONS [--turns-phase engine|loop]]
+        [--turns DECISIONS [--turns-phase engine|loop|end-to-end]]
 
 ``engine_decisions_per_cpu_s`` counts the scheduling thread's CPU time only, so it does
 not swing with what else runs on the machine; a base whose driver lacks it gets it from
 ``--base-patch bench/patches/1b01c92-engine-cpu-time.patch`` (the same two clock reads).
 
-``--turns N`` compares one phase in turns instead (``--turns-phase engine``, the default,
-or ``loop``: the scheduling loop over an in-memory cluster, a turn ending when its pods'
-binds, Events and records are written): both drivers list their clusters at once, then
+``--turns N`` compares one phase in turns instead (``--turns-phase engine``, the default;
+``loop``: the scheduling loop over an in-memory cluster; ``end-to-end``: the loop binding
+over HTTP and writing records to Redis; a loop's turn ends when its pods' binds, Events
+and records are written): both drivers list their clusters at once, then
 take turns of ``N`` decisions each (base first, then this, then this first, and so on),
 every turn timed by the driver (its ``Turns``; a base without it gets it from
 ``--base-patch bench/patches/1b01c92-turns.patch``, given after the CPU-time patch). Both
@@ -194,7 +195,7 @@ def describe_ratios(ratios: list[float]) -> str:
     )
 
 
-TURN_PHASES = ("engine", "loop")
+TURN_PHASES = ("engine", "loop", "end-to-end")
 """What ``--turns`` can compare (the driver's whole-phase rates are not comparable then:
 each side's clock also runs while it waits for the other's turn)."""
 
@@ -221,7 +222,11 @@ def compare_in_turns(
         )
     wall_total = totals["base"][0] / totals["this"][0]
     cpu_total = totals["base"][1] / totals["this"][1]
-    what = "engine decisions" if phase == "engine" else "pods bound by the in-memory loop"
+    what = {
+        "engine": "engine decisions",
+        "loop": "pods bound by the in-memory loop",
+        "end-to-end": "pods bound end to end",
+    }[phase]
     print(f"\n{what}, this/base over {len(walls)} pairs of {decisions}-decision turns")
     print(f"  wall: {describe_ratios(walls)}; totals {wall_total:.3f}")
     print(f"  CPU:  {describe_ratios(cpus)}; totals {cpu_total:.3f}")
@@ -264,8 +269,9 @@ def main(argv: list[str] | None = None) -> int:
         "--turns-phase",
         choices=TURN_PHASES,
         default="engine",
-        help="with --turns: the engine phase, or the scheduling loop over an in-memory"
-        " cluster (a turn ends when its pods' binds and records are written)",
+        help="with --turns: the engine phase, the scheduling loop over an in-memory"
+        " cluster, or the loop end to end (a loop's turn ends when its pods' binds and"
+        " records are written)",
     )
     for flag, default in (("--nodes", 5000), ("--running", 50_000), ("--pending", 10_000),
                           ("--bind-workers", 16), ("--seed", 42)):  # fmt: skip
