@@ -35,14 +35,20 @@ NAME = "interference-scheduler"
 class Harness:
     """A cache fed by an in-memory cluster through a hand-driven informer."""
 
-    def __init__(self, ignore: tuple[str, ...] = ()) -> None:
+    def __init__(self, ignore: tuple[str, ...] = (), freeze_after_list: bool = True) -> None:
         self.now = 1000.0
         self.cluster = InMemoryCluster()
         self.queue = SchedulingQueue(clock=lambda: self.now)
         self.metrics = SchedulerMetrics(CollectorRegistry())
         self.table = NodeTable()
         self.cache = ClusterCache(
-            self.table, self.queue, self.metrics, NAME, ignore, clock=lambda: self.now
+            self.table,
+            self.queue,
+            self.metrics,
+            NAME,
+            ignore,
+            clock=lambda: self.now,
+            freeze_after_list=freeze_after_list,
         )
         self.informer: InMemoryInformer = self.cluster.informer(self.cache)
 
@@ -629,8 +635,7 @@ def test_the_listed_cluster_is_frozen_once_every_kind_is_listed(freeze: bool) ->
     gc.unfreeze()
     thresholds = gc.get_threshold()
     assert thresholds[2] != FULL_COLLECTION_THRESHOLD
-    h = Harness()
-    h.cache = ClusterCache(h.table, h.queue, h.metrics, NAME, freeze_after_list=freeze)
+    h = Harness(freeze_after_list=freeze)
     h.cluster.add_node(node_object("n1", cpu="4"))
     h.cluster.add_pod(pod_object("placed", cpu="1", node_name="n1"))
     h.cache.replace("Node", [h.cluster.get_node("n1")])  # type: ignore[list-item]
@@ -642,9 +647,24 @@ def test_the_listed_cluster_is_frozen_once_every_kind_is_listed(freeze: bool) ->
     assert gc.get_threshold() == expected
 
 
-def test_the_objects_a_cache_keeps_hold_no_reference_cycles(h: Harness) -> None:
-    """Frozen objects are freed only by their reference counts (see ``replace``): pods and
-    nodes that come, change and go must leave no cycle for the collector to find."""
+@pytest.mark.parametrize("cycle_per_parse", [False, True])
+def test_the_objects_a_cache_keeps_hold_no_reference_cycles(
+    cycle_per_parse: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Frozen objects are freed only by their reference counts (``freeze_listed_heap``):
+    pods and nodes that come, change and go must leave no cycle for the collector to find.
+    Nothing is frozen here, so the collector sees every object the cache made and dropped;
+    the second case plants a cycle per parse to show it would be found."""
+    h = Harness(freeze_after_list=False)
+    if cycle_per_parse:
+        parse = cache_module.parse_pod
+
+        def parse_with_a_cycle(obj: Any) -> PodInfo:
+            cycle: list[Any] = []
+            cycle.append(cycle)
+            return parse(obj)
+
+        monkeypatch.setattr(cache_module, "parse_pod", parse_with_a_cycle)
     gc.collect()
     gc.disable()
     try:
@@ -666,6 +686,6 @@ def test_the_objects_a_cache_keeps_hold_no_reference_cycles(h: Harness) -> None:
             h.cluster.delete_node(f"gpu-{i}")
         h.sync()
         assert h.table.index_of("gpu-0") is None
-        assert gc.collect() == 0
+        assert (gc.collect() > 0) is cycle_per_parse
     finally:
         gc.enable()
