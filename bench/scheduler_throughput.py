@@ -34,7 +34,9 @@ Run from the repository root (``make bench`` runs it):
 ``.venv/bin/python bench/scheduler_throughput.py [--nodes 5000] [--running 50000]
 [--pending 10000] [--bind-workers 16] [--profile] [--skip-engine] [--skip-in-memory]
 [--json]``. ``--json`` adds one last line to stdout: the headline figures as a JSON object
-(``bench/throughput_versus.py`` reads it).
+(``bench/throughput_versus.py`` reads it). With :data:`TURNS_ENV` set (by
+``throughput_versus.py --turns``) it runs one phase in turns with another driver instead
+(:class:`Turns`).
 """
 
 from __future__ import annotations
@@ -354,7 +356,7 @@ def rss_mib() -> float:
     return int(match.group(1)) / 1024 if match else float("nan")
 
 
-# ---- 1. engine --------------------------------------------------------------------------
+# ---- in turns with another driver ------------------------------------------------------
 
 
 TURNS_ENV = "THROUGHPUT_TURNS"
@@ -448,6 +450,9 @@ def loop_in_turns(loop: SchedulingLoop, sink: DecisionSink, turns: Turns) -> Non
         return attempted
 
     loop.run_once = run_once_in_turns  # type: ignore[method-assign]
+
+
+# ---- 1. engine --------------------------------------------------------------------------
 
 
 @dataclass
