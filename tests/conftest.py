@@ -46,15 +46,19 @@ def _restore_logging() -> Iterator[None]:
             logger.setLevel(levels.get(name, logging.NOTSET))
 
 
+COLLECTOR_THRESHOLDS = gc.get_threshold()
+"""The interpreter's own, before any cache froze the heap."""
+
+
 @pytest.fixture(autouse=True)
 def _unfreeze_heap() -> Iterator[None]:
     """A cache that finishes its list freezes every object alive and makes full
     collections rarer (``freeze_listed_heap``); in a test process that would keep each
-    earlier test's garbage cycles for good."""
-    thresholds = gc.get_threshold()
+    earlier test's garbage cycles for good. (A module-scoped fixture's cache may have
+    done so before the test, hence the thresholds of the session's start.)"""
     yield
     gc.unfreeze()
-    gc.set_threshold(*thresholds)
+    gc.set_threshold(*COLLECTOR_THRESHOLDS)
 
 
 @dataclass
