@@ -376,15 +376,19 @@ class Turns:
     """
 
     def __init__(self, spec: str) -> None:
-        directory, decisions, self.phase = spec.rsplit(":", 2)
+        directory, decisions, _ = spec.rsplit(":", 2)
         self.decisions = int(decisions)
         self._go = open(f"{directory}/go", "rb", buffering=0)  # noqa: SIM115 - held all run
         self._done = open(f"{directory}/done", "w", buffering=1)  # noqa: SIM115
 
+    @staticmethod
+    def phase() -> str:
+        """The phase :data:`TURNS_ENV` asks for, ``""`` when it is not set."""
+        return os.environ.get(TURNS_ENV, "").rpartition(":")[2]
+
     @classmethod
     def from_env(cls, phase: str) -> Turns | None:
-        spec = os.environ.get(TURNS_ENV, "")
-        return cls(spec) if spec.endswith(f":{phase}") else None
+        return cls(os.environ[TURNS_ENV]) if cls.phase() == phase else None
 
     def wait(self) -> None:
         """Until the comparer says go."""
@@ -830,7 +834,7 @@ def main(argv: list[str] | None = None) -> int:
         "--json", action="store_true", help="end with one line: the headline figures as JSON"
     )
     args = parser.parse_args(argv)
-    turns_phase = os.environ.get(TURNS_ENV, "").rpartition(":")[2]
+    turns_phase = Turns.phase()
     if turns_phase:  # that phase alone
         args.skip_engine = turns_phase != "engine"
         args.skip_end_to_end = turns_phase != "end-to-end"

@@ -207,16 +207,17 @@ def compare_in_turns(
     walls: list[float] = []
     cpus: list[float] = []
     totals = {"base": [0.0, 0.0], "this": [0.0, 0.0]}
+    trees = {"base": worktree, "this": REPO}
     for k in range(rounds):
-        trees = {"base": worktree, "this": REPO}
         turns = run_in_turns(trees, workload, decisions, phase)
         wall, cpu = paired_ratios(turns["base"], turns["this"])
         walls += wall
         cpus += cpu
-        for side in totals:
-            totals[side][0] += sum(t.wall_s for t in turns[side])
+        round_wall = {side: sum(t.wall_s for t in turns[side]) for side in trees}
+        for side in trees:
+            totals[side][0] += round_wall[side]
             totals[side][1] += sum(t.cpu_s for t in turns[side])
-        round_total = sum(t.wall_s for t in turns["base"]) / sum(t.wall_s for t in turns["this"])
+        round_total = round_wall["base"] / round_wall["this"]
         print(
             f"  round {k + 1}: wall {describe_ratios(wall)}; totals {round_total:.3f}", flush=True
         )

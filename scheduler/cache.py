@@ -205,7 +205,7 @@ class ClusterCache:
                     self._upsert_pod(state)
             self._synced.add(kind)
             self._queue.cluster_event(None)
-            if self._freeze_after_list and self._synced == set(INFORMED_KINDS):
+            if self._freeze_after_list and self.synced():
                 freeze_listed_heap()
 
     def apply(self, kind: ObjectKind, event: EventType, obj: K8sObject) -> None:
