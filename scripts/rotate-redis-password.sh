@@ -74,8 +74,10 @@ secret_password() {
     kube get secret "$SECRET" -o 'jsonpath={.data.password}' | base64 -d
 }
 acl_setuser() {  # ARGS...: ACL SETUSER ACL_USER ARGS, which must answer OK
-    answer=$(redis_cli ACL SETUSER "$ACL_USER" "$@" 2>&1) || true
-    [ "$answer" = OK ] || fail "ACL SETUSER $ACL_USER failed: $answer"
+    # stderr apart: kubectl exec may log a stream warning there while Redis answers OK
+    answer=$(redis_cli ACL SETUSER "$ACL_USER" "$@" 2>"$WORK/setuser.err") || true
+    [ "$answer" = OK ] \
+        || fail "ACL SETUSER $ACL_USER failed: $answer $(head -c 300 "$WORK/setuser.err")"
 }
 
 remove_old() {  # step 3: keep only the Secret's password
