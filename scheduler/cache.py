@@ -54,6 +54,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping
 from typing import TypeVar
 
+from scheduler.api.budgets import DisruptionBudgetInfo, parse_disruption_budget
 from scheduler.api.nodes import parse_namespace, parse_node
 from scheduler.api.objects import NodeInfo, PodInfo
 from scheduler.api.pods import parse_pod
@@ -148,6 +149,7 @@ class ClusterCache:
         """Pod key → (UID, when the watch showed it bound) for pods that left the pending
         set by a bind, the oldest first (see :meth:`vouches_for`)."""
         self._synced: set[ObjectKind] = set()
+        self._budgets: dict[str, DisruptionBudgetInfo] = {}
         self._unparseable: dict[str, UnparseablePod] = {}
         """Pods of ours whose latest version does not parse, by key."""
         self._unreported: dict[str, UnparseablePod] = {}
@@ -175,6 +177,9 @@ class ClusterCache:
                         self.table.namespaces.remove(name)
                 for namespace in namespaces.values():
                     self.table.namespaces.upsert(namespace)
+            elif kind == "PodDisruptionBudget":
+                budgets = self._parse_each(objects, parse_disruption_budget, kind)
+                self._budgets = {budget.key: budget for budget in budgets}
             elif kind in VOLUME_KINDS:
                 listed = {_object_key(kind, obj) for obj in objects}
                 for key in self._volume_keys(kind):
@@ -223,6 +228,8 @@ class ClusterCache:
                     if deleted is not None:
                         self._delete_node(key)
                         self._queue.cluster_event(ClusterEvent("Node", Action.DELETE, deleted))
+                elif kind == "PodDisruptionBudget":
+                    self._budgets.pop(key, None)
                 elif kind == "Namespace" or kind in VOLUME_KINDS:
                     removed = (
                         self.table.namespaces.remove(key)
@@ -244,6 +251,11 @@ class ClusterCache:
                     action = self._upsert_node(node)
                     if action:
                         self._queue.cluster_event(ClusterEvent("Node", action, node))
+                return
+            if kind == "PodDisruptionBudget":  # read at preemption only: no pod waits on it
+                budget = self._parse(obj, parse_disruption_budget, kind)
+                if budget is not None:
+                    self._budgets[budget.key] = budget
                 return
             if kind in VOLUME_KINDS:  # a claim bound (or a volume changed) may fit a pod now
                 if self._upsert_volume_object(kind, obj):
@@ -269,7 +281,13 @@ class ClusterCache:
     def synced(self) -> bool:
         """True once every informed kind has been listed."""
         with self.lock:
-            return self._synced == set(INFORMED_KINDS)
+            return self._synced >= set(INFORMED_KINDS)
+
+    def disruption_budgets(self) -> list[DisruptionBudgetInfo]:
+        """The PodDisruptionBudgets listed so far (:data:`~scheduler.ports.PREEMPTION_KINDS`:
+        none from an adapter that does not list them)."""
+        with self.lock:
+            return list(self._budgets.values())
 
     def pending_pod(self, key: str) -> PodInfo | None:
         """The latest object of a pending pod, or None when it is no longer pending."""

@@ -26,6 +26,7 @@ ObjectKind = Literal[
     "PersistentVolume",
     "StorageClass",
     "CSINode",
+    "PodDisruptionBudget",
 ]
 
 

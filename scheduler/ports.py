@@ -36,6 +36,10 @@ CLUSTER_SCOPED_KINDS: frozenset[ObjectKind] = frozenset(
     {"Node", "Namespace", "PersistentVolume", "StorageClass", "CSINode"}
 )
 """Kinds keyed by name alone (the others by ``namespace/name``)."""
+PREEMPTION_KINDS: tuple[ObjectKind, ...] = ("PodDisruptionBudget",)
+"""What an adapter that implements :class:`Preemptor` also lists and watches (after
+:data:`INFORMED_KINDS`, through the same handler): preemption prefers victims whose
+eviction violates no PodDisruptionBudget (``policy/v1``, namespaced)."""
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 K8sObject = dict[str, Any]
 
@@ -93,6 +97,58 @@ class Cluster(Protocol):
 
     def set_unschedulable(self, pod: PodRef, message: str) -> None:
         """Set the pod's ``PodScheduled`` condition to False / ``Unschedulable``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """One preemption the scheduling cycle decided (kube-scheduler's DefaultPreemption
+    PostFilter): ``preemptor`` is nominated to ``node``, and ``victims`` must go for it to
+    fit there."""
+
+    preemptor: PodRef
+    scheduler_name: str
+    """The preemptor's ``spec.schedulerName`` (the DisruptionTarget message names it)."""
+    node: str
+    victims: tuple[PodRef, ...]
+    """Pods to delete, each with its UID; pods already terminating are left out."""
+    clear_nominated: tuple[PodRef, ...] = ()
+    """Pods of lower priority than the preemptor nominated to ``node``: they may no longer
+    fit there, so their ``status.nominatedNodeName`` is cleared."""
+
+
+class Preemptor(Protocol):
+    """Acts on a preemption (kube-scheduler's preemption executor). The scheduling loop
+    never calls it on the scheduling thread: it hands both calls to its writer threads and
+    goes on with the next pod (kube-scheduler's asynchronous preemption); the preemptor
+    waits in backoff, its room held by the loop's nomination, until the victims are gone.
+
+    Implementations: ``scheduler.adapters.kubernetes`` (real API server; it also lists and
+    watches :data:`PREEMPTION_KINDS`), ``scheduler.adapters.memory``. In dry-run mode the
+    loop calls neither method and only records the decision.
+    """
+
+    def nominate(self, pod: PodRef, node: str) -> None:
+        """Set the pod's ``status.nominatedNodeName`` to ``node`` (``""`` clears it): a
+        patch of the status subresource, nothing else changed. A pod that is gone (404)
+        is no error. Raises :class:`ClusterError` for any other failure."""
+
+    def preempt(self, preemption: Preemption) -> None:
+        """Evict ``preemption.victims`` as kube-scheduler v1.36 does, each victim in turn:
+
+        1. patch its status with the condition ``type: DisruptionTarget``,
+           ``status: "True"``, ``reason: PreemptionByScheduler``, ``message:
+           "<scheduler_name>: preempting to accommodate a higher priority pod"`` (a 404
+           means it is gone already: skip to the next victim);
+        2. DELETE it (default grace period; a UID precondition is allowed; 404 is done);
+        3. emit an Event about the victim: ``type: Normal``, ``reason: Preempted``,
+           ``action: Preempting``, ``related``: the preemptor, ``note: "Preempted by pod
+           <preemptor uid> on node <node>"``, reported by the scheduler.
+
+        Then clear ``status.nominatedNodeName`` of each pod in
+        ``preemption.clear_nominated`` (as :meth:`nominate` with ``""``; failures there
+        are logged, not raised). Any other failure raises :class:`ClusterError` after the
+        remaining victims were tried; the loop then retries the preemptor at once.
+        """
 
 
 class SignalSource(Protocol):

@@ -28,6 +28,7 @@ from typing import Any
 from scheduler.ports import (
     CLUSTER_SCOPED_KINDS,
     INFORMED_KINDS,
+    PREEMPTION_KINDS,
     BindConflict,
     ClusterError,
     ClusterHandler,
@@ -35,9 +36,12 @@ from scheduler.ports import (
     K8sObject,
     ObjectKind,
     PodRef,
+    Preemption,
 )
 
 DEFAULT_SCHEDULER = "interference-scheduler"
+_KINDS: tuple[ObjectKind, ...] = INFORMED_KINDS + PREEMPTION_KINDS
+"""What the informers deliver: this cluster implements the Preemptor too."""
 _TRIM_BATCH = 4096
 """Seen changes are dropped in batches of at least this many."""
 
@@ -180,6 +184,28 @@ def pod_object(
     }
 
 
+def budget_object(
+    name: str,
+    *,
+    namespace: str = "default",
+    match_labels: Mapping[str, str],
+    disruptions_allowed: int,
+    disrupted_pods: Iterable[str] = (),
+) -> K8sObject:
+    """A ``policy/v1`` PodDisruptionBudget with its status as the disruption controller
+    sets it."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": namespace, "uid": f"pdb-{namespace}-{name}"},
+        "spec": {"selector": {"matchLabels": dict(match_labels)}},
+        "status": {
+            "disruptionsAllowed": disruptions_allowed,
+            "disruptedPods": {pod: "2026-01-01T00:00:00Z" for pod in disrupted_pods},
+        },
+    }
+
+
 def namespace_object(name: str, labels: Mapping[str, str] | None = None) -> K8sObject:
     """A Namespace as the API server returns it (with the ``kubernetes.io/metadata.name``
     label the API server sets on every namespace)."""
@@ -308,9 +334,9 @@ class InMemoryInformer:
         """Deliver what the handler has not seen yet; returns the number of calls made."""
         if self._position is None:
             objects, self._position = self._cluster._snapshot()
-            for kind in INFORMED_KINDS:
+            for kind in _KINDS:
                 self._handler.replace(kind, objects[kind])
-            return len(INFORMED_KINDS)
+            return len(_KINDS)
         changes, self._position = self._cluster._changes_since(self._position)
         for change in changes:
             self._handler.apply(change.kind, change.event, change.obj)
@@ -322,7 +348,7 @@ class InMemoryCluster:
 
     def __init__(self) -> None:
         self._lock = threading.Condition(threading.Lock())
-        self._objects: dict[ObjectKind, dict[str, K8sObject]] = {k: {} for k in INFORMED_KINDS}
+        self._objects: dict[ObjectKind, dict[str, K8sObject]] = {k: {} for k in _KINDS}
         self._changes: list[_Change] = []
         self._log_start = 0
         """Position (counted since the cluster was made) of ``_changes[0]``; changes every
@@ -336,6 +362,10 @@ class InMemoryCluster:
         """``(namespace/name, node)`` for every successful bind, in order."""
         self.bind_calls = 0
         """Every call to :meth:`bind`, successful or not."""
+        self.preemptions: list[Preemption] = []
+        """Every :meth:`preempt` call, in order."""
+        self.deleted_conditions: dict[str, list[dict[str, Any]]] = {}
+        """``namespace/name`` of each preempted pod → its conditions when it was deleted."""
 
     # ---- the Cluster Protocol --------------------------------------------------------
 
@@ -409,6 +439,67 @@ class InMemoryCluster:
             )
             updated["status"]["conditions"] = conditions
             self._store("Pod", "MODIFIED", updated)
+
+    # ---- the Preemptor Protocol ------------------------------------------------------
+
+    def nominate(self, pod: PodRef, node: str) -> None:
+        """Set ``status.nominatedNodeName`` (``""`` clears it); a pod that is gone is no error."""
+        with self._lock:
+            obj = self._objects["Pod"].get(f"{pod.namespace}/{pod.name}")
+            if obj is None or obj["status"].get("nominatedNodeName", "") == node:
+                return
+            updated = copy.deepcopy(obj)
+            if node:
+                updated["status"]["nominatedNodeName"] = node
+            else:
+                updated["status"].pop("nominatedNodeName", None)
+            self._store("Pod", "MODIFIED", updated)
+
+    def preempt(self, preemption: Preemption) -> None:
+        """As the API server would see kube-scheduler's calls: each victim gets the
+        ``DisruptionTarget`` condition, is deleted (at once: no grace period here) and gets
+        a ``Preempted`` Event; then the listed nominations are cleared."""
+        preemptor = preemption.preemptor
+        with self._lock:
+            self.preemptions.append(preemption)
+            for victim in preemption.victims:
+                key = f"{victim.namespace}/{victim.name}"
+                obj = self._objects["Pod"].get(key)
+                if obj is None or (victim.uid and obj["metadata"].get("uid") != victim.uid):
+                    continue
+                updated = copy.deepcopy(obj)
+                conditions = [
+                    c
+                    for c in updated["status"].get("conditions", [])
+                    if c["type"] != "DisruptionTarget"
+                ]
+                conditions.append(
+                    {
+                        "type": "DisruptionTarget",
+                        "status": "True",
+                        "reason": "PreemptionByScheduler",
+                        "message": f"{preemption.scheduler_name}: preempting to accommodate"
+                        " a higher priority pod",
+                    }
+                )
+                updated["status"]["conditions"] = conditions
+                self._store("Pod", "MODIFIED", updated)
+                self.deleted_conditions[key] = conditions
+                del self._objects["Pod"][key]
+                self._resource_version += 1
+                self._changes.append(_Change("Pod", "DELETED", updated))
+                self.events.append(
+                    RecordedEvent(
+                        victim.namespace,
+                        victim.name,
+                        "Normal",
+                        "Preempted",
+                        f"Preempted by pod {preemptor.uid} on node {preemption.node}",
+                    )
+                )
+            self._lock.notify_all()
+        for pod in preemption.clear_nominated:
+            self.nominate(pod, "")
 
     # ---- helpers for tests and simulation ---------------------------------------------
 

@@ -10,6 +10,7 @@ import pytest
 from scheduler.adapters.memory import InMemoryCluster, namespace_object, node_object, pod_object
 from scheduler.ports import (
     INFORMED_KINDS,
+    PREEMPTION_KINDS,
     ApiUnavailable,
     BindConflict,
     ClusterError,
@@ -43,7 +44,8 @@ def test_informer_lists_then_delivers_changes_in_order() -> None:
     informer = cluster.informer(handler)
     informer.sync()
     listed = {"Node": ["n1"], "Namespace": ["default"], "Pod": ["p1"]}
-    assert handler.calls == [("replace", kind, listed.get(kind, [])) for kind in INFORMED_KINDS]
+    kinds = INFORMED_KINDS + PREEMPTION_KINDS  # it implements the Preemptor too
+    assert handler.calls == [("replace", kind, listed.get(kind, [])) for kind in kinds]
     handler.calls.clear()
     cluster.add_node(node_object("n2"))
     cluster.add_node(node_object("n2", cpu="4"))
