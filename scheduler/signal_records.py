@@ -14,7 +14,9 @@ first reason that applies (:data:`REJECT_REASONS`), when:
   another node's key);
 - ``clock``: its ``ts`` is more than ``max_skew_s`` (30 s) from the scheduler's clock,
   either way (a report dated ahead would otherwise outrank the node's real ones);
-- ``interval``: ``interval_s`` outside 0.1–60 s;
+- ``interval``: ``interval_s`` outside 0.1 s – ``max_interval_s`` (the longest interval
+  the cluster's agents are configured with: a record claiming a longer one would stay
+  fresh for three of them after its agent stopped);
 - ``value``: a negative, NaN or infinite signal, a negative count, or a measured family
   bit this release does not know.
 
@@ -25,6 +27,10 @@ is the index of the signals' means and ``index_stddev`` the index of mean + σ m
 (how far one σ of burstiness moves the index), so the risk term ``index_mean + k ·
 index_stddev`` reads as the index at mean + k·σ to first order. A window with no interval
 yet (agent warming up) falls back to the latest interval, as the agent's own windows do.
+A record's freshness counts from the earlier of its ``ts`` and the time the scheduler
+read it, so a record dated ahead (within the clock skew allowed) does not outlive its
+agent by that much: a node whose agent stops is stale at most ``stale_after_s`` of the
+longest allowed interval after its last record was read (docs/design.md §7).
 """
 
 from __future__ import annotations
@@ -88,6 +94,7 @@ def decode_records(
     expected_ids: NDArray[np.uint64],
     now: float,
     max_skew_s: float = MAX_CLOCK_SKEW_S,
+    max_interval_s: float = MAX_INTERVAL_S,
 ) -> DecodedRecords:
     """Check and decode ``payloads[i]``, the record under the key of the node whose id is
     ``expected_ids[i]``; ``None`` (no record) is neither accepted nor rejected."""
@@ -115,7 +122,7 @@ def decode_records(
     reject("node", records["node_id"] != expected_ids[positions])
     reject("clock", ~(np.abs(records["ts"] - now) <= max_skew_s))
     interval = records["interval_s"]
-    reject("interval", ~((interval >= MIN_INTERVAL_S) & (interval <= MAX_INTERVAL_S)))
+    reject("interval", ~((interval >= MIN_INTERVAL_S) & (interval <= max_interval_s)))
     bad_value = (records["measured"] & ~np.uint16(_KNOWN_FAMILY_BITS)) != 0
     floats = np.frombuffer(buffer, "<f8").reshape(len(records), SIZE // 8)[:, _FLOAT_WORDS]
     bad_value |= ~((floats >= 0) & (floats < np.inf)).all(axis=1)  # NaN fails both
@@ -126,10 +133,13 @@ def decode_records(
 
 
 def signal_columns(
-    records: NDArray[np.void], refs: IndexReferences
+    records: NDArray[np.void], refs: IndexReferences, received_at: float = np.inf
 ) -> dict[str, NDArray[np.float64]]:
-    """Frame columns (:data:`scheduler.signal_frame.SIGNAL_COLUMNS`) of checked records."""
-    ts = records["ts"].astype(np.float64)
+    """Frame columns (:data:`scheduler.signal_frame.SIGNAL_COLUMNS`) of checked records
+    read at ``received_at``: ``signals_at = min(ts, received_at)`` and ``fresh_until =
+    signals_at + max(5, round(3 · interval_s))`` for a record with the core families
+    (``-inf`` otherwise)."""
+    ts = np.minimum(records["ts"].astype(np.float64), received_at)
     interval = records["interval_s"].astype(np.float64)
     measured = records["measured"].astype(np.uint16)
     stale_after = np.maximum(

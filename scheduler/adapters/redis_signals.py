@@ -77,6 +77,8 @@ from interference_infra.strict import SettingsError
 from scheduler.signal_frame import SIGNAL_COLUMNS, SignalFrame, no_signal_value
 from scheduler.signal_records import (
     MAX_CLOCK_SKEW_S,
+    MAX_INTERVAL_S,
+    MIN_INTERVAL_S,
     REJECT_REASONS,
     decode_records,
     signal_columns,
@@ -123,6 +125,11 @@ class RedisSettings:
     """How often records of names that are no Node are counted (a SCAN); 0 never."""
     max_clock_skew_s: float = MAX_CLOCK_SKEW_S
     """A record whose ``ts`` is further than this from the scheduler's clock is ignored."""
+    max_agent_interval_s: float = 2.0
+    """The longest report interval of the cluster's agents (their ``--interval``, 1 s by
+    default): a record claiming a longer one is ignored (``reason="interval"``), so a node
+    whose agent stops is stale within ``max(5, round(3 × this))`` seconds of its last
+    record being read, whatever that record claimed (docs/design.md §7). At most 60."""
     index_references: IndexReferences = field(default_factory=IndexReferences)
     """The interference index's references, with which the scheduler computes every
     node's index from its record (set them like the agents' ``--index-ref``)."""
@@ -178,6 +185,11 @@ class RedisSettings:
         ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}: {getattr(self, name)!r} must be a number > 0")
+        if not MIN_INTERVAL_S <= self.max_agent_interval_s <= MAX_INTERVAL_S:
+            raise ValueError(
+                f"max_agent_interval_s: {self.max_agent_interval_s!r} must be the agents'"
+                f" longest interval in seconds, {MIN_INTERVAL_S:g}–{MAX_INTERVAL_S:g}"
+            )
         if not 0 < self.decision_memory_limit <= 1:
             raise ValueError(
                 f"decision_memory_limit: {self.decision_memory_limit!r} must be a share of"
@@ -367,6 +379,8 @@ class RedisSignalCache:
         self._ids: NDArray[np.uint64] = np.zeros(0, np.uint64)
         self._columns: dict[str, NDArray[np.float64]] = _empty_columns(0)
         self._measured: NDArray[np.uint16] = np.zeros(0, np.uint16)
+        self._record_ts: NDArray[np.float64] = np.zeros(0, np.float64)
+        """Each row's last accepted record's own ``ts`` (``signals_at`` may be earlier)."""
         self._snapshot = SignalFrame.empty()
         self._reject_logs = {
             reason: _RateLimitedLog(settings.log_interval_s)
@@ -443,15 +457,21 @@ class RedisSignalCache:
             self._follow(names)
         payloads = self._fetch(self._keys)
         now = self._clock()
-        decoded = decode_records(payloads, self._ids, now, self.settings.max_clock_skew_s)
+        settings = self.settings
+        decoded = decode_records(
+            payloads, self._ids, now, settings.max_clock_skew_s, settings.max_agent_interval_s
+        )
         for reason, positions in decoded.rejected.items():
             self._rejected(reason, len(positions), self._names[int(positions[0])])
         positions, records = decoded.positions, decoded.records
-        newer = records["ts"] > self._columns["signals_at"][positions]
+        # Newer by the record's own ts; its freshness counts from when it was read, at the
+        # latest, so one dated ahead does not outlive its agent (signal_columns).
+        newer = records["ts"] > self._record_ts[positions]
         positions, records = positions[newer], records[newer]
         if len(positions):
-            for column, values in signal_columns(records, self._references).items():
+            for column, values in signal_columns(records, self._references, now).items():
                 self._columns[column][positions] = values
+            self._record_ts[positions] = records["ts"]
             self._measured[positions] = records["measured"]
             self.metrics.signal_age.observe_many(np.maximum(now - records["ts"], 0.0))
             self.metrics.records_accepted.inc(len(positions))
@@ -530,12 +550,15 @@ class RedisSignalCache:
         index = {name: row for row, name in enumerate(names)}
         columns = _empty_columns(len(names))
         measured = np.zeros(len(names), np.uint16)
+        record_ts = np.full(len(names), -np.inf)
         kept = [(row, old_index[name]) for name, row in index.items() if name in old_index]
         if kept:
             new_rows, old_rows = (np.array(rows, np.intp) for rows in zip(*kept, strict=True))
             for column in SIGNAL_COLUMNS:
                 columns[column][new_rows] = old_columns[column][old_rows]
             measured[new_rows] = old_measured[old_rows]
+            record_ts[new_rows] = self._record_ts[old_rows]
+        self._record_ts = record_ts
         self._names, self._index = names, MappingProxyType(index)
         self._keys = [keys.sched_key(name) for name in names]
         self._ids = np.fromiter(map(sched_record.node_id, names), np.uint64, len(names))
@@ -596,7 +619,10 @@ _REJECT_EXPLANATIONS = {
     "version": "another record layout version; run the same release of agent and scheduler",
     "node": "the record names another node than the key holding it",
     "clock": f"its time is more than {MAX_CLOCK_SKEW_S:g} s from the scheduler's; check NTP",
-    "interval": "its interval is outside 0.1–60 s",
+    "interval": (
+        "its interval is outside 0.1 s – redis.max_agent_interval_s (raise that setting to"
+        " the agents' --interval)"
+    ),
     "value": "a negative, NaN or infinite signal, or an unknown family",
     UNKNOWN_NODE: "no Node of that name exists",
 }
