@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from typing import TextIO
 
-from interference_infra.strict import parse_log_format, parse_log_level
+from interference_infra.strict import PASSWORD_IN_QUERY, parse_log_format, parse_log_level
 
 _CREDENTIALS_IN_URL = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^\s:/@]*:)\S*@", re.IGNORECASE)
 """Up to the last ``@`` of the word: a password may hold an unencoded ``/``, ``?``, ``#``
@@ -31,8 +31,9 @@ MAX_REMEMBERED_WARNINGS = 1000
 
 
 def mask_credentials(text: str) -> str:
-    """``text`` with the password of every ``scheme://user:password@`` replaced by ``***``."""
-    return _CREDENTIALS_IN_URL.sub(r"\1***@", text)
+    """``text`` with the password of every ``scheme://user:password@`` and every
+    ``?password=`` (or ``&password=``) replaced by ``***``."""
+    return PASSWORD_IN_QUERY.sub(r"\1***", _CREDENTIALS_IN_URL.sub(r"\1***@", text))
 
 
 class MaskingFormatter(logging.Formatter):

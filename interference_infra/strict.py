@@ -7,6 +7,7 @@ and the accepted values, never a silent default: ``DRY_RUN=Y`` must not mean "bi
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
@@ -118,13 +119,19 @@ def parse_log_format(value: str) -> str:
     return fmt
 
 
+PASSWORD_IN_QUERY = re.compile(r"([?&](?:password|passwd|pass)=)[^&#\s'\"]*", re.IGNORECASE)
+"""A password passed as a URL's query parameter (redis-py reads ``?password=``)."""
+
+
 def mask_url(url: str) -> str:
-    """``url`` with its password replaced by ``***`` (the user name stays), for anything a
-    person or a log collector sees. A URL that cannot be parsed is masked after its ``@``.
+    """``url`` with its password (after ``user:`` or in ``?password=``) replaced by ``***``
+    (the user name stays), for anything a person or a log collector sees. A URL that
+    cannot be parsed is masked after its ``@``.
 
     The credentials end at the last ``@``, not where ``urlsplit`` ends the netloc: a
     password with an unencoded ``/``, ``?`` or ``#`` (base64 passwords hold ``/``) would
     otherwise be shown in part or whole."""
+    url = PASSWORD_IN_QUERY.sub(r"\1***", url)
     scheme, sep, rest = url.partition("://")
     userinfo, at, host = rest.rpartition("@")
     if not at:

@@ -21,8 +21,8 @@ kube-scheduler on the same host nor pretends to be TLS.
   (:func:`interference.decision_page.render_decision_page`: the funnel with the failing
   filter, the finalists' score parts, the rejected nodes, the chosen node's recent
   interference index when the source can read it); 404 with a plain message for a pod
-  without a record. Read-only, and as open as ``/metrics``: the port has no auth of its
-  own (keep it inside the cluster, like the metrics).
+  without a record. Read-only, with no credential check of its own: served only with
+  ``http.debug_pages`` (off by default), like ``/config``.
 * ``POST`` routes given by the caller: each handler takes the request body and returns
   status, body and content type.
 
@@ -105,6 +105,12 @@ class HttpSettings:
     """TCP port of /healthz, /readyz and /metrics (0: any free port, for tests)."""
     host: str = "0.0.0.0"
     """Address to bind; 0.0.0.0 so the kubelet and Prometheus can reach the pod."""
+    debug_pages: bool = False
+    """Also serve ``/config`` and ``/decisions/NAMESPACE/POD``. They carry no credential
+    check: turn them on only where the port's NetworkPolicy admits nobody but trusted
+    scrapers (deploy/ admits pods labelled ``interference.io/metrics-scraper=true`` in a
+    namespace labelled the same). ``interference explain`` reads the same records with
+    the viewer's Redis user."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -306,7 +312,8 @@ class ExtenderEndpoint(HealthEndpoint):
 
 class HealthServer(HealthEndpoint):
     """The shared endpoint (:mod:`interference_infra.http`) with the scheduler's checks,
-    kept-alive connections and ``post_routes``; ``port`` is the bound port."""
+    kept-alive connections and ``post_routes``; ``port`` is the bound port. ``decisions``
+    and ``get_routes`` (``/config``) are served only with ``settings.debug_pages``."""
 
     def __init__(
         self,
@@ -318,6 +325,8 @@ class HealthServer(HealthEndpoint):
         get_routes: Mapping[str, GetRoute] | None = None,
     ):
         self._status = status
+        if not settings.debug_pages:  # what a pod admitted for /metrics should not read
+            decisions, get_routes = None, None
         self.decisions = decisions
         routes = dict(get_routes or {})
         if decisions is not None:

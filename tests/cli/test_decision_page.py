@@ -343,7 +343,10 @@ def server(scheduled: Decision, unschedulable: Decision) -> Iterator[HealthServe
     status = Status(synced=lambda: True, config_error=lambda: "", leading=lambda: True)
     source = MemoryDecisions([scheduled, unschedulable], [(NOW - 5, 12.0), (NOW, 40.0)])
     http = HealthServer(
-        HttpSettings(host="127.0.0.1", port=0), CollectorRegistry(), status, decisions=source
+        HttpSettings(host="127.0.0.1", port=0, debug_pages=True),
+        CollectorRegistry(),
+        status,
+        decisions=source,
     )
     http.start()
     yield http
@@ -387,6 +390,28 @@ def test_the_http_port_answers_404_for_an_unknown_pod(server: HealthServer) -> N
     assert code == 503 and "Redis is down" in body
     code, _, body = get(server, "/nothing")
     assert code == 404 and "/decisions/*" in body
+
+
+def test_the_pages_are_off_by_default(scheduled: Decision) -> None:
+    """The port admits metrics scrapers; without ``http.debug_pages`` they read no decision
+    record and no configuration."""
+    status = Status(synced=lambda: True, config_error=lambda: "", leading=lambda: True)
+    config_route = {"/config": lambda path: (200, b"secret config\n", "text/plain")}
+    http = HealthServer(
+        HttpSettings(host="127.0.0.1", port=0),
+        CollectorRegistry(),
+        status,
+        decisions=MemoryDecisions([scheduled], []),
+        get_routes=config_route,
+    )
+    http.start()
+    try:
+        for path in ("/decisions/shop/checkout-0", "/config"):
+            code, _, body = get(http, path)
+            assert code == 404 and "secret" not in body and "checkout" not in body
+        assert get(http, "/readyz")[0] == 200
+    finally:
+        http.stop()
 
 
 def test_the_queued_sink_remembers_what_it_wrote(scheduled: Decision) -> None:

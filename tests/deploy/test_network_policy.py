@@ -79,9 +79,13 @@ def selector_matches(selector: Obj, labels: dict[str, str]) -> bool:
     return True
 
 
+NAMESPACE_LABELS = {"monitoring": SCRAPER}
+"""Labels a cluster admin set on a namespace (docs/operations.md: the scrapers' one)."""
+
+
 def namespace_labels(namespace: str) -> dict[str, str]:
-    """What the API server labels every namespace with."""
-    return {"kubernetes.io/metadata.name": namespace}
+    """What the API server labels every namespace with, and what an admin added."""
+    return {"kubernetes.io/metadata.name": namespace, **NAMESPACE_LABELS.get(namespace, {})}
 
 
 def peer_matches(peer: Obj, other: Endpoint, policy_namespace: str) -> bool:
@@ -222,6 +226,8 @@ def endpoints(objects: tuple[Obj, ...]) -> dict[str, Endpoint]:
         "agent-impostor", "10.244.2.8", "shop", {"app.kubernetes.io/name": "interference-agent"}
     )
     found["scraper"] = Endpoint("scraper", "10.244.2.9", "monitoring", SCRAPER)
+    # the pod label alone, set by whoever may create a pod in shop
+    found["scraper-elsewhere"] = Endpoint("scraper-elsewhere", "10.244.2.10", "shop", SCRAPER)
     found["host-stranger"] = Endpoint(
         "host-stranger", NODE_IP, "kube-system", host_network=True, entity="host"
     )
@@ -360,6 +366,9 @@ def test_what_the_base_refuses() -> None:
         ("viewer-elsewhere", "redis", 6379),
         ("agent-impostor", "redis", 6379),
         ("agent-impostor", ISSUER, 10272),
+        ("scraper-elsewhere", "interference-scheduler", 10251),
+        ("scraper-elsewhere", ISSUER, 10272),
+        ("scraper-elsewhere", "interference-agent", 10271),
         ("redis", "dns", 53),
         ("redis", "internet", 443),
         ("interference-agent", "apiserver", 443),

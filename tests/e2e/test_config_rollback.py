@@ -100,7 +100,7 @@ def test_a_typo_keeps_serving_and_a_reload_that_leaves_pods_pending_is_rolled_ba
     monkeypatch.setenv("INTERFERENCE_SCHEDULER_CONFIGMAP", CONFIG_MAP)
     scheduler = start_scheduler(
         schedulers, tmp_path, scheduler_kubeconfig, redis_url, SCHEDULER,
-        extra={"reload_guard": FAST_GUARD},
+        extra={"reload_guard": FAST_GUARD, "http": {"debug_pages": True}},
     )  # fmt: skip
     config_path = tmp_path / f"{scheduler.replica}.yaml"
     good = yaml.safe_load(config_path.read_text())  # reload_interval_s: the default 5 s

@@ -121,6 +121,24 @@ def test_passwords_with_url_delimiters_left_unencoded_are_masked_whole(
     assert mask_credentials(f"Redis at {url} refused") == f"Redis at {shown} refused"
 
 
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://redis:6379/0?password=s3cret", "redis://redis:6379/0?password=***"),
+        (
+            "rediss://u@redis:6379/0?ssl_cert_reqs=required&password=s3cret&db=1",
+            "rediss://u@redis:6379/0?ssl_cert_reqs=required&password=***&db=1",
+        ),
+        ("redis://redis/0?PassWord=s3cret#x", "redis://redis/0?PassWord=***#x"),
+        ("redis://:pw@redis/0?password=s3cret", "redis://:***@redis/0?password=***"),
+    ],
+)
+def test_a_password_in_the_query_is_masked(url: str, shown: str) -> None:
+    """redis-py takes ``?password=``: /config and every log line must hide it too."""
+    assert mask_url(url) == shown
+    assert mask_credentials(f"url: {url}\n") == f"url: {shown}\n"
+
+
 @pytest.fixture
 def log_stream() -> Iterator[io.StringIO]:
     root = logging.getLogger()
