@@ -32,7 +32,8 @@ from node_agent.aggregate import aggregate, measured_families, resolve_owners
 from node_agent.attribution import Attributor
 from node_agent.cgroup_knobs import PodCgroups
 from node_agent.credentials import Enrolment
-from node_agent.degrade import DegradeMetrics, Degrader, EventSink
+from node_agent.degrade import DegradeMetrics, Degrader, EventSink, restore_previous_run
+from node_agent.degrade_state import left_degraded
 from node_agent.events import KubernetesEvents, LoggedEvents
 from node_agent.gpu import GpuInventory
 from node_agent.health import AgentMetrics, liveness_problem
@@ -113,12 +114,13 @@ class Agent:
         """Probes that could not start, with the reason (published in every report)."""
         self.degrader: Degrader | None = None
         """Degrades antagonists after each report when ``settings.degrade.enabled``."""
+        self._events = events if events is not None else LoggedEvents()
         if settings.degrade.enabled:
             opted_in = getattr(directory, "degradable", None)
             self.degrader = Degrader(
                 settings.degrade,
                 PodCgroups(self._ctx),
-                events if events is not None else LoggedEvents(),
+                self._events,
                 DegradeMetrics(self.metrics.registry),
                 opted_in=opted_in if callable(opted_in) else (lambda _uid: False),
             )
@@ -166,8 +168,12 @@ class Agent:
             mode = "dry run" if self.settings.degrade.dry_run else "enforcing"
             log.info("degrading antagonists on this node (%s)", mode)
             restored = self.degrader.restore_saved()
-            if restored:
-                log.info("restored what a previous run degraded: %s", ", ".join(restored))
+        else:
+            # A previous run may have degraded and crashed: it is put back even with
+            # degrading off now.
+            restored = restore_previous_run(self.settings.degrade.state_file, self._events)
+        if restored:
+            log.info("restored what a previous run degraded: %s", ", ".join(restored))
         self._started = True
         if self._gpu_inventory is not None:
             self._gpu_inventory.start()
@@ -442,7 +448,8 @@ def build_agent(
             count=lambda event: counter.labels(event=event).inc(),
         )
     sink = RedisPublisher(publisher_settings(settings), enrolment) if publish else None
-    events = kubernetes_events(settings) if settings.degrade.enabled else None
+    wanted = settings.degrade.enabled or left_degraded(settings.degrade.state_file)
+    events = kubernetes_events(settings) if wanted else None
     return Agent(
         settings, pod_directory(settings), sink, GpuInventory(), metrics, enrolment, events
     )

@@ -21,17 +21,22 @@ antagonist, and restored (the value read before the write put back) after
 ``restore_after_intervals`` intervals in a row without the condition and at least
 ``min_degraded_s`` after the write. At most ``max_degrades_per_window`` degradations per
 ``window_s`` on the node; restores are never held back. Each action (or, in dry run, each
-would-be action) is an Event on the pod saying what changed and why, and a metric. What
-was written is kept in ``state_file``, so an agent that restarts restores it first.
+would-be action) is an Event on the pod saying what changed and why, and a metric.
+
+What survives the agent (:mod:`node_agent.degrade_state`): the value before each write is
+recorded in ``state_file`` before the cgroup file is written, durably, and the write is
+refused when it cannot be recorded; the rate limit's times are kept with it. Every agent
+start, degrading or not, puts back what a previous one left (:func:`restore_previous_run`):
+an entry whose file still holds what was written gets its original back; one that holds
+anything else (the write never happened, or the kubelet changed it since) is dropped; one
+that cannot be written back stays recorded, and that knob is not degraded again meanwhile.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-import os
-import tempfile
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -51,6 +56,16 @@ from node_agent.cgroup_knobs import (
     read_knob,
     write_knob,
 )
+from node_agent.degrade_state import (
+    DegradeState,
+    Entry,
+    StateUnreadable,
+    gone,
+    load_state,
+    put_back,
+    put_back_file,
+    save_state,
+)
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +75,7 @@ REASON_RESTORED = "InterferenceRestored"
 REASON_WOULD_DEGRADE = "InterferenceWouldDegrade"
 REASON_WOULD_RESTORE = "InterferenceWouldRestore"
 REASON_DEGRADE_FAILED = "InterferenceDegradeFailed"
+WHY_RESTARTED = "the agent restarted"
 
 
 @dataclass(frozen=True)
@@ -146,6 +162,7 @@ class _Held:
     written: str
     since: float
     quiet_intervals: int = 0
+    failed_restores: int = 0
 
 
 @dataclass
@@ -165,9 +182,20 @@ class Degrader:
     metrics: DegradeMetrics
     opted_in: Callable[[str], bool] = lambda _uid: False
     """Whether the pod with this UID carries :data:`DEGRADABLE_ANNOTATION` ``"true"``."""
+    wall: Callable[[], float] = time.time
+    """The clock of the rate limit's times in the state file (``now`` is monotonic and
+    does not carry across processes)."""
     held: dict[tuple[str, Resource], _Held] = field(default_factory=dict)
     _candidates: dict[Resource, _Candidate] = field(default_factory=dict)
-    _recent: deque[float] = field(default_factory=deque)
+    _recent: deque[tuple[float, float | None]] = field(default_factory=deque)
+    """``(now, wall time)`` of each degradation in the window; wall None in dry run
+    (a would-be action is not recorded)."""
+    _loaded_recent: list[float] = field(default_factory=list)
+    """Wall times from the state file, placed in ``_recent`` on the next interval."""
+    _left: list[Entry] = field(default_factory=list)
+    """A previous run's entries that could not be put back yet (retried every interval)."""
+    _unusable: str = ""
+    """Why the state file cannot be used; while set, nothing is degraded."""
 
     def eligible(self, pod: PodMetrics) -> bool:
         """BestEffort, or annotated degradable; never the system bucket."""
@@ -175,6 +203,10 @@ class Degrader:
 
     def observe(self, report: NodeReport, now: float) -> None:
         """Advance every resource's state by one interval of ``report``."""
+        if self._loaded_recent:
+            self._place_loaded_recent(now)
+        if self._left:
+            self._put_back_left()
         self._step("memory", self._memory_antagonist(report), now)
         self._step("cpu", self._cpu_antagonist(report), now)
         for resource in ("cpu", "memory"):
@@ -255,7 +287,7 @@ class Degrader:
             return
         if candidate.intervals < self.settings.sustain_intervals:
             return
-        while self._recent and now - self._recent[0] >= self.settings.window_s:
+        while self._recent and now - self._recent[0][0] >= self.settings.window_s:
             self._recent.popleft()
         if len(self._recent) >= self.settings.max_degrades_per_window:
             return
@@ -270,6 +302,12 @@ class Degrader:
         if knob is None:
             self._failed(resource, pod, f"no {resource} knob found in cgroupfs for its UID")
             return
+        if self._unusable:
+            self._failed(resource, pod, f"{self._unusable}, so the value before cannot be kept")
+            return
+        if any(entry.path == knob.path for entry in self._left):
+            self._failed(resource, pod, "a previous run degraded it and could not put it back yet")
+            return
         try:
             original = read_knob(knob)
             value = degraded_value(
@@ -278,13 +316,34 @@ class Degrader:
                 memory_ratio=settings.memory_ratio,
                 memory_floor_bytes=settings.memory_floor_bytes,
             )
-            if not settings.dry_run:
-                write_knob(knob, value)
         except (OSError, ValueError) as exc:
             self._failed(resource, pod, f"{knob.path}: {exc}")
             return
-        self._recent.append(now)
-        self.held[(pod.uid, resource)] = _Held(pod, knob, original, value, now)
+        key = (pod.uid, resource)
+        self.held[key] = _Held(pod, knob, original, value, now)
+        self._recent.append((now, None if settings.dry_run else self.wall()))
+        if not settings.dry_run:
+            # The original goes to disk first: a crash after the write must find it there.
+            try:
+                self._save(strict=True)
+            except OSError as exc:
+                del self.held[key]
+                self._recent.pop()
+                self._failed(
+                    resource,
+                    pod,
+                    f"the value before could not be recorded in {settings.state_file} "
+                    f"({exc}), so nothing was written",
+                )
+                return
+            try:
+                write_knob(knob, value)
+            except OSError as exc:
+                del self.held[key]
+                self._recent.pop()
+                self._save()
+                self._failed(resource, pod, f"{knob.path}: {exc}")
+                return
         change = f"{knob.file} {original} → {value} ({knob.directory})"
         if settings.dry_run:
             self.metrics.actions.labels(action="would_degrade", resource=resource).inc()
@@ -294,7 +353,6 @@ class Degrader:
         else:
             self.metrics.actions.labels(action="degraded", resource=resource).inc()
             self.events.emit(pod, REASON_DEGRADED, f"set {change}: {reason}", True)
-            self._save()
         log.info(
             "%s %s of %s: %s",
             "would degrade" if settings.dry_run else "degraded",
@@ -304,10 +362,11 @@ class Degrader:
         )
 
     def _restore(self, resource: Resource, held: _Held) -> None:
-        del self.held[(held.pod.uid, resource)]
+        key = (held.pod.uid, resource)
         change = f"{held.knob.file} {held.written} → {held.original} ({held.knob.directory})"
         why = f"the condition has been gone for {held.quiet_intervals} intervals"
         if self.settings.dry_run:
+            del self.held[key]
             self.metrics.actions.labels(action="would_restore", resource=resource).inc()
             self.events.emit(
                 held.pod, REASON_WOULD_RESTORE, f"dry run: would set {change}: {why}", False
@@ -316,9 +375,16 @@ class Degrader:
         try:
             write_knob(held.knob, held.original)
         except OSError as exc:
-            # The cgroup is gone with its pod: nothing is left to restore.
-            log.info("not restoring %s of %s: %s", resource, held.pod.key, exc)
+            if not gone(held.knob, exc):
+                # Kept (here and in the state file) and tried again next interval.
+                held.failed_restores += 1
+                if held.failed_restores == 1:
+                    log.warning("cannot put back %s of %s: %s", resource, held.pod.key, exc)
+                return
+            log.info("not restoring %s of %s: its cgroup is gone", resource, held.pod.key)
+            del self.held[key]
         else:
+            del self.held[key]
             self.metrics.actions.labels(action="restored", resource=resource).inc()
             self.events.emit(held.pod, REASON_RESTORED, f"set {change}: {why}", False)
         self._save()
@@ -334,60 +400,118 @@ class Degrader:
             held.quiet_intervals = max(held.quiet_intervals, self.settings.restore_after_intervals)
             self._restore(resource, held)
 
-    def _save(self) -> None:
-        entries = [
-            {
-                "uid": uid,
-                "namespace": held.pod.namespace,
-                "name": held.pod.name,
-                "resource": resource,
-                "path": held.knob.path,
-                "original": held.original,
-                "written": held.written,
-            }
-            for (uid, resource), held in self.held.items()
-        ]
-        directory = os.path.dirname(self.settings.state_file) or "."
+    def _state(self) -> DegradeState:
+        """What the state file must hold now: the knobs written and not put back, and the
+        times of the degradations still in the rate-limit window."""
+        entries = list(self._left)
+        if not self.settings.dry_run:
+            entries += [
+                Entry(
+                    uid=uid,
+                    namespace=held.pod.namespace,
+                    name=held.pod.name,
+                    resource=resource,
+                    path=held.knob.path,
+                    original=held.original,
+                    written=held.written,
+                )
+                for (uid, resource), held in self.held.items()
+            ]
+        oldest = self.wall() - self.settings.window_s
+        stamps = [w for _, w in self._recent if w is not None] + self._loaded_recent
+        return DegradeState(entries, sorted(w for w in stamps if w > oldest))
+
+    def _save(self, strict: bool = False) -> None:
+        """Write the state file; ``OSError`` when ``strict``, else a warning."""
+        if self._unusable:
+            return  # left for a person to read: nothing was written meanwhile
         try:
-            os.makedirs(directory, exist_ok=True)
-            with tempfile.NamedTemporaryFile("w", dir=directory, delete=False) as f:
-                json.dump(entries, f)
-            os.replace(f.name, self.settings.state_file)
-        except OSError as exc:
+            save_state(self.settings.state_file, self._state())
+        except OSError:
+            if strict:
+                raise
             log.warning(
-                "cannot keep what was degraded in %s (%s): a restart would not restore it",
+                "cannot update %s: what it lists is put back only where the cgroup file "
+                "still holds what was written",
                 self.settings.state_file,
-                exc,
+                exc_info=True,
             )
 
+    def _place_loaded_recent(self, now: float) -> None:
+        wall_now = self.wall()
+        window = self.settings.window_s
+        # A time ahead of this clock counts as now: never a longer allowance than due.
+        placed = [(now - max(0.0, wall_now - w), w) for w in self._loaded_recent]
+        self._recent = deque(
+            sorted([*self._recent, *((t, w) for t, w in placed if now - t < window)])
+        )
+        self._loaded_recent = []
+
+    def _put_back_left(self) -> None:
+        restored: list[str] = []
+        left = put_back(self._left, self._announce(restored))
+        if left != self._left:
+            self._left = left
+            self._save()
+
+    def _announce(self, restored: list[str]) -> Callable[[Entry], None]:
+        return announce_restored(self.events, WHY_RESTARTED, restored, self._count_restored)
+
+    def _count_restored(self, resource: Resource) -> None:
+        self.metrics.actions.labels(action="restored", resource=resource).inc()
+
     def restore_saved(self) -> list[str]:
-        """Restore what a previous run of the agent wrote and did not restore (its state
-        file); returns the pods restored. A value changed since (by the kubelet) is left."""
+        """Put back what a previous run of the agent left degraded (its state file, see
+        the module docstring) and take over its rate-limit times; returns the pods
+        restored. An unreadable state file is left as it is and stops all degrading."""
         try:
-            with open(self.settings.state_file) as f:
-                entries = json.load(f)
-        except FileNotFoundError:
+            state = load_state(self.settings.state_file)
+        except StateUnreadable as exc:
+            self._unusable = f"the state file {self.settings.state_file} is unreadable ({exc})"
+            log.warning(
+                "%s: nothing restored, and nothing degraded until it is removed", self._unusable
+            )
             return []
-        except (OSError, ValueError) as exc:
-            log.warning("cannot read %s (%s): nothing restored", self.settings.state_file, exc)
+        if state is None:
             return []
-        restored = []
-        for entry in entries if isinstance(entries, list) else []:
-            try:
-                knob = Knob(entry["resource"], entry["path"])
-                if read_knob(knob) == entry["written"]:
-                    write_knob(knob, entry["original"])
-                    pod = PodMetrics(entry["namespace"], entry["name"], uid=entry["uid"])
-                    self.metrics.actions.labels(action="restored", resource=knob.resource).inc()
-                    self.events.emit(
-                        pod,
-                        REASON_RESTORED,
-                        f"set {knob.file} {entry['written']} → {entry['original']} "
-                        f"({knob.directory}): the agent restarted",
-                        False,
-                    )
-                    restored.append(pod.key)
-            except (KeyError, TypeError, OSError) as exc:
-                log.info("not restoring %s: %s", entry, exc)
+        restored: list[str] = []
+        self._left = put_back(state.entries, self._announce(restored))
+        if self._left:
+            log.warning(
+                "%d knob(s) a previous run degraded could not be put back yet (tried every "
+                "interval; not degraded again meanwhile): %s",
+                len(self._left),
+                ", ".join(entry.path for entry in self._left),
+            )
+        self._loaded_recent = state.recent
         self._save()
         return restored
+
+
+def announce_restored(
+    events: EventSink, why: str, restored: list[str], count: Callable[[Resource], None]
+) -> Callable[[Entry], None]:
+    """What is done for each entry put back: the Event, the metric, its pod in
+    ``restored``."""
+
+    def done(entry: Entry) -> None:
+        pod = PodMetrics(entry.namespace, entry.name, uid=entry.uid)
+        count(entry.resource)
+        change = f"{entry.knob.file} {entry.written} → {entry.original}"
+        events.emit(pod, REASON_RESTORED, f"set {change} ({entry.knob.directory}): {why}", False)
+        restored.append(pod.key)
+
+    return done
+
+
+def restore_previous_run(state_file: str, events: EventSink) -> list[str]:
+    """What an agent that does not degrade does at start: put back what a previous run
+    left in ``state_file`` (:func:`node_agent.degrade_state.put_back_file`); returns the
+    pods restored."""
+    restored: list[str] = []
+    put_back_file(state_file, announce_restored(events, WHY_RESTARTED, restored, _uncounted))
+    return restored
+
+
+def _uncounted(_resource: Resource) -> None:
+    """No metric: an agent that does not degrade registers none."""
