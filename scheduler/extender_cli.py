@@ -97,7 +97,10 @@ class ExtenderProcess:
         self.identity = default_identity()
         self.api = make_api_client(config.kubernetes.kubeconfig, config.kubernetes.context)
         self.api.user_agent = f"interference-scheduler-extender/{self.identity}"
-        self.cluster = KubernetesCluster(self.api, config.kubernetes, identity=self.identity)
+        # kube-scheduler preempts in extender mode: no PodDisruptionBudgets to follow here
+        self.cluster = KubernetesCluster(
+            self.api, config.kubernetes, identity=self.identity, preemption=False
+        )
         self.redis = connect(config.redis, env)
         self.signals = RedisSignalCache(
             self.redis, config.redis, signal_metrics, known_nodes=lambda: self.cache.node_names()

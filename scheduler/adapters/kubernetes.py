@@ -12,7 +12,10 @@ body is parsed with ``json.loads`` (watch lines are split by
 the client's model deserialisation is far too slow for lists of 50,000 pods.
 
 Pods are watched with ``status.phase!=Succeeded,status.phase!=Failed`` as kube-scheduler
-does: finished pods hold no resources.
+does: finished pods hold no resources. Unless made with ``preemption=False`` (the
+extender, where kube-scheduler preempts) it also lists and watches PodDisruptionBudgets
+(:data:`~scheduler.ports.PREEMPTION_KINDS`), which preemption reads. The preemption writes
+themselves are in :mod:`scheduler.adapters.preemption`.
 
 Writes:
 
@@ -45,7 +48,7 @@ deploy manifests against the calls. Client exceptions never escape: they become
 :class:`~scheduler.ports.ClusterError` subclasses that say what to do.
 
 Size: over 500 lines because it is the one client of the API server: list and watch of
-seven kinds, bind, Events and the ``PodScheduled`` condition, with their error mapping.
+eight kinds, bind, Events and the ``PodScheduled`` condition, with their error mapping.
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ from interference_infra.kube_watch import Backoff, Gone, list_and_watch
 from scheduler.adapters.http11 import Http11Connection
 from scheduler.ports import (
     INFORMED_KINDS,
+    PREEMPTION_KINDS,
     ApiUnavailable,
     BindConflict,
     ClusterError,
@@ -101,11 +105,14 @@ REQUIRED_PERMISSIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("", "persistentvolumes", ("list", "watch")),
     ("storage.k8s.io", "storageclasses", ("list", "watch")),
     ("storage.k8s.io", "csinodes", ("list", "watch")),
+    ("policy", "poddisruptionbudgets", ("list", "watch")),
     ("", "pods/binding", ("create",)),
     ("", "pods/status", ("patch",)),
     ("events.k8s.io", "events", ("create", "patch")),
 )
-"""(apiGroup, resource, verbs) the cluster adapter calls; the elector adds its Lease rule."""
+"""(apiGroup, resource, verbs) the cluster adapter calls (PodDisruptionBudgets only with
+``preemption=True``); the elector adds its Lease rule, the preemptor its own
+(:data:`scheduler.adapters.preemption.PREEMPTION_PERMISSIONS`)."""
 
 _NOTE_MAX = 1024
 _WATCH_EVENTS: frozenset[str] = frozenset({"ADDED", "MODIFIED", "DELETED"})
@@ -417,13 +424,21 @@ class KubernetesCluster:
         settings: KubernetesSettings | None = None,
         identity: str = SCHEDULER_NAME,
         rng: random.Random | None = None,
+        preemption: bool = True,
     ) -> None:
+        """``preemption``: also list and watch :data:`~scheduler.ports.PREEMPTION_KINDS`
+        (the standalone scheduler, which preempts; the extender passes False)."""
         self.settings = settings or KubernetesSettings()
+        self.kinds: tuple[ObjectKind, ...] = INFORMED_KINDS + (
+            PREEMPTION_KINDS if preemption else ()
+        )
+        """What :meth:`run_informers` lists and watches."""
         self.identity = identity
         """``reportingInstance`` of our Events (the elector's identity)."""
         self.host = str(api_client.configuration.host)
         self._core = client.CoreV1Api(api_client)
         self._storage = client.StorageV1Api(api_client)
+        self._policy = client.PolicyV1Api(api_client)
         self._writer = JsonWriter(api_client, self.settings.request_timeout_s)
         self._rng = rng or random.Random()
         self._lock = threading.Lock()
@@ -434,6 +449,11 @@ class KubernetesCluster:
         self._series_swept_at = 0.0
 
     # --- the API calls (each one needs a rule in REQUIRED_PERMISSIONS) ---
+
+    @property
+    def writer(self) -> JsonWriter:
+        """The kept-alive JSON writer (shared with :mod:`scheduler.adapters.preemption`)."""
+        return self._writer
 
     def list_page(self, kind: ObjectKind, continue_token: str = "") -> K8sObject:
         """One page of a kind (pods: non-finished ones only), parsed with json.loads."""
@@ -491,6 +511,8 @@ class KubernetesCluster:
             return _raw(self._storage.list_storage_class(**kwargs))
         if kind == "CSINode":
             return _raw(self._storage.list_csi_node(**kwargs))
+        if kind == "PodDisruptionBudget":
+            return _raw(self._policy.list_pod_disruption_budget_for_all_namespaces(**kwargs))
         return _raw(
             self._core.list_pod_for_all_namespaces(field_selector=POD_FIELD_SELECTOR, **kwargs)
         )
@@ -671,12 +693,13 @@ class KubernetesCluster:
     # --- informers ---
 
     def synced(self) -> bool:
-        """True once every informed kind has been listed (and handed to the handler)."""
+        """True once every one of :data:`INFORMED_KINDS` has been listed (and handed to the
+        handler); PodDisruptionBudgets are not waited for."""
         with self._lock:
             return all(self._synced.values())
 
     def run_informers(self, handler: ClusterHandler, stop: threading.Event) -> None:
-        """List then watch every informed kind until ``stop`` is set (blocks)."""
+        """List then watch each of :attr:`kinds` until ``stop`` is set (blocks)."""
         threads = [
             threading.Thread(
                 target=self._inform,
@@ -684,7 +707,7 @@ class KubernetesCluster:
                 name=f"informer-{kind.lower()}",
                 daemon=True,
             )
-            for kind in INFORMED_KINDS
+            for kind in self.kinds
         ]
         for thread in threads:
             thread.start()
@@ -717,8 +740,9 @@ class KubernetesCluster:
             if not token:
                 break
         handler.replace(kind, items)
-        with self._lock:
-            self._synced[kind] = True
+        if kind in self._synced:
+            with self._lock:
+                self._synced[kind] = True
         return str(metadata.get("resourceVersion") or "")
 
     def _follow(
@@ -806,6 +830,7 @@ _PLURALS: dict[ObjectKind, str] = {
     "PersistentVolume": "persistentvolumes",
     "StorageClass": "storageclasses",
     "CSINode": "csinodes",
+    "PodDisruptionBudget": "poddisruptionbudgets",
 }
 
 

@@ -14,7 +14,10 @@ real API server answers them:
   (conditions merged by ``type``), ``events.k8s.io/v1`` Events, ``coordination.k8s.io/v1``
   Leases with optimistic concurrency (409 on a stale resourceVersion);
 - cluster-scoped Namespaces (list and watch; kmock's path parser is patched for them);
-- PersistentVolumeClaims, PersistentVolumes, StorageClasses and CSINodes (list and watch);
+- PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes and
+  PodDisruptionBudgets (list and watch);
+- DELETE of a named object (immediate, as for a pod no kubelet holds), honouring a UID
+  precondition (409 on a mismatch);
 - fault injection (``fail``) and closing every open watch (``drop_watches``).
 
 Tests drive it from their own thread through :class:`EmulatorThread`.
@@ -233,6 +236,8 @@ class ApiServerEmulator(KubernetesScaffold):
             return _json(self._replace(request, plural))
         if method == "PATCH" and plural == "events":
             return _json(self._patch_event(request))
+        if method == "DELETE":
+            return _json(self._delete(request, plural))
         raise KubernetesError(405, "MethodNotAllowed", f"{method} {request.url.path}")
 
     def _get(self, plural: str, request: Request) -> Obj:
@@ -344,6 +349,19 @@ class ApiServerEmulator(KubernetesScaffold):
             raise KubernetesError(409, "AlreadyExists", f'{plural} "{meta["name"]}" already exists')
         return copy.deepcopy(self.put_object(plural, obj))
 
+    def _delete(self, request: Request, plural: str) -> Obj:
+        current = copy.deepcopy(self._get(plural, request))
+        wanted = ((request.data or {}).get("preconditions") or {}).get("uid")
+        if wanted and wanted != current["metadata"]["uid"]:
+            raise KubernetesError(
+                409,
+                "Conflict",
+                f"Precondition failed: UID in precondition: {wanted}, UID in object meta:"
+                f" {current['metadata']['uid']}",
+            )
+        self.delete_object(plural, request.namespace or "", request.name or "")
+        return current
+
     def _patch_event(self, request: Request) -> Obj:
         event = copy.deepcopy(self._get("events", request))
         content_type = request.headers.get("Content-Type", "")
@@ -375,8 +393,10 @@ _HANDLED = {
     "persistentvolumes",
     "storageclasses",
     "csinodes",
+    "poddisruptionbudgets",
     "events",
     "leases",
+    "configmaps",
 }
 _DNS_SUBDOMAIN = re.compile(
     r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"

@@ -1,0 +1,262 @@
+"""The :class:`~scheduler.ports.Preemptor` on a real API server: what kube-scheduler v1.36's
+preemption executor writes (``pkg/scheduler/framework/preemption``), call for call.
+
+* nominate — strategic-merge PATCH of ``pods/status`` setting
+  ``status.nominatedNodeName`` (``null`` clears it, as the two-way patch kube-scheduler
+  computes does); 404 is no error.
+* preempt — first the nominations of lower-priority pods on the node are cleared
+  (kube-scheduler clears them before deleting, so those pods look elsewhere sooner);
+  then for each victim:
+
+  1. PATCH ``pods/status`` with the ``DisruptionTarget`` condition (status ``True``,
+     reason ``PreemptionByScheduler``, message ``"<schedulerName>: preempting to
+     accommodate a higher priority pod"``; conditions merge by type); 404: gone, next;
+  2. DELETE the pod with the default grace period and a UID precondition (kube-scheduler
+     sends none; the precondition keeps a stale cache from deleting a new pod of the same
+     name, e.g. a StatefulSet's replacement); 404 or a failed precondition (409): gone;
+  3. an ``events.k8s.io/v1`` Event on the victim, ``Normal`` ``Preempted``, action
+     ``Preempting``, ``related`` the preemptor, note ``"Preempted by pod <uid> on node
+     <node>"``.
+
+The scheduling loop calls both on its writer threads (kube-scheduler's asynchronous
+preemption), so the scheduling thread never waits for them, and their number in flight is
+bounded by the loop's ``max_writes_in_flight``. A victim that could not be preempted fails
+the call after the others were tried (:class:`~scheduler.ports.ClusterError`, logged and
+counted by the loop); an Event or a cleared nomination that fails does not, since the
+victims are gone either way. Every failure is counted in
+``interference_scheduler_preemption_call_errors_total{call}``, and a failing call is logged
+once per streak (again after it has succeeded), not once per pod.
+:data:`PREEMPTION_PERMISSIONS` is the RBAC it needs beyond the cluster adapter's
+(deploy/base/scheduler/rbac.yaml).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import threading
+import time
+import urllib.parse
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+from prometheus_client import CollectorRegistry, Counter
+
+from scheduler.adapters.kubernetes import (
+    SCHEDULER_NAME,
+    KubernetesCluster,
+    event_name,
+    translate_error,
+)
+from scheduler.ports import ClusterError, PodRef, Preemption
+
+log = logging.getLogger(__name__)
+
+PREEMPTION_PERMISSIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("", "pods", ("delete",)),
+    ("", "pods/status", ("patch",)),
+    ("events.k8s.io", "events", ("create",)),
+)
+"""(apiGroup, resource, verbs) :class:`KubernetesPreemptor` calls."""
+
+CALLS = ("nominate", "condition", "delete", "event", "clear_nominated")
+"""Values of the ``call`` label of ``interference_scheduler_preemption_call_errors_total``."""
+DISRUPTION_TARGET = "DisruptionTarget"
+PREEMPTION_BY_SCHEDULER = "PreemptionByScheduler"
+_NOTE_MAX = 1024
+
+
+def disruption_message(scheduler_name: str) -> str:
+    """kube-scheduler's message of the victim's ``DisruptionTarget`` condition."""
+    return f"{scheduler_name}: preempting to accommodate a higher priority pod"
+
+
+def preempted_note(preemptor_uid: str, node: str) -> str:
+    """kube-scheduler's note of the ``Preempted`` Event on a victim."""
+    return f"Preempted by pod {preemptor_uid} on node {node}"
+
+
+class PreemptionMetrics:
+    """What the preemptor counts (on the scheduler's registry)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.victims = Counter(
+            "interference_scheduler_preemption_victims",
+            "Pods deleted by preemption (the API server accepted the DELETE).",
+            registry=registry,
+        )
+        self.call_errors = Counter(
+            "interference_scheduler_preemption_call_errors",
+            "Preemption API calls that failed, by call (nominate, condition, delete, event,"
+            " clear_nominated).",
+            ["call"],
+            registry=registry,
+        )
+
+
+class KubernetesPreemptor:
+    """:class:`scheduler.ports.Preemptor` over a :class:`KubernetesCluster`'s connection."""
+
+    def __init__(self, cluster: KubernetesCluster, metrics: PreemptionMetrics) -> None:
+        self._cluster = cluster
+        self._metrics = metrics
+        self._lock = threading.Lock()
+        self._failing: set[str] = set()
+        """Calls whose last attempt failed (their next failure is not logged again)."""
+
+    # --- the Preemptor Protocol ---
+
+    def nominate(self, pod: PodRef, node: str) -> None:
+        try:
+            self._patch_status(pod, {"nominatedNodeName": node or None})
+        except ClusterError:
+            self._failed("nominate")
+            raise
+        self._succeeded("nominate")
+
+    def preempt(self, preemption: Preemption) -> None:
+        for pod in preemption.clear_nominated:
+            try:
+                self._patch_status(pod, {"nominatedNodeName": None})
+            except ClusterError as exc:
+                self._failed("clear_nominated", exc)
+            else:
+                self._succeeded("clear_nominated")
+        errors: list[str] = []
+        for victim in preemption.victims:
+            try:
+                self._preempt_one(preemption, victim)
+            except ClusterError as exc:
+                errors.append(f"{victim.namespace}/{victim.name}: {exc}")
+        if errors:
+            raise ClusterError(
+                f"preempting for {preemption.preemptor.namespace}/{preemption.preemptor.name}"
+                f" on {preemption.node}: {len(errors)} of {len(preemption.victims)} victims"
+                f" not preempted ({errors[0]})"
+            )
+
+    # --- one victim ---
+
+    def _preempt_one(self, preemption: Preemption, victim: PodRef) -> None:
+        condition = {
+            "type": DISRUPTION_TARGET,
+            "status": "True",
+            "reason": PREEMPTION_BY_SCHEDULER,
+            "message": disruption_message(preemption.scheduler_name),
+            "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        try:
+            gone = not self._patch_status(victim, {"conditions": [condition]})
+        except ClusterError:
+            self._failed("condition")
+            raise
+        self._succeeded("condition")
+        if gone:
+            return
+        try:
+            gone = not self._delete(victim)
+        except ClusterError:
+            self._failed("delete")
+            raise
+        self._succeeded("delete")
+        if gone:
+            return
+        self._metrics.victims.inc()
+        try:
+            self._event(preemption, victim)
+        except ClusterError as exc:
+            self._failed("event", exc)
+        else:
+            self._succeeded("event")
+
+    # --- the API calls ---
+
+    def _patch_status(self, pod: PodRef, status: dict[str, Any]) -> bool:
+        """Strategic-merge PATCH of ``pods/status``; False when the pod is gone (404)."""
+        path = f"/api/v1/namespaces/{_part(pod.namespace)}/pods/{_part(pod.name)}/status"
+        try:
+            self._cluster.writer.send(
+                "PATCH", path, _json({"status": status}), "application/strategic-merge-patch+json"
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise translate_error(exc, "patch", "pods/status", self._cluster.host) from exc
+        except Exception as exc:
+            raise translate_error(exc, "patch", "pods/status", self._cluster.host) from exc
+        return True
+
+    def _delete(self, pod: PodRef) -> bool:
+        """DELETE with the default grace period; False when that pod (this UID) is gone."""
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if pod.uid:
+            body["preconditions"] = {"uid": pod.uid}
+        path = f"/api/v1/namespaces/{_part(pod.namespace)}/pods/{_part(pod.name)}"
+        try:
+            self._cluster.writer.send("DELETE", path, _json(body), "application/json")
+        except ApiException as exc:
+            if exc.status in (404, 409):
+                return False
+            raise translate_error(exc, "delete", "pods", self._cluster.host) from exc
+        except Exception as exc:
+            raise translate_error(exc, "delete", "pods", self._cluster.host) from exc
+        return True
+
+    def _event(self, preemption: Preemption, victim: PodRef) -> None:
+        preemptor = preemption.preemptor
+        now = time.time()
+        body: dict[str, Any] = {
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": {"name": event_name(victim.name, time.time_ns()),
+                         "namespace": victim.namespace},
+            "eventTime": _micro_time(now),
+            "reportingController": SCHEDULER_NAME,
+            "reportingInstance": self._cluster.identity[:128],
+            "action": "Preempting",
+            "reason": "Preempted",
+            "note": preempted_note(preemptor.uid, preemption.node)[:_NOTE_MAX],
+            "type": "Normal",
+            "regarding": {"apiVersion": "v1", "kind": "Pod", "namespace": victim.namespace,
+                          "name": victim.name, "uid": victim.uid},
+            "related": {"apiVersion": "v1", "kind": "Pod", "namespace": preemptor.namespace,
+                        "name": preemptor.name, "uid": preemptor.uid},
+        }  # fmt: skip
+        path = f"/apis/events.k8s.io/v1/namespaces/{_part(victim.namespace)}/events"
+        try:
+            self._cluster.writer.send("POST", path, _json(body), "application/json")
+        except Exception as exc:
+            raise translate_error(
+                exc, "create", "events.k8s.io/events", self._cluster.host
+            ) from exc
+
+    # --- failures: counted always, logged once per streak ---
+
+    def _failed(self, call: str, exc: ClusterError | None = None) -> None:
+        self._metrics.call_errors.labels(call).inc()
+        if exc is None:
+            return  # raised to the loop, which logs it
+        with self._lock:
+            first = call not in self._failing
+            self._failing.add(call)
+        if first:
+            log.warning("preemption: %s failed (further failures counted, not logged): %s",
+                        call, exc)  # fmt: skip
+
+    def _succeeded(self, call: str) -> None:
+        if call in self._failing:
+            with self._lock:
+                self._failing.discard(call)
+
+
+def _json(body: Any) -> bytes:
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def _part(value: str) -> str:
+    return urllib.parse.quote(value, safe="")
+
+
+def _micro_time(now: float) -> str:
+    return dt.datetime.fromtimestamp(now, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
