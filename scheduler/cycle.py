@@ -33,12 +33,18 @@ with the reasons of their first failing filter — those the last filters (Inter
 rejected first, so ``interference explain`` shows why a noisy node lost — and the count of
 nodes per reason. Reasons are looked up only for the recorded nodes.
 
-Preemption is not done, but when no node fits, the message says on how many nodes evicting
-lower-priority pods would have made room (:func:`preemption_would_help`).
+6. **Nominated pods** (standalone, :mod:`scheduler.nominated`): room held for pods of at
+   least the pod's priority counts as taken; the filters run with and without it and a
+   node must pass both. A pod whose own nominated node passes goes there.
+7. **PostFilter** (standalone, :mod:`scheduler.preemption`): when no node passes,
+   kube-scheduler's DefaultPreemption looks for a node where evicting pods of lower
+   priority lets the pod pass every filter, running this cycle's filters on the table
+   with those pods removed; the result names the node and the victims, and the message
+   goes on with kube-scheduler's ``preemption: …`` when it finds none.
 
 Size: over 500 lines because the stages share one decision's state (the signature
-cache, the masks, the record); the array helpers, the relax memory, the signal gate and
-the preemption count are modules of their own.
+cache, the masks, the record); the array helpers, the relax memory, the signal gate,
+the room holds and the preemption algorithm are modules of their own.
 """
 
 from __future__ import annotations
@@ -67,16 +73,24 @@ from scheduler.messages import (
     NO_NODES,
     failed_scheduling_message,
     pod_rejected_message,
-    preemption_message,
     refused_message,
     scheduled_message,
 )
+from scheduler.nominated import RoomHolds, held_room
 from scheduler.plugins.base import Code, CycleState, Filter, FilterResult, PodRejection
 from scheduler.plugins.gpu_packing import NAME as GPU_PACKING
 from scheduler.plugins.gpu_packing import GpuPackingArgs
-from scheduler.plugins.node_resources_fit import NAME as NODE_RESOURCES_FIT
 from scheduler.plugins.registry import REGISTRY, Registry, ResolvedProfile
-from scheduler.preemption import preemption_would_help
+from scheduler.preemption import (
+    Fits,
+    PreemptionInputs,
+    PreemptionOutcome,
+    eligible,
+    lowest_victim_priority,
+    not_eligible,
+    potential_rows,
+    preempt,
+)
 from scheduler.relax import RelaxTracker
 from scheduler.settings import EngineSettings
 from scheduler.stage_trace import PREFILTER, StageRecorder
@@ -133,6 +147,8 @@ class CycleResult:
     """Each filter that ran, in order, with the candidates in and out."""
     omitted: dict[str, int] = field(default_factory=dict)
     """How many ``feasible`` and ``rejected`` nodes ``candidates`` leaves out."""
+    preemption: PreemptionOutcome | None = None
+    """What the PostFilter decided when no node passed (``None``: it did not run)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,20 +251,24 @@ class SchedulingCycle:
         candidates: NDArray[np.bool_] | None = None,
         relax_interference: bool = False,
         recorder: StageRecorder | None = None,
+        preemption: PreemptionInputs | None = None,
     ) -> CycleResult:
         """Pick a node for ``pod`` among ``candidates`` (every node when ``None``), applying
         the relax rule (``relax_interference`` drops the relaxable filters at once); a
-        ``recorder`` notes each stage for the attempt's trace."""
+        ``recorder`` notes each stage for the attempt's trace. With ``preemption`` (the
+        standalone loop) nominated pods hold their room and the PostFilter runs."""
         profile = self.profile_for(signals_readable)
         blind = profile is not self.profile
-        result = self._decide(pod, table, now, profile, candidates, relax_interference, recorder)
+        result = self._decide(
+            pod, table, now, profile, candidates, relax_interference, recorder, preemption
+        )
         waited: float | None = None
         if relax_interference:
             pass
         elif result.node is not None or not result.blocked_only_by_interference:
             self.relax.forget(pod.key)
         elif (due := self._relax_due(pod.key, now)) is not None:
-            relaxed = self._decide(pod, table, now, profile, candidates, True, recorder)
+            relaxed = self._decide(pod, table, now, profile, candidates, True, recorder, preemption)
             if relaxed.node is not None:
                 self.relax.forget(pod.key)
                 result, waited = relaxed, due
@@ -312,6 +332,21 @@ class SchedulingCycle:
         state = self._state(pod, table, now, profile)
         return _scores(profile, state, table.everyone(), recorder)
 
+    def fits_for(
+        self,
+        pod: PodInfo,
+        table: NodeTable,
+        now: float,
+        holds: RoomHolds | None = None,
+        *,
+        signals_readable: bool = True,
+    ) -> Fits:
+        """The preemption dry run's check (:data:`scheduler.preemption.Fits`): whether
+        ``pod`` passes every filter of the profile on one node as the table is now."""
+        profile = self.profile_for(signals_readable)
+        state = self._state(pod, table, now, profile)
+        return self._fits(profile, state, False, holds or RoomHolds(), {})
+
     # ---- internals ---------------------------------------------------------------------
 
     def _relax_due(self, key: str, now: float) -> float | None:
@@ -329,6 +364,7 @@ class SchedulingCycle:
         candidates: NDArray[np.bool_] | None,
         relax: bool,
         recorder: StageRecorder | None = None,
+        preemption: PreemptionInputs | None = None,
     ) -> CycleResult:
         if len(table) == 0:
             return CycleResult(None, [], NO_NODES, False, pod.unsupported, 0)
@@ -351,10 +387,18 @@ class SchedulingCycle:
                 message = pod_rejected_message(len(table), rejection.reason)
                 return CycleResult(None, [], message, False, (), 0, {}, frozenset({plugin}))
         stamps: list[int] | None = [] if recorder is not None else None
-        filtered = self._filters(profile, state, candidates, relax, stamps)
+        holds = None if preemption is None else preemption.holds
+        filtered, state = self._filters_held(profile, state, candidates, relax, stamps, holds)
         passed = filtered.passed
         static = filtered.static
         feasible = int(np.count_nonzero(passed))
+        nominated = None if holds is None else holds.node_of(pod.key)
+        if nominated is not None and feasible > 1:  # kube's evaluateNominatedNode
+            row = table.index_of(nominated)
+            if row is not None and passed[row]:
+                passed = np.zeros(len(table), dtype=np.bool_)
+                passed[row] = True
+                feasible = 1
         details = self._details_for(pod, table)
         if candidates is None:
             counts = dict(static.rejections.counts)  # the result's own, the cached one stays
@@ -386,13 +430,13 @@ class SchedulingCycle:
             )
         if feasible == 0:
             message = failed_scheduling_message(considered, counts)
-            fit = state.filtered.get(NODE_RESOURCES_FIT)
-            if fit is not None and fit.reasons:
-                others = (r for _, r in filtered.dynamic if r is not fit)
-                only_resources = all_of(filtered.undecided, others)
-                helpful = preemption_would_help(table, pod, only_resources & ~fit.passed)
-                if helpful:
-                    message += preemption_message(helpful, considered)
+            outcome = None
+            if preemption is not None and self.settings.preemption.enabled:
+                outcome = self._post_filter(
+                    profile, state, candidates, relax, filtered, considered, preemption
+                )
+                if outcome is not None and outcome.message:
+                    message += " " + outcome.message
             return CycleResult(
                 node=None,
                 candidates=rejected,
@@ -404,6 +448,7 @@ class SchedulingCycle:
                 rejected_by=frozenset(first_failures),
                 funnel=funnel,
                 omitted={"feasible": 0, "rejected": considered - len(rejected)},
+                preemption=outcome,
             )
         scores = _scores(profile, state, passed, recorder)
         selecting = time.time_ns() if recorder is not None else 0
@@ -433,6 +478,93 @@ class SchedulingCycle:
                 "rejected": considered - feasible - len(rejected),
             },
         )
+
+    def _filters_held(
+        self,
+        profile: ResolvedProfile,
+        state: CycleState,
+        candidates: NDArray[np.bool_] | None,
+        relax: bool,
+        stamps: list[int] | None,
+        holds: RoomHolds | None,
+    ) -> tuple[_Filtered, CycleState]:
+        """:meth:`_filters` with the room held for nominated pods of at least the pod's
+        priority, and again without it: a node passes only if it passes both (kube's
+        ``RunFilterPluginsWithNominatedPods``). The reasons are those with the room held;
+        the state returned is the one to score with (without it)."""
+        against = holds.against(state.pod) if holds else []
+        if not against:
+            return self._filters(profile, state, candidates, relax, stamps), state
+        with held_room(state.table, against) as placed:
+            first = self._filters(profile, state, candidates, relax, stamps)
+            for _, result in first.dynamic:
+                result.reason_columns()  # the reasons while the room is held
+        if not placed:
+            return first, state
+        bare = self._state(state.pod, state.table, state.now, profile)
+        second = self._filters(profile, bare, candidates, relax)
+        both = dataclasses.replace(
+            first,
+            passed=first.passed & second.passed,
+            without_relaxable=first.without_relaxable & second.without_relaxable,
+        )
+        return both, bare
+
+    def _post_filter(
+        self,
+        profile: ResolvedProfile,
+        state: CycleState,
+        candidates: NDArray[np.bool_] | None,
+        relax: bool,
+        filtered: _Filtered,
+        considered: int,
+        inputs: PreemptionInputs,
+    ) -> PreemptionOutcome | None:
+        """DefaultPreemption (:mod:`scheduler.preemption`) after no node passed; ``None``
+        when no placed pod has a lower priority than the pod (no one to preempt: the
+        message stays as it is, unlike kube-scheduler's ``No preemption victims found``)."""
+        pod, table = state.pod, state.table
+        args = self.settings.preemption
+        if pod.priority <= lowest_victim_priority(table):
+            return PreemptionOutcome(None, clear_nomination=True)
+        base = table.everyone() if candidates is None else candidates
+        failing = rejections(filtered.static.checked + filtered.dynamic, base).failing
+        potential = potential_rows(failing, len(table))
+        forced: dict[int, frozenset[str]] = {}
+        if args.preempt_antagonists and inputs.antagonists:
+            forced = _antagonist_rows(pod, table, failing, potential, inputs)
+        why_not = eligible(pod, table, inputs, lambda row: not potential[row])
+        if why_not is not None:
+            return not_eligible(why_not)
+        fits = self._fits(profile, state, relax, inputs.holds, forced)
+        return preempt(pod, table, potential, fits, inputs, args, self._random, considered, forced)
+
+    def _fits(
+        self,
+        profile: ResolvedProfile,
+        state: CycleState,
+        relax: bool,
+        holds: RoomHolds,
+        loose: dict[int, frozenset[str]],
+    ) -> Fits:
+        """Whether the pod passes every filter on one node as the table is now (the
+        preemption dry run's check), its first failing reason when not; on the ``loose``
+        nodes (the opt-in antagonist rule) without the relaxable filters."""
+        pod, table, now = state.pod, state.table, state.now
+
+        def fits(row: int) -> tuple[str, ...]:
+            only = np.zeros(len(table), dtype=np.bool_)
+            only[row] = True
+            fresh = self._state(pod, table, now, profile)
+            found, _ = self._filters_held(profile, fresh, only, relax or row in loose, None, holds)
+            if found.passed[row]:
+                return ()
+            for plugin, result in found.static.checked + found.dynamic:
+                if not result.passed[row]:
+                    return tuple(result.failure_reasons(np.array([row]))[0]) or (plugin.name,)
+            return ("node(s) had no room left by the nominated pods",)
+
+        return fits
 
     def _filters(
         self,
@@ -578,6 +710,32 @@ def unresolvable(plugin: Filter, reasons: Iterable[str]) -> bool:
     """Whether a node rejected by ``plugin`` for ``reasons`` stays rejected whatever is
     evicted (any of its reasons is ``UnschedulableAndUnresolvable``, as kube-scheduler)."""
     return any(plugin.code(reason) is Code.UNSCHEDULABLE_AND_UNRESOLVABLE for reason in reasons)
+
+
+def _antagonist_rows(
+    pod: PodInfo,
+    table: NodeTable,
+    failing: tuple[tuple[Filter, FilterResult, NDArray[np.bool_]], ...],
+    potential: NDArray[np.bool_],
+    inputs: PreemptionInputs,
+) -> dict[int, frozenset[str]]:
+    """The opt-in antagonist rule: nodes, potential or first rejected by a relaxable
+    (interference) filter, where every antagonist the agents name is placed there with a
+    lower priority than the pod → those antagonists (victims whatever else fits)."""
+    relaxable_first = np.zeros(len(table), dtype=np.bool_)
+    for plugin, _, first in failing:
+        if plugin.relaxable:
+            relaxable_first |= first
+    found: dict[int, frozenset[str]] = {}
+    for node, named in inputs.antagonists.items():
+        row = table.index_of(node)
+        if row is None or not named or not (potential[row] or relaxable_first[row]):
+            continue
+        placed = table.pods_on_node(node)
+        pods = [placed.get(key) for key in named]
+        if all(p is not None and p.priority < pod.priority for p in pods):
+            found[row] = frozenset(named)
+    return found
 
 
 def run_filter(plugin: Filter, state: CycleState) -> FilterResult | None:

@@ -53,16 +53,6 @@ def unparseable_message(error: str) -> str:
     )
 
 
-def preemption_message(helpful_nodes: int, node_count: int) -> str:
-    """Appended to ``FailedScheduling`` when evicting lower-priority pods would have made
-    room (kube-scheduler would preempt; standalone mode does not)."""
-    return (
-        f" preemption: {helpful_nodes}/{node_count} nodes would fit the pod after evicting "
-        "lower-priority pods, but standalone interference-scheduler does not preempt "
-        "(extender mode keeps kube-scheduler's preemption)."
-    )
-
-
 def relaxed_message(waited_s: float) -> str:
     """Event for a pod scheduled without interference filters after waiting too long."""
     return (

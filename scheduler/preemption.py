@@ -1,52 +1,399 @@
-"""How many nodes preemption would free for a pod (a lower bound; preemption itself is
-kube-scheduler's, not done here): the ``FailedScheduling`` message says so."""
+"""DefaultPreemption, kube-scheduler v1.36's PostFilter: when no node passes the filters,
+find a node where evicting pods of lower priority lets the pod pass every filter, and the
+pods to evict there.
+
+The steps, each as kube-scheduler's (``defaultpreemption/default_preemption.go``,
+``framework/preemption/preemption.go``):
+
+1. **Eligible?** Not with ``preemptionPolicy: Never``; not while a pod of lower priority
+   terminates by preemption on the pod's nominated node (its earlier victims are still
+   going), unless that node now rejects the pod for good.
+2. **Potential nodes**: those whose first failing filter rejected them ``Unschedulable``
+   (evicting pods may undo it: resources, host ports, anti-affinity, spread, a
+   ReadWriteOncePod claim), never ``UnschedulableAndUnresolvable`` (labels, taints,
+   readiness, cordon, the pod's own interference tolerance).
+3. **Dry run** from a random offset, in table order, until ``n`` candidates are found
+   (at least one of them violating no PodDisruptionBudget)::
+
+       n = min(nodes, max(nodes · min_candidate_nodes_percentage / 100,
+                          min_candidate_nodes_absolute))
+
+   On each node (:func:`select_victims`): remove every pod of lower priority; the node is
+   a candidate only if the pod then passes **every filter of the cycle**, run on the table
+   with those pods removed (``fits``); then add the removed pods back, most important
+   first (priority, then the longest running), the ones whose eviction would violate a
+   budget before the others, each kept only if the pod still fits. Those left out are
+   the victims.
+4. **The node** (:func:`pick_one_node`): fewest budget violations, then the lowest
+   highest-victim priority, the smallest sum of victim priorities (each + 2³¹), the
+   fewest victims, the latest start time of the most important victims; then the first.
+
+The table is changed only for the duration of a check and put back exactly as it was
+(load stamps included). The caller runs the pod's filters in ``fits``, with the nominated
+pods' room held (:mod:`scheduler.nominated`).
+"""
 
 from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
 
+from interference_infra.strict import SettingsError
+from scheduler.api.budgets import DisruptionBudgetInfo
 from scheduler.api.objects import PREEMPT_NEVER, PodInfo
-from scheduler.quantity import PODS
+from scheduler.messages import failed_scheduling_message
+from scheduler.nominated import RoomHolds
+from scheduler.plugins.base import Code, Filter, FilterResult
 from scheduler.table import NodeTable
 
+NO_VICTIMS = "No preemption victims found for incoming pod"
+NOT_HELPFUL = "Preemption is not helpful for scheduling"
+NEVER = "not eligible due to preemptionPolicy=Never."
+TERMINATING = "not eligible due to a terminating pod on the nominated node."
+_PRIORITY_OFFSET = 2**31
+"""Added to each victim's priority in the sum (kube's ``MaxInt32 + 1``), so a node with a
+few victims of negative priority does not beat one with fewer of the same priority."""
 
-def preemption_would_help(table: NodeTable, pod: PodInfo, candidates: NDArray[np.bool_]) -> int:
-    """On how many ``candidates`` (nodes that failed only for resources) evicting every pod
-    of lower priority than ``pod`` would make room::
+Fits = Callable[[int], tuple[str, ...]]
+"""Node row → ``()`` when the pod passes every filter there as the table is now, else
+the reasons of its first failing filter."""
 
-        helps[i] = ∀ r ∈ requests: free[r, i] + Σ_{q on i, prio(q) < prio(pod)} req[q, r] ≥ req[r]
-                   ∧ free[pods, i] + |{q on i, prio(q) < prio(pod)}| ≥ 1
 
-    0 when the pod's ``preemptionPolicy`` is ``Never`` or no placed pod has a lower
-    priority. Other filters a victim's eviction could also satisfy (anti-affinity, host
-    ports) are not considered, so this is a lower bound on what kube-scheduler would find.
+@dataclass(frozen=True, slots=True)
+class PreemptionArgs:
+    """DefaultPreemption's args (kube-scheduler's ``DefaultPreemptionArgs``)."""
+
+    enabled: bool = True
+    """Standalone mode preempts as kube-scheduler does; false: never (pods only wait)."""
+    min_candidate_nodes_percentage: int = 10
+    """Candidates the dry run looks for, as a share of the potential nodes (0–100)."""
+    min_candidate_nodes_absolute: int = 100
+    """… and at least this many (or every potential node when fewer)."""
+    preempt_antagonists: bool = False
+    """Opt-in: a node the pod's interference tolerance rejects counts as a candidate when
+    every antagonist the agents name on it has a lower priority than the pod; they are
+    then the victims (docs/design.md §5, "Preemption")."""
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not 0 <= self.min_candidate_nodes_percentage <= 100:
+            problems.append(
+                f"min_candidate_nodes_percentage: {self.min_candidate_nodes_percentage!r} must"
+                " be an integer from 0 to 100, e.g. 10"
+            )
+        if self.min_candidate_nodes_absolute < 0:
+            problems.append(
+                f"min_candidate_nodes_absolute: {self.min_candidate_nodes_absolute!r} must be"
+                " an integer ≥ 0, e.g. 100"
+            )
+        if self.min_candidate_nodes_percentage == 0 == self.min_candidate_nodes_absolute:
+            problems.append(
+                "min_candidate_nodes_percentage and min_candidate_nodes_absolute: both 0"
+                " finds no candidate; set either above 0"
+            )
+        if problems:
+            raise SettingsError(problems)
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionInputs:
+    """What the PostFilter reads besides the table (the cache's, in standalone mode)."""
+
+    holds: RoomHolds = field(default_factory=RoomHolds)
+    """Nominated pods' room (the pod's own nomination included)."""
+    budgets: Sequence[DisruptionBudgetInfo] = ()
+    start_time: Callable[[PodInfo], float] = lambda pod: pod.created_at
+    """When a placed pod started (``status.startTime``; kube counts one without as now)."""
+    preempted: Callable[[PodInfo], bool] = lambda pod: False
+    """Whether a placed pod terminates by preemption (deleting, ``DisruptionTarget`` set
+    by a scheduler)."""
+    antagonists: Mapping[str, Collection[str]] = field(default_factory=dict)
+    """Node → keys of the placed pods the agents name as its antagonists (for
+    :attr:`PreemptionArgs.preempt_antagonists`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Victims:
+    node: str
+    pods: tuple[PodInfo, ...]
+    """Most important first."""
+    pdb_violations: int
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionOutcome:
+    """What the PostFilter decided."""
+
+    node: str | None
+    """The node the pod is nominated to, its victims evicted; ``None``: no preemption."""
+    victims: tuple[PodInfo, ...] = ()
+    message: str = ""
+    """``preemption: …`` (kube-scheduler's PostFilter message) when there is no node."""
+    clear_nomination: bool = False
+    """No node helps: the pod's nomination (if any) is cleared, as kube-scheduler does."""
+    why: str = ""
+    """Why this node among the candidates, for the decision record."""
+    found: tuple[Victims, ...] = ()
+    """Every candidate the dry run found (those violating no budget first)."""
+    pdb_violations: int = 0
+    antagonists: tuple[str, ...] = ()
+    """Victims evicted because the agents named them antagonists (opt-in rule)."""
+
+
+def candidate_count(nodes: int, args: PreemptionArgs) -> int:
+    """How many candidates the dry run looks for among ``nodes`` potential nodes::
+
+    n = min(nodes, max(⌊nodes · percentage / 100⌋, absolute))
     """
-    lowest = table.lowest_priority()
-    if pod.preemption_policy == PREEMPT_NEVER or lowest is None or lowest >= pod.priority:
-        return 0
-    wanted: list[tuple[str, int, int]] = []  # resource, its table row, amount
-    for resource, amount in pod.requests.items():
-        row = table.resource_row(resource)
-        if row is None:
-            return 0  # a resource no node offers: no eviction makes room for it
-        wanted.append((resource, row, amount))
-    pods_row = table.resource_row(PODS)
-    if pods_row is None:
-        return 0
-    free = table.free
-    helpful = 0
-    for node_row in np.flatnonzero(candidates).tolist():
-        victims = [
-            q
-            for q in table.pods_on_node(table.names[node_row]).values()
-            if q.priority < pod.priority
-        ]
-        if not victims or free[pods_row, node_row] + len(victims) < 1:
+    return min(
+        nodes,
+        max(nodes * args.min_candidate_nodes_percentage // 100, args.min_candidate_nodes_absolute),
+    )
+
+
+def potential_rows(
+    failing: Iterable[tuple[Filter, FilterResult, NDArray[np.bool_]]], count: int
+) -> NDArray[np.bool_]:
+    """Nodes whose first failing filter rejected them only for reasons whose code is
+    ``Unschedulable`` (a node with any unresolvable reason is left out, as kube)."""
+    found = np.zeros(count, dtype=np.bool_)
+    for plugin, result, first in failing:
+        codes = [plugin.code(reason) for reason in result.reasons]
+        unresolvable = [code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE for code in codes]
+        if all(unresolvable):
             continue
-        if all(
-            free[row, node_row] + sum(q.requests.get(resource, 0) for q in victims) >= amount
-            for resource, row, amount in wanted
-        ):
-            helpful += 1
-    return helpful
+        if not any(unresolvable):
+            found |= first
+            continue
+        columns = result.reason_columns()
+        blocked = np.zeros(count, dtype=np.bool_)
+        for column, hard in zip(columns, unresolvable, strict=True):
+            if hard:
+                blocked |= column
+        found |= first & ~blocked
+    return found
+
+
+def more_important_first(
+    pods: Iterable[PodInfo], start_time: Callable[[PodInfo], float]
+) -> list[PodInfo]:
+    """Higher priority first, then the one that started earlier (kube's
+    ``MoreImportantPod``)."""
+    return sorted(pods, key=lambda p: (-p.priority, start_time(p)))
+
+
+def split_by_budget(
+    pods: Sequence[PodInfo], budgets: Sequence[DisruptionBudgetInfo]
+) -> tuple[list[PodInfo], list[PodInfo]]:
+    """(violating, not violating), each in the given order: a pod violates when evicting it
+    and the pods before it takes a budget that covers it below zero (a pod the budget
+    already counts as disrupted uses none of it)."""
+    allowed = [budget.disruptions_allowed for budget in budgets]
+    violating: list[PodInfo] = []
+    fine: list[PodInfo] = []
+    for pod in pods:
+        violated = False
+        if pod.labels:
+            for i, budget in enumerate(budgets):
+                if not budget.covers(pod.namespace, pod.labels):
+                    continue
+                if pod.name in budget.disrupted_pods:
+                    continue
+                allowed[i] -= 1
+                if allowed[i] < 0:
+                    violated = True
+        (violating if violated else fine).append(pod)
+    return violating, fine
+
+
+def select_victims(
+    pod: PodInfo,
+    table: NodeTable,
+    row: int,
+    fits: Fits,
+    inputs: PreemptionInputs,
+    forced: Collection[str] = (),
+) -> Victims | tuple[str, ...]:
+    """The fewest pods of lower priority to evict from node ``row`` for ``pod`` to pass
+    every filter there, or why there are none (the reasons of the failing filter with
+    every such pod removed, or :data:`NO_VICTIMS`). Pods keyed in ``forced`` are victims
+    whatever fits (the antagonists of the opt-in rule)."""
+    node = table.names[row]
+    potential = [p for p in table.pods_on_node(node).values() if p.priority < pod.priority]
+    if not potential:
+        return (NO_VICTIMS,)
+    stamps = {p.key: table.load_stamp(p.key) for p in potential}
+    for victim in potential:
+        table.remove_pod(victim)
+    removed = {p.key: p for p in potential}
+    try:
+        failure = fits(row)
+        if failure:
+            return failure
+        ordered = more_important_first(potential, inputs.start_time)
+        violating, fine = split_by_budget(ordered, inputs.budgets)
+        victims: list[PodInfo] = []
+        violations = 0
+        for group, counts in ((violating, True), (fine, False)):
+            for candidate in group:
+                if candidate.key in forced:
+                    victims.append(candidate)
+                    violations += counts
+                    continue
+                table.add_pod(candidate, node, stamps[candidate.key])
+                del removed[candidate.key]
+                if not fits(row):
+                    continue
+                table.remove_pod(candidate)
+                removed[candidate.key] = candidate
+                victims.append(candidate)
+                violations += counts
+        if violating and fine:
+            victims = more_important_first(victims, inputs.start_time)
+        return Victims(node, tuple(victims), violations)
+    finally:
+        for victim in removed.values():
+            table.add_pod(victim, node, stamps[victim.key])
+
+
+def pick_one_node(
+    candidates: Sequence[Victims], start_time: Callable[[PodInfo], float]
+) -> tuple[Victims, str]:
+    """The candidate to preempt on, and which rule chose it (kube's
+    ``pickOneNodeForPreemption``; each rule applies only among the ties of the rules
+    before it)::
+
+        1. min pdb_violations   2. min max(priority of victims)
+        3. min Σ (priority + 2³¹)   4. min |victims|
+        5. max earliest start time among the victims of the highest priority
+        6. the first
+    """
+    rules: list[tuple[str, Callable[[Victims], float]]] = [
+        ("fewest PodDisruptionBudget violations", lambda c: -c.pdb_violations),
+        ("lowest highest-victim priority", lambda c: -c.pods[0].priority),
+        (
+            "smallest sum of victim priorities",
+            lambda c: -sum(p.priority + _PRIORITY_OFFSET for p in c.pods),
+        ),
+        ("fewest victims", lambda c: -len(c.pods)),
+        ("latest start time of its most important victims", lambda c: _earliest(c, start_time)),
+    ]
+    left = list(candidates)
+    if len(left) == 1:
+        return left[0], "the only candidate"
+    for rule, score in rules:
+        best = max(score(c) for c in left)
+        left = [c for c in left if score(c) == best]
+        if len(left) == 1:
+            return left[0], rule
+    return left[0], "the first of equal candidates"
+
+
+def _earliest(candidate: Victims, start_time: Callable[[PodInfo], float]) -> float:
+    top = candidate.pods[0].priority
+    return min(start_time(p) for p in candidate.pods if p.priority == top)
+
+
+def eligible(
+    pod: PodInfo,
+    table: NodeTable,
+    inputs: PreemptionInputs,
+    unresolvable: Callable[[int], bool],
+) -> str | None:
+    """``None`` when ``pod`` may preempt now, else why not (kube's
+    ``PodEligibleToPreemptOthers``)."""
+    if pod.preemption_policy == PREEMPT_NEVER:
+        return NEVER
+    nominated = inputs.holds.node_of(pod.key)
+    if nominated:
+        row = table.index_of(nominated)
+        if row is not None and unresolvable(row):
+            return None
+        for placed in table.pods_on_node(nominated).values():
+            if placed.priority < pod.priority and inputs.preempted(placed):
+                return TERMINATING
+    return None
+
+
+def preempt(
+    pod: PodInfo,
+    table: NodeTable,
+    potential: NDArray[np.bool_],
+    fits: Fits,
+    inputs: PreemptionInputs,
+    args: PreemptionArgs,
+    rng: random.Random,
+    considered: int,
+    forced: Mapping[int, Collection[str]] | None = None,
+) -> PreemptionOutcome:
+    """The dry run over the ``potential`` nodes and the choice among its candidates
+    (module docstring, steps 3 and 4); ``considered`` nodes were filtered (for the
+    message). ``forced`` adds nodes (row → victims that must go) of the opt-in
+    antagonist rule."""
+    forced = forced or {}
+    rows = np.flatnonzero(potential).tolist()
+    extra = [row for row in forced if not potential[row]]
+    rows = sorted(rows + extra)
+    if not rows:
+        return _none(considered, {NOT_HELPFUL: considered})
+    offset = rng.randrange(len(rows))
+    wanted = candidate_count(len(rows), args)
+    fine: list[Victims] = []
+    violating: list[Victims] = []
+    statuses: dict[str, int] = {}
+    checked_rows = 0
+    for i in range(len(rows)):
+        row = rows[(offset + i) % len(rows)]
+        checked_rows += 1
+        found = select_victims(pod, table, row, fits, inputs, forced.get(row, ()))
+        if isinstance(found, tuple):
+            for reason in found:
+                statuses[reason] = statuses.get(reason, 0) + 1
+            continue
+        if not found.pods:
+            statuses[NO_VICTIMS] = statuses.get(NO_VICTIMS, 0) + 1
+            continue
+        if found.pdb_violations == 0:
+            if len(fine) < wanted:
+                fine.append(found)
+        elif len(violating) < wanted:
+            violating.append(found)
+        if fine and len(fine) + len(violating) >= wanted:
+            break
+    candidates = fine + violating
+    if not candidates:
+        statuses[NOT_HELPFUL] = considered - checked_rows
+        return _none(considered, statuses)
+    chosen, why = pick_one_node(candidates, inputs.start_time)
+    chosen_row = table.index_of(chosen.node)
+    named = forced.get(chosen_row, ()) if chosen_row is not None else ()
+    return PreemptionOutcome(
+        chosen.node,
+        chosen.pods,
+        why=why,
+        found=tuple(candidates),
+        pdb_violations=chosen.pdb_violations,
+        antagonists=tuple(p.key for p in chosen.pods if p.key in named),
+    )
+
+
+def _none(considered: int, statuses: dict[str, int]) -> PreemptionOutcome:
+    message = "preemption: " + failed_scheduling_message(considered, statuses)
+    return PreemptionOutcome(None, message=message, clear_nomination=True)
+
+
+def not_eligible(reason: str) -> PreemptionOutcome:
+    """No preemption this time; the nomination stays (kube returns no result)."""
+    return PreemptionOutcome(None, message=f"preemption: {reason}")
+
+
+def lowest_victim_priority(table: NodeTable) -> float:
+    """The lowest priority of any placed pod (``inf`` without pods): a pod at or below it
+    can preempt no one, so the dry run is skipped."""
+    lowest = table.lowest_priority()
+    return math.inf if lowest is None else lowest

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from interference_infra.strict import SettingsError
 from scheduler.plugins.registry import REGISTRY
+from scheduler.preemption import PreemptionArgs
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +64,9 @@ class EngineSettings:
     """Nodes of each kind in each decision record: the chosen node and the next best with
     their score breakdown, and this many rejected nodes with their reasons (those the
     interference filters rejected first)."""
+    preemption: PreemptionArgs = field(default_factory=PreemptionArgs)
+    """Standalone mode's PostFilter, kube-scheduler's DefaultPreemption (its args, and
+    the opt-in antagonist rule: docs/design.md §5, "Preemption")."""
 
     def __post_init__(self) -> None:
         if not self.relax_after_s > 0:

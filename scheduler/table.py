@@ -280,6 +280,19 @@ class NodeTable:
             self._account(row, pod, sign=-1)
             self._match_counts.update(pod, row, -1)
 
+    def node_of(self, key: str) -> str | None:
+        """The node pod ``key`` is placed on, ``None`` when it is not placed."""
+        placed = self._pods.get(key)
+        return None if placed is None else placed.node
+
+    def load_stamp(self, key: str) -> float:
+        """When pod ``key``'s load was stamped on its node for the interference index
+        (``-inf`` when it is not: the node reported since): :meth:`add_pod` with this
+        ``now`` after a :meth:`remove_pod` puts the pod back as it was."""
+        placed = self._pods.get(key)
+        entry = None if placed is None else self._recent.get(placed.node, {}).get(key)
+        return -float("inf") if entry is None else entry[0]
+
     def pods_on_node(self, name: str) -> Mapping[str, PodInfo]:
         """Pods placed on node ``name`` by key (read only)."""
         return self._pods_by_node.get(name, {})

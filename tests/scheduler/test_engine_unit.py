@@ -14,11 +14,12 @@ from interference.signals import SIGNAL_FAMILIES, NodeMetrics, WindowMetrics
 from scheduler.api.nodes import parse_node
 from scheduler.api.objects import ANNOTATION_MAX_RUNQ_P99_US
 from scheduler.api.pods import parse_pod
-from scheduler.cycle import SchedulingCycle
+from scheduler.cycle import CycleResult, SchedulingCycle
 from scheduler.plugins.interference import InterferenceArgs, quietness
 from scheduler.plugins.node_affinity import node_affinity
 from scheduler.plugins.node_resources_fit import least_allocated_score
 from scheduler.ports import NodeSignals
+from scheduler.preemption import PreemptionInputs
 from scheduler.settings import EngineSettings, Profile
 from scheduler.table import NodeTable
 from scheduler.table_caches import CACHE_LIMIT
@@ -242,9 +243,9 @@ def test_pod_with_unsupported_field_is_refused_on_every_node() -> None:
 
 def _preemption_case(
     pod_priority: int, victim_priority: int, policy: str | None = None
-) -> tuple[str, str | None]:
+) -> CycleResult:
     """Two 4-CPU nodes, one holding a 3-CPU pod of ``victim_priority``, the other tainted;
-    a 2-CPU pod of ``pod_priority`` fits nowhere. Returns its message and chosen node."""
+    a 2-CPU pod of ``pod_priority`` fits nowhere without preemption."""
     nodes = [
         node_obj("busy", cpu="4"),
         node_obj("tainted", cpu="4", taints=[("k", "v", "NoSchedule")]),
@@ -254,38 +255,33 @@ def _preemption_case(
     if policy is not None:
         spec["preemptionPolicy"] = policy
     pod = parse_pod(pod_obj("urgent", requests={"cpu": "2"}, **spec))
-    result = SchedulingCycle(EngineSettings()).schedule(
-        pod, table_of(nodes, [(victim, "busy")]), NOW
+    return SchedulingCycle(EngineSettings()).schedule(
+        pod, table_of(nodes, [(victim, "busy")]), NOW, preemption=PreemptionInputs()
     )
-    return result.message, result.node
 
 
 @pytest.mark.parametrize(
-    ("pod_priority", "victim_priority", "policy", "helps"),
+    ("pod_priority", "victim_priority", "policy", "tail", "nominated"),
     [
-        (1000, 0, None, True),
-        (1000, 0, "Never", False),
-        (0, 0, None, False),
-        (0, 1000, None, False),
+        (1000, 0, None, "", "busy"),
+        (1000, 0, "Never", " preemption: not eligible due to preemptionPolicy=Never.", None),
+        (0, 0, None, "", None),
+        (0, 1000, None, "", None),
     ],
     ids=["lower-priority-victim", "preemption-policy-never", "equal-priority", "higher-priority"],
 )
-def test_message_says_when_preemption_could_have_helped(
-    pod_priority: int, victim_priority: int, policy: str | None, helps: bool
+def test_the_post_filter_preempts_only_lower_priority_pods(
+    pod_priority: int, victim_priority: int, policy: str | None, tail: str, nominated: str | None
 ) -> None:
-    message, node = _preemption_case(pod_priority, victim_priority, policy)
-    assert node is None
-    assert message.startswith(
-        "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint"
+    result = _preemption_case(pod_priority, victim_priority, policy)
+    assert result.node is None
+    assert result.message == (
+        "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint(s)." + tail
     )
-    if helps:  # only the busy node: the tainted one fails for a reason eviction cannot fix
-        assert message.endswith(
-            " preemption: 1/2 nodes would fit the pod after evicting lower-priority pods, but "
-            "standalone interference-scheduler does not preempt (extender mode keeps "
-            "kube-scheduler's preemption)."
-        )
-    else:
-        assert "preemption" not in message
+    assert result.preemption is not None
+    assert result.preemption.node == nominated
+    victims = [p.name for p in result.preemption.victims]
+    assert victims == (["victim"] if nominated else [])
 
 
 def test_table_rows_stay_consistent_when_nodes_come_and_go() -> None:

@@ -7,7 +7,6 @@ import pytest
 from scheduler.messages import (
     NO_NODES,
     failed_scheduling_message,
-    preemption_message,
     refused_message,
     relaxed_message,
     scheduled_message,
@@ -59,7 +58,4 @@ def test_other_messages() -> None:
     assert refused.startswith("0/3 nodes are available: standalone interference-scheduler")
     assert "spec.topologySpreadConstraints, spec.affinity.podAffinity" in refused
     assert "stays Pending" in refused and "extender mode" in refused
-    preemption = preemption_message(2, 5)
-    assert preemption.startswith(" preemption: 2/5 nodes would fit")
-    assert "does not preempt" in preemption
     assert relaxed_message(61.2).startswith("pod waited 61s blocked only by interference filters")
