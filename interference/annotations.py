@@ -25,7 +25,8 @@ MAX_INDEX = "interference.io/max-index"
 DEPRECATED_MAX_SCORE = "interference.io/max-score"
 """The deprecated earlier name of :data:`MAX_INDEX` (read, with a Warning Event)."""
 REBALANCE = "interference.io/rebalance"
-"""``"false"`` keeps the rebalancer from evicting the pod (scheduler/rebalance.py)."""
+"""``"false"`` keeps the rebalancer from evicting the pod (scheduler/rebalance.py);
+``"true"`` lets it evict one it would otherwise spare (scheduler/evictable.py)."""
 DEGRADABLE = "interference.io/degradable"
 """``"true"`` lets the node agent degrade the pod (node_agent/degrade.py)."""
 

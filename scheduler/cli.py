@@ -200,6 +200,7 @@ class Scheduler:
             journal=RedisMoveJournal(self.redis),
             records_only=config.loop.dry_run,
             tracer=self.tracer,
+            max_clock_skew_s=config.redis.max_clock_skew_s,
         )
         self.signal_heartbeat = Heartbeat(
             "redis signal follower", max_silence_s=60 + 2 * config.redis.socket_timeout_s

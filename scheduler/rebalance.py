@@ -10,13 +10,18 @@ A running pod that declares an interference tolerance (``interference.io/max-run
 
 has held at every look for ``sustained_for_s`` (:class:`BreachTracker`; a look without
 usable signals — no fresh pod row, a stale or degraded node — ends the streak: unknown is
-never a breach). A victim is moved only when, in this order (:func:`eligible`, then
+never a breach), the run-queue part also in each look's own rows (the rows that came since
+the previous look, :attr:`OwnWindow.recent_runq_p99_us`), so one burst staying inside the
+window's merged p99 is no streak. The rows are the evidence the signal reader would accept
+(:mod:`scheduler.evidence`). A victim is moved only when, in this order (:func:`eligible`, then
 :func:`hold_reason` and :class:`EvictionLedger`):
 
-1. it is movable at all: its controller recreates it (``controller_kinds``), its namespace
-   is not ``kube-system`` nor in ``never_namespaces``, it does not opt out
-   (``interference.io/rebalance: "false"``), and this scheduler places its replacement
-   (its ``schedulerName`` is ours);
+1. it is movable at all: its namespace is not ``kube-system`` nor in ``never_namespaces``,
+   it does not opt out (``interference.io/rebalance: "false"``), this scheduler places its
+   replacement (its ``schedulerName`` is ours) (:func:`eligible`), and an eviction brings
+   it back whole: a ``controller_kinds`` controller recreates it, it is no Job, DaemonSet,
+   mirror or static pod, not system-critical, and keeps no data on the node
+   (:func:`scheduler.evictable.refusal`: each a hold reason);
 2. for a run-queue breach, the wait is its neighbours' doing: the window's means split by
    :func:`interference.contention.contention_shares` (own CPU limit, own tasks,
    neighbours) name ``neighbours`` the largest part — a pod throttled by its own quota, or
@@ -32,6 +37,8 @@ Dry runs count in the ledger like evictions, so a dry run shows what enforcing w
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal
@@ -90,10 +97,10 @@ class RebalancerSettings:
     controller_kinds: tuple[str, ...] = (
         "ReplicaSet",
         "StatefulSet",
-        "Job",
         "ReplicationController",
     )
-    """Kinds of controlling owner that recreate an evicted pod; any other pod is never moved."""
+    """Kinds of controlling owner that recreate an evicted pod whole; any other pod is never
+    moved (a Job, CronJob or DaemonSet pod never, listed or not: scheduler/evictable.py)."""
     never_namespaces: tuple[str, ...] = (ALWAYS_SPARED_NAMESPACE,)
     """Namespaces whose pods are never moved (``kube-system`` always, listed or not)."""
     max_per_node: int = 1
@@ -140,12 +147,6 @@ def eligible(pod: PodInfo, settings: RebalancerSettings, scheduler_name: str) ->
         return f"namespace {pod.namespace} is never rebalanced"
     if pod.rebalance_opt_out:
         return 'opts out (interference.io/rebalance: "false")'
-    if pod.controller is None:
-        return "no controller recreates it"
-    if pod.controller.kind not in settings.controller_kinds:
-        return (
-            f"its controller {pod.controller} is not one of {', '.join(settings.controller_kinds)}"
-        )
     if pod.scheduler_name != scheduler_name:
         return f"its replacement would be placed by {pod.scheduler_name}, not by this scheduler"
     if pod.terminating or pod.finished:
@@ -166,6 +167,9 @@ class OwnWindow:
     own_wait_ms_per_s: float = 0.0
     """Waits behind its own tasks (the agent's culprit attribution; 0 from older agents)."""
     neighbour_wait_ms_per_s: float = 0.0
+    recent_runq_p99_us: float | None = None
+    """p99 of the rows that came since the previous look (``None``: not known apart from
+    the window)."""
 
 
 @dataclass(slots=True)
@@ -174,6 +178,10 @@ class PodHistory:
 
     uid: str
     rows: deque[tuple[float, PodMetrics]] = field(default_factory=deque)
+    looked_until: float = float("-inf")
+    """Publication time of the newest row the previous :meth:`window` saw."""
+    recent_p99_us: float = 0.0
+    """p99 of the rows new at the previous :meth:`window` (kept while no new row came)."""
 
     def add(self, row: PodMetrics, updated_at: float) -> None:
         if self.rows and updated_at <= self.rows[-1][0]:
@@ -203,7 +211,15 @@ class PodHistory:
                 sums[i] += value
         count = len(self.rows)
         p99 = hist.percentile(merged, 0.99) if hist.total(merged) else 0.0
-        return OwnWindow(count, p99, *(total / count for total in sums))
+        recent: list[int] = []
+        for at, row in self.rows:
+            if at > self.looked_until:
+                recent = hist.add(recent, row.runq_us)
+        if self.rows[-1][0] > self.looked_until:  # no new row: the last look's slice stands
+            self.recent_p99_us = hist.percentile(recent, 0.99) if hist.total(recent) else 0.0
+            self.looked_until = self.rows[-1][0]
+        own = OwnWindow(count, p99, *(total / count for total in sums))
+        return dataclasses.replace(own, recent_runq_p99_us=self.recent_p99_us)
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +230,9 @@ class Breach:
     reclaim: bool
     text: str
     """``run-queue p99 2900 µs > tolerance 500 µs``; both parts joined by ``; ``."""
+    severity: float = 1.0
+    """The largest ratio of measured to tolerance among the broken parts: the worst breach
+    on a node moves first (a tolerance of 0 broken is infinitely severe)."""
 
 
 def breach(
@@ -229,19 +248,34 @@ def breach(
         return None
     parts: list[str] = []
     runq = reclaim = False
+    severity = 0.0
     bound = tolerance.max_runq_p99_us
-    if bound is not None and own is not None and own.runq_p99_us > bound:
+    recent = None if own is None else own.recent_runq_p99_us
+    if (
+        bound is not None
+        and own is not None
+        and own.runq_p99_us > bound
+        and (recent is None or recent > bound)
+    ):
         runq = True
-        parts.append(f"its run-queue p99 {own.runq_p99_us:.0f} µs > tolerance {bound:g} µs")
+        severity = max(severity, _ratio(own.runq_p99_us, bound))
+        last = "" if recent is None else f" ({recent:.0f} µs since the last look)"
+        parts.append(f"its run-queue p99 {own.runq_p99_us:.0f} µs{last} > tolerance {bound:g} µs")
     bound = tolerance.max_reclaim_stall_ms_per_s
     if bound is not None and node_reclaim_ms_per_s is not None and node_reclaim_ms_per_s > bound:
         reclaim = True
+        severity = max(severity, _ratio(node_reclaim_ms_per_s, bound))
         parts.append(
             f"its node's reclaim stall {node_reclaim_ms_per_s:.3g} ms/s > tolerance {bound:g} ms/s"
         )
     if not parts:
         return None
-    return Breach(runq, reclaim, "; ".join(parts))
+    return Breach(runq, reclaim, "; ".join(parts), severity)
+
+
+def _ratio(measured: float, bound: float) -> float:
+    """``measured / bound``; ``inf`` for a tolerance of 0."""
+    return measured / bound if bound > 0 else math.inf
 
 
 def own_cause(found: Breach, own: OwnWindow | None) -> str | None:

@@ -40,7 +40,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,9 +48,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from interference.decision import Decision
 from interference.freshness import stale_after_s
+from interference.signals import NodeReport
 from scheduler.api.objects import PodInfo
 from scheduler.cache import ClusterCache
 from scheduler.cycle import CycleResult, SchedulingCycle
+from scheduler.evictable import REFUSALS, Refusal, refusal
+from scheduler.evidence import REPORT_REFUSALS, AgentClocks, report_refusal
 from scheduler.plugins.rebalanced_away import NAME as REBALANCED_AWAY
 from scheduler.plugins.rebalanced_away import Departure, DepartureIndex, RebalancedAwayArgs
 from scheduler.ports import (
@@ -64,6 +67,7 @@ from scheduler.ports import (
 from scheduler.rebalance import (
     HOLD_REASONS,
     NO_BETTER_NODE,
+    NODE_LIMIT,
     OWN_LIMIT,
     RETRY_LATER,
     Breach,
@@ -85,6 +89,7 @@ from scheduler.rebalance_ports import (
     PodReports,
 )
 from scheduler.settings import EngineSettings
+from scheduler.signal_records import MAX_CLOCK_SKEW_S
 from scheduler.stage_trace import Attributes, StageRecorder
 
 log = logging.getLogger(__name__)
@@ -145,6 +150,19 @@ class RebalanceMetrics:
             ["reason"],
             registry=registry,
         )
+        self.refused_reports = Counter(
+            "interference_scheduler_rebalance_refused_reports",
+            "Agents' reports whose rows the rebalancer left out, by reason (clock_ahead,"
+            " clock_behind: outside the clock skew; unmeasured: no run-queue family).",
+            ["reason"],
+            registry=registry,
+        )
+        self.skewed_agents = Gauge(
+            "interference_scheduler_rebalance_skewed_agents",
+            "Nodes with a tolerant pod whose agent publishes with a clock off by more than"
+            " its reports' freshness window (a Warning each time one becomes skewed).",
+            registry=registry,
+        )
         self.over_tolerance = Gauge(
             "interference_scheduler_rebalance_over_tolerance_pods",
             "Bound pods whose window breaks their interference tolerance at the latest look.",
@@ -152,8 +170,10 @@ class RebalanceMetrics:
         )
         for result in EVICTION_RESULTS:
             self.evictions.labels(result)
-        for reason in HOLD_REASONS:
+        for reason in (*HOLD_REASONS, *REFUSALS):
             self.holds.labels(reason)
+        for reason in REPORT_REFUSALS:
+            self.refused_reports.labels(reason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +218,7 @@ class Rebalancer:
         records_only: bool = False,
         clock: Callable[[], float] = time.time,
         tracer: DecisionTracer | None = None,
+        max_clock_skew_s: float = MAX_CLOCK_SKEW_S,
     ) -> None:
         """``rebalancing_records``: where each look's rebalancing record goes, a sink of
         its own (``intf:rebalance:decision:{ns}/{pod}`` in Redis), never the placement
@@ -227,6 +248,9 @@ class Rebalancer:
         """Its own cycle: a check of a running pod must leave no relax memory behind for
         the scheduling loop (a StatefulSet's replacement has the same name)."""
         self._histories: dict[str, PodHistory] = {}
+        self._max_clock_skew_s = max_clock_skew_s
+        """The signal reader's ``redis.max_clock_skew_s``: a report further off is refused."""
+        self._clocks = AgentClocks()
         self._streaks = BreachTracker()
         self._ledger = EvictionLedger()
         self._retry_at: dict[str, float] = {}
@@ -304,17 +328,15 @@ class Rebalancer:
             fresh_for = stale_after_s(1.0) + settings.interval_s
             for pod in pods:
                 history = self._histories.get(pod.uid)
+                row = table.index_of(pod.node_name)
+                # the node's own record must be fresh: rows of an expired agent are no evidence
+                fresh = readable and row is not None and bool(table.fresh_until[row] >= now)
                 own = (
                     None
-                    if history is None or not readable
+                    if history is None or not fresh
                     else history.window(now, settings.window_s, fresh_for)
                 )
-                row = table.index_of(pod.node_name)
-                reclaim = (
-                    float(reclaim_mean[row])
-                    if readable and row is not None and table.fresh_until[row] >= now
-                    else None
-                )
+                reclaim = float(reclaim_mean[row]) if fresh and row is not None else None
                 found = breach(pod, own, reclaim)
                 lasted = self._streaks.note(pod.uid, found is not None, now)
                 if found is None:
@@ -323,15 +345,28 @@ class Rebalancer:
                 breaching.append((pod, found, lasted, own_cause(found, own)))
         self._metrics.over_tolerance.set(len(breaching))
         actions: list[RebalanceAction] = []
-        for pod, found, lasted, cause in breaching:
+        moved_from: set[str] = set()
+        # the worst breach first: on each node, and for the namespace and cluster limits
+        for pod, found, lasted, cause in sorted(breaching, key=lambda b: -b[1].severity):
             if lasted < settings.sustained_for_s:
+                continue
+            if pod.node_name in moved_from:  # one eviction per hot node per look
+                why = f"{found.text}; a worse victim left {pod.node_name} at this look"
+                actions.append(self._hold(pod, NODE_LIMIT, why, now))
+                continue
+            refused = self._refusal(pod)
+            if refused is not None:
+                actions.append(self._refuse(pod, found, refused, now))
                 continue
             if cause is not None:
                 whose = "its own CPU limit" if cause == OWN_LIMIT else "its own tasks"
                 why = f"{found.text}, but {whose} caused most of the wait (moving would not help)"
                 actions.append(self._hold(pod, cause, why, now))
             else:
-                actions.append(self._judge(pod, found, lasted, now))
+                action = self._judge(pod, found, lasted, now)
+                actions.append(action)
+                if action.outcome in (EVICTED, WOULD_EVICT):
+                    moved_from.add(pod.node_name)
         return actions
 
     # ---- one victim -----------------------------------------------------------------------
@@ -509,10 +544,16 @@ class Rebalancer:
             log.warning("reading the agents' reports for rebalancing failed: %s", exc)
             return
         by_key = {p.key: p for p in pods}
+        now = self._clock()
         for node, node_reports in reports.items():
+            self._note_clock(node, node_reports, by_key.values(), now)
             for report in sorted(node_reports, key=lambda r: r.ts):
                 if report.node != node:
                     continue  # a report under another node's key is not this node's word
+                refused = report_refusal(report, now, self._max_clock_skew_s)
+                if refused is not None:
+                    self._metrics.refused_reports.labels(refused).inc()
+                    continue
                 for row in report.pods:
                     pod = by_key.get(row.key)
                     if pod is None or pod.node_name != node or (row.uid and row.uid != pod.uid):
@@ -521,6 +562,27 @@ class Rebalancer:
                     if history is None:
                         history = self._histories[pod.uid] = PodHistory(pod.uid)
                     history.add(row, report.ts)
+        self._clocks.keep_only(set(nodes))
+        self._metrics.skewed_agents.set(self._clocks.skewed())
+
+    def _note_clock(
+        self, node: str, reports: list[NodeReport], pods: Iterable[PodInfo], now: float
+    ) -> None:
+        """A Warning (log, Event on the node's pods with a tolerance) when the node's agent
+        has just turned out to publish with a skewed clock (:class:`AgentClocks`)."""
+        mine = [r for r in reports if r.node == node]
+        if not mine:
+            return
+        skew = self._clocks.note(node, max(mine, key=lambda r: r.ts), now, self._max_clock_skew_s)
+        if skew is None:
+            return
+        log.warning("%s", skew.text)
+        if self.records_only:
+            return
+        for pod in pods:
+            if pod.node_name == node:
+                ref = PodRef(pod.namespace, pod.name, pod.uid)
+                self._events.record_event(ref, "Warning", "InterferenceAgentClockSkewed", skew.text)
 
     def _record(
         self,
@@ -548,3 +610,27 @@ class Rebalancer:
                 trace_id=trace_id,
             )
         )
+
+    def _refuse(self, pod: PodInfo, found: Breach, refused: Refusal, now: float) -> RebalanceAction:
+        """Hold a victim an eviction would not move whole; its rebalancing record (``held``)
+        says why, once per streak as the metric."""
+        why = f"{found.text}, but {refused.text} (an eviction would not move it whole)"
+        if self._held.get(pod.uid) != refused.reason:
+            message = f"{refused.reason}: {why}"
+            log.info("%s held: %s", pod.key, message)
+            dry_run = self.settings.mode != "enforce" or self.records_only
+            decision = Decision(pod.namespace, pod.name, HELD, "", message, now, dry_run)
+            self._records.write(decision)
+        return self._hold(pod, refused.reason, why, now)
+
+    def _refusal(self, pod: PodInfo) -> Refusal | None:
+        """Why evicting ``pod`` would not move it whole (scheduler/evictable.py)."""
+        with self._cache.lock:
+            catalog = self._cache.table.volumes
+
+            def local_volume(namespace: str, claim_name: str) -> bool:
+                claim = catalog.claim(namespace, claim_name)
+                volume = catalog.volume(claim.volume_name) if claim is not None else None
+                return volume is not None and volume.local
+
+            return refusal(pod, self.settings.controller_kinds, local_volume)

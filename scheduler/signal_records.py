@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 from numpy.typing import NDArray
@@ -75,6 +76,23 @@ if SIZE % 8 or any(_OFFSETS[n] % 8 for n, c in FIELDS if c in "dq"):  # pragma: 
     raise ImportError("scheduling record floats and counts must be 8-byte aligned")
 _KNOWN_FAMILY_BITS = (1 << len(SIGNAL_FAMILIES)) - 1
 _CORE_BITS = sum(1 << SIGNAL_FAMILIES.index(f) for f in CORE_FAMILIES)
+
+
+@overload
+def in_clock_window(ts: float, now: float, max_skew_s: float = ...) -> bool: ...
+@overload
+def in_clock_window(
+    ts: NDArray[np.float64], now: float, max_skew_s: float = ...
+) -> NDArray[np.bool_]: ...
+def in_clock_window(
+    ts: float | NDArray[np.float64], now: float, max_skew_s: float = MAX_CLOCK_SKEW_S
+) -> bool | NDArray[np.bool_]:
+    """``|ts − now| ≤ max_skew_s``: a report's time the scheduler believes (the ``clock``
+    check; the rebalancer applies it to each report it reads rows from). NaN is outside."""
+    if isinstance(ts, np.ndarray):
+        within: NDArray[np.bool_] = np.abs(ts - now) <= max_skew_s
+        return within
+    return abs(ts - now) <= max_skew_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +138,7 @@ def decode_records(
 
     reject("version", records["version"] != VERSION)
     reject("node", records["node_id"] != expected_ids[positions])
-    reject("clock", ~(np.abs(records["ts"] - now) <= max_skew_s))
+    reject("clock", ~in_clock_window(records["ts"], now, max_skew_s))
     interval = records["interval_s"]
     reject("interval", ~((interval >= MIN_INTERVAL_S) & (interval <= max_interval_s)))
     bad_value = (records["measured"] & ~np.uint16(_KNOWN_FAMILY_BITS)) != 0

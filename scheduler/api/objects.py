@@ -260,6 +260,8 @@ class VolumeInfo:
     or an in-tree source under the CSI driver kube migrates it to
     (:data:`scheduler.api.storage.MIGRATED_IN_TREE_SOURCES`); ``None`` for volumes without
     attach limits (local, hostPath, NFS, …)."""
+    local: bool = False
+    """``spec.local`` or ``spec.hostPath``: its data live on one node's disk."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -395,6 +397,17 @@ class PodInfo:
     """Its controlling owner (``ownerReferences[].controller: true``), ``None`` when none."""
     rebalance_opt_out: bool = False
     """Annotation :data:`ANNOTATION_REBALANCE` is ``"false"``: never evicted to move it."""
+    rebalance_opt_in: bool = False
+    """Annotation :data:`ANNOTATION_REBALANCE` is ``"true"``: the owner accepts what an
+    eviction loses (its local storage, a Job's attempt; scheduler/evictable.py)."""
+    priority_class: str = ""
+    """``spec.priorityClassName``."""
+    local_storage: tuple[str, ...] = ()
+    """Its volumes whose data stay on the node (``emptyDir data``, ``hostPath logs``)."""
+    mirror: bool = False
+    """A mirror pod: annotation ``kubernetes.io/config.mirror`` (the kubelet's static pod)."""
+    static: bool = False
+    """A static pod: annotation ``kubernetes.io/config.source`` other than ``api``."""
 
     @property
     def key(self) -> str:

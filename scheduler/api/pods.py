@@ -157,7 +157,36 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         inline_attached=_inline_attached(reader, spec),
         controller=_controller(reader, metadata),
         rebalance_opt_out=annotations.get(ANNOTATION_REBALANCE, "").strip().lower() == "false",
+        rebalance_opt_in=annotations.get(ANNOTATION_REBALANCE, "").strip().lower() == "true",
+        priority_class=own_scheduling(
+            lambda: reader.string(spec, "priorityClassName", "spec.priorityClassName"), ""
+        ),
+        local_storage=_local_storage(spec),
+        mirror=MIRROR_ANNOTATION in annotations,
+        static=annotations.get(CONFIG_SOURCE_ANNOTATION, "api") != "api",
     )
+
+
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+"""The kubelet's mark of a mirror pod (the API's copy of a static pod)."""
+CONFIG_SOURCE_ANNOTATION = "kubernetes.io/config.source"
+"""Where the kubelet got the pod from: ``api``, or ``file``/``http`` for a static pod."""
+LOCAL_STORAGE_SOURCES = ("emptyDir", "hostPath")
+"""Volume sources whose data stay on the node (the descheduler's local storage)."""
+
+
+def _local_storage(spec: Mapping[str, Any]) -> tuple[str, ...]:
+    """``<source> <volume name>`` of each volume in :data:`LOCAL_STORAGE_SOURCES`; a
+    malformed entry is left out here (the volume parsers name it)."""
+    found: list[str] = []
+    volumes = spec.get("volumes")
+    for volume in volumes if isinstance(volumes, list) else ():
+        if not isinstance(volume, Mapping):
+            continue
+        for source in LOCAL_STORAGE_SOURCES:
+            if volume.get(source) is not None:
+                found.append(f"{source} {volume.get('name', '')}")
+    return tuple(found)
 
 
 def _controller(reader: Reader, metadata: Mapping[str, Any]) -> ControllerRef | None:

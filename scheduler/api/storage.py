@@ -115,7 +115,10 @@ def parse_volume(obj: Mapping[str, Any]) -> VolumeInfo:
         values = [v.strip() for v in labels.get(key, "").split("__")]
         if all(values):  # kube-scheduler ignores a label with an empty zone (or no value)
             zones.append((key, frozenset(values)))
-    return VolumeInfo(reader.name, node_affinity, tuple(zones), _attached_as(reader, spec))
+    local = spec.get("local") is not None or spec.get("hostPath") is not None
+    return VolumeInfo(
+        reader.name, node_affinity, tuple(zones), _attached_as(reader, spec), local=local
+    )
 
 
 def _attached_as(reader: Reader, spec: Mapping[str, Any]) -> tuple[str, str] | None:

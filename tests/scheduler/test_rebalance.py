@@ -73,7 +73,7 @@ def running(
     [
         (running(), None),
         (running(owner={"kind": "StatefulSet"}), None),
-        (running(owner={"kind": "Job"}), None),
+        (running(owner={"kind": "Job"}), None),  # looked at; refused as a victim (evictable)
         (running(annotations={}), "declares no run-queue or reclaim tolerance"),
         (
             running(annotations={"interference.io/max-index": "40"}),
@@ -93,12 +93,6 @@ def running(
                 }
             ),
             'opts out (interference.io/rebalance: "false")',
-        ),
-        (running(owner={"controller": False}), "no controller recreates it"),
-        (
-            running(owner={"kind": "DaemonSet", "name": "agent"}),
-            "its controller DaemonSet/agent is not one of ReplicaSet, StatefulSet, Job,"
-            " ReplicationController",
         ),
         (
             running(scheduler_name="default-scheduler"),

@@ -83,6 +83,7 @@ class Reports:
                         )
                         for key, hist in pods.items()
                     ],
+                    measured=("runq",),
                 )
                 for age in range(10)
             ]
@@ -171,10 +172,10 @@ class World:
 
     def step(self, after_s: float = 0.0) -> list[object]:
         self.h.clock.advance(after_s)
+        self.h.informer.sync()  # first, so that every node reports (fresh nodes only count)
         for name in self.h.loop.cache.node_names():
             self.h.signals.report(name, self.h.clock.now, runq_p99_us=100.0)
         self.reports.now = self.h.clock.now
-        self.h.informer.sync()
         return list(self.rebalancer.step())
 
     def metric(self, name: str, **labels: str) -> float:
@@ -310,6 +311,7 @@ def test_no_eviction_when_the_other_node_breaks_the_tolerance_too(enforcing: Wor
     w.run_pod("web-1", "node-a")
     w.step()
     w.h.clock.advance(30)
+    w.h.signals.report("node-a", w.h.clock.now, runq_p99_us=100.0)  # fresh: its rows count
     w.h.signals.report("node-b", w.h.clock.now, runq_p99_us=9000.0)
     w.reports.now = w.h.clock.now
     (action,) = w.rebalancer.step()
