@@ -21,7 +21,7 @@ this release only.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -59,6 +59,22 @@ MAX_PODS = 1_000
 MAX_GPUS = 64
 MAX_HISTOGRAM_SLOTS = 64
 """Most slots a histogram may carry (log2 µs: 64 covers any duration)."""
+MAX_REPORT_BYTES = 1 << 20
+"""Longest msgpack NodeReport a reader decodes (1 MiB). A report of 1,000 pods
+(:data:`MAX_PODS`) is ~360 KB. Checked before decoding: msgpack builds one Python object
+per byte at worst (an array of empty arrays), ~60 bytes each, so a payload's size bounds
+the memory its decoding takes (a 15 MB entry took over 1 GiB)."""
+UNPACK_LIMITS: dict[str, int] = {
+    "max_str_len": MAX_REPORT_BYTES,
+    "max_bin_len": 0,
+    "max_ext_len": 0,
+    "max_array_len": MAX_PODS,
+    "max_map_len": 256,
+}
+"""``msgpack.unpackb`` limits of a NodeReport: no container longer than the pod rows, no
+map wider than a few times the widest record (21 fields), no binary or extension data
+(strings cost about their length, so only the payload's size bounds them, leaving room
+for a long probe error); msgpack itself bounds nesting depth."""
 SUPPORTED_VERSIONS = (1, 2, SCHEMA_VERSION)
 """Report schema versions :func:`decode_report` accepts."""
 DEPRECATED_INDEX_FIELD = "score"
@@ -86,10 +102,26 @@ def encode_report(report: NodeReport) -> bytes:
     return msgpack.packb(body, use_bin_type=True)  # type: ignore[no-any-return]
 
 
+class PayloadTooBig(PayloadError):
+    """A payload over its size or length limits: refused before (or while) decoding."""
+
+
 def decode_report(payload: bytes) -> NodeReport:
-    """Inverse of :func:`encode_report`; :class:`PayloadError` on anything else."""
+    """Inverse of :func:`encode_report`; :class:`PayloadError` on anything else,
+    :class:`PayloadTooBig` for more than :data:`MAX_REPORT_BYTES` or a length over
+    :data:`UNPACK_LIMITS`."""
+    if isinstance(payload, bytes | bytearray) and len(payload) > MAX_REPORT_BYTES:
+        raise PayloadTooBig(
+            f"NodeReport of {len(payload)} bytes is over the limit of {MAX_REPORT_BYTES}"
+        )
     try:
-        body = msgpack.unpackb(payload, raw=False, strict_map_key=True)
+        body = msgpack.unpackb(
+            payload, raw=False, strict_map_key=True, use_list=False, **UNPACK_LIMITS
+        )
+    except ValueError as exc:  # what msgpack raises for a length over a limit
+        if "exceeds max" in str(exc):
+            raise PayloadTooBig(f"NodeReport over a length limit: {exc}") from exc
+        raise PayloadError(f"not a msgpack NodeReport: {exc}") from exc
     except Exception as exc:  # msgpack raises several unrelated types
         raise PayloadError(f"not a msgpack NodeReport: {exc}") from exc
     if not isinstance(body, dict):
@@ -436,17 +468,26 @@ def _gpu(data: Mapping[str, Any]) -> GpuDevice:
 
 
 def index_history(
-    entries: Iterable[tuple[Any, Mapping[Any, Any]]], field_name: str
+    entries: Iterable[tuple[Any, Mapping[Any, Any]]],
+    field_name: str,
+    refused: Callable[[PayloadError], None] | None = None,
 ) -> list[tuple[float, float]]:
     """``(unix time, interference index)`` of each report in a node's report stream
     entries (``XRANGE``/``XREVRANGE`` replies, the report in ``field_name``), oldest first;
-    entries that do not decode are left out."""
+    entries that do not decode (:class:`PayloadTooBig` included) are left out, each passed
+    to ``refused``."""
     history = []
     for _, entry in entries:
         payload = entry.get(field_name.encode(), entry.get(field_name))
         try:
             report = decode_report(payload)
-        except (PayloadError, TypeError):
+        except PayloadError as exc:
+            if refused is not None:
+                refused(exc)
+            continue
+        except TypeError as exc:
+            if refused is not None:
+                refused(PayloadError(f"not a report: {exc}"))
             continue
         history.append((report.ts, report.metrics.interference_index))
     return sorted(history)

@@ -38,12 +38,6 @@ Redis). Exact, since ``MAXLEN ~`` trims only whole stream nodes (100 entries).""
 DECISION_TTL_S = 24 * 3600
 """How long a decision record (placement or rebalancing record) stays readable."""
 
-REBALANCE_MOVES = "intf:rebalance:moves"
-"""Sorted set written by the scheduler's rebalancer: member = one eviction (or dry-run
-eviction) as JSON, score = its unix time; what a new leader reads back for the cool-down,
-the rate limits and the RebalancedAway departures (entries older than those windows are
-removed as new ones are added)."""
-
 _NODE_PREFIX = "intf:node:"
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 NODE_NAME_MAX = 253

@@ -189,7 +189,7 @@ class Scheduler:
         self.rebalancer = Rebalancer(
             self.loop.cache,
             self.signals,
-            RedisPodReports(self.redis),
+            RedisPodReports(self.redis, signal_metrics),
             KubernetesEvictor(self.api),
             self.cluster,
             self.rebalancing_records,

@@ -26,13 +26,18 @@ window's merged p99 is no streak. The rows are the evidence the signal reader wo
    :func:`interference.contention.contention_shares` (own CPU limit, own tasks,
    neighbours) name ``neighbours`` the largest part — a pod throttled by its own quota, or
    with more runnable threads than CPUs, waits as long on any node (:func:`own_cause`);
-3. its workload has not been moved within ``cooldown_s``;
+3. its workload has not been moved within ``cooldown_s``, fewer than
+   ``max_moves_per_workload`` times within ``move_budget_window_s``, and no move of it
+   within ``move_budget_window_s`` left its replacement over the tolerance
+   (:class:`MoveOutcomes`: a move that did not help marks the workload);
 4. fewer than ``max_per_node`` / ``max_per_namespace`` / ``max_per_cluster`` evictions in
    the last ``rate_window_s`` from its node / namespace / the cluster;
 5. a node other than its own passes every filter for it now (the scheduling cycle, run
    by :class:`scheduler.rebalancer.Rebalancer`).
 
-Dry runs count in the ledger like evictions, so a dry run shows what enforcing would do.
+Dry runs count in the ledger apart from evictions: a dry run's cool-downs and limits hold
+its own "would evict"s (so it shows what enforcing would do), and never an eviction
+(switching to ``enforce`` acts at the next look).
 """
 
 from __future__ import annotations
@@ -65,6 +70,8 @@ NAMESPACE_LIMIT = "namespace_limit"
 CLUSTER_LIMIT = "cluster_limit"
 NO_BETTER_NODE = "no_better_node"
 RETRY_LATER = "retry_later"
+MOVE_BUDGET = "move_budget"
+MOVE_DID_NOT_HELP = "move_did_not_help"
 HOLD_REASONS = (
     OWN_LIMIT,
     OWN_TASKS,
@@ -74,6 +81,8 @@ HOLD_REASONS = (
     CLUSTER_LIMIT,
     NO_BETTER_NODE,
     RETRY_LATER,
+    MOVE_BUDGET,
+    MOVE_DID_NOT_HELP,
 )
 
 
@@ -116,19 +125,26 @@ class RebalancerSettings:
     retry_after_s: float = 30.0
     """After the Eviction API answered 429 (a PodDisruptionBudget allows no disruption
     now), the pod is not tried again for this long."""
+    max_moves_per_workload: int = 3
+    """Moves of one workload (controller) per ``move_budget_window_s``; then it stays where
+    it is (two nodes noisy in turn would otherwise move it once per cool-down)."""
+    move_budget_window_s: float = 3600.0
+    """The window of ``max_moves_per_workload``, and how long a workload whose move did not
+    bring its replacement back under its tolerance is left where it is."""
 
     def __post_init__(self) -> None:
         if self.mode not in REBALANCE_MODES:
             raise ValueError(f"mode: {self.mode!r} is not one of {', '.join(REBALANCE_MODES)}")
         if self.window not in WINDOW_SECONDS:
             raise ValueError(f"window: {self.window!r} is not one of 10s, 60s")
-        for name in ("interval_s", "rate_window_s", "retry_after_s"):
+        for name in ("interval_s", "rate_window_s", "retry_after_s", "move_budget_window_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}: {getattr(self, name)!r} must be a number > 0")
         for name in ("sustained_for_s", "cooldown_s"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name}: {getattr(self, name)!r} must be a number ≥ 0")
-        for name in ("max_per_node", "max_per_namespace", "max_per_cluster"):
+        for name in ("max_per_node", "max_per_namespace", "max_per_cluster",
+                     "max_moves_per_workload"):  # fmt: skip
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: {getattr(self, name)!r} must be an integer ≥ 0")
 
@@ -326,34 +342,64 @@ class BreachTracker:
 
 @dataclass(frozen=True, slots=True)
 class Moved:
-    """One eviction (or dry-run eviction) the ledger counts."""
+    """One eviction (or dry-run eviction) the ledger counts, or (``unhelpful``) the mark
+    of a workload whose move at ``at`` did not bring it back under its tolerance."""
 
     at: float
     node: str
     namespace: str
     workload_uid: str
+    dry_run: bool = False
+    unhelpful: bool = False
 
 
 class EvictionLedger:
-    """Recent evictions, for the cool-down and the rate limits (rules 3 and 4)."""
+    """Recent evictions, for the cool-down, the move budget and the rate limits (rule 3
+    and 4), dry runs apart from evictions; and the workloads marked as not helped by a move."""
 
     def __init__(self) -> None:
         self._moves: deque[Moved] = deque()
+        self._marked: dict[str, float] = {}
+        """Workload UID → when its unhelpful move was made."""
 
     def note(self, moved: Moved) -> None:
-        self._moves.append(moved)
+        if moved.unhelpful:
+            self._marked[moved.workload_uid] = max(
+                moved.at, self._marked.get(moved.workload_uid, moved.at)
+            )
+        else:
+            self._moves.append(moved)
 
-    def hold_reason(self, pod: PodInfo, now: float, settings: RebalancerSettings) -> str | None:
-        """Which guard rail keeps ``pod`` where it is now, ``None`` when none does."""
-        keep = max(settings.rate_window_s, settings.cooldown_s)
+    def hold_reason(
+        self, pod: PodInfo, now: float, settings: RebalancerSettings, dry_run: bool = False
+    ) -> str | None:
+        """Which guard rail keeps ``pod`` where it is now, ``None`` when none does; only
+        moves of the same kind (dry run or eviction) count::
+
+            move_did_not_help its workload is marked, now − mark < move_budget_window_s
+            cooldown          ∃ move of its workload with now − at < cooldown_s
+            move_budget       |moves of its workload, now − at < move_budget_window_s|
+                                  ≥ max_moves_per_workload
+            node_limit, …     |moves from its node, … , now − at < rate_window_s| ≥ max_per_…
+        """
+        keep = max(settings.rate_window_s, settings.cooldown_s, settings.move_budget_window_s)
         while self._moves and self._moves[0].at < now - keep:
             self._moves.popleft()
+        for uid, at in list(self._marked.items()):
+            if now - at >= settings.move_budget_window_s:
+                del self._marked[uid]
         workload = pod.controller.uid if pod.controller is not None else ""
-        if any(
-            m.workload_uid == workload and now - m.at < settings.cooldown_s for m in self._moves
-        ):
+        if not dry_run and workload in self._marked:
+            return MOVE_DID_NOT_HELP
+        mine = [m for m in self._moves if m.dry_run == dry_run]
+        if any(m.workload_uid == workload and now - m.at < settings.cooldown_s for m in mine):
             return COOLDOWN
-        recent = [m for m in self._moves if now - m.at < settings.rate_window_s]
+        moved = sum(
+            m.workload_uid == workload and now - m.at < settings.move_budget_window_s for m in mine
+        )
+        if moved >= settings.max_moves_per_workload:
+            return MOVE_BUDGET
+        recent = [m for m in mine if now - m.at < settings.rate_window_s]
         if sum(m.node == pod.node_name for m in recent) >= settings.max_per_node:
             return NODE_LIMIT
         if sum(m.namespace == pod.namespace for m in recent) >= settings.max_per_namespace:
@@ -361,3 +407,40 @@ class EvictionLedger:
         if len(recent) >= settings.max_per_cluster:
             return CLUSTER_LIMIT
         return None
+
+
+class MoveOutcomes:
+    """Whether each workload's latest eviction helped: its replacement (a pod of the
+    workload created after the move) seen under its tolerance at a look with its own
+    rows means it did; its replacement breaking the tolerance for ``sustained_for_s``
+    before that means it did not (:meth:`judge` then answers ``True`` once)."""
+
+    def __init__(self) -> None:
+        self._awaiting: dict[str, float] = {}
+        """Workload UID → when its latest eviction was made."""
+
+    def moved(self, workload_uid: str, at: float) -> None:
+        self._awaiting[workload_uid] = at
+
+    def judge(
+        self, pod: PodInfo, known: bool, breaching_for: float | None, sustained_for_s: float
+    ) -> bool:
+        """Note a look at ``pod``: ``known`` whether its window was known, ``breaching_for``
+        how long it has broken its tolerance (``None``: not breaking it). True when this
+        shows its workload's latest move did not help."""
+        workload = pod.controller.uid if pod.controller is not None else ""
+        since = self._awaiting.get(workload)
+        if since is None or pod.created_at < math.floor(since):  # whole seconds
+            return False
+        if breaching_for is None:
+            if known:
+                del self._awaiting[workload]  # back under its tolerance: the move helped
+            return False
+        if breaching_for < sustained_for_s:
+            return False
+        del self._awaiting[workload]
+        return True
+
+    def forget_before(self, at: float) -> None:
+        for uid in [u for u, t in self._awaiting.items() if t < at]:
+            del self._awaiting[uid]

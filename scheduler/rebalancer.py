@@ -74,6 +74,7 @@ from scheduler.rebalance import (
     BreachTracker,
     EvictionLedger,
     Moved,
+    MoveOutcomes,
     PodHistory,
     RebalancerSettings,
     breach,
@@ -145,8 +146,8 @@ class RebalanceMetrics:
         self.holds = Counter(
             "interference_scheduler_rebalance_holds",
             "Victims kept where they are, by guard rail (own_limit, own_tasks, cooldown,"
-            " node_limit, namespace_limit, cluster_limit, no_better_node, retry_later); once"
-            " per streak and reason.",
+            " move_budget, move_did_not_help, node_limit, namespace_limit, cluster_limit,"
+            " no_better_node, retry_later); once per streak and reason.",
             ["reason"],
             registry=registry,
         )
@@ -253,6 +254,7 @@ class Rebalancer:
         self._clocks = AgentClocks()
         self._streaks = BreachTracker()
         self._ledger = EvictionLedger()
+        self._outcomes = MoveOutcomes()
         self._retry_at: dict[str, float] = {}
         self._held: dict[str, str] = {}
         """Victim UID → the hold reason already counted in this streak."""
@@ -301,7 +303,7 @@ class Rebalancer:
         settings = self.settings
         if settings.mode == "off":
             return []
-        if not self._restored and not self._restore(now):
+        if not self._restored and not self.records_only and not self._restore(now):
             return []  # judging without the old leader's moves could break its guard rails
         name = self.scheduler_name
         with self._cache.lock:
@@ -314,11 +316,13 @@ class Rebalancer:
                 self._held.pop(uid, None)
                 self._retry_at.pop(uid, None)
         self._streaks.keep_only(uids)
+        self._outcomes.forget_before(now - settings.move_budget_window_s)
         if not pods:
             self._metrics.over_tolerance.set(0)
             return []
         self._read_rows(pods)
         breaching: list[tuple[PodInfo, Breach, float, str | None]] = []
+        unhelped: list[tuple[PodInfo, Breach, float]] = []
         with self._cache.lock:
             readable = self._signals.healthy()
             table = self._cache.table
@@ -339,11 +343,21 @@ class Rebalancer:
                 reclaim = float(reclaim_mean[row]) if fresh and row is not None else None
                 found = breach(pod, own, reclaim)
                 lasted = self._streaks.note(pod.uid, found is not None, now)
+                if self._outcomes.judge(
+                    pod,
+                    own is not None,
+                    None if found is None else lasted,
+                    settings.sustained_for_s,
+                ):
+                    assert found is not None
+                    unhelped.append((pod, found, lasted))
                 if found is None:
                     self._held.pop(pod.uid, None)
                     continue
                 breaching.append((pod, found, lasted, own_cause(found, own)))
         self._metrics.over_tolerance.set(len(breaching))
+        for pod, found, lasted in unhelped:
+            self._mark_unhelped(pod, found, lasted, now)
         actions: list[RebalanceAction] = []
         moved_from: set[str] = set()
         # the worst breach first: on each node, and for the namespace and cluster limits
@@ -375,7 +389,7 @@ class Rebalancer:
         settings = self.settings
         if now < self._retry_at.get(pod.uid, -np.inf):
             return self._hold(pod, RETRY_LATER, "the Eviction API asked to wait", now)
-        guard = self._ledger.hold_reason(pod, now, settings)
+        guard = self._ledger.hold_reason(pod, now, settings, dry_run=self._dry_run())
         if guard is not None:
             return self._hold(pod, guard, found.text, now)
         why = f"{found.text} for {lasted:.0f} s over the {settings.window} window"
@@ -424,7 +438,7 @@ class Rebalancer:
     def _move(
         self, pod: PodInfo, why: str, result: CycleResult, now: float, trace_id: str = ""
     ) -> RebalanceAction:
-        dry_run = self.settings.mode != "enforce" or self.records_only
+        dry_run = self._dry_run()
         target = result.node or ""
         ref = PodRef(pod.namespace, pod.name, pod.uid)
         workload = str(pod.controller)
@@ -459,9 +473,11 @@ class Rebalancer:
             return RebalanceAction(pod.key, pod.node_name, BLOCKED, message, target, workload, now)
         controller = pod.controller
         assert controller is not None  # eligible() requires one
-        moved = Moved(now, pod.node_name, pod.namespace, controller.uid)
+        moved = Moved(now, pod.node_name, pod.namespace, controller.uid, dry_run=dry_run)
         self._ledger.note(moved)
-        self._streaks.forget(pod.uid)
+        if not dry_run:  # a dry run keeps the streak: switching to enforce acts at once
+            self._streaks.forget(pod.uid)
+            self._outcomes.moved(controller.uid, now)
         self._held.pop(pod.uid, None)
         outcome = WOULD_EVICT if dry_run else EVICTED
         departure: Departure | None = None
@@ -496,15 +512,42 @@ class Rebalancer:
             pod.key, pod.node_name, HELD, f"{reason}: {why}", "", str(pod.controller), now
         )
 
+    def _mark_unhelped(self, pod: PodInfo, found: Breach, lasted: float, now: float) -> None:
+        """The workload's latest move left its replacement over the tolerance: mark it (a
+        Warning Event, journaled) so it stays where it is for ``move_budget_window_s``."""
+        controller = pod.controller
+        assert controller is not None  # eligible() requires one
+        mark = Moved(now, pod.node_name, pod.namespace, controller.uid, unhelpful=True)
+        self._ledger.note(mark)
+        message = (
+            f"{controller} was moved here by the rebalancer and still {found.text} for "
+            f"{lasted:.0f} s: moving did not help, so it is left where it is for "
+            f"{self.settings.move_budget_window_s:g} s (rebalancer.move_budget_window_s)"
+        )
+        log.warning("%s %s", pod.key, message)
+        if not self.records_only:
+            ref = PodRef(pod.namespace, pod.name, pod.uid)
+            self._events.record_event(ref, "Warning", "InterferenceMoveDidNotHelp", message)
+        self._journal_move(mark, None)
+        self._held.pop(pod.uid, None)  # counted under its new reason at this look
+
     # ---- helpers ----------------------------------------------------------------------------
+
+    def _dry_run(self) -> bool:
+        return self.settings.mode != "enforce" or self.records_only
 
     def _keep_s(self) -> float:
         """How long a move still matters: the longest of its windows."""
         settings = self.settings
-        return max(settings.rate_window_s, settings.cooldown_s, self._avoid_for_s())
+        return max(
+            settings.rate_window_s,
+            settings.cooldown_s,
+            settings.move_budget_window_s,
+            self._avoid_for_s(),
+        )
 
     def _journal_move(self, moved: Moved, departure: Departure | None) -> None:
-        if self._journal is None:
+        if self._journal is None or self.records_only:  # records only: nothing to keep
             return
         try:
             self._journal.record(moved, departure, self._keep_s())
@@ -525,6 +568,8 @@ class Rebalancer:
             departures = self._cache.table.index(REBALANCED_AWAY, DepartureIndex)
             for moved, departure in moves:
                 self._ledger.note(moved)
+                if not moved.dry_run and not moved.unhelpful:
+                    self._outcomes.moved(moved.workload_uid, moved.at)
                 if departure is not None:
                     departures.record(departure, now - avoid_for)
         self._restored = True

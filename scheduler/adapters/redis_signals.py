@@ -60,7 +60,7 @@ from redis.exceptions import NoPermissionError, ResponseError
 
 from interference import keys, sched_record
 from interference.acl import CLUSTER_CLIENT_COMMANDS
-from interference.codec import PayloadError, index_history
+from interference.codec import PayloadError, PayloadTooBig, index_history
 from interference.decision import Decision, decision_hash, parse_decision_hash
 from interference.index import IndexReferences
 from interference_infra.redis_client import (
@@ -344,6 +344,16 @@ class SignalMetrics:
         )
         for reason in (*REJECT_REASONS, UNKNOWN_NODE):
             self.records_rejected.labels(reason)
+        self.reports_refused = Counter(
+            "interference_scheduler_node_reports_refused",
+            "Node report streams (the rebalancer's reads) or entries (the decision page's"
+            " index chart) not used, by reason: too_big (over the size or msgpack length"
+            " limits), undecodable, unreadable (Redis cut or failed the node's own read).",
+            ["reason"],
+            registry=registry,
+        )
+        for reason in ("too_big", "undecodable", "unreadable"):
+            self.reports_refused.labels(reason)
 
 
 MEMORY_CHECK_S = 5.0
@@ -746,10 +756,17 @@ class RedisDecisionSink:
             entries = self._redis.client().xrevrange(
                 keys.reports_key(node), count=keys.NODE_REPORTS_MAXLEN
             )
-        except Exception as exc:  # e.g. the deployed scheduler user has no XREVRANGE
-            self._log.warning("cannot read the report stream of %s: %s", node, exc)
+        except Exception as exc:  # no XREVRANGE for this user, or Redis cut a huge reply
+            self._metrics.reports_refused.labels("unreadable").inc()
+            self._log.warning("cannot read the report stream of %s: %s", node[:253], exc)
             return None
-        return index_history(entries, keys.REPORTS_FIELD) or None
+
+        def refused(exc: PayloadError) -> None:
+            reason = "too_big" if isinstance(exc, PayloadTooBig) else "undecodable"
+            self._metrics.reports_refused.labels(reason).inc()
+            self._log.warning("a report of node %s was left out (%s): %s", node[:253], reason, exc)
+
+        return index_history(entries, keys.REPORTS_FIELD, refused) or None
 
 
 RECENT_DECISIONS = 4096

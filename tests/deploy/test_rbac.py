@@ -35,11 +35,13 @@ from node_agent.kubelet_pods import KUBELET_PERMISSION
 from scheduler.adapters.eviction import EVICTION_PERMISSIONS, KubernetesEvictor
 from scheduler.adapters.kubernetes import REQUIRED_PERMISSIONS, KubernetesCluster
 from scheduler.adapters.leader import LEASE_PERMISSIONS, LeaderElectionSettings, LeaderElector
+from scheduler.adapters.move_journal import JOURNAL_PERMISSIONS, ConfigMapMoveJournal, journal_name
 from scheduler.config import parse_config
 from scheduler.extender_cli import ExtenderProcess
 from scheduler.loop import LoopSettings, SchedulingLoop
 from scheduler.metrics import SchedulerMetrics
 from scheduler.ports import BindConflict, ClusterError, EventType, K8sObject, ObjectKind, PodRef
+from scheduler.rebalance import Moved
 from scheduler.settings import EngineSettings
 from tests.deploy.manifests import Obj, container, find, kustomizations, render
 from tests.scheduler.k8s_emulator import EmulatorThread, node, pod, running_emulator
@@ -206,6 +208,10 @@ def exercise_scheduler(emulator: EmulatorThread, lease_namespace: str) -> None:
         for dry_run in (True, False):
             with contextlib.suppress(ClusterError):
                 evictor.evict(PodRef("shop", "pending-a"), dry_run)
+        journal = ConfigMapMoveJournal(api, lease_namespace, journal_name("interference-scheduler"))
+        for at in (1.0, 2.0):  # its journal: created, then updated
+            journal.record(Moved(at, "gpu-node-1", "shop", "rs-web"), None, keep_s=600)
+        assert [m.at for m, _ in journal.since(0)] == [1.0, 2.0]
         wait_until(lambda: elector.renewals >= 3 and leading.is_set(), "a renewed lease")
     finally:
         stop.set()
@@ -530,6 +536,7 @@ def test_the_scheduler_declares_the_permissions_it_uses(scheduler_calls: set[Per
             *REQUIRED_PERMISSIONS,
             *LEASE_PERMISSIONS,
             *EVICTION_PERMISSIONS,
+            *JOURNAL_PERMISSIONS,
         )
         for verb in verbs
     }

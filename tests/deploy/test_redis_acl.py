@@ -33,7 +33,6 @@ from interference.decision import Decision
 from interference.signals import GpuDevice, NodeMetrics, NodeReport, PodMetrics
 from interference_cli.store import CliError, Store
 from node_agent.publisher import PublisherSettings, RedisPublisher
-from scheduler.adapters.move_journal import RedisMoveJournal
 from scheduler.adapters.pod_reports import RedisPodReports
 from scheduler.adapters.redis_signals import (
     ACL_COMMANDS,
@@ -43,7 +42,6 @@ from scheduler.adapters.redis_signals import (
     SignalMetrics,
     connect,
 )
-from scheduler.rebalance import Moved
 from tests.conftest import free_port
 from tests.deploy.conftest import DeployedRedis, container_env, redis_manifests
 from tests.deploy.manifests import DEPLOY, container, find, render
@@ -408,10 +406,6 @@ def exercise_scheduler_store(
     assert cache.write_ranking()
     cache.count_strays()
     assert set(RedisPodReports(client).recent(nodes)) <= set(nodes)  # the rebalancer's read
-    journal = RedisMoveJournal(client)  # … and its journal of moves
-    journal.record(Moved(NOW - 700, nodes[-1], "shop", "rs-api"), None, keep_s=600)
-    journal.record(Moved(NOW, nodes[-1], "shop", "rs-web"), None, keep_s=600)
-    assert [m.workload_uid for m, _ in journal.since(NOW - 600)] == ["rs-web"]
     RedisDecisionSink(client, settings, metrics).write(
         Decision("shop", "api-2", "scheduled", nodes[-1], "assigned", NOW)
     )

@@ -251,8 +251,8 @@ def test_dry_run_asks_the_api_with_dry_run_and_writes_an_event_only() -> None:
     record = w.rebalancing_records.last("web-1", "shop")
     assert (record.result, record.node, record.dry_run) == (WOULD_EVICT, "node-b", True)
     assert w.rebalancer.departures.all() == []  # nothing moved: nothing to avoid
-    # dry runs count towards the guard rails: the same workload is not flagged again at once
-    assert w.step(30) == []  # a new streak begins
+    # dry runs count towards the dry run's guard rails: not flagged again at once (the
+    # streak goes on, so that switching to enforce acts at the next look)
     (held,) = w.step(30)
     assert held.outcome == HELD and held.reason.startswith("cooldown")  # type: ignore[attr-defined]
     assert len(w.evictions.calls) == 1

@@ -1,21 +1,16 @@
-"""The rebalancer's Redis adapters on a real redis-server: the pods' rows read back from
-the report streams the agent's real publisher writes, and the journal of moves a new
-leader reads back."""
+"""The rebalancer's Redis adapter on a real redis-server: the pods' rows read back from
+the report streams the agent's real publisher writes. (Its journal of moves is a
+ConfigMap: tests/e2e/test_rebalancer_memory.py.)"""
 
 from __future__ import annotations
-
-import json
 
 import pytest
 
 from interference import keys
 from interference.signals import NodeMetrics, NodeReport, PodMetrics
 from node_agent.publisher import PublisherSettings, RedisPublisher
-from scheduler.adapters.move_journal import RedisMoveJournal
 from scheduler.adapters.pod_reports import RedisPodReports
 from scheduler.adapters.redis_signals import RedisSettings, connect
-from scheduler.plugins.rebalanced_away import Departure
-from scheduler.rebalance import Moved
 from tests.conftest import RedisServer
 
 pytestmark = [pytest.mark.redis]
@@ -51,28 +46,3 @@ def test_a_stream_entry_that_does_not_decode_is_left_out(redis_server: RedisServ
     reports = RedisPodReports(connect(RedisSettings(url=redis_server.url), {}))
     assert reports.recent(["node-a"]) == {}
     assert reports.undecodable == 1
-
-
-def test_the_journal_keeps_recent_moves_and_forgets_old_ones(redis_server: RedisServer) -> None:
-    journal = RedisMoveJournal(connect(RedisSettings(url=redis_server.url), {}))
-    left = Departure("rs-web", "ReplicaSet/web", "node-a", 1000.0, "its run-queue p99 …")
-    journal.record(Moved(1000.0, "node-a", "shop", "rs-web"), left, keep_s=600)
-    journal.record(Moved(1100.0, "node-b", "shop", "rs-api"), None, keep_s=600)  # a dry run
-    assert journal.since(0) == [
-        (Moved(1000.0, "node-a", "shop", "rs-web"), left),
-        (Moved(1100.0, "node-b", "shop", "rs-api"), None),
-    ]
-    assert journal.since(1050.0) == [(Moved(1100.0, "node-b", "shop", "rs-api"), None)]
-    journal.record(Moved(1700.0, "node-c", "ops", "rs-db"), None, keep_s=600)
-    members = redis_server.client().zrange(keys.REBALANCE_MOVES, 0, -1)
-    assert [json.loads(m)["node"] for m in members] == ["node-b", "node-c"]  # 1000 fell out
-
-
-def test_a_journal_entry_that_is_no_move_is_never_taken_for_one(
-    redis_server: RedisServer,
-) -> None:
-    client = redis_server.client()
-    client.zadd(keys.REBALANCE_MOVES, {"garbage": 5.0, json.dumps({"at": 6}): 6.0})
-    journal = RedisMoveJournal(connect(RedisSettings(url=redis_server.url), {}))
-    journal.record(Moved(7.0, "node-a", "shop", "rs-web"), None, keep_s=600)
-    assert journal.since(0) == [(Moved(7.0, "node-a", "shop", "rs-web"), None)]
