@@ -57,6 +57,7 @@ from node_agent.cgroup_knobs import (
     write_knob,
 )
 from node_agent.degrade_state import (
+    MAX_RECENT,
     DegradeState,
     Entry,
     StateUnreadable,
@@ -65,6 +66,7 @@ from node_agent.degrade_state import (
     put_back,
     put_back_file,
     save_state,
+    warn_left,
 )
 
 log = logging.getLogger(__name__)
@@ -419,7 +421,9 @@ class Degrader:
             ]
         oldest = self.wall() - self.settings.window_s
         stamps = [w for _, w in self._recent if w is not None] + self._loaded_recent
-        return DegradeState(entries, sorted(w for w in stamps if w > oldest))
+        # Only the newest max_degrades_per_window can hold the limit back.
+        keep = min(self.settings.max_degrades_per_window, MAX_RECENT)
+        return DegradeState(entries, sorted(w for w in stamps if w > oldest)[-keep:])
 
     def _save(self, strict: bool = False) -> None:
         """Write the state file; ``OSError`` when ``strict``, else a warning."""
@@ -476,13 +480,7 @@ class Degrader:
             return []
         restored: list[str] = []
         self._left = put_back(state.entries, self._announce(restored))
-        if self._left:
-            log.warning(
-                "%d knob(s) a previous run degraded could not be put back yet (tried every "
-                "interval; not degraded again meanwhile): %s",
-                len(self._left),
-                ", ".join(entry.path for entry in self._left),
-            )
+        warn_left(self._left)
         self._loaded_recent = state.recent
         self._save()
         return restored
@@ -509,9 +507,6 @@ def restore_previous_run(state_file: str, events: EventSink) -> list[str]:
     left in ``state_file`` (:func:`node_agent.degrade_state.put_back_file`); returns the
     pods restored."""
     restored: list[str] = []
-    put_back_file(state_file, announce_restored(events, WHY_RESTARTED, restored, _uncounted))
+    # No metric: an agent that does not degrade registers none.
+    put_back_file(state_file, announce_restored(events, WHY_RESTARTED, restored, lambda _: None))
     return restored
-
-
-def _uncounted(_resource: Resource) -> None:
-    """No metric: an agent that does not degrade registers none."""

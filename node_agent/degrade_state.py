@@ -249,8 +249,7 @@ def put_back_file(path: str, done: Callable[[Entry], None]) -> None:
     if state is None or not state.entries:
         return
     left = put_back(state.entries, done)
-    if left:
-        log.warning("%d knob(s) could not be put back yet: %s", len(left), _paths(left))
+    warn_left(left)
     try:
         save_state(path, DegradeState(left, state.recent))
     except OSError as exc:
@@ -268,5 +267,11 @@ def left_degraded(path: str) -> bool:
     return state is not None and bool(state.entries)
 
 
-def _paths(entries: list[Entry]) -> str:
-    return ", ".join(entry.path for entry in entries)
+def warn_left(left: list[Entry]) -> None:
+    """A warning naming what a previous run degraded and could not be put back (the
+    degrader retries every interval and does not degrade those knobs meanwhile)."""
+    if left:
+        paths = ", ".join(entry.path for entry in left)
+        log.warning(
+            "%d knob(s) a previous run degraded could not be put back: %s", len(left), paths
+        )

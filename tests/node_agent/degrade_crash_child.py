@@ -47,7 +47,7 @@ def die() -> None:
 
 
 def arm(kill: str) -> None:
-    real_write = degrade.write_knob
+    real_write = degrade.write_knob  # type: ignore[attr-defined]
 
     def replace_then_never(src: Any, dst: Any) -> None:
         die()
@@ -60,11 +60,11 @@ def arm(kill: str) -> None:
         die()
 
     if kill in ("recording", "restore-recording"):
-        os.replace = replace_then_never
+        os.replace = replace_then_never  # type: ignore[assignment]
     elif kill == "recorded":
-        degrade.write_knob = die_before_write
+        degrade.write_knob = die_before_write  # type: ignore[attr-defined]
     elif kill in ("written", "restoring"):
-        degrade.write_knob = write_then_die
+        degrade.write_knob = write_then_die  # type: ignore[attr-defined]
 
 
 def main(config: dict[str, Any]) -> None:

@@ -37,6 +37,7 @@ from node_agent.degrade_state import (
     DegradeState,
     Entry,
     StateUnreadable,
+    left_degraded,
     load_state,
     parse_state,
     save_state,
@@ -344,3 +345,6 @@ def test_the_state_file_is_replaced_whole_and_stale_copies_removed(tmp_path: Pat
     assert load_state(path) == DegradeState(saved.entries, [5.0, 10.0])
     assert os.listdir(tmp_path / "state") == ["degraded.json"]
     assert load_state(str(tmp_path / "none.json")) is None
+    assert left_degraded(path) and not left_degraded(str(tmp_path / "none.json"))
+    save_state(path, DegradeState([], [10.0]))
+    assert not left_degraded(path)
