@@ -36,11 +36,24 @@ from scheduler.adapters.eviction import EVICTION_PERMISSIONS, KubernetesEvictor
 from scheduler.adapters.kubernetes import REQUIRED_PERMISSIONS, KubernetesCluster
 from scheduler.adapters.leader import LEASE_PERMISSIONS, LeaderElectionSettings, LeaderElector
 from scheduler.adapters.move_journal import JOURNAL_PERMISSIONS, ConfigMapMoveJournal, journal_name
+from scheduler.adapters.preemption import (
+    PREEMPTION_PERMISSIONS,
+    KubernetesPreemptor,
+    PreemptionMetrics,
+)
 from scheduler.config import parse_config
 from scheduler.extender_cli import ExtenderProcess
 from scheduler.loop import LoopSettings, SchedulingLoop
 from scheduler.metrics import SchedulerMetrics
-from scheduler.ports import BindConflict, ClusterError, EventType, K8sObject, ObjectKind, PodRef
+from scheduler.ports import (
+    BindConflict,
+    ClusterError,
+    EventType,
+    K8sObject,
+    ObjectKind,
+    PodRef,
+    Preemption,
+)
 from scheduler.rebalance import Moved
 from scheduler.settings import EngineSettings
 from tests.deploy.manifests import Obj, container, find, kustomizations, render
@@ -171,13 +184,15 @@ def emulator() -> Iterator[EmulatorThread]:
 
 
 def exercise_scheduler(emulator: EmulatorThread, lease_namespace: str) -> None:
-    """Every call of KubernetesCluster, the elector and the rebalancer's evictor: informers
-    (list + watch) of nodes and pods, bind (also a conflicting one), an Event, the
-    PodScheduled condition, an eviction (dry run and real), and a Lease acquired, renewed
-    and released."""
+    """Every call of KubernetesCluster, the elector, the preemptor and the rebalancer's
+    evictor: informers (list + watch) of nodes, pods and PodDisruptionBudgets, bind (also
+    a conflicting one), an Event, the PodScheduled condition, a nomination, a preemption
+    (condition, delete, Event, a nomination cleared), an eviction (dry run and real), and a
+    Lease acquired, renewed and released."""
     emulator.put("nodes", node("gpu-node-1"))
     emulator.put("pods", pod("pending-a", namespace="shop"))
     emulator.put("pods", pod("pending-b", namespace="shop"))
+    victim = emulator.put("pods", pod("victim", namespace="shop", node="gpu-node-1"))
     api = api_client(emulator.url)
     cluster = KubernetesCluster(api)
     handler, stop = Handler(), threading.Event()
@@ -204,6 +219,18 @@ def exercise_scheduler(emulator: EmulatorThread, lease_namespace: str) -> None:
         for _ in range(2):  # a repeat PATCHes the Event's series
             cluster.record_event(PodRef("shop", "pending-b"), "Warning", "FailedScheduling", "0/1")
         cluster.set_unschedulable(PodRef("shop", "pending-b"), "0/1 nodes are available")
+        preemptor = KubernetesPreemptor(cluster, PreemptionMetrics(CollectorRegistry()))
+        preemptor.nominate(PodRef("shop", "pending-b"), "gpu-node-1")
+        preemptor.preempt(
+            Preemption(
+                PodRef("shop", "pending-b", "uid-b"),
+                "interference-scheduler",
+                "gpu-node-1",
+                (PodRef("shop", "victim", victim["metadata"]["uid"]),),
+                clear_nominated=(PodRef("shop", "pending-a"),),
+            )
+        )
+        assert emulator.get("pods", "shop", "victim") is None
         evictor = KubernetesEvictor(api)  # the rebalancer: the answer does not matter here
         for dry_run in (True, False):
             with contextlib.suppress(ClusterError):
@@ -528,8 +555,9 @@ def test_agent_rbac_is_exactly_what_it_calls(
 
 @pytest.mark.slow
 def test_the_scheduler_declares_the_permissions_it_uses(scheduler_calls: set[Permission]) -> None:
-    """REQUIRED_PERMISSIONS + LEASE_PERMISSIONS + EVICTION_PERMISSIONS (the code's own
-    lists, used in its Forbidden messages) match the recorded calls."""
+    """REQUIRED_PERMISSIONS + LEASE_PERMISSIONS + EVICTION_PERMISSIONS +
+    PREEMPTION_PERMISSIONS (the code's own lists, used in its Forbidden messages) match
+    the recorded calls."""
     declared = {
         (group, resource, verb)
         for group, resource, verbs in (
@@ -537,6 +565,7 @@ def test_the_scheduler_declares_the_permissions_it_uses(scheduler_calls: set[Per
             *LEASE_PERMISSIONS,
             *EVICTION_PERMISSIONS,
             *JOURNAL_PERMISSIONS,
+            *PREEMPTION_PERMISSIONS,
         )
         for verb in verbs
     }
