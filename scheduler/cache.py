@@ -558,13 +558,23 @@ class ClusterCache:
         return self._unplace(key)
 
     def _is_pending(self, pod: PodInfo) -> bool:
-        return (
-            pod.scheduler_name == self._scheduler_name
-            and not pod.node_name
-            and not pod.terminating
-            and not pod.scheduling_gates
-            and pod.namespace not in self._ignore_namespaces
-        )
+        return _chosen(pod, self._scheduler_name, self._ignore_namespaces)
+
+    def unbound_not_ours(
+        self, scheduler_name: str, ignore_namespaces: Collection[str]
+    ) -> list[str]:
+        """Keys of the unbound pods ``scheduler_name`` with ``ignore_namespaces`` would
+        place and this cache's settings do not (the pods a reload of those two settings
+        stopped attempting; scheduler.reload_baseline). O(unbound pods)."""
+        ignored = frozenset(ignore_namespaces)
+        with self.lock:
+            return [
+                key
+                for key, pod in self._unbound.items()
+                if key not in self._pending
+                and key not in self._assumed
+                and _chosen(pod, scheduler_name, ignored)
+            ]
 
     def _place(self, pod: PodInfo, node: str) -> None:
         """Count the pod on ``node``, replacing any earlier placement of the same key.
@@ -642,3 +652,15 @@ def _object_key(kind: ObjectKind, obj: K8sObject) -> str | None:
         return name
     namespace = metadata.get("namespace") if isinstance(metadata, Mapping) else None
     return f"{namespace if isinstance(namespace, str) and namespace else 'default'}/{name}"
+
+
+def _chosen(pod: PodInfo, scheduler_name: str, ignore_namespaces: frozenset[str]) -> bool:
+    """Whether ``pod`` is one to place for ``scheduler_name``: unbound, live, ungated and
+    not in an ignored namespace."""
+    return (
+        pod.scheduler_name == scheduler_name
+        and not pod.node_name
+        and not pod.terminating
+        and not pod.scheduling_gates
+        and pod.namespace not in ignore_namespaces
+    )

@@ -72,6 +72,7 @@ from scheduler.ports import ClusterError
 from scheduler.rebalance import REBALANCE_MODES
 from scheduler.rebalancer import RebalanceMetrics, Rebalancer
 from scheduler.reload_guard import ReloadGuard
+from scheduler.reload_verdict import VERDICT_ANNOTATION
 
 log = logging.getLogger("scheduler")
 
@@ -166,7 +167,9 @@ class Scheduler:
             self.leading,
             self.metrics,
             tracer=self.tracer,
-            on_attempt=lambda key, placed: self.guard.observe(key, placed, time.time()),
+            on_attempt=lambda key, placed, anyway: self.guard.observe(
+                key, placed, time.time(), anyway
+            ),
         )
         self.guard = ReloadGuard()
         config_map = config_map_ref(env)
@@ -182,6 +185,10 @@ class Scheduler:
                 transform=lambda loaded: with_overrides(loaded, **fixed),
                 guard=self.guard,
                 leading=self.leading.is_set,
+                judge=self._judge_reload,
+                stranded=lambda: self.loop.baseline.stranded(self.loop.cache),
+                publish=lambda verdict: self.elector.publish(VERDICT_ANNOTATION, verdict),
+                published=lambda: self.elector.annotation(VERDICT_ANNOTATION),
             )
             if config_path
             else None
@@ -213,6 +220,17 @@ class Scheduler:
         )
         self._threads: list[threading.Thread] = []
         self.http: HealthServer | None = None
+
+    def _judge_reload(self, good: SchedulerConfig | None, new: SchedulerConfig | None) -> None:
+        """Let the loop compare Pending pods with the last good configuration
+        (scheduler.reload_baseline) while a reload is judged."""
+        if good is None or new is None:
+            self.loop.baseline.judge(None)
+            return
+        self.loop.baseline.judge(
+            (good.engine, (good.loop.scheduler_name, good.loop.ignore_namespaces)),
+            (new.engine, (new.loop.scheduler_name, new.loop.ignore_namespaces)),
+        )
 
     def _apply_reload(self, new: SchedulerConfig) -> None:
         self.loop.update_settings(new.engine, new.loop)

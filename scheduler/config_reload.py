@@ -19,8 +19,22 @@ What each outcome does (docs/operations.md, "Configuration reload and roll back"
   ``GET /config``, what serves), and it is not applied again until the file changes (a
   restart reads the file anew). With ``reload_guard.dry_run`` it is ``Warning
   WouldRollBack`` and ``result="would_roll_back"``, and nothing changes.
+* **undecided** — the watch's time ran out without the evidence to keep or reject the
+  file (fewer than ``min_pods`` pods the reload could change, or a few of them Pending):
+  an Event (``Normal ReloadUndecided``, ``Warning`` when pods are Pending because of the
+  reload), ``result="undecided"``; the watch goes on until the evidence comes.
 * A Pending rate above ``warn_above`` is a ``Warning PendingRateHigh`` Event, once per
   reload.
+
+**One verdict for every replica.** Only the leader schedules, so only the leader judges.
+It publishes each verdict (the file's SHA-256, ``confirmed`` or ``rolled_back``, and the
+last good file's text) as an annotation of its leader election Lease
+(``interference.io/reload-verdict``, :mod:`scheduler.reload_verdict`), written with every
+renewal; every replica reads the Lease every
+``leader_election.retry_period_s`` and follows a verdict about the file it serves: it
+confirms it, or returns to the leader's last good file — a standby never serves a file
+the leader rolled back, across a failover or a restart. A standby never decides by
+itself; one that takes over a file still watched judges it on its own attempts.
 
 The Events are about the ConfigMap the file comes from — the object a person edited and
 will ``kubectl describe`` — named by ``INTERFERENCE_SCHEDULER_CONFIGMAP`` (``NAME`` or
@@ -50,6 +64,7 @@ from scheduler.config import (
 )
 from scheduler.metrics import SchedulerMetrics
 from scheduler.reload_guard import Reading, ReloadGuard, ReloadGuardSettings, Verdict
+from scheduler.reload_verdict import PublishedVerdict, live_digest
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +98,11 @@ class ConfigFile:
     def sha256(self) -> str:
         """The text's SHA-256, hex (how Events, logs and ``/config`` name a version)."""
         return hashlib.sha256(self.text.encode()).hexdigest()
+
+    @property
+    def live(self) -> str:
+        """The digest of its live sections (what a published verdict is about)."""
+        return live_digest(self.config, LIVE_SECTIONS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,14 +208,21 @@ class ConfigWatcher:
         """The running configuration is good: a later roll back returns to it."""
         self.last_good = self.running
 
-    def roll_back(self, reason: str) -> SchedulerConfig:
-        """Return to the last good configuration and keep the running one as
-        :attr:`rejected`; returns the configuration to apply (the caller applies it)."""
+    def roll_back(self, reason: str, to: ConfigFile | None = None) -> SchedulerConfig:
+        """Return to the last good configuration (or ``to``, which becomes the last good
+        one) and keep the running one as :attr:`rejected`; returns the configuration to
+        apply (the caller applies it)."""
+        if to is not None:
+            self.last_good = to
         self.rejected = RejectedConfig(self.running, reason, self._clock())
         self.running = self.last_good
         self.current = self.last_good.config
         self.rolled_back = True
         return self.current
+
+    def parse(self, text: str) -> ConfigFile:
+        """A configuration file's text as this watcher would apply it (ConfigError)."""
+        return ConfigFile(self._transform(parse_config_text(text, self.path)), text)
 
 
 class ConfigReload:
@@ -204,7 +231,11 @@ class ConfigReload:
 
     ``apply`` puts a configuration into service; ``guard`` is standalone mode's
     (extender mode has none: kube-scheduler, not this process, leaves pods Pending);
-    ``leading`` says whether this replica may act on a verdict.
+    ``leading`` says whether this replica may act on a verdict. ``judge(last good, new)``
+    starts the loop's comparison of each Pending pod with the last good configuration
+    (``judge(None, None)`` ends it); ``stranded()`` lists the pods the reload stopped
+    attempting; ``publish`` and ``published`` write and read the leader's verdict
+    (:class:`PublishedVerdict`).
     """
 
     def __init__(
@@ -219,8 +250,20 @@ class ConfigReload:
         guard: ReloadGuard | None = None,
         leading: Callable[[], bool] = lambda: True,
         clock: Callable[[], float] = time.time,
+        judge: Callable[[SchedulerConfig | None, SchedulerConfig | None], None] = (
+            lambda before, after: None
+        ),
+        stranded: Callable[[], list[str]] = list,
+        publish: Callable[[str], None] = lambda verdict: None,
+        published: Callable[[], str | None] = lambda: None,
     ) -> None:
         self._apply = apply
+        self._judge = judge
+        self._stranded = stranded
+        self._publish = publish
+        self._published = published
+        self._told_unknown = ""
+        """The configuration last logged as rolled back by the leader with no way back."""
         self._metrics = metrics
         self._tell = tell
         self.guard = guard
@@ -250,7 +293,9 @@ class ConfigReload:
         )
         if watched and self.guard is not None:
             self.guard.watch(watcher.last_good.config.reload_guard, self._clock())
+            self._judge(watcher.last_good.config, new)
         else:
+            self._judge(None, None)
             watcher.confirm()
 
     def _invalid(self, error: str) -> None:
@@ -264,20 +309,36 @@ class ConfigReload:
         )
 
     def tick(self) -> Reading:
-        """One guard check; acts on its verdict (only the leader warns or rolls back)."""
+        """One guard check; acts on its verdict. The leader judges (warns, rolls back,
+        confirms) and publishes; every replica follows a published verdict first."""
         if self.guard is None:
             return Reading(Verdict.IDLE)
-        reading = self.guard.check(self._clock())
+        followed = self._follow()
+        if followed is not None:
+            return Reading(followed)
+        if not self._leading():
+            self._metrics.reload_pending_rate.set(float("nan"))
+            return Reading(Verdict.WATCHING if self.guard.watching else Verdict.IDLE)
+        now = self._clock()
+        if self.guard.watching:
+            self.guard.observe_stranded(self._stranded(), now)
+        reading = self.guard.check(now)
         rate = reading.rate
-        watching = reading.verdict in (Verdict.WATCHING, Verdict.WARN)
+        watching = reading.verdict in (Verdict.WATCHING, Verdict.WARN, Verdict.UNDECIDED)
         self._metrics.reload_pending_rate.set((rate or 0.0) if watching else float("nan"))
         if reading.verdict is Verdict.CONFIRMED:
             self.watcher.confirm()
+            self._judge(None, None)
             self._metrics.config_reloads.labels("confirmed").inc()
+            self._publish_verdict("confirmed", self.watcher.running)
             log.info(
-                "configuration sha256 %s kept: the Pending rate stayed acceptable while watched",
+                "configuration sha256 %s kept: the Pending rate stayed acceptable while watched"
+                " (at least reload_guard.min_pods, %d, pods the reload could change attempted)",
                 self.watcher.running.sha256[:12],
+                reading.seen,
             )
+        elif reading.verdict is Verdict.UNDECIDED:
+            self._undecided(reading)
         elif reading.verdict is Verdict.WARN and self._leading():
             message = (
                 f"Pending rate {_share(reading)} since the reload of sha256"
@@ -292,6 +353,71 @@ class ConfigReload:
 
     def _settings(self) -> ReloadGuardSettings:
         return self.watcher.last_good.config.reload_guard
+
+    def _publish_verdict(self, verdict: str, bad: ConfigFile) -> None:
+        good = self.watcher.last_good
+        published = PublishedVerdict(bad.live, verdict, good.live, good.text, bad.sha256)
+        self._publish(published.encode())
+
+    def _follow(self) -> Verdict | None:
+        """Follow the leader's verdict about the file this replica serves, if there is
+        one and this replica has not reached it already."""
+        verdict = PublishedVerdict.decode(self._published())
+        watcher = self.watcher
+        running = watcher.running
+        if verdict is None or verdict.config != running.live:
+            return None
+        if verdict.verdict == "confirmed":
+            if watcher.last_good is running:
+                return None
+            watcher.confirm()
+            self._stop_watching()
+            self._metrics.config_reloads.labels("confirmed").inc()
+            log.info("configuration sha256 %s kept: the leader confirmed it", running.sha256[:12])
+            return Verdict.CONFIRMED
+        to: ConfigFile | None = None
+        if watcher.last_good.live != verdict.good_config or watcher.last_good is running:
+            try:
+                to = watcher.parse(verdict.good_text) if verdict.good_text else None
+            except ConfigError as exc:
+                log.error("the leader's last good configuration does not parse here: %s", exc)
+            if to is None or to.live != verdict.good_config:
+                if self._told_unknown == running.live:
+                    return None
+                self._told_unknown = running.live
+                log.error(
+                    "serving sha256 %s, which the leader rolled back, and its last good"
+                    " configuration is not known here",
+                    running.sha256[:12],
+                )
+                return None
+        why = (
+            f"the leader rolled back {watcher.path} (sha256 {running.sha256[:12]}; the"
+            f" leader's file sha256 {verdict.file_sha256[:12]})"
+        )
+        self._apply(watcher.roll_back(why, to))
+        self._stop_watching()
+        self._metrics.config_reloads.labels("rolled_back").inc()
+        log.warning("%s; this replica returned there too", why)
+        return Verdict.ROLL_BACK
+
+    def _stop_watching(self) -> None:
+        if self.guard is not None:
+            self.guard.stop()
+        self._judge(None, None)
+        self._metrics.reload_pending_rate.set(float("nan"))
+
+    def _undecided(self, reading: Reading) -> None:
+        settings = self._settings()
+        message = (
+            f"not kept yet: {settings.watch_for_s:.0f} s after the reload of sha256"
+            f" {self.watcher.running.sha256[:12]} only {reading.seen} pods it could change"
+            f" were attempted (reload_guard.min_pods {settings.min_pods}), {_share(reading)};"
+            " still watching, and it is not the last good configuration until it is kept"
+        )
+        self._metrics.config_reloads.labels("undecided").inc()
+        log.warning("%s", message)
+        self._event("Warning" if reading.pending else "Normal", "ReloadUndecided", message)
 
     def _roll_back(self, reading: Reading) -> None:
         settings = self._settings()
@@ -310,7 +436,10 @@ class ConfigReload:
             log.warning("%s", message)
             self._event("Warning", "WouldRollBack", message)
             return
+        bad_file = watcher.running
         self._apply(watcher.roll_back(why))
+        self._judge(None, None)
+        self._publish_verdict("rolled_back", bad_file)
         self._metrics.config_reloads.labels("rolled_back").inc()
         message = (
             f"{why}; returned to the last good configuration (sha256 {good}). The rejected"
@@ -376,4 +505,12 @@ class ConfigReload:
 
 def _share(reading: Reading) -> str:
     rate = reading.rate or 0.0
-    return f"{rate:.0%} ({reading.pending} of {reading.attempted} pods attempted in the window)"
+    anyway = (
+        f"; {reading.pending_anyway} Pending under the last good configuration too, not counted"
+        if reading.pending_anyway
+        else ""
+    )
+    return (
+        f"{rate:.0%} ({reading.pending} of {reading.attempted} pods the reload could change"
+        f" in the window{anyway})"
+    )

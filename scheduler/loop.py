@@ -51,6 +51,7 @@ from scheduler.messages import relaxed_message, scheduled_message, unparseable_m
 from scheduler.metrics import SchedulerMetrics
 from scheduler.ports import Cluster, DecisionSink, DecisionTracer, NoTracer, PodRef, SignalSource
 from scheduler.queue import QueueState, SchedulingQueue
+from scheduler.reload_baseline import ReloadBaseline
 from scheduler.settings import EngineSettings
 from scheduler.signal_gate import SignalGate
 from scheduler.stage_trace import BIND, Attributes, StageRecorder
@@ -129,10 +130,11 @@ class SchedulingLoop:
         monotonic: Callable[[], float] = time.monotonic,
         seed: int | None = None,
         tracer: DecisionTracer | None = None,
-        on_attempt: Callable[[str, bool], None] | None = None,
+        on_attempt: Callable[[str, bool, bool], None] | None = None,
     ) -> None:
-        """``on_attempt(pod key, found a node)`` is told each attempt's outcome (the
-        Pending-rate guard of a reload, scheduler.reload_guard)."""
+        """``on_attempt(pod key, found a node, Pending anyway)`` is told each attempt's
+        outcome (the Pending-rate guard of a reload, scheduler.reload_guard; Pending anyway:
+        no node, and none under the last good configuration either, :attr:`baseline`)."""
         self._cluster = cluster
         self._on_attempt = on_attempt
         self._decisions = decisions
@@ -149,6 +151,8 @@ class SchedulingLoop:
         self._loop_settings = loop_settings
         self._cycle = SchedulingCycle(engine_settings, seed=seed)
         self._signal_gate = SignalGate(signals, metrics, "scheduling")
+        self.baseline = ReloadBaseline(seed)
+        """The last good configuration, while a reload is judged."""
         self.queue = SchedulingQueue(clock=monotonic)
         self.cache = ClusterCache(
             NodeTable(),
@@ -305,7 +309,7 @@ class SchedulingLoop:
         try:
             with self.cache.lock:
                 now = self._clock()
-                result = self._decide(pod, now, recorder)
+                result, anyway = self._decide(pod, now, recorder)
                 node = result.node
                 if node is not None and not settings.dry_run:
                     self.cache.assume(pod, node)
@@ -347,7 +351,7 @@ class SchedulingLoop:
             attributes = self._trace_attributes(pod, outcome, result)
             self._tracer.finish(recorder, "schedule", started_ns, attributes)
         if self._on_attempt is not None:
-            self._on_attempt(key, result.node is not None)
+            self._on_attempt(key, result.node is not None, anyway)
         self._metrics.attempts.labels(outcome).inc()
         self._metrics.attempt_duration.labels(outcome).observe(time.perf_counter() - started)
         self._update_queue_gauges()
@@ -365,13 +369,19 @@ class SchedulingLoop:
             "interference_blind": result.blind,
         }
 
-    def _decide(self, pod: PodInfo, now: float, recorder: StageRecorder | None) -> CycleResult:
-        """Run the cycle over every node (caller holds the cache lock)."""
+    def _decide(
+        self, pod: PodInfo, now: float, recorder: StageRecorder | None
+    ) -> tuple[CycleResult, bool]:
+        """Run the cycle over every node (caller holds the cache lock); with it, for a pod
+        it finds no node for, whether the last good configuration finds none either."""
         table = self.cache.table
         readable = self._signal_gate.readable(table)
         if readable:
             self._update_stale_gauge(now)
-        return self._cycle.schedule(pod, table, now, signals_readable=readable, recorder=recorder)
+        result = self._cycle.schedule(pod, table, now, signals_readable=readable, recorder=recorder)
+        return result, result.node is None and self.baseline.pending_anyway(
+            pod, table, now, readable
+        )
 
     def _warn(self, pod: PodInfo) -> None:
         """A Warning Event per warning (``DeprecatedAnnotation``, ``UnknownAnnotation``),

@@ -11,11 +11,19 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 ATTEMPT_RESULTS = ("scheduled", "unschedulable", "dry_run", "error")
 """Values of the ``result`` label of ``interference_scheduler_attempts_total``."""
 
-CONFIG_RELOAD_RESULTS = ("applied", "invalid", "confirmed", "rolled_back", "would_roll_back")
+CONFIG_RELOAD_RESULTS = (
+    "applied",
+    "invalid",
+    "confirmed",
+    "rolled_back",
+    "would_roll_back",
+    "undecided",
+)
 """Values of the ``result`` label of ``interference_scheduler_config_reloads_total``:
 a valid file applied, an invalid one left unapplied (the last valid one serves), a
-reload kept after its watch, rolled back by the Pending-rate guard, or one it would
-have rolled back in dry run (scheduler.config_reload)."""
+reload kept after its watch, rolled back by the Pending-rate guard, one it would have
+rolled back in dry run, or a watch whose time ran out without the evidence to decide
+(scheduler.config_reload)."""
 
 BIND_ERROR_REASONS = ("conflict", "error", "dropped")
 """``conflict``: 409/404, the pod is dropped; ``error``: other API error, requeued with
@@ -97,7 +105,7 @@ class SchedulerMetrics:
         self.config_reloads = Counter(
             "interference_scheduler_config_reloads",
             "Configuration file changes by result (applied, invalid, confirmed, rolled_back,"
-            " would_roll_back).",
+            " would_roll_back, undecided).",
             ["result"],
             registry=registry,
         )

@@ -98,11 +98,29 @@ class _Stopped(Exception):
 
 
 class _ApiLeaseLock(LeaseLock):
-    """The client's LeaseLock, on an explicit ApiClient."""
+    """The client's LeaseLock, on an explicit ApiClient; it also carries the holder's
+    annotations (:meth:`LeaderElector.publish`) and keeps the ones it last read."""
 
     def __init__(self, name: str, namespace: str, identity: str, api: client.ApiClient) -> None:
         super().__init__(name, namespace, identity)  # type: ignore[no-untyped-call]
         self.api_instance = client.CoordinationV1Api(api)
+        self.published: dict[str, str] = {}
+        self.observed: dict[str, str] = {}
+
+    def get(self, name: str, namespace: str) -> Any:
+        found = super().get(name, namespace)  # type: ignore[no-untyped-call]
+        lease = self.lease_reference
+        if found[0] and lease is not None and lease.metadata is not None:
+            self.observed = dict(lease.metadata.annotations or {})
+        return found
+
+    def update(self, name: str, namespace: str, updated_record: Any) -> Any:
+        # Called only to acquire or renew: the holder is the one writer of its annotations,
+        # in the same write as the renewal (a separate write would race it).
+        lease = self.lease_reference
+        if self.published and lease is not None and lease.metadata is not None:
+            lease.metadata.annotations = {**(lease.metadata.annotations or {}), **self.published}
+        return super().update(name, namespace, updated_record)  # type: ignore[no-untyped-call]
 
 
 class _Election(LeaderElection):
@@ -176,6 +194,15 @@ class LeaderElector:
         self._set_leading(False)
         if was_leading:
             self._release()
+
+    def publish(self, key: str, value: str) -> None:
+        """Write annotation ``key`` on the Lease with every renewal while this replica
+        leads (how the leader tells the standbys, e.g. a reload's verdict)."""
+        self._lock.published = {**self._lock.published, key: value}
+
+    def annotation(self, key: str) -> str | None:
+        """Annotation ``key`` of the Lease as last read (every ``retry_period_s``)."""
+        return self._lock.observed.get(key)
 
     def _attempted(self, ok: bool, holder: str) -> None:
         self.holder = holder

@@ -1,5 +1,7 @@
-"""The Pending-rate guard of a reload (scheduler.reload_guard): the rate's definition and
-the verdicts, table-driven on a fake clock."""
+"""The Pending-rate guard of a reload (scheduler.reload_guard): the rate's definition (pods
+Pending under the last good configuration too are left out, pods the reload stopped
+attempting count as Pending) and the verdicts (too few pods is no verdict), table-driven
+on a fake clock."""
 
 from __future__ import annotations
 
@@ -8,47 +10,69 @@ from dataclasses import dataclass
 import pytest
 
 from interference_infra.strict import SettingsError
-from scheduler.reload_guard import PendingWindow, ReloadGuard, ReloadGuardSettings, Verdict
+from scheduler.reload_guard import (
+    Outcome,
+    PendingWindow,
+    ReloadGuard,
+    ReloadGuardSettings,
+    Verdict,
+)
 
 # ---- the Pending rate ---------------------------------------------------------------------
 
-Attempt = tuple[float, str, bool]
-"""(time, pod, found a node)"""
+Attempt = tuple[float, str, Outcome]
+"""(time, pod, its outcome)"""
+PLACED, PENDING, ANYWAY = Outcome.PLACED, Outcome.PENDING, Outcome.PENDING_ANYWAY
 
 
 @pytest.mark.parametrize(
     ("attempts", "now", "expected"),
     [
-        pytest.param([], 10.0, (0, 0), id="nothing attempted"),
-        pytest.param([(1, "a", True), (2, "b", False)], 10.0, (1, 2), id="one of two pending"),
+        pytest.param([], 10.0, (0, 0, 0), id="nothing attempted"),
+        pytest.param([(1, "a", PLACED), (2, "b", PENDING)], 10.0, (1, 2, 0), id="one of two"),
         pytest.param(
-            [(1, "a", False), (11, "a", False), (21, "a", False)],
+            [(1, "a", PENDING), (11, "a", PENDING), (21, "a", PENDING)],
             30.0,
-            (1, 1),
+            (1, 1, 0),
             id="retries of one pod count once",
         ),
         pytest.param(
-            [(1, "a", False), (5, "a", True)], 10.0, (0, 1), id="a pod placed at its retry"
+            [(1, "a", PENDING), (5, "a", PLACED)], 10.0, (0, 1, 0), id="a pod placed at its retry"
         ),
         pytest.param(
-            [(1, "a", True), (5, "a", False)], 10.0, (1, 1), id="the latest attempt counts"
+            [(1, "a", PLACED), (5, "a", PENDING)], 10.0, (1, 1, 0), id="the latest attempt counts"
         ),
         pytest.param(
-            [(1, "a", False), (50, "b", True)], 61.0, (0, 1), id="an attempt leaves the window"
+            [(1, "a", PENDING), (50, "b", PLACED)], 61.0, (0, 1, 0), id="an attempt leaves"
         ),
         pytest.param(
-            [(1, "a", False), (30, "a", False), (50, "b", True)],
+            [(1, "a", PENDING), (30, "a", PENDING), (50, "b", PLACED)],
             61.0,
-            (1, 2),
+            (1, 2, 0),
             id="a retried pod stays in the window",
         ),
-        pytest.param([(1, "a", False)], 61.0, (0, 0), id="exactly window_s old is out"),
+        pytest.param([(1, "a", PENDING)], 61.0, (0, 0, 0), id="exactly window_s old is out"),
+        pytest.param(
+            [(1, "a", ANYWAY), (2, "b", ANYWAY), (3, "c", PLACED)],
+            10.0,
+            (0, 1, 2),
+            id="Pending under both configurations: not in U nor N",
+        ),
+        pytest.param(
+            [(1, "a", ANYWAY), (5, "a", PENDING)],
+            10.0,
+            (1, 1, 0),
+            id="a pod the old configuration would now place counts",
+        ),
+        pytest.param([(1, "a", ANYWAY)], 61.0, (0, 0, 0), id="anyway pods leave the window"),
     ],
 )
-def test_pending_window(attempts: list[Attempt], now: float, expected: tuple[int, int]) -> None:
+def test_pending_window(
+    attempts: list[Attempt], now: float, expected: tuple[int, int, int]
+) -> None:
     window = PendingWindow(60.0)
-    for at, pod, placed in attempts:
-        window.observe(pod, placed, at)
+    for at, pod, outcome in attempts:
+        window.observe(pod, outcome, at)
     assert window.sample(now) == expected
 
 
@@ -72,6 +96,10 @@ class Step:
     at: float
     pods: int
     pending: int
+    anyway: int = 0
+    """More pods, Pending under the last good configuration too."""
+    stranded: int = 0
+    """More pods, the reload stopped attempting (a changed scheduler name)."""
 
 
 def run(
@@ -86,6 +114,9 @@ def run(
         step = [s for s in steps if s.at <= now][-1]
         for i in range(step.pods):
             guard.observe(f"p{i}", i >= step.pending, now)
+        for i in range(step.anyway):
+            guard.observe(f"claim{i}", False, now, pending_anyway=True)
+        guard.observe_stranded((f"other{i}" for i in range(step.stranded)), now)
         verdict = guard.check(now).verdict
         if verdict not in (Verdict.WATCHING, Verdict.IDLE):
             seen.append((now, verdict))
@@ -119,8 +150,50 @@ def run(
         pytest.param(
             [Step(0, 5, 5)],
             700,
+            [(600, Verdict.UNDECIDED)],
+            id="fewer than min_pods, all Pending: neither rolled back nor kept",
+        ),
+        pytest.param(
+            [Step(0, 5, 0), Step(650, 12, 0)],
+            700,
+            [(600, Verdict.UNDECIDED), (650, Verdict.CONFIRMED)],
+            id="fewer than min_pods, all placed: kept once enough pods came",
+        ),
+        pytest.param(
+            [Step(0, 20, 0), Step(500, 0, 0), Step(590, 3, 3)],
+            700,
+            [(600, Verdict.UNDECIDED)],
+            id="enough pods seen but the few in the window Pending: not kept",
+        ),
+        pytest.param(
+            [Step(0, 4, 0, anyway=6)],
+            700,
+            [(600, Verdict.UNDECIDED)],
+            id="pods Pending anyway are no evidence either way",
+        ),
+        pytest.param(
+            [Step(0, 20, 0, anyway=6)],
+            700,
             [(600, Verdict.CONFIRMED)],
-            id="fewer than min_pods: never judged",
+            id="6 pods waiting on unbound claims under both configurations: kept",
+        ),
+        pytest.param(
+            [Step(0, 20, 0, anyway=100)],
+            700,
+            [(600, Verdict.CONFIRMED)],
+            id="however many pods are Pending anyway",
+        ),
+        pytest.param(
+            [Step(0, 0, 0, stranded=15)],
+            700,
+            [(0, Verdict.WARN), (180, Verdict.ROLL_BACK)],
+            id="15 pods no longer attempted (a scheduler name typo): rolled back",
+        ),
+        pytest.param(
+            [Step(0, 20, 0, stranded=2)],
+            700,
+            [(180, Verdict.ROLL_BACK)],
+            id="2 of 22 pods no longer attempted: above 8 %",
         ),
         pytest.param(
             [Step(0, 20, 0), Step(500, 20, 20)],
@@ -156,6 +229,8 @@ def test_a_reload_during_a_watch_starts_anew() -> None:
     guard.watch(SETTINGS, 2.0)
     reading = guard.check(2.0)
     assert (reading.verdict, reading.attempted) == (Verdict.WATCHING, 0)
+    for i in range(10):
+        guard.observe(f"q{i}", True, 590.0)
     assert guard.check(602.0).verdict is Verdict.CONFIRMED
     assert guard.check(603.0).verdict is Verdict.IDLE
 
