@@ -44,8 +44,8 @@ from interference_infra.logsetup import configure_logging, mask_credentials
 from interference_infra.strict import SettingsError
 from scheduler.adapters.eviction import KubernetesEvictor
 from scheduler.adapters.kubernetes import KubernetesCluster, make_api_client
-from scheduler.adapters.leader import LeaderElector, default_identity
-from scheduler.adapters.move_journal import RedisMoveJournal
+from scheduler.adapters.leader import LeaderElector, default_identity, lease_namespace
+from scheduler.adapters.move_journal import ConfigMapMoveJournal, journal_name
 from scheduler.adapters.pod_reports import RedisPodReports
 from scheduler.adapters.redis_signals import (
     QueuedDecisionSink,
@@ -204,7 +204,11 @@ class Scheduler:
             config.rebalancer,
             config.loop.scheduler_name,
             RebalanceMetrics(self.registry),
-            journal=RedisMoveJournal(self.redis),
+            journal=ConfigMapMoveJournal(
+                self.api,
+                lease_namespace(config.leader_election),
+                journal_name(config.leader_election.lease_name),
+            ),
             records_only=config.loop.dry_run,
             tracer=self.tracer,
             max_clock_skew_s=config.redis.max_clock_skew_s,
