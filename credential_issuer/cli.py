@@ -195,6 +195,7 @@ def build(settings: IssuerSettings, registry: CollectorRegistry) -> tuple[Issuer
             tls=tls,
             max_connections=settings.max_connections,
             request_timeout_s=settings.request_timeout_s,
+            max_body_bytes=settings.max_body_bytes,
         )
     except BaseException:
         users.close()

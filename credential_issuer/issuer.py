@@ -37,6 +37,7 @@ from credential_issuer.review import (
 )
 from credential_issuer.settings import IssuerSettings
 from interference import acl, keys
+from interference_infra.http import REFUSALS
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,15 @@ class IssuerMetrics:
         )
         for reason in REASONS:
             self.refused.labels(reason=reason)
+        self.http_refused = Counter(
+            "interference_credentials_http_refused",
+            "Connections or requests the HTTP server refused before the issuer saw them, by"
+            " reason (slow, too many from one address, too large, failed TLS handshake).",
+            ["reason"],
+            registry=registry,
+        )
+        for reason in REFUSALS:
+            self.http_refused.labels(reason=reason)
         self.replicas_missed = Counter(
             "interference_credentials_replica_failures",
             "Redis Cluster replicas that did not take an agent user (primaries all did).",

@@ -69,9 +69,11 @@ class IssuerSettings:
     max_token_bytes: int = 16384
     """Longest bearer token sent for review."""
     max_connections: int = 64
-    """Requests served at once; further connections wait in the listen backlog."""
+    """Requests served at once; further whole requests wait for a thread (503 after 2 s).
+    A slow client holds no thread: requests are read whole before one takes them."""
     request_timeout_s: float = 10.0
-    """A client must send its request (and finish the TLS handshake) within this."""
+    """A client must send its whole request within this (and finish the TLS handshake
+    within it, at most 5 s), however slowly its bytes come."""
     log_interval_s: float = 60.0
     """Each kind of refusal is logged at most once per this many seconds (with a count)."""
 

@@ -1,53 +1,54 @@
 """``/healthz``, ``/readyz``, Prometheus ``/metrics`` and a program's own routes over HTTP or
-HTTPS, on a stdlib ``HTTPServer`` with a bounded pool of request threads.
+HTTPS, with a bounded pool of request threads behind one intake thread.
 
-The server runs on a daemon thread, so a slow scrape never delays the program's own
-loops. What the checks mean is the program's business: each passes a :data:`Check` per
-GET path. Extra ``POST`` routes (the scheduler's extender verbs) take the request body
-and return status, body and content type; extra ``GET`` routes by path prefix (the
-scheduler's ``/decisions/NS/POD`` page) take the whole path and return the same.
+The server runs on daemon threads, so a slow scrape never delays the program's own loops.
+What the checks mean is the program's business: each passes a :data:`Check` per GET path.
+Extra ``POST`` routes (the scheduler's extender verbs) take the request body and return
+status, body and content type; extra ``GET`` routes by path prefix (the scheduler's
+``/decisions/NS/POD`` page) take the whole path and return the same; a
+:data:`RequestRoute` (the credential issuer's) takes the whole :class:`Request`.
 
 ``keep_alive`` serves HTTP/1.1 with persistent connections and ``TCP_NODELAY``, for a
 caller that posts many requests on one connection (kube-scheduler calling an extender);
 without it every answer closes its connection (HTTP/1.0), which is all a probe needs.
 
-Limits (:class:`ServerLimits`), so no client can make the process grow without bound:
+Limits (:class:`ServerLimits`), so no client can make the process grow without bound or
+hold the door shut for others:
 
-* at most ``max_connections`` connections are served at once, one pool thread each; a
-  further connection waits in a queue of ``max_waiting`` and is served when a thread
-  frees (a kept-alive connection that is idle, or has just been answered, is closed
-  while others wait); one that waited ``queue_wait_s`` is answered 503 with
-  ``Retry-After``; when the queue is full it is closed at once. Threads never exceed
-  ``max_connections``.
-* a ``POST`` body larger than ``max_body_bytes`` is answered 413 without being read
-  (and the connection closed); a body without ``Content-Length`` (chunked) 411.
-* every read (each request line, header and body, the next request on a kept-alive
-  connection) waits at most ``request_timeout_s``; a TLS handshake ``handshake_timeout_s``.
+* the intake (:mod:`interference_infra.http_intake`) accepts, finishes TLS handshakes and
+  reads every request whole on one thread, within a whole-request deadline, a cap of
+  connections per client address and in all, and a budget of buffered bytes; a slow or
+  silent client holds a socket, never a request thread.
+* whole requests wait in a queue of ``max_waiting`` for one of ``max_connections``
+  request threads; one that waited ``queue_wait_s`` is answered 503 with ``Retry-After``,
+  one beyond a full queue is closed. The checks (``/healthz``, ``/readyz``) have a thread
+  of their own, so slow routes never delay a probe.
+* a ``POST`` body larger than ``max_body_bytes`` is answered 413 without being read (and
+  the connection closed); a body without ``Content-Length`` (chunked) 411.
 
-With ``tls`` (:class:`~interference_infra.server_tls.ServerTls`) the endpoint speaks
-HTTPS; the handshake runs on the pool thread, never on the accepting one, and a client
-that fails it (no client certificate where one is required, a certificate of another
-CA) never reaches a handler. ``on_refused`` is told each refusal by reason (see
-:data:`REFUSALS`), for the program's metrics.
+With ``tls`` (:class:`~interference_infra.server_tls.ServerTls`) the endpoint speaks HTTPS;
+a client that fails the handshake (no client certificate where one is required, a
+certificate of another CA, too slow) never reaches a handler. ``on_refused`` is told each
+refusal by reason (see :data:`REFUSALS`), for the program's metrics.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
-import queue
-import select
 import socket
 import ssl
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from interference_infra.http_intake import MAX_HEAD_BYTES, Arrived, Intake, SocketWriter, Workers
 from interference_infra.server_tls import ServerTls
 
 log = logging.getLogger(__name__)
@@ -62,10 +63,20 @@ PostRoute = Callable[[bytes], tuple[int, bytes, str]]
 """A POST handler: request body → (status, body, content type)."""
 GetRoute = Callable[[str], tuple[int, bytes, str]]
 """A GET handler for every path under a prefix: path → (status, body, content type)."""
-REFUSALS = ("busy", "queue_full", "too_large", "tls_handshake")
+REFUSALS = (
+    "busy",
+    "queue_full",
+    "too_large",
+    "tls_handshake",
+    "per_client",
+    "crowded",
+    "deadline",
+)
 """Why a connection or request was refused: it waited ``queue_wait_s`` for a thread (503),
-the waiting queue was full (closed), its body was over ``max_body_bytes`` (413), or its
-TLS handshake failed (no or an untrusted client certificate, not TLS, too slow)."""
+the waiting queue was full (closed), its body or headers were over the limit (413, 431),
+its TLS handshake failed (no or an untrusted client certificate, not TLS, too slow), its
+client had ``max_per_client`` connections open, ``max_open`` or ``max_buffered_bytes`` was
+reached, or it did not arrive whole within ``request_deadline_s`` (408)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,28 +84,87 @@ class ServerLimits:
     """How much one endpoint takes at once (see the module docstring)."""
 
     max_connections: int = 16
-    """Connections served at once, one pool thread each."""
+    """Requests served at once, one pool thread each."""
     max_waiting: int = 64
-    """Accepted connections waiting for a thread; beyond this a new one is closed."""
+    """Whole requests waiting for a thread; beyond this a new one is closed."""
     queue_wait_s: float = 2.0
-    """A connection that waited this long for a thread is answered 503."""
+    """A request that waited this long for a thread is answered 503."""
     max_body_bytes: int = 1024 * 1024
     """Largest POST body read; a larger one is answered 413."""
     request_timeout_s: float = 30.0
-    """Longest wait for each read of a request, and for the next one on a kept-alive
-    connection (an idle connection is closed after it)."""
+    """A kept-alive connection idle this long is closed; also the longest wait for each
+    write of an answer."""
     handshake_timeout_s: float = 5.0
-    """Longest wait for each read of a TLS handshake."""
+    """A TLS handshake must be finished within this, however its bytes trickle."""
+    request_deadline_s: float = 10.0
+    """A request (line, headers and body) must arrive whole within this of its first byte
+    (408 and closed otherwise), however its bytes trickle."""
+    max_per_client: int = 8
+    """Open connections per client address; one more takes the place of that client's
+    oldest connection that has not sent a whole request (else of its oldest idle one)."""
+    max_open: int = 256
+    """Open connections in all; one more takes the place of the oldest unfinished (else
+    idle) one, so a probe always gets in."""
+    max_buffered_bytes: int = 16 * 1024 * 1024
+    """Bytes of unfinished requests held in all; beyond it the oldest is closed. At least
+    ``max_body_bytes`` plus 64 KiB of headers, so one largest request fits."""
 
     def __post_init__(self) -> None:
-        for name in ("max_connections", "max_waiting", "max_body_bytes"):
+        for name in (
+            "max_connections",
+            "max_waiting",
+            "max_body_bytes",
+            "max_per_client",
+            "max_open",
+            "max_buffered_bytes",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: {value!r} must be a whole number of at least 1")
-        for name in ("queue_wait_s", "request_timeout_s", "handshake_timeout_s"):
+        for name in (
+            "queue_wait_s",
+            "request_timeout_s",
+            "handshake_timeout_s",
+            "request_deadline_s",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
                 raise ValueError(f"{name}: {value!r} must be a number of seconds above 0")
+        if self.max_buffered_bytes < self.max_body_bytes + MAX_HEAD_BYTES:
+            raise ValueError(
+                f"max_buffered_bytes: {self.max_buffered_bytes} must hold one largest request"
+                f" (max_body_bytes {self.max_body_bytes} + {MAX_HEAD_BYTES} bytes of headers)"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One request, whole, for a :data:`RequestRoute`."""
+
+    method: str
+    path: str
+    """Without the query."""
+    headers: Mapping[str, str]
+    """By lower-case name (the last of repeated ones)."""
+    body: bytes
+
+    def header(self, name: str) -> str | None:
+        """A header's value by name, in any case; ``None`` when absent."""
+        return self.headers.get(name.lower())
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A :data:`RequestRoute`'s answer."""
+
+    status: int
+    body: bytes
+    content_type: str = "text/plain"
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+RequestRoute = Callable[[Request], Reply]
+"""A handler of every method on one exact path."""
 
 
 def problem_check(problem: Callable[[], str], failing_status: int = 503) -> Check:
@@ -120,155 +190,18 @@ class EndpointBindError(OSError):
         return self.sentence
 
 
-IDLE_POLL_S = 0.1
-"""How often an idle kept-alive connection checks whether others wait for its thread."""
-BUSY_HANDSHAKE_S = 0.5
-"""A connection that waited too long gets this long for its TLS handshake before its 503
-(a client that does not start one is closed instead)."""
 DISCARD_S = 1.0
 """How long a refused body is read and dropped before the connection closes."""
-
-_Waiting = tuple[socket.socket, Any, float]
-"""An accepted connection waiting for a pool thread: socket, client address, when queued."""
-
-
-class _PooledServer(HTTPServer):
-    """``HTTPServer`` whose accepted connections wait in a bounded queue for one of at most
-    ``limits.max_connections`` pool threads (started as needed, kept for the server's
-    life)."""
-
-    log = log
-
-    def __init__(
-        self,
-        address: tuple[str, int],
-        handler: type[BaseHTTPRequestHandler],
-        busy_handler: type[BaseHTTPRequestHandler],
-        limits: ServerLimits,
-        tls: ServerTls | None,
-        on_refused: Callable[[str], None],
-    ) -> None:
-        if ":" in address[0]:
-            self.address_family = socket.AF_INET6
-        self.request_queue_size = max(128, limits.max_waiting)  # the listen backlog
-        super().__init__(address, handler, bind_and_activate=False)
-        self.busy_handler = busy_handler
-        self.limits = limits
-        self.tls = tls
-        self.on_refused = on_refused
-        self._waiting: queue.Queue[_Waiting | None] = queue.Queue(limits.max_waiting)
-        self._lock = threading.Lock()
-        self._threads = 0
-        self._idle = 0
-        self._unmatched = 0
-
-    def crowded(self) -> bool:
-        """True while connections wait for a thread (a kept-alive one should then close)."""
-        return not self._waiting.empty()
-
-    def pool_threads(self) -> int:
-        """Pool threads started so far (never above ``limits.max_connections``)."""
-        with self._lock:
-            return self._threads
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        with self._lock:
-            try:
-                self._waiting.put_nowait((request, client_address, time.monotonic()))
-            except queue.Full:
-                full = True
-            else:
-                full = False
-                # each queued connection is matched with an idle thread, a new one, or
-                # (all taken) the next thread that finishes
-                if self._idle > 0:
-                    self._idle -= 1
-                elif self._threads < self.limits.max_connections:
-                    self._threads += 1
-                    name = f"{threading.current_thread().name}-{self._threads}"
-                    threading.Thread(target=self._work, name=name, daemon=True).start()
-                else:
-                    self._unmatched += 1
-        if full:
-            self.shutdown_request(request)
-            self.refused("queue_full", client_address)
-
-    def refused(self, reason: str, client_address: Any) -> None:
-        self.log.debug("http: refused %s (%s)", client_address, reason)
-        try:
-            self.on_refused(reason)
-        except Exception:  # a metrics callback never breaks serving
-            self.log.exception("http: counting a refusal failed")
-
-    def stop_pool(self) -> None:
-        """Close every waiting connection and let idle pool threads end."""
-        while True:
-            try:
-                item = self._waiting.get_nowait()
-            except queue.Empty:
-                break
-            if item is not None:
-                self.shutdown_request(item[0])
-        with self._lock:
-            threads = self._threads
-        for _ in range(threads):
-            try:
-                self._waiting.put_nowait(None)
-            except queue.Full:
-                break
-
-    def _work(self) -> None:
-        while True:
-            item = self._waiting.get()
-            if item is None:
-                return
-            try:
-                self._serve(*item)
-            finally:
-                with self._lock:
-                    if self._unmatched > 0:
-                        self._unmatched -= 1  # this thread takes a waiting connection next
-                    else:
-                        self._idle += 1
-
-    def _serve(self, request: socket.socket, client_address: Any, queued_at: float) -> None:
-        busy = time.monotonic() - queued_at > self.limits.queue_wait_s
-        connection: socket.socket = request
-        try:
-            if self.tls is not None:
-                request.settimeout(BUSY_HANDSHAKE_S if busy else self.limits.handshake_timeout_s)
-                try:
-                    connection = self.tls.context().wrap_socket(request, server_side=True)
-                except (OSError, ssl.SSLError) as exc:  # includes a handshake that timed out
-                    self.log.debug("http: TLS handshake with %s failed: %s", client_address, exc)
-                    self.refused("tls_handshake", client_address)
-                    return
-            connection.settimeout(self.limits.request_timeout_s)
-            if busy:
-                self.busy_handler(connection, client_address, self)
-            else:
-                self.finish_request(connection, client_address)
-        except Exception:
-            self.handle_error(connection, client_address)
-        finally:
-            self.shutdown_request(connection)
-
-    def handle_error(self, request: object, client_address: object) -> None:
-        """A client that drops a kept-alive connection (kube-scheduler stopping), times out
-        or breaks TLS is routine; anything else is logged with its traceback, never
-        printed to stderr."""
-        error = sys.exc_info()[1]
-        if isinstance(error, ConnectionError | TimeoutError | ssl.SSLError):
-            self.log.debug("http: client %s dropped the connection: %s", client_address, error)
-        else:
-            self.log.exception("http: request from %s failed", client_address)
+CHECK_THREADS = 1
+CHECK_WAITING = 32
+"""The checks' own lane: one thread, and this many probes waiting for it."""
 
 
 class HealthEndpoint:
     """Serves ``/metrics`` from ``registry`` (none: no ``/metrics``), each of ``checks`` at
-    its path (usually ``/healthz`` and ``/readyz``) and ``post_routes``, on
-    ``address:port`` (port 0: any free port; :attr:`port` is the one bound), over HTTPS
-    with ``tls``, within ``limits``.
+    its path (usually ``/healthz`` and ``/readyz``), ``post_routes``, ``get_routes`` and
+    ``request_routes``, on ``address:port`` (port 0: any free port; :attr:`port` is the one
+    bound), over HTTPS with ``tls``, within ``limits``.
 
     Raises :class:`EndpointBindError` when the address cannot be bound; its message ends
     with ``bind_fix``, which says how to choose another (each program names its own flag
@@ -285,6 +218,7 @@ class HealthEndpoint:
         *,
         post_routes: Mapping[str, PostRoute] | None = None,
         get_routes: Mapping[str, GetRoute] | None = None,
+        request_routes: Mapping[str, RequestRoute] | None = None,
         keep_alive: bool = False,
         limits: ServerLimits | None = None,
         tls: ServerTls | None = None,
@@ -298,48 +232,99 @@ class HealthEndpoint:
         self._checks = dict(checks)
         self._post_routes = dict(post_routes or {})
         self._get_routes = dict(get_routes or {})
+        self._request_routes = dict(request_routes or {})
+        self._on_refused = on_refused or (lambda reason: None)
         self.limits = limits or ServerLimits()
-        self._server = _PooledServer(
-            (address, port),
-            self._handler_class(keep_alive),
-            self._handler_class(keep_alive, busy=True),
-            self.limits,
-            tls,
-            on_refused or (lambda reason: None),
-        )
-        self._server.log = logger
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        listener = socket.socket(family, socket.SOCK_STREAM)
         try:
-            self._server.server_bind()
-            self._server.server_activate()
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind((address, port))
+            listener.listen(128)  # connections the intake has not accepted yet
         except OSError as exc:
-            self._server.server_close()
+            listener.close()
             raise EndpointBindError(exc, address, port, self._paths(), bind_fix) from exc
-        self.port = int(self._server.server_address[1])
+        self._listener = listener
+        self.port = int(listener.getsockname()[1])
         """The port listened on (the chosen one when constructed with 0)."""
         self.scheme = "https" if tls is not None else "http"
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name=thread_name, daemon=True
+        self._handler = self._handler_class(keep_alive)
+        self._busy_handler = self._handler_class(keep_alive, busy=True)
+        self._keep_alive = keep_alive
+        self._workers = Workers(
+            thread_name, self.limits.max_connections, self.limits.max_waiting,
+            self._serve, self._overflow,
+        )  # fmt: skip
+        self._check_workers = Workers(
+            f"{thread_name}-checks", CHECK_THREADS, CHECK_WAITING, self._serve, self._overflow
         )
+        self._intake = Intake(listener, self.limits, tls, self._deliver, self.refused, logger)
+        self._thread = threading.Thread(target=self._intake.run, name=thread_name, daemon=True)
 
     def start(self) -> None:
-        """Serve on a background thread."""
+        """Serve on background threads."""
         self._thread.start()
 
     def stop(self) -> None:
         """Stop serving and close the socket; safe to call twice."""
+        self._intake.stop()
         if self._thread.is_alive():
-            self._server.shutdown()
             self._thread.join(timeout=10)
-        self._server.server_close()
-        self._server.stop_pool()
+        self._listener.close()
+        self._workers.stop()
+        self._check_workers.stop()
 
     def pool_threads(self) -> int:
-        """Request threads started so far (at most ``limits.max_connections``)."""
-        return self._server.pool_threads()
+        """Request threads started so far for routes other than the checks (at most
+        ``limits.max_connections``)."""
+        return self._workers.threads()
+
+    def refused(self, reason: str, client_address: Any = None) -> None:
+        """Count one refusal (the program's ``on_refused``)."""
+        self._log.debug("http: refused %s (%s)", client_address, reason)
+        try:
+            self._on_refused(reason)
+        except Exception:  # a metrics callback never breaks serving
+            self._log.exception("http: counting a refusal failed")
 
     def _paths(self) -> str:
         paths = [*self._checks, *([METRICS_PATH] if self._registry is not None else [])]
+        paths += list(self._request_routes)
         return ", ".join(paths + [f"POST {p}" for p in self._post_routes]) or "nothing"
+
+    def _deliver(self, item: Arrived) -> None:
+        """A whole request, from the intake: the checks to their own thread."""
+        if item.path in self._checks and item.data.startswith(b"GET "):
+            self._check_workers.submit(item)
+        else:
+            self._workers.submit(item)
+
+    def _overflow(self, item: Arrived) -> None:
+        self._intake.done(item.connection, keep=False)
+        item.connection.sock.close()
+        self.refused("queue_full", item.connection.client)
+
+    def _serve(self, item: Arrived) -> None:
+        """On a request thread: answer one request, then give the connection back."""
+        connection = item.connection
+        busy = time.monotonic() - item.at > self.limits.queue_wait_s
+        handler_class = self._busy_handler if busy else self._handler
+        keep = False
+        try:
+            connection.sock.settimeout(self.limits.request_timeout_s)
+            handler = handler_class(item, connection.client, self)  # type: ignore[arg-type]
+            keep = self._keep_alive and not handler.close_connection
+        except Exception as exc:
+            if isinstance(exc, ConnectionError | TimeoutError | ssl.SSLError):
+                self._log.debug("http: client %s dropped the connection: %s",
+                                connection.client, exc)  # fmt: skip
+            else:
+                self._log.exception("http: request from %s failed", connection.client)
+        finally:
+            if not keep:
+                with contextlib.suppress(OSError):
+                    connection.sock.close()
+            self._intake.done(connection, keep)
 
     def _handler_class(self, keep_alive: bool, busy: bool = False) -> type[BaseHTTPRequestHandler]:
         endpoint = self
@@ -348,38 +333,22 @@ class HealthEndpoint:
         class Handler(BaseHTTPRequestHandler):
             if keep_alive:
                 protocol_version = "HTTP/1.1"
-                # headers and body go out in two writes: without TCP_NODELAY the body
-                # waits for the client's delayed ACK (~40 ms per kept-alive request)
-                disable_nagle_algorithm = True
+
+            def setup(self) -> None:
+                arrived: Arrived = self.request
+                self.connection = arrived.connection.sock
+                self.rfile = io.BytesIO(arrived.data)
+                self.wfile = SocketWriter(self.connection)
 
             def handle(self) -> None:
+                self.close_connection = True
                 self.handle_one_request()
-                while not self.close_connection and self._next_request_arrives():
-                    self.handle_one_request()
 
-            def _next_request_arrives(self) -> bool:
-                """Wait for the next request on a kept-alive connection: False (close it)
-                after ``request_timeout_s``, or at once while other connections wait for
-                a thread. (A request already read into the buffer, which only pipelining
-                clients send, is not seen here.)"""
-                connection = self.connection
-                deadline = time.monotonic() + limits.request_timeout_s
-                while True:
-                    if isinstance(connection, ssl.SSLSocket) and connection.pending():
-                        return True
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        return False
-                    readable, _, _ = select.select(
-                        [connection], [], [], min(IDLE_POLL_S, remaining)
-                    )
-                    if readable:
-                        return True
-                    server = self.server
-                    if isinstance(server, _PooledServer) and server.crowded():
-                        return False
+            def finish(self) -> None:
+                pass  # the writer is unbuffered; the endpoint keeps or closes the socket
 
             def do_POST(self) -> None:
+                route = endpoint._request_routes.get(self.path.split("?", 1)[0])
                 if self.headers.get("Transfer-Encoding"):
                     self.close_connection = True
                     self._send(411, b"send the body with a Content-Length (not chunked)\n")
@@ -394,7 +363,7 @@ class HealthEndpoint:
                     return
                 if length > limits.max_body_bytes:
                     self.close_connection = True
-                    self._refused("too_large")
+                    endpoint.refused("too_large", self.client_address)
                     self._send(
                         413,
                         f"a body of {length} bytes is over this endpoint's limit of"
@@ -406,13 +375,16 @@ class HealthEndpoint:
                 if busy:
                     self._busy()
                     return
-                route = endpoint._post_routes.get(self.path.split("?", 1)[0])
-                if route is None:
+                if route is not None:
+                    self._request_route(route, body)
+                    return
+                post = endpoint._post_routes.get(self.path.split("?", 1)[0])
+                if post is None:
                     known = ", ".join(sorted(endpoint._post_routes)) or "none"
                     self._send(404, f"not found: POST routes here: {known}\n".encode())
                     return
                 try:
-                    code, answer, content_type = route(body)
+                    code, answer, content_type = post(body)
                 except Exception as exc:  # a failing handler is an error answer, not a crash
                     endpoint._log.exception("POST %s failed", self.path)
                     code, answer, content_type = 500, f"failed: {exc!r}\n".encode(), "text/plain"
@@ -423,14 +395,18 @@ class HealthEndpoint:
                     self._busy()
                     return
                 path = self.path.split("?", 1)[0]
+                route = endpoint._request_routes.get(path)
+                if route is not None:
+                    self._request_route(route, b"")
+                    return
                 if path == METRICS_PATH and endpoint._registry is not None:
                     self._send(200, generate_latest(endpoint._registry), CONTENT_TYPE_LATEST)
                     return
                 check = endpoint._checks.get(path)
                 if check is None:
-                    for prefix, route in endpoint._get_routes.items():
+                    for prefix, get in endpoint._get_routes.items():
                         if path.startswith(prefix):
-                            self._get_route(route, path)
+                            self._get_route(get, path)
                             return
                     metrics = [METRICS_PATH] if endpoint._registry is not None else []
                     known = ", ".join(
@@ -444,6 +420,16 @@ class HealthEndpoint:
                     endpoint._log.exception("%s check failed", path)
                     code, text = 500, f"check failed: {exc!r}\n"
                 self._send(code, text.encode())
+
+            def _request_route(self, route: RequestRoute, body: bytes) -> None:
+                headers = {name.lower(): value for name, value in self.headers.items()}
+                request = Request(self.command, self.path.split("?", 1)[0], headers, body)
+                try:
+                    reply = route(request)
+                except Exception as exc:  # a failing handler is an error answer, not a crash
+                    endpoint._log.exception("%s %s failed", self.command, self.path)
+                    reply = Reply(500, f"failed: {exc!r}\n".encode())
+                self._send(reply.status, reply.body, reply.content_type, reply.headers)
 
             def _get_route(self, route: GetRoute, path: str) -> None:
                 try:
@@ -461,7 +447,7 @@ class HealthEndpoint:
                 self.connection.settimeout(DISCARD_S)
                 try:
                     while length > 0 and time.monotonic() < deadline:
-                        chunk = self.rfile.read1(min(length, 65536))
+                        chunk = self.connection.recv(min(length, 65536))
                         if not chunk:
                             break
                         length -= len(chunk)
@@ -470,18 +456,13 @@ class HealthEndpoint:
 
             def _busy(self) -> None:
                 self.close_connection = True
-                self._refused("busy")
+                endpoint.refused("busy", self.client_address)
                 self._send(
                     503,
                     f"busy: all {limits.max_connections} request threads were taken for"
                     f" {limits.queue_wait_s:g} s; retry\n".encode(),
                     headers={"Retry-After": "1"},
                 )
-
-            def _refused(self, reason: str) -> None:
-                server = self.server
-                assert isinstance(server, _PooledServer)
-                server.refused(reason, self.client_address)
 
             def _send(
                 self,
@@ -490,9 +471,6 @@ class HealthEndpoint:
                 content_type: str = "text/plain",
                 headers: Mapping[str, str] | None = None,
             ) -> None:
-                server = self.server
-                if keep_alive and isinstance(server, _PooledServer) and server.crowded():
-                    self.close_connection = True  # free this thread for a waiting one
                 self.send_response(code)
                 self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(body)))

@@ -146,8 +146,9 @@ class ExtenderSettings:
     """Largest request body; a larger one gets 413. The default fits the largest Pod with
     NodeNames for 5,000 nodes (raise it only for nodeCacheCapable: false)."""
     request_timeout_s: float = 30.0
-    """Longest wait for each read of a request, and for the next request on a kept-alive
-    connection."""
+    """A kept-alive connection idle this long is closed; also the longest wait for each
+    write of an answer. A request must arrive whole within 10 s of its first byte and a
+    TLS handshake finish within 5 s, however slowly the bytes come."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:

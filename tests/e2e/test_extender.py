@@ -9,8 +9,8 @@ interference filter still keeps a tolerance-bearing pod off the noisy node. Node
 Node objects without a kubelet (status written through ``nodes/status``).
 
 The extender's port refuses what is not kube-scheduler: a client without a certificate
-from the install's CA, a body over the limit (413), connections beyond its thread pool
-(its threads stay bounded, kube-scheduler is served again once they are gone); a filter
+from the install's CA, a body over the limit (413); connections that never finish their
+TLS handshake hold no thread, and kube-scheduler's calls are answered meanwhile; a filter
 call about a pod the informers do not know is answered and writes no decision record.
 
 A pod with an ``interference.io/`` annotation typo gets one Warning Event naming the
@@ -584,29 +584,48 @@ def _threads(pid: int) -> int:
     raise AssertionError(f"no Threads line for process {pid}")
 
 
-def test_connections_beyond_the_pool_are_bounded_and_kube_scheduler_is_served_after(
+def test_stalled_handshakes_hold_no_thread_and_real_calls_are_answered(
     setup: ExtenderSetup,
 ) -> None:
-    """100 connections that never start a handshake: at most 8 threads serve them, the
-    queue of 64 holds some, the rest are closed at once; once they are gone kube-scheduler
-    is served again."""
+    """100 connections that never start a handshake and 12 that stall in the middle of
+    one, from other addresses (as pods of their own): no thread serves them, 7 of 7 real
+    calls with kube-scheduler's certificate are answered 200 at once, the stalled ones are
+    closed at the handshake deadline (counted), and kube-scheduler schedules a pod."""
     pid = setup.extender.popen.pid
     threads_before = _threads(pid)
-    queue_full_before = _metric(setup, REFUSED.format("queue_full"))
-    held = [socket.create_connection(("127.0.0.1", setup.extender_port), timeout=10)
-            for _ in range(100)]  # fmt: skip
+    refused_before = sum(
+        _metric(setup, REFUSED.format(reason)) for reason in ("tls_handshake", "per_client")
+    )
+    addresses = [f"127.0.0.{i}" for i in range(2, 22)]
+    held = []
     try:
+        for index in range(112):
+            connection = socket.create_connection(
+                ("127.0.0.1", setup.extender_port), timeout=10,
+                source_address=(addresses[index % len(addresses)], 0),
+            )  # fmt: skip
+            if index >= 100:
+                connection.send(b"\x16\x03\x01\x02\x00")  # a handshake record's header only
+            held.append(connection)
         time.sleep(1.0)
+        request = _post("/filter", _filter_body(_pod("probe")))
+        for _ in range(7):
+            started = time.monotonic()
+            answer = _exchange(setup.connect(setup.certs), request)
+            assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+            assert time.monotonic() - started < 1.0
         assert _threads(pid) <= threads_before + MAX_CONNECTIONS
         wait_for(
             lambda: (
-                _metric(setup, REFUSED.format("queue_full"))
-                >= queue_full_before + 100 - MAX_CONNECTIONS - 64
+                sum(
+                    _metric(setup, REFUSED.format(reason))
+                    for reason in ("tls_handshake", "per_client")
+                )
+                >= refused_before + 112
             ),
-            "the connections beyond the queue closed and counted",
+            "the stalled connections closed at the handshake deadline and counted",
             TIMEOUT_S,
         )
-        assert _threads(pid) <= threads_before + MAX_CONNECTIONS
     finally:
         for connection in held:
             connection.close()
