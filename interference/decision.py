@@ -6,6 +6,8 @@ A hash a person can read with ``redis-cli HGETALL``: ``result``, ``node``, ``mes
 ``ts``, ``dry_run``, ``candidates`` — a JSON list with, per node, its filter verdict,
 its score breakdown and details such as its GPU model — and ``rejected``, a JSON object
 counting the nodes each filter reason rejected (each node at its first failing filter).
+For a pod that preempted, ``preemption`` (JSON): the nominated node, the victims, the
+rule that chose the node and how many candidates there were.
 
 The record lists only the best candidates and the first rejected nodes (the scheduler's
 ``record_top_k`` of each: a record per pod must stay small at 5,000 nodes); ``omitted``
@@ -70,6 +72,23 @@ def funnel_of(
 
 
 @dataclass(frozen=True, slots=True)
+class PreemptionRecord:
+    """Who a pod preempted and why that node (kube-scheduler's DefaultPreemption)."""
+
+    node: str
+    """The node the pod is nominated to."""
+    victims: list[str]
+    """``namespace/name`` of each pod evicted there, most important first."""
+    why: str
+    """The rule that chose this node among the candidates (fewest PDB violations, …)."""
+    candidates: int
+    """Candidate nodes the dry run found."""
+    pdb_violations: int = 0
+    antagonists: list[str] = field(default_factory=list)
+    """Victims evicted because the agents named them antagonists (the opt-in rule)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Decision:
     """What the scheduler decided for one pod in one cycle."""
 
@@ -91,6 +110,8 @@ class Decision:
     """How many ``feasible`` and ``rejected`` nodes ``candidates`` leaves out."""
     trace_id: str = ""
     """The decision's trace (32 hex digits) when tracing is on."""
+    preemption: PreemptionRecord | None = None
+    """What preemption did for a pod no node fit (``None``: nothing)."""
 
 
 def decision_hash(decision: Decision) -> dict[str, str]:
@@ -125,7 +146,36 @@ def decision_hash(decision: Decision) -> dict[str, str]:
         ),
         "omitted": json.dumps(decision.omitted, separators=(",", ":")),
         "trace_id": decision.trace_id,
+        **({"preemption": _preemption_json(decision.preemption)} if decision.preemption else {}),
     }
+
+
+def _preemption_json(record: PreemptionRecord) -> str:
+    return json.dumps(
+        {
+            "node": record.node,
+            "victims": record.victims,
+            "why": record.why,
+            "candidates": record.candidates,
+            "pdb_violations": record.pdb_violations,
+            "antagonists": record.antagonists,
+        },
+        separators=(",", ":"),
+    )
+
+
+def _parse_preemption(text: str | None) -> PreemptionRecord | None:
+    if not text:
+        return None
+    found = json.loads(text)
+    return PreemptionRecord(
+        node=str(found["node"]),
+        victims=[str(v) for v in found.get("victims", [])],
+        why=str(found.get("why", "")),
+        candidates=int(found.get("candidates", 0)),
+        pdb_violations=int(found.get("pdb_violations", 0)),
+        antagonists=[str(v) for v in found.get("antagonists", [])],
+    )
 
 
 def parse_decision_hash(raw: Mapping[Any, Any]) -> Decision:
@@ -162,6 +212,7 @@ def parse_decision_hash(raw: Mapping[Any, Any]) -> Decision:
             ],
             omitted={str(k): int(v) for k, v in json.loads(data.get("omitted", "{}")).items()},
             trace_id=data.get("trace_id", ""),
+            preemption=_parse_preemption(data.get("preemption")),
         )
     except (KeyError, ValueError, TypeError, AttributeError) as exc:
         raise PayloadError(f"bad decision record: {exc!r}") from exc

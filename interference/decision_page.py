@@ -112,6 +112,7 @@ def render_decision_page(
         f"<h1>Scheduling decision for {e(title)}</h1>",
         outcome,
         f'<p id="message">{e(decision.message)}</p>',
+        _preemption(decision),
         "<h2>Funnel: the nodes each filter let through</h2>",
         _funnel_svg(decision),
         "<h2>Finalists' scores</h2>",
@@ -132,6 +133,24 @@ def render_decision_page(
         "</body></html>",
     ]
     return "\n".join(parts) + "\n"
+
+
+def _preemption(decision: Decision) -> str:
+    """Who the pod preempted and why that node (nothing when it preempted no one)."""
+    record = decision.preemption
+    if record is None:
+        return ""
+    e = escape
+    victims = "".join(
+        f"<li>{e(v)}{' (named antagonist)' if v in record.antagonists else ''}</li>"
+        for v in record.victims
+    )
+    return (
+        f'<h2>Preemption</h2><p id="preemption" data-node="{e(record.node)}">nominated to '
+        f"<b>{e(record.node)}</b>: {e(record.why)} among {record.candidates} candidate "
+        f"node(s), {record.pdb_violations} PodDisruptionBudget violation(s). Evicted:</p>"
+        f'<ul id="victims">{victims}</ul>'
+    )
 
 
 def _funnel_svg(decision: Decision) -> str:

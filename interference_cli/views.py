@@ -15,7 +15,7 @@ from rich.text import Text
 
 from interference import hist, keys
 from interference.contention import contention_shares
-from interference.decision import CandidateVerdict, Decision
+from interference.decision import CandidateVerdict, Decision, PreemptionRecord
 from interference.signals import WindowMetrics
 from interference_cli.plain import plain, text
 from interference_cli.store import NodeDetail, NodeRow, PodRecords, PodRow
@@ -277,6 +277,8 @@ def decision_view(decision: Decision, now: float, when: str | None = None) -> Re
             *[text(cand.details.get(key, "—")) for key in details],
         )
     parts: list[RenderableType] = [header, text(decision.message)]
+    if decision.preemption is not None:
+        parts.append(text(preemption_line(decision.preemption), style="yellow"))
     if decision.funnel:
         parts.append(text("funnel: " + funnel_line(decision)))
     parts.append(table)
@@ -307,6 +309,17 @@ def decision_view(decision: Decision, now: float, when: str | None = None) -> Re
     if decision.trace_id:
         parts.append(text(f"trace: {decision.trace_id}"))
     return Group(*parts)
+
+
+def preemption_line(record: PreemptionRecord) -> str:
+    """What preemption did: the nominated node, the victims and why that node."""
+    victims = ", ".join(record.victims) or "none"
+    named = f"; named antagonists: {', '.join(record.antagonists)}" if record.antagonists else ""
+    return (
+        f"preemption: nominated to {record.node}, evicting {victims} — {record.why}"
+        f" ({record.candidates} candidate node(s), {record.pdb_violations} PDB violation(s)"
+        f"{named})"
+    )
 
 
 def explain_view(records: PodRecords, now: float) -> RenderableType:

@@ -48,10 +48,12 @@ import dataclasses
 import gc
 import json
 import logging
+import math
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping
+from datetime import datetime
 from typing import TypeVar
 
 from scheduler.api.budgets import DisruptionBudgetInfo, parse_disruption_budget
@@ -62,6 +64,7 @@ from scheduler.api.reader import ObjectError
 from scheduler.api.storage import parse_claim, parse_csi_node, parse_storage_class, parse_volume
 from scheduler.events import Action, ClusterEvent
 from scheduler.metrics import SchedulerMetrics
+from scheduler.nominated import RoomHolds
 from scheduler.ports import (
     CLUSTER_SCOPED_KINDS,
     INFORMED_KINDS,
@@ -150,6 +153,14 @@ class ClusterCache:
         set by a bind, the oldest first (see :meth:`vouches_for`)."""
         self._synced: set[ObjectKind] = set()
         self._budgets: dict[str, DisruptionBudgetInfo] = {}
+        self.holds = RoomHolds()
+        """Room held for pods of ours nominated to a node (``status.nominatedNodeName``,
+        or the loop's nomination before the API server has it)."""
+        self._nominated: dict[str, str] = {}
+        """Pod key → the ``status.nominatedNodeName`` last seen (only non-empty ones)."""
+        self._placed_status: dict[str, tuple[float, bool]] = {}
+        """Placed pod key → (``status.startTime`` as Unix time, ``inf`` when absent;
+        terminating by preemption), for preemption (:meth:`start_time`)."""
         self._unparseable: dict[str, UnparseablePod] = {}
         """Pods of ours whose latest version does not parse, by key."""
         self._unreported: dict[str, UnparseablePod] = {}
@@ -282,6 +293,18 @@ class ClusterCache:
         """True once every informed kind has been listed."""
         with self.lock:
             return self._synced >= set(INFORMED_KINDS)
+
+    def start_time(self, pod: PodInfo) -> float:
+        """When a placed pod started (``status.startTime``; ``inf`` when it has not, as
+        kube counts such a pod as started now)."""
+        found = self._placed_status.get(pod.key)
+        return math.inf if found is None else found[0]
+
+    def preempted(self, pod: PodInfo) -> bool:
+        """Whether a placed pod terminates by preemption (deleting, with the
+        ``DisruptionTarget`` condition a scheduler sets)."""
+        found = self._placed_status.get(pod.key)
+        return found is not None and found[1]
 
     def disruption_budgets(self) -> list[DisruptionBudgetInfo]:
         """The PodDisruptionBudgets listed so far (:data:`~scheduler.ports.PREEMPTION_KINDS`:
@@ -505,10 +528,16 @@ class ClusterCache:
             if state.finished:
                 return Action.DELETE if self._delete_pod(key) else Action(0)
             self._unbound[key] = pod
+            self._follow_nomination(pod, state.nominated)
             if key not in self._assumed:  # else the watch has not caught up with our bind
                 self._track_unbound(pod)
             return Action(0)
         self._unbound.pop(key, None)
+        self._drop_nomination(key)
+        if state.finished:
+            self._placed_status.pop(key, None)
+        else:
+            self._placed_status[key] = (state.start_time, state.preempted)
         was_pending = self._pending.pop(key, None)
         if was_pending is not None and was_pending.uid == pod.uid:
             self._remember_bound_from_pending(key, pod.uid)
@@ -549,8 +578,34 @@ class ClusterCache:
                 break
             del remembered[oldest_key]
 
+    def _follow_nomination(self, pod: PodInfo, nominated: str) -> None:
+        """Hold room as ``status.nominatedNodeName`` says when it changed; else keep the
+        room held for the pod (the loop's nomination, not yet written back), as
+        kube-scheduler's nominator does. Only for pods of ours."""
+        key = pod.key
+        if not self._is_pending(pod):
+            self._drop_nomination(key)
+            return
+        if nominated != self._nominated.get(key, ""):
+            if nominated:
+                self._nominated[key] = nominated
+                self.holds.hold(pod, nominated)
+            else:
+                self._nominated.pop(key, None)
+                self.holds.release(key)
+            return
+        node = self.holds.node_of(key)
+        if node is not None:
+            self.holds.hold(pod, node)  # its latest version
+
+    def _drop_nomination(self, key: str) -> None:
+        self._nominated.pop(key, None)
+        self.holds.release(key)
+
     def _delete_pod(self, key: str) -> bool:
         """Forget the pod; True when that freed resources on a node."""
+        self._drop_nomination(key)
+        self._placed_status.pop(key, None)
         self._unbound.pop(key, None)
         self._pending.pop(key, None)
         self._assumed.pop(key, None)
@@ -623,6 +678,12 @@ class _PodState:
     pod: PodInfo
     finished: bool
     """``status.phase`` is Succeeded or Failed: the pod no longer uses its node."""
+    nominated: str = ""
+    """``status.nominatedNodeName``."""
+    start_time: float = math.inf
+    """``status.startTime`` (``inf`` when absent or unreadable)."""
+    preempted: bool = False
+    """Deleting, with ``DisruptionTarget`` (reason ``PreemptionByScheduler``) true."""
 
 
 def _placed_on(obj: K8sObject) -> str:
@@ -639,7 +700,34 @@ def _placed_on(obj: K8sObject) -> str:
 def _parse_pod_state(obj: K8sObject) -> _PodState:
     status = obj.get("status") if isinstance(obj, Mapping) else None
     phase = status.get("phase") if isinstance(status, Mapping) else None
-    return _PodState(parse_pod(obj), phase in FINISHED_PHASES)
+    pod = parse_pod(obj)
+    if not isinstance(status, Mapping):
+        return _PodState(pod, phase in FINISHED_PHASES)
+    nominated = status.get("nominatedNodeName")
+    preempted = pod.terminating and any(
+        isinstance(c, Mapping)
+        and c.get("type") == "DisruptionTarget"
+        and c.get("status") == "True"
+        and c.get("reason") == "PreemptionByScheduler"
+        for c in status.get("conditions") or ()
+    )
+    return _PodState(
+        pod,
+        phase in FINISHED_PHASES,
+        nominated if isinstance(nominated, str) else "",
+        _unix_time(status.get("startTime")),
+        preempted,
+    )
+
+
+def _unix_time(value: object) -> float:
+    """An RFC 3339 timestamp as Unix time, ``inf`` when absent or unreadable."""
+    if not isinstance(value, str):
+        return math.inf
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return math.inf
 
 
 def _object_key(kind: ObjectKind, obj: K8sObject) -> str | None:

@@ -82,6 +82,7 @@ from scheduler.plugins.gpu_packing import NAME as GPU_PACKING
 from scheduler.plugins.gpu_packing import GpuPackingArgs
 from scheduler.plugins.registry import REGISTRY, Registry, ResolvedProfile
 from scheduler.preemption import (
+    ANTAGONIST_NODES,
     Fits,
     PreemptionInputs,
     PreemptionOutcome,
@@ -531,7 +532,7 @@ class SchedulingCycle:
         failing = rejections(filtered.static.checked + filtered.dynamic, base).failing
         potential = potential_rows(failing, len(table))
         forced: dict[int, frozenset[str]] = {}
-        if args.preempt_antagonists and inputs.antagonists:
+        if args.preempt_antagonists:
             forced = _antagonist_rows(pod, table, failing, potential, inputs)
         why_not = eligible(pod, table, inputs, lambda row: not potential[row])
         if why_not is not None:
@@ -561,7 +562,7 @@ class SchedulingCycle:
                 return ()
             for plugin, result in found.static.checked + found.dynamic:
                 if not result.passed[row]:
-                    return tuple(result.failure_reasons(np.array([row]))[0]) or (plugin.name,)
+                    return _reasons_at(result, row) or (plugin.name,)
             return ("node(s) had no room left by the nominated pods",)
 
         return fits
@@ -712,6 +713,15 @@ def unresolvable(plugin: Filter, reasons: Iterable[str]) -> bool:
     return any(plugin.code(reason) is Code.UNSCHEDULABLE_AND_UNRESOLVABLE for reason in reasons)
 
 
+def _reasons_at(result: FilterResult, row: int) -> tuple[str, ...]:
+    """The reasons ``result`` rejected node ``row`` for, without measurements (the
+    PostFilter's message counts them across nodes, as kube-scheduler's)."""
+    if len(result.reasons) == 1:
+        return result.reasons
+    columns = result.reason_columns()
+    return tuple(r for r, column in zip(result.reasons, columns, strict=True) if column[row])
+
+
 def _antagonist_rows(
     pod: PodInfo,
     table: NodeTable,
@@ -719,19 +729,24 @@ def _antagonist_rows(
     potential: NDArray[np.bool_],
     inputs: PreemptionInputs,
 ) -> dict[int, frozenset[str]]:
-    """The opt-in antagonist rule: nodes, potential or first rejected by a relaxable
-    (interference) filter, where every antagonist the agents name is placed there with a
-    lower priority than the pod → those antagonists (victims whatever else fits)."""
+    """The opt-in antagonist rule: nodes first rejected by a relaxable (interference)
+    filter (the first :data:`ANTAGONIST_NODES`) where every antagonist the agents name is
+    a pod placed there with a lower priority than the pod → those antagonists (victims
+    whatever else fits; :data:`~scheduler.preemption.SYSTEM` is never one)."""
     relaxable_first = np.zeros(len(table), dtype=np.bool_)
     for plugin, _, first in failing:
         if plugin.relaxable:
             relaxable_first |= first
+    rows = np.flatnonzero(relaxable_first)[:ANTAGONIST_NODES].tolist()
+    if not rows or inputs.antagonists is None:
+        return {}
+    named_on = inputs.antagonists([table.names[row] for row in rows])
     found: dict[int, frozenset[str]] = {}
-    for node, named in inputs.antagonists.items():
-        row = table.index_of(node)
-        if row is None or not named or not (potential[row] or relaxable_first[row]):
+    for row in rows:
+        named = named_on.get(table.names[row])
+        if not named:
             continue
-        placed = table.pods_on_node(node)
+        placed = table.pods_on_node(table.names[row])
         pods = [placed.get(key) for key in named]
         if all(p is not None and p.priority < pod.priority for p in pods):
             found[row] = frozenset(named)

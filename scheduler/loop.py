@@ -39,17 +39,28 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from interference.decision import CandidateVerdict, Decision
+from interference.decision import CandidateVerdict, Decision, PreemptionRecord
 from scheduler.api.objects import PodInfo, PodWarning
 from scheduler.binder import Binder, BindOutcome, BindRequest, BindStatus
 from scheduler.cache import ClusterCache, UnparseablePod
 from scheduler.cycle import CycleResult, SchedulingCycle
 from scheduler.messages import relaxed_message, scheduled_message, unparseable_message
 from scheduler.metrics import SchedulerMetrics
-from scheduler.ports import Cluster, DecisionSink, DecisionTracer, NoTracer, PodRef, SignalSource
+from scheduler.ports import (
+    Cluster,
+    ClusterError,
+    DecisionSink,
+    DecisionTracer,
+    NoTracer,
+    PodRef,
+    Preemption,
+    Preemptor,
+    SignalSource,
+)
+from scheduler.preemption import PreemptionInputs, PreemptionOutcome
 from scheduler.queue import QueueState, SchedulingQueue
 from scheduler.reload_baseline import ReloadBaseline
 from scheduler.settings import EngineSettings
@@ -130,12 +141,19 @@ class SchedulingLoop:
         monotonic: Callable[[], float] = time.monotonic,
         seed: int | None = None,
         tracer: DecisionTracer | None = None,
+        preemptor: Preemptor | None = None,
+        antagonists: Callable[[Sequence[str]], Mapping[str, Collection[str]]] | None = None,
         on_attempt: Callable[[str, bool, bool], None] | None = None,
     ) -> None:
         """``on_attempt(pod key, found a node, Pending anyway)`` is told each attempt's
         outcome (the Pending-rate guard of a reload, scheduler.reload_guard; Pending anyway:
         no node, and none under the last good configuration either, :attr:`baseline`)."""
         self._cluster = cluster
+        self._preemptor = preemptor
+        """Acts on the PostFilter's preemptions; ``None``: standalone does not preempt."""
+        self._antagonists = antagonists
+        """Nodes → the antagonists the agents name there (``engine.preemption.
+        preempt_antagonists``; scheduler.preemption.antagonists_in)."""
         self._on_attempt = on_attempt
         self._decisions = decisions
         self._leading = leading
@@ -313,6 +331,7 @@ class SchedulingLoop:
                 node = result.node
                 if node is not None and not settings.dry_run:
                     self.cache.assume(pod, node)
+                preempting = None if node is not None else self._preempting(pod, result)
         except Exception:
             log.exception("scheduling %s failed; retrying with backoff", key)
             self._metrics.attempts.labels("error").inc()
@@ -323,6 +342,8 @@ class SchedulingLoop:
         if result.node is None:
             outcome = "unschedulable"
             self._unschedulable(pod, result, now, trace_id)
+            if preempting is not None:
+                self._binder.submit(preempting, "preemption")
         elif settings.dry_run:
             outcome = "dry_run"
             decision = self._decision(pod, result, "dry_run", result.node, now, trace_id=trace_id)
@@ -378,10 +399,72 @@ class SchedulingLoop:
         readable = self._signal_gate.readable(table)
         if readable:
             self._update_stale_gauge(now)
-        result = self._cycle.schedule(pod, table, now, signals_readable=readable, recorder=recorder)
+        result = self._cycle.schedule(
+            pod,
+            table,
+            now,
+            signals_readable=readable,
+            recorder=recorder,
+            preemption=self._preemption_inputs(),
+        )
         return result, result.node is None and self.baseline.pending_anyway(
             pod, table, now, readable
         )
+
+    def _preemption_inputs(self) -> PreemptionInputs | None:
+        """What the cycle's PostFilter reads (caller holds the cache lock); ``None`` when
+        this loop does not preempt."""
+        if self._preemptor is None:
+            return None
+        cache = self.cache
+        return PreemptionInputs(
+            cache.holds,
+            cache.disruption_budgets(),
+            cache.start_time,
+            cache.preempted,
+            self._antagonists,
+        )
+
+    def _preempting(self, pod: PodInfo, result: CycleResult) -> Callable[[], None] | None:
+        """Act on the PostFilter's outcome (caller holds the cache lock): hold the room on
+        the nominated node at once and return the API calls for a writer thread (the loop
+        does not wait for the victims to go: kube-scheduler's asynchronous preemption), or
+        clear a nomination that no longer helps. A dry run changes nothing."""
+        outcome = result.preemption
+        preemptor = self._preemptor
+        if outcome is None or preemptor is None or self._loop_settings.dry_run:
+            return None
+        holds = self.cache.holds
+        ref = _ref(pod)
+        node = outcome.node
+        if node is None:
+            if outcome.clear_nomination and holds.release(pod.key) is not None:
+                return lambda: _quietly(preemptor.nominate, ref, "")
+            return None
+        lower = [p for p in holds.on_node(node) if p.priority < pod.priority]
+        for other in lower:  # they may no longer fit there; they look again
+            holds.release(other.key)
+            self.queue.requeue(other.key)
+        holds.hold(pod, node)
+        preemption = Preemption(
+            ref,
+            pod.scheduler_name,
+            node,
+            tuple(_ref(v) for v in outcome.victims if not v.terminating),
+            tuple(_ref(p) for p in lower),
+        )
+        self._metrics.preemptions.labels(_preemption_kind(outcome)).inc()
+        key = pod.key
+
+        def act() -> None:
+            try:
+                preemptor.nominate(ref, node)
+                preemptor.preempt(preemption)
+            except ClusterError as exc:
+                log.warning("preempting for %s on %s failed; retrying: %s", key, node, exc)
+                self.queue.requeue(key)
+
+        return act
 
     def _warn(self, pod: PodInfo) -> None:
         """A Warning Event per warning (``DeprecatedAnnotation``, ``UnknownAnnotation``),
@@ -534,6 +617,7 @@ class SchedulingLoop:
             funnel=list(result.funnel),
             omitted=dict(result.omitted),
             trace_id=trace_id,
+            preemption=_preemption_record(result.preemption),
         )
 
     def _write_decision(self, decision: Decision) -> None:
@@ -573,6 +657,32 @@ class SchedulingLoop:
 
 def _ref(pod: PodInfo) -> PodRef:
     return PodRef(pod.namespace, pod.name, pod.uid)
+
+
+def _quietly(call: Callable[[PodRef, str], None], ref: PodRef, node: str) -> None:
+    try:
+        call(ref, node)
+    except ClusterError as exc:
+        log.warning("clearing the nomination of %s/%s failed: %s", ref.namespace, ref.name, exc)
+
+
+def _preemption_record(outcome: PreemptionOutcome | None) -> PreemptionRecord | None:
+    """The decision record's account of a preemption (none when nothing was preempted)."""
+    if outcome is None or outcome.node is None:
+        return None
+    return PreemptionRecord(
+        outcome.node,
+        [v.key for v in outcome.victims],
+        outcome.why,
+        len(outcome.found),
+        outcome.pdb_violations,
+        list(outcome.antagonists),
+    )
+
+
+def _preemption_kind(outcome: PreemptionOutcome) -> str:
+    """The metric's label: ``antagonists`` when the opt-in rule named any victim."""
+    return "antagonists" if outcome.antagonists else "priority"
 
 
 @dataclass(frozen=True, slots=True)

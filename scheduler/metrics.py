@@ -54,6 +54,13 @@ class SchedulerMetrics:
             ["queue"],
             registry=registry,
         )
+        self.preemptions = Counter(
+            "interference_scheduler_preemptions",
+            "Preemptions started (victims evicted for a pod nominated to their node), by"
+            " rule: priority, or antagonists (the opt-in interference rule named a victim).",
+            ["rule"],
+            registry=registry,
+        )
         self.binds = Counter(
             "interference_scheduler_binds",
             "Pods bound through the Binding subresource.",

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
+from interference.signals import NodeReport
 from interference_infra.strict import SettingsError
 from scheduler.api.budgets import DisruptionBudgetInfo
 from scheduler.api.objects import PREEMPT_NEVER, PodInfo
@@ -55,6 +56,11 @@ NO_VICTIMS = "No preemption victims found for incoming pod"
 NOT_HELPFUL = "Preemption is not helpful for scheduling"
 NEVER = "not eligible due to preemptionPolicy=Never."
 TERMINATING = "not eligible due to a terminating pod on the nominated node."
+ANTAGONIST_NODES = 32
+"""Nodes the opt-in antagonist rule looks at per decision (it reads the agents' reports)."""
+SYSTEM = "system"
+"""What the agents name when the CPU was held by no pod: never a victim, so a node with it
+among its antagonists is not made quiet by preemption."""
 _PRIORITY_OFFSET = 2**31
 """Added to each victim's priority in the sum (kube's ``MaxInt32 + 1``), so a node with a
 few victims of negative priority does not beat one with fewer of the same priority."""
@@ -112,9 +118,10 @@ class PreemptionInputs:
     preempted: Callable[[PodInfo], bool] = lambda pod: False
     """Whether a placed pod terminates by preemption (deleting, ``DisruptionTarget`` set
     by a scheduler)."""
-    antagonists: Mapping[str, Collection[str]] = field(default_factory=dict)
-    """Node → keys of the placed pods the agents name as its antagonists (for
-    :attr:`PreemptionArgs.preempt_antagonists`)."""
+    antagonists: Callable[[Sequence[str]], Mapping[str, Collection[str]]] | None = None
+    """Nodes → the antagonists the agents name on each (:func:`antagonists_in`), asked
+    only for the nodes the interference filter rejected first (at most
+    :data:`ANTAGONIST_NODES`) and only with :attr:`PreemptionArgs.preempt_antagonists`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -390,6 +397,18 @@ def _none(considered: int, statuses: dict[str, int]) -> PreemptionOutcome:
 def not_eligible(reason: str) -> PreemptionOutcome:
     """No preemption this time; the nomination stays (kube returns no result)."""
     return PreemptionOutcome(None, message=f"preemption: {reason}")
+
+
+def antagonists_in(reports: Iterable[NodeReport]) -> frozenset[str]:
+    """The antagonists the agents name on a node: every culprit (pod key, or
+    :data:`SYSTEM`) its pods' waits ended behind in ``reports``, with any wait."""
+    return frozenset(
+        culprit
+        for report in reports
+        for row in report.pods
+        for culprit, waited_ms in row.culprits
+        if waited_ms > 0 and culprit != row.key
+    )
 
 
 def lowest_victim_priority(table: NodeTable) -> float:

@@ -8,7 +8,7 @@ monotonic time), and the informer is synced explicitly so every step is determin
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry
 
@@ -105,8 +105,11 @@ class LoopHarness:
         leading: bool = True,
         tracer: DecisionTracer | None = None,
         signals: SignalSource | None = None,
+        preempts: bool = False,
+        antagonists: Callable[[Sequence[str]], Mapping[str, Collection[str]]] | None = None,
     ) -> None:
-        """``signals``: the loop's signal source instead of :attr:`signals`."""
+        """``signals``: the loop's signal source instead of :attr:`signals`; ``preempts``:
+        the cluster acts on preemptions (the in-memory cluster's Preemptor)."""
         self.clock = FakeClock()
         self.cluster = cluster or InMemoryCluster()
         self.signals = MemorySignals()
@@ -127,6 +130,8 @@ class LoopHarness:
             monotonic=self.clock,
             seed=7,
             tracer=tracer,
+            preemptor=self.cluster if preempts else None,
+            antagonists=antagonists,
         )
         self.informer: InMemoryInformer = self.cluster.informer(self.loop.cache)
 
