@@ -41,12 +41,14 @@ from prometheus_client import CollectorRegistry
 from interference import keys
 from interference_infra.cliparse import RUNTIME_EXIT, USAGE_EXIT, OneLineParser
 from interference_infra.logsetup import configure_logging, mask_credentials
+from interference_infra.redis_client import REDIS_ERRORS
 from interference_infra.strict import SettingsError
 from scheduler.adapters.eviction import KubernetesEvictor
 from scheduler.adapters.kubernetes import KubernetesCluster, make_api_client
 from scheduler.adapters.leader import LeaderElector, default_identity, lease_namespace
 from scheduler.adapters.move_journal import ConfigMapMoveJournal, journal_name
 from scheduler.adapters.pod_reports import RedisPodReports
+from scheduler.adapters.preemption import KubernetesPreemptor, PreemptionMetrics
 from scheduler.adapters.redis_signals import (
     QueuedDecisionSink,
     RedisDecisionSink,
@@ -69,6 +71,7 @@ from scheduler.http import HealthServer, Heartbeat, Status
 from scheduler.loop import SchedulingLoop
 from scheduler.metrics import SchedulerMetrics
 from scheduler.ports import ClusterError
+from scheduler.preemption import antagonists_in
 from scheduler.rebalance import REBALANCE_MODES
 from scheduler.rebalancer import RebalanceMetrics, Rebalancer
 from scheduler.reload_guard import ReloadGuard
@@ -158,6 +161,9 @@ class Scheduler:
             on_change=lambda leading: self.metrics.leader.set(1 if leading else 0),
         )
         self.tracer = make_tracer(config.tracing, self.registry)
+        self.pod_reports = RedisPodReports(self.redis, signal_metrics)
+        """The agents' reports: the rebalancer's evidence, and the antagonists the opt-in
+        preemption rule reads (engine.preemption.preempt_antagonists)."""
         self.loop = SchedulingLoop(
             self.cluster,
             self.signals,
@@ -167,6 +173,8 @@ class Scheduler:
             self.leading,
             self.metrics,
             tracer=self.tracer,
+            preemptor=KubernetesPreemptor(self.cluster, PreemptionMetrics(self.registry)),
+            antagonists=self._antagonists,
             on_attempt=lambda key, placed, anyway: self.guard.observe(
                 key, placed, time.time(), anyway
             ),
@@ -196,7 +204,7 @@ class Scheduler:
         self.rebalancer = Rebalancer(
             self.loop.cache,
             self.signals,
-            RedisPodReports(self.redis, signal_metrics),
+            self.pod_reports,
             KubernetesEvictor(self.api),
             self.cluster,
             self.rebalancing_records,
@@ -224,6 +232,20 @@ class Scheduler:
         )
         self._threads: list[threading.Thread] = []
         self.http: HealthServer | None = None
+
+    def _antagonists(self, nodes: Sequence[str]) -> dict[str, frozenset[str]]:
+        """The antagonists the agents' latest report names on each of ``nodes`` (none
+        while Redis cannot be read: the opt-in rule then finds no candidate)."""
+        try:
+            found = self.pod_reports.recent(nodes)
+        except REDIS_ERRORS as exc:
+            log.warning("cannot read the agents' reports for preemption: %s", exc)
+            return {}
+        return {
+            node: antagonists_in([max(reports, key=lambda r: r.ts)])
+            for node, reports in found.items()
+            if reports
+        }
 
     def _judge_reload(self, good: SchedulerConfig | None, new: SchedulerConfig | None) -> None:
         """Let the loop compare Pending pods with the last good configuration
