@@ -89,7 +89,7 @@ class AgentClocks:
             return None
         self._skewed.add(node)
         if abs(offset) > max_skew_s:
-            effect = f"refused (more than {max_skew_s:g} s off)"
+            effect = f"ignored (more than {max_skew_s:g} s off)"
         elif offset < 0:
             effect = "stale on arrival"
         else:

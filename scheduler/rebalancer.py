@@ -30,8 +30,8 @@ victim kept where it is counts in ``interference_scheduler_rebalance_holds_total
 
 Size: over 520 lines because the look, the judgement and the move share one leadership's
 state (the pods' histories, the streaks, the eviction ledger, the retries, the journal);
-the rules (:mod:`scheduler.rebalance`), the ports (:mod:`scheduler.rebalance_ports`) and
-the adapters are modules of their own.
+the rules (:mod:`scheduler.rebalance`, :mod:`scheduler.evictable`, :mod:`scheduler.evidence`),
+the ports (:mod:`scheduler.rebalance_ports`) and the adapters are modules of their own.
 """
 
 from __future__ import annotations
@@ -252,6 +252,8 @@ class Rebalancer:
         self._max_clock_skew_s = max_clock_skew_s
         """The signal reader's ``redis.max_clock_skew_s``: a report further off is refused."""
         self._clocks = AgentClocks()
+        self._refused: dict[str, set[float]] = {}
+        """Node → times of the refused reports in its stream at the last look (counted once)."""
         self._streaks = BreachTracker()
         self._ledger = EvictionLedger()
         self._outcomes = MoveOutcomes()
@@ -590,6 +592,7 @@ class Rebalancer:
             return
         by_key = {p.key: p for p in pods}
         now = self._clock()
+        refused_now: dict[str, set[float]] = {}
         for node, node_reports in reports.items():
             self._note_clock(node, node_reports, by_key.values(), now)
             for report in sorted(node_reports, key=lambda r: r.ts):
@@ -597,7 +600,9 @@ class Rebalancer:
                     continue  # a report under another node's key is not this node's word
                 refused = report_refusal(report, now, self._max_clock_skew_s)
                 if refused is not None:
-                    self._metrics.refused_reports.labels(refused).inc()
+                    if report.ts not in self._refused.get(node, ()):
+                        self._metrics.refused_reports.labels(refused).inc()
+                    refused_now.setdefault(node, set()).add(report.ts)
                     continue
                 for row in report.pods:
                     pod = by_key.get(row.key)
@@ -607,6 +612,7 @@ class Rebalancer:
                     if history is None:
                         history = self._histories[pod.uid] = PodHistory(pod.uid)
                     history.add(row, report.ts)
+        self._refused = refused_now
         self._clocks.keep_only(set(nodes))
         self._metrics.skewed_agents.set(self._clocks.skewed())
 
