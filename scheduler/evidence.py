@@ -5,9 +5,12 @@ The rebalancer reads each node's report stream for the per-interval rows of its 
 records the signal reader decodes (:mod:`scheduler.signal_records`), and are held to the
 same rules, each defined once:
 
-- ``clock_ahead`` / ``clock_behind``: the report's ``ts`` is outside the scheduler's clock
-  ± ``max_clock_skew_s`` (:func:`scheduler.signal_records.in_clock_window`): refused, not
-  kept (a report dated ahead would otherwise outrank every on-time one after it);
+- ``clock_ahead``: the report's ``ts`` is more than ``max_clock_skew_s`` ahead of the
+  scheduler's clock, or no time at all (:func:`scheduler.signal_records.in_clock_window`,
+  the reader's rule, for the newest side): refused, not kept (a report dated ahead would
+  otherwise outrank every on-time one after it). An old report is no clock fault: the
+  stream holds minutes of them, and the window (up to 60 s) needs them; its age is the
+  window's and the node's freshness's business;
 - ``unmeasured``: the report did not measure a core family, the run queue
   (:func:`interference.freshness.missing_core`): its rows are no evidence of a quiet or a
   noisy run queue;
@@ -30,9 +33,8 @@ from interference.signals import NodeReport
 from scheduler.signal_records import MAX_CLOCK_SKEW_S, in_clock_window
 
 CLOCK_AHEAD = "clock_ahead"
-CLOCK_BEHIND = "clock_behind"
 UNMEASURED = "unmeasured"
-REPORT_REFUSALS = (CLOCK_AHEAD, CLOCK_BEHIND, UNMEASURED)
+REPORT_REFUSALS = (CLOCK_AHEAD, UNMEASURED)
 """Why a report's rows are left out (the ``reason`` label of
 ``interference_scheduler_rebalance_refused_reports_total``)."""
 
@@ -41,8 +43,8 @@ def report_refusal(
     report: NodeReport, now: float, max_skew_s: float = MAX_CLOCK_SKEW_S
 ) -> str | None:
     """Why the rows of ``report`` are no evidence now, ``None`` when they are."""
-    if not in_clock_window(report.ts, now, max_skew_s):
-        return CLOCK_AHEAD if report.ts > now else CLOCK_BEHIND
+    if not report.ts < now and not in_clock_window(report.ts, now, max_skew_s):
+        return CLOCK_AHEAD
     if missing_core(report.measured):
         return UNMEASURED
     return None

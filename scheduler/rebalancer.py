@@ -153,8 +153,8 @@ class RebalanceMetrics:
         )
         self.refused_reports = Counter(
             "interference_scheduler_rebalance_refused_reports",
-            "Agents' reports whose rows the rebalancer left out, by reason (clock_ahead,"
-            " clock_behind: outside the clock skew; unmeasured: no run-queue family).",
+            "Agents' reports whose rows the rebalancer left out, by reason (clock_ahead:"
+            " dated beyond the clock skew; unmeasured: no run-queue family); each once.",
             ["reason"],
             registry=registry,
         )

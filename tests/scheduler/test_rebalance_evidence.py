@@ -14,7 +14,6 @@ from scheduler.api.objects import PodInfo
 from scheduler.api.pods import parse_pod
 from scheduler.evidence import (
     CLOCK_AHEAD,
-    CLOCK_BEHIND,
     UNMEASURED,
     AgentClocks,
     report_refusal,
@@ -39,8 +38,10 @@ def report(ts: float, measured: tuple[str, ...] = ("runq",), interval_s: float =
         (NOW + 29, ("runq",), None),
         (NOW + 31, ("runq",), CLOCK_AHEAD),
         (NOW + 600, ("runq",), CLOCK_AHEAD),
-        (NOW - 31, ("runq",), CLOCK_BEHIND),
-        (math.nan, ("runq",), CLOCK_BEHIND),
+        (NOW - 31, ("runq",), None),  # old, not skewed: the 60 s window needs it
+        (NOW - 600, ("runq",), None),  # the window and the node's freshness judge its age
+        (math.nan, ("runq",), CLOCK_AHEAD),  # no time at all
+        (math.inf, ("runq",), CLOCK_AHEAD),
         (NOW, ("psi",), UNMEASURED),
         (NOW, (), UNMEASURED),
         (NOW + 600, (), CLOCK_AHEAD),  # the clock first, as the signal reader checks
