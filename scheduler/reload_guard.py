@@ -81,7 +81,8 @@ class ReloadGuardSettings:
     """How long after a reload the guard watches; then the configuration is the last
     good one."""
     min_pods: int = 10
-    """Fewest pods attempted in the window for the rate to be judged."""
+    """Fewest pods the reload could change in the window for the rate to be judged, and
+    attempted since the reload for it to be kept."""
 
     def __post_init__(self) -> None:
         problems = []

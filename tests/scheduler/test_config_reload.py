@@ -4,6 +4,7 @@ rolls back to the last good one, and the rejected file stays readable."""
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -106,8 +107,22 @@ class Clock:
 
 
 class Harness:
-    def __init__(self, tmp_path: Path, text: str, *, leading: bool = True) -> None:
-        self.path = write(tmp_path, text)
+    def __init__(
+        self,
+        tmp_path: Path,
+        text: str,
+        *,
+        leading: bool = True,
+        lease: dict[str, str] | None = None,
+        name: str = "config.yaml",
+    ) -> None:
+        """``lease``: the leader election Lease's annotations, shared by the harnesses of
+        replicas (where the leader publishes its verdicts)."""
+        path = tmp_path / name
+        path.write_text(text)
+        self.path = str(path)
+        self.lease = {} if lease is None else lease
+        self.stranded: list[str] = []
         self.clock = Clock()
         self.registry = CollectorRegistry()
         self.metrics = SchedulerMetrics(self.registry)
@@ -124,6 +139,9 @@ class Harness:
             guard=self.guard,
             leading=lambda: self.leading,
             clock=self.clock,
+            stranded=lambda: self.stranded,
+            publish=lambda verdict: self.lease.__setitem__("verdict", verdict),
+            published=lambda: self.lease.get("verdict"),
         )
 
     def metric(self, name: str, **labels: str) -> float:
@@ -312,3 +330,122 @@ def test_the_thread_reloads_without_restart(tmp_path: Path) -> None:
 )
 def test_the_events_name_the_config_map(env: dict[str, str], expected: tuple[str, str]) -> None:
     assert config_map_ref(env) == expected
+
+
+# ---- what the guard judges, and one verdict for every replica ---------------------------
+
+
+def test_pods_pending_anyway_do_not_count_and_stranded_pods_do(tmp_path: Path) -> None:
+    h = Harness(tmp_path, stale_policy_yaml("neutral", FAST_GUARD))
+    rewrite(h.path, stale_policy_yaml("avoid", FAST_GUARD))
+    h.reload.watcher.check()
+
+    def second() -> Verdict:
+        for i in range(6):  # waiting on unbound claims under either configuration
+            h.guard.observe(f"ns/claim{i}", False, h.clock.now, pending_anyway=True)
+        h.pods(5, pending=0)
+        verdict = h.reload.tick().verdict
+        h.clock.now += 1
+        return verdict
+
+    assert {second() for _ in range(40)} == {Verdict.WATCHING}
+    h.stranded = [f"ns/other{i}" for i in range(5)]  # no longer ours: 5 of 10 Pending
+    verdicts = [second() for _ in range(40)]
+    assert verdicts[0] is Verdict.WARN and verdicts[30] is Verdict.ROLL_BACK
+    assert h.reasons() == ["ConfigReloaded", "PendingRateHigh", "ConfigRolledBack"]
+    note = h.events[-1][2]
+    assert "50% (5 of 10 pods the reload could change in the window; 6 Pending under" in note
+
+
+def test_too_few_pods_is_said_once_and_neither_keeps_nor_rejects(tmp_path: Path) -> None:
+    h = Harness(tmp_path, stale_policy_yaml("neutral", FAST_GUARD))
+    rewrite(h.path, stale_policy_yaml("reject", FAST_GUARD))
+    h.reload.watcher.check()
+    verdicts = h.run_for(200, total=2, pending=2)
+    assert verdicts.count(Verdict.UNDECIDED) == 1 and Verdict.CONFIRMED not in verdicts
+    assert Verdict.ROLL_BACK not in verdicts and h.guard.watching
+    assert h.reasons() == ["ConfigReloaded", "ReloadUndecided"]
+    kind, _, note = h.events[-1]
+    assert kind == "Warning"
+    assert "only 2 pods it could change were attempted (reload_guard.min_pods 5)" in note
+    assert h.metric("interference_scheduler_config_reloads_total", result="undecided") == 1
+    assert h.reload.watcher.last_good != h.reload.watcher.running
+    verdicts = h.run_for(30, total=10, pending=0)  # the evidence comes: kept
+    assert verdicts.count(Verdict.CONFIRMED) == 1
+
+
+def replicas(tmp_path: Path, text: str) -> tuple[Harness, Harness]:
+    """A leader and a standby whose files differ only in a restart-only section."""
+    lease: dict[str, str] = {}
+    leader = Harness(tmp_path, "http: {port: 9001}\n" + text, lease=lease, name="leader.yaml")
+    standby = Harness(
+        tmp_path, "http: {port: 9002}\n" + text, leading=False, lease=lease, name="standby.yaml"
+    )
+    return leader, standby
+
+
+@pytest.mark.parametrize(
+    ("pending", "leader_verdict", "standby_serves"),
+    [
+        pytest.param(10, Verdict.ROLL_BACK, "neutral", id="rolled back: the standby returns"),
+        pytest.param(0, Verdict.CONFIRMED, "reject", id="kept: the standby keeps it"),
+    ],
+)
+def test_the_standby_follows_the_leaders_verdict(
+    tmp_path: Path, pending: int, leader_verdict: Verdict, standby_serves: str
+) -> None:
+    leader, standby = replicas(tmp_path, stale_policy_yaml("neutral", FAST_GUARD))
+    for replica in (leader, standby):
+        port = 9001 if replica is leader else 9002
+        rewrite(replica.path, f"http: {{port: {port}}}\n" + stale_policy_yaml("reject", FAST_GUARD))
+        assert replica.reload.watcher.check()
+    standby_verdicts = []
+    leader_verdicts = []
+    for _ in range(200):
+        leader.pods(10, pending)
+        leader_verdicts.append(leader.reload.tick().verdict)
+        standby_verdicts.append(standby.reload.tick().verdict)
+        leader.clock.now += 1
+        standby.clock.now += 1
+    assert leader_verdict in leader_verdicts
+    assert standby_verdicts.count(leader_verdict) == 1  # it followed, once
+    assert leader_verdicts.index(leader_verdict) == standby_verdicts.index(leader_verdict)
+    assert standby.reasons() == ["ConfigReloaded"]  # the leader's Events say it
+    served = interference_args(standby.reload.watcher.current.engine).stale_policy
+    assert served == standby_serves
+    assert standby.reload.watcher.last_good.config == standby.reload.watcher.current
+    assert not standby.guard.watching
+
+
+def test_a_standby_alone_never_keeps_a_file(tmp_path: Path) -> None:
+    _, standby = replicas(tmp_path, stale_policy_yaml("neutral", FAST_GUARD))
+    rewrite(standby.path, "http: {port: 9002}\n" + stale_policy_yaml("reject", FAST_GUARD))
+    standby.reload.watcher.check()
+    verdicts = standby.run_for(300, total=10, pending=10)
+    assert set(verdicts) == {Verdict.WATCHING}
+    assert standby.reload.watcher.last_good != standby.reload.watcher.running
+
+
+def test_a_replica_started_with_a_rolled_back_file_serves_the_leaders_good_one(
+    tmp_path: Path,
+) -> None:
+    leader, _ = replicas(tmp_path, stale_policy_yaml("neutral", FAST_GUARD))
+    rewrite(leader.path, "http: {port: 9001}\n" + stale_policy_yaml("reject", FAST_GUARD))
+    leader.reload.watcher.check()
+    assert Verdict.ROLL_BACK in leader.run_for(40, total=10, pending=10)
+    published = json.loads(leader.lease["verdict"])
+    assert published["verdict"] == "rolled_back" and "neutral" in published["good_text"]
+
+    restarted = Harness(  # its file on disk is the one the leader rolled back
+        tmp_path,
+        "http: {port: 9003}\n" + stale_policy_yaml("reject", FAST_GUARD),
+        leading=False,
+        lease=leader.lease,
+        name="restarted.yaml",
+    )
+    assert restarted.reload.tick().verdict is Verdict.ROLL_BACK
+    watcher = restarted.reload.watcher
+    assert interference_args(watcher.current.engine).stale_policy == "neutral"
+    assert [interference_args(c.engine).stale_policy for c in restarted.applied] == ["neutral"]
+    assert watcher.rejected is not None and watcher.file_rejected
+    assert restarted.reload.tick().verdict is Verdict.IDLE  # once
