@@ -43,6 +43,7 @@ from interference.signals import NodeMetrics, PodMetrics, WindowMetrics
 from interference_infra.logsetup import mask_credentials
 from interference_infra.redis_client import (
     DEFAULT_SENTINEL_MASTER,
+    REDIS_ERRORS,
     Client,
     RedisConnection,
     RedisTarget,
@@ -196,6 +197,13 @@ class Store:
                 "set REDIS_USERNAME and REDIS_PASSWORD (or user:password in the URL)"
             ) from exc
         except (redis.ConnectionError, redis.TimeoutError) as exc:
+            if "closed by server" in str(exc) and self._answers():
+                raise CliError(
+                    f"Redis at {where} cut its reply while sending {what}: over its limit"
+                    " per client (client-output-buffer-limit, 32 MB in the shipped"
+                    " redis.conf), so a node's keys hold far more than an agent writes"
+                    " (docs/operations.md, What one node can and cannot do)"
+                ) from exc
             reason = unreachable_reason(self._connection.target, exc)
             if reason != str(exc):  # a rediss:// URL on a plaintext server, said plainly
                 raise CliError(
@@ -226,6 +234,14 @@ class Store:
                 f"{where} did not answer like a Redis server while reading {what} "
                 f"({type(exc).__name__}: {mask_credentials(str(exc))}); check --redis-url"
             ) from exc
+
+    def _answers(self) -> bool:
+        """Whether Redis answers a small command (``TIME``) now."""
+        try:
+            self._redis.time()
+        except REDIS_ERRORS:
+            return False
+        return True
 
     def node_rows(self, now: float | None = None, *, scan: bool = False) -> list[NodeRow]:
         """Every known node, highest interference index first; degraded, then stale ones
