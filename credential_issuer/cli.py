@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry
 
 from credential_issuer.issuer import Issuer, IssuerMetrics
 from credential_issuer.redis_users import AgentUsers
-from credential_issuer.review import KubernetesTokenReviewer, api_client
+from credential_issuer.review import KubernetesPodBinding, KubernetesTokenReviewer, api_client
 from credential_issuer.server import IssuerServer
 from credential_issuer.settings import (
     CREDENTIALS_PATH,
@@ -176,13 +176,11 @@ def build(settings: IssuerSettings, registry: CollectorRegistry) -> tuple[Issuer
     """The server (not started) and its Redis users; ``ValueError`` for unusable settings
     (Kubernetes credentials), ``OSError``/``ssl.SSLError`` when it cannot bind or read
     its certificate."""
-    reviewer = KubernetesTokenReviewer(
-        api_client(settings.kubeconfig, settings.max_connections),
-        settings.audience,
-        settings.review_timeout_s,
-    )
+    kubernetes = api_client(settings.kubeconfig, settings.max_connections)
+    reviewer = KubernetesTokenReviewer(kubernetes, settings.audience, settings.review_timeout_s)
+    binding = KubernetesPodBinding(kubernetes, settings.review_timeout_s)
     users = AgentUsers(settings.redis, settings.redis_socket_timeout_s)
-    issuer = Issuer(settings, reviewer, users, IssuerMetrics(registry))
+    issuer = Issuer(settings, reviewer, users, IssuerMetrics(registry), binding=binding)
     tls = None
     try:
         if settings.tls_cert_file and settings.tls_key_file:

@@ -3,9 +3,13 @@
 1. The token is reviewed by the API server (:mod:`credential_issuer.review`): invalid,
    expired, revoked, another audience, its pod gone → 401.
 2. Its user must be the agents' ServiceAccount, and it must carry a node-name claim that
-   is a Kubernetes node name (a pod-bound token of a pod scheduled to a node) → else 403.
+   is a Kubernetes node name and a pod claim (a pod-bound token of a pod scheduled to a
+   node, not one bound to a Node object) → else 403. With a :class:`PodBinding` (the
+   program always has one) the pod must exist with that UID on that node, and the Node
+   must exist → else 403.
 3. At most one issue per node per ``min_reissue_s`` → else 429 with ``Retry-After``.
-4. ``ACL SETUSER agent:NODE`` with a fresh random password on every Redis node
+4. ``ACL SETUSER agent:NODE`` with a fresh random password on every Redis node, then
+   ``CLIENT KILL USER`` of the old password's sessions
    (:mod:`credential_issuer.redis_users`) → 200 ``{"node", "username", "password"}``; a
    Redis or API server that cannot be reached → 503, and the agent retries.
 
@@ -31,6 +35,8 @@ from credential_issuer.redis_users import AgentUsers, RedisUnavailable
 from credential_issuer.review import (
     NODE_NAME_EXTRA,
     POD_NAME_EXTRA,
+    POD_UID_EXTRA,
+    PodBinding,
     ReviewUnavailable,
     TokenRejected,
     TokenReviewer,
@@ -49,6 +55,10 @@ REASONS = (
     "wrong_service_account",
     "no_node_claim",
     "bad_node_name",
+    "no_pod_claim",
+    "pod_not_found",
+    "pod_not_on_node",
+    "unknown_node",
     "rate_limited",
     "review_unavailable",
     "redis_unavailable",
@@ -147,9 +157,11 @@ class Issuer:
         users: AgentUsers,
         metrics: IssuerMetrics,
         clock: Callable[[], float] = time.monotonic,
+        binding: PodBinding | None = None,
     ) -> None:
         self._settings = settings
         self._reviewer = reviewer
+        self._binding = binding
         self._users = users
         self.metrics = metrics
         self._clock = clock
@@ -221,6 +233,26 @@ class Issuer:
             return self._refuse(
                 403, "bad_node_name", f"the token names {node[:80]!r}, not a node name"
             )
+        uids = identity.claim(POD_UID_EXTRA)
+        if len(pods) != 1 or len(uids) != 1:
+            return self._refuse(
+                403,
+                "no_pod_claim",
+                f"the token of {who} names node {node} but no pod: it must be bound to the"
+                " agent's pod, not to a Node object",
+            )
+        if self._binding is not None:
+            try:
+                reason, message = self._binding.check(
+                    self._settings.agent_service_account[0], pods[0], uids[0], node
+                )
+            except ReviewUnavailable as exc:
+                return self._refuse(
+                    503, "review_unavailable", str(exc), headers={"Retry-After": "5"},
+                    level=logging.ERROR,
+                )  # fmt: skip
+            if reason:
+                return self._refuse(403, reason, message)
         retry_after = self._reserve(node)
         if retry_after > 0:
             return self._refuse(
@@ -246,7 +278,10 @@ class Issuer:
             self.metrics.replicas_missed.inc(len(applied.failed_replicas))
         self.metrics.issued.inc()
         username = acl.agent_username(node)
-        log.info("issued %s to pod %s (%d Redis node(s))", username, pod, applied.nodes)
+        log.info(
+            "issued %s to pod %s (%d Redis node(s), %d old session(s) closed)",
+            username, pod, applied.nodes, applied.sessions_closed,
+        )  # fmt: skip
         return Answer(
             200,
             {"node": node, "username": username, "password": password},

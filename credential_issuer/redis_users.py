@@ -22,10 +22,11 @@ from interference_infra.redis_client import REDIS_ERRORS, RedisConnection, Redis
 
 log = logging.getLogger(__name__)
 
-ISSUER_COMMANDS = ("acl|setuser", "ping")
+ISSUER_COMMANDS = ("acl|setuser", "client|kill", "ping")
 """What the issuer's own Redis user must be allowed (plus :data:`ISSUER_CLUSTER_COMMANDS`
 on a Cluster): creating users is an administrator's right, so the issuer is as trusted as
-Redis' admin."""
+Redis' admin. ``CLIENT KILL USER`` closes the sessions of a re-issued user's old password
+(``ACL SETUSER`` changes the password, not who is logged in)."""
 ISSUER_CLUSTER_COMMANDS = (*acl.CLUSTER_CLIENT_COMMANDS, "cluster|nodes")
 """On a Cluster the issuer also reads the slot map and the node list."""
 
@@ -42,6 +43,8 @@ class Applied:
     """Servers that took it."""
     failed_replicas: tuple[str, ...] = ()
     """Cluster replicas that did not (``host:port``); agents still write, to primaries."""
+    sessions_closed: int = 0
+    """Connections logged in as the user before (with the old password), now closed."""
 
 
 class AgentUsers:
@@ -60,8 +63,9 @@ class AgentUsers:
         return self._where
 
     def set_user(self, node: str, password: str) -> Applied:
-        """Create or reset ``agent:NODE`` with ``password`` as its only password;
-        :class:`RedisUnavailable` when a server agents write to did not take it."""
+        """Create or reset ``agent:NODE`` with ``password`` as its only password and close
+        the connections logged in as it before; :class:`RedisUnavailable` when a server
+        agents write to did not take it."""
         username = acl.agent_username(node)
         rules = acl.agent_acl_rules(node, password, cluster=self._cluster)
         try:
@@ -69,21 +73,22 @@ class AgentUsers:
             if isinstance(client, RedisCluster):
                 return self._set_on_cluster(client, username, rules)
             client.execute_command("ACL", "SETUSER", username, *rules)
+            closed = int(client.execute_command("CLIENT", "KILL", "USER", username))
         except REDIS_ERRORS as exc:
             self._redis.reset()
             raise RedisUnavailable(f"Redis at {self._where}: {_describe(exc)}") from exc
-        return Applied(nodes=1)
+        return Applied(nodes=1, sessions_closed=closed)
 
     def _set_on_cluster(
         self, client: RedisCluster[bytes], username: str, rules: list[str]
     ) -> Applied:
         failed_replicas: list[str] = []
-        done = 0
+        done = closed = 0
         for name, node, primary in self._cluster_nodes(client):
             try:
-                client.get_redis_connection(node).execute_command(
-                    "ACL", "SETUSER", username, *rules
-                )
+                connection = client.get_redis_connection(node)
+                connection.execute_command("ACL", "SETUSER", username, *rules)
+                closed += int(connection.execute_command("CLIENT", "KILL", "USER", username))
             except REDIS_ERRORS as exc:
                 if primary:
                     raise RedisUnavailable(
@@ -93,7 +98,7 @@ class AgentUsers:
                 failed_replicas.append(name)
             else:
                 done += 1
-        return Applied(nodes=done, failed_replicas=tuple(failed_replicas))
+        return Applied(nodes=done, failed_replicas=tuple(failed_replicas), sessions_closed=closed)
 
     def _cluster_nodes(self, client: RedisCluster[bytes]) -> list[tuple[str, ClusterNode, bool]]:
         """Every node of the cluster as ``(host:port, node, is primary)``, as a primary's

@@ -5,6 +5,10 @@ A pod-bound ServiceAccount token of a pod with ``spec.nodeName`` set carries the
 its claims; the review returns it as ``status.user.extra["authentication.kubernetes.io/
 node-name"]`` (and the pod as ``…/pod-name``). The API server also checks that the pod
 still exists with the same UID, so a token outlives neither its pod nor its expiry.
+
+A token can also be bound to a Node object alone (node claims, no pod): the issuer wants a
+pod. :class:`KubernetesPodBinding` then reads the pod and the Node: the pod must exist with
+the token's UID, run on the node the token names, and that Node must exist.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ log = logging.getLogger(__name__)
 
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
+POD_UID_EXTRA = "authentication.kubernetes.io/pod-uid"
 
 
 @dataclass(frozen=True)
@@ -129,3 +134,57 @@ def api_client(kubeconfig: str | None, pool_size: int = 64) -> client.ApiClient:
         ) from exc
     configuration.connection_pool_maxsize = pool_size
     return client.ApiClient(configuration)
+
+
+class PodBinding(Protocol):
+    """Whether a bound token's pod runs on its node: ``("", "")``, else ``(reason,
+    message)`` with reason ``pod_not_found``, ``pod_not_on_node`` or ``unknown_node``;
+    :class:`ReviewUnavailable` when it cannot be told."""
+
+    def check(self, namespace: str, pod: str, uid: str, node: str) -> tuple[str, str]: ...
+
+
+class KubernetesPodBinding:
+    """Reads the pod (in the agents' namespace) and the Node from the API server."""
+
+    def __init__(self, api_client: client.ApiClient, timeout_s: float) -> None:
+        self._core = client.CoreV1Api(api_client)
+        self._timeout_s = timeout_s
+
+    def check(self, namespace: str, pod: str, uid: str, node: str) -> tuple[str, str]:
+        found = self._read(
+            lambda: self._core.read_namespaced_pod(
+                pod, namespace, _request_timeout=self._timeout_s
+            ),
+            f"get pods in {namespace} (the Role interference-credentials in deploy/)",
+        )
+        if found is None or found.metadata.uid != uid:
+            return "pod_not_found", f"pod {namespace}/{pod} with UID {uid} does not exist"
+        on = found.spec.node_name if found.spec is not None else None
+        if on != node:
+            return "pod_not_on_node", f"pod {namespace}/{pod} runs on {on!r}, not {node!r}"
+        if self._read(
+            lambda: self._core.read_node(node, _request_timeout=self._timeout_s),
+            "get nodes (the ClusterRole interference-credentials in deploy/)",
+        ) is None:  # fmt: skip
+            return "unknown_node", f"node {node!r} does not exist"
+        return "", ""
+
+    @staticmethod
+    def _read(call: Any, right: str) -> Any:
+        """The object, ``None`` when it does not exist."""
+        try:
+            return call()
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            if exc.status in (401, 403):
+                raise ReviewUnavailable(
+                    f"the API server refused the issuer's read (HTTP {exc.status}): its"
+                    f" ServiceAccount needs {right}"
+                ) from exc
+            raise ReviewUnavailable(
+                f"reading from the API server failed with HTTP {exc.status}"
+            ) from exc
+        except Exception as exc:  # urllib3's errors, timeouts
+            raise ReviewUnavailable(f"reading from the API server failed: {exc!r}") from exc

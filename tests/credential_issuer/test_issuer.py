@@ -15,6 +15,7 @@ from credential_issuer.redis_users import AgentUsers
 from credential_issuer.review import (
     NODE_NAME_EXTRA,
     POD_NAME_EXTRA,
+    POD_UID_EXTRA,
     Identity,
     ReviewUnavailable,
     TokenRejected,
@@ -30,7 +31,7 @@ AGENT_SA = "system:serviceaccount:interference-agent:interference-agent"
 
 
 def agent(node: str | None, pod: str = "agent-xyz") -> Identity:
-    extra = {POD_NAME_EXTRA: (pod,)}
+    extra = {POD_NAME_EXTRA: (pod,), POD_UID_EXTRA: (f"uid-{pod}",)}
     if node is not None:
         extra[NODE_NAME_EXTRA] = (node,)
     return Identity(AGENT_SA, extra)
@@ -44,6 +45,7 @@ TOKENS: dict[str, Identity | Exception] = {
     "two-nodes": Identity(AGENT_SA, {NODE_NAME_EXTRA: ("node-a", "node-b")}),
     "glob-node": agent("node-*"),
     "colon-node": agent("node:a"),
+    "node-bound": Identity(AGENT_SA, {NODE_NAME_EXTRA: ("node-a",)}),  # a Node object's token
     "expired": TokenRejected("token has expired"),
     "api-down": ReviewUnavailable("connection refused"),
 }
@@ -101,6 +103,7 @@ def refused(issuer: Issuer, reason: str) -> float:
         ("Bearer two-nodes", 0, 403, "no_node_claim"),
         ("Bearer glob-node", 0, 403, "bad_node_name"),
         ("Bearer colon-node", 0, 403, "bad_node_name"),
+        ("Bearer node-bound", 0, 403, "no_pod_claim"),
         ("Bearer api-down", 0, 503, "review_unavailable"),
     ],
 )
@@ -183,7 +186,7 @@ def test_a_redis_user_without_acl_rights_is_named(redis_server: RedisServer) -> 
     try:
         answer = issuer.handle("Bearer token-a", 0)
         assert answer.status == 503
-        assert "+acl|setuser +ping" in answer.body["message"]
+        assert "+acl|setuser +client|kill +ping" in answer.body["message"]
     finally:
         users.close()
 
@@ -234,3 +237,66 @@ def test_review_status_with_node_claim() -> None:
     assert identity.username == AGENT_SA
     assert identity.claim(NODE_NAME_EXTRA) == ("node-a",)
     assert identity.claim("missing") == ()
+
+
+class Binding:
+    """What the API server would say of each pod: (reason, message) or none."""
+
+    def __init__(self, answers: dict[str, tuple[str, str]]) -> None:
+        self.answers = answers
+        self.asked: list[tuple[str, str, str, str]] = []
+
+    def check(self, namespace: str, pod: str, uid: str, node: str) -> tuple[str, str]:
+        self.asked.append((namespace, pod, uid, node))
+        return self.answers.get(pod, ("", ""))
+
+
+@pytest.mark.parametrize(
+    ("answer", "status"),
+    [
+        (("", ""), 200),
+        (("pod_not_found", "gone"), 403),
+        (("pod_not_on_node", "elsewhere"), 403),
+        (("unknown_node", "no such node"), 403),
+    ],
+)
+def test_the_pod_must_run_on_the_node_the_token_names(
+    users: AgentUsers, answer: tuple[str, str], status: int
+) -> None:
+    binding = Binding({"agent-xyz": answer})
+    settings = IssuerSettings(redis=redis_target("redis://127.0.0.1:1/0"))
+    issuer = Issuer(
+        settings, FakeReviewer(), users, IssuerMetrics(CollectorRegistry()), Clock(), binding
+    )
+    got = issuer.handle("Bearer token-a", 0)
+    assert got.status == status
+    assert binding.asked == [("interference-agent", "agent-xyz", "uid-agent-xyz", "node-a")]
+    if answer[0]:
+        assert got.body["error"] == answer[0] and refused(issuer, answer[0]) == 1
+        assert "password" not in got.body
+
+
+def test_a_reissue_closes_the_old_passwords_sessions(
+    users: AgentUsers, redis_server: RedisServer
+) -> None:
+    """A session logged in with the first password is closed when the node's credentials
+    are issued again (as Redis' CLIENT LIST shows); the new password logs in."""
+    issuer = make_issuer(users, Clock(), min_reissue_s=0)
+    admin = redis_server.client()
+
+    def sessions() -> int:
+        return sum(c["user"] == "agent:node-a" for c in admin.client_list())
+
+    first = issuer.handle("Bearer token-a", 0).body
+    old = redis.Redis(port=redis_server.port, username="agent:node-a", password=first["password"])
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        old.ping()  # logged in (an agent may not PING): its connection stays open
+    assert sessions() == 1
+    answer = issuer.handle("Bearer token-a", 0)
+    assert answer.status == 200 and answer.body["password"] != first["password"]
+    assert sessions() == 0
+    with pytest.raises(redis.exceptions.AuthenticationError):
+        redis.Redis(
+            port=redis_server.port, username="agent:node-a", password=first["password"]
+        ).ping()
+    old.close()

@@ -26,7 +26,12 @@ import yaml
 from kubernetes import client
 from prometheus_client import CollectorRegistry
 
-from credential_issuer.review import KubernetesTokenReviewer, ReviewUnavailable, TokenRejected
+from credential_issuer.review import (
+    KubernetesPodBinding,
+    KubernetesTokenReviewer,
+    ReviewUnavailable,
+    TokenRejected,
+)
 from credential_issuer.settings import DEFAULT_AUDIENCE
 from interference.signals import PodMetrics
 from interference_cli.redis_process import free_port
@@ -469,11 +474,18 @@ def extender_scheduler_calls(tmp_path_factory: pytest.TempPathFactory) -> set[Pe
 
 
 def exercise_issuer(emulator: EmulatorThread) -> None:
-    """The credential issuer's reviewer: one TokenReview (the emulator's answer does not
-    matter, only the request it made)."""
-    reviewer = KubernetesTokenReviewer(api_client(emulator.url), DEFAULT_AUDIENCE, 5.0)
+    """The credential issuer's reviewer and pod binding: one TokenReview, one read of the
+    token's pod and of its Node (the emulator's answers do not matter, only the requests
+    made)."""
+    kubernetes = api_client(emulator.url)
+    reviewer = KubernetesTokenReviewer(kubernetes, DEFAULT_AUDIENCE, 5.0)
     with contextlib.suppress(TokenRejected, ReviewUnavailable):
         reviewer.review("a-projected-token")
+    agent = emulator.put("pods", pod("agent-x", "interference-agent", node="gpu-node-1"))
+    answer = KubernetesPodBinding(kubernetes, 5.0).check(
+        "interference-agent", "agent-x", agent["metadata"]["uid"], "gpu-node-1"
+    )
+    assert answer[0] == "unknown_node"  # the pod read and matched, then the Node read
 
 
 @pytest.fixture(scope="module")
@@ -481,13 +493,18 @@ def issuer_calls() -> set[Permission]:
     with running_emulator() as server:
         exercise_issuer(server)
         calls = used_permissions(server)
-    assert calls == {Permission("authentication.k8s.io", "tokenreviews", "create", "*")}
+    assert calls == {
+        Permission("authentication.k8s.io", "tokenreviews", "create", "*"),
+        Permission("", "pods", "get", "interference-agent"),
+        Permission("", "nodes", "get", "*"),
+    }
     return calls
 
 
 @pytest.mark.parametrize("name", sorted(kustomizations()))
 def test_issuer_rbac_is_exactly_what_it_calls(name: str, issuer_calls: set[Permission]) -> None:
-    """TokenReviews only: not system:auth-delegator, which adds SubjectAccessReviews."""
+    """TokenReviews, the agents' pods and Nodes by name: not system:auth-delegator, which
+    adds SubjectAccessReviews."""
     granted = granted_permissions(
         render(kustomizations()[name]), "Deployment", "interference-credentials"
     )

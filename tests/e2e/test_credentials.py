@@ -7,8 +7,9 @@ ServiceAccount from the TokenRequest API — what the DaemonSet's projected volu
 Node A's credentials write A's keys with the agent's real publisher, and every attempt on
 node B's data (write, delete, trim, expire, rename, the rankings, B's pods) is refused by
 Redis with NOPERM and counted in its ACL LOG, B's data untouched. Tokens of another
-ServiceAccount, for another audience, not bound to a pod on a node, or of a deleted pod get
-401/403 and create no user. The real agent process enrols, and enrols again after Redis
+ServiceAccount, for another audience, not bound to a pod on a node, bound to a Node object
+alone, of a pod on a node that does not exist, or of a deleted pod get 401/403 and create
+no user. The real agent process enrols, and enrols again after Redis
 lost its users (ACL DELUSER, then a restart)."""
 
 from __future__ import annotations
@@ -158,14 +159,17 @@ def token(
     pod: dict[str, Any] | None,
     audience: str = AUDIENCE,
     seconds: int = 3600,
+    bound: dict[str, Any] | None = None,
 ) -> str:
     """A TokenRequest token of ``service_account``, bound to ``pod`` when given (what the
-    kubelet puts in a projected volume)."""
+    kubelet puts in a projected volume), or to the object ``bound`` (a Node)."""
     spec: dict[str, Any] = {"audiences": [audience], "expirationSeconds": seconds}
-    if pod is not None:
-        meta = pod["metadata"]
+    target = pod if pod is not None else bound
+    if target is not None:
+        meta = target["metadata"]
         spec["boundObjectRef"] = {
-            "kind": "Pod", "apiVersion": "v1", "name": meta["name"], "uid": meta["uid"]
+            "kind": target.get("kind", "Pod"), "apiVersion": "v1", "name": meta["name"],
+            "uid": meta["uid"],
         }  # fmt: skip
     answer = plane.request(
         "POST",
@@ -365,6 +369,8 @@ def _denied(admin: redis.Redis[str]) -> int | None:
         ("the agent's token bound to no pod", 403, "no_node_claim"),
         ("the agent's token of a pod on no node", 403, "no_node_claim"),
         ("the agent's token of a deleted pod", 401, "unauthenticated"),
+        ("the agent's token bound to a Node object, no pod", 403, "no_pod_claim"),
+        ("the agent's token of a pod on a node that does not exist", 403, "unknown_node"),
         ("a token whose claims were altered", 401, "unauthenticated"),
         ("no token", 401, "no_token"),
     ],
@@ -389,6 +395,12 @@ def test_tokens_that_do_not_name_an_agents_node_get_nothing(
         presented = token(control_plane, AGENT_SA, nodes[NODE_A], audience="kubernetes")
     elif case.endswith("bound to no pod"):
         presented = token(control_plane, AGENT_SA, None)
+    elif case.endswith("Node object, no pod"):
+        node = kube.request("GET", f"/api/v1/nodes/{NODE_A}", None)
+        presented = token(control_plane, AGENT_SA, None, bound=node)
+    elif case.endswith("node that does not exist"):
+        pod = create_pod(kube, created, f"ghost-{suffix}", AGENT_SA, "cred-no-such-node")
+        presented = token(control_plane, AGENT_SA, pod)
     elif case.endswith("on no node"):
         pod = create_pod(kube, created, f"pending-{suffix}", AGENT_SA)
         presented = token(control_plane, AGENT_SA, pod)
