@@ -356,7 +356,10 @@ class ConfigReload:
 
     def _publish_verdict(self, verdict: str, bad: ConfigFile) -> None:
         good = self.watcher.last_good
-        published = PublishedVerdict(bad.live, verdict, good.live, good.text, bad.sha256)
+        # Lease readers are not the file's readers: a URL's password stays out (the
+        # restart-only redis section is all it can sit in, so the live digest holds).
+        text = mask_credentials(good.text)
+        published = PublishedVerdict(bad.live, verdict, good.live, text, bad.sha256)
         self._publish(published.encode())
 
     def _follow(self) -> Verdict | None:

@@ -449,3 +449,22 @@ def test_a_replica_started_with_a_rolled_back_file_serves_the_leaders_good_one(
     assert [interference_args(c.engine).stale_policy for c in restarted.applied] == ["neutral"]
     assert watcher.rejected is not None and watcher.file_rejected
     assert restarted.reload.tick().verdict is Verdict.IDLE  # once
+
+
+def test_the_published_good_file_keeps_no_password(tmp_path: Path) -> None:
+    secret = "redis: {url: 'redis://scheduler:s3cret@redis:6379/0'}\n"
+    leader, _ = replicas(tmp_path, secret + stale_policy_yaml("neutral", FAST_GUARD))
+    rewrite(leader.path, "http: {port: 9001}\n" + secret + stale_policy_yaml("reject", FAST_GUARD))
+    leader.reload.watcher.check()
+    assert Verdict.ROLL_BACK in leader.run_for(40, total=10, pending=10)
+    published = json.loads(leader.lease["verdict"])
+    assert "s3cret" not in leader.lease["verdict"]
+    assert "redis://scheduler:***@redis:6379/0" in published["good_text"]
+    restarted = Harness(
+        tmp_path,
+        "http: {port: 9003}\n" + secret + stale_policy_yaml("reject", FAST_GUARD),
+        leading=False,
+        lease=leader.lease,
+        name="restarted.yaml",
+    )
+    assert restarted.reload.tick().verdict is Verdict.ROLL_BACK  # the live sections agree
