@@ -11,10 +11,11 @@ A running pod that declares an interference tolerance (``interference.io/max-run
 has held at every look for ``sustained_for_s`` (:class:`BreachTracker`; a look without
 usable signals — no fresh pod row, a stale or degraded node — ends the streak: unknown is
 never a breach), the run-queue part also in each look's own rows (the rows that came since
-the previous look, :attr:`OwnWindow.recent_runq_p99_us`), so one burst staying inside the
-window's merged p99 is no streak. The rows are the evidence the signal reader would accept
-(:mod:`scheduler.evidence`). A victim is moved only when, in this order (:func:`eligible`, then
-:func:`hold_reason` and :class:`EvictionLedger`):
+the previous look, :attr:`OwnWindow.recent_runq_p99_us`) and the reclaim part in the node's
+shorter window (:data:`RECENT_WINDOW`), so one burst staying inside the window is no
+streak. The rows are the evidence the signal reader would accept (:mod:`scheduler.evidence`).
+A victim is moved only when, in this order (:func:`eligible`, then :func:`hold_reason` and
+:class:`EvictionLedger`):
 
 1. it is movable at all: its namespace is not ``kube-system`` nor in ``never_namespaces``,
    it does not opt out (``interference.io/rebalance: "false"``), this scheduler places its
@@ -57,6 +58,9 @@ RebalanceMode = Literal["off", "dry_run", "enforce"]
 REBALANCE_MODES: tuple[RebalanceMode, ...] = ("off", "dry_run", "enforce")
 RebalanceWindow = Literal["10s", "60s"]
 WINDOW_SECONDS: dict[str, float] = {"10s": 10.0, "60s": 60.0}
+RECENT_WINDOW: dict[str, str] = {"10s": "latest", "60s": "10s"}
+"""The node's window a look's own interval reads for the reclaim stall (the record's windows
+are the latest interval, 10 s and 60 s): the breach must hold there too."""
 ALWAYS_SPARED_NAMESPACE = "kube-system"
 """Never rebalanced, whatever ``never_namespaces`` says."""
 
@@ -252,12 +256,17 @@ class Breach:
 
 
 def breach(
-    pod: PodInfo, own: OwnWindow | None, node_reclaim_ms_per_s: float | None
+    pod: PodInfo,
+    own: OwnWindow | None,
+    node_reclaim_ms_per_s: float | None,
+    node_recent_reclaim_ms_per_s: float | None = None,
 ) -> Breach | None:
     """What of ``pod``'s tolerance its window breaks now, ``None`` when nothing known does.
 
     ``own`` is ``None`` without fresh rows of the pod; ``node_reclaim_ms_per_s`` is
-    ``None`` when the node's signals are not usable.
+    ``None`` when the node's signals are not usable. Each part must break the tolerance
+    over the window and in the look's own interval (``own.recent_runq_p99_us``,
+    ``node_recent_reclaim_ms_per_s``: :data:`RECENT_WINDOW`), when that is known.
     """
     tolerance = pod.tolerance
     if tolerance is None:
@@ -278,7 +287,13 @@ def breach(
         last = "" if recent is None else f" ({recent:.0f} µs since the last look)"
         parts.append(f"its run-queue p99 {own.runq_p99_us:.0f} µs{last} > tolerance {bound:g} µs")
     bound = tolerance.max_reclaim_stall_ms_per_s
-    if bound is not None and node_reclaim_ms_per_s is not None and node_reclaim_ms_per_s > bound:
+    recent_reclaim = node_recent_reclaim_ms_per_s
+    if (
+        bound is not None
+        and node_reclaim_ms_per_s is not None
+        and node_reclaim_ms_per_s > bound
+        and (recent_reclaim is None or recent_reclaim > bound)
+    ):
         reclaim = True
         severity = max(severity, _ratio(node_reclaim_ms_per_s, bound))
         parts.append(

@@ -69,6 +69,7 @@ from scheduler.rebalance import (
     NO_BETTER_NODE,
     NODE_LIMIT,
     OWN_LIMIT,
+    RECENT_WINDOW,
     RETRY_LATER,
     Breach,
     BreachTracker,
@@ -331,6 +332,7 @@ class Rebalancer:
             if readable:
                 table.set_signals(self._signals.snapshot())
             reclaim_mean = table.windows[settings.window].reclaim_mean
+            recent_reclaim = table.windows[RECENT_WINDOW[settings.window]].reclaim_mean
             fresh_for = stale_after_s(1.0) + settings.interval_s
             for pod in pods:
                 history = self._histories.get(pod.uid)
@@ -343,7 +345,8 @@ class Rebalancer:
                     else history.window(now, settings.window_s, fresh_for)
                 )
                 reclaim = float(reclaim_mean[row]) if fresh and row is not None else None
-                found = breach(pod, own, reclaim)
+                recent = float(recent_reclaim[row]) if fresh and row is not None else None
+                found = breach(pod, own, reclaim, recent)
                 lasted = self._streaks.note(pod.uid, found is not None, now)
                 if self._outcomes.judge(
                     pod,

@@ -132,3 +132,25 @@ def test_the_severity_of_a_breach_is_measured_over_tolerance(
     pod = tolerant(tolerance)
     found = breach(pod, OwnWindow(10, p99, 400.0, 0.0, recent_runq_p99_us=p99), None)
     assert found is not None and found.severity == severity
+
+
+@pytest.mark.parametrize(
+    ("window", "recent", "breaks"),
+    [
+        (9.0, 9.0, True),
+        (9.0, None, True),  # the look's interval not known apart from the window
+        (9.0, 1.0, False),  # a burst the window still holds: the look's own interval is quiet
+        (1.0, 9.0, False),  # a spike the window does not confirm
+    ],
+)
+def test_a_reclaim_breach_holds_over_the_window_and_the_looks_interval(
+    window: float, recent: float | None, breaks: bool
+) -> None:
+    annotations = {"interference.io/max-reclaim-stall-ms-per-s": "2"}
+    pod = parse_pod(
+        pod_object("web-1", namespace="shop", node_name="node-a", annotations=annotations)
+    )
+    found = breach(pod, None, window, recent)
+    assert (found is not None) == breaks
+    if found is not None:
+        assert found.reclaim and found.severity == 4.5
