@@ -346,6 +346,7 @@ class ClusterCache:
         """Count the pod on ``node`` now, before the bind is confirmed."""
         with self.lock:
             self._pending.pop(pod.key, None)
+            self._drop_nomination(pod.key)
             self._place(pod, node)
             self._assumed[pod.key] = node
 

@@ -49,11 +49,12 @@ the room holds and the preemption algorithm are modules of their own.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -76,7 +77,7 @@ from scheduler.messages import (
     refused_message,
     scheduled_message,
 )
-from scheduler.nominated import RoomHolds, held_room
+from scheduler.nominated import TableRoom
 from scheduler.plugins.base import Code, CycleState, Filter, FilterResult, PodRejection
 from scheduler.plugins.gpu_packing import NAME as GPU_PACKING
 from scheduler.plugins.gpu_packing import GpuPackingArgs
@@ -260,19 +261,31 @@ class SchedulingCycle:
         standalone loop) nominated pods hold their room and the PostFilter runs."""
         profile = self.profile_for(signals_readable)
         blind = profile is not self.profile
-        result = self._decide(
-            pod, table, now, profile, candidates, relax_interference, recorder, preemption
-        )
-        waited: float | None = None
-        if relax_interference:
-            pass
-        elif result.node is not None or not result.blocked_only_by_interference:
-            self.relax.forget(pod.key)
-        elif (due := self._relax_due(pod.key, now)) is not None:
-            relaxed = self._decide(pod, table, now, profile, candidates, True, recorder, preemption)
-            if relaxed.node is not None:
+        with contextlib.ExitStack() as stack:
+            room = None
+            if preemption is not None:
+                room = preemption.room
+                if room is None:  # a room for this decision only
+                    room = TableRoom(table)
+                    room.sync(preemption.holds)
+                    stack.callback(room.clear)
+                if not stack.enter_context(room.counting_for(pod, preemption.holds)):
+                    room = None  # no held pod counts against this one
+            result = self._decide(
+                pod, table, now, profile, candidates, relax_interference, recorder, preemption, room
+            )
+            waited: float | None = None
+            if relax_interference:
+                pass
+            elif result.node is not None or not result.blocked_only_by_interference:
                 self.relax.forget(pod.key)
-                result, waited = relaxed, due
+            elif (due := self._relax_due(pod.key, now)) is not None:
+                relaxed = self._decide(
+                    pod, table, now, profile, candidates, True, recorder, preemption, room
+                )
+                if relaxed.node is not None:
+                    self.relax.forget(pod.key)
+                    result, waited = relaxed, due
         if not blind and waited is None:
             return result
         return dataclasses.replace(result, blind=blind, relaxed_after_s=waited)
@@ -334,19 +347,16 @@ class SchedulingCycle:
         return _scores(profile, state, table.everyone(), recorder)
 
     def fits_for(
-        self,
-        pod: PodInfo,
-        table: NodeTable,
-        now: float,
-        holds: RoomHolds | None = None,
-        *,
-        signals_readable: bool = True,
-    ) -> Fits:
-        """The preemption dry run's check (:data:`scheduler.preemption.Fits`): whether
-        ``pod`` passes every filter of the profile on one node as the table is now."""
+        self, pod: PodInfo, table: NodeTable, now: float, *, signals_readable: bool = True
+    ) -> tuple[Fits, bool]:
+        """The preemption dry run's check (:data:`scheduler.preemption.Fits`) for ``pod``
+        as the table is now, and whether it may check many nodes at once (every filter
+        with anything to check judges a node by its own pods alone)."""
         profile = self.profile_for(signals_readable)
         state = self._state(pod, table, now, profile)
-        return self._fits(profile, state, False, holds or RoomHolds(), {})
+        self._filters(profile, state, None, False)
+        batch = _node_local(profile, state)
+        return self._fits(profile, state, False, None, {}, batch), batch
 
     # ---- internals ---------------------------------------------------------------------
 
@@ -366,6 +376,7 @@ class SchedulingCycle:
         relax: bool,
         recorder: StageRecorder | None = None,
         preemption: PreemptionInputs | None = None,
+        room: TableRoom | None = None,
     ) -> CycleResult:
         if len(table) == 0:
             return CycleResult(None, [], NO_NODES, False, pod.unsupported, 0)
@@ -389,7 +400,7 @@ class SchedulingCycle:
                 return CycleResult(None, [], message, False, (), 0, {}, frozenset({plugin}))
         stamps: list[int] | None = [] if recorder is not None else None
         holds = None if preemption is None else preemption.holds
-        filtered, state = self._filters_held(profile, state, candidates, relax, stamps, holds)
+        filtered, state = self._filters_held(profile, state, candidates, relax, stamps, room)
         passed = filtered.passed
         static = filtered.static
         feasible = int(np.count_nonzero(passed))
@@ -434,7 +445,7 @@ class SchedulingCycle:
             outcome = None
             if preemption is not None and self.settings.preemption.enabled:
                 outcome = self._post_filter(
-                    profile, state, candidates, relax, filtered, considered, preemption
+                    profile, state, candidates, relax, filtered, considered, preemption, room
                 )
                 if outcome is not None and outcome.message:
                     message += " " + outcome.message
@@ -487,29 +498,28 @@ class SchedulingCycle:
         candidates: NDArray[np.bool_] | None,
         relax: bool,
         stamps: list[int] | None,
-        holds: RoomHolds | None,
+        room: TableRoom | None,
+        second_pass: bool = True,
     ) -> tuple[_Filtered, CycleState]:
-        """:meth:`_filters` with the room held for nominated pods of at least the pod's
-        priority, and again without it: a node passes only if it passes both (kube's
-        ``RunFilterPluginsWithNominatedPods``). The reasons are those with the room held;
-        the state returned is the one to score with (without it)."""
-        against = holds.against(state.pod) if holds else []
-        if not against:
-            return self._filters(profile, state, candidates, relax, stamps), state
-        with held_room(state.table, against) as placed:
-            first = self._filters(profile, state, candidates, relax, stamps)
-            for _, result in first.dynamic:
-                result.reason_columns()  # the reasons while the room is held
-        if not placed:
+        """:meth:`_filters` with the held room that counts against the pod on the table
+        (``room``), and, unless every filter with anything to check judges a node by its
+        own pods (then taking pods away cannot fail a node), again without it: a node
+        passes only if it passes both (kube's ``RunFilterPluginsWithNominatedPods``). The
+        reasons are those with the room held."""
+        first = self._filters(profile, state, candidates, relax, stamps)
+        if room is None or not second_pass or _node_local(profile, state):
             return first, state
-        bare = self._state(state.pod, state.table, state.now, profile)
-        second = self._filters(profile, bare, candidates, relax)
+        for _, result in first.dynamic:
+            result.reason_columns()  # the reasons while the room is held
+        with room.without():
+            bare = self._state(state.pod, state.table, state.now, profile)
+            second = self._filters(profile, bare, candidates, relax)
         both = dataclasses.replace(
             first,
             passed=first.passed & second.passed,
             without_relaxable=first.without_relaxable & second.without_relaxable,
         )
-        return both, bare
+        return both, state
 
     def _post_filter(
         self,
@@ -520,6 +530,7 @@ class SchedulingCycle:
         filtered: _Filtered,
         considered: int,
         inputs: PreemptionInputs,
+        room: TableRoom | None,
     ) -> PreemptionOutcome | None:
         """DefaultPreemption (:mod:`scheduler.preemption`) after no node passed; ``None``
         when no placed pod has a lower priority than the pod (no one to preempt: the
@@ -537,33 +548,55 @@ class SchedulingCycle:
         why_not = eligible(pod, table, inputs, lambda row: not potential[row])
         if why_not is not None:
             return not_eligible(why_not)
-        fits = self._fits(profile, state, relax, inputs.holds, forced)
-        return preempt(pod, table, potential, fits, inputs, args, self._random, considered, forced)
+        batch = _node_local(profile, state)
+        light = batch and _resources_only(profile, state)
+        fits = self._fits(profile, state, relax, room, forced, batch)
+        return preempt(
+            pod,
+            table,
+            potential,
+            fits,
+            inputs,
+            args,
+            self._random,
+            considered,
+            forced,
+            batch,
+            light,
+        )
 
     def _fits(
         self,
         profile: ResolvedProfile,
         state: CycleState,
         relax: bool,
-        holds: RoomHolds,
-        loose: dict[int, frozenset[str]],
+        room: TableRoom | None,
+        loose: Mapping[int, Collection[str]],
+        batch: bool,
     ) -> Fits:
-        """Whether the pod passes every filter on one node as the table is now (the
-        preemption dry run's check), its first failing reason when not; on the ``loose``
-        nodes (the opt-in antagonist rule) without the relaxable filters."""
+        """The preemption dry run's check: the nodes of ``rows`` where the pod does not pass
+        every filter as the table is now, with the reasons of the first failing one (the
+        held room that counts against the pod is on the table); the ``loose`` nodes (the
+        opt-in antagonist rule) are judged without the relaxable filters. One row at a
+        time unless ``batch``."""
         pod, table, now = state.pod, state.table, state.now
 
-        def fits(row: int) -> tuple[str, ...]:
-            only = np.zeros(len(table), dtype=np.bool_)
-            only[row] = True
-            fresh = self._state(pod, table, now, profile)
-            found, _ = self._filters_held(profile, fresh, only, relax or row in loose, None, holds)
-            if found.passed[row]:
-                return ()
-            for plugin, result in found.static.checked + found.dynamic:
-                if not result.passed[row]:
-                    return _reasons_at(result, row) or (plugin.name,)
-            return ("node(s) had no room left by the nominated pods",)
+        def fits(rows: Sequence[int]) -> dict[int, tuple[str, ...]]:
+            failing: dict[int, tuple[str, ...]] = {}
+            for relaxed in (False, True):
+                group = [row for row in rows if (relax or row in loose) is relaxed]
+                if not group:
+                    continue
+                only = np.zeros(len(table), dtype=np.bool_)
+                only[group] = True
+                fresh = self._state(pod, table, now, profile)
+                found, _ = self._filters_held(
+                    profile, fresh, only, relaxed, None, room, second_pass=not batch
+                )
+                for row in group:
+                    if not found.passed[row]:
+                        failing[row] = _first_reasons(found, row)
+            return failing
 
         return fits
 
@@ -711,6 +744,55 @@ def unresolvable(plugin: Filter, reasons: Iterable[str]) -> bool:
     """Whether a node rejected by ``plugin`` for ``reasons`` stays rejected whatever is
     evicted (any of its reasons is ``UnschedulableAndUnresolvable``, as kube-scheduler)."""
     return any(plugin.code(reason) is Code.UNSCHEDULABLE_AND_UNRESOLVABLE for reason in reasons)
+
+
+NODE_LOCAL = frozenset(
+    {
+        "NodeReady",
+        "NodeUnschedulable",
+        "TaintToleration",
+        "NodeAffinity",
+        "NodePorts",
+        "NodeResourcesFit",
+        "Interference",
+        "RebalancedAway",
+    }
+)
+"""Filters that judge a node by the node and its own pods alone: the preemption dry run
+may change many nodes at once and check them together."""
+
+
+def _node_local(profile: ResolvedProfile, state: CycleState) -> bool:
+    """Whether every filter with anything to check for this pod is in :data:`NODE_LOCAL`
+    (spread, pod affinity and volume claims look across nodes: one node at a time)."""
+    filtered = state.filtered
+    return all(
+        plugin.name in NODE_LOCAL or filtered.get(plugin.name) is None for plugin in profile.filters
+    )
+
+
+PLACED_PODS_READ = frozenset(
+    {"NodePorts", "NodeResourcesFit", "VolumeBinding", "PodTopologySpread", "InterPodAffinity"}
+)
+"""Filters that read the placed pods themselves (not only the resources they request):
+with anything to check, the dry run moves pods on the table for real."""
+
+
+def _resources_only(profile: ResolvedProfile, state: CycleState) -> bool:
+    """Whether NodeResourcesFit is the only filter with anything to check that reads the
+    placed pods (then the dry run only moves their requests: NodeTable.shift_load)."""
+    filtered = state.filtered
+    return all(
+        name == "NodeResourcesFit" or filtered.get(name) is None for name in PLACED_PODS_READ
+    )
+
+
+def _first_reasons(found: _Filtered, row: int) -> tuple[str, ...]:
+    """The reasons of the first filter that rejected node ``row``."""
+    for plugin, result in found.static.checked + found.dynamic:
+        if not result.passed[row]:
+            return _reasons_at(result, row) or (plugin.name,)
+    return ("node(s) had no room left by the nominated pods",)
 
 
 def _reasons_at(result: FilterResult, row: int) -> tuple[str, ...]:

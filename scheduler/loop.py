@@ -49,6 +49,7 @@ from scheduler.cache import ClusterCache, UnparseablePod
 from scheduler.cycle import CycleResult, SchedulingCycle
 from scheduler.messages import relaxed_message, scheduled_message, unparseable_message
 from scheduler.metrics import SchedulerMetrics
+from scheduler.nominated import TableRoom
 from scheduler.ports import (
     Cluster,
     ClusterError,
@@ -181,6 +182,8 @@ class SchedulingLoop:
             clock=clock,
         )
         self._cycle.register_indexes(self.cache.table)
+        self._room = TableRoom(self.cache.table)
+        """The held room, kept placed on the table between decisions (scheduler.nominated)."""
         self._binder = Binder(
             cluster, leading, self._on_bind_outcome, metrics, loop_settings.bind_workers
         )
@@ -417,12 +420,14 @@ class SchedulingLoop:
         if self._preemptor is None:
             return None
         cache = self.cache
+        self._room.sync(cache.holds)
         return PreemptionInputs(
-            cache.holds,
-            cache.disruption_budgets(),
-            cache.start_time,
-            cache.preempted,
-            self._antagonists,
+            holds=cache.holds,
+            room=self._room,
+            budgets=cache.disruption_budgets(),
+            start_time=cache.start_time,
+            preempted=cache.preempted,
+            antagonists=self._antagonists,
         )
 
     def _preempting(self, pod: PodInfo, result: CycleResult) -> Callable[[], None] | None:
@@ -441,7 +446,11 @@ class SchedulingLoop:
             if outcome.clear_nomination and holds.release(pod.key) is not None:
                 return lambda: _quietly(preemptor.nominate, ref, "")
             return None
-        lower = [p for p in holds.on_node(node) if p.priority < pod.priority]
+        lower = [  # nominated pods (not other reservations) of lower priority there
+            p
+            for p in holds.on_node(node)
+            if p.priority < pod.priority and self.cache.pending_pod(p.key) is not None
+        ]
         for other in lower:  # they may no longer fit there; they look again
             holds.release(other.key)
             self.queue.requeue(other.key)

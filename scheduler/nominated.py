@@ -49,6 +49,10 @@ class RoomHolds:
         """Stop holding room for pod ``key``; what was held, if anything."""
         return self._holds.pop(key, None)
 
+    def all(self) -> list[Hold]:
+        """Every hold."""
+        return list(self._holds.values())
+
     def node_of(self, key: str) -> str | None:
         hold = self._holds.get(key)
         return None if hold is None else hold.node
@@ -80,3 +84,72 @@ def held_room(table: NodeTable, holds: list[Hold]) -> Iterator[int]:
     finally:
         for pod in placed:
             table.remove_pod(pod)
+
+
+class TableRoom:
+    """Keeps the held room placed on a table between decisions, so a decision costs table
+    changes only for what changed since the last one and for the holds that do not count
+    against its pod (its own, lower priorities): with hundreds of preemptors waiting for
+    their victims, placing every hold anew for every decision would dominate it.
+
+    A held pod is placed without a load stamp; preemption never picks it as a victim. A
+    pod the table has placed for real (bound or assumed) is never touched: placing it
+    replaced the held one.
+    """
+
+    def __init__(self, table: NodeTable) -> None:
+        self.table = table
+        self._placed: dict[str, Hold] = {}
+
+    def sync(self, holds: RoomHolds) -> None:
+        """Make the table hold exactly ``holds`` (O(holds), table changes only for the
+        holds that changed)."""
+        wanted = {hold.pod.key: hold for hold in holds.all()}
+        for key, placed in list(self._placed.items()):
+            if wanted.get(key) != placed:
+                self._take_off(key)
+        for key, hold in wanted.items():
+            if key not in self._placed:
+                self._put_on(hold)
+
+    def clear(self) -> None:
+        """Take every held pod off the table."""
+        for key in list(self._placed):
+            self._take_off(key)
+
+    @contextmanager
+    def counting_for(self, pod: PodInfo, holds: RoomHolds) -> Iterator[int]:
+        """For one decision of ``pod``: only the holds that count against it stay on the
+        table (:meth:`RoomHolds.against`); yields how many do."""
+        counting = {hold.pod.key for hold in holds.against(pod)}
+        off = [hold for key, hold in self._placed.items() if key not in counting]
+        for hold in off:
+            self._take_off(hold.pod.key)
+        try:
+            yield len(self._placed)
+        finally:
+            for hold in off:
+                self._put_on(hold)
+
+    @contextmanager
+    def without(self) -> Iterator[None]:
+        """Every held pod off the table for the duration (kube's second filter pass)."""
+        off = list(self._placed.values())
+        for hold in off:
+            self._take_off(hold.pod.key)
+        try:
+            yield
+        finally:
+            for hold in off:
+                self._put_on(hold)
+
+    def _put_on(self, hold: Hold) -> None:
+        table = self.table
+        if table.node_of(hold.pod.key) is None and table.index_of(hold.node) is not None:
+            table.add_pod(hold.pod, hold.node, -float("inf"))
+            self._placed[hold.pod.key] = hold
+
+    def _take_off(self, key: str) -> None:
+        hold = self._placed.pop(key)
+        if self.table.pods_on_node(hold.node).get(key) is hold.pod:
+            self.table.remove_pod(hold.pod)

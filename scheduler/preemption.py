@@ -48,8 +48,10 @@ from interference_infra.strict import SettingsError
 from scheduler.api.budgets import DisruptionBudgetInfo
 from scheduler.api.objects import PREEMPT_NEVER, PodInfo
 from scheduler.messages import failed_scheduling_message
-from scheduler.nominated import RoomHolds
+from scheduler.nominated import RoomHolds, TableRoom
 from scheduler.plugins.base import Code, Filter, FilterResult
+from scheduler.plugins.node_resources_fit import TOO_MANY_PODS, insufficient_reason
+from scheduler.quantity import PODS
 from scheduler.table import NodeTable
 
 NO_VICTIMS = "No preemption victims found for incoming pod"
@@ -65,9 +67,9 @@ _PRIORITY_OFFSET = 2**31
 """Added to each victim's priority in the sum (kube's ``MaxInt32 + 1``), so a node with a
 few victims of negative priority does not beat one with fewer of the same priority."""
 
-Fits = Callable[[int], tuple[str, ...]]
-"""Node row → ``()`` when the pod passes every filter there as the table is now, else
-the reasons of its first failing filter."""
+Fits = Callable[[Sequence[int]], dict[int, tuple[str, ...]]]
+"""Node rows → the reasons of the first failing filter of each of them where the pod does
+not pass every filter as the table is now (the rows it passes are left out)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +114,9 @@ class PreemptionInputs:
 
     holds: RoomHolds = field(default_factory=RoomHolds)
     """Nominated pods' room (the pod's own nomination included)."""
+    room: TableRoom | None = None
+    """``holds`` kept placed on the table between decisions (synced by the caller);
+    ``None``: placed for the decision only."""
     budgets: Sequence[DisruptionBudgetInfo] = ()
     start_time: Callable[[PodInfo], float] = lambda pod: pod.created_at
     """When a placed pod started (``status.startTime``; kube counts one without as now)."""
@@ -221,51 +226,133 @@ def split_by_budget(
 def select_victims(
     pod: PodInfo,
     table: NodeTable,
-    row: int,
+    rows: Sequence[int],
     fits: Fits,
     inputs: PreemptionInputs,
-    forced: Collection[str] = (),
-) -> Victims | tuple[str, ...]:
-    """The fewest pods of lower priority to evict from node ``row`` for ``pod`` to pass
+    forced: Mapping[int, Collection[str]],
+    light: bool = False,
+) -> dict[int, Victims | tuple[str, ...]]:
+    """Per node of ``rows``: the fewest pods of lower priority to evict for ``pod`` to pass
     every filter there, or why there are none (the reasons of the failing filter with
-    every such pod removed, or :data:`NO_VICTIMS`). Pods keyed in ``forced`` are victims
-    whatever fits (the antagonists of the opt-in rule)."""
-    node = table.names[row]
-    potential = [p for p in table.pods_on_node(node).values() if p.priority < pod.priority]
-    if not potential:
-        return (NO_VICTIMS,)
-    stamps = {p.key: table.load_stamp(p.key) for p in potential}
-    for victim in potential:
-        table.remove_pod(victim)
-    removed = {p.key: p for p in potential}
+    every such pod removed, or :data:`NO_VICTIMS`). Pods keyed in ``forced[row]`` are
+    victims whatever fits (the antagonists of the opt-in rule).
+
+    Every node of ``rows`` is changed at once and checked with one ``fits`` call per step
+    (remove, then the k-th pod of each node put back): exact when each node's verdict
+    depends only on its own pods, which the caller ensures by passing one row otherwise.
+    ``light`` takes pods away from the resource columns only
+    (:meth:`~scheduler.table.NodeTable.shift_load`), for a pod whose filters read nothing
+    else of the placed pods.
+    """
+    found: dict[int, Victims | tuple[str, ...]] = {}
+    removed: dict[int, dict[str, PodInfo]] = {}
+    stamps: dict[str, float] = {}
+
+    def take(row: int, victim: PodInfo) -> None:
+        if light:
+            table.shift_load(row, (victim,), -1)
+        else:
+            table.remove_pod(victim)
+
+    def put(row: int, victim: PodInfo) -> None:
+        if light:
+            table.shift_load(row, (victim,), 1)
+        else:
+            table.add_pod(victim, table.names[row], stamps[victim.key])
+
     try:
-        failure = fits(row)
-        if failure:
-            return failure
-        ordered = more_important_first(potential, inputs.start_time)
-        violating, fine = split_by_budget(ordered, inputs.budgets)
-        victims: list[PodInfo] = []
-        violations = 0
-        for group, counts in ((violating, True), (fine, False)):
-            for candidate in group:
-                if candidate.key in forced:
-                    victims.append(candidate)
-                    violations += counts
-                    continue
-                table.add_pod(candidate, node, stamps[candidate.key])
-                del removed[candidate.key]
-                if not fits(row):
-                    continue
-                table.remove_pod(candidate)
-                removed[candidate.key] = candidate
-                victims.append(candidate)
-                violations += counts
-        if violating and fine:
-            victims = more_important_first(victims, inputs.start_time)
-        return Victims(node, tuple(victims), violations)
+        for row in rows:
+            lower = [  # a held pod (on the table for its room) is never a victim
+                p
+                for p in table.pods_on_node(table.names[row]).values()
+                if p.priority < pod.priority and inputs.holds.node_of(p.key) is None
+            ]
+            if not lower:
+                found[row] = (NO_VICTIMS,)
+                continue
+            short = resources_short(pod, table, row, lower)
+            if short:  # the real filter would say so too: no need to move pods to see it
+                found[row] = short
+                continue
+            removed[row] = {victim.key: victim for victim in lower}
+            if light:
+                table.shift_load(row, lower, -1)
+                continue
+            for victim in lower:
+                stamps[victim.key] = table.load_stamp(victim.key)
+                table.remove_pod(victim)
+        failures = fits(list(removed)) if removed else {}
+        queues: dict[int, list[tuple[PodInfo, bool]]] = {}
+        for row, pods in removed.items():
+            if row in failures:
+                found[row] = failures[row]
+                continue
+            violating, fine = split_by_budget(
+                more_important_first(pods.values(), inputs.start_time), inputs.budgets
+            )
+            queues[row] = [(p, True) for p in violating] + [(p, False) for p in fine]
+        victims: dict[int, list[tuple[PodInfo, bool]]] = {row: [] for row in queues}
+        step = 0
+        while True:
+            trying: dict[int, PodInfo] = {}
+            for row, queue in queues.items():
+                named = forced.get(row, ())
+                while step < len(queue) and queue[step][0].key in named:
+                    victims[row].append(queue.pop(step))  # forced: never put back
+                if step < len(queue):
+                    candidate = queue[step][0]
+                    put(row, candidate)
+                    del removed[row][candidate.key]
+                    trying[row] = candidate
+            if not trying:
+                break
+            failing = fits(list(trying))
+            for row, candidate in trying.items():
+                if row in failing:
+                    take(row, candidate)
+                    removed[row][candidate.key] = candidate
+                    victims[row].append((candidate, queues[row][step][1]))
+            step += 1
+        for row, chosen in victims.items():
+            pods_out = [p for p, _ in chosen]
+            if any(c for _, c in chosen) and not all(c for _, c in chosen):
+                pods_out = more_important_first(pods_out, inputs.start_time)
+            found[row] = Victims(table.names[row], tuple(pods_out), sum(c for _, c in chosen))
+        return found
     finally:
-        for victim in removed.values():
-            table.add_pod(victim, node, stamps[victim.key])
+        for row, pods in removed.items():
+            if light:
+                table.shift_load(row, pods.values(), 1)
+                continue
+            for victim in pods.values():
+                put(row, victim)
+
+
+def resources_short(
+    pod: PodInfo, table: NodeTable, row: int, lower: Sequence[PodInfo]
+) -> tuple[str, ...]:
+    """NodeResourcesFit's reasons on node ``row`` with every pod of ``lower`` gone, from
+    the table's columns alone (a necessary condition: the dry run checks the nodes that
+    meet it with every filter)::
+
+        short(r) = free[r, row] + Σ_{q ∈ lower} req[q, r] < req[r]   (pods: count, +1 needed)
+    """
+    free = table.free
+    reasons: list[str] = []
+    pods_row = table.resource_row(PODS)
+    if pods_row is not None and free[pods_row, row] + len(lower) < 1:
+        reasons.append(TOO_MANY_PODS)
+    for resource, amount in pod.requests.items():
+        if amount <= 0:
+            continue
+        resource_row = table.resource_row(resource)
+        if resource_row is None:
+            reasons.append(insufficient_reason(resource))
+            continue
+        room = free[resource_row, row] + sum(q.requests.get(resource, 0) for q in lower)
+        if room < amount:
+            reasons.append(insufficient_reason(resource))
+    return tuple(reasons)
 
 
 def pick_one_node(
@@ -337,11 +424,15 @@ def preempt(
     rng: random.Random,
     considered: int,
     forced: Mapping[int, Collection[str]] | None = None,
+    batch: bool = False,
+    light: bool = False,
 ) -> PreemptionOutcome:
     """The dry run over the ``potential`` nodes and the choice among its candidates
     (module docstring, steps 3 and 4); ``considered`` nodes were filtered (for the
     message). ``forced`` adds nodes (row → victims that must go) of the opt-in
-    antagonist rule."""
+    antagonist rule. With ``batch`` (every filter that has anything to check for the pod
+    judges a node by its own pods alone) the nodes are checked ``n`` at a time, in the
+    same order and with the same result as one by one."""
     forced = forced or {}
     rows = np.flatnonzero(potential).tolist()
     extra = [row for row in forced if not potential[row]]
@@ -350,27 +441,35 @@ def preempt(
         return _none(considered, {NOT_HELPFUL: considered})
     offset = rng.randrange(len(rows))
     wanted = candidate_count(len(rows), args)
+    order = [rows[(offset + i) % len(rows)] for i in range(len(rows))]
+    size = max(1, wanted) if batch else 1
     fine: list[Victims] = []
     violating: list[Victims] = []
     statuses: dict[str, int] = {}
     checked_rows = 0
-    for i in range(len(rows)):
-        row = rows[(offset + i) % len(rows)]
-        checked_rows += 1
-        found = select_victims(pod, table, row, fits, inputs, forced.get(row, ()))
-        if isinstance(found, tuple):
-            for reason in found:
-                statuses[reason] = statuses.get(reason, 0) + 1
-            continue
-        if not found.pods:
-            statuses[NO_VICTIMS] = statuses.get(NO_VICTIMS, 0) + 1
-            continue
-        if found.pdb_violations == 0:
-            if len(fine) < wanted:
-                fine.append(found)
-        elif len(violating) < wanted:
-            violating.append(found)
-        if fine and len(fine) + len(violating) >= wanted:
+    done = False
+    for first in range(0, len(order), size):
+        chunk = order[first : first + size]
+        results = select_victims(pod, table, chunk, fits, inputs, forced, light)
+        for row in chunk:
+            checked_rows += 1
+            found = results[row]
+            if isinstance(found, tuple):
+                for reason in found:
+                    statuses[reason] = statuses.get(reason, 0) + 1
+                continue
+            if not found.pods:
+                statuses[NO_VICTIMS] = statuses.get(NO_VICTIMS, 0) + 1
+                continue
+            if found.pdb_violations == 0:
+                if len(fine) < wanted:
+                    fine.append(found)
+            elif len(violating) < wanted:
+                violating.append(found)
+            if fine and len(fine) + len(violating) >= wanted:
+                done = True
+                break
+        if done:
             break
     candidates = fine + violating
     if not candidates:

@@ -293,6 +293,23 @@ class NodeTable:
         entry = None if placed is None else self._recent.get(placed.node, {}).get(key)
         return -float("inf") if entry is None else entry[0]
 
+    def shift_load(self, row: int, pods: Iterable[PodInfo], sign: int) -> None:
+        """Stop counting (``sign`` -1) or count again (+1) ``pods`` of node ``row`` in the
+        resource columns only: the preemption dry run's light way to take pods away and
+        put them back, for a pod whose filters read nothing else of the placed pods
+        (scheduler.preemption). The caller puts back exactly what it took."""
+        self.caches.note_load_change(row)
+        totals: dict[str, int] = {PODS: 0}
+        for pod in pods:
+            totals[PODS] += 1
+            for resource, amount in pod.requests.items():
+                totals[resource] = totals.get(resource, 0) + amount
+        rows = self._resource_rows
+        for resource, amount in totals.items():
+            r = rows[resource]
+            self._requested[r, row] += sign * amount
+            self._free[r, row] -= sign * amount
+
     def pods_on_node(self, name: str) -> Mapping[str, PodInfo]:
         """Pods placed on node ``name`` by key (read only)."""
         return self._pods_by_node.get(name, {})

@@ -493,8 +493,8 @@ def _dry_run(
     """Upstream's test calls ``DryRunPreemption`` on every node, whether or not the pod
     fits there; so does this, with the cycle's real filters."""
     every = table.everyone().copy()
-    fits = cycle.fits_for(pod, table, NOW, inputs.holds)
-    return preempt(pod, table, every, fits, inputs, args, cycle._random, len(table))
+    fits, batch = cycle.fits_for(pod, table, NOW)
+    return preempt(pod, table, every, fits, inputs, args, cycle._random, len(table), batch=batch)
 
 
 @pytest.mark.parametrize("case", DRY_RUN, ids=[c.name for c in DRY_RUN])

@@ -6,6 +6,7 @@ preemptor nominated and bound, nominated pods holding their room, re-nomination,
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -18,7 +19,7 @@ from scheduler.adapters.memory import node_object, pod_object
 from scheduler.api.objects import ANNOTATION_MAX_RUNQ_P99_US
 from scheduler.api.pods import parse_pod
 from scheduler.cycle import SchedulingCycle
-from scheduler.nominated import RoomHolds
+from scheduler.nominated import RoomHolds, TableRoom
 from scheduler.preemption import PreemptionArgs, PreemptionInputs
 from scheduler.settings import EngineSettings
 from tests.scheduler.profiles import interference_settings
@@ -322,3 +323,27 @@ def test_the_record_says_who_was_preempted_and_why_in_explain_and_the_page(
     page = render_decision_page(decision)
     assert '<p id="preemption" data-node="n1">' in page
     assert page.count("<li>default/low-") == 3
+
+
+def test_the_table_room_keeps_held_pods_placed_and_never_touches_a_real_placement() -> None:
+    table = table_of([node_obj("n1", cpu="4"), node_obj("n2", cpu="4")])
+    holds = RoomHolds()
+    high = parse_pod(pod_obj("high", requests={"cpu": "3"}, priority=HIGH))
+    low = parse_pod(pod_obj("low", requests={"cpu": "1"}, priority=LOW))
+    holds.hold(high, "n1")
+    holds.hold(low, "n2")
+    room = TableRoom(table)
+    room.sync(holds)
+    assert set(table.pods_on_node("n1")) == {"default/high"}
+    with room.counting_for(low, holds) as counting:  # its own hold does not count
+        assert counting == 1 and not table.pods_on_node("n2")
+    assert set(table.pods_on_node("n2")) == {"default/low"}
+    with room.counting_for(high, holds):  # lower priorities do not count against it
+        assert not table.pods_on_node("n1") and not table.pods_on_node("n2")
+    real = dataclasses.replace(high, node_name="n1")
+    table.add_pod(real, "n1", 0.0)  # bound: replaces the held pod on the table
+    holds.release(high.key)
+    room.sync(holds)
+    assert table.pods_on_node("n1") == {"default/high": real}
+    room.clear()
+    assert table.pods_on_node("n1") == {"default/high": real} and not table.pods_on_node("n2")
