@@ -46,6 +46,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -173,11 +174,38 @@ class Result:
     wall_s: float
     cpu_ms_per_pod: float
     rejected_writes: int
+    counters: dict[str, float]
+    """interference-scheduler's own counters at the end (attempts, preemptions)."""
+
+
+COUNTERS = (
+    "interference_scheduler_attempts_total",
+    "interference_scheduler_preemptions_total",
+    "interference_scheduler_preemption_victims_total",
+    "interference_scheduler_preemption_call_errors_total",
+)
+
+
+def scrape(port: int) -> dict[str, float]:
+    """Our scheduler's counters of :data:`COUNTERS`, summed over their labels ({} if none)."""
+    if not port:
+        return {}
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+            text = answer.read().decode()
+    except OSError:
+        return {}
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in COUNTERS:
+            found[name] = found.get(name, 0.0) + float(line.rpartition(" ")[2])
+    return found
 
 
 def run_round(
     plane: ControlPlane, api: Api, name: str, nodes: list[str], low_per_node: int, high: int,
-    argv: list[str], scheduler_name: str, log_path: Path, timeout_s: float,
+    argv: list[str], scheduler_name: str, log_path: Path, timeout_s: float, metrics_port: int = 0,
 ) -> Result:  # fmt: skip
     namespace = f"bench-{name}"
     api.call("POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})
@@ -193,6 +221,7 @@ def run_round(
         started = time.time()
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
     cpu = 0.0
+    counters: dict[str, float] = {}
     try:
         deadline = started + timeout_s
         while len(watch.bound) < high and time.time() < deadline and proc.poll() is None:
@@ -201,6 +230,7 @@ def run_round(
         if proc.poll() is None:
             cpu = cpu_seconds(proc.pid)
         time.sleep(1.0)  # the last victims' deletions reach the watch
+        counters = scrape(metrics_port)
     finally:
         terminate(proc, grace_s=30)
         watch.close()
@@ -221,6 +251,7 @@ def run_round(
         wall_s=(binds[-1] - started) if binds else float("nan"),
         cpu_ms_per_pod=1000 * cpu / max(1, len(binds)),
         rejected_writes=sum(1 for line in text.splitlines() if REJECTED.search(line)),
+        counters=counters,
     )
 
 
@@ -263,10 +294,11 @@ def main() -> int:
         print(f"{args.nodes} nodes in {time.time() - began:.0f} s", flush=True)
         with private_redis_server(str(work)) as redis_url:
             config = work / "interference.yaml"
+            metrics_port = free_port()
             config.write_text(json.dumps({
                 "redis": {"url": redis_url},
                 "leader_election": {"enabled": False},
-                "http": {"port": free_port(), "host": "127.0.0.1"},
+                "http": {"port": metrics_port, "host": "127.0.0.1"},
             }))  # fmt: skip
             ours = [str(Path(sys.executable).parent / "interference-scheduler"),
                     "--config", str(config), "--kubeconfig", str(admin)]  # fmt: skip
@@ -275,15 +307,21 @@ def main() -> int:
                     "--authentication-skip-lookup=true", "--leader-elect=false",
                     "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
                     "--kube-api-qps=5000", "--kube-api-burst=5000", "--v=0"]  # fmt: skip
-            rounds = {"kube-scheduler": (kube, "default-scheduler"),
-                      "interference-scheduler": (ours, "interference-scheduler")}  # fmt: skip
+            rounds = {"kube-scheduler": (kube, "default-scheduler", 0),
+                      "interference-scheduler": (ours, "interference-scheduler",
+                                                 metrics_port)}  # fmt: skip
             for name in wanted:
-                argv, scheduler_name = rounds[name]
+                argv, scheduler_name, port = rounds[name]
                 result = run_round(plane, api, name, nodes, args.low_per_node, args.high, argv,
-                                   scheduler_name, work / f"{name}.log", args.timeout)  # fmt: skip
+                                   scheduler_name, work / f"{name}.log", args.timeout,
+                                   port)  # fmt: skip
                 results.append(result)
                 print(f"  {name:<24} {result.bound}/{result.high} bound, {result.victims} "
                       f"victims, {result.pods_per_s:,.1f} pods/s", flush=True)  # fmt: skip
+                if result.counters:
+                    print("    " + ", ".join(f"{k.removeprefix('interference_scheduler_')} "
+                                             f"{v:,.0f}" for k, v in result.counters.items()),
+                          flush=True)  # fmt: skip
                 if result.rejected_writes:
                     print((work / f"{name}.log").read_text(errors="replace")[-3000:])
     finally:
