@@ -43,8 +43,9 @@ nodes per reason. Reasons are looked up only for the recorded nodes.
    goes on with kube-scheduler's ``preemption: …`` when it finds none.
 
 Size: over 500 lines because the stages share one decision's state (the signature
-cache, the masks, the record); the array helpers, the relax memory, the signal gate,
-the room holds and the preemption algorithm are modules of their own.
+cache, the masks, the record), and the PostFilter's dry run runs the same filter stages
+over the held room; the array helpers, the relax memory, the signal gate, the room holds
+and the preemption algorithm are modules of their own.
 """
 
 from __future__ import annotations
