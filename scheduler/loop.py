@@ -9,6 +9,10 @@ the pod in the cache and hands the bind to the :class:`~scheduler.binder.Binder`
 * bound → ``Normal Scheduled "Successfully assigned ns/pod to node"``;
 * no node → ``Warning FailedScheduling`` with the engine's message
   ("0/12 nodes are available: …"), ``PodScheduled=False/Unschedulable``, backoff;
+* no node, but the PostFilter found one where evicting pods of lower priority makes room
+  → as above, plus the room held there at once and, on a writer thread, the preemptor's
+  ``status.nominatedNodeName`` and the victims' eviction (:class:`~scheduler.ports.
+  Preemptor`; the pod is not attempted again until those calls are done);
 * the bind failed → ``Warning FailedScheduling "Binding rejected: …"``, backoff;
 * a pod asking for a field the engine does not implement is refused like a pod that fits
   nowhere: ``Warning FailedScheduling`` naming the field, ``PodScheduled=False``, backoff;
@@ -28,8 +32,9 @@ DeprecatedAnnotation`` Event, one with an ``interference.io/`` key no program re
 Leadership: the loop schedules and binds only while ``leading`` is set; when it is
 cleared, binds not yet sent are dropped and their pods requeued (see the binder).
 
-Size: just over 500 lines: each outcome of an attempt (bound, unschedulable, bind failed,
-dry run, unparseable) has its Events, condition and record here, next to each other.
+Size: over 500 lines: each outcome of an attempt (bound, unschedulable, preempting, bind
+failed, dry run, unparseable) has its Events, condition, API calls and record here, next
+to each other.
 """
 
 from __future__ import annotations
@@ -190,6 +195,9 @@ class SchedulingLoop:
         self._retired_binders: list[Binder] = []
         """Pools replaced by a reload; they finish their queued work in the background."""
         self._state_lock = threading.Lock()
+        self._preempting_now: set[str] = set()
+        """Pods whose preemption calls have not finished: not attempted meanwhile (kube's
+        PreEnqueue while preempting), so a slow writer never gets the same victims twice."""
         self._bind_decisions: dict[str, Decision] = {}
         """Decision of each bind in flight, written once the bind's outcome is known."""
         self._warned: OrderedDict[str, tuple[PodWarning, ...]] = OrderedDict()
@@ -322,6 +330,11 @@ class SchedulingLoop:
             return
         if not self._leading.is_set():
             self.queue.requeue(key)
+            return
+        with self._state_lock:
+            busy = key in self._preempting_now
+        if busy:  # its victims' deletion (or a failure) brings it back
+            self.queue.backoff(key)
             return
         settings = self._loop_settings
         recorder = self._tracer.start()
@@ -465,6 +478,9 @@ class SchedulingLoop:
         self._metrics.preemptions.labels(_preemption_kind(outcome)).inc()
         key = pod.key
 
+        with self._state_lock:
+            self._preempting_now.add(key)
+
         def act() -> None:
             try:
                 preemptor.nominate(ref, node)
@@ -472,6 +488,9 @@ class SchedulingLoop:
             except ClusterError as exc:
                 log.warning("preempting for %s on %s failed; retrying: %s", key, node, exc)
                 self.queue.requeue(key)
+            finally:
+                with self._state_lock:
+                    self._preempting_now.discard(key)
 
         return act
 

@@ -7,6 +7,7 @@ preemptor nominated and bound, nominated pods holding their room, re-nomination,
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -20,10 +21,11 @@ from scheduler.api.objects import ANNOTATION_MAX_RUNQ_P99_US
 from scheduler.api.pods import parse_pod
 from scheduler.cycle import SchedulingCycle
 from scheduler.nominated import RoomHolds, TableRoom
+from scheduler.ports import Preemption
 from scheduler.preemption import PreemptionArgs, PreemptionInputs
 from scheduler.settings import EngineSettings
 from tests.scheduler.profiles import interference_settings
-from tests.scheduler.runtime_helpers import START, LoopHarness
+from tests.scheduler.runtime_helpers import START, LoopHarness, schedule_pending
 from tests.scheduler.test_model import node_obj, pod_obj, table_of
 
 LOW, HIGH = 0, 10
@@ -347,3 +349,29 @@ def test_the_table_room_keeps_held_pods_placed_and_never_touches_a_real_placemen
     assert table.pods_on_node("n1") == {"default/high": real}
     room.clear()
     assert table.pods_on_node("n1") == {"default/high": real} and not table.pods_on_node("n2")
+
+
+def test_a_pod_is_not_attempted_while_its_preemption_calls_are_still_being_made(
+    h: LoopHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kube's PreEnqueue while preempting: a slow API server never gets the same victims
+    deleted twice for one pod."""
+    release = threading.Event()
+    real = h.cluster.preempt
+
+    def slow(preemption: Preemption) -> None:
+        release.wait(30)
+        real(preemption)
+
+    monkeypatch.setattr(h.cluster, "preempt", slow)
+    h.cluster.add_pod(pod_object("urgent", cpu="3", priority=HIGH))
+    h.informer.sync()
+    assert schedule_pending(h.loop) == 1
+    attempts = len(h.decisions.for_pod("urgent"))
+    h.clock.advance(2.0)
+    h.loop.queue.requeue("default/urgent")
+    h.loop.schedule("default/urgent")  # popped again before the calls are done
+    assert len(h.decisions.for_pod("urgent")) == attempts
+    release.set()
+    assert h.loop.flush(30)
+    assert len(h.cluster.preemptions) == 1
