@@ -20,7 +20,8 @@ preemption executor writes (``pkg/scheduler/framework/preemption``), call for ca
 
 The scheduling loop calls both on its writer threads (kube-scheduler's asynchronous
 preemption), so the scheduling thread never waits for them, and their number in flight is
-bounded by the loop's ``max_writes_in_flight``. A victim that could not be preempted fails
+bounded by the loop's ``max_writes_in_flight``; a preemption's victims go in parallel on
+the preemptor's own pool of threads (8 by default). A victim that could not be preempted fails
 the call after the others were tried (:class:`~scheduler.ports.ClusterError`, logged and
 counted by the loop); an Event or a cleared nomination that fails does not, since the
 victims are gone either way. Every failure is counted in
@@ -38,6 +39,7 @@ import logging
 import threading
 import time
 import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -98,9 +100,15 @@ class PreemptionMetrics:
 class KubernetesPreemptor:
     """:class:`scheduler.ports.Preemptor` over a :class:`KubernetesCluster`'s connection."""
 
-    def __init__(self, cluster: KubernetesCluster, metrics: PreemptionMetrics) -> None:
+    def __init__(
+        self, cluster: KubernetesCluster, metrics: PreemptionMetrics, workers: int = 8
+    ) -> None:
+        """``workers``: threads preempting victims, shared by every preemption in flight."""
+        if workers < 1:
+            raise ValueError(f"preemption workers must be at least 1, got {workers}")
         self._cluster = cluster
         self._metrics = metrics
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="preemptor")
         self._lock = threading.Lock()
         self._failing: set[str] = set()
         """Calls whose last attempt failed (their next failure is not logged again)."""
@@ -124,9 +132,15 @@ class KubernetesPreemptor:
             else:
                 self._succeeded("clear_nominated")
         errors: list[str] = []
-        for victim in preemption.victims:
+        # The victims in parallel, as kube-scheduler's Parallelizer does: a preemption's
+        # latency is one victim's three calls, not three per victim.
+        futures = [
+            (victim, self._pool.submit(self._preempt_one, preemption, victim))
+            for victim in preemption.victims
+        ]
+        for victim, future in futures:
             try:
-                self._preempt_one(preemption, victim)
+                future.result()
             except ClusterError as exc:
                 errors.append(f"{victim.namespace}/{victim.name}: {exc}")
         if errors:
