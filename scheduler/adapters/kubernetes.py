@@ -63,7 +63,7 @@ import ssl
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,6 +115,10 @@ REQUIRED_PERMISSIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 (:data:`scheduler.adapters.preemption.PREEMPTION_PERMISSIONS`)."""
 
 _NOTE_MAX = 1024
+_GONE_KEPT = 4096
+"""Deleted pods' UIDs kept for :meth:`KubernetesCluster.wait_gone` before pruning …"""
+_GONE_KEPT_S = 60.0
+"""… those seen longer ago than this."""
 _WATCH_EVENTS: frozenset[str] = frozenset({"ADDED", "MODIFIED", "DELETED"})
 
 
@@ -447,6 +451,10 @@ class KubernetesCluster:
         self._series: dict[tuple[str, ...], _EventSeries] = {}
         """Event series by (namespace, pod, uid, reason, action, type)."""
         self._series_swept_at = 0.0
+        self._gone = threading.Condition(threading.Lock())
+        self._gone_uids: dict[str, float] = {}
+        """UID → when the pod watch's DELETED for it was handed to the handler (recent
+        ones only): :meth:`wait_gone` waits on it."""
 
     # --- the API calls (each one needs a rule in REQUIRED_PERMISSIONS) ---
 
@@ -692,6 +700,25 @@ class KubernetesCluster:
 
     # --- informers ---
 
+    def wait_gone(self, uids: Collection[str], timeout_s: float) -> bool:
+        """Wait until the pod informer has handed a DELETED event for each of ``uids`` to
+        its handler (so the cache no longer holds them); False after ``timeout_s``."""
+        wanted = {uid for uid in uids if uid}
+        with self._gone:
+            return self._gone.wait_for(lambda: wanted <= self._gone_uids.keys(), timeout_s)
+
+    def _handed_gone(self, obj: K8sObject) -> None:
+        uid = str((obj.get("metadata") or {}).get("uid") or "")
+        if not uid:
+            return
+        now = time.monotonic()
+        with self._gone:
+            self._gone_uids[uid] = now
+            if len(self._gone_uids) > _GONE_KEPT:
+                horizon = now - _GONE_KEPT_S
+                self._gone_uids = {u: t for u, t in self._gone_uids.items() if t >= horizon}
+            self._gone.notify_all()
+
     def synced(self) -> bool:
         """True once every one of :data:`INFORMED_KINDS` has been listed (and handed to the
         handler); PodDisruptionBudgets are not waited for."""
@@ -769,6 +796,8 @@ class KubernetesCluster:
                     resource_version = _resource_version(obj) or resource_version
                     continue
                 handler.apply(kind, _watch_event(event_type), obj)
+                if kind == "Pod" and event_type == "DELETED":
+                    self._handed_gone(obj)
                 resource_version = _resource_version(obj) or resource_version
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             if not stop.is_set():

@@ -101,14 +101,20 @@ class KubernetesPreemptor:
     """:class:`scheduler.ports.Preemptor` over a :class:`KubernetesCluster`'s connection."""
 
     def __init__(
-        self, cluster: KubernetesCluster, metrics: PreemptionMetrics, workers: int = 8
+        self,
+        cluster: KubernetesCluster,
+        metrics: PreemptionMetrics,
+        workers: int = 8,
+        gone_timeout_s: float = 5.0,
     ) -> None:
-        """``workers``: threads preempting victims, shared by every preemption in flight."""
+        """``workers``: threads preempting victims, shared by every preemption in flight;
+        ``gone_timeout_s``: longest wait for the pod watch to show the victims gone."""
         if workers < 1:
             raise ValueError(f"preemption workers must be at least 1, got {workers}")
         self._cluster = cluster
         self._metrics = metrics
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="preemptor")
+        self._gone_timeout_s = gone_timeout_s
         self._lock = threading.Lock()
         self._failing: set[str] = set()
         """Calls whose last attempt failed (their next failure is not logged again)."""
@@ -138,11 +144,20 @@ class KubernetesPreemptor:
             (victim, self._pool.submit(self._preempt_one, preemption, victim))
             for victim in preemption.victims
         ]
+        gone: list[str] = []
         for victim, future in futures:
             try:
                 future.result()
             except ClusterError as exc:
                 errors.append(f"{victim.namespace}/{victim.name}: {exc}")
+            else:
+                gone.append(victim.uid)
+        # Return only once the cache no longer holds the victims (kube-scheduler keeps the
+        # preemptor out of the queue until its last victim is gone from the informer): the
+        # loop does not attempt the preemptor while this call runs, and an attempt that
+        # still saw the victims would preempt for it again.
+        if gone and not self._cluster.wait_gone(gone, self._gone_timeout_s):
+            log.debug("preemption: the watch has not shown every victim gone yet")
         if errors:
             raise ClusterError(
                 f"preempting for {preemption.preemptor.namespace}/{preemption.preemptor.name}"

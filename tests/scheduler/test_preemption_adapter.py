@@ -4,6 +4,8 @@ API emulator: kube-scheduler's calls, in its order, and what a failure does."""
 from __future__ import annotations
 
 import copy
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,7 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from scheduler.adapters.kubernetes import KubernetesCluster
 from scheduler.adapters.preemption import KubernetesPreemptor, PreemptionMetrics
-from scheduler.ports import ClusterError, PodRef, Preemption
+from scheduler.ports import ClusterError, EventType, K8sObject, ObjectKind, PodRef, Preemption
 from tests.scheduler.k8s_emulator import EmulatorThread, pod, running_emulator
 
 Obj = dict[str, Any]
@@ -25,12 +27,24 @@ def emulator() -> Iterator[EmulatorThread]:
         yield server
 
 
-def preemptor_for(emulator: EmulatorThread) -> tuple[KubernetesPreemptor, CollectorRegistry]:
+def cluster_for(emulator: EmulatorThread) -> KubernetesCluster:
     configuration = client.Configuration()
     configuration.host = emulator.url
+    return KubernetesCluster(client.ApiClient(configuration), identity="scheduler-0")
+
+
+def preemptor_for(
+    emulator: EmulatorThread, cluster: KubernetesCluster | None = None
+) -> tuple[KubernetesPreemptor, CollectorRegistry]:
+    """A preemptor; without informers running it waits only briefly for the victims'
+    DELETED events."""
     registry = CollectorRegistry()
-    cluster = KubernetesCluster(client.ApiClient(configuration), identity="scheduler-0")
-    return KubernetesPreemptor(cluster, PreemptionMetrics(registry)), registry
+    preemptor = KubernetesPreemptor(
+        cluster or cluster_for(emulator),
+        PreemptionMetrics(registry),
+        gone_timeout_s=5.0 if cluster else 0.05,
+    )
+    return preemptor, registry
 
 
 def placed(emulator: EmulatorThread, name: str, node: str = "node-a") -> PodRef:
@@ -174,3 +188,42 @@ def test_nominate_sets_and_clears_and_a_missing_pod_is_no_error(
     with pytest.raises(ClusterError, match="HTTP 500"):
         preemptor.nominate(PodRef("shop", "important"), "node-a")
     assert errors(registry, "nominate") == 1.0
+
+
+class Deletions:
+    """A ClusterHandler that notes the pods its DELETED events named."""
+
+    def __init__(self) -> None:
+        self.deleted: list[str] = []
+
+    def replace(self, kind: ObjectKind, objects: list[K8sObject]) -> None:
+        pass
+
+    def apply(self, kind: ObjectKind, event: EventType, obj: K8sObject) -> None:
+        if kind == "Pod" and event == "DELETED":
+            self.deleted.append(obj["metadata"]["name"])
+
+
+def test_preempt_returns_once_the_informer_has_handed_on_the_victims_deletion(
+    emulator: EmulatorThread,
+) -> None:
+    """The loop does not attempt the preemptor while preempt() runs; returning before the
+    cache saw the victims go would let an attempt see them placed and preempt again."""
+    cluster = cluster_for(emulator)
+    handler, stop = Deletions(), threading.Event()
+    informers = threading.Thread(target=cluster.run_informers, args=(handler, stop), daemon=True)
+    victims = (placed(emulator, "low-1"), placed(emulator, "low-2"))
+    informers.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not cluster.synced():
+            assert time.monotonic() < deadline, "informers did not sync"
+            time.sleep(0.05)
+        preemptor, _ = preemptor_for(emulator, cluster)
+        preemptor.preempt(Preemption(PREEMPTOR, "interference-scheduler", "node-a", victims))
+        assert sorted(handler.deleted) == ["low-1", "low-2"]
+        assert cluster.wait_gone([v.uid for v in victims], 0.0)
+        assert not cluster.wait_gone(["uid-never-deleted"], 0.05)
+    finally:
+        stop.set()
+        informers.join(30)
