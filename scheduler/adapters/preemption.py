@@ -21,12 +21,16 @@ preemption executor writes (``pkg/scheduler/framework/preemption``), call for ca
 The scheduling loop calls both on its writer threads (kube-scheduler's asynchronous
 preemption), so the scheduling thread never waits for them, and their number in flight is
 bounded by the loop's ``max_writes_in_flight``; a preemption's victims go in parallel on
-the preemptor's own pool of threads (8 by default). A victim that could not be preempted fails
-the call after the others were tried (:class:`~scheduler.ports.ClusterError`, logged and
-counted by the loop); an Event or a cleared nomination that fails does not, since the
-victims are gone either way. Every failure is counted in
-``interference_scheduler_preemption_call_errors_total{call}``, and a failing call is logged
-once per streak (again after it has succeeded), not once per pod.
+the preemptor's own pool of threads (8 by default). ``preempt`` returns once the pod
+informer has handed each deleted victim's DELETED event to the cache (at most
+``gone_timeout_s``): the loop does not attempt the preemptor while the call runs, and an
+attempt that still saw its victims placed would preempt for it again.
+
+A victim that could not be preempted fails the call after the others were tried
+(:class:`~scheduler.ports.ClusterError`, logged and counted by the loop); an Event or a
+cleared nomination that fails does not, since the victims are gone either way. Every
+failure is counted in ``interference_scheduler_preemption_call_errors_total{call}``, and a
+failing call is logged once per streak (again after it has succeeded), not once per pod.
 :data:`PREEMPTION_PERMISSIONS` is the RBAC it needs beyond the cluster adapter's
 (deploy/base/scheduler/rbac.yaml).
 """
