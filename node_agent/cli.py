@@ -91,6 +91,13 @@ def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         "default: the system's CAs)",
     )
     p.add_argument(
+        "--credentials-server-name",
+        default=environ.get("CREDENTIALS_SERVER_NAME") or None,
+        metavar="NAME",
+        help="name the issuer's certificate must carry when --credentials-url is an address "
+        "(env CREDENTIALS_SERVER_NAME; https:// only; default: the URL's host)",
+    )
+    p.add_argument(
         "--interval",
         metavar="SECONDS",
         help="seconds between reports, > 0 (env INTERVAL_S; default 1)",
@@ -365,6 +372,7 @@ def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> 
         credentials_url=args.credentials_url,
         token_file=args.token_file,
         credentials_ca_file=args.credentials_ca_file,
+        credentials_server_name=args.credentials_server_name,
         interval_s=AgentSettings.interval_s if interval is None else interval,
         ttl_s=_integer(args.ttl, environ, "--ttl", "TTL_S", minimum=1),
         stream_maxlen=AgentSettings.stream_maxlen if maxlen is None else maxlen,

@@ -18,6 +18,7 @@ dropped (never queued).
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import random
@@ -51,6 +52,9 @@ class EnrolmentSettings:
     again at every enrolment (the kubelet rotates it)."""
     ca_file: str | None = None
     """CA that signed the issuer's certificate; None: the system's CAs."""
+    server_name: str | None = None
+    """The name the issuer's certificate must carry when ``url`` names it otherwise (an
+    address, where the cluster has no DNS); None: the URL's host."""
     timeout_s: float = 5.0
     """Connect and read timeout of one request."""
     backoff_initial_s: float = 1.0
@@ -67,6 +71,10 @@ class EnrolmentSettings:
             )
         if self.ca_file and scheme != "https":
             raise ValueError("--credentials-ca-file/CREDENTIALS_CA_FILE needs an https:// URL")
+        if self.server_name and scheme != "https":
+            raise ValueError(
+                "--credentials-server-name/CREDENTIALS_SERVER_NAME needs an https:// URL"
+            )
         for name in ("timeout_s", "backoff_initial_s", "backoff_max_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
@@ -99,6 +107,26 @@ class EnrolmentError(Exception):
         self.retry_after_s = retry_after_s
 
 
+class _VerifiedHttps(urllib.request.HTTPSHandler):
+    """HTTPS whose certificate is verified against ``context``'s CA for ``server_name``
+    (the URL's host when None)."""
+
+    def __init__(self, context: ssl.SSLContext, server_name: str | None) -> None:
+        super().__init__(context=context)
+        self._tls = context
+        self._server_name = server_name
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        context, name = self._tls, self._server_name
+
+        class Connection(http.client.HTTPSConnection):
+            def connect(self) -> None:
+                http.client.HTTPConnection.connect(self)
+                self.sock = context.wrap_socket(self.sock, server_hostname=name or self.host)
+
+        return self.do_open(Connection, req)
+
+
 def fetch_credentials(settings: EnrolmentSettings, node: str) -> Credentials:
     """One request to the issuer; :class:`EnrolmentError` saying why it gave none."""
     try:
@@ -117,11 +145,13 @@ def fetch_credentials(settings: EnrolmentSettings, node: str) -> Credentials:
         method="POST",
         headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
     )
-    context = None
+    handlers: list[urllib.request.BaseHandler] = []
     if settings.endpoint.startswith("https://"):
         context = ssl.create_default_context(cafile=settings.ca_file)
+        handlers.append(_VerifiedHttps(context, settings.server_name))
     try:
-        with urllib.request.urlopen(request, timeout=settings.timeout_s, context=context) as got:
+        opener = urllib.request.build_opener(*handlers)
+        with opener.open(request, timeout=settings.timeout_s) as got:
             body = got.read(MAX_ANSWER_BYTES)
     except urllib.error.HTTPError as exc:
         raise _refusal(exc) from exc

@@ -64,6 +64,9 @@ class AgentSettings:
     """The projected ServiceAccount token shown to the issuer (``TOKEN_FILE``)."""
     credentials_ca_file: str | None = None
     """CA of the issuer's certificate (``CREDENTIALS_CA_FILE``); None: the system's CAs."""
+    credentials_server_name: str | None = None
+    """The name the issuer's certificate must carry when ``credentials_url`` is an address
+    (``CREDENTIALS_SERVER_NAME``); None: the URL's host."""
     redis_socket_timeout_s: float = 0.5
     """Connect and read timeout; short so an unreachable Redis never stalls the interval."""
     interval_s: float = 1.0
@@ -148,6 +151,7 @@ class AgentSettings:
             url=self.credentials_url,
             token_file=self.token_file,
             ca_file=self.credentials_ca_file,
+            server_name=self.credentials_server_name,
         )
 
     @property

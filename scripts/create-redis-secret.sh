@@ -8,7 +8,12 @@
 #   Secret redis-tls (type kubernetes.io/tls): a certificate for Redis' Service names
 #     (redis, redis.NAMESPACE.svc, ... and localhost/127.0.0.1 for kubectl port-forward), its
 #     key, and ca.crt: a CA made for it alone, whose key is discarded once it signed;
-#   ConfigMap redis-ca (in NAMESPACE and in AGENT_NAMESPACE): that CA, for the agents.
+#   ConfigMap redis-ca (in NAMESPACE and in AGENT_NAMESPACE): that CA, for the agents;
+#   Secret interference-credentials-tls (type kubernetes.io/tls): the credential issuer's
+#     certificate for its Service names, its key and ca.crt: another CA made for it alone,
+#     whose key is discarded once it signed;
+#   ConfigMap interference-credentials-ca (in AGENT_NAMESPACE): that CA, with which the
+#     agents verify the issuer before they show it their token.
 # deploy/ holds data-less stubs of the Secrets, which the API server refuses to create on
 # their own: without this script the apply fails with `Secret "redis-admin" is invalid`.
 #
@@ -45,7 +50,7 @@ case "${1:-}" in
              "restart by scripts/rotate-redis-password.sh USER (docs/operations.md," \
              "\"Rotating a Redis password\")" >&2
         exit 2 ;;
-    -h|--help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "create-redis-secret.sh: unknown option $1 (use --print or --help)" >&2
        exit 2 ;;
 esac
@@ -106,6 +111,40 @@ make_tls() {  # a CA and Redis' certificate signed by it, in $WORK; the CA key i
     rm -f "$WORK/ca.key" "$WORK/ca.srl" "$WORK/tls.csr"
 }
 
+make_issuer_tls() {  # the issuer's own CA and certificate, in $WORK/issuer; the CA key deleted
+    mkdir -p "$WORK/issuer"
+    dir="$WORK/issuer"
+    name=interference-credentials
+    sans="DNS:$name,DNS:$name.$NAMESPACE,DNS:$name.$NAMESPACE.svc"
+    sans="$sans,DNS:$name.$NAMESPACE.svc.$CLUSTER_DOMAIN"
+    "$OPENSSL" req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+        -days "$TLS_DAYS" -subj "/CN=interference-credentials CA $(date -u +%Y%m%dT%H%M%SZ)" \
+        -addext "basicConstraints=critical,CA:TRUE,pathlen:0" \
+        -addext "keyUsage=critical,keyCertSign,cRLSign" \
+        -keyout "$dir/ca.key" -out "$dir/ca.crt" 2>"$WORK/openssl.log" \
+    && "$OPENSSL" req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+        -subj "/CN=$name.$NAMESPACE.svc" -keyout "$dir/tls.key" -out "$dir/tls.csr" \
+        2>>"$WORK/openssl.log" \
+    && printf '%s\n' "subjectAltName=$sans" "basicConstraints=critical,CA:FALSE" \
+        "keyUsage=critical,digitalSignature,keyEncipherment" "extendedKeyUsage=serverAuth" \
+        > "$dir/tls.ext" \
+    && "$OPENSSL" x509 -req -in "$dir/tls.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" \
+        -CAcreateserial -CAserial "$dir/ca.srl" -days "$TLS_DAYS" -extfile "$dir/tls.ext" \
+        -out "$dir/tls.crt" 2>>"$WORK/openssl.log" \
+    || { echo "create-redis-secret.sh: openssl failed:" >&2; cat "$WORK/openssl.log" >&2; exit 1; }
+    rm -f "$dir/ca.key" "$dir/ca.srl" "$dir/tls.csr"
+}
+issuer_tls_secret_yaml() {
+    "$KUBECTL" create secret generic interference-credentials-tls --namespace "$NAMESPACE" \
+        --type kubernetes.io/tls --from-file=tls.crt="$WORK/issuer/tls.crt" \
+        --from-file=tls.key="$WORK/issuer/tls.key" --from-file=ca.crt="$WORK/issuer/ca.crt" \
+        --dry-run=client -o yaml
+}
+issuer_ca_configmap_yaml() {
+    "$KUBECTL" create configmap interference-credentials-ca --namespace "$AGENT_NAMESPACE" \
+        --from-file=ca.crt="$WORK/issuer/ca.crt" --dry-run=client -o yaml
+}
+
 user_secret_yaml() {  # USER: its Secret, from files in $WORK (no value on a command line)
     printf '%s' "$(acl_user "$1")" > "$WORK/$1.username"
     "$KUBECTL" create secret generic "redis-$1" --namespace "$NAMESPACE" \
@@ -151,6 +190,11 @@ if [ "$MODE" = print ]; then
         echo "---"
         ca_configmap_yaml "$namespace"
     done
+    make_issuer_tls
+    echo "---"
+    issuer_tls_secret_yaml
+    echo "---"
+    issuer_ca_configmap_yaml
     exit 0
 fi
 
@@ -206,3 +250,22 @@ for namespace in $(printf '%s\n' "$NAMESPACE" "$AGENT_NAMESPACE" | uniq); do
     fi
 done
 echo "configmap redis-ca (Redis' CA) in $(printf '%s\n' "$NAMESPACE" "$AGENT_NAMESPACE" | uniq | tr '\n' ' ')"
+
+# The issuer's certificate: kept when its Secret exists (the agents' ConfigMap follows it).
+if exists secret interference-credentials-tls; then
+    mkdir -p "$WORK/issuer"
+    kube get secret interference-credentials-tls -o 'jsonpath={.data.ca\.crt}' | base64 -d \
+        > "$WORK/issuer/ca.crt"
+    echo "secret $NAMESPACE/interference-credentials-tls exists; kept"
+else
+    make_issuer_tls
+    issuer_tls_secret_yaml | "$KUBECTL" create -f - >/dev/null
+    echo "created secret $NAMESPACE/interference-credentials-tls (the credential issuer's" \
+         "certificate, valid $TLS_DAYS days)"
+fi
+if "$KUBECTL" --namespace "$AGENT_NAMESPACE" get configmap interference-credentials-ca >/dev/null 2>&1; then
+    issuer_ca_configmap_yaml | "$KUBECTL" replace -f - >/dev/null
+else
+    issuer_ca_configmap_yaml | "$KUBECTL" create -f - >/dev/null
+fi
+echo "configmap interference-credentials-ca (the issuer's CA) in $AGENT_NAMESPACE"

@@ -647,6 +647,8 @@ mark "agent writes as agent:$NODE (ACL LIST), its scheduling record is $age s ol
 ISSUER_IP=$(kctl get svc interference-credentials -o jsonpath='{.spec.clusterIP}')
 REDIS_IP=$(kctl get svc redis -o jsonpath='{.spec.clusterIP}')
 kctl get configmap redis-ca -o jsonpath='{.data.ca\.crt}' > "$STATE/redis-ca.crt"
+"$REAL_KUBECTL" -n "$AGENT_NS" get configmap interference-credentials-ca -o jsonpath='{.data.ca\.crt}' \
+    > "$STATE/issuer-ca.crt" || fail "no ConfigMap interference-credentials-ca"
 AGENT_TOKEN=$("$REAL_KUBECTL" -n "$AGENT_NS" create token interference-agent --audience interference-credentials \
     --bound-object-kind Pod --bound-object-name "$AGENT_POD" --duration 10m) || fail "kubectl create token failed"
 OTHER_TOKEN=$("$REAL_KUBECTL" -n "$NS" create token interference-scheduler --audience interference-credentials \
@@ -654,15 +656,19 @@ OTHER_TOKEN=$("$REAL_KUBECTL" -n "$NS" create token interference-scheduler --aud
 redis_cli SET "$OTHER_SCHED_KEY" untouched EX 600 >/dev/null
 redis_cli ACL LOG RESET >/dev/null
 cat > "$STATE/identity.py" <<'EOF'
-import json, os, sys, time, urllib.error, urllib.request
+import json, os, ssl, sys, time, urllib.error, urllib.request
 import redis
+
+# HTTPS verified against the issuer's CA (by ClusterIP: the chain, not the name).
+ISSUER_TLS = ssl.create_default_context(cafile=os.environ["ISSUER_CA_FILE"])
+ISSUER_TLS.check_hostname = False
 
 def post(token):
     request = urllib.request.Request(
         os.environ["ISSUER"] + "/v1/credentials", b"", {"Authorization": f"Bearer {token}"}
     )
     try:
-        with urllib.request.urlopen(request, timeout=30) as answer:
+        with urllib.request.urlopen(request, timeout=30, context=ISSUER_TLS) as answer:
             return answer.status, json.loads(answer.read())
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode(errors="replace")
@@ -703,7 +709,8 @@ for name, attempt in {
 print(f"403 for another ServiceAccount, 401 for a forged token, 200 agent:{node} for the "
       f"agent's; {refused} writes to another node's keys refused")
 EOF
-identity=$(AGENT_TOKEN=$AGENT_TOKEN OTHER_TOKEN=$OTHER_TOKEN ISSUER="http://$ISSUER_IP:10272" \
+identity=$(AGENT_TOKEN=$AGENT_TOKEN OTHER_TOKEN=$OTHER_TOKEN ISSUER="https://$ISSUER_IP:10272" \
+    ISSUER_CA_FILE=$STATE/issuer-ca.crt \
     REDIS_IP=$REDIS_IP REDIS_CA_FILE=$STATE/redis-ca.crt NODE=$NODE OTHER_SCHED_KEY=$OTHER_SCHED_KEY \
     .venv/bin/python "$STATE/identity.py" 2>&1) \
     || fail "identity checks: $identity"

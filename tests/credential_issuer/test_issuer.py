@@ -31,7 +31,7 @@ AGENT_SA = "system:serviceaccount:interference-agent:interference-agent"
 
 
 def agent(node: str | None, pod: str = "agent-xyz") -> Identity:
-    extra = {POD_NAME_EXTRA: (pod,), POD_UID_EXTRA: (f"uid-{pod}",)}
+    extra: dict[str, tuple[str, ...]] = {POD_NAME_EXTRA: (pod,), POD_UID_EXTRA: (f"uid-{pod}",)}
     if node is not None:
         extra[NODE_NAME_EXTRA] = (node,)
     return Identity(AGENT_SA, extra)

@@ -215,10 +215,11 @@ def test_issuer_pod_is_hardened_and_sized() -> None:
     assert context["allowPrivilegeEscalation"] is False
     assert context["capabilities"]["drop"] == ["ALL"] and "add" not in context["capabilities"]
     assert not spec.get("hostNetwork") and not spec.get("hostPID")
-    # Its one volume: its own Redis user's Secret (password and CA), read-only.
-    (volume,) = spec["volumes"]
-    assert volume["secret"]["secretName"] == "redis-issuer"
-    assert [m["readOnly"] for m in issuer_container()["volumeMounts"]] == [True]
+    # Its volumes: its own Redis user's Secret (password and CA) and its serving
+    # certificate's, read-only.
+    names = {v["secret"]["secretName"] for v in spec["volumes"]}
+    assert names == {"redis-issuer", "interference-credentials-tls"}
+    assert [m["readOnly"] for m in issuer_container()["volumeMounts"]] == [True, True]
     # It calls the API server (TokenReview) with its own ServiceAccount's token.
     assert spec["serviceAccountName"] == PROGRAM
     assert spec.get("automountServiceAccountToken", True) is True
@@ -257,7 +258,8 @@ def test_the_agent_sends_the_token_the_issuer_accepts_to_the_issuer() -> None:
     service = find(base(), "Service", PROGRAM)
     # the agent runs in a namespace of its own: the Service's name with its namespace
     service_host = f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc"
-    assert url.scheme == "http" and url.hostname == service_host
+    assert url.scheme == "https" and url.hostname == service_host
+    assert env["CREDENTIALS_CA_FILE"].endswith("/ca.crt")
     assert url.port == service["spec"]["ports"][0]["port"]
     # Without a cluster DNS (local-images) the kubelet's Service variables cannot help (they
     # name only Services of the pod's own namespace): the install sets the address instead.
@@ -266,7 +268,7 @@ def test_the_agent_sends_the_token_the_issuer_accepts_to_the_issuer() -> None:
     assert local_env["CREDENTIALS_URL"] == env["CREDENTIALS_URL"]
     install = (REPO / "docs" / "operations.md").read_text()
     assert "set env daemonset/interference-agent" in install
-    assert '"CREDENTIALS_URL=http://$ISSUER_IP:10272"' in install
+    assert '"CREDENTIALS_URL=https://$ISSUER_IP:10272"' in install
 
 
 def test_no_rendered_agent_holds_a_redis_password() -> None:

@@ -97,7 +97,7 @@ def test_no_secret_reaches_a_pod_through_its_environment(name: str) -> None:
 def test_the_stubs_carry_no_data_and_no_volume_is_optional() -> None:
     objects = render(DEPLOY)
     secrets = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Secret"}
-    assert set(secrets) == USER_SECRETS | {"redis-tls"}
+    assert set(secrets) == USER_SECRETS | {"redis-tls", "interference-credentials-tls"}
     assert all("data" not in s and "stringData" not in s for s in secrets.values())
     for _, template in pod_templates(objects):
         for volume in template["spec"].get("volumes", []):
