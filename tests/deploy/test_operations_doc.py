@@ -629,7 +629,7 @@ def test_secret_generator_creates_what_the_workloads_mount(tmp_path: Path) -> No
     calls = (tmp_path / "state" / "calls").read_text()
     assert not any(v in out or v in calls for v in passwords.values())
     again = run()
-    assert again.count("exists; kept") == 5
+    assert again.count("exists; kept") == 6  # redis-tls, four users, the issuer's certificate
     assert all(decode(stored(tmp_path, "secret", f"redis-{u}"))["password"] == passwords[u]
                for u in USERS)  # fmt: skip
 
@@ -680,7 +680,9 @@ def test_no_render_holds_a_password() -> None:
     for name, directory in kustomizations().items():
         objects = render(directory)
         for secret in (o for o in objects if o["kind"] == "Secret"):
-            assert secret["metadata"]["name"].startswith("redis-"), name
+            assert secret["metadata"]["name"].startswith(
+                ("redis-", "interference-credentials-tls")
+            ), name
             assert not {"data", "stringData"} & set(secret), name
         for _, template in pod_templates(objects):
             for c in template["spec"]["containers"]:
