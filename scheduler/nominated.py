@@ -8,7 +8,9 @@ node. :class:`RoomHolds` keeps them; :func:`held_room` puts them on the table fo
 run of the filters.
 
 A hold counts against a pod being scheduled when the held pod's priority is at least
-the pod's (kube-scheduler's ``addGENominatedPods``) and it is not the pod itself. The
+the pod's (kube-scheduler's ``addGENominatedPods``) and it is not the pod itself (nor, for
+room held for a workload's next pod, a pod of that workload: the rebalancer's reservation
+for a victim's replacement, :mod:`scheduler.reservations`). The
 filters then run twice, with and without the held pods, and a node passes only if it
 passes both (kube-scheduler's ``RunFilterPluginsWithNominatedPods``): with them, so a
 pod of lower priority does not take the room; without them, so a pod whose affinity or
@@ -30,6 +32,8 @@ class Hold:
     pod: PodInfo
     """The pod the room is held for; its priority decides which pods it keeps out."""
     node: str
+    workload_uid: str = ""
+    """Held for any pod of this controller (a replacement not created yet), else ``""``."""
 
 
 class RoomHolds:
@@ -41,9 +45,10 @@ class RoomHolds:
     def __len__(self) -> int:
         return len(self._holds)
 
-    def hold(self, pod: PodInfo, node: str) -> None:
-        """Hold room for ``pod`` on ``node`` (replacing any room held for it elsewhere)."""
-        self._holds[pod.key] = Hold(pod, node)
+    def hold(self, pod: PodInfo, node: str, workload_uid: str = "") -> None:
+        """Hold room for ``pod`` on ``node`` (replacing any room held for it elsewhere);
+        with ``workload_uid``, for whichever pod of that controller comes."""
+        self._holds[pod.key] = Hold(pod, node, workload_uid)
 
     def release(self, key: str) -> Hold | None:
         """Stop holding room for pod ``key``; what was held, if anything."""
@@ -62,9 +67,13 @@ class RoomHolds:
         return [h.pod for h in self._holds.values() if h.node == node]
 
     def against(self, pod: PodInfo) -> list[Hold]:
-        """The holds that count when scheduling ``pod``: priority ≥ its own, not its own."""
+        """The holds that count when scheduling ``pod``: priority ≥ its own, not its own
+        (nor its workload's)."""
+        workload = pod.controller.uid if pod.controller is not None else None
         return [
-            h for key, h in self._holds.items() if key != pod.key and h.pod.priority >= pod.priority
+            h
+            for key, h in self._holds.items()
+            if key != pod.key and h.pod.priority >= pod.priority and h.workload_uid != workload
         ]
 
 

@@ -135,13 +135,18 @@ class RebalancerSettings:
     move_budget_window_s: float = 3600.0
     """The window of ``max_moves_per_workload``, and how long a workload whose move did not
     bring its replacement back under its tolerance is left where it is."""
+    reserve_for_s: float = 180.0
+    """How long the room found for an evicted pod is held for its replacement (no other
+    pod of no higher priority is placed there meanwhile); let go at once when the
+    replacement is placed."""
 
     def __post_init__(self) -> None:
         if self.mode not in REBALANCE_MODES:
             raise ValueError(f"mode: {self.mode!r} is not one of {', '.join(REBALANCE_MODES)}")
         if self.window not in WINDOW_SECONDS:
             raise ValueError(f"window: {self.window!r} is not one of 10s, 60s")
-        for name in ("interval_s", "rate_window_s", "retry_after_s", "move_budget_window_s"):
+        for name in ("interval_s", "rate_window_s", "retry_after_s", "move_budget_window_s",
+                     "reserve_for_s"):  # fmt: skip
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}: {getattr(self, name)!r} must be a number > 0")
         for name in ("sustained_for_s", "cooldown_s"):

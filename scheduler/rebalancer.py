@@ -54,6 +54,7 @@ from scheduler.cache import ClusterCache
 from scheduler.cycle import CycleResult, SchedulingCycle
 from scheduler.evictable import REFUSALS, Refusal, refusal
 from scheduler.evidence import REPORT_REFUSALS, AgentClocks, report_refusal
+from scheduler.nominated import Hold, held_room
 from scheduler.plugins.rebalanced_away import NAME as REBALANCED_AWAY
 from scheduler.plugins.rebalanced_away import Departure, DepartureIndex, RebalancedAwayArgs
 from scheduler.ports import (
@@ -90,6 +91,7 @@ from scheduler.rebalance_ports import (
     MoveJournal,
     PodReports,
 )
+from scheduler.reservations import Reservations, replacement_of
 from scheduler.settings import EngineSettings
 from scheduler.signal_records import MAX_CLOCK_SKEW_S
 from scheduler.stage_trace import Attributes, StageRecorder
@@ -258,6 +260,10 @@ class Rebalancer:
         self._streaks = BreachTracker()
         self._ledger = EvictionLedger()
         self._outcomes = MoveOutcomes()
+        self._reservations = Reservations()
+        """Rooms held for evicted victims' replacements (in the cache's holds)."""
+        self._look_holds: list[Hold] = []
+        """Rooms a dry run's victims of this look would hold (never the loop's business)."""
         self._retry_at: dict[str, float] = {}
         self._held: dict[str, str] = {}
         """Victim UID → the hold reason already counted in this streak."""
@@ -304,6 +310,8 @@ class Rebalancer:
         """One look at every pod with a tolerance; returns the victims' outcomes."""
         now = self._clock() if now is None else now
         settings = self.settings
+        self._settle_reservations(now)
+        self._look_holds = []
         if settings.mode == "off":
             return []
         if not self._restored and not self.records_only and not self._restore(now):
@@ -429,14 +437,17 @@ class Rebalancer:
             candidates = table.everyone().copy()
             candidates[row] = False
             pending = dataclasses.replace(pod, node_name="")
-            result = self._cycle.schedule(
-                pending,
-                table,
-                now,
-                signals_readable=True,
-                candidates=candidates,
-                recorder=recorder,
-            )
+            # the rooms held already, this look's victims' among them: no two count on one
+            held = [*self._cache.holds.against(pending), *self._look_holds]
+            with held_room(table, held):
+                result = self._cycle.schedule(
+                    pending,
+                    table,
+                    now,
+                    signals_readable=True,
+                    candidates=candidates,
+                    recorder=recorder,
+                )
             self._cycle.relax.forget(pod.key)
             return result
 
@@ -447,12 +458,18 @@ class Rebalancer:
         target = result.node or ""
         ref = PodRef(pod.namespace, pod.name, pod.uid)
         workload = str(pod.controller)
+        if not dry_run:  # hold the room before the eviction: the replacement's, no one else's
+            with self._cache.lock:
+                self._reservations.reserve(
+                    self._cache.holds, pod, target, now, self.settings.reserve_for_s
+                )
         try:
             if self.records_only:
                 answer = EvictionAnswer(EvictionStatus.EVICTED)  # not asked: records only
             else:
                 answer = self._evictor.evict(ref, dry_run)
         except ClusterError as exc:
+            self._unreserve(pod)
             log.warning("evicting %s failed: %s", pod.key, exc)
             self._metrics.evictions.labels(FAILED).inc()
             self._retry_at[pod.uid] = now + self.settings.retry_after_s
@@ -463,6 +480,8 @@ class Rebalancer:
             )
             self._events.record_event(ref, "Warning", "InterferenceEvictionFailed", message)
             return RebalanceAction(pod.key, pod.node_name, FAILED, message, target, workload, now)
+        if answer.status is not EvictionStatus.EVICTED:
+            self._unreserve(pod)
         if answer.status is EvictionStatus.GONE:
             return RebalanceAction(pod.key, pod.node_name, HELD, "already gone", "", workload, now)
         if answer.status is EvictionStatus.BLOCKED:
@@ -491,11 +510,13 @@ class Rebalancer:
                 f"would evict (dry run): {why}; {target} passes every filter for it "
                 f"(rebalancer mode enforce would move it)"
             )
+            self._look_holds.append(Hold(replacement_of(pod), target, controller.uid))
             if not self.records_only:
                 self._events.record_event(ref, "Normal", "InterferenceWouldEvict", message)
         else:
             message = (
-                f"evicted to leave {pod.node_name}: {why}; {target} passes every filter for it; "
+                f"evicted to leave {pod.node_name}: {why}; {target} passes every filter for it "
+                f"and holds its replacement's room for up to {self.settings.reserve_for_s:g} s; "
                 f"{workload} avoids {pod.node_name} for {self._avoid_for_s():g} s"
             )
             departure = Departure(controller.uid, workload, pod.node_name, now, why)
@@ -537,6 +558,21 @@ class Rebalancer:
         self._held.pop(pod.uid, None)  # counted under its new reason at this look
 
     # ---- helpers ----------------------------------------------------------------------------
+
+    def _unreserve(self, pod: PodInfo) -> None:
+        if pod.controller is not None:
+            with self._cache.lock:
+                self._reservations.release(self._cache.holds, pod.controller.uid)
+
+    def _settle_reservations(self, now: float) -> None:
+        """Let go of the rooms whose replacement is placed or whose time is up."""
+        if not len(self._reservations):
+            return
+        with self._cache.lock:
+            placed = self._cache.table.index(TOLERANT_PODS, TolerantPods).pods()
+            done = self._reservations.settle(self._cache.holds, placed, now)
+        for made, why in done:
+            log.info("room on %s for a replacement of %s: %s", made.node, made.workload_uid, why)
 
     def _dry_run(self) -> bool:
         return self.settings.mode != "enforce" or self.records_only

@@ -12,9 +12,11 @@ Reason: ``node(s) were left by this pod's workload because of interference``; a 
 record adds which departure (``ReplicaSet/web left node-a 42 s ago: run-queue p99 …``).
 Pods without a controller, or whose workload never left a node, are not checked (``None``).
 Rejections are ``UnschedulableAndUnresolvable`` (evicting pods does not change where a
-workload left). The filter is relaxable: a replacement that fits nowhere else waits
-``relax_after_s``, not the whole window. Standalone mode only: the rebalancer runs in the
-scheduler that places the replacement (docs/design.md §11).
+workload left). The filter is not relaxable: a replacement that fits nowhere else (its
+held room lost, :mod:`scheduler.reservations`) waits, at most ``avoid_for_s``, rather than
+go back to the node it was moved from, where the cool-down would then pin it. Standalone
+mode only: the rebalancer runs in the scheduler that places the replacement
+(docs/design.md §11).
 """
 
 from __future__ import annotations
@@ -130,7 +132,7 @@ FILTER = Filter(
     "within avoid_for_s",
     filter=_filter,
     events=(EventInterest("Node", Action.ADD),),
-    relaxable=True,
+    relaxable=False,
     in_extender=False,
     args=RebalancedAwayArgs,
     index=DepartureIndex,

@@ -290,7 +290,7 @@ def test_the_funnel_and_the_omitted_counts_account_for_every_node(
         (False, 10, {"TaintToleration": 3, "Interference": 2}, [10, 10, 10, 7, *[7] * 6, 5, 5]),
         (False, 10, {"Interference": 2, "TaintToleration": 3}, [10, 10, 10, 7, *[7] * 6, 5, 5]),
         (False, 4, {"TaintToleration": 3}, [4, 4, 4, 1, 1, 1, 1, 1, 1, 1, 1, 1]),
-        (True, 10, {"TaintToleration": 3}, [10, 10, 10, 7, 7, 7, 7, 7, 7, 7]),
+        (True, 10, {"TaintToleration": 3}, [10, 10, 10, 7, 7, 7, 7, 7, 7, 7, 7]),
     ],
 )
 def test_the_funnel_is_the_same_whether_built_or_remembered(
