@@ -75,7 +75,7 @@ from scheduler.preemption import antagonists_in
 from scheduler.rebalance import REBALANCE_MODES
 from scheduler.rebalancer import RebalanceMetrics, Rebalancer
 from scheduler.reload_guard import ReloadGuard
-from scheduler.reload_verdict import VERDICT_ANNOTATION
+from scheduler.reload_verdict import LEASE_VERDICT_ANNOTATION
 
 log = logging.getLogger("scheduler")
 
@@ -195,8 +195,8 @@ class Scheduler:
                 leading=self.leading.is_set,
                 judge=self._judge_reload,
                 stranded=lambda: self.loop.baseline.stranded(self.loop.cache),
-                publish=lambda verdict: self.elector.publish(VERDICT_ANNOTATION, verdict),
-                published=lambda: self.elector.annotation(VERDICT_ANNOTATION),
+                publish=lambda verdict: self.elector.publish(LEASE_VERDICT_ANNOTATION, verdict),
+                published=lambda: self.elector.annotation(LEASE_VERDICT_ANNOTATION),
             )
             if config_path
             else None

@@ -1,6 +1,6 @@
 """The leader's verdict about a reloaded configuration file, as every replica reads it
 (:mod:`scheduler.config_reload`, "One verdict for every replica"): published as the
-annotation :data:`VERDICT_ANNOTATION` on the leader election Lease, JSON."""
+annotation :data:`LEASE_VERDICT_ANNOTATION` on the leader election Lease, JSON."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-VERDICT_ANNOTATION = "interference.io/reload-verdict"
+LEASE_VERDICT_ANNOTATION = "interference.io/reload-verdict"
 """The leader's latest reload verdict, on its leader election Lease (JSON:
 :class:`PublishedVerdict`)."""
 VERDICT_TEXT_MAX = 64 * 1024

@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry
 
 from credential_issuer.issuer import IssuerMetrics
 from node_agent.health import AgentMetrics
+from scheduler.adapters.preemption import PreemptionMetrics
 from scheduler.adapters.redis_signals import SignalMetrics
 from scheduler.adapters.tracing import TracingMetrics
 from scheduler.extender import ExtenderMetrics
@@ -65,6 +66,7 @@ def program_registries() -> dict[str, CollectorRegistry]:
     SignalMetrics(scheduler)
     TracingMetrics(scheduler)
     RebalanceMetrics(scheduler)
+    PreemptionMetrics(scheduler)
     agent = CollectorRegistry()
     AgentMetrics(agent)
     issuer = CollectorRegistry()

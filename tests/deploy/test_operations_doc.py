@@ -35,6 +35,7 @@ from interference import acl, keys, sched_record
 from interference.decision import CandidateVerdict, Decision, decision_hash
 from interference.signals import GpuDevice, NodeMetrics, NodeReport, PodMetrics
 from node_agent.publisher import PublisherSettings, RedisPublisher
+from scheduler.adapters.preemption import PreemptionMetrics
 from scheduler.adapters.redis_signals import (
     RedisSettings,
     RedisSignalCache,
@@ -121,6 +122,9 @@ def test_every_command_is_exercised_or_needs_a_cluster() -> None:
             or c.startswith("scripts/create-extender-certs.sh")
             # run on the deployed Redis by tests/deploy/test_redis_rotation.py
             or c.startswith("scripts/rotate-redis-password.sh ")
+            # a preemptor's record: its explain line is rendered from the record a real
+            # loop wrote by tests/scheduler/test_preemption_loop.py
+            or c.startswith("interference explain -n ml train-0 ")
             or NEEDS_CLUSTER.match(c)
         )
     ]
@@ -727,6 +731,7 @@ def test_documented_metrics_are_exported() -> None:
     ExtenderMetrics(registry)  # extender mode
     TracingMetrics(registry)  # with tracing on
     RebalanceMetrics(registry)
+    PreemptionMetrics(registry)
     exported = {
         family.name + suffix
         for family in registry.collect()

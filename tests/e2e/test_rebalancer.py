@@ -27,7 +27,9 @@ import redis
 from interference import keys
 from interference.decision import parse_decision_hash
 from interference.signals import NodeMetrics, NodeReport, PodMetrics, WindowMetrics, window_name
+from scheduler.adapters.move_journal import journal_name
 from tests.e2e.agents import agents_publishing
+from tests.e2e.conftest import NAMESPACE as SCHEDULER_NAMESPACE
 from tests.e2e.conftest import start_scheduler
 from tests.e2e.control_plane import ControlPlane, terminate
 from tests.e2e.kube import Kube, SchedulerProcess, wait_for
@@ -217,19 +219,28 @@ class Scene:
 
         return wait_for(found, f"the {result} {what} of {pod}")
 
+    def journal_path(self) -> str:
+        """The rebalancer's journal: a ConfigMap beside its Lease (named after the scheduler)."""
+        name = journal_name(self.namespace)
+        return f"/api/v1/namespaces/{SCHEDULER_NAMESPACE}/configmaps/{name}"
+
     def forget_moves(self) -> None:
-        client = redis.Redis.from_url(self.redis_url)
         try:
-            client.delete(keys.REBALANCE_MOVES)
-        finally:
-            client.close()
+            self.kube.request("DELETE", self.journal_path())
+        except urllib.error.HTTPError as exc:
+            if exc.code != 404:
+                raise
 
     def journal(self) -> list[Obj]:
-        client = redis.Redis.from_url(self.redis_url)
+        """The moves the next leader reads back."""
         try:
-            return [json.loads(m) for m in client.zrange(keys.REBALANCE_MOVES, 0, -1)]
-        finally:
-            client.close()
+            config_map = self.kube.request("GET", self.journal_path())
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return []
+            raise
+        moves: list[Obj] = json.loads(config_map.get("data", {}).get("moves", "[]"))
+        return moves
 
     def terminating(self, app: str) -> list[Obj]:
         return [p for p in self.pods_of(app) if p["metadata"].get("deletionTimestamp")]
