@@ -27,7 +27,14 @@ from tests.e2e.kube import Kube
 pytestmark = [pytest.mark.e2e]
 
 NAMESPACE = "interference-system"
-SECRETS = ("redis-admin", "redis-issuer", "redis-scheduler", "redis-viewer", "redis-tls")
+SECRETS = (
+    "redis-admin",
+    "redis-issuer",
+    "redis-scheduler",
+    "redis-viewer",
+    "redis-tls",
+    "interference-credentials-tls",
+)
 SCRIPT = REPO / "scripts" / "create-redis-secret.sh"
 # This kube-apiserver build answers /openapi/v2 with 503, so kubectl's client-side schema
 # check cannot run (tests/cluster/e2e_cluster.sh wraps kubectl the same way); the server
@@ -114,11 +121,19 @@ def test_apply_fails_naming_a_secret_until_the_script_created_them(
     assert "created secret interference-system/redis-tls" in created.stdout
     made_by_script = secrets(kubectl)
     assert made_by_script["redis-tls"][0] == "kubernetes.io/tls"
+    issuer_kind, issuer_data = made_by_script["interference-credentials-tls"]
+    assert (issuer_kind, set(issuer_data)) == (
+        "kubernetes.io/tls",
+        {"tls.crt", "tls.key", "ca.crt"},
+    )
     for name in SECRETS[:4]:
         kind, data = made_by_script[name]
         assert kind == "kubernetes.io/basic-auth"
         assert set(data) == {"username", "password", "ca.crt"}
-    assert run(kubectl, "-n", "interference-agent", "get", "configmap", "redis-ca").returncode == 0
+    for config_map in ("redis-ca", "interference-credentials-ca"):
+        assert (
+            run(kubectl, "-n", "interference-agent", "get", "configmap", config_map).returncode == 0
+        )
 
     first = apply(kubectl, mode)
     assert first.returncode == 0, first.stderr
@@ -127,7 +142,7 @@ def test_apply_fails_naming_a_secret_until_the_script_created_them(
     assert again.returncode == 0, again.stderr
     assert secrets(kubectl) == made_by_script
     kept = create_secret(kubectl)
-    assert kept.returncode == 0 and kept.stdout.count("exists; kept") == 5
+    assert kept.returncode == 0 and kept.stdout.count("exists; kept") == len(SECRETS)
     assert secrets(kubectl) == made_by_script
 
 
