@@ -20,6 +20,10 @@ lint: $(STAMP)
 test: setup lint
 	$(PY) -m pytest
 
+# Minutes, not half an hour: no BPF, no real Redis or apiserver, no slow tests, no manifest renders.
+unit: $(STAMP)
+	$(PY) -m pytest -m "not bpf and not e2e and not slow and not redis" --ignore=tests/deploy
+
 demo: setup
 	$(PY) -m interference_cli.demo
 
