@@ -349,15 +349,18 @@ class SchedulingCycle:
 
     def fits_for(
         self, pod: PodInfo, table: NodeTable, now: float, *, signals_readable: bool = True
-    ) -> tuple[Fits, bool]:
+    ) -> tuple[Fits, bool, bool]:
         """The preemption dry run's check (:data:`scheduler.preemption.Fits`) for ``pod``
-        as the table is now, and whether it may check many nodes at once (every filter
-        with anything to check judges a node by its own pods alone)."""
+        as the table is now, whether it may check many nodes at once (every filter with
+        anything to check judges a node by its own pods alone), and whether it may put
+        pods back by NodeResourcesFit's arithmetic (no other such filter reads the placed
+        pods)."""
         profile = self.profile_for(signals_readable)
         state = self._state(pod, table, now, profile)
         self._filters(profile, state, None, False)
         batch = _node_local(profile, state)
-        return self._fits(profile, state, False, None, {}, batch), batch
+        light = batch and _resources_only(profile, state)
+        return self._fits(profile, state, False, None, {}, batch), batch, light
 
     # ---- internals ---------------------------------------------------------------------
 
@@ -780,10 +783,11 @@ with anything to check, the dry run moves pods on the table for real."""
 
 
 def _resources_only(profile: ResolvedProfile, state: CycleState) -> bool:
-    """Whether NodeResourcesFit is the only filter with anything to check that reads the
-    placed pods (then the dry run only moves their requests: NodeTable.shift_load)."""
+    """Whether NodeResourcesFit is in the profile and the only filter with anything to
+    check that reads the placed pods (then the dry run only moves their requests and puts
+    them back by NodeResourcesFit's arithmetic: scheduler.victims)."""
     filtered = state.filtered
-    return all(
+    return any(plugin.name == "NodeResourcesFit" for plugin in profile.filters) and all(
         name == "NodeResourcesFit" or filtered.get(name) is None for name in PLACED_PODS_READ
     )
 

@@ -50,9 +50,16 @@ from scheduler.api.objects import PREEMPT_NEVER, PodInfo
 from scheduler.messages import failed_scheduling_message
 from scheduler.nominated import RoomHolds, TableRoom
 from scheduler.plugins.base import Code, Filter, FilterResult
-from scheduler.plugins.node_resources_fit import TOO_MANY_PODS, insufficient_reason
-from scheduler.quantity import PODS
+from scheduler.plugins.node_resources_fit import fit_plan
 from scheduler.table import NodeTable
+from scheduler.victims import (
+    Queued,
+    more_important_first,
+    reprieve,
+    requested,
+    resources_short,
+    split_by_budget,
+)
 
 NO_VICTIMS = "No preemption victims found for incoming pod"
 NOT_HELPFUL = "Preemption is not helpful for scheduling"
@@ -191,38 +198,6 @@ def potential_rows(
     return found
 
 
-def more_important_first(
-    pods: Iterable[PodInfo], start_time: Callable[[PodInfo], float]
-) -> list[PodInfo]:
-    """Higher priority first, then the one that started earlier (kube's
-    ``MoreImportantPod``)."""
-    return sorted(pods, key=lambda p: (-p.priority, start_time(p)))
-
-
-def split_by_budget(
-    pods: Sequence[PodInfo], budgets: Sequence[DisruptionBudgetInfo]
-) -> tuple[list[PodInfo], list[PodInfo]]:
-    """(violating, not violating), each in the given order: a pod violates when evicting it
-    and the pods before it takes a budget that covers it below zero (a pod the budget
-    already counts as disrupted uses none of it)."""
-    allowed = [budget.disruptions_allowed for budget in budgets]
-    violating: list[PodInfo] = []
-    fine: list[PodInfo] = []
-    for pod in pods:
-        violated = False
-        if pod.labels:
-            for i, budget in enumerate(budgets):
-                if not budget.covers(pod.namespace, pod.labels):
-                    continue
-                if pod.name in budget.disrupted_pods:
-                    continue
-                allowed[i] -= 1
-                if allowed[i] < 0:
-                    violated = True
-        (violating if violated else fine).append(pod)
-    return violating, fine
-
-
 def select_victims(
     pod: PodInfo,
     table: NodeTable,
@@ -240,49 +215,48 @@ def select_victims(
     Every node of ``rows`` is changed at once and checked with one ``fits`` call per step
     (remove, then the k-th pod of each node put back): exact when each node's verdict
     depends only on its own pods, which the caller ensures by passing one row otherwise.
-    ``light`` takes pods away from the resource columns only
-    (:meth:`~scheduler.table.NodeTable.shift_load`), for a pod whose filters read nothing
-    else of the placed pods.
+    ``light``: NodeResourcesFit is the only filter whose verdict reads the placed pods;
+    then the pods are taken away from the resource columns only
+    (:meth:`~scheduler.table.NodeTable.shift_load`) for the one ``fits`` call, and put
+    back by NodeResourcesFit's arithmetic on each node's numbers (:mod:`scheduler.victims`).
     """
+    plan = fit_plan(table, pod) if light else None
     found: dict[int, Victims | tuple[str, ...]] = {}
     removed: dict[int, dict[str, PodInfo]] = {}
+    totals: dict[int, dict[str, int]] = {}
     stamps: dict[str, float] = {}
-
-    def take(row: int, victim: PodInfo) -> None:
-        if light:
-            table.shift_load(row, (victim,), -1)
-        else:
-            table.remove_pod(victim)
-
-    def put(row: int, victim: PodInfo) -> None:
-        if light:
-            table.shift_load(row, (victim,), 1)
-        else:
-            table.add_pod(victim, table.names[row], stamps[victim.key])
-
+    holds = inputs.holds
+    shifted = False
     try:
         for row in rows:
             lower = [  # a held pod (on the table for its room) is never a victim
                 p
                 for p in table.pods_on_node(table.names[row]).values()
-                if p.priority < pod.priority and inputs.holds.node_of(p.key) is None
+                if p.priority < pod.priority and holds.node_of(p.key) is None
             ]
             if not lower:
                 found[row] = (NO_VICTIMS,)
                 continue
-            short = resources_short(pod, table, row, lower)
+            total = requested(lower)
+            short = resources_short(pod, table, row, total)
             if short:  # the real filter would say so too: no need to move pods to see it
                 found[row] = short
                 continue
             removed[row] = {victim.key: victim for victim in lower}
-            if light:
-                table.shift_load(row, lower, -1)
+            totals[row] = total
+            if plan is not None:
                 continue
             for victim in lower:
                 stamps[victim.key] = table.load_stamp(victim.key)
                 table.remove_pod(victim)
+        if plan is not None and totals:
+            table.shift_load(totals, -1)
+            shifted = True
         failures = fits(list(removed)) if removed else {}
-        queues: dict[int, list[tuple[PodInfo, bool]]] = {}
+        if shifted:  # put back now: the rest is arithmetic on each node's numbers
+            table.shift_load(totals, 1)
+            shifted = False
+        queues: dict[int, list[Queued]] = {}
         for row, pods in removed.items():
             if row in failures:
                 found[row] = failures[row]
@@ -291,68 +265,65 @@ def select_victims(
                 more_important_first(pods.values(), inputs.start_time), inputs.budgets
             )
             queues[row] = [(p, True) for p in violating] + [(p, False) for p in fine]
-        victims: dict[int, list[tuple[PodInfo, bool]]] = {row: [] for row in queues}
-        step = 0
-        while True:
-            trying: dict[int, PodInfo] = {}
+        if plan is not None:
             for row, queue in queues.items():
-                named = forced.get(row, ())
-                while step < len(queue) and queue[step][0].key in named:
-                    victims[row].append(queue.pop(step))  # forced: never put back
-                if step < len(queue):
-                    candidate = queue[step][0]
-                    put(row, candidate)
-                    del removed[row][candidate.key]
-                    trying[row] = candidate
-            if not trying:
-                break
-            failing = fits(list(trying))
-            for row, candidate in trying.items():
-                if row in failing:
-                    take(row, candidate)
-                    removed[row][candidate.key] = candidate
-                    victims[row].append((candidate, queues[row][step][1]))
-            step += 1
+                chosen = reprieve(plan, table, row, totals[row], queue, forced.get(row, ()))
+                found[row] = _victims(table.names[row], chosen, inputs)
+            return found
+        victims = _put_back(table, queues, removed, stamps, fits, forced)
         for row, chosen in victims.items():
-            pods_out = [p for p, _ in chosen]
-            if any(c for _, c in chosen) and not all(c for _, c in chosen):
-                pods_out = more_important_first(pods_out, inputs.start_time)
-            found[row] = Victims(table.names[row], tuple(pods_out), sum(c for _, c in chosen))
+            found[row] = _victims(table.names[row], chosen, inputs)
         return found
     finally:
-        for row, pods in removed.items():
-            if light:
-                table.shift_load(row, pods.values(), 1)
-                continue
-            for victim in pods.values():
-                put(row, victim)
+        if shifted:
+            table.shift_load(totals, 1)
+        if plan is None:
+            for row, pods in removed.items():
+                for victim in pods.values():
+                    table.add_pod(victim, table.names[row], stamps[victim.key])
 
 
-def resources_short(
-    pod: PodInfo, table: NodeTable, row: int, lower: Sequence[PodInfo]
-) -> tuple[str, ...]:
-    """NodeResourcesFit's reasons on node ``row`` with every pod of ``lower`` gone, from
-    the table's columns alone (a necessary condition: the dry run checks the nodes that
-    meet it with every filter)::
+def _put_back(
+    table: NodeTable,
+    queues: dict[int, list[Queued]],
+    removed: dict[int, dict[str, PodInfo]],
+    stamps: Mapping[str, float],
+    fits: Fits,
+    forced: Mapping[int, Collection[str]],
+) -> dict[int, list[Queued]]:
+    """Puts the k-th pod of each node's queue back on the table and keeps it there if the
+    pod still passes every filter, for k = 0, 1, …; the victims per node (those left out,
+    still in ``removed``)."""
+    victims: dict[int, list[Queued]] = {row: [] for row in queues}
+    step = 0
+    while True:
+        trying: dict[int, PodInfo] = {}
+        for row, queue in queues.items():
+            named = forced.get(row, ())
+            while step < len(queue) and queue[step][0].key in named:
+                victims[row].append(queue.pop(step))  # forced: never put back
+            if step < len(queue):
+                candidate = queue[step][0]
+                table.add_pod(candidate, table.names[row], stamps[candidate.key])
+                del removed[row][candidate.key]
+                trying[row] = candidate
+        if not trying:
+            return victims
+        failing = fits(list(trying))
+        for row, candidate in trying.items():
+            if row in failing:
+                table.remove_pod(candidate)
+                removed[row][candidate.key] = candidate
+                victims[row].append((candidate, queues[row][step][1]))
+        step += 1
 
-        short(r) = free[r, row] + Σ_{q ∈ lower} req[q, r] < req[r]   (pods: count, +1 needed)
-    """
-    free = table.free
-    reasons: list[str] = []
-    pods_row = table.resource_row(PODS)
-    if pods_row is not None and free[pods_row, row] + len(lower) < 1:
-        reasons.append(TOO_MANY_PODS)
-    for resource, amount in pod.requests.items():
-        if amount <= 0:
-            continue
-        resource_row = table.resource_row(resource)
-        if resource_row is None:
-            reasons.append(insufficient_reason(resource))
-            continue
-        room = free[resource_row, row] + sum(q.requests.get(resource, 0) for q in lower)
-        if room < amount:
-            reasons.append(insufficient_reason(resource))
-    return tuple(reasons)
+
+def _victims(node: str, chosen: Sequence[Queued], inputs: PreemptionInputs) -> Victims:
+    """The victims of a node, most important first, with their budget violations."""
+    pods_out = [p for p, _ in chosen]
+    if any(c for _, c in chosen) and not all(c for _, c in chosen):
+        pods_out = more_important_first(pods_out, inputs.start_time)
+    return Victims(node, tuple(pods_out), sum(c for _, c in chosen))
 
 
 def pick_one_node(
@@ -381,8 +352,9 @@ def pick_one_node(
     if len(left) == 1:
         return left[0], "the only candidate"
     for rule, score in rules:
-        best = max(score(c) for c in left)
-        left = [c for c in left if score(c) == best]
+        scored = [(score(c), c) for c in left]
+        best = max(s for s, _ in scored)
+        left = [c for s, c in scored if s == best]
         if len(left) == 1:
             return left[0], rule
     return left[0], "the first of equal candidates"

@@ -293,22 +293,26 @@ class NodeTable:
         entry = None if placed is None else self._recent.get(placed.node, {}).get(key)
         return -float("inf") if entry is None else entry[0]
 
-    def shift_load(self, row: int, pods: Iterable[PodInfo], sign: int) -> None:
-        """Stop counting (``sign`` -1) or count again (+1) ``pods`` of node ``row`` in the
-        resource columns only: the preemption dry run's light way to take pods away and
-        put them back, for a pod whose filters read nothing else of the placed pods
+    def shift_load(self, loads: Mapping[int, Mapping[str, int]], sign: int) -> None:
+        """Stop counting (``sign`` -1) or count again (+1) pods in the resource columns
+        only: ``loads`` maps a node row to what those pods of it request together
+        (``pods``: how many). The preemption dry run's light way to take pods away and put
+        them back, for a pod whose filters read nothing else of the placed pods
         (scheduler.preemption). The caller puts back exactly what it took."""
-        self.caches.note_load_change(row)
-        totals: dict[str, int] = {PODS: 0}
-        for pod in pods:
-            totals[PODS] += 1
-            for resource, amount in pod.requests.items():
-                totals[resource] = totals.get(resource, 0) + amount
         rows = self._resource_rows
-        for resource, amount in totals.items():
-            r = rows[resource]
-            self._requested[r, row] += sign * amount
-            self._free[r, row] -= sign * amount
+        resource_rows: list[int] = []
+        node_rows: list[int] = []
+        amounts: list[int] = []
+        for row, load in loads.items():
+            self.caches.note_load_change(row)
+            for resource, amount in load.items():
+                resource_rows.append(rows[resource])
+                node_rows.append(row)
+                amounts.append(sign * amount)
+        at = (np.array(resource_rows, dtype=np.intp), np.array(node_rows, dtype=np.intp))
+        change = np.array(amounts, dtype=np.int64)
+        np.add.at(self._requested, at, change)
+        np.subtract.at(self._free, at, change)
 
     def pods_on_node(self, name: str) -> Mapping[str, PodInfo]:
         """Pods placed on node ``name`` by key (read only)."""

@@ -63,6 +63,8 @@ class _Plan:
     reasons: tuple[str, ...]
     unoffered: tuple[int, ...]
     """Positions in ``amounts`` of resources no node offers (their rows are left out)."""
+    resources: tuple[str, ...]
+    """What ``amounts`` are of (``pods`` first)."""
 
 
 def _plan(table: NodeTable, pod: PodInfo) -> _Plan:
@@ -74,14 +76,41 @@ def _plan(table: NodeTable, pod: PodInfo) -> _Plan:
         (1, *(a for _, a in wanted)),
         (TOO_MANY_PODS, *(insufficient_reason(r) for r, _ in wanted)),
         tuple(i for i, r in enumerate(rows) if r is None),
+        (PODS, *(r for r, _ in wanted)),
     )
+
+
+def _plan_for(table: NodeTable, pod: PodInfo) -> _Plan:
+    key = (NAME, *pod.requests.items())
+    # resource rows never move; one no node offers yet may come with any heartbeat
+    return table.cached("constraints", key, _plan, table, pod, still_valid=_all_offered)
+
+
+@dataclass(frozen=True, slots=True)
+class FitPlan:
+    """What the filter compares for a pod: node ``i`` passes iff
+    ``free[rows[k], i] >= amounts[k]`` for every ``k``."""
+
+    resources: tuple[str, ...]
+    """``pods`` first (each pod counts 1 of it), then the resources the pod requests."""
+    rows: tuple[int, ...]
+    """Their rows of :attr:`NodeTable.free`."""
+    amounts: tuple[int, ...]
+
+
+def fit_plan(table: NodeTable, pod: PodInfo) -> FitPlan | None:
+    """The filter's comparison for ``pod`` (the preemption dry run redoes it on one node's
+    numbers as it puts pods back); ``None`` when a resource is offered by no node (the
+    filter then fails everywhere)."""
+    plan = _plan_for(table, pod)
+    if plan.unoffered:
+        return None
+    return FitPlan(plan.resources, plan.rows, plan.amounts)
 
 
 def resources_fit(table: NodeTable, pod: PodInfo) -> FilterResult:
     """Nodes with room for the pod's requests and one more pod."""
-    key = (NAME, *pod.requests.items())
-    # resource rows never move; one no node offers yet may come with any heartbeat
-    plan = table.cached("constraints", key, _plan, table, pod, still_valid=_all_offered)
+    plan = _plan_for(table, pod)
     if plan.unoffered:  # a resource no node has ever offered fails everywhere
         return FilterResult(
             NAME,

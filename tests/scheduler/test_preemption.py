@@ -27,6 +27,7 @@ Cases not ported, and why:
 
 from __future__ import annotations
 
+import copy
 import math
 import random
 from collections.abc import Mapping, Sequence
@@ -119,6 +120,7 @@ def _start_times(starts: Mapping[str, float]) -> PreemptionInputs:
 
 
 def _table(nodes: Sequence[dict[str, Any]], placed: Sequence[dict[str, Any]]) -> NodeTable:
+    placed = copy.deepcopy(placed)  # a case's pods serve more than one test
     return table_of(nodes, [(p, p["spec"].pop("nodeName")) for p in placed])
 
 
@@ -489,16 +491,23 @@ def _dry_run(
     pod: PodInfo,
     inputs: PreemptionInputs,
     args: PreemptionArgs,
+    arithmetic: bool = True,
 ) -> PreemptionOutcome:
     """Upstream's test calls ``DryRunPreemption`` on every node, whether or not the pod
-    fits there; so does this, with the cycle's real filters."""
+    fits there; so does this, with the cycle's real filters (putting pods back by
+    NodeResourcesFit's arithmetic where the cycle would, with ``arithmetic``; else by
+    moving them on the table and running every filter again)."""
     every = table.everyone().copy()
-    fits, batch = cycle.fits_for(pod, table, NOW)
-    return preempt(pod, table, every, fits, inputs, args, cycle._random, len(table), batch=batch)
+    fits, batch, light = cycle.fits_for(pod, table, NOW)
+    light = light and arithmetic
+    return preempt(
+        pod, table, every, fits, inputs, args, cycle._random, len(table), batch=batch, light=light
+    )
 
 
+@pytest.mark.parametrize("arithmetic", [True, False], ids=["arithmetic", "filters"])
 @pytest.mark.parametrize("case", DRY_RUN, ids=[c.name for c in DRY_RUN])
-def test_dry_run_preemption(case: DryRunCase) -> None:
+def test_dry_run_preemption(case: DryRunCase, arithmetic: bool) -> None:
     table = _table([_node(n) for n in case.nodes], case.placed)
     before = {name: dict(table.pods_on_node(name)) for name in table.names}
     free_before = table.free.copy()
@@ -508,7 +517,7 @@ def test_dry_run_preemption(case: DryRunCase) -> None:
         budgets=case.budgets, start_time=lambda p: case.starts.get(p.name, math.inf)
     )
     for pod, expected in zip(case.pods, case.expected, strict=True):
-        outcome = _dry_run(cycle, table, parse_pod(pod), inputs, case.args)
+        outcome = _dry_run(cycle, table, parse_pod(pod), inputs, case.args, arithmetic)
         got = {c.node: (sorted(p.name for p in c.pods), c.pdb_violations) for c in outcome.found}
         assert got == expected
     # the table is put back exactly as it was
@@ -791,3 +800,52 @@ def test_candidate_count_is_kubes(
         min_candidate_nodes_percentage=percentage, min_candidate_nodes_absolute=absolute
     )
     assert candidate_count(nodes, args) == expected
+
+
+# ---- ours: putting pods back by arithmetic agrees with running the filters --------------
+
+
+def _random_cluster(seed: int) -> tuple[NodeTable, list[DisruptionBudgetInfo], dict[str, float]]:
+    """Nodes of mixed size and pod limits, full of pods of mixed priority and size, some
+    under budgets."""
+    rng = random.Random(seed)
+    nodes = [
+        _node(f"node{i}", {"cpu": str(rng.choice([1, 2, 4])), "memory": "4Gi",
+                           "pods": str(rng.randint(2, 6))})
+        for i in range(30)
+    ]  # fmt: skip
+    placed = []
+    for i in range(30):
+        for j in range(rng.randint(1, 5)):
+            req = {
+                "cpu": f"{rng.choice([100, 300, 500, 900])}m",
+                "memory": f"{rng.randint(1, 9)}00Mi",
+            }
+            labels = {"app": "foo"} if rng.random() < 0.3 else None
+            placed.append(_on(f"node{i}", _pod(f"p{i}-{j}", rng.choice([NEG, LOW, MID, VERY_HIGH]),
+                                               req, labels=labels)))  # fmt: skip
+    starts = {p["metadata"]["name"]: rng.uniform(0, 100) for p in placed}
+    return _table(nodes, placed), [_budget(rng.randint(0, 3))], starts
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_arithmetic_put_back_agrees_with_the_filters(seed: int) -> None:
+    """The same candidates and victims (budget violations included) either way, on a table
+    left as it was."""
+    table, budgets, starts = _random_cluster(seed)
+    before = table.free.copy()
+    inputs = PreemptionInputs(budgets=budgets, start_time=lambda p: starts[p.name])
+    pod = parse_pod(_pod("p", HIGH, {"cpu": "1500m", "memory": "1Gi"}))
+    found = {}
+    for arithmetic in (True, False):
+        cycle = SchedulingCycle(EngineSettings())
+        cycle._random = _Offsets([seed])
+        outcome = _dry_run(cycle, table, pod, inputs, PreemptionArgs(), arithmetic)
+        found[arithmetic] = [
+            (c.node, [p.name for p in c.pods], c.pdb_violations) for c in outcome.found
+        ]
+        assert (table.free == before).all()
+    assert found[True] == found[False]
+    assert found[True], "the random cluster has candidates"
+    kept = sum(len(table.pods_on_node(node)) - len(victims) for node, victims, _ in found[True])
+    assert kept > 0, "some lower-priority pods are put back"
