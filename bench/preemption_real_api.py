@@ -32,7 +32,7 @@ schedulers' logs are scanned for rejected API writes (must be 0).
 
 Run from the repository root (minutes; 2 cores shared with the API server and etcd)::
 
-    .venv/bin/python bench/preemption_real_api.py [--nodes 500] [--high 500]
+    .venv/bin/python bench/preemption_real_api.py [--nodes 500] [--high 500] [--runs 3]
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ import argparse
 import http.client
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -206,8 +207,9 @@ def scrape(port: int) -> dict[str, float]:
 def run_round(
     plane: ControlPlane, api: Api, name: str, nodes: list[str], low_per_node: int, high: int,
     argv: list[str], scheduler_name: str, log_path: Path, timeout_s: float, metrics_port: int = 0,
+    run: int = 0,
 ) -> Result:  # fmt: skip
-    namespace = f"bench-{name}"
+    namespace = f"bench-{name}-{run}"
     api.call("POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})
     pods = f"/api/v1/namespaces/{namespace}/pods"
     low = [(f"low-{i:05d}", nodes[i % len(nodes)]) for i in range(len(nodes) * low_per_node)]
@@ -261,6 +263,8 @@ def main() -> int:
     parser.add_argument("--low-per-node", type=int, default=4)
     parser.add_argument("--high", type=int, default=500, help="high-priority pods")
     parser.add_argument("--timeout", type=float, default=600.0, help="per round, seconds")
+    parser.add_argument("--runs", type=int, default=1,
+                        help="side-by-side runs; each odd run in the reverse order")  # fmt: skip
     parser.add_argument(
         "--schedulers", default="kube-scheduler,interference-scheduler",
         help="comma-separated, run in this order",
@@ -310,20 +314,23 @@ def main() -> int:
             rounds = {"kube-scheduler": (kube, "default-scheduler", 0),
                       "interference-scheduler": (ours, "interference-scheduler",
                                                  metrics_port)}  # fmt: skip
-            for name in wanted:
-                argv, scheduler_name, port = rounds[name]
-                result = run_round(plane, api, name, nodes, args.low_per_node, args.high, argv,
-                                   scheduler_name, work / f"{name}.log", args.timeout,
-                                   port)  # fmt: skip
-                results.append(result)
-                print(f"  {name:<24} {result.bound}/{result.high} bound, {result.victims} "
-                      f"victims, {result.pods_per_s:,.1f} pods/s", flush=True)  # fmt: skip
-                if result.counters:
-                    print("    " + ", ".join(f"{k.removeprefix('interference_scheduler_')} "
-                                             f"{v:,.0f}" for k, v in result.counters.items()),
+            for run in range(args.runs):
+                for name in wanted if run % 2 == 0 else wanted[::-1]:
+                    argv, scheduler_name, port = rounds[name]
+                    log_path = work / f"{name}-{run}.log"
+                    result = run_round(plane, api, name, nodes, args.low_per_node, args.high,
+                                       argv, scheduler_name, log_path, args.timeout, port,
+                                       run)  # fmt: skip
+                    results.append(result)
+                    print(f"  run {run} {name:<24} {result.bound}/{result.high} bound, "
+                          f"{result.victims} victims, {result.pods_per_s:,.1f} pods/s",
                           flush=True)  # fmt: skip
-                if result.rejected_writes:
-                    print((work / f"{name}.log").read_text(errors="replace")[-3000:])
+                    if result.counters:
+                        print("    " + ", ".join(f"{k.removeprefix('interference_scheduler_')} "
+                                                 f"{v:,.0f}" for k, v in result.counters.items()),
+                              flush=True)  # fmt: skip
+                    if result.rejected_writes:
+                        print(log_path.read_text(errors="replace")[-3000:])
     finally:
         survivors = plane.stop()
         subprocess.run(["rm", "-rf", str(work)], check=False)
@@ -344,13 +351,18 @@ def report(results: list[Result], args: argparse.Namespace) -> None:
     for r in results:
         print(f"{r.scheduler:<24} {r.bound:>5}/{r.high:<5} {r.victims:>8} {r.pods_per_s:>8.1f} "
               f"{r.wall_s:>7.1f} {r.cpu_ms_per_pod:>11.1f} {r.rejected_writes:>9}")  # fmt: skip
-    by = {r.scheduler: r for r in results}
-    theirs, ours = by.get("kube-scheduler"), by.get("interference-scheduler")
-    if theirs and ours and theirs.pods_per_s:
-        ratio = ours.pods_per_s / theirs.pods_per_s
-        print(f"interference-scheduler / kube-scheduler = {ratio:.2f}x (target >= 1.0x: "
-              f"{'met' if ratio >= 1.0 else 'missed'}); victims {ours.victims} vs "
-              f"{theirs.victims}")  # fmt: skip
+    theirs = [r for r in results if r.scheduler == "kube-scheduler"]
+    ours = [r for r in results if r.scheduler == "interference-scheduler"]
+    ratios = sorted(
+        o.pods_per_s / t.pods_per_s for o, t in zip(ours, theirs, strict=False) if t.pods_per_s
+    )
+    if ratios:
+        median = statistics.median(ratios)
+        print(f"interference-scheduler / kube-scheduler, per run: "
+              f"{', '.join(f'{r:.2f}x' for r in ratios)}; median {median:.2f}x "
+              f"(spread {ratios[0]:.2f}-{ratios[-1]:.2f}x; target >= 1.0x: "
+              f"{'met' if median >= 1.0 else 'missed'}); victims "
+              f"{[o.victims for o in ours]} vs {[t.victims for t in theirs]}")  # fmt: skip
 
 
 if __name__ == "__main__":

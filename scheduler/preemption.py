@@ -55,6 +55,7 @@ from scheduler.table import NodeTable
 from scheduler.victims import (
     Queued,
     more_important_first,
+    needs,
     reprieve,
     requested,
     resources_short,
@@ -227,27 +228,28 @@ def select_victims(
     stamps: dict[str, float] = {}
     holds = inputs.holds
     shifted = False
+    need = needs(pod, table)
     try:
         for row in rows:
-            lower = [  # a held pod (on the table for its room) is never a victim
-                p
-                for p in table.pods_on_node(table.names[row]).values()
-                if p.priority < pod.priority and holds.node_of(p.key) is None
-            ]
+            lower = {  # a held pod (on the table for its room) is never a victim
+                key: p
+                for key, p in table.pods_on_node(table.names[row]).items()
+                if p.priority < pod.priority and holds.node_of(key) is None
+            }
             if not lower:
                 found[row] = (NO_VICTIMS,)
                 continue
-            total = requested(lower)
-            short = resources_short(pod, table, row, total)
+            total = requested(lower.values())
+            short = resources_short(need, table, row, total)
             if short:  # the real filter would say so too: no need to move pods to see it
                 found[row] = short
                 continue
-            removed[row] = {victim.key: victim for victim in lower}
+            removed[row] = lower
             totals[row] = total
             if plan is not None:
                 continue
-            for victim in lower:
-                stamps[victim.key] = table.load_stamp(victim.key)
+            for key, victim in lower.items():
+                stamps[key] = table.load_stamp(key)
                 table.remove_pod(victim)
         if plan is not None and totals:
             table.shift_load(totals, -1)

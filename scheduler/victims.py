@@ -16,6 +16,7 @@ cloned NodeInfo rather than on the whole cluster::
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass
 
 from scheduler.api.budgets import DisruptionBudgetInfo
 from scheduler.api.objects import PodInfo
@@ -41,6 +42,8 @@ def split_by_budget(
     """(violating, not violating), each in the given order: a pod violates when evicting it
     and the pods before it takes a budget that covers it below zero (a pod the budget
     already counts as disrupted uses none of it)."""
+    if not budgets:
+        return [], list(pods)
     allowed = [budget.disruptions_allowed for budget in budgets]
     violating: list[PodInfo] = []
     fine: list[PodInfo] = []
@@ -69,8 +72,30 @@ def requested(pods: Iterable[PodInfo]) -> dict[str, int]:
     return totals
 
 
+@dataclass(frozen=True, slots=True)
+class Needs:
+    """What NodeResourcesFit asks of a node for a pod, looked up once per dry run."""
+
+    pods_row: int | None
+    """The row of ``pods`` in :attr:`NodeTable.free` (``None``: no node offers it)."""
+    resources: tuple[tuple[str, int | None, int], ...]
+    """(resource, its row or ``None`` where no node offers it, amount) for each resource
+    the pod requests more than 0 of."""
+
+
+def needs(pod: PodInfo, table: NodeTable) -> Needs:
+    return Needs(
+        table.resource_row(PODS),
+        tuple(
+            (resource, table.resource_row(resource), amount)
+            for resource, amount in pod.requests.items()
+            if amount > 0
+        ),
+    )
+
+
 def resources_short(
-    pod: PodInfo, table: NodeTable, row: int, lower: dict[str, int]
+    need: Needs, table: NodeTable, row: int, lower: dict[str, int]
 ) -> tuple[str, ...]:
     """NodeResourcesFit's reasons on node ``row`` with pods requesting ``lower`` together
     (:func:`requested`) gone, from the table's columns alone (a necessary condition: the
@@ -80,17 +105,10 @@ def resources_short(
     """
     free = table.free
     reasons: list[str] = []
-    pods_row = table.resource_row(PODS)
-    if pods_row is not None and free[pods_row, row] + lower[PODS] < 1:
+    if need.pods_row is not None and free[need.pods_row, row] + lower[PODS] < 1:
         reasons.append(TOO_MANY_PODS)
-    for resource, amount in pod.requests.items():
-        if amount <= 0:
-            continue
-        resource_row = table.resource_row(resource)
-        if resource_row is None:
-            reasons.append(insufficient_reason(resource))
-            continue
-        if free[resource_row, row] + lower.get(resource, 0) < amount:
+    for resource, resource_row, amount in need.resources:
+        if resource_row is None or free[resource_row, row] + lower.get(resource, 0) < amount:
             reasons.append(insufficient_reason(resource))
     return tuple(reasons)
 
@@ -114,19 +132,24 @@ def reprieve(
         for name, r in zip(plan.resources, plan.rows, strict=True)
     ]
     amounts = plan.amounts
-    wanted = plan.resources[1:]
+    wanted = tuple(enumerate(plan.resources[1:], start=1))
     victims: list[Queued] = []
     for queued in queue:
         pod = queued[0]
         if forced and pod.key in forced:
             victims.append(queued)
             continue
-        requests = pod.requests
-        after = [
-            room[0] - 1,
-            *(left - requests.get(name, 0) for left, name in zip(room[1:], wanted, strict=True)),
-        ]
-        if all(left >= amount for left, amount in zip(after, amounts, strict=True)):
+        after = room.copy()
+        after[0] -= 1
+        fits = after[0] >= amounts[0]
+        if fits:  # plain loops: this runs for every pod of up to 100 nodes a dry run
+            requests = pod.requests
+            for k, name in wanted:
+                after[k] -= requests.get(name, 0)
+                if after[k] < amounts[k]:
+                    fits = False
+                    break
+        if fits:
             room = after
         else:
             victims.append(queued)
