@@ -123,7 +123,8 @@ class RebalancerSettings:
     max_per_cluster: int = 5
     """Evictions in the whole cluster per ``rate_window_s``."""
     rate_window_s: float = 600.0
-    """The window of the ``max_per_*`` limits (dry runs count as evictions)."""
+    """The window of the ``max_per_*`` limits (a dry run's "would evict"s count against
+    a dry run's limits, never an eviction's)."""
     cooldown_s: float = 600.0
     """After one of its pods was moved, a workload (controller) is not moved again for this long."""
     retry_after_s: float = 30.0
