@@ -34,6 +34,7 @@ from credential_issuer.settings import (
     parse_service_account,
     redis_target,
 )
+from credential_issuer.warden import Warden, WardenLimits
 from interference_infra.cliparse import RUNTIME_EXIT, OneLineParser
 from interference_infra.logsetup import configure_logging
 from interference_infra.redis_arguments import add_redis_arguments, redis_arguments
@@ -102,6 +103,20 @@ def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         "MIN_REISSUE_S; default %(default)s)",
     )
     p.add_argument(
+        "--warden",
+        default=environ.get("WARDEN") or "on",
+        choices=("on", "off"),
+        help="cut off a node that keeps more in Redis than an agent may (env WARDEN; default "
+        "%(default)s; off on a Redis Cluster, which it cannot follow)",
+    )
+    p.add_argument(
+        "--agent-max-ttl",
+        default=environ.get("AGENT_MAX_TTL_S") or str(WardenLimits.agent_max_ttl_s),
+        metavar="SECONDS",
+        help="the longest TTL an agent may give its keys, its --ttl (env AGENT_MAX_TTL_S; "
+        "default %(default)s)",
+    )
+    p.add_argument(
         "--kubeconfig",
         default=environ.get("KUBECONFIG") or None,
         help="kubeconfig for the TokenReviews (env KUBECONFIG; default: the in-cluster "
@@ -141,8 +156,13 @@ def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> 
         sentinel_master=redis.sentinel_master,
         tls=redis.tls,
     )
+    max_ttl = parse_number(
+        "--agent-max-ttl/AGENT_MAX_TTL_S", args.agent_max_ttl, minimum=1, integer=True
+    )
     return IssuerSettings(
         redis=target,
+        warden=args.warden == "on" and not redis.cluster,
+        limits=WardenLimits(agent_max_ttl_s=int(max_ttl)),
         address=args.address,
         port=int(port),
         tls_cert_file=args.tls_cert_file,
@@ -172,15 +192,37 @@ class Readiness:
             return self._problem
 
 
-def build(settings: IssuerSettings, registry: CollectorRegistry) -> tuple[IssuerServer, AgentUsers]:
-    """The server (not started) and its Redis users; ``ValueError`` for unusable settings
-    (Kubernetes credentials), ``OSError``/``ssl.SSLError`` when it cannot bind or read
-    its certificate."""
+def build(
+    settings: IssuerSettings, registry: CollectorRegistry
+) -> tuple[IssuerServer, AgentUsers, Warden | None]:
+    """The server and the warden (neither started) and the Redis users; ``ValueError`` for
+    unusable settings (Kubernetes credentials), ``OSError``/``ssl.SSLError`` when it
+    cannot bind or read its certificate."""
     kubernetes = api_client(settings.kubeconfig, settings.max_connections)
     reviewer = KubernetesTokenReviewer(kubernetes, settings.audience, settings.review_timeout_s)
     binding = KubernetesPodBinding(kubernetes, settings.review_timeout_s)
     users = AgentUsers(settings.redis, settings.redis_socket_timeout_s)
-    issuer = Issuer(settings, reviewer, users, IssuerMetrics(registry), binding=binding)
+    metrics = IssuerMetrics(registry)
+    warden = None
+    if settings.warden:
+        warden = Warden(
+            settings.redis,
+            settings.limits,
+            metrics.warden,
+            react_s=settings.warden_react_s,
+            sweep_s=settings.warden_sweep_s,
+            pressure=settings.warden_pressure,
+            cooldown_s=settings.warden_cooldown_s,
+            socket_timeout_s=settings.redis_socket_timeout_s,
+        )
+    issuer = Issuer(
+        settings,
+        reviewer,
+        users,
+        metrics,
+        binding=binding,
+        cooldown=warden.cooldown_left if warden else None,
+    )
     tls = None
     try:
         if settings.tls_cert_file and settings.tls_key_file:
@@ -197,8 +239,10 @@ def build(settings: IssuerSettings, registry: CollectorRegistry) -> tuple[Issuer
         )
     except BaseException:
         users.close()
+        if warden:
+            warden.close()
         raise
-    return server, users
+    return server, users, warden
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
@@ -212,7 +256,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     except ValueError as exc:
         arg_parser.error(str(exc))
     try:
-        server, users = build(settings, CollectorRegistry())
+        server, users, warden = build(settings, CollectorRegistry())
     except ValueError as exc:
         arg_parser.error(str(exc))
     except (OSError, ssl.SSLError) as exc:
@@ -227,6 +271,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
     server.start()
+    if warden:
+        warden.start()
     namespace, name = settings.agent_service_account
     log.info(
         "serving %s://%s:%d%s for ServiceAccount %s/%s (audience %s); agent users go to "
@@ -244,6 +290,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         stop.wait()
     finally:
         server.stop()
+        if warden:
+            warden.close()
         users.close()
     return 0
 

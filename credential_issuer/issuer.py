@@ -7,7 +7,8 @@
    node, not one bound to a Node object) → else 403. With a :class:`PodBinding` (the
    program always has one) the pod must exist with that UID on that node, and the Node
    must exist → else 403.
-3. At most one issue per node per ``min_reissue_s`` → else 429 with ``Retry-After``.
+3. Not a node the warden cut off, within its cool-down (:mod:`credential_issuer.warden`),
+   and at most one issue per node per ``min_reissue_s`` → else 429 with ``Retry-After``.
 4. ``ACL SETUSER agent:NODE`` with a fresh random password on every Redis node, then
    ``CLIENT KILL USER`` of the old password's sessions
    (:mod:`credential_issuer.redis_users`) → 200 ``{"node", "username", "password"}``; a
@@ -42,8 +43,10 @@ from credential_issuer.review import (
     TokenReviewer,
 )
 from credential_issuer.settings import IssuerSettings
+from credential_issuer.warden import WardenMetrics
 from interference import acl, keys
 from interference_infra.http import REFUSALS
+from interference_infra.redis_client import REDIS_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +63,7 @@ REASONS = (
     "pod_not_on_node",
     "unknown_node",
     "rate_limited",
+    "cut_off",
     "review_unavailable",
     "redis_unavailable",
 )
@@ -116,6 +120,7 @@ class IssuerMetrics:
             "Redis Cluster replicas that did not take an agent user (primaries all did).",
             registry=registry,
         )
+        self.warden = WardenMetrics(registry)
         self.duration = Histogram(
             "interference_credentials_request_duration_seconds",
             "Time to answer one request for credentials (review and Redis included).",
@@ -158,10 +163,13 @@ class Issuer:
         metrics: IssuerMetrics,
         clock: Callable[[], float] = time.monotonic,
         binding: PodBinding | None = None,
+        cooldown: Callable[[str], float] | None = None,
     ) -> None:
         self._settings = settings
         self._reviewer = reviewer
         self._binding = binding
+        self._cooldown = cooldown
+        """Seconds until a node the warden cut off may have a password again."""
         self._users = users
         self.metrics = metrics
         self._clock = clock
@@ -253,6 +261,22 @@ class Issuer:
                 )  # fmt: skip
             if reason:
                 return self._refuse(403, reason, message)
+        if self._cooldown is not None:
+            try:
+                left = self._cooldown(node)
+            except REDIS_ERRORS as exc:
+                return self._refuse(
+                    503, "redis_unavailable", f"could not read the cool-down of node {node}: "
+                    f"{exc}", headers={"Retry-After": "5"}, level=logging.ERROR,
+                )  # fmt: skip
+            if left > 0:
+                return self._refuse(
+                    429,
+                    "cut_off",
+                    f"node {node} was cut off for keeping more in Redis than an agent may;"
+                    f" no new password for {left:.0f} s",
+                    headers={"Retry-After": str(max(1, math.ceil(left)))},
+                )
         retry_after = self._reserve(node)
         if retry_after > 0:
             return self._refuse(

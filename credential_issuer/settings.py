@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from credential_issuer.warden import WardenLimits
 from interference import keys
 from interference_infra.redis_client import DEFAULT_SENTINEL_MASTER, RedisTarget
 from interference_infra.redis_tls import RedisTls
@@ -76,6 +77,20 @@ class IssuerSettings:
     within it, at most 5 s), however slowly its bytes come."""
     log_interval_s: float = 60.0
     """Each kind of refusal is logged at most once per this many seconds (with a count)."""
+    warden: bool = True
+    """Run the warden (:mod:`credential_issuer.warden`): cut off a node that keeps more in
+    Redis than its agent may. Not on a Redis Cluster."""
+    limits: WardenLimits = field(default_factory=WardenLimits)
+    """What one node's agent may keep in Redis."""
+    warden_react_s: float = 0.2
+    """Keys named by a key event are checked within this."""
+    warden_sweep_s: float = 10.0
+    """Every node key is checked this often (and each second while Redis' memory is past
+    ``warden_pressure`` of ``maxmemory``)."""
+    warden_pressure: float = 0.8
+    """Share of ``maxmemory`` past which the sweeps run every second."""
+    warden_cooldown_s: float = 300.0
+    """A node cut off gets no new password for this long."""
 
     @property
     def agent_username(self) -> str:
@@ -97,9 +112,14 @@ class IssuerSettings:
             "redis_socket_timeout_s",
             "request_timeout_s",
             "log_interval_s",
+            "warden_react_s",
+            "warden_sweep_s",
+            "warden_cooldown_s",
         ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        if not 0 < self.warden_pressure <= 1:
+            raise ValueError(f"warden_pressure must be > 0 and ≤ 1, got {self.warden_pressure}")
         if self.min_reissue_s < 0:
             raise ValueError(f"min_reissue_s must be ≥ 0, got {self.min_reissue_s}")
         for name in ("max_body_bytes", "max_token_bytes", "max_connections"):

@@ -4,6 +4,7 @@ answers are in tests/e2e/test_credentials.py) and a real redis-server."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -22,6 +23,7 @@ from credential_issuer.review import (
     identity_from_status,
 )
 from credential_issuer.settings import IssuerSettings, redis_target
+from credential_issuer.warden import Warden, WardenLimits
 from interference import keys
 from tests.conftest import RedisServer
 
@@ -300,3 +302,30 @@ def test_a_reissue_closes_the_old_passwords_sessions(
             port=redis_server.port, username="agent:node-a", password=first["password"]
         ).ping()
     old.close()
+
+
+def test_a_node_the_warden_cut_off_gets_no_password_until_its_cool_down_ends(
+    users: AgentUsers, redis_server: RedisServer
+) -> None:
+    """The cool-down is a key in Redis, so every issuer replica reads it."""
+    metrics = IssuerMetrics(CollectorRegistry())
+    warden = Warden(redis_target(redis_server.url), WardenLimits(), metrics.warden, cooldown_s=2.0)
+    settings = IssuerSettings(redis=redis_target(redis_server.url), min_reissue_s=0)
+    issuer = Issuer(settings, FakeReviewer(), users, metrics, cooldown=warden.cooldown_left)
+    try:
+        assert issuer.handle("Bearer token-a", 0).status == 200
+        warden.cut_off("node-a", "no_expiry", "a test")
+        user = redis_server.client().acl_getuser("agent:node-a")
+        assert user is not None and "off" in user["flags"]
+        held = issuer.handle("Bearer token-a", 0)
+        assert (held.status, held.body["error"]) == (429, "cut_off")
+        assert held.headers["Retry-After"] == "2"
+        assert issuer.handle("Bearer token-b", 0).status == 200  # another node is not held
+        time.sleep(2.1)
+        assert issuer.handle("Bearer token-a", 0).status == 200
+        user = redis_server.client().acl_getuser("agent:node-a")
+        assert user is not None and "on" in user["flags"]
+        assert metrics.warden.cutoffs.labels(reason="no_expiry")._value.get() == 1
+        assert refused(issuer, "cut_off") == 1
+    finally:
+        warden.close()

@@ -28,6 +28,7 @@ from prometheus_client import CollectorRegistry
 
 from credential_issuer.redis_users import ISSUER_COMMANDS, AgentUsers
 from credential_issuer.settings import redis_target
+from credential_issuer.warden import WARDEN_COMMANDS
 from interference import acl, keys, sched_record
 from interference.decision import Decision
 from interference.signals import GpuDevice, NodeMetrics, NodeReport, PodMetrics
@@ -230,7 +231,8 @@ def test_the_issuer_user_creates_agent_users_with_exactly_its_commands(
     deployed_redis: DeployedRedis,
 ) -> None:
     """The issuer's real Redis code creates ``agent:NODE``; the commands it sends are
-    exactly the ones granted, and exactly the ones it declares (``ISSUER_COMMANDS``)."""
+    exactly the ones it declares (``ISSUER_COMMANDS``); its user is granted those and the
+    warden's (``WARDEN_COMMANDS``, tests/deploy/test_warden.py) and no other."""
     admin = deployed_redis.admin()
     admin.config_resetstat()
     with issuer_users(deployed_redis) as users:
@@ -239,7 +241,8 @@ def test_the_issuer_user_creates_agent_users_with_exactly_its_commands(
         users.set_user("cpu-node-2", secrets.token_hex(24))
     used = commands_called(admin) - AUTHENTICATION
     username, _ = deployed_redis.credentials(*ISSUER)
-    assert granted_commands(admin, username) == used == set(ISSUER_COMMANDS)
+    assert used == set(ISSUER_COMMANDS)
+    assert granted_commands(admin, username) == set(ISSUER_COMMANDS) | set(WARDEN_COMMANDS)
     created = admin.acl_getuser("agent:gpu-node-1")
     assert created is not None and "on" in created["flags"]
     assert sorted(created["keys"]) == sorted(f"~{p}" for p in keys.node_key_patterns("gpu-node-1"))
@@ -247,16 +250,21 @@ def test_the_issuer_user_creates_agent_users_with_exactly_its_commands(
     assert admin.acl_log() == []
 
 
-def test_the_issuer_user_touches_no_key_and_no_other_admin_command(
+def test_the_issuer_user_reads_no_value_writes_no_shared_key_and_no_other_admin_command(
     deployed_redis: DeployedRedis,
 ) -> None:
+    """The warden may delete a node's keys and write its cool-down keys; it reads no value
+    and touches no key the scheduler writes."""
     username, password = deployed_redis.credentials(*ISSUER)
     issuer = client_as(deployed_redis, username, password)
     deployed_redis.admin().set(keys.sched_key("gpu-node-1"), "x")
     for forbidden in (
         lambda: issuer.get(keys.sched_key("gpu-node-1")),
-        lambda: issuer.set(keys.sched_key("gpu-node-1"), "forged"),
-        lambda: issuer.delete(keys.sched_key("gpu-node-1")),
+        lambda: issuer.hgetall(keys.node_key("gpu-node-1")),
+        lambda: issuer.xrange(keys.reports_key("gpu-node-1")),
+        lambda: issuer.set(keys.NODES_BY_INDEX, "forged"),
+        lambda: issuer.delete(keys.NODES_BY_INDEX),
+        lambda: issuer.set("intf:decision:ns/pod", "forged"),
         lambda: issuer.keys("*"),
         lambda: issuer.flushall(),
         lambda: issuer.config_set("maxmemory-policy", "allkeys-lru"),
