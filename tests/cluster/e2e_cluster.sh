@@ -196,6 +196,15 @@ teardown() {
     trap - EXIT INT TERM
     set +e
     log "teardown"
+    if [[ $status -ne 0 ]] && kubectl get --raw /readyz >/dev/null 2>&1; then
+        # What the pods said: a failed run's cause is usually in the scheduler's or an agent's log.
+        kubectl get pods -A -o wide > "$STATE/logs/pods.log" 2>&1
+        kubectl get events -A --sort-by=.lastTimestamp > "$STATE/logs/events.log" 2>&1
+        for pod in $(kubectl get pods -A -o jsonpath='{range .items[*]}{.metadata.namespace}/{.metadata.name}{" "}{end}' 2>/dev/null); do
+            kubectl -n "${pod%%/*}" logs --all-containers --prefix "${pod#*/}" \
+                > "$STATE/logs/pod-${pod%%/*}-${pod#*/}.log" 2>&1
+        done
+    fi
     stop_pid_named() { [[ -n ${PIDS[$1]:-} ]] && stop_pid "${PIDS[$1]}" "$1"; }
     if [[ -n ${PIDS[port-forward]:-} ]]; then stop_pid_named port-forward; fi
     stop_pid_named kubelet
