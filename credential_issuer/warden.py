@@ -7,14 +7,16 @@ caller's ACL, so an agent allowed ``FCALL`` could still write directly. The issu
 holds the right to create and switch off every agent's user, so it also watches what
 each user wrote and cuts off a node that keeps more than an honest agent does:
 
-* **Events** (``notify-keyspace-events E$tn`` in deploy/base/redis/redis.conf): every
-  ``xadd``, ``set`` and new-key event of a node key is checked within
-  ``warden_react_s``: its TTL (none, beyond ``agent_max_ttl_s``), its size
-  (``MEMORY USAGE``), a stream's length and its mean entry.
+* **Events** (``notify-keyspace-events Etn`` in deploy/base/redis/redis.conf), checked
+  within ``warden_react_s``: a stream an entry was added to (``xadd``), by its size
+  (``MEMORY USAGE``: one command, as every agent adds an entry a second); a key created
+  (``new``), in full: its TTL (none, beyond ``agent_max_ttl_s``), its size, a stream's
+  length and mean entry.
 * **Sweeps**, every ``warden_sweep_s`` and at once when Redis' memory passes
   ``warden_pressure`` of ``maxmemory``: every node key (``SCAN``), its TTL and size, and
-  each node's total. Hashes and sets (whose events are too many to follow) and TTLs
-  lengthened by ``EXPIRE`` are found here.
+  each node's total. Hashes, sets and strings written over (whose events are too many to
+  follow: one per pod per interval), a ``SET`` without ``EX`` over an existing key and
+  TTLs lengthened by ``EXPIRE`` are found here.
 
 A node over a bound is cut off: its user is switched off (``ACL SETUSER agent:NODE off``),
 its sessions closed (``CLIENT KILL USER``), its keys deleted, and a cool-down key
@@ -55,10 +57,11 @@ WARDEN_COMMANDS = (
 """What the warden sends besides the issuer's own commands (``ACL SETUSER``, ``CLIENT
 KILL``); on the node keys (``~intf:node:*``), its cool-down keys (``~intf:warden:*``) and
 the key-event channels (``&__keyevent@0__:*``)."""
-EVENTS = ("xadd", "set", "new")
-"""The key events followed: a stream entry added, a string set (``SET`` without ``EX``
-drops a TTL), a key created. Hash and set writes are left to the sweeps: an agent
-sends one per pod per interval, too many to follow."""
+EVENTS = ("xadd", "new")
+"""The key events followed: a stream entry added (its stream's size checked), a key
+created (all of it checked, its TTL after the grace). An agent adds one entry a second;
+its hash, set and string writes (one per pod per interval), a ``SET`` without ``EX`` over
+an existing key and an ``EXPIRE`` are left to the sweeps."""
 CHANNEL_PREFIX = "__keyevent@0__:"
 CUTOFF_PREFIX = "intf:warden:cutoff:"
 REASONS = (
@@ -205,8 +208,9 @@ class Warden:
         self._pressure, self._cooldown_s = pressure, cooldown_s
         self._clock = clock
         self._lock = threading.Lock()
-        self._pending: set[str] = set()
-        """Keys named by an event since the last check."""
+        self._pending: dict[str, bool] = {}
+        """Keys named by an event since the last check → whether to check all of it (a
+        new key) or a stream's size alone (an entry added)."""
         self._without_ttl: dict[str, float] = {}
         """Key → when it was first seen without a TTL."""
         self._stop = threading.Event()
@@ -251,8 +255,12 @@ class Warden:
                     key = message["data"]
                     key = key.decode() if isinstance(key, bytes) else str(key)
                     if node_of(key) is not None:
+                        channel = message["channel"]
+                        whole = (
+                            channel if isinstance(channel, bytes) else str(channel).encode()
+                        ).endswith(b":new")
                         with self._lock:
-                            self._pending.add(key)
+                            self._pending[key] = self._pending.get(key, False) or whole
             except _FOLLOW_ERRORS as exc:
                 if self._stop.is_set():
                     return
@@ -290,41 +298,70 @@ class Warden:
 
     def check_pending(self) -> None:
         """Check every key named by an event since the last check, and every key still
-        waiting for its TTL."""
+        waiting for its TTL: a new key in full, a stream's entry by its size alone (one
+        command: every agent adds one a second)."""
         with self._lock:
-            pending, self._pending = self._pending, set()
-        pending.update(self._without_ttl)
-        if pending:
-            self._judge(self._states(list(pending)), totals=False)
+            pending, self._pending = self._pending, {}
+        for key in self._without_ttl:
+            pending[key] = True
+        full = [key for key, whole in pending.items() if whole]
+        sized = [key for key, whole in pending.items() if not whole]
+        if full or sized:
+            self._judge(self._states(full, typed=True) + self._sizes(sized), totals=False)
 
     def sweep(self) -> None:
         """Every node key: its TTL, its size and each node's total."""
         found = list(self._redis.client().scan_iter(match=_NODE_PREFIX + "*", count=1000))
         names = [k.decode() if isinstance(k, bytes) else str(k) for k in found]
-        self._judge(self._states(names), totals=True)
+        self._judge(self._states(names, typed=False), totals=True)
         self.sweeps += 1
 
-    def _states(self, names: list[str]) -> list[KeyState]:
+    def _sizes(self, streams: list[str]) -> list[KeyState]:
+        """The size of each stream an entry was added to (its TTL is not read: 0)."""
+        states: list[KeyState] = []
+        client = self._redis.client()
+        for start in range(0, len(streams), 1000):
+            chunk = streams[start : start + 1000]
+            with client.pipeline(transaction=False) as pipe:
+                for key in chunk:
+                    pipe.memory_usage(key)
+                sizes = pipe.execute(raise_on_error=False)
+            states += [
+                KeyState(key, "stream", 0, size)
+                for key, size in zip(chunk, sizes, strict=True)
+                if isinstance(size, int)
+            ]
+        return states
+
+    def _states(self, names: list[str], *, typed: bool) -> list[KeyState]:
+        """TTL, size and (for a stream) length of each key; ``typed``: its type asked,
+        else a node's report stream is its one stream (a stream elsewhere is a value)."""
         client = self._redis.client()
         states: list[KeyState] = []
+        per_key = 3 if typed else 2
         for start in range(0, len(names), 500):
             chunk = names[start : start + 500]
             with client.pipeline(transaction=False) as pipe:
                 for key in chunk:
-                    pipe.type(key)
+                    if typed:
+                        pipe.type(key)
                     pipe.ttl(key)
                     pipe.memory_usage(key)
                 answers = pipe.execute(raise_on_error=False)
             streams: list[int] = []
             for i, key in enumerate(chunk):
-                kind, ttl, size = answers[3 * i : 3 * i + 3]
-                kind = kind.decode() if isinstance(kind, bytes) else str(kind)
-                if isinstance(ttl, Exception) or kind == "none":
+                ttl, size = answers[per_key * i + per_key - 2 : per_key * (i + 1)]
+                if typed:
+                    kind = answers[per_key * i]
+                    kind = kind.decode() if isinstance(kind, bytes) else str(kind)
+                else:
+                    node = node_of(key)
+                    kind = "stream" if node and key == keys.reports_key(node) else "value"
+                if isinstance(ttl, Exception) or kind == "none" or ttl == -2:
                     continue
-                size = size if isinstance(size, int) else 0
                 if kind == "stream":
                     streams.append(len(states))
-                states.append(KeyState(key, kind, int(ttl), size))
+                states.append(KeyState(key, kind, int(ttl), size if isinstance(size, int) else 0))
             if streams:
                 with client.pipeline(transaction=False) as pipe:
                     for index in streams:
