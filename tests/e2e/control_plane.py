@@ -26,10 +26,12 @@ import subprocess
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from interference_cli.redis_process import free_port
@@ -101,6 +103,30 @@ def find_assets() -> Assets:
         kubectl=Path(kubectl),
         kube_scheduler=scheduler if scheduler.is_file() else None,
     )
+
+
+@contextlib.contextmanager
+def controller_manager(plane: ControlPlane, controllers: str, name: str) -> Iterator[None]:
+    """kube-controller-manager running only ``controllers`` (``replicaset,disruption``…),
+    logging to ``{name}.log`` in the plane's workdir; skipped where the binary is absent."""
+    binary = plane.assets.kube_apiserver.parent / "kube-controller-manager"
+    if not binary.is_file():
+        pytest.skip(f"no kube-controller-manager beside {plane.assets.kube_apiserver}")
+    kubeconfig = plane.kubeconfig(plane.workdir / f"{name}.kubeconfig", plane.admin_token, "admin")
+    log = (plane.workdir / f"{name}.log").open("ab")
+    proc = subprocess.Popen(
+        [str(binary), f"--kubeconfig={kubeconfig}", f"--controllers={controllers}",
+         "--leader-elect=false", "--secure-port=0", "--use-service-account-credentials=false",
+         "--v=1"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    log.close()
+    try:
+        time.sleep(1.0)
+        assert proc.poll() is None, plane.tail(f"{name}.log")
+        yield
+    finally:
+        terminate(proc)
 
 
 def terminate(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:

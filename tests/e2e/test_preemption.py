@@ -11,8 +11,6 @@ select by label, so nodes left by other tests are never candidates.
 
 from __future__ import annotations
 
-import subprocess
-import time
 import urllib.error
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -30,7 +28,7 @@ from interference.signals import (
 )
 from tests.e2e.agents import agents_publishing
 from tests.e2e.conftest import start_scheduler
-from tests.e2e.control_plane import ControlPlane, terminate
+from tests.e2e.control_plane import ControlPlane, controller_manager
 from tests.e2e.kube import BindingWatch, Kube, SchedulerProcess, condition, wait_for
 
 pytestmark = [pytest.mark.e2e]
@@ -46,28 +44,8 @@ SELECTOR = "preemption-test"
 def disruption_controller(control_plane: ControlPlane) -> Iterator[None]:
     """kube-controller-manager with the disruption controller: it writes each
     PodDisruptionBudget's ``status.disruptionsAllowed``, which preemption reads."""
-    binary = control_plane.assets.kube_apiserver.parent / "kube-controller-manager"
-    if not binary.is_file():
-        pytest.skip(f"no kube-controller-manager beside {control_plane.assets.kube_apiserver}")
-    kubeconfig = control_plane.kubeconfig(
-        control_plane.workdir / "preemption-controllers.kubeconfig",
-        control_plane.admin_token,
-        "admin",
-    )
-    log = (control_plane.workdir / "preemption-controller-manager.log").open("ab")
-    proc = subprocess.Popen(
-        [str(binary), f"--kubeconfig={kubeconfig}", "--controllers=disruption",
-         "--leader-elect=false", "--secure-port=0", "--use-service-account-credentials=false",
-         "--v=1"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    log.close()
-    try:
-        time.sleep(1.0)
-        assert proc.poll() is None, control_plane.tail("preemption-controller-manager.log")
+    with controller_manager(control_plane, "disruption", "preemption-controller-manager"):
         yield
-    finally:
-        terminate(proc)
 
 
 @dataclass

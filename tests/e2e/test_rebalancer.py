@@ -13,7 +13,6 @@ test (what a kubelet would do), since the disruption controller counts only Read
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 import urllib.error
 from collections.abc import Callable, Iterator
@@ -31,7 +30,7 @@ from scheduler.adapters.move_journal import journal_name
 from tests.e2e.agents import agents_publishing
 from tests.e2e.conftest import NAMESPACE as SCHEDULER_NAMESPACE
 from tests.e2e.conftest import start_scheduler
-from tests.e2e.control_plane import ControlPlane, terminate
+from tests.e2e.control_plane import ControlPlane, controller_manager
 from tests.e2e.kube import Kube, SchedulerProcess, wait_for
 
 pytestmark = [pytest.mark.e2e]
@@ -45,26 +44,8 @@ Obj = dict[str, Any]
 @pytest.fixture(scope="module")
 def controllers(control_plane: ControlPlane) -> Iterator[None]:
     """kube-controller-manager with the ReplicaSet and disruption (PDB status) controllers."""
-    binary = control_plane.assets.kube_apiserver.parent / "kube-controller-manager"
-    if not binary.is_file():
-        pytest.skip(f"no kube-controller-manager beside {control_plane.assets.kube_apiserver}")
-    kubeconfig = control_plane.kubeconfig(
-        control_plane.workdir / "controllers.kubeconfig", control_plane.admin_token, "admin"
-    )
-    log = (control_plane.workdir / "kube-controller-manager.log").open("ab")
-    proc = subprocess.Popen(
-        [str(binary), f"--kubeconfig={kubeconfig}", "--controllers=replicaset,disruption",
-         "--leader-elect=false", "--secure-port=0", "--use-service-account-credentials=false",
-         "--v=1"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    log.close()
-    try:
-        time.sleep(1.0)
-        assert proc.poll() is None, control_plane.tail("kube-controller-manager.log")
+    with controller_manager(control_plane, "replicaset,disruption", "kube-controller-manager"):
         yield
-    finally:
-        terminate(proc)
 
 
 @dataclass

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
 import time
 import urllib.error
 from collections.abc import Iterator
@@ -42,7 +41,7 @@ from interference_cli.redis_process import free_port
 from tests.conftest import RedisServer
 from tests.e2e.agents import agents_publishing
 from tests.e2e.conftest import start_scheduler
-from tests.e2e.control_plane import ControlPlane, terminate
+from tests.e2e.control_plane import ControlPlane, controller_manager
 from tests.e2e.kube import Kube, SchedulerProcess, wait_for
 from tests.e2e.test_rebalancer import NOISY, QUIET, Obj, Scene, evictions, hold_count, stays
 
@@ -62,26 +61,9 @@ FAST = {"interval_s": 1, "sustained_for_s": 2, "window": "10s", "mode": "enforce
 @pytest.fixture(scope="module")
 def controllers(control_plane: ControlPlane) -> Iterator[None]:
     """kube-controller-manager with the ReplicaSet, StatefulSet and disruption controllers."""
-    binary = control_plane.assets.kube_apiserver.parent / "kube-controller-manager"
-    if not binary.is_file():
-        pytest.skip(f"no kube-controller-manager beside {control_plane.assets.kube_apiserver}")
-    kubeconfig = control_plane.kubeconfig(
-        control_plane.workdir / "controllers.kubeconfig", control_plane.admin_token, "admin"
-    )
-    log = (control_plane.workdir / "kube-controller-manager.log").open("ab")
-    proc = subprocess.Popen(
-        [str(binary), f"--kubeconfig={kubeconfig}",
-         "--controllers=replicaset,statefulset,disruption", "--leader-elect=false",
-         "--secure-port=0", "--use-service-account-credentials=false", "--v=1"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    log.close()
-    try:
-        time.sleep(1.0)
-        assert proc.poll() is None, control_plane.tail("kube-controller-manager.log")
+    controllers = "replicaset,statefulset,disruption"
+    with controller_manager(control_plane, controllers, "kube-controller-manager"):
         yield
-    finally:
-        terminate(proc)
 
 
 def _created(pod: Obj) -> float:
