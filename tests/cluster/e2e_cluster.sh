@@ -662,7 +662,8 @@ AGENT_TOKEN=$("$REAL_KUBECTL" -n "$AGENT_NS" create token interference-agent --a
     --bound-object-kind Pod --bound-object-name "$AGENT_POD" --duration 10m) || fail "kubectl create token failed"
 OTHER_TOKEN=$("$REAL_KUBECTL" -n "$NS" create token interference-scheduler --audience interference-credentials \
     --duration 10m) || fail "kubectl create token failed"
-redis_cli SET "$OTHER_SCHED_KEY" untouched EX 600 >/dev/null
+# Within the warden's TTL bound for node keys (180 s), or it cuts that node off and deletes it.
+redis_cli SET "$OTHER_SCHED_KEY" untouched EX 120 >/dev/null
 redis_cli ACL LOG RESET >/dev/null
 cat > "$STATE/identity.py" <<'EOF'
 import json, os, ssl, sys, time, urllib.error, urllib.request
