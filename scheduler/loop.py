@@ -10,9 +10,10 @@ the pod in the cache and hands the bind to the :class:`~scheduler.binder.Binder`
 * no node → ``Warning FailedScheduling`` with the engine's message
   ("0/12 nodes are available: …"), ``PodScheduled=False/Unschedulable``, backoff;
 * no node, but the PostFilter found one where evicting pods of lower priority makes room
-  → as above, plus the room held there at once and, on a writer thread, the preemptor's
-  ``status.nominatedNodeName`` and the victims' eviction (:class:`~scheduler.ports.
-  Preemptor`; the pod is not attempted again until those calls are done);
+  → as above, plus the room held there at once and, on a preemption thread (never a
+  bind's), the preemptor's ``status.nominatedNodeName`` and the victims' eviction
+  (:class:`~scheduler.ports.Preemptor`; the pod is not attempted again until those calls
+  are done);
 * the bind failed → ``Warning FailedScheduling "Binding rejected: …"``, backoff;
 * a pod asking for a field the engine does not implement is refused like a pod that fits
   nowhere: ``Warning FailedScheduling`` naming the field, ``PodScheduled=False``, backoff;
@@ -96,6 +97,9 @@ class LoopSettings:
     count on their nodes)."""
     bind_workers: int = 16
     """Threads that POST Bindings, Events and conditions in parallel."""
+    preemption_workers: int = 4
+    """Threads that nominate preemptors and evict their victims, apart from the binds':
+    a preemption waits for its victims to go (seconds), and a bind never waits behind it."""
     max_writes_in_flight: int = 64
     """Binds and other writes queued or running before the scheduling thread waits for
     them: bounds the backlog (and what a lost lease drops) when the API server is slower
@@ -112,8 +116,9 @@ class LoopSettings:
     def __post_init__(self) -> None:
         if not self.scheduler_name:
             raise ValueError("scheduler_name: must not be empty, e.g. interference-scheduler")
-        if self.bind_workers < 1:
-            raise ValueError(f"bind_workers: {self.bind_workers!r} must be an integer ≥ 1")
+        for name in ("bind_workers", "preemption_workers"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: {getattr(self, name)!r} must be an integer ≥ 1")
         if self.max_writes_in_flight < 1:
             raise ValueError(
                 f"max_writes_in_flight: {self.max_writes_in_flight!r} must be an integer ≥ 1,"
@@ -192,6 +197,10 @@ class SchedulingLoop:
         self._binder = Binder(
             cluster, leading, self._on_bind_outcome, metrics, loop_settings.bind_workers
         )
+        self._preemptions = Binder(
+            cluster, leading, self._on_bind_outcome, metrics, loop_settings.preemption_workers
+        )
+        """Preemptions' API calls: their own threads, so binds never queue behind them."""
         self._retired_binders: list[Binder] = []
         """Pools replaced by a reload; they finish their queued work in the background."""
         self._state_lock = threading.Lock()
@@ -238,18 +247,19 @@ class SchedulingLoop:
             ):
                 self.cache.configure(loop_settings.scheduler_name, loop_settings.ignore_namespaces)
             if old.bind_workers != loop_settings.bind_workers:
-                retired = self._binder
-                self._retired_binders.append(retired)
-                self._binder = Binder(
-                    self._cluster,
-                    self._leading,
-                    self._on_bind_outcome,
-                    self._metrics,
-                    loop_settings.bind_workers,
+                self._binder = self._replace_pool(self._binder, loop_settings.bind_workers)
+            if old.preemption_workers != loop_settings.preemption_workers:
+                self._preemptions = self._replace_pool(
+                    self._preemptions, loop_settings.preemption_workers
                 )
-                # Finish the old pool's queued work without blocking the reload.
-                threading.Thread(target=retired.close, name="binder-retire", daemon=True).start()
         log.info("scheduler settings updated")
+
+    def _replace_pool(self, retired: Binder, workers: int) -> Binder:
+        """A pool of ``workers`` threads in place of ``retired``, which finishes its queued
+        work in the background (the reload does not wait for it)."""
+        self._retired_binders.append(retired)
+        threading.Thread(target=retired.close, name="binder-retire", daemon=True).start()
+        return Binder(self._cluster, self._leading, self._on_bind_outcome, self._metrics, workers)
 
     # ---- running ---------------------------------------------------------------------
 
@@ -276,6 +286,7 @@ class SchedulingLoop:
                     stop.wait(0.1)
         finally:
             self._binder.close()
+            self._preemptions.close()
             informer.join(timeout=5.0)
 
     def run_once(self, wait: bool = False) -> bool:
@@ -306,13 +317,14 @@ class SchedulingLoop:
     def flush(self, timeout_s: float = 30.0) -> bool:
         """Wait until every bind, Event, condition and decision write has finished."""
         deadline = time.monotonic() + timeout_s
-        binders = [*self._retired_binders, self._binder]
+        binders = [*self._retired_binders, self._binder, self._preemptions]
         return all(b.flush(max(0.0, deadline - time.monotonic())) for b in binders)
 
     def close(self) -> None:
         """Finish queued writes and stop the binder threads (after :meth:`run` returned
         or when driving the loop by hand)."""
         self._binder.close()
+        self._preemptions.close()
         with self._state_lock:
             unfinished, self._bind_traces = self._bind_traces, {}
         for t in unfinished.values():  # a bind that never reported: no bind span
@@ -359,7 +371,7 @@ class SchedulingLoop:
             outcome = "unschedulable"
             self._unschedulable(pod, result, now, trace_id)
             if preempting is not None:
-                self._binder.submit(preempting, "preemption")
+                self._preemptions.submit(preempting, "preemption")
         elif settings.dry_run:
             outcome = "dry_run"
             decision = self._decision(pod, result, "dry_run", result.node, now, trace_id=trace_id)

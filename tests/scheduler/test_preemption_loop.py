@@ -20,6 +20,7 @@ from scheduler.adapters.memory import node_object, pod_object
 from scheduler.api.objects import ANNOTATION_MAX_RUNQ_P99_US
 from scheduler.api.pods import parse_pod
 from scheduler.cycle import SchedulingCycle
+from scheduler.loop import LoopSettings
 from scheduler.nominated import RoomHolds, TableRoom
 from scheduler.ports import Preemption
 from scheduler.preemption import PreemptionArgs, PreemptionInputs
@@ -375,3 +376,49 @@ def test_a_pod_is_not_attempted_while_its_preemption_calls_are_still_being_made(
     release.set()
     assert h.loop.flush(30)
     assert len(h.cluster.preemptions) == 1
+
+
+def test_binds_go_on_while_preemptions_wait_for_their_victims(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Preemptions have their own threads: with every one of them waiting on the API
+    server, a pod that fits elsewhere is still bound (one bind thread, two stuck
+    preemptions: on a shared pool the bind would wait behind them)."""
+    h = LoopHarness(preempts=True, loop=LoopSettings(bind_workers=1, preemption_workers=2))
+    release = threading.Event()
+    entered = threading.Semaphore(0)
+    real = h.cluster.preempt
+
+    def slow(preemption: Preemption) -> None:
+        entered.release()
+        release.wait(30)
+        real(preemption)
+
+    monkeypatch.setattr(h.cluster, "preempt", slow)
+    try:
+        for node in ("n1", "n2"):
+            h.cluster.add_node(node_object(node, cpu="4"))
+            for i in range(4):
+                h.cluster.add_pod(_low(f"low-{node}-{i}", node))
+        h.cluster.add_node(node_object("free", cpu="1"))
+        for name in ("urgent-a", "urgent-b"):
+            h.cluster.add_pod(pod_object(name, cpu="3", priority=HIGH))
+        h.informer.sync()
+        assert schedule_pending(h.loop) == 2
+        for _ in range(2):
+            assert entered.acquire(timeout=30)  # both preemption threads are stuck
+        h.cluster.add_pod(pod_object("small", cpu="500m", priority=LOW))
+        h.informer.sync()
+        assert schedule_pending(h.loop) == 1
+        assert h.loop.flush(0.0) is False  # the preemptions are still waiting
+        for _ in range(600):
+            if h.cluster.node_of("default", "small"):
+                break
+            release.wait(0.05)
+        assert h.cluster.node_of("default", "small") == "free"
+        assert h.cluster.preemptions == []
+    finally:
+        release.set()
+        assert h.loop.flush(30)
+        assert len(h.cluster.preemptions) == 2
+        h.close()
