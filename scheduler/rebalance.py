@@ -363,8 +363,10 @@ class BreachTracker:
 
 @dataclass(frozen=True, slots=True)
 class Moved:
-    """One eviction (or dry-run eviction) the ledger counts, or (``unhelpful``) the mark
-    of a workload whose move at ``at`` did not bring it back under its tolerance."""
+    """One eviction (or dry-run eviction) the ledger counts, or the verdict at ``at`` on
+    the workload's latest move: ``unhelpful`` (it did not bring the workload back under its
+    tolerance: a mark the ledger keeps) or ``helped`` (journaled only, so a later leader
+    does not judge that move again)."""
 
     at: float
     node: str
@@ -372,6 +374,7 @@ class Moved:
     workload_uid: str
     dry_run: bool = False
     unhelpful: bool = False
+    helped: bool = False
 
 
 class EvictionLedger:
@@ -384,6 +387,8 @@ class EvictionLedger:
         """Workload UID → when its unhelpful move was made."""
 
     def note(self, moved: Moved) -> None:
+        if moved.helped:  # a verdict, not a move
+            return
         if moved.unhelpful:
             self._marked[moved.workload_uid] = max(
                 moved.at, self._marked.get(moved.workload_uid, moved.at)
@@ -430,11 +435,14 @@ class EvictionLedger:
         return None
 
 
+MoveVerdict = Literal["helped", "did_not_help"]
+
+
 class MoveOutcomes:
     """Whether each workload's latest eviction helped: its replacement (a pod of the
     workload created after the move) seen under its tolerance at a look with its own
     rows means it did; its replacement breaking the tolerance for ``sustained_for_s``
-    before that means it did not (:meth:`judge` then answers ``True`` once)."""
+    before that means it did not (:meth:`judge` answers each once)."""
 
     def __init__(self) -> None:
         self._awaiting: dict[str, float] = {}
@@ -443,24 +451,31 @@ class MoveOutcomes:
     def moved(self, workload_uid: str, at: float) -> None:
         self._awaiting[workload_uid] = at
 
+    def judged(self, workload_uid: str, at: float) -> None:
+        """A verdict made at ``at`` (by this leader or, read back, an earlier one): the
+        moves before it are judged."""
+        if self._awaiting.get(workload_uid, math.inf) <= at:
+            del self._awaiting[workload_uid]
+
     def judge(
         self, pod: PodInfo, known: bool, breaching_for: float | None, sustained_for_s: float
-    ) -> bool:
+    ) -> MoveVerdict | None:
         """Note a look at ``pod``: ``known`` whether its window was known, ``breaching_for``
-        how long it has broken its tolerance (``None``: not breaking it). True when this
-        shows its workload's latest move did not help."""
+        how long it has broken its tolerance (``None``: not breaking it). The verdict on
+        its workload's latest move when this look settles it, else ``None``."""
         workload = pod.controller.uid if pod.controller is not None else ""
         since = self._awaiting.get(workload)
         if since is None or pod.created_at < math.floor(since):  # whole seconds
-            return False
+            return None
         if breaching_for is None:
-            if known:
-                del self._awaiting[workload]  # back under its tolerance: the move helped
-            return False
+            if not known:
+                return None
+            del self._awaiting[workload]
+            return "helped"  # back under its tolerance
         if breaching_for < sustained_for_s:
-            return False
+            return None
         del self._awaiting[workload]
-        return True
+        return "did_not_help"
 
     def forget_before(self, at: float) -> None:
         for uid in [u for u, t in self._awaiting.items() if t < at]:

@@ -334,6 +334,7 @@ class Rebalancer:
         self._read_rows(pods)
         breaching: list[tuple[PodInfo, Breach, float, str | None]] = []
         unhelped: list[tuple[PodInfo, Breach, float]] = []
+        helped: list[PodInfo] = []
         with self._cache.lock:
             readable = self._signals.healthy()
             table = self._cache.table
@@ -356,14 +357,17 @@ class Rebalancer:
                 recent = float(recent_reclaim[row]) if fresh and row is not None else None
                 found = breach(pod, own, reclaim, recent)
                 lasted = self._streaks.note(pod.uid, found is not None, now)
-                if self._outcomes.judge(
+                verdict = self._outcomes.judge(
                     pod,
                     own is not None,
                     None if found is None else lasted,
                     settings.sustained_for_s,
-                ):
+                )
+                if verdict == "did_not_help":
                     assert found is not None
                     unhelped.append((pod, found, lasted))
+                elif verdict == "helped":
+                    helped.append(pod)
                 if found is None:
                     self._held.pop(pod.uid, None)
                     continue
@@ -371,6 +375,8 @@ class Rebalancer:
         self._metrics.over_tolerance.set(len(breaching))
         for pod, found, lasted in unhelped:
             self._mark_unhelped(pod, found, lasted, now)
+        for pod in helped:
+            self._note_helped(pod, now)
         actions: list[RebalanceAction] = []
         moved_from: set[str] = set()
         # the worst breach first: on each node, and for the namespace and cluster limits
@@ -557,6 +563,17 @@ class Rebalancer:
         self._journal_move(mark, None)
         self._held.pop(pod.uid, None)  # counted under its new reason at this look
 
+    def _note_helped(self, pod: PodInfo, now: float) -> None:
+        """The workload's latest move brought it back under its tolerance: journaled, so a
+        later leader does not judge that move again (and mark it when a new neighbour
+        comes)."""
+        controller = pod.controller
+        assert controller is not None  # only moved workloads are judged
+        log.info("%s is back under its tolerance on %s: its move helped", pod.key, pod.node_name)
+        self._journal_move(
+            Moved(now, pod.node_name, pod.namespace, controller.uid, helped=True), None
+        )
+
     # ---- helpers ----------------------------------------------------------------------------
 
     def _unreserve(self, pod: PodInfo) -> None:
@@ -607,9 +624,11 @@ class Rebalancer:
         avoid_for = self._avoid_for_s()
         with self._cache.lock:
             departures = self._cache.table.index(REBALANCED_AWAY, DepartureIndex)
-            for moved, departure in moves:
+            for moved, departure in sorted(moves, key=lambda m: m[0].at):
                 self._ledger.note(moved)
-                if not moved.dry_run and not moved.unhelpful:
+                if moved.helped or moved.unhelpful:
+                    self._outcomes.judged(moved.workload_uid, moved.at)
+                elif not moved.dry_run:
                     self._outcomes.moved(moved.workload_uid, moved.at)
                 if departure is not None:
                     departures.record(departure, now - avoid_for)

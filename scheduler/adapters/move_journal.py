@@ -149,6 +149,7 @@ def _entry(moved: Moved, departure: Departure | None) -> dict[str, Any]:
         "departed": departure is not None,
         "dry_run": moved.dry_run,
         "unhelpful": moved.unhelpful,
+        "helped": moved.helped,
     }
 
 
@@ -159,9 +160,9 @@ def _move(data: Any) -> tuple[Moved, Departure | None]:
     fields = ("node", "namespace", "workload_uid", "workload", "reason")
     if not all(isinstance(data[name], str) for name in fields):
         raise TypeError("node, namespace, workload_uid, workload and reason must be strings")
-    flags = ("departed", "dry_run", "unhelpful")
+    flags = ("departed", "dry_run", "unhelpful", "helped")
     if not all(isinstance(data.get(name, False), bool) for name in flags):
-        raise TypeError("departed, dry_run and unhelpful must be true or false")
+        raise TypeError("departed, dry_run, unhelpful and helped must be true or false")
     moved = Moved(
         at,
         data["node"],
@@ -169,6 +170,7 @@ def _move(data: Any) -> tuple[Moved, Departure | None]:
         data["workload_uid"],
         dry_run=data.get("dry_run", False),
         unhelpful=data.get("unhelpful", False),
+        helped=data.get("helped", False),
     )
     if data["departed"] is not True:
         return moved, None

@@ -98,23 +98,24 @@ def test_node_and_cluster_limits_count_only_moves_of_the_same_kind() -> None:
 @pytest.mark.parametrize(
     ("created_at", "looks", "expected"),
     [
-        (NOW - 100, [(True, 40.0)], False),  # the victim's sibling, older than the move
-        (NOW + 5, [(True, 10.0)], False),  # the replacement, not sustained yet
-        (NOW + 5, [(True, 30.0)], True),  # the replacement, sustained: did not help
-        (NOW + 5, [(True, None), (True, 30.0)], False),  # seen under tolerance first: helped
-        (NOW + 5, [(False, None), (True, 30.0)], True),  # unknown is not "under"
-        (NOW, [(True, 30.0)], True),  # created the same second as the move
+        (NOW - 100, [(True, 40.0)], None),  # the victim's sibling, older than the move
+        (NOW + 5, [(True, 10.0)], None),  # the replacement, not sustained yet
+        (NOW + 5, [(True, 30.0)], "did_not_help"),  # the replacement, sustained
+        (NOW + 5, [(True, None)], "helped"),  # seen under its tolerance
+        (NOW + 5, [(True, None), (True, 30.0)], None),  # helped first: judged once
+        (NOW + 5, [(False, None), (True, 30.0)], "did_not_help"),  # unknown is not "under"
+        (NOW, [(True, 30.0)], "did_not_help"),  # created the same second as the move
     ],
 )
 def test_whether_a_move_helped(
-    created_at: float, looks: list[tuple[bool, float | None]], expected: bool
+    created_at: float, looks: list[tuple[bool, float | None]], expected: str | None
 ) -> None:
     outcomes = MoveOutcomes()
     outcomes.moved("rs-web", NOW + 0.5)
     answers = [outcomes.judge(victim(created_at), known, lasted, 30.0) for known, lasted in looks]
-    assert answers[-1] is expected and not any(answers[:-1])
-    if expected:  # answered once
-        assert outcomes.judge(victim(created_at), True, 60.0, 30.0) is False
+    assert answers[-1] == expected and all(a in (None, "helped") for a in answers[:-1])
+    if expected is not None:  # answered once
+        assert outcomes.judge(victim(created_at), True, 60.0, 30.0) is None
 
 
 def noisy_pod(w: World, name: str, node: str) -> None:
@@ -203,6 +204,30 @@ def test_a_move_that_helped_then_noise_again_spends_the_budget() -> None:
     assert len(w.evictions.calls) == 3
     assert w.events("web-4") == []  # no move that did not help: each helped for a while
     w.h.close()
+
+
+def test_a_new_leader_does_not_judge_again_a_move_that_helped() -> None:
+    """The verdict is journaled: after a failover, new noise beside the replacement is a
+    new breach (moved again), not the old move failing (marked and left in place)."""
+    journal = Journal()
+    w = World(SETTINGS, journal)
+    noisy_pod(w, "web-1", "node-a")
+    w.step()
+    (evicted,) = w.step(30)
+    assert evicted.outcome == EVICTED  # type: ignore[attr-defined]
+    evict_and_replace(w, "web-1", "web-2", "node-b")
+    w.reports.rows["node-b"]["shop/web-2"] = QUIET
+    w.step()  # back under its tolerance: the move helped
+    assert [m.workload_uid for m, _ in journal.moves if m.helped] == ["rs-web"]
+    w.h.close()
+    new = World(SETTINGS, journal)
+    new.h.clock.now = w.h.clock.now + 700  # past the cool-down and the departure
+    noisy_pod(new, "web-2", "node-b")  # a new neighbour on node-b
+    new.step()
+    (evicted,) = new.step(30)
+    assert evicted.outcome == EVICTED  # type: ignore[attr-defined]
+    assert all(reason != "InterferenceMoveDidNotHelp" for _, reason, _ in new.events("web-2"))
+    new.h.close()
 
 
 def test_a_dry_run_spends_nothing_of_enforce() -> None:
