@@ -5,8 +5,12 @@ An annotation a program does not know is ignored by it, so a typo such as
 ``interference.io/max-runq-p99`` (without ``-us``) would leave a pod unprotected while its
 owner believes it protected. The scheduler therefore gives a pod with an unknown
 ``interference.io/`` key a Warning Event naming the closest known key, and ``interference
-simulate`` refuses it. A new annotation is added here (tests/interference/
-test_annotations.py fails while a program reads one that is not listed).
+simulate`` refuses it. The two yes/no annotations (:data:`FLAG_ANNOTATIONS`) read
+``true``/``false``, ``yes``/``no``, ``on``/``off`` and ``1``/``0`` in any case; any other
+value is read as false (the pod is neither evicted by the rebalancer nor degraded) with a
+Warning Event (:func:`invalid_flag_messages`), never ignored in silence. A new annotation
+is added here (tests/interference/test_annotations.py fails while a program reads one that
+is not listed).
 """
 
 from __future__ import annotations
@@ -29,6 +33,14 @@ REBALANCE = "interference.io/rebalance"
 ``"true"`` lets it evict one it would otherwise spare (scheduler/evictable.py)."""
 DEGRADABLE = "interference.io/degradable"
 """``"true"`` lets the node agent degrade the pod (node_agent/degrade.py)."""
+
+FLAG_ANNOTATIONS = (REBALANCE, DEGRADABLE)
+"""The yes/no annotations, read by :func:`flag_value`."""
+TRUE_VALUES = ("true", "yes", "on", "1")
+"""Values (any case, spaces around ignored) a flag annotation reads as true."""
+FALSE_VALUES = ("false", "no", "off", "0")
+"""Values a flag annotation reads as false: ``"no"``, ``"0"`` and ``"off"`` mean what their
+owner meant, as ``"false"`` does."""
 
 KNOWN_POD_ANNOTATIONS = (
     MAX_RUNQ_P99_US,
@@ -62,6 +74,34 @@ def unknown_annotation_message(key: str) -> str:
     close = close or difflib.get_close_matches(name, names, n=1, cutoff=0.6)
     hint = f"did you mean {names[close[0]]}?" if close else f"known: {', '.join(suggested)}"
     return f"annotation {key} is not one interference-scheduler reads and has no effect; {hint}"
+
+
+def flag_value(value: str) -> bool | None:
+    """A flag annotation's value: ``True`` for :data:`TRUE_VALUES`, ``False`` for
+    :data:`FALSE_VALUES` (any case), ``None`` for anything else (a Warning Event:
+    :func:`invalid_flag_messages`)."""
+    word = value.strip().lower()
+    if word in TRUE_VALUES:
+        return True
+    if word in FALSE_VALUES:
+        return False
+    return None
+
+
+def invalid_flag_messages(annotations: Mapping[str, str]) -> tuple[str, ...]:
+    """What to tell the owner of a pod whose flag annotation reads as neither true nor
+    false, and how it is read meanwhile (never as the riskier meaning)."""
+    meaning = {
+        REBALANCE: "the rebalancer never evicts the pod",
+        DEGRADABLE: "the node agent never degrades the pod",
+    }
+    return tuple(
+        f'annotation {key}: {annotations[key]!r} is not "true" or "false"'
+        f" (also accepted, any case: {', '.join(TRUE_VALUES[1:] + FALSE_VALUES[1:])});"
+        f' read as "false" until fixed: {meaning[key]}'
+        for key in FLAG_ANNOTATIONS
+        if key in annotations and flag_value(annotations[key]) is None
+    )
 
 
 def unknown_annotation_messages(annotations: Mapping[str, str]) -> tuple[str, ...]:

@@ -15,7 +15,11 @@ from typing import Any
 
 import yaml
 
-from interference.annotations import unknown_annotation_message, unknown_annotations
+from interference.annotations import (
+    invalid_flag_messages,
+    unknown_annotation_message,
+    unknown_annotations,
+)
 from interference_cli.store import CliError
 from scheduler.adapters.memory import pod_object
 
@@ -180,6 +184,9 @@ def _expand(index: int, entry: Any) -> list[Arrival]:
     unknown = unknown_annotations(str(key) for key in annotations)
     if unknown:  # the scheduler would only warn; a replay with it would mislead
         raise ArrivalError(f"{where}.annotations: {unknown_annotation_message(unknown[0])}")
+    invalid = invalid_flag_messages({str(k): str(v) for k, v in annotations.items()})
+    if invalid:  # likewise: the scheduler would read it as false, with a warning
+        raise ArrivalError(f"{where}.annotations: {invalid[0]}")
     for key in ("name", "namespace", "cpu", "memory"):
         if isinstance(entry.get(key), list | dict):
             raise ArrivalError(f"{where}.{key} must be a single value, got {entry[key]!r}")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from interference.annotations import flag_value
 from node_agent.pods import NodePods
 
 log = logging.getLogger(__name__)
@@ -230,7 +231,8 @@ DEGRADABLE_ANNOTATION = "interference.io/degradable"
 
 def degradable_of_node(pod_list: Any, node_name: str) -> frozenset[str]:
     """UIDs of the pods in a ``PodList`` body bound to ``node_name`` that carry
-    :data:`DEGRADABLE_ANNOTATION` ``"true"`` (any case)."""
+    :data:`DEGRADABLE_ANNOTATION` true (``"true"``, ``"yes"``, ``"on"``, ``"1"``, any case:
+    :func:`interference.annotations.flag_value`, as the scheduler reads it)."""
     items = pod_list.get("items") if isinstance(pod_list, dict) else None
     found: set[str] = set()
     for item in items if isinstance(items, list) else []:
@@ -242,6 +244,6 @@ def degradable_of_node(pod_list: Any, node_name: str) -> frozenset[str]:
         if spec.get("nodeName") not in (None, node_name) or not isinstance(annotations, dict):
             continue
         value, uid = annotations.get(DEGRADABLE_ANNOTATION), metadata.get("uid")
-        if isinstance(value, str) and value.strip().lower() == "true" and isinstance(uid, str):
+        if isinstance(value, str) and flag_value(value) is True and isinstance(uid, str):
             found.add(uid)
     return frozenset(found)

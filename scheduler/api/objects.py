@@ -38,7 +38,8 @@ ANNOTATION_MAX_INDEX = pod_annotations.MAX_INDEX
 DEPRECATED_ANNOTATION_MAX_SCORE = pod_annotations.DEPRECATED_MAX_SCORE
 """The earlier name of :data:`ANNOTATION_MAX_INDEX`: still read, with a Warning Event."""
 ANNOTATION_REBALANCE = pod_annotations.REBALANCE
-"""``"false"`` keeps the rebalancer from ever evicting the pod (scheduler/rebalance.py)."""
+"""``"false"`` keeps the rebalancer from ever evicting the pod (scheduler/rebalance.py);
+read by :func:`interference.annotations.flag_value`."""
 
 
 NO_SCHEDULE = "NoSchedule"
@@ -329,7 +330,7 @@ class PodWarning(NamedTuple):
     """One thing a pod's owner should fix: the Warning Event's reason and note."""
 
     reason: str
-    """``DeprecatedAnnotation`` or ``UnknownAnnotation``."""
+    """``DeprecatedAnnotation``, ``UnknownAnnotation`` or ``InvalidAnnotation``."""
     message: str
 
 
@@ -396,10 +397,13 @@ class PodInfo:
     controller: ControllerRef | None = None
     """Its controlling owner (``ownerReferences[].controller: true``), ``None`` when none."""
     rebalance_opt_out: bool = False
-    """Annotation :data:`ANNOTATION_REBALANCE` is ``"false"``: never evicted to move it."""
+    """Annotation :data:`ANNOTATION_REBALANCE` is ``"false"`` (or ``no``/``off``/``0``, or
+    a value that reads as neither: :func:`interference.annotations.flag_value`): never
+    evicted to move it."""
     rebalance_opt_in: bool = False
-    """Annotation :data:`ANNOTATION_REBALANCE` is ``"true"``: the owner accepts what an
-    eviction loses (its local storage, a Job's attempt; scheduler/evictable.py)."""
+    """Annotation :data:`ANNOTATION_REBALANCE` is ``"true"`` (or ``yes``/``on``/``1``): the
+    owner accepts what an eviction loses (its local storage, a Job's attempt;
+    scheduler/evictable.py)."""
     priority_class: str = ""
     """``spec.priorityClassName``."""
     local_storage: tuple[str, ...] = ()

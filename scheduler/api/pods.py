@@ -36,7 +36,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from interference.annotations import unknown_annotation_messages
+from interference.annotations import (
+    flag_value,
+    invalid_flag_messages,
+    unknown_annotation_messages,
+)
 from scheduler.api.objects import (
     ANNOTATION_MAX_INDEX,
     ANNOTATION_MAX_RECLAIM_STALL_MS_PER_S,
@@ -112,6 +116,9 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
     preemption_policy = own_scheduling(
         lambda: _preemption_policy(reader, spec), PREEMPT_LOWER_PRIORITY
     )
+    rebalance: bool | None = None  # absent: neither opts in nor out
+    if ANNOTATION_REBALANCE in annotations:  # neither true nor false: false, and a warning
+        rebalance = flag_value(annotations[ANNOTATION_REBALANCE]) is True
     return PodInfo(
         namespace=reader.string(metadata, "namespace", "metadata.namespace") or "default",
         name=reader.name,
@@ -156,8 +163,8 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo:
         claims=_volume_claims(reader, spec),
         inline_attached=_inline_attached(reader, spec),
         controller=_controller(reader, metadata),
-        rebalance_opt_out=annotations.get(ANNOTATION_REBALANCE, "").strip().lower() == "false",
-        rebalance_opt_in=annotations.get(ANNOTATION_REBALANCE, "").strip().lower() == "true",
+        rebalance_opt_out=rebalance is False,
+        rebalance_opt_in=rebalance is True,
         priority_class=own_scheduling(
             lambda: reader.string(spec, "priorityClassName", "spec.priorityClassName"), ""
         ),
@@ -561,7 +568,7 @@ def _annotation_warnings(annotations: Mapping[str, str]) -> tuple[PodWarning, ..
     found = [
         PodWarning("UnknownAnnotation", message)
         for message in unknown_annotation_messages(annotations)
-    ]
+    ] + [PodWarning("InvalidAnnotation", message) for message in invalid_flag_messages(annotations)]
     if DEPRECATED_ANNOTATION_MAX_SCORE in annotations:
         found.insert(
             0,

@@ -215,6 +215,11 @@ def test_bad_arrival_files_name_the_problem(tmp_path: Path, text: str, message: 
             " interference-scheduler reads and has no effect; did you mean"
             " interference.io/max-runq-p99-us?",
         ),
+        (
+            '[{at_s: 1, annotations: {"interference.io/rebalance": "never"}}]',
+            "arrivals[0].annotations: annotation interference.io/rebalance: 'never' is not"
+            ' "true" or "false"',
+        ),
         ("[{at_s: 1, cpu: [1]}]", "arrivals[0].cpu must be a single value, got [1]"),
         ("[{at: 1}]", "arrivals[0] has unknown key 'at' (did you mean 'at_s'?); known: at_s,"),
         ("[web]", "arrivals[0] must be a mapping with at_s"),

@@ -225,10 +225,13 @@ def test_opt_in_is_read_from_the_kubelets_pod_list() -> None:
             item("c", "n1", {"interference.io/degradable": "false"}),
             item("d", "n1", None),
             item("e", "n2", {"interference.io/degradable": "true"}),
+            item("f", "n1", {"interference.io/degradable": "yes"}),  # as the scheduler reads it
+            item("g", "n1", {"interference.io/degradable": "1"}),
+            item("h", "n1", {"interference.io/degradable": "si"}),  # the scheduler warns
             "not a pod",
         ]
     }
-    assert degradable_of_node(body, "n1") == {"a", "b"}
+    assert degradable_of_node(body, "n1") == {"a", "b", "f", "g"}
     assert degradable_of_node({"items": "x"}, "n1") == frozenset()
     static = StaticPodDirectory({"A": (NS, "a")}, degradable=frozenset({"A"}))
     assert static.degradable("a") and not static.degradable("b")

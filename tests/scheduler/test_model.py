@@ -850,3 +850,50 @@ def test_placed_pod_with_unreadable_requests_is_still_an_error() -> None:
     """Requests are what a placed pod holds on its node: never guessed."""
     with pytest.raises(ObjectError, match="cpu"):
         parse_pod(pod_obj("web", requests={"cpu": "lots"}, nodeName="n1"))
+
+
+@pytest.mark.parametrize(
+    ("value", "opt_out", "opt_in"),
+    [
+        ("false", True, False),
+        ("False", True, False),
+        (" FALSE ", True, False),
+        ("no", True, False),
+        ("0", True, False),
+        ("off", True, False),
+        ("Off", True, False),
+        ("true", False, True),
+        ("TRUE", False, True),
+        ("yes", False, True),
+        ("1", False, True),
+        ("on", False, True),
+    ],
+)
+def test_the_rebalance_annotation_reads_kubernetes_style_booleans(
+    value: str, opt_out: bool, opt_in: bool
+) -> None:
+    """ "no", "0" and "off" mean false as "false" does (docs/operations.md): an owner who
+    wrote them is never evicted by the rebalancer; none of these is a warning."""
+    pod = parse_pod(pod_obj(annotations={"interference.io/rebalance": value}))
+    assert (pod.rebalance_opt_out, pod.rebalance_opt_in) == (opt_out, opt_in)
+    assert pod.warnings == ()
+
+
+@pytest.mark.parametrize("value", ["never", "disabled", "", "t", "nope", "2"])
+def test_an_unreadable_rebalance_value_is_a_warning_and_never_an_eviction(value: str) -> None:
+    """Never silently ignored: a Warning InvalidAnnotation naming the accepted values, and
+    the pod is read as opting out (the rebalancer does not evict on a guess) without
+    opting in."""
+    pod = parse_pod(pod_obj(annotations={"interference.io/rebalance": value}))
+    assert (pod.rebalance_opt_out, pod.rebalance_opt_in) == (True, False)
+    assert [w.reason for w in pod.warnings] == ["InvalidAnnotation"]
+    message = pod.warnings[0].message
+    assert "interference.io/rebalance" in message and repr(value) in message
+    assert '"true" or "false"' in message
+
+
+def test_an_unreadable_degradable_value_is_a_warning() -> None:
+    pod = parse_pod(pod_obj(annotations={"interference.io/degradable": "si"}))
+    assert [w.reason for w in pod.warnings] == ["InvalidAnnotation"]
+    assert "interference.io/degradable" in pod.warnings[0].message
+    assert parse_pod(pod_obj(annotations={"interference.io/degradable": "Yes"})).warnings == ()
