@@ -15,7 +15,8 @@ a node whose fresh signals exceed any of them is filtered out):
     scheduler turns that into a Warning Event); setting both is an error.
 
 Any other key under ``interference.io/`` that no program reads
-(:mod:`interference.annotations`) is a warning too — a Warning ``UnknownAnnotation``
+(:mod:`interference.annotations`), and any key under a domain a typo away from it
+(``interferance.io/``, ``interference.com/``), is a warning too — a Warning ``UnknownAnnotation``
 Event naming the closest known key — since the pod would otherwise run unprotected by a
 typo.
 

@@ -44,7 +44,8 @@ def test_every_annotation_a_program_defines_is_known() -> None:
         (["interference.io/max-runq-p99"], ["interference.io/max-runq-p99"]),
         (["INTERFERENCE.IO/max-index"], ["INTERFERENCE.IO/max-index"]),
         (["interference.io/"], ["interference.io/"]),
-        (["example.com/x", "sub.interference.io/x", "interference.iox/y"], []),
+        (["example.com/x", "sub.interference.io/x", "inference.io/x", "interference/x"], []),
+        (["interference.iox/y"], ["interference.iox/y"]),  # a near-miss domain (below)
     ],
 )
 def test_unknown_annotations(keys: list[str], unknown: list[str]) -> None:
@@ -69,3 +70,44 @@ def test_the_message_names_the_closest_known_key(key: str, hint: str) -> None:
     assert message.startswith(f"annotation {key} is not one interference-scheduler reads")
     assert message.endswith(hint) or hint in message
     assert "interference.io/max-score" not in message  # the deprecated name is never offered
+
+
+@pytest.mark.parametrize(
+    ("key", "hint"),
+    [
+        ("interferance.io/max-runq-p99-us", "did you mean interference.io/max-runq-p99-us?"),
+        ("interfernce.io/max-index", "did you mean interference.io/max-index?"),
+        ("interference.com/rebalance", "did you mean interference.io/rebalance?"),
+        ("interference.org/max-index", "did you mean interference.io/max-index?"),
+        ("Interferance.IO/max-index", "did you mean interference.io/max-index?"),
+        ("inteference.io/max-runq-p99", "did you mean interference.io/max-runq-p99-us?"),
+        ("interferencee.io/degradable", "did you mean interference.io/degradable?"),
+        ("interference-io/max-index", "did you mean interference.io/max-index?"),
+    ],
+)
+def test_a_key_under_a_misspelt_domain_is_unknown_and_names_the_right_key(
+    key: str, hint: str
+) -> None:
+    """The domain is a typo as much as the name: ``interferance.io/max-runq-p99-us`` would
+    leave the pod as unprotected as ``interference.io/max-runq-p99`` does."""
+    assert unknown_annotations([key]) == [key]
+    message = unknown_annotation_message(key)
+    assert message.startswith(f"annotation {key} is not one interference-scheduler reads")
+    assert message.endswith(hint), message
+    assert "interference.io/" in message.split("reads", 1)[1]
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "sub.interference.io/max-index",  # someone's own subdomain
+        "scheduler.interference.io/x",
+        "inference.io/max-index",
+        "kubernetes.io/hostname",
+        "example.com/max-index",
+        "max-index",
+        "interference.io.example.com/x",
+    ],
+)
+def test_a_domain_far_from_interference_io_is_not_ours(key: str) -> None:
+    assert unknown_annotations([key]) == []

@@ -679,11 +679,15 @@ def test_the_deprecated_max_score_annotation_is_read_as_max_index_with_a_warning
         ({DEPRECATED_ANNOTATION_MAX_SCORE: "40", "interference.io/max-reclaim": "2"},
          ["DeprecatedAnnotation", "UnknownAnnotation"],
          "did you mean interference.io/max-reclaim-stall-ms-per-s?"),
+        ({"interferance.io/max-runq-p99-us": "500"}, ["UnknownAnnotation"],
+         "did you mean interference.io/max-runq-p99-us?"),
+        ({"interference.com/max-index": "40"}, ["UnknownAnnotation"],
+         "did you mean interference.io/max-index?"),
         ({"example.com/max-index": "1", "scheduler.interference.io/x": "1"}, [], ""),
         ({"interference.io/degradable": "true", "interference.io/rebalance": "false"}, [], ""),
     ],
-    ids=["no-us", "underscore", "case", "far-from-any", "with-deprecated", "other-prefix",
-         "other-programs-keys"],
+    ids=["no-us", "underscore", "case", "far-from-any", "with-deprecated", "misspelt-domain",
+         "other-tld", "other-prefix", "other-programs-keys"],
 )  # fmt: skip
 def test_an_unknown_interference_annotation_is_a_warning_naming_the_closest_key(
     annotations: dict[str, str], reasons: list[str], closest: str
