@@ -48,6 +48,8 @@ from node_agent.pods import (
 from node_agent.probes import base
 from node_agent.publisher import PublisherSettings, RedisPublisher
 from node_agent.settings import BPF_PROBES, FALLBACK_PROBE, AgentSettings
+from node_agent.signal_metrics import SignalCollector
+from node_agent.tolerances import PodTolerance
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +117,14 @@ class Agent:
         self.degrader: Degrader | None = None
         """Degrades antagonists after each report when ``settings.degrade.enabled``."""
         self._events = events if events is not None else LoggedEvents()
+        tolerance_of = getattr(directory, "tolerance", None)
+        self.signal_metrics = SignalCollector(
+            settings.node_name,
+            settings.metrics_max_pods,
+            tolerance_of if callable(tolerance_of) else _no_tolerance,
+        )
+        """The node's and its pods' signals on ``/metrics`` (:mod:`node_agent.signal_metrics`)."""
+        self.metrics.registry.register(self.signal_metrics)
         if settings.degrade.enabled:
             opted_in = getattr(directory, "degradable", None)
             self.degrader = Degrader(
@@ -259,6 +269,7 @@ class Agent:
         self._last_measured_families = result.measured
         self._last_measured = time.monotonic()
         self.metrics.intervals_measured.inc()
+        self.signal_metrics.observe(report, self.ncpu)
         return report
 
     def run(self, stop: threading.Event) -> None:
@@ -370,6 +381,10 @@ class Agent:
         except Exception:
             log.exception("GPU inventory failed; reporting no GPUs this interval")
             return []
+
+
+def _no_tolerance(_uid: str) -> PodTolerance | None:
+    return None
 
 
 def pod_directory(settings: AgentSettings) -> PodDirectory:

@@ -139,6 +139,14 @@ def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         f"(env HTTP_PORT; default {AgentSettings.http_port})",
     )
     p.add_argument(
+        "--metrics-max-pods",
+        metavar="N",
+        help="most pods with per-pod series on /metrics (victims, antagonists and pods with "
+        "an interference tolerance), ≥ 0, 0 for none; more are counted in "
+        f"interference_agent_pod_metrics_left_out (env METRICS_MAX_PODS; default "
+        f"{AgentSettings.metrics_max_pods})",
+    )
+    p.add_argument(
         "--probes",
         default=environ.get("PROBES", ""),
         help=f"comma-separated probes to run, each one of {known} (env PROBES; default: "
@@ -358,6 +366,9 @@ def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> 
         minimum=1,
     )
     port = _integer(args.http_port, environ, "--http-port", "HTTP_PORT", minimum=0, maximum=65535)
+    max_pods = _integer(
+        args.metrics_max_pods, environ, "--metrics-max-pods", "METRICS_MAX_PODS", minimum=0
+    )
     probe_names = tuple(n.strip() for n in args.probes.split(",") if n.strip())
     check_probe_names(probe_names)
     return AgentSettings(
@@ -386,6 +397,7 @@ def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> 
         ncpu=_integer(args.ncpu, environ, "--ncpu", "NCPU", minimum=1),
         http_address=args.http_address,
         http_port=AgentSettings.http_port if port is None else port,
+        metrics_max_pods=AgentSettings.metrics_max_pods if max_pods is None else max_pods,
         bpf_source_dir=args.bpf_dir,
         index_refs=_index_references(args),
         pods_file=args.pods_file,

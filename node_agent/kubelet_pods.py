@@ -19,6 +19,7 @@ from typing import Any
 
 from interference.annotations import flag_value
 from node_agent.pods import NodePods
+from node_agent.tolerances import PodTolerance, tolerances_of_node
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,7 @@ class KubeletPodDirectory:
         self._node = node_name
         self._known = NodePods(settings.deleted_grace_s, clock)
         self._degradable: frozenset[str] = frozenset()
+        self._tolerances: dict[str, PodTolerance] = {}
         self._context = _kubelet_tls(settings.ca_file)
         self._wanted = threading.Event()
         self._synced = threading.Event()
@@ -97,6 +99,10 @@ class KubeletPodDirectory:
     def degradable(self, uid: str) -> bool:
         """Whether the pod carries ``interference.io/degradable: "true"`` (latest listing)."""
         return uid in self._degradable
+
+    def tolerance(self, uid: str) -> PodTolerance | None:
+        """The pod's declared interference tolerance (latest listing), if any."""
+        return self._tolerances.get(uid)
 
     def start(self) -> None:
         """Start the polling thread (returns at once; see :meth:`wait_synced`)."""
@@ -141,6 +147,7 @@ class KubeletPodDirectory:
         pods = pods_of_node(body, self._node)
         self._known.replace_all(pods)
         self._degradable = degradable_of_node(body, self._node)
+        self._tolerances = tolerances_of_node(body, self._node)
         self.listings += 1
         self._synced.set()
         return len(pods)

@@ -25,6 +25,7 @@ import yaml
 
 from interference_infra.kube_watch import Backoff, Gone, list_and_watch
 from interference_infra.strict import SettingsError
+from node_agent.tolerances import PodTolerance, tolerance_of
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +44,15 @@ class StaticPodDirectory:
         self,
         pods: Mapping[str, tuple[str, str]] | None = None,
         degradable: frozenset[str] = frozenset(),
+        tolerances: Mapping[str, PodTolerance] | None = None,
     ) -> None:
         self._pods = {uid.lower(): ref for uid, ref in (pods or {}).items()}
         self._degradable = frozenset(uid.lower() for uid in degradable)
+        self._tolerances = {uid.lower(): t for uid, t in (tolerances or {}).items()}
+
+    def tolerance(self, uid: str) -> PodTolerance | None:
+        """The pod's declared interference tolerance, if any."""
+        return self._tolerances.get(uid.lower())
 
     def degradable(self, uid: str) -> bool:
         """Whether the pod was given as degradable (:data:`DEGRADABLE_ANNOTATION`)."""
@@ -57,7 +64,9 @@ class StaticPodDirectory:
 
     @classmethod
     def from_file(cls, path: str | Path) -> StaticPodDirectory:
-        """Load a YAML or JSON file holding ``{uid: "namespace/name"}``.
+        """Load a YAML or JSON file holding ``{uid: "namespace/name"}``; an entry may also
+        be ``{pod: "namespace/name", annotations: {…}}``, whose interference tolerance
+        annotations the agent then shows (:mod:`node_agent.tolerances`).
 
         Raises :class:`~interference_infra.strict.SettingsError` (``--pods-file`` is a
         setting) saying which entry is wrong and why.
@@ -76,14 +85,21 @@ class StaticPodDirectory:
                 f'{path} must hold a mapping {{uid: "namespace/name"}}, got {type(data).__name__}'
             )
         pods: dict[str, tuple[str, str]] = {}
-        for uid, ref in data.items():
+        tolerances: dict[str, PodTolerance] = {}
+        for uid, entry in data.items():
+            ref = entry.get("pod") if isinstance(entry, dict) else entry
+            annotations = entry.get("annotations") if isinstance(entry, dict) else None
+            if annotations is not None and not isinstance(annotations, dict):
+                raise SettingsError(f"{path}: entry {uid!r}: annotations must be a mapping")
+            if (found := tolerance_of(annotations)) is not None:
+                tolerances[str(uid)] = found
             namespace, _, name = str(ref).partition("/")
             if not isinstance(ref, str) or not namespace or not name or "/" in name:
                 raise SettingsError(
                     f'{path}: entry {uid!r}: {json.dumps(ref)} is not "namespace/name"'
                 )
             pods[str(uid)] = (namespace, name)
-        return cls(pods)
+        return cls(pods, tolerances=tolerances)
 
 
 @dataclass(frozen=True)
@@ -172,6 +188,7 @@ class KubernetesPodDirectory:
         self._node = node_name
         self._settings = settings or PodWatchSettings()
         self._known = NodePods(self._settings.deleted_grace_s, clock)
+        self._tolerances: dict[str, PodTolerance] = {}
         self._synced = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -189,6 +206,10 @@ class KubernetesPodDirectory:
         """When the pod ``uid`` was seen deleted (clock time), ``None`` while it exists or
         once forgotten."""
         return self._known.deleted_since(uid)
+
+    def tolerance(self, uid: str) -> PodTolerance | None:
+        """The pod's declared interference tolerance (its latest annotations), if any."""
+        return self._tolerances.get(uid)
 
     # -- lifecycle ------------------------------------------------------------------
     def start(self) -> None:
@@ -241,6 +262,12 @@ class KubernetesPodDirectory:
             if self._on_this_node(pod)
         }
         self._known.replace_all(pods)
+        self._tolerances = {
+            pod.metadata.uid: found
+            for pod in pod_list.items
+            if self._on_this_node(pod)
+            and (found := tolerance_of(pod.metadata.annotations)) is not None
+        }
         self.relists += 1
         self._synced.set()
         return str(pod_list.metadata.resource_version or "")
@@ -279,8 +306,13 @@ class KubernetesPodDirectory:
         uid = pod.metadata.uid
         if kind == "DELETED" or not self._on_this_node(pod):
             self._known.mark_deleted(uid)
+            self._tolerances.pop(uid, None)
         else:
             self._known.put(uid, (pod.metadata.namespace, pod.metadata.name))
+            if (found := tolerance_of(pod.metadata.annotations)) is not None:
+                self._tolerances[uid] = found
+            else:
+                self._tolerances.pop(uid, None)
 
     def _on_this_node(self, pod: Any) -> bool:
         # The field selector already filters server-side; this guards against servers

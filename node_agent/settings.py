@@ -13,6 +13,7 @@ from node_agent.cpus import CpuCount, subtree_cpus
 from node_agent.credentials import DEFAULT_TOKEN_FILE, EnrolmentSettings
 from node_agent.degrade import DegradeSettings
 from node_agent.probes.base import ProbeContext
+from node_agent.signal_metrics import DEFAULT_MAX_PODS
 
 DEFAULT_HTTP_PORT = 10271
 """The agent's health and metrics port on the node (hostNetwork). Chosen outside the
@@ -115,6 +116,9 @@ class AgentSettings:
     """Address of the ``/healthz``, ``/readyz`` and ``/metrics`` endpoint."""
     http_port: int = DEFAULT_HTTP_PORT
     """Port of that endpoint; 0 serves nothing."""
+    metrics_max_pods: int = DEFAULT_MAX_PODS
+    """Most pods with per-pod series on ``/metrics`` (victims, antagonists, pods with a
+    tolerance; :mod:`node_agent.signal_metrics`); 0: none."""
     degrade: DegradeSettings = field(default_factory=DegradeSettings)
     """Degrading antagonists on this node (off by default; :mod:`node_agent.degrade`)."""
 
@@ -138,6 +142,8 @@ class AgentSettings:
             raise ValueError(f"cgroup root must be an absolute path, got {self.cgroup_root!r}")
         if self.ncpu is not None and self.ncpu < 1:
             raise ValueError(f"ncpu must be at least 1, got {self.ncpu}")
+        if self.metrics_max_pods < 0:
+            raise ValueError(f"metrics max pods must be ≥ 0, got {self.metrics_max_pods}")
         if not 0 <= self.http_port <= 65535:
             raise ValueError(f"http port must be 0 (off) to 65535, got {self.http_port}")
         self.enrolment()  # ValueError for a credentials URL that cannot work

@@ -242,3 +242,22 @@ def test_pods_of_node_keeps_this_nodes_well_formed_pods() -> None:
     }
     with pytest.raises(KubeletRefused, match="no items list"):
         pods_of_node({"kind": "Status"}, NODE)
+
+
+def test_a_listing_carries_each_pods_tolerance_and_the_next_forgets_it(
+    kubelet: FakeKubelet, token_file: Path
+) -> None:
+    """The agent shows a pod's declared tolerance on /metrics (node_agent/signal_metrics.py):
+    read from the same listing, gone with the pod or its annotation."""
+    from node_agent.tolerances import PodTolerance
+
+    declared = pod("uid-1", "api-0")
+    declared["metadata"]["annotations"] = {"interference.io/max-runq-p99-us": "900"}
+    kubelet.pods = [declared, pod("uid-2", "web-0")]
+    directory = KubeletPodDirectory(settings(kubelet.url, token_file), NODE)
+    directory.list_once()
+    assert directory.tolerance("uid-1") == PodTolerance(max_runq_p99_us=900)
+    assert directory.tolerance("uid-2") is None
+    kubelet.pods = [pod("uid-2", "web-0")]
+    directory.list_once()
+    assert directory.tolerance("uid-1") is None

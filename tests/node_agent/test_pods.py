@@ -150,6 +150,30 @@ def test_lists_then_watches_pods_of_this_node(emulator: Emulator) -> None:
     assert selectors == {"spec.nodeName=node-a"}
 
 
+def test_a_watched_pod_carries_its_tolerance(emulator: Emulator) -> None:
+    """The tolerance annotations the agent shows on /metrics: from the list, then from the
+    watch, gone with the pod."""
+    from node_agent.tolerances import PodTolerance
+
+    api = core_api(emulator.url)
+    listed = pod("ns", "api-0", "uid-t0", "node-a")
+    listed["metadata"]["annotations"] = {"interference.io/max-runq-p99-us": "800"}
+    api.create_namespaced_pod("ns", listed)
+    directory = KubernetesPodDirectory(api, "node-a", FAST)
+    directory.start()
+    try:
+        assert directory.wait_synced(10)
+        assert directory.tolerance("uid-t0") == PodTolerance(max_runq_p99_us=800)
+        watched = pod("ns", "api-1", "uid-t1", "node-a")
+        watched["metadata"]["annotations"] = {"interference.io/max-index": "30"}
+        api.create_namespaced_pod("ns", watched)
+        assert eventually(lambda: directory.tolerance("uid-t1") == PodTolerance(max_index=30))
+        api.delete_namespaced_pod("api-0", "ns")
+        assert eventually(lambda: directory.tolerance("uid-t0") is None)
+    finally:
+        directory.stop()
+
+
 def test_unreachable_api_server_backs_off_and_keeps_running() -> None:
     api = core_api(f"http://127.0.0.1:{free_port()}")
     directory = KubernetesPodDirectory(api, "node-a", FAST)

@@ -1,0 +1,392 @@
+"""The node's and its pods' interference signals on the agent's ``/metrics``
+(docs/operations.md, "Metrics": every series, its labels and its cardinality bound).
+
+:class:`SignalCollector` is a custom collector: the measure loop hands it each report
+(:meth:`SignalCollector.observe`) and a scrape builds the series from the latest one, so
+a pod that left has no series at the next scrape and no per-pod object outlives it.
+
+- **Per node** (labels ``node``, and ``window``: ``latest`` for the interval, ``10s`` and
+  ``60s`` for the agent's windows, :mod:`node_agent.history`): every signal of the
+  interference index as the report and the scheduling record carry it (windows: the
+  run-queue p99 of the merged histogram, the mean of the others), in base units
+  (``ms/s`` → ratio, percent → ratio, µs → seconds). A family the latest report did not
+  measure has no series (0 would read as quiet); ``interference_node_signal_measured``
+  says which were. The run-queue delay is also a real histogram,
+  ``interference_node_runq_delay_seconds``: the agent's log2 slots added up since it
+  started (a counter per slot, never samples observed again), slot ``i`` holding waits of
+  ``[2^i, 2^(i+1))`` µs as the probe truncates them to whole µs, so its bucket ``le`` is
+  ``2^(i+1)`` µs; the last slot also holds every longer wait and is ``+Inf``. ``_sum`` is
+  the run-queue wait of the same intervals (``runq_wait_ratio · T · ncpu``).
+- **Per pod** (labels ``node``, ``namespace``, ``pod``; never a UID, and never a pod the
+  agent knows only by UID or the ``system`` bucket): the pods that declare a tolerance,
+  the :data:`TOP_PODS` victims (most run-queue wait behind neighbours, their own CFS limit
+  taken out, :func:`interference.contention.contention_shares`) and the :data:`TOP_PODS`
+  antagonists (most wait other pods' tasks ended behind, from their ``culprits``) of the
+  latest interval. At most ``max_pods`` pods (``--metrics-max-pods``): victims first,
+  then antagonists, then pods with a tolerance by name; the rest are counted in
+  ``interference_agent_pod_metrics_left_out`` and logged once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from interference import hist
+from interference.contention import contention_shares
+from interference.signals import (
+    SIGNAL_FAMILIES,
+    SYSTEM_POD,
+    TOP_CULPRITS,
+    NodeMetrics,
+    NodeReport,
+    PodMetrics,
+    WindowMetrics,
+)
+from node_agent.tolerances import PodTolerance
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_PODS = 50
+"""Pods with per-pod series per agent unless ``--metrics-max-pods`` says otherwise."""
+TOP_PODS = TOP_CULPRITS
+"""Victims, and antagonists, exported per interval (as many as a pod row names culprits)."""
+LATEST = "latest"
+"""The ``window`` label of the interval's own values."""
+
+US = 1e-6
+MS = 1e-3
+PERCENT = 1e-2
+
+
+@dataclass(frozen=True)
+class NodeSignal:
+    """One per-node signal: its metric, the report's fields for it and their scale."""
+
+    metric: str
+    help: str
+    family: str | None
+    """The signal family that must be measured; None: always shown (the index)."""
+    latest: str
+    """Field of :class:`NodeMetrics`."""
+    window: str | None
+    """Field of :class:`WindowMetrics`; None: only the interval's value."""
+    scale: float = 1.0
+
+
+NODE_SIGNALS = (
+    NodeSignal(
+        "interference_node_runq_p99_seconds",
+        "99th percentile run-queue delay of the node's tasks (window: of the merged histogram).",
+        "runq",
+        "runq_p99_us",
+        "runq_p99_us",
+        US,
+    ),
+    NodeSignal(
+        "interference_node_runq_wait_ratio",
+        "Seconds tasks waited for a CPU per CPU-second (window: mean).",
+        "runq",
+        "runq_wait_ratio",
+        "runq_wait_ratio_mean",
+    ),
+    NodeSignal(
+        "interference_node_reclaim_stall_ratio",
+        "Seconds tasks stalled in memory reclaim per second (window: mean).",
+        "reclaim",
+        "reclaim_stall_ms_per_s",
+        "reclaim_stall_ms_per_s_mean",
+        MS,
+    ),
+    NodeSignal(
+        "interference_node_cpu_throttled_ratio",
+        "Seconds of CFS-quota throttling per second, summed over pods (window: mean).",
+        "throttle",
+        "throttled_ms_per_s",
+        "throttled_ms_per_s_mean",
+        MS,
+    ),
+    NodeSignal(
+        "interference_node_psi_cpu_some_ratio",
+        "Share of time some task waited for a CPU, PSI (window: mean).",
+        "psi",
+        "psi_cpu_some",
+        "psi_cpu_some_mean",
+        PERCENT,
+    ),
+    NodeSignal(
+        "interference_node_psi_memory_some_ratio",
+        "Share of time some task stalled on memory, PSI (window: mean).",
+        "psi",
+        "psi_mem_some",
+        "psi_mem_some_mean",
+        PERCENT,
+    ),
+    NodeSignal(
+        "interference_node_psi_memory_full_ratio",
+        "Share of time all non-idle tasks stalled on memory, PSI (the interval only).",
+        "psi",
+        "psi_mem_full",
+        None,
+        PERCENT,
+    ),
+    NodeSignal(
+        "interference_node_network_drops_per_second",
+        "Packets dropped per second on all interfaces and qdiscs (window: mean).",
+        "net",
+        "net_drops_per_s",
+        "net_drops_per_s_mean",
+    ),
+    NodeSignal(
+        "interference_node_index",
+        "The agent's interference index, 0 quiet - 100 saturated (window: mean).",
+        None,
+        "interference_index",
+        "index_mean",
+    ),
+)
+"""Every per-node gauge, in exposition order."""
+
+RUNQ_HISTOGRAM = "interference_node_runq_delay_seconds"
+MEASURED = "interference_node_signal_measured"
+POD_LABELS = ("node", "namespace", "pod")
+POD_RUNQ_P99 = "interference_pod_runq_p99_seconds"
+POD_RECLAIM = "interference_pod_reclaim_stall_ratio"
+POD_NEIGHBOUR_WAIT = "interference_pod_neighbour_wait_ratio"
+POD_CAUSED_WAIT = "interference_pod_caused_wait_ratio"
+POD_TOLERANCES = (
+    (
+        "interference_pod_tolerance_runq_p99_seconds",
+        "The pod's interference.io/max-runq-p99-us, in seconds.",
+        "max_runq_p99_us",
+        US,
+    ),
+    (
+        "interference_pod_tolerance_reclaim_stall_ratio",
+        "The pod's interference.io/max-reclaim-stall-ms-per-s, as a ratio.",
+        "max_reclaim_stall_ms_per_s",
+        MS,
+    ),
+    (
+        "interference_pod_tolerance_index",
+        "The pod's interference.io/max-index (0-100).",
+        "max_index",
+        1.0,
+    ),
+)
+PODS_EXPORTED = "interference_agent_pod_metrics_exported"
+PODS_LEFT_OUT = "interference_agent_pod_metrics_left_out"
+
+
+def bucket_bounds() -> tuple[str, ...]:
+    """The ``le`` of each log2 slot but the last (which is ``+Inf``), in seconds."""
+    return tuple(repr((1 << (i + 1)) * US) for i in range(hist.MAX_SLOTS - 1))
+
+
+_BOUNDS = bucket_bounds()
+
+
+def cumulative_buckets(slots: Iterable[int]) -> list[tuple[str, float]]:
+    """``(le, count)`` pairs of a log2 histogram, cumulative, ending with ``+Inf`` = total."""
+    buckets: list[tuple[str, float]] = []
+    seen = 0
+    normalized = hist.normalize(list(slots))
+    for le, count in zip(_BOUNDS, normalized, strict=False):
+        seen += count
+        buckets.append((le, float(seen)))
+    buckets.append(("+Inf", float(seen + normalized[-1])))
+    return buckets
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    report: NodeReport
+    runq_slots: tuple[int, ...]
+    runq_sum_s: float
+
+
+ToleranceOf = Callable[[str], PodTolerance | None]
+
+
+def _no_tolerance(_uid: str) -> PodTolerance | None:
+    return None
+
+
+class SignalCollector(Collector):
+    """The latest report's signals as Prometheus series (see the module docstring)."""
+
+    def __init__(
+        self,
+        node: str,
+        max_pods: int = DEFAULT_MAX_PODS,
+        tolerance_of: ToleranceOf = _no_tolerance,
+        top: int = TOP_PODS,
+    ) -> None:
+        if max_pods < 0:
+            raise ValueError(f"max pods must be ≥ 0, got {max_pods}")
+        self.node = node
+        self.max_pods = max_pods
+        self.top = top
+        self._tolerance_of = tolerance_of
+        self._lock = threading.Lock()
+        self._snapshot: _Snapshot | None = None
+        self._runq_slots = [0] * hist.MAX_SLOTS
+        self._runq_sum_s = 0.0
+        self._warned = False
+
+    def observe(self, report: NodeReport, ncpu: int) -> None:
+        """Take ``report`` as the latest and add its run-queue histogram to the totals."""
+        slots = report.histograms.get("runq_us")
+        if slots:
+            self._runq_slots = hist.add(self._runq_slots, slots)
+            self._runq_sum_s += report.metrics.runq_wait_ratio * report.interval_s * ncpu
+        snapshot = _Snapshot(report, tuple(self._runq_slots), self._runq_sum_s)
+        with self._lock:
+            self._snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        """Nothing before the first report; then the node's and the chosen pods' series."""
+        with self._lock:
+            snapshot = self._snapshot
+        if snapshot is None:
+            return
+        yield from self._node_families(snapshot)
+        yield from self._pod_families(snapshot.report)
+
+    # -- per node -------------------------------------------------------------------
+    def _node_families(self, snapshot: _Snapshot) -> Iterator[Metric]:
+        report = snapshot.report
+        measured = set(report.measured)
+        windows: list[tuple[str, NodeMetrics | WindowMetrics]] = [(LATEST, report.metrics)]
+        windows += [(name, w) for name, w in sorted(report.windows.items()) if w.intervals > 0]
+        for signal in NODE_SIGNALS:
+            family = GaugeMetricFamily(signal.metric, signal.help, labels=("node", "window"))
+            if signal.family is None or signal.family in measured:
+                for name, values in windows:
+                    field = signal.latest if name == LATEST else signal.window
+                    if field is not None:
+                        value = float(getattr(values, field)) * signal.scale
+                        family.add_metric((self.node, name), value)
+            yield family
+        measured_family = GaugeMetricFamily(
+            MEASURED,
+            "1 for each signal family the latest interval measured completely, else 0.",
+            labels=("node", "family"),
+        )
+        for name in SIGNAL_FAMILIES:
+            measured_family.add_metric((self.node, name), 1.0 if name in measured else 0.0)
+        yield measured_family
+        histogram = HistogramMetricFamily(
+            RUNQ_HISTOGRAM,
+            "Run-queue delay of the node's tasks since the agent started (log2 buckets).",
+            labels=("node",),
+        )
+        histogram.add_metric(
+            (self.node,), cumulative_buckets(snapshot.runq_slots), snapshot.runq_sum_s
+        )
+        yield histogram
+
+    # -- per pod --------------------------------------------------------------------
+    def chosen_pods(self, report: NodeReport) -> tuple[list[PodMetrics], int, dict[str, float]]:
+        """The pods with series (victims, antagonists, then pods with a tolerance by
+        name, at most ``max_pods``), how many more qualified, and each pod's caused wait."""
+        named = {p.key: p for p in report.pods if p.namespace and p.name != SYSTEM_POD}
+        caused: dict[str, float] = {}
+        victims: list[tuple[float, str]] = []
+        for pod in report.pods:
+            for culprit, ms in pod.culprits:
+                caused[culprit] = caused.get(culprit, 0.0) + ms
+            if pod.key not in named:
+                continue
+            shares = contention_shares(
+                own_wait_ms_per_s=pod.own_wait_ms_per_s,
+                neighbour_wait_ms_per_s=pod.neighbour_wait_ms_per_s,
+                throttled_ms_per_s=pod.throttled_ms_per_s,
+                cpu_ms_per_s=pod.cpu_ms_per_s,
+            )
+            if shares.cause == "neighbours":
+                victims.append((-shares.neighbours_ms_per_s, pod.key))
+        antagonists = sorted((-ms, key) for key, ms in caused.items() if key in named and ms > 0)
+        order = [key for _, key in sorted(victims)[: self.top]]
+        order += [key for _, key in antagonists[: self.top]]
+        order += sorted(key for key, pod in named.items() if self._tolerance_of(pod.uid))
+        chosen = list(dict.fromkeys(order))
+        pods = [named[key] for key in chosen[: self.max_pods]]
+        return pods, max(0, len(chosen) - self.max_pods), caused
+
+    def _pod_families(self, report: NodeReport) -> Iterator[Metric]:
+        pods, left_out, caused = self.chosen_pods(report)
+        if left_out and not self._warned:
+            self._warned = True
+            log.warning(
+                "%d pod(s) beyond --metrics-max-pods %d have no per-pod metrics (counted in "
+                "%s; logged once)",
+                left_out,
+                self.max_pods,
+                PODS_LEFT_OUT,
+            )
+        families = {
+            POD_RUNQ_P99: GaugeMetricFamily(
+                POD_RUNQ_P99,
+                "99th percentile run-queue delay of the pod's tasks, latest interval.",
+                labels=POD_LABELS,
+            ),
+            POD_RECLAIM: GaugeMetricFamily(
+                POD_RECLAIM,
+                "Seconds the pod's tasks stalled in memory reclaim per second, latest interval.",
+                labels=POD_LABELS,
+            ),
+            POD_NEIGHBOUR_WAIT: GaugeMetricFamily(
+                POD_NEIGHBOUR_WAIT,
+                "Seconds per second the pod's tasks waited for a CPU behind other pods and"
+                " system tasks, its own CFS limit taken out, latest interval.",
+                labels=POD_LABELS,
+            ),
+            POD_CAUSED_WAIT: GaugeMetricFamily(
+                POD_CAUSED_WAIT,
+                "Seconds per second other pods' tasks waited for a CPU that the pod's tasks"
+                " held, latest interval (from their top culprits).",
+                labels=POD_LABELS,
+            ),
+        }
+        tolerances = {
+            name: GaugeMetricFamily(name, doc, labels=POD_LABELS)
+            for name, doc, _, _ in POD_TOLERANCES
+        }
+        for pod in pods:
+            labels = (self.node, pod.namespace, pod.name)
+            shares = contention_shares(
+                own_wait_ms_per_s=pod.own_wait_ms_per_s,
+                neighbour_wait_ms_per_s=pod.neighbour_wait_ms_per_s,
+                throttled_ms_per_s=pod.throttled_ms_per_s,
+                cpu_ms_per_s=pod.cpu_ms_per_s,
+            )
+            families[POD_RUNQ_P99].add_metric(labels, pod.runq_p99_us * US)
+            families[POD_RECLAIM].add_metric(labels, pod.reclaim_stall_ms_per_s * MS)
+            families[POD_NEIGHBOUR_WAIT].add_metric(labels, shares.neighbours_ms_per_s * MS)
+            families[POD_CAUSED_WAIT].add_metric(labels, caused.get(pod.key, 0.0) * MS)
+            tolerance = self._tolerance_of(pod.uid) if pod.uid else None
+            if tolerance is None:
+                continue
+            for name, _, field, scale in POD_TOLERANCES:
+                bound = getattr(tolerance, field)
+                if bound is not None:
+                    tolerances[name].add_metric(labels, bound * scale)
+        yield from families.values()
+        yield from tolerances.values()
+        exported = GaugeMetricFamily(
+            PODS_EXPORTED, "Pods with per-pod interference series at this scrape."
+        )
+        exported.add_metric((), float(len(pods)))
+        yield exported
+        left = GaugeMetricFamily(
+            PODS_LEFT_OUT,
+            "Pods that qualified for per-pod series but are beyond --metrics-max-pods.",
+        )
+        left.add_metric((), float(left_out))
+        yield left
