@@ -30,7 +30,9 @@ this parses and that each value shown is the default)::
     reload_interval_s: 5
 
 Validation collects every problem, each naming the field and the fix
-(``engine.profile.scores.GpuPacking: must be a number, got 'high'``); unknown keys and
+(``engine.profile.scores.GpuPacking: must be a number, got 'high'``), of every section at
+once: a key of the wrong type does not hide a range problem beside it, nor does a
+section's first failed check hide its next (:func:`_construct`); unknown keys and
 plugin names are rejected with a did-you-mean. Types are strict: a quoted number is a string, not a
 number, so a typo cannot silently become a default.
 
@@ -45,6 +47,7 @@ Simulator policies (``interference simulate --policy A.yaml``) are files of this
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import logging
@@ -207,16 +210,44 @@ def _build(cls: type[Any], data: Any, path: str, problems: list[str]) -> Any:
             ok = False
         else:
             kwargs[key] = converted
-    if not ok:
+    if not ok:  # still check the keys that did read, so every problem is told at once
+        with contextlib.suppress(TypeError):  # a required field among those that did not read
+            _construct(cls, kwargs, path, problems)
         return None
-    try:
-        return cls(**kwargs)
-    except SettingsError as exc:  # several problems, each naming its field
-        problems.extend(f"{path}{problem}" for problem in exc.problems)
-        return None
-    except ValueError as exc:  # the dataclass's own range checks name the field
-        problems.append(f"{path}{exc}")
-        return None
+    return _construct(cls, kwargs, path, problems)
+
+
+FIELD_NAMED = re.compile(r"[A-Za-z_]\w*")
+"""The field a settings check's message begins with (``bind_workers: 0 must be …``)."""
+
+
+def _construct(cls: type[Any], kwargs: dict[str, Any], path: str, problems: list[str]) -> Any:
+    """``cls(**kwargs)``, or ``None`` with every problem its checks find. A dataclass's
+    ``__post_init__`` raises at its first problem (a :class:`SettingsError` may hold
+    several), each naming its field first: those fields are put back to their defaults
+    and the rest checked again, until the checks pass or name no key that was given."""
+    given = dict(kwargs)
+    failed = False
+    for _ in range(len(kwargs) + 1):
+        try:
+            built = cls(**given)
+        except ValueError as exc:
+            found = exc.problems if isinstance(exc, SettingsError) else [str(exc)]
+        else:
+            return None if failed else built
+        failed = True
+        named = set()
+        for problem in found:
+            if f"{path}{problem}" not in problems:
+                problems.append(f"{path}{problem}")
+            match = FIELD_NAMED.match(problem)
+            if match and match.group() in given:
+                named.add(match.group())
+        if not named:
+            return None
+        for name in named:
+            del given[name]
+    return None
 
 
 _INVALID = object()
@@ -352,12 +383,9 @@ def with_overrides(config: SchedulerConfig, **sections: Any) -> SchedulerConfig:
         current = getattr(config, name)
         merged = {f.name: getattr(current, f.name) for f in dataclasses.fields(current)}
         merged.update(changes)
-        try:
-            replaced[name] = type(current)(**merged)
-        except SettingsError as exc:
-            problems.extend(f"{name}.{problem}" for problem in exc.problems)
-        except ValueError as exc:
-            problems.append(f"{name}.{exc}")
+        built = _construct(type(current), merged, f"{name}.", problems)
+        if built is not None:
+            replaced[name] = built
     if problems:
         raise ConfigError("command line/environment", problems)
     return dataclasses.replace(config, **replaced)

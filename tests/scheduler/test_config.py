@@ -282,6 +282,52 @@ def test_every_problem_is_reported_at_once() -> None:
     assert len(caught.value.problems) == 3
 
 
+BAD_EVERYWHERE = """
+loop:
+  bind_workers: 0
+  max_writes_in_flight: 0
+  dry_run: maybe
+engine:
+  relax_after_s: -1
+  record_top_k: -2
+http:
+  port: 99999
+  host: 7
+reload_interval_s: 0
+"""
+
+
+def test_every_problem_of_every_section_is_reported_at_once(tmp_path: Path) -> None:
+    """Not only one per section: a section's own checks stop at their first problem,
+    and a section with a wrongly typed key was not checked further at all; a file with
+    problems in three sections and the top level is fixed in one edit, not six."""
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(tmp_path, BAD_EVERYWHERE))
+    fields = sorted(problem.split(":", 1)[0] for problem in caught.value.problems)
+    assert fields == [
+        "engine.record_top_k",
+        "engine.relax_after_s",
+        "http.host",
+        "http.port",
+        "loop.bind_workers",
+        "loop.dry_run",
+        "loop.max_writes_in_flight",
+        "reload_interval_s",
+    ], caught.value.problems
+    assert "loop.bind_workers: 0 must be an integer ≥ 1" in caught.value.problems
+    assert isinstance(caught.value, ValueError)  # what the callers catch, as before
+    assert str(caught.value).count("\n  ") == len(fields)
+
+
+def test_overrides_report_every_problem() -> None:
+    with pytest.raises(ConfigError) as caught:
+        with_overrides(SchedulerConfig(), loop={"bind_workers": 0, "max_writes_in_flight": 0})
+    assert [p.split(":", 1)[0] for p in caught.value.problems] == [
+        "loop.bind_workers",
+        "loop.max_writes_in_flight",
+    ]
+
+
 def test_yaml_syntax_errors_say_where(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"not valid YAML at line 3, column \d+"):
         load_config(write(tmp_path, "engine:\n  profile: {a: 1\nloop: [\n"))
