@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from node_agent.agent import Agent, pod_directory
 from node_agent.pods import KubernetesPodDirectory, StaticPodDirectory
 from node_agent.publisher import PublisherSettings, RedisPublisher
 from node_agent.settings import AgentSettings, detect_cgroup_v2_mount
-from tests.conftest import RedisServer
+from tests.conftest import RedisServer, free_port
 from tests.node_agent.bpf_workloads import BUSY_LOOP, many_started_in, started_in
 from tests.node_agent.own_cgroups import cgroup_tree, unique_name
 from tests.node_agent.test_pods import Emulator, core_api, pod
@@ -289,6 +290,95 @@ def test_busy_pod_shows_run_queue_wait_and_idle_sibling_none(
     assert idle_wait < 0.01 * busy.runq_wait_ms_per_s
     assert reports[-1].metrics.runq_wait_ratio > 0
     assert float(pod_hash["runq_wait_ms_per_s"]) > 500
+
+
+@pytest.mark.bpf
+@pytest.mark.redis
+@pytest.mark.slow
+def test_metrics_show_the_real_histogram_the_victim_its_tolerance_and_the_antagonist(
+    redis_server: RedisServer,
+    start_agent: Callable[..., AgentProcess],
+    test_cgroup_root: str,
+    tmp_path: Path,
+) -> None:
+    """Real BPF probes behind /metrics (node_agent/signal_metrics.py): a pod of one busy
+    loop declaring a tolerance shares CPU 0 with a pod of three; the scrape holds the node's
+    run-queue histogram (cumulative, +Inf = count) and signals, the victim with its p99 and
+    its tolerance, and the antagonist with the wait it caused; no UID in any label."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    hog_uid, victim_uid = str(uuid.uuid4()), str(uuid.uuid4())
+    pods_file = tmp_path / "pods.yaml"
+    pods_file.write_text(
+        f"{hog_uid}: test/hog\n"
+        f"{victim_uid}:\n  pod: test/victim\n"
+        "  annotations: {interference.io/max-runq-p99-us: '500'}\n"
+    )
+    qos = Path(V2_MOUNT, test_cgroup_root.strip("/"), "kubepods", "besteffort")
+    hog_dir, victim_dir = qos / f"pod{hog_uid}" / ("b" * 64), qos / f"pod{victim_uid}" / ("c" * 64)
+    hog_dir.mkdir(parents=True)
+    victim_dir.mkdir(parents=True)
+    port = free_port()
+
+    def scrape() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+                text = reply.read().decode()
+        except OSError:
+            return {}
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+
+    def victim_seen() -> dict[tuple[str, tuple[tuple[str, str], ...]], float] | None:
+        found = scrape()
+        names = {
+            (name, dict(labels).get("pod")) for (name, labels), value in found.items() if value
+        }
+        wanted = {
+            ("interference_pod_runq_p99_seconds", "victim"),
+            ("interference_pod_caused_wait_ratio", "hog"),
+        }
+        return found if wanted <= names else None
+
+    with (
+        many_started_in(3, [hog_dir / "cgroup.procs"], BUSY_LOOP, cpu=0),
+        started_in([victim_dir / "cgroup.procs"], BUSY_LOOP, cpu=0),
+    ):
+        agent = start_agent(
+            "--redis-url",
+            redis_server.url,
+            "--cgroup-root",
+            test_cgroup_root,
+            "--pods-file",
+            str(pods_file),
+            "--http-port",
+            str(port),
+        )
+        found = wait_for("the victim and the antagonist on /metrics", victim_seen, 60)
+        assert agent.stop() == 0, agent.log()
+
+    node = agent.node
+    victim = (("namespace", "test"), ("node", node), ("pod", "victim"))
+    assert found[("interference_pod_tolerance_runq_p99_seconds", victim)] == 0.0005
+    assert found[("interference_pod_runq_p99_seconds", victim)] > 0
+    assert found[("interference_pod_neighbour_wait_ratio", victim)] > 0
+    assert found[("interference_node_signal_measured", (("family", "runq"), ("node", node)))] == 1
+    assert found[("interference_node_runq_p99_seconds", (("node", node), ("window", "latest")))]
+    assert found[("interference_node_runq_wait_ratio", (("node", node), ("window", "10s")))] > 0
+    buckets = [
+        (float(dict(labels)["le"]), value)
+        for (name, labels), value in found.items()
+        if name == "interference_node_runq_delay_seconds_bucket"
+    ]
+    counts = [value for _, value in sorted(buckets)]
+    assert counts == sorted(counts) and counts[-1] > 0
+    count = found[("interference_node_runq_delay_seconds_count", (("node", node),))]
+    assert counts[-1] == count
+    assert found[("interference_node_runq_delay_seconds_sum", (("node", node),))] > 0
+    assert not any(uid in repr(found) for uid in (hog_uid, victim_uid))
 
 
 @pytest.mark.bpf
