@@ -7,11 +7,14 @@ caller's ACL, so an agent allowed ``FCALL`` could still write directly. The issu
 holds the right to create and switch off every agent's user, so it also watches what
 each user wrote and cuts off a node that keeps more than an honest agent does:
 
-* **Events** (``notify-keyspace-events Etn`` in deploy/base/redis/redis.conf), checked
+* **Events** (``notify-keyspace-events Etn$`` in deploy/base/redis/redis.conf), checked
   within ``warden_react_s``: a stream an entry was added to (``xadd``), by its size
   (``MEMORY USAGE``: one command, as every agent adds an entry a second); a key created
   (``new``), in full: its TTL (none, beyond ``agent_max_ttl_s``), its size, a stream's
-  length and mean entry.
+  length and mean entry. Each report an agent publishes adds one stream entry and sets its
+  scheduling record once (``set``): those two events are counted per node, and a node
+  that writes either more than ``max_writes_per_s`` a second over ``rate_window_s`` is
+  writing faster than any agent (its interval) and is cut off (``writing_too_fast``).
 * **Sweeps**, every ``warden_sweep_s`` and at once when Redis' memory passes
   ``warden_pressure`` of ``maxmemory``: every node key (``SCAN``), its TTL and size, and
   each node's total. Hashes, sets and strings written over (whose events are too many to
@@ -31,8 +34,10 @@ writes a hash, then its ``EXPIRE``.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -57,11 +62,14 @@ WARDEN_COMMANDS = (
 """What the warden sends besides the issuer's own commands (``ACL SETUSER``, ``CLIENT
 KILL``); on the node keys (``~intf:node:*``), its cool-down keys (``~intf:warden:*``) and
 the key-event channels (``&__keyevent@0__:*``)."""
-EVENTS = ("xadd", "new")
+EVENTS = ("xadd", "new", "set")
 """The key events followed: a stream entry added (its stream's size checked), a key
-created (all of it checked, its TTL after the grace). An agent adds one entry a second;
-its hash, set and string writes (one per pod per interval), a ``SET`` without ``EX`` over
-an existing key and an ``EXPIRE`` are left to the sweeps."""
+created (all of it checked, its TTL after the grace), a string set (counted). An agent
+adds one entry and sets one record an interval; its hash and set writes (one per pod per
+interval), a ``SET`` without ``EX`` over an existing key and an ``EXPIRE`` are left to the
+sweeps."""
+RATED_EVENTS = (b"xadd", b"set")
+"""The events counted against ``max_writes_per_s`` (each once per report)."""
 CHANNEL_PREFIX = "__keyevent@0__:"
 CUTOFF_PREFIX = "intf:warden:cutoff:"
 REASONS = (
@@ -72,6 +80,7 @@ REASONS = (
     "stream_too_large",
     "entry_too_large",
     "node_too_large",
+    "writing_too_fast",
 )
 """Every label value of the cut-off counter."""
 _NODE_PREFIX = keys.node_key("")
@@ -105,6 +114,15 @@ class WardenLimits:
     """All of one node's keys together."""
     grace_s: float = 1.0
     """How long a key may be without a TTL (between an agent's write and its EXPIRE)."""
+    max_writes_per_s: float = 10.0
+    """Stream entries, and separately strings set, per second of one node (an agent writes
+    one of each per report: 10 × the default 1 s interval, so any interval ≥ 0.1 s)."""
+    rate_window_s: float = 5.0
+    """The window ``max_writes_per_s`` is counted over (a burst within it is allowed)."""
+
+    @property
+    def max_writes_per_window(self) -> int:
+        return math.ceil(self.max_writes_per_s * self.rate_window_s)
 
     def __post_init__(self) -> None:
         for name in (
@@ -117,8 +135,9 @@ class WardenLimits:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be ≥ 1, got {getattr(self, name)}")
-        if not self.grace_s > 0:
-            raise ValueError(f"grace_s must be > 0, got {self.grace_s}")
+        for name in ("grace_s", "max_writes_per_s", "rate_window_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
 
 
 @dataclass(frozen=True)
@@ -213,6 +232,9 @@ class Warden:
         new key) or a stream's size alone (an entry added)."""
         self._without_ttl: dict[str, float] = {}
         """Key → when it was first seen without a TTL."""
+        self._writes: dict[tuple[str, bytes], deque[float]] = {}
+        """(node, event) → when its latest writes were seen (at most the window's bound
+        and one more)."""
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.sweeps = 0
@@ -254,19 +276,32 @@ class Warden:
                         continue
                     key = message["data"]
                     key = key.decode() if isinstance(key, bytes) else str(key)
-                    if node_of(key) is not None:
+                    node = node_of(key)
+                    if node is not None:
                         channel = message["channel"]
-                        whole = (
+                        event = (
                             channel if isinstance(channel, bytes) else str(channel).encode()
-                        ).endswith(b":new")
-                        with self._lock:
-                            self._pending[key] = self._pending.get(key, False) or whole
+                        ).rsplit(b":", 1)[-1]
+                        self._noted(key, node, event)
             except _FOLLOW_ERRORS as exc:
                 if self._stop.is_set():
                     return
                 self._error(f"key events: {exc}")
                 self._events.reset()
                 self._stop.wait(1.0)
+
+    def _noted(self, key: str, node: str, event: bytes) -> None:
+        """Note one key event of ``node`` (from the events thread)."""
+        with self._lock:
+            if event in RATED_EVENTS:
+                seen = self._writes.get((node, event))
+                if seen is None:
+                    seen = self._writes[node, event] = deque(
+                        maxlen=self.limits.max_writes_per_window + 1
+                    )
+                seen.append(self._clock())
+            if event != b"set":  # a record is bounded by the sweeps; its rate here
+                self._pending[key] = self._pending.get(key, False) or event == b"new"
 
     def _run(self) -> None:
         last_sweep = -self._sweep_s
@@ -302,12 +337,35 @@ class Warden:
         command: every agent adds one a second)."""
         with self._lock:
             pending, self._pending = self._pending, {}
+            too_fast = self._too_fast()
+        for node, why in too_fast.items():
+            self.cut_off(node, "writing_too_fast", why)
         for key in self._without_ttl:
             pending[key] = True
         full = [key for key, whole in pending.items() if whole]
         sized = [key for key, whole in pending.items() if not whole]
         if full or sized:
             self._judge(self._states(full, typed=True) + self._sizes(sized), totals=False)
+
+    def _too_fast(self) -> dict[str, str]:
+        """Nodes that wrote more than the window's bound within it (caller holds the
+        lock); the counts of quiet nodes are forgotten."""
+        now, window = self._clock(), self.limits.rate_window_s
+        bound = self.limits.max_writes_per_window
+        found: dict[str, str] = {}
+        for (node, event), seen in list(self._writes.items()):
+            if len(seen) > bound and seen[-1] - seen[0] <= window:
+                found.setdefault(
+                    node,
+                    f"writing_too_fast: {len(seen)} {event.decode()} events in "
+                    f"{seen[-1] - seen[0]:.1f} s (at most {bound} in {window:g} s)",
+                )
+            if not seen or now - seen[-1] > window:
+                del self._writes[node, event]
+        for node in found:
+            for event in RATED_EVENTS:
+                self._writes.pop((node, event), None)
+        return found
 
     def sweep(self) -> None:
         """Every node key: its TTL, its size and each node's total."""

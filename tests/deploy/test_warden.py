@@ -189,6 +189,27 @@ def test_a_node_setting_a_huge_record_is_cut_off(limited_redis: DeployedRedis) -
         assert_cut_off_and_good_intact(limited_redis, warden, honest, "value_too_large", password)
 
 
+@pytest.mark.parametrize("event", ["xadd", "set"])
+def test_a_node_reporting_faster_than_any_agent_is_cut_off(
+    limited_redis: DeployedRedis, event: str
+) -> None:
+    """Small entries, or a small record, each within every size and TTL bound, written as
+    fast as Redis takes them: the rate is the bound (10 a second over 5 s)."""
+    _, password = enrol(limited_redis, "bad")
+    writes: dict[str, Callable[[redis.Redis[bytes]], object]] = {
+        "xadd": lambda bad: (
+            bad.xadd(keys.reports_key("bad"), {"r": b"x" * 100}, maxlen=10)
+            and bad.expire(keys.reports_key("bad"), 5)
+        ),
+        "set": lambda bad: bad.set(keys.sched_key("bad"), b"x" * 100, ex=5),
+    }
+    with running_warden(limited_redis) as warden, HonestNode(limited_redis) as honest:
+        took, ran = attack_until_cut_off(writes[event], password, limited_redis, within_s=10)
+        assert ran > WardenLimits().max_writes_per_window, (took, ran)
+        assert took < 3, (took, ran)
+        assert_cut_off_and_good_intact(limited_redis, warden, honest, "writing_too_fast", password)
+
+
 @pytest.mark.parametrize(
     ("reason", "write"),
     [
