@@ -191,7 +191,10 @@ class Store:
         where = self.where
         try:
             return fn()
-        except redis.AuthenticationError as exc:
+        except (
+            redis.AuthenticationError,  # a ConnectionError: before those
+            redis.exceptions.AuthenticationWrongNumberOfArgsError,  # a user on Redis < 6
+        ) as exc:
             raise CliError(
                 f"Redis at {where} refused the credentials ({exc}); "
                 "set REDIS_USERNAME and REDIS_PASSWORD (or user:password in the URL)"

@@ -234,6 +234,42 @@ def _credentials(target: RedisTarget) -> tuple[str, str | None, str | None]:
     )
 
 
+CREDENTIALS_REFUSED = ("WRONGPASS", "NOAUTH", "invalid password", "invalid username-password")
+"""Redis' words for a login it refused (in case redis-py hands them on as a plain
+``ResponseError``)."""
+
+
+def credentials_refused(error: BaseException) -> bool:
+    """Whether ``error`` (or one it wraps: a Cluster client built on a refused login) is
+    Redis refusing the password or the ACL user, not an outage: redis-py's
+    ``AuthenticationError`` is a ``ConnectionError``, so a caller that only tells
+    connection errors from others would say "cannot reach" for a wrong password."""
+    seen: BaseException | None = error
+    for _ in range(5):
+        if seen is None:
+            return False
+        if isinstance(
+            seen,
+            redis.AuthenticationError | redis.exceptions.AuthenticationWrongNumberOfArgsError,
+        ):
+            return True
+        if isinstance(seen, redis.ResponseError) and str(seen).startswith(CREDENTIALS_REFUSED):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def refused_credentials_reason(target: RedisTarget) -> str:
+    """What to tell of a login Redis refused: where, and which settings to fix."""
+    username = _credentials(target)[1]
+    user = f"ACL user {username!r}" if username else "the default user"
+    return (
+        f"Redis at {target.describe()} answers but refused the credentials ({user}): the"
+        " password (REDIS_PASSWORD or REDIS_PASSWORD_FILE) or the ACL user (REDIS_USERNAME)"
+        " is wrong or disabled"
+    )
+
+
 def unreachable_reason(target: RedisTarget, error: BaseException) -> str:
     """Why ``target`` could not be reached, for a message: redis-py's own words, unless
     the URL is ``rediss://`` and the server speaks plaintext Redis (then says so, since

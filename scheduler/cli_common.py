@@ -19,7 +19,9 @@ from interference import keys
 from interference_infra.redis_client import (
     REDIS_ERRORS,
     RedisConnection,
+    credentials_refused,
     parse_sentinels,
+    refused_credentials_reason,
     unreachable_reason,
 )
 from interference_infra.strict import parse_bool
@@ -83,6 +85,14 @@ def report_reachability(
         connection.client().zrange(keys.NODES_BY_INDEX, 0, 0)
     except REDIS_ERRORS as exc:
         connection.reset()
+        if credentials_refused(exc):  # it answers: "cannot reach" would send one to the network
+            log.error(
+                "Redis: %s (%s); %s until it accepts them",
+                refused_credentials_reason(connection.target),
+                exc,
+                while_down,
+            )
+            return
         log.error(
             "Redis: cannot reach %s (%s); check redis.url / REDIS_URL and REDIS_USERNAME /"
             " REDIS_PASSWORD; %s until it answers",

@@ -69,8 +69,10 @@ from interference_infra.redis_client import (
     RedisConnection,
     RedisTarget,
     credentials_from_env,
+    credentials_refused,
     parse_sentinels,
     password_file_from_env,
+    refused_credentials_reason,
 )
 from interference_infra.redis_tls import RedisTls
 from interference_infra.strict import SettingsError
@@ -432,11 +434,16 @@ class RedisSignalCache:
                 self.metrics.redis_errors.inc()
                 self._redis.reset()  # no half-read reply on the next call; a fresh slot map
                 if self._set_healthy(False):
+                    if credentials_refused(exc):  # it answers: not "unavailable"
+                        why = f"{refused_credentials_reason(self._redis.target)} ({exc})"
+                        until = "it accepts them"
+                    else:
+                        why = f"Redis at {self._redis.target.describe()} is unavailable ({exc})"
+                        until = "it is back"
                     log.warning(
-                        "Redis at %s is unavailable (%s); scheduling interference-blind until it"
-                        " is back (retrying every ≤ %g s)",
-                        self._redis.target.describe(),
-                        exc,
+                        "%s; scheduling interference-blind until %s (retrying every ≤ %g s)",
+                        why,
+                        until,
                         settings.retry_max_s,
                     )
                 stop.wait(delay)
