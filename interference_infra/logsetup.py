@@ -6,18 +6,24 @@
 
 Either way, credentials in URLs are masked in every message (``redis://u:***@host``),
 the Kubernetes client's leader-election chatter (one INFO line per lease renewal) is
-demoted to DEBUG, and Python warnings (urllib3's ``InsecureRequestWarning``, once per
-request otherwise) are logged once per distinct message.
+demoted to DEBUG, Python warnings (urllib3's ``InsecureRequestWarning``, once per
+request otherwise) are logged once per distinct message, and urllib3's retry warnings
+(``Retrying (Retry(total=2, …)) after connection broken …``, one per retry of every
+request the Kubernetes client makes while the API server is down: 164 lines in 28 s) are
+let through once per kind per :data:`RETRY_LOG_INTERVAL_S`, the next line saying how many
+were left out (:class:`RateLimited`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TextIO
 
 from interference_infra.strict import PASSWORD_IN_QUERY, parse_log_format, parse_log_level
@@ -28,6 +34,11 @@ or ``@``."""
 LEADER_ELECTION_LOGGER = "leaderelection"
 """The logger of ``kubernetes.leaderelection``, which logs every renewal at INFO."""
 MAX_REMEMBERED_WARNINGS = 1000
+RATE_LIMITED_LOGGERS = ("urllib3.connectionpool",)
+"""Loggers whose lines repeat per request while a server is down (the Kubernetes client's
+retries)."""
+RETRY_LOG_INTERVAL_S = 30.0
+"""One line per kind of message per this long from :data:`RATE_LIMITED_LOGGERS`."""
 
 
 def mask_credentials(text: str) -> str:
@@ -91,6 +102,42 @@ class _Once(logging.Filter):
         return True
 
 
+class RateLimited(logging.Filter):
+    """Passes one record per kind (its logger and unformatted message, so ``Retrying
+    (%r) after connection broken by '%r': %s`` is one kind whatever the retry count, error
+    and path) per ``interval_s``; the first passed after some were dropped says how many
+    (``… (163 more like it in the last 58 s not logged)``). Bounded: at most
+    :data:`MAX_REMEMBERED_WARNINGS` kinds are remembered."""
+
+    def __init__(
+        self, interval_s: float = RETRY_LOG_INTERVAL_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        super().__init__()
+        self.interval_s = interval_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._kinds: dict[tuple[str, str], tuple[float, int]] = {}
+        """Kind → (when one last passed, how many dropped since)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        kind = (record.name, str(record.msg))
+        now = self._clock()
+        with self._lock:
+            passed, dropped = self._kinds.get(kind, (-math.inf, 0))
+            if now - passed < self.interval_s:
+                self._kinds[kind] = (passed, dropped + 1)
+                return False
+            if kind in self._kinds or len(self._kinds) < MAX_REMEMBERED_WARNINGS:
+                self._kinds[kind] = (now, 0)
+        if dropped:
+            record.msg = (
+                f"{record.getMessage()} ({dropped} more like it in the last"
+                f" {now - passed:.0f} s not logged)"
+            )
+            record.args = None
+        return True
+
+
 def configure_logging(
     level: str, fmt: str, *, own: Sequence[str] = (), stream: TextIO | None = None
 ) -> None:
@@ -114,6 +161,11 @@ def configure_logging(
             election.removeFilter(old_filter)
     election.setLevel(logging.DEBUG if threshold <= logging.DEBUG else logging.INFO)
     election.addFilter(_DemoteToDebug(threshold))
+    for name in RATE_LIMITED_LOGGERS:  # afresh: a new configuration forgets what passed
+        limited = logging.getLogger(name)
+        for old_filter in [f for f in limited.filters if isinstance(f, RateLimited)]:
+            limited.removeFilter(old_filter)
+        limited.addFilter(RateLimited())
     logging.captureWarnings(True)
     warnings_logger = logging.getLogger("py.warnings")
     if not any(isinstance(f, _Once) for f in warnings_logger.filters):
