@@ -29,7 +29,7 @@ from rich.text import Text
 from interference import keys
 from interference.decision import Decision
 from interference.decision_page import render_decision_page
-from interference_cli import views
+from interference_cli import json_output, views
 from interference_cli.plain import plain, text
 from interference_cli.store import CliError, Store, split_pod_ref
 from interference_infra.cliparse import RUNTIME_EXIT, USAGE_EXIT, OneLineParser
@@ -49,6 +49,8 @@ if TYPE_CHECKING:
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 WIDE_OUTPUT_COLUMNS = 160
+OUTPUT_FORMATS = ("table", "json")
+"""``-o`` of ``top``, ``node`` and ``explain`` (:mod:`interference_cli.json_output`)."""
 """Width used when stdout is not a terminal, so piped tables keep every column."""
 
 
@@ -154,6 +156,8 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
         help="refresh period in seconds, > 0 (default 1)",
     )
 
+    _output_option(top, "with --watch, one document per line per refresh")
+
     node = command(
         "node",
         "one node's metrics, histograms and pods",
@@ -162,6 +166,7 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
         "interference node gpu-node-1",
     )
     node.add_argument("node", help="node name, as `interference top` lists it")
+    _output_option(node)
 
     explain = command(
         "explain",
@@ -175,6 +180,7 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
         "interference explain shop/checkout-api-5b7d9c8f6-q4k2m",
     )
     explain.add_argument("pod", metavar="NS/POD", help="namespace/name of the pod")
+    _output_option(explain)
     explain.add_argument(
         "--html",
         metavar="FILE",
@@ -269,6 +275,18 @@ def store_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> Sto
     )
 
 
+def _output_option(parser: argparse.ArgumentParser, more: str = "") -> None:
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=OUTPUT_FORMATS,
+        default="table",
+        help="table (for people, the default) or json: the same facts as one JSON document"
+        " (numbers unrounded, times in Unix seconds, null where the table shows —)"
+        + (f"; {more}" if more else ""),
+    )
+
+
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     """Entry point of the ``interference`` console script; returns the exit status."""
     env = os.environ if environ is None else environ
@@ -329,19 +347,35 @@ def _run(args: argparse.Namespace, console: Console, env: Mapping[str, str]) -> 
             )
         )
         return 0
+    as_json = getattr(args, "output", "table") == "json"
     if args.command == "top":
-        if args.watch:
+        if args.watch and as_json:
+            _watch_top_json(store, args.interval, scan=args.all)
+        elif args.watch:
             _watch_top(store, console, args.interval, scan=args.all)
+        elif as_json:
+            now = time.time()
+            document = json_output.top_document(
+                store.node_rows(now, scan=args.all), now, store.shown_url
+            )
+            print(json_output.dumps(document))
         else:
             rows = store.node_rows(scan=args.all)
             console.print(views.top_table(rows, time.time(), store.shown_url))
     elif args.command == "node":
         now = time.time()
-        console.print(views.node_view(store.node_detail(args.node, now), now))
+        detail = store.node_detail(args.node, now)
+        if as_json:
+            print(json_output.dumps(json_output.node_document(detail, now)))
+        else:
+            console.print(views.node_view(detail, now))
     elif args.command == "explain":
         namespace, pod = split_pod_ref(args.pod)
         records = store.pod_records(namespace, pod)
-        console.print(views.explain_view(records, time.time()))
+        if as_json:
+            print(json_output.dumps(json_output.explain_document(records, time.time())))
+        else:
+            console.print(views.explain_view(records, time.time()))
         # the page draws the placement record; once it is gone, the rebalancer's search
         drawn = records.placement or records.rebalancing
         if args.html and drawn is not None:
@@ -404,6 +438,24 @@ def _nothing_recorded(args: argparse.Namespace, store: Store, recorded: RecordRe
             "--from-start to take what the streams hold)"
         )
     return f"recorded no reports: {why}; {kept}"
+
+
+def _watch_top_json(store: Store, interval_s: float, *, scan: bool = False) -> None:
+    """``top --watch -o json``: one compact document per line per refresh until Ctrl-C; a
+    failing read is a line ``{"error": …}`` and the watch goes on."""
+    try:
+        while True:
+            now = time.time()
+            try:
+                document = json_output.top_document(
+                    store.node_rows(now, scan=scan), now, store.shown_url
+                )
+            except CliError as exc:
+                document = {"time": now, "error": plain(exc)}
+            print(json_output.dumps(document, compact=True), flush=True)
+            time.sleep(interval_s)
+    except KeyboardInterrupt:
+        pass
 
 
 def _watch_top(store: Store, console: Console, interval_s: float, *, scan: bool = False) -> None:
