@@ -369,7 +369,9 @@ class SchedulingLoop:
             self._warn(pod)
         if result.node is None:
             outcome = "unschedulable"
-            self._unschedulable(pod, result, now, trace_id)
+            # the preemption's status patch carries the PodScheduled condition (kube's one
+            # patch): one API call and one watch event fewer per preemptor
+            self._unschedulable(pod, result, now, trace_id, condition=preempting is None)
             if preempting is not None:
                 self._preemptions.submit(preempting, "preemption")
         elif settings.dry_run:
@@ -469,7 +471,7 @@ class SchedulingLoop:
         node = outcome.node
         if node is None:
             if outcome.clear_nomination and holds.release(pod.key) is not None:
-                return lambda: _quietly(preemptor.nominate, ref, "")
+                return lambda: _quietly(preemptor.nominate, ref, "", result.message)
             return None
         lower = [  # nominated pods (not other reservations) of lower priority there
             p
@@ -495,7 +497,7 @@ class SchedulingLoop:
 
         def act() -> None:
             try:
-                preemptor.nominate(ref, node)
+                preemptor.nominate(ref, node, result.message)
                 preemptor.preempt(preemption)
             except ClusterError as exc:
                 log.warning("preempting for %s on %s failed; retrying: %s", key, node, exc)
@@ -548,7 +550,11 @@ class SchedulingLoop:
 
         self._binder.submit(report, "report")
 
-    def _unschedulable(self, pod: PodInfo, result: CycleResult, now: float, trace_id: str) -> None:
+    def _unschedulable(
+        self, pod: PodInfo, result: CycleResult, now: float, trace_id: str, condition: bool = True
+    ) -> None:
+        """Backoff, and the FailedScheduling Event, the decision record and (``condition``)
+        ``PodScheduled=False`` off the scheduling thread."""
         self.queue.backoff(pod.key, self._cycle.profile.retry_on(pod, result.rejected_by))
         decision = self._decision(pod, result, "unschedulable", "", now, trace_id=trace_id)
         if self._loop_settings.dry_run:  # a dry run writes decision records only
@@ -556,7 +562,7 @@ class SchedulingLoop:
             return
         ref = _ref(pod)
 
-        def report() -> None:  # one task: the three writes share a binder thread
+        def report() -> None:  # one task: the writes share a binder thread
             binder = self._binder
             binder.write_now(
                 lambda: self._cluster.record_event(
@@ -564,9 +570,10 @@ class SchedulingLoop:
                 ),
                 "event",
             )
-            binder.write_now(
-                lambda: self._cluster.set_unschedulable(ref, result.message), "condition"
-            )
+            if condition:
+                binder.write_now(
+                    lambda: self._cluster.set_unschedulable(ref, result.message), "condition"
+                )
             binder.write_now(lambda: self._decisions.write(decision), "decision")
 
         self._binder.submit(report, "report")
@@ -699,9 +706,11 @@ def _ref(pod: PodInfo) -> PodRef:
     return PodRef(pod.namespace, pod.name, pod.uid)
 
 
-def _quietly(call: Callable[[PodRef, str], None], ref: PodRef, node: str) -> None:
+def _quietly(
+    call: Callable[[PodRef, str, str], None], ref: PodRef, node: str, unschedulable: str
+) -> None:
     try:
-        call(ref, node)
+        call(ref, node, unschedulable)
     except ClusterError as exc:
         log.warning("clearing the nomination of %s/%s failed: %s", ref.namespace, ref.name, exc)
 

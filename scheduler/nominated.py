@@ -115,7 +115,10 @@ class TableRoom:
         holds that changed)."""
         wanted = {hold.pod.key: hold for hold in holds.all()}
         for key, placed in list(self._placed.items()):
-            if wanted.get(key) != placed:
+            held = wanted.get(key)
+            # the same Hold object, mostly: comparing PodInfo field by field cost 11 % of
+            # the scheduling thread with 500 preemptors waiting (bench/preemption_real_api.py)
+            if held is not placed and held != placed:
                 self._take_off(key)
         for key, hold in wanted.items():
             if key not in self._placed:

@@ -127,10 +127,12 @@ class Preemptor(Protocol):
     loop calls neither method and only records the decision.
     """
 
-    def nominate(self, pod: PodRef, node: str) -> None:
-        """Set the pod's ``status.nominatedNodeName`` to ``node`` (``""`` clears it): a
-        patch of the status subresource, nothing else changed. A pod that is gone (404)
-        is no error. Raises :class:`ClusterError` for any other failure."""
+    def nominate(self, pod: PodRef, node: str, unschedulable: str = "") -> None:
+        """Set the pod's ``status.nominatedNodeName`` to ``node`` (``""`` clears it) and,
+        with ``unschedulable`` (the attempt's FailedScheduling message), its
+        ``PodScheduled=False/Unschedulable`` condition: one patch of the status
+        subresource, as kube-scheduler writes both. A pod that is gone (404) is no error.
+        Raises :class:`ClusterError` for any other failure."""
 
     def preempt(self, preemption: Preemption) -> None:
         """Evict ``preemption.victims`` as kube-scheduler v1.36 does, each victim in turn:

@@ -419,6 +419,19 @@ def _series_body(series: _EventSeries) -> dict[str, Any]:
     return {"count": series.count, "lastObservedTime": _micro_time(series.last_at)}
 
 
+def unschedulable_condition(message: str) -> dict[str, Any]:
+    """``PodScheduled=False/Unschedulable`` with ``message``, as kube-scheduler writes it
+    (conditions merge by type in a strategic-merge patch of ``pods/status``)."""
+    return {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": message,
+        "lastProbeTime": None,
+        "lastTransitionTime": dt.datetime.now(tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+
+
 class KubernetesCluster:
     """Informers and writes against a real API server (see the module docstring)."""
 
@@ -683,15 +696,7 @@ class KubernetesCluster:
 
     def set_unschedulable(self, pod: PodRef, message: str) -> None:
         """PodScheduled=False, reason Unschedulable, via a strategic-merge PATCH of pods/status."""
-        condition = {
-            "type": "PodScheduled",
-            "status": "False",
-            "reason": "Unschedulable",
-            "message": message,
-            "lastProbeTime": None,
-            "lastTransitionTime": dt.datetime.now(tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        }
-        body = {"status": {"conditions": [condition]}}
+        body = {"status": {"conditions": [unschedulable_condition(message)]}}
         path = f"/api/v1/namespaces/{_path_part(pod.namespace)}/pods/{_path_part(pod.name)}/status"
         try:
             self._writer.send("PATCH", path, _json(body), "application/strategic-merge-patch+json")

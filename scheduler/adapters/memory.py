@@ -426,33 +426,28 @@ class InMemoryCluster:
             if obj is None:
                 raise BindConflict(f"pods {key!r} not found (404)")
             updated = copy.deepcopy(obj)
-            conditions = [
-                c for c in updated["status"].get("conditions", []) if c["type"] != "PodScheduled"
-            ]
-            conditions.append(
-                {
-                    "type": "PodScheduled",
-                    "status": "False",
-                    "reason": "Unschedulable",
-                    "message": message,
-                }
-            )
-            updated["status"]["conditions"] = conditions
+            _set_unschedulable(updated, message)
             self._store("Pod", "MODIFIED", updated)
 
     # ---- the Preemptor Protocol ------------------------------------------------------
 
-    def nominate(self, pod: PodRef, node: str) -> None:
-        """Set ``status.nominatedNodeName`` (``""`` clears it); a pod that is gone is no error."""
+    def nominate(self, pod: PodRef, node: str, unschedulable: str = "") -> None:
+        """Set ``status.nominatedNodeName`` (``""`` clears it) and, with ``unschedulable``,
+        ``PodScheduled=False/Unschedulable`` in the same update; a pod that is gone is no
+        error."""
         with self._lock:
             obj = self._objects["Pod"].get(f"{pod.namespace}/{pod.name}")
-            if obj is None or obj["status"].get("nominatedNodeName", "") == node:
+            if obj is None:
+                return
+            if not unschedulable and obj["status"].get("nominatedNodeName", "") == node:
                 return
             updated = copy.deepcopy(obj)
             if node:
                 updated["status"]["nominatedNodeName"] = node
             else:
                 updated["status"].pop("nominatedNodeName", None)
+            if unschedulable:
+                _set_unschedulable(updated, unschedulable)
             self._store("Pod", "MODIFIED", updated)
 
     def preempt(self, preemption: Preemption) -> None:
@@ -633,3 +628,13 @@ class InMemoryCluster:
         if low - self._log_start >= _TRIM_BATCH:
             del self._changes[: low - self._log_start]
             self._log_start = low
+
+
+def _set_unschedulable(pod: K8sObject, message: str) -> None:
+    """Replace ``pod``'s PodScheduled condition with False/Unschedulable and ``message``."""
+    status = pod["status"]
+    conditions = [c for c in status.get("conditions", []) if c["type"] != "PodScheduled"]
+    conditions.append(
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+    )
+    status["conditions"] = conditions

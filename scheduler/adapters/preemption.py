@@ -3,7 +3,8 @@ preemption executor writes (``pkg/scheduler/framework/preemption``), call for ca
 
 * nominate — strategic-merge PATCH of ``pods/status`` setting
   ``status.nominatedNodeName`` (``null`` clears it, as the two-way patch kube-scheduler
-  computes does); 404 is no error.
+  computes does) and the attempt's ``PodScheduled=False/Unschedulable`` condition, in one
+  patch as kube-scheduler writes them; 404 is no error.
 * preempt — first the nominations of lower-priority pods on the node are cleared
   (kube-scheduler clears them before deleting, so those pods look elsewhere sooner);
   then for each victim:
@@ -18,9 +19,9 @@ preemption executor writes (``pkg/scheduler/framework/preemption``), call for ca
      ``Preempting``, ``related`` the preemptor, note ``"Preempted by pod <uid> on node
      <node>"``.
 
-The scheduling loop calls both on its writer threads (kube-scheduler's asynchronous
-preemption), so the scheduling thread never waits for them, and their number in flight is
-bounded by the loop's ``max_writes_in_flight``; a preemption's victims go in parallel on
+The scheduling loop calls both on its preemption threads (kube-scheduler's asynchronous
+preemption; ``loop.preemption_workers``), so neither the scheduling thread nor a bind waits
+for them; a preemption's victims go in parallel on
 the preemptor's own pool of threads (8 by default). ``preempt`` returns once the pod
 informer has handed each deleted victim's DELETED event to the cache (at most
 ``gone_timeout_s``): the loop does not attempt the preemptor while the call runs, and an
@@ -54,6 +55,7 @@ from scheduler.adapters.kubernetes import (
     KubernetesCluster,
     event_name,
     translate_error,
+    unschedulable_condition,
 )
 from scheduler.ports import ClusterError, PodRef, Preemption
 
@@ -125,9 +127,12 @@ class KubernetesPreemptor:
 
     # --- the Preemptor Protocol ---
 
-    def nominate(self, pod: PodRef, node: str) -> None:
+    def nominate(self, pod: PodRef, node: str, unschedulable: str = "") -> None:
+        status: dict[str, Any] = {"nominatedNodeName": node or None}
+        if unschedulable:
+            status["conditions"] = [unschedulable_condition(unschedulable)]
         try:
-            self._patch_status(pod, {"nominatedNodeName": node or None})
+            self._patch_status(pod, status)
         except ClusterError:
             self._failed("nominate")
             raise

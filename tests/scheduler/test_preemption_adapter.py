@@ -183,6 +183,15 @@ def test_nominate_sets_and_clears_and_a_missing_pod_is_no_error(
     preemptor.nominate(PodRef("shop", "important"), "")
     cleared = emulator.get("pods", "shop", "important")
     assert cleared is not None and "nominatedNodeName" not in cleared["status"]
+    preemptor.nominate(PodRef("shop", "important"), "node-b", "0/2 nodes are available: …")
+    both = emulator.get("pods", "shop", "important")
+    assert both is not None and both["status"]["nominatedNodeName"] == "node-b"
+    [condition] = [c for c in both["status"]["conditions"] if c["type"] == "PodScheduled"]
+    assert (condition["status"], condition["reason"], condition["message"]) == (
+        "False",
+        "Unschedulable",
+        "0/2 nodes are available: …",
+    )
     preemptor.nominate(PodRef("shop", "gone"), "node-a")
     emulator.fail("PATCH", r"/pods/important/status$", 500)
     with pytest.raises(ClusterError, match="HTTP 500"):

@@ -81,6 +81,12 @@ def test_a_pod_preempts_lower_priority_pods_and_gets_their_room(h: LoopHarness) 
     decision = h.decisions.last("urgent")
     assert decision.result == "unschedulable"
     assert decision.message == "0/1 nodes are available: 1 Insufficient cpu."
+    # the nomination and PodScheduled=False in one status update, as kube-scheduler's patch
+    urgent = h.cluster.get_pod("default", "urgent")
+    assert urgent is not None
+    [scheduled] = [c for c in urgent["status"]["conditions"] if c["type"] == "PodScheduled"]
+    assert (scheduled["status"], scheduled["reason"]) == ("False", "Unschedulable")
+    assert scheduled["message"] == decision.message
     assert decision.preemption is not None
     assert decision.preemption.node == "n1"
     assert sorted(decision.preemption.victims) == [f"default/{v}" for v in victims]
