@@ -758,3 +758,47 @@ def test_documented_issuer_metrics_are_exported() -> None:
     documented = set(re.findall(r"\binterference_credentials_\w+", DOC.read_text()))
     assert len(documented) >= 2
     assert documented <= exported, sorted(documented - exported)
+
+
+def test_documented_agent_metrics_are_exported() -> None:
+    """Every ``interference_agent_*``, ``interference_node_*`` and ``interference_pod_*``
+    series the doc names is on an agent's /metrics once it measured (its signal collector
+    holds a report with a victim, an antagonist and a pod with every tolerance)."""
+    from node_agent.degrade import DegradeMetrics
+    from node_agent.health import AgentMetrics
+    from node_agent.signal_metrics import SignalCollector
+    from node_agent.tolerances import PodTolerance
+
+    registry = CollectorRegistry()
+    AgentMetrics(registry)
+    DegradeMetrics(registry)  # with DEGRADE on
+    victim = PodMetrics(
+        "shop", "api", uid="u1", cpu_ms_per_s=200.0, neighbour_wait_ms_per_s=300.0,
+        culprits=(("batch/hog", 300.0),),
+    )  # fmt: skip
+    hog = PodMetrics("batch", "hog", uid="u2", cpu_ms_per_s=1900.0)
+    tolerance = PodTolerance(max_runq_p99_us=500, max_reclaim_stall_ms_per_s=2, max_index=40)
+    collector = SignalCollector("n1", tolerance_of={"u1": tolerance}.get)
+    registry.register(collector)
+    collector.observe(
+        NodeReport(
+            node="n1",
+            ts=1.0,
+            interval_s=1.0,
+            metrics=NodeMetrics(),
+            histograms={"runq_us": [1]},
+            pods=[victim, hog],
+            measured=("net", "psi", "reclaim", "runq", "throttle"),
+        ),
+        ncpu=1,
+    )
+    exported = {
+        family.name + suffix
+        for family in registry.collect()
+        for suffix in {"counter": ("_total",), "histogram": ("", "_bucket", "_count", "_sum")}.get(
+            family.type, ("",)
+        )
+    }
+    documented = set(re.findall(r"\binterference_(?:agent|node|pod)_\w+", DOC.read_text()))
+    assert len(documented) >= 20
+    assert documented <= exported, sorted(documented - exported)

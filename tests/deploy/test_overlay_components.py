@@ -138,6 +138,21 @@ def degrades_in_dry_run(objects: tuple[Obj, ...]) -> None:
     ]
 
 
+def has_podmonitors(objects: tuple[Obj, ...]) -> None:
+    monitors = {
+        (o["metadata"]["namespace"], o["metadata"]["name"])
+        for o in objects
+        if o["kind"] == "PodMonitor"
+    }
+    assert monitors == {
+        ("interference-agent", "interference-agent"),
+        ("interference-system", "interference-scheduler"),
+        ("interference-system", "interference-credentials"),
+    }
+    agent = find(objects, "DaemonSet", "interference-agent")["spec"]["template"]
+    assert agent["metadata"]["annotations"]["prometheus.io/scrape"] == "true"  # kept
+
+
 EFFECT: dict[str, Callable[[tuple[Obj, ...]], None]] = {
     "degrade": degrades_in_dry_run,
     "dry-run": is_dry_run,
@@ -147,6 +162,7 @@ EFFECT: dict[str, Callable[[tuple[Obj, ...]], None]] = {
     "external-redis": uses_external_redis,
     "host-namespaces": uses_host_namespaces,
     "cilium": names_cilium_entities,
+    "prometheus-operator": has_podmonitors,
 }
 """What each component must still do in any combination."""
 

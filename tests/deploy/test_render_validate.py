@@ -29,7 +29,17 @@ def cilium_policy_errors(obj: Obj) -> list[str]:
     return check(obj)
 
 
-CUSTOM_RESOURCES = {"cilium.io/v2": cilium_policy_errors}
+def podmonitor_errors(obj: Obj) -> list[str]:
+    """PodMonitor (the Prometheus Operator's CRD, no published schema either)."""
+    from tests.deploy.prometheus_operator import podmonitor_errors as check
+
+    return check(obj)
+
+
+CUSTOM_RESOURCES = {
+    "cilium.io/v2": cilium_policy_errors,
+    "monitoring.coreos.com/v1": podmonitor_errors,
+}
 """Kinds of CRDs, validated by their own checks."""
 
 
