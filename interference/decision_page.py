@@ -8,8 +8,9 @@ that removed nodes highlighted and, when none was left, the filter that removed 
 ones marked "failing filter"), ending with the chosen node or "none"; the finalists'
 **score parts** (weight × score per plugin as stacked bars, the total at the end, the
 chosen node marked); the rejected nodes with their reasons, the reason counts and how
-many nodes the record leaves out; the chosen node's **interference index** over the last
-minutes when a history is given; and the trace id.
+many nodes the record leaves out; the chosen node's **interference index** over the
+reports given (the node's report stream: its last ``NODE_REPORTS_MAXLEN`` reports, about
+ten seconds; the simulator: the trace's 300 s before the decision); and the trace id.
 
 Each number a reader may want back carries a stable attribute: a funnel stage is
 ``<g class="stage" data-stage=NAME data-in=N data-out=M data-mark=first-cut|failing>``,

@@ -215,7 +215,9 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
     record.add_argument(
         "--from-start",
         action="store_true",
-        help="include reports already in the streams (each node keeps its last ~2 minutes)",
+        help="include reports already in the streams (each node keeps its last "
+        f"{keys.NODE_REPORTS_MAXLEN} reports: about {keys.NODE_REPORTS_MAXLEN} s at the agents'"
+        " default 1 s interval)",
     )
 
     simulate = command(
@@ -229,7 +231,7 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
         "interference simulate --trace tests/data/lab-trace.msgpack "
         "--pods deploy/demo/arrivals.yaml \\\n"
         "      --policy deploy/demo/policies/interference-aware.yaml "
-        "--policy deploy/demo/policies/least-allocated.yaml --explain default/web-0",
+        "--policy deploy/demo/policies/least-allocated.yaml --explain shop/web-3",
     )
     simulate.add_argument("--trace", required=True, help="trace file from `interference record`")
     simulate.add_argument("--pods", required=True, help="pod arrival list (YAML)")

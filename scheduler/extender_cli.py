@@ -54,7 +54,14 @@ from scheduler.cli_common import (
 from scheduler.config import ConfigError, SchedulerConfig, load_config, with_overrides
 from scheduler.config_reload import ConfigReload, config_map_ref
 from scheduler.extender import Extender, ExtenderMetrics
-from scheduler.http import ExtenderEndpoint, HealthServer, Heartbeat, Status
+from scheduler.http import (
+    DEFAULT_PORT,
+    EXTENDER_PORT,
+    ExtenderEndpoint,
+    HealthServer,
+    Heartbeat,
+    Status,
+)
 from scheduler.metrics import SchedulerMetrics
 from scheduler.ports import ClusterError
 from scheduler.queue import SchedulingQueue
@@ -68,7 +75,9 @@ def build_parser() -> OneLineParser:
     parser = OneLineParser(
         prog="interference-scheduler extender",
         description="Serves kube-scheduler's HTTP extender protocol (POST /filter and"
-        " /prioritize on the http port) with the interference filters and scores; never"
+        f" /prioritize on the extender port ({EXTENDER_PORT}, extender.port, HTTPS with"
+        " kube-scheduler's client certificate; /healthz, /readyz and /metrics stay on the"
+        f" http port, {DEFAULT_PORT}) with the interference filters and scores; never"
         " binds. Flags win over the environment, which wins over the config file.",
         epilog="example: interference-scheduler extender --config scheduler.yaml",
     )

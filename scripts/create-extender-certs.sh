@@ -10,7 +10,7 @@
 # only in a private temporary directory while this runs and is then deleted: nothing can
 # sign another client later. Run it once per cluster, before
 # `kubectl apply -k deploy/overlays/extender` (docs/operations.md, "Extender mode"); with
-# cert-manager installed, deploy/components/extender-cert-manager makes the same Secrets.
+# cert-manager installed, deploy/components/extender/cert-manager.yaml makes the same Secrets.
 #
 #   scripts/create-extender-certs.sh            create them (existing Secrets are kept)
 #   scripts/create-extender-certs.sh --rotate   replace both with a new CA and certificates

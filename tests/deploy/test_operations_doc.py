@@ -124,7 +124,7 @@ def test_every_command_is_exercised_or_needs_a_cluster() -> None:
             or c.startswith("scripts/rotate-redis-password.sh ")
             # a preemptor's record: its explain line is rendered from the record a real
             # loop wrote by tests/scheduler/test_preemption_loop.py
-            or c.startswith("interference explain -n ml train-0 ")
+            or c.startswith("interference explain ml/train-0 ")
             or NEEDS_CLUSTER.match(c)
         )
     ]
