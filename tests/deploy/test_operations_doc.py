@@ -125,6 +125,9 @@ def test_every_command_is_exercised_or_needs_a_cluster() -> None:
             # a preemptor's record: its explain line is rendered from the record a real
             # loop wrote by tests/scheduler/test_preemption_loop.py
             or c.startswith("interference explain ml/train-0 ")
+            # the kubectl plugin: run with a kubectl that answers as the real one, in front
+            # of a real Redis, by tests/cli/test_kubectl_plugin.py
+            or c.startswith("kubectl interference ")
             or NEEDS_CLUSTER.match(c)
         )
     ]
