@@ -525,6 +525,14 @@ class RedisSignalCache:
             pipe.execute()
         except REDIS_ERRORS as exc:
             self.metrics.ranking_errors.inc()
+            if credentials_refused(exc):
+                self._ranking_log.warning(
+                    "could not write the node ranking %s: %s (%s)",
+                    keys.NODES_BY_INDEX,
+                    refused_credentials_reason(self._redis.target),
+                    exc,
+                )
+                return False
             self._ranking_log.warning(
                 "could not write the node ranking %s (%s): Redis is unreachable, or the"
                 " scheduler's ACL user lacks ZRANGE, ZADD or ZREM on it (or set"

@@ -129,3 +129,18 @@ def test_the_cli_says_the_credentials_were_refused(
     err = capsys.readouterr().err
     assert "refused the credentials" in err and "REDIS_PASSWORD" in err, err
     assert "cannot reach" not in err
+
+
+def test_the_ranking_writer_says_the_credentials_were_refused(
+    guarded: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = dataclasses.replace(SETTINGS, url=guarded.url)
+    env = {"REDIS_USERNAME": "viewer", "REDIS_PASSWORD": "wrong"}
+    cache = RedisSignalCache(
+        connect(settings, env=env), settings, SignalMetrics(CollectorRegistry()), lambda: ("a",)
+    )
+    with caplog.at_level(logging.WARNING, logger="scheduler"):
+        assert not cache.write_ranking(time.time())
+    lines = [r.getMessage() for r in caplog.records if "ranking" in r.getMessage()]
+    assert len(lines) == 1 and "refused the credentials (ACL user 'viewer')" in lines[0], lines
+    assert "unreachable" not in lines[0]
