@@ -22,16 +22,21 @@ a pod that left has no series at the next scrape and no per-pod object outlives 
   the :data:`TOP_PODS` victims (most run-queue wait behind neighbours, their own CFS limit
   taken out, :func:`interference.contention.contention_shares`) and the :data:`TOP_PODS`
   antagonists (most wait other pods' tasks ended behind, from their ``culprits``) of the
-  latest interval. At most ``max_pods`` pods (``--metrics-max-pods``): victims first,
-  then antagonists, then pods with a tolerance by name; the rest are counted in
-  ``interference_agent_pod_metrics_left_out`` and logged once.
+  latest interval. Their run-queue p99 also per window (label ``window``, as the node's:
+  the p99 of the pod's slots merged over the last 10 s and 60 s, which the collector keeps
+  for every named pod: the keys and slot tuples of the intervals of the longest window),
+  the other pod series of the latest interval. At most ``max_pods`` pods
+  (``--metrics-max-pods``): victims first, then antagonists, then pods with a tolerance
+  by name; the rest are counted in ``interference_agent_pod_metrics_left_out`` and
+  logged once.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -43,10 +48,12 @@ from interference.signals import (
     SIGNAL_FAMILIES,
     SYSTEM_POD,
     TOP_CULPRITS,
+    WINDOWS_S,
     NodeMetrics,
     NodeReport,
     PodMetrics,
     WindowMetrics,
+    window_name,
 )
 from node_agent.tolerances import PodTolerance
 
@@ -208,6 +215,9 @@ class _Snapshot:
     report: NodeReport
     runq_slots: tuple[int, ...]
     runq_sum_s: float
+    pod_history: tuple[tuple[float, Mapping[str, tuple[int, ...]]], ...] = ()
+    """``(ended_at, {pod key: its run-queue slots})`` of the intervals of the longest
+    window that had pod rows, newest first."""
 
 
 ToleranceOf = Callable[[str], PodTolerance | None]
@@ -237,6 +247,7 @@ class SignalCollector(Collector):
         self._snapshot: _Snapshot | None = None
         self._runq_slots = [0] * hist.MAX_SLOTS
         self._runq_sum_s = 0.0
+        self._pod_history: deque[tuple[float, Mapping[str, tuple[int, ...]]]] = deque()
         self._warned = False
 
     def observe(self, report: NodeReport, ncpu: int) -> None:
@@ -245,7 +256,16 @@ class SignalCollector(Collector):
         if slots:
             self._runq_slots = hist.add(self._runq_slots, slots)
             self._runq_sum_s += report.metrics.runq_wait_ratio * report.interval_s * ncpu
-        snapshot = _Snapshot(report, tuple(self._runq_slots), self._runq_sum_s)
+        if report.pods and "runq" in report.measured:
+            self._pod_history.appendleft(
+                (report.ts, {p.key: p.runq_us for p in report.pods if p.namespace})
+            )
+        horizon = report.ts - max(WINDOWS_S)
+        while self._pod_history and self._pod_history[-1][0] <= horizon:
+            self._pod_history.pop()
+        snapshot = _Snapshot(
+            report, tuple(self._runq_slots), self._runq_sum_s, tuple(self._pod_history)
+        )
         with self._lock:
             self._snapshot = snapshot
 
@@ -256,7 +276,7 @@ class SignalCollector(Collector):
         if snapshot is None:
             return
         yield from self._node_families(snapshot)
-        yield from self._pod_families(snapshot.report)
+        yield from self._pod_families(snapshot)
 
     # -- per node -------------------------------------------------------------------
     def _node_families(self, snapshot: _Snapshot) -> Iterator[Metric]:
@@ -319,8 +339,10 @@ class SignalCollector(Collector):
         pods = [named[key] for key in chosen[: self.max_pods]]
         return pods, max(0, len(chosen) - self.max_pods), caused
 
-    def _pod_families(self, report: NodeReport) -> Iterator[Metric]:
+    def _pod_families(self, snapshot: _Snapshot) -> Iterator[Metric]:
+        report = snapshot.report
         pods, left_out, caused = self.chosen_pods(report)
+        windows = pod_windows(snapshot, [p.key for p in pods])
         if left_out and not self._warned:
             self._warned = True
             log.warning(
@@ -333,8 +355,9 @@ class SignalCollector(Collector):
         families = {
             POD_RUNQ_P99: GaugeMetricFamily(
                 POD_RUNQ_P99,
-                "99th percentile run-queue delay of the pod's tasks, latest interval.",
-                labels=POD_LABELS,
+                "99th percentile run-queue delay of the pod's tasks (windows: of the merged"
+                " histogram).",
+                labels=(*POD_LABELS, "window"),
             ),
             POD_RECLAIM: GaugeMetricFamily(
                 POD_RECLAIM,
@@ -366,7 +389,9 @@ class SignalCollector(Collector):
                 throttled_ms_per_s=pod.throttled_ms_per_s,
                 cpu_ms_per_s=pod.cpu_ms_per_s,
             )
-            families[POD_RUNQ_P99].add_metric(labels, pod.runq_p99_us * US)
+            families[POD_RUNQ_P99].add_metric((*labels, LATEST), pod.runq_p99_us * US)
+            for name, p99_us in windows.get(pod.key, ()):
+                families[POD_RUNQ_P99].add_metric((*labels, name), p99_us * US)
             families[POD_RECLAIM].add_metric(labels, pod.reclaim_stall_ms_per_s * MS)
             families[POD_NEIGHBOUR_WAIT].add_metric(labels, shares.neighbours_ms_per_s * MS)
             families[POD_CAUSED_WAIT].add_metric(labels, caused.get(pod.key, 0.0) * MS)
@@ -390,3 +415,35 @@ class SignalCollector(Collector):
         )
         left.add_metric((), float(left_out))
         yield left
+
+
+def pod_windows(snapshot: _Snapshot, keys: Iterable[str]) -> dict[str, list[tuple[str, float]]]:
+    """Per pod of ``keys``, ``(window, p99 µs)`` of its slots merged over each window of
+    :data:`WINDOWS_S` (the intervals ended in ``(ts − span, ts]`` of the latest report
+    that had pod rows); a window in which the pod was in no interval is left out."""
+    ts = snapshot.report.ts
+    spans = sorted(WINDOWS_S)
+    found: dict[str, list[tuple[str, float]]] = {}
+    for key in keys:
+        merged = [0] * hist.MAX_SLOTS
+        seen = False
+        results: list[tuple[str, float]] = []
+        span_index = 0
+        for ended_at, slots_of in snapshot.pod_history:
+            while span_index < len(spans) and ended_at <= ts - spans[span_index]:
+                if seen:
+                    results.append((window_name(spans[span_index]), hist.percentile(merged, 0.99)))
+                span_index += 1
+            if span_index == len(spans):
+                break
+            slots = slots_of.get(key)
+            if slots is not None:
+                seen = True
+                for i, count in enumerate(slots[: hist.MAX_SLOTS]):
+                    merged[i] += count
+        while span_index < len(spans):
+            if seen:
+                results.append((window_name(spans[span_index]), hist.percentile(merged, 0.99)))
+            span_index += 1
+        found[key] = results
+    return found

@@ -363,7 +363,8 @@ def test_metrics_show_the_real_histogram_the_victim_its_tolerance_and_the_antago
     node = agent.node
     victim = (("namespace", "test"), ("node", node), ("pod", "victim"))
     assert found[("interference_pod_tolerance_runq_p99_seconds", victim)] == 0.0005
-    assert found[("interference_pod_runq_p99_seconds", victim)] > 0
+    assert found[("interference_pod_runq_p99_seconds", (*victim, ("window", "latest")))] > 0
+    assert found[("interference_pod_runq_p99_seconds", (*victim, ("window", "10s")))] > 0
     assert found[("interference_pod_neighbour_wait_ratio", victim)] > 0
     assert found[("interference_node_signal_measured", (("family", "runq"), ("node", node)))] == 1
     assert found[("interference_node_runq_p99_seconds", (("node", node), ("window", "latest")))]

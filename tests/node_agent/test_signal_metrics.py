@@ -229,11 +229,12 @@ SYSTEM = PodMetrics("", "system", neighbour_wait_ms_per_s=900.0, cpu_ms_per_s=10
 UID_ONLY = PodMetrics("", "0f6c-uid", uid="0f6c-uid", neighbour_wait_ms_per_s=800.0)
 
 
-def pods_of(found: Samples, metric: str) -> dict[str, float]:
+def pods_of(found: Samples, metric: str, window: str = "latest") -> dict[str, float]:
+    """``namespace/pod`` → value of ``metric`` (of ``window`` where it has one)."""
     return {
         f"{dict(labels)['namespace']}/{dict(labels)['pod']}": value
         for (name, labels), value in found.items()
-        if name == metric
+        if name == metric and dict(labels).get("window", "latest") == window
     }
 
 
@@ -314,6 +315,29 @@ def test_a_pod_that_leaves_loses_its_series_at_the_next_scrape() -> None:
         "interference_pod_tolerance_runq_p99_seconds",
     ):
         assert set(pods_of(found, metric)) == {"shop/db"}, metric
+
+
+def test_a_pods_run_queue_p99_per_window_merges_its_intervals_histograms() -> None:
+    """Like the node's: the p99 of the pod's slots merged over the intervals that ended in
+    the last 10 s and 60 s (every wake-up counts once), beside the interval's own."""
+    declared = {QUIET.uid: PodTolerance(max_runq_p99_us=500)}
+    collector = SignalCollector("n1", tolerance_of=declared.get)
+
+    def at(ts: float, slots: tuple[int, ...], p99_us: float) -> NodeReport:
+        pod = replace(QUIET, runq_us=slots, runq_p99_us=p99_us)
+        return replace(report(pods=[pod]), ts=ts)
+
+    collector.observe(at(40.0, (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 100), 1900.0), ncpu=1)  # gone at 100
+    collector.observe(at(60.0, (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5), 4000.0), ncpu=1)
+    collector.observe(at(95.0, (100,), 1.0), ncpu=1)
+    collector.observe(at(100.0, (100,), 1.0), ncpu=1)
+    found = scrape(collector)
+    assert pods_of(found, "interference_pod_runq_p99_seconds") == {"shop/db": 1e-6}
+    # 10 s: 200 waits of 0-1 µs; 60 s: 205 waits, 5 of them in [2048, 4096) µs
+    assert pods_of(found, "interference_pod_runq_p99_seconds", "10s")["shop/db"] < 2e-6
+    sixty = pods_of(found, "interference_pod_runq_p99_seconds", "60s")["shop/db"]
+    expected = hist.percentile([200, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5], 0.99)
+    assert sixty == pytest.approx(expected * 1e-6) and sixty > 0.002
 
 
 # --- tolerances, as the agent reads them ----------------------------------------------
