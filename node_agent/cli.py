@@ -155,7 +155,8 @@ def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     p.add_argument(
         "--pods-file",
         default=environ.get("PODS_FILE") or None,
-        help='YAML/JSON map {uid: "namespace/name"} naming pods without the API (env PODS_FILE)',
+        help='YAML/JSON map {uid: "namespace/name"} naming pods without the API; an entry may '
+        'be {pod: "namespace/name", annotations: {...}} for its tolerance (env PODS_FILE)',
     )
     p.add_argument(
         "--kubeconfig",
