@@ -23,10 +23,12 @@ at its next attempt instead of waiting ``lease_duration``.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import secrets
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -123,11 +125,27 @@ class _ApiLeaseLock(LeaseLock):
         return super().update(name, namespace, updated_record)  # type: ignore[no-untyped-call]
 
 
+LEASE_FAILURE_LOG_INTERVAL_S = 30.0
+"""While the API server is away a lease call fails every ``retry_period_s``: one line per
+this long says so, with how many failed since the last (then one when they succeed
+again), not one line per attempt."""
+
+
 class _Election(LeaderElection):
-    def __init__(self, config: Any, on_attempt: Callable[[bool, str], None], stop: threading.Event):
+    def __init__(
+        self,
+        config: Any,
+        on_attempt: Callable[[bool, str], None],
+        stop: threading.Event,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         super().__init__(config)  # type: ignore[no-untyped-call]
         self._on_attempt = on_attempt
         self._stop = stop
+        self._clock = clock
+        self._failing_since: float | None = None
+        self._failed_unlogged = 0
+        self._logged_at = -math.inf
 
     def try_acquire_or_renew(self) -> bool:
         if self._stop.is_set():
@@ -135,12 +153,33 @@ class _Election(LeaderElection):
         try:
             ok = bool(super().try_acquire_or_renew())  # type: ignore[no-untyped-call]
         except Exception as exc:  # the library lets connection errors escape
-            log.warning("leader election: lease call failed: %r", exc)
+            self._call_failed(exc)
             ok = False
+        else:
+            if self._failing_since is not None:
+                log.warning(
+                    "leader election: lease calls succeed again after %.0f s of failures",
+                    self._clock() - self._failing_since,
+                )
+                self._failing_since, self._failed_unlogged = None, 0
+                self._logged_at = -math.inf
         record = self.observed_record
         holder = str(record.holder_identity) if record and record.holder_identity else ""
         self._on_attempt(ok, holder)
         return ok
+
+    def _call_failed(self, exc: Exception) -> None:
+        now = self._clock()
+        if self._failing_since is None:
+            self._failing_since = now
+        if now - self._logged_at < LEASE_FAILURE_LOG_INTERVAL_S:
+            self._failed_unlogged += 1
+            return
+        more = (
+            f" ({self._failed_unlogged} more since the last line)" if self._failed_unlogged else ""
+        )
+        log.warning("leader election: lease call failed: %r%s", exc, more)
+        self._logged_at, self._failed_unlogged = now, 0
 
 
 class LeaderElector:
