@@ -20,7 +20,7 @@ evicted, and the reader's refusals. The scheduler's binding is not part of this 
 apiserver: the follower is what the signals reach it through). Figures: docs/BENCHMARKS.md.
 
     .venv/bin/python bench/noisy_node.py [--nodes 1000] [--pods 30] [--seconds 60]
-        [--attack over-cap|at-cap]
+        [--attack over-cap|at-cap|at-rate]
 """
 
 from __future__ import annotations
@@ -128,12 +128,13 @@ def run_warden(port: int, stop: Any) -> None:
     warden.close()
 
 
-def attack(port: int, password: str, seconds: float, over: bool, written: Any,
+def attack(port: int, password: str, seconds: float, mode: str, written: Any,
            refused_after: Any) -> None:  # fmt: skip
     """The bad node. ``over``: stream entries of 16 fields of 1 MiB as fast as Redis takes
     them, and every 10 s six connections that each start a 100 MiB command and never finish
     it. Otherwise at its caps, never over: its stream at 10 entries of 340 KiB and its
-    record at 48 KiB (with the agent's TTL), rewritten as fast as Redis takes them. After a
+    record at 48 KiB (with the agent's TTL), rewritten as fast as Redis takes them
+    (``at-cap``) or 9 times a second, just under the warden's rate bound (``at-rate``). After a
     refusal it logs in again every 0.2 s, as an agent would after enrolling (the issuer
     gives a node cut off no new password during its cool-down, longer than this run)."""
     user = acl.agent_username("bad")
@@ -143,6 +144,8 @@ def attack(port: int, password: str, seconds: float, over: bool, written: Any,
     at_cap = {"r": os.urandom(340 << 10)}
     record = os.urandom(48 << 10)
     stream = keys.reports_key("bad")
+    over = mode == "over-cap"
+    pause = 1 / 9 if mode == "at-rate" else 0.0
 
     def unfinished() -> None:
         sock = socket.create_connection(("127.0.0.1", port), timeout=10)
@@ -175,6 +178,7 @@ def attack(port: int, password: str, seconds: float, over: bool, written: Any,
                     pipe.set(keys.sched_key("bad"), record, ex=5)
                     pipe.execute()
                 size = len(at_cap["r"]) + len(record)
+                time.sleep(pause)
             with written.get_lock():
                 written.value += size
         except redis.RedisError:
@@ -191,8 +195,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--publishers", type=int, default=2)
     parser.add_argument(
-        "--attack", choices=("over-cap", "at-cap"), default="over-cap",
-        help="the bad node over its caps (it is cut off) or at them (it is not)",
+        "--attack", choices=("over-cap", "at-cap", "at-rate"), default="over-cap",
+        help="the bad node over its caps, at them as fast as Redis takes it (both cut off),"
+        " or at them just under the rate bound (not cut off)",
     )  # fmt: skip
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="noisy-node-"))
@@ -218,7 +223,7 @@ def main() -> None:
     refused_after = multiprocessing.Value("d", -1.0)
     attacker = multiprocessing.Process(
         target=attack,
-        args=(port, password, args.seconds, args.attack == "over-cap", written, refused_after),
+        args=(port, password, args.seconds, args.attack, written, refused_after),
         daemon=True,
     )
     attacker.start()

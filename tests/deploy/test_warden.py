@@ -198,7 +198,7 @@ def test_a_node_reporting_faster_than_any_agent_is_cut_off(
     _, password = enrol(limited_redis, "bad")
     writes: dict[str, Callable[[redis.Redis[bytes]], object]] = {
         "xadd": lambda bad: (
-            bad.xadd(keys.reports_key("bad"), {"r": b"x" * 100}, maxlen=10)
+            bad.xadd(keys.reports_key("bad"), {"r": b"x" * 100}, maxlen=10, approximate=False)
             and bad.expire(keys.reports_key("bad"), 5)
         ),
         "set": lambda bad: bad.set(keys.sched_key("bad"), b"x" * 100, ex=5),
