@@ -58,13 +58,15 @@ from scheduler.adapters.redis_signals import (
 )
 from scheduler.cli_common import (
     add_process_arguments,
-    environment_keys,
+    load_configuration,
     make_tracer,
-    one_line,
     overrides,
     report_reachability,
 )
-from scheduler.config import ConfigError, SchedulerConfig, load_config, with_overrides
+from scheduler.cli_common import (
+    one_line as one_line,  # re-exported: tests/test_fuzz_inputs.py formats errors with it
+)
+from scheduler.config import SchedulerConfig, with_overrides
 from scheduler.config_reload import ConfigReload, config_map_ref
 from scheduler.extender_cli import main as extender_main
 from scheduler.http import HealthServer, Heartbeat, Status
@@ -326,17 +328,21 @@ def prepare(
     args = parser.parse_args(argv)
     try:
         configure_logging(args.log_level, args.log_format, own=["scheduler"])
-        fixed = overrides(args, env)
-        if args.rebalance is not None:
-            fixed["rebalancer"] = {"mode": args.rebalance}
     except SettingsError as exc:
         parser.error(str(exc))
+    unparsed: list[str] = []  # told with the file's problems: every stage at once
     try:
-        loaded = load_config(args.config) if args.config else SchedulerConfig()
-        config = with_overrides(loaded, **fixed)
-    except ConfigError as exc:
-        print(f"interference-scheduler: {one_line(exc, environment_keys(env))}", file=sys.stderr)
-        raise SystemExit(USAGE_EXIT) from None
+        fixed = overrides(args, env)
+    except SettingsError as exc:
+        fixed, unparsed = {}, exc.problems
+    if args.rebalance is not None:
+        fixed["rebalancer"] = {"mode": args.rebalance}
+    config, problems = load_configuration(args.config, fixed, env)
+    if unparsed:
+        parser.error("; ".join([*unparsed, *problems]))
+    if config is None:
+        print(f"interference-scheduler: {'; '.join(problems)}", file=sys.stderr)
+        raise SystemExit(USAGE_EXIT)
     return args, fixed, config
 
 

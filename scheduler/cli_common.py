@@ -28,7 +28,7 @@ from interference_infra.strict import parse_bool
 from interference_infra.version import add_version_argument
 from scheduler.adapters.kubernetes import KubernetesCluster
 from scheduler.adapters.tracing import OtlpTracer, TracingMetrics, TracingSettings
-from scheduler.config import ConfigError
+from scheduler.config import ConfigError, SchedulerConfig, load_config, with_overrides
 from scheduler.ports import ClusterError
 
 log = logging.getLogger("scheduler")
@@ -129,6 +129,27 @@ def overrides(args: argparse.Namespace, env: Mapping[str, str]) -> dict[str, dic
     if args.kubeconfig:
         sections["kubernetes"] = {"kubeconfig": args.kubeconfig}
     return sections
+
+
+def load_configuration(
+    path: str | None, fixed: Mapping[str, dict[str, Any]], env: Mapping[str, str]
+) -> tuple[SchedulerConfig | None, list[str]]:
+    """The file's configuration (the defaults without ``path``) with the flags' and the
+    environment's values over it; else ``None`` and one line per source with problems
+    (:func:`one_line`): the file's and the overrides' together, the overrides checked over
+    the defaults when the file does not read, so one start tells every problem."""
+    problems: list[str] = []
+    try:
+        loaded = load_config(path) if path else SchedulerConfig()
+    except ConfigError as exc:
+        problems.append(one_line(exc))
+        loaded = SchedulerConfig()
+    try:
+        config = with_overrides(loaded, **fixed)
+    except ConfigError as exc:
+        problems.append(one_line(exc, environment_keys(env)))
+        return None, problems
+    return (None, problems) if problems else (config, [])
 
 
 def environment_keys(env: Mapping[str, str]) -> dict[str, str]:

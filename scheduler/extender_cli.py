@@ -46,12 +46,13 @@ from scheduler.cache import ClusterCache
 from scheduler.cli_common import (
     add_process_arguments,
     environment_keys,
+    load_configuration,
     make_tracer,
     one_line,
     overrides,
     report_reachability,
 )
-from scheduler.config import ConfigError, SchedulerConfig, load_config, with_overrides
+from scheduler.config import ConfigError, SchedulerConfig, with_overrides
 from scheduler.config_reload import ConfigReload, config_map_ref
 from scheduler.extender import Extender, ExtenderMetrics
 from scheduler.http import (
@@ -233,13 +234,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         configure_logging(args.log_level, args.log_format, own=["scheduler"])
-        fixed = overrides(args, os.environ)
     except SettingsError as exc:
         parser.error(str(exc))
-    fixed.pop("loop", None)  # DRY_RUN does not apply: the extender never binds
+    unparsed: list[str] = []  # told with the file's problems: every stage at once
     try:
-        loaded = load_config(args.config) if args.config else SchedulerConfig()
-        process = ExtenderProcess(with_overrides(loaded, **fixed), args.config, fixed)
+        fixed = overrides(args, os.environ)
+    except SettingsError as exc:
+        fixed, unparsed = {}, exc.problems
+    fixed.pop("loop", None)  # DRY_RUN does not apply: the extender never binds
+    config, problems = load_configuration(args.config, fixed, os.environ)
+    if unparsed:
+        parser.error("; ".join([*unparsed, *problems]))
+    if config is None:
+        print(f"interference-scheduler extender: {'; '.join(problems)}", file=sys.stderr)
+        return USAGE_EXIT
+    try:
+        process = ExtenderProcess(config, args.config, fixed)
     except ConfigError as exc:
         print(
             f"interference-scheduler extender: {one_line(exc, environment_keys(os.environ))}",
