@@ -268,7 +268,11 @@ class Warden:
     # --- threads -----------------------------------------------------------------------
 
     def start(self) -> None:
-        for target, name in ((self._follow, "warden-events"), (self._run, "warden-checks")):
+        for target, name in (
+            (self._follow, "warden-events"),
+            (self._run, "warden-checks"),
+            (self._tick, "warden-ticks"),
+        ):
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -334,9 +338,6 @@ class Warden:
         last_sweep = -self._sweep_s
         while not self._stop.wait(self._react_s):
             try:
-                self._redis.client().set(
-                    f"{self._tick_prefix}{round(self._clock() * 1000)}", b"", px=1000
-                )
                 self.check_pending()
                 now = self._clock()
                 if now - last_sweep >= self._sweep_s or (
@@ -347,6 +348,17 @@ class Warden:
             except REDIS_ERRORS as exc:
                 self._error(str(exc))
                 self._redis.reset()
+
+    def _tick(self) -> None:
+        """Set a tick key every ``react_s`` on its own thread, so a long sweep does not
+        space the ticks out (each dates the writes read after it)."""
+        while not self._stop.wait(self._react_s):
+            try:
+                self._redis.client().set(
+                    f"{self._tick_prefix}{round(self._clock() * 1000)}", b"", px=1000
+                )
+            except REDIS_ERRORS as exc:
+                self._error(str(exc))
 
     def _error(self, message: str) -> None:
         self.metrics.errors.inc()
