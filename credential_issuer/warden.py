@@ -14,10 +14,8 @@ each user wrote and cuts off a node that keeps more than an honest agent does:
   length and mean entry. Each report an agent publishes adds one stream entry and sets its
   scheduling record once (``set``): those two events are counted per node, and a node
   that writes either more than ``max_writes_per_s`` a second over ``rate_window_s`` is
-  writing faster than any agent (its interval) and is cut off (``writing_too_fast``). The
-  events carry no time, and a warden behind reads many at once: each write is dated by
-  the warden's own tick before it in the stream (a key it sets every ``react_s``), not by
-  when it was read.
+  writing faster than any agent (its interval) and is cut off (``writing_too_fast``;
+  dated by the warden's own ticks in the event stream, :mod:`credential_issuer.write_rates`).
 * **Sweeps**, every ``warden_sweep_s`` and at once when Redis' memory passes
   ``warden_pressure`` of ``maxmemory``: every node key (``SCAN``), its TTL and size, and
   each node's total. Hashes, sets and strings written over (whose events are too many to
@@ -36,18 +34,16 @@ writes a hash, then its ``EXPIRE``.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
-import secrets
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter
 
+from credential_issuer.write_rates import WriteRates
 from interference import acl, keys
 from interference_infra.redis_client import REDIS_ERRORS, RedisConnection, RedisTarget
 
@@ -73,16 +69,8 @@ created (all of it checked, its TTL after the grace), a string set (counted). An
 adds one entry and sets one record an interval; its hash and set writes (one per pod per
 interval), a ``SET`` without ``EX`` over an existing key and an ``EXPIRE`` are left to the
 sweeps."""
-RATED_EVENTS = (b"xadd", b"set")
-"""The events counted against ``max_writes_per_s`` (each once per report)."""
 CHANNEL_PREFIX = "__keyevent@0__:"
 CUTOFF_PREFIX = "intf:warden:cutoff:"
-TICK_PREFIX = "intf:warden:tick:"
-"""``TICK_PREFIX<warden id>:<ms>``: set by the warden every ``react_s`` (1 s TTL); its event
-tells the events thread how far the event stream has come, so a backlog read at once is
-not taken for a burst of writes."""
-TICK_STALE_S = 2.0
-"""No rate is judged while the warden's own ticks have not come back for this long."""
 REASONS = (
     "no_expiry",
     "ttl_too_long",
@@ -243,14 +231,7 @@ class Warden:
         new key) or a stream's size alone (an entry added)."""
         self._without_ttl: dict[str, float] = {}
         """Key → when it was first seen without a TTL."""
-        self._writes: dict[tuple[str, bytes], deque[float]] = {}
-        """(node, event) → when its latest writes were made, by the event stream's time
-        (at most the window's bound and one more)."""
-        self._tick_prefix = f"{TICK_PREFIX}{secrets.token_hex(4)}:"
-        self._stream_time = 0.0
-        """When the latest tick read from the events was set (the warden's clock)."""
-        self._tick_read_at = -math.inf
-        """When that tick was read."""
+        self.rates = WriteRates(limits.max_writes_per_window, limits.rate_window_s, clock)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.sweeps = 0
@@ -296,8 +277,7 @@ class Warden:
                         continue
                     key = message["data"]
                     key = key.decode() if isinstance(key, bytes) else str(key)
-                    if key.startswith(self._tick_prefix):
-                        self._ticked(key)
+                    if self.rates.ticked(key):
                         continue
                     node = node_of(key)
                     if node is not None:
@@ -313,25 +293,11 @@ class Warden:
                 self._events.reset()
                 self._stop.wait(1.0)
 
-    def _ticked(self, key: str) -> None:
-        """One of this warden's ticks came back through the events: the writes read after
-        it were made after it was set."""
-        with contextlib.suppress(ValueError), self._lock:
-            self._stream_time = int(key[len(self._tick_prefix) :]) / 1000
-            self._tick_read_at = self._clock()
-
     def _noted(self, key: str, node: str, event: bytes) -> None:
         """Note one key event of ``node`` (from the events thread)."""
-        with self._lock:
-            ticking = self._clock() - self._tick_read_at <= TICK_STALE_S
-            if event in RATED_EVENTS and ticking:
-                seen = self._writes.get((node, event))
-                if seen is None:
-                    seen = self._writes[node, event] = deque(
-                        maxlen=self.limits.max_writes_per_window + 1
-                    )
-                seen.append(self._stream_time)
-            if event != b"set":  # a record is bounded by the sweeps; its rate here
+        self.rates.noted(node, event)
+        if event != b"set":  # a record is bounded by the sweeps; its rate here
+            with self._lock:
                 self._pending[key] = self._pending.get(key, False) or event == b"new"
 
     def _run(self) -> None:
@@ -354,9 +320,7 @@ class Warden:
         space the ticks out (each dates the writes read after it)."""
         while not self._stop.wait(self._react_s):
             try:
-                self._redis.client().set(
-                    f"{self._tick_prefix}{round(self._clock() * 1000)}", b"", px=1000
-                )
+                self._redis.client().set(self.rates.tick_key(), b"", px=1000)
             except REDIS_ERRORS as exc:
                 self._error(str(exc))
 
@@ -379,8 +343,7 @@ class Warden:
         command: every agent adds one a second)."""
         with self._lock:
             pending, self._pending = self._pending, {}
-            too_fast = self._too_fast()
-        for node, why in too_fast.items():
+        for node, why in self.rates.too_fast().items():
             self.cut_off(node, "writing_too_fast", why)
         for key in self._without_ttl:
             pending[key] = True
@@ -388,26 +351,6 @@ class Warden:
         sized = [key for key, whole in pending.items() if not whole]
         if full or sized:
             self._judge(self._states(full, typed=True) + self._sizes(sized), totals=False)
-
-    def _too_fast(self) -> dict[str, str]:
-        """Nodes that wrote more than the window's bound within it (caller holds the
-        lock); the counts of quiet nodes are forgotten."""
-        now, window = self._stream_time, self.limits.rate_window_s
-        bound = self.limits.max_writes_per_window
-        found: dict[str, str] = {}
-        for (node, event), seen in list(self._writes.items()):
-            if len(seen) > bound and seen[-1] - seen[0] <= window:
-                found.setdefault(
-                    node,
-                    f"writing_too_fast: {len(seen)} {event.decode()} events in "
-                    f"{seen[-1] - seen[0]:.1f} s (at most {bound} in {window:g} s)",
-                )
-            if not seen or now - seen[-1] > window:
-                del self._writes[node, event]
-        for node in found:
-            for event in RATED_EVENTS:
-                self._writes.pop((node, event), None)
-        return found
 
     def sweep(self) -> None:
         """Every node key: its TTL, its size and each node's total."""

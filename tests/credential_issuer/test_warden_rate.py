@@ -1,15 +1,12 @@
-"""How the warden dates a node's writes for its rate bound (credential_issuer.warden): by
-its own ticks in the event stream, not by when it read them; no Redis is reached here
-(the events are handed in as the events thread would)."""
+"""How the warden dates a node's writes for its rate bound (credential_issuer.write_rates):
+by its own ticks in the event stream, not by when it read them (the events are handed in
+as the warden's events thread would)."""
 
 from __future__ import annotations
 
 import pytest
-from prometheus_client import CollectorRegistry
 
-from credential_issuer.settings import redis_target
-from credential_issuer.warden import Warden, WardenLimits, WardenMetrics
-from interference import keys
+from credential_issuer.write_rates import WriteRates
 
 
 class Clock:
@@ -20,22 +17,13 @@ class Clock:
         return self.now
 
 
-def warden(clock: Clock) -> Warden:
-    return Warden(
-        redis_target("redis://127.0.0.1:1/0"),
-        WardenLimits(max_writes_per_s=10, rate_window_s=5),
-        WardenMetrics(CollectorRegistry()),
-        clock=clock,
-    )
-
-
-def feed(w: Warden, clock: Clock, ticks_ms: list[int], per_tick: int, node: str = "n1") -> None:
-    """For each tick set at ``ticks_ms``, its event, then ``per_tick`` xadd events of
-    ``node``, all read 1 ms apart on the warden's clock."""
+def feed(rates: WriteRates, clock: Clock, ticks_ms: list[int], per_tick: int) -> None:
+    """For each tick set at ``ticks_ms``, its event, then ``per_tick`` xadd events of node
+    ``n1``, all read 1 ms apart on the reader's clock."""
     for ms in ticks_ms:
-        w._ticked(f"{w._tick_prefix}{ms}")
+        assert rates.ticked(f"{rates.tick_prefix}{ms}")
         for _ in range(per_tick):
-            w._noted(keys.reports_key(node), node, b"xadd")
+            rates.noted("n1", b"xadd")
             clock.now += 0.001
 
 
@@ -56,29 +44,34 @@ def test_writes_are_dated_by_the_ticks_before_them(
     name: str, ticks_ms: list[int], per_tick: int, too_fast: bool
 ) -> None:
     clock = Clock()
-    w = warden(clock)
-    try:
-        feed(w, clock, ticks_ms, per_tick)
-        with w._lock:
-            found = w._too_fast()
-        assert ("n1" in found) is too_fast, (name, found)
-        if too_fast:
-            assert found["n1"].startswith("writing_too_fast: 51 xadd events in ")
-    finally:
-        w.close()
+    rates = WriteRates(50, 5.0, clock)
+    feed(rates, clock, ticks_ms, per_tick)
+    found = rates.too_fast()
+    assert ("n1" in found) is too_fast, (name, found)
+    if too_fast:
+        assert found["n1"].startswith("writing_too_fast: 51 xadd events in ")
+        assert rates.too_fast() == {}  # counted again from zero
 
 
 def test_no_rate_is_judged_while_the_ticks_do_not_come_back() -> None:
     """Key events without ``$`` (no tick returns), or an events thread stalled: a burst
     read then cannot be dated, so it is not counted."""
     clock = Clock()
-    w = warden(clock)
-    try:
-        feed(w, clock, [1_000_000], 0)
-        clock.now += 3.0  # the last tick was read 3 s ago (> TICK_STALE_S)
-        for _ in range(100):
-            w._noted(keys.reports_key("n1"), "n1", b"xadd")
-        with w._lock:
-            assert w._too_fast() == {}
-    finally:
-        w.close()
+    rates = WriteRates(50, 5.0, clock)
+    feed(rates, clock, [1_000_000], 0)
+    clock.now += 3.0  # the last tick was read 3 s ago (> TICK_STALE_S)
+    for _ in range(100):
+        rates.noted("n1", b"xadd")
+    assert rates.too_fast() == {}
+
+
+def test_only_its_own_ticks_and_the_report_events_count() -> None:
+    clock = Clock()
+    rates, other = WriteRates(50, 5.0, clock), WriteRates(50, 5.0, clock)
+    assert not rates.ticked(other.tick_key())  # another replica's tick
+    assert not rates.ticked("intf:node:n1")
+    assert rates.ticked(rates.tick_key())
+    for _ in range(100):
+        rates.noted("n1", b"hset")
+        rates.noted("n1", b"new")
+    assert rates.too_fast() == {}
