@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from interference.contention import ContentionShares, contention_shares
+
 SCHEMA_VERSION = 3
 """Version of the msgpack NodeReport; bump on an incompatible change. Version 3 added the
 pods' culprits (``own_wait_ms_per_s``, ``neighbour_wait_ms_per_s``, ``culprits``);
@@ -126,6 +128,16 @@ class PodMetrics:
     def key(self) -> str:
         """``namespace/name``, or just the name for the system bucket and UID-only pods."""
         return f"{self.namespace}/{self.name}" if self.namespace else self.name
+
+    def contention(self) -> ContentionShares:
+        """Its attributed wait split into own limit, own tasks and neighbours
+        (:func:`interference.contention.contention_shares`)."""
+        return contention_shares(
+            own_wait_ms_per_s=self.own_wait_ms_per_s,
+            neighbour_wait_ms_per_s=self.neighbour_wait_ms_per_s,
+            throttled_ms_per_s=self.throttled_ms_per_s,
+            cpu_ms_per_s=self.cpu_ms_per_s,
+        )
 
 
 @dataclass(frozen=True, slots=True)

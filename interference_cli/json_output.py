@@ -16,7 +16,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from interference import hist
-from interference.contention import contention_shares
 from interference.decision import CandidateVerdict, Decision
 from interference.signals import PodMetrics
 from interference_cli.store import NodeDetail, NodeRow, PodRecords, PodRow
@@ -101,14 +100,8 @@ def _pod(m: PodMetrics) -> dict[str, Any]:
 
 def _victim(pod: PodRow) -> dict[str, Any]:
     m = pod.metrics
-    cause = contention_shares(
-        own_wait_ms_per_s=m.own_wait_ms_per_s,
-        neighbour_wait_ms_per_s=m.neighbour_wait_ms_per_s,
-        throttled_ms_per_s=m.throttled_ms_per_s,
-        cpu_ms_per_s=m.cpu_ms_per_s,
-    ).cause
     return _pod(m) | {
-        "mostly": cause,
+        "mostly": m.contention().cause,
         "waited_behind": [{"pod": key, "ms_per_s": ms} for key, ms in m.culprits],
     }
 

@@ -14,7 +14,6 @@ from rich.table import Table
 from rich.text import Text
 
 from interference import hist, keys
-from interference.contention import contention_shares
 from interference.decision import CandidateVerdict, Decision, PreemptionRecord
 from interference.signals import WindowMetrics
 from interference_cli.plain import plain, text
@@ -122,12 +121,7 @@ def victim_table(pods: Sequence[PodRow]) -> Table:
     table.add_column("waited behind (ms/s)")
     for pod in pods:
         m = pod.metrics
-        cause = contention_shares(
-            own_wait_ms_per_s=m.own_wait_ms_per_s,
-            neighbour_wait_ms_per_s=m.neighbour_wait_ms_per_s,
-            throttled_ms_per_s=m.throttled_ms_per_s,
-            cpu_ms_per_s=m.cpu_ms_per_s,
-        ).cause
+        cause = m.contention().cause
         table.add_row(
             text(m.key),
             text(m.qos or "—"),

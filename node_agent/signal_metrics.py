@@ -43,7 +43,6 @@ from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Met
 from prometheus_client.registry import Collector
 
 from interference import hist
-from interference.contention import contention_shares
 from interference.signals import (
     SIGNAL_FAMILIES,
     SYSTEM_POD,
@@ -323,12 +322,7 @@ class SignalCollector(Collector):
                 caused[culprit] = caused.get(culprit, 0.0) + ms
             if pod.key not in named:
                 continue
-            shares = contention_shares(
-                own_wait_ms_per_s=pod.own_wait_ms_per_s,
-                neighbour_wait_ms_per_s=pod.neighbour_wait_ms_per_s,
-                throttled_ms_per_s=pod.throttled_ms_per_s,
-                cpu_ms_per_s=pod.cpu_ms_per_s,
-            )
+            shares = pod.contention()
             if shares.cause == "neighbours":
                 victims.append((-shares.neighbours_ms_per_s, pod.key))
         antagonists = sorted((-ms, key) for key, ms in caused.items() if key in named and ms > 0)
@@ -383,12 +377,7 @@ class SignalCollector(Collector):
         }
         for pod in pods:
             labels = (self.node, pod.namespace, pod.name)
-            shares = contention_shares(
-                own_wait_ms_per_s=pod.own_wait_ms_per_s,
-                neighbour_wait_ms_per_s=pod.neighbour_wait_ms_per_s,
-                throttled_ms_per_s=pod.throttled_ms_per_s,
-                cpu_ms_per_s=pod.cpu_ms_per_s,
-            )
+            shares = pod.contention()
             families[POD_RUNQ_P99].add_metric((*labels, LATEST), pod.runq_p99_us * US)
             for name, p99_us in windows.get(pod.key, ()):
                 families[POD_RUNQ_P99].add_metric((*labels, name), p99_us * US)
