@@ -633,7 +633,12 @@ class Rebalancer:
                 if departure is not None:
                     departures.record(departure, now - avoid_for)
         self._restored = True
-        log.info("rebalancer: %d earlier moves read back", len(moves))
+        helped = sum(moved.helped for moved, _ in moves)
+        log.info(
+            "rebalancer: %d earlier moves read back (%d found to have helped)",
+            len(moves) - helped,
+            helped,
+        )
         return True
 
     def _avoid_for_s(self) -> float:

@@ -213,7 +213,11 @@ class Scene:
                 raise
 
     def journal(self) -> list[Obj]:
-        """The moves the next leader reads back."""
+        """The moves (and "did not help" marks) the next leader reads back."""
+        return [m for m in self.journal_entries() if not m.get("helped")]
+
+    def journal_entries(self) -> list[Obj]:
+        """Everything the journal holds, the verdicts that a move helped included."""
         try:
             config_map = self.kube.request("GET", self.journal_path())
         except urllib.error.HTTPError as exc:

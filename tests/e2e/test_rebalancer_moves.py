@@ -405,6 +405,8 @@ def test_a_workload_noisy_wherever_it_goes_moves_at_most_its_budget(
         assert any(f"to leave {a}" in n for n in notes) and any(f"to leave {b}" in n for n in notes)
         assert hold_count(moves, "move_did_not_help") == 0  # each move helped for a while
         assert [m["dry_run"] for m in moves.journal()] == [False, False]
+        # each verdict journaled, so a later leader does not judge those moves again
+        assert sum(bool(m.get("helped")) for m in moves.journal_entries()) == 2
 
 
 def test_a_dry_run_spends_no_enforce_budget(
