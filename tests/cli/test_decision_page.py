@@ -219,6 +219,7 @@ def artefacts() -> Path:
     return ARTEFACTS
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_a_scheduled_decision_in_chromium(scheduled: Decision, artefacts: Path) -> None:
     assert scheduled.node and len(scheduled.funnel) >= 3
@@ -235,6 +236,7 @@ def test_a_scheduled_decision_in_chromium(scheduled: Decision, artefacts: Path) 
     check_screenshot(artefacts / "decision-scheduled.png")
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_an_unschedulable_decision_highlights_the_failing_filter(
     unschedulable: Decision, artefacts: Path

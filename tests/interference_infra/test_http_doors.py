@@ -132,6 +132,7 @@ def recorder() -> Iterator[Recorder]:
     recorder.gate.set()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("count", [20, 70])
 def test_a_byte_every_two_seconds_holds_no_door(recorder: Recorder, count: int) -> None:
     """``count`` trickling connections from ten addresses, against an endpoint of four

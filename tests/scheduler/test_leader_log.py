@@ -38,6 +38,7 @@ def failures(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if "lease call" in r.getMessage()]
 
 
+@pytest.mark.slow
 def test_a_refusing_api_server_is_one_line_not_one_per_attempt(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -48,6 +49,7 @@ def test_a_refusing_api_server_is_one_line_not_one_per_attempt(
     assert "lease call failed" in lines[0]
 
 
+@pytest.mark.slow
 def test_it_says_when_the_lease_calls_succeed_again(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -231,6 +231,7 @@ class SlowReceiver(Receiver):
         return super().Export(request, context)
 
 
+@pytest.mark.slow
 def test_a_slow_collector_costs_whole_traces_counted_never_parts_of_one() -> None:
     receiver = SlowReceiver(delay_s=1.0)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
