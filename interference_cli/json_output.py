@@ -19,7 +19,7 @@ from interference import hist
 from interference.decision import CandidateVerdict, Decision
 from interference.signals import PodMetrics
 from interference_cli.store import NodeDetail, NodeRow, PodRecords, PodRow
-from interference_cli.views import TOP_PODS, funnel_line
+from interference_cli.views import TOP_PODS, funnel_line, ranked_culprits
 
 
 def dumps(document: Any, *, compact: bool = False) -> str:
@@ -109,23 +109,16 @@ def _victim(pod: PodRow) -> dict[str, Any]:
 def _culprits(pods: Sequence[PodRow]) -> list[dict[str, Any]]:
     """As :func:`interference_cli.views.culprit_table`: per culprit, the wait it caused
     summed over the pods that named it, and the pods it kept waiting, longest first."""
-    caused: dict[str, float] = {}
-    waiters: dict[str, list[tuple[float, str]]] = {}
-    for pod in pods:
-        for key, ms in pod.metrics.culprits:
-            caused[key] = caused.get(key, 0.0) + ms
-            waiters.setdefault(key, []).append((ms, pod.metrics.key))
-    ranked = sorted(caused.items(), key=lambda item: (-item[1], item[0]))[:TOP_PODS]
     return [
         {
             "culprit": key,
             "wait_caused_ms_per_s": total,
-            "pods_kept_waiting": len(waiters[key]),
+            "pods_kept_waiting": len(waiters),
             "kept_waiting": [
-                {"pod": pod, "ms_per_s": ms} for ms, pod in sorted(waiters[key], reverse=True)
+                {"pod": pod, "ms_per_s": ms} for ms, pod in sorted(waiters, reverse=True)
             ],
         }
-        for key, total in ranked
+        for key, total, waiters in ranked_culprits(pods)
     ]
 
 

@@ -135,17 +135,28 @@ def victim_table(pods: Sequence[PodRow]) -> Table:
     return table
 
 
-def culprit_table(pods: Sequence[PodRow]) -> RenderableType:
-    """Whose tasks held the CPU while other pods waited: per culprit, the run-queue wait
-    it caused summed over the pods that named it, how many pods, and the one it kept
-    waiting longest (from each pod's :data:`~interference.signals.TOP_CULPRITS`)."""
+def ranked_culprits(
+    pods: Sequence[PodRow],
+) -> list[tuple[str, float, list[tuple[float, str]]]]:
+    """The :data:`TOP_PODS` culprits causing the most wait: each with the run-queue wait it
+    caused summed over the pods that named it (from each pod's
+    :data:`~interference.signals.TOP_CULPRITS`) and those pods, (ms/s, pod key) each."""
     caused: dict[str, float] = {}
     waiters: dict[str, list[tuple[float, str]]] = {}
     for pod in pods:
         for key, ms in pod.metrics.culprits:
             caused[key] = caused.get(key, 0.0) + ms
             waiters.setdefault(key, []).append((ms, pod.metrics.key))
-    if not caused:
+    ranked = sorted(caused.items(), key=lambda item: (-item[1], item[0]))[:TOP_PODS]
+    return [(key, total, waiters[key]) for key, total in ranked]
+
+
+def culprit_table(pods: Sequence[PodRow]) -> RenderableType:
+    """Whose tasks held the CPU while other pods waited: per culprit, the run-queue wait
+    it caused summed over the pods that named it, how many pods, and the one it kept
+    waiting longest (:func:`ranked_culprits`)."""
+    culprits = ranked_culprits(pods)
+    if not culprits:
         return Text("culprits: no pod waited behind another this interval", style="dim")
     table = Table(
         title="culprits (whose tasks held the CPU while pods waited)", title_justify="left"
@@ -154,10 +165,10 @@ def culprit_table(pods: Sequence[PodRow]) -> RenderableType:
     for name in ("wait caused ms/s", "pods kept waiting"):
         table.add_column(name, justify="right")
     table.add_column("longest kept waiting")
-    for key, total in sorted(caused.items(), key=lambda item: (-item[1], item[0]))[:TOP_PODS]:
-        longest_ms, longest = max(waiters[key])
+    for key, total, waiters in culprits:
+        longest_ms, longest = max(waiters)
         table.add_row(
-            text(key), f"{total:.1f}", str(len(waiters[key])), text(f"{longest} ({longest_ms:.1f})")
+            text(key), f"{total:.1f}", str(len(waiters)), text(f"{longest} ({longest_ms:.1f})")
         )
     return table
 
