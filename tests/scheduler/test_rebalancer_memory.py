@@ -145,14 +145,21 @@ def evict_and_replace(w: World, old: str, new: str, node: str) -> None:
     noisy_pod(w, new, node)
 
 
-def test_a_move_that_did_not_help_marks_the_workload_with_a_warning() -> None:
-    journal = Journal()
+def moved_once(journal: Journal) -> World:
+    """ReplicaSet web's pod noisy on node-a, evicted, and its replacement web-2 on
+    node-b (as noisy as node-a until a test says otherwise)."""
     w = World(SETTINGS, journal)
     noisy_pod(w, "web-1", "node-a")
     w.step()
     (evicted,) = w.step(30)
     assert evicted.outcome == EVICTED  # type: ignore[attr-defined]
-    evict_and_replace(w, "web-1", "web-2", "node-b")  # and node-b is as noisy for it
+    evict_and_replace(w, "web-1", "web-2", "node-b")
+    return w
+
+
+def test_a_move_that_did_not_help_marks_the_workload_with_a_warning() -> None:
+    journal = Journal()
+    w = moved_once(journal)  # and node-b is as noisy for it
     w.step()
     (held,) = w.step(30)
     assert held.outcome == HELD  # type: ignore[attr-defined]
@@ -210,12 +217,7 @@ def test_a_new_leader_does_not_judge_again_a_move_that_helped() -> None:
     """The verdict is journaled: after a failover, new noise beside the replacement is a
     new breach (moved again), not the old move failing (marked and left in place)."""
     journal = Journal()
-    w = World(SETTINGS, journal)
-    noisy_pod(w, "web-1", "node-a")
-    w.step()
-    (evicted,) = w.step(30)
-    assert evicted.outcome == EVICTED  # type: ignore[attr-defined]
-    evict_and_replace(w, "web-1", "web-2", "node-b")
+    w = moved_once(journal)
     w.reports.rows["node-b"]["shop/web-2"] = QUIET
     w.step()  # back under its tolerance: the move helped
     assert [m.workload_uid for m, _ in journal.moves if m.helped] == ["rs-web"]
