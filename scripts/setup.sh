@@ -6,8 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # chromium: the decision page is tested in a real headless browser (tests/cli).
+# prometheus: every dashboard query is tested against a real one (tests/deploy).
 APT_PACKAGES=(redis-server redis-tools python3-bpfcc bpfcc-tools stress-ng linux-perf
-              libbpf-tools linux-headers-cloud-amd64 iproute2 kmod chromium)
+              libbpf-tools linux-headers-cloud-amd64 iproute2 kmod chromium prometheus)
 VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-python3}
 
@@ -22,7 +23,19 @@ if ((${#missing[@]})); then
     fi
     echo "setup: installing ${missing[*]}"
     apt-get update -qq
+    # Tests start their own redis-server and prometheus: a policy-rc.d refusing every start
+    # keeps the packages' daemons (prometheus's, its node exporter's) from starting.
+    policy=/usr/sbin/policy-rc.d
+    own_policy=
+    if [[ ! -e $policy ]]; then
+        printf '#!/bin/sh\nexit 101\n' >"$policy"
+        chmod +x "$policy"
+        own_policy=1
+    fi
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    if [[ -n $own_policy ]]; then
+        rm -f "$policy"
+    fi
 fi
 
 # BCC compiles against /lib/modules/$(uname -r)/build. This kernel ships no headers, so
