@@ -7,7 +7,10 @@ A hash a person can read with ``redis-cli HGETALL``: ``result``, ``node``, ``mes
 its score breakdown and details such as its GPU model — and ``rejected``, a JSON object
 counting the nodes each filter reason rejected (each node at its first failing filter).
 For a pod that preempted, ``preemption`` (JSON): the nominated node, the victims, the
-rule that chose the node and how many candidates there were.
+rule that chose the node and how many candidates there were. For a pod with a run-queue
+tolerance, ``runq`` (JSON): the tolerance, the signal window the Interference filter read,
+the run-queue p99 it compared on each recorded candidate, and, for a pod no node passed,
+the nearest node and when the relax rule judges the pod interference-blind.
 
 The record lists only the best candidates and the first rejected nodes (the scheduler's
 ``record_top_k`` of each: a record per pod must stay small at 5,000 nodes); ``omitted``
@@ -19,12 +22,15 @@ decision's OpenTelemetry trace when tracing is on.
 from __future__ import annotations
 
 import json
+import math
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import accumulate, repeat
 from operator import sub
 from typing import Any, NamedTuple
 
+from interference.annotations import MAX_RUNQ_P99_US
 from interference.codec import PayloadError, decoded_hash
 
 
@@ -89,6 +95,53 @@ class PreemptionRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class RunqCheck:
+    """A pod's run-queue tolerance as the Interference filter compared it."""
+
+    tolerance_us: float
+    """The pod's ``max-runq-p99-us``."""
+    window: str
+    """The signal window the filter read (its ``signal_window``: latest, 10s or 60s)."""
+    measured_us: dict[str, float] = field(default_factory=dict)
+    """Node → the run-queue p99 (µs) the filter compared, for the candidates the record
+    keeps and the nearest node (a node without usable signals was not compared: absent)."""
+    nearest: str = ""
+    """For a pod no node passed: the node with the lowest run-queue p99 among those only
+    the Interference filter refused (empty when there is none)."""
+    relax_at: float | None = None
+    """For a pod no node passed: when the relax rule judges it interference-blind (unix
+    time); ``None`` when it never will (another filter refuses each node as well)."""
+
+
+def runq_advice(check: RunqCheck, now: float) -> str:
+    """What a pod no node passed for its run-queue tolerance is told: the nearest node
+    against the tolerance, when it is relaxed (or that it never is), and what to raise."""
+    out = []
+    if check.nearest in check.measured_us:
+        nearest = check.measured_us[check.nearest]
+        out.append(
+            f"Nearest node: {check.nearest}, run-queue p99 {nearest:.0f} µs against the "
+            f"tolerance {check.tolerance_us:g} µs ({check.window} window)."
+        )
+    if check.relax_at is None:
+        out.append("Never relaxed to interference-blind: another filter refuses each node as well.")
+    else:
+        at = time.strftime("%H:%M:%S UTC", time.gmtime(check.relax_at))
+        out.append(
+            f"Relaxed to interference-blind in {max(0.0, check.relax_at - now):.0f} s (at {at})."
+        )
+    if check.nearest in check.measured_us:
+        out.append(f"Hint: raise {MAX_RUNQ_P99_US} to at least {raise_to_us(check):.0f} µs.")
+    return " ".join(out)
+
+
+def raise_to_us(check: RunqCheck) -> float:
+    """The least ``max-runq-p99-us`` the nearest node passes (the filter refuses a node
+    measuring above the tolerance, so its own measurement, rounded up)."""
+    return float(math.ceil(check.measured_us.get(check.nearest, check.tolerance_us)))
+
+
+@dataclass(frozen=True, slots=True)
 class Decision:
     """What the scheduler decided for one pod in one cycle."""
 
@@ -112,6 +165,9 @@ class Decision:
     """The decision's trace (32 hex digits) when tracing is on."""
     preemption: PreemptionRecord | None = None
     """What preemption did for a pod no node fit (``None``: nothing)."""
+    runq: RunqCheck | None = None
+    """The run-queue tolerance as compared (``None``: the pod has none, or the filter did
+    not run)."""
 
 
 def decision_hash(decision: Decision) -> dict[str, str]:
@@ -147,7 +203,35 @@ def decision_hash(decision: Decision) -> dict[str, str]:
         "omitted": json.dumps(decision.omitted, separators=(",", ":")),
         "trace_id": decision.trace_id,
         **({"preemption": _preemption_json(decision.preemption)} if decision.preemption else {}),
+        **({"runq": _runq_json(decision.runq)} if decision.runq else {}),
     }
+
+
+def _runq_json(check: RunqCheck) -> str:
+    return json.dumps(
+        {
+            "tolerance_us": check.tolerance_us,
+            "window": check.window,
+            "measured_us": {node: round(v, 1) for node, v in check.measured_us.items()},
+            "nearest": check.nearest,
+            "relax_at": None if check.relax_at is None else round(check.relax_at, 3),
+        },
+        separators=(",", ":"),
+    )
+
+
+def _parse_runq(text: str | None) -> RunqCheck | None:
+    if not text:
+        return None
+    found = json.loads(text)
+    relax_at = found.get("relax_at")
+    return RunqCheck(
+        tolerance_us=float(found["tolerance_us"]),
+        window=str(found.get("window", "")),
+        measured_us={str(k): float(v) for k, v in found.get("measured_us", {}).items()},
+        nearest=str(found.get("nearest", "")),
+        relax_at=None if relax_at is None else float(relax_at),
+    )
 
 
 def _preemption_json(record: PreemptionRecord) -> str:
@@ -213,6 +297,7 @@ def parse_decision_hash(raw: Mapping[Any, Any]) -> Decision:
             omitted={str(k): int(v) for k, v in json.loads(data.get("omitted", "{}")).items()},
             trace_id=data.get("trace_id", ""),
             preemption=_parse_preemption(data.get("preemption")),
+            runq=_parse_runq(data.get("runq")),
         )
     except (KeyError, ValueError, TypeError, AttributeError) as exc:
         raise PayloadError(f"bad decision record: {exc!r}") from exc

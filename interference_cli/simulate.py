@@ -242,6 +242,7 @@ class _Replay:
                 rejected_by_reason=dict(decision.reason_counts),
                 funnel=list(decision.funnel),
                 omitted=dict(decision.omitted),
+                runq=decision.runq,
             )
         if decision.node is None:
             return False

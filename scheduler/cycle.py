@@ -61,7 +61,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-from interference.decision import CandidateVerdict, FunnelStage, funnel_of
+from interference.decision import CandidateVerdict, FunnelStage, RunqCheck, funnel_of, runq_advice
 from scheduler.api.objects import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, PodInfo
 from scheduler.filter_masks import (
     Rejections,
@@ -82,6 +82,8 @@ from scheduler.nominated import TableRoom
 from scheduler.plugins.base import Code, CycleState, Filter, FilterResult, PodRejection
 from scheduler.plugins.gpu_packing import NAME as GPU_PACKING
 from scheduler.plugins.gpu_packing import GpuPackingArgs
+from scheduler.plugins.interference import NAME as INTERFERENCE
+from scheduler.plugins.interference import RUNQ_EXCEEDED, InterferenceArgs, runq_check
 from scheduler.plugins.registry import REGISTRY, Registry, ResolvedProfile
 from scheduler.preemption import (
     ANTAGONIST_NODES,
@@ -152,6 +154,9 @@ class CycleResult:
     """How many ``feasible`` and ``rejected`` nodes ``candidates`` leaves out."""
     preemption: PreemptionOutcome | None = None
     """What the PostFilter decided when no node passed (``None``: it did not run)."""
+    runq: RunqCheck | None = None
+    """The pod's run-queue tolerance as the Interference filter compared it (``None``: no
+    such tolerance, or the filter is not in the profile)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,17 +281,29 @@ class SchedulingCycle:
                 pod, table, now, profile, candidates, relax_interference, recorder, preemption, room
             )
             waited: float | None = None
+            relax_at: float | None = None
             if relax_interference:
                 pass
             elif result.node is not None or not result.blocked_only_by_interference:
                 self.relax.forget(pod.key)
-            elif (due := self._relax_due(pod.key, now)) is not None:
-                relaxed = self._decide(
-                    pod, table, now, profile, candidates, True, recorder, preemption, room
-                )
-                if relaxed.node is not None:
-                    self.relax.forget(pod.key)
-                    result, waited = relaxed, due
+            else:
+                blocked_s = self.relax.waited(pod.key, now)
+                relax_at = now + self.settings.relax_after_s - blocked_s
+                if blocked_s >= self.settings.relax_after_s:
+                    relaxed = self._decide(
+                        pod, table, now, profile, candidates, True, recorder, preemption, room
+                    )
+                    if relaxed.node is not None:
+                        self.relax.forget(pod.key)
+                        result, waited = relaxed, blocked_s
+        if (
+            result.node is None
+            and result.runq is not None
+            and RUNQ_EXCEEDED in result.reason_counts
+        ):
+            runq = dataclasses.replace(result.runq, relax_at=relax_at)
+            advised = f"{result.message} {runq_advice(runq, now)}"
+            result = dataclasses.replace(result, runq=runq, message=advised)
         if not blind and waited is None:
             return result
         return dataclasses.replace(result, blind=blind, relaxed_after_s=waited)
@@ -465,6 +482,7 @@ class SchedulingCycle:
                 funnel=funnel,
                 omitted={"feasible": 0, "rejected": considered - len(rejected)},
                 preemption=outcome,
+                runq=self._runq(profile, state, rejected, filtered.without_relaxable),
             )
         scores = _scores(profile, state, passed, recorder)
         selecting = time.time_ns() if recorder is not None else 0
@@ -493,7 +511,25 @@ class SchedulingCycle:
                 "feasible": feasible - len(ranked),
                 "rejected": considered - feasible - len(rejected),
             },
+            runq=self._runq(profile, state, ranked + rejected),
         )
+
+    def _runq(
+        self,
+        profile: ResolvedProfile,
+        state: CycleState,
+        recorded: list[CandidateVerdict],
+        nearest_among: NDArray[np.bool_] | None = None,
+    ) -> RunqCheck | None:
+        """:func:`~scheduler.plugins.interference.runq_check` where the profile runs the
+        Interference filter on readable signals (``None`` elsewhere)."""
+        if state.pod.tolerance is None or not state.signals_readable:
+            return None  # most pods: no lookups
+        if INTERFERENCE not in profile.names:
+            return None
+        args = state.args_of(INTERFERENCE, InterferenceArgs)
+        nodes = (c.node for c in recorded)
+        return runq_check(state.table, state.pod, args, state.now, nodes, nearest_among)
 
     def _filters_held(
         self,

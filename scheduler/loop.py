@@ -665,6 +665,7 @@ class SchedulingLoop:
             omitted=dict(result.omitted),
             trace_id=trace_id,
             preemption=_preemption_record(result.preemption),
+            runq=result.runq,
         )
 
     def _write_decision(self, decision: Decision) -> None:

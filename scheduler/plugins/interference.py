@@ -51,13 +51,14 @@ after a placement recomputes one row, not the whole column.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
+from interference.decision import RunqCheck
 from scheduler.api.objects import PodInfo
 from scheduler.events import Action, EventInterest
 from scheduler.plugins.base import CycleState, Filter, FilterResult, Score
@@ -162,6 +163,41 @@ def interference_filter(
         lambda: columns,
         lambda index, row: measurements[index](row),
     )
+
+
+def runq_check(
+    table: NodeTable,
+    pod: PodInfo,
+    settings: InterferenceArgs,
+    now: float,
+    nodes: Iterable[str],
+    nearest_among: NDArray[np.bool_] | None = None,
+) -> RunqCheck | None:
+    """For the decision record: the pod's run-queue tolerance, the run-queue p99 the filter
+    compares on ``nodes`` (the recorded candidates) and, given ``nearest_among`` (the nodes
+    no other filter refuses, for a pod no node passed), the node among them with the lowest
+    run-queue p99 above the tolerance; ``None`` for a pod without a run-queue tolerance."""
+    tolerance = pod.tolerance
+    if tolerance is None or tolerance.max_runq_p99_us is None:
+        return None
+    bound = tolerance.max_runq_p99_us
+    measured = table.windows[settings.signal_window].runq_p99_us
+    fresh = fresh_signals(table, now)
+    rows = [row for row in map(table.index_of, nodes) if row is not None]
+    nearest = ""
+    if nearest_among is not None:
+        above = nearest_among & fresh & (measured > bound)
+        if above.any():
+            candidates = np.flatnonzero(above)
+            row = int(candidates[np.argmin(measured[candidates])])
+            nearest = table.names[row]
+            rows.append(row)
+    values = {
+        table.names[row]: value
+        for row in rows
+        if fresh[row] and np.isfinite(value := measured.item(row))
+    }
+    return RunqCheck(bound, settings.signal_window, values, nearest)
 
 
 def _versus(measured: NDArray[np.float64], bound: float, unit: str) -> Callable[[int], str]:

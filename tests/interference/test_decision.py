@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -11,6 +12,7 @@ from interference.decision import (
     CandidateVerdict,
     Decision,
     FunnelStage,
+    RunqCheck,
     decision_hash,
     parse_decision_hash,
 )
@@ -37,6 +39,7 @@ DECISION = Decision(
     funnel=[FunnelStage("NodeResourcesFit", 40, 12), FunnelStage("Interference", 12, 3)],
     omitted={"feasible": 2, "rejected": 36},
     trace_id="4bf92f3577b34da6a3ce929d0e0e4736",
+    runq=RunqCheck(500.0, "10s", {"gpu-1": 2900.0, "gpu-2": 120.5}),
 )
 
 
@@ -50,6 +53,37 @@ def test_decision_round_trips_and_reads_well() -> None:
     assert parse_decision_hash(fields) == DECISION
     as_bytes = {k.encode(): v.encode() for k, v in fields.items()}
     assert parse_decision_hash(as_bytes) == DECISION
+
+
+def test_the_runq_check_is_stored_with_the_decision_and_read_back() -> None:
+    unschedulable = Decision(
+        "ml",
+        "picky-0",
+        "unschedulable",
+        "",
+        "0/2 nodes are available: …",
+        1_700_000_000.0,
+        runq=RunqCheck(500.0, "60s", {"gpu-1": 2900.04, "gpu-3": 640.0}, "gpu-3", 1_700_000_042.0),
+    )
+    fields = decision_hash(unschedulable)
+    assert json.loads(fields["runq"]) == {
+        "tolerance_us": 500.0,
+        "window": "60s",
+        "measured_us": {"gpu-1": 2900.0, "gpu-3": 640.0},  # to 0.1 µs: the record stays small
+        "nearest": "gpu-3",
+        "relax_at": 1_700_000_042.0,
+    }
+    parsed = parse_decision_hash(fields)
+    assert parsed.runq == RunqCheck(
+        500.0, "60s", {"gpu-1": 2900.0, "gpu-3": 640.0}, "gpu-3", 1_700_000_042.0
+    )
+    never = RunqCheck(500.0, "10s", {"gpu-1": 2900.0})  # never relaxed: relax_at null
+    assert json.loads(decision_hash(replace(unschedulable, runq=never))["runq"])["relax_at"] is None
+    assert parse_decision_hash(decision_hash(replace(unschedulable, runq=never))).runq == never
+
+
+def test_a_record_stored_without_the_runq_check_still_reads() -> None:
+    assert parse_decision_hash(_with(runq=None)) == replace(DECISION, runq=None)
 
 
 def test_dry_run_flag_round_trips() -> None:
@@ -83,6 +117,9 @@ def _with(**changes: str | None) -> dict[str, str]:
         _with(candidates='[{"passed": true}]'),
         _with(candidates='[{"node": "a", "passed": true, "scores": [1]}]'),
         _with(candidates='[{"node": "a", "passed": true, "scores": {"x": "high"}}]'),
+        _with(runq="[1]"),
+        _with(runq='{"window": "10s"}'),
+        _with(runq='{"tolerance_us": 500, "measured_us": {"a": "loud"}}'),
         {b"namespace": b"\xff"},
     ],
 )

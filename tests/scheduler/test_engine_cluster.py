@@ -7,6 +7,7 @@ rule fires with an Event.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterator
 
@@ -200,10 +201,19 @@ def test_relax_after_waiting_only_for_interference() -> None:
         h.cycle()
         first = h.decisions.last("patient")
         assert first.result == "unschedulable"
-        assert first.message == (
+        # The Event says what to do: the nearest node against the tolerance, when the pod
+        # is relaxed and how far to raise its tolerance.
+        relax_at = time.strftime("%H:%M:%S UTC", time.gmtime(h.clock.now + 30))
+        told = (
             "0/2 nodes are available: "
-            "2 node(s) had run-queue p99 above the pod's interference tolerance."
+            "2 node(s) had run-queue p99 above the pod's interference tolerance. "
+            "Nearest node: loud-a, run-queue p99 4000 µs against the tolerance 500 µs "
+            f"(10s window). Relaxed to interference-blind in 30 s (at {relax_at}). "
+            "Hint: raise interference.io/max-runq-p99-us to at least 4000 µs."
         )
+        assert first.message == told
+        [event] = h.cluster.events_for("default", "patient")
+        assert (event.type, event.reason, event.message) == ("Warning", "FailedScheduling", told)
         relaxed_events = []
         while h.clock.now < 1_800_000_000.0 + 29:
             h.clock.advance(1.0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -126,10 +127,67 @@ def test_unschedulable_pod_lists_interference_rejections_first() -> None:
     assert [c.node for c in result.candidates] == ["quiet-a", "quiet-b"]
     assert result.candidates[0].reasons == [f"{RUNQ_EXCEEDED} (measured 50 µs > tolerance 10 µs)"]
     assert result.reason_counts[RUNQ_EXCEEDED] == 4  # quiet-a, quiet-b, noisy-1, noisy-2
-    assert result.message == (
+    assert result.message.startswith(
         "0/7 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint(s), "
         "1 node(s) were not ready, "
-        f"4 {RUNQ_EXCEEDED}."
+        f"4 {RUNQ_EXCEEDED}. Nearest node: quiet-a,"
+    )
+
+
+def test_a_record_keeps_the_runq_p99_the_filter_compared_on_each_candidate() -> None:
+    """What decided, stored with the decision: the pod's tolerance, the window the filter
+    read and each recorded candidate's run-queue p99 (not the unrecorded nodes')."""
+    pod = parse_pod(_latency_pod(requests={"cpu": "1"}))
+    settings = interference_settings(signal_window="60s", record_top_k=3)
+    result = SchedulingCycle(settings).schedule(pod, _cluster(), NOW)
+    assert result.node == "quiet-a" and result.runq is not None
+    assert (result.runq.tolerance_us, result.runq.window) == (500.0, "60s")
+    assert result.runq.measured_us == {
+        "quiet-a": 50.0,
+        "quiet-b": 80.0,
+        "noisy-1": 4000.0,
+        "noisy-2": 3000.0,
+        "small": 50.0,
+    }
+    assert result.runq.nearest == "" and "Nearest" not in result.message
+    plain = SchedulingCycle(EngineSettings()).schedule(parse_pod(pod_obj()), _cluster(), NOW)
+    assert plain.runq is None  # no tolerance: nothing compared
+
+
+def test_an_unschedulable_pod_is_told_the_nearest_node_even_when_the_record_omits_it() -> None:
+    table = _cluster()
+    _runq(table, **{"quiet-a": 80, "quiet-b": 50, "noisy-1": 4000, "noisy-2": 3000})
+    pod = parse_pod(_latency_pod("10", requests={"cpu": "1"}))
+    engine = SchedulingCycle(EngineSettings(record_top_k=1, relax_after_s=45.0))
+    engine.schedule(pod, table, NOW - 3)  # it first waited 3 s before
+    result = engine.schedule(pod, table, NOW)
+    assert [c.node for c in result.candidates] == ["quiet-a"]
+    assert result.runq is not None and result.runq.nearest == "quiet-b"
+    assert result.runq.measured_us == {"quiet-a": 80.0, "quiet-b": 50.0}
+    assert result.runq.relax_at == NOW + 42
+    at = time.strftime("%H:%M:%S UTC", time.gmtime(NOW + 42))
+    assert result.message.endswith(
+        f"4 {RUNQ_EXCEEDED}. Nearest node: quiet-b, run-queue p99 50 µs against the tolerance "
+        f"10 µs (10s window). Relaxed to interference-blind in 42 s (at {at}). "
+        "Hint: raise interference.io/max-runq-p99-us to at least 50 µs."
+    )
+
+
+def test_a_pod_every_other_filter_refuses_as_well_is_told_it_is_never_relaxed() -> None:
+    """Interference listed before NodeResourcesFit: each node is refused for its run-queue
+    first, yet none has the CPU, so relaxing would not help and no node is nearest."""
+    table = table_of([node_obj("a", cpu="1"), node_obj("b", cpu="1")])
+    _runq(table, a=900, b=700)
+    pod = parse_pod(_latency_pod(requests={"cpu": "4"}))
+    profile = Profile(filters=("Interference", "NodeResourcesFit"))
+    result = SchedulingCycle(EngineSettings(profile=profile)).schedule(pod, table, NOW)
+    assert result.node is None and not result.blocked_only_by_interference
+    assert result.runq is not None
+    assert (result.runq.nearest, result.runq.relax_at) == ("", None)
+    assert result.runq.measured_us == {"a": 900.0, "b": 700.0}
+    assert result.message == (
+        f"0/2 nodes are available: 2 {RUNQ_EXCEEDED}. Never relaxed to interference-blind: "
+        "another filter refuses each node as well."
     )
 
 
@@ -148,6 +206,7 @@ def test_record_counts_and_details_round_trip_through_the_decision_hash() -> Non
     )
     parsed = parse_decision_hash(decision_hash(decision))
     assert parsed.rejected_by_reason == result.reason_counts
+    assert parsed.runq is None  # the record above was written without it
     assert parsed.candidates[-1].details == {"gpu_model": "X"}
     assert [c.node for c in parsed.candidates] == [c.node for c in result.candidates] + ["g"]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from typing import Any
 
@@ -147,9 +148,13 @@ def test_tolerance_blocks_then_relax_schedules() -> None:
     engine = SchedulingCycle(EngineSettings(), seed=0)
     blocked = engine.schedule(pod, table, NOW)
     assert blocked.node is None and blocked.blocked_only_by_interference
+    at = time.strftime("%H:%M:%S UTC", time.gmtime(NOW + 60))
     assert blocked.message == (
         "0/2 nodes are available: "
-        "2 node(s) had run-queue p99 above the pod's interference tolerance."
+        "2 node(s) had run-queue p99 above the pod's interference tolerance. "
+        "Nearest node: a, run-queue p99 2000 µs against the tolerance 500 µs (10s window). "
+        f"Relaxed to interference-blind in 60 s (at {at}). "
+        "Hint: raise interference.io/max-runq-p99-us to at least 2000 µs."
     )
     relaxed = engine.schedule(pod, table, NOW, relax_interference=True)
     assert relaxed.node in ("a", "b")
