@@ -5,6 +5,7 @@
     interference explain NS/POD [--html FILE]   a pod's decision records (and a page)
     interference record --out FILE      save the nodes' NodeReports to a trace file
     interference simulate --trace FILE --pods FILE --policy A.yaml [--explain NS/POD [--html FILE]]
+    interference recommend-tolerance NS/WORKLOAD [--prometheus URL | --trace FILE]
 
 The Redis options may come before or after the command. Credentials: the URL's, or
 REDIS_USERNAME / REDIS_PASSWORD (never printed). A bad command line exits 2, a problem
@@ -254,6 +255,12 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
         help="with --explain, also write that decision as an HTML page (one file per policy "
         "when several: FILE's name gets the policy's)",
     )
+    from interference_cli import recommend_command as recommend
+
+    recommend.add_arguments(
+        command(recommend.NAME, recommend.SUMMARY, recommend.DESCRIPTION, recommend.EXAMPLE),
+        _output_option,
+    )
     return parser
 
 
@@ -314,6 +321,10 @@ def _run(args: argparse.Namespace, console: Console, env: Mapping[str, str]) -> 
         from interference_cli.simulate import run_simulate_command
 
         return run_simulate_command(args, console)
+    if args.command == "recommend-tolerance":
+        from interference_cli.recommend_command import run
+
+        return run(args, console, lambda: store_from_args(args, env))
     store = store_from_args(args, env)
     if args.command == "record":
         from interference_cli.trace import record_to_file
