@@ -172,6 +172,12 @@ class RebalanceMetrics:
             "Bound pods whose window breaks their interference tolerance at the latest look.",
             registry=registry,
         )
+        self.looks = Counter(
+            "interference_scheduler_rebalance_looks",
+            "Looks the leader took at the pods with a tolerance (one per interval_s while"
+            " the rebalancer is not off).",
+            registry=registry,
+        )
         for result in EVICTION_RESULTS:
             self.evictions.labels(result)
         for reason in (*HOLD_REASONS, *REFUSALS):
@@ -316,6 +322,7 @@ class Rebalancer:
             return []
         if not self._restored and not self.records_only and not self._restore(now):
             return []  # judging without the old leader's moves could break its guard rails
+        self._metrics.looks.inc()
         name = self.scheduler_name
         with self._cache.lock:
             tolerant = self._cache.table.index(TOLERANT_PODS, TolerantPods).pods()

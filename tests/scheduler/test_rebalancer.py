@@ -377,7 +377,19 @@ def test_off_looks_at_nothing() -> None:
     w.run_pod("web-1", "node-a")
     assert w.step() == [] and w.step(60) == []
     assert w.evictions.calls == []
+    assert w.metric("interference_scheduler_rebalance_looks_total") == 0
     w.h.close()
+
+
+def test_every_look_is_counted_with_or_without_a_pod_to_judge(enforcing: World) -> None:
+    """The dashboards' look annotations: one per step, a step with nobody to judge too."""
+    w = enforcing
+    w.step()
+    assert w.metric("interference_scheduler_rebalance_looks_total") == 1
+    w.run_pod("web-1", "node-a")
+    w.step(5)
+    w.step(5)
+    assert w.metric("interference_scheduler_rebalance_looks_total") == 3
 
 
 def test_an_opted_out_pod_is_never_looked_at(enforcing: World) -> None:
@@ -451,6 +463,7 @@ def test_no_judging_before_the_journal_is_read() -> None:
     w.run_pod("web-1", "node-a")
     assert w.step() == [] and w.step(30) == []  # the old leader's moves are unknown
     assert w.evictions.calls == []
+    assert w.metric("interference_scheduler_rebalance_looks_total") == 0  # none taken
     journal.readable = True
     w.step(1)
     (evicted,) = w.step(30)
