@@ -1,17 +1,19 @@
-"""The Grafana dashboard (deploy/grafana/interference-scheduler.json) queries only series the
-programs export: every PromQL expression of every panel is tokenized and each metric name in
+"""The Grafana dashboards (deploy/grafana/*.json) query only series the programs export:
+every PromQL expression of every panel and annotation is tokenized and each metric name in
 it is looked up among the series of the metric classes the scheduler, the agent and the
-credential issuer register (built here on fresh registries, so a renamed metric fails this
-test). Every panel has a title and the templated Prometheus datasource, every registered
-metric is on some panel, and deploy/grafana renders the dashboard as a ConfigMap the Grafana
-sidecar loads."""
+credential issuer register and of the agent's signal collector (built here on fresh
+registries, so a renamed metric fails this test). Every panel has a title and the templated
+Prometheus datasource, every registered metric is on some panel, each dashboard has what
+Grafana needs to import it, and deploy/grafana renders each as a ConfigMap the Grafana
+sidecar loads. tests/e2e/test_dashboard_queries.py runs every query against a real
+Prometheus scraping the real programs."""
 
 from __future__ import annotations
 
 import functools
 import json
 import re
-from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
@@ -19,29 +21,54 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from credential_issuer.issuer import IssuerMetrics
+from interference.signals import SIGNAL_FAMILIES, NodeMetrics, NodeReport, PodMetrics
 from node_agent.health import AgentMetrics
+from node_agent.signal_metrics import SignalCollector
+from node_agent.tolerances import PodTolerance
 from scheduler.adapters.preemption import PreemptionMetrics
 from scheduler.adapters.redis_signals import SignalMetrics
 from scheduler.adapters.tracing import TracingMetrics
 from scheduler.extender import ExtenderMetrics
 from scheduler.metrics import SchedulerMetrics
 from scheduler.rebalancer import RebalanceMetrics
-from tests.deploy.manifests import DEPLOY, find, kustomizations, render
+from tests.deploy.dashboards import (
+    BUILTIN_VARIABLES,
+    DATASOURCE,
+    GRAFANA,
+    Dashboard,
+    all_panels,
+    annotation_queries,
+    dashboard_files,
+    load,
+    queries,
+    variables_in,
+)
+from tests.deploy.manifests import find, kustomizations, render
 
-GRAFANA = DEPLOY / "grafana"
-DASHBOARD = GRAFANA / "interference-scheduler.json"
-ROWS = [
-    "Signal plane",
-    "Decisions",
-    "Redis",
-    "Agents",
-    "Credential issuer",
-    "Configuration",
-    "Evictions",
-]
-DATASOURCE = {"type": "prometheus", "uid": "${DS_PROMETHEUS}"}
-
-Panel = dict[str, Any]
+SCHEDULER_DASHBOARD = GRAFANA / "interference-scheduler.json"
+SIGNALS_DASHBOARD = GRAFANA / "interference-signals.json"
+ROWS = {
+    "interference-scheduler": [
+        "Signal plane",
+        "Decisions",
+        "Redis",
+        "Agents",
+        "Credential issuer",
+        "Configuration",
+        "Evictions",
+    ],
+    "interference-signals": [
+        "Nodes",
+        "Pods with a tolerance",
+        "Antagonists",
+        "Scheduler and agents",
+    ],
+}
+CONFIGMAPS = {
+    "interference-scheduler.json": "interference-scheduler-dashboard",
+    "interference-signals.json": "interference-signals-dashboard",
+}
+DASHBOARDS = [pytest.param(path, id=path.stem) for path in dashboard_files()]
 
 # --- what the programs register -----------------------------------------------------
 
@@ -69,9 +96,21 @@ def program_registries() -> dict[str, CollectorRegistry]:
     PreemptionMetrics(scheduler)
     agent = CollectorRegistry()
     AgentMetrics(agent)
+    agent.register(signal_collector())
     issuer = CollectorRegistry()
     IssuerMetrics(issuer)
     return {"scheduler": scheduler, "agent": agent, "issuer": issuer}
+
+
+def signal_collector() -> SignalCollector:
+    """The agent's signal collector after a report in which every family was measured and
+    a pod declares every tolerance, so that each of its families has samples."""
+    tolerance = PodTolerance(max_runq_p99_us=500, max_reclaim_stall_ms_per_s=2.5, max_index=40)
+    collector = SignalCollector("n1", tolerance_of=lambda _uid: tolerance)
+    pod = PodMetrics("shop", "api", uid="uid-1", runq_us=(5,))
+    report = NodeReport("n1", 100.0, 1.0, NodeMetrics(), pods=[pod], measured=SIGNAL_FAMILIES)
+    collector.observe(report, ncpu=1)
+    return collector
 
 
 @functools.cache
@@ -123,7 +162,6 @@ MATCHERS = re.compile(r"\{[^{}]*\}")
 RANGE = re.compile(r"\[[^\[\]]*\]")
 VARIABLE = re.compile(r"\$\{[^}]*\}|\$\w+|\[\[\w+\]\]")
 IDENTIFIER = re.compile(r"(?<![\w.$])([A-Za-z_:][\w:]*)(\s*\()?")
-BUILTIN_VARIABLES = {"__rate_interval", "__interval", "__range", "__interval_ms", "__range_s"}
 
 
 def metric_names(expr: str) -> set[str]:
@@ -153,39 +191,24 @@ def metric_names(expr: str) -> set[str]:
     return names
 
 
-def all_panels(panels: list[Panel]) -> Iterator[Panel]:
-    """Every panel, those inside collapsed rows included."""
-    for panel in panels:
-        yield panel
-        yield from all_panels(panel.get("panels", []))
-
-
-def queries(dashboard: dict[str, Any]) -> Iterator[tuple[str, str]]:
-    """(panel title, PromQL expression) of every target of every panel."""
-    for panel in all_panels(dashboard["panels"]):
-        for target in panel.get("targets", []):
-            yield panel["title"], target["expr"]
-
-
-def unknown_metrics(dashboard: dict[str, Any]) -> list[str]:
+def unknown_metrics(board: Dashboard) -> list[str]:
     """'panel: name' for each metric name queried that no program exports."""
     exported = exported_series()
     return [
         f"{title}: {name}"
-        for title, expr in queries(dashboard)
+        for title, expr in queries(board)
         for name in sorted(metric_names(expr))
         if name not in exported
     ]
 
 
 @functools.cache
-def load_text() -> str:
-    return DASHBOARD.read_text(encoding="utf-8")
+def load_text(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
 
 
-def dashboard() -> dict[str, Any]:
-    loaded: dict[str, Any] = json.loads(load_text())
-    return loaded
+def dashboard(path: Path = SCHEDULER_DASHBOARD) -> Dashboard:
+    return load(path)
 
 
 # --- tests --------------------------------------------------------------------------
@@ -203,9 +226,10 @@ def test_the_tokenizer_finds_the_metric_names() -> None:
         metric_names("rtae(a_total[5m])")
 
 
-def test_every_metric_the_dashboard_queries_is_exported() -> None:
-    assert list(queries(dashboard())), "the dashboard has no queries"
-    assert unknown_metrics(dashboard()) == []
+@pytest.mark.parametrize("path", DASHBOARDS)
+def test_every_metric_the_dashboard_queries_is_exported(path: Path) -> None:
+    assert list(queries(dashboard(path))), "the dashboard has no queries"
+    assert unknown_metrics(dashboard(path)) == []
 
 
 def test_a_made_up_or_renamed_metric_is_reported() -> None:
@@ -224,28 +248,46 @@ def test_a_made_up_or_renamed_metric_is_reported() -> None:
     ]
 
 
-def test_every_exported_metric_is_on_the_dashboard() -> None:
+def test_a_made_up_metric_in_an_annotation_is_reported() -> None:
+    broken = dashboard(SIGNALS_DASHBOARD)
+    annotation = broken["annotations"]["list"][1]
+    annotation["expr"] = "sum(increase(interference_scheduler_rebalance_made_up_total[5m]))"
+    assert unknown_metrics(broken) == [
+        f"annotation {annotation['name']}: interference_scheduler_rebalance_made_up_total"
+    ]
+
+
+def test_every_exported_metric_is_on_a_dashboard() -> None:
     """A new metric gets a panel (or is named here with the reason it has none)."""
     exported = exported_series()
-    used = {exported[n] for _, e in queries(dashboard()) for n in metric_names(e) if n in exported}
+    used = {
+        exported[name]
+        for path in dashboard_files()
+        for _, expr in queries(dashboard(path))
+        for name in metric_names(expr)
+        if name in exported
+    }
     assert sorted(set(exported.values()) - used) == []
 
 
 def test_the_registries_are_the_programs() -> None:
     """Each program's registry holds its own metrics, under the project's prefixes."""
     prefixes = {
-        "scheduler": "interference_scheduler_",
-        "agent": "interference_agent_",
-        "issuer": "interference_credentials_",
+        "scheduler": ("interference_scheduler_",),
+        "agent": ("interference_agent_", "interference_node_", "interference_pod_"),
+        "issuer": ("interference_credentials_",),
     }
     for program, registry in program_registries().items():
         names = [family.name for family in registry.collect()]
         assert names and all(n.startswith(prefixes[program]) for n in names), program
     assert "interference_scheduler_signal_age_seconds_bucket" in exported_series()
+    assert "interference_node_runq_delay_seconds_bucket" in exported_series()
+    assert "interference_pod_tolerance_runq_p99_seconds" in exported_series()
 
 
-def test_every_panel_has_a_title_and_the_templated_datasource() -> None:
-    board = dashboard()
+@pytest.mark.parametrize("path", DASHBOARDS)
+def test_every_panel_has_a_title_and_the_templated_datasource(path: Path) -> None:
+    board = dashboard(path)
     variables = {v["name"]: v for v in board["templating"]["list"]}
     assert variables["DS_PROMETHEUS"]["type"] == "datasource"
     assert variables["DS_PROMETHEUS"]["query"] == "prometheus"
@@ -258,44 +300,190 @@ def test_every_panel_has_a_title_and_the_templated_datasource() -> None:
         for target in panel["targets"]:
             assert target.get("datasource") == DATASOURCE, panel["title"]
             assert target.get("expr"), panel["title"]
-            for var in re.findall(r"\$\{?(\w+)", target["expr"]):
-                assert var in BUILTIN_VARIABLES or var in variables, (panel["title"], var)
+    for title, expr in queries(board):
+        for var in variables_in(expr):
+            assert var in BUILTIN_VARIABLES or var in variables, (title, var)
 
 
-def test_every_datasource_is_the_variable() -> None:
+@pytest.mark.parametrize("path", DASHBOARDS)
+def test_every_datasource_is_the_variable(path: Path) -> None:
     """No datasource uid of one Grafana instance is left in the file."""
-    uids = set(re.findall(r'"uid":\s*"([^"]*)"', load_text()))
-    assert uids == {"${DS_PROMETHEUS}", "-- Grafana --", "interference-scheduler"}
+    uids = set(re.findall(r'"uid":\s*"([^"]*)"', load_text(path)))
+    assert uids == {"${DS_PROMETHEUS}", "-- Grafana --", path.stem}
 
 
-def test_rows_and_layout() -> None:
-    board = dashboard()
-    assert board["schemaVersion"] >= 36  # Grafana 9.0+; 39 is Grafana 10.4's
-    assert board["uid"] == "interference-scheduler"
+@pytest.mark.parametrize("path", DASHBOARDS)
+def test_rows_and_layout(path: Path) -> None:
+    board = dashboard(path)
+    assert board["uid"] == path.stem
     rows = [p["title"] for p in board["panels"] if p["type"] == "row"]
-    assert rows == ROWS
-    assert "the rebalancer's evictions" in board["description"]
-    panels = list(all_panels(board["panels"]))
-    ids = [p["id"] for p in panels]
-    assert len(ids) == len(set(ids)), "panel ids repeat"
+    assert rows == ROWS[path.stem]
     cells: dict[tuple[int, int], str] = {}
-    for panel in panels:
+    for panel in all_panels(board["panels"]):
         pos = panel["gridPos"]
-        assert pos["x"] + pos["w"] <= 24, panel["title"]
         for x in range(pos["x"], pos["x"] + pos["w"]):
             for y in range(pos["y"], pos["y"] + pos["h"]):
                 assert (x, y) not in cells, f"{panel['title']} overlaps {cells[(x, y)]}"
                 cells[(x, y)] = panel["title"]
 
 
-def test_deploy_grafana_renders_the_dashboard_configmap_for_the_sidecar() -> None:
+def test_the_scheduler_dashboard_says_what_it_holds() -> None:
+    assert "the rebalancer's evictions" in dashboard()["description"]
+
+
+def test_the_signals_dashboard_has_what_a_user_looks_at() -> None:
+    """A heatmap of the node's run-queue histogram per node; each pod with a tolerance its
+    own panel with the tolerance as a second series; evictions and the rebalancer's looks
+    as annotations; antagonists per node; the scheduler's health beside (a row, and a
+    link to its dashboard, which links back)."""
+    board = dashboard(SIGNALS_DASHBOARD)
+    panels = {p["title"]: p for p in all_panels(board["panels"])}
+    heatmap = panels["Run-queue delay on $node"]
+    assert heatmap["type"] == "heatmap" and heatmap["repeat"] == "node"
+    (target,) = heatmap["targets"]
+    assert target["format"] == "heatmap" and target["legendFormat"] == "{{le}}"
+    assert "rate(interference_node_runq_delay_seconds_bucket{" in target["expr"]
+    assert target["expr"].startswith("sum by (le) (")
+    pod = panels["$pod: run-queue p99 and its tolerance"]
+    assert pod["repeat"] == "pod"
+    exprs = [t["expr"] for t in pod["targets"]]
+    assert "interference_pod_runq_p99_seconds{" in exprs[0]
+    assert "interference_pod_tolerance_runq_p99_seconds{" in exprs[1]
+    annotations = dict(annotation_queries(board))
+    assert "interference_scheduler_rebalance_evictions_total" in annotations["annotation Evictions"]
+    assert (
+        "interference_scheduler_rebalance_looks_total" in annotations["annotation Rebalancer looks"]
+    )
+    assert "topk by (node)" in panels["Top antagonists per node now"]["targets"][0]["expr"]
+    variables = [v["name"] for v in board["templating"]["list"]]
+    assert variables == ["DS_PROMETHEUS", "node", "namespace", "pod", "window"]
+    assert [link["url"] for link in board["links"]] == ["/d/interference-scheduler"]
+    assert [link["url"] for link in dashboard()["links"]] == ["/d/interference-signals"]
+
+
+# --- what Grafana needs to import a dashboard -------------------------------------------
+
+# No offline validator exists: Grafana's schema is CUE inside Grafana, and the Python
+# SDK that mirrors it (grafana-foundation-sdk) reads any JSON without a complaint. So this
+# checks what an import needs: the fields Grafana reads, their types, unique ids and refIds,
+# grid positions on its 24 columns, repeats of variables that hold several values, and
+# dashboard links to dashboards that exist here.
+PANEL_TYPES = {"row", "timeseries", "stat", "table", "heatmap", "gauge", "bargauge", "text"}
+VARIABLE_TYPES = {"datasource", "query", "custom", "constant", "interval", "textbox"}
+UID = re.compile(r"[A-Za-z0-9_-]{1,40}")
+
+
+def import_problems(board: Dashboard) -> list[str]:
+    """What would keep Grafana from importing ``board`` as it is meant (empty when none)."""
+    problems: list[str] = []
+
+    def need(ok: object, problem: str) -> None:
+        if not ok:
+            problems.append(problem)
+
+    need(isinstance(board.get("uid"), str) and UID.fullmatch(board["uid"]), "uid")
+    need(isinstance(board.get("title"), str) and board["title"], "title")
+    need(isinstance(board.get("schemaVersion"), int) and board["schemaVersion"] >= 36,
+         "schemaVersion (36 is Grafana 9.0's)")  # fmt: skip
+    need(isinstance(board.get("time"), dict) and {"from", "to"} <= board["time"].keys(), "time")
+    need(all(isinstance(t, str) for t in board.get("tags", [])), "tags")
+    variables = board.get("templating", {}).get("list")
+    need(isinstance(variables, list), "templating.list")
+    names = [v.get("name") for v in variables or []]
+    need(len(names) == len(set(names)), f"variable names repeat: {names}")
+    several = set()
+    for variable in variables or []:
+        name = variable.get("name")
+        need(variable.get("type") in VARIABLE_TYPES, f"variable {name}: type")
+        if variable.get("type") == "query":
+            need(variable.get("datasource") == DATASOURCE, f"variable {name}: datasource")
+            need(variable.get("query", {}).get("query"), f"variable {name}: query")
+        if variable.get("type") == "custom":
+            values = [o["value"] for o in variable.get("options", [])]
+            need(variable.get("query") == ",".join(values), f"variable {name}: options")
+            need(variable.get("current", {}).get("value") in values, f"variable {name}: current")
+        if variable.get("multi") or variable.get("includeAll"):
+            several.add(name)
+    annotations = board.get("annotations", {}).get("list")
+    need(isinstance(annotations, list), "annotations.list")
+    for annotation in annotations or []:
+        name = annotation.get("name")
+        need(name and isinstance(annotation.get("enable"), bool), f"annotation {name}")
+        if not annotation.get("builtIn"):
+            need(annotation.get("datasource") == DATASOURCE, f"annotation {name}: datasource")
+            need(annotation.get("expr"), f"annotation {name}: expr")
+    uids = {p.stem for p in dashboard_files()}
+    for link in board.get("links", []):
+        need(link.get("type") in {"link", "dashboards"}, f"link {link.get('title')}: type")
+        url = link.get("url", "")
+        if link.get("type") == "link":
+            need(url.removeprefix("/d/") in uids, f"link {link.get('title')}: {url}")
+    ids = []
+    for panel in all_panels(board.get("panels") or []):
+        title = panel.get("title")
+        ids.append(panel.get("id"))
+        need(isinstance(panel.get("id"), int), f"{title}: id")
+        need(panel.get("type") in PANEL_TYPES, f"{title}: type {panel.get('type')}")
+        pos = panel.get("gridPos", {})
+        need(
+            all(isinstance(pos.get(k), int) for k in "hwxy")
+            and pos["w"] > 0
+            and pos["h"] > 0
+            and pos["x"] >= 0
+            and pos["x"] + pos["w"] <= 24,
+            f"{title}: gridPos {pos}",
+        )
+        if "repeat" in panel:
+            need(panel["repeat"] in several, f"{title}: repeats {panel['repeat']}")
+            need(panel.get("repeatDirection") in {"h", "v"}, f"{title}: repeatDirection")
+        if panel.get("type") == "row":
+            continue
+        refs = [t.get("refId") for t in panel.get("targets", [])]
+        need(refs and all(refs) and len(refs) == len(set(refs)), f"{title}: refIds {refs}")
+        need(
+            isinstance(panel.get("fieldConfig", {}).get("defaults"), dict), f"{title}: fieldConfig"
+        )
+    need(len(ids) == len(set(ids)), f"panel ids repeat: {ids}")
+    return problems
+
+
+@pytest.mark.parametrize("path", DASHBOARDS)
+def test_the_dashboard_has_what_grafana_needs_to_import_it(path: Path) -> None:
+    assert import_problems(dashboard(path)) == []
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (lambda b: b.pop("uid"), "uid"),
+        (lambda b: b.update(uid="no spaces allowed"), "uid"),
+        (lambda b: b.update(schemaVersion="39"), "schemaVersion"),
+        (lambda b: b["panels"][2].update(id=b["panels"][1]["id"]), "panel ids repeat"),
+        (lambda b: b["panels"][1]["gridPos"].update(x=20), "gridPos"),
+        (lambda b: b["panels"][1].update(type="graph-of-my-own"), "type graph-of-my-own"),
+        (lambda b: b["panels"][1].update(repeat="window"), "repeats window"),
+        (lambda b: b["panels"][2]["targets"][1].update(refId="A"), "refIds"),
+        (lambda b: b["links"][0].update(url="/d/made-up"), "/d/made-up"),
+        (lambda b: b["templating"]["list"][4]["current"].update(value="5m"), "window: current"),
+        (lambda b: b["annotations"]["list"][1].pop("expr"), "annotation Evictions: expr"),
+    ],
+)
+def test_the_import_check_can_fail(change: Any, problem: str) -> None:
+    board = dashboard(SIGNALS_DASHBOARD)
+    change(board)
+    assert any(problem in found for found in import_problems(board)), import_problems(board)
+
+
+def test_deploy_grafana_renders_each_dashboard_as_a_configmap_for_the_sidecar() -> None:
     objects = render(GRAFANA)
-    assert [o["kind"] for o in objects] == ["ConfigMap"]
-    configmap = find(objects, "ConfigMap", "interference-scheduler-dashboard")
-    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
-    assert configmap["metadata"]["namespace"] == "interference-system"
-    assert json.loads(configmap["data"]["interference-scheduler.json"]) == dashboard()
-    kubernetes_validate.validate(configmap, "1.33", strict=True)
+    assert [o["kind"] for o in objects] == ["ConfigMap"] * len(CONFIGMAPS)
+    assert sorted(CONFIGMAPS) == [p.name for p in dashboard_files()]
+    for file, name in CONFIGMAPS.items():
+        configmap = find(objects, "ConfigMap", name)
+        assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert configmap["metadata"]["namespace"] == "interference-system"
+        assert json.loads(configmap["data"][file]) == dashboard(GRAFANA / file)
+        kubernetes_validate.validate(configmap, "1.33", strict=True)
 
 
 @pytest.mark.parametrize("name", sorted(kustomizations()))
