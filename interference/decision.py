@@ -123,16 +123,20 @@ def runq_advice(check: RunqCheck, now: float) -> str:
             f"Nearest node: {check.nearest}, run-queue p99 {nearest:.0f} µs against the "
             f"tolerance {check.tolerance_us:g} µs ({check.window} window)."
         )
-    if check.relax_at is None:
-        out.append("Never relaxed to interference-blind: another filter refuses each node as well.")
-    else:
-        at = time.strftime("%H:%M:%S UTC", time.gmtime(check.relax_at))
-        out.append(
-            f"Relaxed to interference-blind in {max(0.0, check.relax_at - now):.0f} s (at {at})."
-        )
+    out.append(relax_text(check, now))
     if check.nearest in check.measured_us:
         out.append(f"Hint: raise {MAX_RUNQ_P99_US} to at least {raise_to_us(check):.0f} µs.")
     return " ".join(out)
+
+
+def relax_text(check: RunqCheck, now: float) -> str:
+    """When the relax rule judges the pod interference-blind, seen from ``now``."""
+    if check.relax_at is None:
+        return "Never relaxed to interference-blind: another filter refuses each node as well."
+    at = time.strftime("%H:%M:%S UTC", time.gmtime(check.relax_at))
+    if check.relax_at <= now:
+        return f"Relaxed to interference-blind at its next attempt (due since {at})."
+    return f"Relaxed to interference-blind in {check.relax_at - now:.0f} s (at {at})."
 
 
 def raise_to_us(check: RunqCheck) -> float:

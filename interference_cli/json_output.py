@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from interference import hist
-from interference.decision import CandidateVerdict, Decision
+from interference.decision import CandidateVerdict, Decision, RunqCheck, raise_to_us, runq_advice
 from interference.signals import PodMetrics
 from interference_cli.store import NodeDetail, NodeRow, PodRecords, PodRow
 from interference_cli.views import TOP_PODS, funnel_line, ranked_culprits
@@ -163,6 +163,27 @@ def decision_document(decision: Decision, now: float) -> dict[str, Any]:
         "preemption": (
             None if decision.preemption is None else dataclasses.asdict(decision.preemption)
         ),
+        "runq": None if decision.runq is None else _runq(decision, decision.runq, now),
+    }
+
+
+def _runq(decision: Decision, check: RunqCheck, now: float) -> dict[str, Any]:
+    """What the Interference filter compared, and for a pod no node passed, what to do."""
+    unschedulable = decision.result == "unschedulable"
+    nearest = check.measured_us.get(check.nearest) if check.nearest else None
+    return {
+        "tolerance_us": check.tolerance_us,
+        "window": check.window,
+        "measured_us": dict(check.measured_us),
+        "nearest": check.nearest or None,
+        "nearest_us": nearest,
+        "raise_to_us": raise_to_us(check) if nearest is not None else None,
+        "relax_at": check.relax_at if unschedulable else None,
+        "relax_in_s": (
+            max(0.0, check.relax_at - now) if unschedulable and check.relax_at is not None else None
+        ),
+        "never_relaxed": unschedulable and check.relax_at is None,
+        "advice": runq_advice(check, now) if unschedulable else None,
     }
 
 

@@ -14,7 +14,13 @@ from rich.table import Table
 from rich.text import Text
 
 from interference import hist, keys
-from interference.decision import CandidateVerdict, Decision, PreemptionRecord
+from interference.decision import (
+    CandidateVerdict,
+    Decision,
+    PreemptionRecord,
+    RunqCheck,
+    relax_text,
+)
 from interference.signals import WindowMetrics
 from interference_cli.plain import plain, text
 from interference_cli.store import NodeDetail, NodeRow, PodRecords, PodRow
@@ -282,6 +288,10 @@ def decision_view(decision: Decision, now: float, when: str | None = None) -> Re
             *[text(cand.details.get(key, "—")) for key in details],
         )
     parts: list[RenderableType] = [header, text(decision.message)]
+    if decision.runq is not None:
+        parts.append(text(runq_line(decision.runq)))
+        if decision.result == "unschedulable":
+            parts.append(text(f"now: {relax_text(decision.runq, now)}", style="yellow"))
     if decision.preemption is not None:
         parts.append(text(preemption_line(decision.preemption), style="yellow"))
     if decision.funnel:
@@ -314,6 +324,22 @@ def decision_view(decision: Decision, now: float, when: str | None = None) -> Re
     if decision.trace_id:
         parts.append(text(f"trace: {decision.trace_id}"))
     return Group(*parts)
+
+
+def runq_line(check: RunqCheck) -> str:
+    """``run-queue p99 against the tolerance 500 µs (10s window): b 480 µs, a 2900 µs ✗``:
+    what the Interference filter compared, lowest first, the nearest node marked."""
+    measured = sorted(check.measured_us.items(), key=lambda item: (item[1], item[0]))
+    nodes = ", ".join(
+        f"{node} {value:.0f} µs"
+        + (" ✗" if value > check.tolerance_us else "")
+        + (" (nearest)" if node == check.nearest else "")
+        for node, value in measured
+    )
+    return (
+        f"run-queue p99 against the tolerance {check.tolerance_us:g} µs ({check.window} "
+        f"window, at the decision): {nodes or 'no node with usable signals recorded'}"
+    )
 
 
 def preemption_line(record: PreemptionRecord) -> str:
