@@ -204,7 +204,7 @@ def _get(address: str, shown: str) -> bytes:
         raise CliError(f"cannot reach Prometheus at {shown}: {reason}; check --prometheus") from exc
     if len(body) > MAX_PROMETHEUS_BYTES:
         raise CliError(
-            f"Prometheus at {shown} answered more than {MAX_PROMETHEUS_BYTES >> 20} MiB; "
+            f"Prometheus at {shown} answered more than {MAX_PROMETHEUS_BYTES:,} bytes; "
             "ask for a shorter --period"
         )
     return body
