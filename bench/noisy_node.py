@@ -16,17 +16,22 @@ reads 40 nodes' streams, ``bad`` among them, every 5 s.
 Reported: the most honest nodes without a fresh record at any poll after warm-up, the
 follower's poll p50/p99, the attacker's bytes accepted, whether and when it was cut off,
 the warden's CPU, Redis' peak RSS and whether it is the same process, clients Redis
-evicted, and the reader's refusals. The scheduler's binding is not part of this run (no
-apiserver: the follower is what the signals reach it through). Figures: docs/BENCHMARKS.md.
+evicted, and the reader's refusals. With ``--bind-rate``, the scheduler itself binds too
+(:mod:`bench.binding_probe`: a real kube-apiserver with a Node per reporting node, the
+interference-scheduler CLI reading this Redis, pods with a tolerance created at that rate
+from the warm-up on): pods bound, creation-to-bind before and during the attack, pods bound
+on the attacker. ``--attack none`` is the same run without the bad node, the baseline.
+Figures: docs/BENCHMARKS.md.
 
     .venv/bin/python bench/noisy_node.py [--nodes 1000] [--pods 30] [--seconds 60]
-        [--attack over-cap|at-cap|at-rate]
+        [--attack over-cap|at-cap|at-rate|none] [--bind-rate PODS_PER_S]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import logging
 import multiprocessing
@@ -195,20 +200,31 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--publishers", type=int, default=2)
     parser.add_argument(
-        "--attack", choices=("over-cap", "at-cap", "at-rate"), default="over-cap",
+        "--attack", choices=("over-cap", "at-cap", "at-rate", "none"), default="over-cap",
         help="the bad node over its caps, at them as fast as Redis takes it (both cut off),"
-        " or at them just under the rate bound (not cut off)",
+        " at them just under the rate bound (not cut off), or absent (the baseline)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--bind-rate", type=float, default=0.0,
+        help="pods with a tolerance created per second for the real scheduler to bind on a"
+        " real kube-apiserver (0: no apiserver, the signal follower alone)",
     )  # fmt: skip
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="noisy-node-"))
     proc, port = start_redis(workdir)
+    honest = [f"node-{i:05d}" for i in range(args.nodes)]
+    probe = None
+    if args.bind_rate > 0:
+        from bench.binding_probe import BindingProbe
+
+        probe = BindingProbe(port, [*honest, "bad"], args.bind_rate, workdir)
+        probe.start_control_plane()
     group = limit_memory(proc.pid)
     admin = redis.Redis(port=port)
     password = secrets.token_hex(24)
     admin.execute_command(
         "ACL", "SETUSER", acl.agent_username("bad"), *acl.agent_acl_rules("bad", password)
     )
-    honest = [f"node-{i:05d}" for i in range(args.nodes)]
     stop = multiprocessing.Event()
     replayers, _sent = start_replay(port, honest, args.pods, "full", args.publishers, stop)
     warden = multiprocessing.Process(target=run_warden, args=(port, stop), daemon=True)
@@ -219,6 +235,10 @@ def main() -> None:
     cache = RedisSignalCache(connection, settings, metrics, known_nodes=lambda: [*honest, "bad"])
     reader = RedisPodReports(connection, metrics)
     time.sleep(5)  # warm-up: every honest node has reported a few times
+    if probe is not None:
+        probe.start_scheduling()
+        time.sleep(15)  # the scheduler's informers sync and the first pods bind
+    attack_began = time.time()
     written = multiprocessing.Value("q", 0)
     refused_after = multiprocessing.Value("d", -1.0)
     attacker = multiprocessing.Process(
@@ -226,7 +246,8 @@ def main() -> None:
         args=(port, password, args.seconds, args.attack, written, refused_after),
         daemon=True,
     )
-    attacker.start()
+    if args.attack != "none":
+        attacker.start()
     worst_stale, polls, durations, series = 0, 0, [], []
     end, next_read = time.monotonic() + args.seconds, 0.0
     while time.monotonic() < end:
@@ -242,7 +263,9 @@ def main() -> None:
             next_read = time.monotonic() + 5
             reader.recent(["bad", *honest[:39]])
         time.sleep(max(0.0, 0.5 - (time.perf_counter() - started)))
-    attacker.join(30)
+    if args.attack != "none":
+        attacker.join(30)
+    binding = probe.finish(attack_began, "bad") if probe is not None else None
     alive_publishers = sum(r.is_alive() for r in replayers)
     warden_alive = warden.is_alive()
     warden_cpu_s = cpu_seconds(warden.pid) if warden.pid else 0.0
@@ -280,6 +303,11 @@ def main() -> None:
         if refused_after.value >= 0
         else None,
     }
+    if binding is not None:
+        result["binding"] = dataclasses.asdict(binding)
+    survivors = probe.close() if probe is not None else []
+    if survivors:
+        result["processes_left_behind"] = survivors
     print(json.dumps(result, indent=2))
     proc.terminate()
     proc.wait(10)
