@@ -33,8 +33,9 @@ DESCRIPTION = (
     "p99 and the nodes' run-queue p99 as the Interference filter reads them (its "
     "signal_window), with the reasoning: the workload's own p50/p90/max, each node's "
     "p50/level/max over the period, the bounds, the margin and the share of nodes that pass "
-    'at the recommended and at the declared tolerance (docs/operations.md, "Choosing a '
-    "tolerance\"). WORKLOAD is the pods' owner as kubectl names its pods: a Deployment's "
+    "at the recommended and at the declared tolerance "
+    '(docs/operations.md, "Choosing a tolerance"). '
+    "WORKLOAD is the pods' owner as kubectl names its pods: a Deployment's "
     "(NAME-HASH-xxxxx), a ReplicaSet's, DaemonSet's or Job's (NAME-xxxxx), a StatefulSet's "
     "(NAME-0, NAME-1, …) or one pod's own name; no label selector, as neither the reports "
     "nor the metrics carry labels. Samples from --prometheus (query_range over --period), "
@@ -217,9 +218,9 @@ def recommendation_view(workload: str, samples: sources.Samples, result: Recomme
     table = Table(title="the nodes' run-queue p99 over the period, quietest first")
     for column in ("node", "samples", "p50", f"level ({quantile})", "max"):
         table.add_column(column, justify="left" if column == "node" else "right")
-    table.add_column(f"passes {result.target_us}")
+    table.add_column(f"passes at {result.target_us}")
     if result.declared_us is not None:
-        table.add_column(f"passes {result.declared_us:g} (declared)")
+        table.add_column(f"at declared {result.declared_us:g}")
     for n in result.nodes:
         row = [n.node, str(n.samples), _us(n.p50_us), _us(n.level_us), _us(n.max_us)]
         row.append("yes" if n.level_us <= result.target_us else "no")

@@ -91,11 +91,14 @@ def test_simulate_help_explains_a_pod_the_example_arrivals_hold() -> None:
 
 
 def commands_in_docs() -> list[tuple[str, str]]:
-    """(file, command line) of each line ``interference top|node|explain|record|simulate
-    …`` of the documents (continuation lines joined), placeholders with ``…`` left out."""
+    """(file, command line) of each line ``interference top|node|explain|record|simulate|
+    recommend-tolerance …`` of the documents (continuation lines joined), placeholders
+    with ``…`` left out."""
     found = []
     command = re.compile(
-        r"^\s*(?:\S+=\S+\s+)*interference\s+((?:top|node|explain|record|simulate)\s.*)$", re.M
+        r"^\s*(?:\S+=\S+\s+)*interference\s+"
+        r"((?:top|node|explain|record|simulate|recommend-tolerance)\s.*)$",
+        re.M,
     )
     for path in DOCS:
         text = re.sub(r"\\\n\s*", " ", path.read_text())

@@ -3,14 +3,16 @@ the traces real agents recorded (tests/data)."""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
 import pytest
 import yaml
+from rich.console import Console
 
-from interference_cli.main import main
-from interference_cli.recommend_command import DEFAULT_WINDOW, WINDOWS
+from interference_cli.main import build_parser, main
+from interference_cli.recommend_command import DEFAULT_WINDOW, WINDOWS, run
 from interference_cli.simulate import load_policy, load_workload, simulate
 from interference_cli.tolerance_recommendation import (
     nearest_rank,
@@ -262,3 +264,15 @@ def test_the_examples_tolerance_lets_simulate_place_every_demo_pod(tmp_path: Pat
 def _lab_samples() -> tuple[list[float], dict[str, list[float]]]:
     samples = from_reports(load_trace(LAB_TRACE), "lab", "probe", "10s", "trace")
     return samples.workload_p99s, samples.node_p99s
+
+
+def test_the_readme_shows_what_the_command_prints_for_the_bundled_trace() -> None:
+    command = "interference recommend-tolerance lab/probe --trace tests/data/lab-trace.msgpack"
+    readme = (ROOT / "README.md").read_text()
+    assert f"{command} --declared 500\n" in readme
+    shown = readme.split(f"{command} --declared 500\n```\n\n```text\n", 1)[1].split("\n```", 1)[0]
+    args = build_parser({}).parse_args([*command.split()[1:], "--declared", "500"])
+    console = Console(width=96, record=True, file=io.StringIO())
+    assert run(args, console, lambda: pytest.fail("the trace is the source")) == 0
+    printed = "\n".join(line.rstrip() for line in console.export_text().splitlines())
+    assert shown == printed.rstrip("\n")
