@@ -2,21 +2,34 @@
 no script, no external asset, so it opens offline) drawn from its decision record
 (:class:`interference.decision.Decision`).
 
-The page shows, top to bottom: the outcome; the **funnel** of nodes through each filter
-in the order they ran (one bar per filter, its width the nodes left, the first filter
-that removed nodes highlighted and, when none was left, the filter that removed the last
-ones marked "failing filter"), ending with the chosen node or "none"; the finalists'
-**score parts** (weight × score per plugin as stacked bars, the total at the end, the
-chosen node marked); the rejected nodes with their reasons, the reason counts and how
-many nodes the record leaves out; the chosen node's **interference index** over the
-reports given (the node's report stream: its last ``NODE_REPORTS_MAXLEN`` reports, about
-ten seconds; the simulator: the trace's 300 s before the decision); and the trace id.
+The page shows, top to bottom: the outcome and, for a pod no node passed for its
+run-queue tolerance, **what to do** (the nearest node against the tolerance, when the pod
+is relaxed or that it never is, how far to raise the tolerance); the **funnel** of nodes
+through each filter in the order they ran (one bar per filter, its width the nodes left,
+the first filter that removed nodes highlighted and, when none was left, the filter that
+removed the last ones marked "failing filter"), ending with the chosen node or "none";
+each recorded node's **run-queue p99 against the pod's tolerance** (a bar per node, the
+tolerance a line, over the window the filter read: what it compared at the decision,
+stored in the record); the finalists' **score parts** (weight × score per plugin as
+stacked bars and, under them, each part named; the total at the end, the chosen node
+marked); the rejected nodes with their reasons, the reason counts and how many nodes the
+record leaves out; the chosen node's **interference index now**, read when the page is
+drawn, not at the decision (the node's report stream: its last ``NODE_REPORTS_MAXLEN``
+reports, about ten seconds; the simulator: the trace's 300 s before the decision); and
+the trace id. It fits a 700 px wide window: the charts scale down with the window.
 
 Each number a reader may want back carries a stable attribute: a funnel stage is
 ``<g class="stage" data-stage=NAME data-in=N data-out=M data-mark=first-cut|failing>``,
 the end of the funnel ``id="chosen" data-node=NODE``, a finalist ``data-node``
-``data-total`` (its parts ``data-plugin`` ``data-part``), an index point ``data-ts``
-``data-index``. Every string from the record is escaped.
+``data-total`` (its parts ``data-plugin`` ``data-part``), a run-queue bar
+``class="runq" data-node data-runq-us data-over`` under ``id="runq-tolerance"
+data-tolerance-us``, the advice ``id="advice" data-nearest data-raise-to-us
+data-relax-at``, an index point ``data-ts`` ``data-index``. Every string from the record
+is escaped.
+
+Size: over 500 lines because the page's sections share one layout (the label column, the
+bar width, the row height, the style sheet) and one escaping rule; split, each would carry
+a copy.
 """
 
 from __future__ import annotations
@@ -25,15 +38,22 @@ import time
 from collections.abc import Sequence
 from html import escape
 
-from interference.decision import CandidateVerdict, Decision, FunnelStage
+from interference.decision import (
+    CandidateVerdict,
+    Decision,
+    FunnelStage,
+    raise_to_us,
+    runq_advice,
+)
 
 __all__ = ["failing_stage", "first_cut_stage", "render_decision_page"]
 
-WIDTH = 960
-"""Width of the page's charts in CSS pixels."""
-_LABEL_W = 330
+WIDTH = 640
+"""Width of the page's charts in CSS pixels: a 700 px window less the page's margins (a
+narrower window scales them down)."""
+_LABEL_W = 230
 _BAR_W = WIDTH - _LABEL_W - 20
-_FUNNEL_W = _BAR_W - 170
+_FUNNEL_W = _BAR_W - 160
 """Widest funnel bar: room is left after it for the mark of a highlighted filter."""
 _ROW_H = 30
 _PALETTE = (
@@ -51,7 +71,13 @@ _PALETTE = (
 
 _CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px;
-color:#1d1d1f;background:#fff;max-width:1000px}
+color:#1d1d1f;background:#fff;max-width:1000px;overflow-wrap:break-word}
+td,th{overflow-wrap:anywhere}td.node{min-width:9em}td.num,th{white-space:nowrap}
+svg{max-width:100%;height:auto}
+.advice{border-left:4px solid #c62828;background:#fdf1f1;padding:8px 12px;margin:10px 0}
+.runq.over .bar{fill:#e15759}.runq .bar{fill:#59a14f}
+.tolerance{stroke:#1d1d1f;stroke-width:2;stroke-dasharray:5 3}
+.part i{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:-1px}
 h1{font-size:22px;margin:0 0 6px}h2{font-size:17px;margin:26px 0 8px;
 border-bottom:1px solid #ddd;padding-bottom:4px}
 .outcome{font-weight:600}.scheduled,.dry_run{color:#1a7f37}.unschedulable,
@@ -112,17 +138,19 @@ def render_decision_page(
         f"<style>{_CSS}</style></head><body>",
         f"<h1>Scheduling decision for {e(title)}</h1>",
         outcome,
-        f'<p id="message">{e(decision.message)}</p>',
+        f'<p id="message">{e(_fit_message(decision))}</p>',
+        _advice(decision),
         _preemption(decision),
         "<h2>Funnel: the nodes each filter let through</h2>",
         _funnel_svg(decision),
+        _runq_chart(decision),
         "<h2>Finalists' scores</h2>",
         _scores_svg(decision),
         "<h2>Rejected nodes</h2>",
         _rejected(decision),
         "<h2>Interference index of "
         + (e(decision.node) if decision.node else "the chosen node")
-        + "</h2>",
+        + " now, not at the decision</h2>",
         _index_chart(decision.node, index_history, history_note),
         "<h2>Trace</h2>",
         (
@@ -134,6 +162,89 @@ def render_decision_page(
         "</body></html>",
     ]
     return "\n".join(parts) + "\n"
+
+
+def _fit_message(decision: Decision) -> str:
+    """The record's message less the advice the page shows on its own (:func:`_advice`)."""
+    if decision.runq is None:
+        return decision.message
+    return decision.message.removesuffix(" " + runq_advice(decision.runq, decision.ts))
+
+
+def _advice(decision: Decision) -> str:
+    """For a pod no node passed with a run-queue tolerance: what to do (nothing else)."""
+    check = decision.runq
+    if check is None or decision.result != "unschedulable":
+        return ""
+    e = escape
+    nearest = check.nearest if check.nearest in check.measured_us else ""
+    raise_to = f"{raise_to_us(check):.0f}" if nearest else ""
+    relax_at = "" if check.relax_at is None else f"{check.relax_at:.3f}"
+    return (
+        f'<p class="advice" id="advice" data-nearest="{e(nearest)}" '
+        f'data-raise-to-us="{raise_to}" data-relax-at="{relax_at}"><b>What to do:</b> '
+        f"{e(runq_advice(check, decision.ts))}</p>"
+    )
+
+
+def _runq_chart(decision: Decision) -> str:
+    """Each recorded node's run-queue p99 against the pod's tolerance, as the filter
+    compared them at the decision (nothing for a pod without a run-queue tolerance)."""
+    check = decision.runq
+    if check is None:
+        return ""
+    e = escape
+    heading = (
+        "<h2>What decided: run-queue p99 against the pod's tolerance "
+        f"({e(check.window)} window)</h2>"
+    )
+    measured = sorted(check.measured_us.items(), key=lambda item: (item[1], item[0]))
+    if not measured:
+        return heading + (
+            '<p class="muted" id="runq-none">No recorded node had usable signals: the filter '
+            "compared none.</p>"
+        )
+    top = max([check.tolerance_us] + [v for _, v in measured]) * 1.1 or 1.0
+    scale = (_BAR_W - 90) / top
+    rows = []
+    for i, (node, value) in enumerate(measured):
+        y = i * _ROW_H + 22
+        over = value > check.tolerance_us
+        mark = " ◀ nearest" if node == check.nearest else ""
+        label = ("▶ " if node == decision.node else "") + node
+        rows.append(
+            f'<g class="runq{" over" if over else ""}" data-node="{e(node)}" '
+            f'data-runq-us="{value:.1f}" data-over="{int(over)}">'
+            f'<text x="0" y="{y + 19}">{e(_clipped(label))}</text>'
+            f'<rect class="bar" x="{_LABEL_W}" y="{y + 5}" width="{max(1.0, value * scale):.1f}" '
+            f'height="20"><title>{e(node)}: {value:.0f} µs</title></rect>'
+            f'<text x="{_LABEL_W + value * scale + 6:.1f}" y="{y + 19}">{value:.0f} µs{mark}'
+            "</text></g>"
+        )
+    x = _LABEL_W + check.tolerance_us * scale
+    height = len(measured) * _ROW_H + 30
+    svg = (
+        f'<svg id="runq" xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
+        f'viewBox="0 0 {WIDTH} {height}" role="img" '
+        'aria-label="run-queue p99 of each node against the tolerance">'
+        + "".join(rows)
+        + f'<line class="tolerance" id="runq-tolerance" data-tolerance-us="{check.tolerance_us:g}"'
+        f' x1="{x:.1f}" x2="{x:.1f}" y1="14" y2="{height}"/>'
+        f'<text x="{x:.1f}" y="11" text-anchor="middle">tolerance {check.tolerance_us:g} µs'
+        "</text></svg>"
+    )
+    caption = (
+        '<p class="muted" id="runq-note">The run-queue p99 the Interference filter compared on '
+        f"each node the record keeps (and the nearest), over its {e(check.window)} window, "
+        "stored with the decision; red: above the pod's max-runq-p99-us, refused. "
+        "▶ marks the chosen node.</p>"
+    )
+    return heading + svg + caption
+
+
+def _clipped(label: str, most: int = 28) -> str:
+    """A node name short enough for the chart's label column (the tables show it whole)."""
+    return label if len(label) <= most else label[: most - 1] + "…"
 
 
 def _preemption(decision: Decision) -> str:
@@ -191,9 +302,8 @@ def _funnel_svg(decision: Decision) -> str:
     height = len(funnel) * _ROW_H + 4
     svg = (
         f'<svg id="funnel" xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" '
-        f'height="{height}" role="img" aria-label="funnel of nodes through the filters">'
-        + "".join(rows)
-        + "</svg>"
+        f'height="{height}" viewBox="0 0 {WIDTH} {height}" role="img" '
+        'aria-label="funnel of nodes through the filters">' + "".join(rows) + "</svg>"
     )
     legend = (
         '<p class="muted">Bar width: nodes left out of '
@@ -254,15 +364,15 @@ def _scores_svg(decision: Decision) -> str:
             f'<g class="finalist{" chosen" if chosen else ""}" data-node="{e(cand.node)}" '
             f'data-total="{cand.total:.2f}"><text x="0" y="{y + 19}"'
             + (' font-weight="700"' if chosen else "")
-            + f">{e(label)}</text>"
+            + f">{e(_clipped(label))}</text>"
             + "".join(segments)
             + f'<text x="{x + 6:.1f}" y="{y + 19}">{cand.total:.1f}</text></g>'
         )
+    height = len(finalists) * _ROW_H + 4
     svg = (
         f'<svg id="scores" xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" '
-        f'height="{len(finalists) * _ROW_H + 4}" role="img" aria-label="score parts">'
-        + "".join(rows)
-        + "</svg>"
+        f'height="{height}" viewBox="0 0 {WIDTH} {height}" role="img" '
+        'aria-label="score parts">' + "".join(rows) + "</svg>"
     )
     weighted = any(c.weights for c in finalists)
     legend = (
@@ -279,7 +389,29 @@ def _scores_svg(decision: Decision) -> str:
         )
         + "</p>"
     )
-    return svg + legend
+    return svg + legend + _parts_table(finalists, decision.node, colour)
+
+
+def _parts_table(finalists: Sequence[CandidateVerdict], chosen: str, colour: dict[str, str]) -> str:
+    """Each finalist's score parts named, weight × score = part (HTML, so it wraps in a
+    narrow window where the bars above cannot carry the names)."""
+    e = escape
+    rows = []
+    for cand in finalists:
+        parts = ", ".join(
+            f'<span class="part" data-plugin="{e(plugin)}"><i style="background:'
+            f'{colour[plugin]}"></i>{e(plugin)} {e(_part_text(cand, plugin))}</span>'
+            for plugin in sorted(cand.scores)
+        )
+        mark = "▶ " if cand.node == chosen else ""
+        rows.append(
+            f'<tr data-node="{e(cand.node)}"><td class="node">{mark}{e(cand.node)}</td>'
+            f'<td>{parts}</td><td class="num">{cand.total:.1f}</td></tr>'
+        )
+    return (
+        '<table id="score-parts"><tr><th>node</th><th>parts (weight × score = part)</th>'
+        "<th>total</th></tr>" + "".join(rows) + "</table>"
+    )
 
 
 def _weighted_parts(cand: CandidateVerdict, plugins: Sequence[str]) -> dict[str, float]:
@@ -308,7 +440,8 @@ def _rejected(decision: Decision) -> str:
         for cand in rejected:
             reasons = "; ".join(cand.reasons) or "rejected"
             out.append(
-                f'<tr data-node="{e(cand.node)}"><td>{e(cand.node)}</td><td>{e(reasons)}</td></tr>'
+                f'<tr data-node="{e(cand.node)}"><td class="node">{e(cand.node)}</td>'
+                f"<td>{e(reasons)}</td></tr>"
             )
         out.append("</table>")
     else:
@@ -333,7 +466,7 @@ def _rejected(decision: Decision) -> str:
         out.append('<table id="reasons"><tr><th>nodes</th><th>rejected because</th></tr>')
         for reason, count in sorted(decision.rejected_by_reason.items(), key=lambda kv: -kv[1]):
             out.append(
-                f'<tr data-reason="{e(reason)}" data-count="{count}"><td>{count:,}</td>'
+                f'<tr data-reason="{e(reason)}" data-count="{count}"><td class="num">{count:,}</td>'
                 f"<td>{e(reason)}</td></tr>"
             )
         out.append("</table>")
@@ -381,7 +514,8 @@ def _index_chart(node: str, history: Sequence[tuple[float, float]] | None, note:
     )
     svg = (
         f'<svg id="index" xmlns="http://www.w3.org/2000/svg" width="{width}" '
-        f'height="{height}" role="img" aria-label="interference index over time" '
+        f'height="{height}" viewBox="0 0 {width} {height}" role="img" '
+        'aria-label="interference index over time" '
         f'data-span-s="{t1 - t0:.1f}">'
         + "".join(grid)
         + f'<polyline class="index-line" points="{line}"/>'

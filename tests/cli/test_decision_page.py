@@ -17,7 +17,7 @@ import urllib.error
 import urllib.request
 import zlib
 from collections.abc import Iterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -41,6 +41,7 @@ from scheduler.api.pods import parse_pod
 from scheduler.cycle import SchedulingCycle
 from scheduler.http import HealthServer, HttpSettings, Status
 from scheduler.settings import EngineSettings
+from tests.cli.test_explain_tolerance import picky_decision
 from tests.cli.test_query import publish
 from tests.conftest import RedisServer
 from tests.scheduler.test_model import node_obj, pod_obj, table_of
@@ -106,22 +107,50 @@ def unschedulable() -> Decision:
 # --- reading the page back --------------------------------------------------------------
 
 
+@dataclass
+class OpenElement:
+    """An element with an id whose end tag has not come: its tag, nested that deep."""
+
+    id: str
+    tag: str
+    depth: int = 1
+
+
 class PageReader(HTMLParser):
     """The elements of the page that carry numbers: funnel stages, the end of the funnel,
-    finalists, index points."""
+    finalists and their named parts, run-queue bars and the tolerance line, the advice,
+    index points; and the text of each element with an id."""
 
     def __init__(self) -> None:
         super().__init__()
         self.stages: list[dict[str, str]] = []
         self.chosen: dict[str, str] | None = None
         self.finalists: list[dict[str, str]] = []
+        self.parts: list[dict[str, str]] = []
+        self.runq: list[dict[str, str]] = []
         self.points: list[dict[str, str]] = []
+        self.by_id: dict[str, dict[str, str]] = {}
+        self.text_of: dict[str, str] = {}
         self.ids: set[str] = set()
+        self._open: list[OpenElement] = []
+        """Each element with an id not yet closed."""
+
+    @property
+    def body(self) -> dict[str, str]:
+        return self.by_id.get("__body__", {})
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         a = {k: v or "" for k, v in attrs}
+        if tag == "body":
+            self.by_id["__body__"] = a
+        for entry in self._open:  # the same tag nested inside an element with an id
+            if entry.tag == tag:
+                entry.depth += 1
         if "id" in a:
             self.ids.add(a["id"])
+            self.by_id[a["id"]] = a
+            self.text_of[a["id"]] = ""
+            self._open.append(OpenElement(a["id"], tag))
         classes = a.get("class", "").split()
         if "data-stage" in a:
             self.stages.append(a)
@@ -129,8 +158,22 @@ class PageReader(HTMLParser):
             self.chosen = a
         elif "finalist" in classes:
             self.finalists.append(a)
+        elif "part" in classes:
+            self.parts.append(a)
+        elif "runq" in classes:
+            self.runq.append(a)
         elif "point" in classes:
             self.points.append(a)
+
+    def handle_data(self, data: str) -> None:
+        for entry in self._open:
+            self.text_of[entry.id] += data
+
+    def handle_endtag(self, tag: str) -> None:
+        for entry in self._open:
+            if entry.tag == tag:
+                entry.depth -= 1
+        self._open = [entry for entry in self._open if entry.depth > 0]
 
 
 def read_page(html: str) -> PageReader:
@@ -158,7 +201,7 @@ def check_funnel(page: PageReader, decision: Decision) -> None:
 # --- in a real browser ------------------------------------------------------------------
 
 
-def chromium(*args: str) -> subprocess.CompletedProcess[str]:
+def chromium(*args: str, width: int = 1200) -> subprocess.CompletedProcess[str]:
     assert CHROMIUM is not None
     command = [
         CHROMIUM,
@@ -167,19 +210,39 @@ def chromium(*args: str) -> subprocess.CompletedProcess[str]:
         "--disable-gpu",
         "--no-first-run",
         "--disable-dev-shm-usage",
-        "--window-size=1200,1600",
+        "--hide-scrollbars",
+        f"--window-size={width},1600",
         *args,
     ]
     return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
 
 
-def open_in_chromium(page: Path, screenshot: Path) -> str:
-    """Screenshot the page into ``screenshot`` and return the DOM Chromium built."""
-    shot = chromium(f"--screenshot={screenshot}", page.as_uri())
+def open_in_chromium(page: Path, screenshot: Path, width: int = 1200) -> str:
+    """Screenshot the page into ``screenshot`` and return the DOM Chromium built, both in
+    a window ``width`` pixels wide."""
+    shot = chromium(f"--screenshot={screenshot}", page.as_uri(), width=width)
     assert screenshot.exists(), f"chromium wrote no screenshot: {shot.stderr[-2000:]}"
-    dom = chromium("--dump-dom", page.as_uri())
+    dom = chromium("--dump-dom", page.as_uri(), width=width)
     assert dom.returncode == 0 and "<svg" in dom.stdout, dom.stderr[-2000:]
     return dom.stdout
+
+
+MEASURE = (
+    "<script>document.body.dataset.scrollWidth = document.documentElement.scrollWidth;"
+    "document.body.dataset.innerWidth = window.innerWidth;</script>"
+)
+"""Appended to a copy of a page (the page itself has no script): Chromium's laid-out
+width of the document and of the window, read back from the dumped DOM."""
+
+
+def laid_out_width(page: Path, width: int) -> tuple[int, int]:
+    """(the document's scroll width, the window's width) of ``page`` in Chromium."""
+    measured = page.with_name(page.stem + "-measured.html")
+    measured.write_text(page.read_text(encoding="utf-8").replace("</body>", MEASURE + "</body>"))
+    dom = chromium("--dump-dom", measured.as_uri(), width=width)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    body = read_page(dom.stdout).body
+    return int(body["data-scroll-width"]), int(body["data-inner-width"])
 
 
 def png_pixels(path: Path) -> tuple[int, int, list[bytes]]:
@@ -204,11 +267,11 @@ def png_pixels(path: Path) -> tuple[int, int, list[bytes]]:
     return width, height, rows
 
 
-def check_screenshot(path: Path) -> None:
+def check_screenshot(path: Path, size: tuple[int, int] = (1200, 1600)) -> None:
     """A non-blank picture: some KB, many different rows, many byte values."""
     assert path.stat().st_size > 10_000, path.stat().st_size
     width, height, rows = png_pixels(path)
-    assert (width, height) == (1200, 1600)
+    assert (width, height) == size
     assert len(set(rows)) > 50, "the screenshot is (nearly) one colour"
     assert len(set(b"".join(rows))) > 50
 
@@ -254,6 +317,82 @@ def test_an_unschedulable_decision_highlights_the_failing_filter(
     assert failing_marked == ["NodeResourcesFit"]
     assert "index-none" in dom.ids  # no history offline
     check_screenshot(artefacts / "decision-unschedulable.png")
+
+
+@pytest.fixture(scope="module")
+def picky() -> Decision:
+    """A pod no node passes for its run-queue tolerance, 10 s into its 60 s wait."""
+    return picky_decision(NOW, waited_s=10)
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_a_tolerance_decision_shows_what_decided_and_what_to_do(
+    picky: Decision, artefacts: Path
+) -> None:
+    """Issue 31, items 5 and 6: each recorded node's run-queue p99 against the tolerance
+    line, from the record (no history given: nothing read at render time), and the
+    nearest node, when the pod is relaxed and how far to raise the tolerance."""
+    assert picky.runq is not None
+    page = artefacts / "decision-tolerance.html"
+    page.write_text(render_decision_page(picky), encoding="utf-8")
+    shot = artefacts / "decision-tolerance.png"
+    dom = read_page(open_in_chromium(page, shot, width=700))
+    bars = {b["data-node"]: (float(b["data-runq-us"]), b["data-over"]) for b in dom.runq}
+    assert bars == {
+        "small": (100.0, "0"),
+        "quiet": (900.0, "1"),
+        "busy": (2600.0, "1"),
+        "loud": (4000.0, "1"),
+    }
+    assert dom.by_id["runq-tolerance"]["data-tolerance-us"] == "500"
+    assert "10s window" in dom.text_of["runq-note"]
+    advice = dom.by_id["advice"]
+    assert (advice["data-nearest"], advice["data-raise-to-us"]) == ("quiet", "900")
+    assert float(advice["data-relax-at"]) == NOW + 50
+    said = " ".join(dom.text_of["advice"].split())
+    assert said.startswith(
+        "What to do: Nearest node: quiet, run-queue p99 900 µs against the tolerance 500 µs "
+        "(10s window). Relaxed to interference-blind in 50 s"
+    )
+    assert said.endswith("Hint: raise interference.io/max-runq-p99-us to at least 900 µs.")
+    assert "Nearest node" not in dom.text_of["message"]  # said once, in the advice
+    check_screenshot(shot, (700, 1600))
+
+
+@pytest.mark.slow
+@needs_chromium
+@pytest.mark.parametrize("which", ["scheduled", "unschedulable", "picky"])
+def test_each_page_fits_a_700_px_window(
+    which: str, request: pytest.FixtureRequest, artefacts: Path
+) -> None:
+    decision: Decision = request.getfixturevalue(which)
+    history = [(NOW - 9 + 3 * i, float(v)) for i, v in enumerate((5, 30, 12, 44))]
+    page = artefacts / f"decision-{which}-700.html"
+    page.write_text(render_decision_page(decision, history), encoding="utf-8")
+    scroll_width, window_width = laid_out_width(page, 700)
+    assert window_width == 700
+    assert scroll_width <= 700, f"{which}: {scroll_width} px wide, scrolls sideways"
+    shot = artefacts / f"decision-{which}-700.png"
+    open_in_chromium(page, shot, width=700)
+    check_screenshot(shot, (700, 1600))
+
+
+def test_each_score_part_is_named(scheduled: Decision) -> None:
+    page = read_page(render_decision_page(scheduled))
+    finalists = [c for c in scheduled.candidates if c.passed]
+    named = sorted(p["data-plugin"] for p in page.parts)
+    assert named == sorted(plugin for c in finalists for plugin in c.scores)
+    parts = page.text_of["score-parts"]
+    for cand in finalists:
+        for plugin, score in cand.scores.items():
+            weight = cand.weights[plugin]
+            assert f"{plugin} {weight:g} × {score:.1f} = {weight * score:.1f}" in parts
+
+
+def test_the_index_chart_says_it_is_now_not_at_the_decision(scheduled: Decision) -> None:
+    page = render_decision_page(scheduled, [(NOW, 10.0), (NOW + 1, 20.0)])
+    assert f"Interference index of {scheduled.node} now, not at the decision</h2>" in page
 
 
 def test_every_string_from_the_record_is_escaped(scheduled: Decision) -> None:

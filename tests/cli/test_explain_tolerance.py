@@ -80,8 +80,9 @@ def picky_decision(
 
 
 def store(server: RedisServer, decision: Decision) -> None:
-    key = keys.decision_key(decision.namespace, decision.pod)
-    server.client().hset(key, mapping=dict(decision_hash(decision)))
+    record: dict[str | bytes, bytes | float | int | str] = {}
+    record.update(decision_hash(decision))
+    server.client().hset(keys.decision_key(decision.namespace, decision.pod), mapping=record)
 
 
 @pytest.mark.redis
