@@ -78,18 +78,29 @@ def add_arguments(parser: argparse.ArgumentParser, output_option: Callable[..., 
     )
     parser.add_argument(
         "--margin",
-        type=float,
+        type=_finite_non_negative,
         default=DEFAULT_MARGIN,
         help=f"added to the lower bound, ≥ 0 (default {DEFAULT_MARGIN:g}: 15 %%)",
     )
     parser.add_argument(
         "--declared",
         metavar="US",
-        type=float,
+        type=_finite_non_negative,
         help="the tolerance the workload declares now, µs, to count the nodes it passes "
         "(with --prometheus: read from the pods' tolerance metric unless given)",
     )
     output_option(parser)
+
+
+def _finite_non_negative(value: str) -> float:
+    """An argparse ``type``: a finite number ≥ 0."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if not 0 <= number < float("inf"):
+        raise argparse.ArgumentTypeError(f"{value} is out of range; allowed: a finite number ≥ 0")
+    return number
 
 
 def run(args: argparse.Namespace, console: Console, store: Callable[[], Store]) -> int:
@@ -100,8 +111,6 @@ def run(args: argparse.Namespace, console: Console, store: Callable[[], Store]) 
     if not slash:
         raise CliError(f"{args.workload!r}: give NAMESPACE/WORKLOAD, e.g. shop/checkout-api")
     sources.check_workload(namespace, workload)
-    if args.margin < 0 or args.margin != args.margin:
-        raise CliError(f"--margin {args.margin}: must be a number ≥ 0")
     if args.prometheus:
         try:
             period_s = sources.parse_period(args.period)

@@ -129,6 +129,9 @@ def from_prometheus(
     url: str, namespace: str, workload: str, window: str, period_s: float, now: float | None = None
 ) -> Samples:
     """The samples of ``query_range`` over the ``period_s`` before ``now``."""
+    address = urllib.parse.urlsplit(url)
+    if address.scheme not in ("http", "https") or not address.netloc:
+        raise CliError(f"--prometheus {url!r}: give Prometheus' URL, http://HOST:9090")
     end = time.time() if now is None else now
     query = _RangeQuery(url.rstrip("/"), end - period_s, end, max(1.0, period_s / MAX_POINTS))
     samples = Samples(f"Prometheus at {url}", window)
@@ -199,7 +202,7 @@ def _get(address: str, shown: str) -> bytes:
     except urllib.error.HTTPError as exc:
         detail = exc.read(4096).decode("utf-8", "replace")
         raise CliError(f"Prometheus at {shown} answered HTTP {exc.code}: {detail}") from exc
-    except (urllib.error.URLError, OSError) as exc:
+    except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
         raise CliError(f"cannot reach Prometheus at {shown}: {reason}; check --prometheus") from exc
     if len(body) > MAX_PROMETHEUS_BYTES:

@@ -85,7 +85,7 @@ CLI_FLAGS = [
     "--interval", "--out", "--duration", "--count", "--from-start", "--trace", "--pods",
     "--policy", "--json", "--explain", "--redis-url", "--help",
 ]  # fmt: skip
-CLI_COMMANDS = ["top", "node", "explain", "record", "simulate"]
+CLI_COMMANDS = ["top", "node", "explain", "record", "simulate", "recommend-tolerance"]
 NOBODY = "redis://127.0.0.1:1/0"
 """A Redis URL where nothing listens: commands that get that far fail at once (exit 1)."""
 

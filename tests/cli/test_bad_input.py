@@ -306,7 +306,7 @@ def test_scheduler_flags(argv: list[str], message: str, capsys: pytest.CaptureFi
 def test_every_subcommand_has_help_with_a_description_and_an_example(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    for command in ("top", "node", "explain", "record", "simulate"):
+    for command in ("top", "node", "explain", "record", "simulate", "recommend-tolerance"):
         assert run(interference([command, "--help"])) == 0
         out = capsys.readouterr().out
         assert "example:" in out and f"interference {command}" in out

@@ -231,7 +231,6 @@ def test_the_command_prints_the_value_its_reasons_and_the_declared_tolerance(
         (["lab"], "give NAMESPACE/WORKLOAD"),
         (["lab/Probe"], "is not a Kubernetes name"),
         (["lab/nobody"], "no run-queue p99 of a pod of lab/nobody"),
-        (["lab/probe", "--margin", "-1"], "--margin"),
     ],
 )
 def test_a_workload_without_samples_is_one_line_and_exit_1(
@@ -240,6 +239,33 @@ def test_a_workload_without_samples_is_one_line_and_exit_1(
     code = main(["recommend-tolerance", *args, "--trace", str(LAB_TRACE)])
     _, err = capsys.readouterr()
     assert code == 1 and err.count("\n") == 1 and message in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--margin", "-1"], "out of range"),
+        (["--margin", "inf"], "out of range"),
+        (["--margin", "nan"], "out of range"),
+        (["--declared", "x"], "not a number"),
+    ],
+)
+def test_a_margin_or_declared_value_out_of_range_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["recommend-tolerance", "lab/probe", "--trace", str(LAB_TRACE), *args])
+    _, err = capsys.readouterr()
+    assert exit_.value.code == 2 and err.count("\n") == 1 and message in err
+
+
+@pytest.mark.parametrize("url", ["prometheus:9090", "ftp://host/", "http://", "x"])
+def test_a_prometheus_address_that_is_not_a_url_is_one_line_and_exit_1(
+    capsys: pytest.CaptureFixture[str], url: str
+) -> None:
+    assert main(["recommend-tolerance", "lab/probe", "--prometheus", url]) == 1
+    _, err = capsys.readouterr()
+    assert err.count("\n") == 1 and "give Prometheus' URL, http://HOST:9090" in err
 
 
 def test_the_examples_tolerance_lets_simulate_place_every_demo_pod(tmp_path: Path) -> None:
