@@ -133,7 +133,10 @@ def run(args: argparse.Namespace, console: Console, store: Callable[[], Store]) 
             f"named {workload}, {workload}-0, {workload}-HASH-xxxxx, … waited for a CPU there"
         )
     if not samples.node_p99s:
-        raise CliError(f"no node's run-queue p99 (window {args.window}) in {samples.source}")
+        raise CliError(
+            f"no node's run-queue p99 (window {args.window}) in {samples.source}"
+            + ("; agents that publish no windows: try --window latest" if args.prometheus else "")
+        )
     declared = args.declared if args.declared is not None else samples.declared_us
     result = recommend(
         samples.workload_p99s, samples.node_p99s, margin=args.margin, declared_us=declared
