@@ -170,6 +170,9 @@ class FilterOutcome:
     blind: bool
     funnel: tuple[FunnelStage, ...] = ()
     """Each filter that ran, in order, with the candidates in and out."""
+    runq: RunqCheck | None = None
+    """For a pod no candidate passed, with a run-queue tolerance: the nearest node (its p99
+    the only one measured here) and when the relax rule judges the pod interference-blind."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,15 +331,23 @@ class SchedulingCycle:
         stamps: list[int] | None = [] if recorder is not None else None
         filtered = self._filters(profile, state, candidates, False, stamps)
         relaxed_after: float | None = None
+        relax_at: float | None = None
         blocked = not filtered.passed.any() and bool(filtered.without_relaxable.any())
         if blocked:
-            relaxed_after = self._relax_due(pod.key, now)
-            if relaxed_after is not None:
+            blocked_s = self.relax.waited(pod.key, now)
+            relax_at = now + self.settings.relax_after_s - blocked_s
+            if blocked_s >= self.settings.relax_after_s:
+                relaxed_after = blocked_s
                 self.relax.forget(pod.key)
                 state = self._state(pod, table, now, profile)
                 filtered = self._filters(profile, state, candidates, True, stamps)
         else:
             self.relax.forget(pod.key)
+        runq = None
+        if not filtered.passed.any():
+            runq = self._runq(profile, state, (), filtered.without_relaxable)
+            if runq is not None:
+                runq = dataclasses.replace(runq, relax_at=relax_at)
         stages = filtered.static.checked + filtered.dynamic
         found = rejections(stages, candidates)
         considered = int(np.count_nonzero(candidates))
@@ -347,7 +358,21 @@ class SchedulingCycle:
             _note_filters(
                 recorder, profile, relaxed, considered, first_failures, stamps, found.counts, state
             )
-        return FilterOutcome(filtered.passed, found, relaxed_after, blind, funnel)
+        return FilterOutcome(filtered.passed, found, relaxed_after, blind, funnel, runq)
+
+    def runq_of(
+        self,
+        pod: PodInfo,
+        table: NodeTable,
+        now: float,
+        nodes: Iterable[str],
+        *,
+        signals_readable: bool = True,
+    ) -> RunqCheck | None:
+        """The pod's run-queue tolerance and the p99 the Interference filter compares on
+        ``nodes`` (those a record keeps), under the profile the cycle runs."""
+        profile = self.profile_for(signals_readable)
+        return self._runq(profile, self._state(pod, table, now, profile), nodes)
 
     def score(
         self,
@@ -380,12 +405,6 @@ class SchedulingCycle:
         return self._fits(profile, state, False, None, {}, batch), batch, light
 
     # ---- internals ---------------------------------------------------------------------
-
-    def _relax_due(self, key: str, now: float) -> float | None:
-        """The relax rule: how long ``key`` has been refused only by relaxable filters,
-        once that is at least ``relax_after_s`` (``None`` before)."""
-        waited = self.relax.waited(key, now)
-        return waited if waited >= self.settings.relax_after_s else None
 
     def _decide(
         self,
@@ -482,7 +501,9 @@ class SchedulingCycle:
                 funnel=funnel,
                 omitted={"feasible": 0, "rejected": considered - len(rejected)},
                 preemption=outcome,
-                runq=self._runq(profile, state, rejected, filtered.without_relaxable),
+                runq=self._runq(
+                    profile, state, (c.node for c in rejected), filtered.without_relaxable
+                ),
             )
         scores = _scores(profile, state, passed, recorder)
         selecting = time.time_ns() if recorder is not None else 0
@@ -511,14 +532,14 @@ class SchedulingCycle:
                 "feasible": feasible - len(ranked),
                 "rejected": considered - feasible - len(rejected),
             },
-            runq=self._runq(profile, state, ranked + rejected),
+            runq=self._runq(profile, state, (c.node for c in ranked + rejected)),
         )
 
     def _runq(
         self,
         profile: ResolvedProfile,
         state: CycleState,
-        recorded: list[CandidateVerdict],
+        nodes: Iterable[str],
         nearest_among: NDArray[np.bool_] | None = None,
     ) -> RunqCheck | None:
         """:func:`~scheduler.plugins.interference.runq_check` where the profile runs the
@@ -528,7 +549,6 @@ class SchedulingCycle:
         if INTERFERENCE not in profile.names:
             return None
         args = state.args_of(INTERFERENCE, InterferenceArgs)
-        nodes = (c.node for c in recorded)
         return runq_check(state.table, state.pod, args, state.now, nodes, nearest_among)
 
     def _filters_held(

@@ -94,7 +94,7 @@ import numpy as np
 from numpy.typing import NDArray
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from interference.decision import CandidateVerdict, Decision, FunnelStage
+from interference.decision import CandidateVerdict, Decision, FunnelStage, RunqCheck, runq_advice
 from scheduler.api.objects import PodInfo
 from scheduler.api.pods import parse_pod
 from scheduler.api.reader import ObjectError
@@ -103,6 +103,7 @@ from scheduler.cycle import SchedulingCycle, unresolvable
 from scheduler.http import REFUSALS, PostRoute
 from scheduler.messages import failed_scheduling_message
 from scheduler.metrics import SchedulerMetrics
+from scheduler.plugins.interference import RUNQ_EXCEEDED
 from scheduler.pod_warnings import (
     WAIT_FOR_INFORMER_S,
     WAITING_PODS,
@@ -230,6 +231,8 @@ class FilterVerdict:
     generation: int
     relaxed: bool = False
     funnel: tuple[FunnelStage, ...] = ()
+    runq: RunqCheck | None = None
+    """The pod's run-queue tolerance as compared on the nodes the record keeps."""
 
 
 def read_extender_pod(obj: Mapping[str, Any]) -> PodInfo:
@@ -647,6 +650,11 @@ class Extender:
                 failed[name] = text
             if len(rejected) < self._settings.record_top_k:
                 rejected.append(CandidateVerdict(name, False, reasons))
+        recorded = [*passed[: self._settings.record_top_k], *(c.node for c in rejected)]
+        runq = self._cycle.runq_of(pod, table, now, recorded, signals_readable=signals_readable)
+        if runq is not None and outcome.runq is not None:  # with the nearest node, relax_at
+            measured = {**runq.measured_us, **outcome.runq.measured_us}
+            runq = dataclasses.replace(outcome.runq, measured_us=measured)
         return FilterVerdict(
             tuple(passed),
             failed,
@@ -657,6 +665,7 @@ class Extender:
             table.generation,
             outcome.relaxed_after_s is not None,
             outcome.funnel,
+            runq,
         )
 
     def _filter_decision(
@@ -679,6 +688,9 @@ class Extender:
         else:
             result = "unschedulable"
             message = failed_scheduling_message(len(args.names), verdict.reason_counts)
+            # the reasons carry each node's measurement: "… tolerance (measured 900 µs > …)"
+            if verdict.runq is not None and any(map(_runq_reason, verdict.reason_counts)):
+                message += " " + runq_advice(verdict.runq, now)
         return Decision(
             namespace=pod.namespace,
             pod=pod.name,
@@ -691,11 +703,16 @@ class Extender:
             rejected_by_reason=dict(verdict.reason_counts),
             funnel=list(verdict.funnel),
             trace_id=trace_id,
+            runq=verdict.runq,
             omitted={
                 "rejected": len(args.names) - len(verdict.passed) - len(verdict.rejected),
                 "feasible": max(0, len(verdict.passed) - settings.record_top_k),
             },
         )
+
+
+def _runq_reason(reason: str) -> bool:
+    return reason.startswith(RUNQ_EXCEEDED)
 
 
 def _offered_rows(

@@ -6,12 +6,14 @@ largest ExtenderArgs kube-scheduler can send for 5,000 nodes fits the limit."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
 
 from scheduler.extender import RECORD_CONFIRM_S, UNCONFIRMED_RECORDS
 from scheduler.http import EXTENDER_MAX_BODY_BYTES, ExtenderSettings
+from scheduler.plugins.interference import RUNQ_EXCEEDED
 from tests.scheduler.test_extender import TOLERANT, Harness
 from tests.scheduler.test_model import pod_obj
 
@@ -134,3 +136,29 @@ def test_the_body_limit_fits_the_largest_legitimate_request_for_5000_nodes() -> 
     code, answer, _ = harness.extender.filter_route(body)
     assert code == 200, answer
     assert json.loads(answer)["FailedNodes"]  # names not in the cache, answered one by one
+
+
+def test_an_extender_record_keeps_the_runq_p99_compared_and_says_what_to_do() -> None:
+    """Extender mode's records as standalone's: each recorded node's run-queue p99 against
+    the pod's tolerance and, for a pod no offered node passed, the nearest node, when the
+    pod is relaxed and how far to raise the tolerance (kube-scheduler writes the Event)."""
+    harness = Harness()
+    harness.filter(pod_obj("fits", annotations=TOLERANT), ["quiet", "noisy"])
+    fits = harness.decisions.last("fits").runq
+    assert fits is not None and (fits.tolerance_us, fits.window) == (500.0, "10s")
+    assert fits.measured_us == {"quiet": 50.0, "noisy": 900.0}
+    assert (fits.nearest, fits.relax_at) == ("", None)
+
+    now = harness.clock.now
+    harness.filter(pod_obj("picky", annotations=TOLERANT), ["noisy"])
+    record = harness.decisions.last("picky")
+    assert record.result == "unschedulable" and record.runq is not None
+    assert (record.runq.nearest, record.runq.relax_at) == ("noisy", now + 60)
+    assert record.runq.measured_us == {"noisy": 900.0}
+    at = time.strftime("%H:%M:%S UTC", time.gmtime(now + 60))
+    assert record.message == (
+        f"0/1 nodes are available: 1 {RUNQ_EXCEEDED} (measured 900 µs > tolerance 500 µs)."
+        " Nearest node: noisy, run-queue p99 "
+        f"900 µs against the tolerance 500 µs (10s window). Relaxed to interference-blind in "
+        f"60 s (at {at}). Hint: raise interference.io/max-runq-p99-us to at least 900 µs."
+    )
