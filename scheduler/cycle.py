@@ -31,7 +31,11 @@ The result carries, for the decision record, the best ``record_top_k`` candidate
 their score breakdown by plugin (the chosen node first), then up to as many rejected nodes
 with the reasons of their first failing filter — those the last filters (Interference)
 rejected first, so ``interference explain`` shows why a noisy node lost — and the count of
-nodes per reason. Reasons are looked up only for the recorded nodes.
+nodes per reason. Reasons are looked up only for the recorded nodes. For a pod with a
+run-queue tolerance it also carries the p99 the Interference filter compared on the
+recorded nodes and, when no node passed, on the nearest one, with when the relax rule will
+judge the pod interference-blind; the FailedScheduling message then says so and how far
+to raise the tolerance.
 
 6. **Nominated pods** (standalone, :mod:`scheduler.nominated`): room held for pods of at
    least the pod's priority counts as taken; the filters run with and without it and a
@@ -290,8 +294,7 @@ class SchedulingCycle:
             elif result.node is not None or not result.blocked_only_by_interference:
                 self.relax.forget(pod.key)
             else:
-                blocked_s = self.relax.waited(pod.key, now)
-                relax_at = now + self.settings.relax_after_s - blocked_s
+                blocked_s, relax_at = self._relax_clock(pod.key, now)
                 if blocked_s >= self.settings.relax_after_s:
                     relaxed = self._decide(
                         pod, table, now, profile, candidates, True, recorder, preemption, room
@@ -334,8 +337,7 @@ class SchedulingCycle:
         relax_at: float | None = None
         blocked = not filtered.passed.any() and bool(filtered.without_relaxable.any())
         if blocked:
-            blocked_s = self.relax.waited(pod.key, now)
-            relax_at = now + self.settings.relax_after_s - blocked_s
+            blocked_s, relax_at = self._relax_clock(pod.key, now)
             if blocked_s >= self.settings.relax_after_s:
                 relaxed_after = blocked_s
                 self.relax.forget(pod.key)
@@ -405,6 +407,12 @@ class SchedulingCycle:
         return self._fits(profile, state, False, None, {}, batch), batch, light
 
     # ---- internals ---------------------------------------------------------------------
+
+    def _relax_clock(self, key: str, now: float) -> tuple[float, float]:
+        """The relax rule for ``key``, refused only by relaxable filters: how long it has
+        been (its first refusal noted now), and when it is judged without them."""
+        blocked_s = self.relax.waited(key, now)
+        return blocked_s, now + self.settings.relax_after_s - blocked_s
 
     def _decide(
         self,
