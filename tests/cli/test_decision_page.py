@@ -26,7 +26,7 @@ import redis
 from prometheus_client import CollectorRegistry
 
 from interference import keys
-from interference.decision import Decision, decision_hash, parse_decision_hash
+from interference.decision import Decision, RunqCheck, decision_hash, parse_decision_hash
 from interference.decision_page import failing_stage, first_cut_stage, render_decision_page
 from interference.signals import NodeMetrics, NodeReport
 from interference_cli.main import main
@@ -407,6 +407,10 @@ def test_every_string_from_the_record_is_escaped(scheduled: Decision) -> None:
     page = render_decision_page(decision, history_note=nasty)
     assert "<script>" not in page and "&lt;script&gt;" in page
     assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    # the run-queue chart and the advice: node names and the window from the record
+    runq = RunqCheck(500.0, nasty, {nasty: 900.0, "quiet": 100.0}, nasty, NOW + 5)
+    page = render_decision_page(replace(decision, result="unschedulable", runq=runq))
+    assert "<script>" not in page and 'data-nearest="&lt;script&gt;' in page
 
 
 def test_a_record_without_funnel_or_node_still_draws() -> None:

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rich.console import Console, RenderableType
 
-from interference.decision import CandidateVerdict, Decision, FunnelStage
+from interference.decision import CandidateVerdict, Decision, FunnelStage, RunqCheck
 from interference.signals import NodeMetrics, PodMetrics, WindowMetrics
 from interference_cli import main as cli_main
 from interference_cli import views
@@ -151,6 +151,17 @@ def test_decision_view(
     assert_printed_as_text(
         output, f"{namespace}/{pod}", node, other, reason, message, plugin, detail, trace
     )
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(node=names, nearest=names, window=names)
+def test_decision_view_of_a_pod_its_tolerance_keeps_pending(
+    node: str, nearest: str, window: str
+) -> None:
+    runq = RunqCheck(500.0, window, {node: 2900.0, nearest: 900.0}, nearest, 1030.0)
+    decision = Decision("shop", "picky-0", "unschedulable", "", "0/2 nodes", 1000.0, runq=runq)
+    output = render(views.decision_view(decision, 1001.0))
+    assert_printed_as_text(output, node, nearest, window)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
