@@ -15,8 +15,8 @@ stacked bars and, under them, each part named; the total at the end, the chosen 
 marked); the rejected nodes with their reasons, the reason counts and how many nodes the
 record leaves out; the chosen node's **interference index now**, read when the page is
 drawn, not at the decision (the node's report stream: its last ``NODE_REPORTS_MAXLEN``
-reports, about ten seconds; the simulator: the trace's 300 s before the decision); and
-the trace id. It fits a 700 px wide window: the charts scale down with the window.
+reports, about ten seconds; the simulator: the trace's 300 s before the decision, said
+so); and the trace id. It fits a 700 px wide window: the charts scale down with it.
 
 Each number a reader may want back carries a stable attribute: a funnel stage is
 ``<g class="stage" data-stage=NAME data-in=N data-out=M data-mark=first-cut|failing>``,
@@ -116,11 +116,13 @@ def render_decision_page(
     index_history: Sequence[tuple[float, float]] | None = None,
     *,
     history_note: str = "",
+    history_before_decision: bool = False,
 ) -> str:
     """The whole HTML document for ``decision``. ``index_history`` is the chosen node's
-    interference index as ``(unix time, 0–100)`` pairs; without one the page says it is
-    not available. ``history_note`` says where the history came from (or why it is
-    missing)."""
+    interference index as ``(unix time, 0–100)`` pairs, read now unless
+    ``history_before_decision`` (a replayed trace's reports up to the decision); without
+    one the page says it is not available. ``history_note`` says where the history came
+    from (or why it is missing)."""
     e = escape
     title = f"{decision.namespace}/{decision.pod}"
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(decision.ts))
@@ -150,7 +152,8 @@ def render_decision_page(
         _rejected(decision),
         "<h2>Interference index of "
         + (e(decision.node) if decision.node else "the chosen node")
-        + " now, not at the decision</h2>",
+        + (" before the decision" if history_before_decision else " now, not at the decision")
+        + "</h2>",
         _index_chart(decision.node, index_history, history_note),
         "<h2>Trace</h2>",
         (

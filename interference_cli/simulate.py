@@ -407,7 +407,10 @@ def _write_pages(
             if history
             else "Not available: the trace holds no report of the node before the decision."
         )
-        write_page(target, render_decision_page(decision, history or None, history_note=note))
+        page = render_decision_page(
+            decision, history or None, history_note=note, history_before_decision=True
+        )
+        write_page(target, page)
         if console is not None:
             console.print(text(f"decision page ({result.policy}) written to {target}"))
 

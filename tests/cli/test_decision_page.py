@@ -395,6 +395,37 @@ def test_the_index_chart_says_it_is_now_not_at_the_decision(scheduled: Decision)
     assert f"Interference index of {scheduled.node} now, not at the decision</h2>" in page
 
 
+def test_a_simulated_page_says_its_index_is_from_before_the_decision(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``simulate --explain --html`` draws the trace's reports up to the decision (not
+    now), and the run-queue chart from the simulated record."""
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "web-29.html"
+    code = main(
+        [
+            "simulate",
+            "--trace",
+            str(root / "tests" / "data" / "lab-trace.msgpack"),
+            "--pods",
+            str(root / "tests" / "data" / "lab-arrivals.yaml"),
+            "--policy",
+            str(root / "deploy" / "demo" / "policies" / "interference-aware.yaml"),
+            "--explain",
+            "shop/web-29",
+            "--html",
+            str(out),
+        ]
+    )
+    capsys.readouterr()
+    html = out.read_text(encoding="utf-8")
+    assert code == 0 and " before the decision</h2>" in html and "now, not at" not in html
+    page = read_page(html)
+    assert page.by_id["runq-tolerance"]["data-tolerance-us"] == "10000"
+    over = {b["data-node"]: b["data-over"] for b in page.runq}
+    assert len(over) == 4 and sorted(over.values()) == ["0", "0", "1", "1"]
+
+
 def test_every_string_from_the_record_is_escaped(scheduled: Decision) -> None:
     nasty = "<script>alert('x')</script> & \"q\""
     decision = replace(
