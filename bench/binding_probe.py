@@ -6,10 +6,10 @@ hears from (no kubelet: the pods are only bound), and runs the interference-sche
 CLI against that Redis, leader election off. Pods that declare an interference tolerance
 (``interference.io/max-runq-p99-us``) are then created at a steady rate. The scheduler runs
 with ``stale_policy: reject`` and no relaxing within the run, so a pod binds only to a node
-whose signals it reads as fresh: a node it sees as stale is one it cannot use. Measured from one watch of the
-namespace: how many bound, creation-to-bind p50/p99 split by whether the pod was created
-before or during the attack, pods bound on the attacking node, and whether the scheduler
-is the same process at the end.
+whose signals it reads as fresh: a node it sees as stale is one it cannot use. Measured
+from one watch of the namespace: how many bound, creation-to-bind p50/p99 split by whether
+the pod was created before or during the attack, pods bound on the attacking node, and
+whether the scheduler is the same process at the end.
 """
 
 from __future__ import annotations

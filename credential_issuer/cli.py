@@ -22,6 +22,7 @@ from types import FrameType
 from prometheus_client import CollectorRegistry
 
 from credential_issuer.issuer import Issuer, IssuerMetrics
+from credential_issuer.node_events import KubernetesNodeEvents
 from credential_issuer.redis_users import AgentUsers
 from credential_issuer.review import KubernetesPodBinding, KubernetesTokenReviewer, api_client
 from credential_issuer.server import IssuerServer
@@ -205,6 +206,9 @@ def build(
     metrics = IssuerMetrics(registry)
     warden = None
     if settings.warden:
+        node_events = KubernetesNodeEvents(
+            kubernetes, metrics.node_events, settings.review_timeout_s
+        )
         warden = Warden(
             settings.redis,
             settings.limits,
@@ -214,6 +218,7 @@ def build(
             pressure=settings.warden_pressure,
             cooldown_s=settings.warden_cooldown_s,
             socket_timeout_s=settings.redis_socket_timeout_s,
+            on_cut_off=node_events.cut_off,
         )
     issuer = Issuer(
         settings,

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from credential_issuer.node_events import NodeEventMetrics
 from credential_issuer.redis_users import AgentUsers, RedisUnavailable
 from credential_issuer.review import (
     NODE_NAME_EXTRA,
@@ -121,6 +122,7 @@ class IssuerMetrics:
             registry=registry,
         )
         self.warden = WardenMetrics(registry)
+        self.node_events = NodeEventMetrics(registry)
         self.duration = Histogram(
             "interference_credentials_request_duration_seconds",
             "Time to answer one request for credentials (review and Redis included).",

@@ -214,6 +214,7 @@ class Warden:
         cooldown_s: float = 300.0,
         socket_timeout_s: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
+        on_cut_off: Callable[[str, str, float], None] | None = None,
     ) -> None:
         if target.cluster:
             raise ValueError("the warden follows one Redis server (not a Cluster)")
@@ -225,6 +226,8 @@ class Warden:
         self._react_s, self._sweep_s = react_s, sweep_s
         self._pressure, self._cooldown_s = pressure, cooldown_s
         self._clock = clock
+        self._on_cut_off = on_cut_off
+        """Told ``(node, detail, cool-down s)`` after each cut-off (the Node's Event)."""
         self._lock = threading.Lock()
         self._pending: dict[str, bool] = {}
         """Keys named by an event since the last check → whether to check all of it (a
@@ -469,3 +472,5 @@ class Warden:
             "deleted, no new password for %.0f s",
             node, detail, username, closed, deleted, self._cooldown_s,
         )  # fmt: skip
+        if self._on_cut_off is not None:
+            self._on_cut_off(node, detail, self._cooldown_s)

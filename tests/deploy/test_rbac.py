@@ -26,6 +26,7 @@ import yaml
 from kubernetes import client
 from prometheus_client import CollectorRegistry
 
+from credential_issuer.node_events import KubernetesNodeEvents, NodeEventMetrics
 from credential_issuer.review import (
     KubernetesPodBinding,
     KubernetesTokenReviewer,
@@ -474,9 +475,9 @@ def extender_scheduler_calls(tmp_path_factory: pytest.TempPathFactory) -> set[Pe
 
 
 def exercise_issuer(emulator: EmulatorThread) -> None:
-    """The credential issuer's reviewer and pod binding: one TokenReview, one read of the
-    token's pod and of its Node (the emulator's answers do not matter, only the requests
-    made)."""
+    """The credential issuer's reviewer, pod binding and Node Events: one TokenReview, one
+    read of the token's pod and of its Node, one cut-off's Event (the emulator's answers do
+    not matter, only the requests made)."""
     kubernetes = api_client(emulator.url)
     reviewer = KubernetesTokenReviewer(kubernetes, DEFAULT_AUDIENCE, 5.0)
     with contextlib.suppress(TokenRejected, ReviewUnavailable):
@@ -486,6 +487,11 @@ def exercise_issuer(emulator: EmulatorThread) -> None:
         "interference-agent", "agent-x", agent["metadata"]["uid"], "gpu-node-1"
     )
     assert answer[0] == "unknown_node"  # the pod read and matched, then the Node read
+    metrics = NodeEventMetrics(CollectorRegistry())
+    events = KubernetesNodeEvents(kubernetes, metrics, 5.0)
+    events.cut_off("gpu-node-1", "no_expiry", 300.0)
+    events.close()  # after the queued Event is written
+    assert metrics.written._value.get() + metrics.failed._value.get() == 1
 
 
 @pytest.fixture(scope="module")
@@ -497,14 +503,15 @@ def issuer_calls() -> set[Permission]:
         Permission("authentication.k8s.io", "tokenreviews", "create", "*"),
         Permission("", "pods", "get", "interference-agent"),
         Permission("", "nodes", "get", "*"),
+        Permission("events.k8s.io", "events", "create", "default"),
     }
     return calls
 
 
 @pytest.mark.parametrize("name", sorted(kustomizations()))
 def test_issuer_rbac_is_exactly_what_it_calls(name: str, issuer_calls: set[Permission]) -> None:
-    """TokenReviews, the agents' pods and Nodes by name: not system:auth-delegator, which
-    adds SubjectAccessReviews."""
+    """TokenReviews, the agents' pods and Nodes by name, Events in default (the Nodes'):
+    not system:auth-delegator, which adds SubjectAccessReviews."""
     granted = granted_permissions(
         render(kustomizations()[name]), "Deployment", "interference-credentials"
     )

@@ -424,6 +424,48 @@ def test_tokens_that_do_not_name_an_agents_node_get_nothing(
     assert _refused(issuer, reason) == refused_before + 1
 
 
+CUT_OFF_NODE = "cred-node-cut-off"
+
+
+def test_a_node_cut_off_by_the_warden_gets_a_warning_event_on_its_node_object(
+    control_plane: ControlPlane, kube: Kube, created: list[str], issuer: Issuer,
+    redis_store: RedisServer,
+) -> None:  # fmt: skip
+    """A node of its own (a cut-off node gets no password for the cool-down): its agent
+    sets its record without expiry, the warden cuts it off, and the issuer — with deploy/'s
+    RBAC, nothing more — records why on the Node, where ``kubectl describe node`` shows it."""
+    create_node(kube, created, CUT_OFF_NODE)
+    pod = create_pod(kube, created, "agent-cut-off", AGENT_SA, CUT_OFF_NODE)
+    status, issued = issuer.post(token(control_plane, AGENT_SA, pod))
+    assert status == 200, issued
+    bad = redis.Redis(
+        port=redis_store.port, username=issued["username"], password=issued["password"]
+    )
+    try:
+        bad.set(keys.sched_key(CUT_OFF_NODE), b"x" * 100)  # no EX: the agent always sets one
+    finally:
+        bad.close()
+
+    def node_events() -> list[dict[str, Any]]:
+        listed = kube.request(
+            "GET",
+            "/apis/events.k8s.io/v1/namespaces/default/events"
+            f"?fieldSelector=regarding.kind=Node,regarding.name={CUT_OFF_NODE}",
+        )
+        return [e for e in listed["items"] if e.get("reason") == "InterferenceAgentCutOff"]
+
+    wait_for(lambda: bool(node_events()), "the cut-off's Event on the Node", 30)
+    (event,) = node_events()
+    created.append(f"/apis/events.k8s.io/v1/namespaces/default/events/{event['metadata']['name']}")
+    assert event["type"] == "Warning"
+    assert event["reportingController"] == "interference.io/credential-issuer"
+    assert "no_expiry" in event["note"] and CUT_OFF_NODE in event["note"], event["note"]
+    assert f"agent:{CUT_OFF_NODE}" not in agent_users(redis_store) or "off" in (
+        redis_store.client().acl_getuser(f"agent:{CUT_OFF_NODE}") or {}
+    ).get("flags", [])
+    assert "interference_credentials_node_events_written_total 1.0" in issuer.metrics()
+
+
 def _pod_exists(kube: Kube, name: str) -> bool:
     try:
         kube.pod(AGENT_NAMESPACE, name)
