@@ -120,7 +120,7 @@ def runq_advice(check: RunqCheck, now: float) -> str:
     if check.nearest in check.measured_us:
         nearest = check.measured_us[check.nearest]
         out.append(
-            f"Nearest node: {check.nearest}, run-queue p99 {nearest:.0f} µs against the "
+            f"Nearest node: {check.nearest}, run-queue p99 {nearest:g} µs against the "
             f"tolerance {check.tolerance_us:g} µs ({check.window} window)."
         )
     out.append(relax_text(check, now))

@@ -15,6 +15,7 @@ from interference.decision import (
     RunqCheck,
     decision_hash,
     parse_decision_hash,
+    runq_advice,
 )
 
 DECISION = Decision(
@@ -80,6 +81,17 @@ def test_the_runq_check_is_stored_with_the_decision_and_read_back() -> None:
     never = RunqCheck(500.0, "10s", {"gpu-1": 2900.0})  # never relaxed: relax_at null
     assert json.loads(decision_hash(replace(unschedulable, runq=never))["runq"])["relax_at"] is None
     assert parse_decision_hash(decision_hash(replace(unschedulable, runq=never))).runq == never
+
+
+def test_the_advice_raises_the_tolerance_to_the_nearest_nodes_p99_rounded_up() -> None:
+    check = RunqCheck(500.0, "10s", {"a": 2749.4, "b": 3164.0}, "a", 42.0)
+    assert runq_advice(check, 0.0) == (
+        "Nearest node: a, run-queue p99 2749.4 µs against the tolerance 500 µs (10s window). "
+        "Relaxed to interference-blind in 42 s (at 00:00:42 UTC). "
+        "Hint: raise interference.io/max-runq-p99-us to at least 2750 µs."
+    )
+    # seen after it was due (explain, later): at the pod's next attempt
+    assert "at its next attempt (due since 00:00:42 UTC)" in runq_advice(check, 50.0)
 
 
 def test_a_record_stored_without_the_runq_check_still_reads() -> None:
