@@ -128,6 +128,9 @@ def test_every_command_is_exercised_or_needs_a_cluster() -> None:
             # the kubectl plugin: run with a kubectl that answers as the real one, in front
             # of a real Redis, by tests/cli/test_kubectl_plugin.py
             or c.startswith("kubectl interference ")
+            # run on the recorded traces, against a real Prometheus and on live agents'
+            # streams by tests/cli/test_recommend_tolerance*.py
+            or c.startswith("interference recommend-tolerance ")
             or NEEDS_CLUSTER.match(c)
         )
     ]
