@@ -224,6 +224,10 @@ def test_a_stream_of_huge_entries_is_cut_for_its_reader_and_the_others_still_rea
         fields = {f"f{i}": os.urandom(MIB) for i in range(16)}
         for _ in range(8):
             bad.xadd(keys.reports_key("bad"), fields)  # type: ignore[arg-type]
+        admin, deadline = limited_redis.admin(), time.monotonic() + 10
+        while admin.xlen(keys.reports_key("good")) < keys.NODE_REPORTS_MAXLEN:  # a full stream
+            assert time.monotonic() < deadline, "the honest node's stream never filled"
+            time.sleep(0.05)
         settings, connection = scheduler_connection(limited_redis)
         registry = CollectorRegistry()
         metrics = SignalMetrics(registry)
