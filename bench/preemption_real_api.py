@@ -72,18 +72,22 @@ Obj = dict[str, Any]
 def create_nodes(api: Api, count: int) -> list[str]:
     """``count`` Ready nodes of 4 CPU, 32Gi and 110 pods (scheduler_perf's default node)."""
     names = [f"node-{i:05d}" for i in range(count)]
+    create_ready_nodes(api, names, {"cpu": "4", "memory": "32Gi", "pods": "110"})
+    return names
+
+
+def create_ready_nodes(api: Api, names: list[str], allocatable: dict[str, str]) -> None:
+    """Nodes without a kubelet, Ready, with ``allocatable`` as their capacity too."""
 
     def one(name: str) -> None:
         api.call("POST", "/api/v1/nodes", {"metadata": {"name": name, "labels": {
             "kubernetes.io/hostname": name}}})  # fmt: skip
-        allocatable = {"cpu": "4", "memory": "32Gi", "pods": "110"}
         status = {"status": {"capacity": allocatable, "allocatable": allocatable,
                              "conditions": [{"type": "Ready", "status": "True",
                                              "reason": "KubeletReady"}]}}  # fmt: skip
         api.call("PATCH", f"/api/v1/nodes/{name}/status", status, "application/merge-patch+json")
 
     parallel(lambda n=n: one(n) for n in names)  # type: ignore[misc]
-    return names
 
 
 def pod_body(name: str, scheduler: str, cpu: str, node: str = "", high: bool = False) -> Obj:

@@ -6,13 +6,8 @@ command reads the series back with query_range."""
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import time
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, start_http_server
@@ -25,14 +20,9 @@ from interference_cli.store import CliError
 from interference_cli.tolerance_sources import from_prometheus
 from node_agent.signal_metrics import SignalCollector
 from node_agent.tolerances import PodTolerance
+from tests.prometheus_server import MISSING, PrometheusServer, prometheus_missing
 
-PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not Path(PROMETHEUS).exists(), reason="no prometheus binary (scripts/setup.sh installs it)"
-    ),
-]
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(prometheus_missing(), reason=MISSING)]
 DECLARED_US = 500.0
 NODES = {
     # node: (its 10 s window's run-queue p99 µs, {the workload's pods on it: their p99 µs})
@@ -60,7 +50,6 @@ def _report(node: str, now: float) -> NodeReport:
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Prometheus at its URL, scraping both exporters every second, once both are in."""
-    folder = tmp_path_factory.mktemp("prometheus")
     servers = []
     targets = []
     for node in NODES:
@@ -71,64 +60,32 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         collector.observe(_report(node, time.time()), ncpu=4)
         registry.register(collector)
         port = free_port()
-        server, thread = start_http_server(port, "127.0.0.1", registry)
-        servers.append((server, thread))
+        servers.append(start_http_server(port, "127.0.0.1", registry))
         targets.append(f"127.0.0.1:{port}")
-    config = folder / "prometheus.yml"
-    config.write_text(
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        "scrape_configs:\n"
-        "  - job_name: interference-agent\n"
-        f"    static_configs: [{{targets: {json.dumps(targets)}}}]\n"
-    )
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = (folder / "prometheus.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            PROMETHEUS,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={folder / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    server = PrometheusServer(tmp_path_factory.mktemp("prometheus"),
+                              {"interference-agent": targets})  # fmt: skip
     try:
-        _await_series(url, proc, folder / "prometheus.log")
-        yield url
+        server.start()
+        _await_series(server)
+        yield server.url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-        for server, thread in servers:
-            server.shutdown()
-            server.server_close()
+        server.stop()
+        for http_server, thread in servers:
+            http_server.shutdown()
+            http_server.server_close()
             thread.join(timeout=5)
 
 
-def _await_series(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+def _await_series(server: PrometheusServer) -> None:
     """Until every pod's series have been scraped a few times; fails with the log."""
     deadline = time.monotonic() + 60
-    query = urllib.parse.quote(
-        'count_over_time(interference_pod_runq_p99_seconds{window="latest"}[1m])'
-    )
+    query = 'count_over_time(interference_pod_runq_p99_seconds{window="latest"}[1m])'
     while time.monotonic() < deadline:
-        assert proc.poll() is None, log.read_text()[-2000:]
-        try:
-            with urllib.request.urlopen(f"{url}/api/v1/query?query={query}", timeout=2) as answer:
-                result = json.load(answer)["data"]["result"]
-            if len(result) == 3 and all(float(r["value"][1]) >= 3 for r in result):
-                return
-        except OSError:
-            pass
+        result = server.query(query)
+        if len(result) == 3 and all(float(r["value"][1]) >= 3 for r in result):
+            return
         time.sleep(0.5)
-    pytest.fail(f"Prometheus did not scrape both exporters: {log.read_text()[-2000:]}")
+    pytest.fail(f"Prometheus did not scrape both exporters: {server.log()[-2000:]}")
 
 
 def test_prometheus_series_give_the_workload_the_nodes_and_the_declared_tolerance(
