@@ -461,9 +461,23 @@ class NodeTable:
         cached = self._derived.get(cache_key)
         if isinstance(cached, LabelColumn):
             return cached
+        # a key no node carries (a pod may name thousands) costs no pass over the nodes
+        # and no cache entry, so the cache holds only the keys the nodes bring
+        carried = key == "metadata.name" if field else key in self._label_keys()
+        if not carried:
+            return LabelColumn(np.full(len(self._nodes), ABSENT, dtype=np.int32), ())
         column = label_column(self._nodes, key, field)
         self._derived[cache_key] = column
         return column
+
+    def _label_keys(self) -> frozenset[str]:
+        """Every label key some node carries (cached until a constraint change)."""
+        cached = self._derived.get("label_keys")
+        if isinstance(cached, frozenset):
+            return cached
+        keys = frozenset(key for node in self._nodes for key in node.labels)
+        self._derived["label_keys"] = keys
+        return keys
 
     def taint_columns(self) -> TaintColumns:
         """:func:`~scheduler.node_columns.taint_columns` of this table's nodes (cached)."""

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from scheduler.api.nodes import parse_node
 from scheduler.api.objects import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL
 from scheduler.api.pods import parse_pod
 from scheduler.api.selectors import parse_int64
@@ -116,6 +117,20 @@ def test_selector_and_affinity_both_apply() -> None:
     result = or_all_pass(node_affinity(table, pod), table)
     assert not result.passed.any()
     assert result.reasons_for(0) == [NODE_AFFINITY]
+
+
+def test_a_label_no_node_carries_matches_none_until_a_node_brings_it() -> None:
+    """Such a key is answered without a column of its own (a pod may name thousands), and
+    the table still sees a node that later carries it."""
+    table = table_of(NODES)
+    pod = parse_pod(pod_obj(nodeSelector={"rack": "r1"}))
+    assert not or_all_pass(node_affinity(table, pod), table).passed.any()
+    table.upsert_node(parse_node(node_obj("e", labels={"rack": "r1"})))
+    passed = or_all_pass(node_affinity(table, pod), table).passed
+    assert [table.names[i] for i in passed.nonzero()[0]] == ["e"]
+    elsewhere = parse_pod(pod_obj(affinity=affinity_terms([("rack", "DoesNotExist", [])])))
+    passed = or_all_pass(node_affinity(table, elsewhere), table).passed
+    assert [table.names[i] for i in passed.nonzero()[0]] == ["a", "b", "c", "d"]
 
 
 def test_gpu_product_label_selects_gpu_model() -> None:
