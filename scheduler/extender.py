@@ -71,9 +71,14 @@ thread of their own from a bounded queue (:mod:`scheduler.pod_warnings`), only f
 informers know.
 
 Served by :class:`scheduler.http.ExtenderEndpoint` (HTTPS with client authentication, a
-body limit and a bounded thread pool); the refusals are counted here.
+body limit and a bounded thread pool); the refusals are counted here. Before any
+scheduling work a request is held to :mod:`scheduler.extender_bounds` (the Pod's lists,
+its annotations' size, the number of node names): one over them is answered an error
+(filter: ``Error``; prioritize: 400), counted (``refused{reason="too_complex"}``) and only
+the first logged, so a repeated costly request neither stalls the other callers (the
+filter runs under the cache lock) nor floods the log.
 
-Size: about 700 lines: the protocol's parsing, its two verbs, their records and which pods
+Size: about 800 lines: the protocol's parsing, its two verbs, their records and which pods
 may have one; the rules themselves are the scheduling cycle's.
 """
 
@@ -100,6 +105,7 @@ from scheduler.api.pods import parse_pod
 from scheduler.api.reader import ObjectError
 from scheduler.cache import ClusterCache
 from scheduler.cycle import SchedulingCycle, unresolvable
+from scheduler.extender_bounds import TOO_COMPLEX, names_over_bound, pod_over_bounds
 from scheduler.http import REFUSALS, PostRoute
 from scheduler.messages import failed_scheduling_message
 from scheduler.metrics import SchedulerMetrics
@@ -143,6 +149,11 @@ class ExtenderRequestError(ValueError):
     """The request is not an ``ExtenderArgs`` object; the message says what is wrong."""
 
 
+class ExtenderRequestTooCostly(ValueError):
+    """The request asks for more than :mod:`scheduler.extender_bounds` allows; the message
+    says what."""
+
+
 class ExtenderMetrics:
     """Extender-mode metrics (next to :class:`SchedulerMetrics` on one registry)."""
 
@@ -177,7 +188,8 @@ class ExtenderMetrics:
             "interference_scheduler_extender_refused",
             "Connections or requests the extender's HTTPS port refused, by reason (busy: 503"
             " after waiting for a thread; queue_full: closed; too_large: 413; tls_handshake:"
-            " no or an untrusted client certificate).",
+            " no or an untrusted client certificate; too_complex: a pod or node list over"
+            " the extender's bounds, answered an error before any scheduling work).",
             ["reason"],
             registry=registry,
         )
@@ -194,7 +206,7 @@ class ExtenderMetrics:
             f" within {WAIT_FOR_INFORMER_S:g} s.",
             registry=registry,
         )
-        for reason in REFUSALS:
+        for reason in (*REFUSALS, TOO_COMPLEX):
             self.refused.labels(reason)
         for verb in VERBS:
             self.request_duration.labels(verb)
@@ -243,17 +255,23 @@ def read_extender_pod(obj: Mapping[str, Any]) -> PodInfo:
 
 
 def parse_args(
-    body: bytes, read_pod: Callable[[Mapping[str, Any]], PodInfo] = read_extender_pod
+    body: bytes,
+    read_pod: Callable[[Mapping[str, Any]], PodInfo] = read_extender_pod,
+    known_nodes: int | None = None,
 ) -> ExtenderArgs:
     """An ``ExtenderArgs`` JSON body → :class:`ExtenderArgs` (the pod read by ``read_pod``).
 
     :class:`ExtenderRequestError` for a body that is not one; :class:`ObjectError` for
-    a pod the scheduler cannot read.
+    a pod the scheduler cannot read; :class:`ExtenderRequestTooCostly` for a pod over
+    :data:`~scheduler.extender_bounds.POD_BOUNDS` or, given the cache's ``known_nodes``,
+    too many node names (checked before the pod is read).
     """
     try:
         data = json.loads(body)
     except ValueError as exc:
         raise ExtenderRequestError(f"request body is not JSON: {exc}") from exc
+    except RecursionError as exc:  # arrays or objects nested thousands deep
+        raise ExtenderRequestError("request body is JSON nested too deeply") from exc
     if not isinstance(data, Mapping):
         raise ExtenderRequestError("request body must be a JSON object (ExtenderArgs)")
     fields = {str(key).lower(): value for key, value in data.items()}  # as Go decodes
@@ -278,6 +296,10 @@ def parse_args(
             'ExtenderArgs has neither "NodeNames" nor "Nodes"; set nodeCacheCapable: true'
             " in the extender's configuration"
         )
+    costly = "" if known_nodes is None else names_over_bound(len(names), known_nodes)
+    costly = costly or pod_over_bounds(pod_obj)
+    if costly:
+        raise ExtenderRequestTooCostly(costly)
     return ExtenderArgs(read_pod(pod_obj), names, nodes)
 
 
@@ -352,6 +374,8 @@ class Extender:
         self._filtered: OrderedDict[str, FilterVerdict] = OrderedDict()
         """Pod key → its latest filter verdict (for the prioritize call's record)."""
         self._pods: OrderedDict[tuple[str, str], PodInfo] = OrderedDict()
+        self._refused_costly = False
+        """Whether a request over the bounds was refused (and logged) yet."""
         self._unconfirmed: OrderedDict[str, tuple[str, Decision, float]] = OrderedDict()
         """Pod key → (UID, record, deadline) for pods the informer has not delivered yet."""
         self._pod_warnings = (
@@ -382,12 +406,14 @@ class Extender:
         started = time.perf_counter()
         code, answer = 200, dict[str, Any]()
         try:
-            args = parse_args(body, self._read_pod)
+            args = parse_args(body, self._read_pod, len(self._cache.table))
             # before the first list an unknown node must not look refused, nor a node free
             answer = self.filter(args) if self._cache.synced() else {"Error": NOT_SYNCED}
         except ExtenderRequestError as exc:
             log.warning("bad extender filter request: %s", exc)
             code, answer = 400, {"Error": str(exc)}
+        except ExtenderRequestTooCostly as exc:
+            answer = {"Error": self._refuse_costly("filter", exc)}
         except ObjectError as exc:
             answer = {"Error": f"interference-scheduler cannot read the pod: {exc}"}
         self._observe("filter", started, code == 200 and "Error" not in answer)
@@ -396,7 +422,10 @@ class Extender:
     def prioritize_route(self, body: bytes) -> tuple[int, bytes, str]:
         started = time.perf_counter()
         try:
-            args = parse_args(body, self._read_pod)
+            args = parse_args(body, self._read_pod, len(self._cache.table))
+        except ExtenderRequestTooCostly as exc:
+            self._observe("prioritize", started, False)
+            return 400, f"{self._refuse_costly('prioritize', exc)}\n".encode(), "text/plain"
         except (ExtenderRequestError, ObjectError) as exc:
             log.warning("bad extender prioritize request: %s", exc)
             self._observe("prioritize", started, False)
@@ -404,6 +433,23 @@ class Extender:
         answer = self.prioritize(args).json()
         self._observe("prioritize", started, True)
         return 200, answer, JSON
+
+    def _refuse_costly(self, verb: str, exc: ExtenderRequestTooCostly) -> str:
+        """Count the refusal and log the first one (a caller repeating it gets the same
+        answer and counter, not a log line each time); the answer's error text."""
+        self._extender_metrics.refused.labels(TOO_COMPLEX).inc()
+        with self._lock:
+            first = not self._refused_costly
+            self._refused_costly = True
+        if first:
+            log.warning(
+                "refused an extender %s request: %s (later ones only counted in"
+                " interference_scheduler_extender_refused_total{reason=%r})",
+                verb,
+                exc,
+                TOO_COMPLEX,
+            )
+        return f"interference-scheduler refuses the request: {exc} (docs/operations.md, Limits)"
 
     def _read_pod(self, obj: Mapping[str, Any]) -> PodInfo:
         """:func:`read_extender_pod`, remembered by UID and resourceVersion (a pod object
