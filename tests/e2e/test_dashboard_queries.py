@@ -71,6 +71,8 @@ NOT_HERE = {
             "interference_credentials_replica_failures_total",
             "interference_credentials_cutoffs_total",
             "interference_credentials_warden_errors_total",
+            "interference_credentials_node_events_written_total",
+            "interference_credentials_node_events_failed_total",
             "interference_credentials_request_duration_seconds_bucket",
         ),
         "the credential issuer's (tests/credential_issuer)",
