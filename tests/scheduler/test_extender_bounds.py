@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -316,3 +317,13 @@ def test_node_names_beyond_the_cache_and_its_margin_are_refused() -> None:
     assert names_over_bound(NODES + UNKNOWN_NODES_ALLOWED, NODES) == ""
     message = names_over_bound(NODES + UNKNOWN_NODES_ALLOWED + 1, NODES)
     assert "10001 node names" in message and "5000 nodes" in message
+
+
+def test_operations_md_lists_the_bounds_the_code_holds() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    start = text.index("**Limits.** A request body over `extender.max_body_bytes`")
+    limits = " ".join(text[start : text.index("\n\n", start)].split())
+    for bound in POD_BOUNDS:
+        assert f"{bound.limit:,}" in limits, bound.what
+    assert f"plus {UNKNOWN_NODES_ALLOWED:,} node names" in limits
+    assert f"annotations of {MAX_ANNOTATION_BYTES // 1024} KiB" in limits
