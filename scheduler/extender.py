@@ -406,7 +406,7 @@ class Extender:
         started = time.perf_counter()
         code, answer = 200, dict[str, Any]()
         try:
-            args = parse_args(body, self._read_pod, len(self._cache.table))
+            args = parse_args(body, self._read_pod, self._known_nodes())
             # before the first list an unknown node must not look refused, nor a node free
             answer = self.filter(args) if self._cache.synced() else {"Error": NOT_SYNCED}
         except ExtenderRequestError as exc:
@@ -422,7 +422,7 @@ class Extender:
     def prioritize_route(self, body: bytes) -> tuple[int, bytes, str]:
         started = time.perf_counter()
         try:
-            args = parse_args(body, self._read_pod, len(self._cache.table))
+            args = parse_args(body, self._read_pod, self._known_nodes())
         except ExtenderRequestTooCostly as exc:
             self._observe("prioritize", started, False)
             return 400, f"{self._refuse_costly('prioritize', exc)}\n".encode(), "text/plain"
@@ -433,6 +433,11 @@ class Extender:
         answer = self.prioritize(args).json()
         self._observe("prioritize", started, True)
         return 200, answer, JSON
+
+    def _known_nodes(self) -> int | None:
+        """The cache's node count for the node-name bound; ``None`` before the first list
+        (the filter answers "still listing" then, not a refusal)."""
+        return len(self._cache.table) if self._cache.synced() else None
 
     def _refuse_costly(self, verb: str, exc: ExtenderRequestTooCostly) -> str:
         """Count the refusal and log the first one (a caller repeating it gets the same

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 
 from interference.signals import SIGNAL_FAMILIES, NodeMetrics
 from scheduler.cache import ClusterCache
-from scheduler.extender import Extender, ExtenderMetrics
+from scheduler.extender import NOT_SYNCED, Extender, ExtenderMetrics
 from scheduler.extender_bounds import (
     MAX_ANNOTATION_BYTES,
     POD_BOUNDS,
@@ -327,3 +327,16 @@ def test_operations_md_lists_the_bounds_the_code_holds() -> None:
         assert f"{bound.limit:,}" in limits, bound.what
     assert f"plus {UNKNOWN_NODES_ALLOWED:,} node names" in limits
     assert f"annotations of {MAX_ANNOTATION_BYTES // 1024} KiB" in limits
+
+
+def test_before_the_first_list_many_names_get_still_listing_not_a_refusal() -> None:
+    harness = Harness(pods_listed=False)
+    names = [f"node-{i}" for i in range(UNKNOWN_NODES_ALLOWED + 100)]
+    code, answer, _ = harness.extender.filter_route(_body(pod_obj(), names))
+    assert code == 200 and json.loads(answer) == {"Error": NOT_SYNCED}
+    harness.cache.replace("Pod", [])
+    code, answer, _ = harness.extender.filter_route(_body(pod_obj(), names))
+    assert "refuses the request" in json.loads(answer)["Error"]
+    assert (
+        harness.sample("interference_scheduler_extender_refused_total", reason="too_complex") == 1
+    )
