@@ -375,6 +375,7 @@ class Extender:
         """Pod key → its latest filter verdict (for the prioritize call's record)."""
         self._pods: OrderedDict[tuple[str, str], PodInfo] = OrderedDict()
         self._refused_costly = False
+        self._logged_bad_request = False
         """Whether a request over the bounds was refused (and logged) yet."""
         self._unconfirmed: OrderedDict[str, tuple[str, Decision, float]] = OrderedDict()
         """Pod key → (UID, record, deadline) for pods the informer has not delivered yet."""
@@ -410,7 +411,7 @@ class Extender:
             # before the first list an unknown node must not look refused, nor a node free
             answer = self.filter(args) if self._cache.synced() else {"Error": NOT_SYNCED}
         except ExtenderRequestError as exc:
-            log.warning("bad extender filter request: %s", exc)
+            self._log_bad_request("filter", exc)
             code, answer = 400, {"Error": str(exc)}
         except ExtenderRequestTooCostly as exc:
             answer = {"Error": self._refuse_costly("filter", exc)}
@@ -427,12 +428,22 @@ class Extender:
             self._observe("prioritize", started, False)
             return 400, f"{self._refuse_costly('prioritize', exc)}\n".encode(), "text/plain"
         except (ExtenderRequestError, ObjectError) as exc:
-            log.warning("bad extender prioritize request: %s", exc)
+            self._log_bad_request("prioritize", exc)
             self._observe("prioritize", started, False)
             return 400, f"{exc}\n".encode(), "text/plain"
         answer = self.prioritize(args).json()
         self._observe("prioritize", started, True)
         return 200, answer, JSON
+
+    def _log_bad_request(self, verb: str, exc: Exception) -> None:
+        """The first bad request at warning, later ones at debug: each is counted in
+        ``requests_total{result="error"}``, and a caller repeating one must not flood
+        the log."""
+        with self._lock:
+            first = not self._logged_bad_request
+            self._logged_bad_request = True
+        level = logging.WARNING if first else logging.DEBUG
+        log.log(level, "bad extender %s request: %s", verb, exc)
 
     def _known_nodes(self) -> int | None:
         """The cache's node count for the node-name bound; ``None`` before the first list

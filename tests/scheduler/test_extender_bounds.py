@@ -340,3 +340,18 @@ def test_before_the_first_list_many_names_get_still_listing_not_a_refusal() -> N
     assert (
         harness.sample("interference_scheduler_extender_refused_total", reason="too_complex") == 1
     )
+
+
+def test_bad_requests_are_logged_once_and_each_counted(caplog: pytest.LogCaptureFixture) -> None:
+    harness = Harness()
+    caplog.set_level(logging.WARNING, logger="scheduler.extender")
+    deep = b'{"Pod":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    for route in (harness.extender.filter_route, harness.extender.prioritize_route) * 2:
+        assert route(deep)[0] == 400
+    logged = [r.getMessage() for r in caplog.records if r.name == "scheduler.extender"]
+    assert logged == ["bad extender filter request: request body is JSON nested too deeply"]
+    errors = sum(
+        harness.sample("interference_scheduler_extender_requests_total", verb=v, result="error")
+        for v in ("filter", "prioritize")
+    )
+    assert errors == 4
