@@ -26,16 +26,12 @@ if ((${#missing[@]})); then
     # Tests start their own redis-server and prometheus: a policy-rc.d refusing every start
     # keeps the packages' daemons (prometheus's, its node exporter's) from starting.
     policy=/usr/sbin/policy-rc.d
-    own_policy=
     if [[ ! -e $policy ]]; then
         printf '#!/bin/sh\nexit 101\n' >"$policy"
         chmod +x "$policy"
-        own_policy=1
+        trap 'rm -f "$policy"' EXIT  # a failed install leaves no policy behind either
     fi
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-    if [[ -n $own_policy ]]; then
-        rm -f "$policy"
-    fi
 fi
 
 # BCC compiles against /lib/modules/$(uname -r)/build. This kernel ships no headers, so
