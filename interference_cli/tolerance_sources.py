@@ -29,11 +29,9 @@ from interference.codec import PayloadError, decode_report
 from interference.signals import NodeReport
 from interference_cli.store import CliError, Store
 from interference_cli.tolerance_recommendation import owned_by
-from node_agent.signal_metrics import LATEST, POD_RUNQ_P99, POD_TOLERANCES
+from node_agent.signal_metrics import LATEST, NODE_RUNQ_P99, POD_RUNQ_P99, POD_TOLERANCE_RUNQ_P99
 from scheduler.signal_frame import window_values
 
-NODE_RUNQ_P99 = "interference_node_runq_p99_seconds"
-POD_TOLERANCE_RUNQ = POD_TOLERANCES[0][0]
 PROMETHEUS_TIMEOUT_S = 30.0
 MAX_PROMETHEUS_BYTES = 32 << 20
 """A query_range answer longer than this is refused, not read: a shorter --period (or a
@@ -146,7 +144,7 @@ def from_prometheus(
             samples.workload_p99s += [v * 1e6 for _, v in points if v > 0]
             samples.pods.add(labels["pod"])
     declared: list[tuple[float, float]] = []
-    for labels, points in query.series(f'{POD_TOLERANCE_RUNQ}{{namespace="{namespace}"}}'):
+    for labels, points in query.series(f'{POD_TOLERANCE_RUNQ_P99}{{namespace="{namespace}"}}'):
         if owned_by(workload, labels.get("pod", "")) and points:
             declared.append(points[-1])
     if declared:

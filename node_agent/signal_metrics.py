@@ -85,9 +85,12 @@ class NodeSignal:
     scale: float = 1.0
 
 
+NODE_RUNQ_P99 = "interference_node_runq_p99_seconds"
+POD_TOLERANCE_RUNQ_P99 = "interference_pod_tolerance_runq_p99_seconds"
+
 NODE_SIGNALS = (
     NodeSignal(
-        "interference_node_runq_p99_seconds",
+        NODE_RUNQ_P99,
         "99th percentile run-queue delay of the node's tasks (window: of the merged histogram).",
         "runq",
         "runq_p99_us",
@@ -167,7 +170,7 @@ POD_NEIGHBOUR_WAIT = "interference_pod_neighbour_wait_ratio"
 POD_CAUSED_WAIT = "interference_pod_caused_wait_ratio"
 POD_TOLERANCES = (
     (
-        "interference_pod_tolerance_runq_p99_seconds",
+        POD_TOLERANCE_RUNQ_P99,
         "The pod's interference.io/max-runq-p99-us, in seconds.",
         "max_runq_p99_us",
         US,

@@ -87,7 +87,7 @@ from scheduler.plugins.base import Code, CycleState, Filter, FilterResult, PodRe
 from scheduler.plugins.gpu_packing import NAME as GPU_PACKING
 from scheduler.plugins.gpu_packing import GpuPackingArgs
 from scheduler.plugins.interference import NAME as INTERFERENCE
-from scheduler.plugins.interference import RUNQ_EXCEEDED, InterferenceArgs, runq_check
+from scheduler.plugins.interference import InterferenceArgs, refused_for_runq, runq_check
 from scheduler.plugins.registry import REGISTRY, Registry, ResolvedProfile
 from scheduler.preemption import (
     ANTAGONIST_NODES,
@@ -305,7 +305,7 @@ class SchedulingCycle:
         if (
             result.node is None
             and result.runq is not None
-            and RUNQ_EXCEEDED in result.reason_counts
+            and refused_for_runq(result.reason_counts)
         ):
             runq = dataclasses.replace(result.runq, relax_at=relax_at)
             advised = f"{result.message} {runq_advice(runq, now)}"

@@ -109,7 +109,7 @@ from scheduler.extender_bounds import TOO_COMPLEX, names_over_bound, pod_over_bo
 from scheduler.http import REFUSALS, PostRoute
 from scheduler.messages import failed_scheduling_message
 from scheduler.metrics import SchedulerMetrics
-from scheduler.plugins.interference import RUNQ_EXCEEDED
+from scheduler.plugins.interference import refused_for_runq
 from scheduler.pod_warnings import (
     WAIT_FOR_INFORMER_S,
     WAITING_PODS,
@@ -375,8 +375,9 @@ class Extender:
         """Pod key → its latest filter verdict (for the prioritize call's record)."""
         self._pods: OrderedDict[tuple[str, str], PodInfo] = OrderedDict()
         self._refused_costly = False
-        self._logged_bad_request = False
         """Whether a request over the bounds was refused (and logged) yet."""
+        self._logged_bad_request = False
+        """Whether a malformed request was logged at warning yet."""
         self._unconfirmed: OrderedDict[str, tuple[str, Decision, float]] = OrderedDict()
         """Pod key → (UID, record, deadline) for pods the informer has not delivered yet."""
         self._pod_warnings = (
@@ -751,7 +752,7 @@ class Extender:
             result = "unschedulable"
             message = failed_scheduling_message(len(args.names), verdict.reason_counts)
             # the reasons carry each node's measurement: "… tolerance (measured 900 µs > …)"
-            if verdict.runq is not None and any(map(_runq_reason, verdict.reason_counts)):
+            if verdict.runq is not None and refused_for_runq(verdict.reason_counts):
                 message += " " + runq_advice(verdict.runq, now)
         return Decision(
             namespace=pod.namespace,
@@ -771,10 +772,6 @@ class Extender:
                 "feasible": max(0, len(verdict.passed) - settings.record_top_k),
             },
         )
-
-
-def _runq_reason(reason: str) -> bool:
-    return reason.startswith(RUNQ_EXCEEDED)
 
 
 def _offered_rows(

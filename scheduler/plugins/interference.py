@@ -165,6 +165,12 @@ def interference_filter(
     )
 
 
+def refused_for_runq(reasons: Iterable[str]) -> bool:
+    """Whether one of ``reasons`` (a reason as counted, or with the node's measurement
+    after it, as the extender's records keep them) is the run-queue tolerance's."""
+    return any(reason.startswith(RUNQ_EXCEEDED) for reason in reasons)
+
+
 def runq_check(
     table: NodeTable,
     pod: PodInfo,
