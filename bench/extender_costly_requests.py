@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import http.client
 import json
 import sys
 import threading
@@ -26,123 +25,53 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry
-
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from interference.signals import SIGNAL_FAMILIES, NodeMetrics  # noqa: E402
-from scheduler.cache import ClusterCache  # noqa: E402
-from scheduler.extender import Extender, ExtenderMetrics  # noqa: E402
-from scheduler.http import ExtenderEndpoint, ExtenderSettings  # noqa: E402
-from scheduler.metrics import SchedulerMetrics  # noqa: E402
-from scheduler.ports import INFORMED_KINDS, NodeSignals  # noqa: E402
-from scheduler.queue import SchedulingQueue  # noqa: E402
-from scheduler.settings import EngineSettings  # noqa: E402
-from scheduler.table import NodeTable  # noqa: E402
-from tests.scheduler.runtime_helpers import START, FakeClock, MemoryDecisions  # noqa: E402
+from tests.scheduler.served_extender import ServedExtender, extender_args  # noqa: E402
 from tests.scheduler.test_model import node_obj, pod_obj  # noqa: E402
 
 LIMIT = 6 * 1024 * 1024
 TOLERANT = {"interference.io/max-runq-p99-us": "500"}
 
 
-class Served:
-    """The extender over ``nodes`` nodes, served on loopback."""
-
-    def __init__(self, nodes: int) -> None:
-        self.names = [f"node-{i:05d}" for i in range(nodes)]
-        registry = CollectorRegistry()
-        metrics = SchedulerMetrics(registry)
-        self.registry = registry
-        cache = ClusterCache(NodeTable(), SchedulingQueue(), metrics, "interference-scheduler")
-        cache.replace(
-            "Node",
-            [
-                node_obj(
-                    name,
-                    cpu="64",
-                    memory="256Gi",
-                    extra={"nvidia.com/gpu": "8"},
-                    labels={"zone": f"zone-{i % 3}", "rack": f"rack-{i % 50}"},
-                    taints=[("dedicated", "db", "NoSchedule")] if i % 10 == 0 else [],
-                )
-                for i, name in enumerate(self.names)
-            ],
+def served_extender(count: int) -> ServedExtender:
+    """``count`` nodes (zone and rack labels, one in ten tainted, 8 GPUs each) with two
+    running pods each."""
+    names = [f"node-{i:05d}" for i in range(count)]
+    nodes = [
+        node_obj(
+            name,
+            cpu="64",
+            memory="256Gi",
+            extra={"nvidia.com/gpu": "8"},
+            labels={"zone": f"zone-{i % 3}", "rack": f"rack-{i % 50}"},
+            taints=[("dedicated", "db", "NoSchedule")] if i % 10 == 0 else [],
         )
-        running = []
-        for i, name in enumerate(self.names):
-            for j in range(2):
-                pod = pod_obj(f"run-{i}-{j}", labels={"app": f"app-{(i + j) % 20}"})
-                pod["spec"]["nodeName"] = name
-                pod["status"] = {"phase": "Running"}
-                running.append(pod)
-        cache.replace("Pod", running)
-        for kind in INFORMED_KINDS:
-            if kind not in ("Node", "Pod"):
-                cache.replace(kind, [])
-        signals = _Signals(
-            {
-                name: NodeSignals(
-                    NodeMetrics(runq_p99_us=50 + i % 900, interference_index=float(i % 60)),
-                    updated_at=START - 1,
-                    measured=SIGNAL_FAMILIES,
-                )
-                for i, name in enumerate(self.names)
-            }
-        )
-        self.extender = Extender(
-            cache,
-            signals,
-            MemoryDecisions(),
-            EngineSettings(),
-            metrics,
-            ExtenderMetrics(registry),
-            clock=FakeClock(),
-        )
-        self.endpoint = ExtenderEndpoint(
-            ExtenderSettings(port=0, host="127.0.0.1", plaintext=True),
-            self.extender.routes(),
-            None,
-        )
-
-    def post(self, path: str, body: bytes) -> tuple[int, bytes]:
-        connection = http.client.HTTPConnection("127.0.0.1", self.endpoint.port, timeout=600)
-        try:
-            connection.request("POST", path, body, {"Content-Type": "application/json"})
-            response = connection.getresponse()
-            return response.status, response.read()
-        finally:
-            connection.close()
-
-
-class _Signals:
-    def __init__(self, signals: dict[str, NodeSignals]) -> None:
-        self._signals = signals
-
-    def snapshot(self) -> dict[str, NodeSignals]:
-        return self._signals
-
-    def healthy(self) -> bool:
-        return True
+        for i, name in enumerate(names)
+    ]
+    running = []
+    for i, name in enumerate(names):
+        for j in range(2):
+            pod = pod_obj(f"run-{i}-{j}", labels={"app": f"app-{(i + j) % 20}"})
+            pod["spec"]["nodeName"] = name
+            pod["status"] = {"phase": "Running"}
+            running.append(pod)
+    return ServedExtender(nodes, running)
 
 
 def _filling(build: Callable[[int], dict[str, Any]], names: list[str]) -> bytes:
     """The largest ``build(n)`` pod whose ``ExtenderArgs`` with ``names`` fits 6 MiB."""
     low, high = 1, 1
-    while len(_args(build(high), names)) <= LIMIT:
+    while len(extender_args(build(high), names)) <= LIMIT:
         low, high = high, high * 2
     while high - low > 1:
         middle = (low + high) // 2
-        if len(_args(build(middle), names)) <= LIMIT:
+        if len(extender_args(build(middle), names)) <= LIMIT:
             low = middle
         else:
             high = middle
-    return _args(build(low), names)
-
-
-def _args(pod: dict[str, Any], names: list[str]) -> bytes:
-    return json.dumps({"Pod": pod, "NodeNames": names}, separators=(",", ":")).encode()
+    return extender_args(build(low), names)
 
 
 def _values(n: int) -> list[str]:
@@ -245,9 +174,9 @@ def shapes(names: list[str]) -> dict[str, Callable[[], bytes]]:
         return built
 
     return {
-        "real-pod-5000-names": lambda: _args(real, names),
-        "every-bound-unknown-keys": lambda: _args(at_bounds(lambda i: f"key-{i}"), names),
-        "every-bound-node-keys": lambda: _args(
+        "real-pod-5000-names": lambda: extender_args(real, names),
+        "every-bound-unknown-keys": lambda: extender_args(at_bounds(lambda i: f"key-{i}"), names),
+        "every-bound-node-keys": lambda: extender_args(
             at_bounds(lambda i: "zone" if i % 2 else "rack"), names
         ),
         "one-term-huge-values": lambda: _filling(lambda n: pod(affinity=node_terms(1, n)), names),
@@ -268,7 +197,7 @@ def shapes(names: list[str]) -> dict[str, Callable[[], bytes]]:
         "annotations": lambda: _filling(
             lambda n: pod_obj("costly", annotations={f"a{i}": "v" for i in range(n)}), names
         ),
-        "unknown-short-names": lambda: _args(real, [f"{i:x}" for i in range(LIMIT // 9)]),
+        "unknown-short-names": lambda: extender_args(real, [f"{i:x}" for i in range(LIMIT // 9)]),
         "deep-json": lambda: nested(LIMIT // 4),
     }
 
@@ -279,10 +208,10 @@ def main() -> int:
     parser.add_argument("--shapes", default="", help="comma-separated; default all")
     parser.add_argument("--timeout", type=float, default=120.0, help="skip prioritize past it")
     options = parser.parse_args()
-    served = Served(options.nodes)
+    served = served_extender(options.nodes)
     served.endpoint.start()
     chosen = [s for s in options.shapes.split(",") if s]
-    small = _args(
+    small = extender_args(
         pod_obj("bystander", requests={"cpu": "1"}, annotations=TOLERANT), served.names[:100]
     )
     print(f"{options.nodes} nodes in the cache; bodies of at most {LIMIT} bytes")
@@ -302,7 +231,7 @@ def main() -> int:
                 thread = threading.Thread(target=_bystander, args=(served, small, bystander, done))
                 wall, cpu = time.perf_counter(), time.process_time()
                 thread.start()
-                code, answer = served.post(f"/{verb}", body)
+                code, answer = served.post(verb, body, timeout_s=600)
                 wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
                 done.set()
                 thread.join()
@@ -319,12 +248,14 @@ def main() -> int:
         served.endpoint.stop()
 
 
-def _bystander(served: Served, body: bytes, took: list[float], done: threading.Event) -> None:
+def _bystander(
+    served: ServedExtender, body: bytes, took: list[float], done: threading.Event
+) -> None:
     """Another client's small filter requests, one after another while the costly one is
     served (and at least one)."""
     while True:
         started = time.perf_counter()
-        served.post("/filter", body)
+        served.post("filter", body, timeout_s=600)
         took.append(time.perf_counter() - started)
         if done.wait(0.02):
             return

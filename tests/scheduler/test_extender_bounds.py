@@ -5,7 +5,6 @@ HTTP endpoint on loopback, 5,000 nodes in its cache, bodies up to the 6 MiB limi
 
 from __future__ import annotations
 
-import http.client
 import json
 import logging
 import threading
@@ -15,25 +14,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
 
-from interference.signals import SIGNAL_FAMILIES, NodeMetrics
-from scheduler.cache import ClusterCache
-from scheduler.extender import NOT_SYNCED, Extender, ExtenderMetrics
+from scheduler.extender import NOT_SYNCED
 from scheduler.extender_bounds import (
     MAX_ANNOTATION_BYTES,
     POD_BOUNDS,
+    TOO_COMPLEX,
     UNKNOWN_NODES_ALLOWED,
     names_over_bound,
     pod_over_bounds,
 )
-from scheduler.http import EXTENDER_MAX_BODY_BYTES, ExtenderEndpoint, ExtenderSettings
-from scheduler.metrics import SchedulerMetrics
-from scheduler.ports import INFORMED_KINDS, NodeSignals
-from scheduler.queue import SchedulingQueue
-from scheduler.settings import EngineSettings
-from scheduler.table import NodeTable
-from tests.scheduler.runtime_helpers import START, FakeClock, MemoryDecisions
+from scheduler.http import EXTENDER_MAX_BODY_BYTES
+from tests.scheduler.served_extender import ServedExtender, extender_args, runq_p99_us
 from tests.scheduler.test_extender import Harness
 from tests.scheduler.test_model import affinity_terms, node_obj, pod_obj
 
@@ -45,92 +37,29 @@ TOLERANT = {"interference.io/max-runq-p99-us": "500"}
 NAMES = [f"node-{i:05d}" for i in range(NODES)]
 
 
-def _runq_p99_us(row: int) -> float:
-    return 50.0 + row % 900
-
-
-class _Signals:
-    def __init__(self) -> None:
-        self._signals = {
-            name: NodeSignals(
-                NodeMetrics(runq_p99_us=_runq_p99_us(i), interference_index=float(i % 60)),
-                updated_at=START - 1,
-                measured=SIGNAL_FAMILIES,
-            )
-            for i, name in enumerate(NAMES)
-        }
-
-    def snapshot(self) -> dict[str, NodeSignals]:
-        return self._signals
-
-    def healthy(self) -> bool:
-        return True
-
-
-class Served:
-    """The extender over 5,000 nodes (zone and rack labels, one in ten tainted), on
-    loopback."""
-
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        metrics = SchedulerMetrics(self.registry)
-        cache = ClusterCache(NodeTable(), SchedulingQueue(), metrics, "interference-scheduler")
-        cache.replace(
-            "Node",
-            [
-                node_obj(
-                    name,
-                    cpu="64",
-                    labels={"zone": f"zone-{i % 3}", "rack": f"rack-{i % 50}"},
-                    taints=[("dedicated", "db", "NoSchedule")] if i % 10 == 0 else [],
-                )
-                for i, name in enumerate(NAMES)
-            ],
+def _nodes() -> list[dict[str, Any]]:
+    """Zone and rack labels, one in ten tainted."""
+    return [
+        node_obj(
+            name,
+            cpu="64",
+            labels={"zone": f"zone-{i % 3}", "rack": f"rack-{i % 50}"},
+            taints=[("dedicated", "db", "NoSchedule")] if i % 10 == 0 else [],
         )
-        for kind in INFORMED_KINDS:
-            if kind != "Node":
-                cache.replace(kind, [])
-        self.extender = Extender(
-            cache,
-            _Signals(),
-            MemoryDecisions(),
-            EngineSettings(),
-            metrics,
-            ExtenderMetrics(self.registry),
-            clock=FakeClock(),
-        )
-        self.endpoint = ExtenderEndpoint(
-            ExtenderSettings(port=0, host="127.0.0.1", plaintext=True),
-            self.extender.routes(),
-            None,
-        )
-
-    def post(self, verb: str, body: bytes) -> tuple[int, bytes]:
-        connection = http.client.HTTPConnection("127.0.0.1", self.endpoint.port, timeout=60)
-        try:
-            connection.request("POST", f"/{verb}", body, {"Content-Type": "application/json"})
-            response = connection.getresponse()
-            return response.status, response.read()
-        finally:
-            connection.close()
-
-    def refused(self) -> float:
-        value = self.registry.get_sample_value(
-            "interference_scheduler_extender_refused_total", {"reason": "too_complex"}
-        )
-        return value or 0.0
+        for i, name in enumerate(NAMES)
+    ]
 
 
 @pytest.fixture(scope="module")
-def served() -> Iterator[Served]:
-    served = Served()
+def served() -> Iterator[ServedExtender]:
+    served = ServedExtender(_nodes())
     served.endpoint.start()
     yield served
     served.endpoint.stop()
 
 
 def _body(pod: dict[str, Any], names: list[str] = NAMES) -> bytes:
-    return json.dumps({"Pod": pod, "NodeNames": names}, separators=(",", ":")).encode()
+    return extender_args(pod, names)
 
 
 def _filling(build: Callable[[int], dict[str, Any]]) -> bytes:
@@ -166,12 +95,12 @@ COSTLY: dict[str, tuple[Callable[[], bytes], str]] = {
 
 @pytest.mark.parametrize("shape", list(COSTLY))
 def test_a_costly_request_is_refused_within_the_cpu_bound_and_counted(
-    served: Served, shape: str
+    served: ServedExtender, shape: str
 ) -> None:
     build, what = COSTLY[shape]
     body = build()
     assert len(body) > EXTENDER_MAX_BODY_BYTES // 2  # close to the limit, still taken
-    before = served.refused()
+    before = served.refused(TOO_COMPLEX)
     cpu = time.process_time()
     code, answer = served.post("filter", body)
     spent = time.process_time() - cpu
@@ -181,7 +110,7 @@ def test_a_costly_request_is_refused_within_the_cpu_bound_and_counted(
     assert spent < CPU_BOUND_S, f"{spent:.2f} s of CPU for a refused request"
     code, answer = served.post("prioritize", body)
     assert code == 400 and what in answer.decode()
-    assert served.refused() == before + 2
+    assert served.refused(TOO_COMPLEX) == before + 2
 
 
 def test_refusals_are_logged_once_and_each_counted(caplog: pytest.LogCaptureFixture) -> None:
@@ -198,7 +127,7 @@ def test_refusals_are_logged_once_and_each_counted(caplog: pytest.LogCaptureFixt
     assert harness.decisions.items == []
 
 
-def test_json_nested_thousands_deep_is_a_bad_request_not_a_crash(served: Served) -> None:
+def test_json_nested_thousands_deep_is_a_bad_request_not_a_crash(served: ServedExtender) -> None:
     deep = "[" * 100_000 + "]" * 100_000
     body = f'{{"Pod":{{"metadata":{{"name":"p"}},"x":{deep}}},"NodeNames":[]}}'.encode()
     code, answer = served.post("filter", body)
@@ -256,20 +185,20 @@ def test_the_pod_at_every_bound_is_exactly_at_each(bound: Any) -> None:
     assert bound.count(_at_every_bound()) == bound.limit
 
 
-def test_the_largest_legitimate_requests_get_their_full_answer(served: Served) -> None:
+def test_the_largest_legitimate_requests_get_their_full_answer(served: ServedExtender) -> None:
     real = pod_obj("real", requests={"cpu": "1"}, annotations=TOLERANT)
     code, answer = served.post("filter", _body(real))
     verdict = json.loads(answer)
     assert code == 200 and "Error" not in verdict, verdict
     failed = {**verdict["FailedNodes"], **verdict["FailedAndUnresolvableNodes"]}
     assert sorted([*verdict["NodeNames"], *failed]) == NAMES
-    quiet = [n for i, n in enumerate(NAMES) if i % 10 and _runq_p99_us(i) <= 500]
+    quiet = [n for i, n in enumerate(NAMES) if i % 10 and runq_p99_us(i) <= 500]
     assert verdict["NodeNames"] == quiet  # untainted, within the tolerance
     code, answer = served.post("prioritize", _body(real))
     assert code == 200 and [p["Host"] for p in json.loads(answer)] == NAMES
 
     bounded = _body(_at_every_bound())
-    before = served.refused()
+    before = served.refused(TOO_COMPLEX)
     cpu = time.process_time()
     code, answer = served.post("filter", bounded)
     verdict = json.loads(answer)
@@ -279,10 +208,12 @@ def test_the_largest_legitimate_requests_get_their_full_answer(served: Served) -
     spent = time.process_time() - cpu
     assert code == 200 and [p["Host"] for p in json.loads(answer)] == NAMES
     assert spent < 2 * CPU_BOUND_S, f"{spent:.2f} s of CPU for the pod at every bound"
-    assert served.refused() == before
+    assert served.refused(TOO_COMPLEX) == before
 
 
-def test_other_clients_are_answered_while_a_costly_request_is_refused(served: Served) -> None:
+def test_other_clients_are_answered_while_a_costly_request_is_refused(
+    served: ServedExtender,
+) -> None:
     costly = _filling(_node_selector_keys)
     small = _body(pod_obj("small", requests={"cpu": "1"}), NAMES[:50])
     took: list[float] = []
