@@ -42,9 +42,6 @@ from node_agent.settings import AgentSettings, detect_cgroup_v2_mount
 log = logging.getLogger("node_agent")
 
 INDEX_REF_FLAG = "--index-ref"
-DEPRECATED_INDEX_REF_FLAG = "--score-ref"
-"""The deprecated former name of ``--index-ref``: still accepted for one release, hidden
-from ``--help``, and a warning names the new flag."""
 
 
 def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
@@ -244,14 +241,6 @@ def parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         "weights at most 1), repeatable; NAME is one of " + ", ".join(REFERENCE_NAMES),
     )
     p.add_argument(
-        DEPRECATED_INDEX_REF_FLAG,
-        dest="deprecated_index_ref",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help=argparse.SUPPRESS,
-    )
-    p.add_argument(
         "--once",
         action="store_true",
         help="measure one interval, print the report as JSON and exit (no Redis needed)",
@@ -312,44 +301,27 @@ def _integer(
     return None if number is None else int(number)
 
 
-def index_references(overrides: Sequence[str], flag: str = INDEX_REF_FLAG) -> IndexReferences:
-    """``IndexReferences`` with ``NAME=VALUE`` overrides; ``ValueError`` saying what is wrong
-    (naming ``flag``, the flag they came from)."""
-    return _with_overrides(IndexReferences(), overrides, flag)
-
-
-def _with_overrides(refs: IndexReferences, overrides: Sequence[str], flag: str) -> IndexReferences:
+def index_references(overrides: Sequence[str]) -> IndexReferences:
+    """``IndexReferences`` with ``--index-ref`` ``NAME=VALUE`` overrides, later ones winning;
+    ``ValueError`` saying what is wrong (naming the flag)."""
+    refs = IndexReferences()
     for item in overrides:
         name, sep, value = item.partition("=")
         if not sep or name not in REFERENCE_NAMES:
             raise ValueError(
-                f"{flag} {item!r}: expected NAME=VALUE with NAME one of "
+                f"{INDEX_REF_FLAG} {item!r}: expected NAME=VALUE with NAME one of "
                 + ", ".join(REFERENCE_NAMES)
             )
         try:
             number = float(value)
         except ValueError:
-            raise ValueError(f"{flag} {item!r}: {value!r} is not a number") from None
-        check_range(f"{flag} {name}", number, minimum=0)
+            raise ValueError(f"{INDEX_REF_FLAG} {item!r}: {value!r} is not a number") from None
+        check_range(f"{INDEX_REF_FLAG} {name}", number, minimum=0)
         try:
             refs = replace(refs, **{name: number})
         except ValueError as exc:  # a quiet point above its saturation point, weight > 1
-            raise ValueError(f"{flag} {item!r}: {exc}") from None
+            raise ValueError(f"{INDEX_REF_FLAG} {item!r}: {exc}") from None
     return refs
-
-
-def _index_references(args: argparse.Namespace) -> IndexReferences:
-    """The references from ``--index-ref`` and its deprecated alias (warned about; the new
-    flag's overrides apply last, so they win)."""
-    refs = IndexReferences()
-    if args.deprecated_index_ref:
-        log.warning(
-            "%s is deprecated and will be removed in the next release; use %s (same NAME=VALUE)",
-            DEPRECATED_INDEX_REF_FLAG,
-            INDEX_REF_FLAG,
-        )
-        refs = _with_overrides(refs, args.deprecated_index_ref, DEPRECATED_INDEX_REF_FLAG)
-    return _with_overrides(refs, args.index_ref, INDEX_REF_FLAG)
 
 
 def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> AgentSettings:
@@ -400,7 +372,7 @@ def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> 
         http_port=AgentSettings.http_port if port is None else port,
         metrics_max_pods=AgentSettings.metrics_max_pods if max_pods is None else max_pods,
         bpf_source_dir=args.bpf_dir,
-        index_refs=_index_references(args),
+        index_refs=index_references(args.index_ref),
         pods_file=args.pods_file,
         kubernetes=not args.no_kubernetes,
         kubeconfig=args.kubeconfig,

@@ -3,9 +3,9 @@ saturated, higher is worse) is never called a score again; "score" is left to th
 scheduler plugins' 0–100 preference and the extender's 0–10.
 
 Scans the Python sources of the packages that speak of the index (the shared contract,
-the agent, the CLI, the benchmarks) and the documentation. The former names that stay
-for one release (the agent's ``--score-ref``, the annotation
-``interference.io/max-score``) may appear only where the text says they are deprecated.
+the agent, the CLI, the benchmarks) and the documentation. The former name that stays
+for one release (the annotation ``interference.io/max-score``) may appear only where the
+text says it is deprecated.
 """
 
 from __future__ import annotations
@@ -25,14 +25,14 @@ NEVER = {
     "the former references name": re.compile(r"\bscore_refs?\b|\bSCORE_REF", re.IGNORECASE),
     "the former ranking constant": re.compile(r"\bNODES_BY_SCORE\b"),
     "the former index module": re.compile(r"\binterference[./]score\b"),
+    "the agent's former flag": re.compile(r"--score-ref\b"),
 }
 """Former names of the index that must not come back anywhere scanned."""
 
 DEPRECATED = {
-    "the agent's former flag": re.compile(r"--score-ref\b"),
     "the former annotation": re.compile(r"\binterference\.io/max-score\b"),
 }
-"""Former names still accepted for one release: only in a sentence (docs) or a line
+"""Former name still accepted for one release: only in a sentence (docs) or a line
 (code) that calls them deprecated."""
 
 DEPRECATION = re.compile(r"deprecat", re.IGNORECASE)
@@ -106,10 +106,12 @@ def test_the_scan_reads_the_sources_and_documents_it_names() -> None:
         ("keys.NODES_BY_SCORE", ".py", 1),
         ("from interference.score import IndexReferences", ".py", 1),
         ('annotations: {interference.io/max-score: "40"}', ".yaml", 1),
-        ("Use `--score-ref`. It is deprecated.", ".md", 1),
-        ("`--score-ref`, its former name,\nis deprecated: use `--index-ref`.", ".md", 0),
-        ('DEPRECATED_FLAG = "--score-ref"', ".py", 0),
+        ("Use `--score-ref`.", ".md", 1),
+        ("`--score-ref`, its former name,\nis deprecated: use `--index-ref`.", ".md", 1),
         ('p.add_argument("--score-ref")', ".py", 1),
+        ("Use `interference.io/max-score`. It is deprecated.", ".md", 1),
+        ("`interference.io/max-score`, its former name,\nis deprecated.", ".md", 0),
+        ('DEPRECATED_MAX_SCORE = "interference.io/max-score"', ".py", 0),
         ("interference.io/max-index and the interference index", ".md", 0),
     ],
 )

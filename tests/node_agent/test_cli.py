@@ -153,40 +153,6 @@ def test_bad_configuration_exits_2_saying_what_is_wrong(
     assert message in capsys.readouterr().err
 
 
-def test_deprecated_score_ref_still_works_warning_to_use_index_ref(
-    caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """The former name of ``--index-ref`` is accepted for one release, hidden from
-    ``--help``, warns naming the new flag, and ``--index-ref`` wins where both set a NAME."""
-    argv = [
-        cli.DEPRECATED_INDEX_REF_FLAG,
-        "runq_p99_us=20000",
-        cli.DEPRECATED_INDEX_REF_FLAG,
-        "weight_net_drops=0",
-        "--index-ref",
-        "runq_p99_us=30000",
-    ]
-    with caplog.at_level("WARNING", logger="node_agent"):
-        settings = settings_for(argv, {})
-    assert settings.index_refs == IndexReferences(runq_p99_us=30000.0, weight_net_drops=0.0)
-    assert [r.getMessage() for r in caplog.records] == [
-        "--score-ref is deprecated and will be removed in the next release; use --index-ref "
-        "(same NAME=VALUE)"
-    ]
-    caplog.clear()
-    with caplog.at_level("WARNING", logger="node_agent"):
-        settings_for(["--index-ref", "runq_p99_us=30000"], {})
-    assert caplog.records == []
-    with pytest.raises(SystemExit):
-        cli.parser({}).parse_args(["--help"])
-    help_text = capsys.readouterr().out
-    assert "--index-ref" in help_text and cli.DEPRECATED_INDEX_REF_FLAG not in help_text
-    with pytest.raises(SystemExit) as exit_info:
-        cli.main(["--no-kubernetes", cli.DEPRECATED_INDEX_REF_FLAG, "runq=5"], {})
-    assert exit_info.value.code == 2
-    assert f"{cli.DEPRECATED_INDEX_REF_FLAG} 'runq=5'" in capsys.readouterr().err
-
-
 def test_bad_pods_file_exits_2_naming_the_entry(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
