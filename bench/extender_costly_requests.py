@@ -28,8 +28,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from tests.builders import node_obj, pod_obj  # noqa: E402
 from tests.scheduler.served_extender import ServedExtender, extender_args  # noqa: E402
-from tests.scheduler.test_model import node_obj, pod_obj  # noqa: E402
 
 LIMIT = 6 * 1024 * 1024
 TOLERANT = {"interference.io/max-runq-p99-us": "500"}

@@ -42,7 +42,7 @@ try:
 except ImportError:  # the previous commit's layout
     from scheduler.model import parse_node
 from scheduler.table import NodeTable
-from tests.scheduler.test_model import node_obj
+from tests.builders import node_obj
 nodes, pods, rounds = {nodes}, {pods}, {rounds}
 names = [f"node-{{i:05d}}" for i in range(nodes)]
 table = NodeTable(capacity=nodes)

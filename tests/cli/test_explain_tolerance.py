@@ -20,9 +20,9 @@ from scheduler.api.pods import parse_pod
 from scheduler.cycle import SchedulingCycle
 from scheduler.ports import NodeSignals
 from scheduler.settings import EngineSettings, Profile
+from tests.builders import node_obj, pod_obj, table_of
 from tests.cli.test_query import _cli
 from tests.conftest import RedisServer
-from tests.scheduler.test_model import node_obj, pod_obj, table_of
 
 RUNQ_P99_US = {"quiet": 900.0, "loud": 4000.0, "busy": 2600.0, "small": 100.0}
 """small is the quietest but has too little CPU: it is not the nearest node."""

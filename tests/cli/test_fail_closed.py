@@ -33,13 +33,13 @@ from scheduler.api.objects import ANNOTATION_MAX_RUNQ_P99_US
 from scheduler.api.pods import parse_pod
 from scheduler.cycle import SchedulingCycle
 from scheduler.plugins.interference import InterferenceArgs, quietness, stale_rows
+from tests.builders import node_obj, pod_obj, table_of
 from tests.conftest import RedisServer, free_port
 from tests.node_agent.test_agent import wait_for
 from tests.node_agent.test_health import get
 from tests.scheduler.frames import stale_nodes
 from tests.scheduler.profiles import interference_settings
 from tests.scheduler.runtime_helpers import LoopHarness
-from tests.scheduler.test_model import node_obj, pod_obj, table_of
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 

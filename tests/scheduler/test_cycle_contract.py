@@ -31,7 +31,7 @@ from scheduler.plugins.taint_toleration import UNTOLERATED_TAINT
 from scheduler.queue import QueueState, SchedulingQueue
 from scheduler.settings import EngineSettings, Profile
 from scheduler.table import NodeTable
-from tests.scheduler.test_model import node_obj, pod_obj, table_of
+from tests.builders import node_obj, pod_obj, table_of
 
 NOW = 1000.0
 RACK = "RackBudget"

@@ -25,9 +25,9 @@ from scheduler.extender_bounds import (
     pod_over_bounds,
 )
 from scheduler.http import EXTENDER_MAX_BODY_BYTES
+from tests.builders import affinity_terms, node_obj, pod_obj
 from tests.scheduler.served_extender import ServedExtender, extender_args, runq_p99_us
 from tests.scheduler.test_extender import Harness
-from tests.scheduler.test_model import affinity_terms, node_obj, pod_obj
 
 NODES = 5000
 CPU_BOUND_S = 2.0

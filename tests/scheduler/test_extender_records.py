@@ -14,8 +14,8 @@ import pytest
 from scheduler.extender import RECORD_CONFIRM_S, UNCONFIRMED_RECORDS
 from scheduler.http import EXTENDER_MAX_BODY_BYTES, ExtenderSettings
 from scheduler.plugins.interference import RUNQ_EXCEEDED
+from tests.builders import pod_obj
 from tests.scheduler.test_extender import TOLERANT, Harness
-from tests.scheduler.test_model import pod_obj
 
 UNKNOWN = "interference_scheduler_extender_unknown_pod_records_total"
 

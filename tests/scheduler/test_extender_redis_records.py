@@ -19,9 +19,9 @@ from scheduler.adapters.redis_signals import (
     connect,
 )
 from scheduler.extender import RECORD_CONFIRM_S
+from tests.builders import pod_obj
 from tests.conftest import running_redis_server
 from tests.scheduler.test_extender import Harness
-from tests.scheduler.test_model import pod_obj
 
 pytestmark = [pytest.mark.redis]
 

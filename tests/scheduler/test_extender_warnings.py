@@ -12,8 +12,8 @@ from interference.annotations import unknown_annotation_message
 from scheduler.adapters.memory import InMemoryCluster, RecordedEvent
 from scheduler.pod_warnings import WAIT_FOR_INFORMER_S, WAITING_PODS
 from scheduler.ports import PodRef
+from tests.builders import pod_obj
 from tests.scheduler.test_extender import TOLERANT, Harness
-from tests.scheduler.test_model import pod_obj
 
 TYPO = {"interference.io/max-runq-p99": "500"}
 """``-us`` left out: no tolerance at all without the Event."""

@@ -33,7 +33,7 @@ from scheduler.plugins.inter_pod_affinity import (
 from scheduler.queue import SchedulingQueue
 from scheduler.settings import EngineSettings
 from scheduler.table import NodeTable
-from tests.scheduler.test_model import node_obj, pod_obj, table_of
+from tests.builders import node_obj, pod_obj, table_of
 
 HOSTNAME = "kubernetes.io/hostname"
 ZONED = [

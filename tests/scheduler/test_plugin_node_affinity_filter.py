@@ -12,8 +12,8 @@ from scheduler.api.objects import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL
 from scheduler.api.pods import parse_pod
 from scheduler.api.selectors import parse_int64
 from scheduler.plugins.node_affinity import NODE_AFFINITY, node_affinity
+from tests.builders import affinity_terms, node_obj, pod_obj, table_of
 from tests.scheduler.filters import or_all_pass
-from tests.scheduler.test_model import affinity_terms, node_obj, pod_obj, table_of
 
 NODES = [
     node_obj("a", labels={"zone": "z1", "gen": "5", "disk": "ssd"}),

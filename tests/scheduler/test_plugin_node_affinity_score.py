@@ -13,7 +13,7 @@ from scheduler.api.reader import ObjectError
 from scheduler.cycle import SchedulingCycle
 from scheduler.plugins.node_affinity import node_affinity_score
 from scheduler.settings import EngineSettings, Profile
-from tests.scheduler.test_model import node_obj, pod_obj, table_of
+from tests.builders import node_obj, pod_obj, table_of
 
 NODES = [
     node_obj("ssd-a", labels={"disk": "ssd", "zone": "a"}),

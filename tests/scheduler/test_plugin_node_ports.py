@@ -8,8 +8,8 @@ import pytest
 
 from scheduler.api.pods import parse_pod
 from scheduler.plugins.node_ports import PORTS_TAKEN, node_ports
+from tests.builders import container, node_obj, pod_obj, table_of
 from tests.scheduler.filters import or_all_pass
-from tests.scheduler.test_model import container, node_obj, pod_obj, table_of
 
 
 def _with_port(

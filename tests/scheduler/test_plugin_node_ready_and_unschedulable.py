@@ -7,8 +7,8 @@ import pytest
 from scheduler.api.pods import parse_pod
 from scheduler.plugins.node_ready import NOT_READY, node_ready
 from scheduler.plugins.node_unschedulable import UNSCHEDULABLE, node_unschedulable
+from tests.builders import node_obj, pod_obj, table_of
 from tests.scheduler.filters import or_all_pass
-from tests.scheduler.test_model import node_obj, pod_obj, table_of
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import pytest
 
 from scheduler.api.pods import parse_pod
 from scheduler.plugins.node_resources_fit import TOO_MANY_PODS, resources_fit
-from tests.scheduler.test_model import container, node_obj, pod_obj, table_of
+from tests.builders import container, node_obj, pod_obj, table_of
 
 
 def _placed(name: str, node: str, **requests: str) -> tuple[dict[str, Any], str]:

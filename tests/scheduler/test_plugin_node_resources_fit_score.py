@@ -8,7 +8,7 @@ import pytest
 
 from scheduler.api.pods import parse_pod
 from scheduler.plugins.node_resources_fit import least_allocated_score
-from tests.scheduler.test_model import container, node_obj, pod_obj, table_of
+from tests.builders import container, node_obj, pod_obj, table_of
 
 
 @pytest.mark.parametrize(

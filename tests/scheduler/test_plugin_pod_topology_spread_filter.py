@@ -14,8 +14,8 @@ from scheduler.plugins.node_affinity import node_affinity
 from scheduler.plugins.pod_topology_spread import MISSING_LABEL, SKEW, topology_spread
 from scheduler.plugins.taint_toleration import taint_toleration
 from scheduler.settings import EngineSettings
+from tests.builders import affinity_terms, node_obj, pod_obj, table_of
 from tests.scheduler.filters import or_all_pass
-from tests.scheduler.test_model import affinity_terms, node_obj, pod_obj, table_of
 
 ZONES = {"a": "za", "b": "zb", "c": "zc"}
 

@@ -14,8 +14,8 @@ from scheduler.plugins.node_affinity import node_affinity
 from scheduler.plugins.pod_topology_spread import topology_spread_score
 from scheduler.plugins.taint_toleration import taint_toleration
 from scheduler.settings import EngineSettings, Profile
+from tests.builders import node_obj, pod_obj, table_of
 from tests.scheduler.filters import or_all_pass
-from tests.scheduler.test_model import node_obj, pod_obj, table_of
 
 HOSTNAME = "kubernetes.io/hostname"
 

@@ -10,8 +10,8 @@ from scheduler.api.pods import parse_pod
 from scheduler.cycle import SchedulingCycle
 from scheduler.plugins.taint_toleration import taint_toleration
 from scheduler.settings import EngineSettings
+from tests.builders import node_obj, pod_obj, table_of
 from tests.scheduler.filters import or_all_pass
-from tests.scheduler.test_model import node_obj, pod_obj, table_of
 
 GPU_TAINT = ("nvidia.com/gpu", "present", "NoSchedule")
 

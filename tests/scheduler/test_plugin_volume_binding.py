@@ -35,8 +35,8 @@ from scheduler.plugins.volume_binding import (
 from scheduler.queue import QueueState
 from scheduler.settings import EngineSettings
 from scheduler.table import NodeTable
+from tests.builders import node_obj, pod_obj, table_of
 from tests.scheduler.runtime_helpers import LoopHarness
-from tests.scheduler.test_model import node_obj, pod_obj, table_of
 
 ZONE = "topology.kubernetes.io/zone"
 BETA_ZONE = "failure-domain.beta.kubernetes.io/zone"

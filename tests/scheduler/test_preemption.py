@@ -54,7 +54,7 @@ from scheduler.preemption import (
 )
 from scheduler.settings import EngineSettings
 from scheduler.table import NodeTable
-from tests.scheduler.test_model import node_obj, pod_obj, table_of
+from tests.builders import node_obj, pod_obj, table_of
 
 NOW = 1000.0
 NEG, LOW, MID, HIGH, VERY_HIGH = -100, 0, 100, 1000, 10000

@@ -25,9 +25,9 @@ from scheduler.nominated import RoomHolds, TableRoom
 from scheduler.ports import Preemption
 from scheduler.preemption import PreemptionArgs, PreemptionInputs
 from scheduler.settings import EngineSettings
+from tests.builders import node_obj, pod_obj, table_of
 from tests.scheduler.profiles import interference_settings
 from tests.scheduler.runtime_helpers import START, LoopHarness, schedule_pending
-from tests.scheduler.test_model import node_obj, pod_obj, table_of
 
 LOW, HIGH = 0, 10
 

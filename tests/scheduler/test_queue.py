@@ -10,7 +10,7 @@ import pytest
 from scheduler.api.pods import parse_pod
 from scheduler.events import Action, ClusterEvent, EventInterest
 from scheduler.queue import QueueState, SchedulingQueue
-from tests.scheduler.test_model import pod_obj
+from tests.builders import pod_obj
 
 
 class FakeClock:

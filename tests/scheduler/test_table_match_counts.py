@@ -12,7 +12,7 @@ from scheduler.api.objects import AntiAffinityTerm, PodInfo
 from scheduler.api.pods import parse_pod
 from scheduler.api.selectors import LabelSelector, Requirement
 from scheduler.table import NodeTable
-from tests.scheduler.test_model import node_obj, pod_obj
+from tests.builders import node_obj, pod_obj
 
 NODES = ["a", "b", "c"]
 TERMS = [
