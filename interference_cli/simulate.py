@@ -3,7 +3,12 @@
 The trace's NodeReports are replayed in time order together with a pod arrival list;
 every arrival is placed by the real :class:`scheduler.cycle.SchedulingCycle` over a real
 :class:`scheduler.table.NodeTable` (no copy of any filter or score), with the signals
-of the latest report of each node at that moment. Per policy it reports:
+of the latest report of each node at that moment. The signals reach the table as in
+production: each report's scheduling record, encoded as its agent writes it, decoded with
+the Redis follower's checks and columns, the index computed from it with the policy file's
+``redis.index_references`` (:class:`RecordReplay`; docs/design.md §8) — so a replay
+decides what the scheduler following those records would (``tests/cli/test_replay_parity.py``
+runs one trace both ways). Per policy it reports:
 
 ``violations``
     placements whose node exceeded the pod's interference tolerance during the windows
@@ -37,12 +42,14 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rich.console import Console
 from rich.table import Table
 
+from interference import sched_record
 from interference.decision import Decision, decision_hash
+from interference.index import IndexReferences
 from interference.signals import NodeReport
 from interference_cli.plain import text
 from interference_cli.store import CliError, split_pod_ref
@@ -57,8 +64,9 @@ from scheduler.api.reader import ObjectError
 from scheduler.config import ConfigError, load_config
 from scheduler.cycle import SchedulingCycle
 from scheduler.plugins.interference import InterferenceArgs, interference_filter
-from scheduler.ports import NodeSignals
 from scheduler.settings import EngineSettings
+from scheduler.signal_frame import SignalFrame
+from scheduler.signal_records import DEFAULT_REFERENCES, frame_of_records
 from scheduler.table import NodeTable
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -75,6 +83,12 @@ class Policy:
     settings: EngineSettings
     """``engine:`` of the file; ``interference_aware: false`` makes an interference-blind
     policy (tolerance filters off, no quietness score), as the loop runs without signals."""
+    references: IndexReferences = DEFAULT_REFERENCES
+    """``redis.index_references`` of the file: the references the scheduler computes each
+    node's index from its record with."""
+    max_agent_interval_s: float = 2.0
+    """``redis.max_agent_interval_s`` of the file: a record claiming a longer interval is
+    ignored, as the follower ignores it."""
 
 
 @dataclass
@@ -95,9 +109,13 @@ class PolicyResult:
     explained: Decision | None = None
     """The decision record of the pod asked for with ``explain`` (its last attempt), as
     the scheduler would have written it."""
+    decisions: list[Decision] = field(default_factory=list)
+    """Every attempt's decision record, in order, when :func:`simulate` was asked to keep
+    them (``keep_decisions``); not part of the JSON."""
 
     def as_json(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
+        out = dataclasses.asdict(dataclasses.replace(self, explained=None, decisions=[]))
+        del out["decisions"]
         out["placements"] = [list(p) for p in self.placements]
         out["explained"] = decision_hash(self.explained) if self.explained else None
         return out
@@ -111,7 +129,47 @@ def load_policy(path: str | Path) -> Policy:
         raise CliError(f"policy {path} is invalid: {'; '.join(exc.problems)}") from exc
     except (OSError, ValueError) as exc:
         raise CliError(f"policy {path}: {exc}") from exc
-    return Policy(Path(path).stem, config.engine)
+    redis = config.redis
+    return Policy(
+        Path(path).stem, config.engine, redis.index_references, redis.max_agent_interval_s
+    )
+
+
+class ReplaySignals(Protocol):
+    """How a replay's reports reach the scheduler: an agent's write, the scheduler's read."""
+
+    def publish(self, report: NodeReport) -> None:
+        """The node's agent writes ``report`` (its scheduling record)."""
+
+    def frame(self, now: float) -> SignalFrame:
+        """What the scheduler's table takes at ``now``."""
+
+
+class RecordReplay:
+    """The in-process :class:`ReplaySignals`: each node's latest scheduling record
+    (:func:`interference.sched_record.encode`, what its agent writes), read as the Redis
+    follower reads it (:func:`scheduler.signal_records.frame_of_records`) when it was
+    written — the follower polls every 0.5 s, a trace's reports are a second apart."""
+
+    def __init__(self, nodes: Sequence[str], policy: Policy) -> None:
+        self._nodes = tuple(nodes)
+        self._policy = policy
+        self._records: dict[str, bytes] = {}
+        self._frame: SignalFrame | None = None
+
+    def publish(self, report: NodeReport) -> None:
+        self._records[report.node] = sched_record.encode(report)
+        self._frame = None
+
+    def frame(self, now: float) -> SignalFrame:
+        if self._frame is None:
+            self._frame = frame_of_records(
+                self._nodes,
+                [self._records.get(node) for node in self._nodes],
+                self._policy.references,
+                max_interval_s=self._policy.max_agent_interval_s,
+            )
+        return self._frame
 
 
 def simulate(
@@ -119,19 +177,25 @@ def simulate(
     workload: Workload,
     policy: Policy,
     explain: str | None = None,
+    signals: ReplaySignals | None = None,
+    keep_decisions: bool = False,
 ) -> PolicyResult:
     """Replay ``reports`` and ``workload`` through the engine under ``policy``.
 
     Time advances over every report and arrival. A pod is attempted when it arrives; an
     unschedulable one is retried with the scheduling queue's backoff (1 s doubling to
     10 s) while the trace lasts, and counts as unschedulable if it never fits.
-    ``explain`` (``NAMESPACE/POD``) keeps that pod's decision record of its last attempt.
+    ``explain`` (``NAMESPACE/POD``) keeps that pod's decision record of its last attempt;
+    ``keep_decisions`` every attempt's. ``signals``: how the reports reach the scheduler
+    (default :class:`RecordReplay`; a test passes a real Redis and the follower).
     """
     if not reports:
         raise CliError("the trace holds no reports")
     ordered = sorted(reports, key=lambda r: r.ts)
     t0 = ordered[0].ts
-    replay = _Replay(ordered, workload, policy, explain)
+    if signals is None:
+        signals = RecordReplay(trace_nodes(ordered), policy)
+    replay = _Replay(ordered, workload, policy, signals, explain, keep_decisions)
     ticks = sorted(
         [(report.ts, 0, None) for report in ordered]
         + [(t0 + arrival.at_s, 1, arrival) for arrival in workload.arrivals],
@@ -150,6 +214,7 @@ def simulate(
     result.decisions_per_s = replay.attempts / replay.engine_s if replay.engine_s > 0 else 0.0
     result.placements = [(round(t - t0, 3), pod.key, node) for t, pod, node in replay.placed]
     result.explained = replay.explained
+    result.decisions = replay.decisions
     judge = _ToleranceJudge(ordered, workload)
     for placed_at, pod, node in replay.placed:
         if pod.tolerance is None:
@@ -176,15 +241,17 @@ class _Replay:
         ordered: Sequence[NodeReport],
         workload: Workload,
         policy: Policy,
+        signals: ReplaySignals,
         explain: str | None = None,
+        keep_decisions: bool = False,
     ):
         self._reports = ordered
         self._next_report = 0
         self._engine = SchedulingCycle(policy.settings, seed=0)
-        self._latest: dict[str, NodeSignals] = {}
+        self._signals = signals
         self._departures: list[tuple[float, int, PodInfo]] = []
         self.table = NodeTable()
-        for name in sorted({r.node for r in ordered}):
+        for name in trace_nodes(ordered):
             self.table.upsert_node(parse_node(_node(name, workload.node_allocatable)))
         self.result = PolicyResult(policy.name)
         self.pending: list[_Pending] = []
@@ -194,6 +261,8 @@ class _Replay:
         self.engine_s = 0.0
         self._explain = explain
         self.explained: Decision | None = None
+        self._keep_decisions = keep_decisions
+        self.decisions: list[Decision] = []
 
     def advance(self, now: float) -> None:
         """Apply the reports and departures up to ``now``."""
@@ -201,7 +270,7 @@ class _Replay:
             report = self._reports[self._next_report]
             if report.ts > now:
                 break
-            self._latest[report.node] = _signals(report)
+            self._signals.publish(report)
             self._next_report += 1
         while self._departures and self._departures[0][0] <= now:
             self.table.remove_pod(heapq.heappop(self._departures)[2])
@@ -225,13 +294,13 @@ class _Replay:
                 entry.next_try = now + entry.backoff_s
 
     def _attempt(self, pod: PodInfo, duration_s: float | None, now: float) -> bool:
-        self.table.set_signals(dict(self._latest))
+        self.table.set_signals(self._signals.frame(now))
         started = time.perf_counter()
         decision = self._engine.schedule(pod, self.table, now)
         self.engine_s += time.perf_counter() - started
         self.attempts += 1
-        if pod.key == self._explain:
-            self.explained = Decision(
+        if pod.key == self._explain or self._keep_decisions:
+            record = Decision(
                 pod.namespace,
                 pod.name,
                 "unschedulable" if decision.node is None else "scheduled",
@@ -244,6 +313,10 @@ class _Replay:
                 omitted=dict(decision.omitted),
                 runq=decision.runq,
             )
+            if pod.key == self._explain:
+                self.explained = record
+            if self._keep_decisions:
+                self.decisions.append(record)
         if decision.node is None:
             return False
         self.table.add_pod(pod, decision.node, now)
@@ -254,7 +327,8 @@ class _Replay:
 
 
 class _ToleranceJudge:
-    """Decides with the scheduler's own tolerance filter whether a placement violated it."""
+    """Decides with the scheduler's own tolerance filter whether a placement violated it,
+    on each later report's scheduling record (default references and checks)."""
 
     def __init__(self, reports: Sequence[NodeReport], workload: Workload) -> None:
         self._by_node: dict[str, list[NodeReport]] = {}
@@ -273,7 +347,7 @@ class _ToleranceJudge:
         table = self._table(node)
         exceeded = 0
         for report in windows:
-            table.set_signals({node: _signals(report)})
+            table.set_signals(frame_of_records([node], [sched_record.encode(report)]))
             verdict = interference_filter(table, pod, self._judge, report.ts)
             if verdict is not None and not verdict.passed[0]:
                 exceeded += 1
@@ -315,14 +389,9 @@ def _node(name: str, allocatable: Mapping[str, Mapping[str, str]]) -> dict[str, 
     )
 
 
-def _signals(report: NodeReport) -> NodeSignals:
-    return NodeSignals(
-        metrics=report.metrics,
-        updated_at=report.ts,
-        interval_s=report.interval_s,
-        measured=report.measured,
-        windows=report.windows,
-    )
+def trace_nodes(reports: Sequence[NodeReport]) -> list[str]:
+    """The nodes of a trace, sorted: the replay's cluster."""
+    return sorted({report.node for report in reports})
 
 
 # ---- command -----------------------------------------------------------------------------

@@ -30,7 +30,6 @@ from interference.signals import NodeReport
 from interference_cli.store import CliError, Store
 from interference_cli.tolerance_recommendation import owned_by
 from node_agent.signal_metrics import LATEST, NODE_RUNQ_P99, POD_RUNQ_P99, POD_TOLERANCE_RUNQ_P99
-from scheduler.signal_frame import window_values
 
 PROMETHEUS_TIMEOUT_S = 30.0
 MAX_PROMETHEUS_BYTES = 32 << 20
@@ -93,9 +92,11 @@ def from_reports(
             continue
         times.append(report.ts)
         windowed = report.windows.get(window)
-        if windowed is None or windowed.intervals == 0:
+        if windowed is None or windowed.intervals == 0:  # the latest interval's, as the table
             samples.without_window += 1
-        node_p99 = window_values(report.metrics, windowed)[0]
+            node_p99 = report.metrics.runq_p99_us
+        else:
+            node_p99 = windowed.runq_p99_us
         samples.node_p99s.setdefault(report.node, []).append(node_p99)
         for pod in report.pods:
             if pod.namespace == namespace and owned_by(workload, pod.name) and pod.runq_p99_us > 0:

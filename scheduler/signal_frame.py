@@ -2,10 +2,13 @@
 
 A :class:`SignalFrame` holds, per node (row), the columns the filters and scores read —
 ``signals_at``, ``fresh_until`` and each window's (:data:`SIGNAL_WINDOWS`)
-:data:`WINDOW_PARTS` — plus each row's measured families. The Redis
-follower builds frames straight from scheduling records in bulk
-(:mod:`scheduler.signal_records`); tests, simulation and the in-memory adapter build them
-from :class:`~scheduler.ports.NodeSignals` mappings with :meth:`SignalFrame.from_signals`.
+:data:`WINDOW_PARTS` — plus each row's measured families. Every frame
+is built from scheduling records (:mod:`interference.sched_record`) decoded in bulk by
+:mod:`scheduler.signal_records`: the Redis follower's from the records it reads, and
+those of in-process sources (``interference simulate``, tests) from the records of their
+:class:`~scheduler.ports.NodeSignals`, encoded as the agent writes them
+(:func:`scheduler.signal_records.frame_of_signals`) — one path, so the interference index
+a decision reads is always the one the scheduler computes (docs/design.md §8).
 
 Frames are immutable once handed over; a frame that changed is a new frame. Rows of
 nodes without a record hold ``signals_at = fresh_until = −inf`` (no signals).
@@ -20,8 +23,7 @@ from types import MappingProxyType
 import numpy as np
 from numpy.typing import NDArray
 
-from interference.freshness import fresh_until, missing_core
-from interference.sched_record import families_of, measured_mask
+from interference.sched_record import families_of
 from interference.signals import (
     WINDOWS_S,
     NodeMetrics,
@@ -58,7 +60,11 @@ def no_signal_value(column: str) -> float:
 
 @dataclass(frozen=True, slots=True)
 class NodeSignals:
-    """The latest interference report of one node, as the scheduler sees it."""
+    """The latest interference report of one node, as an in-process source holds it. It
+    reaches a decision only through its scheduling record
+    (:func:`scheduler.signal_records.frame_of_signals`): the signals the record carries
+    count, the agent's own index (``metrics.interference_index``, a window's ``index_*``)
+    does not."""
 
     metrics: NodeMetrics
     updated_at: float
@@ -115,30 +121,6 @@ class SignalFrame:
             index = MappingProxyType({name: i for i, name in enumerate(names)})
         return cls(names, index, MappingProxyType(full), measured)
 
-    @classmethod
-    def from_signals(cls, signals: Mapping[str, NodeSignals]) -> SignalFrame:
-        """A frame of :class:`NodeSignals` (one Python pass per node: for tests, simulation
-        and small in-memory clusters; the Redis follower decodes records in bulk). The
-        report's own index is used here; NaN and negative values count as 0."""
-        names = tuple(signals)
-        n = len(names)
-        columns = {name: np.full(n, no_signal_value(name)) for name in SIGNAL_COLUMNS}
-        measured = np.zeros(n, np.uint16)
-        for row, name in enumerate(names):
-            node = signals[name]
-            columns["signals_at"][row] = node.updated_at
-            columns["fresh_until"][row] = (
-                -np.inf
-                if missing_core(node.measured)
-                else fresh_until(node.updated_at, node.interval_s)
-            )
-            measured[row] = measured_mask(tuple(node.measured))
-            for window in SIGNAL_WINDOWS:
-                values = window_values(node.metrics, node.windows.get(window))
-                for part, value in zip(WINDOW_PARTS, values, strict=True):
-                    columns[window_column(window, part)][row] = value if value > 0 else 0.0
-        return cls.build(names, columns, measured)
-
     def row(self, name: str) -> int | None:
         """Row of ``name``, None when the frame does not hold it."""
         return self.index.get(name)
@@ -152,25 +134,3 @@ class SignalFrame:
         """The families ``name``'s record measured (empty without one)."""
         row = self.index.get(name)
         return families_of(int(self.measured[row])) if row is not None else ()
-
-
-def window_values(
-    metrics: NodeMetrics, window: WindowMetrics | None
-) -> tuple[float, float, float, float, float]:
-    """The :data:`WINDOW_PARTS` of one window; the latest interval's values (σ 0) when the
-    report has no such window (the ``latest`` column, or an agent that publishes none)."""
-    if window is None or window.intervals == 0:
-        return (
-            metrics.runq_p99_us,
-            metrics.reclaim_stall_ms_per_s,
-            0.0,
-            metrics.interference_index,
-            0.0,
-        )
-    return (
-        window.runq_p99_us,
-        window.reclaim_stall_ms_per_s_mean,
-        window.reclaim_stall_ms_per_s_stddev,
-        window.index_mean,
-        window.index_stddev,
-    )

@@ -35,14 +35,14 @@ longest allowed interval after its last record was read (docs/design.md §7).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import overload
 
 import numpy as np
 from numpy.typing import NDArray
 
-from interference import freshness
+from interference import freshness, sched_record
 from interference.index import IndexReferences
 from interference.sched_record import (
     FIELDS,
@@ -51,9 +51,16 @@ from interference.sched_record import (
     SIZE,
     VERSION,
 )
-from interference.signals import CORE_FAMILIES, SIGNAL_FAMILIES
+from interference.signals import CORE_FAMILIES, SIGNAL_FAMILIES, NodeReport
 from scheduler.index_columns import index_column
-from scheduler.signal_frame import LATEST_WINDOW, window_column
+from scheduler.signal_frame import (
+    LATEST_WINDOW,
+    SIGNAL_COLUMNS,
+    NodeSignals,
+    SignalFrame,
+    no_signal_value,
+    window_column,
+)
 
 _NUMPY_CODES = {"H": "<u2", "Q": "<u8", "d": "<f8", "q": "<i8"}
 RECORD_DTYPE = np.dtype([(name, _NUMPY_CODES[code]) for name, code in FIELDS])
@@ -210,3 +217,73 @@ def _window_parts(
         }
         for i, window in enumerate(windows)
     }
+
+
+DEFAULT_REFERENCES = IndexReferences()
+"""The index references a frame is computed with unless the caller passes its own (the
+scheduler's default ``redis.index_references``)."""
+
+
+def frame_of_records(
+    names: Sequence[str],
+    payloads: Sequence[bytes | None],
+    refs: IndexReferences = DEFAULT_REFERENCES,
+    now: float | None = None,
+    max_interval_s: float = MAX_INTERVAL_S,
+) -> SignalFrame:
+    """The frame of ``names[i]``'s scheduling record ``payloads[i]`` (``None``: no record),
+    checked and turned into columns as the Redis follower does it — :func:`decode_records`,
+    then :func:`signal_columns` with ``refs`` — so every index a decision reads is the one
+    the scheduler computes from a record (docs/design.md §8). A rejected or missing record
+    leaves its row without signals.
+
+    ``now`` is when the records are read: the ``clock`` check runs against it and a record
+    counts as read no later than it. ``None`` takes each record as read when it was
+    written — what the follower keeps of a node it polled in time (the replay of a trace,
+    in-process sources): no clock check, ``signals_at`` is the record's ``ts``."""
+    names = tuple(names)
+    ids = np.fromiter(map(sched_record.node_id, names), np.uint64, len(names))
+    if now is None:
+        decoded = decode_records(payloads, ids, 0.0, np.inf, max_interval_s)
+        received_at = np.inf
+    else:
+        decoded = decode_records(payloads, ids, now, MAX_CLOCK_SKEW_S, max_interval_s)
+        received_at = now
+    columns = {name: np.full(len(names), no_signal_value(name)) for name in SIGNAL_COLUMNS}
+    measured = np.zeros(len(names), np.uint16)
+    positions, records = decoded.positions, decoded.records
+    if len(positions):
+        for column, values in signal_columns(records, refs, received_at).items():
+            columns[column][positions] = values
+        measured[positions] = records["measured"]
+    return SignalFrame.build(names, columns, measured)
+
+
+def record_of_signals(node: str, signals: NodeSignals) -> bytes:
+    """The scheduling record an agent writes for ``signals`` of ``node``
+    (:func:`interference.sched_record.encode`)."""
+    report = NodeReport(
+        node=node,
+        ts=signals.updated_at,
+        interval_s=signals.interval_s,
+        metrics=signals.metrics,
+        measured=tuple(signals.measured),
+        windows=dict(signals.windows),
+    )
+    return sched_record.encode(report)
+
+
+def frame_of_signals(
+    signals: Mapping[str, NodeSignals],
+    refs: IndexReferences = DEFAULT_REFERENCES,
+    max_interval_s: float = MAX_INTERVAL_S,
+) -> SignalFrame:
+    """The frame of in-process :class:`NodeSignals` (tests, small in-memory sources): each
+    node's scheduling record encoded as its agent writes it and read back by
+    :func:`frame_of_records` — the one path from signals to a decision. The index the
+    agent computed (``interference_index``, a window's ``index_mean``) is not in a record
+    and reaches no decision; NaN, negative or infinite signals make a record the follower
+    ignores, so such a node has no signals."""
+    names = tuple(signals)
+    payloads = [record_of_signals(name, signals[name]) for name in names]
+    return frame_of_records(names, payloads, refs, max_interval_s=max_interval_s)

@@ -69,6 +69,7 @@ from scheduler.signal_frame import (
     no_signal_value,
     window_column,
 )
+from scheduler.signal_records import frame_of_signals
 from scheduler.table_caches import CHANGED_ROWS_LIMIT, TableCaches
 from scheduler.term_index import MatchCounts, discard, positive_candidates
 from scheduler.volumes import VolumeCatalog
@@ -377,13 +378,15 @@ class NodeTable:
         A frame (or mapping) must not change after it is passed. Passing the same object
         again is free; a new frame costs a few numpy passes over the table's rows, whatever
         how many nodes changed, and only rows whose values changed count as changed. A
-        mapping of :class:`NodeSignals` is turned into a frame first (one Python pass per
-        node; tests and simulation).
+        mapping of :class:`NodeSignals` is turned into a frame first through each node's
+        scheduling record, as the Redis follower reads it, with the default index
+        references (:func:`scheduler.signal_records.frame_of_signals`; one Python pass per
+        node: tests and small in-memory sources).
         """
         if signals is self._signals_source:
             return
         self._signals_source = signals
-        frame = signals if isinstance(signals, SignalFrame) else SignalFrame.from_signals(signals)
+        frame = signals if isinstance(signals, SignalFrame) else frame_of_signals(signals)
         self._frame = frame
         n = self._count
         source = self._frame_rows_of(frame)

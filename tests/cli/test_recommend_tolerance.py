@@ -282,7 +282,12 @@ def test_the_example_and_the_readme_declare_the_recommendation_for_the_lab_trace
 
 @pytest.mark.parametrize(
     ("tolerance", "unschedulable"),
-    [("500", 26), (_example_tolerance(), 0)],  # the README's figures, before and after
+    # 500 µs: the README's figure. The recommended tolerance leaves 2 pods Pending: the
+    # scheduler's own index of the trace's noisy nodes (from their records: 100, where the
+    # agents that recorded it said 50) scores them 0, so the 8 batch pods, which declare
+    # no tolerance, take the quiet nodes' CPU as well (the production follower decides the
+    # same on this trace: tests/cli/test_replay_parity.py).
+    [("500", 26), (_example_tolerance(), 2)],
 )
 def test_simulate_places_the_demo_pods_that_declare_a_tolerance_the_quiet_nodes_meet(
     tmp_path: Path, tolerance: str, unschedulable: int

@@ -20,6 +20,7 @@ from scheduler.metrics import SchedulerMetrics
 from scheduler.ports import DecisionTracer, NodeSignals, SignalSource
 from scheduler.settings import EngineSettings
 from scheduler.stage_trace import Attributes, StageRecorder
+from tests.indexed_signals import metrics_with_index
 
 START = 1_800_000_000.0
 
@@ -56,13 +57,13 @@ class MemorySignals:
         self._signals: Mapping[str, NodeSignals] = {}
         self.is_healthy = True
 
-    def report(self, node: str, at: float, **metrics: float) -> None:
-        """Store a report for ``node`` made at ``at`` with the given NodeMetrics fields."""
+    def report(self, node: str, at: float, index: float | None = None, **metrics: float) -> None:
+        """Store a report for ``node`` made at ``at`` with the given NodeMetrics fields;
+        ``index``: the scheduler's index its record gives (:mod:`tests.indexed_signals`)."""
+        values = NodeMetrics(**metrics) if index is None else metrics_with_index(index, **metrics)
         with self._lock:
             signals = dict(self._signals)
-            signals[node] = NodeSignals(
-                NodeMetrics(**metrics), updated_at=at, measured=SIGNAL_FAMILIES
-            )
+            signals[node] = NodeSignals(values, updated_at=at, measured=SIGNAL_FAMILIES)
             self._signals = signals
 
     def snapshot(self) -> Mapping[str, NodeSignals]:

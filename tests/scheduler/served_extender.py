@@ -12,7 +12,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from interference.signals import SIGNAL_FAMILIES, NodeMetrics
+from interference.signals import SIGNAL_FAMILIES
 from scheduler.cache import ClusterCache
 from scheduler.extender import Extender, ExtenderMetrics
 from scheduler.http import ExtenderEndpoint, ExtenderSettings
@@ -21,6 +21,7 @@ from scheduler.ports import INFORMED_KINDS, NodeSignals
 from scheduler.queue import SchedulingQueue
 from scheduler.settings import EngineSettings
 from scheduler.table import NodeTable
+from tests.indexed_signals import metrics_with_index
 from tests.scheduler.runtime_helpers import START, FakeClock, MemoryDecisions
 
 
@@ -38,7 +39,7 @@ class _Signals:
     def __init__(self, names: Sequence[str]) -> None:
         self._signals = {
             name: NodeSignals(
-                NodeMetrics(runq_p99_us=runq_p99_us(i), interference_index=float(i % 60)),
+                metrics_with_index(float(i % 60), runq_p99_us=runq_p99_us(i)),
                 updated_at=START - 1,
                 measured=SIGNAL_FAMILIES,
             )

@@ -46,9 +46,9 @@ def test_latency_sensitive_pod_avoids_the_noisy_node(h: LoopHarness) -> None:
     h.cluster.add_pod(pod_object("busy-a", cpu="6", node_name="quiet-a"))
     h.cluster.add_pod(pod_object("busy-b", cpu="6", node_name="quiet-b"))
     reported = h.clock.now - 1
-    h.signals.report("noisy", reported, runq_p99_us=5000, interference_index=70)
-    h.signals.report("quiet-a", reported, runq_p99_us=80, interference_index=5)
-    h.signals.report("quiet-b", reported, runq_p99_us=90, interference_index=5)
+    h.signals.report("noisy", reported, runq_p99_us=5000, index=70)
+    h.signals.report("quiet-a", reported, runq_p99_us=80, index=5)
+    h.signals.report("quiet-b", reported, runq_p99_us=90, index=5)
     for i in range(6):
         h.cluster.add_pod(
             pod_object(f"latency-{i}", cpu="100m", annotations=LATENCY_SENSITIVE, created_at=i)
@@ -77,9 +77,9 @@ def test_gpu_pods_pack(h: LoopHarness) -> None:
                 name, cpu="64", memory="512Gi", gpus=8, labels={"nvidia.com/gpu.product": "H100"}
             )
         )
-        h.signals.report(name, h.clock.now - 1, interference_index=10)
+        h.signals.report(name, h.clock.now - 1, index=10)
     h.cluster.add_node(node_object("cpu-only", cpu="64"))
-    h.signals.report("cpu-only", h.clock.now - 1, interference_index=10)
+    h.signals.report("cpu-only", h.clock.now - 1, index=10)
     for i in range(4):
         h.cluster.add_pod(pod_object(f"train-{i}", cpu="4", gpus=2, created_at=i))
     h.cluster.add_pod(pod_object("web", cpu="1", created_at=10))
@@ -97,10 +97,10 @@ def test_gpu_pods_pack(h: LoopHarness) -> None:
 def test_burst_does_not_all_land_on_the_one_quiet_node(h: LoopHarness) -> None:
     reported = h.clock.now - 0.5
     h.cluster.add_node(node_object("quiet", cpu="32", memory="128Gi"))
-    h.signals.report("quiet", reported, interference_index=0)
+    h.signals.report("quiet", reported, index=0)
     for i in range(4):
         h.cluster.add_node(node_object(f"busy-{i}", cpu="32", memory="128Gi"))
-        h.signals.report(f"busy-{i}", reported, interference_index=40)
+        h.signals.report(f"busy-{i}", reported, index=40)
     for i in range(20):
         h.cluster.add_pod(pod_object(f"burst-{i}", cpu="1", created_at=i))
     assert h.cycle() == 20
@@ -113,7 +113,7 @@ def test_burst_does_not_all_land_on_the_one_quiet_node(h: LoopHarness) -> None:
     # A newer report (that includes the burst's load) replaces the recent-load estimate.
     h.clock.advance(1.0)
     for node in counts:
-        h.signals.report(node, h.clock.now, interference_index=0 if node == "quiet" else 40)
+        h.signals.report(node, h.clock.now, index=0 if node == "quiet" else 40)
     h.cluster.add_pod(pod_object("after-report", cpu="1", created_at=100))
     h.cycle()
     assert h.loop.cache.table.recent_cpu_m.sum() == 0
@@ -124,10 +124,10 @@ def test_without_recent_load_the_burst_would_pile_up() -> None:
     h = harness(recent_load_weight=0.0)
     try:
         h.cluster.add_node(node_object("quiet", cpu="32", memory="128Gi"))
-        h.signals.report("quiet", h.clock.now - 0.5, interference_index=0)
+        h.signals.report("quiet", h.clock.now - 0.5, index=0)
         for i in range(4):
             h.cluster.add_node(node_object(f"busy-{i}", cpu="32", memory="128Gi"))
-            h.signals.report(f"busy-{i}", h.clock.now - 0.5, interference_index=40)
+            h.signals.report(f"busy-{i}", h.clock.now - 0.5, index=40)
         for i in range(20):
             h.cluster.add_pod(pod_object(f"burst-{i}", cpu="1", created_at=i))
         h.cycle()
@@ -142,8 +142,8 @@ def stale_cluster(policy: StalePolicy) -> LoopHarness:
     h = harness(stale_policy=policy)
     for name in ("fresh", "stale", "silent"):
         h.cluster.add_node(node_object(name, cpu="16"))
-    h.signals.report("fresh", h.clock.now - 1, interference_index=60)
-    h.signals.report("stale", h.clock.now - 60, interference_index=0)
+    h.signals.report("fresh", h.clock.now - 1, index=60)
+    h.signals.report("stale", h.clock.now - 60, index=0)
     return h
 
 
@@ -195,7 +195,7 @@ def test_relax_after_waiting_only_for_interference() -> None:
 
         def report() -> None:  # keep the signals fresh while time passes
             for name in ("loud-a", "loud-b"):
-                h.signals.report(name, h.clock.now - 1, runq_p99_us=4000, interference_index=50)
+                h.signals.report(name, h.clock.now - 1, runq_p99_us=4000, index=50)
 
         report()
         h.cycle()

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from interference.decision import CandidateVerdict, Decision, decision_hash, parse_decision_hash
-from interference.signals import SIGNAL_FAMILIES, NodeMetrics
+from interference.signals import SIGNAL_FAMILIES
 from scheduler.api.objects import ANNOTATION_MAX_RUNQ_P99_US
 from scheduler.api.pods import parse_pod
 from scheduler.config import ConfigError, parse_config
@@ -19,6 +19,7 @@ from scheduler.plugins.taint_toleration import UNTOLERATED_TAINT
 from scheduler.ports import NodeSignals
 from scheduler.settings import EngineSettings, Profile
 from scheduler.table import NodeTable
+from tests.indexed_signals import metrics_with_index
 from tests.scheduler.profiles import interference_settings
 from tests.scheduler.test_model import node_obj, pod_obj, table_of
 
@@ -29,9 +30,10 @@ NOT_READY = "node(s) were not ready"
 def _runq(table: NodeTable, **runq_p99_us: float) -> None:
     table.set_signals(
         {
-            # the index rises with the p99 so the quieter node ranks first
+            # the index rises with the p99 so the quieter node ranks first (an index is
+            # at most 100, what a p99 past the saturation point gives)
             name: NodeSignals(
-                NodeMetrics(runq_p99_us=value, interference_index=value / 100),
+                metrics_with_index(min(value / 100, 100.0), runq_p99_us=value),
                 updated_at=NOW,
                 measured=SIGNAL_FAMILIES,
             )

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from interference.signals import SIGNAL_FAMILIES, NodeMetrics, WindowMetrics
+from interference.signals import SIGNAL_FAMILIES, NodeMetrics
 from scheduler.api.nodes import parse_node
 from scheduler.api.objects import ANNOTATION_MAX_RUNQ_P99_US
 from scheduler.api.pods import parse_pod
@@ -24,6 +24,7 @@ from scheduler.preemption import PreemptionInputs
 from scheduler.settings import EngineSettings, Profile
 from scheduler.table import NodeTable
 from scheduler.table_caches import CACHE_LIMIT
+from tests.indexed_signals import metrics_with_index, window_with_index
 from tests.scheduler.profiles import interference_settings
 from tests.scheduler.test_model import affinity_terms, node_obj, pod_obj, table_of
 
@@ -34,9 +35,7 @@ GPU = "nvidia.com/gpu"
 def _signals(table: NodeTable, **scores: float) -> None:
     table.set_signals(
         {
-            name: NodeSignals(
-                NodeMetrics(interference_index=s), updated_at=NOW, measured=SIGNAL_FAMILIES
-            )
+            name: NodeSignals(metrics_with_index(s), updated_at=NOW, measured=SIGNAL_FAMILIES)
             for name, s in scores.items()
         }
     )
@@ -189,13 +188,13 @@ def test_burst_spreads_off_the_quiet_node() -> None:
     table.set_signals(
         {
             "quiet": NodeSignals(
-                NodeMetrics(interference_index=0), updated_at=NOW - 1, measured=SIGNAL_FAMILIES
+                metrics_with_index(0), updated_at=NOW - 1, measured=SIGNAL_FAMILIES
             ),
             "busy-1": NodeSignals(
-                NodeMetrics(interference_index=30), updated_at=NOW - 1, measured=SIGNAL_FAMILIES
+                metrics_with_index(30), updated_at=NOW - 1, measured=SIGNAL_FAMILIES
             ),
             "busy-2": NodeSignals(
-                NodeMetrics(interference_index=30), updated_at=NOW - 1, measured=SIGNAL_FAMILIES
+                metrics_with_index(30), updated_at=NOW - 1, measured=SIGNAL_FAMILIES
             ),
         }
     )
@@ -441,8 +440,8 @@ def test_row_by_row_scores_match_the_formulas(ops: list[tuple[str, int, str]]) -
         elif op == "resize_node":
             table.upsert_node(parse_node(node_obj(node, cpu=str(number), memory="8Gi")))
         elif op == "report":
-            metrics = NodeMetrics(interference_index=number, runq_p99_us=number * 15)
-            window = WindowMetrics(10.0, intervals=10, index_mean=number, index_stddev=number / 7)
+            metrics = metrics_with_index(number, runq_p99_us=number * 15)
+            window = window_with_index(10.0, number, min(number / 7, 100 - number))
             reports[node] = NodeSignals(
                 metrics, updated_at=clock, windows={"10s": window}, measured=SIGNAL_FAMILIES
             )

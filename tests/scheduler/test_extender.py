@@ -63,8 +63,8 @@ class Harness:
     ) -> None:
         self.clock = FakeClock()
         self.signals = MemorySignals()
-        self.signals.report("quiet", START - 1, runq_p99_us=50, interference_index=5)
-        self.signals.report("noisy", START - 1, runq_p99_us=900, interference_index=90)
+        self.signals.report("quiet", START - 1, runq_p99_us=50, index=5)
+        self.signals.report("noisy", START - 1, runq_p99_us=900, index=90)
         self.decisions = MemoryDecisions()
         self.registry = CollectorRegistry()
         metrics = SchedulerMetrics(self.registry)

@@ -19,6 +19,7 @@ from scheduler.ports import NodeSignals
 from scheduler.settings import EngineSettings
 from scheduler.signal_frame import SIGNAL_COLUMNS
 from scheduler.table import NodeTable
+from tests.indexed_signals import metrics_with_index
 from tests.scheduler.test_model import affinity_terms, node_obj, pod_obj, table_of
 
 NOW = 1000.0
@@ -148,7 +149,7 @@ def test_a_forged_inventory_never_attracts_a_gpu_pod() -> None:
     generation = table.generation
     _report(table, n=[_device()])
     busier = GpuDevice(0, "GPU-0", A100, 81920.0, 70000.0, 99.0, 4)
-    report = NodeReport("n", NOW + 1, 1.0, NodeMetrics(interference_index=5), gpus=[busier])
+    report = NodeReport("n", NOW + 1, 1.0, metrics_with_index(5), gpus=[busier])
     table.set_signals({"n": _signals(report)})
     assert table.generation == generation
     assert engine.schedule(pod, table, NOW).node is None

@@ -315,7 +315,7 @@ def test_unreadable_signals_fail_closed(
         h.signals.is_healthy = True
         h.clock.advance(30.0)
         for name in ("n1", "n2"):
-            h.signals.report(name, h.clock.now - 1, runq_p99_us=100, interference_index=5)
+            h.signals.report(name, h.clock.now - 1, runq_p99_us=100, index=5)
         h.cycle()
         assert h.cluster.node_of("default", "p") in ("n1", "n2")
         assert h.metric("interference_scheduler_signals_healthy") == 1

@@ -23,6 +23,7 @@ from scheduler.plugins.interference import (
 )
 from scheduler.ports import NodeSignals
 from scheduler.table import NodeTable
+from tests.indexed_signals import metrics_with_index
 from tests.scheduler.filters import or_all_pass
 from tests.scheduler.test_model import node_obj, pod_obj, table_of
 
@@ -46,14 +47,14 @@ def _table(metrics: NodeMetrics, age_s: float = 1.0) -> NodeTable:
             NodeMetrics(reclaim_stall_ms_per_s=3),
             [RECLAIM_EXCEEDED],
         ),
-        ({ANNOTATION_MAX_INDEX: "40"}, NodeMetrics(interference_index=41), [INDEX_EXCEEDED]),
-        ({ANNOTATION_MAX_INDEX: "40"}, NodeMetrics(interference_index=40), []),
+        ({ANNOTATION_MAX_INDEX: "40"}, metrics_with_index(41), [INDEX_EXCEEDED]),
+        ({ANNOTATION_MAX_INDEX: "40"}, metrics_with_index(40), []),
         (
             {ANNOTATION_MAX_RUNQ_P99_US: "100", ANNOTATION_MAX_INDEX: "10"},
-            NodeMetrics(runq_p99_us=900, interference_index=80),
+            metrics_with_index(80, runq_p99_us=900),
             [RUNQ_EXCEEDED, INDEX_EXCEEDED],
         ),
-        ({}, NodeMetrics(runq_p99_us=10_000, interference_index=100), []),
+        ({}, metrics_with_index(100, runq_p99_us=10_000), []),
     ],
     ids=[
         "runq-below",
@@ -89,7 +90,7 @@ def test_reasons_carry_the_measurement_against_the_tolerance() -> None:
 
 
 def test_load_placed_since_report_counts_toward_max_score() -> None:
-    table = _table(NodeMetrics(interference_index=30))
+    table = _table(metrics_with_index(30))
     pod = parse_pod(pod_obj(annotations={ANNOTATION_MAX_INDEX: "40"}))
     settings = InterferenceArgs(recent_load_weight=100.0)
     assert or_all_pass(interference_filter(table, pod, settings, NOW), table).passed[0]
@@ -100,11 +101,7 @@ def test_load_placed_since_report_counts_toward_max_score() -> None:
     ) == [INDEX_EXCEEDED]
     # a newer report includes that load and replaces the estimate
     table.set_signals(
-        {
-            "n": NodeSignals(
-                NodeMetrics(interference_index=35), updated_at=NOW + 1, measured=SIGNAL_FAMILIES
-            )
-        }
+        {"n": NodeSignals(metrics_with_index(35), updated_at=NOW + 1, measured=SIGNAL_FAMILIES)}
     )
     assert or_all_pass(interference_filter(table, pod, settings, NOW + 1), table).passed[0]
 

@@ -18,11 +18,12 @@ from scheduler.plugins.interference import (
     stale_rows,
 )
 from scheduler.ports import NodeSignals
+from tests.indexed_signals import metrics_with_index, window_with_index
 from tests.scheduler.test_model import node_obj, pod_obj, table_of
 
 NOW = 1000.0
 
-BURSTY = WindowMetrics(10.0, 10.0, 10, index_mean=40.0, index_stddev=30.0, index_max=95.0)
+BURSTY = window_with_index(10.0, 40.0, 30.0)
 """A 10 s window of an antagonist on for 5 s and off for 5 s."""
 
 
@@ -30,53 +31,53 @@ BURSTY = WindowMetrics(10.0, 10.0, 10, index_mean=40.0, index_stddev=30.0, index
     ("case", "metrics", "windows", "settings", "expected"),
     [
         ("quiet", NodeMetrics(), {}, InterferenceArgs(), 100.0),
-        ("index", NodeMetrics(interference_index=30), {}, InterferenceArgs(), 70.0),
-        ("saturated", NodeMetrics(interference_index=100), {}, InterferenceArgs(), 0.0),
+        ("index", metrics_with_index(30), {}, InterferenceArgs(), 70.0),
+        ("saturated", metrics_with_index(100), {}, InterferenceArgs(), 0.0),
         (
             "the run-queue p99 alone does not score (the index already holds it)",
-            NodeMetrics(interference_index=10, runq_p99_us=4000),
+            metrics_with_index(10, runq_p99_us=4000),
             {},
             InterferenceArgs(),
             90.0,
         ),
         (
             "window missing: the latest interval stands in",
-            NodeMetrics(interference_index=5),
+            metrics_with_index(5),
             {},
             InterferenceArgs(signal_window="60s"),
             95.0,
         ),
         (
             "a quiet second of a bursty node scores by its window: mean + k·σ",
-            NodeMetrics(interference_index=2),
+            metrics_with_index(2),
             {"10s": BURSTY},
             InterferenceArgs(signal_window="10s", risk_k=1.0),
             100 - (40 + 30),
         ),
         (
             "k = 0: the window's mean",
-            NodeMetrics(interference_index=2),
+            metrics_with_index(2),
             {"10s": BURSTY},
             InterferenceArgs(signal_window="10s", risk_k=0.0),
             60.0,
         ),
         (
             "risk is capped at 100",
-            NodeMetrics(interference_index=2),
+            metrics_with_index(2),
             {"10s": BURSTY},
             InterferenceArgs(signal_window="10s", risk_k=3.0),
             0.0,
         ),
         (
             "the per-interval policy sees only the quiet second",
-            NodeMetrics(interference_index=2),
+            metrics_with_index(2),
             {"10s": BURSTY},
             InterferenceArgs(signal_window="latest"),
             98.0,
         ),
         (
             "a window with no interval yet falls back to the latest interval",
-            NodeMetrics(interference_index=7),
+            metrics_with_index(7),
             {"10s": WindowMetrics(10.0)},
             InterferenceArgs(signal_window="10s"),
             93.0,
@@ -100,17 +101,17 @@ def test_formula(
 @pytest.mark.parametrize("window", ["latest", "10s", "60s"])
 def test_bursty_node_ranks_below_a_steady_quiet_one_on_windows_only(window: SignalWindow) -> None:
     table = table_of([node_obj("bursty"), node_obj("steady")])
-    steady = WindowMetrics(10.0, 10.0, 10, index_mean=8.0, index_stddev=1.0)
+    steady = window_with_index(10.0, 8.0, 1.0)
     table.set_signals(
         {
             "bursty": NodeSignals(
-                NodeMetrics(interference_index=1),
+                metrics_with_index(1),
                 NOW,
                 windows={"10s": BURSTY, "60s": BURSTY},
                 measured=SIGNAL_FAMILIES,
             ),
             "steady": NodeSignals(
-                NodeMetrics(interference_index=8),
+                metrics_with_index(8),
                 NOW,
                 windows={"10s": steady, "60s": steady},
                 measured=SIGNAL_FAMILIES,
@@ -124,11 +125,7 @@ def test_bursty_node_ranks_below_a_steady_quiet_one_on_windows_only(window: Sign
 def test_recent_load_lowers_score_until_next_report() -> None:
     table = table_of([node_obj("n", cpu="8")])
     table.set_signals(
-        {
-            "n": NodeSignals(
-                NodeMetrics(interference_index=20), updated_at=NOW - 1, measured=SIGNAL_FAMILIES
-            )
-        }
+        {"n": NodeSignals(metrics_with_index(20), updated_at=NOW - 1, measured=SIGNAL_FAMILIES)}
     )
     settings = InterferenceArgs(recent_load_weight=100.0)
     table.add_pod(parse_pod(pod_obj("a", requests={"cpu": "2"})), "n", NOW)
@@ -138,11 +135,7 @@ def test_recent_load_lowers_score_until_next_report() -> None:
     table.remove_pod(parse_pod(pod_obj("b")))  # a failed bind is forgotten
     assert quietness(table, settings, NOW)[0] == pytest.approx(100 - 20 - 25)
     table.set_signals(
-        {
-            "n": NodeSignals(
-                NodeMetrics(interference_index=30), updated_at=NOW + 1, measured=SIGNAL_FAMILIES
-            )
-        }
+        {"n": NodeSignals(metrics_with_index(30), updated_at=NOW + 1, measured=SIGNAL_FAMILIES)}
     )
     assert quietness(table, settings, NOW + 1)[0] == pytest.approx(70)
 
@@ -151,11 +144,7 @@ def test_pods_placed_before_the_report_do_not_count() -> None:
     table = table_of([node_obj("n", cpu="8")])
     table.add_pod(parse_pod(pod_obj("old", requests={"cpu": "4"})), "n", NOW - 10)
     table.set_signals(
-        {
-            "n": NodeSignals(
-                NodeMetrics(interference_index=20), updated_at=NOW - 5, measured=SIGNAL_FAMILIES
-            )
-        }
+        {"n": NodeSignals(metrics_with_index(20), updated_at=NOW - 5, measured=SIGNAL_FAMILIES)}
     )
     assert quietness(table, InterferenceArgs(), NOW)[0] == pytest.approx(80)
 
@@ -168,11 +157,7 @@ def test_confirming_an_assumed_pod_keeps_its_stamp() -> None:
     pod = parse_pod(pod_obj("a", requests={"cpu": "4"}))
     table.add_pod(pod, "n", NOW)
     table.set_signals(
-        {
-            "n": NodeSignals(
-                NodeMetrics(interference_index=10), updated_at=NOW + 1, measured=SIGNAL_FAMILIES
-            )
-        }
+        {"n": NodeSignals(metrics_with_index(10), updated_at=NOW + 1, measured=SIGNAL_FAMILIES)}
     )
     table.add_pod(pod, "n", NOW + 2)  # the watch confirms the binding later
     assert quietness(table, InterferenceArgs(), NOW + 2)[0] == pytest.approx(90)
@@ -193,7 +178,7 @@ def test_stale_missing_and_degraded_signals(policy: StalePolicy, expected: float
             "stale": NodeSignals(NodeMetrics(), updated_at=NOW - 5.5, measured=SIGNAL_FAMILIES),
             "degraded": NodeSignals(NodeMetrics(), updated_at=NOW, measured=("psi",)),
             "fresh": NodeSignals(
-                NodeMetrics(interference_index=25), updated_at=NOW - 4.5, measured=SIGNAL_FAMILIES
+                metrics_with_index(25), updated_at=NOW - 4.5, measured=SIGNAL_FAMILIES
             ),
             "slow-agent": NodeSignals(
                 NodeMetrics(), updated_at=NOW - 25, interval_s=10.0, measured=SIGNAL_FAMILIES
@@ -208,12 +193,8 @@ def test_signals_arriving_before_the_node_apply_when_it_joins() -> None:
     table = table_of([node_obj("a")])
     table.set_signals(
         {
-            "a": NodeSignals(
-                NodeMetrics(interference_index=10), updated_at=NOW, measured=SIGNAL_FAMILIES
-            ),
-            "b": NodeSignals(
-                NodeMetrics(interference_index=60), updated_at=NOW, measured=SIGNAL_FAMILIES
-            ),
+            "a": NodeSignals(metrics_with_index(10), updated_at=NOW, measured=SIGNAL_FAMILIES),
+            "b": NodeSignals(metrics_with_index(60), updated_at=NOW, measured=SIGNAL_FAMILIES),
         }
     )
     table.upsert_node(parse_node(node_obj("b")))
@@ -223,12 +204,8 @@ def test_signals_arriving_before_the_node_apply_when_it_joins() -> None:
 def test_node_absent_from_a_new_snapshot_loses_its_signals() -> None:
     table = table_of([node_obj("a"), node_obj("b")])
     both = {
-        "a": NodeSignals(
-            NodeMetrics(interference_index=10), updated_at=NOW, measured=SIGNAL_FAMILIES
-        ),
-        "b": NodeSignals(
-            NodeMetrics(interference_index=20), updated_at=NOW, measured=SIGNAL_FAMILIES
-        ),
+        "a": NodeSignals(metrics_with_index(10), updated_at=NOW, measured=SIGNAL_FAMILIES),
+        "b": NodeSignals(metrics_with_index(20), updated_at=NOW, measured=SIGNAL_FAMILIES),
     }
     table.set_signals(both)
     generation = table.signals_generation
@@ -243,12 +220,8 @@ def test_signals_turn_stale_as_time_passes() -> None:
     table = table_of([node_obj("a"), node_obj("b")])
     table.set_signals(
         {
-            "a": NodeSignals(
-                NodeMetrics(interference_index=20), updated_at=NOW, measured=SIGNAL_FAMILIES
-            ),
-            "b": NodeSignals(
-                NodeMetrics(interference_index=40), updated_at=NOW + 5, measured=SIGNAL_FAMILIES
-            ),
+            "a": NodeSignals(metrics_with_index(20), updated_at=NOW, measured=SIGNAL_FAMILIES),
+            "b": NodeSignals(metrics_with_index(40), updated_at=NOW + 5, measured=SIGNAL_FAMILIES),
         }
     )
     settings = InterferenceArgs()  # fresh for 5 s after each report (1 s interval)
@@ -281,7 +254,7 @@ def test_fresh_signals_and_quietness_by_how_many_reports_are_stale(
     table.set_signals(
         {
             name: NodeSignals(
-                NodeMetrics(interference_index=index),
+                metrics_with_index(index),
                 updated_at=NOW - age,
                 measured=SIGNAL_FAMILIES,
             )

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from interference.signals import SIGNAL_FAMILIES, NodeMetrics
+from interference.signals import SIGNAL_FAMILIES
 from scheduler.api.nodes import parse_node
 from scheduler.api.pods import parse_pod
 from scheduler.cycle import SchedulingCycle
@@ -19,6 +19,7 @@ from scheduler.ports import NodeSignals
 from scheduler.settings import EngineSettings, Profile
 from scheduler.table import NodeTable
 from scheduler.table_caches import CacheScope
+from tests.indexed_signals import metrics_with_index
 from tests.scheduler.test_model import container, node_obj, pod_obj, table_of
 
 NOW = 1000.0
@@ -175,11 +176,7 @@ def test_cache_scopes_empty_on_what_they_are_named_for() -> None:
     touch_all()
     assert built[3:] == ["allocatable"]
     table.set_signals(
-        {
-            "a": NodeSignals(
-                NodeMetrics(interference_index=10.0), updated_at=NOW, measured=SIGNAL_FAMILIES
-            )
-        }
+        {"a": NodeSignals(metrics_with_index(10.0), updated_at=NOW, measured=SIGNAL_FAMILIES)}
     )
     touch_all()
     assert built[4:] == ["signals"]

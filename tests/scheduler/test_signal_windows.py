@@ -2,16 +2,18 @@
 synthetic signals through the agent's real history and the scheduler's real engine (the
 kernel run of the same experiment is a bench: it needs root, cgroups and stress-ng).
 
-Each second for 2 minutes both nodes report; the engine then places one pod. The
-per-second policy (``signal_window: latest``) follows the antagonist's quiet seconds and
-lands on it about half the time; the 10 s and 60 s windows with the mean + k·σ risk term
-avoid it in at least 95 % of decisions."""
+Each second for 2 minutes both nodes report — an interval's run-queue histogram and wait
+ratio, the windows the agent's history makes of them, read by the scheduler through the
+node's scheduling record as from Redis; the engine then places one pod. The per-second
+policy (``signal_window: latest``) follows the antagonist's quiet seconds and lands on it
+about half the time; the 10 s and 60 s windows (the p99 of the window's merged histogram,
+the wait ratio's mean + k·σ) avoid it in at least 95 % of decisions."""
 
 from __future__ import annotations
 
 import pytest
 
-from interference.index import interference_index
+from interference import hist
 from interference.signals import NodeMetrics
 from node_agent.history import SignalHistory
 from scheduler.api.pods import parse_pod
@@ -28,9 +30,25 @@ STEADY_P99_US = (4500.0, 5000.0, 5500.0, 4800.0)
 saturated."""
 
 
+STEADY_WAIT_RATIO = 0.3
+
+
 def on_off_p99_us(second: int) -> float:
     """The antagonist: 30 ms run-queue p99 while on, a quiet 300 µs while off."""
     return 30_000.0 if second % 10 < 5 else 300.0
+
+
+def on_off_wait_ratio(second: int) -> float:
+    """The antagonist's wait ratio: 1.5 tasks waiting per CPU while on, 0.02 while off."""
+    return 1.5 if second % 10 < 5 else 0.02
+
+
+def runq_histogram(tail_us: float) -> list[int]:
+    """An interval's 100 wake-ups: 90 waited about 64 µs, 10 about ``tail_us`` (its p99)."""
+    buckets = [0] * hist.MAX_SLOTS
+    buckets[hist.slot_of(64)] += 90
+    buckets[hist.slot_of(int(tail_us))] += 10
+    return hist.trimmed(buckets)
 
 
 def avoidance(window: SignalWindow, risk_k: float = 1.0) -> float:
@@ -49,12 +67,14 @@ def avoidance(window: SignalWindow, risk_k: float = 1.0) -> float:
     avoided = 0
     for second in range(1, DURATION_S + 1):
         now = 1_000.0 + second
-        p99s = {"antagonist": on_off_p99_us(second), "steady": STEADY_P99_US[second % 4]}
+        tails = {"antagonist": on_off_p99_us(second), "steady": STEADY_P99_US[second % 4]}
+        waits = {"antagonist": on_off_wait_ratio(second), "steady": STEADY_WAIT_RATIO}
         snapshot = {}
-        for node, p99 in p99s.items():
-            index = interference_index({"runq_p99_us": p99}, measured=("runq",))
-            metrics = NodeMetrics(runq_p99_us=p99, interference_index=index)
-            histories[node].add(now, 1.0, metrics, [], ("runq",))
+        for node, tail in tails.items():
+            runq = runq_histogram(tail)
+            p99 = hist.percentile(runq, 0.99)
+            metrics = NodeMetrics(runq_p99_us=p99, runq_wait_ratio=waits[node])
+            histories[node].add(now, 1.0, metrics, runq, ("runq",))
             windows = histories[node].windows(now)
             snapshot[node] = NodeSignals(metrics, now, measured=("runq",), windows=windows)
         table.set_signals(snapshot)
