@@ -198,7 +198,11 @@ def start_schedulers(
     rebalancer_settings: RebalancerSettings,
 ) -> Schedulers:
     """Signal cache, aware loop, blind loop and rebalancer, each in a daemon thread."""
-    redis_settings = RedisSettings(url=lab.url)
+    redis_settings = RedisSettings(
+        url=lab.url,
+        index_references=config.redis.index_references,
+        max_agent_interval_s=config.redis.max_agent_interval_s,
+    )
     client = connect(redis_settings)
     metrics = SignalMetrics(CollectorRegistry())
     nodes = tuple(n.name for n in lab.nodes)
