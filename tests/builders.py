@@ -1,15 +1,19 @@
 """The Kubernetes objects tests build: Nodes and Pods as API JSON, exactly as the API
 server serialises them, with one set of defaults, and a node table holding them.
 
-Every test builds its objects here (a test file may wrap these in a shorter helper of its
-own, never in a second set of defaults). ``scheduler.adapters.memory``'s ``node_object``
-and ``pod_object`` are the simulator's and the demo's builders (a program's, not a
-test's); only the in-memory cluster's own tests use them.
+Every test builds its Nodes and Pods here (a test file may wrap these in a shorter helper
+of its own, never with a second set of defaults). ``scheduler.adapters.memory``'s
+``node_object`` and ``pod_object`` are the simulator's and the demo's builders (a
+program's, not a test's): tests/scheduler/test_memory_cluster.py tests them, and four
+files being rewritten for issue 32 still build with them (tests/cli/test_simulate.py,
+tests/scheduler/test_engine_cluster.py, test_extender.py, test_loop.py). The other kinds
+(claims, volumes, storage classes, namespaces, budgets) are built by ``memory``'s
+builders, the only ones there are.
 
 Defaults: a Node ``n1`` that is Ready with 4 CPUs, 8 Gi of memory, 110 pods and 100 Gi
-of ephemeral storage; a Pod ``p`` in ``default``, uid ``uid-{name}``, created
-2024-05-01T12:00:00Z (:data:`CREATED_AT`), of interference-scheduler, pending, with one
-container that requests nothing.
+of ephemeral storage; a Pod ``p`` in ``default``, uid ``uid-{namespace}-{name}``, created
+2024-05-01T12:00:00Z (:data:`CREATED_AT`), of interference-scheduler, ``Pending``, with
+one container that requests nothing.
 """
 
 from __future__ import annotations
@@ -80,13 +84,13 @@ def pod_obj(
 ) -> dict[str, Any]:
     """A Pod of interference-scheduler, one container requesting ``requests`` unless
     ``containers`` are given; extra keyword arguments go into ``spec`` as they are
-    (``nodeName="n1"`` binds it, ``priority=100``, ``schedulerName=…``); ``phase`` sets
-    ``status.phase`` (none: no status)."""
-    obj: dict[str, Any] = {
+    (``nodeName="n1"`` binds it, ``priority=100``, ``schedulerName=…``). ``status.phase``
+    is ``phase``, else ``Running`` for a bound pod and ``Pending`` for one that is not."""
+    return {
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "uid": f"uid-{name}",
+            "uid": f"uid-{namespace}-{name}",
             "labels": dict(labels or {}),
             "annotations": dict(annotations or {}),
             "creationTimestamp": rfc3339(created_at),
@@ -96,10 +100,8 @@ def pod_obj(
             "containers": list(containers) if containers else [container(requests or {})],
             **spec,
         },
+        "status": {"phase": phase or ("Running" if spec.get("nodeName") else "Pending")},
     }
-    if phase is not None:
-        obj["status"] = {"phase": phase}
-    return obj
 
 
 def table_of(

@@ -26,7 +26,6 @@ from prometheus_client import CollectorRegistry
 
 from interference import keys
 from interference_cli.main import main
-from scheduler.adapters.memory import node_object, pod_object
 from scheduler.adapters.redis_signals import RedisSettings, RedisSignalCache, SignalMetrics
 from scheduler.adapters.redis_signals import connect as connect_signals
 from scheduler.api.objects import ANNOTATION_MAX_RUNQ_P99_US
@@ -207,10 +206,10 @@ def test_a_redis_outage_keeps_tolerant_pods_pending_and_places_the_others(
         redis_server.stop()
         wait_for("the outage noticed", lambda: not signals.healthy(), timeout_s=10)
         for name in ("n1", "n2"):
-            harness.cluster.add_node(node_object(name, cpu="4"))
+            harness.cluster.add_node(node_obj(name, cpu="4"))
         tolerant = {ANNOTATION_MAX_RUNQ_P99_US: "500"}
-        harness.cluster.add_pod(pod_object("latency", cpu="1", annotations=tolerant))
-        harness.cluster.add_pod(pod_object("batch", cpu="1"))
+        harness.cluster.add_pod(pod_obj("latency", requests={"cpu": "1"}, annotations=tolerant))
+        harness.cluster.add_pod(pod_obj("batch", requests={"cpu": "1"}))
         assert harness.cycle() == 2
         assert harness.cluster.node_of("default", "batch") in ("n1", "n2")
         assert harness.cluster.node_of("default", "latency") is None

@@ -7,10 +7,11 @@ import threading
 import pytest
 from prometheus_client import CollectorRegistry
 
-from scheduler.adapters.memory import InMemoryCluster, node_object, pod_object
+from scheduler.adapters.memory import InMemoryCluster
 from scheduler.binder import Binder, BindOutcome, BindRequest, BindStatus
 from scheduler.metrics import SchedulerMetrics
 from scheduler.ports import ApiUnavailable, PodRef
+from tests.builders import node_obj, pod_obj
 
 
 class Outcomes:
@@ -40,9 +41,9 @@ def request(name: str, node: str = "n1") -> BindRequest:
 @pytest.fixture
 def cluster() -> InMemoryCluster:
     cluster = InMemoryCluster()
-    cluster.add_node(node_object("n1"))
+    cluster.add_node(node_obj("n1"))
     for name in ("a", "b", "c"):
-        cluster.add_pod(pod_object(name))
+        cluster.add_pod(pod_obj(name))
     return cluster
 
 
@@ -67,7 +68,7 @@ def make_binder(
 def test_outcomes_bound_conflict_failed(
     cluster: InMemoryCluster, metrics: SchedulerMetrics
 ) -> None:
-    cluster.add_pod(pod_object("c", node_name="n1"))  # already bound → 409
+    cluster.add_pod(pod_obj("c", nodeName="n1"))  # already bound → 409
     outcomes = Outcomes()
     binder = make_binder(cluster, metrics, outcomes, workers=1)
     cluster.fail_next_binds(ApiUnavailable("API server answered 503"))
@@ -131,9 +132,9 @@ def test_losing_the_lease_drops_queued_binds(
             super().bind(pod, node)
 
     slow = Slow()
-    slow.add_node(node_object("n1"))
+    slow.add_node(node_obj("n1"))
     for name in ("a", "b", "c"):
-        slow.add_pod(pod_object(name))
+        slow.add_pod(pod_obj(name))
     leading = threading.Event()
     leading.set()
     outcomes = Outcomes()

@@ -15,8 +15,6 @@ from scheduler.adapters.memory import (
     InMemoryInformer,
     claim_object,
     csi_node_object,
-    node_object,
-    pod_object,
     storage_class_object,
     volume_object,
 )
@@ -28,6 +26,7 @@ from scheduler.plugins.node_ready import HOLDS_UNREADABLE_POD, node_ready
 from scheduler.ports import PodRef
 from scheduler.queue import QueueState, SchedulingQueue
 from scheduler.table import NodeTable
+from tests.builders import node_obj, pod_obj
 
 NAME = "interference-scheduler"
 
@@ -77,25 +76,25 @@ class Harness:
 @pytest.fixture
 def h() -> Harness:
     harness = Harness(ignore=("kube-system",))
-    harness.cluster.add_node(node_object("n1", cpu="4"))
-    harness.cluster.add_node(node_object("n2", cpu="4"))
+    harness.cluster.add_node(node_obj("n1", cpu="4"))
+    harness.cluster.add_node(node_obj("n2", cpu="4"))
     return harness
 
 
 @pytest.mark.parametrize(
     ("pod", "pending"),
     [
-        pytest.param(pod_object("ours"), True, id="ours-unbound"),
+        pytest.param(pod_obj("ours"), True, id="ours-unbound"),
         pytest.param(
-            pod_object("theirs", scheduler_name="default-scheduler"), False, id="other-scheduler"
+            pod_obj("theirs", schedulerName="default-scheduler"), False, id="other-scheduler"
         ),
-        pytest.param(pod_object("bound", node_name="n1"), False, id="already-bound"),
-        pytest.param(pod_object("sys", namespace="kube-system"), False, id="ignored-namespace"),
+        pytest.param(pod_obj("bound", nodeName="n1"), False, id="already-bound"),
+        pytest.param(pod_obj("sys", "kube-system"), False, id="ignored-namespace"),
         pytest.param(
             {
-                **pod_object("gone"),
+                **pod_obj("gone"),
                 "metadata": {
-                    **pod_object("gone")["metadata"],
+                    **pod_obj("gone")["metadata"],
                     "deletionTimestamp": "2026-01-01T00:00:00Z",
                 },
             },
@@ -104,13 +103,13 @@ def h() -> Harness:
         ),
         pytest.param(
             {
-                **pod_object("gated"),
-                "spec": {**pod_object("gated")["spec"], "schedulingGates": [{"name": "wait"}]},
+                **pod_obj("gated"),
+                "spec": {**pod_obj("gated")["spec"], "schedulingGates": [{"name": "wait"}]},
             },
             False,
             id="scheduling-gate",
         ),
-        pytest.param(pod_object("done", phase="Succeeded"), False, id="finished"),
+        pytest.param(pod_obj("done", phase="Succeeded"), False, id="finished"),
     ],
 )
 def test_pending_selection(h: Harness, pod: dict[str, Any], pending: bool) -> None:
@@ -123,11 +122,11 @@ def test_pending_selection(h: Harness, pod: dict[str, Any], pending: bool) -> No
 
 
 def test_bound_pods_count_on_their_node(h: Harness) -> None:
-    h.cluster.add_pod(pod_object("a", cpu="1", node_name="n1"))
+    h.cluster.add_pod(pod_obj("a", requests={"cpu": "1"}, nodeName="n1"))
     h.cluster.add_pod(
-        pod_object("b", cpu="500m", node_name="n1", scheduler_name="default-scheduler")
+        pod_obj("b", requests={"cpu": "500m"}, nodeName="n1", schedulerName="default-scheduler")
     )
-    h.cluster.add_pod(pod_object("kube", cpu="250m", node_name="n2", namespace="kube-system"))
+    h.cluster.add_pod(pod_obj("kube", "kube-system", requests={"cpu": "250m"}, nodeName="n2"))
     h.sync()
     assert h.cpu_requested("n1") == 1500
     assert h.cpu_requested("n2") == 250  # ignored namespaces still occupy nodes
@@ -139,30 +138,30 @@ def test_bound_pods_count_on_their_node(h: Harness) -> None:
 def test_pod_watched_before_its_node_counts_once_the_node_arrives() -> None:
     h = Harness()
     h.sync()
-    h.cluster.add_pod(pod_object("early", cpu="2", node_name="late"))
+    h.cluster.add_pod(pod_obj("early", requests={"cpu": "2"}, nodeName="late"))
     h.sync()
-    h.cluster.add_node(node_object("late", cpu="4"))
+    h.cluster.add_node(node_obj("late", cpu="4"))
     h.sync()
     assert h.cpu_requested("late") == 2000
 
 
 def test_finished_pod_frees_its_node_and_requeues_backed_off_pods(h: Harness) -> None:
-    h.cluster.add_pod(pod_object("job", cpu="3", node_name="n1"))
-    h.cluster.add_pod(pod_object("waiting"))
+    h.cluster.add_pod(pod_obj("job", requests={"cpu": "3"}, nodeName="n1"))
+    h.cluster.add_pod(pod_obj("waiting"))
     h.sync()
     assert h.queue.pop() == "default/waiting"
     h.queue.backoff("default/waiting")
     h.queue.pop()
     h.queue.backoff("default/waiting")  # 2 s
     h.now += 1.0
-    h.cluster.add_pod(pod_object("job", cpu="3", node_name="n1", phase="Succeeded"))
+    h.cluster.add_pod(pod_obj("job", requests={"cpu": "3"}, nodeName="n1", phase="Succeeded"))
     h.sync()
     assert h.cpu_requested("n1") == 0
     assert h.queue.state("default/waiting") is QueueState.ACTIVE
 
 
 def test_assume_forget_and_confirm(h: Harness) -> None:
-    h.cluster.add_pod(pod_object("p", cpu="2"))
+    h.cluster.add_pod(pod_obj("p", requests={"cpu": "2"}))
     h.sync()
     pod = h.pod("p")
     h.cache.assume(pod, "n2")
@@ -170,7 +169,7 @@ def test_assume_forget_and_confirm(h: Harness) -> None:
     assert h.cache.assumed_node("default/p") == "n2"
     assert h.cpu_requested("n2") == 2000
     # Our own status update arrives while the bind is in flight: still assumed, not pending.
-    h.cluster.add_pod(pod_object("p", cpu="2", labels={"touched": "yes"}))
+    h.cluster.add_pod(pod_obj("p", requests={"cpu": "2"}, labels={"touched": "yes"}))
     h.sync()
     assert h.cache.assumed_node("default/p") == "n2"
     assert h.cache.pending_pod("default/p") is None
@@ -191,10 +190,10 @@ def test_assume_forget_and_confirm(h: Harness) -> None:
 
 
 def test_bound_elsewhere_moves_the_assumed_pod(h: Harness) -> None:
-    h.cluster.add_pod(pod_object("p", cpu="2"))
+    h.cluster.add_pod(pod_obj("p", requests={"cpu": "2"}))
     h.sync()
     h.cache.assume(h.pod("p"), "n1")
-    h.cluster.add_pod(pod_object("p", cpu="2", node_name="n2"))  # another binder won
+    h.cluster.add_pod(pod_obj("p", requests={"cpu": "2"}, nodeName="n2"))  # another binder won
     h.sync()
     assert h.cpu_requested("n1") == 0
     assert h.cpu_requested("n2") == 2000
@@ -202,7 +201,7 @@ def test_bound_elsewhere_moves_the_assumed_pod(h: Harness) -> None:
 
 
 def test_deleted_while_assumed(h: Harness) -> None:
-    h.cluster.add_pod(pod_object("p", cpu="2"))
+    h.cluster.add_pod(pod_obj("p", requests={"cpu": "2"}))
     h.sync()
     h.cache.assume(h.pod("p"), "n1")
     h.cluster.delete_pod("default", "p")
@@ -214,11 +213,11 @@ def test_deleted_while_assumed(h: Harness) -> None:
 def test_malformed_objects_are_skipped_and_counted(
     h: Harness, caplog: pytest.LogCaptureFixture
 ) -> None:
-    bad_pod = pod_object("bad")
+    bad_pod = pod_obj("bad")
     bad_pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "lots"
     h.cluster.add_pod(bad_pod)
     h.cluster.add_raw("Node", {"metadata": {"labels": "oops"}})
-    h.cluster.add_pod(pod_object("good"))
+    h.cluster.add_pod(pod_obj("good"))
     h.sync()
     assert h.cache.pending_pod("default/good") is not None
     assert h.cache.pending_pod("default/bad") is None
@@ -227,7 +226,7 @@ def test_malformed_objects_are_skipped_and_counted(
     assert "spec.containers[0].resources.requests.cpu" in caplog.text
     # The same in the watch stream.
     h.cluster.add_raw("Pod", {"kind": "Pod", "metadata": {"name": "x"}, "spec": []})
-    h.cluster.add_pod(pod_object("after"))
+    h.cluster.add_pod(pod_obj("after"))
     h.sync()
     assert h.malformed("Pod") == 2
     assert h.cache.pending_pod("default/after") is not None
@@ -236,10 +235,10 @@ def test_malformed_objects_are_skipped_and_counted(
 def test_deleting_an_object_that_became_malformed_removes_its_last_good_version(
     h: Harness,
 ) -> None:
-    h.cluster.add_pod(pod_object("p", cpu="2", node_name="n1"))
+    h.cluster.add_pod(pod_obj("p", requests={"cpu": "2"}, nodeName="n1"))
     h.sync()
     assert h.cpu_requested("n1") == 2000
-    broken = pod_object("p", cpu="2", node_name="n1")
+    broken = pod_obj("p", requests={"cpu": "2"}, nodeName="n1")
     broken["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "two"
     h.cluster.add_pod(broken)
     h.sync()
@@ -248,7 +247,7 @@ def test_deleting_an_object_that_became_malformed_removes_its_last_good_version(
     h.cluster.delete_pod("default", "p")
     h.sync()
     assert h.cpu_requested("n1") == 0
-    broken_node = node_object("n2", cpu="4")
+    broken_node = node_obj("n2", cpu="4")
     broken_node["status"]["allocatable"]["cpu"] = "-1"
     h.cluster.add_node(broken_node)
     h.cluster.delete_node("n2")
@@ -259,27 +258,27 @@ def test_deleting_an_object_that_became_malformed_removes_its_last_good_version(
 
 
 def test_node_heartbeat_does_not_requeue_but_a_real_change_does(h: Harness) -> None:
-    h.cluster.add_pod(pod_object("w"))
+    h.cluster.add_pod(pod_obj("w"))
     h.sync()
     h.queue.pop()
     h.queue.backoff("default/w")
     h.queue.pop()
     h.queue.backoff("default/w")  # ready in 2 s
     h.now += 1.5
-    heartbeat = node_object("n1", cpu="4")
+    heartbeat = node_obj("n1", cpu="4")
     heartbeat["status"]["conditions"][0]["lastHeartbeatTime"] = "2026-11-22T00:00:00Z"
     h.cluster.add_node(heartbeat)
     h.sync()
     assert h.queue.state("default/w") is QueueState.BACKOFF
-    h.cluster.add_node(node_object("n1", cpu="16"))
+    h.cluster.add_node(node_obj("n1", cpu="16"))
     h.sync()
     assert h.queue.state("default/w") is QueueState.ACTIVE
 
 
 def test_relist_removes_what_disappeared(h: Harness) -> None:
-    h.cluster.add_pod(pod_object("stay", cpu="1", node_name="n1"))
-    h.cluster.add_pod(pod_object("vanish", cpu="1", node_name="n1"))
-    h.cluster.add_pod(pod_object("pending-vanish"))
+    h.cluster.add_pod(pod_obj("stay", requests={"cpu": "1"}, nodeName="n1"))
+    h.cluster.add_pod(pod_obj("vanish", requests={"cpu": "1"}, nodeName="n1"))
+    h.cluster.add_pod(pod_obj("pending-vanish"))
     h.sync()
     assert h.cpu_requested("n1") == 2000
     h.cache.replace("Node", [h.cluster.get_node("n1")])  # type: ignore[list-item]
@@ -292,8 +291,8 @@ def test_relist_removes_what_disappeared(h: Harness) -> None:
 
 
 def test_configure_moves_pods_between_schedulers(h: Harness) -> None:
-    h.cluster.add_pod(pod_object("mine"))
-    h.cluster.add_pod(pod_object("other", scheduler_name="gpu-scheduler"))
+    h.cluster.add_pod(pod_obj("mine"))
+    h.cluster.add_pod(pod_obj("other", schedulerName="gpu-scheduler"))
     h.sync()
     h.cache.configure("gpu-scheduler", ())
     assert h.cache.pending_pod("default/mine") is None
@@ -304,7 +303,7 @@ def test_configure_moves_pods_between_schedulers(h: Harness) -> None:
 def test_concurrent_informer_and_assume_stay_consistent() -> None:
     h = Harness()
     for i in range(4):
-        h.cluster.add_node(node_object(f"n{i}", cpu="1000"))
+        h.cluster.add_node(node_obj(f"n{i}", cpu="1000"))
     h.sync()
     names = [f"p{i}" for i in range(300)]
     stop = threading.Event()
@@ -312,7 +311,7 @@ def test_concurrent_informer_and_assume_stay_consistent() -> None:
     informer.start()
     try:
         for name in names:
-            h.cluster.add_pod(pod_object(name, cpu="1"))
+            h.cluster.add_pod(pod_obj(name, requests={"cpu": "1"}))
         assumed = 0
         deadline = 300
         while assumed < len(names) and deadline:
@@ -339,7 +338,7 @@ def test_concurrent_informer_and_assume_stay_consistent() -> None:
 
 def _gt_toleration_pod(name: str = "gated") -> dict[str, Any]:
     """A pending pod with a ``Gt`` toleration (an alpha feature gate's operator)."""
-    pod = pod_object(name)
+    pod = pod_obj(name)
     pod["spec"]["tolerations"] = [{"key": "gen", "operator": "Gt", "value": "3"}]
     return pod
 
@@ -366,7 +365,7 @@ def test_unparseable_pod_of_ours_is_reported_once_per_version_and_reread_when_it
     h.cluster.add_pod(still_broken)
     h.sync()
     assert len(h.cache.take_unparseable()) == 1  # a new version: reported again
-    h.cluster.add_pod(pod_object("gated"))  # fixed
+    h.cluster.add_pod(pod_obj("gated"))  # fixed
     h.sync()
     assert h.cache.pending_pod("default/gated") is not None
     assert h.queue.state("default/gated") is QueueState.ACTIVE
@@ -374,7 +373,7 @@ def test_unparseable_pod_of_ours_is_reported_once_per_version_and_reread_when_it
 
 
 def test_pod_that_stops_parsing_leaves_the_pending_set(h: Harness) -> None:
-    h.cluster.add_pod(pod_object("p"))
+    h.cluster.add_pod(pod_obj("p"))
     h.sync()
     assert h.cache.pending_pod("default/p") is not None
     h.cluster.add_pod(_gt_toleration_pod("p"))
@@ -419,7 +418,7 @@ def test_volume_objects_are_relisted_and_a_real_change_requeues(h: Harness) -> N
     h.cluster.put("PersistentVolume", volume_object("pv-1"))
     h.cluster.put("StorageClass", storage_class_object("local"))
     h.cluster.put("CSINode", csi_node_object("n1", {"ebs.csi.aws.com": 25}))
-    h.cluster.add_pod(pod_object("w"))
+    h.cluster.add_pod(pod_obj("w"))
     h.sync()
     volumes = h.table.volumes
     assert volumes.claim("default", "data") is not None and volumes.volume("pv-1") is not None
@@ -444,7 +443,7 @@ def test_volume_objects_are_relisted_and_a_real_change_requeues(h: Harness) -> N
 
 def _unreadable_placed_pod(node: str) -> dict[str, Any]:
     """A pod bound to ``node`` whose CPU request does not parse (what it holds is unknown)."""
-    pod = pod_object("mystery", node_name=node, scheduler_name="default-scheduler")
+    pod = pod_obj("mystery", nodeName=node, schedulerName="default-scheduler")
     pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "lots"
     return pod
 
@@ -462,13 +461,15 @@ def test_node_holding_a_pod_that_does_not_parse_takes_no_pod_until_it_parses(
     else:
         h.cache.replace("Pod", h.cluster.pods())
     assert h.malformed("Pod") == 1
-    tolerant = parse_pod(pod_object("any", tolerations=[{"operator": "Exists"}]))
-    for pod in (parse_pod(pod_object("pending")), tolerant):
+    tolerant = parse_pod(pod_obj("any", tolerations=[{"operator": "Exists"}]))
+    for pod in (parse_pod(pod_obj("pending")), tolerant):
         verdict = node_ready(h.table, pod)
         assert verdict is not None
         assert verdict.passed.tolist() == [False, True]  # n1, n2
         assert verdict.reasons_for(0) == [HOLDS_UNREADABLE_POD]
-    fixed = pod_object("mystery", node_name="n1", scheduler_name="default-scheduler", cpu="1")
+    fixed = pod_obj(
+        "mystery", requests={"cpu": "1"}, nodeName="n1", schedulerName="default-scheduler"
+    )
     h.cluster.add_pod(fixed)
     if how == "watch":
         h.sync()
@@ -504,12 +505,12 @@ def test_assigned_pod_events_requeue_pods_waiting_for_affinity_or_spread(
     """As kube-scheduler's InterPodAffinity and PodTopologySpread react to an assigned pod
     added or relabelled: a pending pod waiting for a peer is retried at once, not after its
     backoff. Our own confirmations and status updates bring nothing new."""
-    h.cluster.add_pod(pod_object("peer", node_name="n1", labels={"app": "db"}))
-    h.cluster.add_pod(pod_object("mine"))
+    h.cluster.add_pod(pod_obj("peer", nodeName="n1", labels={"app": "db"}))
+    h.cluster.add_pod(pod_obj("mine"))
     h.sync()
     assert h.queue.pop() == "default/mine"
     h.cache.assume(h.pod("mine"), "n2")
-    h.cluster.add_pod(pod_object("w"))
+    h.cluster.add_pod(pod_obj("w"))
     h.sync()
     assert h.queue.pop() == "default/w"
     h.queue.backoff("default/w")
@@ -517,13 +518,13 @@ def test_assigned_pod_events_requeue_pods_waiting_for_affinity_or_spread(
     h.queue.backoff("default/w")  # ready in 2 s
     h.now += 1.5
     if change == "another scheduler places a pod":
-        h.cluster.add_pod(pod_object("cache", node_name="n2", scheduler_name="default-scheduler"))
+        h.cluster.add_pod(pod_obj("cache", nodeName="n2", schedulerName="default-scheduler"))
     elif change == "a placed pod's labels change":
-        h.cluster.add_pod(pod_object("peer", node_name="n1", labels={"app": "web"}))
+        h.cluster.add_pod(pod_obj("peer", nodeName="n1", labels={"app": "web"}))
     elif change == "a placed pod's status changes":
-        h.cluster.add_pod(pod_object("peer", node_name="n1", labels={"app": "db"}, phase="Running"))
+        h.cluster.add_pod(pod_obj("peer", nodeName="n1", labels={"app": "db"}, phase="Running"))
     else:
-        h.cluster.add_pod(pod_object("mine", node_name="n2"))
+        h.cluster.add_pod(pod_obj("mine", nodeName="n2"))
     h.sync()
     expected = QueueState.ACTIVE if requeued else QueueState.BACKOFF
     assert h.queue.state("default/w") is expected
@@ -532,7 +533,7 @@ def test_assigned_pod_events_requeue_pods_waiting_for_affinity_or_spread(
 def test_a_pod_seen_pending_is_vouched_for_until_a_while_after_its_bind(h: Harness) -> None:
     """kube-scheduler's bind can reach our watch right behind the pod's creation (extender
     mode): the extender still knows the pod it was asked about, for a while."""
-    h.cluster.add_pod(pod_object("web"))
+    h.cluster.add_pod(pod_obj("web"))
     h.sync()
     uid = h.pod("web").uid
     assert h.cache.vouches_for("default/web", uid)
@@ -552,10 +553,8 @@ def test_a_pod_seen_pending_is_vouched_for_until_a_while_after_its_bind(h: Harne
 @pytest.mark.parametrize(
     "pod",
     [
-        pytest.param(pod_object("bound", node_name="n1"), id="first-seen-bound"),
-        pytest.param(
-            pod_object("theirs", scheduler_name="default-scheduler"), id="other-scheduler"
-        ),
+        pytest.param(pod_obj("bound", nodeName="n1"), id="first-seen-bound"),
+        pytest.param(pod_obj("theirs", schedulerName="default-scheduler"), id="other-scheduler"),
     ],
 )
 def test_a_pod_never_pending_here_is_not_vouched_for(h: Harness, pod: dict[str, Any]) -> None:
@@ -574,7 +573,7 @@ def test_remembered_binds_are_bounded(h: Harness, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(cache_module, "VOUCHED_AFTER_BIND_PODS", 3)
     uids = {}
     for i in range(5):
-        h.cluster.add_pod(pod_object(f"p{i}"))
+        h.cluster.add_pod(pod_obj(f"p{i}"))
         h.sync()
         uids[i] = h.pod(f"p{i}").uid
         h.cluster.bind(PodRef("default", f"p{i}", uids[i]), "n1")
@@ -589,14 +588,13 @@ def _pod_with_every_field_parsed(name: str, node: str | None) -> dict[str, Any]:
         "labelSelector": {"matchLabels": {"app": "web"}},
         "topologyKey": "kubernetes.io/hostname",
     }
-    pod = pod_object(
+    pod = pod_obj(
         name,
-        cpu="1",
-        gpus=1,
-        node_name=node,
+        requests={"cpu": "1", "nvidia.com/gpu": "1"},
+        nodeName=node,
         labels={"app": "web"},
         annotations={"interference.io/max-index": "60"},
-        node_selector={"pool": "gpu"},
+        nodeSelector={"pool": "gpu"},
         tolerations=[{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
         affinity={
             "podAntiAffinity": {
@@ -636,8 +634,8 @@ def test_the_listed_cluster_is_frozen_once_every_kind_is_listed(freeze: bool) ->
     thresholds = (700, 10, 10)  # CPython's defaults; a fixture's cache may have changed them
     gc.set_threshold(*thresholds)
     h = Harness(freeze_after_list=freeze)
-    h.cluster.add_node(node_object("n1", cpu="4"))
-    h.cluster.add_pod(pod_object("placed", cpu="1", node_name="n1"))
+    h.cluster.add_node(node_obj("n1", cpu="4"))
+    h.cluster.add_pod(pod_obj("placed", requests={"cpu": "1"}, nodeName="n1"))
     h.cache.replace("Node", [h.cluster.get_node("n1")])  # type: ignore[list-item]
     assert gc.get_freeze_count() == 0, "frozen before every kind was listed"
     h.cluster.informer(h.cache).sync()
@@ -669,7 +667,9 @@ def test_the_objects_a_cache_keeps_hold_no_reference_cycles(
     gc.disable()
     try:
         for i in range(3):
-            h.cluster.add_node(node_object(f"gpu-{i}", cpu="8", gpus=4, labels={"pool": "gpu"}))
+            h.cluster.add_node(
+                node_obj(f"gpu-{i}", cpu="8", extra={"nvidia.com/gpu": "4"}, labels={"pool": "gpu"})
+            )
         for i in range(20):
             node = f"gpu-{i % 3}" if i % 2 else None
             h.cluster.add_pod(_pod_with_every_field_parsed(f"p{i}", node))

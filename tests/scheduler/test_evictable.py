@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from scheduler.adapters.memory import pod_object
 from scheduler.api.pods import parse_pod
 from scheduler.api.storage import parse_volume
 from scheduler.evictable import (
@@ -22,6 +21,7 @@ from scheduler.evictable import (
     refusal,
 )
 from scheduler.rebalance import RebalancerSettings
+from tests.builders import pod_obj
 
 KINDS = RebalancerSettings().controller_kinds
 OPT_IN = {"interference.io/rebalance": "true"}
@@ -34,10 +34,10 @@ def pod(
     volumes: list[dict[str, Any]] | None = None,
     **spec: Any,
 ) -> dict[str, Any]:
-    obj = pod_object(
+    obj = pod_obj(
         "web-1",
-        namespace="shop",
-        node_name="node-a",
+        "shop",
+        nodeName="node-a",
         annotations={"interference.io/max-runq-p99-us": "500", **(annotations or {})},
     )
     if owner is not None:

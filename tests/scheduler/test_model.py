@@ -433,7 +433,7 @@ def test_parse_pod_reads_metadata_and_constraints() -> None:
     obj["metadata"]["deletionTimestamp"] = "2024-05-01T12:01:00Z"
     obj["status"] = {"phase": "Succeeded"}
     pod = parse_pod(obj)
-    assert (pod.key, pod.uid, pod.priority) == ("shop/web", "uid-web", 100)
+    assert (pod.key, pod.uid, pod.priority) == ("shop/web", "uid-shop-web", 100)
     assert pod.created_at == 1714564800.0
     assert pod.scheduler_name == "interference-scheduler"
     assert pod.terminating and pod.finished

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from numpy.typing import NDArray
 from prometheus_client import CollectorRegistry
 
-from scheduler.adapters.memory import InMemoryCluster, namespace_object, node_object
+from scheduler.adapters.memory import InMemoryCluster, namespace_object
 from scheduler.api.objects import NamespaceInfo, PodInfo
 from scheduler.api.pods import parse_pod
 from scheduler.api.reader import ObjectError
@@ -607,7 +607,7 @@ def test_malformed_preferred_weight_is_one_line_naming_the_field(
 
 def test_namespace_objects_reach_the_table_through_the_informer() -> None:
     cluster = InMemoryCluster()
-    cluster.add_node(node_object("n1"))
+    cluster.add_node(node_obj("n1"))
     cluster.add_namespace(namespace_object("team-a", {"team": "a"}))
     table = NodeTable()
     queue = SchedulingQueue()

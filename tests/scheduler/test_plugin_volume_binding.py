@@ -11,8 +11,6 @@ import pytest
 from scheduler.adapters.memory import (
     claim_object,
     csi_node_object,
-    node_object,
-    pod_object,
     storage_class_object,
     volume_object,
 )
@@ -150,7 +148,7 @@ def test_ephemeral_claim_bound_to_missing_pv_rejects_every_node() -> None:
     """VolumeZone reads persistentVolumeClaim volumes only, so an ephemeral volume's
     missing PV is VolumeBinding's per-node reason."""
     pod = pod_with(ephemeral_volume())
-    claim = claim_object("p-scratch", volume_name="gone", owner_uid="uid-p")
+    claim = claim_object("p-scratch", volume_name="gone", owner_uid="uid-default-p")
     table = volumes_table(THREE_NODES, [claim])
     assert verdicts(table, pod) == [[PV_NOT_EXIST]] * 3
 
@@ -487,11 +485,11 @@ def test_pod_waiting_on_a_claim_is_scheduled_once_the_claim_is_bound() -> None:
     (the claim's watch event retries the pod before its backoff ends)."""
     h = LoopHarness()
     try:
-        h.cluster.add_node(node_object("n1"))
-        h.cluster.add_node(node_object("n2"))
+        h.cluster.add_node(node_obj("n1"))
+        h.cluster.add_node(node_obj("n2"))
         h.cluster.put("StorageClass", WFFC)
         h.cluster.put("PersistentVolumeClaim", claim_object("data", storage_class="local"))
-        pod = pod_object("db")
+        pod = pod_obj("db")
         pod["spec"]["volumes"] = [pvc_volume("data")]
         h.cluster.add_pod(pod)
         assert h.cycle() == 1

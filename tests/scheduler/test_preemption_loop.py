@@ -16,7 +16,6 @@ import pytest
 from interference.decision import decision_hash, parse_decision_hash
 from interference.decision_page import render_decision_page
 from interference_cli.views import preemption_line
-from scheduler.adapters.memory import node_object, pod_object
 from scheduler.api.objects import ANNOTATION_MAX_RUNQ_P99_US
 from scheduler.api.pods import parse_pod
 from scheduler.cycle import SchedulingCycle
@@ -32,15 +31,15 @@ from tests.scheduler.runtime_helpers import START, LoopHarness, schedule_pending
 LOW, HIGH = 0, 10
 
 
-def _low(name: str, node: str, cpu: str = "900m", **extra: Any) -> dict[str, Any]:
-    return pod_object(name, cpu=cpu, node_name=node, priority=LOW, **extra)
+def _low(name: str, node: str, cpu: str = "900m") -> dict[str, Any]:
+    return pod_obj(name, requests={"cpu": cpu}, nodeName=node, priority=LOW)
 
 
 @pytest.fixture
 def h() -> Iterator[LoopHarness]:
     """PreemptionBasic's node: 4 CPUs, four 900m pods of priority 0 on it."""
     harness = LoopHarness(preempts=True)
-    harness.cluster.add_node(node_object("n1", cpu="4"))
+    harness.cluster.add_node(node_obj("n1", cpu="4"))
     for i in range(4):
         harness.cluster.add_pod(_low(f"low-{i}", "n1"))
     yield harness
@@ -55,7 +54,7 @@ def _nominated(h: LoopHarness, name: str) -> str | None:
 
 
 def test_a_pod_preempts_lower_priority_pods_and_gets_their_room(h: LoopHarness) -> None:
-    h.cluster.add_pod(pod_object("urgent", cpu="3", priority=HIGH))
+    h.cluster.add_pod(pod_obj("urgent", requests={"cpu": "3"}, priority=HIGH))
     assert h.cycle() == 1
     [preemption] = h.cluster.preemptions
     assert (preemption.preemptor.name, preemption.node) == ("urgent", "n1")
@@ -102,12 +101,12 @@ def test_a_pod_preempts_lower_priority_pods_and_gets_their_room(h: LoopHarness) 
 def test_the_nominated_room_is_held_against_a_pod_of_equal_priority(h: LoopHarness) -> None:
     """``late`` has urgent's priority and is older, so it is tried first once the victims
     are gone: without the held room it would take n1 and urgent would preempt again."""
-    h.cluster.add_node(node_object("n2", cpu="4"))
-    h.cluster.add_pod(pod_object("n2-full", cpu="4", node_name="n2", priority=HIGH))
-    h.cluster.add_pod(pod_object("urgent", cpu="3", priority=HIGH, created_at=START))
+    h.cluster.add_node(node_obj("n2", cpu="4"))
+    h.cluster.add_pod(pod_obj("n2-full", requests={"cpu": "4"}, nodeName="n2", priority=HIGH))
+    h.cluster.add_pod(pod_obj("urgent", requests={"cpu": "3"}, priority=HIGH, created_at=START))
     assert h.cycle() == 1
     assert h.loop.cache.holds.node_of("default/urgent") == "n1"
-    h.cluster.add_pod(pod_object("late", cpu="3", priority=HIGH, created_at=START - 60))
+    h.cluster.add_pod(pod_obj("late", requests={"cpu": "3"}, priority=HIGH, created_at=START - 60))
     h.clock.advance(1.0)
     h.cycle()
     assert h.cluster.node_of("default", "late") is None
@@ -117,16 +116,16 @@ def test_the_nominated_room_is_held_against_a_pod_of_equal_priority(h: LoopHarne
 
 
 def test_a_preemptor_whose_node_no_longer_fits_is_nominated_again(h: LoopHarness) -> None:
-    h.cluster.add_node(node_object("n2", cpu="4"))
+    h.cluster.add_node(node_obj("n2", cpu="4"))
     for i in range(4):
         h.cluster.add_pod(_low(f"n2-low-{i}", "n2"))
-    h.cluster.add_pod(pod_object("urgent", cpu="3", priority=HIGH))
+    h.cluster.add_pod(pod_obj("urgent", requests={"cpu": "3"}, priority=HIGH))
     h.cycle()
     [first] = h.cluster.preemptions
     taken = first.node
     other = "n2" if taken == "n1" else "n1"
     # before urgent comes back, a pod of higher priority takes the room (another scheduler)
-    h.cluster.add_pod(pod_object("vip", cpu="3", node_name=taken, priority=HIGH + 1))
+    h.cluster.add_pod(pod_obj("vip", requests={"cpu": "3"}, nodeName=taken, priority=HIGH + 1))
     h.clock.advance(1.0)
     h.cycle()
     assert [p.node for p in h.cluster.preemptions] == [taken, other]
@@ -138,7 +137,7 @@ def test_a_preemptor_whose_node_no_longer_fits_is_nominated_again(h: LoopHarness
 
 
 def test_preemption_policy_never_waits_and_preempts_no_one(h: LoopHarness) -> None:
-    pod = pod_object("polite", cpu="3", priority=HIGH)
+    pod = pod_obj("polite", requests={"cpu": "3"}, priority=HIGH)
     pod["spec"]["preemptionPolicy"] = "Never"
     h.cluster.add_pod(pod)
     h.cycle()
@@ -152,7 +151,7 @@ def test_preemption_policy_never_waits_and_preempts_no_one(h: LoopHarness) -> No
 
 
 def test_equal_priority_is_never_preempted(h: LoopHarness) -> None:
-    h.cluster.add_pod(pod_object("peer", cpu="3", priority=LOW))
+    h.cluster.add_pod(pod_obj("peer", requests={"cpu": "3"}, priority=LOW))
     h.cycle()
     assert h.cluster.preemptions == []
     assert h.decisions.last("peer").preemption is None
@@ -161,10 +160,14 @@ def test_equal_priority_is_never_preempted(h: LoopHarness) -> None:
 def test_a_gpu_pod_preempts_for_nvidia_gpus() -> None:
     h = LoopHarness(preempts=True)
     try:
-        h.cluster.add_node(node_object("g1", cpu="32", gpus=8))
-        h.cluster.add_pod(pod_object("batch-a", gpus=4, node_name="g1", priority=LOW))
-        h.cluster.add_pod(pod_object("batch-b", gpus=4, node_name="g1", priority=LOW))
-        h.cluster.add_pod(pod_object("train", gpus=4, priority=HIGH))
+        h.cluster.add_node(node_obj("g1", cpu="32", extra={"nvidia.com/gpu": "8"}))
+        h.cluster.add_pod(
+            pod_obj("batch-a", requests={"nvidia.com/gpu": "4"}, nodeName="g1", priority=LOW)
+        )
+        h.cluster.add_pod(
+            pod_obj("batch-b", requests={"nvidia.com/gpu": "4"}, nodeName="g1", priority=LOW)
+        )
+        h.cluster.add_pod(pod_obj("train", requests={"nvidia.com/gpu": "4"}, priority=HIGH))
         h.cycle()
         [preemption] = h.cluster.preemptions
         assert len(preemption.victims) == 1 and preemption.node == "g1"
@@ -234,14 +237,16 @@ def _noisy_cluster(h: LoopHarness, antagonist_priority: int) -> None:
     """n1: room for the pod but noisy because of ``noisy`` (900m), and a quiet low-priority
     ``bystander``; n2: quiet, full of pods of the pod's own priority. The pod tolerates
     500 µs of run-queue p99."""
-    h.cluster.add_node(node_object("n1", cpu="4"))
-    h.cluster.add_node(node_object("n2", cpu="4"))
-    h.cluster.add_pod(pod_object("noisy", cpu="900m", node_name="n1", priority=antagonist_priority))
-    h.cluster.add_pod(pod_object("n2-full", cpu="4", node_name="n2", priority=HIGH))
+    h.cluster.add_node(node_obj("n1", cpu="4"))
+    h.cluster.add_node(node_obj("n2", cpu="4"))
+    h.cluster.add_pod(
+        pod_obj("noisy", requests={"cpu": "900m"}, nodeName="n1", priority=antagonist_priority)
+    )
+    h.cluster.add_pod(pod_obj("n2-full", requests={"cpu": "4"}, nodeName="n2", priority=HIGH))
     h.cluster.add_pod(_low("bystander", "n1", cpu="100m"))  # a pod it could preempt
     h.signals.report("n1", START, runq_p99_us=3000.0)
     h.signals.report("n2", START, runq_p99_us=100.0)
-    h.cluster.add_pod(pod_object("picky", cpu="2", priority=HIGH, annotations=TOLERANT))
+    h.cluster.add_pod(pod_obj("picky", requests={"cpu": "2"}, priority=HIGH, annotations=TOLERANT))
 
 
 def _named(named: Mapping[str, Collection[str]]) -> Any:
@@ -320,7 +325,7 @@ def test_system_named_as_an_antagonist_is_never_preemptible() -> None:
 def test_the_record_says_who_was_preempted_and_why_in_explain_and_the_page(
     h: LoopHarness,
 ) -> None:
-    h.cluster.add_pod(pod_object("urgent", cpu="3", priority=HIGH))
+    h.cluster.add_pod(pod_obj("urgent", requests={"cpu": "3"}, priority=HIGH))
     h.cycle()
     decision = h.decisions.last("urgent")
     assert parse_decision_hash(decision_hash(decision)) == decision
@@ -371,7 +376,7 @@ def test_a_pod_is_not_attempted_while_its_preemption_calls_are_still_being_made(
         real(preemption)
 
     monkeypatch.setattr(h.cluster, "preempt", slow)
-    h.cluster.add_pod(pod_object("urgent", cpu="3", priority=HIGH))
+    h.cluster.add_pod(pod_obj("urgent", requests={"cpu": "3"}, priority=HIGH))
     h.informer.sync()
     assert schedule_pending(h.loop) == 1
     attempts = len(h.decisions.for_pod("urgent"))
@@ -403,17 +408,17 @@ def test_binds_go_on_while_preemptions_wait_for_their_victims(
     monkeypatch.setattr(h.cluster, "preempt", slow)
     try:
         for node in ("n1", "n2"):
-            h.cluster.add_node(node_object(node, cpu="4"))
+            h.cluster.add_node(node_obj(node, cpu="4"))
             for i in range(4):
                 h.cluster.add_pod(_low(f"low-{node}-{i}", node))
-        h.cluster.add_node(node_object("free", cpu="1"))
+        h.cluster.add_node(node_obj("free", cpu="1"))
         for name in ("urgent-a", "urgent-b"):
-            h.cluster.add_pod(pod_object(name, cpu="3", priority=HIGH))
+            h.cluster.add_pod(pod_obj(name, requests={"cpu": "3"}, priority=HIGH))
         h.informer.sync()
         assert schedule_pending(h.loop) == 2
         for _ in range(2):
             assert entered.acquire(timeout=30)  # both preemption threads are stuck
-        h.cluster.add_pod(pod_object("small", cpu="500m", priority=LOW))
+        h.cluster.add_pod(pod_obj("small", requests={"cpu": "500m"}, priority=LOW))
         h.informer.sync()
         assert schedule_pending(h.loop) == 1
         assert h.loop.flush(0.0) is False  # the preemptions are still waiting

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from interference.signals import PodMetrics
-from scheduler.adapters.memory import node_object, pod_object
 from scheduler.api.nodes import parse_node
 from scheduler.api.objects import ControllerRef, InterferenceTolerance, PodInfo
 from scheduler.api.pods import parse_pod
@@ -39,6 +38,7 @@ from scheduler.rebalance import (
     own_cause,
 )
 from scheduler.table import NodeTable
+from tests.builders import node_obj, pod_obj
 
 RS = ControllerRef("ReplicaSet", "web-7d9", "rs-uid")
 
@@ -52,11 +52,11 @@ def running(
     owner: dict[str, object] | None = None,
     scheduler_name: str = "interference-scheduler",
 ) -> PodInfo:
-    obj = pod_object(
+    obj = pod_obj(
         name,
-        namespace=namespace,
-        node_name=node,
-        scheduler_name=scheduler_name,
+        namespace,
+        nodeName=node,
+        schedulerName=scheduler_name,
         annotations={"interference.io/max-runq-p99-us": "500"}
         if annotations is None
         else annotations,
@@ -275,7 +275,7 @@ def test_settings_validation(field: str, value: object, message: str) -> None:
 def three_nodes() -> NodeTable:
     table = NodeTable()
     for name in ("node-a", "node-b", "node-c"):
-        table.upsert_node(parse_node(node_object(name)))
+        table.upsert_node(parse_node(node_obj(name)))
     return table
 
 

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from interference.signals import NodeMetrics, NodeReport, PodMetrics
-from scheduler.adapters.memory import pod_object
 from scheduler.api.objects import PodInfo
 from scheduler.api.pods import parse_pod
 from scheduler.evidence import (
@@ -20,6 +19,7 @@ from scheduler.evidence import (
 )
 from scheduler.rebalance import OwnWindow, PodHistory, breach
 from scheduler.signal_records import in_clock_window
+from tests.builders import pod_obj
 
 NOW = 1_800_000_000.0
 NOISY = (0,) * 12 + (50,)  # p99 ≈ 8 ms
@@ -91,9 +91,7 @@ def test_a_skew_warning_says_which_way_and_what_it_costs() -> None:
 
 def tolerant(max_runq_p99_us: str) -> PodInfo:
     annotations = {"interference.io/max-runq-p99-us": max_runq_p99_us}
-    return parse_pod(
-        pod_object("web-1", namespace="shop", node_name="node-a", annotations=annotations)
-    )
+    return parse_pod(pod_obj("web-1", "shop", nodeName="node-a", annotations=annotations))
 
 
 def history(rows: list[tuple[float, tuple[int, ...]]]) -> PodHistory:
@@ -147,9 +145,7 @@ def test_a_reclaim_breach_holds_over_the_window_and_the_looks_interval(
     window: float, recent: float | None, breaks: bool
 ) -> None:
     annotations = {"interference.io/max-reclaim-stall-ms-per-s": "2"}
-    pod = parse_pod(
-        pod_object("web-1", namespace="shop", node_name="node-a", annotations=annotations)
-    )
+    pod = parse_pod(pod_obj("web-1", "shop", nodeName="node-a", annotations=annotations))
     found = breach(pod, None, window, recent)
     assert (found is not None) == breaks
     if found is not None:

@@ -13,7 +13,6 @@ from prometheus_client import CollectorRegistry
 
 from interference.decision import Decision
 from interference.signals import NodeMetrics, NodeReport, PodMetrics
-from scheduler.adapters.memory import node_object, pod_object
 from scheduler.cli import prepare
 from scheduler.config import ConfigError, parse_config
 from scheduler.plugins.rebalanced_away import LEFT_NODE, Departure
@@ -31,6 +30,7 @@ from scheduler.rebalancer import (
 )
 from scheduler.settings import EngineSettings
 from scheduler.stage_trace import SELECTION
+from tests.builders import node_obj, pod_obj
 from tests.scheduler.runtime_helpers import KeptTraces, LoopHarness, MemoryDecisions
 
 NOISY = (0,) * 12 + (50,)  # 50 waits of 4–8 ms
@@ -119,8 +119,8 @@ class World:
     ) -> None:
         self.h = LoopHarness()
         # node-b is smaller: LeastAllocated prefers node-a for a new pod
-        self.h.cluster.add_node(node_object("node-a", cpu="8", memory="32Gi"))
-        self.h.cluster.add_node(node_object("node-b", cpu="2", memory="8Gi"))
+        self.h.cluster.add_node(node_obj("node-a", cpu="8", memory="32Gi"))
+        self.h.cluster.add_node(node_obj("node-b", cpu="2", memory="8Gi"))
         self.evictions = Evictions()
         self.reports = Reports()
         self.registry = CollectorRegistry()
@@ -158,10 +158,10 @@ class World:
 
     @staticmethod
     def _pod(name: str, node: str | None, owner: str, annotations: dict[str, str]) -> K8sObject:
-        obj = pod_object(
+        obj = pod_obj(
             name,
-            namespace="shop",
-            node_name=node,
+            "shop",
+            nodeName=node,
             annotations={"interference.io/max-runq-p99-us": "500", **annotations},
         )
         obj["metadata"]["ownerReferences"] = [
@@ -212,7 +212,7 @@ def test_a_sustained_victim_is_evicted_and_its_replacement_avoids_the_node(
     # the ReplicaSet's replacement: node-a has more room (LeastAllocated prefers it), but
     # the workload just left it
     w.h.cluster.delete_pod("shop", "web-1")
-    replacement = pod_object("web-2", namespace="shop")
+    replacement = pod_obj("web-2", "shop")
     replacement["metadata"]["ownerReferences"] = [
         {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "rs-web",
          "controller": True}
@@ -233,7 +233,7 @@ def test_a_pod_of_another_workload_may_still_go_to_the_node(enforcing: World) ->
     w.step()
     w.step(30)
     w.h.cluster.delete_pod("shop", "web-1")
-    w.h.cluster.add_pod(pod_object("other", namespace="shop"))
+    w.h.cluster.add_pod(pod_obj("other", "shop"))
     w.h.cycle()
     assert w.h.cluster.node_of("shop", "other") == "node-a"
 
@@ -295,7 +295,7 @@ def test_a_look_writes_a_rebalancing_record_and_keeps_the_placement_record(
 
 def test_no_eviction_when_no_other_node_would_take_it(enforcing: World) -> None:
     w = enforcing
-    w.h.cluster.add_node(node_object("node-b", cpu="2", memory="8Gi", unschedulable=True))
+    w.h.cluster.add_node(node_obj("node-b", cpu="2", memory="8Gi", unschedulable=True))
     w.run_pod("web-1", "node-a")
     w.step()
     (action,) = w.step(30)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.adapters.memory import pod_object
 from scheduler.api.pods import parse_pod
 from scheduler.rebalance import (
     CLUSTER_LIMIT,
@@ -22,6 +21,7 @@ from scheduler.rebalance import (
 )
 from scheduler.rebalancer import EVICTED, HELD, WOULD_EVICT
 from scheduler.settings import EngineSettings
+from tests.builders import pod_obj
 from tests.scheduler.test_rebalancer import NOISY, QUIET, Journal, World
 
 NOW = 100_000.0
@@ -38,10 +38,10 @@ SETTINGS = RebalancerSettings(
 
 
 def victim(created_at: float = 0.0, workload: str = "web") -> object:
-    obj = pod_object(
+    obj = pod_obj(
         "web-1",
-        namespace="shop",
-        node_name="node-a",
+        "shop",
+        nodeName="node-a",
         created_at=created_at,
         annotations={"interference.io/max-runq-p99-us": "500"},
     )
@@ -120,10 +120,10 @@ def test_whether_a_move_helped(
 
 def noisy_pod(w: World, name: str, node: str) -> None:
     """A pod of ReplicaSet web on ``node``, created now, its agent rows noisy."""
-    obj = pod_object(
+    obj = pod_obj(
         name,
-        namespace="shop",
-        node_name=node,
+        "shop",
+        nodeName=node,
         created_at=w.h.clock.now,
         annotations={"interference.io/max-runq-p99-us": "500"},
     )

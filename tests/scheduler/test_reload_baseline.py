@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from scheduler.adapters.memory import node_object, pod_object
 from scheduler.loop import DEFAULT_SCHEDULER_NAME, LoopSettings
 from scheduler.settings import EngineSettings
+from tests.builders import node_obj, pod_obj
 from tests.scheduler.profiles import interference_settings
 from tests.scheduler.runtime_helpers import LoopHarness
 
@@ -23,9 +23,9 @@ OURS = (DEFAULT_SCHEDULER_NAME, ())
 @pytest.fixture
 def harness() -> Iterator[LoopHarness]:
     h = LoopHarness(engine=REJECT)
-    h.cluster.add_node(node_object("n1", cpu="4"))
-    h.cluster.add_pod(pod_object("fits", cpu="1"))
-    h.cluster.add_pod(pod_object("huge", cpu="64"))  # fits no node under any configuration
+    h.cluster.add_node(node_obj("n1", cpu="4"))
+    h.cluster.add_pod(pod_obj("fits", requests={"cpu": "1"}))
+    h.cluster.add_pod(pod_obj("huge", requests={"cpu": "64"}))  # fits no node, ever
     h.informer.sync()
     yield h
     h.close()
@@ -73,9 +73,9 @@ def test_stranded(
     harness: LoopHarness, after: tuple[str, tuple[str, ...]], stranded: list[str]
 ) -> None:
     h = harness
-    h.cluster.add_pod(pod_object("t", namespace="team"))
-    h.cluster.add_pod(pod_object("other", scheduler_name="someone-else"))
-    h.cluster.add_pod(pod_object("placed", node_name="n1"))
+    h.cluster.add_pod(pod_obj("t", "team"))
+    h.cluster.add_pod(pod_obj("other", schedulerName="someone-else"))
+    h.cluster.add_pod(pod_obj("placed", nodeName="n1"))
     h.informer.sync()
     name, ignored = after
     h.loop.update_settings(REJECT, LoopSettings(scheduler_name=name, ignore_namespaces=ignored))

@@ -6,7 +6,6 @@ relaxed. On a real apiserver: tests/e2e/test_rebalancer_memory.py."""
 
 from __future__ import annotations
 
-from scheduler.adapters.memory import node_object, pod_object
 from scheduler.api.objects import PodInfo
 from scheduler.api.pods import parse_pod
 from scheduler.cycle import SchedulingCycle
@@ -17,17 +16,18 @@ from scheduler.rebalance_ports import EvictionAnswer, EvictionStatus
 from scheduler.rebalancer import BLOCKED, EVICTED, HELD, WOULD_EVICT
 from scheduler.reservations import REPLACEMENT_SUFFIX
 from scheduler.settings import EngineSettings
+from tests.builders import node_obj, pod_obj
 from tests.scheduler.test_rebalancer import NOISY, World
 
 SETTINGS = RebalancerSettings(mode="enforce", reserve_for_s=120)
 
 
 def owned(name: str, workload: str, node: str | None, created_at: float = 0.0) -> dict:  # type: ignore[type-arg]
-    obj = pod_object(
+    obj = pod_obj(
         name,
-        namespace="shop",
-        node_name=node,
-        cpu="1500m",
+        "shop",
+        requests={"cpu": "1500m"},
+        nodeName=node,
         created_at=created_at,
         annotations={"interference.io/max-runq-p99-us": "500"},
     )
@@ -42,8 +42,8 @@ def two_noisy_nodes_one_room(settings: RebalancerSettings) -> World:
     """node-a and node-c noisy, each with a victim of its own workload and no room for
     the other's; node-b (2 CPUs) has room for one of them."""
     w = World(settings)
-    w.h.cluster.add_node(node_object("node-c", cpu="2", memory="32Gi"))
-    w.h.cluster.add_pod(pod_object("filler", namespace="shop", node_name="node-a", cpu="6"))
+    w.h.cluster.add_node(node_obj("node-c", cpu="2", memory="32Gi"))
+    w.h.cluster.add_pod(pod_obj("filler", "shop", requests={"cpu": "6"}, nodeName="node-a"))
     for name, workload, node in (("web-0", "web", "node-a"), ("api-0", "api", "node-c")):
         w.h.cluster.add_pod(owned(name, workload, node))
         w.reports.rows.setdefault(node, {})[f"shop/{name}"] = NOISY

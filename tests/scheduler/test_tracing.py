@@ -21,9 +21,9 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 from opentelemetry.sdk.trace.sampling import Decision, ParentBased, TraceIdRatioBased
 from prometheus_client import CollectorRegistry
 
-from scheduler.adapters.memory import node_object, pod_object
 from scheduler.adapters.tracing import OtlpTracer, TracingMetrics, TracingSettings, sampled
 from scheduler.stage_trace import BIND, SELECTION
+from tests.builders import node_obj, pod_obj
 from tests.scheduler.runtime_helpers import KeptTraces, LoopHarness, schedule_pending
 
 
@@ -112,11 +112,11 @@ def http_receiver() -> Iterator[tuple[Receiver, str]]:
 
 def _schedule_three_pods(tracer: OtlpTracer) -> LoopHarness:
     harness = LoopHarness(tracer=tracer)
-    harness.cluster.add_node(node_object("small", cpu="1"))
-    harness.cluster.add_node(node_object("big", cpu="8"))
-    harness.cluster.add_node(node_object("tainted", cpu="8", unschedulable=True))
-    harness.cluster.add_pod(pod_object("fits", cpu="2"))
-    harness.cluster.add_pod(pod_object("nowhere", cpu="16"))
+    harness.cluster.add_node(node_obj("small", cpu="1"))
+    harness.cluster.add_node(node_obj("big", cpu="8"))
+    harness.cluster.add_node(node_obj("tainted", cpu="8", unschedulable=True))
+    harness.cluster.add_pod(pod_obj("fits", requests={"cpu": "2"}))
+    harness.cluster.add_pod(pod_obj("nowhere", requests={"cpu": "16"}))
     harness.cycle()
     harness.close()
     tracer.close()
@@ -273,8 +273,8 @@ def test_a_slow_collector_costs_whole_traces_counted_never_parts_of_one() -> Non
 def test_an_attempt_whose_bind_never_reported_is_still_traced_when_the_loop_closes() -> None:
     traces = KeptTraces()
     harness = LoopHarness(tracer=traces)
-    harness.cluster.add_node(node_object("big", cpu="8"))
-    harness.cluster.add_pod(pod_object("fits", cpu="2"))
+    harness.cluster.add_node(node_obj("big", cpu="8"))
+    harness.cluster.add_pod(pod_obj("fits", requests={"cpu": "2"}))
     harness.informer.sync()
     harness.loop.close()  # the scheduler is stopping: its binder takes no more binds
     assert schedule_pending(harness.loop) == 1
