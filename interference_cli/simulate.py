@@ -5,10 +5,10 @@ every arrival is placed by the real :class:`scheduler.cycle.SchedulingCycle` ove
 :class:`scheduler.table.NodeTable` (no copy of any filter or score), with the signals
 of the latest report of each node at that moment. The signals reach the table as in
 production: each report's scheduling record, encoded as its agent writes it, decoded with
-the Redis follower's checks and columns, the index computed from it with the policy file's
-``redis.index_references`` (:class:`RecordReplay`; docs/design.md §8) — so a replay
-decides what the scheduler following those records would (``tests/cli/test_replay_parity.py``
-runs one trace both ways). Per policy it reports:
+the Redis follower's checks and columns, the index computed from it with the policy
+file's ``redis.index_references`` (:mod:`interference_cli.replay_signals`;
+docs/design.md §8) — so a replay decides what the scheduler following those records
+would (``tests/cli/test_replay_parity.py`` runs traces both ways). Per policy it reports:
 
 ``violations``
     placements whose node exceeded the pod's interference tolerance during the windows
@@ -42,7 +42,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -52,6 +52,7 @@ from interference.decision import Decision, decision_hash
 from interference.index import IndexReferences
 from interference.signals import NodeReport
 from interference_cli.plain import text
+from interference_cli.replay_signals import RecordReplay, ReplaySignals
 from interference_cli.store import CliError, split_pod_ref
 from interference_cli.trace import load_trace
 from interference_cli.views import decision_view
@@ -65,7 +66,6 @@ from scheduler.config import ConfigError, load_config
 from scheduler.cycle import SchedulingCycle
 from scheduler.plugins.interference import InterferenceArgs, interference_filter
 from scheduler.settings import EngineSettings
-from scheduler.signal_frame import SignalFrame
 from scheduler.signal_records import DEFAULT_REFERENCES, frame_of_records
 from scheduler.table import NodeTable
 
@@ -135,43 +135,6 @@ def load_policy(path: str | Path) -> Policy:
     )
 
 
-class ReplaySignals(Protocol):
-    """How a replay's reports reach the scheduler: an agent's write, the scheduler's read."""
-
-    def publish(self, report: NodeReport) -> None:
-        """The node's agent writes ``report`` (its scheduling record)."""
-
-    def frame(self, now: float) -> SignalFrame:
-        """What the scheduler's table takes at ``now``."""
-
-
-class RecordReplay:
-    """The in-process :class:`ReplaySignals`: each node's latest scheduling record
-    (:func:`interference.sched_record.encode`, what its agent writes), read as the Redis
-    follower reads it (:func:`scheduler.signal_records.frame_of_records`) when it was
-    written — the follower polls every 0.5 s, a trace's reports are a second apart."""
-
-    def __init__(self, nodes: Sequence[str], policy: Policy) -> None:
-        self._nodes = tuple(nodes)
-        self._policy = policy
-        self._records: dict[str, bytes] = {}
-        self._frame: SignalFrame | None = None
-
-    def publish(self, report: NodeReport) -> None:
-        self._records[report.node] = sched_record.encode(report)
-        self._frame = None
-
-    def frame(self, now: float) -> SignalFrame:
-        if self._frame is None:
-            self._frame = frame_of_records(
-                self._nodes,
-                [self._records.get(node) for node in self._nodes],
-                self._policy.references,
-                max_interval_s=self._policy.max_agent_interval_s,
-            )
-        return self._frame
-
-
 def simulate(
     reports: Sequence[NodeReport],
     workload: Workload,
@@ -194,7 +157,7 @@ def simulate(
     ordered = sorted(reports, key=lambda r: r.ts)
     t0 = ordered[0].ts
     if signals is None:
-        signals = RecordReplay(trace_nodes(ordered), policy)
+        signals = RecordReplay(trace_nodes(ordered), policy.references, policy.max_agent_interval_s)
     replay = _Replay(ordered, workload, policy, signals, explain, keep_decisions)
     ticks = sorted(
         [(report.ts, 0, None) for report in ordered]
