@@ -62,8 +62,9 @@ from scheduler.ports import (
 )
 from scheduler.rebalance import Moved
 from scheduler.settings import EngineSettings
+from tests.builders import node_obj
 from tests.deploy.manifests import Obj, container, find, kustomizations, render
-from tests.scheduler.k8s_emulator import EmulatorThread, node, pod, running_emulator
+from tests.scheduler.k8s_emulator import EmulatorThread, pod, running_emulator
 from tests.scheduler.runtime_helpers import MemoryDecisions, MemorySignals
 
 ALL_NAMESPACES = "*"
@@ -195,7 +196,7 @@ def exercise_scheduler(emulator: EmulatorThread, lease_namespace: str) -> None:
     a conflicting one), an Event, the PodScheduled condition, a nomination, a preemption
     (condition, delete, Event, a nomination cleared), an eviction (dry run and real), and a
     Lease acquired, renewed and released."""
-    emulator.put("nodes", node("gpu-node-1"))
+    emulator.put("nodes", node_obj("gpu-node-1"))
     emulator.put("pods", pod("pending-a", namespace="shop"))
     emulator.put("pods", pod("pending-b", namespace="shop"))
     victim = emulator.put("pods", pod("victim", namespace="shop", node="gpu-node-1"))
@@ -259,7 +260,7 @@ def exercise_dry_run_scheduler(emulator: EmulatorThread, lease_namespace: str) -
     """The real loop with ``dry_run``, leading through a real Lease, over the real adapter:
     it decides a pod that fits, one that fits nowhere and one asking for an unsupported
     field, records each decision, and writes nothing else to the API."""
-    emulator.put("nodes", node("gpu-node-1"))
+    emulator.put("nodes", node_obj("gpu-node-1"))
     emulator.put("pods", pod("fits", namespace="shop"))
     too_big = pod("too-big", namespace="shop")
     too_big["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "64"}}
@@ -312,7 +313,7 @@ def exercise_extender(emulator: EmulatorThread, workdir: Path) -> None:
     a pod's annotation typo in an Event (and again, a repeat of the series, when its owner
     makes another) and tells about an invalid configuration file in an Event on its
     ConfigMap."""
-    emulator.put("nodes", node("gpu-node-1"))
+    emulator.put("nodes", node_obj("gpu-node-1"))
     emulator.put("pods", pod("pending-a", namespace="shop"))
     typo = pod("typo", namespace="shop")
     typo["metadata"]["annotations"] = {"interference.io/max-runq-p99": "500"}

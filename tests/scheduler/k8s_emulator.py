@@ -41,6 +41,8 @@ import kmock
 from kmock import KubernetesError, KubernetesScaffold, Request
 from kmock._internal import parsing
 
+from tests.builders import pod_obj
+
 Obj = dict[str, Any]
 Key = tuple[str, str, str]  # (resource plural, namespace or "", name)
 T = TypeVar("T")
@@ -556,27 +558,8 @@ def running_emulator() -> Iterator[EmulatorThread]:
 
 
 def pod(name: str, namespace: str = "default", node: str = "", phase: str = "Pending") -> Obj:
-    """A minimal pod for the interference scheduler."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "schedulerName": "interference-scheduler",
-            "nodeName": node,
-            "containers": [{"name": "main", "image": "busybox"}],
-        },
-        "status": {"phase": phase},
-    }
-
-
-def node(name: str) -> Obj:
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-        "status": {
-            "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"},
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
+    """A pod for the interference scheduler as a client creates it: tests/builders.py's,
+    without the uid and creation time the API server assigns (:meth:`put_object`)."""
+    obj = pod_obj(name, namespace, nodeName=node, phase=phase)
+    del obj["metadata"]["uid"], obj["metadata"]["creationTimestamp"]
+    return obj

@@ -24,8 +24,9 @@ from interference.signals import NodeMetrics
 from node_agent.publisher import PublisherSettings, RedisPublisher
 from scheduler.cli import Scheduler, main, overrides, parse_args
 from scheduler.config import load_config, with_overrides
+from tests.builders import node_obj
 from tests.conftest import RedisServer, free_port
-from tests.scheduler.k8s_emulator import EmulatorThread, node, pod, running_emulator
+from tests.scheduler.k8s_emulator import EmulatorThread, pod, running_emulator
 from tests.shaped_reports import shaped_report
 
 pytestmark = pytest.mark.redis
@@ -131,8 +132,8 @@ def binding_posts(emulator: EmulatorThread) -> list[str]:
 def test_dry_run_records_decisions_binds_nothing_then_a_reload_turns_binding_on(
     tmp_path: Path, emulator: EmulatorThread, redis_server: RedisServer
 ) -> None:
-    emulator.put("nodes", node("n1"))
-    emulator.put("nodes", node("n2"))
+    emulator.put("nodes", node_obj("n1"))
+    emulator.put("nodes", node_obj("n2"))
     emulator.put("pods", pod("web-0", namespace="shop"))
     store = redis.Redis(port=redis_server.port)
     agents = AgentsPublishing(redis_server.url, {"n1": NOISY, "n2": QUIET})
@@ -192,7 +193,7 @@ def test_dry_run_records_decisions_binds_nothing_then_a_reload_turns_binding_on(
 def test_two_replicas_only_the_lease_holder_binds_then_the_other_takes_over(
     tmp_path: Path, emulator: EmulatorThread, redis_server: RedisServer
 ) -> None:
-    emulator.put("nodes", node("n1"))
+    emulator.put("nodes", node_obj("n1"))
     kube = kubeconfig(tmp_path, emulator.url)
     election = (
         "  enabled: true\n  lease_duration_s: 3\n  renew_deadline_s: 2\n  retry_period_s: 1\n"
@@ -240,7 +241,7 @@ def test_two_replicas_only_the_lease_holder_binds_then_the_other_takes_over(
 def test_redis_outage_schedules_interference_blind_and_recovers(
     tmp_path: Path, emulator: EmulatorThread, redis_server: RedisServer
 ) -> None:
-    emulator.put("nodes", node("n1"))
+    emulator.put("nodes", node_obj("n1"))
     path = tmp_path / "scheduler.yaml"
     text = config_text(redis_server.url, kubeconfig(tmp_path, emulator.url), 0, dry_run=False)
     path.write_text(
@@ -344,7 +345,7 @@ def test_unreachable_api_server_and_redis_are_one_line_each_and_it_keeps_running
 def test_healthz_fails_while_the_scheduling_loop_is_wedged(
     tmp_path: Path, emulator: EmulatorThread, redis_server: RedisServer
 ) -> None:
-    emulator.put("nodes", node("n1"))
+    emulator.put("nodes", node_obj("n1"))
     port = free_port()
     path = tmp_path / "scheduler.yaml"
     text = config_text(redis_server.url, kubeconfig(tmp_path, emulator.url), port, dry_run=False)

@@ -37,10 +37,10 @@ from scheduler.ports import (
     ObjectKind,
     PodRef,
 )
+from tests.builders import node_obj
 from tests.conftest import free_port
 from tests.scheduler.k8s_emulator import (
     EmulatorThread,
-    node,
     observed_rbac_rules,
     pod,
     running_emulator,
@@ -125,7 +125,7 @@ def informers(cluster: KubernetesCluster) -> Iterator[Callable[[], RecordingHand
 
 def _populate(emulator: EmulatorThread) -> None:
     for name in ("n1", "n2", "n3"):
-        emulator.put("nodes", node(name))
+        emulator.put("nodes", node_obj(name))
     emulator.put("pods", pod("pending"))
     emulator.put("pods", pod("running", node="n1", phase="Running"))
     emulator.put("pods", pod("done", node="n2", phase="Succeeded"))
@@ -197,7 +197,7 @@ def test_backs_off_and_recovers_on_429_and_5xx(
 ) -> None:
     emulator.fail("GET", r"^/api/v1/nodes\?limit=", 500, times=2)
     emulator.fail("GET", r"^/api/v1/nodes\?limit=", 429, times=1)
-    emulator.put("nodes", node("n1"))
+    emulator.put("nodes", node_obj("n1"))
     handler = informers()
     handler.wait_for(lambda h: cluster.synced())
     node_gets = [r for r in emulator.requests() if r[1] == "/api/v1/nodes"]
@@ -243,7 +243,7 @@ def test_relists_from_scratch_when_a_continue_token_expires(
     informers: Callable[[], RecordingHandler],
 ) -> None:
     for name in ("n1", "n2", "n3"):
-        emulator.put("nodes", node(name))
+        emulator.put("nodes", node_obj(name))
     emulator.fail("GET", r"^/api/v1/nodes\?continue=", 410)
     handler = informers()
     handler.wait_for(lambda h: cluster.synced())
@@ -275,7 +275,7 @@ def test_a_failing_handler_does_not_kill_the_informer(
 
 
 def test_bind_posts_a_binding(emulator: EmulatorThread, cluster: KubernetesCluster) -> None:
-    emulator.put("nodes", node("n1"))
+    emulator.put("nodes", node_obj("n1"))
     created = emulator.put("pods", pod("p1", namespace="ml"))
     uid = created["metadata"]["uid"]
     cluster.bind(PodRef("ml", "p1", uid), "n1")
@@ -532,7 +532,7 @@ def test_writes_send_the_current_bearer_token_and_the_user_agent(
     api = client.ApiClient(configuration)
     api.user_agent = "interference-scheduler/test"
     cluster = KubernetesCluster(api, FAST)
-    emulator.put("nodes", node("n1"))
+    emulator.put("nodes", node_obj("n1"))
     emulator.put("pods", pod("p1"))
     cluster.bind(PodRef("default", "p1"), "n1")
     cluster.record_event(PodRef("default", "p1"), "Normal", "Scheduled", "ok")

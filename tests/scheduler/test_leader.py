@@ -16,7 +16,8 @@ from scheduler.adapters.leader import LeaderElectionSettings, LeaderElector, def
 from scheduler.binder import Binder, BindOutcome, BindRequest, BindStatus
 from scheduler.metrics import SchedulerMetrics
 from scheduler.ports import PodRef
-from tests.scheduler.k8s_emulator import EmulatorThread, node, pod, running_emulator
+from tests.builders import node_obj
+from tests.scheduler.k8s_emulator import EmulatorThread, pod, running_emulator
 
 FAST = LeaderElectionSettings(
     lease_name="sched",
@@ -57,7 +58,7 @@ class Replica:
 @pytest.fixture
 def emulator() -> Iterator[EmulatorThread]:
     with running_emulator() as server:
-        server.put("nodes", node("n1"))
+        server.put("nodes", node_obj("n1"))
         yield server
 
 
