@@ -31,6 +31,12 @@ A record's freshness counts from the earlier of its ``ts`` and the time the sche
 read it, so a record dated ahead (within the clock skew allowed) does not outlive its
 agent by that much: a node whose agent stops is stale at most ``stale_after_s`` of the
 longest allowed interval after its last record was read (docs/design.md §7).
+
+:func:`frame_of_records` is that decode and those columns as one frame, and
+:func:`frame_of_signals` the way in-process :class:`~scheduler.signal_frame.NodeSignals`
+(``interference simulate``, tests) reach a decision: each node's record encoded as its
+agent writes it, then read back the same way — one path from signals to a decision, so
+the agent's own index never reaches one (docs/design.md §8).
 """
 
 from __future__ import annotations
