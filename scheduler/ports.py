@@ -157,8 +157,10 @@ class SignalSource(Protocol):
     """Latest per-node signals (the Redis signal cache, or a recorded trace)."""
 
     def snapshot(self) -> SignalFrame | Mapping[str, NodeSignals]:
-        """The latest signals: a frame (the Redis follower), or node name → signals (a
-        recorded trace, tests); nodes without any report are absent or hold none."""
+        """The latest signals: a frame (the Redis follower), or node name → signals (an
+        in-process source, tests), which the table reads through each node's scheduling
+        record as the follower would (:func:`scheduler.signal_records.frame_of_signals`);
+        nodes without any report are absent or hold none."""
 
     def healthy(self) -> bool:
         """False while the source cannot be read (the scheduler then runs interference-blind)."""
