@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+import yaml
 from prometheus_client import CollectorRegistry
 
 from interference.decision import decision_hash
@@ -43,6 +44,7 @@ pytestmark = pytest.mark.redis
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
+DEMO_ARRIVALS = ROOT / "deploy" / "demo" / "arrivals.yaml"
 AWARE = ROOT / "deploy" / "demo" / "policies" / "interference-aware.yaml"
 LENIENT = """\
 engine:
@@ -109,30 +111,44 @@ def both_ways(
 
 
 @pytest.mark.parametrize(
-    ("trace", "arrivals", "policy_text"),
+    ("trace", "arrivals", "policy_text", "tolerance"),
     [
-        ("lab-trace.msgpack", "lab-arrivals.yaml", None),
-        ("bursty-trace.msgpack", "bursty-arrivals.yaml", None),
-        ("lab-trace.msgpack", "lab-arrivals.yaml", LENIENT),
-        ("bursty-trace.msgpack", "bursty-arrivals.yaml", LENIENT),
+        ("lab-trace.msgpack", DATA / "lab-arrivals.yaml", None, None),
+        ("bursty-trace.msgpack", DATA / "bursty-arrivals.yaml", None, None),
+        ("lab-trace.msgpack", DATA / "lab-arrivals.yaml", LENIENT, None),
+        ("bursty-trace.msgpack", DATA / "bursty-arrivals.yaml", LENIENT, None),
+        # the README's pods with the tolerance recommend-tolerance gives for the trace
+        ("lab-trace.msgpack", DEMO_ARRIVALS, None, "7200"),
     ],
-    ids=["lab-default", "bursty-default", "lab-own-references", "bursty-own-references"],
+    ids=[
+        "lab-default",
+        "bursty-default",
+        "lab-own-references",
+        "bursty-own-references",
+        "demo-recommended-tolerance",
+    ],
 )
 def test_simulate_decides_what_the_follower_on_a_real_redis_decides(
     redis_server: RedisServer,
     tmp_path: Path,
     trace: str,
-    arrivals: str,
+    arrivals: Path,
     policy_text: str | None,
+    tolerance: str | None,
 ) -> None:
     path = AWARE
     if policy_text is not None:
         path = tmp_path / "own-references.yaml"
         path.write_text(policy_text)
+    if tolerance is not None:
+        pods = yaml.safe_load(arrivals.read_text())
+        for arrival in pods["arrivals"]:
+            if "annotations" in arrival:
+                arrival["annotations"]["interference.io/max-runq-p99-us"] = tolerance
+        arrivals = tmp_path / "arrivals.yaml"
+        arrivals.write_text(yaml.safe_dump(pods))
     policy = load_policy(path)
-    in_process, production, follower = both_ways(
-        redis_server, DATA / trace, DATA / arrivals, policy
-    )
+    in_process, production, follower = both_ways(redis_server, DATA / trace, arrivals, policy)
     reports = load_trace(DATA / trace)
     assert follower.accepted == len(reports)  # every record read, none refused
     assert in_process.decisions, "the replay decided nothing"
