@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from interference.codec import encode_report
+from interference.index import IndexReferences
 from interference.signals import NodeMetrics, NodeReport, PodMetrics
 from interference_cli.main import main
+from interference_cli.replay_signals import RecordReplay
 from interference_cli.simulate import (
     Arrival,
     Policy,
@@ -302,3 +304,40 @@ def test_bursty_trace_aware_policy_beats_least_allocated() -> None:
     blind = simulate(reports, workload, load_policy(BLIND))
     assert aware.placed == blind.placed == len(workload.arrivals)
     assert aware.violations * 5 <= blind.violations
+
+
+def _max_index_workload() -> Workload:
+    pod = pod_object("p", annotations={"interference.io/max-index": "20"})
+    return Workload({"default": {"cpu": "4", "memory": "8Gi"}}, [Arrival(1.5, pod, None)])
+
+
+def test_the_index_comes_from_each_record_with_the_policy_files_references(
+    tmp_path: Path,
+) -> None:
+    """A run-queue p99 of 6 ms is index 29 with the default references (quiet 4 ms,
+    saturated 16 ms) and 0 with a policy whose quiet point is 8 ms: the replay computes
+    each node's index from its record with the file's ``redis.index_references``, as the
+    follower does, whatever index the agent published."""
+    reports = [
+        dataclasses.replace(r, metrics=dataclasses.replace(r.metrics, interference_index=0.0))
+        for r in (_report("n", float(t), 6000) for t in range(4))
+    ]
+    default = simulate(reports, _max_index_workload(), load_policy(AWARE))
+    assert (default.placed, default.unschedulable) == (0, 1)
+    lenient = tmp_path / "lenient.yaml"
+    lenient.write_text("redis: {index_references: {runq_p99_us_quiet: 8000, runq_p99_us: 32000}}\n")
+    policy = load_policy(lenient)
+    assert policy.references.runq_p99_us_quiet == 8000
+    assert simulate(reports, _max_index_workload(), policy).placed == 1
+
+
+def test_a_record_the_follower_ignores_is_ignored_in_the_replay_too() -> None:
+    """A report claiming a 5 s interval is over the default ``max_agent_interval_s``
+    (2 s): the follower ignores its record, and so does the replay."""
+    report = dataclasses.replace(_report("n", 10.0, 100), interval_s=5.0)
+    strict = RecordReplay(["n"], IndexReferences(), 2.0)
+    strict.publish(report)
+    assert not strict.frame(10.0).has_record("n")
+    allowing = RecordReplay(["n"], IndexReferences(), 10.0)
+    allowing.publish(report)
+    assert allowing.frame(10.0).has_record("n")
