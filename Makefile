@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test lint unit demo bench images base-image local-images e2e-cluster config-reference clean
+.PHONY: setup test lint unit demo demo-cluster bench images base-image local-images e2e-cluster config-reference clean
 
 $(STAMP): pyproject.toml scripts/setup.sh
 	bash scripts/setup.sh
@@ -44,10 +44,16 @@ base-image:
 local-images: base-image
 	IMAGES="agent scheduler redis pause" BASE_IMAGE=interference-base:bookworm bash scripts/build-images.sh
 
-# A real single-node cluster on this machine, the install of docs/operations.md, checks,
-# uninstall, and a leak check (root; skipped with a reason when it cannot run here).
+# A real cluster of two nodes on this machine, the install of docs/operations.md, checks,
+# the demo's two acts, uninstall, and a leak check (root; skipped with a reason when it
+# cannot run here).
 e2e-cluster: setup
 	bash tests/cluster/e2e_cluster.sh
+
+# The demo's two acts on that real cluster of two nodes (root; about 10 minutes, most of it
+# the image builds): the install and the acts, without the other checks of e2e-cluster.
+demo-cluster: setup
+	E2E_CHECKS=demo bash tests/cluster/e2e_cluster.sh
 
 # docs/configuration.md from the settings dataclasses (tests/scheduler/test_config_reference.py).
 config-reference: $(STAMP)

@@ -1,22 +1,29 @@
 #!/usr/bin/env bash
-# make e2e-cluster: a real single-node Kubernetes cluster on this machine, the project
-# installed on it by the procedure of docs/operations.md ("Install"), checked, removed.
+# make e2e-cluster: a real Kubernetes cluster of two nodes on this machine, the project
+# installed on it by the procedure of docs/operations.md ("Install"), checked, the demo's
+# two acts run on it, removed.
 #
-# etcd + kube-apiserver + kube-controller-manager + kube-proxy + kubelet v1.36 with
-# containerd, runc and the bridge CNI plugin; images built with docker from deploy/docker/
-# on a debootstrap base and imported into containerd. Then the install section's shell
-# blocks marked `<!-- e2e-cluster -->` run literally (in a copy of the repository, so the
-# documented commands that write files do not touch the working tree), and the script
-# asserts: Redis, credential issuer, agent and scheduler Ready; the agent's BPF probes
-# loaded in its container and its node hash in Redis; the identity path (the agent logged in
-# as its own node's ACL user agent:<node>, issued after a TokenReview of its projected token;
-# its fresh scheduling record; that user refused on another node's keys; the agent enrolling
-# again once its password was replaced); the example service bound by interference-scheduler
-# and Running; the agent's report naming that pod (attributed from the kubelet's cgroup
-# path); `interference top` through `kubectl port-forward`; `kubectl delete -k` removing
-# everything. Teardown (also on failure and Ctrl-C) stops every process it started and
-# then asserts that no process, cgroup, mount, network namespace, iptables rule or
-# sysctl change is left.
+# etcd + kube-apiserver + kube-controller-manager + kube-scheduler + kube-proxy, and two
+# kubelets v1.36, each with its own containerd (runc, the bridge CNI plugin), cgroup root,
+# CPU (its CPU manager keeps every container there) and pod bridge; images built with docker
+# from deploy/docker/ on a debootstrap base and imported into both nodes. Then the install
+# section's shell blocks marked `<!-- e2e-cluster -->` run literally (in a copy of the
+# repository, so the documented commands that write files do not touch the working tree),
+# and the script asserts: Redis, credential issuer, agents and scheduler Ready; one agent
+# per node, each on its node's cgroup root, with its BPF probes loaded and its node hash in
+# Redis; the identity path (each agent logged in as its own node's ACL user agent:<node>,
+# issued after a TokenReview of its projected token; its fresh scheduling record; that user
+# refused on another node's keys; the agent enrolling again once its password was
+# replaced); the example service bound by interference-scheduler and Running; the agent's
+# report naming that pod (attributed from the kubelet's cgroup path); `interference top`
+# through `kubectl port-forward`; the demo's acts (interference_cli/cluster_demo.py:
+# placement beside kube-scheduler's, and the rebalancer moving a victim of a late
+# antagonist); `kubectl delete -k` removing everything. Teardown (also on failure and
+# Ctrl-C) stops every process it started and then asserts that no process, cgroup, mount,
+# network namespace, iptables rule or sysctl change is left.
+#
+# CLUSTER_DEMO_MIN_RATIO (default 10): the least kube-scheduler/interference-scheduler
+# ratio of the latency pod's run-queue p99 in act one.
 #
 # Binaries: $KUBEBUILDER_ASSETS (kube-apiserver, kube-controller-manager, kubelet,
 # kube-proxy, etcd), else ../shared/k8s unpacked into .k8s-assets/ plus etcd from the
@@ -24,13 +31,26 @@
 # why in one line and exits 0 (skipped). Pod traffic stays on this host: the pod bridge
 # has no masquerading and forwarding from it to anything outside the pod network is dropped.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+# E2E_REPO: the repository, when this runs from a copy (bash reads a script as it goes, so
+# a copy is what to run while editing this one).
+cd "${E2E_REPO:-$(dirname "$0")/../..}"
 REPO=$PWD
 
-NODE=intf-e2e-node
-BRIDGE=intf-e2e0
-POD_CIDR=10.244.77.0/24
-GATEWAY=10.244.77.1
+# Two nodes on this one machine, each a kubelet with its own containerd, cgroup root
+# (/interference-e2e/<node>, its cpuset one CPU), pod bridge and pod CIDR. The control plane
+# (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy) shares the
+# first node's CPU, as on a control-plane node that also runs pods; kube-proxy runs once,
+# for the host network namespace both nodes share.
+NODES=(intf-e2e-a intf-e2e-b)
+NODE_CPUS=(0 1)
+BRIDGES=(intf-e2e0 intf-e2e1)
+POD_CIDRS=(10.244.77.0/24 10.244.78.0/24)
+GATEWAYS=(10.244.77.1 10.244.78.1)
+POD_NETWORK=10.244.0.0/16
+CGROUP_PARTITION=interference-e2e
+NODE=${NODES[0]}   # the node the single-node checks look at
+GATEWAY=${GATEWAYS[0]}  # the API server's address
+CONTROL_PLANE_CPU=${NODE_CPUS[0]}
 SERVICE_CIDR=10.96.77.0/24
 API_PORT=6443
 APT_PACKAGES=(docker.io containerd runc containernetworking-plugins debootstrap iptables openssl)
@@ -69,17 +89,21 @@ if ((${#missing[@]})); then
     { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"; } \
         >/dev/null 2>&1 || skip "cannot install the Debian packages ${missing[*]} (apt-get failed)"
 fi
+HOST_CTR=$(command -v ctr) || skip "containerd's ctr is not installed"
 [[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local && -x /usr/lib/cni/loopback ]] \
     || skip "containernetworking-plugins has no bridge/host-local/loopback in /usr/lib/cni"
-if ip link show "$BRIDGE" >/dev/null 2>&1; then
-    fail "bridge $BRIDGE exists: another e2e-cluster runs, or one was killed (ip link del $BRIDGE)"
-fi
+(($(nproc) >= ${#NODES[@]})) || skip "needs ${#NODES[@]} CPUs (one per node), this machine has $(nproc)"
+for bridge in "${BRIDGES[@]}"; do
+    if ip link show "$bridge" >/dev/null 2>&1; then
+        fail "bridge $bridge exists: another e2e-cluster runs, or one was killed (ip link del $bridge)"
+    fi
+done
 
 STATE=$(mktemp -d /tmp/interference-e2e.XXXXXX)
 chmod 0755 "$STATE"
 trap 'rm -rf "$STATE"' EXIT
 SRC=$STATE/src
-CONTAINERD_SOCK=$STATE/containerd/containerd.sock
+containerd_sock() { echo "$STATE/containerd-$1/containerd.sock"; } # NODE
 declare -A PIDS=()
 T0=$SECONDS
 TIMINGS=()
@@ -161,9 +185,9 @@ for root in $CGROUP_ROOTS; do
         [[ -d $root/$name ]] && touch "$STATE/cgroup.before/$(basename "$root")-$name"
     done
 done
-if ls "$STATE/cgroup.before" | grep -q kubepods; then
+if ls "$STATE/cgroup.before" | grep -q -E "kubepods|$CGROUP_PARTITION"; then
     rm -rf "$STATE"
-    fail "kubepods cgroups exist already: another kubelet runs on this machine, or one was killed"
+    fail "kubepods or $CGROUP_PARTITION cgroups exist already: another kubelet runs on this machine, or one was killed"
 fi
 
 # --- teardown ------------------------------------------------------------------------------
@@ -207,25 +231,29 @@ teardown() {
     fi
     stop_pid_named() { [[ -n ${PIDS[$1]:-} ]] && stop_pid "${PIDS[$1]}" "$1"; }
     if [[ -n ${PIDS[port-forward]:-} ]]; then stop_pid_named port-forward; fi
-    stop_pid_named kubelet
+    if [[ -n ${PIDS[cluster-demo]:-} ]]; then stop_pid_named cluster-demo; fi
+    local node sock
+    for node in "${NODES[@]}"; do stop_pid_named "kubelet-$node"; done
     stop_pid_named kube-proxy
-    if [[ -S $CONTAINERD_SOCK ]]; then
+    for node in "${NODES[@]}"; do
+        sock=$(containerd_sock "$node")
+        [[ -S $sock ]] || continue
         # Pods the test did not delete (a failure midway): kill and remove their containers.
         for ns in k8s.io moby; do
-            for task in $(ctr -a "$CONTAINERD_SOCK" -n "$ns" tasks ls -q 2>/dev/null); do
-                ctr -a "$CONTAINERD_SOCK" -n "$ns" tasks kill -s SIGKILL "$task" >/dev/null 2>&1
+            for task in $("$HOST_CTR" -a "$sock" -n "$ns" tasks ls -q 2>/dev/null); do
+                "$HOST_CTR" -a "$sock" -n "$ns" tasks kill -s SIGKILL "$task" >/dev/null 2>&1
             done
             sleep 1
-            for task in $(ctr -a "$CONTAINERD_SOCK" -n "$ns" tasks ls -q 2>/dev/null); do
-                ctr -a "$CONTAINERD_SOCK" -n "$ns" tasks delete -f "$task" >/dev/null 2>&1
+            for task in $("$HOST_CTR" -a "$sock" -n "$ns" tasks ls -q 2>/dev/null); do
+                "$HOST_CTR" -a "$sock" -n "$ns" tasks delete -f "$task" >/dev/null 2>&1
             done
-            for c in $(ctr -a "$CONTAINERD_SOCK" -n "$ns" containers ls -q 2>/dev/null); do
-                ctr -a "$CONTAINERD_SOCK" -n "$ns" containers delete "$c" >/dev/null 2>&1
+            for c in $("$HOST_CTR" -a "$sock" -n "$ns" containers ls -q 2>/dev/null); do
+                "$HOST_CTR" -a "$sock" -n "$ns" containers delete "$c" >/dev/null 2>&1
             done
         done
-    fi
+    done
     stop_pid_named dockerd
-    stop_pid_named containerd
+    for node in "${NODES[@]}"; do stop_pid_named "containerd-$node"; done
     for pid in $(our_shims); do stop_pid "$pid" containerd-shim; done
     stop_pid_named kube-scheduler
     stop_pid_named kube-controller-manager
@@ -240,7 +268,7 @@ teardown() {
         | grep '^cni-' | while read -r ns; do ip netns delete "$ns"; done
     awk -v s="$STATE" 'index($2, s) == 1 {print $2}' /proc/self/mounts | sort -r \
         | while read -r m; do umount -l "$m" 2>/dev/null; done
-    ip link delete "$BRIDGE" 2>/dev/null
+    for bridge in "${BRIDGES[@]}"; do ip link delete "$bridge" 2>/dev/null; done
     [[ -L /var/lib/kubelet/seccomp ]] && rm -f /var/lib/kubelet/seccomp
     runtime_leftovers | sort -r | while read -r path; do rm -rf "$path"; done
     for root in $CGROUP_ROOTS; do
@@ -270,7 +298,7 @@ teardown() {
     while read -r m; do leaks+=("mount $m"); done < <(awk -v s="$STATE" 'index($2, s) == 1 {print $2}' /proc/self/mounts)
     while read -r ns; do leaks+=("netns $ns"); done < <(comm -13 "$STATE/netns.before" <(ip netns list 2>/dev/null | awk '{print $1}' | sort))
     while read -r rule; do leaks+=("firewall: $rule"); done < <(comm -13 "$STATE/firewall.before" <(snapshot_firewall))
-    ip link show "$BRIDGE" >/dev/null 2>&1 && leaks+=("link $BRIDGE")
+    for bridge in "${BRIDGES[@]}"; do ip link show "$bridge" >/dev/null 2>&1 && leaks+=("link $bridge"); done
     while read -r path; do leaks+=("file $path"); done < <(runtime_leftovers)
     for key in "${SYSCTLS[@]}"; do
         [[ ${SYSCTL_BEFORE[$key]} == absent || $(sysctl -n "$key") == "${SYSCTL_BEFORE[$key]}" ]] \
@@ -294,7 +322,7 @@ trap teardown EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-mkdir -p "$STATE"/{logs,pki,etcd,kubelet,cni/net.d,containerd,docker/root,docker/exec,bin}
+mkdir -p "$STATE"/{logs,pki,etcd,seccomp,docker/root,docker/exec,bin}
 start() { # NAME COMMAND...: run in the background, log to logs/NAME.log
     local name=$1
     shift
@@ -334,27 +362,46 @@ else
     done | tar --null -T - -cf - | tar -C "$SRC" -xf -
 fi
 
-# --- network: the pod bridge, forwarding only inside the pod network -----------------------
-ip link add "$BRIDGE" type bridge
-ip addr add "$GATEWAY/24" dev "$BRIDGE"
-ip link set "$BRIDGE" up
+# --- network: a pod bridge per node, forwarding only inside the pod network ----------------
+# The host routes between the nodes' bridges, as a cluster's pod network routes between nodes.
 sysctl -qw net.ipv4.ip_forward=1
 sysctl -qw net.bridge.bridge-nf-call-iptables=1
-iptables -I FORWARD 1 -i "$BRIDGE" -j DROP -m comment --comment interference-e2e
-iptables -I FORWARD 1 -i "$BRIDGE" -d "$POD_CIDR" -j ACCEPT -m comment --comment interference-e2e
-cat > "$STATE/cni/net.d/10-interference-e2e.conflist" <<EOF
+for i in "${!NODES[@]}"; do
+    node=${NODES[$i]} bridge=${BRIDGES[$i]}
+    ip link add "$bridge" type bridge
+    ip addr add "${GATEWAYS[$i]}/24" dev "$bridge"
+    ip link set "$bridge" up
+    iptables -I FORWARD 1 -i "$bridge" -j DROP -m comment --comment interference-e2e
+    iptables -I FORWARD 1 -i "$bridge" -d "$POD_NETWORK" -j ACCEPT -m comment --comment interference-e2e
+    mkdir -p "$STATE/cni-$node/net.d"
+    cat > "$STATE/cni-$node/net.d/10-interference-e2e.conflist" <<EOF
 {
   "cniVersion": "0.4.0",
-  "name": "interference-e2e",
+  "name": "interference-e2e-$node",
   "plugins": [
-    {"type": "bridge", "bridge": "$BRIDGE", "isGateway": true, "ipMasq": false,
+    {"type": "bridge", "bridge": "$bridge", "isGateway": true, "ipMasq": false,
      "hairpinMode": true,
-     "ipam": {"type": "host-local", "subnet": "$POD_CIDR", "gateway": "$GATEWAY",
-              "dataDir": "$STATE/cni/ipam", "routes": [{"dst": "0.0.0.0/0"}]}},
+     "ipam": {"type": "host-local", "subnet": "${POD_CIDRS[$i]}", "gateway": "${GATEWAYS[$i]}",
+              "dataDir": "$STATE/cni-$node/ipam", "routes": [{"dst": "0.0.0.0/0"}]}},
     {"type": "loopback"}
   ]
 }
 EOF
+done
+
+# --- cgroups: each node's root (in every v1 hierarchy, where the kubelet checks that its
+# root exists, and in the unified one, where runc also places the pods); its CPU is kept by
+# the node's CPU manager (below) ------------------------------------------------------------
+CPUSET_V1=/sys/fs/cgroup/cpuset
+for hierarchy in $CGROUP_ROOTS; do
+    for dir in "$CGROUP_PARTITION" "${NODES[@]/#/$CGROUP_PARTITION/}"; do
+        mkdir "$hierarchy/$dir"
+        if [[ $hierarchy == "$CPUSET_V1" ]]; then # a v1 cpuset starts empty
+            cat "$CPUSET_V1/cpuset.cpus" > "$CPUSET_V1/$dir/cpuset.cpus"
+            cat "$CPUSET_V1/cpuset.mems" > "$CPUSET_V1/$dir/cpuset.mems"
+        fi
+    done
+done
 
 # --- PKI: one CA; apiserver serving cert, apiserver->kubelet client cert, SA key -----------
 PKI=$STATE/pki
@@ -380,10 +427,12 @@ EOF
     openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
 )
 token() { openssl rand -hex 16; }
-ADMIN_TOKEN=$(token) KUBELET_TOKEN=$(token) KCM_TOKEN=$(token) PROXY_TOKEN=$(token) SCHED_TOKEN=$(token)
+ADMIN_TOKEN=$(token) KCM_TOKEN=$(token) PROXY_TOKEN=$(token) SCHED_TOKEN=$(token)
+declare -A KUBELET_TOKENS=()
+for node in "${NODES[@]}"; do KUBELET_TOKENS[$node]=$(token); done
 cat > "$PKI/tokens.csv" <<EOF
 $ADMIN_TOKEN,admin,admin,"system:masters"
-$KUBELET_TOKEN,system:node:$NODE,kubelet,"system:nodes"
+$(for node in "${NODES[@]}"; do echo "${KUBELET_TOKENS[$node]},system:node:$node,kubelet-$node,\"system:nodes\""; done)
 $KCM_TOKEN,system:kube-controller-manager,kcm
 $PROXY_TOKEN,system:kube-proxy,kube-proxy
 $SCHED_TOKEN,system:kube-scheduler,kube-scheduler
@@ -399,7 +448,7 @@ current-context: e2e
 EOF
 }
 kubeconfig "$STATE/admin.kubeconfig" "$ADMIN_TOKEN"
-kubeconfig "$STATE/kubelet.kubeconfig" "$KUBELET_TOKEN"
+for node in "${NODES[@]}"; do kubeconfig "$STATE/kubelet-$node.kubeconfig" "${KUBELET_TOKENS[$node]}"; done
 kubeconfig "$STATE/kcm.kubeconfig" "$KCM_TOKEN"
 kubeconfig "$STATE/proxy.kubeconfig" "$PROXY_TOKEN"
 kubeconfig "$STATE/sched.kubeconfig" "$SCHED_TOKEN"
@@ -408,11 +457,11 @@ export KUBECONFIG=$STATE/admin.kubeconfig
 # --- control plane -------------------------------------------------------------------------
 free_port() { .venv/bin/python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 ETCD_PORT=$(free_port) ETCD_PEER_PORT=$(free_port)
-start etcd "$ETCD" --data-dir "$STATE/etcd" --unsafe-no-fsync \
+start etcd taskset -c "$CONTROL_PLANE_CPU" "$ETCD" --data-dir "$STATE/etcd" --unsafe-no-fsync \
     --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
     --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
     --initial-cluster "default=http://127.0.0.1:$ETCD_PEER_PORT" --listen-metrics-urls "http://127.0.0.1:$(free_port)"
-start kube-apiserver "$ASSETS/kube-apiserver" --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+start kube-apiserver taskset -c "$CONTROL_PLANE_CPU" "$ASSETS/kube-apiserver" --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
     --bind-address "$GATEWAY" --advertise-address "$GATEWAY" --secure-port "$API_PORT" \
     --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
     --client-ca-file "$PKI/ca.crt" --token-auth-file "$PKI/tokens.csv" \
@@ -423,25 +472,28 @@ start kube-apiserver "$ASSETS/kube-apiserver" --etcd-servers "http://127.0.0.1:$
     --kubelet-preferred-address-types InternalIP --enable-admission-plugins NodeRestriction
 wait_for 90 "kube-apiserver /readyz" kubectl get --raw /readyz
 mark "kube-apiserver ready"
-start kube-controller-manager "$ASSETS/kube-controller-manager" --kubeconfig "$STATE/kcm.kubeconfig" \
+start kube-controller-manager taskset -c "$CONTROL_PLANE_CPU" "$ASSETS/kube-controller-manager" --kubeconfig "$STATE/kcm.kubeconfig" \
     --authentication-kubeconfig "$STATE/kcm.kubeconfig" --authorization-kubeconfig "$STATE/kcm.kubeconfig" \
     --authentication-skip-lookup=true --bind-address 127.0.0.1 --secure-port "$(free_port)" \
     --leader-elect=false --use-service-account-credentials=true \
     --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt"
 # The cluster's default scheduler, for every pod that does not name interference-scheduler.
-start kube-scheduler "$ASSETS/kube-scheduler" --kubeconfig "$STATE/sched.kubeconfig" \
+start kube-scheduler taskset -c "$CONTROL_PLANE_CPU" "$ASSETS/kube-scheduler" --kubeconfig "$STATE/sched.kubeconfig" \
     --authentication-kubeconfig "$STATE/sched.kubeconfig" --authorization-kubeconfig "$STATE/sched.kubeconfig" \
     --authentication-skip-lookup=true --leader-elect=false --bind-address 127.0.0.1 --secure-port "$(free_port)"
 
-# --- containerd (CRI for the kubelet; also the runtime under dockerd) ----------------------
-cat > "$STATE/containerd/config.toml" <<EOF
+# --- containerd, one per node (CRI for its kubelet; the first also runs under dockerd) -----
+for i in "${!NODES[@]}"; do
+    node=${NODES[$i]} dir=$STATE/containerd-${NODES[$i]}
+    mkdir -p "$dir"
+    cat > "$dir/config.toml" <<EOF
 version = 2
-root = "$STATE/containerd/root"
-state = "$STATE/containerd/state"
+root = "$dir/root"
+state = "$dir/state"
 [grpc]
-  address = "$CONTAINERD_SOCK"
+  address = "$(containerd_sock "$node")"
 [plugins."io.containerd.internal.v1.opt"]
-  path = "$STATE/containerd/opt"
+  path = "$dir/opt"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "docker.io/library/interference-pause:bookworm"
   # CAP_SYS_RESOURCE is not in this machine's bounding set: never lower an oom_score_adj.
@@ -449,7 +501,7 @@ state = "$STATE/containerd/state"
   netns_mounts_under_state_dir = true
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
-    conf_dir = "$STATE/cni/net.d"
+    conf_dir = "$STATE/cni-$node/net.d"
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
@@ -458,26 +510,49 @@ state = "$STATE/containerd/state"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
 EOF
-start containerd containerd --config "$STATE/containerd/config.toml"
-wait_for 30 "containerd socket" test -S "$CONTAINERD_SOCK"
+    # The node's runtime (and the shims it starts) on the node's CPU, as on a machine of its own.
+    start "containerd-$node" taskset -c "${NODE_CPUS[$i]}" containerd --config "$dir/config.toml"
+done
+for node in "${NODES[@]}"; do wait_for 30 "containerd of $node" test -S "$(containerd_sock "$node")"; done
+BUILD_CONTAINERD=$(containerd_sock "$NODE")
 start dockerd dockerd --data-root "$STATE/docker/root" --exec-root "$STATE/docker/exec" \
     --pidfile "$STATE/docker/dockerd.pid" -H "unix://$STATE/docker/docker.sock" \
-    --containerd "$CONTAINERD_SOCK" --bridge=none --iptables=false --ip6tables=false \
+    --containerd "$BUILD_CONTAINERD" --bridge=none --iptables=false --ip6tables=false \
     --ip-masq=false --ip-forward=false --oom-score-adjust=0
-export DOCKER_HOST=unix://$STATE/docker/docker.sock CONTAINERD_ADDRESS=$CONTAINERD_SOCK
+export DOCKER_HOST=unix://$STATE/docker/docker.sock CONTAINERD_ADDRESS=$BUILD_CONTAINERD
 wait_for 60 "dockerd" "$DOCKER_CLI" version
-mark "containerd and dockerd up"
+mark "containerd of ${#NODES[@]} nodes and dockerd up"
 
-# --- the node ------------------------------------------------------------------------------
-cat > "$STATE/kubelet/config.yaml" <<EOF
+# --- the nodes -----------------------------------------------------------------------------
+# Localhost seccomp profiles live in <root-dir>/seccomp; the agent's init container writes
+# its profile to the default root's (/var/lib/kubelet/seccomp): point that and every node's
+# at one directory.
+mkdir -p /var/lib/kubelet
+[[ -L /var/lib/kubelet/seccomp ]] && rm -f /var/lib/kubelet/seccomp
+[[ -e /var/lib/kubelet/seccomp ]] && fail "/var/lib/kubelet/seccomp exists: a kubelet with the default root dir runs here"
+ln -s "$STATE/seccomp" /var/lib/kubelet/seccomp
+for i in "${!NODES[@]}"; do
+    node=${NODES[$i]} dir=$STATE/kubelet-${NODES[$i]}
+    mkdir -p "$dir/root"
+    ln -s "$STATE/seccomp" "$dir/root/seccomp"
+    cat > "$dir/config.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 # This machine mounts cgroup v1 controllers next to the unified hierarchy (hybrid), and
 # systemd is not PID 1.
 failCgroupV1: false
 cgroupDriver: cgroupfs
-containerRuntimeEndpoint: unix://$CONTAINERD_SOCK
-address: $GATEWAY
+# The node's own cgroup root: its pods under /$CGROUP_PARTITION/$node/kubepods, on its CPU.
+cgroupRoot: /$CGROUP_PARTITION/$node
+# The machine's other CPUs belong to the other node: allocatable is this node's one, and
+# the CPU manager keeps every container's cpuset on it (strict: the reserved CPUs are not
+# in the shared pool). The kubelet gives its kubepods cgroup every CPU of the machine, so
+# the node's cgroup root cannot be the one to narrow it.
+cpuManagerPolicy: static
+cpuManagerPolicyOptions: {strict-cpu-reservation: "true"}
+reservedSystemCPUs: "$(seq 0 $(($(nproc) - 1)) | grep -vx "${NODE_CPUS[$i]}" | paste -sd,)"
+containerRuntimeEndpoint: unix://$(containerd_sock "$node")
+address: ${GATEWAYS[$i]}
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
 healthzPort: 0
@@ -494,22 +569,21 @@ evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available:
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
+# A ConfigMap edit (the demo's switch of the rebalancer) reaches mounted files in seconds.
+syncFrequency: 10s
+# Its own pod log directory: a kubelet removes the logs of pods it does not run.
+podLogsDirectory: $dir/pod-logs
 EOF
-# Localhost seccomp profiles live in <root-dir>/seccomp; the agent's init container writes
-# its profile to the default root's (/var/lib/kubelet/seccomp): point that at ours.
-mkdir -p "$STATE/kubelet/root/seccomp" /var/lib/kubelet
-[[ -L /var/lib/kubelet/seccomp ]] && rm -f /var/lib/kubelet/seccomp
-[[ -e /var/lib/kubelet/seccomp ]] && fail "/var/lib/kubelet/seccomp exists: a kubelet with the default root dir runs here"
-ln -s "$STATE/kubelet/root/seccomp" /var/lib/kubelet/seccomp
-start kubelet "$ASSETS/kubelet" --config "$STATE/kubelet/config.yaml" --kubeconfig "$STATE/kubelet.kubeconfig" \
-    --root-dir "$STATE/kubelet/root" --cert-dir "$STATE/kubelet/pki" \
-    --hostname-override "$NODE" --node-ip "$GATEWAY"
-start kube-proxy "$ASSETS/kube-proxy" --kubeconfig "$STATE/proxy.kubeconfig" --hostname-override "$NODE" \
-    --proxy-mode iptables --cluster-cidr "$POD_CIDR" --conntrack-max-per-core 0 \
+    start "kubelet-$node" taskset -c "${NODE_CPUS[$i]}" "$ASSETS/kubelet" --config "$dir/config.yaml" \
+        --kubeconfig "$STATE/kubelet-$node.kubeconfig" --root-dir "$dir/root" --cert-dir "$dir/pki" \
+        --hostname-override "$node" --node-ip "${GATEWAYS[$i]}"
+done
+start kube-proxy taskset -c "$CONTROL_PLANE_CPU" "$ASSETS/kube-proxy" --kubeconfig "$STATE/proxy.kubeconfig" \
+    --hostname-override "$NODE" --proxy-mode iptables --cluster-cidr "$POD_NETWORK" --conntrack-max-per-core 0 \
     --iptables-localhost-nodeports=false --bind-address "$GATEWAY" \
     --healthz-bind-address "127.0.0.1:$(free_port)" --metrics-bind-address "127.0.0.1:$(free_port)"
-wait_for 120 "node $NODE registered" kubectl get node "$NODE"
-mark "kubelet registered"
+for node in "${NODES[@]}"; do wait_for 120 "node $node registered" kubectl get node "$node"; done
+mark "kubelets of ${NODES[*]} registered"
 
 # --- the install procedure of docs/operations.md, literally --------------------------------
 # This API server build answers /openapi/v2 with 503, so kubectl's client-side schema
@@ -527,7 +601,23 @@ cat > "$STATE/bin/docker" <<EOF
 #!/bin/sh
 exec $DOCKER_CLI "\$@"
 EOF
-chmod +x "$STATE/bin/kubectl" "$STATE/bin/docker"
+# The doc imports the images "on every node" (docker save | ctr import): here that is each
+# node's containerd.
+cat > "$STATE/bin/ctr" <<EOF
+#!/bin/sh
+case " \$* " in
+    *" images import "*)
+        saved=\$(mktemp -p "$STATE") || exit 1
+        cat > "\$saved"
+        for socket in $(for node in "${NODES[@]}"; do printf '%s ' "$(containerd_sock "$node")"; done); do
+            $HOST_CTR -a "\$socket" "\$@" < "\$saved" || { rm -f "\$saved"; exit 1; }
+        done
+        rm -f "\$saved"
+        exit 0 ;;
+esac
+exec $HOST_CTR "\$@"
+EOF
+chmod +x "$STATE/bin/kubectl" "$STATE/bin/docker" "$STATE/bin/ctr"
 .venv/bin/python - "$SRC/docs/operations.md" "$STATE/steps" <<'EOF'
 import pathlib, re, sys
 doc, out = pathlib.Path(sys.argv[1]).read_text(), pathlib.Path(sys.argv[2])
@@ -555,6 +645,13 @@ for step in "$STATE"/steps/*.sh; do
     sed 's/^/    /' "$step"
     (cd "$SRC" && timeout "$STEP_TIMEOUT_S" bash -euo pipefail "$step") \
         || fail "docs/operations.md Install block $(basename "$step" .sh) failed"
+    if grep -q "set env daemonset/interference-agent" "$step"; then
+        # Two nodes share this kernel: each agent watches its own node's cgroup root (on a
+        # machine of its own an agent watches "/", the default).
+        kubectl -n interference-agent set env daemonset/interference-agent \
+            'CGROUP_ROOT=/'"$CGROUP_PARTITION"'/$(NODE_NAME)' >/dev/null
+        log "    (this cluster: kubectl -n interference-agent set env daemonset/interference-agent 'CGROUP_ROOT=/$CGROUP_PARTITION/\$(NODE_NAME)')"
+    fi
     mark "install block $(basename "$step" .sh) done"
 done
 
@@ -584,15 +681,27 @@ psa=$(kubectl create --dry-run=server -f "$STATE/root-pod.yaml" 2>&1) && fail "i
 grep -q 'violates PodSecurity "restricted' <<<"$psa" || fail "the root pod was refused for another reason: $psa"
 mark "Pod Security restricted enforced in $NS (a root pod: ${psa:0:120})"
 
-AGENT_POD=$(actl get pod -l app.kubernetes.io/name=interference-agent -o jsonpath='{.items[0].metadata.name}')
+agent_pod_on() { # NODE: the name of the agent's pod on that node
+    actl get pod -l app.kubernetes.io/name=interference-agent --field-selector "spec.nodeName=$1" \
+        -o jsonpath='{.items[0].metadata.name}'
+}
+# One agent per node, each watching its own node's cgroup root, on its node's one CPU.
+for node in "${NODES[@]}"; do
+    pod=$(agent_pod_on "$node")
+    [[ -n $pod ]] || fail "no agent pod on $node"
+    cpus_line=$(actl logs "$pod" | grep -m1 "run-queue wait ratio divides by" || true)
+    [[ $cpus_line == *"from "*"/$CGROUP_PARTITION/$node/"* ]] \
+        || fail "the agent on $node does not measure its node's cgroup root and CPU: ${cpus_line:-no such log line}"
+done
+AGENT_POD=$(agent_pod_on "$NODE")
 agent_log=$(actl logs "$AGENT_POD")
 # The agent runs in its own PID and network namespaces, under the Localhost seccomp profile
 # its init container installed, with only BPF and PERFMON.
-[[ -s $STATE/kubelet/root/seccomp/interference/agent.json ]] || fail "no seccomp profile on the node"
-cmp -s "$STATE/kubelet/root/seccomp/interference/agent.json" "$SRC/deploy/base/agent/seccomp-profile.json" \
+[[ -s $STATE/seccomp/interference/agent.json ]] || fail "no seccomp profile on the node"
+cmp -s "$STATE/seccomp/interference/agent.json" "$SRC/deploy/base/agent/seccomp-profile.json" \
     || fail "the node's seccomp profile is not deploy/base/agent/seccomp-profile.json"
 agent_cid=$(actl get pod "$AGENT_POD" -o jsonpath='{.status.containerStatuses[0].containerID}')
-agent_pid=$({ find /sys/fs/cgroup/unified/kubepods /sys/fs/cgroup/kubepods -type d -name "${agent_cid#containerd://}" 2>/dev/null || true; } \
+agent_pid=$({ find "/sys/fs/cgroup/unified/$CGROUP_PARTITION" "/sys/fs/cgroup/$CGROUP_PARTITION" -type d -name "${agent_cid#containerd://}" 2>/dev/null || true; } \
     | head -1 | xargs -r -I{} cat {}/cgroup.procs | while read -r pid; do
         if grep -q interference-agent "/proc/$pid/cmdline" 2>/dev/null; then echo "$pid"; fi
     done | head -1 || true)
@@ -609,273 +718,72 @@ for probe in runqlat reclaim; do
         && fail "the agent disabled its BPF probe $probe: $(grep -i disabled <<<"$agent_log" | head -3)"
 done
 redis_cli() { kctl exec deploy/redis -- redis-cli "$@"; }
-wait_for 60 "intf:node:$NODE in Redis" bash -c "[ \"\$(kubectl -n $NS exec deploy/redis -- redis-cli EXISTS intf:node:$NODE)\" = 1 ]"
+for node in "${NODES[@]}"; do
+    wait_for 60 "intf:node:$node in Redis" bash -c "[ \"\$(kubectl -n $NS exec deploy/redis -- redis-cli EXISTS intf:node:$node)\" = 1 ]"
+done
 disabled=$(redis_cli HGET "intf:node:$NODE" disabled_probes)
 for probe in runqlat reclaim; do
     [[ $disabled == *$probe* ]] && fail "BPF probe $probe disabled in the agent's container: $disabled"
 done
 mark "agent publishes intf:node:$NODE with its BPF probes running (disabled: ${disabled:-none})"
 
-# --- identity: each node speaks only for itself (docs/design.md §4.2) ---------------------
-# The agent logged in as agent:<node>, a user the issuer made after the API server reviewed
-# the agent's projected token; the user may touch only this node's keys.
-acl_users=$(redis_cli ACL LIST | grep '^user agent:' || true)
-[[ $(wc -l <<<"$acl_users") -eq 1 && $acl_users == "user agent:$NODE "* ]] \
-    || fail "Redis should have exactly the ACL user agent:$NODE, has: ${acl_users:-none}"
-[[ " $acl_users " == *" ~intf:node:$NODE "* && " $acl_users " == *" ~intf:node:$NODE:* "* ]] \
-    || fail "agent:$NODE may reach other keys: $acl_users"
-[[ $acl_users != *"~* "* && $acl_users != *"+@"* ]] || fail "agent:$NODE is too broad: $acl_users"
-cat > "$STATE/record_age.py" <<'EOF'
-"""Age in seconds of the scheduling record on stdin (redis-cli --no-raw GET), which must
-name the node $NODE; exit 1 when it is older than $MAX_AGE_S."""
-import ast, os, sys, time
-from interference import sched_record
-record = sched_record.decode(ast.literal_eval("b" + sys.stdin.read().strip()))
-assert record["node_id"] == sched_record.node_id(os.environ["NODE"]), "a record of another node"
-age = time.time() - record["ts"]
-print(f"{age:.1f}")
-sys.exit(0 if -2 < age < float(os.environ.get("MAX_AGE_S", "10")) else 1)
-EOF
-record_age() { # MAX_AGE_S: the age of the node's scheduling record, which must name the node
-    kubectl -n "$NS" exec deploy/redis -- redis-cli --no-raw GET "$SCHED_KEY" \
-        | NODE=$NODE MAX_AGE_S=$1 PYTHONPATH=$SRC .venv/bin/python "$STATE/record_age.py"
-}
-# Key names from the installed sources' interference/keys.py (the images' code).
-key() { PYTHONPATH=$SRC .venv/bin/python -c 'import sys; from interference import keys; print(getattr(keys, sys.argv[1])(*sys.argv[2:]))' "$@"; }
-SCHED_KEY=$(key sched_key "$NODE")
-OTHER_SCHED_KEY=$(key sched_key "$NODE-other")
-age=$(record_age 10) || fail "$SCHED_KEY is not this node's fresh scheduling record (age: $age)"
-mark "agent writes as agent:$NODE (ACL LIST), its scheduling record is $age s old"
-
-# A token as the kubelet gives the agent (its ServiceAccount, the issuer's audience, bound to
-# the agent's pod and so naming its node), posted from the node as the agent does: the
-# issuer answers agent:<node> with a new password. That user is refused on another node's
-# keys (Redis counts each refusal in its ACL LOG). The running agent's password is now
-# stale: once its connection drops (as when Redis restarts) it gets WRONGPASS and must enrol
-# again.
-ISSUER_IP=$(kctl get svc interference-credentials -o jsonpath='{.spec.clusterIP}')
-REDIS_IP=$(kctl get svc redis -o jsonpath='{.spec.clusterIP}')
-kctl get configmap redis-ca -o jsonpath='{.data.ca\.crt}' > "$STATE/redis-ca.crt"
-"$REAL_KUBECTL" -n "$AGENT_NS" get configmap interference-credentials-ca -o jsonpath='{.data.ca\.crt}' \
-    > "$STATE/issuer-ca.crt" || fail "no ConfigMap interference-credentials-ca"
-AGENT_TOKEN=$("$REAL_KUBECTL" -n "$AGENT_NS" create token interference-agent --audience interference-credentials \
-    --bound-object-kind Pod --bound-object-name "$AGENT_POD" --duration 10m) || fail "kubectl create token failed"
-OTHER_TOKEN=$("$REAL_KUBECTL" -n "$NS" create token interference-scheduler --audience interference-credentials \
-    --duration 10m) || fail "kubectl create token failed"
-# Within the warden's TTL bound for node keys (180 s), or it cuts that node off and deletes it.
-redis_cli SET "$OTHER_SCHED_KEY" untouched EX 120 >/dev/null
-redis_cli ACL LOG RESET >/dev/null
-cat > "$STATE/identity.py" <<'EOF'
-import json, os, ssl, sys, time, urllib.error, urllib.request
-import redis
-
-# HTTPS verified against the issuer's CA (by ClusterIP: the chain, not the name).
-ISSUER_TLS = ssl.create_default_context(cafile=os.environ["ISSUER_CA_FILE"])
-ISSUER_TLS.check_hostname = False
-
-def post(token):
-    request = urllib.request.Request(
-        os.environ["ISSUER"] + "/v1/credentials", b"", {"Authorization": f"Bearer {token}"}
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=30, context=ISSUER_TLS) as answer:
-            return answer.status, json.loads(answer.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode(errors="replace")
-
-node = os.environ["NODE"]
-status, body = post(os.environ["OTHER_TOKEN"])
-assert status == 403, f"a token of another ServiceAccount got {status}: {body}"
-status, body = post(os.environ["AGENT_TOKEN"] + "x")
-assert status == 401, f"a forged token got {status}: {body}"
-for _ in range(30):  # the agent may have just enrolled: one issue per node per 5 s
-    status, body = post(os.environ["AGENT_TOKEN"])
-    if status != 429:
-        break
-    time.sleep(1)
-assert status == 200, f"the agent's token got {status}: {body}"
-assert body["node"] == node and body["username"] == f"agent:{node}", body
-# TLS, verified against the install's CA (by ClusterIP: the chain, not the name).
-user = redis.Redis(host=os.environ["REDIS_IP"], username=body["username"], password=body["password"],
-                   ssl=True, ssl_ca_certs=os.environ["REDIS_CA_FILE"], ssl_check_hostname=False)
-user.set(f"intf:node:{node}:probe", b"1", ex=60)  # its own node's keys: allowed
-other = f"intf:node:{node}-other"
-other_sched = os.environ["OTHER_SCHED_KEY"]
-refused = 0
-for name, attempt in {
-    "overwrite": lambda: user.set(other_sched, b"forged", ex=600),
-    "delete": lambda: user.delete(other_sched),
-    "trim": lambda: user.xadd(f"{other}:reports", {"r": b"x"}, maxlen=0),
-    "expire": lambda: user.expire(other_sched, 0),
-    "rank": lambda: user.zadd("intf:nodes", {node: 0.0}),
-    "decision": lambda: user.hset("intf:decision:default/x", "node", node),
-}.items():
-    try:
-        attempt()
-    except redis.exceptions.NoPermissionError:
-        refused += 1
-    else:
-        sys.exit(f"agent:{node} was allowed to {name} {other}'s data")
-print(f"403 for another ServiceAccount, 401 for a forged token, 200 agent:{node} for the "
-      f"agent's; {refused} writes to another node's keys refused")
-EOF
-identity=$(AGENT_TOKEN=$AGENT_TOKEN OTHER_TOKEN=$OTHER_TOKEN ISSUER="https://$ISSUER_IP:10272" \
-    ISSUER_CA_FILE=$STATE/issuer-ca.crt \
-    REDIS_IP=$REDIS_IP REDIS_CA_FILE=$STATE/redis-ca.crt NODE=$NODE OTHER_SCHED_KEY=$OTHER_SCHED_KEY \
-    .venv/bin/python "$STATE/identity.py" 2>&1) \
-    || fail "identity checks: $identity"
-[[ $(redis_cli GET "$OTHER_SCHED_KEY") == untouched ]] || fail "another node's record was changed"
-refusals=$(redis_cli ACL LOG | grep -c -x "agent:$NODE" || true)
-[[ $refusals -ge 1 ]] || fail "Redis' ACL LOG holds no refusal of agent:$NODE"
-redis_cli DEL "$OTHER_SCHED_KEY" >/dev/null
-mark "issuer: $identity (ACL LOG entries: $refusals)"
-# The running agent's password was just replaced: drop its connection; it must enrol again.
-sleep 5
-redis_cli CLIENT KILL USER "agent:$NODE" >/dev/null
-wait_for 60 "the agent's log saying it enrols again" bash -c "[ \$(kubectl -n $AGENT_NS logs $AGENT_POD | grep -c 'enrolling again') -ge 1 ]"
-wait_for 90 "the agent enrolling again (a fresh record)" record_age 3
-mark "the agent enrolled again after its password was replaced (record $(record_age 3) s old)"
-# Redis restarts and forgets every user made at run time: the agent enrols again by itself.
-# The old Redis pod keeps serving the agent's open connection until it is gone, so the
-# checks wait for it to go, and count the agent's re-enrolments from here on (one refusal
-# logs "enrolling again" twice: the publisher's line and the enrolment's).
-issued_count() { # the issuers' "issued agent:$NODE" lines, per pod (a selector shows 10 lines each)
-    local pod total=0
-    for pod in $(kctl get pod -l app.kubernetes.io/name=interference-credentials -o jsonpath='{.items[*].metadata.name}'); do
-        total=$((total + $(kctl logs "$pod" | grep -c "issued agent:$NODE" || true)))
-    done
-    echo "$total"
-}
-issued_before=$(issued_count)
-old_redis=$(kctl get pod -l app.kubernetes.io/name=redis -o jsonpath='{.items[*].metadata.name}')
-kctl rollout restart deploy/redis >/dev/null
-kctl rollout status deploy/redis --timeout=300s >/dev/null || fail "Redis did not come back"
-for pod in $old_redis; do
-    wait_for 120 "the old Redis pod $pod to go" bash -c "! kubectl -n $NS get pod $pod"
-done
-issued_again() { [[ $(issued_count) -gt $issued_before ]]; }
-wait_for 120 "the issuer issuing agent:$NODE again after Redis restarted" issued_again
-wait_for 120 "the agent publishing again after Redis restarted" record_age 3
-[[ $(redis_cli ACL LIST | grep -c "^user agent:") -eq 1 ]] || fail "no single agent:$NODE after the restart"
-issued=$(issued_count)
-mark "Redis restarted: the agent enrolled again (record $(record_age 3) s old; $issued issues logged)"
-
-# The example runs nginx:1.27.3-alpine, which needs a registry: here it runs Debian's nginx
-# (tests/cluster/nginx.Dockerfile), swapped in by a kustomization around the unchanged file.
-DOCKER_BUILDKIT=1 "$DOCKER_CLI" build -q --network host --build-arg BASE_IMAGE=interference-base:bookworm \
-    -t interference-e2e-nginx:bookworm -f tests/cluster/nginx.Dockerfile tests/cluster >/dev/null
-"$DOCKER_CLI" save interference-e2e-nginx:bookworm | ctr -n k8s.io images import - >/dev/null
-mkdir -p "$STATE/example"
-cp "$SRC/deploy/examples/latency-sensitive-service.yaml" "$STATE/example/"
-cat > "$STATE/example/kustomization.yaml" <<EOF
-resources: [latency-sensitive-service.yaml]
-images: [{name: nginx, newName: interference-e2e-nginx, newTag: bookworm}]
-EOF
-EXAMPLE=$STATE/example/latency-sensitive-service.yaml
-EX_NS=$(.venv/bin/python -c 'import sys, yaml; d=[o for o in yaml.safe_load_all(open(sys.argv[1])) if o and o["kind"] in ("Deployment","Pod")][0]; print(d["metadata"].get("namespace", "default"))' "$EXAMPLE")
-kubectl get namespace "$EX_NS" >/dev/null 2>&1 || kubectl create namespace "$EX_NS" >/dev/null
-kubectl apply -k "$STATE/example" >/dev/null
-EX_SELECTOR=$(.venv/bin/python -c 'import sys, yaml; d=[o for o in yaml.safe_load_all(open(sys.argv[1])) if o and o["kind"]=="Deployment"][0]; print(",".join(f"{k}={v}" for k, v in d["spec"]["selector"]["matchLabels"].items()))' "$EXAMPLE")
-wait_for 180 "example pods Running" bash -c "kubectl -n $EX_NS get pod -l $EX_SELECTOR -o jsonpath='{.items[*].status.phase}' | grep -q Running"
-EX_POD=$(kubectl -n "$EX_NS" get pod -l "$EX_SELECTOR" --field-selector status.phase=Running -o jsonpath='{.items[0].metadata.name}')
-scheduled_by=$(kubectl -n "$EX_NS" get events --field-selector "involvedObject.name=$EX_POD,reason=Scheduled" \
-    -o jsonpath='{.items[*].source.component}{.items[*].reportingComponent}')
-[[ $scheduled_by == *interference-scheduler* ]] \
-    || fail "pod $EX_NS/$EX_POD has no Scheduled Event from interference-scheduler (saw '${scheduled_by:-none}')"
-[[ $(redis_cli HGET "intf:decision:$EX_NS/$EX_POD" result) == scheduled ]] \
-    || fail "no 'scheduled' decision record for $EX_NS/$EX_POD"
-mark "example $EX_NS/$EX_POD bound by interference-scheduler and Running"
-
-wait_for 60 "the agent's report naming $EX_NS/$EX_POD" bash -c \
-    "kubectl -n $NS exec deploy/redis -- redis-cli SMEMBERS '$(key node_pods_key "$NODE")' | grep -qx '$EX_NS/$EX_POD'"
-# The agent found the pod by its cgroup (kubelet's cgroupfs layout, kubepods[/qos]/pod<uid>)
-# and named it through its pod watch: the row's uid and QoS class come from that path.
-EX_UID=$(kubectl -n "$EX_NS" get pod "$EX_POD" -o jsonpath='{.metadata.uid}')
-EX_QOS=$(kubectl -n "$EX_NS" get pod "$EX_POD" -o jsonpath='{.status.qosClass}')
-pod_cgroup=$({ find /sys/fs/cgroup/unified/kubepods /sys/fs/cgroup/kubepods -maxdepth 2 -type d \
-    -name "pod$EX_UID" 2>/dev/null || true; } | head -1)
-[[ -n $pod_cgroup ]] || fail "no kubelet cgroup pod$EX_UID for $EX_NS/$EX_POD"
-POD_KEY=$(key pod_key "$NODE" "$EX_NS" "$EX_POD")
-row_uid=$(redis_cli HGET "$POD_KEY" uid)
-row_qos=$(redis_cli HGET "$POD_KEY" qos)
-[[ $row_uid == "$EX_UID" ]] || fail "the agent's row for $EX_NS/$EX_POD has uid '$row_uid', not $EX_UID"
-[[ ${row_qos,,} == "${EX_QOS,,}" ]] || fail "the agent's row for $EX_NS/$EX_POD has QoS '$row_qos', not $EX_QOS"
-mark "agent names $EX_NS/$EX_POD (uid and QoS $row_qos from the kubelet cgroup ${pod_cgroup#/sys/fs/cgroup/})"
-
-# interference top through kubectl port-forward, as the viewer user (docs/operations.md,
-# "Secrets and Redis users").
-PF_PORT=$(free_port)
-start port-forward kubectl -n "$NS" port-forward svc/redis "$PF_PORT:6379" --address 127.0.0.1
-wait_for 30 "kubectl port-forward" bash -c "exec 3<>/dev/tcp/127.0.0.1/$PF_PORT"
-# The viewer's Secret only: its password and the CA of Redis' certificate (TLS).
+# The viewer's Secret only: its password and the CA of Redis' certificate (TLS), for
+# `interference top` and the demo's acts, through kubectl port-forward.
 kctl get secret redis-viewer -o jsonpath='{.data.password}' | base64 -d > "$STATE/viewer.password"
 kctl get secret redis-viewer -o jsonpath='{.data.ca\.crt}' | base64 -d > "$STATE/viewer-ca.crt"
-top_out=$(REDIS_USERNAME=interference-viewer REDIS_PASSWORD_FILE=$STATE/viewer.password \
-    REDIS_CA_FILE=$STATE/viewer-ca.crt \
-    .venv/bin/interference --redis-url "rediss://127.0.0.1:$PF_PORT/0" top 2>&1) \
-    || fail "interference top through port-forward failed: $top_out"
-grep -q "$NODE" <<<"$top_out" || fail "interference top does not list $NODE: $top_out"
+if [[ ${E2E_CHECKS:-all} == all ]]; then
+    # shellcheck source=tests/cluster/install_checks.sh
+    source tests/cluster/install_checks.sh
+fi
+
+# --- the demo's two acts on the two nodes (interference_cli/cluster_demo.py) ---------------
+# Act one: a stress-ng antagonist on the first node; the same latency Deployment placed by
+# interference-scheduler and by kube-scheduler, each pod's run-queue p99 from the agents.
+# Act two: the rebalancer enforcing; an antagonist placed on the victim's node by
+# kube-scheduler; the eviction, the ReplicaSet's new pod placed on the other node.
+DOCKER_BUILDKIT=1 "$DOCKER_CLI" build -q --network host --build-arg BASE_IMAGE=interference-base:bookworm \
+    -t interference-e2e-stress:bookworm -f tests/cluster/stress-ng.Dockerfile tests/cluster >/dev/null
+"$DOCKER_CLI" save interference-e2e-stress:bookworm | ctr -n k8s.io images import - >/dev/null
+PF_PORT=$(free_port)
+start port-forward taskset -c "$CONTROL_PLANE_CPU" kubectl -n "$NS" port-forward svc/redis "$PF_PORT:6379" --address 127.0.0.1
+wait_for 30 "kubectl port-forward" bash -c "exec 3<>/dev/tcp/127.0.0.1/$PF_PORT"
+VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$SRC/pyproject.toml")
+# On the control plane's CPU: the quiet node's CPU runs only its own pods.
+taskset -c "$CONTROL_PLANE_CPU" env REDIS_USERNAME=interference-viewer REDIS_PASSWORD_FILE="$STATE/viewer.password" \
+    REDIS_CA_FILE="$STATE/viewer-ca.crt" .venv/bin/python -m interference_cli.cluster_demo \
+    --noisy-node "$NODE" --quiet-node "${NODES[1]}" --redis-url "rediss://127.0.0.1:$PF_PORT/0" \
+    --latency-image "interference-scheduler:$VERSION" --stress-image interference-e2e-stress:bookworm \
+    --cgroup-root "/sys/fs/cgroup/unified/$CGROUP_PARTITION" --cgroup-root "/sys/fs/cgroup/$CGROUP_PARTITION" \
+    --results "$STATE/cluster-demo.json" 2>&1 | tee "$STATE/logs/cluster-demo.log" \
+    || fail "the cluster demo failed: $(tail -3 "$STATE/logs/cluster-demo.log")"
 stop_pid "${PIDS[port-forward]}" port-forward
-mark "interference top through kubectl port-forward lists $NODE (TLS, viewer's Secret)"
-
-# The scheduler's Redis password rotated while it runs, with no restart (docs/operations.md,
-# "Rotating a Redis password"): the same pods stay Ready, the kubelet swaps their mounted
-# file, and afterwards Redis accepts only the new password.
-sched_pods=$(kctl get pods -l app.kubernetes.io/name=interference-scheduler -o name | sort)
-rotate_out=$(NAMESPACE=$NS WAIT_S=300 sh scripts/rotate-redis-password.sh scheduler 2>&1) \
-    || fail "scripts/rotate-redis-password.sh scheduler failed: $rotate_out"
-[[ $(kctl get pods -l app.kubernetes.io/name=interference-scheduler -o name | sort) == "$sched_pods" ]] \
-    || fail "the scheduler's pods changed during the rotation"
-kctl wait --for=condition=Ready pod -l app.kubernetes.io/name=interference-scheduler --timeout=120s >/dev/null \
-    || fail "the scheduler is not Ready after the rotation"
-new_hash=$(kctl get secret redis-scheduler -o jsonpath='{.data.password}' | base64 -d | sha256sum | cut -d' ' -f1)
-[[ $(redis_cli ACL GETUSER interference-scheduler | sed -n '/^passwords$/{n;p;}') == "$new_hash" ]] \
-    || fail "Redis does not hold exactly the new scheduler password after the rotation"
-mark "scheduler password rotated with no restart"
-
-# The agent container's memory: cgroup peak (BCC's compile child and page cache included).
-agent_cid=$(actl get pod "$AGENT_POD" -o jsonpath='{.status.containerStatuses[0].containerID}')
-agent_cid=${agent_cid#containerd://}
-agent_cg=$({ find /sys/fs/cgroup/unified/kubepods /sys/fs/cgroup/memory/kubepods -type d -name "$agent_cid" 2>/dev/null || true; } | tr '\n' ' ')
-for cg in $agent_cg; do
-    if [[ -r $cg/memory.peak ]]; then log "agent container memory.peak $(($(cat "$cg/memory.peak") / 1048576)) MiB, memory.current $(($(cat "$cg/memory.current") / 1048576)) MiB"; fi
-    if [[ -r $cg/memory.max_usage_in_bytes ]]; then
-        log "agent container max_usage $(($(cat "$cg/memory.max_usage_in_bytes") / 1048576)) MiB, limit $(($(cat "$cg/memory.limit_in_bytes") / 1048576)) MiB, failcnt $(cat "$cg/memory.failcnt"), rss $(($(awk '$1=="total_rss"{print $2}' "$cg/memory.stat") / 1048576)) MiB"
-    fi
-done
-# The credential issuers' memory after the enrolments above (a figure for their requests).
-for pod in $(kctl get pod -l app.kubernetes.io/name=interference-credentials -o jsonpath='{.items[*].metadata.name}'); do
-    cid=$(kctl get pod "$pod" -o jsonpath='{.status.containerStatuses[0].containerID}')
-    for cg in $({ find /sys/fs/cgroup/unified/kubepods /sys/fs/cgroup/memory/kubepods -type d -name "${cid#containerd://}" 2>/dev/null || true; }); do
-        if [[ -r $cg/memory.peak ]]; then log "issuer $pod memory.peak $(($(cat "$cg/memory.peak") / 1048576)) MiB"; fi
-        if [[ -r $cg/memory.max_usage_in_bytes ]]; then
-            log "issuer $pod max_usage $(($(cat "$cg/memory.max_usage_in_bytes") / 1048576)) MiB, rss $(($(awk '$1=="total_rss"{print $2}' "$cg/memory.stat") / 1048576)) MiB"
-        fi
-    done
-done
-
-# Signal age end to end: agent report time (end of the kernel window) to the scheduler's
-# signal cache, from each scheduler replica's histogram (a figure, not a check).
-for sched_pod in $(kctl get pod -l app.kubernetes.io/name=interference-scheduler -o jsonpath='{.items[*].metadata.name}'); do
-    kctl exec "$sched_pod" -- python3 -c 'import urllib.request; print(urllib.request.urlopen("http://127.0.0.1:10251/metrics").read().decode())' 2>/dev/null \
-        | .venv/bin/python -c '
-import sys
-buckets = sorted(
-    (float(line.split("le=\"")[1].split("\"")[0]), float(line.rsplit(" ", 1)[1]))
-    for line in sys.stdin
-    if line.startswith("interference_scheduler_signal_age_seconds_bucket")
-)
-total = buckets[-1][1] if buckets else 0
-if not total:
-    sys.exit("no signal-age observations")
-def quantile(q):
-    return next(le for le, count in buckets if count >= q * total)
-print(f"{int(total)} reports, p50 <= {quantile(0.5):g} s, p99 <= {quantile(0.99):g} s")
-' | while read -r line; do log "signal age on $sched_pod: $line"; done || true
-done
+verdict=$(MIN_RATIO=${CLUSTER_DEMO_MIN_RATIO:-10} NOISY=$NODE QUIET=${NODES[1]} .venv/bin/python - "$STATE/cluster-demo.json" <<'EOF'
+import json, os, sys
+result = json.load(open(sys.argv[1]))
+aware, blind = result["placement"]["interference-scheduler"], result["placement"]["default-scheduler"]
+loop = result["loop"]
+problems = []
+if aware["node"] != os.environ["QUIET"] or blind["node"] != os.environ["NOISY"]:
+    problems.append(f"placement: interference-scheduler chose {aware['node']}, kube-scheduler {blind['node']}")
+ratio = blind["p99_us"] / aware["p99_us"] if aware["p99_us"] > 0 else float("nan")
+if not ratio >= float(os.environ["MIN_RATIO"]):
+    problems.append(f"aware/blind p99 {aware['p99_us']:.0f}/{blind['p99_us']:.0f} µs: {ratio:.1f}×, under {os.environ['MIN_RATIO']}×")
+if not loop["second_node"] or loop["second_node"] == loop["first_node"]:
+    problems.append(f"the victim was not moved off {loop['first_node']}")
+if not loop["recovered_after_s"] <= 90:
+    problems.append(f"the victim was not back under its tolerance within 90 s ({loop['recovered_after_s']})")
+if loop["evictions"] != 1:
+    problems.append(f"{loop['evictions']} evictions in act two (one move expected)")
+print("; ".join(problems) if problems else
+      f"placement p99 {aware['p99_us']:.0f} µs ({aware['node']}) vs {blind['p99_us']:.0f} µs ({blind['node']}): "
+      f"{ratio:.1f}×; victim moved {loop['first_node']} → {loop['second_node']}, back under its "
+      f"tolerance {loop['recovered_after_s']:.0f} s after the antagonist, 1 eviction")
+sys.exit(1 if problems else 0)
+EOF
+) || fail "cluster demo: $verdict"
+mark "cluster demo: $verdict"
 
 # --- uninstall -----------------------------------------------------------------------------
-kubectl delete -k "$STATE/example" --wait=true --timeout=120s >/dev/null
 (cd "$SRC" && kubectl delete -k deploy/overlays/local-images --wait=true --timeout=180s >/dev/null) \
     || fail "kubectl delete -k failed"
 left=$(kubectl get all,configmap,secret,serviceaccount,role,rolebinding,lease -n "$NS" --no-headers 2>/dev/null | grep -v '^configmap/kube-root-ca.crt' || true)
@@ -884,7 +792,9 @@ kubectl get namespace "$AGENT_NS" >/dev/null 2>&1 && fail "namespace $AGENT_NS s
 for kind in clusterrole clusterrolebinding priorityclass; do
     kubectl get "$kind" -o name | grep -q interference && fail "$kind left: $(kubectl get "$kind" -o name | grep interference)"
 done
-wait_for 120 "every pod gone from the node" bash -c "[ -z \"\$(kubectl get pods -A --field-selector spec.nodeName=$NODE -o name)\" ]"
+for node in "${NODES[@]}"; do
+    wait_for 120 "every pod gone from $node" bash -c "[ -z \"\$(kubectl get pods -A --field-selector spec.nodeName=$node -o name)\" ]"
+done
 mark "kubectl delete -k removed everything"
 
 log "bring-up and checks: ${TIMINGS[*]}"

@@ -1,0 +1,416 @@
+"""The demo's two acts on a real cluster of two nodes (``make demo-cluster``; the cluster
+is built by ``tests/cluster/e2e_cluster.sh``, which also runs this in CI).
+
+Everything is real: kube-apiserver, kube-controller-manager (the ReplicaSet controller),
+kube-scheduler, two kubelets with their own containerd and CPU, the product installed by
+docs/operations.md (Redis with TLS and ACLs, the credential issuer, one agent per node,
+the scheduler and its leader's rebalancer). This program only creates and deletes pods
+and Deployments, edits the scheduler's ConfigMap, and reads the agents' report streams
+through Redis (the viewer user) and the cluster's Events.
+
+1. **Placement.** A BestEffort ``stress-ng`` antagonist runs on the noisy node, an idle
+   cache pod that requests CPU on the quiet one (so by requests the quiet node looks
+   fuller, as in ``make demo``). The same latency Deployment
+   (``deploy/demo/pods/latency.yaml``'s pod) is created twice: once placed by
+   interference-scheduler, once by kube-scheduler. Each pod's run-queue p99 over the
+   measurement comes from its own per-interval rows in its node's agent reports (merged
+   histograms), beside the kernel's ``schedstat`` wait of its processes.
+2. **The loop.** The rebalancer is switched to enforce (the ConfigMap; the scheduler
+   reloads it). A latency Deployment with a 3 ms tolerance is placed by
+   interference-scheduler; a stress-ng antagonist is then placed on its node by
+   kube-scheduler (a nodeSelector). The rebalancer evicts the victim through the Eviction
+   API, the ReplicaSet controller recreates it, interference-scheduler places it on the
+   other node. Its p99 before, during and after, the time back under its tolerance, and
+   the Events of each step are printed.
+
+The results also go to ``--results FILE`` (JSON) for the checks of e2e_cluster.sh.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import yaml
+from kubernetes.client.exceptions import ApiException
+from rich.console import Console
+from rich.table import Table
+
+from interference import hist
+from interference_cli.cluster_objects import (
+    LATENCY_POD_FILE,
+    NAMESPACE,
+    Cluster,
+    DemoError,
+    ReportFeed,
+    allocatable_cpu_millis,
+    cache_pod,
+    event_time,
+    latency_deployment,
+    millis,
+    requested_cpu_millis,
+    schedstat,
+    stress_pod,
+)
+from interference_cli.main import store_from_args
+from interference_cli.rebalance_act import (
+    ACT_TOLERANCE_US,
+    TOLERANCE_ANNOTATION,
+    first_window_under,
+)
+
+AWARE = "interference-scheduler"
+BLIND = "default-scheduler"
+ACT_REBALANCER = {"mode": "enforce", "interval_s": 2, "window": "10s", "sustained_for_s": 6}
+"""Enforcing, and quicker than the defaults (60 s window, 30 s sustained, a look every
+5 s) so the act fits in a minute and a half, as ``make demo``'s second act
+(``interference_cli.rebalance_act.ACT_REBALANCER``); rate limits and the per-workload
+cool-down stay the defaults."""
+RECOVERY_LIMIT_S = 90.0
+"""The victim must be back under its tolerance this soon after the antagonist."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterDemoSettings:
+    noisy_node: str
+    quiet_node: str
+    latency_image: str
+    stress_image: str
+    cgroup_roots: tuple[str, ...] = ()
+    """Where the nodes' pod cgroups are (for the schedstat cross-check)."""
+    measure_s: float = 20.0
+    before_s: float = 15.0
+    give_up_s: float = 120.0
+    after_s: float = 20.0
+    """Watched after the victim recovered: it must not be moved again."""
+
+
+@dataclass
+class PlacementResult:
+    scheduler: str
+    deployment: str
+    node: str = ""
+    pod: str = ""
+    uid: str = ""
+    p99_us: float = float("nan")
+    median_p99_us: float = float("nan")
+    wakeups: int = 0
+    intervals: int = 0
+    wait_per_run_us: float = float("nan")
+
+
+@dataclass
+class LoopResult:
+    first_node: str = ""
+    first_pod: str = ""
+    antagonist_node: str = ""
+    antagonist_at: float = float("nan")
+    evicted_at: float = float("nan")
+    second_node: str = ""
+    second_pod: str = ""
+    recovered_after_s: float = float("nan")
+    p99_before_us: float = float("nan")
+    p99_during_us: float = float("nan")
+    p99_after_us: float = float("nan")
+    evictions: int = 0
+    events: list[dict[str, str]] = field(default_factory=list)
+
+
+def act_one(
+    cluster: Cluster, feed: ReportFeed, settings: ClusterDemoSettings, log: Callable[[str], None]
+) -> dict[str, PlacementResult]:
+    noisy, quiet = settings.noisy_node, settings.quiet_node
+    request = latency_deployment("probe", settings.latency_image, AWARE, None)
+    latency_cpu = millis(
+        request["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"]
+    )
+    on_noisy = requested_cpu_millis(cluster, noisy)
+    on_quiet = requested_cpu_millis(cluster, quiet)
+    room = allocatable_cpu_millis(cluster, quiet) - on_quiet - latency_cpu - 50
+    cache_cpu = min(max(300, on_noisy - on_quiet + 300), room)
+    if cache_cpu < 100:
+        raise DemoError(
+            f"{quiet} has {on_quiet}m of CPU requested: no room for the cache pod and the "
+            "latency pod (delete what else runs there)"
+        )
+    cluster.core.create_namespaced_pod(NAMESPACE, cache_pod(quiet, cache_cpu))
+    cluster.core.create_namespaced_pod(
+        NAMESPACE, stress_pod("antagonist", noisy, settings.stress_image, through_scheduler=False)
+    )
+    cluster.running_pod("app=antagonist", 120)
+    cluster.running_pod("app=cache", 120)
+    log(
+        f"{noisy}: BestEffort stress-ng --cpu 4 (requests nothing); {quiet}: an idle cache pod "
+        f"requesting {cache_cpu}m CPU (by requests {quiet} now holds "
+        f"{on_quiet + cache_cpu}m, {noisy} {on_noisy}m)"
+    )
+    time.sleep(12)  # the agents' 10 s window sees the antagonist
+    results = {
+        AWARE: PlacementResult(AWARE, "latency-aware"),
+        BLIND: PlacementResult(BLIND, "latency-blind"),
+    }
+    tolerance = float(
+        yaml.safe_load(LATENCY_POD_FILE.read_text())["metadata"]["annotations"][
+            TOLERANCE_ANNOTATION
+        ]
+    )
+    for result in results.values():
+        cluster.apps.create_namespaced_deployment(
+            NAMESPACE,
+            latency_deployment(
+                result.deployment,
+                settings.latency_image,
+                result.scheduler,
+                tolerance if result.scheduler == AWARE else None,
+            ),
+        )
+    for result in results.values():
+        pod = cluster.running_pod(f"app={result.deployment}", 180)
+        result.node, result.pod, result.uid = (
+            pod.spec.node_name,
+            pod.metadata.name,
+            pod.metadata.uid,
+        )
+        log(f"{result.deployment}: {result.pod} placed on {result.node} by {result.scheduler}")
+    time.sleep(3)  # past the first interval, whose rows started mid-way
+    feed.poll()
+    start = time.time()
+    stat_start = {r.scheduler: schedstat(settings.cgroup_roots, r.uid) for r in results.values()}
+    log(f"measuring both pods for {settings.measure_s:g} s")
+    time.sleep(settings.measure_s)
+    stat_end = {r.scheduler: schedstat(settings.cgroup_roots, r.uid) for r in results.values()}
+    end = time.time()
+    time.sleep(2)
+    feed.poll()
+    for result in results.values():
+        rows = feed.of(result.uid)
+        inside = [row for ts, row in rows.rows.items() if start <= ts < end]
+        result.p99_us = rows.p99_us(start, end)
+        result.intervals = len(inside)
+        merged: list[int] = []
+        for row in inside:
+            merged = hist.add(merged, list(row.runq_us))
+        result.wakeups = hist.total(merged)
+        if inside:
+            result.median_p99_us = statistics.median(row.runq_p99_us for row in inside)
+        delay = stat_end[result.scheduler][0] - stat_start[result.scheduler][0]
+        runs = stat_end[result.scheduler][1] - stat_start[result.scheduler][1]
+        if runs > 0:
+            result.wait_per_run_us = delay / runs / 1000
+    cluster.delete_all()
+    return results
+
+
+def act_two(
+    cluster: Cluster, feed: ReportFeed, settings: ClusterDemoSettings, log: Callable[[str], None]
+) -> LoopResult:
+    reloads = cluster.scheduler_log_lines("configuration reloaded")
+    cluster.set_rebalancer(ACT_REBALANCER)
+    deadline = time.monotonic() + 180
+    while cluster.scheduler_log_lines("configuration reloaded") <= reloads:
+        if time.monotonic() > deadline:
+            raise DemoError("the scheduler did not reload its ConfigMap within 180 s")
+        time.sleep(2)
+    log(f"rebalancer: {ACT_REBALANCER} (the scheduler reloaded its ConfigMap)")
+    result = LoopResult()
+    name = "latency-victim"
+    cluster.apps.create_namespaced_deployment(
+        NAMESPACE, latency_deployment(name, settings.latency_image, AWARE, ACT_TOLERANCE_US)
+    )
+    first = cluster.running_pod(f"app={name}", 180)
+    result.first_node, result.first_pod = first.spec.node_name, first.metadata.name
+    log(
+        f"{name}: {result.first_pod} placed on {result.first_node} by {AWARE} (tolerance "
+        f"{ACT_TOLERANCE_US:.0f} µs); measuring it quiet for {settings.before_s:g} s"
+    )
+    start = time.time()
+    time.sleep(settings.before_s)
+    cluster.core.create_namespaced_pod(
+        NAMESPACE,
+        stress_pod("antagonist", result.first_node, settings.stress_image, through_scheduler=True),
+    )
+    hog = cluster.running_pod("app=antagonist", 120)
+    result.antagonist_node = hog.spec.node_name
+    result.antagonist_at = time.time()
+    log(f"antagonist stress-ng placed on {result.antagonist_node} by kube-scheduler")
+    replacement = None
+    while time.time() - result.antagonist_at < settings.give_up_s:
+        time.sleep(1.0)
+        feed.poll()
+        if replacement is None:
+            for pod in cluster.pods(f"app={name}"):
+                if pod.metadata.uid != first.metadata.uid and pod.spec.node_name:
+                    replacement = pod
+            if replacement is not None:
+                result.evicted_at = time.time()
+                for event in cluster.events():
+                    if event.reason == "InterferenceEvicted":
+                        result.evicted_at = min(result.evicted_at, event_time(event))
+                result.second_node = replacement.spec.node_name
+                result.second_pod = replacement.metadata.name
+                log(
+                    f"{result.first_pod} evicted {result.evicted_at - result.antagonist_at:.0f} s "
+                    f"after the antagonist; {result.second_pod} placed on {result.second_node}"
+                )
+        if replacement is not None:
+            recovered = first_window_under(feed.of(replacement.metadata.uid), ACT_TOLERANCE_US)
+            if recovered is not None:
+                result.recovered_after_s = recovered - result.antagonist_at
+                log(
+                    f"back under its tolerance {result.recovered_after_s:.0f} s after "
+                    "the antagonist"
+                )
+                break
+    log(f"watching {settings.after_s:g} s more: the workload must stay where it is")
+    time.sleep(settings.after_s)
+    feed.poll()
+    first_rows = feed.of(first.metadata.uid)
+    moved = result.evicted_at if replacement is not None else float("inf")
+    result.p99_before_us = first_rows.p99_us(start + 2.0, result.antagonist_at)
+    result.p99_during_us = first_rows.p99_us(result.antagonist_at, moved)
+    if replacement is not None:
+        result.p99_after_us = feed.of(replacement.metadata.uid).p99_us(moved, float("inf"))
+    events = cluster.events()
+    result.evictions = sum(1 for e in events if e.reason == "InterferenceEvicted")
+    result.events = [
+        {
+            "at_s": f"{event_time(e) - result.antagonist_at:+.0f}",
+            "object": f"{e.involved_object.kind}/{e.involved_object.name}",
+            "reason": e.reason or "",
+            "from": e.reporting_component or (e.source.component if e.source else "") or "",
+            "message": (e.message or "").strip(),
+        }
+        for e in events
+        if e.reason
+        in {
+            "Scheduled",
+            "InterferenceEvicted",
+            "Killing",
+            "SuccessfulCreate",
+            "SuccessfulDelete",
+            "Started",
+        }
+    ]
+    cluster.delete_all()
+    return result
+
+
+def print_placement(results: dict[str, PlacementResult], console: Console) -> None:
+    aware, blind = results[AWARE], results[BLIND]
+    table = Table(title="latency-sensitive pod: interference-scheduler vs kube-scheduler")
+    table.add_column("")
+    table.add_column("interference-scheduler", justify="right")
+    table.add_column("kube-scheduler", justify="right")
+    table.add_row("node chosen", aware.node, blind.node)
+    table.add_row(
+        "pod run-queue p99 over the measurement, µs (agent, merged histogram)",
+        f"{aware.p99_us:.0f}",
+        f"{blind.p99_us:.0f}",
+    )
+    table.add_row("wake-ups in it", str(aware.wakeups), str(blind.wakeups))
+    table.add_row(
+        "pod run-queue p99, µs (agent, median of per-interval p99s)",
+        f"{aware.median_p99_us:.0f}",
+        f"{blind.median_p99_us:.0f}",
+    )
+    table.add_row("intervals measured", str(aware.intervals), str(blind.intervals))
+    table.add_row(
+        "mean wait per run, µs (kernel schedstat)",
+        f"{aware.wait_per_run_us:.0f}",
+        f"{blind.wait_per_run_us:.0f}",
+    )
+    console.print(table)
+    if aware.node != blind.node and aware.p99_us > 0:
+        console.print(
+            f"kube-scheduler's choice ({blind.node}) gave the pod a "
+            f"{blind.p99_us / aware.p99_us:.1f}× higher run-queue p99 than "
+            f"interference-scheduler's ({aware.node})"
+        )
+
+
+def print_loop(result: LoopResult, console: Console) -> None:
+    table = Table(title="latency-victim: its run-queue p99 (agent, merged histograms)")
+    for column in ("", "node", "p99, µs"):
+        table.add_column(column, justify="left" if not column else "right")
+    table.add_row("before the antagonist", result.first_node, f"{result.p99_before_us:.0f}")
+    table.add_row("with the antagonist", result.first_node, f"{result.p99_during_us:.0f}")
+    table.add_row("after the move", result.second_node or "—", f"{result.p99_after_us:.0f}")
+    console.print(table)
+    console.print(
+        f"evicted {result.evicted_at - result.antagonist_at:.0f} s after the antagonist; back "
+        f"under its tolerance ({ACT_TOLERANCE_US:.0f} µs) after "
+        f"{result.recovered_after_s:.0f} s; evictions in the act: {result.evictions}"
+    )
+    events = Table(title="Events (seconds from the antagonist)")
+    for column in ("at", "object", "reason", "from", "message"):
+        events.add_column(column)
+    for event in result.events:
+        events.add_row(*(event[k] for k in ("at_s", "object", "reason", "from", "message")))
+    console.print(events)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m interference_cli.cluster_demo")
+    parser.add_argument("--noisy-node", required=True)
+    parser.add_argument("--quiet-node", required=True)
+    parser.add_argument("--latency-image", required=True)
+    parser.add_argument("--stress-image", required=True)
+    parser.add_argument("--cgroup-root", action="append", default=[])
+    parser.add_argument("--redis-url", default=os.environ.get("REDIS_URL", ""))
+    parser.add_argument("--redis-ca-file", default=os.environ.get("REDIS_CA_FILE"))
+    parser.add_argument("--results", type=Path)
+    args = parser.parse_args(argv)
+    args.redis_cert_file = args.redis_key_file = None
+    settings = ClusterDemoSettings(
+        noisy_node=args.noisy_node,
+        quiet_node=args.quiet_node,
+        latency_image=args.latency_image,
+        stress_image=args.stress_image,
+        cgroup_roots=tuple(args.cgroup_root),
+    )
+    console = Console(width=150)
+
+    def log(line: str) -> None:
+        console.print(f"{time.strftime('%H:%M:%S')} {line}")
+
+    cluster = Cluster()
+    with contextlib.suppress(ApiException):
+        cluster.core.create_namespace({"metadata": {"name": NAMESPACE}})
+    store = store_from_args(args, os.environ)
+    feed = ReportFeed(store, (settings.noisy_node, settings.quiet_node))
+    try:
+        console.rule("Act one: placement")
+        placement = act_one(cluster, feed, settings, log)
+        print_placement(placement, console)
+        console.rule("Act two: interference after placement, the rebalancer enforcing")
+        loop = act_two(cluster, feed, settings, log)
+        print_loop(loop, console)
+    except DemoError as exc:
+        console.print(f"cluster demo: {exc}", style="red")
+        return 1
+    finally:
+        with contextlib.suppress(ApiException):
+            cluster.core.delete_namespace(NAMESPACE)
+    if args.results is not None:
+        args.results.write_text(
+            json.dumps(
+                {
+                    "placement": {k: asdict(v) for k, v in placement.items()},
+                    "loop": asdict(loop),
+                },
+                indent=1,
+            )
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,240 @@
+"""The objects and API calls of the demo's acts on a real cluster
+(:mod:`interference_cli.cluster_demo`): its manifests (the latency Deployment from
+``deploy/demo/pods/latency.yaml``, the stress-ng antagonist, the cache pod), the few
+Kubernetes API calls the acts make, and the pods' rows read from the agents' report
+streams."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from interference import keys
+from interference.codec import PayloadError, decode_report
+from interference_cli.rebalance_act import TOLERANCE_ANNOTATION, PodRows
+from interference_cli.store import Store
+
+DEMO_DIR = Path(__file__).resolve().parent.parent / "deploy" / "demo"
+LATENCY_POD_FILE = DEMO_DIR / "pods" / "latency.yaml"
+NAMESPACE = "interference-demo"
+SYSTEM_NAMESPACE = "interference-system"
+SCHEDULER_CONFIG_MAP = "interference-scheduler-config"
+SCHEDULER_CONFIG_KEY = "scheduler.yaml"
+
+
+class DemoError(Exception):
+    """The cluster did not do what an act needs; the message says what."""
+
+
+class ReportFeed:
+    """Every pod row of the nodes' report streams from now on, by pod UID."""
+
+    def __init__(self, store: Store, nodes: Iterable[str]) -> None:
+        self._store = store
+        self._last = store.last_stream_ids([keys.reports_key(node) for node in nodes])
+        self.rows: dict[str, PodRows] = {}
+
+    def poll(self) -> None:
+        while True:
+            entries = self._store.streams_after(self._last)
+            for stream, entry_id, payload in entries:
+                self._last[stream] = entry_id
+                with contextlib.suppress(PayloadError):
+                    report = decode_report(payload)
+                    for row in report.pods:
+                        if row.uid:
+                            self.rows.setdefault(row.uid, PodRows()).rows[report.ts] = row
+            if not entries:
+                return
+
+    def of(self, uid: str) -> PodRows:
+        return self.rows.get(uid, PodRows())
+
+
+class Cluster:
+    """The few API calls the acts make."""
+
+    def __init__(self) -> None:
+        config.load_kube_config()  # type: ignore[no-untyped-call]
+        # The client's models are used as plain objects here (pods as dicts, replies read
+        # by attribute): untyped, as the manifests this module writes.
+        self.core: Any = client.CoreV1Api()
+        self.apps: Any = client.AppsV1Api()
+
+    def pods(self, selector: str) -> list[Any]:
+        return list(self.core.list_namespaced_pod(NAMESPACE, label_selector=selector).items)
+
+    def running_pod(self, selector: str, timeout_s: float, not_uid: str = "") -> Any:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for pod in self.pods(selector):
+                if (
+                    pod.metadata.uid != not_uid
+                    and pod.status.phase == "Running"
+                    and pod.metadata.deletion_timestamp is None
+                ):
+                    return pod
+            time.sleep(0.5)
+        raise DemoError(f"no Running pod {selector} in {NAMESPACE} within {timeout_s:g} s")
+
+    def delete_all(self) -> None:
+        for deployment in self.apps.list_namespaced_deployment(NAMESPACE).items:
+            self.apps.delete_namespaced_deployment(deployment.metadata.name, NAMESPACE)
+        for pod in self.core.list_namespaced_pod(NAMESPACE).items:
+            with contextlib.suppress(ApiException):
+                self.core.delete_namespaced_pod(
+                    pod.metadata.name, NAMESPACE, grace_period_seconds=0
+                )
+        deadline = time.monotonic() + 120
+        while self.core.list_namespaced_pod(NAMESPACE).items:
+            if time.monotonic() > deadline:
+                raise DemoError(f"pods of {NAMESPACE} still there after 120 s")
+            time.sleep(0.5)
+
+    def events(self) -> list[Any]:
+        found = self.core.list_namespaced_event(NAMESPACE).items
+        return sorted(found, key=event_time)
+
+    def set_rebalancer(self, settings: dict[str, Any]) -> None:
+        cm = self.core.read_namespaced_config_map(SCHEDULER_CONFIG_MAP, SYSTEM_NAMESPACE)
+        document = yaml.safe_load(cm.data[SCHEDULER_CONFIG_KEY]) or {}
+        document.setdefault("rebalancer", {}).update(settings)
+        self.core.patch_namespaced_config_map(
+            SCHEDULER_CONFIG_MAP,
+            SYSTEM_NAMESPACE,
+            {"data": {SCHEDULER_CONFIG_KEY: yaml.safe_dump(document, sort_keys=False)}},
+        )
+
+    def scheduler_log_lines(self, text: str) -> int:
+        count = 0
+        for pod in self.core.list_namespaced_pod(
+            SYSTEM_NAMESPACE, label_selector="app.kubernetes.io/name=interference-scheduler"
+        ).items:
+            log = self.core.read_namespaced_pod_log(pod.metadata.name, SYSTEM_NAMESPACE)
+            count += log.count(text)
+        return count
+
+
+def latency_deployment(
+    name: str, image: str, scheduler: str, tolerance_us: float | None
+) -> dict[str, Any]:
+    """deploy/demo/pods/latency.yaml's pod as a Deployment of one replica."""
+    pod = yaml.safe_load(LATENCY_POD_FILE.read_text())
+    annotations = dict(pod["metadata"].get("annotations", {}))
+    annotations.pop(TOLERANCE_ANNOTATION, None)
+    if tolerance_us is not None:
+        annotations[TOLERANCE_ANNOTATION] = str(int(tolerance_us))
+    template = {
+        "metadata": {"labels": {"app": name}, "annotations": annotations},
+        "spec": copy.deepcopy(pod["spec"]),
+    }
+    template["spec"]["schedulerName"] = scheduler
+    for container in template["spec"]["containers"]:
+        container["image"] = image
+        container["imagePullPolicy"] = "Never"
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": name}},
+            "template": template,
+        },
+    }
+
+
+def stress_pod(name: str, node: str, image: str, *, through_scheduler: bool) -> dict[str, Any]:
+    """A BestEffort ``stress-ng --cpu 4``: bound to ``node`` directly, or placed there by
+    kube-scheduler (a nodeSelector; it requests nothing, so every node has room)."""
+    spec: dict[str, Any] = {
+        "containers": [
+            {
+                "name": "stress",
+                "image": image,
+                "imagePullPolicy": "Never",
+                "command": ["stress-ng", "--cpu", "4", "--cpu-method", "int64", "--quiet"],
+            }
+        ],
+        "terminationGracePeriodSeconds": 0,
+    }
+    if through_scheduler:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    else:
+        spec["nodeName"] = node
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": {"app": name}},
+        "spec": spec,
+    }
+
+
+def cache_pod(node: str, cpu_millis: int) -> dict[str, Any]:
+    """An idle pod that reserves CPU on ``node``: by requests, that node looks fuller."""
+    resources = {"cpu": f"{cpu_millis}m", "memory": "64Mi"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "cache", "namespace": NAMESPACE, "labels": {"app": "cache"}},
+        "spec": {
+            "nodeName": node,
+            "containers": [
+                {
+                    "name": "cache",
+                    "image": "interference-pause:bookworm",
+                    "imagePullPolicy": "Never",
+                    "resources": {"requests": resources, "limits": resources},
+                }
+            ],
+        },
+    }
+
+
+def requested_cpu_millis(cluster: Cluster, node: str) -> int:
+    total = 0
+    for pod in cluster.core.list_pod_for_all_namespaces(
+        field_selector=f"spec.nodeName={node}"
+    ).items:
+        if pod.status.phase in ("Succeeded", "Failed"):
+            continue
+        for container in pod.spec.containers:
+            requests = (container.resources.requests or {}) if container.resources else {}
+            total += millis(requests.get("cpu", "0"))
+    return total
+
+
+def allocatable_cpu_millis(cluster: Cluster, node: str) -> int:
+    return millis(cluster.core.read_node(node).status.allocatable["cpu"])
+
+
+def millis(quantity: str) -> int:
+    return int(quantity[:-1]) if quantity.endswith("m") else int(float(quantity) * 1000)
+
+
+def event_time(event: Any) -> float:
+    when = event.event_time or event.last_timestamp or event.first_timestamp
+    return when.timestamp() if when else 0.0
+
+
+def schedstat(cgroup_roots: Iterable[str], uid: str) -> tuple[int, int]:
+    """Σ run_delay ns and Σ run count of the processes in the pod's cgroups."""
+    delay = runs = 0
+    for root in cgroup_roots:
+        for pod_dir in Path(root).rglob(f"pod{uid}"):
+            for procs in pod_dir.rglob("cgroup.procs"):
+                for pid in procs.read_text().split():
+                    with contextlib.suppress(OSError, ValueError):
+                        _, wait_ns, count = Path(f"/proc/{pid}/schedstat").read_text().split()
+                        delay += int(wait_ns)
+                        runs += int(count)
+            return delay, runs
+    return delay, runs

@@ -1,0 +1,140 @@
+"""The cluster demo's manifests and its report feed (the acts themselves run on the real
+two-node cluster: tests/cluster/e2e_cluster.sh)."""
+
+from __future__ import annotations
+
+import kubernetes.client
+import pytest
+import yaml
+
+from interference.codec import encode_report
+from interference.signals import NodeMetrics, NodeReport, PodMetrics
+from interference_cli.cluster_objects import (
+    LATENCY_POD_FILE,
+    NAMESPACE,
+    ReportFeed,
+    cache_pod,
+    latency_deployment,
+    millis,
+    stress_pod,
+)
+from interference_cli.rebalance_act import TOLERANCE_ANNOTATION
+
+
+@pytest.mark.parametrize(
+    ("quantity", "expected"),
+    [("200m", 200), ("1", 1000), ("0.5", 500), ("2", 2000), ("0", 0)],
+)
+def test_millis_reads_a_cpu_quantity(quantity: str, expected: int) -> None:
+    assert millis(quantity) == expected
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "tolerance", "annotation"),
+    [
+        ("interference-scheduler", 3000.0, "3000"),
+        ("default-scheduler", None, None),
+    ],
+)
+def test_latency_deployment_is_the_demo_pod_with_its_scheduler_and_tolerance(
+    scheduler: str, tolerance: float | None, annotation: str | None
+) -> None:
+    pod = yaml.safe_load(LATENCY_POD_FILE.read_text())
+    deployment = latency_deployment("web", "img:1", scheduler, tolerance)
+    template = deployment["spec"]["template"]
+    assert deployment["metadata"] == {"name": "web", "namespace": NAMESPACE}
+    assert deployment["spec"]["replicas"] == 1
+    assert set(template) == {"metadata", "spec"}  # a PodTemplateSpec, not a Pod
+    assert deployment["spec"]["selector"]["matchLabels"] == template["metadata"]["labels"]
+    assert template["spec"]["schedulerName"] == scheduler
+    assert template["metadata"]["annotations"].get(TOLERANCE_ANNOTATION) == annotation
+    container = template["spec"]["containers"][0]
+    assert (container["image"], container["imagePullPolicy"]) == ("img:1", "Never")
+    assert container["command"] == pod["spec"]["containers"][0]["command"]
+    assert container["resources"] == pod["spec"]["containers"][0]["resources"]
+
+
+@pytest.mark.parametrize(
+    ("through_scheduler", "placement"),
+    [
+        (False, {"nodeName": "node-a"}),
+        (True, {"nodeSelector": {"kubernetes.io/hostname": "node-a"}}),
+    ],
+)
+def test_stress_pod_is_best_effort_and_placed_directly_or_by_kube_scheduler(
+    through_scheduler: bool, placement: dict[str, object]
+) -> None:
+    pod = stress_pod("hog", "node-a", "stress:1", through_scheduler=through_scheduler)
+    spec = pod["spec"]
+    assert {k: spec[k] for k in ("nodeName", "nodeSelector") if k in spec} == placement
+    assert "schedulerName" not in spec  # the cluster's default scheduler
+    (container,) = spec["containers"]
+    assert "resources" not in container  # BestEffort: by requests every node has room
+    assert container["command"][:3] == ["stress-ng", "--cpu", "4"]
+
+
+def test_cache_pod_requests_what_it_limits_on_its_node() -> None:
+    pod = cache_pod("node-b", 450)
+    (container,) = pod["spec"]["containers"]
+    assert pod["spec"]["nodeName"] == "node-b"
+    assert container["resources"]["requests"] == container["resources"]["limits"]
+    assert container["resources"]["requests"]["cpu"] == "450m"
+
+
+class _Streams:
+    """The two Store calls ReportFeed makes, over entries given up front."""
+
+    def __init__(self, entries: list[tuple[str, str, bytes]]) -> None:
+        self._entries = entries
+        self.asked: list[dict[str, str]] = []
+
+    def last_stream_ids(self, stream_keys: list[str]) -> dict[str, str]:
+        return dict.fromkeys(stream_keys, "0-0")
+
+    def streams_after(self, last_ids: dict[str, str]) -> list[tuple[str, str, bytes]]:
+        self.asked.append(dict(last_ids))
+        found = [e for e in self._entries if e[1] > last_ids[e[0]]]
+        return found[:2]
+
+
+def _report(node: str, ts: float, uids: list[str]) -> bytes:
+    pods = [
+        PodMetrics(namespace="ns", name=uid, uid=uid, runq_p99_us=100.0, runq_us=(0, 5, 1))
+        for uid in uids
+    ]
+    return encode_report(
+        NodeReport(node=node, ts=ts, interval_s=1.0, metrics=NodeMetrics(), pods=pods)
+    )
+
+
+def test_report_feed_keeps_each_pods_rows_by_report_time_across_polls() -> None:
+    entries = [
+        ("intf:node:a:reports", "1-1", _report("a", 10.0, ["u1"])),
+        ("intf:node:a:reports", "1-2", b"not msgpack"),
+        ("intf:node:a:reports", "1-3", _report("a", 11.0, ["u1", "u2"])),
+        ("intf:node:b:reports", "1-1", _report("b", 10.5, ["u3"])),
+    ]
+    streams = _Streams(entries)
+    feed = ReportFeed(streams, ["a", "b"])  # type: ignore[arg-type]
+    feed.poll()
+    assert sorted(feed.of("u1").rows) == [10.0, 11.0]
+    assert sorted(feed.of("u2").rows) == [11.0]
+    assert sorted(feed.of("u3").rows) == [10.5]
+    assert feed.of("nobody").rows == {}
+    assert streams.asked[-1] == {"intf:node:a:reports": "1-3", "intf:node:b:reports": "1-1"}
+
+
+@pytest.mark.parametrize(
+    ("manifest", "model"),
+    [
+        (latency_deployment("web", "img:1", "interference-scheduler", 3000.0), "V1Deployment"),
+        (stress_pod("hog", "node-a", "stress:1", through_scheduler=True), "V1Pod"),
+        (cache_pod("node-b", 300), "V1Pod"),
+    ],
+)
+def test_manifests_are_what_the_kubernetes_client_sends(
+    manifest: dict[str, object], model: str
+) -> None:
+    """The client validates a dict body against its model before sending it (a Pod's
+    apiVersion/kind inside a Deployment's template is refused there, not by the cluster)."""
+    getattr(kubernetes.client, model).model_validate(manifest)
