@@ -4,18 +4,13 @@ Stream entries carry the whole report as msgpack; hashes carry decimal strings s
 person can read them with ``redis-cli HGETALL``. Every decoder raises
 :class:`PayloadError` (and nothing else) for input it cannot trust.
 
-Versions: schema 3 (current) adds each pod's culprits (``own_wait_ms_per_s``,
-``neighbour_wait_ms_per_s``, ``culprits``; the pod hash's ``culprits`` field is
-``key=ms_per_s`` pairs, comma-separated); schema 2 reports decode with none. Schema 2
-carries ``measured`` (the signal families measured), ``windows`` and
-``interference_index``. Schema 1 reports (``score``, the former name of
-the index, and no ``measured``) still decode: ``score`` becomes ``interference_index``
-and ``measured`` is ``("runq",)`` when the report's ``runq_us`` histogram holds samples,
-else empty — an agent whose run-queue probes failed publishes an empty histogram, so it
-decodes as degraded instead of quiet. Hashes follow the same rule (``measured`` field,
-else ``hist_runq_us``). The index's hash field is ``interference_index``; hashes still
-carry the deprecated ``score`` (equal to it) for readers of the previous release, for
-this release only.
+Versions: a report carries its schema version (``v``); this release reads only its own,
+:data:`~interference.signals.SCHEMA_VERSION`, and refuses any other with a
+:class:`PayloadError` saying to run the same release of agent and scheduler. Each pod's
+culprits are ``own_wait_ms_per_s``, ``neighbour_wait_ms_per_s`` and ``culprits`` (the pod
+hash's ``culprits`` field is ``key=ms_per_s`` pairs, comma-separated). A node hash's
+``measured`` field lists the signal families measured; a hash without it measured none
+(degraded).
 """
 
 from __future__ import annotations
@@ -75,12 +70,6 @@ UNPACK_LIMITS: dict[str, int] = {
 map wider than a few times the widest record (21 fields), no binary or extension data
 (strings cost about their length, so only the payload's size bounds them, leaving room
 for a long probe error); msgpack itself bounds nesting depth."""
-SUPPORTED_VERSIONS = (1, 2, SCHEMA_VERSION)
-"""Report schema versions :func:`decode_report` accepts."""
-DEPRECATED_INDEX_FIELD = "score"
-"""Schema 1 name of ``interference_index``: read from schema 1 reports and hashes, and
-still written to hashes, deprecated, for readers of the previous release (this release
-only; nothing in this release reads it from a hash that has ``interference_index``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,17 +116,13 @@ def decode_report(payload: bytes) -> NodeReport:
     if not isinstance(body, dict):
         raise PayloadError(f"NodeReport must be a map, got {type(body).__name__}")
     version = body.get("v")
-    if version not in SUPPORTED_VERSIONS or isinstance(version, bool):
+    if version != SCHEMA_VERSION or isinstance(version, bool):
         raise PayloadError(
             f"NodeReport schema version {version!r} is not supported (this release reads "
-            f"{', '.join(map(str, SUPPORTED_VERSIONS))}); run the same release of agent and "
-            "scheduler"
+            f"{SCHEMA_VERSION}); run the same release of agent and scheduler"
         )
     try:
-        raw_metrics = dict(_mapping(body["metrics"], "metrics"))
-        if version == 1 and DEPRECATED_INDEX_FIELD in raw_metrics:
-            raw_metrics["interference_index"] = raw_metrics.pop(DEPRECATED_INDEX_FIELD)
-        metrics = NodeMetrics(**_floats(raw_metrics, _NODE_METRIC_FIELDS))
+        metrics = NodeMetrics(**_floats(_mapping(body["metrics"], "metrics"), _NODE_METRIC_FIELDS))
         histograms = {
             str(name): [
                 _count(c, f"histograms.{name}")
@@ -145,15 +130,11 @@ def decode_report(payload: bytes) -> NodeReport:
             ]
             for name, buckets in _mapping(body.get("histograms", {}), "histograms").items()
         }
-        if version == 1:
-            measured = _legacy_measured(histograms.get("runq_us", []))
-            windows: dict[str, WindowMetrics] = {}
-        else:
-            measured = _families(_list(body["measured"], "measured"))
-            windows = {
-                str(name): _window(_mapping(w, f"windows.{name}"))
-                for name, w in _mapping(body.get("windows", {}), "windows").items()
-            }
+        measured = _families(_list(body["measured"], "measured"))
+        windows = {
+            str(name): _window(_mapping(w, f"windows.{name}"))
+            for name, w in _mapping(body.get("windows", {}), "windows").items()
+        }
         pods = [_pod(_mapping(p, "pods[]")) for p in _list(body.get("pods", []), "pods", MAX_PODS)]
         gpus = [_gpu(_mapping(g, "gpus[]")) for g in _list(body.get("gpus", []), "gpus", MAX_GPUS)]
         disabled = {
@@ -180,12 +161,11 @@ def decode_report(payload: bytes) -> NodeReport:
 
 def node_hash(report: NodeReport) -> dict[str, str]:
     """Fields of ``intf:node:{node}``: every NodeMetrics field (the index is
-    ``interference_index``; the deprecated ``score`` repeats it), ``v``, ``measured``
+    ``interference_index``), ``v``, ``measured``
     (comma-separated families), ``updated_at``, ``interval_s``, ``pods`` (count), ``gpus``
     (count), ``hist_*`` and one ``{window}.{field}`` per windowed signal
     (``60s.runq_p99_us``), as decimal strings."""
     out = {name: _fmt(getattr(report.metrics, name)) for name in _NODE_METRIC_FIELDS}
-    out[DEPRECATED_INDEX_FIELD] = out["interference_index"]
     out["v"] = str(SCHEMA_VERSION)
     out["measured"] = ",".join(sorted(report.measured))
     for window_name, window in report.windows.items():
@@ -209,23 +189,17 @@ def parse_node_hash(raw: Mapping[Any, Any]) -> tuple[NodeMetrics, float]:
 
 
 def parse_node_signals(raw: Mapping[Any, Any]) -> NodeHashSignals:
-    """Everything an ``intf:node:*`` hash holds about the node's signals (module docstring
-    for schema 1 hashes)."""
+    """Everything an ``intf:node:*`` hash holds about the node's signals."""
     data = decoded_hash(raw)
     if not data:
         raise PayloadError("node hash is empty")
-    if "interference_index" not in data and DEPRECATED_INDEX_FIELD in data:
-        data["interference_index"] = data[DEPRECATED_INDEX_FIELD]
     try:
         metrics = NodeMetrics(**{n: _float(data[n], n) for n in _NODE_METRIC_FIELDS if n in data})
         updated_at = _float(data["updated_at"], "updated_at")
     except KeyError as exc:
         raise PayloadError(f"node hash lacks field {exc.args[0]!r}") from exc
     interval = _float(data["interval_s"], "interval_s") if "interval_s" in data else None
-    if "measured" in data:
-        measured = _families([f for f in data["measured"].split(",") if f])
-    else:
-        measured = _legacy_measured(parse_histogram_field(data.get("hist_runq_us", "")))
+    measured = _families([f for f in data.get("measured", "").split(",") if f])
     by_window: dict[str, dict[str, float]] = {}
     for key, value in data.items():
         window, dot, name = key.partition(".")
@@ -396,12 +370,6 @@ def _families(names: list[Any]) -> tuple[str, ...]:
             )
         out.add(name)
     return tuple(sorted(out))
-
-
-def _legacy_measured(runq_buckets: list[int]) -> tuple[str, ...]:
-    """``measured`` of a schema 1 report: run-queue counts as measured only when its
-    histogram holds samples."""
-    return ("runq",) if hist.total(runq_buckets) > 0 else ()
 
 
 def _window(data: Mapping[str, Any]) -> WindowMetrics:

@@ -28,11 +28,9 @@ from dataclasses import dataclass, field
 from interference.contention import ContentionShares, contention_shares
 
 SCHEMA_VERSION = 3
-"""Version of the msgpack NodeReport; bump on an incompatible change. Version 3 added the
-pods' culprits (``own_wait_ms_per_s``, ``neighbour_wait_ms_per_s``, ``culprits``);
-version 2 renamed ``score`` to ``interference_index`` and added ``measured`` and
-``windows``; versions 1 and 2 are still decoded (see
-:func:`interference.codec.decode_report`)."""
+"""Version of the msgpack NodeReport; bump on an incompatible change. A reader decodes only
+its own version (:func:`interference.codec.decode_report`): agents and scheduler run the
+same release."""
 
 TOP_CULPRITS = 5
 """Culprits kept per pod row: the neighbours its tasks waited behind the longest."""

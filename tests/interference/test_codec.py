@@ -105,6 +105,8 @@ def test_report_round_trips() -> None:
         (packed(7), "must be a map"),
         (packed({"node": "n"}), "schema version None"),
         (with_change(("v",), SCHEMA_VERSION + 1), f"version {SCHEMA_VERSION + 1}"),
+        (with_change(("v",), SCHEMA_VERSION - 1), f"version {SCHEMA_VERSION - 1}"),
+        (with_change(("v",), 1), "version 1 is not supported (this release reads 3)"),
         (with_change(("v",), str(SCHEMA_VERSION)), f"version '{SCHEMA_VERSION}'"),
         (with_change(("v",), True), "version True"),
         (with_change(("measured",), DELETE), "missing or has a bad field"),
@@ -205,37 +207,10 @@ def test_current_version_maps_with_random_fields_only_raise_payload_error(
         codec.decode_report(packed(body))
 
 
-def v1_body(runq_us: list[int]) -> dict[str, Any]:
-    """A schema 1 report as the previous release encoded it."""
-    metrics = {"runq_p99_us": 900.0, "score": 41.5}
-    return {"v": 1, "node": "old", "ts": 5.0, "interval_s": 1.0, "metrics": metrics,
-            "histograms": {"runq_us": runq_us}, "disabled_probes": {}}  # fmt: skip
-
-
-@pytest.mark.parametrize(
-    ("case", "runq_us", "measured"),
-    [
-        ("run-queue samples: runq measured", [0, 4, 2], ("runq",)),
-        ("empty run-queue histogram: nothing measured (degraded)", [0, 0, 0], ()),
-        ("no run-queue histogram: nothing measured (degraded)", None, ()),
-    ],
-)
-def test_schema_1_reports_still_decode(
-    case: str, runq_us: list[int] | None, measured: tuple[str, ...]
-) -> None:
-    body = v1_body(runq_us or [])
-    if runq_us is None:
-        del body["histograms"]["runq_us"]
-    report = codec.decode_report(packed(body))
-    assert report.metrics.interference_index == 41.5, case
-    assert report.measured == measured, case
-    assert report.windows == {} and report.v == SCHEMA_VERSION
-
-
 def test_node_hash_is_readable_and_round_trips() -> None:
     fields = codec.node_hash(REPORT)
     assert fields["interference_index"] == "41.5"
-    assert fields["score"] == "41.5"  # deprecated (schema 1 name), for the previous release
+    assert "score" not in fields  # the index has one name
     assert fields["v"] == str(SCHEMA_VERSION)
     assert fields["measured"] == "psi,runq"
     assert fields["10s.index_stddev"] == "12.5"
@@ -282,33 +257,32 @@ def test_bpf_lost_entries_travels_in_the_stream_and_the_hash(
 @pytest.mark.parametrize(
     ("case", "fields", "measured"),
     [
-        ("schema 2, nothing measured", {"measured": ""}, ()),
-        ("schema 2, run queue", {"measured": "runq"}, ("runq",)),
-        ("schema 1 with run-queue samples", {"hist_runq_us": "0,3,1"}, ("runq",)),
-        ("schema 1 with an empty histogram", {"hist_runq_us": "0,0"}, ()),
-        ("schema 1 without a histogram", {}, ()),
+        ("nothing measured", {"measured": ""}, ()),
+        ("run queue", {"measured": "runq"}, ("runq",)),
+        ("two families", {"measured": "runq,psi"}, ("psi", "runq")),
+        ("no measured field: nothing measured (degraded)", {"hist_runq_us": "0,3,1"}, ()),
     ],
 )
 def test_node_hash_measured_families(
     case: str, fields: dict[str, str], measured: tuple[str, ...]
 ) -> None:
-    raw = {"score": "12", "updated_at": "5", **fields}
+    raw = {"interference_index": "12", "updated_at": "5", **fields}
     parsed = codec.parse_node_signals(raw)
     assert parsed.measured == measured, case
-    assert parsed.metrics.interference_index == 12.0  # the schema 1 field name still reads
+    assert parsed.metrics.interference_index == 12.0
 
 
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
         ({}, "node hash is empty"),
-        ({"score": "1"}, "lacks field 'updated_at'"),
-        ({"score": "high", "updated_at": "1"}, "index must be a number"),
+        ({"interference_index": "1"}, "lacks field 'updated_at'"),
+        ({"interference_index": "high", "updated_at": "1"}, "index must be a number"),
         ({"interference_index": "nan", "updated_at": "1"}, "index must be finite"),
         ({"updated_at": "1", "measured": "runq,gpu"}, "unknown signal family 'gpu'"),
         ({"updated_at": "1", "10s.index_mean": "x"}, "10s.index_mean must be a number"),
         ({"updated_at": "1", "10s.index_mean": "3"}, "window lacks span_s"),
-        ({b"score": b"\xff", b"updated_at": b"1"}, "non-UTF-8"),
+        ({b"interference_index": b"\xff", b"updated_at": b"1"}, "non-UTF-8"),
     ],
 )
 def test_bad_node_hashes_raise_payload_error(raw: dict[Any, Any], message: str) -> None:

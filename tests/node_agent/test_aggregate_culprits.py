@@ -1,6 +1,5 @@
 """Culprits in aggregation: a pod's waits behind itself, behind others, and its top
-culprits by pod (table-driven), and their codec round trip (schema 3, and schema 2
-reports without them)."""
+culprits by pod (table-driven), and their codec round trip (and pod rows without them)."""
 
 from __future__ import annotations
 
@@ -106,9 +105,8 @@ def test_codec_round_trip() -> None:
     assert parse_pod_hash(fields)[0] == VICTIM
 
 
-def test_schema_2_reports_decode_without_culprits() -> None:
+def test_pod_rows_without_culprits_decode_with_none() -> None:
     body = msgpack.unpackb(encode_report(NodeReport("n1", 1.0, 1.0, NodeMetrics())))
-    body["v"] = 2
     body["pods"] = [{"namespace": "shop", "name": "web-0", "runq_wait_ms_per_s": 5.0}]
     (pod,) = decode_report(msgpack.packb(body)).pods
     assert (pod.culprits, pod.neighbour_wait_ms_per_s) == ((), 0.0)
