@@ -31,8 +31,6 @@ MAX_RECLAIM_STALL_MS_PER_S = "interference.io/max-reclaim-stall-ms-per-s"
 """Highest node memory-reclaim stall the pod accepts, ms per second (the same filter)."""
 MAX_INDEX = "interference.io/max-index"
 """Highest node interference index the pod accepts, 0–100 (the same filter)."""
-DEPRECATED_MAX_SCORE = "interference.io/max-score"
-"""The deprecated earlier name of :data:`MAX_INDEX` (read, with a Warning Event)."""
 REBALANCE = "interference.io/rebalance"
 """``"false"`` keeps the rebalancer from evicting the pod (scheduler/rebalance.py);
 ``"true"`` lets it evict one it would otherwise spare (scheduler/evictable.py)."""
@@ -51,7 +49,6 @@ KNOWN_POD_ANNOTATIONS = (
     MAX_RUNQ_P99_US,
     MAX_RECLAIM_STALL_MS_PER_S,
     MAX_INDEX,
-    DEPRECATED_MAX_SCORE,
     REBALANCE,
     DEGRADABLE,
 )
@@ -102,16 +99,15 @@ def _edit_distance(a: str, b: str, bound: int) -> int:
 def unknown_annotation_message(key: str) -> str:
     """What to tell the owner of a pod with ``key``: it has no effect, and the closest
     known key (one it begins or ends early, else difflib's closest over the names after
-    the prefix; the deprecated one is never suggested), or every known key when none is
-    close. A key under a misspelt domain is told so, and the known key its name is closest
-    to."""
-    suggested = [k for k in KNOWN_POD_ANNOTATIONS if k != DEPRECATED_MAX_SCORE]
-    names = {k[len(PREFIX) :]: k for k in suggested}
+    the prefix), or every known key when none is close. A key under a misspelt domain is
+    told so, and the known key its name is closest to."""
+    names = {k[len(PREFIX) :]: k for k in KNOWN_POD_ANNOTATIONS}
     name = key.partition("/")[2].lower().strip()
     # a name cut short or run on (max-reclaim, max-index-10s) is that name's typo
     close = [n for n in names if name and (n.startswith(name) or name.startswith(n))][:1]
     close = close or difflib.get_close_matches(name, names, n=1, cutoff=0.6)
-    hint = f"did you mean {names[close[0]]}?" if close else f"known: {', '.join(suggested)}"
+    known = ", ".join(KNOWN_POD_ANNOTATIONS)
+    hint = f"did you mean {names[close[0]]}?" if close else f"known: {known}"
     domain = f" (its domain is not {DOMAIN})" if misspelt_domain(key) else ""
     return (
         f"annotation {key} is not one interference-scheduler reads and has no effect{domain};"

@@ -1,6 +1,6 @@
 """A pod's declared interference tolerance as the agent reads it from its annotations
-(``interference.io/max-runq-p99-us``, ``…/max-reclaim-stall-ms-per-s``, ``…/max-index``
-and its deprecated name ``…/max-score``; :mod:`interference.annotations`).
+(``interference.io/max-runq-p99-us``, ``…/max-reclaim-stall-ms-per-s`` and ``…/max-index``;
+:mod:`interference.annotations`).
 
 The agent only shows a tolerance (its Prometheus metrics, :mod:`node_agent.signal_metrics`);
 the scheduler decides with it and warns the pod's owner about a value it cannot read. So a
@@ -13,12 +13,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from interference.annotations import (
-    DEPRECATED_MAX_SCORE,
-    MAX_INDEX,
-    MAX_RECLAIM_STALL_MS_PER_S,
-    MAX_RUNQ_P99_US,
-)
+from interference.annotations import MAX_INDEX, MAX_RECLAIM_STALL_MS_PER_S, MAX_RUNQ_P99_US
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,11 +41,10 @@ def tolerance_of(annotations: Mapping[str, object] | None) -> PodTolerance | Non
     """The pod's tolerance, or None when it declares no readable bound."""
     if not annotations:
         return None
-    index_raw = annotations.get(MAX_INDEX, annotations.get(DEPRECATED_MAX_SCORE))
     found = PodTolerance(
         max_runq_p99_us=_bound(annotations.get(MAX_RUNQ_P99_US)),
         max_reclaim_stall_ms_per_s=_bound(annotations.get(MAX_RECLAIM_STALL_MS_PER_S)),
-        max_index=_bound(index_raw, 100.0),
+        max_index=_bound(annotations.get(MAX_INDEX), 100.0),
     )
     return None if found == PodTolerance() else found
 

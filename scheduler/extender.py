@@ -201,7 +201,7 @@ class ExtenderMetrics:
         )
         self.unwritten_pod_warnings = Counter(
             "interference_scheduler_extender_unwritten_pod_warnings",
-            "Pods whose warning Events (UnknownAnnotation, DeprecatedAnnotation) were not"
+            "Pods whose warning Events (UnknownAnnotation, InvalidAnnotation) were not"
             f" written: more than {WAITING_PODS} waited, or the informers did not know the pod"
             f" within {WAIT_FOR_INFORMER_S:g} s.",
             registry=registry,

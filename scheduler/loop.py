@@ -26,8 +26,7 @@ InterferenceRelaxed`` Event says so) and the interference-blind fallback while s
 unreadable (attempts counted in
 ``interference_scheduler_interference_blind_attempts_total``). An unschedulable pod goes
 back to the queue with the events that may make it fit (those the plugins that rejected
-it registered for). A pod using a deprecated annotation gets a ``Warning
-DeprecatedAnnotation`` Event, one with an ``interference.io/`` key no program reads a
+it registered for). A pod with an ``interference.io/`` key no program reads gets a
 ``Warning UnknownAnnotation`` Event naming the closest known key, once per pod.
 
 Leadership: the loop schedules and binds only while ``leading`` is set; when it is
@@ -509,8 +508,8 @@ class SchedulingLoop:
         return act
 
     def _warn(self, pod: PodInfo) -> None:
-        """A Warning Event per warning (``DeprecatedAnnotation``, ``UnknownAnnotation``),
-        once per pod."""
+        """A Warning Event per warning (``UnknownAnnotation``, ``InvalidAnnotation``), once
+        per pod."""
         with self._state_lock:
             if self._warned.get(pod.key) == pod.warnings:
                 return

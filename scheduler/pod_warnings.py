@@ -1,7 +1,7 @@
 """A pod's warnings as Warning Events in extender mode, written off the request path.
 
 Standalone mode's loop turns :attr:`PodInfo.warnings <scheduler.api.objects.PodInfo.warnings>`
-(``DeprecatedAnnotation``; ``UnknownAnnotation`` naming the closest known key) into
+(``UnknownAnnotation`` naming the closest known key, ``InvalidAnnotation``) into
 Warning Events, once per pod, through the cluster adapter's
 :meth:`~scheduler.ports.Cluster.record_event`. In extender mode kube-scheduler schedules
 and binds, so without these a pod with a typo such as ``interference.io/max-runq-p99``

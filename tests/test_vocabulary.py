@@ -3,9 +3,9 @@ saturated, higher is worse) is never called a score again; "score" is left to th
 scheduler plugins' 0–100 preference and the extender's 0–10.
 
 Scans the Python sources of the packages that speak of the index (the shared contract,
-the agent, the CLI, the benchmarks) and the documentation. The former name that stays
-for one release (the annotation ``interference.io/max-score``) may appear only where the
-text says it is deprecated.
+the agent, the CLI, the benchmarks) and the documentation. The names the index had before
+the first release (the agent's ``--score-ref``, the annotation ``interference.io/max-score``)
+never shipped and appear nowhere.
 """
 
 from __future__ import annotations
@@ -26,16 +26,10 @@ NEVER = {
     "the former ranking constant": re.compile(r"\bNODES_BY_SCORE\b"),
     "the former index module": re.compile(r"\binterference[./]score\b"),
     "the agent's former flag": re.compile(r"--score-ref\b"),
+    "the former annotation": re.compile(r"\binterference\.io/max-score\b"),
 }
 """Former names of the index that must not come back anywhere scanned."""
 
-DEPRECATED = {
-    "the former annotation": re.compile(r"\binterference\.io/max-score\b"),
-}
-"""Former name still accepted for one release: only in a sentence (docs) or a line
-(code) that calls them deprecated."""
-
-DEPRECATION = re.compile(r"deprecat", re.IGNORECASE)
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`*(])")
 
 
@@ -55,8 +49,8 @@ def documents() -> list[Path]:
 
 
 def units(path: Path) -> list[str]:
-    """What a deprecated name must share with the word "deprecated": a line of code, or a
-    sentence of a document (paragraphs joined, split at sentence ends)."""
+    """What a rule reads at a time: a line of code, or a sentence of a document (paragraphs
+    joined, split at sentence ends)."""
     text = path.read_text(encoding="utf-8")
     if path.suffix == ".py":
         return text.splitlines()
@@ -72,9 +66,6 @@ def misuses(path: Path) -> list[str]:
         for what, pattern in NEVER.items():
             if pattern.search(unit):
                 found.append(f"{what}: {unit.strip()[:160]!r}")
-        for what, pattern in DEPRECATED.items():
-            if pattern.search(unit) and not DEPRECATION.search(unit):
-                found.append(f"{what}, not called deprecated: {unit.strip()[:160]!r}")
     return found
 
 
@@ -109,9 +100,8 @@ def test_the_scan_reads_the_sources_and_documents_it_names() -> None:
         ("Use `--score-ref`.", ".md", 1),
         ("`--score-ref`, its former name,\nis deprecated: use `--index-ref`.", ".md", 1),
         ('p.add_argument("--score-ref")', ".py", 1),
-        ("Use `interference.io/max-score`. It is deprecated.", ".md", 1),
-        ("`interference.io/max-score`, its former name,\nis deprecated.", ".md", 0),
-        ('DEPRECATED_MAX_SCORE = "interference.io/max-score"', ".py", 0),
+        ("`interference.io/max-score`, its former name,\nis deprecated.", ".md", 1),
+        ('DEPRECATED_MAX_SCORE = "interference.io/max-score"', ".py", 1),
         ("interference.io/max-index and the interference index", ".md", 0),
     ],
 )

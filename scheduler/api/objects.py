@@ -35,8 +35,6 @@ ANNOTATION_MAX_RECLAIM_STALL_MS_PER_S = pod_annotations.MAX_RECLAIM_STALL_MS_PER
 ANNOTATION_MAX_INDEX = pod_annotations.MAX_INDEX
 
 
-DEPRECATED_ANNOTATION_MAX_SCORE = pod_annotations.DEPRECATED_MAX_SCORE
-"""The earlier name of :data:`ANNOTATION_MAX_INDEX`: still read, with a Warning Event."""
 ANNOTATION_REBALANCE = pod_annotations.REBALANCE
 """``"false"`` keeps the rebalancer from ever evicting the pod (scheduler/rebalance.py);
 read by :func:`interference.annotations.flag_value`."""
@@ -330,7 +328,7 @@ class PodWarning(NamedTuple):
     """One thing a pod's owner should fix: the Warning Event's reason and note."""
 
     reason: str
-    """``DeprecatedAnnotation``, ``UnknownAnnotation`` or ``InvalidAnnotation``."""
+    """``UnknownAnnotation`` or ``InvalidAnnotation``."""
     message: str
 
 

@@ -10,9 +10,7 @@ a node whose fresh signals exceed any of them is filtered out):
     highest node memory-reclaim stall, milliseconds per second (non-negative number, ``"2"``).
 ``interference.io/max-index``
     highest node interference index, 0–100 (``"40"``); the index includes load bound to the
-    node since its last report. ``interference.io/max-score``, its earlier name, is still
-    read (deprecated: :attr:`~scheduler.api.objects.PodInfo.warnings` says so, and the
-    scheduler turns that into a Warning Event); setting both is an error.
+    node since its last report.
 
 Any other key under ``interference.io/`` that no program reads
 (:mod:`interference.annotations`), and any key under a domain a typo away from it
@@ -47,7 +45,6 @@ from scheduler.api.objects import (
     ANNOTATION_MAX_RECLAIM_STALL_MS_PER_S,
     ANNOTATION_MAX_RUNQ_P99_US,
     ANNOTATION_REBALANCE,
-    DEPRECATED_ANNOTATION_MAX_SCORE,
     PREEMPT_LOWER_PRIORITY,
     PREEMPT_NEVER,
     WILDCARD_IP,
@@ -529,15 +526,6 @@ def _tolerance(reader: Reader, annotations: Mapping[str, str]) -> InterferenceTo
         ),
         ANNOTATION_MAX_INDEX: ("a number from 0 to 100", '"40"', 100.0),
     }
-    index_key = ANNOTATION_MAX_INDEX
-    if DEPRECATED_ANNOTATION_MAX_SCORE in annotations:
-        if ANNOTATION_MAX_INDEX in annotations:
-            raise reader.error(
-                f"annotation {DEPRECATED_ANNOTATION_MAX_SCORE}",
-                f"set only {ANNOTATION_MAX_INDEX} (its deprecated earlier name is set too)",
-            )
-        index_key = DEPRECATED_ANNOTATION_MAX_SCORE  # errors name what the pod set
-        bounds[index_key] = bounds.pop(ANNOTATION_MAX_INDEX)
     values: dict[str, float | None] = {}
     for annotation, (expected, example, upper) in bounds.items():
         raw = annotations.get(annotation)
@@ -559,28 +547,17 @@ def _tolerance(reader: Reader, annotations: Mapping[str, str]) -> InterferenceTo
     return InterferenceTolerance(
         max_runq_p99_us=values[ANNOTATION_MAX_RUNQ_P99_US],
         max_reclaim_stall_ms_per_s=values[ANNOTATION_MAX_RECLAIM_STALL_MS_PER_S],
-        max_index=values[index_key],
+        max_index=values[ANNOTATION_MAX_INDEX],
     )
 
 
 def _annotation_warnings(annotations: Mapping[str, str]) -> tuple[PodWarning, ...]:
-    """A deprecated annotation name, and each ``interference.io/`` key no program reads
-    (a typo would leave the pod unprotected while its owner believes it protected)."""
-    found = [
-        PodWarning("UnknownAnnotation", message)
-        for message in unknown_annotation_messages(annotations)
-    ] + [PodWarning("InvalidAnnotation", message) for message in invalid_flag_messages(annotations)]
-    if DEPRECATED_ANNOTATION_MAX_SCORE in annotations:
-        found.insert(
-            0,
-            PodWarning(
-                "DeprecatedAnnotation",
-                f"annotation {DEPRECATED_ANNOTATION_MAX_SCORE} is deprecated: it is read as"
-                f" {ANNOTATION_MAX_INDEX} (the node's interference index, 0 quiet – 100"
-                " saturated); rename it",
-            ),
-        )
-    return tuple(found)
+    """Each ``interference.io/`` key no program reads (a typo would leave the pod
+    unprotected while its owner believes it protected), and each flag annotation that reads
+    as neither true nor false."""
+    unknown = [PodWarning("UnknownAnnotation", m) for m in unknown_annotation_messages(annotations)]
+    invalid = [PodWarning("InvalidAnnotation", m) for m in invalid_flag_messages(annotations)]
+    return tuple(unknown + invalid)
 
 
 def _timestamp(reader: Reader, value: Any) -> float:

@@ -81,13 +81,13 @@ def test_a_pod_bound_before_the_writer_comes_round_is_told() -> None:
     assert [e.pod for e in cluster.events] == ["quick"]
 
 
-def test_a_deprecated_annotation_is_told_too() -> None:
+def test_a_flag_annotation_that_is_neither_true_nor_false_is_told_too() -> None:
     cluster = InMemoryCluster()
     harness = Harness(events=cluster)
-    harness.filter(pod_obj("old", annotations={"interference.io/max-score": "40"}), ["quiet"])
+    harness.filter(pod_obj("evict", annotations={"interference.io/rebalance": "maybe"}), ["quiet"])
     harness.extender.write_pod_warnings()
     (event,) = cluster.events
-    assert event.reason == "DeprecatedAnnotation" and "interference.io/max-index" in event.message
+    assert event.reason == "InvalidAnnotation" and "interference.io/rebalance" in event.message
 
 
 def test_a_pod_the_informers_do_not_know_gets_none_and_is_counted() -> None:

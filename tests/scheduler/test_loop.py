@@ -452,17 +452,3 @@ def test_an_unknown_annotation_gets_one_warning_event_naming_the_closest_key() -
     assert "did you mean interference.io/max-runq-p99-us?" in warnings[0][2]
     pod = h.loop.cache.pending_pod("default/typo")
     assert pod is not None and pod.tolerance is None
-
-
-def test_a_deprecated_annotation_gets_one_warning_event_and_still_counts() -> None:
-    h = LoopHarness()
-    h.cluster.add_node(node_object("n1", cpu="1"))
-    h.cluster.add_pod(pod_object("old", cpu="2", annotations={"interference.io/max-score": "40"}))
-    h.cycle()
-    h.clock.advance(30)  # past the backoff: attempted again, still unschedulable
-    h.cycle()
-    warnings = [e for e in events(h, "old") if e[1] == "DeprecatedAnnotation"]
-    assert len(warnings) == 1
-    assert "interference.io/max-index" in warnings[0][2]
-    pod = h.loop.cache.pending_pod("default/old")
-    assert pod is not None and pod.tolerance is not None and pod.tolerance.max_index == 40.0

@@ -15,7 +15,6 @@ from scheduler.api.objects import (
     ANNOTATION_MAX_INDEX,
     ANNOTATION_MAX_RECLAIM_STALL_MS_PER_S,
     ANNOTATION_MAX_RUNQ_P99_US,
-    DEPRECATED_ANNOTATION_MAX_SCORE,
     AntiAffinityTerm,
     HostPort,
     InterferenceTolerance,
@@ -561,16 +560,15 @@ def test_the_max_index_annotation_sets_no_warning() -> None:
     assert pod.warnings == ()
 
 
-def test_the_deprecated_max_score_annotation_is_read_as_max_index_with_a_warning() -> None:
-    assert DEPRECATED_ANNOTATION_MAX_SCORE == "interference.io/max-score"
-    assert ANNOTATION_MAX_INDEX == "interference.io/max-index"
-    pod = parse_pod(pod_obj(annotations={DEPRECATED_ANNOTATION_MAX_SCORE: "40"}))
-    assert pod.tolerance == InterferenceTolerance(max_index=40.0)
-    assert len(pod.warnings) == 1
-    reason, warning = pod.warnings[0]
-    assert reason == "DeprecatedAnnotation"
-    assert DEPRECATED_ANNOTATION_MAX_SCORE in warning and "deprecated" in warning
-    assert ANNOTATION_MAX_INDEX in warning  # names the replacement
+def test_max_score_is_an_unknown_annotation_like_any_other() -> None:
+    """``interference.io/max-score`` was never a released name: it sets no tolerance, is
+    never validated, and gets the warning any unknown key gets."""
+    pod = parse_pod(pod_obj(annotations={"interference.io/max-score": "101"}))
+    assert pod.tolerance is None
+    assert [w.reason for w in pod.warnings] == ["UnknownAnnotation"]
+    assert "interference.io/max-score" in pod.warnings[0].message
+    both = {ANNOTATION_MAX_INDEX: "40", "interference.io/max-score": "40"}
+    assert parse_pod(pod_obj(annotations=both)).tolerance == InterferenceTolerance(max_index=40.0)
 
 
 @pytest.mark.parametrize(
@@ -584,8 +582,8 @@ def test_the_deprecated_max_score_annotation_is_read_as_max_index_with_a_warning
          "did you mean interference.io/rebalance?"),
         ({"interference.io/whatever": "1"}, ["UnknownAnnotation"],
          "known: interference.io/max-runq-p99-us, "),
-        ({DEPRECATED_ANNOTATION_MAX_SCORE: "40", "interference.io/max-reclaim": "2"},
-         ["DeprecatedAnnotation", "UnknownAnnotation"],
+        ({"interference.io/max-score": "40", "interference.io/max-reclaim": "2"},
+         ["UnknownAnnotation", "UnknownAnnotation"],
          "did you mean interference.io/max-reclaim-stall-ms-per-s?"),
         ({"interferance.io/max-runq-p99-us": "500"}, ["UnknownAnnotation"],
          "did you mean interference.io/max-runq-p99-us?"),
@@ -594,7 +592,7 @@ def test_the_deprecated_max_score_annotation_is_read_as_max_index_with_a_warning
         ({"example.com/max-index": "1", "scheduler.interference.io/x": "1"}, [], ""),
         ({"interference.io/degradable": "true", "interference.io/rebalance": "false"}, [], ""),
     ],
-    ids=["no-us", "underscore", "case", "far-from-any", "with-deprecated", "misspelt-domain",
+    ids=["no-us", "underscore", "case", "far-from-any", "two-unknown", "misspelt-domain",
          "other-tld", "other-prefix", "other-programs-keys"],
 )  # fmt: skip
 def test_an_unknown_interference_annotation_is_a_warning_naming_the_closest_key(
@@ -607,25 +605,8 @@ def test_an_unknown_interference_annotation_is_a_warning_naming_the_closest_key(
         assert "has no effect" in pod.warnings[-1].message
 
 
-def test_the_deprecated_max_score_annotation_is_validated_like_max_index() -> None:
-    with pytest.raises(ObjectError) as info:
-        parse_pod(pod_obj("lat", annotations={DEPRECATED_ANNOTATION_MAX_SCORE: "101"}))
-    message = str(info.value)
-    assert "pod default/lat" in message and "from 0 to 100" in message
-    assert repr("101") in message
-
-
-def test_setting_both_max_index_and_its_deprecated_name_is_an_error() -> None:
-    annotations = {ANNOTATION_MAX_INDEX: "40", DEPRECATED_ANNOTATION_MAX_SCORE: "40"}
-    with pytest.raises(ObjectError) as info:
-        parse_pod(pod_obj("lat", annotations=annotations))
-    message = str(info.value)
-    assert "pod default/lat" in message
-    assert DEPRECATED_ANNOTATION_MAX_SCORE in message and ANNOTATION_MAX_INDEX in message
-
-
-def test_a_placed_pod_with_both_names_still_counts_on_its_node() -> None:
-    annotations = {ANNOTATION_MAX_INDEX: "40", DEPRECATED_ANNOTATION_MAX_SCORE: "40"}
+def test_a_placed_pod_with_a_bad_tolerance_still_counts_on_its_node() -> None:
+    annotations = {ANNOTATION_MAX_INDEX: "101"}
     pod = parse_pod(pod_obj("placed", annotations=annotations, nodeName="n1"))
     assert pod.node_name == "n1"
     assert pod.tolerance is None  # only its own scheduling reads it, and that is over
