@@ -48,11 +48,14 @@ from interference import hist
 from interference_cli.cluster_objects import (
     LATENCY_POD_FILE,
     NAMESPACE,
+    STRESS_CPU_REQUEST,
     Cluster,
     DemoError,
     ReportFeed,
     allocatable_cpu_millis,
+    busy_share,
     cache_pod,
+    cpu_times,
     event_time,
     latency_deployment,
     millis,
@@ -132,24 +135,24 @@ def act_one(
     latency_cpu = millis(
         request["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"]
     )
+    cluster.core.create_namespaced_pod(
+        NAMESPACE, stress_pod("antagonist", noisy, settings.stress_image, through_scheduler=False)
+    )
+    cluster.running_pod("app=antagonist", 120)
     on_noisy = requested_cpu_millis(cluster, noisy)
     on_quiet = requested_cpu_millis(cluster, quiet)
     room = allocatable_cpu_millis(cluster, quiet) - on_quiet - latency_cpu - 50
-    cache_cpu = min(max(300, on_noisy - on_quiet + 300), room)
+    cache_cpu = min(max(300, on_noisy - on_quiet + 200), room)
     if cache_cpu < 100:
         raise DemoError(
             f"{quiet} has {on_quiet}m of CPU requested: no room for the cache pod and the "
             "latency pod (delete what else runs there)"
         )
     cluster.core.create_namespaced_pod(NAMESPACE, cache_pod(quiet, cache_cpu))
-    cluster.core.create_namespaced_pod(
-        NAMESPACE, stress_pod("antagonist", noisy, settings.stress_image, through_scheduler=False)
-    )
-    cluster.running_pod("app=antagonist", 120)
     cluster.running_pod("app=cache", 120)
     log(
-        f"{noisy}: BestEffort stress-ng --cpu 4 (requests nothing); {quiet}: an idle cache pod "
-        f"requesting {cache_cpu}m CPU (by requests {quiet} now holds "
+        f"{noisy}: stress-ng --cpu 4 (requests {STRESS_CPU_REQUEST}, no limit); {quiet}: an "
+        f"idle cache pod requesting {cache_cpu}m CPU (by requests {quiet} now holds "
         f"{on_quiet + cache_cpu}m, {noisy} {on_noisy}m)"
     )
     time.sleep(12)  # the agents' 10 s window sees the antagonist
@@ -180,16 +183,20 @@ def act_one(
             pod.metadata.uid,
         )
         log(f"{result.deployment}: {result.pod} placed on {result.node} by {result.scheduler}")
-    time.sleep(3)  # past the first interval, whose rows started mid-way
-    feed.poll()
+    feed.follow(3.0)  # past the first interval, whose rows started mid-way
     start = time.time()
     stat_start = {r.scheduler: schedstat(settings.cgroup_roots, r.uid) for r in results.values()}
+    busy_start = cpu_times()
     log(f"measuring both pods for {settings.measure_s:g} s")
-    time.sleep(settings.measure_s)
+    feed.follow(settings.measure_s)
     stat_end = {r.scheduler: schedstat(settings.cgroup_roots, r.uid) for r in results.values()}
+    busy = busy_share(busy_start, cpu_times())
     end = time.time()
-    time.sleep(2)
-    feed.poll()
+    feed.follow(2.0)
+    log(
+        "host CPUs busy over the measurement: "
+        + ", ".join(f"CPU {cpu} {share:.0%}" for cpu, share in sorted(busy.items()))
+    )
     for result in results.values():
         rows = feed.of(result.uid)
         inside = [row for ts, row in rows.rows.items() if start <= ts < end]
@@ -232,7 +239,7 @@ def act_two(
         f"{ACT_TOLERANCE_US:.0f} µs); measuring it quiet for {settings.before_s:g} s"
     )
     start = time.time()
-    time.sleep(settings.before_s)
+    feed.follow(settings.before_s)
     cluster.core.create_namespaced_pod(
         NAMESPACE,
         stress_pod("antagonist", result.first_node, settings.stress_image, through_scheduler=True),
@@ -270,8 +277,7 @@ def act_two(
                 )
                 break
     log(f"watching {settings.after_s:g} s more: the workload must stay where it is")
-    time.sleep(settings.after_s)
-    feed.poll()
+    feed.follow(settings.after_s)
     first_rows = feed.of(first.metadata.uid)
     moved = result.evicted_at if replacement is not None else float("inf")
     result.p99_before_us = first_rows.p99_us(start + 2.0, result.antagonist_at)

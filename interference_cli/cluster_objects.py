@@ -58,6 +58,14 @@ class ReportFeed:
     def of(self, uid: str) -> PodRows:
         return self.rows.get(uid, PodRows())
 
+    def follow(self, seconds: float) -> None:
+        """Poll every second for ``seconds``: a stream keeps only its last
+        :data:`~interference.keys.NODE_REPORTS_MAXLEN` entries."""
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            time.sleep(min(1.0, left))
+            self.poll()
+
 
 class Cluster:
     """The few API calls the acts make."""
@@ -152,9 +160,16 @@ def latency_deployment(
     }
 
 
+STRESS_CPU_REQUEST = "300m"
+"""The antagonist requests some CPU and has no limit: a batch pod that bursts to the whole
+CPU. A BestEffort one would barely delay a Burstable neighbour on a real kubelet: its QoS
+cgroup's ``cpu.shares`` is 2 against the neighbour's 204 (measured: 1.4 ms run-queue p99
+beside ``stress-ng --cpu 4``, no more than the quiet node)."""
+
+
 def stress_pod(name: str, node: str, image: str, *, through_scheduler: bool) -> dict[str, Any]:
-    """A BestEffort ``stress-ng --cpu 4``: bound to ``node`` directly, or placed there by
-    kube-scheduler (a nodeSelector; it requests nothing, so every node has room)."""
+    """A Burstable ``stress-ng --cpu 4`` (:data:`STRESS_CPU_REQUEST`, no limit): bound to
+    ``node`` directly, or placed there by kube-scheduler (a nodeSelector)."""
     spec: dict[str, Any] = {
         "containers": [
             {
@@ -162,6 +177,7 @@ def stress_pod(name: str, node: str, image: str, *, through_scheduler: bool) -> 
                 "image": image,
                 "imagePullPolicy": "Never",
                 "command": ["stress-ng", "--cpu", "4", "--cpu-method", "int64", "--quiet"],
+                "resources": {"requests": {"cpu": STRESS_CPU_REQUEST, "memory": "32Mi"}},
             }
         ],
         "terminationGracePeriodSeconds": 0,
@@ -238,3 +254,26 @@ def schedstat(cgroup_roots: Iterable[str], uid: str) -> tuple[int, int]:
                         runs += int(count)
             return delay, runs
     return delay, runs
+
+
+def cpu_times() -> dict[int, tuple[int, int]]:
+    """Per CPU, ``(busy, total)`` jiffies from ``/proc/stat`` (idle and iowait not busy)."""
+    times: dict[int, tuple[int, int]] = {}
+    for line in Path("/proc/stat").read_text().splitlines():
+        name, *fields = line.split()
+        if name.startswith("cpu") and name != "cpu":
+            values = [int(v) for v in fields]
+            idle = values[3] + values[4]
+            times[int(name[3:])] = (sum(values) - idle, sum(values))
+    return times
+
+
+def busy_share(
+    before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]]
+) -> dict[int, float]:
+    """Each CPU's busy share of the time between two :func:`cpu_times`."""
+    return {
+        cpu: (after[cpu][0] - before[cpu][0]) / max(1, after[cpu][1] - before[cpu][1])
+        for cpu in before
+        if cpu in after
+    }

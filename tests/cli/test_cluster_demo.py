@@ -12,8 +12,11 @@ from interference.signals import NodeMetrics, NodeReport, PodMetrics
 from interference_cli.cluster_objects import (
     LATENCY_POD_FILE,
     NAMESPACE,
+    STRESS_CPU_REQUEST,
     ReportFeed,
+    busy_share,
     cache_pod,
+    cpu_times,
     latency_deployment,
     millis,
     stress_pod,
@@ -61,7 +64,7 @@ def test_latency_deployment_is_the_demo_pod_with_its_scheduler_and_tolerance(
         (True, {"nodeSelector": {"kubernetes.io/hostname": "node-a"}}),
     ],
 )
-def test_stress_pod_is_best_effort_and_placed_directly_or_by_kube_scheduler(
+def test_stress_pod_requests_cpu_bursts_unlimited_and_is_placed_directly_or_by_kube_scheduler(
     through_scheduler: bool, placement: dict[str, object]
 ) -> None:
     pod = stress_pod("hog", "node-a", "stress:1", through_scheduler=through_scheduler)
@@ -69,8 +72,17 @@ def test_stress_pod_is_best_effort_and_placed_directly_or_by_kube_scheduler(
     assert {k: spec[k] for k in ("nodeName", "nodeSelector") if k in spec} == placement
     assert "schedulerName" not in spec  # the cluster's default scheduler
     (container,) = spec["containers"]
-    assert "resources" not in container  # BestEffort: by requests every node has room
+    # Burstable with no limit: a BestEffort hog (cpu.shares 2) barely delays its neighbours.
+    assert container["resources"]["requests"]["cpu"] == STRESS_CPU_REQUEST
+    assert "limits" not in container["resources"]
     assert container["command"][:3] == ["stress-ng", "--cpu", "4"]
+
+
+def test_busy_share_is_each_cpus_busy_part_of_the_time_between_two_readings() -> None:
+    before = {0: (100, 1000), 1: (50, 1000)}
+    after = {0: (190, 1100), 1: (60, 1100)}
+    assert busy_share(before, after) == {0: 0.9, 1: 0.1}
+    assert set(cpu_times()) and all(b <= t for b, t in cpu_times().values())
 
 
 def test_cache_pod_requests_what_it_limits_on_its_node() -> None:
