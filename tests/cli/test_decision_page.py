@@ -41,10 +41,10 @@ from scheduler.api.pods import parse_pod
 from scheduler.cycle import SchedulingCycle
 from scheduler.http import HealthServer, HttpSettings, Status
 from scheduler.settings import EngineSettings
+from tests.builders import node_obj, pod_obj, table_of
 from tests.cli.test_explain_tolerance import picky_decision
 from tests.cli.test_query import publish
 from tests.conftest import RedisServer
-from tests.scheduler.test_model import node_obj, pod_obj, table_of
 
 NOW = 1_700_000_000.0
 CHROMIUM = next(

@@ -19,9 +19,9 @@ from scheduler.plugins.taint_toleration import UNTOLERATED_TAINT
 from scheduler.ports import NodeSignals
 from scheduler.settings import EngineSettings, Profile
 from scheduler.table import NodeTable
+from tests.builders import node_obj, pod_obj, table_of
 from tests.indexed_signals import metrics_with_index
 from tests.scheduler.profiles import interference_settings
-from tests.scheduler.test_model import node_obj, pod_obj, table_of
 
 NOW = 1000.0
 NOT_READY = "node(s) were not ready"

@@ -24,9 +24,9 @@ from scheduler.preemption import PreemptionInputs
 from scheduler.settings import EngineSettings, Profile
 from scheduler.table import NodeTable
 from scheduler.table_caches import CACHE_LIMIT
+from tests.builders import affinity_terms, node_obj, pod_obj, table_of
 from tests.indexed_signals import metrics_with_index, window_with_index
 from tests.scheduler.profiles import interference_settings
-from tests.scheduler.test_model import affinity_terms, node_obj, pod_obj, table_of
 
 NOW = 1000.0
 GPU = "nvidia.com/gpu"

@@ -37,8 +37,8 @@ from scheduler.ports import INFORMED_KINDS
 from scheduler.queue import SchedulingQueue
 from scheduler.settings import EngineSettings, Profile
 from scheduler.table import NodeTable
+from tests.builders import node_obj, pod_obj
 from tests.scheduler.runtime_helpers import START, FakeClock, MemoryDecisions, MemorySignals
-from tests.scheduler.test_model import node_obj, pod_obj
 
 TOLERANT = {ANNOTATION_MAX_RUNQ_P99_US: "500"}
 """A pod that tolerates a run-queue p99 up to 500 µs."""

@@ -19,8 +19,8 @@ from scheduler.ports import NodeSignals
 from scheduler.settings import EngineSettings
 from scheduler.signal_frame import SIGNAL_COLUMNS
 from scheduler.table import NodeTable
+from tests.builders import affinity_terms, node_obj, pod_obj, table_of
 from tests.indexed_signals import metrics_with_index
-from tests.scheduler.test_model import affinity_terms, node_obj, pod_obj, table_of
 
 NOW = 1000.0
 GPU = "nvidia.com/gpu"

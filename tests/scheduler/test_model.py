@@ -27,13 +27,6 @@ from scheduler.api.requests import DEFAULT_MEMORY_REQUEST
 from scheduler.api.selectors import LabelSelector, Requirement
 from scheduler.quantity import QuantityError, parse_quantity, resource_amount
 from tests.builders import affinity_terms, container, node_obj, pod_obj
-from tests.builders import table_of as table_of
-
-# The builders are tests/builders.py's. Ten files being rewritten (issue 32:
-# tests/cli/test_decision_page.py, tests/scheduler/test_engine_{records,unit}.py,
-# test_extender.py, test_gpu_labels.py, test_plugin_interference_{filter,score}.py,
-# test_plugins_framework.py, test_redis_signals.py, test_signal_windows.py) still import
-# them from here: this re-export goes once they import tests.builders.
 
 GiB = 2**30
 MiB = 2**20

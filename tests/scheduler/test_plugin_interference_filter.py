@@ -23,9 +23,9 @@ from scheduler.plugins.interference import (
 )
 from scheduler.ports import NodeSignals
 from scheduler.table import NodeTable
+from tests.builders import node_obj, pod_obj, table_of
 from tests.indexed_signals import metrics_with_index
 from tests.scheduler.filters import or_all_pass
-from tests.scheduler.test_model import node_obj, pod_obj, table_of
 
 NOW = 1000.0
 
@@ -89,7 +89,7 @@ def test_reasons_carry_the_measurement_against_the_tolerance() -> None:
     assert result.reasons_for(0) == [f"{RUNQ_EXCEEDED} (measured 2900 µs > tolerance 500 µs)"]
 
 
-def test_load_placed_since_report_counts_toward_max_score() -> None:
+def test_load_placed_since_report_counts_toward_max_index() -> None:
     table = _table(metrics_with_index(30))
     pod = parse_pod(pod_obj(annotations={ANNOTATION_MAX_INDEX: "40"}))
     settings = InterferenceArgs(recent_load_weight=100.0)

@@ -18,8 +18,8 @@ from scheduler.plugins.interference import (
     stale_rows,
 )
 from scheduler.ports import NodeSignals
+from tests.builders import node_obj, pod_obj, table_of
 from tests.indexed_signals import metrics_with_index, window_with_index
-from tests.scheduler.test_model import node_obj, pod_obj, table_of
 
 NOW = 1000.0
 

@@ -19,8 +19,8 @@ from scheduler.ports import NodeSignals
 from scheduler.settings import EngineSettings, Profile
 from scheduler.table import NodeTable
 from scheduler.table_caches import CacheScope
+from tests.builders import container, node_obj, pod_obj, table_of
 from tests.indexed_signals import metrics_with_index
-from tests.scheduler.test_model import container, node_obj, pod_obj, table_of
 
 NOW = 1000.0
 PORTS_TAKEN = "node(s) didn't have free ports for the requested pod ports"

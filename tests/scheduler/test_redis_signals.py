@@ -35,9 +35,9 @@ from scheduler.adapters.redis_signals import (
 from scheduler.api.pods import parse_pod
 from scheduler.cycle import SchedulingCycle
 from scheduler.settings import EngineSettings
+from tests.builders import node_obj, pod_obj, table_of
 from tests.conftest import RedisServer, free_port
 from tests.scheduler.frames import stale_nodes
-from tests.scheduler.test_model import node_obj, pod_obj, table_of
 from tests.shaped_reports import shaped_report
 
 pytestmark = pytest.mark.redis

@@ -21,8 +21,8 @@ from scheduler.cycle import SchedulingCycle
 from scheduler.plugins.interference import SignalWindow
 from scheduler.ports import NodeSignals
 from scheduler.settings import Profile
+from tests.builders import node_obj, pod_obj, table_of
 from tests.scheduler.profiles import interference_settings
-from tests.scheduler.test_model import node_obj, pod_obj, table_of
 
 DURATION_S = 120
 STEADY_P99_US = (4500.0, 5000.0, 5500.0, 4800.0)
