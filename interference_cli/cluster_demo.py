@@ -45,6 +45,7 @@ from rich.console import Console
 from rich.table import Table
 
 from interference import hist
+from interference.signals import PodMetrics
 from interference_cli.cluster_objects import (
     LATENCY_POD_FILE,
     NAMESPACE,
@@ -108,6 +109,9 @@ class PlacementResult:
     wakeups: int = 0
     intervals: int = 0
     wait_per_run_us: float = float("nan")
+    waited_behind: list[tuple[str, float]] = field(default_factory=list)
+    """The agent's culprits over the measurement: whose tasks held the CPU when the pod's
+    waits ended (``system``: outside every pod), mean ms per second, longest first."""
 
 
 @dataclass
@@ -208,6 +212,7 @@ def act_one(
         result.wakeups = hist.total(merged)
         if inside:
             result.median_p99_us = statistics.median(row.runq_p99_us for row in inside)
+            result.waited_behind = waited_behind(inside)
         delay = stat_end[result.scheduler][0] - stat_start[result.scheduler][0]
         runs = stat_end[result.scheduler][1] - stat_start[result.scheduler][1]
         if runs > 0:
@@ -226,8 +231,12 @@ def act_two(
         if time.monotonic() > deadline:
             raise DemoError("the scheduler did not reload its ConfigMap within 180 s")
         time.sleep(2)
-    log(f"rebalancer: {ACT_REBALANCER} (the scheduler reloaded its ConfigMap)")
+    log(
+        f"rebalancer: {ACT_REBALANCER} (the scheduler reloaded its ConfigMap); the leader "
+        f"runs on {cluster.leader_node()}"
+    )
     result = LoopResult()
+    act_started = time.time()
     name = "latency-victim"
     cluster.apps.create_namespaced_deployment(
         NAMESPACE, latency_deployment(name, settings.latency_image, AWARE, ACT_TOLERANCE_US)
@@ -284,7 +293,7 @@ def act_two(
     result.p99_during_us = first_rows.p99_us(result.antagonist_at, moved)
     if replacement is not None:
         result.p99_after_us = feed.of(replacement.metadata.uid).p99_us(moved, float("inf"))
-    events = cluster.events()
+    events = [e for e in cluster.events() if event_time(e) >= act_started - 1.0]
     result.evictions = sum(1 for e in events if e.reason == "InterferenceEvicted")
     result.events = [
         {
@@ -307,6 +316,16 @@ def act_two(
     ]
     cluster.delete_all()
     return result
+
+
+def waited_behind(rows: list[PodMetrics], top: int = 3) -> list[tuple[str, float]]:
+    """The pod's own wait and its culprits, mean ms per second over ``rows``."""
+    totals: dict[str, float] = {"(its own tasks)": sum(r.own_wait_ms_per_s for r in rows)}
+    for row in rows:
+        for culprit, ms_per_s in row.culprits:
+            totals[culprit] = totals.get(culprit, 0.0) + ms_per_s
+    ranked = sorted(totals.items(), key=lambda item: -item[1])[:top]
+    return [(name, total / len(rows)) for name, total in ranked if total > 0]
 
 
 def print_placement(results: dict[str, PlacementResult], console: Console) -> None:
@@ -332,6 +351,13 @@ def print_placement(results: dict[str, PlacementResult], console: Console) -> No
         "mean wait per run, µs (kernel schedstat)",
         f"{aware.wait_per_run_us:.0f}",
         f"{blind.wait_per_run_us:.0f}",
+    )
+    table.add_row(
+        "waited behind, ms/s (agent's culprits)",
+        *(
+            "\n".join(f"{name} {ms:.1f}" for name, ms in r.waited_behind) or "—"
+            for r in (aware, blind)
+        ),
     )
     console.print(table)
     if aware.node != blind.node and aware.p99_us > 0:

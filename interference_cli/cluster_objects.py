@@ -94,17 +94,26 @@ class Cluster:
         raise DemoError(f"no Running pod {selector} in {NAMESPACE} within {timeout_s:g} s")
 
     def delete_all(self) -> None:
+        """Delete every Deployment (foreground: its ReplicaSets and pods first, so none
+        recreates a pod meanwhile) and every pod of the namespace; wait for all to go."""
         for deployment in self.apps.list_namespaced_deployment(NAMESPACE).items:
-            self.apps.delete_namespaced_deployment(deployment.metadata.name, NAMESPACE)
+            self.apps.delete_namespaced_deployment(
+                deployment.metadata.name, NAMESPACE, propagation_policy="Foreground"
+            )
         for pod in self.core.list_namespaced_pod(NAMESPACE).items:
-            with contextlib.suppress(ApiException):
-                self.core.delete_namespaced_pod(
-                    pod.metadata.name, NAMESPACE, grace_period_seconds=0
-                )
-        deadline = time.monotonic() + 120
-        while self.core.list_namespaced_pod(NAMESPACE).items:
+            if not pod.metadata.owner_references:
+                with contextlib.suppress(ApiException):
+                    self.core.delete_namespaced_pod(
+                        pod.metadata.name, NAMESPACE, grace_period_seconds=0
+                    )
+        deadline = time.monotonic() + 180
+        while (
+            self.apps.list_namespaced_deployment(NAMESPACE).items
+            or self.apps.list_namespaced_replica_set(NAMESPACE).items
+            or self.core.list_namespaced_pod(NAMESPACE).items
+        ):
             if time.monotonic() > deadline:
-                raise DemoError(f"pods of {NAMESPACE} still there after 120 s")
+                raise DemoError(f"Deployments or pods of {NAMESPACE} still there after 180 s")
             time.sleep(0.5)
 
     def events(self) -> list[Any]:
@@ -120,6 +129,17 @@ class Cluster:
             SYSTEM_NAMESPACE,
             {"data": {SCHEDULER_CONFIG_KEY: yaml.safe_dump(document, sort_keys=False)}},
         )
+
+    def leader_node(self) -> str:
+        """The node of the scheduler replica that holds the Lease (the rebalancer's)."""
+        lease: Any = client.CoordinationV1Api().read_namespaced_lease(
+            "interference-scheduler", SYSTEM_NAMESPACE
+        )
+        holder = lease.spec.holder_identity or ""
+        for pod in self.core.list_namespaced_pod(SYSTEM_NAMESPACE).items:
+            if pod.metadata.name and holder.startswith(pod.metadata.name + "_"):
+                return str(pod.spec.node_name)
+        return f"? (holder {holder!r})"
 
     def scheduler_log_lines(self, text: str) -> int:
         count = 0
@@ -145,6 +165,8 @@ def latency_deployment(
         "spec": copy.deepcopy(pod["spec"]),
     }
     template["spec"]["schedulerName"] = scheduler
+    # Python as PID 1 ignores SIGTERM: a deleted or evicted pod would run out its 30 s.
+    template["spec"]["terminationGracePeriodSeconds"] = 2
     for container in template["spec"]["containers"]:
         container["image"] = image
         container["imagePullPolicy"] = "Never"

@@ -37,10 +37,13 @@ cd "${E2E_REPO:-$(dirname "$0")/../..}"
 REPO=$PWD
 
 # Two nodes on this one machine, each a kubelet with its own containerd, cgroup root
-# (/interference-e2e/<node>, its cpuset one CPU), pod bridge and pod CIDR. The control plane
-# (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy) shares the
-# first node's CPU, as on a control-plane node that also runs pods; kube-proxy runs once,
-# for the host network namespace both nodes share.
+# (/interference-e2e/<node>), pod bridge, pod CIDR and CPU for its pods (its CPU manager
+# keeps every container there). The machine's daemons — the control plane (etcd,
+# kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy once for the host
+# network namespace both nodes share) and both nodes' kubelets and containerd — run on the
+# first node's CPU (SYSTEM_CPU): the second node's CPU holds only its pods, as on a machine
+# whose system daemons run on CPUs reserved for them; the first is a control-plane node
+# that also runs pods.
 NODES=(intf-e2e-a intf-e2e-b)
 NODE_CPUS=(0 1)
 BRIDGES=(intf-e2e0 intf-e2e1)
@@ -50,7 +53,7 @@ POD_NETWORK=10.244.0.0/16
 CGROUP_PARTITION=interference-e2e
 NODE=${NODES[0]}   # the node the single-node checks look at
 GATEWAY=${GATEWAYS[0]}  # the API server's address
-CONTROL_PLANE_CPU=${NODE_CPUS[0]}
+SYSTEM_CPU=${NODE_CPUS[0]}
 SERVICE_CIDR=10.96.77.0/24
 API_PORT=6443
 APT_PACKAGES=(docker.io containerd runc containernetworking-plugins debootstrap iptables openssl)
@@ -457,11 +460,11 @@ export KUBECONFIG=$STATE/admin.kubeconfig
 # --- control plane -------------------------------------------------------------------------
 free_port() { .venv/bin/python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 ETCD_PORT=$(free_port) ETCD_PEER_PORT=$(free_port)
-start etcd taskset -c "$CONTROL_PLANE_CPU" "$ETCD" --data-dir "$STATE/etcd" --unsafe-no-fsync \
+start etcd taskset -c "$SYSTEM_CPU" "$ETCD" --data-dir "$STATE/etcd" --unsafe-no-fsync \
     --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
     --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
     --initial-cluster "default=http://127.0.0.1:$ETCD_PEER_PORT" --listen-metrics-urls "http://127.0.0.1:$(free_port)"
-start kube-apiserver taskset -c "$CONTROL_PLANE_CPU" "$ASSETS/kube-apiserver" --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+start kube-apiserver taskset -c "$SYSTEM_CPU" "$ASSETS/kube-apiserver" --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
     --bind-address "$GATEWAY" --advertise-address "$GATEWAY" --secure-port "$API_PORT" \
     --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
     --client-ca-file "$PKI/ca.crt" --token-auth-file "$PKI/tokens.csv" \
@@ -472,13 +475,13 @@ start kube-apiserver taskset -c "$CONTROL_PLANE_CPU" "$ASSETS/kube-apiserver" --
     --kubelet-preferred-address-types InternalIP --enable-admission-plugins NodeRestriction
 wait_for 90 "kube-apiserver /readyz" kubectl get --raw /readyz
 mark "kube-apiserver ready"
-start kube-controller-manager taskset -c "$CONTROL_PLANE_CPU" "$ASSETS/kube-controller-manager" --kubeconfig "$STATE/kcm.kubeconfig" \
+start kube-controller-manager taskset -c "$SYSTEM_CPU" "$ASSETS/kube-controller-manager" --kubeconfig "$STATE/kcm.kubeconfig" \
     --authentication-kubeconfig "$STATE/kcm.kubeconfig" --authorization-kubeconfig "$STATE/kcm.kubeconfig" \
     --authentication-skip-lookup=true --bind-address 127.0.0.1 --secure-port "$(free_port)" \
     --leader-elect=false --use-service-account-credentials=true \
     --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt"
 # The cluster's default scheduler, for every pod that does not name interference-scheduler.
-start kube-scheduler taskset -c "$CONTROL_PLANE_CPU" "$ASSETS/kube-scheduler" --kubeconfig "$STATE/sched.kubeconfig" \
+start kube-scheduler taskset -c "$SYSTEM_CPU" "$ASSETS/kube-scheduler" --kubeconfig "$STATE/sched.kubeconfig" \
     --authentication-kubeconfig "$STATE/sched.kubeconfig" --authorization-kubeconfig "$STATE/sched.kubeconfig" \
     --authentication-skip-lookup=true --leader-elect=false --bind-address 127.0.0.1 --secure-port "$(free_port)"
 
@@ -510,8 +513,7 @@ state = "$dir/state"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
 EOF
-    # The node's runtime (and the shims it starts) on the node's CPU, as on a machine of its own.
-    start "containerd-$node" taskset -c "${NODE_CPUS[$i]}" containerd --config "$dir/config.toml"
+    start "containerd-$node" taskset -c "$SYSTEM_CPU" containerd --config "$dir/config.toml"
 done
 for node in "${NODES[@]}"; do wait_for 30 "containerd of $node" test -S "$(containerd_sock "$node")"; done
 BUILD_CONTAINERD=$(containerd_sock "$NODE")
@@ -572,13 +574,13 @@ serializeImagePulls: false
 # A ConfigMap edit (the demo's switch of the rebalancer) reaches mounted files in seconds.
 syncFrequency: 10s
 # Its own pod log directory: a kubelet removes the logs of pods it does not run.
-podLogsDirectory: $dir/pod-logs
+podLogsDir: $dir/pod-logs
 EOF
-    start "kubelet-$node" taskset -c "${NODE_CPUS[$i]}" "$ASSETS/kubelet" --config "$dir/config.yaml" \
+    start "kubelet-$node" taskset -c "$SYSTEM_CPU" "$ASSETS/kubelet" --config "$dir/config.yaml" \
         --kubeconfig "$STATE/kubelet-$node.kubeconfig" --root-dir "$dir/root" --cert-dir "$dir/pki" \
         --hostname-override "$node" --node-ip "${GATEWAYS[$i]}"
 done
-start kube-proxy taskset -c "$CONTROL_PLANE_CPU" "$ASSETS/kube-proxy" --kubeconfig "$STATE/proxy.kubeconfig" \
+start kube-proxy taskset -c "$SYSTEM_CPU" "$ASSETS/kube-proxy" --kubeconfig "$STATE/proxy.kubeconfig" \
     --hostname-override "$NODE" --proxy-mode iptables --cluster-cidr "$POD_NETWORK" --conntrack-max-per-core 0 \
     --iptables-localhost-nodeports=false --bind-address "$GATEWAY" \
     --healthz-bind-address "127.0.0.1:$(free_port)" --metrics-bind-address "127.0.0.1:$(free_port)"
@@ -681,17 +683,20 @@ psa=$(kubectl create --dry-run=server -f "$STATE/root-pod.yaml" 2>&1) && fail "i
 grep -q 'violates PodSecurity "restricted' <<<"$psa" || fail "the root pod was refused for another reason: $psa"
 mark "Pod Security restricted enforced in $NS (a root pod: ${psa:0:120})"
 
-agent_pod_on() { # NODE: the name of the agent's pod on that node
+agent_pod_on() { # NODE: the name of the newest agent pod on that node
     actl get pod -l app.kubernetes.io/name=interference-agent --field-selector "spec.nodeName=$1" \
-        -o jsonpath='{.items[0].metadata.name}'
+        --sort-by=.metadata.creationTimestamp -o jsonpath='{.items[-1:].metadata.name}'
 }
-# One agent per node, each watching its own node's cgroup root, on its node's one CPU.
+agent_watches_its_node() { # NODE: its agent says it measures that node's cgroup root
+    local pod
+    pod=$(agent_pod_on "$1")
+    [[ -n $pod ]] && actl logs "$pod" | grep -m1 "run-queue wait ratio divides by" \
+        | grep -q "from .*/$CGROUP_PARTITION/$1/"
+}
+# One agent per node, each watching its own node's cgroup root.
 for node in "${NODES[@]}"; do
-    pod=$(agent_pod_on "$node")
-    [[ -n $pod ]] || fail "no agent pod on $node"
-    cpus_line=$(actl logs "$pod" | grep -m1 "run-queue wait ratio divides by" || true)
-    [[ $cpus_line == *"from "*"/$CGROUP_PARTITION/$node/"* ]] \
-        || fail "the agent on $node does not measure its node's cgroup root and CPU: ${cpus_line:-no such log line}"
+    wait_for 90 "the agent on $node watching its node's cgroup root /$CGROUP_PARTITION/$node" \
+        agent_watches_its_node "$node"
 done
 AGENT_POD=$(agent_pod_on "$NODE")
 agent_log=$(actl logs "$AGENT_POD")
@@ -744,12 +749,15 @@ fi
 DOCKER_BUILDKIT=1 "$DOCKER_CLI" build -q --network host --build-arg BASE_IMAGE=interference-base:bookworm \
     -t interference-e2e-stress:bookworm -f tests/cluster/stress-ng.Dockerfile tests/cluster >/dev/null
 "$DOCKER_CLI" save interference-e2e-stress:bookworm | ctr -n k8s.io images import - >/dev/null
+# The last build: dockerd goes, its idle polling is no load of the nodes'.
+stop_pid "${PIDS[dockerd]}" dockerd
+unset 'PIDS[dockerd]'
 PF_PORT=$(free_port)
-start port-forward taskset -c "$CONTROL_PLANE_CPU" kubectl -n "$NS" port-forward svc/redis "$PF_PORT:6379" --address 127.0.0.1
+start port-forward taskset -c "$SYSTEM_CPU" kubectl -n "$NS" port-forward svc/redis "$PF_PORT:6379" --address 127.0.0.1
 wait_for 30 "kubectl port-forward" bash -c "exec 3<>/dev/tcp/127.0.0.1/$PF_PORT"
 VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$SRC/pyproject.toml")
-# On the control plane's CPU: the quiet node's CPU runs only its own pods.
-taskset -c "$CONTROL_PLANE_CPU" env REDIS_USERNAME=interference-viewer REDIS_PASSWORD_FILE="$STATE/viewer.password" \
+# On the system CPU: the quiet node's CPU runs only its own pods.
+taskset -c "$SYSTEM_CPU" env REDIS_USERNAME=interference-viewer REDIS_PASSWORD_FILE="$STATE/viewer.password" \
     REDIS_CA_FILE="$STATE/viewer-ca.crt" .venv/bin/python -m interference_cli.cluster_demo \
     --noisy-node "$NODE" --quiet-node "${NODES[1]}" --redis-url "rediss://127.0.0.1:$PF_PORT/0" \
     --latency-image "interference-scheduler:$VERSION" --stress-image interference-e2e-stress:bookworm \
