@@ -235,7 +235,6 @@ teardown() {
     fi
     stop_pid_named() { [[ -n ${PIDS[$1]:-} ]] && stop_pid "${PIDS[$1]}" "$1"; }
     if [[ -n ${PIDS[port-forward]:-} ]]; then stop_pid_named port-forward; fi
-    if [[ -n ${PIDS[cluster-demo]:-} ]]; then stop_pid_named cluster-demo; fi
     local node sock
     for node in "${NODES[@]}"; do stop_pid_named "kubelet-$node"; done
     stop_pid_named kube-proxy
@@ -397,7 +396,9 @@ done
 # root exists, and in the unified one, where runc also places the pods); its CPU is kept by
 # the node's CPU manager (below) ------------------------------------------------------------
 CPUSET_V1=/sys/fs/cgroup/cpuset
-for hierarchy in $CGROUP_ROOTS; do
+HIERARCHIES=$CGROUP_ROOTS
+[[ -e /sys/fs/cgroup/cgroup.controllers ]] && HIERARCHIES=/sys/fs/cgroup # pure cgroup v2
+for hierarchy in $HIERARCHIES; do
     for dir in "$CGROUP_PARTITION" "${NODES[@]/#/$CGROUP_PARTITION/}"; do
         mkdir "$hierarchy/$dir"
         if [[ $hierarchy == "$CPUSET_V1" ]]; then # a v1 cpuset starts empty
