@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,6 +61,22 @@ def many_started_in(
     """``count`` copies of :func:`started_in`."""
     with ExitStack() as stack:
         yield [stack.enter_context(started_in(procs_files, argv, cpu)) for _ in range(count)]
+
+
+def await_running(procs_file: Path, argv: Sequence[str], timeout_s: float = 30.0) -> None:
+    """Wait until a process of the cgroup ``procs_file`` runs ``argv`` (the wrapper joined
+    the cgroup and exec'd it): on a loaded machine, or under a small CPU quota, that can
+    take longer than the second a test would otherwise sleep."""
+    wanted = "\0".join(argv)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for pid in procs_file.read_text().split():
+            with suppress(OSError):
+                if Path(f"/proc/{pid}/cmdline").read_text().rstrip("\0") == wanted:
+                    return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"nothing in {procs_file} ran {argv} within {timeout_s} s")
+        time.sleep(0.01)
 
 
 def await_stopped(pids: Sequence[int], timeout_s: float = 10.0) -> None:

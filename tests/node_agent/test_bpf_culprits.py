@@ -50,7 +50,13 @@ from node_agent.probes.base import (
 )
 from node_agent.probes.cpu_throttle import CpuThrottleProbe
 from node_agent.probes.runqlat import RunqlatProbe
-from tests.node_agent.bpf_workloads import BUSY_LOOP, many_started_in, require_root, started_in
+from tests.node_agent.bpf_workloads import (
+    BUSY_LOOP,
+    await_running,
+    many_started_in,
+    require_root,
+    started_in,
+)
 from tests.node_agent.own_cgroups import cgroup_tree, kernel_cgroup_id, unique_name
 
 pytestmark = [pytest.mark.bpf, pytest.mark.slow]
@@ -181,7 +187,9 @@ def test_culprit_named_and_own_limit_told_apart(pods: tuple[str, dict[str, OwnPo
             started_in(procs_files(made["limited"]), BUSY_LOOP, shared_cpu),
             started_in(procs_files(made["bystander"]), BUSY_LOOP, other_cpu),
         ):
-            time.sleep(1.0)  # interpreters started, loops spinning
+            for pod in made.values():
+                await_running(pod.v2 / "cgroup.procs", BUSY_LOOP)
+            time.sleep(1.0)  # loops spinning
             runqlat.collect()
             throttle.collect()
             started = time.monotonic()
