@@ -46,6 +46,7 @@ from rich.table import Table
 
 from interference import hist
 from interference.signals import PodMetrics
+from interference_cli import views
 from interference_cli.cluster_objects import (
     LATENCY_POD_FILE,
     NAMESPACE,
@@ -328,36 +329,36 @@ def waited_behind(rows: list[PodMetrics], top: int = 3) -> list[tuple[str, float
     return [(name, total / len(rows)) for name, total in ranked if total > 0]
 
 
+def _culprits(result: PlacementResult) -> str:
+    return "\n".join(f"{name} {ms:.1f}" for name, ms in result.waited_behind) or "—"
+
+
 def print_placement(results: dict[str, PlacementResult], console: Console) -> None:
     aware, blind = results[AWARE], results[BLIND]
-    table = Table(title="latency-sensitive pod: interference-scheduler vs kube-scheduler")
-    table.add_column("")
-    table.add_column("interference-scheduler", justify="right")
-    table.add_column("kube-scheduler", justify="right")
-    table.add_row("node chosen", aware.node, blind.node)
-    table.add_row(
-        "pod run-queue p99 over the measurement, µs (agent, merged histogram)",
-        f"{aware.p99_us:.0f}",
-        f"{blind.p99_us:.0f}",
-    )
-    table.add_row("wake-ups in it", str(aware.wakeups), str(blind.wakeups))
-    table.add_row(
-        "pod run-queue p99, µs (agent, median of per-interval p99s)",
-        f"{aware.median_p99_us:.0f}",
-        f"{blind.median_p99_us:.0f}",
-    )
-    table.add_row("intervals measured", str(aware.intervals), str(blind.intervals))
-    table.add_row(
-        "mean wait per run, µs (kernel schedstat)",
-        f"{aware.wait_per_run_us:.0f}",
-        f"{blind.wait_per_run_us:.0f}",
-    )
-    table.add_row(
-        "waited behind, ms/s (agent's culprits)",
-        *(
-            "\n".join(f"{name} {ms:.1f}" for name, ms in r.waited_behind) or "—"
-            for r in (aware, blind)
-        ),
+    table = views.side_by_side(
+        "latency-sensitive pod: interference-scheduler vs kube-scheduler",
+        ("interference-scheduler", "kube-scheduler"),
+        [
+            ("node chosen", aware.node, blind.node),
+            (
+                "pod run-queue p99 over the measurement, µs (agent, merged histogram)",
+                f"{aware.p99_us:.0f}",
+                f"{blind.p99_us:.0f}",
+            ),
+            ("wake-ups in it", str(aware.wakeups), str(blind.wakeups)),
+            (
+                "pod run-queue p99, µs (agent, median of per-interval p99s)",
+                f"{aware.median_p99_us:.0f}",
+                f"{blind.median_p99_us:.0f}",
+            ),
+            ("intervals measured", str(aware.intervals), str(blind.intervals)),
+            (
+                "mean wait per run, µs (kernel schedstat)",
+                f"{aware.wait_per_run_us:.0f}",
+                f"{blind.wait_per_run_us:.0f}",
+            ),
+            ("waited behind, ms/s (agent's culprits)", _culprits(aware), _culprits(blind)),
+        ],
     )
     console.print(table)
     if aware.node != blind.node and aware.p99_us > 0:

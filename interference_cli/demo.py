@@ -376,31 +376,29 @@ def _schedstat(pids: list[int]) -> tuple[int, int]:
 
 def _print_result(results: Mapping[str, PodResult], console: Console) -> None:
     aware, blind = results[AWARE_SCHEDULER], results[BLIND_SCHEDULER]
-    table = Table(title="latency-sensitive pod: interference-aware vs interference-blind")
-    table.add_column("")
-    table.add_column("interference-aware", justify="right")
-    table.add_column("interference-blind (LeastAllocated)", justify="right")
-    table.add_row("node chosen", aware.node, blind.node)
-    table.add_row(
-        "pod run-queue p99 over the measurement, µs (agent, merged histogram)",
-        f"{aware.windowed_p99_us:.0f}",
-        f"{blind.windowed_p99_us:.0f}",
-    )
-    table.add_row(
-        "wake-ups in it",
-        str(hist.total(aware.runq_us)),
-        str(hist.total(blind.runq_us)),
-    )
-    table.add_row(
-        "pod run-queue p99, µs (agent, median of per-interval p99s)",
-        f"{aware.median_p99_us:.0f}",
-        f"{blind.median_p99_us:.0f}",
-    )
-    table.add_row("intervals measured", str(len(aware.runq_p99_us)), str(len(blind.runq_p99_us)))
-    table.add_row(
-        "mean wait per run, µs (kernel schedstat)",
-        f"{aware.wait_per_run_us:.0f}",
-        f"{blind.wait_per_run_us:.0f}",
+    table = views.side_by_side(
+        "latency-sensitive pod: interference-aware vs interference-blind",
+        ("interference-aware", "interference-blind (LeastAllocated)"),
+        [
+            ("node chosen", aware.node, blind.node),
+            (
+                "pod run-queue p99 over the measurement, µs (agent, merged histogram)",
+                f"{aware.windowed_p99_us:.0f}",
+                f"{blind.windowed_p99_us:.0f}",
+            ),
+            ("wake-ups in it", str(hist.total(aware.runq_us)), str(hist.total(blind.runq_us))),
+            (
+                "pod run-queue p99, µs (agent, median of per-interval p99s)",
+                f"{aware.median_p99_us:.0f}",
+                f"{blind.median_p99_us:.0f}",
+            ),
+            ("intervals measured", str(len(aware.runq_p99_us)), str(len(blind.runq_p99_us))),
+            (
+                "mean wait per run, µs (kernel schedstat)",
+                f"{aware.wait_per_run_us:.0f}",
+                f"{blind.wait_per_run_us:.0f}",
+            ),
+        ],
     )
     console.print(table)
     if aware.node == blind.node:

@@ -34,6 +34,18 @@ CULPRITS_SHOWN = 2
 """Culprits named beside each victim."""
 
 
+def side_by_side(title: str, sides: tuple[str, str], rows: Sequence[tuple[str, str, str]]) -> Table:
+    """Two schedulers' figures for one pod: each row a label and one value per side
+    (``make demo`` and ``make demo-cluster``)."""
+    table = Table(title=title)
+    table.add_column("")
+    for side in sides:
+        table.add_column(side, justify="right")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
 def top_table(rows: Sequence[NodeRow], now: float, source: str) -> Table:
     """Nodes ranked by interference index (0 quiet – 100 saturated) with the key metrics;
     ``degraded`` (a core signal family not measured) and ``stale`` nodes marked. ``index``

@@ -6,9 +6,11 @@ from __future__ import annotations
 import kubernetes.client
 import pytest
 import yaml
+from rich.console import Console
 
 from interference.codec import encode_report
 from interference.signals import NodeMetrics, NodeReport, PodMetrics
+from interference_cli.cluster_demo import AWARE, BLIND, PlacementResult, print_placement
 from interference_cli.cluster_objects import (
     LATENCY_POD_FILE,
     NAMESPACE,
@@ -150,3 +152,15 @@ def test_manifests_are_what_the_kubernetes_client_sends(
     """The client validates a dict body against its model before sending it (a Pod's
     apiVersion/kind inside a Deployment's template is refused there, not by the cluster)."""
     getattr(kubernetes.client, model).model_validate(manifest)
+
+
+def test_the_placement_table_shows_both_schedulers_figures_and_their_ratio() -> None:
+    aware = PlacementResult(AWARE, "latency-aware", node="b", p99_us=500.0, intervals=20)
+    aware.waited_behind = [("system", 1.25)]
+    blind = PlacementResult(BLIND, "latency-blind", node="a", p99_us=6000.0, intervals=20)
+    console = Console(record=True, width=200)
+    print_placement({AWARE: aware, BLIND: blind}, console)
+    text = console.export_text()
+    assert "interference-scheduler" in text and "kube-scheduler" in text
+    assert "system 1.2" in text and "—" in text  # culprits; none for the blind side
+    assert "12.0× higher run-queue p99" in text
