@@ -24,7 +24,7 @@
 #
 # CLUSTER_DEMO_MIN_RATIO (default 3): the least kube-scheduler/interference-scheduler
 # ratio of the latency pod's run-queue p99 in act one (a wrong placement gives about 1; on
-# these one-CPU nodes the right one gave 4-7, docs/BENCHMARKS.md "Two real nodes").
+# these one-CPU nodes the right one gave 4-11, docs/BENCHMARKS.md "Two real nodes").
 #
 # Binaries: $KUBEBUILDER_ASSETS (kube-apiserver, kube-controller-manager, kubelet,
 # kube-proxy, etcd), else ../shared/k8s unpacked into .k8s-assets/ plus etcd from the
