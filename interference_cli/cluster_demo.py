@@ -66,7 +66,6 @@ from interference_cli.cluster_objects import (
     stress_pod,
 )
 from interference_cli.main import store_from_args
-from interference_cli.rebalance_act import ACT_REBALANCER as LAB_REBALANCER
 from interference_cli.rebalance_act import (
     ACT_TOLERANCE_US,
     TOLERANCE_ANNOTATION,
@@ -75,12 +74,13 @@ from interference_cli.rebalance_act import (
 
 AWARE = "interference-scheduler"
 BLIND = "default-scheduler"
-ACT_REBALANCER = {
-    key: getattr(LAB_REBALANCER, key) for key in ("mode", "interval_s", "window", "sustained_for_s")
-}
-"""``make demo``'s second act's rebalancer (enforcing, quicker than the defaults so the act
-fits in a minute and a half); its raised rate limits are not taken: here the limits and
-the per-workload cool-down stay the defaults."""
+ACT_REBALANCER = {"mode": "enforce", "interval_s": 2, "window": "10s", "sustained_for_s": 6}
+"""Enforcing, and quicker than the defaults (60 s window, 30 s sustained, a look every
+5 s) so the act fits in a minute and a half, as ``make demo``'s second act
+(``interference_cli.rebalance_act.ACT_REBALANCER``); rate limits and the per-workload
+cool-down stay the defaults."""
+RECOVERY_LIMIT_S = 90.0
+"""The victim must be back under its tolerance this soon after the antagonist."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,8 +136,10 @@ def act_one(
     cluster: Cluster, feed: ReportFeed, settings: ClusterDemoSettings, log: Callable[[str], None]
 ) -> dict[str, PlacementResult]:
     noisy, quiet = settings.noisy_node, settings.quiet_node
-    latency_pod = yaml.safe_load(LATENCY_POD_FILE.read_text())
-    latency_cpu = millis(latency_pod["spec"]["containers"][0]["resources"]["requests"]["cpu"])
+    request = latency_deployment("probe", settings.latency_image, AWARE, None)
+    latency_cpu = millis(
+        request["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"]
+    )
     cluster.core.create_namespaced_pod(
         NAMESPACE, stress_pod("antagonist", noisy, settings.stress_image, through_scheduler=False)
     )
@@ -163,7 +165,11 @@ def act_one(
         AWARE: PlacementResult(AWARE, "latency-aware"),
         BLIND: PlacementResult(BLIND, "latency-blind"),
     }
-    tolerance = float(latency_pod["metadata"]["annotations"][TOLERANCE_ANNOTATION])
+    tolerance = float(
+        yaml.safe_load(LATENCY_POD_FILE.read_text())["metadata"]["annotations"][
+            TOLERANCE_ANNOTATION
+        ]
+    )
     for result in results.values():
         cluster.apps.create_namespaced_deployment(
             NAMESPACE,
