@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# make e2e-cluster: a real Kubernetes cluster of two nodes on this machine, the project
-# installed on it by the procedure of docs/operations.md ("Install"), checked, the demo's
-# two acts run on it, removed.
+# make e2e-cluster: a real Kubernetes cluster of two worker nodes and a system node on this
+# machine, the project installed on it by the procedure of docs/operations.md ("Install"),
+# checked, the demo's two acts run on it, removed.
 #
-# etcd + kube-apiserver + kube-controller-manager + kube-scheduler + kube-proxy, and two
+# etcd + kube-apiserver + kube-controller-manager + kube-scheduler + kube-proxy, and three
 # kubelets v1.36, each with its own containerd (runc, the bridge CNI plugin), cgroup root,
 # CPU (its CPU manager keeps every container there) and pod bridge; images built with docker
-# from deploy/docker/ on a debootstrap base and imported into both nodes. Then the install
+# from deploy/docker/ on a debootstrap base and imported into every node. The central pods
+# (Redis, issuer, scheduler) are patched onto the system node after the apply. Then the install
 # section's shell blocks marked `<!-- e2e-cluster -->` run literally (in a copy of the
 # repository, so the documented commands that write files do not touch the working tree),
 # and the script asserts: Redis, credential issuer, agents and scheduler Ready; one agent
-# per node, each on its node's cgroup root, with its BPF probes loaded and its node hash in
+# per worker node, each on its node's cgroup root, with its BPF probes loaded and its node hash in
 # Redis; the identity path (each agent logged in as its own node's ACL user agent:<node>,
 # issued after a TokenReview of its projected token; its fresh scheduling record; that user
 # refused on another node's keys; the agent enrolling again once its password was
@@ -24,7 +25,8 @@
 #
 # CLUSTER_DEMO_MIN_RATIO (default 3): the least kube-scheduler/interference-scheduler
 # ratio of the latency pod's run-queue p99 in act one (a wrong placement gives about 1; on
-# these one-CPU nodes the right one gave 4-11, docs/BENCHMARKS.md "Two real nodes").
+# these one-CPU nodes the right one gave 4-11 with the central pods beside the workloads,
+# docs/BENCHMARKS.md "Two real nodes").
 #
 # Binaries: $KUBEBUILDER_ASSETS (kube-apiserver, kube-controller-manager, kubelet,
 # kube-proxy, etcd), else ../shared/k8s unpacked into .k8s-assets/ plus etcd from the
@@ -37,19 +39,25 @@ set -euo pipefail
 cd "${E2E_REPO:-$(dirname "$0")/../..}"
 REPO=$PWD
 
-# Two nodes on this one machine, each a kubelet with its own containerd, cgroup root
+# Three nodes on this one machine, each a kubelet with its own containerd, cgroup root
 # (/interference-e2e/<node>), pod bridge, pod CIDR and CPU for its pods (its CPU manager
-# keeps every container there). The machine's daemons — the control plane (etcd,
+# keeps every container there): two worker nodes, where the demo's pods run and each an
+# agent measures, and a system node (tainted node-role.kubernetes.io/control-plane) that
+# runs the product's central pods (Redis, credential issuer, scheduler), as a production
+# cluster keeps them on its system pool. The machine's daemons — the control plane (etcd,
 # kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy once for the host
-# network namespace both nodes share) and both nodes' kubelets and containerd — run on the
-# first node's CPU (SYSTEM_CPU): the second node's CPU holds only its pods, as on a machine
-# whose system daemons run on CPUs reserved for them; the first is a control-plane node
-# that also runs pods.
-NODES=(intf-e2e-a intf-e2e-b)
-NODE_CPUS=(0 1)
-BRIDGES=(intf-e2e0 intf-e2e1)
-POD_CIDRS=(10.244.77.0/24 10.244.78.0/24)
-GATEWAYS=(10.244.77.1 10.244.78.1)
+# network namespace the nodes share) and every node's kubelet and containerd — run on the
+# first node's CPU (SYSTEM_CPU), which the system node's pods share: the second node's CPU
+# holds only its own pods, as on a machine whose system daemons run on CPUs reserved for
+# them.
+WORKER_NODES=(intf-e2e-a intf-e2e-b)
+SYSTEM_NODE=intf-e2e-system
+SYSTEM_TAINT=node-role.kubernetes.io/control-plane
+NODES=("${WORKER_NODES[@]}" "$SYSTEM_NODE")
+NODE_CPUS=(0 1 0)
+BRIDGES=(intf-e2e0 intf-e2e1 intf-e2e2)
+POD_CIDRS=(10.244.77.0/24 10.244.78.0/24 10.244.79.0/24)
+GATEWAYS=(10.244.77.1 10.244.78.1 10.244.79.1)
 POD_NETWORK=10.244.0.0/16
 CGROUP_PARTITION=interference-e2e
 NODE=${NODES[0]}   # the node the single-node checks look at
@@ -96,7 +104,8 @@ fi
 HOST_CTR=$(command -v ctr) || skip "containerd's ctr is not installed"
 [[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local && -x /usr/lib/cni/loopback ]] \
     || skip "containernetworking-plugins has no bridge/host-local/loopback in /usr/lib/cni"
-(($(nproc) >= ${#NODES[@]})) || skip "needs ${#NODES[@]} CPUs (one per node), this machine has $(nproc)"
+CPUS_NEEDED=$(($(printf '%s\n' "${NODE_CPUS[@]}" | sort -n | tail -1) + 1))
+(($(nproc) >= CPUS_NEEDED)) || skip "needs $CPUS_NEEDED CPUs (one per worker node), this machine has $(nproc)"
 for bridge in "${BRIDGES[@]}"; do
     if ip link show "$bridge" >/dev/null 2>&1; then
         fail "bridge $bridge exists: another e2e-cluster runs, or one was killed (ip link del $bridge)"
@@ -555,6 +564,7 @@ cgroupRoot: /$CGROUP_PARTITION/$node
 cpuManagerPolicy: static
 cpuManagerPolicyOptions: {strict-cpu-reservation: "true"}
 reservedSystemCPUs: "$(seq 0 $(($(nproc) - 1)) | grep -vx "${NODE_CPUS[$i]}" | paste -sd,)"
+$(if [[ $node == "$SYSTEM_NODE" ]]; then echo "# Only pods that tolerate it: the product's central pods (below)."; echo "registerWithTaints: [{key: $SYSTEM_TAINT, effect: NoSchedule}]"; fi)
 containerRuntimeEndpoint: unix://$(containerd_sock "$node")
 address: ${GATEWAYS[$i]}
 readOnlyPort: 0
@@ -587,7 +597,7 @@ start kube-proxy taskset -c "$SYSTEM_CPU" "$ASSETS/kube-proxy" --kubeconfig "$ST
     --iptables-localhost-nodeports=false --bind-address "$GATEWAY" \
     --healthz-bind-address "127.0.0.1:$(free_port)" --metrics-bind-address "127.0.0.1:$(free_port)"
 for node in "${NODES[@]}"; do wait_for 120 "node $node registered" kubectl get node "$node"; done
-mark "kubelets of ${NODES[*]} registered"
+mark "kubelets of ${NODES[*]} registered ($SYSTEM_NODE tainted $SYSTEM_TAINT)"
 
 # --- the install procedure of docs/operations.md, literally --------------------------------
 # This API server build answers /openapi/v2 with 503, so kubectl's client-side schema
@@ -649,6 +659,16 @@ for step in "$STATE"/steps/*.sh; do
     sed 's/^/    /' "$step"
     (cd "$SRC" && timeout "$STEP_TIMEOUT_S" bash -euo pipefail "$step") \
         || fail "docs/operations.md Install block $(basename "$step" .sh) failed"
+    if grep -q "kubectl apply -k" "$step"; then
+        # The central pods on the system node (docs/operations.md, "Central pods on system
+        # nodes"): the worker nodes' CPUs hold only the agents and the workloads they measure.
+        for deployment in redis interference-credentials interference-scheduler; do
+            kubectl -n interference-system patch deployment "$deployment" --type merge -p \
+                '{"spec":{"template":{"spec":{"nodeSelector":{"kubernetes.io/hostname":"'"$SYSTEM_NODE"'"},"tolerations":[{"key":"'"$SYSTEM_TAINT"'","operator":"Exists","effect":"NoSchedule"}]}}}}' \
+                >/dev/null
+        done
+        log "    (this cluster: Redis, the issuer and the scheduler patched onto $SYSTEM_NODE)"
+    fi
     if grep -q "set env daemonset/interference-agent" "$step"; then
         # Two nodes share this kernel: each agent watches its own node's cgroup root (on a
         # machine of its own an agent watches "/", the default).
@@ -695,8 +715,8 @@ agent_watches_its_node() { # NODE: its agent says it measures that node's cgroup
     [[ -n $pod ]] && actl logs "$pod" | grep -m1 "run-queue wait ratio divides by" \
         | grep -q "from .*/$CGROUP_PARTITION/$1/"
 }
-# One agent per node, each watching its own node's cgroup root.
-for node in "${NODES[@]}"; do
+# One agent per worker node (none on the tainted system node), each watching its own node's cgroup root.
+for node in "${WORKER_NODES[@]}"; do
     wait_for 90 "the agent on $node watching its node's cgroup root /$CGROUP_PARTITION/$node" \
         agent_watches_its_node "$node"
 done
@@ -725,7 +745,7 @@ for probe in runqlat reclaim; do
         && fail "the agent disabled its BPF probe $probe: $(grep -i disabled <<<"$agent_log" | head -3)"
 done
 redis_cli() { kctl exec deploy/redis -- redis-cli "$@"; }
-for node in "${NODES[@]}"; do
+for node in "${WORKER_NODES[@]}"; do
     wait_for 60 "intf:node:$node in Redis" bash -c "[ \"\$(kubectl -n $NS exec deploy/redis -- redis-cli EXISTS intf:node:$node)\" = 1 ]"
 done
 disabled=$(redis_cli HGET "intf:node:$NODE" disabled_probes)
@@ -743,7 +763,7 @@ if [[ ${E2E_CHECKS:-all} == all ]]; then
     source tests/cluster/install_checks.sh
 fi
 
-# --- the demo's two acts on the two nodes (interference_cli/cluster_demo.py) ---------------
+# --- the demo's two acts on the two worker nodes (interference_cli/cluster_demo.py) ---------------
 # Act one: a stress-ng antagonist on the first node; the same latency Deployment placed by
 # interference-scheduler and by kube-scheduler, each pod's run-queue p99 from the agents.
 # Act two: the rebalancer enforcing; an antagonist placed on the victim's node by

@@ -8,8 +8,8 @@
 # The agent logged in as agent:<node>, a user the issuer made after the API server reviewed
 # the agent's projected token; the user may touch only this node's keys.
 all_agent_users=$(redis_cli ACL LIST | grep '^user agent:' || true)
-[[ $(sort <<<"$all_agent_users" | cut -d' ' -f2 | tr '\n' ' ') == "$(printf 'agent:%s ' "${NODES[@]}")" ]] \
-    || fail "Redis should have exactly the ACL users agent:{${NODES[*]}}, has: ${all_agent_users:-none}"
+[[ $(sort <<<"$all_agent_users" | cut -d' ' -f2 | tr '\n' ' ') == "$(printf 'agent:%s ' "${WORKER_NODES[@]}")" ]] \
+    || fail "Redis should have exactly the ACL users agent:{${WORKER_NODES[*]}}, has: ${all_agent_users:-none}"
 acl_users=$(grep "^user agent:$NODE " <<<"$all_agent_users")
 [[ " $acl_users " == *" ~intf:node:$NODE "* && " $acl_users " == *" ~intf:node:$NODE:* "* ]] \
     || fail "agent:$NODE may reach other keys: $acl_users"
@@ -202,11 +202,11 @@ top_out=$(REDIS_USERNAME=interference-viewer REDIS_PASSWORD_FILE=$STATE/viewer.p
     REDIS_CA_FILE=$STATE/viewer-ca.crt \
     .venv/bin/interference --redis-url "rediss://127.0.0.1:$PF_PORT/0" top 2>&1) \
     || fail "interference top through port-forward failed: $top_out"
-for node in "${NODES[@]}"; do
+for node in "${WORKER_NODES[@]}"; do
     grep -q "$node" <<<"$top_out" || fail "interference top does not list $node: $top_out"
 done
 stop_pid "${PIDS[port-forward]}" port-forward
-mark "interference top through kubectl port-forward lists ${NODES[*]} (TLS, viewer's Secret)"
+mark "interference top through kubectl port-forward lists ${WORKER_NODES[*]} (TLS, viewer's Secret)"
 
 # The scheduler's Redis password rotated while it runs, with no restart (docs/operations.md,
 # "Rotating a Redis password"): the same pods stay Ready, the kubelet swaps their mounted
