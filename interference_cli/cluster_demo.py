@@ -225,12 +225,17 @@ def act_one(
 def act_two(
     cluster: Cluster, feed: ReportFeed, settings: ClusterDemoSettings, log: Callable[[str], None]
 ) -> LoopResult:
-    reloads = cluster.scheduler_log_lines("configuration reloaded")
+    reloaded = "configuration reloaded"
+    before = cluster.scheduler_log_lines(reloaded)
     cluster.set_rebalancer(ACT_REBALANCER)
     deadline = time.monotonic() + 180
-    while cluster.scheduler_log_lines("configuration reloaded") <= reloads:
+    # Every replica, not the first: the Lease may move, and a leader still in dry-run
+    # would only record the eviction it would make.
+    while not all(
+        count > before.get(pod, 0) for pod, count in cluster.scheduler_log_lines(reloaded).items()
+    ):
         if time.monotonic() > deadline:
-            raise DemoError("the scheduler did not reload its ConfigMap within 180 s")
+            raise DemoError("a scheduler replica did not reload its ConfigMap within 180 s")
         time.sleep(2)
     log(
         f"rebalancer: {ACT_REBALANCER} (the scheduler reloaded its ConfigMap); the leader "
@@ -286,6 +291,10 @@ def act_two(
                     "the antagonist"
                 )
                 break
+    if replacement is None:
+        # Why the leader held it is in its log ("held: ...", the breach it saw or not).
+        for line in cluster.leader_log_lines(name):
+            log(f"scheduler leader: {line}")
     log(f"watching {settings.after_s:g} s more: the workload must stay where it is")
     feed.follow(settings.after_s)
     first_rows = feed.of(first.metadata.uid)

@@ -130,25 +130,40 @@ class Cluster:
             {"data": {SCHEDULER_CONFIG_KEY: yaml.safe_dump(document, sort_keys=False)}},
         )
 
-    def leader_node(self) -> str:
-        """The node of the scheduler replica that holds the Lease (the rebalancer's)."""
+    def _lease_holder(self) -> str:
+        """The identity holding the scheduler's Lease: ``<pod name>_<suffix>``."""
         lease: Any = client.CoordinationV1Api().read_namespaced_lease(
             "interference-scheduler", SYSTEM_NAMESPACE
         )
-        holder = lease.spec.holder_identity or ""
+        return str(lease.spec.holder_identity or "")
+
+    def leader_node(self) -> str:
+        """The node of the scheduler replica that holds the Lease (the rebalancer's)."""
+        holder = self._lease_holder()
         for pod in self.core.list_namespaced_pod(SYSTEM_NAMESPACE).items:
             if pod.metadata.name and holder.startswith(pod.metadata.name + "_"):
                 return str(pod.spec.node_name)
         return f"? (holder {holder!r})"
 
-    def scheduler_log_lines(self, text: str) -> int:
-        count = 0
+    def scheduler_log_lines(self, text: str) -> dict[str, int]:
+        """Each scheduler replica's count of log lines holding ``text``, by pod name."""
+        counts: dict[str, int] = {}
         for pod in self.core.list_namespaced_pod(
             SYSTEM_NAMESPACE, label_selector="app.kubernetes.io/name=interference-scheduler"
         ).items:
             log = self.core.read_namespaced_pod_log(pod.metadata.name, SYSTEM_NAMESPACE)
-            count += log.count(text)
-        return count
+            counts[pod.metadata.name] = log.count(text)
+        return counts
+
+    def leader_log_lines(self, text: str, last: int = 10) -> list[str]:
+        """The last ``last`` lines of the Lease holder's log that hold ``text``."""
+        holder = self._lease_holder()
+        pod = holder.split("_", 1)[0]
+        try:
+            log = self.core.read_namespaced_pod_log(pod, SYSTEM_NAMESPACE)
+        except client.ApiException:
+            return [f"(no log of the Lease holder {holder!r})"]
+        return [line for line in log.splitlines() if text in line][-last:]
 
 
 def latency_deployment(
