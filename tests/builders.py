@@ -3,12 +3,10 @@ server serialises them, with one set of defaults, and a node table holding them.
 
 Every test builds its Nodes and Pods here (a test file may wrap these in a shorter helper
 of its own, never with a second set of defaults). ``scheduler.adapters.memory``'s
-``node_object`` and ``pod_object`` are the simulator's and the demo's builders (a
-program's, not a test's): tests/scheduler/test_memory_cluster.py tests them, and four
-files being rewritten for issue 32 still build with them (tests/cli/test_simulate.py,
-tests/scheduler/test_engine_cluster.py, test_extender.py, test_loop.py). The other kinds
-(claims, volumes, storage classes, namespaces, budgets) are built by ``memory``'s
-builders, the only ones there are.
+``node_object`` and ``pod_object`` are the simulator's, the demo's and the benchmark's
+builders (a program's, not a test's): only tests/scheduler/test_memory_cluster.py, which
+tests them, calls them. The other kinds (claims, volumes, storage classes, namespaces,
+budgets) are built by ``memory``'s builders, the only ones there are.
 
 Defaults: a Node ``n1`` that is Ready with 4 CPUs, 8 Gi of memory, 110 pods and 100 Gi
 of ephemeral storage; a Pod ``p`` in ``default``, uid ``uid-{namespace}-{name}``, created

@@ -24,12 +24,12 @@ from interference_cli.simulate import (
 )
 from interference_cli.store import CliError
 from interference_cli.trace import load_trace, write_trace
-from scheduler.adapters.memory import node_object, pod_object
 from scheduler.api.nodes import parse_node
 from scheduler.api.pods import parse_pod
 from scheduler.plugins.registry import REGISTRY
 from scheduler.settings import EngineSettings, Profile
 from scheduler.table import NodeTable
+from tests.builders import node_obj, pod_obj
 from tests.scheduler.profiles import with_interference_args
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -120,9 +120,10 @@ def _report(node: str, ts: float, runq_p99_us: float) -> NodeReport:
 
 def _workload(tolerance_us: str | None, horizon_s: float = 3.0) -> Workload:
     annotations = {} if tolerance_us is None else {"interference.io/max-runq-p99-us": tolerance_us}
+    pod = pod_obj("p", requests={"cpu": "100m", "memory": "128Mi"}, annotations=annotations)
     return Workload(
         {"default": {"cpu": "4", "memory": "8Gi"}},
-        [Arrival(at_s=1.5, obj=pod_object("p", annotations=annotations), duration_s=None)],
+        [Arrival(at_s=1.5, obj=pod, duration_s=None)],
         horizon_s=horizon_s,
     )
 
@@ -162,9 +163,11 @@ def test_violation_is_judged_on_the_windows_after_placement(
 def test_gpu_fragmentation(gpus_per_node: list[int], pod_gpus: list[int], expected: float) -> None:
     table = NodeTable()
     for i, gpus in enumerate(gpus_per_node):
-        table.upsert_node(parse_node(node_object(f"n{i}", gpus=gpus)))
+        extra = {"nvidia.com/gpu": str(gpus)} if gpus else None
+        table.upsert_node(parse_node(node_obj(f"n{i}", cpu="8", memory="32Gi", extra=extra)))
     for i, gpus in enumerate(pod_gpus):
-        table.add_pod(parse_pod(pod_object(f"p{i}", gpus=gpus)), f"n{i}", now=0.0)
+        requests = {"cpu": "100m", "memory": "128Mi", "nvidia.com/gpu": str(gpus)}
+        table.add_pod(parse_pod(pod_obj(f"p{i}", requests=requests)), f"n{i}", now=0.0)
     assert gpu_fragmentation(table) == pytest.approx(expected)
 
 
@@ -307,7 +310,11 @@ def test_bursty_trace_aware_policy_beats_least_allocated() -> None:
 
 
 def _max_index_workload() -> Workload:
-    pod = pod_object("p", annotations={"interference.io/max-index": "20"})
+    pod = pod_obj(
+        "p",
+        requests={"cpu": "100m", "memory": "128Mi"},
+        annotations={"interference.io/max-index": "20"},
+    )
     return Workload({"default": {"cpu": "4", "memory": "8Gi"}}, [Arrival(1.5, pod, None)])
 
 

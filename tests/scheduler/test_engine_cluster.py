@@ -13,9 +13,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from scheduler.adapters.memory import node_object, pod_object
 from scheduler.api.objects import ANNOTATION_MAX_INDEX, ANNOTATION_MAX_RUNQ_P99_US
 from scheduler.plugins.interference import RUNQ_EXCEEDED, StalePolicy
+from tests.builders import node_obj, pod_obj
 from tests.scheduler.profiles import interference_settings
 from tests.scheduler.runtime_helpers import LoopHarness
 
@@ -40,18 +40,27 @@ def placements(h: LoopHarness) -> Counter[str]:
 def test_latency_sensitive_pod_avoids_the_noisy_node(h: LoopHarness) -> None:
     # The noisy node is the emptiest and biggest, so without the tolerance it would win
     # on balance.
-    h.cluster.add_node(node_object("noisy", cpu="64", memory="256Gi"))
-    h.cluster.add_node(node_object("quiet-a", cpu="8"))
-    h.cluster.add_node(node_object("quiet-b", cpu="8"))
-    h.cluster.add_pod(pod_object("busy-a", cpu="6", node_name="quiet-a"))
-    h.cluster.add_pod(pod_object("busy-b", cpu="6", node_name="quiet-b"))
+    h.cluster.add_node(node_obj("noisy", cpu="64", memory="256Gi"))
+    h.cluster.add_node(node_obj("quiet-a", cpu="8", memory="32Gi"))
+    h.cluster.add_node(node_obj("quiet-b", cpu="8", memory="32Gi"))
+    h.cluster.add_pod(
+        pod_obj("busy-a", requests={"cpu": "6", "memory": "128Mi"}, nodeName="quiet-a")
+    )
+    h.cluster.add_pod(
+        pod_obj("busy-b", requests={"cpu": "6", "memory": "128Mi"}, nodeName="quiet-b")
+    )
     reported = h.clock.now - 1
     h.signals.report("noisy", reported, runq_p99_us=5000, index=70)
     h.signals.report("quiet-a", reported, runq_p99_us=80, index=5)
     h.signals.report("quiet-b", reported, runq_p99_us=90, index=5)
     for i in range(6):
         h.cluster.add_pod(
-            pod_object(f"latency-{i}", cpu="100m", annotations=LATENCY_SENSITIVE, created_at=i)
+            pod_obj(
+                f"latency-{i}",
+                requests={"cpu": "100m", "memory": "128Mi"},
+                annotations=LATENCY_SENSITIVE,
+                created_at=i,
+            )
         )
     h.cycle()
     bound = {name: h.cluster.node_of("default", f"latency-{name}") for name in range(6)}
@@ -65,7 +74,7 @@ def test_latency_sensitive_pod_avoids_the_noisy_node(h: LoopHarness) -> None:
     assert "µs > tolerance" in noisy.reasons[0]
     assert record.rejected_by_reason == {RUNQ_EXCEEDED: 1}
     # A pod without a tolerance is free to use the big noisy node (score only).
-    h.cluster.add_pod(pod_object("batch", cpu="4"))
+    h.cluster.add_pod(pod_obj("batch", requests={"cpu": "4", "memory": "128Mi"}))
     h.cycle()
     assert h.cluster.node_of("default", "batch") == "noisy"
 
@@ -73,36 +82,54 @@ def test_latency_sensitive_pod_avoids_the_noisy_node(h: LoopHarness) -> None:
 def test_gpu_pods_pack(h: LoopHarness) -> None:
     for name in ("gpu-a", "gpu-b", "gpu-c"):
         h.cluster.add_node(
-            node_object(
-                name, cpu="64", memory="512Gi", gpus=8, labels={"nvidia.com/gpu.product": "H100"}
+            node_obj(
+                name,
+                cpu="64",
+                memory="512Gi",
+                extra={"nvidia.com/gpu": "8"},
+                labels={"nvidia.com/gpu.product": "H100"},
             )
         )
         h.signals.report(name, h.clock.now - 1, index=10)
-    h.cluster.add_node(node_object("cpu-only", cpu="64"))
+    h.cluster.add_node(node_obj("cpu-only", cpu="64", memory="32Gi"))
     h.signals.report("cpu-only", h.clock.now - 1, index=10)
     for i in range(4):
-        h.cluster.add_pod(pod_object(f"train-{i}", cpu="4", gpus=2, created_at=i))
-    h.cluster.add_pod(pod_object("web", cpu="1", created_at=10))
+        h.cluster.add_pod(
+            pod_obj(
+                f"train-{i}",
+                requests={"cpu": "4", "memory": "128Mi", "nvidia.com/gpu": "2"},
+                created_at=i,
+            )
+        )
+    h.cluster.add_pod(pod_obj("web", requests={"cpu": "1", "memory": "128Mi"}, created_at=10))
     h.cycle()
     gpu_nodes = [h.cluster.node_of("default", f"train-{i}") for i in range(4)]
     assert len(set(gpu_nodes)) == 1, f"GPU pods spread out: {gpu_nodes}"
     assert gpu_nodes[0] != "cpu-only"
     assert h.cluster.node_of("default", "web") == "cpu-only"  # keeps GPU nodes free
     # The packed node is full now: a 2-GPU pod goes to a fresh one, an 8-GPU pod still fits.
-    h.cluster.add_pod(pod_object("whole-node", cpu="4", gpus=8, created_at=20))
+    h.cluster.add_pod(
+        pod_obj(
+            "whole-node",
+            requests={"cpu": "4", "memory": "128Mi", "nvidia.com/gpu": "8"},
+            created_at=20,
+        )
+    )
     h.cycle()
     assert h.cluster.node_of("default", "whole-node") not in (None, gpu_nodes[0])
 
 
 def test_burst_does_not_all_land_on_the_one_quiet_node(h: LoopHarness) -> None:
     reported = h.clock.now - 0.5
-    h.cluster.add_node(node_object("quiet", cpu="32", memory="128Gi"))
+    h.cluster.add_node(node_obj("quiet", cpu="32", memory="128Gi"))
     h.signals.report("quiet", reported, index=0)
     for i in range(4):
-        h.cluster.add_node(node_object(f"busy-{i}", cpu="32", memory="128Gi"))
+        h.cluster.add_node(node_obj(f"busy-{i}", cpu="32", memory="128Gi"))
         h.signals.report(f"busy-{i}", reported, index=40)
     for i in range(20):
-        h.cluster.add_pod(pod_object(f"burst-{i}", cpu="1", created_at=i))
+        h.cluster.add_pod(
+            pod_obj(f"burst-{i}", requests={"cpu": "1", "memory": "128Mi"}, created_at=i)
+        )
     assert h.cycle() == 20
     counts = placements(h)
     assert sum(counts.values()) == 20
@@ -114,7 +141,9 @@ def test_burst_does_not_all_land_on_the_one_quiet_node(h: LoopHarness) -> None:
     h.clock.advance(1.0)
     for node in counts:
         h.signals.report(node, h.clock.now, index=0 if node == "quiet" else 40)
-    h.cluster.add_pod(pod_object("after-report", cpu="1", created_at=100))
+    h.cluster.add_pod(
+        pod_obj("after-report", requests={"cpu": "1", "memory": "128Mi"}, created_at=100)
+    )
     h.cycle()
     assert h.loop.cache.table.recent_cpu_m.sum() == 0
 
@@ -123,13 +152,15 @@ def test_without_recent_load_the_burst_would_pile_up() -> None:
     """The control for the burst test: with recent load ignored, the quiet node gets all."""
     h = harness(recent_load_weight=0.0)
     try:
-        h.cluster.add_node(node_object("quiet", cpu="32", memory="128Gi"))
+        h.cluster.add_node(node_obj("quiet", cpu="32", memory="128Gi"))
         h.signals.report("quiet", h.clock.now - 0.5, index=0)
         for i in range(4):
-            h.cluster.add_node(node_object(f"busy-{i}", cpu="32", memory="128Gi"))
+            h.cluster.add_node(node_obj(f"busy-{i}", cpu="32", memory="128Gi"))
             h.signals.report(f"busy-{i}", h.clock.now - 0.5, index=40)
         for i in range(20):
-            h.cluster.add_pod(pod_object(f"burst-{i}", cpu="1", created_at=i))
+            h.cluster.add_pod(
+                pod_obj(f"burst-{i}", requests={"cpu": "1", "memory": "128Mi"}, created_at=i)
+            )
         h.cycle()
         assert placements(h) == Counter({"quiet": 20})
     finally:
@@ -141,7 +172,7 @@ def stale_cluster(policy: StalePolicy) -> LoopHarness:
     a minute ago (older than stale_after_s = 10 s); ``silent`` never reported."""
     h = harness(stale_policy=policy)
     for name in ("fresh", "stale", "silent"):
-        h.cluster.add_node(node_object(name, cpu="16"))
+        h.cluster.add_node(node_obj(name, cpu="16", memory="32Gi"))
     h.signals.report("fresh", h.clock.now - 1, index=60)
     h.signals.report("stale", h.clock.now - 60, index=0)
     return h
@@ -164,9 +195,15 @@ def test_stale_policies(
 ) -> None:
     h = stale_cluster(policy)
     try:
-        h.cluster.add_pod(pod_object("plain", cpu="1"))
+        h.cluster.add_pod(pod_obj("plain", requests={"cpu": "1", "memory": "128Mi"}))
         # Tolerates at most score 50: the fresh node (60) is out.
-        h.cluster.add_pod(pod_object("picky", cpu="1", annotations={ANNOTATION_MAX_INDEX: "50"}))
+        h.cluster.add_pod(
+            pod_obj(
+                "picky",
+                requests={"cpu": "1", "memory": "128Mi"},
+                annotations={ANNOTATION_MAX_INDEX: "50"},
+            )
+        )
         h.cycle()
         assert h.cluster.node_of("default", "plain") in plain_nodes
         picky = h.cluster.node_of("default", "picky")
@@ -189,9 +226,17 @@ def test_relax_after_waiting_only_for_interference() -> None:
     h = harness(relax_after_s=30.0)
     try:
         for name in ("loud-a", "loud-b"):
-            h.cluster.add_node(node_object(name, cpu="16"))
-        h.cluster.add_pod(pod_object("patient", cpu="1", annotations=LATENCY_SENSITIVE))
-        h.cluster.add_pod(pod_object("too-big", cpu="64", annotations=LATENCY_SENSITIVE))
+            h.cluster.add_node(node_obj(name, cpu="16", memory="32Gi"))
+        h.cluster.add_pod(
+            pod_obj(
+                "patient", requests={"cpu": "1", "memory": "128Mi"}, annotations=LATENCY_SENSITIVE
+            )
+        )
+        h.cluster.add_pod(
+            pod_obj(
+                "too-big", requests={"cpu": "64", "memory": "128Mi"}, annotations=LATENCY_SENSITIVE
+            )
+        )
 
         def report() -> None:  # keep the signals fresh while time passes
             for name in ("loud-a", "loud-b"):

@@ -10,12 +10,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from scheduler.adapters.memory import InMemoryCluster, node_object, pod_object
+from scheduler.adapters.memory import InMemoryCluster
 from scheduler.api.objects import ANNOTATION_MAX_RUNQ_P99_US
 from scheduler.loop import LoopSettings
 from scheduler.plugins.interference import StalePolicy
 from scheduler.ports import ApiUnavailable, BindConflict, PodRef
 from scheduler.queue import QueueState
+from tests.builders import node_obj, pod_obj
 from tests.scheduler.profiles import interference_settings
 from tests.scheduler.runtime_helpers import LoopHarness, schedule_pending
 
@@ -23,8 +24,8 @@ from tests.scheduler.runtime_helpers import LoopHarness, schedule_pending
 @pytest.fixture
 def h() -> Iterator[LoopHarness]:
     harness = LoopHarness()
-    harness.cluster.add_node(node_object("n1", cpu="4"))
-    harness.cluster.add_node(node_object("n2", cpu="4"))
+    harness.cluster.add_node(node_obj("n1", cpu="4", memory="32Gi"))
+    harness.cluster.add_node(node_obj("n2", cpu="4", memory="32Gi"))
     yield harness
     harness.close()
 
@@ -34,7 +35,7 @@ def events(h: LoopHarness, name: str) -> list[tuple[str, str, str]]:
 
 
 def test_pod_is_bound_with_event_and_decision(h: LoopHarness) -> None:
-    h.cluster.add_pod(pod_object("web", cpu="1"))
+    h.cluster.add_pod(pod_obj("web", requests={"cpu": "1", "memory": "128Mi"}))
     assert h.cycle() == 1
     node = h.cluster.node_of("default", "web")
     assert node in ("n1", "n2")
@@ -52,14 +53,18 @@ def test_pod_is_bound_with_event_and_decision(h: LoopHarness) -> None:
 
 
 def test_other_schedulers_pods_are_left_alone(h: LoopHarness) -> None:
-    h.cluster.add_pod(pod_object("theirs", scheduler_name="default-scheduler"))
+    h.cluster.add_pod(
+        pod_obj(
+            "theirs", requests={"cpu": "100m", "memory": "128Mi"}, schedulerName="default-scheduler"
+        )
+    )
     assert h.cycle() == 0
     assert h.cluster.bind_calls == 0
     assert h.cluster.events == []
 
 
 def test_unschedulable_pod_gets_event_condition_backoff_then_fits(h: LoopHarness) -> None:
-    h.cluster.add_pod(pod_object("big", cpu="6"))
+    h.cluster.add_pod(pod_obj("big", requests={"cpu": "6", "memory": "128Mi"}))
     assert h.cycle() == 1
     message = "0/2 nodes are available: 2 Insufficient cpu."
     assert events(h, "big") == [("Warning", "FailedScheduling", message)]
@@ -76,13 +81,13 @@ def test_unschedulable_pod_gets_event_condition_backoff_then_fits(h: LoopHarness
     assert h.cycle() == 0  # still backing off: not retried in a hot loop
     # A bigger node arrives: a relevant event requeues the pod before its backoff ends.
     h.clock.advance(1.0)
-    h.cluster.add_node(node_object("n3", cpu="8"))
+    h.cluster.add_node(node_obj("n3", cpu="8", memory="32Gi"))
     assert h.cycle() == 1
     assert h.cluster.node_of("default", "big") == "n3"
 
 
 def test_backoff_doubles_between_attempts(h: LoopHarness) -> None:
-    h.cluster.add_pod(pod_object("big", cpu="6"))
+    h.cluster.add_pod(pod_obj("big", requests={"cpu": "6", "memory": "128Mi"}))
     attempts_at = []
     for _ in range(80):  # 40 s in half-second steps
         if h.cycle():
@@ -93,7 +98,7 @@ def test_backoff_doubles_between_attempts(h: LoopHarness) -> None:
 
 
 def test_bind_conflict_drops_the_pod(h: LoopHarness) -> None:
-    h.cluster.add_pod(pod_object("raced", cpu="1"))
+    h.cluster.add_pod(pod_obj("raced", requests={"cpu": "1", "memory": "128Mi"}))
     h.cluster.fail_next_binds(BindConflict("pod default/raced is already assigned (409)"))
     h.cycle()
     decision = h.decisions.last("raced")
@@ -105,7 +110,7 @@ def test_bind_conflict_drops_the_pod(h: LoopHarness) -> None:
 
 
 def test_bind_error_forgets_and_retries_with_backoff(h: LoopHarness) -> None:
-    h.cluster.add_pod(pod_object("flaky", cpu="1"))
+    h.cluster.add_pod(pod_obj("flaky", requests={"cpu": "1", "memory": "128Mi"}))
     h.cluster.fail_next_binds(ApiUnavailable("API server answered 503"))
     h.cycle()
     assert h.cluster.node_of("default", "flaky") is None
@@ -124,8 +129,8 @@ def test_bind_error_forgets_and_retries_with_backoff(h: LoopHarness) -> None:
 def test_follower_schedules_nothing_until_it_leads() -> None:
     h = LoopHarness(leading=False)
     try:
-        h.cluster.add_node(node_object("n1"))
-        h.cluster.add_pod(pod_object("p"))
+        h.cluster.add_node(node_obj("n1", cpu="8", memory="32Gi"))
+        h.cluster.add_pod(pod_obj("p", requests={"cpu": "100m", "memory": "128Mi"}))
         assert h.cycle() == 0
         assert h.cluster.bind_calls == 0
         assert h.decisions.items == []
@@ -150,9 +155,11 @@ def test_losing_the_lease_stops_binding_at_once() -> None:
 
     h = LoopHarness(cluster=SlowCluster(), loop=LoopSettings(bind_workers=1))
     try:
-        h.cluster.add_node(node_object("n1", cpu="64"))
+        h.cluster.add_node(node_obj("n1", cpu="64", memory="32Gi"))
         for i in range(5):
-            h.cluster.add_pod(pod_object(f"p{i}", created_at=1000.0 + i))
+            h.cluster.add_pod(
+                pod_obj(f"p{i}", requests={"cpu": "100m", "memory": "128Mi"}, created_at=1000.0 + i)
+            )
         h.informer.sync()
         assert schedule_pending(h.loop) == 5  # all assumed, p0's bind is on the wire
         assert entered.wait(60)
@@ -177,9 +184,9 @@ def test_losing_the_lease_stops_binding_at_once() -> None:
 def test_dry_run_records_decisions_and_touches_nothing() -> None:
     h = LoopHarness(loop=LoopSettings(dry_run=True))
     try:
-        h.cluster.add_node(node_object("n1", cpu="4"))
-        h.cluster.add_pod(pod_object("fits", cpu="1"))
-        h.cluster.add_pod(pod_object("huge", cpu="64"))
+        h.cluster.add_node(node_obj("n1", cpu="4", memory="32Gi"))
+        h.cluster.add_pod(pod_obj("fits", requests={"cpu": "1", "memory": "128Mi"}))
+        h.cluster.add_pod(pod_obj("huge", requests={"cpu": "64", "memory": "128Mi"}))
         assert h.cycle() == 2
         assert h.cluster.bind_calls == 0
         assert h.cluster.events == []
@@ -214,7 +221,9 @@ UNSUPPORTED_SHAPES = {
 def test_pod_with_an_unsupported_field_is_refused_not_placed(
     h: LoopHarness, spec: dict[str, object], field: str
 ) -> None:
-    pod = pod_object("refused", cpu="100m")  # fits anywhere but for the field
+    pod = pod_obj(
+        "refused", requests={"cpu": "100m", "memory": "128Mi"}
+    )  # fits anywhere but for the field
     pod["spec"].update(spec)
     h.cluster.add_pod(pod)
     assert h.cycle() == 1
@@ -234,14 +243,14 @@ def test_pod_with_an_unsupported_field_is_refused_not_placed(
 
 
 def test_refused_pod_is_placed_once_the_field_is_removed(h: LoopHarness) -> None:
-    pod = pod_object("spread", cpu="100m")
+    pod = pod_obj("spread", requests={"cpu": "100m", "memory": "128Mi"})
     pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "gpu-0"}]
     h.cluster.add_pod(pod)
     h.cycle()
     assert h.cluster.node_of("default", "spread") is None
     h.cluster.delete_pod("default", "spread")
     h.cycle()
-    h.cluster.add_pod(pod_object("spread", cpu="100m"))
+    h.cluster.add_pod(pod_obj("spread", requests={"cpu": "100m", "memory": "128Mi"}))
     h.clock.advance(1.0)
     h.cycle()
     assert h.cluster.node_of("default", "spread") in ("n1", "n2")
@@ -250,7 +259,7 @@ def test_refused_pod_is_placed_once_the_field_is_removed(h: LoopHarness) -> None
 def test_unparseable_pod_gets_event_and_condition_and_is_scheduled_once_fixed(
     h: LoopHarness,
 ) -> None:
-    broken = pod_object("gated", cpu="100m")
+    broken = pod_obj("gated", requests={"cpu": "100m", "memory": "128Mi"})
     broken["spec"]["tolerations"] = [{"key": "gen", "operator": "Gt", "value": "3"}]
     h.cluster.add_pod(broken)
     h.cycle()
@@ -264,7 +273,9 @@ def test_unparseable_pod_gets_event_and_condition_and_is_scheduled_once_fixed(
     assert h.decisions.last("gated").message == message
     h.cycle()
     assert len(events(h, "gated")) == 1  # reported once per version of the pod
-    h.cluster.add_pod(pod_object("gated", cpu="100m"))  # fixed: read again and scheduled
+    h.cluster.add_pod(
+        pod_obj("gated", requests={"cpu": "100m", "memory": "128Mi"})
+    )  # fixed: read again and scheduled
     h.cycle()
     assert h.cluster.node_of("default", "gated") in ("n1", "n2")
 
@@ -295,10 +306,12 @@ def test_unreadable_signals_fail_closed(
     h = LoopHarness(engine=interference_settings(stale_policy=policy))
     try:
         for name in ("n1", "n2"):
-            h.cluster.add_node(node_object(name, cpu="4"))
+            h.cluster.add_node(node_obj(name, cpu="4", memory="32Gi"))
         h.signals.is_healthy = False
         annotations = {ANNOTATION_MAX_RUNQ_P99_US: "500"} if tolerance else {}
-        h.cluster.add_pod(pod_object("p", cpu="1", annotations=annotations))
+        h.cluster.add_pod(
+            pod_obj("p", requests={"cpu": "1", "memory": "128Mi"}, annotations=annotations)
+        )
         assert h.cycle() == 1
         assert h.metric("interference_scheduler_signals_healthy") == 0
         assert h.metric("interference_scheduler_interference_blind_attempts_total") == 1
@@ -328,13 +341,21 @@ def test_unreadable_signals_relax_after_waiting() -> None:
     ``relax_after_s`` the pod is placed interference-blind, with the Event saying so."""
     h = LoopHarness(engine=interference_settings(relax_after_s=30.0))
     try:
-        h.cluster.add_node(node_object("n1", cpu="4"))
+        h.cluster.add_node(node_obj("n1", cpu="4", memory="32Gi"))
         h.signals.is_healthy = False
         h.cluster.add_pod(
-            pod_object("patient", cpu="1", annotations={ANNOTATION_MAX_RUNQ_P99_US: "500"})
+            pod_obj(
+                "patient",
+                requests={"cpu": "1", "memory": "128Mi"},
+                annotations={ANNOTATION_MAX_RUNQ_P99_US: "500"},
+            )
         )
         h.cluster.add_pod(
-            pod_object("too-big", cpu="64", annotations={ANNOTATION_MAX_RUNQ_P99_US: "500"})
+            pod_obj(
+                "too-big",
+                requests={"cpu": "64", "memory": "128Mi"},
+                annotations={ANNOTATION_MAX_RUNQ_P99_US: "500"},
+            )
         )
         h.cycle()
         started = h.clock.now
@@ -367,7 +388,7 @@ def test_unreadable_signals_relax_after_waiting() -> None:
 
 
 def test_engine_crash_is_contained(h: LoopHarness, monkeypatch: pytest.MonkeyPatch) -> None:
-    h.cluster.add_pod(pod_object("p"))
+    h.cluster.add_pod(pod_obj("p", requests={"cpu": "100m", "memory": "128Mi"}))
 
     def explode(*args: object, **kwargs: object) -> None:
         raise RuntimeError("engine bug")
@@ -380,7 +401,9 @@ def test_engine_crash_is_contained(h: LoopHarness, monkeypatch: pytest.MonkeyPat
 
 
 def test_update_settings_switches_scheduler_name_and_dry_run(h: LoopHarness) -> None:
-    h.cluster.add_pod(pod_object("renamed", scheduler_name="gpu-scheduler", cpu="1"))
+    h.cluster.add_pod(
+        pod_obj("renamed", requests={"cpu": "1", "memory": "128Mi"}, schedulerName="gpu-scheduler")
+    )
     assert h.cycle() == 0
     h.loop.update_settings(
         h.loop.engine_settings, LoopSettings(scheduler_name="gpu-scheduler", dry_run=True)
@@ -414,10 +437,10 @@ def test_run_binds_with_real_threads() -> None:
     stop = threading.Event()
     thread = threading.Thread(target=h.loop.run, args=(stop,))
     try:
-        h.cluster.add_node(node_object("n1", cpu="32"))
+        h.cluster.add_node(node_obj("n1", cpu="32", memory="32Gi"))
         thread.start()
         for i in range(20):
-            h.cluster.add_pod(pod_object(f"p{i}", cpu="1"))
+            h.cluster.add_pod(pod_obj(f"p{i}", requests={"cpu": "1", "memory": "128Mi"}))
         deadline = threading.Event()
         for _ in range(600):
             if len(h.cluster.binds) == 20:
@@ -440,9 +463,9 @@ def test_run_binds_with_real_threads() -> None:
 
 def test_an_unknown_annotation_gets_one_warning_event_naming_the_closest_key() -> None:
     h = LoopHarness()
-    h.cluster.add_node(node_object("n1", cpu="1"))
+    h.cluster.add_node(node_obj("n1", cpu="1", memory="32Gi"))
     typo = {"interference.io/max-runq-p99": "500"}  # without -us: no tolerance at all
-    h.cluster.add_pod(pod_object("typo", cpu="2", annotations=typo))
+    h.cluster.add_pod(pod_obj("typo", requests={"cpu": "2", "memory": "128Mi"}, annotations=typo))
     h.cycle()
     h.clock.advance(30)  # past the backoff: attempted again, still unschedulable
     h.cycle()
