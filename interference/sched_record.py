@@ -13,6 +13,9 @@ Layout (little-endian, packed, :data:`SIZE` bytes), every field in :data:`FIELDS
   ``node_id`` (:func:`node_id`: binds the record to the node whose key holds it), ``ts``,
   ``interval_s``, and a GPU summary (the smallest device's memory, memory used and mean
   utilisation — shown to people, never turned into labels a pod selector matches);
+- the node signals (:data:`NODE_SIGNALS`), one float each, that the scheduler reads as a
+  column of the same name as they are (no index, no window): adding a signal to the
+  record is one line there (docs/design.md §8, "Adding a signal");
 - per window ``latest`` (the interval), ``10s`` and ``60s``: ``covered_s``,
   ``intervals`` (≥ 0), ``runq_p99_us`` (of the window's merged histogram), and mean and σ
   of every other signal the interference index reads (:data:`MEAN_SIGNALS`). The
@@ -27,13 +30,15 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from dataclasses import dataclass
 
 from interference import hist
 from interference.codec import PayloadError
 from interference.signals import SIGNAL_FAMILIES, NodeReport, WindowMetrics, window_name
 
-VERSION = 1
-"""Layout version; a reader refuses any other (run one release of agent and scheduler)."""
+VERSION = 2
+"""Layout version; a reader refuses any other (run one release of agent and scheduler).
+Bumped whenever the layout changes (2: the node signals after the header)."""
 
 RECORD_WINDOWS = ("latest", window_name(10), window_name(60))
 """Windows a record carries, in layout order."""
@@ -60,6 +65,33 @@ HEADER: tuple[tuple[str, str], ...] = (
     ("gpu_memory_used_mib", "d"),
     ("gpu_utilization_pct", "d"),
 )
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSignal:
+    """A signal the record carries once per node, read by the scheduler as it is."""
+
+    name: str
+    """The :class:`~interference.signals.NodeMetrics` field the agent fills, the record
+    field, and the scheduler's column (``scheduler.signal_frame.COLUMNS``) — one name."""
+    family: str
+    """The family (:data:`~interference.signals.SIGNAL_FAMILIES`) whose probe reads it:
+    in a record that did not measure that family the value means "unknown"."""
+    doc: str
+    """What it measures and its unit, for the column's and the record's readers."""
+
+
+NODE_SIGNALS: tuple[NodeSignal, ...] = (
+    NodeSignal(
+        "psi_mem_some_avg10",
+        "psi",
+        "memory pressure: the kernel's own 10 s average of the share of time some task of"
+        " the agent's cgroup root stalled on memory (memory.pressure `some avg10`), percent",
+    ),
+)
+"""The node signals, in layout order: the one declaration a new signal needs in the
+record (the agent fills the :class:`~interference.signals.NodeMetrics` field of the same
+name; a value must be finite and ≥ 0, as every record float)."""
 WINDOW_FIELDS: tuple[tuple[str, str], ...] = (
     ("covered_s", "d"),
     ("intervals", "q"),
@@ -68,6 +100,7 @@ WINDOW_FIELDS: tuple[tuple[str, str], ...] = (
 )
 FIELDS: tuple[tuple[str, str], ...] = (
     *HEADER,
+    *((signal.name, "d") for signal in NODE_SIGNALS),
     *((f"{window}.{name}", code) for window in RECORD_WINDOWS for name, code in WINDOW_FIELDS),
 )
 """Every field as (name, :mod:`struct` code), in layout order; window fields are named
@@ -110,6 +143,7 @@ def encode(report: NodeReport) -> bytes:
         sum(g.utilization_pct for g in gpus) / len(gpus) if gpus else 0.0,
     ]
     metrics = report.metrics
+    values += [getattr(metrics, signal.name) for signal in NODE_SIGNALS]
     latest_intervals = 1 if hist.total(report.histograms.get("runq_us", [])) > 0 else 0
     values += [report.interval_s, latest_intervals, metrics.runq_p99_us]
     for signal in MEAN_SIGNALS:

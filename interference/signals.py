@@ -70,6 +70,11 @@ class NodeMetrics:
     """Percent of the interval in which some task stalled on memory."""
     psi_mem_full: float = 0.0
     """Percent of the interval in which all non-idle tasks stalled on memory."""
+    psi_mem_some_avg10: float = 0.0
+    """The kernel's own 10 s average of ``psi_mem_some`` (``some avg10`` of the agent's
+    cgroup root's ``memory.pressure``, ``/proc/pressure/memory`` for ``/``), percent: read
+    as the kernel smooths it, not derived from totals. Not part of the index; the
+    scheduler's MemoryPressure score reads it (docs/design.md §8)."""
     net_drops_per_s: float = 0.0
     """Packets dropped per second on all interfaces and qdiscs."""
     idle_wakeup_ms_per_s: float = 0.0

@@ -154,6 +154,8 @@ def aggregate(
     - ``psi_* = 100 · stall_us / (T · 1e6)``, capped at 100, from the node PSI totals,
       or, below a narrower ``cgroup_root`` than ``/``, from that cgroup's own pressure
       files (they cover its subtree, which is the "node" the agent measures);
+    - ``psi_mem_some_avg10``: the kernel's own 10 s average the psi probe read for the
+      same subtree (a gauge, as the kernel gives it);
     - ``net_drops_per_s = Σ net_drops / T``;
     - ``interference_index``: :func:`interference.index.interference_index` with
       ``refs`` over the measured families.
@@ -238,6 +240,7 @@ def aggregate(
         psi_cpu_some=_psi_percent(node_values[base.PSI_CPU_SOME_US], interval_s),
         psi_mem_some=_psi_percent(node_values[base.PSI_MEM_SOME_US], interval_s),
         psi_mem_full=_psi_percent(node_values[base.PSI_MEM_FULL_US], interval_s),
+        psi_mem_some_avg10=node_values[base.PSI_MEM_SOME_AVG10],
         net_drops_per_s=node_values[base.NET_DROPS] / interval_s,
         idle_wakeup_ms_per_s=sums[base.IDLE_WAKEUP_NS] / NS_PER_MS / interval_s,
         bpf_missed_events=node_values[base.BPF_MISSED_EVENTS],

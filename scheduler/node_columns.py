@@ -15,7 +15,9 @@ from scheduler.api.objects import NodeInfo, Taint
 
 @dataclass(frozen=True, slots=True)
 class WindowColumns:
-    """One window's signal columns (views of the table's storage; do not modify)."""
+    """One window's signal columns (views of the table's storage; do not modify): a
+    typed view of ``scheduler.signal_frame.WINDOW_PARTS``, built by name, whose fields
+    the table checks against that declaration."""
 
     runq_p99_us: NDArray[np.float64]
     """Run-queue p99 of the window's merged histogram, µs."""

@@ -1,8 +1,9 @@
 """Every node's signals as columns: what the node table ingests in one vectorised step.
 
 A :class:`SignalFrame` holds, per node (row), the columns the filters and scores read —
-``signals_at``, ``fresh_until`` and each window's (:data:`SIGNAL_WINDOWS`)
-:data:`WINDOW_PARTS` — plus each row's measured families. Every frame
+those declared once in :data:`COLUMNS` (``signals_at``, ``fresh_until``, the record's
+node signals, and each window's (:data:`SIGNAL_WINDOWS`) :data:`WINDOW_PARTS`) — plus
+each row's measured families. Every frame
 is built from scheduling records (:mod:`interference.sched_record`) decoded in bulk by
 :mod:`scheduler.signal_records`: the Redis follower's from the records it reads, and
 those of in-process sources (``interference simulate``, tests) from the records of their
@@ -23,7 +24,7 @@ from types import MappingProxyType
 import numpy as np
 from numpy.typing import NDArray
 
-from interference.sched_record import families_of
+from interference.sched_record import NODE_SIGNALS, families_of
 from interference.signals import (
     WINDOWS_S,
     NodeMetrics,
@@ -35,7 +36,66 @@ LATEST_WINDOW = "latest"
 """The window name of the latest interval's values."""
 SIGNAL_WINDOWS = (LATEST_WINDOW, *(window_name(span) for span in WINDOWS_S))
 """Windows the table keeps columns for: ``latest`` (the latest interval), ``10s``, ``60s``."""
-WINDOW_PARTS = ("runq_p99_us", "reclaim_mean", "reclaim_stddev", "index_mean", "index_stddev")
+UNKNOWN = -1.0
+"""A node signal's value in a row without it (no record, or its family not measured):
+every real value is ≥ 0 (the record refuses negative ones)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SignalColumn:
+    """One column the node table keeps of every node's signals, and where it comes from."""
+
+    name: str
+    """The column's name: a key of :attr:`SignalFrame.columns` (``{name}@{window}`` for a
+    windowed one, :func:`window_column`), of the table's views and of the columns a
+    plugin declares it reads (:attr:`scheduler.plugins.base.Score.signals`)."""
+    doc: str
+    windowed: bool = False
+    """One column per window of :data:`SIGNAL_WINDOWS` (else one per node)."""
+    record_field: str | None = None
+    """The scheduling record field it is copied from (``{window}.{record_field}`` for a
+    windowed column; a window without intervals yet takes the latest interval's);
+    ``None`` for a column the scheduler computes
+    (:func:`scheduler.signal_records.signal_columns`)."""
+    no_signal: float = 0.0
+    """What it holds in a row without signals."""
+    family: str | None = None
+    """The signal family the value needs measured: a record that did not measure it
+    leaves ``no_signal`` in its row (a probe that did not run reads 0, not "quiet")."""
+
+
+COLUMNS: tuple[SignalColumn, ...] = (
+    SignalColumn(
+        "signals_at", "Unix time of the node's record; -inf without one", no_signal=-np.inf
+    ),
+    SignalColumn(
+        "fresh_until",
+        "Unix time until which the record is usable; -inf without one or when it lacks a"
+        " core family (interference.freshness)",
+        no_signal=-np.inf,
+    ),
+    *(
+        SignalColumn(s.name, s.doc, record_field=s.name, no_signal=UNKNOWN, family=s.family)
+        for s in NODE_SIGNALS
+    ),
+    SignalColumn(
+        "runq_p99_us", "run-queue p99 of the window's merged histogram, µs", True, "runq_p99_us"
+    ),
+    SignalColumn("reclaim_mean", "mean reclaim stall, ms/s", True, "reclaim_stall_ms_per_s_mean"),
+    SignalColumn(
+        "reclaim_stddev", "σ of the reclaim stall, ms/s", True, "reclaim_stall_ms_per_s_stddev"
+    ),
+    SignalColumn("index_mean", "interference index of the window's means (0 = quiet)", True),
+    SignalColumn("index_stddev", "the index at mean + σ minus index_mean", True),
+)
+"""Every signal column, declared once: the frame's columns, the record fields they are read
+from and the table's views derive from it. A node signal of the record
+(:data:`interference.sched_record.NODE_SIGNALS`) is a column of the same name."""
+COLUMNS_BY_NAME = {column.name: column for column in COLUMNS}
+NODE_PARTS = tuple(column.name for column in COLUMNS if not column.windowed)
+"""The columns kept once per node."""
+WINDOW_PARTS = tuple(column.name for column in COLUMNS if column.windowed)
+"""The columns kept once per window."""
 
 
 def window_column(window: str, part: str) -> str:
@@ -44,13 +104,19 @@ def window_column(window: str, part: str) -> str:
 
 
 SIGNAL_COLUMNS = (
-    "signals_at",
-    "fresh_until",
+    *NODE_PARTS,
     *(window_column(window, part) for window in SIGNAL_WINDOWS for part in WINDOW_PARTS),
 )
 """Every column of a frame; the table keeps one vector of each."""
-NO_SIGNAL_DEFAULTS = {"signals_at": -np.inf, "fresh_until": -np.inf}
-"""Value of a column in a row without signals (0 for the columns not listed)."""
+NO_SIGNAL_DEFAULTS = {
+    **{part: COLUMNS_BY_NAME[part].no_signal for part in NODE_PARTS},
+    **{
+        window_column(window, part): COLUMNS_BY_NAME[part].no_signal
+        for window in SIGNAL_WINDOWS
+        for part in WINDOW_PARTS
+    },
+}
+"""Value of each column in a row without signals."""
 
 
 def no_signal_value(column: str) -> float:

@@ -60,6 +60,7 @@ from interference.sched_record import (
 from interference.signals import CORE_FAMILIES, SIGNAL_FAMILIES, NodeReport
 from scheduler.index_columns import index_column
 from scheduler.signal_frame import (
+    COLUMNS,
     LATEST_WINDOW,
     SIGNAL_COLUMNS,
     NodeSignals,
@@ -167,9 +168,10 @@ def signal_columns(
     records: NDArray[np.void], refs: IndexReferences, received_at: float = np.inf
 ) -> dict[str, NDArray[np.float64]]:
     """Frame columns (:data:`scheduler.signal_frame.SIGNAL_COLUMNS`) of checked records
-    read at ``received_at``: ``signals_at = min(ts, received_at)`` and ``fresh_until =
-    signals_at + max(5, round(3 · interval_s))`` for a record with the core families
-    (``-inf`` otherwise)."""
+    read at ``received_at``: every declared column with a record field
+    (:data:`scheduler.signal_frame.COLUMNS`) copied from it, the index columns computed,
+    ``signals_at = min(ts, received_at)`` and ``fresh_until = signals_at + max(5,
+    round(3 · interval_s))`` for a record with the core families (``-inf`` otherwise)."""
     ts = np.minimum(records["ts"].astype(np.float64), received_at)
     interval = records["interval_s"].astype(np.float64)
     measured = records["measured"].astype(np.uint16)
@@ -181,24 +183,39 @@ def signal_columns(
         "signals_at": ts,
         "fresh_until": np.where(core, ts + stale_after, -np.inf),
     }
-    parts = _window_parts(records, measured, refs)
-    latest = parts[LATEST_WINDOW]
+    for column in COLUMNS:
+        if column.record_field is not None and not column.windowed:
+            values = records[column.record_field].astype(np.float64)
+            if column.family is not None:
+                bit = np.uint16(1 << SIGNAL_FAMILIES.index(column.family))
+                values = np.where((measured & bit) != 0, values, column.no_signal)
+            columns[column.name] = values
+    index = _window_indices(records, measured, refs)
+    latest_index = index[LATEST_WINDOW]
     for window in RECORD_WINDOWS:
-        values = parts[window]
-        if window != LATEST_WINDOW:
-            empty = records[f"{window}.intervals"] == 0
-            values = {part: np.where(empty, latest[part], v) for part, v in values.items()}
-        for part, column in values.items():
-            columns[window_column(window, part)] = column
+        # a window with no interval yet (agent warming up) reads as the latest interval
+        empty = None if window == LATEST_WINDOW else records[f"{window}.intervals"] == 0
+        for column in COLUMNS:
+            if not column.windowed:
+                continue
+            if column.record_field is not None:
+                values = records[f"{window}.{column.record_field}"].astype(np.float64)
+                fallback = records[f"{LATEST_WINDOW}.{column.record_field}"]
+            else:
+                values, fallback = index[window][column.name], latest_index[column.name]
+            if empty is not None:
+                values = np.where(empty, fallback, values)
+            columns[window_column(window, column.name)] = values
     return columns
 
 
-def _window_parts(
+def _window_indices(
     records: NDArray[np.void], measured: NDArray[np.uint16], refs: IndexReferences
 ) -> dict[str, dict[str, NDArray[np.float64]]]:
-    """Window → its parts. The index of every window's means and of its means + σ is one
-    :func:`index_column` over the six variants stacked (numpy's per-call cost, not the
-    rows, dominates a poll of a few hundred records)."""
+    """Window → its computed columns (``index_mean``, ``index_stddev``). The index of
+    every window's means and of its means + σ is one :func:`index_column` over the six
+    variants stacked (numpy's per-call cost, not the rows, dominates a poll of a few
+    hundred records)."""
 
     def field(window: str, name: str) -> NDArray[np.float64]:
         values: NDArray[np.float64] = records[f"{window}.{name}"].astype(np.float64)
@@ -214,15 +231,32 @@ def _window_parts(
     index = index_column(stacked, np.tile(measured, 2 * len(windows)), refs)
     index = index.reshape(2, len(windows), n)
     return {
-        window: {
-            "runq_p99_us": stacked["runq_p99_us"][i * n : (i + 1) * n],
-            "reclaim_mean": stacked["reclaim_stall_ms_per_s"][i * n : (i + 1) * n],
-            "reclaim_stddev": field(window, "reclaim_stall_ms_per_s_stddev"),
-            "index_mean": index[0, i],
-            "index_stddev": index[1, i] - index[0, i],
-        }
+        window: {"index_mean": index[0, i], "index_stddev": index[1, i] - index[0, i]}
         for i, window in enumerate(windows)
     }
+
+
+_COMPUTED = frozenset({"signals_at", "fresh_until", "index_mean", "index_stddev"})
+"""The declared columns :func:`signal_columns` computes; every other is a record field."""
+
+
+def _undecodable_columns() -> list[str]:
+    """Declared columns :func:`signal_columns` cannot fill: with no record field and no
+    computation, or naming a field the record does not have."""
+    fields = {name for name, _ in FIELDS}
+    bad = []
+    for column in COLUMNS:
+        field = column.record_field
+        where = f"{LATEST_WINDOW}.{field}" if column.windowed else field
+        if (field is None) != (column.name in _COMPUTED) or (
+            field is not None and where not in fields
+        ):
+            bad.append(column.name)
+    return bad
+
+
+if _undecodable_columns():  # pragma: no cover - the declaration and the layout disagree
+    raise ImportError(f"signal columns without a source: {_undecodable_columns()}")
 
 
 DEFAULT_REFERENCES = IndexReferences()

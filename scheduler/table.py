@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from itertools import repeat
 from typing import Any, Protocol, TypeVar, cast
 
@@ -62,6 +62,7 @@ from scheduler.ports import NodeSignals
 from scheduler.quantity import CPU, EPHEMERAL_STORAGE, MEMORY, PODS
 from scheduler.signal_frame import (
     LATEST_WINDOW,
+    NODE_PARTS,
     SIGNAL_COLUMNS,
     SIGNAL_WINDOWS,
     WINDOW_PARTS,
@@ -75,6 +76,8 @@ from scheduler.term_index import MatchCounts, discard, positive_candidates
 from scheduler.volumes import VolumeCatalog
 
 BASE_RESOURCES = (CPU, MEMORY, EPHEMERAL_STORAGE, PODS)
+if tuple(f.name for f in fields(WindowColumns)) != WINDOW_PARTS:  # pragma: no cover
+    raise ImportError("WindowColumns' fields are not signal_frame.WINDOW_PARTS")
 
 
 @dataclass(frozen=True, slots=True)
@@ -643,10 +646,18 @@ class NodeTable:
         (:func:`interference.freshness.fresh_until`); ``-inf`` without a report or when
         it lacks a core signal family (degraded counts as stale)."""
         self.windows: dict[str, WindowColumns] = {
-            window: WindowColumns(*(v[window_column(window, part)][:n] for part in WINDOW_PARTS))
+            window: WindowColumns(
+                **{part: v[window_column(window, part)][:n] for part in WINDOW_PARTS}
+            )
             for window in SIGNAL_WINDOWS
         }
         """Signal columns per window (:data:`SIGNAL_WINDOWS`)."""
+        self.node_signals: dict[str, NDArray[np.float64]] = {
+            part: v[part][:n] for part in NODE_PARTS
+        }
+        """The signal columns kept once per node, by their declared name
+        (:data:`scheduler.signal_frame.COLUMNS`): ``signals_at``, ``fresh_until`` and the
+        record's node signals (``psi_mem_some_avg10``)."""
         latest = self.windows[LATEST_WINDOW]
         self.runq_p99_us: NDArray[np.float64] = latest.runq_p99_us
         self.reclaim_stall_ms_per_s: NDArray[np.float64] = latest.reclaim_mean

@@ -98,6 +98,26 @@ def read_pressure_totals(path: str) -> dict[str, int] | None:
     return totals
 
 
+def read_pressure_average(path: str, kind: str = "some", span: str = "avg10") -> float | None:
+    """The kernel's own running average ``span`` (``avg10``, ``avg60``, ``avg300``; percent)
+    of the ``kind`` line of a PSI file; ``None`` when the file or the value is missing."""
+    text = read_text(path)
+    if text is None:
+        return None
+    for line in text.splitlines():
+        line_kind, _, fields = line.partition(" ")
+        if line_kind != kind:
+            continue
+        for field in fields.split():
+            name, _, value = field.partition("=")
+            if name == span:
+                try:
+                    return float(value)
+                except ValueError:
+                    return None
+    return None
+
+
 Key = TypeVar("Key", bound=Hashable)
 
 

@@ -6,6 +6,12 @@ increase over the interval (``psi_cpu_some_us``, ``psi_mem_some_us``, ``psi_mem_
 Per-cgroup values come from the v2 ``cpu.pressure``/``memory.pressure``/``io.pressure``
 files and cover the cgroup *and its descendants* — they are not additive across levels:
 use the pod's own cgroup, not the sum of its containers.
+
+Beside the totals, the probe reads the kernel's own 10 s average of memory ``some``
+pressure (``avg10``, percent) of the cgroup root the agent watches — its
+``memory.pressure`` in the v2 hierarchy, ``/proc/pressure/memory`` when the root is ``/``
+— as ``psi_mem_some_avg10``: a gauge the kernel smooths itself, which the scheduling
+record carries as it is (``interference.sched_record.NODE_SIGNALS``).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from node_agent.probes.base import (
     PSI_CPU_SOME_US,
     PSI_IO_SOME_US,
     PSI_MEM_FULL_US,
+    PSI_MEM_SOME_AVG10,
     PSI_MEM_SOME_US,
     ProbeContext,
     ProbeUnavailable,
@@ -25,6 +32,8 @@ from node_agent.probes.base import (
 from node_agent.probes.cgroup_files import (
     CgroupCounters,
     CounterDeltas,
+    Hierarchy,
+    read_pressure_average,
     read_pressure_totals,
     v2_hierarchy,
 )
@@ -59,6 +68,17 @@ def read_cgroup_pressure(directory: str) -> dict[str, int] | None:
     return read_pressure(directory, ".pressure")
 
 
+def memory_pressure_file(ctx: ProbeContext, v2: Hierarchy | None) -> str | None:
+    """The memory PSI file of the cgroup root the agent watches: ``/proc/pressure/memory``
+    for ``/`` (the whole node, also on v1-only hosts), else the root's ``memory.pressure``
+    in the v2 hierarchy — the subtree's stalls, as the agent's PSI totals are. ``None``
+    for a root below ``/`` without a v2 hierarchy (no PSI file covers just that subtree)."""
+    root = ctx.cgroup_root.strip("/")
+    if not root:
+        return os.path.join(ctx.proc_root, "pressure", "memory")
+    return None if v2 is None else os.path.join(v2.mount, root, "memory.pressure")
+
+
 @register("psi")
 class PsiProbe:
     """Node PSI deltas in ``Sample.node``; per-cgroup PSI deltas in ``by_cgroup_path``."""
@@ -70,6 +90,7 @@ class PsiProbe:
         self._node_dir = os.path.join(ctx.proc_root, "pressure")
         self._node: CounterDeltas[str] = CounterDeltas()
         self._cgroups: CgroupCounters | None = None
+        self._memory_pressure_file: str | None = None
 
     def start(self) -> None:
         """Check that the kernel exposes PSI and take the baselines."""
@@ -80,6 +101,7 @@ class PsiProbe:
             )
         self._node.update(self._read_node())
         v2 = v2_hierarchy(self._ctx)
+        self._memory_pressure_file = memory_pressure_file(self._ctx, v2)
         if v2 is not None:
             self._cgroups = CgroupCounters(v2, self._ctx.cgroup_root, read_cgroup_pressure)
             self._cgroups.collect()
@@ -92,9 +114,12 @@ class PsiProbe:
         """Stall µs accumulated since the previous call (node, and per cgroup with any)."""
         node = self._node.update(self._read_node()).get(_NODE, {})
         by_path = self._cgroups.collect() if self._cgroups is not None else {}
-        return Sample(
-            node={name: float(value) for name, value in node.items()}, by_cgroup_path=by_path
-        )
+        values = {name: float(value) for name, value in node.items()}
+        pressure_file = self._memory_pressure_file
+        average = None if pressure_file is None else read_pressure_average(pressure_file)
+        if average is not None:
+            values[PSI_MEM_SOME_AVG10] = average
+        return Sample(node=values, by_cgroup_path=by_path)
 
     def close(self) -> None:
         """Nothing to release."""

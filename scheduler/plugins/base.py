@@ -48,6 +48,7 @@ from numpy.typing import NDArray
 
 from scheduler.api.objects import PodInfo
 from scheduler.events import EventInterest
+from scheduler.signal_frame import COLUMNS_BY_NAME
 from scheduler.table import NodeTable, PlacedPodIndex
 
 
@@ -199,6 +200,10 @@ class Filter:
     relaxable: bool = False
     """Dropped for a pod refused only by relaxable filters for ``relax_after_s`` (the
     interference filters); never true of a kube-scheduler constraint."""
+    signals: tuple[str, ...] = ()
+    """The signal columns it reads, by their declared names
+    (:data:`scheduler.signal_frame.COLUMNS`; a windowed one in every window): any makes
+    it :attr:`uses_signals`."""
     uses_signals: bool = False
     """Reads the agents' signals. While they are unreadable it still runs, with
     :attr:`CycleState.signals_readable` false, and fails closed: it refuses every node
@@ -217,6 +222,9 @@ class Filter:
     """Builds the plugin's index of placed pods, registered with the table under the
     plugin's name before pods arrive (:meth:`scheduler.table.NodeTable.index`), so it is
     kept current as pods are placed rather than built at the first decision."""
+
+    def __post_init__(self) -> None:
+        _check_signals(self, self.signals)
 
     def code(self, reason: str) -> Code:
         """The status code of ``reason``."""
@@ -240,10 +248,28 @@ class Score:
     """Its weight in the default profile (0–100; 0 leaves it out)."""
     in_extender: bool = True
     """Also scored in extender mode (False where kube-scheduler's own plugin scores it)."""
+    signals: tuple[str, ...] = ()
+    """The signal columns it reads, by their declared names
+    (:data:`scheduler.signal_frame.COLUMNS`): any makes it :attr:`uses_signals`."""
     uses_signals: bool = False
     """Reads the agents' signals: off while they are unreadable (interference-blind)."""
     args: type | None = None
     """The dataclass of this plugin's args, ``None`` when it has none."""
+
+    def __post_init__(self) -> None:
+        _check_signals(self, self.signals)
+
+
+def _check_signals(plugin: Filter | Score, signals: tuple[str, ...]) -> None:
+    """Refuse a signal column nobody declared; a plugin that reads one uses signals."""
+    unknown = [name for name in signals if name not in COLUMNS_BY_NAME]
+    if unknown:
+        raise ValueError(
+            f"plugin {plugin.name}: no signal column {', '.join(unknown)}; declared: "
+            + ", ".join(COLUMNS_BY_NAME)
+        )
+    if signals:
+        object.__setattr__(plugin, "uses_signals", True)
 
 
 def filter_by_table_and_pod(

@@ -1,6 +1,6 @@
 """Interference (ours): keep pods off nodes their neighbours make noisy, prefer quiet ones.
 
-Both read signals (:attr:`~scheduler.plugins.base.Filter.uses_signals`): in an
+Both read signals (:attr:`~scheduler.plugins.base.Filter.signals` names the columns): in an
 interference-blind profile neither runs. While signals are unreadable (the store cannot
 be read, so no node's signals are known) the score is off and the filter fails closed:
 it refuses every node for a pod with a tolerance and, under ``stale_policy: reject``, for
@@ -388,7 +388,15 @@ FILTER = Filter(
     filter=_filter,
     events=(EventInterest("Node", Action.ADD),),
     relaxable=True,
-    uses_signals=True,
+    signals=(
+        "signals_at",
+        "fresh_until",
+        "runq_p99_us",
+        "reclaim_mean",
+        "reclaim_stddev",
+        "index_mean",
+        "index_stddev",
+    ),
     args=InterferenceArgs,
 )
 SCORE = Score(
@@ -397,6 +405,6 @@ SCORE = Score(
     "placed since its last report)",
     score=_score,
     default_weight=2.0,
-    uses_signals=True,
+    signals=("fresh_until", "index_mean", "index_stddev"),
     args=InterferenceArgs,
 )

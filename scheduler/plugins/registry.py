@@ -5,7 +5,8 @@ TaintToleration, NodeAffinity (these four depend only on the pod's signature and
 cached per signature), NodePorts, NodeResourcesFit, VolumeBinding, PodTopologySpread,
 InterPodAffinity, Interference, RebalancedAway. Default score weights: Interference 2,
 NodeResourcesFit 1, GpuPacking 1, PodTopologySpread 2, NodeAffinity 2, InterPodAffinity 2
-(kube-scheduler's defaults where it has the plugin).
+(kube-scheduler's defaults where it has the plugin), MemoryPressure 1 (it has no
+preference, and so changes nothing, while no feasible node is under memory pressure).
 
 Adding a plugin is its module plus one line below. A profile that lists ``filters`` keeps
 working when a filter is added: every filter is required (each enforces a constraint a
@@ -27,6 +28,7 @@ from scheduler.plugins import (
     gpu_packing,
     inter_pod_affinity,
     interference,
+    memory_pressure,
     node_affinity,
     node_ports,
     node_ready,
@@ -313,6 +315,7 @@ REGISTRY = Registry(
         pod_topology_spread.SCORE,
         node_affinity.SCORE,
         inter_pod_affinity.SCORE,
+        memory_pressure.SCORE,
     ),
 )
 """Every plugin this scheduler has."""

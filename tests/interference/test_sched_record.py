@@ -24,6 +24,7 @@ METRICS = NodeMetrics(
     throttled_ms_per_s=12.0,
     psi_cpu_some=7.5,
     psi_mem_some=1.25,
+    psi_mem_some_avg10=3.75,
     net_drops_per_s=4.0,
     interference_index=42.0,
 )
@@ -81,6 +82,7 @@ def expected_fields(report: NodeReport) -> dict[str, float | int]:
         "gpu_memory_min_mib": min((g.memory_total_mib for g in gpus), default=0.0),
         "gpu_memory_used_mib": sum(g.memory_used_mib for g in gpus),
         "gpu_utilization_pct": sum(g.utilization_pct for g in gpus) / len(gpus) if gpus else 0.0,
+        "psi_mem_some_avg10": report.metrics.psi_mem_some_avg10,
         "latest.covered_s": report.interval_s,
         "latest.intervals": 1 if sum(report.histograms.get("runq_us", [])) else 0,
         "latest.runq_p99_us": report.metrics.runq_p99_us,

@@ -57,6 +57,7 @@ def test_default_profile_runs_kube_schedulers_filter_order_then_ours() -> None:
         "PodTopologySpread": 2.0,
         "NodeAffinity": 2.0,
         "InterPodAffinity": 2.0,
+        "MemoryPressure": 1.0,
     }
     assert all(p.explain for p in (*REGISTRY.filters, *REGISTRY.scores))
 
@@ -130,6 +131,7 @@ def test_extender_profile_leaves_kube_schedulers_own_plugins_to_it() -> None:
         "Interference",
         "NodeResourcesFit",
         "GpuPacking",
+        "MemoryPressure",
     ]
     assert not extender.prefilters  # kube-scheduler has run its own PreFilters
 
