@@ -10,7 +10,11 @@ For a pod that preempted, ``preemption`` (JSON): the nominated node, the victims
 rule that chose the node and how many candidates there were. For a pod with a run-queue
 tolerance, ``runq`` (JSON): the tolerance, the signal window the Interference filter read,
 the run-queue p99 it compared on each recorded candidate, and, for a pod no node passed,
-the nearest node and when the relax rule judges the pod interference-blind.
+the nearest node and when the relax rule judges the pod interference-blind. Where the
+profile runs the Interference plugin, ``interference_index`` (JSON): the signal window and
+the interference index the plugin read on each recorded candidate, the scheduler's own
+from the scheduling record (docs/design.md §8), which an agent's published index may not
+equal.
 
 The record lists only the best candidates and the first rejected nodes (the scheduler's
 ``record_top_k`` of each: a record per pod must stay small at 5,000 nodes); ``omitted``
@@ -146,6 +150,20 @@ def raise_to_us(check: RunqCheck) -> float:
 
 
 @dataclass(frozen=True, slots=True)
+class IndexRead:
+    """The interference index the Interference plugin read at the decision: the
+    scheduler's own, computed from each node's scheduling record, not the index the node's
+    agent publishes (the two differ when the references differ)."""
+
+    window: str
+    """The signal window the plugin read (its ``signal_window``: latest, 10s or 60s)."""
+    by_node: dict[str, float] = field(default_factory=dict)
+    """Node → index 0–100 (the window's ``index_mean + risk_k · index_stddev`` plus the
+    load placed since the report, capped at 100) for the recorded candidates; a node
+    without usable signals was not read: absent."""
+
+
+@dataclass(frozen=True, slots=True)
 class Decision:
     """What the scheduler decided for one pod in one cycle."""
 
@@ -172,6 +190,9 @@ class Decision:
     runq: RunqCheck | None = None
     """The run-queue tolerance as compared (``None``: the pod has none, or the filter did
     not run)."""
+    interference_index: IndexRead | None = None
+    """The index the Interference plugin read (``None``: the profile does not run it, or
+    signals were unreadable)."""
 
 
 def decision_hash(decision: Decision) -> dict[str, str]:
@@ -208,7 +229,27 @@ def decision_hash(decision: Decision) -> dict[str, str]:
         "trace_id": decision.trace_id,
         **({"preemption": _preemption_json(decision.preemption)} if decision.preemption else {}),
         **({"runq": _runq_json(decision.runq)} if decision.runq else {}),
+        **(
+            {"interference_index": _index_read_json(decision.interference_index)}
+            if decision.interference_index
+            else {}
+        ),
     }
+
+
+def _index_read_json(read: IndexRead) -> str:
+    return json.dumps(
+        {"window": read.window, "by_node": {n: round(v, 2) for n, v in read.by_node.items()}},
+        separators=(",", ":"),
+    )
+
+
+def _parse_index_read(text: str | None) -> IndexRead | None:
+    if not text:
+        return None
+    found = json.loads(text)
+    by_node = {str(node): float(index) for node, index in found.get("by_node", {}).items()}
+    return IndexRead(str(found.get("window", "")), by_node)
 
 
 def _runq_json(check: RunqCheck) -> str:
@@ -302,6 +343,7 @@ def parse_decision_hash(raw: Mapping[Any, Any]) -> Decision:
             trace_id=data.get("trace_id", ""),
             preemption=_parse_preemption(data.get("preemption")),
             runq=_parse_runq(data.get("runq")),
+            interference_index=_parse_index_read(data.get("interference_index")),
         )
     except (KeyError, ValueError, TypeError, AttributeError) as exc:
         raise PayloadError(f"bad decision record: {exc!r}") from exc

@@ -13,10 +13,13 @@ tolerance a line, over the window the filter read: what it compared at the decis
 stored in the record); the finalists' **score parts** (weight × score per plugin as
 stacked bars and, under them, each part named; the total at the end, the chosen node
 marked); the rejected nodes with their reasons, the reason counts and how many nodes the
-record leaves out; the chosen node's **interference index now**, read when the page is
-drawn, not at the decision (the node's report stream: its last ``NODE_REPORTS_MAXLEN``
-reports, about ten seconds; the simulator: the trace's 300 s before the decision, said
-so); and the trace id. It fits a 700 px wide window: the charts scale down with it.
+record leaves out; the **interference index the decision read** on each recorded node (a
+bar per node, from the record: the scheduler's own index from the scheduling record, which
+the index an agent publishes may not equal); the chosen node's **index as its agent
+publishes it now**, read when the page is drawn, not at the decision (the node's report
+stream: its last ``NODE_REPORTS_MAXLEN`` reports, about ten seconds; the simulator: the
+trace's 300 s before the decision, said so), context only; and the trace id. It fits a
+700 px wide window: the charts scale down with it.
 
 Each number a reader may want back carries a stable attribute: a funnel stage is
 ``<g class="stage" data-stage=NAME data-in=N data-out=M data-mark=first-cut|failing>``,
@@ -24,7 +27,9 @@ the end of the funnel ``id="chosen" data-node=NODE``, a finalist ``data-node``
 ``data-total`` (its parts ``data-plugin`` ``data-part``), a run-queue bar
 ``class="runq" data-node data-runq-us data-over`` under ``id="runq-tolerance"
 data-tolerance-us``, the advice ``id="advice" data-nearest data-raise-to-us
-data-relax-at``, an index point ``data-ts`` ``data-index``. Every string from the record
+data-relax-at``, an index the decision read ``class="index-read" data-node
+data-index`` under ``id="index-read" data-window``, a published index point ``data-ts``
+``data-index``. Every string from the record
 is escaped.
 
 Size: over 500 lines because the page's sections share one layout (the label column, the
@@ -150,8 +155,10 @@ def render_decision_page(
         _scores_svg(decision),
         "<h2>Rejected nodes</h2>",
         _rejected(decision),
+        _index_read_chart(decision),
         "<h2>Interference index of "
         + (e(decision.node) if decision.node else "the chosen node")
+        + " as its agent publishes it"
         + (" before the decision" if history_before_decision else " now, not at the decision")
         + "</h2>",
         _index_chart(decision.node, index_history, history_note),
@@ -241,6 +248,49 @@ def _runq_chart(decision: Decision) -> str:
         f"each node the record keeps (and the nearest), over its {e(check.window)} window, "
         "stored with the decision; red: above the pod's max-runq-p99-us, refused. "
         "▶ marks the chosen node.</p>"
+    )
+    return heading + svg + caption
+
+
+def _index_read_chart(decision: Decision) -> str:
+    """Each recorded node's interference index as the Interference plugin read it at the
+    decision (nothing for a record without it: an interference-blind profile)."""
+    read = decision.interference_index
+    if read is None:
+        return ""
+    e = escape
+    heading = f"<h2>What decided: the interference index read ({e(read.window)} window)</h2>"
+    indices = sorted(read.by_node.items(), key=lambda item: (item[1], item[0]))
+    if not indices:
+        return heading + (
+            '<p class="muted" id="index-read-none">No recorded node had usable signals: the '
+            "plugin read no index.</p>"
+        )
+    scale = (_BAR_W - 60) / 100
+    rows = []
+    for i, (node, index) in enumerate(indices):
+        y = i * _ROW_H + 4
+        label = ("▶ " if node == decision.node else "") + node
+        rows.append(
+            f'<g class="index-read" data-node="{e(node)}" data-index="{index:.1f}">'
+            f'<text x="0" y="{y + 19}">{e(_clipped(label))}</text>'
+            f'<rect class="bar" x="{_LABEL_W}" y="{y + 5}" width="{max(1.0, index * scale):.1f}" '
+            f'height="20" fill="#c62828"><title>{e(node)}: {index:.1f}</title></rect>'
+            f'<text x="{_LABEL_W + index * scale + 6:.1f}" y="{y + 19}">{index:.1f}</text></g>'
+        )
+    height = len(indices) * _ROW_H + 10
+    svg = (
+        f'<svg id="index-read" xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" '
+        f'height="{height}" viewBox="0 0 {WIDTH} {height}" role="img" '
+        'aria-label="interference index each node had at the decision" '
+        f'data-window="{e(read.window)}">' + "".join(rows) + "</svg>"
+    )
+    caption = (
+        '<p class="muted" id="index-read-note">Index 0 (quiet) – 100 (saturated) as the '
+        "Interference plugin read it on each node the record keeps, over its "
+        f"{e(read.window)} window, stored with the decision: the scheduler's own, from the "
+        "node's scheduling record plus the load placed since, which the index an agent "
+        "publishes may not equal. ▶ marks the chosen node.</p>"
     )
     return heading + svg + caption
 

@@ -141,7 +141,8 @@ def _decision_or_none(decision: Decision | None, now: float) -> dict[str, Any] |
 
 def decision_document(decision: Decision, now: float) -> dict[str, Any]:
     """One decision record: outcome, every candidate (verdict, reasons, scores, weights,
-    weighted parts, total, details), the funnel, what the record left out, preemption."""
+    weighted parts, total, details), the funnel, what the record left out, preemption, the
+    run-queue tolerance as compared and the interference index the decision read."""
     return {
         "namespace": decision.namespace,
         "pod": decision.pod,
@@ -164,6 +165,11 @@ def decision_document(decision: Decision, now: float) -> dict[str, Any]:
             None if decision.preemption is None else dataclasses.asdict(decision.preemption)
         ),
         "runq": None if decision.runq is None else _runq(decision, decision.runq, now),
+        "interference_index": (
+            None
+            if decision.interference_index is None
+            else dataclasses.asdict(decision.interference_index)
+        ),
     }
 
 

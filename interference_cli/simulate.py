@@ -275,6 +275,7 @@ class _Replay:
                 funnel=list(decision.funnel),
                 omitted=dict(decision.omitted),
                 runq=decision.runq,
+                interference_index=decision.interference_index,
             )
             if pod.key == self._explain:
                 self.explained = record

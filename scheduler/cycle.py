@@ -65,7 +65,14 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-from interference.decision import CandidateVerdict, FunnelStage, RunqCheck, funnel_of, runq_advice
+from interference.decision import (
+    CandidateVerdict,
+    FunnelStage,
+    IndexRead,
+    RunqCheck,
+    funnel_of,
+    runq_advice,
+)
 from scheduler.api.objects import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, PodInfo
 from scheduler.filter_masks import (
     Rejections,
@@ -87,7 +94,13 @@ from scheduler.plugins.base import Code, CycleState, Filter, FilterResult, PodRe
 from scheduler.plugins.gpu_packing import NAME as GPU_PACKING
 from scheduler.plugins.gpu_packing import GpuPackingArgs
 from scheduler.plugins.interference import NAME as INTERFERENCE
-from scheduler.plugins.interference import InterferenceArgs, refused_for_runq, runq_check
+from scheduler.plugins.interference import (
+    InterferenceArgs,
+    effective_index,
+    fresh_signals,
+    refused_for_runq,
+    runq_check,
+)
 from scheduler.plugins.registry import REGISTRY, Registry, ResolvedProfile
 from scheduler.preemption import (
     ANTAGONIST_NODES,
@@ -161,6 +174,9 @@ class CycleResult:
     runq: RunqCheck | None = None
     """The pod's run-queue tolerance as the Interference filter compared it (``None``: no
     such tolerance, or the filter is not in the profile)."""
+    interference_index: IndexRead | None = None
+    """The index the Interference plugin read on the recorded candidates (``None``: the
+    plugin is not in the profile, or signals were unreadable)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -512,6 +528,7 @@ class SchedulingCycle:
                 runq=self._runq(
                     profile, state, (c.node for c in rejected), filtered.without_relaxable
                 ),
+                interference_index=self._index_read(profile, state, (c.node for c in rejected)),
             )
         scores = _scores(profile, state, passed, recorder)
         selecting = time.time_ns() if recorder is not None else 0
@@ -541,6 +558,9 @@ class SchedulingCycle:
                 "rejected": considered - feasible - len(rejected),
             },
             runq=self._runq(profile, state, (c.node for c in ranked + rejected)),
+            interference_index=self._index_read(
+                profile, state, (c.node for c in ranked + rejected)
+            ),
         )
 
     def _runq(
@@ -558,6 +578,26 @@ class SchedulingCycle:
             return None
         args = state.args_of(INTERFERENCE, InterferenceArgs)
         return runq_check(state.table, state.pod, args, state.now, nodes, nearest_among)
+
+    def _index_read(
+        self, profile: ResolvedProfile, state: CycleState, nodes: Iterable[str]
+    ) -> IndexRead | None:
+        """For the decision record: the index the Interference plugin reads on ``nodes``
+        (those the record keeps) that have usable signals, so a page can show what decided
+        rather than what an agent published; ``None`` where the profile does not run the
+        plugin or no signal can be read."""
+        if not state.signals_readable or INTERFERENCE not in profile.names:
+            return None
+        args = state.args_of(INTERFERENCE, InterferenceArgs)
+        table = state.table
+        index = effective_index(table, args)
+        fresh = fresh_signals(table, state.now)
+        read: dict[str, float] = {}
+        for node in nodes:
+            row = table.index_of(node)
+            if row is not None and fresh[row]:
+                read[node] = index.item(row)
+        return IndexRead(args.signal_window, read)
 
     def _filters_held(
         self,

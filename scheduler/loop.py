@@ -665,6 +665,7 @@ class SchedulingLoop:
             trace_id=trace_id,
             preemption=_preemption_record(result.preemption),
             runq=result.runq,
+            interference_index=result.interference_index,
         )
 
     def _write_decision(self, decision: Decision) -> None:

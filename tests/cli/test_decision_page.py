@@ -26,10 +26,18 @@ import redis
 from prometheus_client import CollectorRegistry
 
 from interference import keys
-from interference.decision import Decision, RunqCheck, decision_hash, parse_decision_hash
+from interference.decision import (
+    Decision,
+    IndexRead,
+    RunqCheck,
+    decision_hash,
+    parse_decision_hash,
+)
 from interference.decision_page import failing_stage, first_cut_stage, render_decision_page
 from interference.signals import NodeMetrics, NodeReport
 from interference_cli.main import main
+from interference_cli.simulate import load_policy, simulate
+from interference_cli.workload import Arrival, Workload
 from scheduler.adapters.redis_signals import (
     QueuedDecisionSink,
     RedisDecisionSink,
@@ -47,6 +55,7 @@ from tests.cli.test_query import publish
 from tests.conftest import RedisServer
 
 NOW = 1_700_000_000.0
+AWARE_POLICY = Path("deploy") / "demo" / "policies" / "interference-aware.yaml"
 CHROMIUM = next(
     (p for p in (shutil.which("chromium"), shutil.which("chromium-browser")) if p), None
 )
@@ -119,7 +128,8 @@ class OpenElement:
 class PageReader(HTMLParser):
     """The elements of the page that carry numbers: funnel stages, the end of the funnel,
     finalists and their named parts, run-queue bars and the tolerance line, the advice,
-    index points; and the text of each element with an id."""
+    the bars of the index the decision read, published index points; and the text of each
+    element with an id."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -128,6 +138,7 @@ class PageReader(HTMLParser):
         self.finalists: list[dict[str, str]] = []
         self.parts: list[dict[str, str]] = []
         self.runq: list[dict[str, str]] = []
+        self.index_read: list[dict[str, str]] = []
         self.points: list[dict[str, str]] = []
         self.by_id: dict[str, dict[str, str]] = {}
         self.text_of: dict[str, str] = {}
@@ -162,6 +173,8 @@ class PageReader(HTMLParser):
             self.parts.append(a)
         elif "runq" in classes:
             self.runq.append(a)
+        elif "index-read" in classes:
+            self.index_read.append(a)
         elif "point" in classes:
             self.points.append(a)
 
@@ -392,7 +405,41 @@ def test_each_score_part_is_named(scheduled: Decision) -> None:
 
 def test_the_index_chart_says_it_is_now_not_at_the_decision(scheduled: Decision) -> None:
     page = render_decision_page(scheduled, [(NOW, 10.0), (NOW + 1, 20.0)])
-    assert f"Interference index of {scheduled.node} now, not at the decision</h2>" in page
+    heading = f"Interference index of {scheduled.node} as its agent publishes it now, not at"
+    assert heading in page
+
+
+def test_the_page_shows_the_index_the_decision_read_not_the_agents() -> None:
+    """The agent publishes index 0 while its run-queue p99 is 6 ms, which the scheduler's
+    references (quiet 4 ms, saturated 16 ms) make index 29: the decision read 29 from the
+    scheduling record, and its page charts 29 as what decided, the agent's 0 apart."""
+    reports = [
+        NodeReport(
+            "n",
+            float(ts),
+            1.0,
+            NodeMetrics(runq_p99_us=6000, interference_index=0.0),
+            measured=("runq",),
+        )
+        for ts in range(4)
+    ]
+    pod = pod_obj("p", requests={"cpu": "100m"})
+    workload = Workload({"default": {"cpu": "4", "memory": "8Gi"}}, [Arrival(1.5, pod, None)])
+    policy = load_policy(Path(__file__).resolve().parents[2] / AWARE_POLICY)
+    decision = simulate(reports, workload, policy, explain="default/p").explained
+    assert decision is not None and decision.node == "n"
+    assert decision.interference_index is not None
+    read = decision.interference_index.by_node["n"]
+    assert read == pytest.approx(29, abs=1)
+    window = decision.interference_index.window
+    kept = parse_decision_hash(decision_hash(decision))  # as Redis keeps it
+    assert kept.interference_index == IndexRead(window, {"n": round(read, 2)})
+    published = [(r.ts, r.metrics.interference_index) for r in reports]
+    page = read_page(render_decision_page(kept, published, history_before_decision=True))
+    bars = {b["data-node"]: float(b["data-index"]) for b in page.index_read}
+    assert bars == {"n": round(read, 1)}
+    assert page.by_id["index-read"]["data-window"] == window
+    assert [float(p["data-index"]) for p in page.points] == [0.0] * 4
 
 
 def test_a_simulated_page_says_its_index_is_from_before_the_decision(
