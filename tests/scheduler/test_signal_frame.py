@@ -12,7 +12,17 @@ import pytest
 from interference import sched_record
 from interference.index import IndexReferences
 from interference.signals import SIGNAL_FAMILIES, NodeMetrics, NodeReport, WindowMetrics
-from scheduler.signal_frame import SIGNAL_COLUMNS, NodeSignals
+from scheduler.node_columns import WindowColumns
+from scheduler.plugins.base import Score
+from scheduler.signal_frame import (
+    COLUMNS,
+    COLUMNS_BY_NAME,
+    SIGNAL_COLUMNS,
+    SIGNAL_WINDOWS,
+    UNKNOWN,
+    NodeSignals,
+    window_column,
+)
 from scheduler.signal_records import (
     decode_records,
     frame_of_records,
@@ -20,6 +30,7 @@ from scheduler.signal_records import (
     record_of_signals,
     signal_columns,
 )
+from tests.builders import node_obj, table_of
 from tests.scheduler.frames import stale_nodes
 
 NOW = 1_000_000.0
@@ -111,3 +122,36 @@ def test_the_clock_check_applies_when_the_records_are_read_at_a_time() -> None:
     assert frame_of_records(["old"], [payload]).has_record("old")  # read when written
     assert not frame_of_records(["old"], [payload], now=NOW + 31).has_record("old")
     assert not frame_of_records(["old"], [None]).has_record("old")
+
+
+def test_every_declared_column_is_a_frame_column_and_a_table_view() -> None:
+    table = table_of([node_obj("n")])
+    frame = frame_of_signals({"n": NOISY})
+    for column in COLUMNS:
+        if column.windowed:
+            names = [window_column(window, column.name) for window in SIGNAL_WINDOWS]
+            assert column.name in {f.name for f in dataclasses.fields(WindowColumns)}
+            assert all(hasattr(table.windows[w], column.name) for w in SIGNAL_WINDOWS)
+        else:
+            names = [column.name]
+            assert column.name in table.node_signals
+        assert all(name in frame.columns for name in names), column.name
+    assert set(SIGNAL_COLUMNS) == set(frame.columns)
+
+
+def test_the_records_node_signals_are_columns_of_the_same_name() -> None:
+    for signal in sched_record.NODE_SIGNALS:
+        column = COLUMNS_BY_NAME[signal.name]
+        assert (column.record_field, column.family) == (signal.name, signal.family)
+        assert column.no_signal == UNKNOWN
+        assert signal.family in SIGNAL_FAMILIES
+
+
+def test_a_plugin_may_read_only_declared_columns_and_reading_any_uses_signals() -> None:
+    def no_preference(state: object, feasible: object) -> None:
+        return None
+
+    reader = Score("Reader", "memory pressure", no_preference, 1.0, signals=("psi_mem_some_avg10",))
+    assert reader.uses_signals
+    with pytest.raises(ValueError, match="no signal column psi_typo"):
+        Score("Typo", "a column nobody declared", no_preference, 1.0, signals=("psi_typo",))
