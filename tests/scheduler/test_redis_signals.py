@@ -174,6 +174,25 @@ def test_the_index_is_computed_from_the_signals_with_the_schedulers_references(
     assert column(cache, "b", "index_mean@latest") == 0
 
 
+def test_memory_pressure_travels_from_the_agents_record_to_a_decision(
+    publisher: RedisPublisher, cache: RedisSignalCache
+) -> None:
+    now = time.time()
+    for node, avg10 in (("a", 35.0), ("b", 0.0)):
+        metrics = NodeMetrics(runq_p99_us=1000.0, psi_mem_some_avg10=avg10)
+        assert publisher.publish(dataclasses.replace(report(node, now), metrics=metrics))
+    cache.poll_once()
+    assert column(cache, "a", "psi_mem_some_avg10") == 35.0
+    table = table_of([node_obj("a"), node_obj("b")])  # alike but for the pressure on a
+    table.set_signals(cache.snapshot())
+    result = SchedulingCycle(EngineSettings()).schedule(
+        parse_pod(pod_obj("web", requests={"cpu": "1"})), table, now
+    )
+    assert result.node == "b"
+    scores = {c.node: c.scores.get("MemoryPressure") for c in result.candidates if c.passed}
+    assert scores == {"a": 0.0, "b": 100.0}
+
+
 def test_new_records_observe_their_age(
     publisher: RedisPublisher, cache: RedisSignalCache, registry: CollectorRegistry
 ) -> None:
