@@ -392,6 +392,20 @@ class SchedulingCycle:
         profile = self.profile_for(signals_readable)
         return self._runq(profile, self._state(pod, table, now, profile), nodes)
 
+    def index_read_of(
+        self,
+        pod: PodInfo,
+        table: NodeTable,
+        now: float,
+        nodes: Iterable[str],
+        *,
+        signals_readable: bool = True,
+    ) -> IndexRead | None:
+        """The index the Interference plugin reads on ``nodes`` (those a record keeps),
+        under the profile the cycle runs."""
+        profile = self.profile_for(signals_readable)
+        return self._index_read(profile, self._state(pod, table, now, profile), nodes)
+
     def score(
         self,
         pod: PodInfo,

@@ -99,7 +99,14 @@ import numpy as np
 from numpy.typing import NDArray
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from interference.decision import CandidateVerdict, Decision, FunnelStage, RunqCheck, runq_advice
+from interference.decision import (
+    CandidateVerdict,
+    Decision,
+    FunnelStage,
+    IndexRead,
+    RunqCheck,
+    runq_advice,
+)
 from scheduler.api.objects import PodInfo
 from scheduler.api.pods import parse_pod
 from scheduler.api.reader import ObjectError
@@ -245,6 +252,8 @@ class FilterVerdict:
     funnel: tuple[FunnelStage, ...] = ()
     runq: RunqCheck | None = None
     """The pod's run-queue tolerance as compared on the nodes the record keeps."""
+    interference_index: IndexRead | None = None
+    """The index the Interference plugin read on the nodes the record keeps."""
 
 
 def read_extender_pod(obj: Mapping[str, Any]) -> PodInfo:
@@ -579,6 +588,10 @@ class Extender:
                 )
                 for i in ranked.tolist()
             ]
+            recorded = [c.node for c in candidates + (filtered.rejected if filtered else [])]
+            index_read = self._cycle.index_read_of(
+                pod, table, now, recorded, signals_readable=readable
+            )
         priorities = HostPriorities(
             args.names, np.where(known, extender_scores(totals, max_total), 0).tolist()
         )
@@ -592,6 +605,7 @@ class Extender:
             candidates=candidates + (filtered.rejected if filtered else []),
             rejected_by_reason=dict(filtered.reason_counts) if filtered else {},
             trace_id="" if recorder is None else recorder.trace_hex,
+            interference_index=index_read,
         )
         if recorder is not None:
             attributes: Attributes = {
@@ -718,6 +732,9 @@ class Extender:
         if runq is not None and outcome.runq is not None:  # with the nearest node, relax_at
             measured = {**runq.measured_us, **outcome.runq.measured_us}
             runq = dataclasses.replace(outcome.runq, measured_us=measured)
+        index_read = self._cycle.index_read_of(
+            pod, table, now, recorded, signals_readable=signals_readable
+        )
         return FilterVerdict(
             tuple(passed),
             failed,
@@ -729,6 +746,7 @@ class Extender:
             outcome.relaxed_after_s is not None,
             outcome.funnel,
             runq,
+            index_read,
         )
 
     def _filter_decision(
@@ -767,6 +785,7 @@ class Extender:
             funnel=list(verdict.funnel),
             trace_id=trace_id,
             runq=verdict.runq,
+            interference_index=verdict.interference_index,
             omitted={
                 "rejected": len(args.names) - len(verdict.passed) - len(verdict.rejected),
                 "feasible": max(0, len(verdict.passed) - settings.record_top_k),

@@ -162,3 +162,17 @@ def test_an_extender_record_keeps_the_runq_p99_compared_and_says_what_to_do() ->
         f"900 µs against the tolerance 500 µs (10s window). Relaxed to interference-blind in "
         f"60 s (at {at}). Hint: raise interference.io/max-runq-p99-us to at least 900 µs."
     )
+
+
+def test_extender_records_keep_the_index_the_decision_read() -> None:
+    """The filter's and the prioritize verb's records keep, per recorded node, the index
+    the Interference plugin read (the decision page charts it), as standalone's do."""
+    harness = Harness()
+    pod = pod_obj("web")
+    harness.filter(pod, ["quiet", "noisy"])
+    filtered = harness.decisions.last("web").interference_index
+    harness.prioritize(pod, ["quiet", "noisy"])
+    prioritized = harness.decisions.last("web").interference_index
+    assert filtered is not None and prioritized is not None
+    assert filtered == prioritized and filtered.window == "10s"
+    assert filtered.by_node == {"quiet": pytest.approx(5.0), "noisy": pytest.approx(90.0)}
