@@ -71,6 +71,7 @@ from interference_cli.rebalance_act import (
     TOLERANCE_ANNOTATION,
     first_window_under,
 )
+from interference_cli.store import CliError
 
 AWARE = "interference-scheduler"
 BLIND = "default-scheduler"
@@ -427,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.suppress(ApiException):
         cluster.core.create_namespace({"metadata": {"name": NAMESPACE}})
     store = store_from_args(args, os.environ)
-    feed = ReportFeed(store, (settings.noisy_node, settings.quiet_node))
+    feed = ReportFeed(store, (settings.noisy_node, settings.quiet_node), log)
     try:
         console.rule("Act one: placement")
         placement = act_one(cluster, feed, settings, log)
@@ -435,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
         console.rule("Act two: interference after placement, the rebalancer enforcing")
         loop = act_two(cluster, feed, settings, log)
         print_loop(loop, console)
-    except DemoError as exc:
+    except (DemoError, CliError) as exc:
         console.print(f"cluster demo: {exc}", style="red")
         return 1
     finally:

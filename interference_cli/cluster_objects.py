@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from interference import keys
 from interference.codec import PayloadError, decode_report
 from interference_cli.rebalance_act import TOLERANCE_ANNOTATION, PodRows
-from interference_cli.store import Store
+from interference_cli.store import CliError, Store
 
 DEMO_DIR = Path(__file__).resolve().parent.parent / "deploy" / "demo"
 LATENCY_POD_FILE = DEMO_DIR / "pods" / "latency.yaml"
@@ -35,14 +35,40 @@ class DemoError(Exception):
 
 
 class ReportFeed:
-    """Every pod row of the nodes' report streams from now on, by pod UID."""
+    """Every pod row of the nodes' report streams from now on, by pod UID.
 
-    def __init__(self, store: Store, nodes: Iterable[str]) -> None:
+    A read that fails (Redis behind ``kubectl port-forward`` on a loaded machine times out
+    now and then) is told once and retried at the next poll: the streams keep the last
+    :data:`~interference.keys.NODE_REPORTS_MAXLEN` seconds, so nothing is lost unless
+    Redis stays unreachable for :data:`UNREACHABLE_LIMIT_S`."""
+
+    UNREACHABLE_LIMIT_S = 8.0
+
+    def __init__(
+        self, store: Store, nodes: Iterable[str], log: Callable[[str], None] = print
+    ) -> None:
         self._store = store
+        self._log = log
         self._last = store.last_stream_ids([keys.reports_key(node) for node in nodes])
+        self._failing_since: float | None = None
+        self.failed_reads = 0
         self.rows: dict[str, PodRows] = {}
 
     def poll(self) -> None:
+        try:
+            self._read()
+        except CliError as exc:
+            now = time.monotonic()
+            self.failed_reads += 1
+            if self._failing_since is None:
+                self._failing_since = now
+                self._log(f"reading the report streams failed, retrying: {exc}")
+            if now - self._failing_since > self.UNREACHABLE_LIMIT_S:
+                raise
+            return
+        self._failing_since = None
+
+    def _read(self) -> None:
         while True:
             entries = self._store.streams_after(self._last)
             for stream, entry_id, payload in entries:

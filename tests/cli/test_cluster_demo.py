@@ -24,6 +24,7 @@ from interference_cli.cluster_objects import (
     stress_pod,
 )
 from interference_cli.rebalance_act import TOLERANCE_ANNOTATION
+from interference_cli.store import CliError
 
 
 @pytest.mark.parametrize(
@@ -136,6 +137,39 @@ def test_report_feed_keeps_each_pods_rows_by_report_time_across_polls() -> None:
     assert sorted(feed.of("u3").rows) == [10.5]
     assert feed.of("nobody").rows == {}
     assert streams.asked[-1] == {"intf:node:a:reports": "1-3", "intf:node:b:reports": "1-1"}
+
+
+class _FlakyStreams(_Streams):
+    """Reads that time out ``failures`` times before answering."""
+
+    def __init__(self, entries: list[tuple[str, str, bytes]], failures: int) -> None:
+        super().__init__(entries)
+        self.failures = failures
+
+    def streams_after(self, last_ids: dict[str, str]) -> list[tuple[str, str, bytes]]:
+        if self.failures > 0:
+            self.failures -= 1
+            raise CliError("cannot reach Redis (Timeout reading from socket)")
+        return super().streams_after(last_ids)
+
+
+def test_report_feed_retries_a_failed_read_and_tells_it_once() -> None:
+    streams = _FlakyStreams([("intf:node:a:reports", "1-1", _report("a", 10.0, ["u1"]))], 2)
+    told: list[str] = []
+    feed = ReportFeed(streams, ["a"], told.append)  # type: ignore[arg-type]
+    feed.poll()
+    feed.poll()
+    assert feed.of("u1").rows == {} and feed.failed_reads == 2
+    feed.poll()
+    assert sorted(feed.of("u1").rows) == [10.0]
+    assert len(told) == 1 and "Timeout reading from socket" in told[0]
+
+
+def test_report_feed_gives_up_when_redis_stays_unreachable() -> None:
+    feed = ReportFeed(_FlakyStreams([], 5), ["a"], lambda _line: None)  # type: ignore[arg-type]
+    feed.UNREACHABLE_LIMIT_S = -1.0
+    with pytest.raises(CliError):
+        feed.poll()
 
 
 @pytest.mark.parametrize(
