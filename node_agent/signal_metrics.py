@@ -145,6 +145,15 @@ NODE_SIGNALS = (
         PERCENT,
     ),
     NodeSignal(
+        "interference_node_psi_memory_some_avg10_ratio",
+        "The kernel's own 10 s average of the share of time some task stalled on memory, "
+        "PSI some avg10 (what the MemoryPressure score reads; the interval only).",
+        "psi",
+        "psi_mem_some_avg10",
+        None,
+        PERCENT,
+    ),
+    NodeSignal(
         "interference_node_network_drops_per_second",
         "Packets dropped per second on all interfaces and qdiscs (window: mean).",
         "net",

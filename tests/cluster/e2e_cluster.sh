@@ -597,7 +597,9 @@ start kube-proxy taskset -c "$SYSTEM_CPU" "$ASSETS/kube-proxy" --kubeconfig "$ST
     --iptables-localhost-nodeports=false --bind-address "$GATEWAY" \
     --healthz-bind-address "127.0.0.1:$(free_port)" --metrics-bind-address "127.0.0.1:$(free_port)"
 for node in "${NODES[@]}"; do wait_for 120 "node $node registered" kubectl get node "$node"; done
-mark "kubelets of ${NODES[*]} registered ($SYSTEM_NODE tainted $SYSTEM_TAINT)"
+# As kubeadm marks a control-plane node: the label (a kubelet may not set it on itself).
+kubectl label node "$SYSTEM_NODE" "$SYSTEM_TAINT=" >/dev/null
+mark "kubelets of ${NODES[*]} registered ($SYSTEM_NODE labelled and tainted $SYSTEM_TAINT)"
 
 # --- the install procedure of docs/operations.md, literally --------------------------------
 # This API server build answers /openapi/v2 with 503, so kubectl's client-side schema
@@ -641,6 +643,10 @@ if section is None:
 blocks = re.findall(r"<!-- e2e-cluster -->\n+ *```sh\n(.*?)^ *```", section.group(1), re.M | re.S)
 if not blocks:
     sys.exit("docs/operations.md's Install section marks no block with <!-- e2e-cluster -->")
+system_nodes = re.search(r"<!-- e2e-cluster: system-nodes -->\n+ *```sh\n(.*?)^ *```", doc, re.M | re.S)
+if system_nodes is None:
+    sys.exit("docs/operations.md marks no block with <!-- e2e-cluster: system-nodes -->")
+(out.parent / "system-nodes.sh").write_text(system_nodes.group(1))
 out.mkdir()
 for i, block in enumerate(blocks):
     lines = [line.strip() for line in block.splitlines()]
@@ -660,14 +666,12 @@ for step in "$STATE"/steps/*.sh; do
     (cd "$SRC" && timeout "$STEP_TIMEOUT_S" bash -euo pipefail "$step") \
         || fail "docs/operations.md Install block $(basename "$step" .sh) failed"
     if grep -q "kubectl apply -k" "$step"; then
-        # The central pods on the system node (docs/operations.md, "Central pods on system
-        # nodes"): the worker nodes' CPUs hold only the agents and the workloads they measure.
-        for deployment in redis interference-credentials interference-scheduler; do
-            kubectl -n interference-system patch deployment "$deployment" --type merge -p \
-                '{"spec":{"template":{"spec":{"nodeSelector":{"kubernetes.io/hostname":"'"$SYSTEM_NODE"'"},"tolerations":[{"key":"'"$SYSTEM_TAINT"'","operator":"Exists","effect":"NoSchedule"}]}}}}' \
-                >/dev/null
-        done
-        log "    (this cluster: Redis, the issuer and the scheduler patched onto $SYSTEM_NODE)"
+        # The central pods on the system node: docs/operations.md's "Central pods on system
+        # nodes" block, literally.
+        log "    (this cluster: docs/operations.md, Central pods on system nodes:)"
+        sed 's/^/    /' "$STATE/system-nodes.sh"
+        (cd "$SRC" && bash -euo pipefail "$STATE/system-nodes.sh" >/dev/null) \
+            || fail "docs/operations.md's Central pods on system nodes block failed"
     fi
     if grep -q "set env daemonset/interference-agent" "$step"; then
         # Two nodes share this kernel: each agent watches its own node's cgroup root (on a

@@ -131,6 +131,9 @@ def test_every_command_is_exercised_or_needs_a_cluster() -> None:
             # run on the recorded traces, against a real Prometheus and on live agents'
             # streams by tests/cli/test_recommend_tolerance*.py
             or c.startswith("interference recommend-tolerance ")
+            # Central pods on system nodes: run by make e2e-cluster on its system node
+            or c.startswith("SYSTEM_NODES=")
+            or c.startswith("kubectl -n interference-system patch deployment ")
             or NEEDS_CLUSTER.match(c)
         )
     ]

@@ -95,6 +95,7 @@ NODE_CASES = [
     ("interference_node_psi_cpu_some_ratio", "psi_cpu_some", "psi_cpu_some_mean", 30.0, 0.3),
     ("interference_node_psi_memory_some_ratio", "psi_mem_some", "psi_mem_some_mean", 4.0, 0.04),
     ("interference_node_psi_memory_full_ratio", "psi_mem_full", None, 2.0, 0.02),
+    ("interference_node_psi_memory_some_avg10_ratio", "psi_mem_some_avg10", None, 4.5, 0.045),
     (
         "interference_node_network_drops_per_second",
         "net_drops_per_s",
