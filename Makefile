@@ -27,10 +27,20 @@ unit: $(STAMP)
 demo: setup
 	$(PY) -m interference_cli.demo
 
+# Every benchmark behind docs/BENCHMARKS.md's headline table, with the arguments of its
+# figures (bench/run.sh); `make bench BENCH=name` runs one. One needing root or a real
+# kube-apiserver it cannot have here prints a "skip" line. Over an hour in all.
+# `make bench BENCH=throughput_versus BASE=REV`: this tree beside a revision, in turns.
+BENCHES := agent_overhead agent_metrics_scrape runqlat_accuracy demo onoff_antagonist \
+	rebalance scheduler_throughput tracing_cost signal_plane scheduler_real_api \
+	preemption_real_api extender_real_api extender_costly_requests noisy_node
+BENCH ?= $(BENCHES)
+
 bench: setup
-	$(PY) bench/agent_overhead.py
-	$(PY) bench/onoff_antagonist.py
-	$(PY) bench/scheduler_throughput.py
+	@failed=""; for name in $(BENCH); do \
+		PY=$(PY) BASE=$(BASE) bash bench/run.sh $$name || failed="$$failed $$name"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "bench: missed a target or failed:$$failed"; exit 1; fi
 
 # interference-{agent,scheduler}:<pyproject version>, the tags deploy/base deploys.
 # Variables (BASE_IMAGE, PIP_INDEX_URL, PIP_CA, PIP_CONF, ...): scripts/build-images.sh.

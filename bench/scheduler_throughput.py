@@ -7,7 +7,10 @@ pending pods of ours — plain, GPU (toleration + GPU-model nodeSelector), node 
 affinity and anti-affinity, topology spread over zones (``DoNotSchedule``), required pod
 affinity to a running service's zone and pod anti-affinity on the hostname; 2 % of the
 running pods carry preferred anti-affinity — and fresh interference signals for every
-node, re-reported every second like the agents do.
+node as production has them: each node's scheduling record (a production-shaped report's)
+written to a real ``redis-server`` every second by replay processes standing for the
+agents, and read by the scheduler's own follower polling in this process
+(:func:`followed_signals`).
 
 1. **Engine**: the real :class:`~scheduler.cycle.SchedulingCycle` over the real node table (filled
    by the real cache); every pending pod is decided and assumed. Prints decisions/s
@@ -57,16 +60,18 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from kubernetes import client
 from prometheus_client import CollectorRegistry
 
+from bench.signal_replay import start_replay
 from interference.decision import Decision
-from interference.signals import SIGNAL_FAMILIES, NodeMetrics
 from interference_cli.redis_process import RedisServerError, private_redis_server
 from scheduler.adapters.kubernetes import KubernetesCluster
 from scheduler.adapters.memory import InMemoryCluster, node_object, pod_object
@@ -74,6 +79,7 @@ from scheduler.adapters.redis_signals import (
     QueuedDecisionSink,
     RedisDecisionSink,
     RedisSettings,
+    RedisSignalCache,
     SignalMetrics,
     connect,
 )
@@ -88,8 +94,8 @@ from scheduler.ports import (
     DecisionSink,
     DecisionTracer,
     K8sObject,
-    NodeSignals,
     PodRef,
+    SignalSource,
 )
 from scheduler.queue import SchedulingQueue
 from scheduler.settings import EngineSettings
@@ -304,50 +310,41 @@ def node_affinity(zone_a: str, zone_b: str) -> dict[str, Any]:
     }
 
 
-class ReportingSignals:
-    """Signals for every node, re-reported every ``interval_s`` by a background thread
-    (as 5,000 agents would): each report is a new snapshot mapping."""
+REPORT_PODS = 30
+"""Pod rows in each node's report: a busy node's, as the signal plane bench replays."""
 
-    def __init__(
-        self,
-        nodes: list[str],
-        seed: int,
-        interval_s: float = 1.0,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        rng = random.Random(seed)
-        self._metrics = {
-            name: NodeMetrics(
-                runq_p50_us=rng.uniform(5, 200),
-                runq_p99_us=rng.uniform(50, 3000),
-                reclaim_stall_ms_per_s=rng.uniform(0, 4),
-                interference_index=rng.uniform(0, 90),
-            )
-            for name in nodes
-        }
-        self._interval_s = interval_s
-        self._clock = clock
-        self._snapshot: Mapping[str, NodeSignals] = {}
-        self.reports = 0
-        self._report()
 
-    def _report(self) -> None:
-        now = self._clock()
-        self._snapshot = {
-            name: NodeSignals(m, updated_at=now, measured=SIGNAL_FAMILIES)
-            for name, m in self._metrics.items()
-        }
-        self.reports += 1
-
-    def run(self, stop: threading.Event) -> None:
-        while not stop.wait(self._interval_s):
-            self._report()
-
-    def snapshot(self) -> Mapping[str, NodeSignals]:
-        return self._snapshot
-
-    def healthy(self) -> bool:
-        return True
+@contextlib.contextmanager
+def followed_signals(nodes: list[str], replayers: int = 2) -> Iterator[RedisSignalCache]:
+    """Fresh signals for every node, reaching the scheduler as they do in production:
+    ``replayers`` processes write every node's scheduling record to a real ``redis-server``
+    once a second (:mod:`bench.signal_replay`: a production-shaped report's record, the
+    bytes 5,000 agents' publishers send), and the scheduler's own follower polls them from
+    a thread of this process. Yields the follower once it holds a record of every node."""
+    with redis_server() as url:
+        settings = RedisSettings(url=url)
+        stop_replay = multiprocessing.Event()
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        processes, _sent = start_replay(port, nodes, REPORT_PODS, "records", replayers, stop_replay)
+        follower = RedisSignalCache(
+            connect(settings, {}), settings, SignalMetrics(CollectorRegistry()), lambda: nodes
+        )
+        stop = threading.Event()
+        polling = threading.Thread(target=follower.run, args=(stop,), daemon=True)
+        polling.start()
+        try:
+            deadline = time.monotonic() + 60
+            while len(follower.snapshot()) < len(nodes) or not follower.healthy():
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the follower did not read every node's record in 60 s")
+                time.sleep(0.1)
+            yield follower
+        finally:
+            stop.set()
+            stop_replay.set()
+            polling.join(10)
+            for process in processes:
+                process.join(10)
 
 
 def rss_mib() -> float:
@@ -474,9 +471,7 @@ class EngineFigures:
     lengthened while other processes hold the CPU."""
 
 
-def bench_engine(
-    cluster: InMemoryCluster, signals: ReportingSignals, profile: bool
-) -> EngineFigures:
+def bench_engine(cluster: InMemoryCluster, signals: SignalSource, profile: bool) -> EngineFigures:
     metrics = SchedulerMetrics(CollectorRegistry())
     queue = SchedulingQueue()
     before = rss_mib()
@@ -707,7 +702,7 @@ class ListSink:
 def run_loop(
     cluster: Cluster,
     memory: InMemoryCluster,
-    signals: ReportingSignals,
+    signals: SignalSource,
     sink: DecisionSink,
     pending: int,
     workers: int,
@@ -771,7 +766,7 @@ def run_loop(
 
 
 def bench_in_memory(
-    memory: InMemoryCluster, signals: ReportingSignals, pending: int, workers: int
+    memory: InMemoryCluster, signals: SignalSource, pending: int, workers: int
 ) -> LoopRun:
     """The loop alone: binds, Events and decisions stay in memory (no HTTP, no Redis)."""
     return run_loop(memory, memory, signals, ListSink(), pending, workers)
@@ -779,7 +774,7 @@ def bench_in_memory(
 
 def bench_end_to_end(
     memory: InMemoryCluster,
-    signals: ReportingSignals,
+    signals: SignalSource,
     pending: int,
     workers: int,
     tracer: DecisionTracer | None = None,
@@ -845,125 +840,129 @@ def main(argv: list[str] | None = None) -> int:
         "(45% plain, 15% GPU, 10% node affinity, 10% interference tolerance + host port, "
         "5% preferred pod affinity + anti-affinity, 5% required pod affinity, 5% zone "
         "topology spread, 5% required pod anti-affinity; 2% of running pods with preferred "
-        "anti-affinity); signals for every node, re-reported every 1 s"
+        "anti-affinity); every node's scheduling record written to Redis each second, followed"
     )
     t0 = time.perf_counter()
     cluster = build_cluster(args.nodes, args.running, args.pending, args.seed)
     node_names = [f"node-{i:05d}" for i in range(args.nodes)]
-    signals = ReportingSignals(node_names, args.seed)
-    stop_signals = threading.Event()
-    reporter = threading.Thread(target=signals.run, args=(stop_signals,), daemon=True)
-    reporter.start()
-    print(f"built in {time.perf_counter() - t0:.1f}s; process RSS {rss_mib():.0f} MiB\n")
+    exit_stack = contextlib.ExitStack()
+    signals = exit_stack.enter_context(followed_signals(node_names))
+    try:
+        print(f"built in {time.perf_counter() - t0:.1f}s; process RSS {rss_mib():.0f} MiB\n")
 
-    rows: list[tuple[str, str, str]] = []
-    figures: dict[str, float] = {}
-    if not args.skip_engine:
-        engine = bench_engine(cluster, signals, args.profile)
-        engine_rate = engine.decisions / engine.engine_s
-        attempt_rate = engine.decisions / engine.attempt_s
-        cpu_rate = engine.decisions / engine.engine_cpu_s
-        figures |= {
-            "engine_decisions_per_s": engine_rate,
-            "engine_decisions_per_cpu_s": cpu_rate,
-            "attempt_decisions_per_s": attempt_rate,
-        }
-        rows += [
-            (
-                "engine: Engine.schedule only",
-                f"{engine_rate:,.0f} decisions/s",
-                f"target ≥ {ENGINE_TARGET:,.0f}: {verdict(engine_rate, ENGINE_TARGET)}",
-            ),
-            ("engine: per CPU-second", f"{cpu_rate:,.0f} decisions/s", "scheduling thread"),
-            ("engine: + signals refresh + assume", f"{attempt_rate:,.0f} decisions/s", ""),
-            ("engine: pods placed", f"{engine.scheduled}/{engine.decisions}", ""),
-            (
-                "cache: initial list → table",
-                f"{engine.sync_s:.1f} s",
-                f"+{engine.cache_rss_mib:.0f} MiB RSS",
-            ),
-        ]
-        if engine.chunk_rates:
-            rows.insert(
-                1,
+        rows: list[tuple[str, str, str]] = []
+        figures: dict[str, float] = {}
+        if not args.skip_engine:
+            engine = bench_engine(cluster, signals, args.profile)
+            engine_rate = engine.decisions / engine.engine_s
+            attempt_rate = engine.decisions / engine.attempt_s
+            cpu_rate = engine.decisions / engine.engine_cpu_s
+            figures |= {
+                "engine_decisions_per_s": engine_rate,
+                "engine_decisions_per_cpu_s": cpu_rate,
+                "attempt_decisions_per_s": attempt_rate,
+            }
+            rows += [
                 (
-                    f"engine: {CHUNK}-decision chunks",
-                    f"median {statistics.median(engine.chunk_rates):,.0f}/s",
-                    f"best {max(engine.chunk_rates):,.0f}/s, worst "
-                    f"{min(engine.chunk_rates):,.0f}/s (the machine's load varies)",
+                    "engine: Engine.schedule only",
+                    f"{engine_rate:,.0f} decisions/s",
+                    f"target ≥ {ENGINE_TARGET:,.0f}: {verdict(engine_rate, ENGINE_TARGET)}",
                 ),
+                ("engine: per CPU-second", f"{cpu_rate:,.0f} decisions/s", "scheduling thread"),
+                ("engine: + signals refresh + assume", f"{attempt_rate:,.0f} decisions/s", ""),
+                ("engine: pods placed", f"{engine.scheduled}/{engine.decisions}", ""),
+                (
+                    "cache: initial list → table",
+                    f"{engine.sync_s:.1f} s",
+                    f"+{engine.cache_rss_mib:.0f} MiB RSS",
+                ),
+            ]
+            if engine.chunk_rates:
+                rows.insert(
+                    1,
+                    (
+                        f"engine: {CHUNK}-decision chunks",
+                        f"median {statistics.median(engine.chunk_rates):,.0f}/s",
+                        f"best {max(engine.chunk_rates):,.0f}/s, worst "
+                        f"{min(engine.chunk_rates):,.0f}/s (the machine's load varies)",
+                    ),
+                )
+
+        def run_in_memory(fresh: InMemoryCluster | None = None) -> None:
+            local = bench_in_memory(
+                fresh or build_cluster(args.nodes, args.running, args.pending, args.seed),
+                signals,
+                args.pending,
+                args.bind_workers,
+            )
+            figures["in_memory_pods_per_s"] = local.rate
+            rows.append(
+                (
+                    "loop, in-memory cluster (no HTTP)",
+                    f"{local.rate:,.0f} pods/s",
+                    f"{local.bound / local.cpu_s:,.0f} pods per CPU-second",
+                )
             )
 
-    def run_in_memory(fresh: InMemoryCluster | None = None) -> None:
-        local = bench_in_memory(
-            fresh or build_cluster(args.nodes, args.running, args.pending, args.seed),
-            signals,
-            args.pending,
-            args.bind_workers,
-        )
-        figures["in_memory_pods_per_s"] = local.rate
-        rows.append(
-            (
-                "loop, in-memory cluster (no HTTP)",
-                f"{local.rate:,.0f} pods/s",
-                f"{local.bound / local.cpu_s:,.0f} pods per CPU-second",
-            )
-        )
-
-    if turns_phase == "loop":
-        run_in_memory(cluster)
-    if not args.skip_end_to_end:
-        try:
-            e2e = bench_end_to_end(cluster, signals, args.pending, args.bind_workers)
-        except RedisServerError as exc:
-            sys.exit(str(exc))
-        run = e2e.run
-        if not args.skip_in_memory:
-            run_in_memory()
-        figures |= {
-            "end_to_end_pods_per_s": run.rate,
-            "end_to_end_pods_per_cpu_s": run.bound / run.cpu_s,
-        }
-        rows += [
-            (
-                "end to end: bound over HTTP",
-                f"{run.rate:,.0f} pods/s",
-                f"target ≥ {END_TO_END_TARGET:,.0f}: {verdict(run.rate, END_TO_END_TARGET)}; "
-                f"{run.bound}/{run.pods} in {run.seconds:.1f} s",
-            ),
-            (
-                "end to end: pods per CPU-second",
-                f"{run.bound / run.cpu_s:,.0f} pods/s",
-                f"scheduler process used {run.cpu_s / run.drained_s:.2f} cores until every "
-                f"write was done, {run.drained_s:.1f} s after sync "
-                f"({run.system_s / run.cpu_s:.0%} of it in the kernel)",
-            ),
-            (
-                "kube-scheduler scheduler_perf",
-                f"{KUBE_SCHEDULER_BASIC[0]:.0f}–{KUBE_SCHEDULER_BASIC[1]:.0f} pods/s",
-                "SchedulingBasic, 5,000 nodes",
-            ),
-            (
-                "kube-scheduler scheduler_perf",
-                f"{KUBE_SCHEDULER_EXTENDED:.0f} pods/s",
-                "extended resources",
-            ),
-            (
-                "ratio to SchedulingBasic (low end)",
-                f"{run.rate / KUBE_SCHEDULER_BASIC[0]:.2f}×",
-                "",
-            ),
-            (
-                "emulator saw",
-                f"{e2e.emulator['binding']} binds",
-                f"{e2e.emulator['conflict']} conflicts, {e2e.emulator['event']} Events, "
-                f"{e2e.emulator['status']} status patches",
-            ),
-            ("decision records in Redis", f"{e2e.decisions}", ""),
-            ("scheduler start → cache synced", f"{run.sync_s:.1f} s", "list of nodes + pods"),
-            ("peak RSS during end to end", f"{run.peak_rss_mib:.0f} MiB", "whole bench process"),
-        ]
-    stop_signals.set()
+        if turns_phase == "loop":
+            run_in_memory(cluster)
+        if not args.skip_end_to_end:
+            try:
+                e2e = bench_end_to_end(cluster, signals, args.pending, args.bind_workers)
+            except RedisServerError as exc:
+                sys.exit(str(exc))
+            run = e2e.run
+            if not args.skip_in_memory:
+                run_in_memory()
+            figures |= {
+                "end_to_end_pods_per_s": run.rate,
+                "end_to_end_pods_per_cpu_s": run.bound / run.cpu_s,
+            }
+            rows += [
+                (
+                    "end to end: bound over HTTP",
+                    f"{run.rate:,.0f} pods/s",
+                    f"target ≥ {END_TO_END_TARGET:,.0f}: {verdict(run.rate, END_TO_END_TARGET)}; "
+                    f"{run.bound}/{run.pods} in {run.seconds:.1f} s",
+                ),
+                (
+                    "end to end: pods per CPU-second",
+                    f"{run.bound / run.cpu_s:,.0f} pods/s",
+                    f"scheduler process used {run.cpu_s / run.drained_s:.2f} cores until every "
+                    f"write was done, {run.drained_s:.1f} s after sync "
+                    f"({run.system_s / run.cpu_s:.0%} of it in the kernel)",
+                ),
+                (
+                    "kube-scheduler scheduler_perf",
+                    f"{KUBE_SCHEDULER_BASIC[0]:.0f}–{KUBE_SCHEDULER_BASIC[1]:.0f} pods/s",
+                    "SchedulingBasic, 5,000 nodes",
+                ),
+                (
+                    "kube-scheduler scheduler_perf",
+                    f"{KUBE_SCHEDULER_EXTENDED:.0f} pods/s",
+                    "extended resources",
+                ),
+                (
+                    "ratio to SchedulingBasic (low end)",
+                    f"{run.rate / KUBE_SCHEDULER_BASIC[0]:.2f}×",
+                    "",
+                ),
+                (
+                    "emulator saw",
+                    f"{e2e.emulator['binding']} binds",
+                    f"{e2e.emulator['conflict']} conflicts, {e2e.emulator['event']} Events, "
+                    f"{e2e.emulator['status']} status patches",
+                ),
+                ("decision records in Redis", f"{e2e.decisions}", ""),
+                ("scheduler start → cache synced", f"{run.sync_s:.1f} s", "list of nodes + pods"),
+                (
+                    "peak RSS during end to end",
+                    f"{run.peak_rss_mib:.0f} MiB",
+                    "whole bench process",
+                ),
+            ]
+    finally:
+        exit_stack.close()
     rows.append(
         ("bench process RSS now", f"{rss_mib():.0f} MiB", "includes the in-memory clusters")
     )

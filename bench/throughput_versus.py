@@ -19,7 +19,8 @@ side's slow rounds, and the best round (what ``timeit`` reports: noise never mak
 faster than it is) can be one lucky round. Take more rounds for a close call. Exit status
 1 when any figure is below the threshold.
 
-Run from the repository root (defaults: the sizes of docs/BENCHMARKS.md)::
+Run from the repository root (defaults: the sizes of docs/BENCHMARKS.md; ``make bench
+BENCH=throughput_versus BASE=REV`` runs it in end-to-end turns)::
 
     .venv/bin/python bench/throughput_versus.py --base REV [--rounds 3] [--nodes 5000]
         [--running 50000] [--pending 10000] [--bind-workers 16] [--seed 42]
@@ -27,16 +28,16 @@ Run from the repository root (defaults: the sizes of docs/BENCHMARKS.md)::
         [--turns DECISIONS [--turns-phase engine|loop|end-to-end]]
 
 ``engine_decisions_per_cpu_s`` counts the scheduling thread's CPU time only, so it does
-not swing with what else runs on the machine; a base whose driver lacks it gets it from
-``--base-patch bench/patches/1b01c92-engine-cpu-time.patch`` (the same two clock reads).
+not swing with what else runs on the machine. A base whose driver lacks a figure or the
+turns can be given them with ``--base-patch`` (a patch to the base's ``bench/``).
 
 ``--turns N`` compares one phase in turns instead (``--turns-phase engine``, the default;
 ``loop``: the scheduling loop over an in-memory cluster; ``end-to-end``: the loop binding
 over HTTP and writing records to Redis; a loop's turn ends when its pods' binds, Events
 and records are written): both drivers list their clusters at once, then
 take turns of ``N`` decisions each (base first, then this, then this first, and so on),
-every turn timed by the driver (its ``Turns``; a base without it gets it from
-``--base-patch bench/patches/1b01c92-turns.patch``, given after the CPU-time patch). Both
+every turn timed by the driver (its ``Turns``; a base without it needs a ``--base-patch``
+that adds it). Both
 sides decide the same pods in the same order, so turn ``k`` of one side and turn ``k`` of
 the other are the same work measured seconds apart: the ratio of each pair cancels the
 host's slow drift that whole rounds minutes apart cannot. Printed per round and over all
@@ -258,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=[],
         help="a patch to the base's bench/ applied in its worktree (e.g. a figure its driver"
-        " lacks, bench/patches/); printed, so the comparison says what it ran; repeatable",
+        " lacks); printed, so the comparison says what it ran; repeatable",
     )
     parser.add_argument(
         "--turns",

@@ -42,9 +42,9 @@ from prometheus_client import CollectorRegistry
 
 from bench.scheduler_throughput import (
     ListSink,
-    ReportingSignals,
     bench_end_to_end,
     build_cluster,
+    followed_signals,
     run_loop,
 )
 from scheduler.adapters.tracing import OtlpTracer, TracingMetrics, TracingSettings
@@ -104,15 +104,15 @@ def one_run(args: argparse.Namespace, endpoint: str | None, results: Any) -> Non
         with on_cpu(args.pin, EXPORTER_CPU):
             tracer = OtlpTracer(TracingSettings(endpoint=endpoint), TracingMetrics(registry))
     memory = build_cluster(args.nodes, args.running, args.pending, args.seed)
-    signals = ReportingSignals([f"node-{i:05d}" for i in range(args.nodes)], args.seed)
-    # Every run from the same collector state: a full collection of this heap takes about
-    # 130 ms, a tenth of a 2,000-pod run, and whether one falls inside a run otherwise
-    # depends on what was allocated before it (setting a tracer up was enough).
-    gc.collect()
-    if args.path == "end-to-end":
-        run = bench_end_to_end(memory, signals, args.pending, 16, tracer).run
-    else:
-        run = run_loop(memory, memory, signals, ListSink(), args.pending, 16, tracer)
+    with followed_signals([f"node-{i:05d}" for i in range(args.nodes)]) as signals:
+        # Every run from the same collector state: a full collection of this heap takes
+        # about 130 ms, a tenth of a 2,000-pod run, and whether one falls inside a run
+        # otherwise depends on what was allocated before it (setting a tracer up was enough).
+        gc.collect()
+        if args.path == "end-to-end":
+            run = bench_end_to_end(memory, signals, args.pending, 16, tracer).run
+        else:
+            run = run_loop(memory, memory, signals, ListSink(), args.pending, 16, tracer)
     if tracer is not None:
         tracer.close(60)
     dropped = registry.get_sample_value("interference_scheduler_traces_dropped_total") or 0.0
