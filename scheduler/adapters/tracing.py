@@ -57,7 +57,7 @@ HANDOFF_BATCH = 64
 """Traces per hand-off to the exporter process. A ``multiprocessing`` queue costs about
 40 µs of the scheduling process's CPU per item (its lock, semaphore and feeder thread
 woken, a pipe write), against about 5 µs to pickle an attempt: one item per batch makes
-that per-item cost 64 times smaller (docs/BENCHMARKS.md, tracing on vs off)."""
+that per-item cost 64 times smaller (docs/BENCHMARKS.md#tracing: the whole cost)."""
 EXPORT_BATCH_SPANS = 512
 """Spans per export request (the SDK batch processor's default batch)."""
 EXPORT_INTERVAL_S = 1.0
