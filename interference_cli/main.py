@@ -31,6 +31,7 @@ from interference import keys
 from interference.decision import Decision
 from interference.decision_page import render_decision_page
 from interference_cli import json_output, views
+from interference_cli.output_files import write_page
 from interference_cli.plain import plain, text
 from interference_cli.store import CliError, Store, split_pod_ref
 from interference_infra.cliparse import RUNTIME_EXIT, USAGE_EXIT, OneLineParser
@@ -412,15 +413,6 @@ def _write_decision_page(store: Store, decision: Decision, path: str, console: C
             f"decision page written to {path}" + (f" (index history: {covered})" if covered else "")
         )
     )
-
-
-def write_page(path: str, page: str) -> None:
-    """Write an HTML page; :class:`CliError` naming the file when it cannot be written."""
-    try:
-        with open(path, "w", encoding="utf-8") as out:
-            out.write(page)
-    except OSError as exc:
-        raise CliError(f"cannot write {path}: {exc.strerror or exc}") from exc
 
 
 def _nothing_recorded(args: argparse.Namespace, store: Store, recorded: RecordResult) -> str:

@@ -51,6 +51,7 @@ from interference import sched_record
 from interference.decision import Decision, decision_hash
 from interference.index import IndexReferences
 from interference.signals import NodeReport
+from interference_cli.output_files import write_page
 from interference_cli.plain import text
 from interference_cli.replay_signals import RecordReplay, ReplaySignals
 from interference_cli.store import CliError, split_pod_ref
@@ -418,7 +419,6 @@ def _write_pages(
     """``simulate --explain NS/POD --html FILE``: the explained decision of each policy as
     a page, the chosen node's index drawn from the trace's reports before the decision."""
     from interference.decision_page import render_decision_page
-    from interference_cli.main import write_page
 
     for result in results:
         decision = result.explained
