@@ -12,8 +12,8 @@ setup: $(STAMP)
 	@bash scripts/setup.sh
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check interference interference_infra node_agent scheduler interference_cli credential_issuer tests bench
-	$(VENV)/bin/ruff format --check interference interference_infra node_agent scheduler interference_cli credential_issuer tests bench
+	$(VENV)/bin/ruff check interference interference_infra node_agent scheduler interference_cli interference_demo credential_issuer tests bench
+	$(VENV)/bin/ruff format --check interference interference_infra node_agent scheduler interference_cli interference_demo credential_issuer tests bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
@@ -25,7 +25,7 @@ unit: $(STAMP)
 	$(PY) -m pytest -m "not bpf and not e2e and not slow and not redis" --ignore=tests/deploy
 
 demo: setup
-	$(PY) -m interference_cli.demo
+	$(PY) -m interference_demo.demo
 
 # Every benchmark behind docs/BENCHMARKS.md's headline table, with the arguments of its
 # figures (bench/run.sh); `make bench BENCH=name` runs one. One needing root or a real

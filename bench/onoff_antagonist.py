@@ -33,11 +33,11 @@ import time
 from pathlib import Path
 
 from interference.signals import NodeReport
-from interference_cli.lab import LocalLab
-from interference_cli.local_cluster import load_manifests, load_nodes
 from interference_cli.simulate import Policy, load_policy, load_workload, simulate
 from interference_cli.store import Store
 from interference_cli.trace import load_trace, record_to_file
+from interference_demo.lab import LocalLab
+from interference_demo.local_cluster import load_manifests, load_nodes
 from scheduler.plugins.interference import InterferenceArgs, SignalWindow
 
 ROOT = Path(__file__).resolve().parents[1]

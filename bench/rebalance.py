@@ -1,6 +1,6 @@
 """Interference that arrives after placement, on the real kernel (issue 17, item 5).
 
-On this machine (:mod:`interference_cli.rebalance_act`): two cgroup-partition nodes with
+On this machine (:mod:`interference_demo.rebalance_act`): two cgroup-partition nodes with
 a CPU each (``deploy/demo/nodes.yaml``), one real agent per node, the aware and blind
 scheduling loops and the real rebalancer, enforcing. Per run, a fresh latency workload
 (``deploy/demo/pods/latency.yaml``: 100 wake-ups a second, here with a tolerance of 3 ms
@@ -33,9 +33,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from interference_cli.lab import LocalLab  # noqa: E402
-from interference_cli.local_cluster import load_manifests, load_nodes  # noqa: E402
-from interference_cli.rebalance_act import (  # noqa: E402
+from interference_demo.lab import LocalLab  # noqa: E402
+from interference_demo.local_cluster import load_manifests, load_nodes  # noqa: E402
+from interference_demo.rebalance_act import (  # noqa: E402
     ACT_REBALANCER,
     ACT_TOLERANCE_US,
     NAMESPACE,
@@ -74,7 +74,7 @@ def main() -> int:
         type=float,
         default=ACT_TOLERANCE_US,
         help="the workload's interference.io/max-runq-p99-us (default %(default).0f, as the"
-        " demo's second act: interference_cli.rebalance_act.ACT_TOLERANCE_US says why)",
+        " demo's second act: interference_demo.rebalance_act.ACT_TOLERANCE_US says why)",
     )
     args = parser.parse_args()
 

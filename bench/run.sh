@@ -36,7 +36,7 @@ case $name in
         exec "$PY" -m pytest -q -s -p no:cacheprovider tests/node_agent/test_bpf_runqlat.py ;;
     demo)
         needs_root
-        exec "$PY" -m interference_cli.demo ;;
+        exec "$PY" -m interference_demo.demo ;;
     onoff_antagonist)
         needs_root
         exec "$PY" bench/onoff_antagonist.py --seconds 120 ;;

@@ -142,7 +142,8 @@ def test_every_section_a_file_points_at_exists() -> None:
     files = [
         path
         for folder in ("deploy", "scripts", "docs", "interference", "interference_cli",
-                       "interference_infra", "node_agent", "scheduler", "credential_issuer")
+                       "interference_demo", "interference_infra", "node_agent", "scheduler",
+                       "credential_issuer")
         for path in (REPO / folder).rglob("*")
         if path.is_file() and path.suffix in (".py", ".md", ".yaml", ".sh", ".conf", "")
     ]  # fmt: skip

@@ -73,6 +73,7 @@ PACKAGES = (
     "node_agent",
     "scheduler",
     "interference_cli",
+    "interference_demo",
     "credential_issuer",
 )
 

@@ -13,6 +13,7 @@ PACKAGES = (
     "node_agent",
     "scheduler",
     "interference_cli",
+    "interference_demo",
     "credential_issuer",
 )
 LIMIT = 520

@@ -17,7 +17,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
-PYTHON_PACKAGES = ("interference", "node_agent", "interference_cli", "bench")
+PYTHON_PACKAGES = ("interference", "node_agent", "interference_cli", "interference_demo", "bench")
 DOCUMENTS = ("README.md", "docs", "deploy/examples")
 
 NEVER = {

@@ -10,8 +10,9 @@ from rich.console import Console
 
 from interference.codec import encode_report
 from interference.signals import NodeMetrics, NodeReport, PodMetrics
-from interference_cli.cluster_demo import AWARE, BLIND, PlacementResult, print_placement
-from interference_cli.cluster_objects import (
+from interference_cli.store import CliError
+from interference_demo.cluster_demo import AWARE, BLIND, PlacementResult, print_placement
+from interference_demo.cluster_objects import (
     LATENCY_POD_FILE,
     NAMESPACE,
     STRESS_CPU_REQUEST,
@@ -23,8 +24,7 @@ from interference_cli.cluster_objects import (
     millis,
     stress_pod,
 )
-from interference_cli.rebalance_act import TOLERANCE_ANNOTATION
-from interference_cli.store import CliError
+from interference_demo.rebalance_act import TOLERANCE_ANNOTATION
 
 
 @pytest.mark.parametrize(

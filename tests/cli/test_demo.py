@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from interference_cli.local_cluster import host_settings
+from interference_demo.local_cluster import host_settings
 
 pytestmark = [pytest.mark.bpf, pytest.mark.redis, pytest.mark.slow]
 
@@ -44,7 +44,7 @@ def own_cgroup() -> Iterator[Path]:
 
 def _start_demo(cgroup: Path, partition: str) -> subprocess.Popen[str]:
     join = f'echo $$ > {cgroup / "cgroup.procs"} && exec "$@"'
-    argv = [sys.executable, "-m", "interference_cli.demo", "--short", "--partition", partition]
+    argv = [sys.executable, "-m", "interference_demo.demo", "--short", "--partition", partition]
     return subprocess.Popen(
         ["/bin/sh", "-c", join, "sh", *argv],
         cwd=ROOT,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from interference_cli.local_cluster import (
+from interference_demo.local_cluster import (
     LocalCluster,
     container_id,
     host_settings,

@@ -1,7 +1,7 @@
 """Acceptance 3: the CLI against a real redis-server filled by real interference-agents.
 
 Two agents (node-a with a stress-ng pod, node-b with an idle one) report from their own
-cgroup partitions through :class:`interference_cli.lab.LocalLab`.
+cgroup partitions through :class:`interference_demo.lab.LocalLab`.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from interference.decision import CandidateVerdict, Decision
-from interference_cli.lab import LocalLab
-from interference_cli.local_cluster import load_manifests, load_nodes
 from interference_cli.main import main
 from interference_cli.trace import load_trace
+from interference_demo.lab import LocalLab
+from interference_demo.local_cluster import load_manifests, load_nodes
 from scheduler.adapters.redis_signals import (
     RedisDecisionSink,
     RedisSettings,

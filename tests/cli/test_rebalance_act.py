@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from interference.signals import PodMetrics
-from interference_cli.rebalance_act import PodRows, first_window_under
+from interference_demo.rebalance_act import PodRows, first_window_under
 
 
 def rows(p99_slot_by_second: dict[int, int]) -> PodRows:

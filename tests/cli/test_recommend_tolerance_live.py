@@ -1,5 +1,5 @@
 """`interference recommend-tolerance` on a live agent: real interference-agents with their
-kernel probes publish to a real redis-server (:class:`interference_cli.lab.LocalLab`),
+kernel probes publish to a real redis-server (:class:`interference_demo.lab.LocalLab`),
 node-a running the demo's stress-ng batch pod and node-b the demo's latency pod, and the
 command reads the reports their streams hold."""
 
@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from interference import keys
-from interference_cli.lab import LocalLab
-from interference_cli.local_cluster import load_manifests, load_nodes
 from interference_cli.main import main
+from interference_demo.lab import LocalLab
+from interference_demo.local_cluster import load_manifests, load_nodes
 
 pytestmark = [pytest.mark.bpf, pytest.mark.redis, pytest.mark.slow]
 

@@ -17,7 +17,7 @@
 # refused on another node's keys; the agent enrolling again once its password was
 # replaced); the example service bound by interference-scheduler and Running; the agent's
 # report naming that pod (attributed from the kubelet's cgroup path); `interference top`
-# through `kubectl port-forward`; the demo's acts (interference_cli/cluster_demo.py:
+# through `kubectl port-forward`; the demo's acts (interference_demo/cluster_demo.py:
 # placement beside kube-scheduler's, and the rebalancer moving a victim of a late
 # antagonist); `kubectl delete -k` removing everything. Teardown (also on failure and
 # Ctrl-C) stops every process it started and then asserts that no process, cgroup, mount,
@@ -767,7 +767,7 @@ if [[ ${E2E_CHECKS:-all} == all ]]; then
     source tests/cluster/install_checks.sh
 fi
 
-# --- the demo's two acts on the two worker nodes (interference_cli/cluster_demo.py) ---------------
+# --- the demo's two acts on the two worker nodes (interference_demo/cluster_demo.py) ---------------
 # Act one: a stress-ng antagonist on the first node; the same latency Deployment placed by
 # interference-scheduler and by kube-scheduler, each pod's run-queue p99 from the agents.
 # Act two: the rebalancer enforcing; an antagonist placed on the victim's node by
@@ -784,7 +784,7 @@ wait_for 30 "kubectl port-forward" bash -c "exec 3<>/dev/tcp/127.0.0.1/$PF_PORT"
 VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$SRC/pyproject.toml")
 # On the system CPU: the quiet node's CPU runs only its own pods.
 taskset -c "$SYSTEM_CPU" env REDIS_USERNAME=interference-viewer REDIS_PASSWORD_FILE="$STATE/viewer.password" \
-    REDIS_CA_FILE="$STATE/viewer-ca.crt" .venv/bin/python -m interference_cli.cluster_demo \
+    REDIS_CA_FILE="$STATE/viewer-ca.crt" .venv/bin/python -m interference_demo.cluster_demo \
     --noisy-node "$NODE" --quiet-node "${NODES[1]}" --redis-url "rediss://127.0.0.1:$PF_PORT/0" \
     --latency-image "interference-scheduler:$VERSION" --stress-image interference-e2e-stress:bookworm \
     --cgroup-root "/sys/fs/cgroup/unified/$CGROUP_PARTITION" --cgroup-root "/sys/fs/cgroup/$CGROUP_PARTITION" \

@@ -17,10 +17,10 @@ import os
 import time
 from pathlib import Path
 
-from interference_cli.lab import LocalLab
-from interference_cli.local_cluster import load_manifests, load_nodes
 from interference_cli.store import Store
 from interference_cli.trace import record_to_file
+from interference_demo.lab import LocalLab
+from interference_demo.local_cluster import load_manifests, load_nodes
 
 HERE = Path(__file__).resolve().parent
 WARMUP_S = 2.0

@@ -18,7 +18,14 @@ from interference.annotations import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-PROGRAMS = ("interference", "interference_infra", "node_agent", "scheduler", "interference_cli")
+PROGRAMS = (
+    "interference",
+    "interference_infra",
+    "node_agent",
+    "scheduler",
+    "interference_cli",
+    "interference_demo",
+)
 CONSTANT = re.compile(r'^(\w*ANNOTATION\w*)\s*=\s*"(interference\.io/[^"]+)"', re.M)
 
 

@@ -1,7 +1,7 @@
 """Interference that arrives after placement, on this machine: the second act of
 ``make demo`` and the runs of ``bench/rebalance.py`` (issue 17).
 
-On a :class:`~interference_cli.lab.LocalLab` (Redis, cgroup-partition nodes, one real
+On a :class:`~interference_demo.lab.LocalLab` (Redis, cgroup-partition nodes, one real
 agent per node), a latency pod owned by a ReplicaSet is placed by the interference-aware
 scheduling loop on a quiet node; then a CPU antagonist is placed on that same node by the
 interference-blind loop (what a request-based scheduler does: the antagonist requests
@@ -31,7 +31,7 @@ from prometheus_client import CollectorRegistry
 from interference import hist, keys
 from interference.codec import PayloadError, decode_report
 from interference.signals import PodMetrics
-from interference_cli.lab import LabError, LocalLab
+from interference_demo.lab import LabError, LocalLab
 from scheduler.adapters.pod_reports import RedisPodReports
 from scheduler.adapters.redis_signals import (
     RedisDecisionSink,

@@ -20,13 +20,13 @@ from pathlib import Path
 import redis
 
 from interference import keys
-from interference_cli.local_cluster import LocalCluster, NodeSpec, host_settings
 from interference_cli.redis_process import (
     RedisServerError,
     free_port,
     redis_server_argv,
     wait_until_answering,
 )
+from interference_demo.local_cluster import LocalCluster, NodeSpec, host_settings
 from scheduler.ports import ClusterError, K8sObject
 
 AGENT_START_TIMEOUT_S = 120.0

@@ -1,7 +1,7 @@
 """``make demo``: the whole pipeline on this one machine, interference-aware vs blind.
 
 1. a local redis-server on a free loopback port;
-2. a :class:`~interference_cli.local_cluster.LocalCluster` from ``deploy/demo/``: two
+2. a :class:`~interference_demo.local_cluster.LocalCluster` from ``deploy/demo/``: two
    "nodes", each a cgroup partition with its own CPU (cpuset) — node-a already runs a
    BestEffort ``stress-ng`` batch pod, node-b an idle cache pod that requests 300m CPU;
 3. one real ``interference-agent`` per node (``--cgroup-root`` = the node's partition);
@@ -13,7 +13,7 @@
    the agents on the node each scheduler chose, side by side, with the kernel's own
    ``/proc/PID/schedstat`` wait per run as a cross-check;
 6. second act, interference that arrives after placement
-   (:mod:`interference_cli.rebalance_act`): the batch pod gone, a latency workload owned by
+   (:mod:`interference_demo.rebalance_act`): the batch pod gone, a latency workload owned by
    a ReplicaSet is placed on a quiet node, then a CPU antagonist on that node by the
    interference-blind loop; the rebalancer (enforcing) moves it, and its p99 before, during
    and after is printed.
@@ -45,9 +45,10 @@ from rich.table import Table
 from interference import hist, keys
 from interference.decision import Decision
 from interference_cli import views
-from interference_cli.lab import LabError, LocalLab
-from interference_cli.local_cluster import LocalCluster, load_manifests, load_nodes
-from interference_cli.rebalance_act import (
+from interference_cli.store import CliError, NodeRow, Store
+from interference_demo.lab import LabError, LocalLab
+from interference_demo.local_cluster import LocalCluster, load_manifests, load_nodes
+from interference_demo.rebalance_act import (
     ACT_REBALANCER,
     ACT_TOLERANCE_US,
     LocalReplicaSets,
@@ -57,7 +58,6 @@ from interference_cli.rebalance_act import (
     tolerance_us,
     with_tolerance,
 )
-from interference_cli.store import CliError, NodeRow, Store
 from scheduler.config import load_config
 from scheduler.ports import ClusterError, K8sObject
 
@@ -501,7 +501,7 @@ def _print_next_steps(
     else:
         console.print(
             "(this Redis stops with the demo; to try them while it runs: "
-            ".venv/bin/python -m interference_cli.demo --linger 300)"
+            ".venv/bin/python -m interference_demo.demo --linger 300)"
         )
 
 

@@ -47,7 +47,9 @@ from rich.table import Table
 from interference import hist
 from interference.signals import PodMetrics
 from interference_cli import views
-from interference_cli.cluster_objects import (
+from interference_cli.main import store_from_args
+from interference_cli.store import CliError
+from interference_demo.cluster_objects import (
     LATENCY_POD_FILE,
     NAMESPACE,
     STRESS_CPU_REQUEST,
@@ -65,20 +67,18 @@ from interference_cli.cluster_objects import (
     schedstat,
     stress_pod,
 )
-from interference_cli.main import store_from_args
-from interference_cli.rebalance_act import (
+from interference_demo.rebalance_act import (
     ACT_TOLERANCE_US,
     TOLERANCE_ANNOTATION,
     first_window_under,
 )
-from interference_cli.store import CliError
 
 AWARE = "interference-scheduler"
 BLIND = "default-scheduler"
 ACT_REBALANCER = {"mode": "enforce", "interval_s": 2, "window": "10s", "sustained_for_s": 6}
 """Enforcing, and quicker than the defaults (60 s window, 30 s sustained, a look every
 5 s) so the act fits in a minute and a half, as ``make demo``'s second act
-(``interference_cli.rebalance_act.ACT_REBALANCER``); rate limits and the per-workload
+(``interference_demo.rebalance_act.ACT_REBALANCER``); rate limits and the per-workload
 cool-down stay the defaults."""
 RECOVERY_LIMIT_S = 90.0
 """The victim must be back under its tolerance this soon after the antagonist."""
@@ -401,7 +401,7 @@ def print_loop(result: LoopResult, console: Console) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m interference_cli.cluster_demo")
+    parser = argparse.ArgumentParser(prog="python -m interference_demo.cluster_demo")
     parser.add_argument("--noisy-node", required=True)
     parser.add_argument("--quiet-node", required=True)
     parser.add_argument("--latency-image", required=True)

@@ -1,5 +1,5 @@
 """The objects and API calls of the demo's acts on a real cluster
-(:mod:`interference_cli.cluster_demo`): its manifests (the latency Deployment from
+(:mod:`interference_demo.cluster_demo`): its manifests (the latency Deployment from
 ``deploy/demo/pods/latency.yaml``, the stress-ng antagonist, the cache pod), the few
 Kubernetes API calls the acts make, and the pods' rows read from the agents' report
 streams."""
@@ -19,8 +19,8 @@ from kubernetes.client.exceptions import ApiException
 
 from interference import keys
 from interference.codec import PayloadError, decode_report
-from interference_cli.rebalance_act import TOLERANCE_ANNOTATION, PodRows
 from interference_cli.store import CliError, Store
+from interference_demo.rebalance_act import TOLERANCE_ANNOTATION, PodRows
 
 DEMO_DIR = Path(__file__).resolve().parent.parent / "deploy" / "demo"
 LATENCY_POD_FILE = DEMO_DIR / "pods" / "latency.yaml"
