@@ -191,6 +191,7 @@ _field_names = st.sampled_from(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.dictionaries(_field_names, _values, max_size=8), st.data())
 def test_current_version_maps_with_random_fields_only_raise_payload_error(

@@ -22,6 +22,7 @@ PROGRAMS = [
 ]
 
 
+@pytest.mark.slow  # one interpreter start per program, the scheduler's imports numpy
 @pytest.mark.parametrize(("prog", "module", "argv"), PROGRAMS, ids=[p[0] for p in PROGRAMS])
 def test_every_program_prints_its_version_and_exits_0(
     prog: str, module: str, argv: list[str]

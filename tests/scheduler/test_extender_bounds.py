@@ -93,6 +93,7 @@ COSTLY: dict[str, tuple[Callable[[], bytes], str]] = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", list(COSTLY))
 def test_a_costly_request_is_refused_within_the_cpu_bound_and_counted(
     served: ServedExtender, shape: str
@@ -211,6 +212,7 @@ def test_the_largest_legitimate_requests_get_their_full_answer(served: ServedExt
     assert served.refused(TOO_COMPLEX) == before
 
 
+@pytest.mark.slow
 def test_other_clients_are_answered_while_a_costly_request_is_refused(
     served: ServedExtender,
 ) -> None:
