@@ -16,7 +16,7 @@ through Redis (the viewer user) and the cluster's Events.
    measurement comes from its own per-interval rows in its node's agent reports (merged
    histograms), beside the kernel's ``schedstat`` wait of its processes.
 2. **The loop.** The rebalancer is switched to enforce (the ConfigMap; the scheduler
-   reloads it). A latency Deployment with a 3 ms tolerance is placed by
+   reloads it). A latency Deployment with a 5 ms tolerance is placed by
    interference-scheduler; a stress-ng antagonist is then placed on its node by
    kube-scheduler (a nodeSelector). The rebalancer evicts the victim through the Eviction
    API, the ReplicaSet controller recreates it, interference-scheduler places it on the
@@ -68,11 +68,16 @@ from interference_demo.cluster_objects import (
     stress_pod,
 )
 from interference_demo.rebalance_act import (
-    ACT_TOLERANCE_US,
     TOLERANCE_ANNOTATION,
     first_window_under,
 )
 
+VICTIM_TOLERANCE_US = 5000.0
+"""Act two's victim tolerates 5 ms of run-queue p99, not the lab act's 3 ms: here the node
+it moves to shares its CPU with the control plane, the kubelets and the system node's
+Redis and schedulers (a two-CPU machine), and runs it at 2–4 ms with no antagonist; with
+stress-ng beside it the victim waits 7.3–7.9 ms. 5 ms lies between the two, as the lab's
+3 ms lies between its nodes."""
 AWARE = "interference-scheduler"
 BLIND = "default-scheduler"
 ACT_REBALANCER = {"mode": "enforce", "interval_s": 2, "window": "10s", "sustained_for_s": 6}
@@ -246,13 +251,13 @@ def act_two(
     act_started = time.time()
     name = "latency-victim"
     cluster.apps.create_namespaced_deployment(
-        NAMESPACE, latency_deployment(name, settings.latency_image, AWARE, ACT_TOLERANCE_US)
+        NAMESPACE, latency_deployment(name, settings.latency_image, AWARE, VICTIM_TOLERANCE_US)
     )
     first = cluster.running_pod(f"app={name}", 180)
     result.first_node, result.first_pod = first.spec.node_name, first.metadata.name
     log(
         f"{name}: {result.first_pod} placed on {result.first_node} by {AWARE} (tolerance "
-        f"{ACT_TOLERANCE_US:.0f} µs); measuring it quiet for {settings.before_s:g} s"
+        f"{VICTIM_TOLERANCE_US:.0f} µs); measuring it quiet for {settings.before_s:g} s"
     )
     start = time.time()
     feed.follow(settings.before_s)
@@ -284,7 +289,7 @@ def act_two(
                     f"after the antagonist; {result.second_pod} placed on {result.second_node}"
                 )
         if replacement is not None:
-            recovered = first_window_under(feed.of(replacement.metadata.uid), ACT_TOLERANCE_US)
+            recovered = first_window_under(feed.of(replacement.metadata.uid), VICTIM_TOLERANCE_US)
             if recovered is not None:
                 result.recovered_after_s = recovered - result.antagonist_at
                 log(
@@ -389,7 +394,7 @@ def print_loop(result: LoopResult, console: Console) -> None:
     console.print(table)
     console.print(
         f"evicted {result.evicted_at - result.antagonist_at:.0f} s after the antagonist; back "
-        f"under its tolerance ({ACT_TOLERANCE_US:.0f} µs) after "
+        f"under its tolerance ({VICTIM_TOLERANCE_US:.0f} µs) after "
         f"{result.recovered_after_s:.0f} s; evictions in the act: {result.evictions}"
     )
     events = Table(title="Events (seconds from the antagonist)")

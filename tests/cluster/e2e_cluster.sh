@@ -778,6 +778,22 @@ DOCKER_BUILDKIT=1 "$DOCKER_CLI" build -q --network host --build-arg BASE_IMAGE=i
 # The last build: dockerd goes, its idle polling is no load of the nodes'.
 stop_pid "${PIDS[dockerd]}" dockerd
 unset 'PIDS[dockerd]'
+# From here this script and what it runs stay on the system CPU, and the quiet node's CPU
+# must have settled (the image imports' writeback, the builds' last processes) before the
+# acts measure it: nothing but its own pods keeps it busy. A try takes 3 s, so wait_for's
+# 40 (half-second polls) allow up to about 5 minutes.
+taskset -pc "$SYSTEM_CPU" $$ >/dev/null
+sync
+cpu_settled() { # CPU: under 10 % busy over 3 s (/proc/stat: user..steal against the total)
+    local before after
+    before=$(awk -v c="cpu$1" '$1 == c {print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat)
+    sleep 3
+    after=$(awk -v c="cpu$1" '$1 == c {print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat)
+    awk -v b="$before" -v a="$after" 'BEGIN {split(b, x); split(a, y); exit !((y[1] - x[1]) * 10 < (y[2] - x[2]))}'
+}
+QUIET_CPU=${NODE_CPUS[1]}
+wait_for 40 "CPU $QUIET_CPU (${NODES[1]}'s) settled under 10 % busy" cpu_settled "$QUIET_CPU"
+mark "CPU $QUIET_CPU (${NODES[1]}'s) settled under 10 % busy"
 PF_PORT=$(free_port)
 start port-forward taskset -c "$SYSTEM_CPU" kubectl -n "$NS" port-forward svc/redis "$PF_PORT:6379" --address 127.0.0.1
 wait_for 30 "kubectl port-forward" bash -c "exec 3<>/dev/tcp/127.0.0.1/$PF_PORT"
