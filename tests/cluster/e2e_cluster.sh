@@ -23,10 +23,10 @@
 # Ctrl-C) stops every process it started and then asserts that no process, cgroup, mount,
 # network namespace, iptables rule or sysctl change is left.
 #
-# CLUSTER_DEMO_MIN_RATIO (default 3): the least kube-scheduler/interference-scheduler
+# CLUSTER_DEMO_MIN_RATIO (default 2): the least kube-scheduler/interference-scheduler
 # ratio of the latency pod's run-queue p99 in act one (a wrong placement gives about 1; on
-# these one-CPU nodes the right one gave 4-11 with the central pods beside the workloads,
-# docs/BENCHMARKS.md "Two real nodes").
+# these one-CPU nodes the right one gave 3.6-10.6: the quiet node also runs what the
+# saturated first CPU pushes off, docs/BENCHMARKS.md "Two real nodes").
 #
 # Binaries: $KUBEBUILDER_ASSETS (kube-apiserver, kube-controller-manager, kubelet,
 # kube-proxy, etcd), else ../shared/k8s unpacked into .k8s-assets/ plus etcd from the
@@ -807,7 +807,7 @@ taskset -c "$SYSTEM_CPU" env REDIS_USERNAME=interference-viewer REDIS_PASSWORD_F
     --results "$STATE/cluster-demo.json" 2>&1 | tee "$STATE/logs/cluster-demo.log" \
     || fail "the cluster demo failed: $(tail -3 "$STATE/logs/cluster-demo.log")"
 stop_pid "${PIDS[port-forward]}" port-forward
-verdict=$(MIN_RATIO=${CLUSTER_DEMO_MIN_RATIO:-3} NOISY=$NODE QUIET=${NODES[1]} .venv/bin/python - "$STATE/cluster-demo.json" <<'EOF'
+verdict=$(MIN_RATIO=${CLUSTER_DEMO_MIN_RATIO:-2} NOISY=$NODE QUIET=${NODES[1]} .venv/bin/python - "$STATE/cluster-demo.json" <<'EOF'
 import json, os, sys
 result = json.load(open(sys.argv[1]))
 aware, blind = result["placement"]["interference-scheduler"], result["placement"]["default-scheduler"]
