@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from tests.packages import PACKAGES
+
 REPO = Path(__file__).resolve().parents[1]
 CONTRACT = "only the adapters and the CLI wiring talk to Redis and Kubernetes"
 WIRING = {
@@ -65,17 +67,6 @@ def test_only_the_wiring_is_exempt() -> None:
 def test_the_check_sees_modules_on_disk() -> None:
     modules = scheduler_modules()
     assert {"scheduler.signal_frame", "scheduler.ports", "scheduler.adapters"} <= set(modules)
-
-
-PACKAGES = (
-    "interference",
-    "interference_infra",
-    "node_agent",
-    "scheduler",
-    "interference_cli",
-    "interference_demo",
-    "credential_issuer",
-)
 
 
 @pytest.mark.parametrize("package", PACKAGES)

@@ -6,16 +6,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from tests.packages import PACKAGES
+
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = (
-    "interference",
-    "interference_infra",
-    "node_agent",
-    "scheduler",
-    "interference_cli",
-    "interference_demo",
-    "credential_issuer",
-)
 LIMIT = 520
 
 
