@@ -784,11 +784,14 @@ unset 'PIDS[dockerd]'
 # 40 (half-second polls) allow up to about 5 minutes.
 taskset -pc "$SYSTEM_CPU" $$ >/dev/null
 sync
-cpu_settled() { # CPU: under 10 % busy over 3 s (/proc/stat: user..steal against the total)
+cpu_ticks() { # CPU: its busy ticks (user..steal but idle and iowait) and all its ticks
+    awk -v c="cpu$1" '$1 == c {print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat
+}
+cpu_settled() { # CPU: under 10 % busy over 3 s
     local before after
-    before=$(awk -v c="cpu$1" '$1 == c {print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat)
+    before=$(cpu_ticks "$1")
     sleep 3
-    after=$(awk -v c="cpu$1" '$1 == c {print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat)
+    after=$(cpu_ticks "$1")
     awk -v b="$before" -v a="$after" 'BEGIN {split(b, x); split(a, y); exit !((y[1] - x[1]) * 10 < (y[2] - x[2]))}'
 }
 QUIET_CPU=${NODE_CPUS[1]}

@@ -16,16 +16,9 @@ from interference.annotations import (
     unknown_annotation_message,
     unknown_annotations,
 )
+from tests.packages import PACKAGES
 
 REPO = Path(__file__).resolve().parents[2]
-PROGRAMS = (
-    "interference",
-    "interference_infra",
-    "node_agent",
-    "scheduler",
-    "interference_cli",
-    "interference_demo",
-)
 CONSTANT = re.compile(r'^(\w*ANNOTATION\w*)\s*=\s*"(interference\.io/[^"]+)"', re.M)
 
 
@@ -35,7 +28,7 @@ def test_every_annotation_a_program_defines_is_known() -> None:
     annotate the leader election Lease, never a pod."""
     defined = {
         (path.relative_to(REPO).as_posix(), name, value)
-        for package in PROGRAMS
+        for package in PACKAGES
         for path in (REPO / package).rglob("*.py")
         for name, value in CONSTANT.findall(path.read_text(encoding="utf-8"))
         if not name.startswith("LEASE_")
