@@ -547,6 +547,9 @@ class Rebalancer:
         if self._held.get(pod.uid) != reason:
             self._held[pod.uid] = reason
             self._metrics.holds.labels(reason).inc()
+            # once per reason, so an operator reading the leader's log learns why a pod
+            # over its tolerance stays where it is
+            log.info("%s stays on %s: %s: %s", pod.key, pod.node_name, reason, why)
         return RebalanceAction(
             pod.key, pod.node_name, HELD, f"{reason}: {why}", "", str(pod.controller), now
         )

@@ -4,6 +4,7 @@ itself is exercised on a real apiserver in tests/e2e/test_rebalancer.py."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -293,17 +294,22 @@ def test_a_look_writes_a_rebalancing_record_and_keeps_the_placement_record(
         w.h.close()
 
 
-def test_no_eviction_when_no_other_node_would_take_it(enforcing: World) -> None:
+def test_no_eviction_when_no_other_node_would_take_it(
+    enforcing: World, caplog: pytest.LogCaptureFixture
+) -> None:
     w = enforcing
     w.h.cluster.add_node(node_obj("node-b", cpu="2", memory="8Gi", unschedulable=True))
     w.run_pod("web-1", "node-a")
     w.step()
+    caplog.set_level(logging.INFO, logger="scheduler.rebalancer")
     (action,) = w.step(30)
     assert action.outcome == HELD and action.reason.startswith("no_better_node")  # type: ignore[attr-defined]
     assert w.evictions.calls == [] and w.events("web-1") == []
     assert w.metric("interference_scheduler_rebalance_holds_total", reason="no_better_node") == 1
-    w.step(5)  # a long hold is counted once
+    w.step(5)  # a long hold is counted and logged once
     assert w.metric("interference_scheduler_rebalance_holds_total", reason="no_better_node") == 1
+    said = [r.getMessage() for r in caplog.records if "stays on" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("shop/web-1 stays on node-a: no_better_node: ")
 
 
 def test_no_eviction_when_the_other_node_breaks_the_tolerance_too(enforcing: World) -> None:
