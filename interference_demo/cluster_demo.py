@@ -23,7 +23,9 @@ through Redis (the viewer user) and the cluster's Events.
    other node. Its p99 before, during and after, the time back under its tolerance, and
    the Events of each step are printed.
 
-The results also go to ``--results FILE`` (JSON) for the checks of e2e_cluster.sh.
+``--between-acts COMMAND`` runs a command after act one (e2e_cluster.sh gives the kernel's
+housekeeping back to every CPU there). The results also go to ``--results FILE`` (JSON)
+for the checks of e2e_cluster.sh.
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ import argparse
 import contextlib
 import json
 import os
+import shlex
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -415,6 +419,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--redis-url", default=os.environ.get("REDIS_URL", ""))
     parser.add_argument("--redis-ca-file", default=os.environ.get("REDIS_CA_FILE"))
     parser.add_argument("--results", type=Path)
+    parser.add_argument(
+        "--between-acts",
+        default="",
+        help="a command run after act one, before act two (e2e_cluster.sh gives the "
+        "kernel's housekeeping back to every CPU there)",
+    )
     args = parser.parse_args(argv)
     args.redis_cert_file = args.redis_key_file = None
     settings = ClusterDemoSettings(
@@ -438,10 +448,13 @@ def main(argv: list[str] | None = None) -> int:
         console.rule("Act one: placement")
         placement = act_one(cluster, feed, settings, log)
         print_placement(placement, console)
+        if args.between_acts:
+            log(f"between the acts: {args.between_acts}")
+            subprocess.run(shlex.split(args.between_acts), check=True)
         console.rule("Act two: interference after placement, the rebalancer enforcing")
         loop = act_two(cluster, feed, settings, log)
         print_loop(loop, console)
-    except (DemoError, CliError) as exc:
+    except (DemoError, CliError, subprocess.CalledProcessError) as exc:
         console.print(f"cluster demo: {exc}", style="red")
         return 1
     finally:

@@ -164,47 +164,6 @@ ip netns list 2>/dev/null | awk '{print $1}' | sort > "$STATE/netns.before"
 SYSCTLS=(net.ipv4.ip_forward net.bridge.bridge-nf-call-iptables net.ipv4.conf.all.route_localnet)
 declare -A SYSCTL_BEFORE=()
 for key in "${SYSCTLS[@]}"; do SYSCTL_BEFORE[$key]=$(sysctl -n "$key" 2>/dev/null || echo absent); done
-# For the acts the kernel's housekeeping stays on the system CPU, as on a node whose
-# housekeeping CPUs are reserved (isolcpus, nohz_full): the unbound workqueues and every kernel
-# thread that may run anywhere. Otherwise, with the antagonist saturating the system CPU, the
-# kernel runs that work (DAMON's kdamond alone about 10 ms/s on this VM) on the quiet node's
-# CPU, in front of its pods: a 1 ms sleeper on CPU 1 beside stress-ng on CPU 0 waited
-# 3.1 ms/s, 0.35 ms/s with it. Restored at teardown; per-CPU threads refuse a move and stay.
-WORKQUEUE_CPUMASK=/sys/devices/virtual/workqueue/cpumask
-WORKQUEUE_CPUMASK_BEFORE=$(cat "$WORKQUEUE_CPUMASK" 2>/dev/null || echo absent)
-kthread_start() { # PID: its start time (a PID reused by another thread reads differently)
-    cut -d' ' -f22 "/proc/$1/stat" 2>/dev/null
-}
-housekeeping_to() { # CPU; each moved thread's PID, start time and former CPU list in $STATE/kthreads.before
-    local pid cpus
-    [[ $WORKQUEUE_CPUMASK_BEFORE == absent ]] || printf '%x\n' $((1 << $1)) > "$WORKQUEUE_CPUMASK"
-    for pid in 2 $(pgrep -P 2); do
-        cpus=$(taskset -pc "$pid" 2>/dev/null | awk '{print $NF}') || continue
-        [[ -n $cpus && $cpus != "$1" ]] || continue
-        taskset -pc "$1" "$pid" >/dev/null 2>&1 && echo "$pid $(kthread_start "$pid") $cpus" >> "$STATE/kthreads.before"
-    done
-    return 0
-}
-housekeeping_restore() {
-    local pid start cpus
-    [[ $WORKQUEUE_CPUMASK_BEFORE == absent ]] || echo "$WORKQUEUE_CPUMASK_BEFORE" > "$WORKQUEUE_CPUMASK"
-    [[ -f $STATE/kthreads.before ]] || return 0
-    while read -r pid start cpus; do
-        [[ $(kthread_start "$pid") == "$start" ]] && taskset -pc "$cpus" "$pid" >/dev/null 2>&1
-    done < "$STATE/kthreads.before"
-    return 0
-}
-housekeeping_leftovers() { # what housekeeping_restore did not put back
-    local pid start cpus
-    [[ $WORKQUEUE_CPUMASK_BEFORE == absent || $(cat "$WORKQUEUE_CPUMASK") == "$WORKQUEUE_CPUMASK_BEFORE" ]] \
-        || echo "workqueue cpumask $(cat "$WORKQUEUE_CPUMASK")"
-    [[ -f $STATE/kthreads.before ]] || return 0
-    while read -r pid start cpus; do
-        [[ $(kthread_start "$pid") == "$start" && $(taskset -pc "$pid" | awk '{print $NF}') != "$cpus" ]] \
-            && echo "kernel thread $pid's CPUs"
-    done < "$STATE/kthreads.before"
-    return 0
-}
 CGROUP_ROOTS=$(find /sys/fs/cgroup -mindepth 1 -maxdepth 1 -type d)
 cgroup_leftovers() {
     local root
@@ -342,7 +301,7 @@ teardown() {
     for key in "${SYSCTLS[@]}"; do
         [[ ${SYSCTL_BEFORE[$key]} == absent ]] || sysctl -qw "$key=${SYSCTL_BEFORE[$key]}"
     done
-    housekeeping_restore
+    "$REPO/tests/cluster/housekeeping.sh" restore "$STATE/housekeeping"
 
     # Assert that nothing is left.
     local leaks=()
@@ -358,7 +317,7 @@ teardown() {
         [[ ${SYSCTL_BEFORE[$key]} == absent || $(sysctl -n "$key") == "${SYSCTL_BEFORE[$key]}" ]] \
             || leaks+=("sysctl $key")
     done
-    while read -r what; do leaks+=("$what"); done < <(housekeeping_leftovers)
+    while read -r what; do leaks+=("$what"); done < <("$REPO/tests/cluster/housekeeping.sh" leftovers "$STATE/housekeeping")
     if ((${#leaks[@]})); then
         printf 'e2e-cluster: LEFT BEHIND: %s\n' "${leaks[@]}" >&2
         [[ $status -eq 0 ]] && status=1
@@ -826,8 +785,11 @@ unset 'PIDS[dockerd]'
 # acts measure it: nothing but its own pods keeps it busy. A try takes 3 s, so wait_for's
 # 40 (half-second polls) allow up to about 5 minutes.
 taskset -pc "$SYSTEM_CPU" $$ >/dev/null
-housekeeping_to "$SYSTEM_CPU"
-mark "kernel housekeeping on CPU $SYSTEM_CPU: workqueue cpumask $(cat "$WORKQUEUE_CPUMASK" 2>/dev/null), $(wc -l < "$STATE/kthreads.before" 2>/dev/null || echo 0) kernel threads moved"
+# Act one measures the quiet node's pod with the kernel's housekeeping kept on the system
+# CPU (tests/cluster/housekeeping.sh says why); act two gets it back on every CPU, since
+# there the victim moves to the first node, whose CPU is the system CPU.
+moved=$(tests/cluster/housekeeping.sh to "$SYSTEM_CPU" "$STATE/housekeeping") || fail "housekeeping: $moved"
+mark "kernel housekeeping on the system CPU for act one: $moved"
 sync
 cpu_ticks() { # CPU: its busy ticks (user..steal but idle and iowait) and all its ticks
     awk -v c="cpu$1" '$1 == c {print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat
@@ -852,6 +814,7 @@ taskset -c "$SYSTEM_CPU" env REDIS_USERNAME=interference-viewer REDIS_PASSWORD_F
     --noisy-node "$NODE" --quiet-node "${NODES[1]}" --redis-url "rediss://127.0.0.1:$PF_PORT/0" \
     --latency-image "interference-scheduler:$VERSION" --stress-image interference-e2e-stress:bookworm \
     --cgroup-root "/sys/fs/cgroup/unified/$CGROUP_PARTITION" --cgroup-root "/sys/fs/cgroup/$CGROUP_PARTITION" \
+    --between-acts "tests/cluster/housekeeping.sh restore $STATE/housekeeping" \
     --results "$STATE/cluster-demo.json" 2>&1 | tee "$STATE/logs/cluster-demo.log" \
     || fail "the cluster demo failed: $(tail -3 "$STATE/logs/cluster-demo.log")"
 stop_pid "${PIDS[port-forward]}" port-forward
