@@ -67,7 +67,7 @@ demo-cluster: setup
 
 # docs/configuration.md from the settings dataclasses (tests/scheduler/test_config_reference.py).
 config-reference: $(STAMP)
-	$(PY) -c 'from scheduler.config import reference; print(reference(), end="")' > docs/configuration.md
+	$(PY) -c 'from scheduler.entry.config import reference; print(reference(), end="")' > docs/configuration.md
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

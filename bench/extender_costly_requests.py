@@ -1,7 +1,7 @@
 """CPU seconds one extender request costs, per request shape, against the real extender.
 
-The real :class:`~scheduler.extender.Extender` behind the real
-:class:`~scheduler.http.ExtenderEndpoint` (plain HTTP on loopback, the default limits:
+The real :class:`~scheduler.extender.extender.Extender` behind the real
+:class:`~scheduler.endpoint.http.ExtenderEndpoint` (plain HTTP on loopback, the default limits:
 6 MiB bodies), its cache holding ``--nodes`` nodes (zone and rack labels, one in ten
 tainted, one report each) and two running pods per node. Each shape is one ``ExtenderArgs``
 body of at most 6 MiB posted to ``/filter`` and ``/prioritize``; printed per shape and verb:
@@ -148,7 +148,7 @@ def shapes(names: list[str]) -> dict[str, Callable[[], bytes]]:
         return f'{{"Pod":{pod},"NodeNames":{json.dumps(names)}}}'.encode()
 
     def at_bounds(key: Callable[[int], str]) -> dict[str, Any]:
-        """Every list of :data:`~scheduler.extender_bounds.POD_BOUNDS` at its limit, label
+        """Every list of :data:`~scheduler.extender.bounds.POD_BOUNDS` at its limit, label
         keys named by ``key(i)``."""
         requirement = {"operator": "NotIn", "values": _values(63)}
         term = {"matchExpressions": [{**requirement, "key": key(i)} for i in range(4)]}

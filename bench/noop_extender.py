@@ -4,7 +4,7 @@ An emulator, on purpose: it measures what no real component can — what kube-sc
 pays for calling *any* HTTP extender when the extender does no work. ``/filter`` passes
 every offered node, ``/prioritize`` scores every node 0; nothing is cached, watched or
 recorded. It is served by the same HTTP stack as ``interference-scheduler extender``
-(:class:`scheduler.http.HealthServer`: stdlib ``ThreadingHTTPServer``, HTTP/1.1
+(:class:`scheduler.endpoint.http.HealthServer`: stdlib ``ThreadingHTTPServer``, HTTP/1.1
 keep-alive, ``TCP_NODELAY``) and speaks the same protocol (``nodeCacheCapable: true``:
 node names in, node names out), so kube-scheduler + this vs kube-scheduler + ours
 isolates the work our extender does from the cost of the protocol itself.
@@ -26,7 +26,7 @@ from prometheus_client import CollectorRegistry
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from scheduler.http import HealthServer, HttpSettings, Status  # noqa: E402
+from scheduler.endpoint.http import HealthServer, HttpSettings, Status  # noqa: E402
 
 JSON = "application/json"
 

@@ -50,7 +50,7 @@ from interference_demo.rebalance_act import (  # noqa: E402
     tolerance_us,
     with_tolerance,
 )
-from scheduler.config import load_config  # noqa: E402
+from scheduler.entry.config import load_config  # noqa: E402
 
 DEMO = REPO / "deploy" / "demo"
 TARGET_S = 90.0

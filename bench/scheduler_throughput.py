@@ -12,10 +12,10 @@ written to a real ``redis-server`` every second by replay processes standing for
 agents, and read by the scheduler's own follower polling in this process
 (:func:`followed_signals`).
 
-1. **Engine**: the real :class:`~scheduler.cycle.SchedulingCycle` over the real node table (filled
-   by the real cache); every pending pod is decided and assumed. Prints decisions/s
+1. **Engine**: the real :class:`~scheduler.cycle.cycle.SchedulingCycle` over the real node
+   table (filled by the real cache); every pending pod is decided and assumed. Prints decisions/s
    counted over ``Engine.schedule`` alone and over the whole attempt (with assume).
-2. **End to end**: the real :class:`~scheduler.loop.SchedulingLoop` (queue, cache,
+2. **End to end**: the real :class:`~scheduler.standalone.loop.SchedulingLoop` (queue, cache,
    engine, binder threads) binds every pending pod through the real
    :class:`~scheduler.adapters.kubernetes.KubernetesCluster` (the ``kubernetes`` client)
    against a local HTTP emulator (a minimal stdlib asyncio HTTP/1.1 server in its own
@@ -84,11 +84,9 @@ from scheduler.adapters.redis_signals import (
     connect,
 )
 from scheduler.api.objects import ANNOTATION_MAX_INDEX, ANNOTATION_MAX_RUNQ_P99_US, HOSTNAME_LABEL
-from scheduler.cache import ClusterCache
-from scheduler.cycle import SchedulingCycle
-from scheduler.loop import LoopSettings, SchedulingLoop
-from scheduler.metrics import SchedulerMetrics
-from scheduler.ports import (
+from scheduler.cycle.cache import ClusterCache
+from scheduler.cycle.cycle import SchedulingCycle
+from scheduler.cycle.ports import (
     Cluster,
     ClusterHandler,
     DecisionSink,
@@ -97,9 +95,11 @@ from scheduler.ports import (
     PodRef,
     SignalSource,
 )
-from scheduler.queue import SchedulingQueue
-from scheduler.settings import EngineSettings
-from scheduler.table import NodeTable
+from scheduler.cycle.queue import SchedulingQueue
+from scheduler.cycle.settings import EngineSettings
+from scheduler.endpoint.metrics import SchedulerMetrics
+from scheduler.signals.table import NodeTable
+from scheduler.standalone.loop import LoopSettings, SchedulingLoop
 
 SCHEDULER = "interference-scheduler"
 ZONES = ("zone-a", "zone-b", "zone-c", "zone-d", "zone-e")

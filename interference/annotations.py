@@ -32,8 +32,8 @@ MAX_RECLAIM_STALL_MS_PER_S = "interference.io/max-reclaim-stall-ms-per-s"
 MAX_INDEX = "interference.io/max-index"
 """Highest node interference index the pod accepts, 0–100 (the same filter)."""
 REBALANCE = "interference.io/rebalance"
-"""``"false"`` keeps the rebalancer from evicting the pod (scheduler/rebalance.py);
-``"true"`` lets it evict one it would otherwise spare (scheduler/evictable.py)."""
+"""``"false"`` keeps the rebalancer from evicting the pod (scheduler/rebalancing/rebalance.py);
+``"true"`` lets it evict one it would otherwise spare (scheduler/rebalancing/evictable.py)."""
 DEGRADABLE = "interference.io/degradable"
 """``"true"`` lets the node agent degrade the pod (node_agent/degrade.py)."""
 

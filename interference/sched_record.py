@@ -23,7 +23,7 @@ Layout (little-endian, packed, :data:`SIZE` bytes), every field in :data:`FIELDS
 
 The record carries no interference index: the scheduler computes it from these signals
 with its own references. A record is untrusted input; the scheduler checks every field
-(``scheduler.signal_frame``) before it uses any.
+(``scheduler.signals.frame``) before it uses any.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class NodeSignal:
 
     name: str
     """The :class:`~interference.signals.NodeMetrics` field the agent fills, the record
-    field, and the scheduler's column (``scheduler.signal_frame.COLUMNS``) — one name."""
+    field, and the scheduler's column (``scheduler.signals.frame.COLUMNS``) — one name."""
     family: str
     """The family (:data:`~interference.signals.SIGNAL_FAMILIES`) whose probe reads it:
     in a record that did not measure that family the value means "unknown"."""

@@ -4,7 +4,7 @@ A replay hands each report to a :class:`ReplaySignals` as its agent would write 
 asks it for the frame the scheduler's table takes before each decision. The in-process
 one, :class:`RecordReplay`, keeps each node's latest scheduling record
 (:func:`interference.sched_record.encode`) and reads them with the Redis follower's own
-checks and columns (:func:`scheduler.signal_records.frame_of_records`), so a replay
+checks and columns (:func:`scheduler.signals.records.frame_of_records`), so a replay
 decides on the index the scheduler computes (docs/design.md §8);
 ``tests/cli/test_replay_parity.py`` puts a real Redis and the follower in its place and
 gets the same decisions.
@@ -18,8 +18,8 @@ from typing import Protocol
 from interference import sched_record
 from interference.index import IndexReferences
 from interference.signals import NodeReport
-from scheduler.signal_frame import SignalFrame
-from scheduler.signal_records import frame_of_records
+from scheduler.signals.frame import SignalFrame
+from scheduler.signals.records import frame_of_records
 
 
 class ReplaySignals(Protocol):

@@ -1,8 +1,8 @@
 """``interference simulate``: what would each policy have done on a recorded trace?
 
 The trace's NodeReports are replayed in time order together with a pod arrival list;
-every arrival is placed by the real :class:`scheduler.cycle.SchedulingCycle` over a real
-:class:`scheduler.table.NodeTable` (no copy of any filter or score), with the signals
+every arrival is placed by the real :class:`scheduler.cycle.cycle.SchedulingCycle` over a real
+:class:`scheduler.signals.table.NodeTable` (no copy of any filter or score), with the signals
 of the latest report of each node at that moment. The signals reach the table as in
 production: each report's scheduling record, encoded as its agent writes it, decoded with
 the Redis follower's checks and columns, the index computed from it with the policy
@@ -63,12 +63,12 @@ from scheduler.api.nodes import parse_node
 from scheduler.api.objects import PodInfo
 from scheduler.api.pods import parse_pod
 from scheduler.api.reader import ObjectError
-from scheduler.config import ConfigError, load_config
-from scheduler.cycle import SchedulingCycle
+from scheduler.cycle.cycle import SchedulingCycle
+from scheduler.cycle.settings import EngineSettings
+from scheduler.entry.config import ConfigError, load_config
 from scheduler.plugins.interference import InterferenceArgs, interference_filter
-from scheduler.settings import EngineSettings
-from scheduler.signal_records import DEFAULT_REFERENCES, frame_of_records
-from scheduler.table import NodeTable
+from scheduler.signals.records import DEFAULT_REFERENCES, frame_of_records
+from scheduler.signals.table import NodeTable
 
 GPU_RESOURCE = "nvidia.com/gpu"
 RETRY_INITIAL_S = 1.0

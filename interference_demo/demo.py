@@ -58,8 +58,8 @@ from interference_demo.rebalance_act import (
     tolerance_us,
     with_tolerance,
 )
-from scheduler.config import load_config
-from scheduler.ports import ClusterError, K8sObject
+from scheduler.cycle.ports import ClusterError, K8sObject
+from scheduler.entry.config import load_config
 
 DEMO_DIR = Path(__file__).resolve().parent.parent / "deploy" / "demo"
 AWARE_SCHEDULER = "interference-scheduler"

@@ -27,7 +27,7 @@ from interference_cli.redis_process import (
     wait_until_answering,
 )
 from interference_demo.local_cluster import LocalCluster, NodeSpec, host_settings
-from scheduler.ports import ClusterError, K8sObject
+from scheduler.cycle.ports import ClusterError, K8sObject
 
 AGENT_START_TIMEOUT_S = 120.0
 """How long the agents may take to compile and load their BPF programs (slow when

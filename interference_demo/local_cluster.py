@@ -1,6 +1,6 @@
 """A cluster on one machine: each "node" is a cgroup partition, each bound pod a process.
 
-:class:`LocalCluster` implements :class:`scheduler.ports.Cluster`, so the real scheduling
+:class:`LocalCluster` implements :class:`scheduler.cycle.ports.Cluster`, so the real scheduling
 loop runs against it unchanged. Nodes come from a YAML file (``deploy/demo/nodes.yaml``),
 pods from Kubernetes-style manifests (``deploy/demo/pods/*.yaml``). Binding a pod starts
 each container's ``command + args`` as a process inside the node's partition:
@@ -38,7 +38,7 @@ from pathlib import Path
 
 import yaml
 
-from scheduler.ports import (
+from scheduler.cycle.ports import (
     INFORMED_KINDS,
     BindConflict,
     ClusterError,
@@ -178,7 +178,7 @@ def container_id(pod_uid: str, container: str) -> str:
 
 
 class LocalCluster:
-    """Nodes as cgroup partitions of this host; :class:`scheduler.ports.Cluster`."""
+    """Nodes as cgroup partitions of this host; :class:`scheduler.cycle.ports.Cluster`."""
 
     def __init__(self, nodes: list[NodeSpec], pods: list[K8sObject], settings: LocalSettings):
         self.settings = settings

@@ -5,7 +5,7 @@ On a :class:`~interference_demo.lab.LocalLab` (Redis, cgroup-partition nodes, on
 agent per node), a latency pod owned by a ReplicaSet is placed by the interference-aware
 scheduling loop on a quiet node; then a CPU antagonist is placed on that same node by the
 interference-blind loop (what a request-based scheduler does: the antagonist requests
-nothing). The real :class:`scheduler.rebalancer.Rebalancer`, enforcing, reads the pod's
+nothing). The real :class:`scheduler.rebalancing.rebalancer.Rebalancer`, enforcing, reads the pod's
 own rows from the agents' report streams, sees its run-queue p99 break its tolerance,
 finds a node that passes every filter and evicts it; :class:`LocalReplicaSets` stands in
 for the ReplicaSet controller and the kubelet (the pod's processes stopped, a replacement
@@ -40,13 +40,13 @@ from scheduler.adapters.redis_signals import (
     SignalMetrics,
     connect,
 )
-from scheduler.config import SchedulerConfig
-from scheduler.loop import SchedulingLoop
-from scheduler.metrics import SchedulerMetrics
-from scheduler.ports import K8sObject, NodeSignals, PodRef, SignalSource
-from scheduler.rebalance import RebalancerSettings
-from scheduler.rebalance_ports import EvictionAnswer, EvictionStatus
-from scheduler.rebalancer import RebalanceAction, RebalanceMetrics, Rebalancer
+from scheduler.cycle.ports import K8sObject, NodeSignals, PodRef, SignalSource
+from scheduler.endpoint.metrics import SchedulerMetrics
+from scheduler.entry.config import SchedulerConfig
+from scheduler.rebalancing.ports import EvictionAnswer, EvictionStatus
+from scheduler.rebalancing.rebalance import RebalancerSettings
+from scheduler.rebalancing.rebalancer import RebalanceAction, RebalanceMetrics, Rebalancer
+from scheduler.standalone.loop import SchedulingLoop
 
 AWARE = "interference-scheduler"
 BLIND = "interference-blind"
@@ -119,7 +119,7 @@ class Workload:
 
 
 class LocalReplicaSets:
-    """:class:`scheduler.rebalance_ports.Evictor` of the local cluster: the kubelet stops the
+    """:class:`scheduler.rebalancing.ports.Evictor` of the local cluster: the kubelet stops the
     evicted pod, the ReplicaSet controller creates the next replica (Pending)."""
 
     def __init__(self, lab: LocalLab, workloads: list[Workload]) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 from scheduler.adapters.memory import rfc3339
 from scheduler.api.nodes import parse_node
 from scheduler.api.pods import parse_pod
-from scheduler.table import NodeTable
+from scheduler.signals.table import NodeTable
 
 CREATED_AT = 1_714_564_800.0
 """A pod's default ``metadata.creationTimestamp``: 2024-05-01T12:00:00Z."""

@@ -54,7 +54,7 @@ def test_each_rows_status_events_and_args_are_the_plugins_declarations() -> None
 
 def test_the_cycle_module_the_design_names_runs_every_mode() -> None:
     text = DESIGN.read_text()
-    assert "scheduler/cycle.py" in text and "SchedulingCycle" in text
-    for module in ("loop", "extender"):
+    assert "scheduler/cycle/cycle.py" in text and "SchedulingCycle" in text
+    for module in ("standalone/loop", "extender/extender"):
         source = (DESIGN.parents[1] / "scheduler" / f"{module}.py").read_text()
         assert "SchedulingCycle(" in source, module

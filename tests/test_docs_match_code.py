@@ -14,8 +14,8 @@ from interference import keys
 from interference_cli.main import build_parser
 from interference_cli.workload import load_workload
 from scheduler.adapters.redis_signals import ACL_COMMANDS
-from scheduler.extender_cli import build_parser as extender_parser
-from scheduler.http import EXTENDER_PORT
+from scheduler.endpoint.http import EXTENDER_PORT
+from scheduler.entry.extender_cli import build_parser as extender_parser
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = [*sorted((REPO / "docs").glob("*.md")), REPO / "README.md"]

@@ -23,9 +23,9 @@ from hypothesis import strategies as st
 
 from interference_cli import main as cli_main
 from node_agent import cli as agent_cli
-from scheduler import cli as scheduler_cli
-from scheduler import extender_cli
-from scheduler.config import ConfigError, SchedulerConfig, load_config, parse_config
+from scheduler.entry import cli as scheduler_cli
+from scheduler.entry import extender_cli
+from scheduler.entry.config import ConfigError, SchedulerConfig, load_config, parse_config
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -143,7 +143,7 @@ def test_scheduler_flags_and_environment_never_trace_back(
     argv: list[str], env: dict[str, str]
 ) -> None:
     """Everything the scheduler does before it contacts the API server:
-    ``scheduler.cli.prepare`` (the config file is fuzzed below)."""
+    ``scheduler.entry.cli.prepare`` (the config file is fuzzed below)."""
     argv = [a for a in argv if a != "--config"]
     assert_clean(*outcome(lambda: scheduler_cli.prepare(argv, env)))
 

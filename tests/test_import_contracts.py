@@ -17,10 +17,10 @@ REPO = Path(__file__).resolve().parents[1]
 CONTRACT = "only the adapters and the CLI wiring talk to Redis and Kubernetes"
 WIRING = {
     "scheduler.adapters",
-    "scheduler.cli",
-    "scheduler.cli_common",
-    "scheduler.config",
-    "scheduler.extender_cli",
+    "scheduler.entry.cli",
+    "scheduler.entry.cli_common",
+    "scheduler.entry.config",
+    "scheduler.entry.extender_cli",
 }
 """The modules allowed to reach Redis and Kubernetes: the adapters and the entry points
 that wire them (and the config that assembles their settings)."""
@@ -32,12 +32,12 @@ def contract() -> dict[str, Any]:
     return found
 
 
-def scheduler_modules() -> list[str]:
-    """``scheduler.X`` for every module and subpackage directly under scheduler/."""
-    root = REPO / "scheduler"
+def children(package: str = "scheduler") -> list[str]:
+    """``PACKAGE.X`` for every module and subpackage directly under ``package``."""
+    root = REPO.joinpath(*package.split("."))
     names = [p.stem for p in root.glob("*.py") if p.stem != "__init__"]
     names += [p.parent.name for p in root.glob("*/__init__.py")]
-    return sorted(f"scheduler.{name}" for name in names)
+    return sorted(f"{package}.{name}" for name in names)
 
 
 def covered(module: str, expressions: list[str]) -> bool:
@@ -54,7 +54,7 @@ def covered(module: str, expressions: list[str]) -> bool:
 
 def test_every_scheduler_module_is_covered_by_the_contract() -> None:
     sources = contract()["source_modules"]
-    uncovered = [m for m in scheduler_modules() if not covered(m, sources)]
+    uncovered = [m for m in children() if not covered(m, sources)]
     assert not uncovered, f"not under {CONTRACT!r}: {uncovered}"
 
 
@@ -65,8 +65,10 @@ def test_only_the_wiring_is_exempt() -> None:
 
 
 def test_the_check_sees_modules_on_disk() -> None:
-    modules = scheduler_modules()
-    assert {"scheduler.signal_frame", "scheduler.ports", "scheduler.adapters"} <= set(modules)
+    assert {"scheduler.signals", "scheduler.entry", "scheduler.adapters"} <= set(children())
+    assert {"scheduler.signals.frame", "scheduler.cycle.ports"} <= {
+        module for package in children() for module in children(package)
+    }
 
 
 @pytest.mark.parametrize("package", PACKAGES)
@@ -92,11 +94,19 @@ def test_no_package_import_graph_has_a_circle(package: str) -> None:
     assert not circles, f"modules on an import circle: {sorted(circles)}"
 
 
-def test_the_layers_contract_lists_every_scheduler_module() -> None:
+def test_the_layers_contracts_list_every_scheduler_module() -> None:
+    """The packages of ``scheduler`` in one layers contract, and each package with an
+    internal order in its own; each lists every module of its container."""
     settings = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
-    (layers,) = [c for c in settings["contracts"] if c["type"] == "layers"]
-    assert layers["exhaustive"] is True
-    listed = {
-        f"scheduler.{name.strip()}" for layer in layers["layers"] for name in layer.split("|")
-    }
-    assert listed == set(scheduler_modules())
+    layered = [c for c in settings["contracts"] if c["type"] == "layers"]
+    containers = [container for c in layered for container in c["containers"]]
+    assert "scheduler" in containers
+    assert len(containers) == len(set(containers))
+    for layers in layered:
+        assert layers["exhaustive"] is True
+        (container,) = layers["containers"]
+        assert container == "scheduler" or container.startswith("scheduler.")
+        listed = {
+            f"{container}.{name.strip()}" for layer in layers["layers"] for name in layer.split("|")
+        }
+        assert listed == set(children(container)), container

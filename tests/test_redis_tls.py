@@ -22,10 +22,10 @@ from interference_cli import main as cli_main
 from interference_infra.redis_tls import RedisTls
 from node_agent import cli as agent_cli
 from node_agent.publisher import PublisherSettings, RedisPublisher
-from scheduler import cli as scheduler_cli
 from scheduler.adapters.redis_signals import RedisSettings, RedisSignalCache, SignalMetrics, connect
-from scheduler.config import SchedulerConfig, with_overrides
-from scheduler.signal_frame import SignalFrame
+from scheduler.entry import cli as scheduler_cli
+from scheduler.entry.config import SchedulerConfig, with_overrides
+from scheduler.signals.frame import SignalFrame
 from tests.conftest import free_port
 from tests.scheduler.frames import stale_nodes
 from tests.shaped_reports import shaped_report

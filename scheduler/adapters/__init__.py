@@ -1,1 +1,1 @@
-"""I/O adapters behind the Protocols of ``scheduler.ports``."""
+"""I/O adapters behind the Protocols of ``scheduler.cycle.ports``."""

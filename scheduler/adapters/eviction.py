@@ -16,8 +16,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from scheduler.adapters.kubernetes import translate_error
-from scheduler.ports import PodRef
-from scheduler.rebalance_ports import EvictionAnswer, EvictionStatus
+from scheduler.cycle.ports import PodRef
+from scheduler.rebalancing.ports import EvictionAnswer, EvictionStatus
 
 EVICTION_PERMISSIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("", "pods/eviction", ("create",)),
@@ -26,7 +26,7 @@ EVICTION_PERMISSIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 
 
 class KubernetesEvictor:
-    """:class:`scheduler.rebalance_ports.Evictor` on the real API server."""
+    """:class:`scheduler.rebalancing.ports.Evictor` on the real API server."""
 
     def __init__(self, api: client.ApiClient) -> None:
         self._core = client.CoreV1Api(api)

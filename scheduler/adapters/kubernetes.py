@@ -1,4 +1,5 @@
-"""The :class:`~scheduler.ports.Cluster` on a real API server, through the ``kubernetes`` client.
+"""The :class:`~scheduler.cycle.ports.Cluster` on a real API server, through the
+``kubernetes`` client.
 
 Informers: list nodes, namespaces (their labels, for namespace selectors), storage
 classes, CSINodes, persistent volumes and claims (for the volume filters) and pods
@@ -14,7 +15,7 @@ the client's model deserialisation is far too slow for lists of 50,000 pods.
 Pods are watched with ``status.phase!=Succeeded,status.phase!=Failed`` as kube-scheduler
 does: finished pods hold no resources. Unless made with ``preemption=False`` (the
 extender, where kube-scheduler preempts) it also lists and watches PodDisruptionBudgets
-(:data:`~scheduler.ports.PREEMPTION_KINDS`), which preemption reads. The preemption writes
+(:data:`~scheduler.cycle.ports.PREEMPTION_KINDS`), which preemption reads. The preemption writes
 themselves are in :mod:`scheduler.adapters.preemption`.
 
 Writes:
@@ -45,7 +46,7 @@ Every API call goes through one method of :class:`KubernetesCluster`
 ``set_unschedulable``), and
 :data:`REQUIRED_PERMISSIONS` lists the RBAC rules they need, so a test can check the
 deploy manifests against the calls. Client exceptions never escape: they become
-:class:`~scheduler.ports.ClusterError` subclasses that say what to do.
+:class:`~scheduler.cycle.ports.ClusterError` subclasses that say what to do.
 
 Size: over 500 lines because it is the one client of the API server: list and watch of
 eight kinds, bind, Events and the ``PodScheduled`` condition, with their error mapping.
@@ -76,7 +77,7 @@ from urllib3.util.wait import wait_for_read
 
 from interference_infra.kube_watch import Backoff, Gone, list_and_watch
 from scheduler.adapters.http11 import Http11Connection
-from scheduler.ports import (
+from scheduler.cycle.ports import (
     INFORMED_KINDS,
     PREEMPTION_KINDS,
     ApiUnavailable,
@@ -443,7 +444,7 @@ class KubernetesCluster:
         rng: random.Random | None = None,
         preemption: bool = True,
     ) -> None:
-        """``preemption``: also list and watch :data:`~scheduler.ports.PREEMPTION_KINDS`
+        """``preemption``: also list and watch :data:`~scheduler.cycle.ports.PREEMPTION_KINDS`
         (the standalone scheduler, which preempts; the extender passes False)."""
         self.settings = settings or KubernetesSettings()
         self.kinds: tuple[ObjectKind, ...] = INFORMED_KINDS + (

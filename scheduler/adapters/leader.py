@@ -50,7 +50,7 @@ LEASE_PERMISSIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 class LeaderElectionSettings:
     """Lease election timing, in whole seconds as the client library needs.
 
-    Constraints (checked by :mod:`scheduler.config`): ``lease_duration_s`` >
+    Constraints (checked by :mod:`scheduler.entry.config`): ``lease_duration_s`` >
     ``renew_deadline_s`` > 1.2 × ``retry_period_s`` ≥ 1.
     """
 

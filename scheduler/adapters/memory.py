@@ -1,4 +1,4 @@
-"""An in-memory Kubernetes cluster implementing :class:`scheduler.ports.Cluster`.
+"""An in-memory Kubernetes cluster implementing :class:`scheduler.cycle.ports.Cluster`.
 
 Nodes, namespaces and pods are API-style JSON dicts (camelCase, as the API server
 serialises them) with a cluster-wide ``resourceVersion`` counter.
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from scheduler.ports import (
+from scheduler.cycle.ports import (
     CLUSTER_SCOPED_KINDS,
     INFORMED_KINDS,
     PREEMPTION_KINDS,

@@ -28,9 +28,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from scheduler.adapters.kubernetes import translate_error
+from scheduler.cycle.ports import ClusterError
 from scheduler.plugins.rebalanced_away import Departure
-from scheduler.ports import ClusterError
-from scheduler.rebalance import Moved
+from scheduler.rebalancing.rebalance import Moved
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ def journal_name(lease_name: str) -> str:
 
 
 class ConfigMapMoveJournal:
-    """:class:`scheduler.rebalance_ports.MoveJournal` in a ConfigMap."""
+    """:class:`scheduler.rebalancing.ports.MoveJournal` in a ConfigMap."""
 
     def __init__(
         self, api: client.ApiClient, namespace: str, name: str, timeout_s: float = 10.0

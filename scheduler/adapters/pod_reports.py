@@ -48,7 +48,7 @@ LOG_INTERVAL_S = 60.0
 
 
 class RedisPodReports:
-    """:class:`scheduler.rebalance_ports.PodReports` on Redis."""
+    """:class:`scheduler.rebalancing.ports.PodReports` on Redis."""
 
     def __init__(self, connection: RedisConnection, metrics: SignalMetrics | None = None) -> None:
         """``metrics``: where refusals are counted (their Prometheus counter); without it

@@ -1,4 +1,4 @@
-"""The :class:`~scheduler.ports.Preemptor` on a real API server: what kube-scheduler v1.36's
+"""The :class:`~scheduler.cycle.ports.Preemptor` on a real API server: what kube-scheduler v1.36's
 preemption executor writes (``pkg/scheduler/framework/preemption``), call for call.
 
 * nominate — strategic-merge PATCH of ``pods/status`` setting
@@ -28,7 +28,7 @@ informer has handed each deleted victim's DELETED event to the cache (at most
 attempt that still saw its victims placed would preempt for it again.
 
 A victim that could not be preempted fails the call after the others were tried
-(:class:`~scheduler.ports.ClusterError`, logged and counted by the loop); an Event or a
+(:class:`~scheduler.cycle.ports.ClusterError`, logged and counted by the loop); an Event or a
 cleared nomination that fails does not, since the victims are gone either way. Every
 failure is counted in ``interference_scheduler_preemption_call_errors_total{call}``, and a
 failing call is logged once per streak (again after it has succeeded), not once per pod.
@@ -57,7 +57,7 @@ from scheduler.adapters.kubernetes import (
     translate_error,
     unschedulable_condition,
 )
-from scheduler.ports import ClusterError, PodRef, Preemption
+from scheduler.cycle.ports import ClusterError, PodRef, Preemption
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ class PreemptionMetrics:
 
 
 class KubernetesPreemptor:
-    """:class:`scheduler.ports.Preemptor` over a :class:`KubernetesCluster`'s connection."""
+    """:class:`scheduler.cycle.ports.Preemptor` over a :class:`KubernetesCluster`'s connection."""
 
     def __init__(
         self,

@@ -6,7 +6,7 @@ The cache follows the scheduling records of the Nodes the scheduler knows
 (``intf:node:{node}:sched``, :mod:`interference.sched_record`): every
 ``poll_interval_s`` it reads them all with ``MGET`` (``batch`` keys per command, one
 round trip; on a Redis Cluster split per slot), decodes and checks them in bulk
-(:mod:`scheduler.signal_records`) and publishes a :class:`~scheduler.signal_frame.SignalFrame`.
+(:mod:`scheduler.signals.records`) and publishes a :class:`~scheduler.signals.frame.SignalFrame`.
 Every node reports every interval, so a poll costs O(nodes) = O(updates); pod rows and
 histograms, which the scheduler never uses, are never read.
 
@@ -76,8 +76,8 @@ from interference_infra.redis_client import (
 )
 from interference_infra.redis_tls import RedisTls
 from interference_infra.strict import SettingsError
-from scheduler.signal_frame import SIGNAL_COLUMNS, SignalFrame, no_signal_value
-from scheduler.signal_records import (
+from scheduler.signals.frame import SIGNAL_COLUMNS, SignalFrame, no_signal_value
+from scheduler.signals.records import (
     MAX_CLOCK_SKEW_S,
     MAX_INTERVAL_S,
     MIN_INTERVAL_S,
@@ -365,7 +365,7 @@ UNKNOWN_NODE = "unknown_node"
 
 
 class RedisSignalCache:
-    """The :class:`~scheduler.ports.SignalSource` on Redis; run :meth:`run` in a thread."""
+    """The :class:`~scheduler.cycle.ports.SignalSource` on Redis; run :meth:`run` in a thread."""
 
     def __init__(
         self,
@@ -658,7 +658,7 @@ def _empty_columns(n: int) -> dict[str, NDArray[np.float64]]:
 
 
 class RedisDecisionSink:
-    """The :class:`~scheduler.ports.DecisionSink`: HSET + EXPIRE per record, a whole batch
+    """The :class:`~scheduler.cycle.ports.DecisionSink`: HSET + EXPIRE per record, a whole batch
     in one round trip, paused while Redis is fuller than ``decision_memory_limit``; never
     raises."""
 
@@ -789,7 +789,7 @@ RECENT_DECISIONS = 4096
 
 
 class QueuedDecisionSink:
-    """A :class:`~scheduler.ports.DecisionSink` that queues records for a writer thread,
+    """A :class:`~scheduler.cycle.ports.DecisionSink` that queues records for a writer thread,
     which writes them in one pipeline per ``decision_batch`` records or per
     ``decision_linger_s``, whichever comes first.
 

@@ -16,7 +16,7 @@ timeout, compression) itself. Sampling is parent-based with a trace-id ratio
 Why a child process: in CPython the SDK costs about 60 µs a span (24 µs to start and end
 one through a ``Tracer``, 35 µs to encode it for OTLP); built on the scheduling thread,
 ten spans a decision would cost more than the decision. The scheduling thread only notes
-its stages (:mod:`scheduler.stage_trace`; a filter that let every node through is named on
+its stages (:mod:`scheduler.cycle.stage_trace`; a filter that let every node through is named on
 the root span rather than being a span of its own, and a score with no preference is left
 out) and hands them, each attempt pickled once, in batches of up to ``HANDOFF_BATCH``
 traces, to a spawned, niced exporter process. That process makes the SDK's spans from
@@ -44,7 +44,7 @@ from typing import Any, Literal
 from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
 from prometheus_client import CollectorRegistry, Counter
 
-from scheduler.stage_trace import Attributes, StageRecorder, expand
+from scheduler.cycle.stage_trace import Attributes, StageRecorder, expand
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ class TracingMetrics:
 
 
 class OtlpTracer:
-    """:class:`scheduler.ports.DecisionTracer` exporting through a spawned SDK process."""
+    """:class:`scheduler.cycle.ports.DecisionTracer` exporting through a spawned SDK process."""
 
     def __init__(self, settings: TracingSettings, metrics: TracingMetrics) -> None:
         self._sample_bound = TraceIdRatioBased(settings.sample_ratio).bound

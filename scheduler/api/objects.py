@@ -36,7 +36,7 @@ ANNOTATION_MAX_INDEX = pod_annotations.MAX_INDEX
 
 
 ANNOTATION_REBALANCE = pod_annotations.REBALANCE
-"""``"false"`` keeps the rebalancer from ever evicting the pod (scheduler/rebalance.py);
+"""``"false"`` keeps the rebalancer from ever evicting the pod (scheduler/rebalancing/rebalance.py);
 read by :func:`interference.annotations.flag_value`."""
 
 
@@ -308,7 +308,7 @@ class NodeInfo:
     labels: Mapping[str, str]
     taints: tuple[Taint, ...]
     allocatable: Mapping[str, int]
-    """Resource → amount (cpu in millicores), as in :mod:`scheduler.quantity`."""
+    """Resource → amount (cpu in millicores), as in :mod:`scheduler.api.quantity`."""
     ready: bool
     """The ``Ready`` condition is ``True``."""
     unschedulable: bool
@@ -401,7 +401,7 @@ class PodInfo:
     rebalance_opt_in: bool = False
     """Annotation :data:`ANNOTATION_REBALANCE` is ``"true"`` (or ``yes``/``on``/``1``): the
     owner accepts what an eviction loses (its local storage, a Job's attempt;
-    scheduler/evictable.py)."""
+    scheduler/rebalancing/evictable.py)."""
     priority_class: str = ""
     """``spec.priorityClassName``."""
     local_storage: tuple[str, ...] = ()

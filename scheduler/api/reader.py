@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from scheduler.quantity import QuantityError, resource_amount
+from scheduler.api.quantity import QuantityError, resource_amount
 
 
 class ObjectError(ValueError):

@@ -27,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from scheduler.api.quantity import CPU, MEMORY
 from scheduler.api.reader import Reader
-from scheduler.quantity import CPU, MEMORY
 
 HUGEPAGES = "hugepages-"
 """Prefix of the hugepage resources kube-scheduler takes at pod level, besides cpu and memory."""

@@ -4,7 +4,7 @@ A plugin is one module under :mod:`scheduler.plugins` holding a filter, a score 
 as pure functions of a :class:`CycleState` (the pod, the node table, the plugin's own
 args, the clock and the results of the filters that already ran), with the formula in
 the docstring, and one line in :mod:`scheduler.plugins.registry`. The scheduling cycle
-(:mod:`scheduler.cycle`) runs a profile: PreFilter, the filters in order (each node
+(:mod:`scheduler.cycle.cycle`) runs a profile: PreFilter, the filters in order (each node
 counted at its first failing filter), the scores over the nodes that passed
 (``total = Σ weightₚ · scoreₚ``), the relax rule and the interference-blind fallback.
 
@@ -29,8 +29,8 @@ What a plugin declares (kube-scheduler's framework, in its words):
   the cluster events that can make a pod this filter rejected schedulable; the queue
   retries such a pod early only on those.
 - **State** of its own across decisions: an index of placed pods registered with the
-  table (:meth:`scheduler.table.NodeTable.index`, add/remove hooks) and values in the
-  table's caches (:meth:`~scheduler.table.NodeTable.cached`, scopes named for what
+  table (:meth:`scheduler.signals.table.NodeTable.index`, add/remove hooks) and values in the
+  table's caches (:meth:`~scheduler.signals.table.NodeTable.cached`, scopes named for what
   empties them) — never module state.
 
 A plugin must not import adapters, ``redis`` or ``kubernetes`` (import-linter checks).
@@ -46,10 +46,10 @@ from typing import TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
+from scheduler.api.events import EventInterest
 from scheduler.api.objects import PodInfo
-from scheduler.events import EventInterest
-from scheduler.signal_frame import COLUMNS_BY_NAME
-from scheduler.table import NodeTable, PlacedPodIndex
+from scheduler.signals.frame import COLUMNS_BY_NAME
+from scheduler.signals.table import NodeTable, PlacedPodIndex
 
 
 @dataclass(slots=True)
@@ -202,7 +202,7 @@ class Filter:
     interference filters); never true of a kube-scheduler constraint."""
     signals: tuple[str, ...] = ()
     """The signal columns it reads, by their declared names
-    (:data:`scheduler.signal_frame.COLUMNS`; a windowed one in every window): any makes
+    (:data:`scheduler.signals.frame.COLUMNS`; a windowed one in every window): any makes
     it :attr:`uses_signals`."""
     uses_signals: bool = False
     """Reads the agents' signals. While they are unreadable it still runs, with
@@ -220,7 +220,7 @@ class Filter:
     """The dataclass of this plugin's args (``pluginConfig``), ``None`` when it has none."""
     index: Callable[[], PlacedPodIndex] | None = None
     """Builds the plugin's index of placed pods, registered with the table under the
-    plugin's name before pods arrive (:meth:`scheduler.table.NodeTable.index`), so it is
+    plugin's name before pods arrive (:meth:`scheduler.signals.table.NodeTable.index`), so it is
     kept current as pods are placed rather than built at the first decision."""
 
     def __post_init__(self) -> None:
@@ -250,7 +250,7 @@ class Score:
     """Also scored in extender mode (False where kube-scheduler's own plugin scores it)."""
     signals: tuple[str, ...] = ()
     """The signal columns it reads, by their declared names
-    (:data:`scheduler.signal_frame.COLUMNS`): any makes it :attr:`uses_signals`."""
+    (:data:`scheduler.signals.frame.COLUMNS`): any makes it :attr:`uses_signals`."""
     uses_signals: bool = False
     """Reads the agents' signals: off while they are unreadable (interference-blind)."""
     args: type | None = None

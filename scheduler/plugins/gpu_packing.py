@@ -22,7 +22,7 @@ from numpy.typing import NDArray
 
 from scheduler.api.objects import PodInfo
 from scheduler.plugins.base import CycleState, Score
-from scheduler.table import NodeTable
+from scheduler.signals.table import NodeTable
 
 NAME = "GpuPacking"
 

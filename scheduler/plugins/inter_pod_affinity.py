@@ -5,7 +5,7 @@ Terms are kube-scheduler's ``AffinityTerm`` (:class:`scheduler.api.objects.AntiA
 a pod matches a term when its namespace is in the term's namespaces (or its namespace's
 labels match the term's namespace selector) and its labels match the label selector.
 The incoming pod's own namespace selectors are resolved against the Namespaces the
-scheduler watches (:meth:`scheduler.namespaces.NamespaceCatalog.matching`); placed pods'
+scheduler watches (:meth:`scheduler.api.namespaces.NamespaceCatalog.matching`); placed pods'
 terms are matched against the incoming pod's namespace labels. ``dom_k(i)`` is the value
 of node ``i``'s label ``k``; a node without the label is in no domain of ``k``. Pods on
 nodes the table does not know count nowhere.
@@ -50,10 +50,10 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 from numpy.typing import NDArray
 
+from scheduler.api.events import Action, EventInterest
 from scheduler.api.objects import HOSTNAME_LABEL, AntiAffinityTerm, PodInfo, WeightedTerm
 from scheduler.api.selectors import LabelSelector
-from scheduler.events import Action, EventInterest
-from scheduler.node_columns import ABSENT, LabelColumn
+from scheduler.api.term_index import TermIndex
 from scheduler.plugins.base import (
     Code,
     Filter,
@@ -62,8 +62,8 @@ from scheduler.plugins.base import (
     filter_by_table_and_pod,
     score_by_table_pod_and_feasible,
 )
-from scheduler.table import NodeTable
-from scheduler.term_index import TermIndex
+from scheduler.signals.node_columns import ABSENT, LabelColumn
+from scheduler.signals.table import NodeTable
 
 NAME = "InterPodAffinity"
 AFFINITY_RULES = "node(s) didn't match pod affinity rules"

@@ -45,7 +45,7 @@ report, so a burst spreads out instead of piling onto the one quiet node until t
 report shows their load. Stale, missing or degraded signals score 50 under ``neutral``
 and 0 under ``avoid`` and ``reject`` (``reject`` also filters such nodes out).
 
-The per-node parts are kept by :meth:`scheduler.table.NodeTable.derived`, so a decision
+The per-node parts are kept by :meth:`scheduler.signals.table.NodeTable.derived`, so a decision
 after a placement recomputes one row, not the whole column.
 """
 
@@ -59,11 +59,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from interference.decision import RunqCheck
+from scheduler.api.events import Action, EventInterest
 from scheduler.api.objects import PodInfo
-from scheduler.events import Action, EventInterest
+from scheduler.api.quantity import CPU
 from scheduler.plugins.base import CycleState, Filter, FilterResult, Score
-from scheduler.quantity import CPU
-from scheduler.table import NodeTable
+from scheduler.signals.table import NodeTable
 
 NAME = "Interference"
 NEUTRAL_SCORE = 50.0

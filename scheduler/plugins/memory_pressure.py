@@ -29,9 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from scheduler.index_columns import saturation_column
 from scheduler.plugins.base import CycleState, Score
-from scheduler.table import NodeTable
+from scheduler.signals.index_columns import saturation_column
+from scheduler.signals.table import NodeTable
 
 NAME = "MemoryPressure"
 NEUTRAL_SCORE = 50.0

@@ -29,10 +29,9 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
+from scheduler.api.events import Action, EventInterest
 from scheduler.api.objects import PodInfo
 from scheduler.api.selectors import NodeSelectorTerm, Requirement, parse_int64
-from scheduler.events import Action, EventInterest
-from scheduler.node_columns import ABSENT, LabelColumn
 from scheduler.plugins.base import (
     Filter,
     FilterResult,
@@ -40,7 +39,8 @@ from scheduler.plugins.base import (
     filter_by_table_and_pod,
     score_by_table_pod_and_feasible,
 )
-from scheduler.table import NodeTable
+from scheduler.signals.node_columns import ABSENT, LabelColumn
+from scheduler.signals.table import NodeTable
 
 NAME = "NodeAffinity"
 NODE_AFFINITY = "node(s) didn't match Pod's node affinity/selector"

@@ -15,11 +15,11 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from scheduler.api.events import Action, EventInterest
 from scheduler.api.objects import HostPort, PodInfo
-from scheduler.events import Action, EventInterest
+from scheduler.api.term_index import decrement
 from scheduler.plugins.base import Code, Filter, FilterResult, filter_by_table_and_pod
-from scheduler.table import NodeTable
-from scheduler.term_index import decrement
+from scheduler.signals.table import NodeTable
 
 NAME = "NodePorts"
 PORTS_TAKEN = "node(s) didn't have free ports for the requested pod ports"

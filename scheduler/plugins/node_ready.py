@@ -16,10 +16,10 @@ parse is unknown territory: what is free there cannot be counted. Reason:
 
 from __future__ import annotations
 
+from scheduler.api.events import Action, EventInterest
 from scheduler.api.objects import NO_SCHEDULE, NOT_READY_TAINT_KEY, PodInfo, Taint
-from scheduler.events import Action, EventInterest
 from scheduler.plugins.base import Filter, FilterResult, filter_by_table_and_pod
-from scheduler.table import NodeTable
+from scheduler.signals.table import NodeTable
 
 NAME = "NodeReady"
 NOT_READY = "node(s) were not ready"

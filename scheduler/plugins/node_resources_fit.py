@@ -31,8 +31,9 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from scheduler.api.events import Action, ClusterEvent, EventInterest
 from scheduler.api.objects import PodInfo
-from scheduler.events import Action, ClusterEvent, EventInterest
+from scheduler.api.quantity import CPU, EPHEMERAL_STORAGE, MEMORY, PODS
 from scheduler.plugins.base import (
     Code,
     CycleState,
@@ -41,8 +42,7 @@ from scheduler.plugins.base import (
     Score,
     filter_by_table_and_pod,
 )
-from scheduler.quantity import CPU, EPHEMERAL_STORAGE, MEMORY, PODS
-from scheduler.table import NodeTable
+from scheduler.signals.table import NodeTable
 
 NAME = "NodeResourcesFit"
 TOO_MANY_PODS = "Too many pods"

@@ -7,10 +7,10 @@ Reason: ``node(s) were unschedulable``.
 
 from __future__ import annotations
 
+from scheduler.api.events import Action, EventInterest
 from scheduler.api.objects import NO_SCHEDULE, UNSCHEDULABLE_TAINT_KEY, PodInfo, Taint
-from scheduler.events import Action, EventInterest
 from scheduler.plugins.base import Filter, FilterResult, filter_by_table_and_pod
-from scheduler.table import NodeTable
+from scheduler.signals.table import NodeTable
 
 NAME = "NodeUnschedulable"
 UNSCHEDULABLE = "node(s) were unschedulable"

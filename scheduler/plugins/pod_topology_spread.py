@@ -44,13 +44,13 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
+from scheduler.api.events import Action, EventInterest
 from scheduler.api.objects import HOSTNAME_LABEL, AntiAffinityTerm, PodInfo, SpreadConstraint
-from scheduler.events import Action, EventInterest
-from scheduler.node_columns import ABSENT
 from scheduler.plugins.base import Code, CycleState, Filter, FilterResult, Score
 from scheduler.plugins.node_affinity import NAME as NODE_AFFINITY
 from scheduler.plugins.taint_toleration import NAME as TAINT_TOLERATION
-from scheduler.table import NodeTable
+from scheduler.signals.node_columns import ABSENT
+from scheduler.signals.table import NodeTable
 
 NAME = "PodTopologySpread"
 MAX_SCORE = 100

@@ -1,6 +1,6 @@
 """RebalancedAway (ours): keep a workload's replacement pod off the node it was moved from.
 
-When the rebalancer (:mod:`scheduler.rebalancer`) evicts a pod because of interference,
+When the rebalancer (:mod:`scheduler.rebalancing.rebalancer`) evicts a pod because of interference,
 it records a :class:`Departure` — workload ``W`` (the pod's controller) left node ``N`` at
 ``t`` because … — in this plugin's index. For ``avoid_for_s`` after that, the pods of
 ``W`` do not go back to ``N``::
@@ -13,8 +13,8 @@ record adds which departure (``ReplicaSet/web left node-a 42 s ago: run-queue p9
 Pods without a controller, or whose workload never left a node, are not checked (``None``).
 Rejections are ``UnschedulableAndUnresolvable`` (evicting pods does not change where a
 workload left). The filter is not relaxable: a replacement that fits nowhere else (its
-held room lost, :mod:`scheduler.reservations`) waits, at most ``avoid_for_s``, rather than
-go back to the node it was moved from, where the cool-down would then pin it. Standalone
+held room lost, :mod:`scheduler.rebalancing.reservations`) waits, at most ``avoid_for_s``,
+rather than go back to the node it was moved from, where the cool-down would then pin it. Standalone
 mode only: the rebalancer runs in the scheduler that places the replacement
 (docs/design.md §11).
 """
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from scheduler.api.events import Action, EventInterest
 from scheduler.api.objects import PodInfo
-from scheduler.events import Action, EventInterest
 from scheduler.plugins.base import CycleState, Filter, FilterResult
 
 NAME = "RebalancedAway"

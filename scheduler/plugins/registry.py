@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Protocol
 
+from scheduler.api.events import ClusterEvent
 from scheduler.api.objects import PodInfo
-from scheduler.events import ClusterEvent
 from scheduler.plugins import (
     gpu_packing,
     inter_pod_affinity,
@@ -230,7 +230,7 @@ class Registry:
 
 
 class ProfileFields(Protocol):
-    """What :meth:`Registry.resolve` reads of a :class:`scheduler.settings.Profile`."""
+    """What :meth:`Registry.resolve` reads of a :class:`scheduler.cycle.settings.Profile`."""
 
     @property
     def filters(self) -> tuple[str, ...] | None: ...

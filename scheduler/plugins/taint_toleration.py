@@ -10,15 +10,15 @@ taint(s)`` (so every tainted node counts under the same reason in ``FailedSchedu
 
 from __future__ import annotations
 
+from scheduler.api.events import Action, EventInterest
 from scheduler.api.objects import NO_EXECUTE, NO_SCHEDULE, PodInfo
-from scheduler.events import Action, EventInterest
 from scheduler.plugins.base import (
     Filter,
     FilterResult,
     any_per_node,
     filter_by_table_and_pod,
 )
-from scheduler.table import NodeTable
+from scheduler.signals.table import NodeTable
 
 NAME = "TaintToleration"
 FILTERING_EFFECTS = frozenset({NO_SCHEDULE, NO_EXECUTE})

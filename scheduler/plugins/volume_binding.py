@@ -2,7 +2,7 @@
 VolumeZone, for what standalone mode can judge without binding a claim.
 
 Everything is read at each attempt from the live claims, PersistentVolumes,
-StorageClasses and CSINodes (:attr:`scheduler.table.NodeTable.volumes`), so a pod waiting
+StorageClasses and CSINodes (:attr:`scheduler.signals.table.NodeTable.volumes`), so a pod waiting
 on a claim is scheduled once the claim is bound (their watch events retry pending pods).
 
 **Pod-wide checks** (kube-scheduler's PreFilter, :func:`check_claims`), in its order; the
@@ -61,15 +61,15 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from scheduler.api.events import Action, EventInterest
 from scheduler.api.objects import ClaimInfo, PodInfo, PodVolumeClaim, VolumeInfo
 from scheduler.api.selectors import NodeSelectorTerm
 from scheduler.api.storage import READ_WRITE_ONCE_POD, VOLUME_ZONE_LABELS, WAIT_FOR_FIRST_CONSUMER
-from scheduler.events import Action, EventInterest
-from scheduler.node_columns import ABSENT, LabelColumn
+from scheduler.api.volumes import VolumeCatalog
 from scheduler.plugins.base import Code, CycleState, Filter, FilterResult, PodRejection
 from scheduler.plugins.node_affinity import requirement_mask
-from scheduler.table import NodeTable
-from scheduler.volumes import VolumeCatalog
+from scheduler.signals.node_columns import ABSENT, LabelColumn
+from scheduler.signals.table import NodeTable
 
 NAME = "VolumeBinding"
 NODE_CONFLICT = "node(s) didn't match PersistentVolume's node affinity"
@@ -103,7 +103,7 @@ class ClaimCheck:
     rejection: str | None = None
     """kube-scheduler's PreFilter message when a pod-wide check failed."""
     refused: tuple[str, ...] = ()
-    """Claims that need binding, as fields for :func:`scheduler.messages.refused_message`."""
+    """Claims that need binding, as fields for :func:`scheduler.cycle.messages.refused_message`."""
     bound: tuple[BoundClaim, ...] = ()
     """The bound claims, in volume order, for the per-node checks."""
     read_write_once_pod_conflict: bool = False

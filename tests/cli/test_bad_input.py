@@ -49,7 +49,7 @@ from interference.signals import NodeMetrics, NodeReport
 from interference_cli import main as cli_main
 from node_agent import cli as agent_cli
 from node_agent.publisher import PublisherSettings, RedisPublisher
-from scheduler import cli as scheduler_cli
+from scheduler.entry import cli as scheduler_cli
 from tests.conftest import RedisServer, free_port
 
 REPO = Path(__file__).resolve().parents[2]

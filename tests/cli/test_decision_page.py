@@ -46,9 +46,9 @@ from scheduler.adapters.redis_signals import (
     connect,
 )
 from scheduler.api.pods import parse_pod
-from scheduler.cycle import SchedulingCycle
-from scheduler.http import HealthServer, HttpSettings, Status
-from scheduler.settings import EngineSettings
+from scheduler.cycle.cycle import SchedulingCycle
+from scheduler.cycle.settings import EngineSettings
+from scheduler.endpoint.http import HealthServer, HttpSettings, Status
 from tests.builders import node_obj, pod_obj, table_of
 from tests.cli.test_explain_tolerance import picky_decision
 from tests.cli.test_query import publish

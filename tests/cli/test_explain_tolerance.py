@@ -17,9 +17,9 @@ from interference.signals import SIGNAL_FAMILIES, NodeMetrics
 from interference_cli.json_output import decision_document
 from scheduler.api.objects import ANNOTATION_MAX_RUNQ_P99_US
 from scheduler.api.pods import parse_pod
-from scheduler.cycle import SchedulingCycle
-from scheduler.ports import NodeSignals
-from scheduler.settings import EngineSettings, Profile
+from scheduler.cycle.cycle import SchedulingCycle
+from scheduler.cycle.ports import NodeSignals
+from scheduler.cycle.settings import EngineSettings, Profile
 from tests.builders import node_obj, pod_obj, table_of
 from tests.cli.test_query import _cli
 from tests.conftest import RedisServer

@@ -30,7 +30,7 @@ from scheduler.adapters.redis_signals import RedisSettings, RedisSignalCache, Si
 from scheduler.adapters.redis_signals import connect as connect_signals
 from scheduler.api.objects import ANNOTATION_MAX_RUNQ_P99_US
 from scheduler.api.pods import parse_pod
-from scheduler.cycle import SchedulingCycle
+from scheduler.cycle.cycle import SchedulingCycle
 from scheduler.plugins.interference import InterferenceArgs, quietness, stale_rows
 from tests.builders import node_obj, pod_obj, table_of
 from tests.conftest import RedisServer, free_port

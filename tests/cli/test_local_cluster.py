@@ -17,7 +17,7 @@ from interference_demo.local_cluster import (
     load_nodes,
     qos_class,
 )
-from scheduler.ports import INFORMED_KINDS, BindConflict, ClusterError, K8sObject, PodRef
+from scheduler.cycle.ports import INFORMED_KINDS, BindConflict, ClusterError, K8sObject, PodRef
 
 DEMO = Path(__file__).resolve().parents[2] / "deploy" / "demo"
 

@@ -37,7 +37,7 @@ from scheduler.adapters.redis_signals import (
     SignalMetrics,
     connect,
 )
-from scheduler.signal_frame import SignalFrame
+from scheduler.signals.frame import SignalFrame
 from tests.conftest import RedisServer
 
 pytestmark = pytest.mark.redis

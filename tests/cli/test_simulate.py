@@ -26,9 +26,9 @@ from interference_cli.store import CliError
 from interference_cli.trace import load_trace, write_trace
 from scheduler.api.nodes import parse_node
 from scheduler.api.pods import parse_pod
+from scheduler.cycle.settings import EngineSettings, Profile
 from scheduler.plugins.registry import REGISTRY
-from scheduler.settings import EngineSettings, Profile
-from scheduler.table import NodeTable
+from scheduler.signals.table import NodeTable
 from tests.builders import node_obj, pod_obj
 from tests.scheduler.profiles import with_interference_args
 

@@ -28,9 +28,9 @@ from node_agent.tolerances import PodTolerance
 from scheduler.adapters.preemption import PreemptionMetrics
 from scheduler.adapters.redis_signals import SignalMetrics
 from scheduler.adapters.tracing import TracingMetrics
-from scheduler.extender import ExtenderMetrics
-from scheduler.metrics import SchedulerMetrics
-from scheduler.rebalancer import RebalanceMetrics
+from scheduler.endpoint.metrics import SchedulerMetrics
+from scheduler.extender.extender import ExtenderMetrics
+from scheduler.rebalancing.rebalancer import RebalanceMetrics
 from tests.deploy.dashboards import (
     BUILTIN_VARIABLES,
     DATASOURCE,

@@ -11,7 +11,7 @@ from pathlib import PurePosixPath
 
 import yaml
 
-from scheduler.http import EXTENDER_PORT, ExtenderSettings
+from scheduler.endpoint.http import EXTENDER_PORT, ExtenderSettings
 from tests.deploy.manifests import DEPLOY, Obj, container, find, kustomizations, render
 
 COMPONENT = DEPLOY / "components" / "extender"

@@ -2,7 +2,7 @@
 host paths and config keys the code actually builds, serves and reads.
 
 Nothing here restates a value the code owns: env vars go through the agent's and the
-scheduler's own parsers, the config through ``scheduler.config``, the probe paths are
+scheduler's own parsers, the config through ``scheduler.entry.config``, the probe paths are
 fetched from the real ``HealthServer``, the entrypoints come from pyproject.toml.
 """
 
@@ -30,12 +30,12 @@ from node_agent import cli as agent_cli
 from node_agent.health import AgentHttpServer
 from node_agent.probes.bpf_loader import BPF_DIR_ENV, HostPaths
 from node_agent.settings import AgentSettings, detect_cgroup_v2_mount
-from scheduler import cli as scheduler_cli
 from scheduler.adapters.leader import default_identity, lease_namespace
 from scheduler.adapters.redis_signals import connect
 from scheduler.api.pods import parse_pod
-from scheduler.config import SchedulerConfig, parse_config, with_overrides
-from scheduler.http import HealthServer, Status
+from scheduler.endpoint.http import HealthServer, Status
+from scheduler.entry import cli as scheduler_cli
+from scheduler.entry.config import SchedulerConfig, parse_config, with_overrides
 from tests.deploy.conftest import POD_FIELDS, container_env, mounted_here
 from tests.deploy.manifests import (
     DEPLOY,

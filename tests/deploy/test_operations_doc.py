@@ -43,9 +43,9 @@ from scheduler.adapters.redis_signals import (
     connect,
 )
 from scheduler.adapters.tracing import TracingMetrics
-from scheduler.extender import ExtenderMetrics
-from scheduler.metrics import SchedulerMetrics
-from scheduler.rebalancer import RebalanceMetrics
+from scheduler.endpoint.metrics import SchedulerMetrics
+from scheduler.extender.extender import ExtenderMetrics
+from scheduler.rebalancing.rebalancer import RebalanceMetrics
 from tests.conftest import RedisServer
 from tests.deploy.conftest import USERS, DeployedRedis, redis_manifests
 from tests.deploy.manifests import REPO, Obj, kustomizations, pod_templates, render

@@ -47,11 +47,7 @@ from scheduler.adapters.preemption import (
     KubernetesPreemptor,
     PreemptionMetrics,
 )
-from scheduler.config import parse_config
-from scheduler.extender_cli import ExtenderProcess
-from scheduler.loop import LoopSettings, SchedulingLoop
-from scheduler.metrics import SchedulerMetrics
-from scheduler.ports import (
+from scheduler.cycle.ports import (
     BindConflict,
     ClusterError,
     EventType,
@@ -60,8 +56,12 @@ from scheduler.ports import (
     PodRef,
     Preemption,
 )
-from scheduler.rebalance import Moved
-from scheduler.settings import EngineSettings
+from scheduler.cycle.settings import EngineSettings
+from scheduler.endpoint.metrics import SchedulerMetrics
+from scheduler.entry.config import parse_config
+from scheduler.entry.extender_cli import ExtenderProcess
+from scheduler.rebalancing.rebalance import Moved
+from scheduler.standalone.loop import LoopSettings, SchedulingLoop
 from tests.builders import node_obj
 from tests.deploy.manifests import Obj, container, find, kustomizations, render
 from tests.scheduler.k8s_emulator import EmulatorThread, pod, running_emulator

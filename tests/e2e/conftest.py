@@ -125,7 +125,7 @@ def redis_url() -> Iterator[str]:
 def scheduler_command() -> list[str]:
     """The installed ``interference-scheduler`` entry point of this interpreter's venv."""
     script = Path(sys.executable).parent / "interference-scheduler"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "scheduler.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "scheduler.entry.cli"]
 
 
 @pytest.fixture

@@ -14,13 +14,13 @@ from prometheus_client import CollectorRegistry
 
 from interference_cli.redis_process import free_port
 from scheduler.api.pods import parse_pod
-from scheduler.cache import ClusterCache
-from scheduler.cycle import SchedulingCycle
-from scheduler.metrics import SchedulerMetrics
-from scheduler.ports import INFORMED_KINDS, ObjectKind
-from scheduler.queue import SchedulingQueue
-from scheduler.settings import EngineSettings
-from scheduler.table import NodeTable
+from scheduler.cycle.cache import ClusterCache
+from scheduler.cycle.cycle import SchedulingCycle
+from scheduler.cycle.ports import INFORMED_KINDS, ObjectKind
+from scheduler.cycle.queue import SchedulingQueue
+from scheduler.cycle.settings import EngineSettings
+from scheduler.endpoint.metrics import SchedulerMetrics
+from scheduler.signals.table import NodeTable
 from tests.e2e.control_plane import Assets, terminate
 from tests.e2e.kube import Kube, Obj, condition, wait_for
 

@@ -1,4 +1,4 @@
-"""Configuration reload on the real apiserver (scheduler.config_reload): a config typo
+"""Configuration reload on the real apiserver (scheduler.entry.config_reload): a config typo
 keeps the last valid configuration serving and the replica ready, in standalone and in
 extender mode; a valid reload that leaves every pod Pending (a filter set that rejects
 every node) is rolled back by the Pending-rate guard and the pods bind. Each outcome is

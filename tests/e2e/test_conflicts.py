@@ -17,10 +17,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from scheduler.adapters.kubernetes import KubernetesCluster, make_api_client
-from scheduler.loop import LoopSettings, SchedulingLoop
-from scheduler.metrics import SchedulerMetrics
-from scheduler.ports import PodRef
-from scheduler.settings import EngineSettings
+from scheduler.cycle.ports import PodRef
+from scheduler.cycle.settings import EngineSettings
+from scheduler.endpoint.metrics import SchedulerMetrics
+from scheduler.standalone.loop import LoopSettings, SchedulingLoop
 from tests.e2e.kube import BindingWatch, Kube, wait_for
 from tests.scheduler.runtime_helpers import MemoryDecisions, MemorySignals
 

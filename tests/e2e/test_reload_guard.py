@@ -1,8 +1,9 @@
-"""The reload guard judges the reload (scheduler.reload_guard, scheduler.config_reload) on
-the real apiserver with the scheduler's own processes: pods Pending for a reason the
-reload did not touch (unbound claims) never roll it back; pods a changed scheduler name
-stops attempting do; too few pods neither keep nor reject a file; and with two replicas
-the standby follows the leader's roll back, so after a failover the good file serves."""
+"""The reload guard judges the reload (scheduler.entry.reload_guard,
+scheduler.entry.config_reload) on the real apiserver with the scheduler's own processes:
+pods Pending for a reason the reload did not touch (unbound claims) never roll it back;
+pods a changed scheduler name stops attempting do; too few pods neither keep nor reject a
+file; and with two replicas the standby follows the leader's roll back, so after a
+failover the good file serves."""
 
 from __future__ import annotations
 

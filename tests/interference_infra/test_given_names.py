@@ -17,7 +17,7 @@ from interference_infra.redis_client import RedisConnection, RedisTarget, unreac
 from interference_infra.redis_tls import plaintext_server_hint
 from interference_infra.strict import SettingsError
 from node_agent import cli as agent_cli
-from scheduler.cli import main as scheduler_main
+from scheduler.entry.cli import main as scheduler_main
 from tests.conftest import RedisServer, free_port
 
 BAD_URL = "htp://redis:6379/0"

@@ -50,7 +50,7 @@ def test_each_image_copies_the_shared_package_from_its_build_context(component: 
 
 @pytest.mark.parametrize(
     ("path", "admitted"),
-    [("interference_infra", True), ("scheduler/http.py", True), (".venv", False)],
+    [("interference_infra", True), ("scheduler/endpoint/http.py", True), (".venv", False)],
 )
 def test_build_context_reading_of_dockerignore(path: str, admitted: bool) -> None:
     assert build_context_admits(path) is admitted

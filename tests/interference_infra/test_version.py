@@ -16,8 +16,8 @@ PROGRAMS = [
     # (what the user types, the console script's entry point in pyproject.toml, argv)
     ("interference", "interference_cli.main", ["--version"]),
     ("interference-agent", "node_agent.cli", ["--version"]),
-    ("interference-scheduler", "scheduler.cli", ["--version"]),
-    ("interference-scheduler extender", "scheduler.cli", ["extender", "--version"]),
+    ("interference-scheduler", "scheduler.entry.cli", ["--version"]),
+    ("interference-scheduler extender", "scheduler.entry.cli", ["extender", "--version"]),
     ("interference-credentials", "credential_issuer.cli", ["--version"]),
 ]
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from scheduler.plugins.base import FilterResult
-from scheduler.table import NodeTable
+from scheduler.signals.table import NodeTable
 
 
 def or_all_pass(result: FilterResult | None, table: NodeTable) -> FilterResult:

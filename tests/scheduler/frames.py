@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from scheduler.signal_frame import SignalFrame
+from scheduler.signals.frame import SignalFrame
 
 
 def stale_nodes(frame: SignalFrame, now: float) -> list[str]:

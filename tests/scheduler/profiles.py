@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from scheduler.cycle.settings import EngineSettings, Profile
 from scheduler.plugins.gpu_packing import GpuPackingArgs
 from scheduler.plugins.interference import InterferenceArgs
-from scheduler.settings import EngineSettings, Profile
 
 _INTERFERENCE_ARGS = ("stale_policy", "signal_window", "risk_k", "recent_load_weight")
 

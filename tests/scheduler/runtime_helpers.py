@@ -15,11 +15,11 @@ from prometheus_client import CollectorRegistry
 from interference.decision import Decision
 from interference.signals import SIGNAL_FAMILIES, NodeMetrics
 from scheduler.adapters.memory import InMemoryCluster, InMemoryInformer
-from scheduler.loop import LoopSettings, SchedulingLoop
-from scheduler.metrics import SchedulerMetrics
-from scheduler.ports import DecisionTracer, NodeSignals, SignalSource
-from scheduler.settings import EngineSettings
-from scheduler.stage_trace import Attributes, StageRecorder
+from scheduler.cycle.ports import DecisionTracer, NodeSignals, SignalSource
+from scheduler.cycle.settings import EngineSettings
+from scheduler.cycle.stage_trace import Attributes, StageRecorder
+from scheduler.endpoint.metrics import SchedulerMetrics
+from scheduler.standalone.loop import LoopSettings, SchedulingLoop
 from tests.indexed_signals import metrics_with_index
 
 START = 1_800_000_000.0

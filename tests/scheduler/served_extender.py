@@ -1,5 +1,5 @@
-"""The real :class:`~scheduler.extender.Extender` behind the real
-:class:`~scheduler.http.ExtenderEndpoint` (plain HTTP on loopback, the default limits)
+"""The real :class:`~scheduler.extender.extender.Extender` behind the real
+:class:`~scheduler.endpoint.http.ExtenderEndpoint` (plain HTTP on loopback, the default limits)
 over given Node and Pod objects, every node with one report (for the costly-request tests
 and ``bench/extender_costly_requests.py``)."""
 
@@ -13,14 +13,14 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from interference.signals import SIGNAL_FAMILIES
-from scheduler.cache import ClusterCache
-from scheduler.extender import Extender, ExtenderMetrics
-from scheduler.http import ExtenderEndpoint, ExtenderSettings
-from scheduler.metrics import SchedulerMetrics
-from scheduler.ports import INFORMED_KINDS, NodeSignals
-from scheduler.queue import SchedulingQueue
-from scheduler.settings import EngineSettings
-from scheduler.table import NodeTable
+from scheduler.cycle.cache import ClusterCache
+from scheduler.cycle.ports import INFORMED_KINDS, NodeSignals
+from scheduler.cycle.queue import SchedulingQueue
+from scheduler.cycle.settings import EngineSettings
+from scheduler.endpoint.http import ExtenderEndpoint, ExtenderSettings
+from scheduler.endpoint.metrics import SchedulerMetrics
+from scheduler.extender.extender import Extender, ExtenderMetrics
+from scheduler.signals.table import NodeTable
 from tests.indexed_signals import metrics_with_index
 from tests.scheduler.runtime_helpers import START, FakeClock, MemoryDecisions
 

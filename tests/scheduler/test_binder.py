@@ -8,9 +8,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from scheduler.adapters.memory import InMemoryCluster
-from scheduler.binder import Binder, BindOutcome, BindRequest, BindStatus
-from scheduler.metrics import SchedulerMetrics
-from scheduler.ports import ApiUnavailable, PodRef
+from scheduler.cycle.ports import ApiUnavailable, PodRef
+from scheduler.endpoint.metrics import SchedulerMetrics
+from scheduler.standalone.binder import Binder, BindOutcome, BindRequest, BindStatus
 from tests.builders import node_obj, pod_obj
 
 

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from scheduler import cache as cache_module
 from scheduler.adapters.memory import (
     InMemoryCluster,
     InMemoryInformer,
@@ -20,12 +19,13 @@ from scheduler.adapters.memory import (
 )
 from scheduler.api.objects import PodInfo
 from scheduler.api.pods import parse_pod
-from scheduler.cache import FULL_COLLECTION_THRESHOLD, VOUCHED_AFTER_BIND_S, ClusterCache
-from scheduler.metrics import SchedulerMetrics
+from scheduler.cycle import cache as cache_module
+from scheduler.cycle.cache import FULL_COLLECTION_THRESHOLD, VOUCHED_AFTER_BIND_S, ClusterCache
+from scheduler.cycle.ports import PodRef
+from scheduler.cycle.queue import QueueState, SchedulingQueue
+from scheduler.endpoint.metrics import SchedulerMetrics
 from scheduler.plugins.node_ready import HOLDS_UNREADABLE_POD, node_ready
-from scheduler.ports import PodRef
-from scheduler.queue import QueueState, SchedulingQueue
-from scheduler.table import NodeTable
+from scheduler.signals.table import NodeTable
 from tests.builders import node_obj, pod_obj
 
 NAME = "interference-scheduler"

@@ -22,8 +22,8 @@ from interference import keys
 from interference.decision import parse_decision_hash
 from interference.signals import NodeMetrics
 from node_agent.publisher import PublisherSettings, RedisPublisher
-from scheduler.cli import Scheduler, main, overrides, parse_args
-from scheduler.config import load_config, with_overrides
+from scheduler.entry.cli import Scheduler, main, overrides, parse_args
+from scheduler.entry.config import load_config, with_overrides
 from tests.builders import node_obj
 from tests.conftest import RedisServer, free_port
 from tests.scheduler.k8s_emulator import EmulatorThread, pod, running_emulator

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from scheduler.config import (
+from scheduler.cycle.settings import EngineSettings, Profile
+from scheduler.entry.config import (
     ConfigError,
     SchedulerConfig,
     load_config,
@@ -17,7 +18,6 @@ from scheduler.config import (
 from scheduler.plugins.gpu_packing import GpuPackingArgs
 from scheduler.plugins.interference import InterferenceArgs
 from scheduler.plugins.registry import REGISTRY
-from scheduler.settings import EngineSettings, Profile
 
 FULL = """
 engine:

@@ -11,16 +11,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-import scheduler.config
-from scheduler.cli_common import TLS_ENV
-from scheduler.config import (
+import scheduler.entry.config
+from scheduler.entry.cli_common import TLS_ENV
+from scheduler.entry.config import (
     LIVE_SECTIONS,
     SchedulerConfig,
     StrictBoolLoader,
     parse_config,
     reference,
 )
-from scheduler.config_reference import sections, type_name, yaml_value
+from scheduler.entry.config_reference import sections, type_name, yaml_value
 from scheduler.plugins.registry import REGISTRY
 
 REPO = Path(__file__).resolve().parents[2]
@@ -118,13 +118,13 @@ def test_defaults_are_written_as_yaml_the_loader_reads_back() -> None:
         )
 
 
-# --- the example in scheduler/config.py's docstring ---------------------------------
+# --- the example in scheduler/entry/config.py's docstring ---------------------------------
 
 
 def docstring_example() -> dict[str, object]:
-    doc = scheduler.config.__doc__ or ""
+    doc = scheduler.entry.config.__doc__ or ""
     found = re.search(r"::\n\n((?:    .*\n|\n)+)", doc)
-    assert found, "scheduler/config.py's docstring has no example block"
+    assert found, "scheduler/entry/config.py's docstring has no example block"
     lines = [line[4:] for line in found.group(1).splitlines()]
     example = yaml.load("\n".join(lines), Loader=StrictBoolLoader)
     assert isinstance(example, dict)
@@ -135,7 +135,7 @@ def test_the_docstring_example_parses() -> None:
     example = docstring_example()
     assert set(example) <= {f.name for f in dataclasses.fields(SchedulerConfig)}
     assert {"engine", "loop", "redis"} <= set(example)
-    parse_config(example, "scheduler/config.py docstring")
+    parse_config(example, "scheduler/entry/config.py docstring")
 
 
 def test_the_docstring_example_shows_defaults_only() -> None:

@@ -1,4 +1,4 @@
-"""Configuration reload (scheduler.config_reload): an invalid file leaves the last valid
+"""Configuration reload (scheduler.entry.config_reload): an invalid file leaves the last valid
 configuration serving and says so; after a reload the Pending-rate guard keeps it or
 rolls back to the last good one, and the rejected file stays readable."""
 
@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from scheduler.config import SchedulerConfig, load_config
-from scheduler.config_reload import ConfigReload, ConfigWatcher, config_map_ref
-from scheduler.metrics import SchedulerMetrics
+from scheduler.cycle.settings import EngineSettings
+from scheduler.endpoint.metrics import SchedulerMetrics
+from scheduler.entry.config import SchedulerConfig, load_config
+from scheduler.entry.config_reload import ConfigReload, ConfigWatcher, config_map_ref
+from scheduler.entry.reload_guard import ReloadGuard, Verdict
 from scheduler.plugins.interference import InterferenceArgs
-from scheduler.reload_guard import ReloadGuard, Verdict
-from scheduler.settings import EngineSettings
 
 
 def interference_args(engine: EngineSettings) -> InterferenceArgs:
@@ -65,7 +65,7 @@ def test_reload_applies_a_valid_change_and_keeps_the_old_config_on_a_bad_one(
     assert watcher.check()
     assert [interference_args(c.engine).stale_policy for c in applied] == ["reject"]
 
-    caplog.set_level(logging.ERROR, logger="scheduler.config_reload")
+    caplog.set_level(logging.ERROR, logger="scheduler.entry.config_reload")
     rewrite(path, stale_policy_yaml("sometimes"))
     assert not watcher.check()
     assert interference_args(watcher.current.engine).stale_policy == "reject"  # kept
@@ -89,7 +89,7 @@ def test_restart_only_sections_are_flagged(
 ) -> None:
     path = write(tmp_path, "http:\n  port: 9000\n")
     watcher = ConfigWatcher(path, load_config(path), lambda c: None)
-    caplog.set_level(logging.WARNING, logger="scheduler.config_reload")
+    caplog.set_level(logging.WARNING, logger="scheduler.entry.config_reload")
     rewrite(path, "http:\n  port: 9001\n")
     assert watcher.check()
     assert any("'http' take effect after a restart" in r.getMessage() for r in caplog.records)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.cli import main
+from scheduler.entry.cli import main
 from tests.cli.test_bad_input import one_line, run
 
 BAD_FILE = "loop:\n  bind_workers: 0\n  max_writes_in_flight: 0\nreload_interval_s: 0\n"

@@ -15,22 +15,22 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from interference.decision import FunnelStage
+from scheduler.api.events import Action, ClusterEvent, EventInterest
 from scheduler.api.nodes import parse_node
 from scheduler.api.objects import PodInfo
 from scheduler.api.pods import parse_pod
-from scheduler.cache import ClusterCache
-from scheduler.config import parse_config
-from scheduler.cycle import SchedulingCycle, _funnel, unresolvable
-from scheduler.events import Action, ClusterEvent, EventInterest
-from scheduler.metrics import SchedulerMetrics
+from scheduler.cycle.cache import ClusterCache
+from scheduler.cycle.cycle import SchedulingCycle, _funnel, unresolvable
+from scheduler.cycle.queue import QueueState, SchedulingQueue
+from scheduler.cycle.settings import EngineSettings, Profile
+from scheduler.endpoint.metrics import SchedulerMetrics
+from scheduler.entry.config import parse_config
 from scheduler.plugins.base import Code, CycleState, Filter, FilterResult
 from scheduler.plugins.interference import INDEX_EXCEEDED, RUNQ_EXCEEDED
 from scheduler.plugins.node_resources_fit import insufficient_reason
 from scheduler.plugins.registry import REGISTRY
 from scheduler.plugins.taint_toleration import UNTOLERATED_TAINT
-from scheduler.queue import QueueState, SchedulingQueue
-from scheduler.settings import EngineSettings, Profile
-from scheduler.table import NodeTable
+from scheduler.signals.table import NodeTable
 from tests.builders import node_obj, pod_obj, table_of
 
 NOW = 1000.0

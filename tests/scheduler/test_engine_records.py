@@ -11,14 +11,14 @@ from interference.decision import CandidateVerdict, Decision, decision_hash, par
 from interference.signals import SIGNAL_FAMILIES
 from scheduler.api.objects import ANNOTATION_MAX_RUNQ_P99_US
 from scheduler.api.pods import parse_pod
-from scheduler.config import ConfigError, parse_config
-from scheduler.cycle import SchedulingCycle
+from scheduler.cycle.cycle import SchedulingCycle
+from scheduler.cycle.ports import NodeSignals
+from scheduler.cycle.settings import EngineSettings, Profile
+from scheduler.entry.config import ConfigError, parse_config
 from scheduler.plugins.interference import RUNQ_EXCEEDED, STALE_SIGNALS
 from scheduler.plugins.node_resources_fit import insufficient_reason
 from scheduler.plugins.taint_toleration import UNTOLERATED_TAINT
-from scheduler.ports import NodeSignals
-from scheduler.settings import EngineSettings, Profile
-from scheduler.table import NodeTable
+from scheduler.signals.table import NodeTable
 from tests.builders import node_obj, pod_obj, table_of
 from tests.indexed_signals import metrics_with_index
 from tests.scheduler.profiles import interference_settings

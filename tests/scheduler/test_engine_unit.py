@@ -15,15 +15,15 @@ from interference.signals import SIGNAL_FAMILIES, NodeMetrics
 from scheduler.api.nodes import parse_node
 from scheduler.api.objects import ANNOTATION_MAX_RUNQ_P99_US
 from scheduler.api.pods import parse_pod
-from scheduler.cycle import CycleResult, SchedulingCycle
+from scheduler.cycle.cycle import CycleResult, SchedulingCycle
+from scheduler.cycle.ports import NodeSignals
+from scheduler.cycle.preemption import PreemptionInputs
+from scheduler.cycle.settings import EngineSettings, Profile
 from scheduler.plugins.interference import InterferenceArgs, quietness
 from scheduler.plugins.node_affinity import node_affinity
 from scheduler.plugins.node_resources_fit import least_allocated_score
-from scheduler.ports import NodeSignals
-from scheduler.preemption import PreemptionInputs
-from scheduler.settings import EngineSettings, Profile
-from scheduler.table import NodeTable
-from scheduler.table_caches import CACHE_LIMIT
+from scheduler.signals.table import NodeTable
+from scheduler.signals.table_caches import CACHE_LIMIT
 from tests.builders import affinity_terms, node_obj, pod_obj, table_of
 from tests.indexed_signals import metrics_with_index, window_with_index
 from tests.scheduler.profiles import interference_settings

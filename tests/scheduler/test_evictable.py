@@ -1,5 +1,5 @@
-"""Which running pods an eviction may move (scheduler/evictable.py), table-driven over pods
-parsed from their API JSON."""
+"""Which running pods an eviction may move (scheduler/rebalancing/evictable.py), table-driven
+over pods parsed from their API JSON."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from scheduler.api.pods import parse_pod
 from scheduler.api.storage import parse_volume
-from scheduler.evictable import (
+from scheduler.rebalancing.evictable import (
     CONTROLLER_KIND,
     DAEMONSET_POD,
     JOB_POD,
@@ -20,7 +20,7 @@ from scheduler.evictable import (
     SYSTEM_CRITICAL,
     refusal,
 )
-from scheduler.rebalance import RebalancerSettings
+from scheduler.rebalancing.rebalance import RebalancerSettings
 from tests.builders import pod_obj
 
 KINDS = RebalancerSettings().controller_kinds

@@ -17,10 +17,15 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
-from scheduler import cli
 from scheduler.api.objects import ANNOTATION_MAX_RUNQ_P99_US
-from scheduler.cache import ClusterCache
-from scheduler.extender import (
+from scheduler.cycle.cache import ClusterCache
+from scheduler.cycle.ports import INFORMED_KINDS
+from scheduler.cycle.queue import SchedulingQueue
+from scheduler.cycle.settings import EngineSettings, Profile
+from scheduler.endpoint.http import HealthServer, HttpSettings, Status
+from scheduler.endpoint.metrics import SchedulerMetrics
+from scheduler.entry import cli
+from scheduler.extender.extender import (
     MAX_EXTENDER_PRIORITY,
     NOT_SYNCED,
     UNKNOWN_NODE,
@@ -29,14 +34,9 @@ from scheduler.extender import (
     HostPriorities,
     extender_scores,
 )
-from scheduler.http import HealthServer, HttpSettings, Status
-from scheduler.metrics import SchedulerMetrics
+from scheduler.extender.pod_warnings import PodEvents
 from scheduler.plugins.interference import RUNQ_EXCEEDED, SIGNALS_UNREADABLE
-from scheduler.pod_warnings import PodEvents
-from scheduler.ports import INFORMED_KINDS
-from scheduler.queue import SchedulingQueue
-from scheduler.settings import EngineSettings, Profile
-from scheduler.table import NodeTable
+from scheduler.signals.table import NodeTable
 from tests.builders import node_obj, pod_obj
 from tests.scheduler.runtime_helpers import START, FakeClock, MemoryDecisions, MemorySignals
 
@@ -453,7 +453,7 @@ def test_a_client_resetting_a_kept_alive_connection_is_no_error(
     harness = Harness()
     status = Status(synced=harness.cache.synced, config_error=lambda: "", leading=lambda: True)
     server = HealthServer(HttpSettings(port=0, host="127.0.0.1"), harness.registry, status)
-    caplog.set_level(logging.DEBUG, logger="scheduler.http")
+    caplog.set_level(logging.DEBUG, logger="scheduler.endpoint.http")
     server.start()
     try:
         client = socket.create_connection(("127.0.0.1", server.port), timeout=10)
@@ -472,7 +472,7 @@ def test_a_client_resetting_a_kept_alive_connection_is_no_error(
     # socketserver's own report names the client; other tests' threads may write here too
     assert f"processing of request from {address}" not in capfd.readouterr().err
     assert any(str(address) in r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG)
-    own = [r for r in caplog.records if r.name == "scheduler.http"]
+    own = [r for r in caplog.records if r.name == "scheduler.endpoint.http"]
     assert not [r for r in own if r.levelno >= logging.WARNING and str(address) in r.getMessage()]
 
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from scheduler.extender import NOT_SYNCED
-from scheduler.extender_bounds import (
+from scheduler.endpoint.http import EXTENDER_MAX_BODY_BYTES
+from scheduler.extender.bounds import (
     MAX_ANNOTATION_BYTES,
     POD_BOUNDS,
     TOO_COMPLEX,
@@ -24,7 +24,7 @@ from scheduler.extender_bounds import (
     names_over_bound,
     pod_over_bounds,
 )
-from scheduler.http import EXTENDER_MAX_BODY_BYTES
+from scheduler.extender.extender import NOT_SYNCED
 from tests.builders import affinity_terms, node_obj, pod_obj
 from tests.scheduler.served_extender import ServedExtender, extender_args, runq_p99_us
 from tests.scheduler.test_extender import Harness
@@ -116,11 +116,11 @@ def test_a_costly_request_is_refused_within_the_cpu_bound_and_counted(
 
 def test_refusals_are_logged_once_and_each_counted(caplog: pytest.LogCaptureFixture) -> None:
     harness = Harness()
-    caplog.set_level(logging.WARNING, logger="scheduler.extender")
+    caplog.set_level(logging.WARNING, logger="scheduler.extender.extender")
     body = _body(_tolerations(2000), ["quiet"])
     for route in (harness.extender.filter_route, harness.extender.prioritize_route) * 2:
         route(body)
-    refused = [r for r in caplog.records if r.name == "scheduler.extender"]
+    refused = [r for r in caplog.records if r.name == "scheduler.extender.extender"]
     assert len(refused) == 1 and "2000 tolerations" in refused[0].getMessage()
     assert (
         harness.sample("interference_scheduler_extender_refused_total", reason="too_complex") == 4
@@ -277,11 +277,11 @@ def test_before_the_first_list_many_names_get_still_listing_not_a_refusal() -> N
 
 def test_bad_requests_are_logged_once_and_each_counted(caplog: pytest.LogCaptureFixture) -> None:
     harness = Harness()
-    caplog.set_level(logging.WARNING, logger="scheduler.extender")
+    caplog.set_level(logging.WARNING, logger="scheduler.extender.extender")
     deep = b'{"Pod":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
     for route in (harness.extender.filter_route, harness.extender.prioritize_route) * 2:
         assert route(deep)[0] == 400
-    logged = [r.getMessage() for r in caplog.records if r.name == "scheduler.extender"]
+    logged = [r.getMessage() for r in caplog.records if r.name == "scheduler.extender.extender"]
     assert logged == ["bad extender filter request: request body is JSON nested too deeply"]
     errors = sum(
         harness.sample("interference_scheduler_extender_requests_total", verb=v, result="error")

@@ -18,7 +18,7 @@ from scheduler.adapters.redis_signals import (
     SignalMetrics,
     connect,
 )
-from scheduler.extender import RECORD_CONFIRM_S
+from scheduler.extender.extender import RECORD_CONFIRM_S
 from tests.builders import pod_obj
 from tests.conftest import running_redis_server
 from tests.scheduler.test_extender import Harness

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from interference_infra.http import ServerLimits
-from scheduler.config import ConfigError, parse_config
-from scheduler.http import EXTENDER_PORT, ExtenderEndpoint, ExtenderSettings
+from scheduler.endpoint.http import EXTENDER_PORT, ExtenderEndpoint, ExtenderSettings
+from scheduler.entry.config import ConfigError, parse_config
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,8 @@ import time
 
 from interference.annotations import unknown_annotation_message
 from scheduler.adapters.memory import InMemoryCluster, RecordedEvent
-from scheduler.pod_warnings import WAIT_FOR_INFORMER_S, WAITING_PODS
-from scheduler.ports import PodRef
+from scheduler.cycle.ports import PodRef
+from scheduler.extender.pod_warnings import WAIT_FOR_INFORMER_S, WAITING_PODS
 from tests.builders import pod_obj
 from tests.scheduler.test_extender import TOLERANT, Harness
 

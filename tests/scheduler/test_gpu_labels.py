@@ -13,12 +13,12 @@ from interference import sched_record
 from interference.signals import SIGNAL_FAMILIES, GpuDevice, NodeMetrics, NodeReport
 from scheduler.api.objects import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL
 from scheduler.api.pods import parse_pod
-from scheduler.cycle import GPU_MEMORY_MIB, GPU_MODEL, SchedulingCycle
+from scheduler.cycle.cycle import GPU_MEMORY_MIB, GPU_MODEL, SchedulingCycle
+from scheduler.cycle.ports import NodeSignals
+from scheduler.cycle.settings import EngineSettings
 from scheduler.plugins.gpu_packing import GpuPackingArgs, gpu_packing_score
-from scheduler.ports import NodeSignals
-from scheduler.settings import EngineSettings
-from scheduler.signal_frame import SIGNAL_COLUMNS
-from scheduler.table import NodeTable
+from scheduler.signals.frame import SIGNAL_COLUMNS
+from scheduler.signals.table import NodeTable
 from tests.builders import affinity_terms, node_obj, pod_obj, table_of
 from tests.indexed_signals import metrics_with_index
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from scheduler.http import DEFAULT_PORT, HealthServer, Heartbeat, HttpSettings, Status
+from scheduler.endpoint.http import DEFAULT_PORT, HealthServer, Heartbeat, HttpSettings, Status
 
 
 @dataclass

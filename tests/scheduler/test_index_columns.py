@@ -10,7 +10,7 @@ import pytest
 from interference.index import SIGNALS_BY_FAMILY, IndexReferences, interference_index
 from interference.sched_record import measured_mask
 from interference.signals import SIGNAL_FAMILIES
-from scheduler.index_columns import index_column, saturation_column
+from scheduler.signals.index_columns import index_column, saturation_column
 
 SIGNALS = tuple(name for names in SIGNALS_BY_FAMILY.values() for name in names)
 ALL = SIGNAL_FAMILIES

@@ -27,7 +27,7 @@ from scheduler.adapters.kubernetes import (
     event_name,
 )
 from scheduler.adapters.leader import LEASE_PERMISSIONS, LeaderElectionSettings, LeaderElector
-from scheduler.ports import (
+from scheduler.cycle.ports import (
     ApiUnavailable,
     BindConflict,
     ClusterError,

@@ -13,9 +13,9 @@ from prometheus_client import CollectorRegistry
 
 from scheduler.adapters.kubernetes import KubernetesCluster
 from scheduler.adapters.leader import LeaderElectionSettings, LeaderElector, default_identity
-from scheduler.binder import Binder, BindOutcome, BindRequest, BindStatus
-from scheduler.metrics import SchedulerMetrics
-from scheduler.ports import PodRef
+from scheduler.cycle.ports import PodRef
+from scheduler.endpoint.metrics import SchedulerMetrics
+from scheduler.standalone.binder import Binder, BindOutcome, BindRequest, BindStatus
 from tests.builders import node_obj
 from tests.scheduler.k8s_emulator import EmulatorThread, pod, running_emulator
 

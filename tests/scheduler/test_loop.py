@@ -12,10 +12,10 @@ import pytest
 
 from scheduler.adapters.memory import InMemoryCluster
 from scheduler.api.objects import ANNOTATION_MAX_RUNQ_P99_US
-from scheduler.loop import LoopSettings
+from scheduler.cycle.ports import ApiUnavailable, BindConflict, PodRef
+from scheduler.cycle.queue import QueueState
 from scheduler.plugins.interference import StalePolicy
-from scheduler.ports import ApiUnavailable, BindConflict, PodRef
-from scheduler.queue import QueueState
+from scheduler.standalone.loop import LoopSettings
 from tests.builders import node_obj, pod_obj
 from tests.scheduler.profiles import interference_settings
 from tests.scheduler.runtime_helpers import LoopHarness, schedule_pending

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from scheduler.adapters.memory import InMemoryCluster, namespace_object, node_object, pod_object
-from scheduler.ports import (
+from scheduler.api.quantity import resource_amount
+from scheduler.cycle.ports import (
     INFORMED_KINDS,
     PREEMPTION_KINDS,
     ApiUnavailable,
@@ -16,7 +17,6 @@ from scheduler.ports import (
     ClusterError,
     PodRef,
 )
-from scheduler.quantity import resource_amount
 
 
 class RecordingHandler:

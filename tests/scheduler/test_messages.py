@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.messages import (
+from scheduler.cycle.messages import (
     NO_NODES,
     failed_scheduling_message,
     refused_message,

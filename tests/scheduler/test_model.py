@@ -22,10 +22,10 @@ from scheduler.api.objects import (
     Toleration,
 )
 from scheduler.api.pods import parse_pod
+from scheduler.api.quantity import QuantityError, parse_quantity, resource_amount
 from scheduler.api.reader import ObjectError
 from scheduler.api.requests import DEFAULT_MEMORY_REQUEST
 from scheduler.api.selectors import LabelSelector, Requirement
-from scheduler.quantity import QuantityError, parse_quantity, resource_amount
 from tests.builders import affinity_terms, container, node_obj, pod_obj
 
 GiB = 2**30

@@ -6,7 +6,7 @@ import pytest
 
 from scheduler.api.pods import parse_pod
 from scheduler.plugins.gpu_packing import GpuPackingArgs, gpu_packing_score
-from scheduler.table import NodeTable
+from scheduler.signals.table import NodeTable
 from tests.builders import node_obj, pod_obj, table_of
 
 GPU = "nvidia.com/gpu"

@@ -19,9 +19,11 @@ from scheduler.api.objects import NamespaceInfo, PodInfo
 from scheduler.api.pods import parse_pod
 from scheduler.api.reader import ObjectError
 from scheduler.api.selectors import LabelSelector, Requirement
-from scheduler.cache import ClusterCache
-from scheduler.cycle import SchedulingCycle
-from scheduler.metrics import SchedulerMetrics
+from scheduler.cycle.cache import ClusterCache
+from scheduler.cycle.cycle import SchedulingCycle
+from scheduler.cycle.queue import SchedulingQueue
+from scheduler.cycle.settings import EngineSettings
+from scheduler.endpoint.metrics import SchedulerMetrics
 from scheduler.plugins.inter_pod_affinity import (
     AFFINITY_RULES,
     ANTI_AFFINITY_RULES,
@@ -30,9 +32,7 @@ from scheduler.plugins.inter_pod_affinity import (
     inter_pod_affinity_filter,
     inter_pod_affinity_score,
 )
-from scheduler.queue import SchedulingQueue
-from scheduler.settings import EngineSettings
-from scheduler.table import NodeTable
+from scheduler.signals.table import NodeTable
 from tests.builders import node_obj, pod_obj, table_of
 
 HOSTNAME = "kubernetes.io/hostname"

@@ -11,6 +11,7 @@ from scheduler.api.objects import (
     ANNOTATION_MAX_RUNQ_P99_US,
 )
 from scheduler.api.pods import parse_pod
+from scheduler.cycle.ports import NodeSignals
 from scheduler.plugins.interference import (
     INDEX_EXCEEDED,
     RECLAIM_EXCEEDED,
@@ -21,8 +22,7 @@ from scheduler.plugins.interference import (
     StalePolicy,
     interference_filter,
 )
-from scheduler.ports import NodeSignals
-from scheduler.table import NodeTable
+from scheduler.signals.table import NodeTable
 from tests.builders import node_obj, pod_obj, table_of
 from tests.indexed_signals import metrics_with_index
 from tests.scheduler.filters import or_all_pass

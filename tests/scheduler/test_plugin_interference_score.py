@@ -9,6 +9,7 @@ import pytest
 from interference.signals import SIGNAL_FAMILIES, NodeMetrics, WindowMetrics
 from scheduler.api.nodes import parse_node
 from scheduler.api.pods import parse_pod
+from scheduler.cycle.ports import NodeSignals
 from scheduler.plugins.interference import (
     InterferenceArgs,
     SignalWindow,
@@ -17,7 +18,6 @@ from scheduler.plugins.interference import (
     quietness,
     stale_rows,
 )
-from scheduler.ports import NodeSignals
 from tests.builders import node_obj, pod_obj, table_of
 from tests.indexed_signals import metrics_with_index, window_with_index
 

@@ -12,17 +12,17 @@ import pytest
 from interference import sched_record
 from interference.signals import SIGNAL_FAMILIES, NodeMetrics, NodeReport
 from scheduler.api.pods import parse_pod
-from scheduler.cycle import SchedulingCycle
+from scheduler.cycle.cycle import SchedulingCycle
+from scheduler.cycle.ports import NodeSignals
+from scheduler.cycle.settings import EngineSettings, Profile
 from scheduler.plugins.memory_pressure import (
     NAME,
     MemoryPressureArgs,
     memory_pressure_score,
 )
-from scheduler.ports import NodeSignals
-from scheduler.settings import EngineSettings, Profile
-from scheduler.signal_frame import UNKNOWN
-from scheduler.signal_records import frame_of_records
-from scheduler.table import NodeTable
+from scheduler.signals.frame import UNKNOWN
+from scheduler.signals.records import frame_of_records
+from scheduler.signals.table import NodeTable
 from tests.builders import node_obj, pod_obj, table_of
 
 NOW = 1000.0

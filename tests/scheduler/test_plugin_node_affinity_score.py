@@ -10,9 +10,9 @@ import pytest
 
 from scheduler.api.pods import parse_pod
 from scheduler.api.reader import ObjectError
-from scheduler.cycle import SchedulingCycle
+from scheduler.cycle.cycle import SchedulingCycle
+from scheduler.cycle.settings import EngineSettings, Profile
 from scheduler.plugins.node_affinity import node_affinity_score
-from scheduler.settings import EngineSettings, Profile
 from tests.builders import node_obj, pod_obj, table_of
 
 NODES = [

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from scheduler.api.pods import parse_pod
-from scheduler.cycle import SchedulingCycle
+from scheduler.cycle.cycle import SchedulingCycle
+from scheduler.cycle.settings import EngineSettings
 from scheduler.plugins.node_affinity import node_affinity
 from scheduler.plugins.pod_topology_spread import MISSING_LABEL, SKEW, topology_spread
 from scheduler.plugins.taint_toleration import taint_toleration
-from scheduler.settings import EngineSettings
 from tests.builders import affinity_terms, node_obj, pod_obj, table_of
 from tests.scheduler.filters import or_all_pass
 

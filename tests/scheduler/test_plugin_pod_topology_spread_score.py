@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from scheduler.api.pods import parse_pod
-from scheduler.cycle import SchedulingCycle
+from scheduler.cycle.cycle import SchedulingCycle
+from scheduler.cycle.settings import EngineSettings, Profile
 from scheduler.plugins.node_affinity import node_affinity
 from scheduler.plugins.pod_topology_spread import topology_spread_score
 from scheduler.plugins.taint_toleration import taint_toleration
-from scheduler.settings import EngineSettings, Profile
 from tests.builders import node_obj, pod_obj, table_of
 from tests.scheduler.filters import or_all_pass
 

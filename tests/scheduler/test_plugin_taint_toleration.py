@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from scheduler.api.pods import parse_pod
-from scheduler.cycle import SchedulingCycle
+from scheduler.cycle.cycle import SchedulingCycle
+from scheduler.cycle.settings import EngineSettings
 from scheduler.plugins.taint_toleration import taint_toleration
-from scheduler.settings import EngineSettings
 from tests.builders import node_obj, pod_obj, table_of
 from tests.scheduler.filters import or_all_pass
 

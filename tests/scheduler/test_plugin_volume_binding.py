@@ -17,7 +17,9 @@ from scheduler.adapters.memory import (
 from scheduler.api.objects import PodVolumeClaim
 from scheduler.api.pods import parse_pod
 from scheduler.api.storage import parse_claim, parse_csi_node, parse_storage_class, parse_volume
-from scheduler.cycle import SchedulingCycle
+from scheduler.cycle.cycle import SchedulingCycle
+from scheduler.cycle.queue import QueueState
+from scheduler.cycle.settings import EngineSettings
 from scheduler.plugins.base import CycleState, PodRejection
 from scheduler.plugins.volume_binding import (
     FILTER,
@@ -30,9 +32,7 @@ from scheduler.plugins.volume_binding import (
     check_claims,
     volume_filter,
 )
-from scheduler.queue import QueueState
-from scheduler.settings import EngineSettings
-from scheduler.table import NodeTable
+from scheduler.signals.table import NodeTable
 from tests.builders import node_obj, pod_obj, table_of
 from tests.scheduler.runtime_helpers import LoopHarness
 

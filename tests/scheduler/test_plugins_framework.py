@@ -11,14 +11,14 @@ import pytest
 from interference.signals import SIGNAL_FAMILIES
 from scheduler.api.nodes import parse_node
 from scheduler.api.pods import parse_pod
-from scheduler.cycle import SchedulingCycle
+from scheduler.cycle.cycle import SchedulingCycle
+from scheduler.cycle.ports import NodeSignals
+from scheduler.cycle.settings import EngineSettings, Profile
 from scheduler.plugins.base import CycleState, FilterResult
 from scheduler.plugins.node_resources_fit import insufficient_reason
 from scheduler.plugins.registry import REGISTRY
-from scheduler.ports import NodeSignals
-from scheduler.settings import EngineSettings, Profile
-from scheduler.table import NodeTable
-from scheduler.table_caches import CacheScope
+from scheduler.signals.table import NodeTable
+from scheduler.signals.table_caches import CacheScope
 from tests.builders import container, node_obj, pod_obj, table_of
 from tests.indexed_signals import metrics_with_index
 

@@ -40,9 +40,9 @@ from scheduler.api.budgets import DisruptionBudgetInfo
 from scheduler.api.objects import PodInfo
 from scheduler.api.pods import parse_pod
 from scheduler.api.selectors import LabelSelector, Requirement
-from scheduler.cycle import CycleResult, SchedulingCycle
-from scheduler.nominated import RoomHolds
-from scheduler.preemption import (
+from scheduler.cycle.cycle import CycleResult, SchedulingCycle
+from scheduler.cycle.nominated import RoomHolds
+from scheduler.cycle.preemption import (
     NEVER,
     TERMINATING,
     PreemptionArgs,
@@ -52,8 +52,8 @@ from scheduler.preemption import (
     eligible,
     preempt,
 )
-from scheduler.settings import EngineSettings
-from scheduler.table import NodeTable
+from scheduler.cycle.settings import EngineSettings
+from scheduler.signals.table import NodeTable
 from tests.builders import node_obj, pod_obj, table_of
 
 NOW = 1000.0

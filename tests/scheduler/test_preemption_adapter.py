@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from scheduler.adapters.kubernetes import KubernetesCluster
 from scheduler.adapters.preemption import KubernetesPreemptor, PreemptionMetrics
-from scheduler.ports import ClusterError, EventType, K8sObject, ObjectKind, PodRef, Preemption
+from scheduler.cycle.ports import ClusterError, EventType, K8sObject, ObjectKind, PodRef, Preemption
 from tests.scheduler.k8s_emulator import EmulatorThread, pod, running_emulator
 
 Obj = dict[str, Any]

@@ -18,12 +18,12 @@ from interference.decision_page import render_decision_page
 from interference_cli.views import preemption_line
 from scheduler.api.objects import ANNOTATION_MAX_RUNQ_P99_US
 from scheduler.api.pods import parse_pod
-from scheduler.cycle import SchedulingCycle
-from scheduler.loop import LoopSettings
-from scheduler.nominated import RoomHolds, TableRoom
-from scheduler.ports import Preemption
-from scheduler.preemption import PreemptionArgs, PreemptionInputs
-from scheduler.settings import EngineSettings
+from scheduler.cycle.cycle import SchedulingCycle
+from scheduler.cycle.nominated import RoomHolds, TableRoom
+from scheduler.cycle.ports import Preemption
+from scheduler.cycle.preemption import PreemptionArgs, PreemptionInputs
+from scheduler.cycle.settings import EngineSettings
+from scheduler.standalone.loop import LoopSettings
 from tests.builders import node_obj, pod_obj, table_of
 from tests.scheduler.profiles import interference_settings
 from tests.scheduler.runtime_helpers import START, LoopHarness, schedule_pending

@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 import pytest
 
+from scheduler.api.events import Action, ClusterEvent, EventInterest
 from scheduler.api.pods import parse_pod
-from scheduler.events import Action, ClusterEvent, EventInterest
-from scheduler.queue import QueueState, SchedulingQueue
+from scheduler.cycle.queue import QueueState, SchedulingQueue
 from tests.builders import pod_obj
 
 

@@ -1,4 +1,4 @@
-"""The rebalancer's rules (scheduler/rebalance.py), table-driven, and the RebalancedAway
+"""The rebalancer's rules (scheduler/rebalancing/rebalance.py), table-driven, and the RebalancedAway
 filter that keeps a moved workload off the node it left."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from scheduler.plugins.rebalanced_away import (
     RebalancedAwayArgs,
     rebalanced_away,
 )
-from scheduler.rebalance import (
+from scheduler.rebalancing.rebalance import (
     CLUSTER_LIMIT,
     COOLDOWN,
     NAMESPACE_LIMIT,
@@ -37,7 +37,7 @@ from scheduler.rebalance import (
     eligible,
     own_cause,
 )
-from scheduler.table import NodeTable
+from scheduler.signals.table import NodeTable
 from tests.builders import node_obj, pod_obj
 
 RS = ControllerRef("ReplicaSet", "web-7d9", "rs-uid")

@@ -1,5 +1,5 @@
-"""What the rebalancer takes as evidence (scheduler/evidence.py) and how it reads it
-(scheduler/rebalance.py: each look's own rows, the worst breach), table-driven."""
+"""What the rebalancer takes as evidence (scheduler/rebalancing/evidence.py) and how it reads it
+(scheduler/rebalancing/rebalance.py: each look's own rows, the worst breach), table-driven."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ import pytest
 from interference.signals import NodeMetrics, NodeReport, PodMetrics
 from scheduler.api.objects import PodInfo
 from scheduler.api.pods import parse_pod
-from scheduler.evidence import (
+from scheduler.rebalancing.evidence import (
     CLOCK_AHEAD,
     UNMEASURED,
     AgentClocks,
     report_refusal,
 )
-from scheduler.rebalance import OwnWindow, PodHistory, breach
-from scheduler.signal_records import in_clock_window
+from scheduler.rebalancing.rebalance import OwnWindow, PodHistory, breach
+from scheduler.signals.records import in_clock_window
 from tests.builders import pod_obj
 
 NOW = 1_800_000_000.0

@@ -14,13 +14,15 @@ from prometheus_client import CollectorRegistry
 
 from interference.decision import Decision
 from interference.signals import NodeMetrics, NodeReport, PodMetrics
-from scheduler.cli import prepare
-from scheduler.config import ConfigError, parse_config
+from scheduler.cycle.ports import ClusterError, DecisionTracer, K8sObject, PodRef
+from scheduler.cycle.settings import EngineSettings
+from scheduler.cycle.stage_trace import SELECTION
+from scheduler.entry.cli import prepare
+from scheduler.entry.config import ConfigError, parse_config
 from scheduler.plugins.rebalanced_away import LEFT_NODE, Departure
-from scheduler.ports import ClusterError, DecisionTracer, K8sObject, PodRef
-from scheduler.rebalance import Moved, RebalanceMode, RebalancerSettings
-from scheduler.rebalance_ports import EvictionAnswer, EvictionStatus
-from scheduler.rebalancer import (
+from scheduler.rebalancing.ports import EvictionAnswer, EvictionStatus
+from scheduler.rebalancing.rebalance import Moved, RebalanceMode, RebalancerSettings
+from scheduler.rebalancing.rebalancer import (
     BLOCKED,
     EVICTED,
     FAILED,
@@ -29,8 +31,6 @@ from scheduler.rebalancer import (
     RebalanceMetrics,
     Rebalancer,
 )
-from scheduler.settings import EngineSettings
-from scheduler.stage_trace import SELECTION
 from tests.builders import node_obj, pod_obj
 from tests.scheduler.runtime_helpers import KeptTraces, LoopHarness, MemoryDecisions
 
@@ -301,7 +301,7 @@ def test_no_eviction_when_no_other_node_would_take_it(
     w.h.cluster.add_node(node_obj("node-b", cpu="2", memory="8Gi", unschedulable=True))
     w.run_pod("web-1", "node-a")
     w.step()
-    caplog.set_level(logging.INFO, logger="scheduler.rebalancer")
+    caplog.set_level(logging.INFO, logger="scheduler.rebalancing.rebalancer")
     (action,) = w.step(30)
     assert action.outcome == HELD and action.reason.startswith("no_better_node")  # type: ignore[attr-defined]
     assert w.evictions.calls == [] and w.events("web-1") == []

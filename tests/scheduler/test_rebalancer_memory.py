@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from scheduler.api.pods import parse_pod
-from scheduler.rebalance import (
+from scheduler.cycle.settings import EngineSettings
+from scheduler.rebalancing.rebalance import (
     CLUSTER_LIMIT,
     COOLDOWN,
     MOVE_BUDGET,
@@ -19,8 +20,7 @@ from scheduler.rebalance import (
     MoveOutcomes,
     RebalancerSettings,
 )
-from scheduler.rebalancer import EVICTED, HELD, WOULD_EVICT
-from scheduler.settings import EngineSettings
+from scheduler.rebalancing.rebalancer import EVICTED, HELD, WOULD_EVICT
 from tests.builders import pod_obj
 from tests.scheduler.test_rebalancer import NOISY, QUIET, Journal, World
 

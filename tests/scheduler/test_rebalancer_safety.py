@@ -10,10 +10,10 @@ from collections.abc import Callable, Iterator, Sequence
 import pytest
 
 from interference.signals import NodeReport
-from scheduler.evictable import JOB_POD, LOCAL_STORAGE
-from scheduler.evidence import CLOCK_AHEAD, UNMEASURED
-from scheduler.rebalance import RebalancerSettings
-from scheduler.rebalancer import EVICTED, HELD, RebalanceAction
+from scheduler.rebalancing.evictable import JOB_POD, LOCAL_STORAGE
+from scheduler.rebalancing.evidence import CLOCK_AHEAD, UNMEASURED
+from scheduler.rebalancing.rebalance import RebalancerSettings
+from scheduler.rebalancing.rebalancer import EVICTED, HELD, RebalanceAction
 from tests.scheduler.test_rebalancer import NOISY, QUIET, World
 
 TOLERANCE = "interference.io/max-runq-p99-us"

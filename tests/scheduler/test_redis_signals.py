@@ -33,8 +33,8 @@ from scheduler.adapters.redis_signals import (
     connect,
 )
 from scheduler.api.pods import parse_pod
-from scheduler.cycle import SchedulingCycle
-from scheduler.settings import EngineSettings
+from scheduler.cycle.cycle import SchedulingCycle
+from scheduler.cycle.settings import EngineSettings
 from tests.builders import node_obj, pod_obj, table_of
 from tests.conftest import RedisServer, free_port
 from tests.scheduler.frames import stale_nodes

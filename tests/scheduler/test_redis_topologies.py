@@ -37,9 +37,9 @@ from scheduler.adapters.redis_signals import (
     SignalMetrics,
     connect,
 )
-from scheduler.cli import build_parser, overrides
-from scheduler.config import ConfigError, SchedulerConfig, parse_config, with_overrides
-from scheduler.signal_frame import SignalFrame
+from scheduler.entry.cli import build_parser, overrides
+from scheduler.entry.config import ConfigError, SchedulerConfig, parse_config, with_overrides
+from scheduler.signals.frame import SignalFrame
 from tests.conftest import RedisServer, free_port
 from tests.redis_topologies import redis_cluster, replica_of, sentinel, sentinel_publisher
 from tests.scheduler.frames import stale_nodes

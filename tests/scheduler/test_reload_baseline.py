@@ -1,5 +1,5 @@
 """The last good configuration's verdict while a reload is judged
-(scheduler.reload_baseline), on the real loop, cache, table and cycle: a pod the new
+(scheduler.standalone.reload_baseline), on the real loop, cache, table and cycle: a pod the new
 configuration leaves Pending is Pending anyway only when the last good one finds no node
 either; the pods a changed scheduler name or ignore list stops attempting are stranded."""
 
@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from scheduler.loop import DEFAULT_SCHEDULER_NAME, LoopSettings
-from scheduler.settings import EngineSettings
+from scheduler.cycle.settings import EngineSettings
+from scheduler.standalone.loop import DEFAULT_SCHEDULER_NAME, LoopSettings
 from tests.builders import node_obj, pod_obj
 from tests.scheduler.profiles import interference_settings
 from tests.scheduler.runtime_helpers import LoopHarness

@@ -1,4 +1,4 @@
-"""The Pending-rate guard of a reload (scheduler.reload_guard): the rate's definition (pods
+"""The Pending-rate guard of a reload (scheduler.entry.reload_guard): the rate's definition (pods
 Pending under the last good configuration too are left out, pods the reload stopped
 attempting count as Pending) and the verdicts (too few pods is no verdict), table-driven
 on a fake clock."""
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pytest
 
 from interference_infra.strict import SettingsError
-from scheduler.reload_guard import (
+from scheduler.entry.reload_guard import (
     Outcome,
     PendingWindow,
     ReloadGuard,

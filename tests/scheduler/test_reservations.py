@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from scheduler.api.objects import PodInfo
 from scheduler.api.pods import parse_pod
-from scheduler.cycle import SchedulingCycle
+from scheduler.cycle.cycle import SchedulingCycle
+from scheduler.cycle.preemption import PreemptionInputs
+from scheduler.cycle.settings import EngineSettings
 from scheduler.plugins.rebalanced_away import FILTER as REBALANCED_AWAY
-from scheduler.preemption import PreemptionInputs
-from scheduler.rebalance import NO_BETTER_NODE, RebalancerSettings
-from scheduler.rebalance_ports import EvictionAnswer, EvictionStatus
-from scheduler.rebalancer import BLOCKED, EVICTED, HELD, WOULD_EVICT
-from scheduler.reservations import REPLACEMENT_SUFFIX
-from scheduler.settings import EngineSettings
+from scheduler.rebalancing.ports import EvictionAnswer, EvictionStatus
+from scheduler.rebalancing.rebalance import NO_BETTER_NODE, RebalancerSettings
+from scheduler.rebalancing.rebalancer import BLOCKED, EVICTED, HELD, WOULD_EVICT
+from scheduler.rebalancing.reservations import REPLACEMENT_SUFFIX
 from tests.builders import node_obj, pod_obj
 from tests.scheduler.test_rebalancer import NOISY, World
 

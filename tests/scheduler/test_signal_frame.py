@@ -12,9 +12,8 @@ import pytest
 from interference import sched_record
 from interference.index import IndexReferences
 from interference.signals import SIGNAL_FAMILIES, NodeMetrics, NodeReport, WindowMetrics
-from scheduler.node_columns import WindowColumns
 from scheduler.plugins.base import Score
-from scheduler.signal_frame import (
+from scheduler.signals.frame import (
     COLUMNS,
     COLUMNS_BY_NAME,
     SIGNAL_COLUMNS,
@@ -23,7 +22,8 @@ from scheduler.signal_frame import (
     NodeSignals,
     window_column,
 )
-from scheduler.signal_records import (
+from scheduler.signals.node_columns import WindowColumns
+from scheduler.signals.records import (
     decode_records,
     frame_of_records,
     frame_of_signals,

@@ -17,10 +17,10 @@ from interference import hist
 from interference.signals import NodeMetrics
 from node_agent.history import SignalHistory
 from scheduler.api.pods import parse_pod
-from scheduler.cycle import SchedulingCycle
+from scheduler.cycle.cycle import SchedulingCycle
+from scheduler.cycle.ports import NodeSignals
+from scheduler.cycle.settings import Profile
 from scheduler.plugins.interference import SignalWindow
-from scheduler.ports import NodeSignals
-from scheduler.settings import Profile
 from tests.builders import node_obj, pod_obj, table_of
 from tests.scheduler.profiles import interference_settings
 

@@ -11,7 +11,7 @@ from scheduler.api.nodes import parse_node
 from scheduler.api.objects import AntiAffinityTerm, PodInfo
 from scheduler.api.pods import parse_pod
 from scheduler.api.selectors import LabelSelector, Requirement
-from scheduler.table import NodeTable
+from scheduler.signals.table import NodeTable
 from tests.builders import node_obj, pod_obj
 
 NODES = ["a", "b", "c"]

@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.sampling import Decision, ParentBased, TraceIdRatio
 from prometheus_client import CollectorRegistry
 
 from scheduler.adapters.tracing import OtlpTracer, TracingMetrics, TracingSettings, sampled
-from scheduler.stage_trace import BIND, SELECTION
+from scheduler.cycle.stage_trace import BIND, SELECTION
 from tests.builders import node_obj, pod_obj
 from tests.scheduler.runtime_helpers import KeptTraces, LoopHarness, schedule_pending
 

@@ -1,0 +1,1059 @@
+"""The scheduling cycle: PreFilter → Filter → Score → relax → interference-blind fallback.
+
+Every mode runs a pod through this one cycle, over the rows it is given: every node in
+standalone mode (:class:`scheduler.standalone.loop.SchedulingLoop`), the offered nodes in extender
+mode (:class:`scheduler.extender.extender.Extender`: :meth:`SchedulingCycle.filter` and
+:meth:`SchedulingCycle.score`), the candidates of a rebalancing decision. Nothing else
+implements these rules.
+
+1. **Signals.** :class:`SignalGate` reads the signal source's health once per decision.
+   In an interference-blind profile (``engine.interference_aware: false``) the plugins
+   that read signals (:attr:`~scheduler.plugins.base.Filter.uses_signals`) are off: the
+   pod is judged as kube-scheduler would. While signals are unreadable the scores that
+   read them are off and the filters that read them fail closed: a pod with an
+   interference tolerance (or any pod under ``stale_policy: reject``) is refused on every
+   node until the relax rule drops them; any other pod is judged interference-blind.
+2. **PreFilter.** Each filter's pod-wide check, in order; a :class:`PodRejection` ends the
+   decision. A pod asking for a field standalone mode does not implement
+   (:attr:`PodInfo.unsupported`) is refused before any filter runs.
+3. **Filter.** The profile's filters in order: the leading static ones (depending only on
+   the pod's signature) cached together in the table per signature with their rejection
+   counts, then the others. A node counts only at its first failing filter in the
+   ``FailedScheduling`` message, as in kube-scheduler; the plugins that rejected any node
+   are the pod's rejectors (the queue retries it early only on their events).
+4. **Relax.** A pod whose candidates are all refused only by relaxable filters
+   (Interference) for ``relax_after_s`` (:class:`RelaxTracker`) is judged once more
+   without them.
+5. **Score.** ``total = Σ weightₚ · scoreₚ`` over the profile's score plugins on the
+   nodes that passed; the highest total wins, ties broken uniformly at random.
+
+The result carries, for the decision record, the best ``record_top_k`` candidates with
+their score breakdown by plugin (the chosen node first), then up to as many rejected nodes
+with the reasons of their first failing filter — those the last filters (Interference)
+rejected first, so ``interference explain`` shows why a noisy node lost — and the count of
+nodes per reason. Reasons are looked up only for the recorded nodes. For a pod with a
+run-queue tolerance it also carries the p99 the Interference filter compared on the
+recorded nodes and, when no node passed, on the nearest one, with when the relax rule will
+judge the pod interference-blind; the FailedScheduling message then says so and how far
+to raise the tolerance.
+
+6. **Nominated pods** (standalone, :mod:`scheduler.cycle.nominated`): room held for pods of at
+   least the pod's priority counts as taken; the filters run with and without it and a
+   node must pass both. A pod whose own nominated node passes goes there.
+7. **PostFilter** (standalone, :mod:`scheduler.cycle.preemption`): when no node passes,
+   kube-scheduler's DefaultPreemption looks for a node where evicting pods of lower
+   priority lets the pod pass every filter, running this cycle's filters on the table
+   with those pods removed; the result names the node and the victims, and the message
+   goes on with kube-scheduler's ``preemption: …`` when it finds none.
+
+Size: over 500 lines because the stages share one decision's state (the signature
+cache, the masks, the record), and the PostFilter's dry run runs the same filter stages
+over the held room; the array helpers, the relax memory, the signal gate, the room holds
+and the preemption algorithm are modules of their own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import random
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from interference.decision import (
+    CandidateVerdict,
+    FunnelStage,
+    IndexRead,
+    RunqCheck,
+    funnel_of,
+    runq_advice,
+)
+from scheduler.api.objects import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, PodInfo
+from scheduler.cycle.filter_masks import (
+    Rejections,
+    all_of,
+    best_first,
+    merged,
+    rejections,
+    weighted_sum,
+)
+from scheduler.cycle.messages import (
+    NO_NODES,
+    failed_scheduling_message,
+    pod_rejected_message,
+    refused_message,
+    scheduled_message,
+)
+from scheduler.cycle.nominated import TableRoom
+from scheduler.cycle.preemption import (
+    ANTAGONIST_NODES,
+    Fits,
+    PreemptionInputs,
+    PreemptionOutcome,
+    eligible,
+    lowest_victim_priority,
+    not_eligible,
+    potential_rows,
+    preempt,
+)
+from scheduler.cycle.relax import RelaxTracker
+from scheduler.cycle.settings import EngineSettings
+from scheduler.cycle.stage_trace import PREFILTER, StageRecorder
+from scheduler.plugins.base import Code, CycleState, Filter, FilterResult, PodRejection
+from scheduler.plugins.gpu_packing import NAME as GPU_PACKING
+from scheduler.plugins.gpu_packing import GpuPackingArgs
+from scheduler.plugins.interference import NAME as INTERFERENCE
+from scheduler.plugins.interference import (
+    InterferenceArgs,
+    effective_index,
+    fresh_signals,
+    refused_for_runq,
+    runq_check,
+)
+from scheduler.plugins.registry import REGISTRY, Registry, ResolvedProfile
+from scheduler.signals.table import NodeTable
+
+log = logging.getLogger(__name__)
+
+Details = Callable[[int], dict[str, str]]
+"""What a candidate record says about a node (row) besides verdict and scores."""
+
+GPU_MODEL = "gpu_model"
+"""Candidate detail: the node's GPU model (``nvidia.com/gpu.product``), for GPU pods."""
+GPU_MEMORY_MIB = "gpu_memory_mib"
+"""Candidate detail: memory per GPU in MiB (``nvidia.com/gpu.memory``), for GPU pods."""
+
+FUNNELS_CACHED = 256
+"""Funnels :func:`_funnel` remembers (all forgotten at once beyond that)."""
+_FUNNELS: dict[
+    tuple[tuple[str, ...], int, tuple[tuple[str, int], ...]], tuple[FunnelStage, ...]
+] = {}
+"""(filter names, candidates considered, first failures by filter) → funnel."""
+
+
+@dataclass(slots=True)
+class CycleResult:
+    """The outcome of :meth:`SchedulingCycle.schedule` for one pod (not frozen: one per
+    decision, as :class:`~interference.decision.CandidateVerdict` says why)."""
+
+    node: str | None
+    """Chosen node, ``None`` when no node passed every filter."""
+    candidates: list[CandidateVerdict]
+    """The chosen node and the next best with score breakdowns (none when no node passed),
+    then up to ``record_top_k`` rejected nodes with the reasons of their first failing
+    filter, those rejected by the last filters (Interference) first. For GPU pods each
+    carries the node's GPU model and memory in ``details``."""
+    message: str
+    """``Successfully assigned ns/pod to node`` or kube-scheduler's FailedScheduling text."""
+    blocked_only_by_interference: bool
+    """No node passed, but some would have without the relaxable (interference) filters."""
+    unsupported: tuple[str, ...]
+    """The pod's fields standalone mode does not implement; when any, the pod was refused."""
+    feasible: int
+    """How many nodes passed every filter."""
+    reason_counts: dict[str, int] = field(default_factory=dict)
+    """Filter reason → nodes it rejected, each node counted at its first failing filter
+    (the FailedScheduling histogram; also for scheduled pods)."""
+    rejected_by: frozenset[str] = frozenset()
+    """The plugins that rejected any candidate (or the pod, at PreFilter)."""
+    relaxed_after_s: float | None = None
+    """Seconds the pod had waited when the relaxable filters were dropped, else ``None``."""
+    blind: bool = False
+    """Judged interference-blind (signals unreadable, or a blind profile)."""
+    funnel: tuple[FunnelStage, ...] = ()
+    """Each filter that ran, in order, with the candidates in and out."""
+    omitted: dict[str, int] = field(default_factory=dict)
+    """How many ``feasible`` and ``rejected`` nodes ``candidates`` leaves out."""
+    preemption: PreemptionOutcome | None = None
+    """What the PostFilter decided when no node passed (``None``: it did not run)."""
+    runq: RunqCheck | None = None
+    """The pod's run-queue tolerance as the Interference filter compared it (``None``: no
+    such tolerance, or the filter is not in the profile)."""
+    interference_index: IndexRead | None = None
+    """The index the Interference plugin read on the recorded candidates (``None``: the
+    plugin is not in the profile, or signals were unreadable)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FilterOutcome:
+    """The Filter stage of one cycle over its candidates (:meth:`SchedulingCycle.filter`)."""
+
+    passed: NDArray[np.bool_]
+    """Per table row: a candidate that passed every filter that ran."""
+    rejections: Rejections
+    relaxed_after_s: float | None
+    blind: bool
+    funnel: tuple[FunnelStage, ...] = ()
+    """Each filter that ran, in order, with the candidates in and out."""
+    runq: RunqCheck | None = None
+    """For a pod no candidate passed, with a run-queue tolerance: the nearest node (its p99
+    the only one measured here) and when the relax rule judges the pod interference-blind."""
+
+
+@dataclass(frozen=True, slots=True)
+class _StaticStage:
+    """The profile's leading filters that depend only on the pod's signature and the
+    nodes' constraint fields."""
+
+    passed: NDArray[np.bool_]
+    results: dict[str, FilterResult | None]
+    """By plugin name (``None``: nothing to check for this pod)."""
+    checked: tuple[tuple[Filter, FilterResult], ...]
+    """Those with a reason."""
+    passed_count: int
+    rejections: Rejections
+    """Which nodes these filters reject first, and why (cached with the masks)."""
+    first_failures: dict[str, int]
+    """``rejections.first_failures()``, built once per signature (callers copy it)."""
+    verdicts: dict[tuple[int, bool], list[CandidateVerdict]] = field(default_factory=dict)
+    """Record entries of the first rejected nodes by (how many, with GPU details); they
+    depend only on what the masks depend on, so they are built once per signature."""
+
+
+@dataclass(slots=True)
+class _Filtered:
+    """What the Filter stage found, before records are built (one per decision: not
+    frozen, as :class:`CycleResult`)."""
+
+    passed: NDArray[np.bool_]
+    without_relaxable: NDArray[np.bool_]
+    static: _StaticStage
+    dynamic: tuple[tuple[Filter, FilterResult], ...]
+    """The non-static filters that ran with a reason, in profile order."""
+    undecided: NDArray[np.bool_]
+    """The candidates the static filters passed."""
+
+
+class SchedulingCycle:
+    """Runs pods through the profile; holds no cluster state, only the relax notes."""
+
+    def __init__(
+        self,
+        settings: EngineSettings,
+        *,
+        extender: bool = False,
+        seed: int | None = None,
+        registry: Registry = REGISTRY,
+    ) -> None:
+        self.settings = settings
+        self.profile = registry.resolve(settings.profile, extender=extender)
+        self._blind = self.profile.without_signals()
+        self._unreadable = self.profile.without_signal_scores()
+        gpu = self.profile.args.get(GPU_PACKING)
+        self._gpu_resource = (gpu if isinstance(gpu, GpuPackingArgs) else GpuPackingArgs()).resource
+        self.relax = RelaxTracker()
+        self._random = random.Random(seed)
+
+    def register_indexes(self, table: NodeTable) -> None:
+        """Register the profile's placed-pod indexes with ``table`` (before its pods arrive,
+        so each is kept current pod by pod; one registered late is filled at once)."""
+        for plugin in self.profile.filters:
+            if plugin.index is not None:
+                table.index(plugin.name, plugin.index)
+
+    def profile_for(self, signals_readable: bool) -> ResolvedProfile:
+        """The profile to run: without the signal plugins when the settings are
+        interference-blind, without the signal scores while signals are unreadable."""
+        if not self.settings.interference_aware:
+            return self._blind
+        return self.profile if signals_readable else self._unreadable
+
+    def _state(
+        self, pod: PodInfo, table: NodeTable, now: float, profile: ResolvedProfile
+    ) -> CycleState:
+        return CycleState(
+            pod, table, now, profile.args, signals_readable=profile is not self._unreadable
+        )
+
+    # ---- standalone and rebalancing ----------------------------------------------------
+
+    def schedule(
+        self,
+        pod: PodInfo,
+        table: NodeTable,
+        now: float,
+        *,
+        signals_readable: bool = True,
+        candidates: NDArray[np.bool_] | None = None,
+        relax_interference: bool = False,
+        recorder: StageRecorder | None = None,
+        preemption: PreemptionInputs | None = None,
+    ) -> CycleResult:
+        """Pick a node for ``pod`` among ``candidates`` (every node when ``None``), applying
+        the relax rule (``relax_interference`` drops the relaxable filters at once); a
+        ``recorder`` notes each stage for the attempt's trace. With ``preemption`` (the
+        standalone loop) nominated pods hold their room and the PostFilter runs."""
+        profile = self.profile_for(signals_readable)
+        blind = profile is not self.profile
+        with contextlib.ExitStack() as stack:
+            room = None
+            if preemption is not None:
+                room = preemption.room
+                if room is None:  # a room for this decision only
+                    room = TableRoom(table)
+                    room.sync(preemption.holds)
+                    stack.callback(room.clear)
+                if not stack.enter_context(room.counting_for(pod, preemption.holds)):
+                    room = None  # no held pod counts against this one
+            result = self._decide(
+                pod, table, now, profile, candidates, relax_interference, recorder, preemption, room
+            )
+            waited: float | None = None
+            relax_at: float | None = None
+            if relax_interference:
+                pass
+            elif result.node is not None or not result.blocked_only_by_interference:
+                self.relax.forget(pod.key)
+            else:
+                blocked_s, relax_at = self._relax_clock(pod.key, now)
+                if blocked_s >= self.settings.relax_after_s:
+                    relaxed = self._decide(
+                        pod, table, now, profile, candidates, True, recorder, preemption, room
+                    )
+                    if relaxed.node is not None:
+                        self.relax.forget(pod.key)
+                        result, waited = relaxed, blocked_s
+        if (
+            result.node is None
+            and result.runq is not None
+            and refused_for_runq(result.reason_counts)
+        ):
+            runq = dataclasses.replace(result.runq, relax_at=relax_at)
+            advised = f"{result.message} {runq_advice(runq, now)}"
+            result = dataclasses.replace(result, runq=runq, message=advised)
+        if not blind and waited is None:
+            return result
+        return dataclasses.replace(result, blind=blind, relaxed_after_s=waited)
+
+    # ---- extender ----------------------------------------------------------------------
+
+    def filter(
+        self,
+        pod: PodInfo,
+        table: NodeTable,
+        now: float,
+        candidates: NDArray[np.bool_],
+        *,
+        signals_readable: bool = True,
+        recorder: StageRecorder | None = None,
+    ) -> FilterOutcome:
+        """The Filter stage over ``candidates`` (kube-scheduler's offered nodes) with the
+        relax rule, every rejected candidate at its first failing filter."""
+        profile = self.profile_for(signals_readable)
+        blind = profile is not self.profile
+        state = self._state(pod, table, now, profile)
+        stamps: list[int] | None = [] if recorder is not None else None
+        filtered = self._filters(profile, state, candidates, False, stamps)
+        relaxed_after: float | None = None
+        relax_at: float | None = None
+        blocked = not filtered.passed.any() and bool(filtered.without_relaxable.any())
+        if blocked:
+            blocked_s, relax_at = self._relax_clock(pod.key, now)
+            if blocked_s >= self.settings.relax_after_s:
+                relaxed_after = blocked_s
+                self.relax.forget(pod.key)
+                state = self._state(pod, table, now, profile)
+                filtered = self._filters(profile, state, candidates, True, stamps)
+        else:
+            self.relax.forget(pod.key)
+        runq = None
+        if not filtered.passed.any():
+            runq = self._runq(profile, state, (), filtered.without_relaxable)
+            if runq is not None:
+                runq = dataclasses.replace(runq, relax_at=relax_at)
+        stages = filtered.static.checked + filtered.dynamic
+        found = rejections(stages, candidates)
+        considered = int(np.count_nonzero(candidates))
+        relaxed = relaxed_after is not None
+        first_failures = found.first_failures()
+        funnel = _funnel(profile, relaxed, considered, first_failures)
+        if recorder is not None and stamps is not None:
+            _note_filters(
+                recorder, profile, relaxed, considered, first_failures, stamps, found.counts, state
+            )
+        return FilterOutcome(filtered.passed, found, relaxed_after, blind, funnel, runq)
+
+    def runq_of(
+        self,
+        pod: PodInfo,
+        table: NodeTable,
+        now: float,
+        nodes: Iterable[str],
+        *,
+        signals_readable: bool = True,
+    ) -> RunqCheck | None:
+        """The pod's run-queue tolerance and the p99 the Interference filter compares on
+        ``nodes`` (those a record keeps), under the profile the cycle runs."""
+        profile = self.profile_for(signals_readable)
+        return self._runq(profile, self._state(pod, table, now, profile), nodes)
+
+    def index_read_of(
+        self,
+        pod: PodInfo,
+        table: NodeTable,
+        now: float,
+        nodes: Iterable[str],
+        *,
+        signals_readable: bool = True,
+    ) -> IndexRead | None:
+        """The index the Interference plugin reads on ``nodes`` (those a record keeps),
+        under the profile the cycle runs."""
+        profile = self.profile_for(signals_readable)
+        return self._index_read(profile, self._state(pod, table, now, profile), nodes)
+
+    def score(
+        self,
+        pod: PodInfo,
+        table: NodeTable,
+        now: float,
+        *,
+        signals_readable: bool = True,
+        recorder: StageRecorder | None = None,
+    ) -> dict[str, tuple[float, NDArray[np.float64]]]:
+        """Plugin → (weight, 0–100 score per node) of the profile's score plugins, every
+        node counted feasible (kube-scheduler asks about the nodes that passed)."""
+        profile = self.profile_for(signals_readable)
+        state = self._state(pod, table, now, profile)
+        return _scores(profile, state, table.everyone(), recorder)
+
+    def fits_for(
+        self, pod: PodInfo, table: NodeTable, now: float, *, signals_readable: bool = True
+    ) -> tuple[Fits, bool, bool]:
+        """The preemption dry run's check (:data:`scheduler.cycle.preemption.Fits`) for ``pod``
+        as the table is now, whether it may check many nodes at once (every filter with
+        anything to check judges a node by its own pods alone), and whether it may put
+        pods back by NodeResourcesFit's arithmetic (no other such filter reads the placed
+        pods)."""
+        profile = self.profile_for(signals_readable)
+        state = self._state(pod, table, now, profile)
+        self._filters(profile, state, None, False)
+        batch = _node_local(profile, state)
+        light = batch and _resources_only(profile, state)
+        return self._fits(profile, state, False, None, {}, batch), batch, light
+
+    # ---- internals ---------------------------------------------------------------------
+
+    def _relax_clock(self, key: str, now: float) -> tuple[float, float]:
+        """The relax rule for ``key``, refused only by relaxable filters: how long it has
+        been (its first refusal noted now), and when it is judged without them."""
+        blocked_s = self.relax.waited(key, now)
+        return blocked_s, now + self.settings.relax_after_s - blocked_s
+
+    def _decide(
+        self,
+        pod: PodInfo,
+        table: NodeTable,
+        now: float,
+        profile: ResolvedProfile,
+        candidates: NDArray[np.bool_] | None,
+        relax: bool,
+        recorder: StageRecorder | None = None,
+        preemption: PreemptionInputs | None = None,
+        room: TableRoom | None = None,
+    ) -> CycleResult:
+        if len(table) == 0:
+            return CycleResult(None, [], NO_NODES, False, pod.unsupported, 0)
+        if pod.unsupported:
+            message = refused_message(len(table), pod.unsupported)
+            return CycleResult(None, [], message, False, pod.unsupported, 0)
+        state = self._state(pod, table, now, profile)
+        if profile.prefilters:
+            started = time.time_ns() if recorder is not None else 0
+            refused = _prefilter(profile, state)
+            if recorder is not None:
+                recorder.note(
+                    "PreFilter", PREFILTER, started, {"rejected_by": refused[0]} if refused else {}
+                )
+            if refused is not None:
+                plugin, rejection = refused
+                if rejection.unsupported:
+                    message = refused_message(len(table), rejection.unsupported)
+                    return CycleResult(None, [], message, False, rejection.unsupported, 0)
+                message = pod_rejected_message(len(table), rejection.reason)
+                return CycleResult(None, [], message, False, (), 0, {}, frozenset({plugin}))
+        stamps: list[int] | None = [] if recorder is not None else None
+        holds = None if preemption is None else preemption.holds
+        filtered, state = self._filters_held(profile, state, candidates, relax, stamps, room)
+        passed = filtered.passed
+        static = filtered.static
+        feasible = int(np.count_nonzero(passed))
+        nominated = None if holds is None else holds.node_of(pod.key)
+        if nominated is not None and feasible > 1:  # kube's evaluateNominatedNode
+            row = table.index_of(nominated)
+            if row is not None and passed[row]:
+                passed = np.zeros(len(table), dtype=np.bool_)
+                passed[row] = True
+                feasible = 1
+        details = self._details_for(pod, table)
+        if candidates is None:
+            counts = dict(static.rejections.counts)  # the result's own, the cached one stays
+            static_rejections = static.rejections
+            undecided_count = static.passed_count
+            first_failures = dict(static.first_failures)  # its keys: the rejectors
+        else:
+            static_rejections = rejections(static.checked, candidates)
+            counts = dict(static_rejections.counts)
+            undecided_count = int(np.count_nonzero(filtered.undecided))
+            first_failures = static_rejections.first_failures()
+        rejected: list[CandidateVerdict] = []
+        if undecided_count > feasible:
+            dynamic_rejections = rejections(filtered.dynamic, filtered.undecided)
+            counts = merged(counts, dynamic_rejections.counts)
+            first_failures.update(dynamic_rejections.first_failures())
+            rejected = self._rejected(table, dynamic_rejections.failing, details)
+        left = self.settings.record_top_k - len(rejected)
+        if left > 0 and static_rejections.failing:
+            if candidates is None:
+                rejected += self._static_verdicts(table, static, left, details)
+            else:
+                rejected += self._rejected(table, static_rejections.failing, details, left)
+        considered = len(table) if candidates is None else int(np.count_nonzero(candidates))
+        funnel = _funnel(profile, relax, considered, first_failures)
+        if recorder is not None and stamps is not None:
+            _note_filters(
+                recorder, profile, relax, considered, first_failures, stamps, counts, state
+            )
+        if feasible == 0:
+            message = failed_scheduling_message(considered, counts)
+            outcome = None
+            if preemption is not None and self.settings.preemption.enabled:
+                outcome = self._post_filter(
+                    profile, state, candidates, relax, filtered, considered, preemption, room
+                )
+                if outcome is not None and outcome.message:
+                    message += " " + outcome.message
+            return CycleResult(
+                node=None,
+                candidates=rejected,
+                message=message,
+                blocked_only_by_interference=bool(filtered.without_relaxable.any()),
+                unsupported=pod.unsupported,
+                feasible=0,
+                reason_counts=counts,
+                rejected_by=frozenset(first_failures),
+                funnel=funnel,
+                omitted={"feasible": 0, "rejected": considered - len(rejected)},
+                preemption=outcome,
+                runq=self._runq(
+                    profile, state, (c.node for c in rejected), filtered.without_relaxable
+                ),
+                interference_index=self._index_read(profile, state, (c.node for c in rejected)),
+            )
+        scores = _scores(profile, state, passed, recorder)
+        selecting = time.time_ns() if recorder is not None else 0
+        totals = weighted_sum(scores.values(), len(table))
+        np.putmask(totals, ~passed, -np.inf)  # infeasible nodes rank last, never chosen
+        best = best_first(totals, min(max(2, self.settings.record_top_k), feasible))
+        chosen = best[0]
+        if len(best) > 1 and totals[best[1]] == totals[chosen]:
+            ties = np.flatnonzero(totals == totals[chosen])
+            chosen = int(ties[self._random.randrange(len(ties))])
+        ranked = self._ranked(table, best, chosen, scores, totals, details)
+        if recorder is not None:
+            top = [(c.node, c.total) for c in ranked]
+            recorder.note_selection(selecting, table.names[chosen], feasible, top)
+        return CycleResult(
+            node=table.names[chosen],
+            candidates=ranked + rejected,
+            message=scheduled_message(pod.key, table.names[chosen]),
+            blocked_only_by_interference=False,
+            unsupported=pod.unsupported,
+            feasible=feasible,
+            reason_counts=counts,
+            rejected_by=frozenset(first_failures),
+            funnel=funnel,
+            omitted={
+                "feasible": feasible - len(ranked),
+                "rejected": considered - feasible - len(rejected),
+            },
+            runq=self._runq(profile, state, (c.node for c in ranked + rejected)),
+            interference_index=self._index_read(
+                profile, state, (c.node for c in ranked + rejected)
+            ),
+        )
+
+    def _runq(
+        self,
+        profile: ResolvedProfile,
+        state: CycleState,
+        nodes: Iterable[str],
+        nearest_among: NDArray[np.bool_] | None = None,
+    ) -> RunqCheck | None:
+        """:func:`~scheduler.plugins.interference.runq_check` where the profile runs the
+        Interference filter on readable signals (``None`` elsewhere)."""
+        if state.pod.tolerance is None or not state.signals_readable:
+            return None  # most pods: no lookups
+        if INTERFERENCE not in profile.names:
+            return None
+        args = state.args_of(INTERFERENCE, InterferenceArgs)
+        return runq_check(state.table, state.pod, args, state.now, nodes, nearest_among)
+
+    def _index_read(
+        self, profile: ResolvedProfile, state: CycleState, nodes: Iterable[str]
+    ) -> IndexRead | None:
+        """For the decision record: the index the Interference plugin reads on ``nodes``
+        (those the record keeps) that have usable signals, so a page can show what decided
+        rather than what an agent published; ``None`` where the profile does not run the
+        plugin or no signal can be read."""
+        if not state.signals_readable or INTERFERENCE not in profile.names:
+            return None
+        args = state.args_of(INTERFERENCE, InterferenceArgs)
+        table = state.table
+        index = effective_index(table, args)
+        fresh = fresh_signals(table, state.now)
+        read: dict[str, float] = {}
+        for node in nodes:
+            row = table.index_of(node)
+            if row is not None and fresh[row]:
+                read[node] = index.item(row)
+        return IndexRead(args.signal_window, read)
+
+    def _filters_held(
+        self,
+        profile: ResolvedProfile,
+        state: CycleState,
+        candidates: NDArray[np.bool_] | None,
+        relax: bool,
+        stamps: list[int] | None,
+        room: TableRoom | None,
+        second_pass: bool = True,
+    ) -> tuple[_Filtered, CycleState]:
+        """:meth:`_filters` with the held room that counts against the pod on the table
+        (``room``), and, unless every filter with anything to check judges a node by its
+        own pods (then taking pods away cannot fail a node), again without it: a node
+        passes only if it passes both (kube's ``RunFilterPluginsWithNominatedPods``). The
+        reasons are those with the room held."""
+        first = self._filters(profile, state, candidates, relax, stamps)
+        if room is None or not second_pass or _node_local(profile, state):
+            return first, state
+        for _, result in first.dynamic:
+            result.reason_columns()  # the reasons while the room is held
+        with room.without():
+            bare = self._state(state.pod, state.table, state.now, profile)
+            second = self._filters(profile, bare, candidates, relax)
+        both = dataclasses.replace(
+            first,
+            passed=first.passed & second.passed,
+            without_relaxable=first.without_relaxable & second.without_relaxable,
+        )
+        return both, state
+
+    def _post_filter(
+        self,
+        profile: ResolvedProfile,
+        state: CycleState,
+        candidates: NDArray[np.bool_] | None,
+        relax: bool,
+        filtered: _Filtered,
+        considered: int,
+        inputs: PreemptionInputs,
+        room: TableRoom | None,
+    ) -> PreemptionOutcome | None:
+        """DefaultPreemption (:mod:`scheduler.cycle.preemption`) after no node passed; ``None``
+        when no placed pod has a lower priority than the pod (no one to preempt: the
+        message stays as it is, unlike kube-scheduler's ``No preemption victims found``)."""
+        pod, table = state.pod, state.table
+        args = self.settings.preemption
+        if pod.priority <= lowest_victim_priority(table):
+            return PreemptionOutcome(None, clear_nomination=True)
+        base = table.everyone() if candidates is None else candidates
+        failing = rejections(filtered.static.checked + filtered.dynamic, base).failing
+        potential = potential_rows(failing, len(table))
+        forced: dict[int, frozenset[str]] = {}
+        if args.preempt_antagonists:
+            forced = _antagonist_rows(pod, table, failing, potential, inputs)
+        why_not = eligible(pod, table, inputs, lambda row: not potential[row])
+        if why_not is not None:
+            return not_eligible(why_not)
+        batch = _node_local(profile, state)
+        light = batch and _resources_only(profile, state)
+        fits = self._fits(profile, state, relax, room, forced, batch)
+        return preempt(
+            pod,
+            table,
+            potential,
+            fits,
+            inputs,
+            args,
+            self._random,
+            considered,
+            forced,
+            batch,
+            light,
+        )
+
+    def _fits(
+        self,
+        profile: ResolvedProfile,
+        state: CycleState,
+        relax: bool,
+        room: TableRoom | None,
+        loose: Mapping[int, Collection[str]],
+        batch: bool,
+    ) -> Fits:
+        """The preemption dry run's check: the nodes of ``rows`` where the pod does not pass
+        every filter as the table is now, with the reasons of the first failing one (the
+        held room that counts against the pod is on the table); the ``loose`` nodes (the
+        opt-in antagonist rule) are judged without the relaxable filters. One row at a
+        time unless ``batch``."""
+        pod, table, now = state.pod, state.table, state.now
+
+        def fits(rows: Sequence[int]) -> dict[int, tuple[str, ...]]:
+            failing: dict[int, tuple[str, ...]] = {}
+            for relaxed in (False, True):
+                group = [row for row in rows if (relax or row in loose) is relaxed]
+                if not group:
+                    continue
+                only = np.zeros(len(table), dtype=np.bool_)
+                only[group] = True
+                fresh = self._state(pod, table, now, profile)
+                found, _ = self._filters_held(
+                    profile, fresh, only, relaxed, None, room, second_pass=not batch
+                )
+                for row in group:
+                    if not found.passed[row]:
+                        failing[row] = _first_reasons(found, row)
+            return failing
+
+        return fits
+
+    def _filters(
+        self,
+        profile: ResolvedProfile,
+        state: CycleState,
+        candidates: NDArray[np.bool_] | None,
+        relax: bool,
+        stamps: list[int] | None = None,
+    ) -> _Filtered:
+        """Run the profile's filters: the static ones from the signature cache, then the
+        others (the relaxable ones skipped with ``relax``); ``stamps`` is set to the
+        wall-clock ns of the start, the static ones' end and each later filter's end."""
+        if stamps is not None:
+            stamps[:] = (time.time_ns(),)
+        static = _static_stage(profile, state)
+        state.filtered.update(static.results)
+        if stamps is not None:
+            stamps.append(time.time_ns())
+        dynamic: list[tuple[Filter, FilterResult]] = []  # those with a reason, in order
+        binding: list[FilterResult] = []  # … of them, those never relaxed
+        for plugin in profile.dynamic:
+            if relax and plugin.relaxable:
+                state.filtered[plugin.name] = None
+                continue
+            if plugin.static:
+                result = run_filter(plugin, state)
+            else:  # run_filter inlined: this loop runs for every decision
+                result = state.filtered[plugin.name] = plugin.filter(state)
+            if stamps is not None:
+                stamps.append(time.time_ns())
+            if result is not None and result.reasons:  # no reason: every node passed
+                dynamic.append((plugin, result))
+                if not plugin.relaxable:
+                    binding.append(result)
+        undecided = static.passed if candidates is None else static.passed & candidates
+        without_relaxable = all_of(undecided, binding)
+        if len(binding) == len(dynamic):
+            passed = without_relaxable
+        else:
+            passed = all_of(undecided, (result for _, result in dynamic))
+        return _Filtered(passed, without_relaxable, static, tuple(dynamic), undecided)
+
+    def _static_verdicts(
+        self,
+        table: NodeTable,
+        static: _StaticStage,
+        count: int,
+        details: Details | None,
+    ) -> list[CandidateVerdict]:
+        """:meth:`_rejected` for the signature-cached filters, built once per signature."""
+        key = (count, details is not None)
+        verdicts = static.verdicts.get(key)
+        if verdicts is None:
+            verdicts = self._rejected(table, static.rejections.failing, details, count)
+            static.verdicts[key] = verdicts
+        return verdicts
+
+    def _details_for(self, pod: PodInfo, table: NodeTable) -> Details | None:
+        """What a candidate record says about a node besides verdict and scores: for GPU
+        pods, the node's GPU model and memory (its labels)."""
+        if pod.requests.get(self._gpu_resource, 0) == 0:
+            return None  # no call per candidate: most pods are not GPU pods
+
+        # labels change only with the table's generation, which empties this scope
+        found: dict[int, dict[str, str]] = table.cached("constraints", "gpu_details", dict)
+
+        def gpu_details(row: int) -> dict[str, str]:
+            cached = found.get(row)
+            if cached is None:
+                labels = ((GPU_MODEL, GPU_PRODUCT_LABEL), (GPU_MEMORY_MIB, GPU_MEMORY_LABEL))
+                values = {name: table.node_label(row, label) for name, label in labels}
+                cached = {name: value for name, value in values.items() if value is not None}
+                found[row] = cached
+            return cached
+
+        return gpu_details
+
+    def _ranked(
+        self,
+        table: NodeTable,
+        best_rows: list[int],
+        chosen: int,
+        scores: dict[str, tuple[float, NDArray[np.float64]]],
+        totals: NDArray[np.float64],
+        details: Details | None,
+    ) -> list[CandidateVerdict]:
+        """The chosen node, then the next best feasible nodes, with their breakdowns."""
+        k = self.settings.record_top_k
+        if chosen == best_rows[0]:
+            rows = best_rows[:k]
+        else:
+            rows = [chosen, *filter(chosen.__ne__, best_rows)][:k]
+        weights = {plugin: weight for plugin, (weight, _) in scores.items()}
+        columns = [(plugin, score) for plugin, (_, score) in scores.items()]
+        names = table.names
+        # a bound score.item(row) per part: 6 µs for five rows, where map() over
+        # np.ndarray.item (fewer instructions, unbound calls) took 12 µs
+        return [
+            CandidateVerdict(
+                names[row],
+                True,
+                [],
+                {plugin: score.item(row) for plugin, score in columns},
+                totals.item(row),
+                details(row) if details is not None else {},
+                weights,
+            )
+            for row in rows
+        ]
+
+    def _rejected(
+        self,
+        table: NodeTable,
+        failing: tuple[tuple[Filter, FilterResult, NDArray[np.bool_]], ...],
+        details: Details | None,
+        count: int | None = None,
+    ) -> list[CandidateVerdict]:
+        """Up to ``count`` (``record_top_k``) rejected nodes with the reasons of their first
+        failing filter, the latest filter first: interference, so a noisy node shows why it
+        lost, then anti-affinity, resources, … readiness. Reasons are looked up for these
+        nodes only."""
+        verdicts: list[CandidateVerdict] = []
+        left = self.settings.record_top_k if count is None else count
+        for _, stage, rejected in reversed(failing):
+            if left <= 0:
+                break
+            recorded = np.flatnonzero(rejected)[:left]
+            reasons = stage.failure_reasons(recorded)
+            for row, why in zip(recorded.tolist(), reasons, strict=True):
+                verdicts.append(
+                    CandidateVerdict(
+                        table.names[row],
+                        False,
+                        why,
+                        details=details(row) if details is not None else {},
+                    )
+                )
+            left -= len(recorded)
+        return verdicts
+
+
+def unresolvable(plugin: Filter, reasons: Iterable[str]) -> bool:
+    """Whether a node rejected by ``plugin`` for ``reasons`` stays rejected whatever is
+    evicted (any of its reasons is ``UnschedulableAndUnresolvable``, as kube-scheduler)."""
+    return any(plugin.code(reason) is Code.UNSCHEDULABLE_AND_UNRESOLVABLE for reason in reasons)
+
+
+NODE_LOCAL = frozenset(
+    {
+        "NodeReady",
+        "NodeUnschedulable",
+        "TaintToleration",
+        "NodeAffinity",
+        "NodePorts",
+        "NodeResourcesFit",
+        "Interference",
+        "RebalancedAway",
+    }
+)
+"""Filters that judge a node by the node and its own pods alone: the preemption dry run
+may change many nodes at once and check them together."""
+
+
+def _node_local(profile: ResolvedProfile, state: CycleState) -> bool:
+    """Whether every filter with anything to check for this pod is in :data:`NODE_LOCAL`
+    (spread, pod affinity and volume claims look across nodes: one node at a time)."""
+    filtered = state.filtered
+    return all(
+        plugin.name in NODE_LOCAL or filtered.get(plugin.name) is None for plugin in profile.filters
+    )
+
+
+PLACED_PODS_READ = frozenset(
+    {"NodePorts", "NodeResourcesFit", "VolumeBinding", "PodTopologySpread", "InterPodAffinity"}
+)
+"""Filters that read the placed pods themselves (not only the resources they request):
+with anything to check, the dry run moves pods on the table for real."""
+
+
+def _resources_only(profile: ResolvedProfile, state: CycleState) -> bool:
+    """Whether NodeResourcesFit is in the profile and the only filter with anything to
+    check that reads the placed pods (then the dry run only moves their requests and puts
+    them back by NodeResourcesFit's arithmetic: scheduler.cycle.victims)."""
+    filtered = state.filtered
+    return any(plugin.name == "NodeResourcesFit" for plugin in profile.filters) and all(
+        name == "NodeResourcesFit" or filtered.get(name) is None for name in PLACED_PODS_READ
+    )
+
+
+def _first_reasons(found: _Filtered, row: int) -> tuple[str, ...]:
+    """The reasons of the first filter that rejected node ``row``."""
+    for plugin, result in found.static.checked + found.dynamic:
+        if not result.passed[row]:
+            return _reasons_at(result, row) or (plugin.name,)
+    return ("node(s) had no room left by the nominated pods",)
+
+
+def _reasons_at(result: FilterResult, row: int) -> tuple[str, ...]:
+    """The reasons ``result`` rejected node ``row`` for, without measurements (the
+    PostFilter's message counts them across nodes, as kube-scheduler's)."""
+    if len(result.reasons) == 1:
+        return result.reasons
+    columns = result.reason_columns()
+    return tuple(r for r, column in zip(result.reasons, columns, strict=True) if column[row])
+
+
+def _antagonist_rows(
+    pod: PodInfo,
+    table: NodeTable,
+    failing: tuple[tuple[Filter, FilterResult, NDArray[np.bool_]], ...],
+    potential: NDArray[np.bool_],
+    inputs: PreemptionInputs,
+) -> dict[int, frozenset[str]]:
+    """The opt-in antagonist rule: nodes first rejected by a relaxable (interference)
+    filter (the first :data:`ANTAGONIST_NODES`) where every antagonist the agents name is
+    a pod placed there with a lower priority than the pod → those antagonists (victims
+    whatever else fits; :data:`~scheduler.cycle.preemption.SYSTEM` is never one)."""
+    relaxable_first = np.zeros(len(table), dtype=np.bool_)
+    for plugin, _, first in failing:
+        if plugin.relaxable:
+            relaxable_first |= first
+    rows = np.flatnonzero(relaxable_first)[:ANTAGONIST_NODES].tolist()
+    if not rows or inputs.antagonists is None:
+        return {}
+    named_on = inputs.antagonists([table.names[row] for row in rows])
+    found: dict[int, frozenset[str]] = {}
+    for row in rows:
+        named = named_on.get(table.names[row])
+        if not named:
+            continue
+        placed = table.pods_on_node(table.names[row])
+        pods = [placed.get(key) for key in named]
+        if all(p is not None and p.priority < pod.priority for p in pods):
+            found[row] = frozenset(named)
+    return found
+
+
+def run_filter(plugin: Filter, state: CycleState) -> FilterResult | None:
+    """``plugin.filter(state)``, from the table's per-signature cache for a static plugin,
+    recorded in ``state.filtered`` for the filters after it."""
+    if plugin.static:
+        key = (plugin.name, state.pod.signature)
+        result = state.table.cached("constraints", key, plugin.filter, state)
+    else:
+        result = plugin.filter(state)
+    state.filtered[plugin.name] = result
+    return result
+
+
+def _funnel(
+    profile: ResolvedProfile, relax: bool, considered: int, first_failures: dict[str, int]
+) -> tuple[FunnelStage, ...]:
+    """:func:`~interference.decision.funnel_of` the filters that ran.
+
+    Memoised (the stages are immutable): most decisions repeat an earlier one's counts.
+    """
+    names = profile.relaxed_names if relax else profile.names
+    key = (names, considered, tuple(first_failures.items()))
+    found = _FUNNELS.get(key)
+    if found is None:
+        if len(_FUNNELS) >= FUNNELS_CACHED:
+            _FUNNELS.clear()
+        found = _FUNNELS[key] = funnel_of(names, considered, first_failures)
+    return found
+
+
+def _prefilter(profile: ResolvedProfile, state: CycleState) -> tuple[str, PodRejection] | None:
+    """The first pod-wide rejection of the profile's PreFilters, with its plugin's name."""
+    for name, check in profile.prefilters:
+        rejection = check(state)
+        if rejection is not None:
+            return name, rejection
+    return None
+
+
+def _static_stage(profile: ResolvedProfile, state: CycleState) -> _StaticStage:
+    key = ("static", profile.static_names, state.pod.signature)
+    return state.table.cached("constraints", key, _build_static, profile, state)
+
+
+def _build_static(profile: ResolvedProfile, state: CycleState) -> _StaticStage:
+    table = state.table
+    results: dict[str, FilterResult | None] = {}
+    for plugin in profile.filters[: profile.static_prefix]:
+        results[plugin.name] = result = plugin.filter(state)
+        state.filtered[plugin.name] = result  # a later static filter may read it
+    checked = tuple(
+        (plugin, result)
+        for plugin in profile.filters[: profile.static_prefix]
+        if (result := results[plugin.name]) is not None and result.reasons
+    )
+    passed = all_of(table.everyone(), (result for _, result in checked))
+    found = rejections(checked, table.everyone())
+    return _StaticStage(
+        passed, results, checked, int(np.count_nonzero(passed)), found, found.first_failures()
+    )
+
+
+def _scores(
+    profile: ResolvedProfile,
+    state: CycleState,
+    feasible: NDArray[np.bool_],
+    recorder: StageRecorder | None = None,
+) -> dict[str, tuple[float, NDArray[np.float64]]]:
+    scores: dict[str, tuple[float, NDArray[np.float64]]] = {}
+    ended = time.time_ns() if recorder is not None else 0
+    for scorer, weight in profile.scores:
+        score = scorer.score(state, feasible)
+        if score is not None:
+            scores[scorer.name] = (weight, score)
+        if recorder is not None:
+            started, ended = ended, time.time_ns()
+            if score is not None:
+                recorder.note_score(scorer.name, weight, started, ended)
+    return scores
+
+
+def _note_filters(
+    recorder: StageRecorder,
+    profile: ResolvedProfile,
+    relax: bool,
+    considered: int,
+    first_failures: dict[str, int],
+    stamps: list[int],
+    counts: dict[str, int],
+    state: CycleState,
+) -> None:
+    """The Filter stage, raw (:meth:`StageRecorder.note_filters`): what the decision
+    computed anyway, copied where the caller may still change it."""
+    filtered = state.filtered
+    reasons = {name: result.reasons for name in first_failures if (result := filtered[name])}
+    names = profile.relaxed_names if relax else profile.names
+    static_count = len(profile.static_names)
+    recorder.note_filters(
+        names, static_count, considered, dict(first_failures), stamps, dict(counts), reasons
+    )

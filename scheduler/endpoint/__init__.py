@@ -1,0 +1,1 @@
+"""The scheduler's HTTP endpoint (/healthz, /readyz, /metrics) and its metrics."""

@@ -1,0 +1,1 @@
+"""The programs' wiring: the two entry points, the configuration and its reload."""

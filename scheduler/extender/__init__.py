@@ -1,0 +1,1 @@
+"""Extender mode: kube-scheduler's extender protocol, its bounds and warnings."""

@@ -1,0 +1,1 @@
+"""The rebalancer: moving a running pod off a node that breaks its tolerance."""

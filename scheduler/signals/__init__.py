@@ -1,0 +1,1 @@
+"""The agents' signals as columns and the node table the plugins vectorise over."""

@@ -1,0 +1,79 @@
+"""Per-node columns built from the Node objects: label codes and taint presence, and the
+signal window columns' shape. Pure functions of the nodes, in row order; the table
+caches them until a node's constraint fields change."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from scheduler.api.objects import NodeInfo, Taint
+
+
+@dataclass(frozen=True, slots=True)
+class WindowColumns:
+    """One window's signal columns (views of the table's storage; do not modify): a
+    typed view of ``scheduler.signals.frame.WINDOW_PARTS``, built by name, whose fields
+    the table checks against that declaration."""
+
+    runq_p99_us: NDArray[np.float64]
+    """Run-queue p99 of the window's merged histogram, µs."""
+    reclaim_mean: NDArray[np.float64]
+    """Mean reclaim stall, ms/s."""
+    reclaim_stddev: NDArray[np.float64]
+    index_mean: NDArray[np.float64]
+    """Mean interference index (0 = quiet)."""
+    index_stddev: NDArray[np.float64]
+
+
+ABSENT = -1
+"""Label code of a node that does not have the label."""
+
+
+@dataclass(frozen=True, slots=True)
+class LabelColumn:
+    """One label key over all nodes: ``codes[i]`` indexes ``values`` or is :data:`ABSENT`."""
+
+    codes: NDArray[np.int32]
+    values: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TaintColumns:
+    """Distinct taints of the cluster and which node carries which."""
+
+    taints: tuple[Taint, ...]
+    present: NDArray[np.bool_]
+    """``present[i, t]``: node ``i`` carries ``taints[t]``."""
+
+
+def label_column(nodes: Sequence[NodeInfo], key: str, field: bool = False) -> LabelColumn:
+    """Codes of label ``key`` over ``nodes``; with ``field``, of the node field ``key``
+    (only ``metadata.name`` exists for node selectors)."""
+    vocabulary: dict[str, int] = {}
+    codes = np.full(len(nodes), ABSENT, dtype=np.int32)
+    for row, node in enumerate(nodes):
+        value = node.labels.get(key) if not field else _field(node, key)
+        if value is not None:
+            codes[row] = vocabulary.setdefault(value, len(vocabulary))
+    return LabelColumn(codes, tuple(vocabulary))
+
+
+def _field(node: NodeInfo, key: str) -> str | None:
+    return node.name if key == "metadata.name" else None
+
+
+def taint_columns(nodes: Sequence[NodeInfo]) -> TaintColumns:
+    """Distinct taints of ``nodes`` and a node × taint presence matrix."""
+    vocabulary: dict[Taint, int] = {}
+    for node in nodes:
+        for taint in node.taints:
+            vocabulary.setdefault(taint, len(vocabulary))
+    present = np.zeros((len(nodes), len(vocabulary)), dtype=np.bool_)
+    for row, node in enumerate(nodes):
+        for taint in node.taints:
+            present[row, vocabulary[taint]] = True
+    return TaintColumns(tuple(vocabulary), present)

@@ -1,0 +1,1 @@
+"""Standalone mode: the scheduling loop, the binder and the reload baseline."""
