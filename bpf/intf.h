@@ -1,6 +1,6 @@
 /* Shared definitions of the interference agent's BPF programs (compiled by BCC).
  *
- * Contract with node_agent/probes/bpf_loader.py:
+ * Contract with node_agent/probes/bpf/ (the loader and the drain):
  *  - every per-cgroup map is keyed by a struct ending in a generation (struct cgroup_key;
  *    runqlat's culprits map: struct culprit_key), the value of drain_generation[0] when
  *    the event was counted. The agent bumps the generation,
@@ -21,7 +21,7 @@
 
 /* Log2 histogram slots, as interference/hist.py MAX_SLOTS: slot i counts floor(log2(v)). */
 #define HIST_SLOTS 27
-/* Map sizes; tests shrink them with -D (node_agent/probes/bpf_loader.py cflags). */
+/* Map sizes; tests shrink them with -D (node_agent/probes/bpf/loader.py cflags). */
 #ifndef MAX_CGROUPS
 /* Cgroups that can be active within one drain interval. */
 #define MAX_CGROUPS 8192

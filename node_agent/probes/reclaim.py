@@ -19,7 +19,7 @@ from node_agent.probes.base import (
     VMSCAN_THROTTLED,
     register,
 )
-from node_agent.probes.bpf_loader import BpfCgroupProbe
+from node_agent.probes.bpf.cgroup_probe import BpfCgroupProbe
 
 
 @register("reclaim")

@@ -40,7 +40,9 @@ from node_agent.probes.base import (
     Sample,
     register,
 )
-from node_agent.probes.bpf_loader import BpfCgroupProbe, CgroupTotals, HostPaths, LoadedProgram
+from node_agent.probes.bpf.cgroup_probe import BpfCgroupProbe, CgroupTotals
+from node_agent.probes.bpf.loaded_program import LoadedProgram
+from node_agent.probes.bpf.prerequisites import HostPaths
 
 CULPRITS_TABLE = "culprits"
 """The program's (waiting cgroup, culprit cgroup, generation) → waits map."""

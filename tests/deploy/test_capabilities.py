@@ -26,7 +26,8 @@ from typing import Any
 import pytest
 
 from node_agent.probes.base import ProbeContext, ProbeUnavailable
-from node_agent.probes.bpf_loader import HostPaths, check_tracepoints, thread_ids
+from node_agent.probes.bpf.compiler import thread_ids
+from node_agent.probes.bpf.prerequisites import HostPaths, check_tracepoints
 from node_agent.probes.cpu_throttle import CpuThrottleProbe
 from node_agent.probes.runqlat import RunqlatProbe
 from tests.deploy.manifests import REPO, container, find, kustomizations, render
@@ -211,7 +212,7 @@ def test_seeding_needs_the_hosts_proc() -> None:
     """BPF sees the host's thread ids. In a PID namespace of its own the agent's /proc lists
     its own few threads, numbered there; the host's /proc (PROC_ROOT) lists this test's."""
     script = (
-        "import json, sys; from node_agent.probes.bpf_loader import thread_ids; "
+        "import json, sys; from node_agent.probes.bpf.compiler import thread_ids; "
         "print(json.dumps([thread_ids('/proc'), thread_ids(sys.argv[1])]))"
     )
     mounts = 'mount --rbind /proc "$0" && mount -t proc proc /proc && exec "$@"'

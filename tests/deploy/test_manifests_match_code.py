@@ -28,7 +28,8 @@ from prometheus_client import CollectorRegistry
 from interference_infra.strict import parse_log_format
 from node_agent import cli as agent_cli
 from node_agent.health import AgentHttpServer
-from node_agent.probes.bpf_loader import BPF_DIR_ENV, HostPaths
+from node_agent.probes.bpf.prerequisites import HostPaths
+from node_agent.probes.bpf.sources import BPF_DIR_ENV
 from node_agent.settings import AgentSettings, detect_cgroup_v2_mount
 from scheduler.adapters.leader import default_identity, lease_namespace
 from scheduler.adapters.redis_signals import connect
@@ -508,11 +509,12 @@ def test_image_sources_are_enough_for_the_entrypoint(component: str, tmp_path: P
         assert bpf_dir
         env[BPF_DIR_ENV] = str(tmp_path / "bpf")  # where `COPY bpf/ <dir>` put it, here
         check += (
-            "; from node_agent.probes import bpf_loader, base"
+            "; from node_agent.probes import base"
+            "; from node_agent.probes.bpf import sources"
             "; from node_agent.settings import BPF_PROBES"
-            "; d = bpf_loader.resolve_source_dir(base.ProbeContext())"
+            "; d = sources.resolve_source_dir(base.ProbeContext())"
             f"; assert str(d) == {str(tmp_path / 'bpf')!r}, d"
-            "; [bpf_loader.read_program(d, name) for name in BPF_PROBES]"
+            "; [sources.read_program(d, name) for name in BPF_PROBES]"
         )
     # -S: no site processing, so the editable install of this checkout is not on the path.
     done = subprocess.run(

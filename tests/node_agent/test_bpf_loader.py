@@ -1,5 +1,6 @@
-"""The BCC loader: source lookup, prerequisite checks and their messages, per-CPU sums,
-cgroup scoping, and the registry wiring of the two BPF probes."""
+"""The BPF probes' machinery (node_agent/probes/bpf/): source lookup, prerequisite checks
+and their messages, per-CPU sums, cgroup scoping, and the registry wiring of the two BPF
+probes."""
 
 from __future__ import annotations
 
@@ -14,25 +15,28 @@ from pathlib import Path
 import pytest
 
 from interference import hist
-from node_agent.probes import base, bpf_loader, reclaim, runqlat
+from node_agent.probes import base, reclaim, runqlat
 from node_agent.probes.base import ProbeContext, ProbeUnavailable
-from node_agent.probes.bpf_loader import (
-    BPF_DIR_ENV,
+from node_agent.probes.bpf import compiler, loaded_program, prerequisites
+from node_agent.probes.bpf.cgroup_probe import sum_per_cpu
+from node_agent.probes.bpf.cgroup_scope import CgroupScope
+from node_agent.probes.bpf.compiler import describe_u64_struct
+from node_agent.probes.bpf.loaded_program import possible_cpus
+from node_agent.probes.bpf.prerequisites import (
     CAP_BPF,
     CAP_PERFMON,
     CAP_SYS_ADMIN,
-    CgroupScope,
     HostPaths,
     check_kernel_headers,
     check_privileges,
     check_tracepoints,
-    default_bpf_dir,
-    describe_u64_struct,
     effective_capabilities,
-    possible_cpus,
+)
+from node_agent.probes.bpf.sources import (
+    BPF_DIR_ENV,
+    default_bpf_dir,
     read_program,
     resolve_source_dir,
-    sum_per_cpu,
 )
 from tests.node_agent.own_cgroups import cgroup_tree, kernel_cgroup_id, unique_name
 
@@ -68,9 +72,9 @@ def test_every_map_the_loader_reads_is_declared_by_the_program(name: str) -> Non
     """The map names the loader looks up (``STATS_TABLE``, …) are spelled in the C too:
     a rename on one side only must fail here, not when the agent loads on a node."""
     text = read_program(default_bpf_dir(), name)
-    needed = [bpf_loader.STATS_TABLE, bpf_loader.GENERATION_TABLE, bpf_loader.LOST_TABLE]
+    needed = [compiler.STATS_TABLE, compiler.GENERATION_TABLE, compiler.LOST_TABLE]
     if name == "runqlat":  # the one program whose tasks map the loader seeds
-        needed.append(bpf_loader.SEEDED_TASKS_TABLE)
+        needed.append(compiler.SEEDED_TASKS_TABLE)
     for table in needed:
         assert re.search(rf"^BPF_\w+\(.*\b{table.decode()}\b", text, re.MULTILINE), table
 
@@ -81,9 +85,9 @@ def test_shared_header_lost_entry_kinds_match_the_loader() -> None:
     header = (default_bpf_dir() / "intf.h").read_text()
     defined = dict(re.findall(r"^#define LOST_(\w+)_ENTRY (\d+)", header, re.MULTILINE))
     assert {kind.lower(): int(slot) for kind, slot in defined.items()} == {
-        kind: slot for slot, kind in enumerate(bpf_loader.LOST_ENTRY_KINDS)
+        kind: slot for slot, kind in enumerate(loaded_program.LOST_ENTRY_KINDS)
     }
-    assert f"#define LOST_KINDS {len(bpf_loader.LOST_ENTRY_KINDS)}\n" in header
+    assert f"#define LOST_KINDS {len(loaded_program.LOST_ENTRY_KINDS)}\n" in header
 
 
 def test_thread_ids_lists_every_thread_of_every_process(tmp_path: Path) -> None:
@@ -91,8 +95,8 @@ def test_thread_ids_lists_every_thread_of_every_process(tmp_path: Path) -> None:
         for tid in tids:
             (tmp_path / pid / "task" / tid).mkdir(parents=True)
     (tmp_path / "99").mkdir()  # a process that exited while being listed: no task/
-    assert sorted(bpf_loader.thread_ids(str(tmp_path))) == [1, 42, 60]
-    assert bpf_loader.thread_ids(str(tmp_path / "missing")) == []
+    assert sorted(compiler.thread_ids(str(tmp_path))) == [1, 42, 60]
+    assert compiler.thread_ids(str(tmp_path / "missing")) == []
 
 
 def test_a_program_without_a_tasks_map_is_not_seeded() -> None:
@@ -100,7 +104,7 @@ def test_a_program_without_a_tasks_map_is_not_seeded() -> None:
         def get_table(self, name: bytes) -> None:
             raise KeyError(name)
 
-    assert bpf_loader.seed_tasks(NoTasks(), "/proc") == 0
+    assert compiler.seed_tasks(NoTasks(), "/proc") == 0
 
 
 @pytest.mark.parametrize("size", ["MAX_TASKS", "MAX_CGROUPS"])
@@ -172,7 +176,7 @@ def test_missing_kernel_headers_say_what_to_install_or_link(tmp_path: Path) -> N
 def test_missing_bcc_module_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "bcc", None)  # makes `import bcc` raise ImportError
     with pytest.raises(ProbeUnavailable, match="install python3-bpfcc"):
-        bpf_loader.import_bcc()
+        prerequisites.import_bcc()
 
 
 class _Stats(ctypes.Structure):

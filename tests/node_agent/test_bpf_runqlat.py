@@ -54,7 +54,8 @@ from node_agent.probes.base import (
     ProbeContext,
     Sample,
 )
-from node_agent.probes.bpf_loader import CgroupTotals, LoadedProgram
+from node_agent.probes.bpf.cgroup_probe import CgroupTotals
+from node_agent.probes.bpf.loaded_program import LoadedProgram
 from node_agent.probes.runqlat import RunqlatProbe
 from tests.node_agent.bpf_workloads import (
     BUSY_LOOP,
