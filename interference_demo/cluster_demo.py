@@ -16,7 +16,7 @@ through Redis (the viewer user) and the cluster's Events.
    measurement comes from its own per-interval rows in its node's agent reports (merged
    histograms), beside the kernel's ``schedstat`` wait of its processes.
 2. **The loop.** The rebalancer is switched to enforce (the ConfigMap; the scheduler
-   reloads it). A latency Deployment with a 5 ms tolerance is placed by
+   reloads it). A latency Deployment with a 6 ms tolerance is placed by
    interference-scheduler; a stress-ng antagonist is then placed on its node by
    kube-scheduler (a nodeSelector). The rebalancer evicts the victim through the Eviction
    API, the ReplicaSet controller recreates it, interference-scheduler places it on the
@@ -76,12 +76,12 @@ from interference_demo.rebalance_act import (
     first_window_under,
 )
 
-VICTIM_TOLERANCE_US = 5000.0
-"""Act two's victim tolerates 5 ms of run-queue p99, not the lab act's 3 ms: here the node
+VICTIM_TOLERANCE_US = 6000.0
+"""Act two's victim tolerates 6 ms of run-queue p99, not the lab act's 3 ms: here the node
 it moves to shares its CPU with the control plane, the kubelets and the system node's
-Redis and schedulers (a two-CPU machine), and runs it at 2–4 ms with no antagonist; with
-stress-ng beside it the victim waits 7.3–7.9 ms. 5 ms lies between the two, as the lab's
-3 ms lies between its nodes."""
+Redis and schedulers (a two-CPU machine), and runs it at 2–4 ms with no antagonist, more
+when the machine is busy; with stress-ng beside it the victim waits 7.3–7.7 ms (seven
+runs). 6 ms lies between the two, as the lab's 3 ms lies between its nodes."""
 AWARE = "interference-scheduler"
 BLIND = "default-scheduler"
 ACT_REBALANCER = {"mode": "enforce", "interval_s": 2, "window": "10s", "sustained_for_s": 6}
