@@ -17,8 +17,9 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
+# The 25 slowest tests close the report: where the half hour goes.
 test: setup lint
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=25
 
 # Minutes, not half an hour: no BPF, no real Redis or apiserver, no slow tests, no manifest renders.
 unit: $(STAMP)
