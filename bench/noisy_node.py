@@ -57,12 +57,9 @@ from credential_issuer.settings import redis_target
 from credential_issuer.warden import Warden, WardenLimits, WardenMetrics, cutoff_key
 from interference import acl, keys
 from scheduler.adapters.pod_reports import RedisPodReports
-from scheduler.adapters.redis_signals import (
-    RedisSettings,
-    RedisSignalCache,
-    SignalMetrics,
-    connect,
-)
+from scheduler.adapters.redis_settings import RedisSettings, connect
+from scheduler.adapters.redis_signals import RedisSignalCache
+from scheduler.adapters.signal_metrics import SignalMetrics
 from tests.conftest import free_port
 
 REPO = Path(__file__).resolve().parents[1]

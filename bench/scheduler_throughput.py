@@ -73,16 +73,13 @@ from prometheus_client import CollectorRegistry
 from bench.signal_replay import start_replay
 from interference.decision import Decision
 from interference_cli.redis_process import RedisServerError, private_redis_server
+from scheduler.adapters.decision_sink import RedisDecisionSink
 from scheduler.adapters.kubernetes import KubernetesCluster
 from scheduler.adapters.memory import InMemoryCluster, node_object, pod_object
-from scheduler.adapters.redis_signals import (
-    QueuedDecisionSink,
-    RedisDecisionSink,
-    RedisSettings,
-    RedisSignalCache,
-    SignalMetrics,
-    connect,
-)
+from scheduler.adapters.queued_decision_sink import QueuedDecisionSink
+from scheduler.adapters.redis_settings import RedisSettings, connect
+from scheduler.adapters.redis_signals import RedisSignalCache
+from scheduler.adapters.signal_metrics import SignalMetrics
 from scheduler.api.objects import ANNOTATION_MAX_INDEX, ANNOTATION_MAX_RUNQ_P99_US, HOSTNAME_LABEL
 from scheduler.cycle.cache import ClusterCache
 from scheduler.cycle.cycle import SchedulingCycle

@@ -20,7 +20,7 @@ field.
 
 The ranking ``intf:nodes`` is the scheduler's: it rewrites it from the records it
 accepted, and a node without a usable record leaves it at the next rewrite
-(:mod:`scheduler.adapters.redis_signals`). Agents write only their own node's keys and
+(:mod:`scheduler.adapters.ranking`). Agents write only their own node's keys and
 never sweep other nodes; readers show a member whose hash has expired as stale.
 """
 

@@ -32,14 +32,11 @@ from interference import hist, keys
 from interference.codec import PayloadError, decode_report
 from interference.signals import PodMetrics
 from interference_demo.lab import LabError, LocalLab
+from scheduler.adapters.decision_sink import RedisDecisionSink
 from scheduler.adapters.pod_reports import RedisPodReports
-from scheduler.adapters.redis_signals import (
-    RedisDecisionSink,
-    RedisSettings,
-    RedisSignalCache,
-    SignalMetrics,
-    connect,
-)
+from scheduler.adapters.redis_settings import RedisSettings, connect
+from scheduler.adapters.redis_signals import RedisSignalCache
+from scheduler.adapters.signal_metrics import SignalMetrics
 from scheduler.cycle.ports import K8sObject, NodeSignals, PodRef, SignalSource
 from scheduler.endpoint.metrics import SchedulerMetrics
 from scheduler.entry.config import SchedulerConfig

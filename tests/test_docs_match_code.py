@@ -13,7 +13,7 @@ import pytest
 from interference import keys
 from interference_cli.main import build_parser
 from interference_cli.workload import load_workload
-from scheduler.adapters.redis_signals import ACL_COMMANDS
+from scheduler.adapters.redis_settings import ACL_COMMANDS
 from scheduler.endpoint.http import EXTENDER_PORT
 from scheduler.entry.extender_cli import build_parser as extender_parser
 

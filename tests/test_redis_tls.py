@@ -22,7 +22,9 @@ from interference_cli import main as cli_main
 from interference_infra.redis_tls import RedisTls
 from node_agent import cli as agent_cli
 from node_agent.publisher import PublisherSettings, RedisPublisher
-from scheduler.adapters.redis_signals import RedisSettings, RedisSignalCache, SignalMetrics, connect
+from scheduler.adapters.redis_settings import RedisSettings, connect
+from scheduler.adapters.redis_signals import RedisSignalCache
+from scheduler.adapters.signal_metrics import SignalMetrics
 from scheduler.entry import cli as scheduler_cli
 from scheduler.entry.config import SchedulerConfig, with_overrides
 from scheduler.signals.frame import SignalFrame

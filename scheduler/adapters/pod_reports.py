@@ -36,7 +36,7 @@ from interference import keys
 from interference.codec import PayloadError, PayloadTooBig, decode_report
 from interference.signals import NodeReport
 from interference_infra.redis_client import REDIS_ERRORS, RedisConnection
-from scheduler.adapters.redis_signals import SignalMetrics
+from scheduler.adapters.signal_metrics import SignalMetrics
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,8 @@ never as the client's model classes, which are slow to build for large lists.
 
 Implementations: ``scheduler.adapters.kubernetes`` (real API server),
 ``scheduler.adapters.memory`` (in-memory, for tests and simulation) and the demo's local
-backend; ``scheduler.adapters.redis_signals`` for signals and decisions.
+backend; ``scheduler.adapters.redis_signals`` for signals, ``scheduler.adapters.decision_sink``
+(and ``queued_decision_sink``) for decisions.
 """
 
 from __future__ import annotations

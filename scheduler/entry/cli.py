@@ -43,19 +43,17 @@ from interference_infra.cliparse import RUNTIME_EXIT, USAGE_EXIT, OneLineParser
 from interference_infra.logsetup import configure_logging, mask_credentials
 from interference_infra.redis_client import REDIS_ERRORS
 from interference_infra.strict import SettingsError
+from scheduler.adapters.decision_sink import RedisDecisionSink
 from scheduler.adapters.eviction import KubernetesEvictor
 from scheduler.adapters.kubernetes import KubernetesCluster, make_api_client
 from scheduler.adapters.leader import LeaderElector, default_identity, lease_namespace
 from scheduler.adapters.move_journal import ConfigMapMoveJournal, journal_name
 from scheduler.adapters.pod_reports import RedisPodReports
 from scheduler.adapters.preemption import KubernetesPreemptor, PreemptionMetrics
-from scheduler.adapters.redis_signals import (
-    QueuedDecisionSink,
-    RedisDecisionSink,
-    RedisSignalCache,
-    SignalMetrics,
-    connect,
-)
+from scheduler.adapters.queued_decision_sink import QueuedDecisionSink
+from scheduler.adapters.redis_settings import connect
+from scheduler.adapters.redis_signals import RedisSignalCache
+from scheduler.adapters.signal_metrics import SignalMetrics
 from scheduler.cycle.ports import ClusterError
 from scheduler.cycle.preemption import antagonists_in
 from scheduler.endpoint.http import HealthServer, Heartbeat, Status

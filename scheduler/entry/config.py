@@ -17,7 +17,7 @@ this parses and that each value shown is the default)::
       scheduler_name: interference-scheduler
       dry_run: false
       ignore_namespaces: []
-    redis:             # scheduler.adapters.redis_signals.RedisSettings
+    redis:             # scheduler.adapters.redis_settings.RedisSettings
       url: redis://127.0.0.1:6379/0   # deploy/ sets redis://redis:6379/0; REDIS_URL overrides
     kubernetes:        # scheduler.adapters.kubernetes.KubernetesSettings
       kubeconfig: ""
@@ -63,7 +63,7 @@ import yaml
 from interference_infra.strict import SettingsError, parse_bool
 from scheduler.adapters.kubernetes import KubernetesSettings
 from scheduler.adapters.leader import LeaderElectionSettings
-from scheduler.adapters.redis_signals import RedisSettings
+from scheduler.adapters.redis_settings import RedisSettings
 from scheduler.adapters.tracing import TracingSettings
 from scheduler.cycle.settings import EngineSettings
 from scheduler.endpoint.http import ExtenderSettings, HttpSettings

@@ -34,15 +34,13 @@ from interference_infra.cliparse import RUNTIME_EXIT, USAGE_EXIT, OneLineParser
 from interference_infra.http import EndpointBindError
 from interference_infra.logsetup import configure_logging, mask_credentials
 from interference_infra.strict import SettingsError
+from scheduler.adapters.decision_sink import RedisDecisionSink
 from scheduler.adapters.kubernetes import KubernetesCluster, make_api_client
 from scheduler.adapters.leader import default_identity
-from scheduler.adapters.redis_signals import (
-    QueuedDecisionSink,
-    RedisDecisionSink,
-    RedisSignalCache,
-    SignalMetrics,
-    connect,
-)
+from scheduler.adapters.queued_decision_sink import QueuedDecisionSink
+from scheduler.adapters.redis_settings import connect
+from scheduler.adapters.redis_signals import RedisSignalCache
+from scheduler.adapters.signal_metrics import SignalMetrics
 from scheduler.cycle.cache import ClusterCache
 from scheduler.cycle.ports import ClusterError
 from scheduler.cycle.queue import SchedulingQueue

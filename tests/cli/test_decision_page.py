@@ -38,13 +38,10 @@ from interference.signals import NodeMetrics, NodeReport
 from interference_cli.main import main
 from interference_cli.simulate import load_policy, simulate
 from interference_cli.workload import Arrival, Workload
-from scheduler.adapters.redis_signals import (
-    QueuedDecisionSink,
-    RedisDecisionSink,
-    RedisSettings,
-    SignalMetrics,
-    connect,
-)
+from scheduler.adapters.decision_sink import RedisDecisionSink
+from scheduler.adapters.queued_decision_sink import QueuedDecisionSink
+from scheduler.adapters.redis_settings import RedisSettings, connect
+from scheduler.adapters.signal_metrics import SignalMetrics
 from scheduler.api.pods import parse_pod
 from scheduler.cycle.cycle import SchedulingCycle
 from scheduler.cycle.settings import EngineSettings

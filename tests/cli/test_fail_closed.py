@@ -26,8 +26,10 @@ from prometheus_client import CollectorRegistry
 
 from interference import keys
 from interference_cli.main import main
-from scheduler.adapters.redis_signals import RedisSettings, RedisSignalCache, SignalMetrics
-from scheduler.adapters.redis_signals import connect as connect_signals
+from scheduler.adapters.redis_settings import RedisSettings
+from scheduler.adapters.redis_settings import connect as connect_signals
+from scheduler.adapters.redis_signals import RedisSignalCache
+from scheduler.adapters.signal_metrics import SignalMetrics
 from scheduler.api.objects import ANNOTATION_MAX_RUNQ_P99_US
 from scheduler.api.pods import parse_pod
 from scheduler.cycle.cycle import SchedulingCycle

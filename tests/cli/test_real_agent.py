@@ -19,12 +19,9 @@ from interference_cli.main import main
 from interference_cli.trace import load_trace
 from interference_demo.lab import LocalLab
 from interference_demo.local_cluster import load_manifests, load_nodes
-from scheduler.adapters.redis_signals import (
-    RedisDecisionSink,
-    RedisSettings,
-    SignalMetrics,
-    connect,
-)
+from scheduler.adapters.decision_sink import RedisDecisionSink
+from scheduler.adapters.redis_settings import RedisSettings, connect
+from scheduler.adapters.signal_metrics import SignalMetrics
 
 pytestmark = [pytest.mark.bpf, pytest.mark.redis, pytest.mark.slow]
 

@@ -31,12 +31,9 @@ from interference_cli.simulate import (
 )
 from interference_cli.trace import load_trace
 from node_agent.publisher import PublisherSettings, RedisPublisher
-from scheduler.adapters.redis_signals import (
-    RedisSettings,
-    RedisSignalCache,
-    SignalMetrics,
-    connect,
-)
+from scheduler.adapters.redis_settings import RedisSettings, connect
+from scheduler.adapters.redis_signals import RedisSignalCache
+from scheduler.adapters.signal_metrics import SignalMetrics
 from scheduler.signals.frame import SignalFrame
 from tests.conftest import RedisServer
 

@@ -26,7 +26,7 @@ from node_agent.health import AgentMetrics
 from node_agent.signal_metrics import SignalCollector
 from node_agent.tolerances import PodTolerance
 from scheduler.adapters.preemption import PreemptionMetrics
-from scheduler.adapters.redis_signals import SignalMetrics
+from scheduler.adapters.signal_metrics import SignalMetrics
 from scheduler.adapters.tracing import TracingMetrics
 from scheduler.endpoint.metrics import SchedulerMetrics
 from scheduler.extender.extender import ExtenderMetrics

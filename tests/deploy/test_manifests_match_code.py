@@ -32,7 +32,7 @@ from node_agent.probes.bpf.prerequisites import HostPaths
 from node_agent.probes.bpf.sources import BPF_DIR_ENV
 from node_agent.settings import AgentSettings, detect_cgroup_v2_mount
 from scheduler.adapters.leader import default_identity, lease_namespace
-from scheduler.adapters.redis_signals import connect
+from scheduler.adapters.redis_settings import connect
 from scheduler.api.pods import parse_pod
 from scheduler.endpoint.http import HealthServer, Status
 from scheduler.entry import cli as scheduler_cli

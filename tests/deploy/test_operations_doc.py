@@ -36,12 +36,9 @@ from interference.decision import CandidateVerdict, Decision, decision_hash
 from interference.signals import GpuDevice, NodeMetrics, NodeReport, PodMetrics
 from node_agent.publisher import PublisherSettings, RedisPublisher
 from scheduler.adapters.preemption import PreemptionMetrics
-from scheduler.adapters.redis_signals import (
-    RedisSettings,
-    RedisSignalCache,
-    SignalMetrics,
-    connect,
-)
+from scheduler.adapters.redis_settings import RedisSettings, connect
+from scheduler.adapters.redis_signals import RedisSignalCache
+from scheduler.adapters.signal_metrics import SignalMetrics
 from scheduler.adapters.tracing import TracingMetrics
 from scheduler.endpoint.metrics import SchedulerMetrics
 from scheduler.extender.extender import ExtenderMetrics

@@ -34,15 +34,11 @@ from interference.decision import Decision
 from interference.signals import GpuDevice, NodeMetrics, NodeReport, PodMetrics
 from interference_cli.store import CliError, Store
 from node_agent.publisher import PublisherSettings, RedisPublisher
+from scheduler.adapters.decision_sink import RedisDecisionSink
 from scheduler.adapters.pod_reports import RedisPodReports
-from scheduler.adapters.redis_signals import (
-    ACL_COMMANDS,
-    RedisDecisionSink,
-    RedisSettings,
-    RedisSignalCache,
-    SignalMetrics,
-    connect,
-)
+from scheduler.adapters.redis_settings import ACL_COMMANDS, RedisSettings, connect
+from scheduler.adapters.redis_signals import RedisSignalCache
+from scheduler.adapters.signal_metrics import SignalMetrics
 from tests.conftest import free_port
 from tests.deploy.conftest import DeployedRedis, container_env, redis_manifests
 from tests.deploy.manifests import DEPLOY, container, find, render

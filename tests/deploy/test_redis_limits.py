@@ -24,13 +24,10 @@ from prometheus_client import CollectorRegistry
 
 from interference import keys
 from interference.signals import PodMetrics
+from scheduler.adapters.decision_sink import RedisDecisionSink
 from scheduler.adapters.pod_reports import RedisPodReports
-from scheduler.adapters.redis_signals import (
-    RedisDecisionSink,
-    RedisSettings,
-    SignalMetrics,
-    connect,
-)
+from scheduler.adapters.redis_settings import RedisSettings, connect
+from scheduler.adapters.signal_metrics import SignalMetrics
 from tests.deploy.conftest import DeployedRedis
 from tests.deploy.test_redis_acl import SCHEDULER, agent_publisher, enrol, report
 

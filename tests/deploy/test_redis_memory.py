@@ -21,12 +21,9 @@ from prometheus_client import CollectorRegistry
 from interference.decision import CandidateVerdict, Decision
 from interference.signals import NodeMetrics, NodeReport, PodMetrics
 from node_agent.publisher import PublisherSettings, RedisPublisher
-from scheduler.adapters.redis_signals import (
-    RedisDecisionSink,
-    RedisSettings,
-    SignalMetrics,
-    connect,
-)
+from scheduler.adapters.decision_sink import RedisDecisionSink
+from scheduler.adapters.redis_settings import RedisSettings, connect
+from scheduler.adapters.signal_metrics import SignalMetrics
 from tests.deploy.conftest import DeployedRedis, redis_manifests
 from tests.deploy.test_redis_acl import SCHEDULER, enrol
 
@@ -167,7 +164,7 @@ def test_decisions_filling_memory_never_evict_a_signal_and_are_counted(
         assert publisher.publish(node_report(node, NOW - 1))
     before = signal_keys(admin)
     assert len(before) >= len(NODES) * 30
-    with caplog.at_level(logging.WARNING, logger="scheduler.adapters.redis_signals"):
+    with caplog.at_level(logging.WARNING, logger="scheduler.adapters.decision_sink"):
         metrics, attempted = fill_with_decisions(small_redis)
     memory = admin.info("memory")
     assert memory["used_memory"] >= 0.9 * memory["maxmemory"]

@@ -19,7 +19,9 @@ from prometheus_client import CollectorRegistry
 
 from interference_cli.store import Store
 from interference_infra.redis_tls import RedisTls
-from scheduler.adapters.redis_signals import RedisSettings, RedisSignalCache, SignalMetrics, connect
+from scheduler.adapters.redis_settings import RedisSettings, connect
+from scheduler.adapters.redis_signals import RedisSignalCache
+from scheduler.adapters.signal_metrics import SignalMetrics
 from tests.deploy.conftest import (
     USERS,
     DeployedRedis,

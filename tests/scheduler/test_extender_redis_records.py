@@ -11,13 +11,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from interference import keys
-from scheduler.adapters.redis_signals import (
-    QueuedDecisionSink,
-    RedisDecisionSink,
-    RedisSettings,
-    SignalMetrics,
-    connect,
-)
+from scheduler.adapters.decision_sink import RedisDecisionSink
+from scheduler.adapters.queued_decision_sink import QueuedDecisionSink
+from scheduler.adapters.redis_settings import RedisSettings, connect
+from scheduler.adapters.signal_metrics import SignalMetrics
 from scheduler.extender.extender import RECORD_CONFIRM_S
 from tests.builders import pod_obj
 from tests.conftest import running_redis_server

@@ -10,7 +10,7 @@ from interference import keys
 from interference.signals import NodeMetrics, NodeReport, PodMetrics
 from node_agent.publisher import PublisherSettings, RedisPublisher
 from scheduler.adapters.pod_reports import RedisPodReports
-from scheduler.adapters.redis_signals import RedisSettings, connect
+from scheduler.adapters.redis_settings import RedisSettings, connect
 from tests.conftest import RedisServer
 
 pytestmark = [pytest.mark.redis]

@@ -18,7 +18,9 @@ from prometheus_client import CollectorRegistry
 from interference_cli.main import main as cli_main
 from interference_infra.redis_client import RedisConnection, RedisTarget, credentials_refused
 from scheduler.adapters.kubernetes import KubernetesCluster
-from scheduler.adapters.redis_signals import RedisSignalCache, SignalMetrics, connect
+from scheduler.adapters.redis_settings import connect
+from scheduler.adapters.redis_signals import RedisSignalCache
+from scheduler.adapters.signal_metrics import SignalMetrics
 from scheduler.entry.cli_common import report_reachability
 from tests.conftest import RedisServer
 from tests.scheduler.test_redis_signals import SETTINGS

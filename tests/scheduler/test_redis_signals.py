@@ -22,16 +22,11 @@ from interference.decision import CandidateVerdict, Decision, decision_hash, par
 from interference.index import IndexReferences
 from interference.signals import NodeMetrics, NodeReport
 from node_agent.publisher import PublisherSettings, RedisPublisher
-from scheduler.adapters.redis_signals import (
-    ACL_COMMANDS,
-    BulkHistogram,
-    QueuedDecisionSink,
-    RedisDecisionSink,
-    RedisSettings,
-    RedisSignalCache,
-    SignalMetrics,
-    connect,
-)
+from scheduler.adapters.decision_sink import RedisDecisionSink
+from scheduler.adapters.queued_decision_sink import QueuedDecisionSink
+from scheduler.adapters.redis_settings import ACL_COMMANDS, RedisSettings, connect
+from scheduler.adapters.redis_signals import RedisSignalCache
+from scheduler.adapters.signal_metrics import BulkHistogram, SignalMetrics
 from scheduler.api.pods import parse_pod
 from scheduler.cycle.cycle import SchedulingCycle
 from scheduler.cycle.settings import EngineSettings

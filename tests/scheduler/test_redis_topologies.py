@@ -28,15 +28,15 @@ from interference.signals import NodeReport
 from interference_infra.redis_client import RedisConnection
 from interference_infra.strict import SettingsError
 from node_agent.publisher import PublisherSettings, RedisPublisher
-from scheduler.adapters.redis_signals import (
+from scheduler.adapters.decision_sink import RedisDecisionSink
+from scheduler.adapters.redis_settings import (
     ACL_COMMANDS,
     CLUSTER_ACL_COMMANDS,
-    RedisDecisionSink,
     RedisSettings,
-    RedisSignalCache,
-    SignalMetrics,
     connect,
 )
+from scheduler.adapters.redis_signals import RedisSignalCache
+from scheduler.adapters.signal_metrics import SignalMetrics
 from scheduler.entry.cli import build_parser, overrides
 from scheduler.entry.config import ConfigError, SchedulerConfig, parse_config, with_overrides
 from scheduler.signals.frame import SignalFrame

@@ -19,12 +19,9 @@ from prometheus_client import CollectorRegistry
 from interference import freshness, keys, sched_record
 from interference.signals import NodeMetrics, NodeReport
 from node_agent.publisher import PublisherSettings, RedisPublisher
-from scheduler.adapters.redis_signals import (
-    RedisSettings,
-    RedisSignalCache,
-    SignalMetrics,
-    connect,
-)
+from scheduler.adapters.redis_settings import RedisSettings, connect
+from scheduler.adapters.redis_signals import RedisSignalCache
+from scheduler.adapters.signal_metrics import SignalMetrics
 from tests.conftest import RedisServer
 from tests.scheduler.frames import stale_nodes
 
