@@ -27,7 +27,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from scheduler.adapters.kubernetes import translate_error
+from scheduler.adapters.api_errors import translate_error
 from scheduler.cycle.ports import ClusterError
 from scheduler.plugins.rebalanced_away import Departure
 from scheduler.rebalancing.rebalance import Moved

@@ -38,25 +38,19 @@ failing call is logged once per streak (again after it has succeeded), not once 
 
 from __future__ import annotations
 
-import datetime as dt
-import json
 import logging
 import threading
 import time
-import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry, Counter
 
-from scheduler.adapters.kubernetes import (
-    SCHEDULER_NAME,
-    KubernetesCluster,
-    event_name,
-    translate_error,
-    unschedulable_condition,
-)
+from scheduler.adapters.api_errors import translate_error
+from scheduler.adapters.event_recorder import SCHEDULER_NAME, event_name, micro_time
+from scheduler.adapters.json_writer import json_body, path_part
+from scheduler.adapters.kubernetes import KubernetesCluster, unschedulable_condition
 from scheduler.cycle.ports import ClusterError, PodRef, Preemption
 
 log = logging.getLogger(__name__)
@@ -212,10 +206,13 @@ class KubernetesPreemptor:
 
     def _patch_status(self, pod: PodRef, status: dict[str, Any]) -> bool:
         """Strategic-merge PATCH of ``pods/status``; False when the pod is gone (404)."""
-        path = f"/api/v1/namespaces/{_part(pod.namespace)}/pods/{_part(pod.name)}/status"
+        path = f"/api/v1/namespaces/{path_part(pod.namespace)}/pods/{path_part(pod.name)}/status"
         try:
             self._cluster.writer.send(
-                "PATCH", path, _json({"status": status}), "application/strategic-merge-patch+json"
+                "PATCH",
+                path,
+                json_body({"status": status}),
+                "application/strategic-merge-patch+json",
             )
         except ApiException as exc:
             if exc.status == 404:
@@ -230,9 +227,9 @@ class KubernetesPreemptor:
         body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if pod.uid:
             body["preconditions"] = {"uid": pod.uid}
-        path = f"/api/v1/namespaces/{_part(pod.namespace)}/pods/{_part(pod.name)}"
+        path = f"/api/v1/namespaces/{path_part(pod.namespace)}/pods/{path_part(pod.name)}"
         try:
-            self._cluster.writer.send("DELETE", path, _json(body), "application/json")
+            self._cluster.writer.send("DELETE", path, json_body(body), "application/json")
         except ApiException as exc:
             if exc.status in (404, 409):
                 return False
@@ -249,7 +246,7 @@ class KubernetesPreemptor:
             "kind": "Event",
             "metadata": {"name": event_name(victim.name, time.time_ns()),
                          "namespace": victim.namespace},
-            "eventTime": _micro_time(now),
+            "eventTime": micro_time(now),
             "reportingController": SCHEDULER_NAME,
             "reportingInstance": self._cluster.identity[:128],
             "action": "Preempting",
@@ -261,9 +258,9 @@ class KubernetesPreemptor:
             "related": {"apiVersion": "v1", "kind": "Pod", "namespace": preemptor.namespace,
                         "name": preemptor.name, "uid": preemptor.uid},
         }  # fmt: skip
-        path = f"/apis/events.k8s.io/v1/namespaces/{_part(victim.namespace)}/events"
+        path = f"/apis/events.k8s.io/v1/namespaces/{path_part(victim.namespace)}/events"
         try:
-            self._cluster.writer.send("POST", path, _json(body), "application/json")
+            self._cluster.writer.send("POST", path, json_body(body), "application/json")
         except Exception as exc:
             raise translate_error(
                 exc, "create", "events.k8s.io/events", self._cluster.host
@@ -286,15 +283,3 @@ class KubernetesPreemptor:
         if call in self._failing:
             with self._lock:
                 self._failing.discard(call)
-
-
-def _json(body: Any) -> bytes:
-    return json.dumps(body, separators=(",", ":")).encode()
-
-
-def _part(value: str) -> str:
-    return urllib.parse.quote(value, safe="")
-
-
-def _micro_time(now: float) -> str:
-    return dt.datetime.fromtimestamp(now, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -45,7 +45,8 @@ from interference_infra.redis_client import REDIS_ERRORS
 from interference_infra.strict import SettingsError
 from scheduler.adapters.decision_sink import RedisDecisionSink
 from scheduler.adapters.eviction import KubernetesEvictor
-from scheduler.adapters.kubernetes import KubernetesCluster, make_api_client
+from scheduler.adapters.kubernetes import KubernetesCluster
+from scheduler.adapters.kubernetes_settings import make_api_client
 from scheduler.adapters.leader import LeaderElector, default_identity, lease_namespace
 from scheduler.adapters.move_journal import ConfigMapMoveJournal, journal_name
 from scheduler.adapters.pod_reports import RedisPodReports

@@ -19,7 +19,7 @@ this parses and that each value shown is the default)::
       ignore_namespaces: []
     redis:             # scheduler.adapters.redis_settings.RedisSettings
       url: redis://127.0.0.1:6379/0   # deploy/ sets redis://redis:6379/0; REDIS_URL overrides
-    kubernetes:        # scheduler.adapters.kubernetes.KubernetesSettings
+    kubernetes:        # scheduler.adapters.kubernetes_settings.KubernetesSettings
       kubeconfig: ""
     leader_election:   # scheduler.adapters.leader.LeaderElectionSettings
       lease_duration_s: 15
@@ -61,7 +61,7 @@ from typing import Any, Literal, get_args, get_origin
 import yaml
 
 from interference_infra.strict import SettingsError, parse_bool
-from scheduler.adapters.kubernetes import KubernetesSettings
+from scheduler.adapters.kubernetes_settings import KubernetesSettings
 from scheduler.adapters.leader import LeaderElectionSettings
 from scheduler.adapters.redis_settings import RedisSettings
 from scheduler.adapters.tracing import TracingSettings

@@ -35,7 +35,8 @@ from interference_infra.http import EndpointBindError
 from interference_infra.logsetup import configure_logging, mask_credentials
 from interference_infra.strict import SettingsError
 from scheduler.adapters.decision_sink import RedisDecisionSink
-from scheduler.adapters.kubernetes import KubernetesCluster, make_api_client
+from scheduler.adapters.kubernetes import KubernetesCluster
+from scheduler.adapters.kubernetes_settings import make_api_client
 from scheduler.adapters.leader import default_identity
 from scheduler.adapters.queued_decision_sink import QueuedDecisionSink
 from scheduler.adapters.redis_settings import connect

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from scheduler.adapters.kubernetes import KubernetesCluster, make_api_client
+from scheduler.adapters.kubernetes import KubernetesCluster
+from scheduler.adapters.kubernetes_settings import make_api_client
 from scheduler.cycle.ports import PodRef
 from scheduler.cycle.settings import EngineSettings
 from scheduler.endpoint.metrics import SchedulerMetrics

@@ -41,7 +41,7 @@ from interference.annotations import unknown_annotation_message
 from interference.decision import parse_decision_hash
 from interference.signals import SIGNAL_FAMILIES, NodeMetrics, NodeReport
 from interference_cli.redis_process import free_port
-from scheduler.adapters.kubernetes import SCHEDULER_NAME
+from scheduler.adapters.event_recorder import SCHEDULER_NAME
 from scheduler.api.objects import ANNOTATION_MAX_RUNQ_P99_US
 from scheduler.plugins.interference import RUNQ_EXCEEDED
 from tests.deploy.manifests import DEPLOY, find, render

@@ -18,14 +18,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from scheduler.adapters import kubernetes as kubernetes_adapter
-from scheduler.adapters.kubernetes import (
-    REQUIRED_PERMISSIONS,
-    Backoff,
-    KubernetesCluster,
-    KubernetesSettings,
-    event_name,
-)
+from interference_infra.kube_watch import Backoff
+from scheduler.adapters import event_recorder
+from scheduler.adapters.event_recorder import event_name
+from scheduler.adapters.kubernetes import REQUIRED_PERMISSIONS, KubernetesCluster
+from scheduler.adapters.kubernetes_settings import KubernetesSettings
 from scheduler.adapters.leader import LEASE_PERMISSIONS, LeaderElectionSettings, LeaderElector
 from scheduler.cycle.ports import (
     ApiUnavailable,
@@ -396,7 +393,7 @@ def test_repeated_events_are_one_series(
     count; another reason is its own Event; a deleted Event starts a new series Event."""
     ref = PodRef("ml", "p1", "u-1")
     clock = [1_000.0]
-    monkeypatch.setattr(kubernetes_adapter.time, "time", lambda: clock[0])
+    monkeypatch.setattr(event_recorder.time, "time", lambda: clock[0])
     cluster.record_event(ref, "Warning", "FailedScheduling", "0/3 nodes are available: a.")
     (event,) = emulator.all("events")
     assert re.fullmatch(r"p1\.[0-9a-f]+", event["metadata"]["name"])
@@ -411,7 +408,7 @@ def test_repeated_events_are_one_series(
         cluster.record_event(ref, "Warning", "FailedScheduling", "again")
     (event,) = emulator.all("events")
     assert event["series"]["count"] == 2  # counted, not written yet
-    clock[0] += kubernetes_adapter.SERIES_PATCH_INTERVAL_S
+    clock[0] += event_recorder.SERIES_PATCH_INTERVAL_S
     cluster.record_event(ref, "Warning", "FailedScheduling", "again")
     (event,) = emulator.all("events")
     assert event["series"]["count"] == 6
@@ -420,7 +417,7 @@ def test_repeated_events_are_one_series(
     cluster.record_event(ref, "Normal", "Scheduled", "Successfully assigned ml/p1 to n1")
     assert sorted(e["reason"] for e in emulator.all("events")) == ["FailedScheduling", "Scheduled"]
     emulator.delete("events", "ml", event["metadata"]["name"])
-    clock[0] += kubernetes_adapter.SERIES_PATCH_INTERVAL_S
+    clock[0] += event_recorder.SERIES_PATCH_INTERVAL_S
     cluster.record_event(ref, "Warning", "FailedScheduling", "again")
     recreated = [e for e in emulator.all("events") if e["reason"] == "FailedScheduling"]
     assert len(recreated) == 1 and recreated[0]["series"]["count"] == 7
