@@ -93,7 +93,7 @@ class BindingProbe:
             # pod is never relaxed to ignore that during the run: a node the scheduler
             # sees as stale (the attacker's, cut off; an honest one it crowded out) shows
             # as a pod not bound or bound late, never as a pod bound there anyway.
-            "engine": {"relax_after_s": 3600, "profile": {"plugin_config": [
+            "cycle": {"relax_after_s": 3600, "profile": {"plugin_config": [
                 {"name": "Interference", "args": {"stale_policy": "reject"}}]}},
             "leader_election": {"enabled": False},
             "http": {"port": free_port(), "host": "127.0.0.1"},

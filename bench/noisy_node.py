@@ -10,7 +10,7 @@ in as its own ACL user (:func:`interference.acl.agent_acl_rules`, what the issue
 and for ``--seconds`` writes over its caps or at them (``--attack``, see :func:`attack`).
 Meanwhile the scheduler's signal follower
 (:class:`~scheduler.adapters.redis_signals.RedisSignalCache`) polls every node's record
-every 0.5 s and the rebalancer's reader (:class:`~scheduler.adapters.pod_reports.RedisPodReports`)
+every 0.5 s and the rebalancer's reader (:class:`~scheduler.adapters.node_reports.RedisNodeReportSource`)
 reads 40 nodes' streams, ``bad`` among them, every 5 s.
 
 Reported: the most honest nodes without a fresh record at any poll after warm-up, the
@@ -56,7 +56,7 @@ from bench.signal_replay import start_replay
 from credential_issuer.settings import redis_target
 from credential_issuer.warden import Warden, WardenLimits, WardenMetrics, cutoff_key
 from interference import acl, keys
-from scheduler.adapters.pod_reports import RedisPodReports
+from scheduler.adapters.node_reports import RedisNodeReportSource
 from scheduler.adapters.redis_settings import RedisSettings, connect
 from scheduler.adapters.redis_signals import RedisSignalCache
 from scheduler.adapters.signal_metrics import SignalMetrics
@@ -230,7 +230,7 @@ def main() -> None:
     connection = connect(settings, {})
     metrics = SignalMetrics(CollectorRegistry())
     cache = RedisSignalCache(connection, settings, metrics, known_nodes=lambda: [*honest, "bad"])
-    reader = RedisPodReports(connection, metrics)
+    reader = RedisNodeReportSource(connection, metrics)
     time.sleep(5)  # warm-up: every honest node has reported a few times
     if probe is not None:
         probe.start_scheduling()

@@ -6,7 +6,7 @@ node-a runs ``stress-ng`` 5 s on, 5 s off; node-b a steady 40 % CPU loop, so in 
 off seconds node-a *looks* quieter than node-b. The reports are recorded from
 the nodes' report streams exactly as ``interference record`` does, then one latency pod a second
 (``tests/data/bursty-arrivals.yaml``, tolerance 10 ms run-queue p99) is placed by the
-real engine under each policy on that same recording — so every policy sees the same
+real scheduling cycle under each policy on that same recording — so every policy sees the same
 kernel signals, side by side in one run:
 
 - ``per-second``: the interference-aware policy on each report's latest interval;

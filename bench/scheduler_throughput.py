@@ -1,4 +1,4 @@
-"""Scheduler throughput: engine decisions/s and end-to-end pods/s (issue 3, acceptance 6).
+"""Scheduler throughput: cycle decisions/s and end-to-end pods/s (issue 3, acceptance 6).
 
 The cluster: 5,000 nodes (10 % GPU nodes with 8 GPUs, tainted; some dedicated nodes
 tainted too; zone and instance-type labels), 50,000 running pods bound to them, 10,000
@@ -12,11 +12,11 @@ written to a real ``redis-server`` every second by replay processes standing for
 agents, and read by the scheduler's own follower polling in this process
 (:func:`followed_signals`).
 
-1. **Engine**: the real :class:`~scheduler.cycle.cycle.SchedulingCycle` over the real node
+1. **Cycle**: the real :class:`~scheduler.cycle.cycle.SchedulingCycle` over the real node
    table (filled by the real cache); every pending pod is decided and assumed. Prints decisions/s
-   counted over ``Engine.schedule`` alone and over the whole attempt (with assume).
+   counted over ``SchedulingCycle.schedule`` alone and over the whole attempt (with assume).
 2. **End to end**: the real :class:`~scheduler.standalone.loop.SchedulingLoop` (queue, cache,
-   engine, binder threads) binds every pending pod through the real
+   cycle, binder threads) binds every pending pod through the real
    :class:`~scheduler.adapters.kubernetes.KubernetesCluster` (the ``kubernetes`` client)
    against a local HTTP emulator (a minimal stdlib asyncio HTTP/1.1 server in its own
    process on 127.0.0.1, answering Binding POSTs, 409 on a second bind, Event POSTs and
@@ -31,11 +31,11 @@ agents, and read by the scheduler's own follower polling in this process
 
 Beside them: kube-scheduler's scheduler_perf thresholds (SchedulingBasic, 5,000 nodes:
 680–810 pods/s; extended resources: 180 pods/s) and the bench process's RSS.
-Targets: engine ≥ 5,000 decisions/s with every filter on; end to end ≥ 680 pods/s.
+Targets: cycle ≥ 5,000 decisions/s with every filter on; end to end ≥ 680 pods/s.
 
 Run from the repository root (``make bench`` runs it):
 ``.venv/bin/python bench/scheduler_throughput.py [--nodes 5000] [--running 50000]
-[--pending 10000] [--bind-workers 16] [--profile] [--skip-engine] [--skip-in-memory]
+[--pending 10000] [--bind-workers 16] [--profile] [--skip-cycle] [--skip-in-memory]
 [--json]``. ``--json`` adds one last line to stdout: the headline figures as a JSON object
 (``bench/throughput_versus.py`` reads it). With :data:`TURNS_ENV` set (by
 ``throughput_versus.py --turns``) it runs one phase in turns with another driver instead
@@ -93,7 +93,7 @@ from scheduler.cycle.ports import (
     SignalSource,
 )
 from scheduler.cycle.queue import SchedulingQueue
-from scheduler.cycle.settings import EngineSettings
+from scheduler.cycle.settings import CycleSettings
 from scheduler.endpoint.metrics import SchedulerMetrics
 from scheduler.signals.table import NodeTable
 from scheduler.standalone.loop import LoopSettings, SchedulingLoop
@@ -106,9 +106,9 @@ GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"
 DEDICATED_TAINT = {"key": "dedicated", "value": "batch", "effect": "NoSchedule"}
 KUBE_SCHEDULER_BASIC = (680.0, 810.0)
 KUBE_SCHEDULER_EXTENDED = 180.0
-ENGINE_TARGET = 5000.0
+CYCLE_TARGET = 5000.0
 CHUNK = 1000
-"""Decisions per chunk for the median/best engine rates (the machine's load varies)."""
+"""Decisions per chunk for the median/best cycle rates (the machine's load varies)."""
 END_TO_END_TARGET = 680.0
 
 
@@ -355,7 +355,7 @@ def rss_mib() -> float:
 
 TURNS_ENV = "THROUGHPUT_TURNS"
 """Set by ``bench/throughput_versus.py --turns``: ``DIRECTORY:DECISIONS:PHASE`` (see
-:class:`Turns`); the driver then runs that phase only (``engine``, ``loop`` in memory, or
+:class:`Turns`); the driver then runs that phase only (``cycle``, ``loop`` in memory, or
 ``end-to-end``)."""
 
 
@@ -393,8 +393,8 @@ class Turns:
         self._done.write(f"{decisions} {wall_s!r} {cpu_s!r}\n")
 
 
-class EngineTurns:
-    """The engine phase's turns: the decisions' own wall and thread CPU time."""
+class CycleTurns:
+    """The cycle phase's turns: the decisions' own wall and thread CPU time."""
 
     def __init__(self, turns: Turns) -> None:
         self._turns = turns
@@ -450,32 +450,32 @@ def loop_in_turns(loop: SchedulingLoop, sink: DecisionSink, turns: Turns) -> Non
     loop.run_once = run_once_in_turns  # type: ignore[method-assign]
 
 
-# ---- 1. engine --------------------------------------------------------------------------
+# ---- 1. cycle --------------------------------------------------------------------------
 
 
 @dataclass
-class EngineFigures:
+class CycleFigures:
     decisions: int
     scheduled: int
-    engine_s: float
+    cycle_s: float
     attempt_s: float
     chunk_rates: list[float]
-    """Engine decisions/s of each run of ``CHUNK`` consecutive decisions."""
+    """Cycle decisions/s of each run of ``CHUNK`` consecutive decisions."""
     sync_s: float
     cache_rss_mib: float
-    engine_cpu_s: float = 0.0
+    cycle_cpu_s: float = 0.0
     """The scheduling thread's CPU time inside the decisions: unlike the wall clock, not
     lengthened while other processes hold the CPU."""
 
 
-def bench_engine(cluster: InMemoryCluster, signals: SignalSource, profile: bool) -> EngineFigures:
+def bench_cycle(cluster: InMemoryCluster, signals: SignalSource, profile: bool) -> CycleFigures:
     metrics = SchedulerMetrics(CollectorRegistry())
     queue = SchedulingQueue()
     before = rss_mib()
     started = time.perf_counter()
     cache = ClusterCache(NodeTable(), queue, metrics, SCHEDULER)
-    engine = SchedulingCycle(EngineSettings(), seed=1)
-    engine.register_indexes(cache.table)  # as the loop does: kept current while listing
+    cycle = SchedulingCycle(CycleSettings(), seed=1)
+    cycle.register_lookups(cache.table)  # as the loop does: kept current while listing
     cluster.informer(cache).sync()
     sync_s = time.perf_counter() - started
     cache_rss = rss_mib() - before
@@ -483,11 +483,11 @@ def bench_engine(cluster: InMemoryCluster, signals: SignalSource, profile: bool)
     while (key := queue.pop()) is not None:
         keys.append(key)
     profiler = cProfile.Profile() if profile else None
-    engine_s = attempt_s = chunk_s = engine_cpu_s = 0.0
+    cycle_s = attempt_s = chunk_s = cycle_cpu_s = 0.0
     chunk_rates = []
     scheduled = 0
-    in_turns = Turns.from_env("engine")
-    turns = EngineTurns(in_turns) if in_turns else None
+    in_turns = Turns.from_env("cycle")
+    turns = CycleTurns(in_turns) if in_turns else None
     for done, key in enumerate(keys, start=1):
         pod = cache.pending_pod(key)
         assert pod is not None
@@ -498,9 +498,9 @@ def bench_engine(cluster: InMemoryCluster, signals: SignalSource, profile: bool)
         if profiler:
             profiler.enable()
         c1 = time.thread_time()
-        result = engine.schedule(pod, cache.table, now)
+        result = cycle.schedule(pod, cache.table, now)
         c2 = time.thread_time()
-        engine_cpu_s += c2 - c1
+        cycle_cpu_s += c2 - c1
         if profiler:
             profiler.disable()
         t2 = time.perf_counter()
@@ -510,7 +510,7 @@ def bench_engine(cluster: InMemoryCluster, signals: SignalSource, profile: bool)
             cache.assume(pod, result.node)
             scheduled += 1
         t3 = time.perf_counter()
-        engine_s += t2 - t1
+        cycle_s += t2 - t1
         attempt_s += t3 - t0
         chunk_s += t2 - t1
         if done % CHUNK == 0:
@@ -519,10 +519,10 @@ def bench_engine(cluster: InMemoryCluster, signals: SignalSource, profile: bool)
     if turns:
         turns.close()
     if profiler:
-        print("\nEngine.schedule profile (top 25 by cumulative time):")
+        print("\nSchedulingCycle.schedule profile (top 25 by cumulative time):")
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
-    return EngineFigures(
-        len(keys), scheduled, engine_s, attempt_s, chunk_rates, sync_s, cache_rss, engine_cpu_s
+    return CycleFigures(
+        len(keys), scheduled, cycle_s, attempt_s, chunk_rates, sync_s, cache_rss, cycle_cpu_s
     )
 
 
@@ -712,7 +712,7 @@ def run_loop(
         cluster,
         signals,
         sink,
-        EngineSettings(),
+        CycleSettings(),
         LoopSettings(scheduler_name=SCHEDULER, bind_workers=workers),
         leading,
         SchedulerMetrics(CollectorRegistry()),
@@ -816,9 +816,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pending", type=int, default=10_000)
     parser.add_argument("--bind-workers", type=int, default=16)
     parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--profile", action="store_true", help="cProfile Engine.schedule")
+    parser.add_argument("--profile", action="store_true", help="cProfile SchedulingCycle.schedule")
     parser.add_argument("--skip-end-to-end", action="store_true")
-    parser.add_argument("--skip-engine", action="store_true")
+    parser.add_argument("--skip-cycle", action="store_true")
     parser.add_argument(
         "--skip-in-memory", action="store_true", help="end to end only, without the in-memory loop"
     )
@@ -828,7 +828,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     turns_phase = Turns.phase()
     if turns_phase:  # that phase alone
-        args.skip_engine = turns_phase != "engine"
+        args.skip_cycle = turns_phase != "cycle"
         args.skip_end_to_end = turns_phase != "end-to-end"
         args.skip_in_memory = True
 
@@ -849,39 +849,39 @@ def main(argv: list[str] | None = None) -> int:
 
         rows: list[tuple[str, str, str]] = []
         figures: dict[str, float] = {}
-        if not args.skip_engine:
-            engine = bench_engine(cluster, signals, args.profile)
-            engine_rate = engine.decisions / engine.engine_s
-            attempt_rate = engine.decisions / engine.attempt_s
-            cpu_rate = engine.decisions / engine.engine_cpu_s
+        if not args.skip_cycle:
+            cycle = bench_cycle(cluster, signals, args.profile)
+            cycle_rate = cycle.decisions / cycle.cycle_s
+            attempt_rate = cycle.decisions / cycle.attempt_s
+            cpu_rate = cycle.decisions / cycle.cycle_cpu_s
             figures |= {
-                "engine_decisions_per_s": engine_rate,
-                "engine_decisions_per_cpu_s": cpu_rate,
+                "cycle_decisions_per_s": cycle_rate,
+                "cycle_decisions_per_cpu_s": cpu_rate,
                 "attempt_decisions_per_s": attempt_rate,
             }
             rows += [
                 (
-                    "engine: Engine.schedule only",
-                    f"{engine_rate:,.0f} decisions/s",
-                    f"target ≥ {ENGINE_TARGET:,.0f}: {verdict(engine_rate, ENGINE_TARGET)}",
+                    "cycle: SchedulingCycle.schedule only",
+                    f"{cycle_rate:,.0f} decisions/s",
+                    f"target ≥ {CYCLE_TARGET:,.0f}: {verdict(cycle_rate, CYCLE_TARGET)}",
                 ),
-                ("engine: per CPU-second", f"{cpu_rate:,.0f} decisions/s", "scheduling thread"),
-                ("engine: + signals refresh + assume", f"{attempt_rate:,.0f} decisions/s", ""),
-                ("engine: pods placed", f"{engine.scheduled}/{engine.decisions}", ""),
+                ("cycle: per CPU-second", f"{cpu_rate:,.0f} decisions/s", "scheduling thread"),
+                ("cycle: + signals refresh + assume", f"{attempt_rate:,.0f} decisions/s", ""),
+                ("cycle: pods placed", f"{cycle.scheduled}/{cycle.decisions}", ""),
                 (
                     "cache: initial list → table",
-                    f"{engine.sync_s:.1f} s",
-                    f"+{engine.cache_rss_mib:.0f} MiB RSS",
+                    f"{cycle.sync_s:.1f} s",
+                    f"+{cycle.cache_rss_mib:.0f} MiB RSS",
                 ),
             ]
-            if engine.chunk_rates:
+            if cycle.chunk_rates:
                 rows.insert(
                     1,
                     (
-                        f"engine: {CHUNK}-decision chunks",
-                        f"median {statistics.median(engine.chunk_rates):,.0f}/s",
-                        f"best {max(engine.chunk_rates):,.0f}/s, worst "
-                        f"{min(engine.chunk_rates):,.0f}/s (the machine's load varies)",
+                        f"cycle: {CHUNK}-decision chunks",
+                        f"median {statistics.median(cycle.chunk_rates):,.0f}/s",
+                        f"best {max(cycle.chunk_rates):,.0f}/s, worst "
+                        f"{min(cycle.chunk_rates):,.0f}/s (the machine's load varies)",
                     ),
                 )
 

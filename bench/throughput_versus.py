@@ -5,12 +5,12 @@ on an error or Ctrl-C). Each side runs its *own* ``bench/scheduler_throughput.py
 subprocess with ``PYTHONPATH`` set to its own tree (the same interpreter and packages
 otherwise), alternating base/this/base/this for ``--rounds`` rounds so the machine's noise
 hits both. Each side runs its own driver because the driver builds on internals
-(``ClusterCache``, ``Engine``, ``SchedulingLoop``, ``NodeTable``, ``InMemoryCluster``),
+(``ClusterCache``, ``SchedulingCycle``, ``SchedulingLoop``, ``NodeTable``, ``InMemoryCluster``),
 exactly what a refactor of the scheduling cycle changes; one driver against both trees
 would break or measure something else.
 
 Figures come from the driver's ``--json`` line where that side's driver has it, else from
-its human table (older revisions): ``Engine.schedule`` decisions/s, decisions/s with
+its human table (older revisions): ``SchedulingCycle.schedule`` decisions/s, decisions/s with
 signal refresh + assume, in-memory loop pods/s, end-to-end pods/s and pods per CPU-second.
 Per figure: each side's median and best round, the ratios this/base of both, and "no
 slower" when both ratios are at least 0.95 (``THRESHOLD``). Both, because on a shared
@@ -24,14 +24,14 @@ BENCH=throughput_versus BASE=REV`` runs it in end-to-end turns)::
 
     .venv/bin/python bench/throughput_versus.py --base REV [--rounds 3] [--nodes 5000]
         [--running 50000] [--pending 10000] [--bind-workers 16] [--seed 42]
-        [--skip-engine] [--skip-end-to-end] [--skip-in-memory] [--base-patch FILE]...
-        [--turns DECISIONS [--turns-phase engine|loop|end-to-end]]
+        [--skip-cycle] [--skip-end-to-end] [--skip-in-memory] [--base-patch FILE]...
+        [--turns DECISIONS [--turns-phase cycle|loop|end-to-end]]
 
-``engine_decisions_per_cpu_s`` counts the scheduling thread's CPU time only, so it does
+``cycle_decisions_per_cpu_s`` counts the scheduling thread's CPU time only, so it does
 not swing with what else runs on the machine. A base whose driver lacks a figure or the
 turns can be given them with ``--base-patch`` (a patch to the base's ``bench/``).
 
-``--turns N`` compares one phase in turns instead (``--turns-phase engine``, the default;
+``--turns N`` compares one phase in turns instead (``--turns-phase cycle``, the default;
 ``loop``: the scheduling loop over an in-memory cluster; ``end-to-end``: the loop binding
 over HTTP and writing records to Redis; a loop's turn ends when its pods' binds, Events
 and records are written): both drivers list their clusters at once, then
@@ -68,9 +68,9 @@ TURNS_ENV = "THROUGHPUT_TURNS"
 THRESHOLD = 0.95
 """Ratio this/base (higher is better) at or above which a figure is "no slower"."""
 FIGURES = {
-    "engine_decisions_per_s": "engine: Engine.schedule only",
-    "engine_decisions_per_cpu_s": "engine: per CPU-second",
-    "attempt_decisions_per_s": "engine: + signals refresh + assume",
+    "cycle_decisions_per_s": "cycle: SchedulingCycle.schedule only",
+    "cycle_decisions_per_cpu_s": "cycle: per CPU-second",
+    "attempt_decisions_per_s": "cycle: + signals refresh + assume",
     "in_memory_pods_per_s": "loop, in-memory cluster (no HTTP)",
     "end_to_end_pods_per_s": "end to end: bound over HTTP",
     "end_to_end_pods_per_cpu_s": "end to end: pods per CPU-second",
@@ -196,7 +196,7 @@ def describe_ratios(ratios: list[float]) -> str:
     )
 
 
-TURN_PHASES = ("engine", "loop", "end-to-end")
+TURN_PHASES = ("cycle", "loop", "end-to-end")
 """What ``--turns`` can compare (the driver's whole-phase rates are not comparable then:
 each side's clock also runs while it waits for the other's turn)."""
 
@@ -225,7 +225,7 @@ def compare_in_turns(
     wall_total = totals["base"][0] / totals["this"][0]
     cpu_total = totals["base"][1] / totals["this"][1]
     what = {
-        "engine": "engine decisions",
+        "cycle": "cycle decisions",
         "loop": "pods bound by the in-memory loop",
         "end-to-end": "pods bound end to end",
     }[phase]
@@ -270,20 +270,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--turns-phase",
         choices=TURN_PHASES,
-        default="engine",
-        help="with --turns: the engine phase, the scheduling loop over an in-memory"
+        default="cycle",
+        help="with --turns: the cycle phase, the scheduling loop over an in-memory"
         " cluster, or the loop end to end (a loop's turn ends when its pods' binds and"
         " records are written)",
     )
     for flag, default in (("--nodes", 5000), ("--running", 50_000), ("--pending", 10_000),
                           ("--bind-workers", 16), ("--seed", 42)):  # fmt: skip
         parser.add_argument(flag, type=int, default=default)
-    for flag in ("--skip-engine", "--skip-end-to-end", "--skip-in-memory"):
+    for flag in ("--skip-cycle", "--skip-end-to-end", "--skip-in-memory"):
         parser.add_argument(flag, action="store_true")
     args = parser.parse_args(argv)
     workload = [f"--{name.replace('_', '-')}={getattr(args, name)}"
                 for name in ("nodes", "running", "pending", "bind_workers", "seed")]  # fmt: skip
-    workload += [flag for flag in ("--skip-engine", "--skip-end-to-end", "--skip-in-memory")
+    workload += [flag for flag in ("--skip-cycle", "--skip-end-to-end", "--skip-in-memory")
                  if getattr(args, flag[2:].replace("-", "_"))]  # fmt: skip
     git = ["git", "-C", str(REPO)]
     base = subprocess.run([*git, "rev-parse", "--verify", f"{args.base}^{{commit}}"],

@@ -513,7 +513,7 @@ def _rejected(decision: Decision) -> str:
         out.append(
             f'<p class="muted" id="omitted" data-feasible="{feasible}" '
             f'data-rejected="{more_rejected}">{said} node(s) omitted: the record keeps the '
-            "best and the first rejected (engine.record_top_k of each).</p>"
+            "best and the first rejected (cycle.record_top_k of each).</p>"
         )
     if decision.rejected_by_reason:
         out.append('<table id="reasons"><tr><th>nodes</th><th>rejected because</th></tr>')

@@ -224,8 +224,8 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
 
     simulate = command(
         "simulate",
-        "replay a trace through the engine per policy",
-        "Replay a recorded trace with a pod arrival list through the real scheduling engine "
+        "replay a trace through the cycle per policy",
+        "Replay a recorded trace with a pod arrival list through the real scheduling cycle "
         "once per policy and compare the results side by side. The arrival format is "
         "documented in docs/operations.md (example: deploy/demo/arrivals.yaml). With "
         "--explain, also print the decision record one pod would have got under each "

@@ -15,7 +15,7 @@ would (``tests/cli/test_replay_parity.py`` runs traces both ways). Per policy it
     that followed: of the node's reports in ``(t, t + horizon_s]`` after placement at
     ``t``, at least ``violation_fraction`` failed the pod's tolerance, judged by the
     scheduler's own tolerance filter (:func:`scheduler.plugins.interference.interference_filter`)
-    on that report with default engine settings — the same judge for every policy.
+    on that report with default cycle settings — the same judge for every policy.
 ``nodes_used``
     distinct nodes that received at least one of the simulated pods.
 ``gpu_fragmentation``
@@ -24,7 +24,7 @@ would (``tests/cli/test_replay_parity.py`` runs traces both ways). Per policy it
 ``unschedulable``
     pods that never found a node (each is retried with backoff while the trace lasts).
 ``decisions_per_s``
-    engine decisions (attempts, retries included) per second of time spent in the engine.
+    cycle decisions (attempts, retries included) per second of time spent in the cycle.
 
 The trace's measurements already contain whatever ran on the nodes when it was recorded,
 not the simulated pods' own load; the cycle's recent-load term stands in for that.
@@ -64,7 +64,7 @@ from scheduler.api.objects import PodInfo
 from scheduler.api.pods import parse_pod
 from scheduler.api.reader import ObjectError
 from scheduler.cycle.cycle import SchedulingCycle
-from scheduler.cycle.settings import EngineSettings
+from scheduler.cycle.settings import CycleSettings
 from scheduler.entry.config import ConfigError, load_config
 from scheduler.plugins.interference import InterferenceArgs, interference_filter
 from scheduler.signals.records import DEFAULT_REFERENCES, frame_of_records
@@ -81,8 +81,8 @@ class Policy:
     """A scheduler config file as the simulator runs it."""
 
     name: str
-    settings: EngineSettings
-    """``engine:`` of the file; ``interference_aware: false`` makes an interference-blind
+    settings: CycleSettings
+    """``cycle:`` of the file; ``interference_aware: false`` makes an interference-blind
     policy (tolerance filters off, no quietness score), as the loop runs without signals."""
     references: IndexReferences = DEFAULT_REFERENCES
     """``redis.index_references`` of the file: the references the scheduler computes each
@@ -131,9 +131,7 @@ def load_policy(path: str | Path) -> Policy:
     except (OSError, ValueError) as exc:
         raise CliError(f"policy {path}: {exc}") from exc
     redis = config.redis
-    return Policy(
-        Path(path).stem, config.engine, redis.index_references, redis.max_agent_interval_s
-    )
+    return Policy(Path(path).stem, config.cycle, redis.index_references, redis.max_agent_interval_s)
 
 
 def simulate(
@@ -144,7 +142,7 @@ def simulate(
     signals: ReplaySignals | None = None,
     keep_decisions: bool = False,
 ) -> PolicyResult:
-    """Replay ``reports`` and ``workload`` through the engine under ``policy``.
+    """Replay ``reports`` and ``workload`` through the cycle under ``policy``.
 
     Time advances over every report and arrival. A pod is attempted when it arrives; an
     unschedulable one is retried with the scheduling queue's backoff (1 s doubling to
@@ -175,7 +173,7 @@ def simulate(
     result.placed = len(replay.placed)
     result.nodes_used = len({node for _, _, node in replay.placed})
     result.gpu_fragmentation = gpu_fragmentation(replay.table)
-    result.decisions_per_s = replay.attempts / replay.engine_s if replay.engine_s > 0 else 0.0
+    result.decisions_per_s = replay.attempts / replay.cycle_s if replay.cycle_s > 0 else 0.0
     result.placements = [(round(t - t0, 3), pod.key, node) for t, pod, node in replay.placed]
     result.explained = replay.explained
     result.decisions = replay.decisions
@@ -211,7 +209,7 @@ class _Replay:
     ):
         self._reports = ordered
         self._next_report = 0
-        self._engine = SchedulingCycle(policy.settings, seed=0)
+        self._cycle = SchedulingCycle(policy.settings, seed=0)
         self._signals = signals
         self._departures: list[tuple[float, int, PodInfo]] = []
         self.table = NodeTable()
@@ -222,7 +220,7 @@ class _Replay:
         self.placed: list[tuple[float, PodInfo, str]] = []
         """``(time, pod, node)`` of every placement."""
         self.attempts = 0
-        self.engine_s = 0.0
+        self.cycle_s = 0.0
         self._explain = explain
         self.explained: Decision | None = None
         self._keep_decisions = keep_decisions
@@ -260,8 +258,8 @@ class _Replay:
     def _attempt(self, pod: PodInfo, duration_s: float | None, now: float) -> bool:
         self.table.set_signals(self._signals.frame(now))
         started = time.perf_counter()
-        decision = self._engine.schedule(pod, self.table, now)
-        self.engine_s += time.perf_counter() - started
+        decision = self._cycle.schedule(pod, self.table, now)
+        self.cycle_s += time.perf_counter() - started
         self.attempts += 1
         if pod.key == self._explain or self._keep_decisions:
             record = Decision(
@@ -389,7 +387,7 @@ def run_simulate_command(args: argparse.Namespace, console: Console) -> int:
         for result in results:
             console.print()
             console.print(text(f"policy {result.policy}", style="bold"))
-            if result.explained is None:  # the pod never reached the engine
+            if result.explained is None:  # the pod never reached the cycle
                 console.print(text(f"{explain} was never attempted"))
                 continue
             when = f"at {result.explained.ts - t0:.1f} s into the trace"

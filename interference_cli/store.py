@@ -265,9 +265,9 @@ class Store:
             client = self._redis
             ranking = client.zrange(keys.NODES_BY_INDEX, 0, -1, withscores=True)
             updated = client.zrange(keys.NODES_UPDATED, 0, -1, withscores=True)
-            index_of = {_text(m): float(s) for m, s in ranking}
+            index_by_node = {_text(m): float(s) for m, s in ranking}
             updated_at = {_text(m): float(s) for m, s in updated}
-            found = set(index_of) | set(updated_at)
+            found = set(index_by_node) | set(updated_at)
             if scan or not found:
                 scanned = self._nodes_with_records()
                 if scanned is None:
@@ -277,9 +277,9 @@ class Store:
             pipe = client.pipeline(transaction=False)
             for name in names:
                 pipe.hgetall(keys.node_key(name))
-            return names, index_of, updated_at, list(pipe.execute())
+            return names, index_by_node, updated_at, list(pipe.execute())
 
-        names, index_of, updated_at, hashes = self._call("the node list", read)
+        names, index_by_node, updated_at, hashes = self._call("the node list", read)
         if not names:
             raise CliError(
                 f"no node reports in Redis at {self.shown_url} (no {keys.NODES_BY_INDEX} "
@@ -287,7 +287,7 @@ class Store:
                 "running with --redis-url pointing here?"
             )
         rows = [
-            self._node_row(name, raw, updated_at.get(name, 0.0), now, index_of.get(name))
+            self._node_row(name, raw, updated_at.get(name, 0.0), now, index_by_node.get(name))
             for name, raw in zip(names, hashes, strict=True)
             if raw or now - updated_at.get(name, 0.0) <= 2 * freshness.MIN_STALE_AFTER_S
         ]

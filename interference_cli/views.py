@@ -316,7 +316,7 @@ def decision_view(decision: Decision, now: float, when: str | None = None) -> Re
         parts.append(
             text(
                 f"… {' and '.join(left_out)} node(s) not listed: the record keeps the best"
-                " and the first rejected (engine.record_top_k of each)",
+                " and the first rejected (cycle.record_top_k of each)",
                 style="dim",
             )
         )

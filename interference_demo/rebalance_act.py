@@ -33,7 +33,7 @@ from interference.codec import PayloadError, decode_report
 from interference.signals import PodMetrics
 from interference_demo.lab import LabError, LocalLab
 from scheduler.adapters.decision_sink import RedisDecisionSink
-from scheduler.adapters.pod_reports import RedisPodReports
+from scheduler.adapters.node_reports import RedisNodeReportSource
 from scheduler.adapters.redis_settings import RedisSettings, connect
 from scheduler.adapters.redis_signals import RedisSignalCache
 from scheduler.adapters.signal_metrics import SignalMetrics
@@ -224,7 +224,7 @@ def start_schedulers(
             lab.cluster,
             signals,
             sink,
-            config.engine,
+            config.cycle,
             dataclasses.replace(config.loop, scheduler_name=name),
             leading,
             SchedulerMetrics(CollectorRegistry()),
@@ -234,11 +234,11 @@ def start_schedulers(
     rebalancer = Rebalancer(
         loops[AWARE].cache,
         cache,
-        RedisPodReports(client),
+        RedisNodeReportSource(client),
         evictor,
         lab.cluster,
         rebalancing_records,
-        config.engine,
+        config.cycle,
         rebalancer_settings,
         AWARE,
         RebalanceMetrics(registry),

@@ -35,7 +35,7 @@ from interference.signals import CORE_FAMILIES, WINDOWS_S, NodeMetrics, WindowMe
 
 
 @dataclass(frozen=True, slots=True)
-class IntervalRecord:
+class IntervalMetrics:
     """What a window needs from one interval."""
 
     ended_at: float
@@ -62,7 +62,7 @@ class SignalHistory:
         if not spans_s or any(not span > 0 for span in spans_s):
             raise ValueError(f"window spans must be > 0 seconds, got {list(spans_s)}")
         self.spans_s = tuple(sorted(spans_s))
-        self._records: deque[IntervalRecord] = deque()
+        self._records: deque[IntervalMetrics] = deque()
 
     def __len__(self) -> int:
         return len(self._records)
@@ -80,7 +80,7 @@ class SignalHistory:
         measured = tuple(measured)
         if set(measured) >= CORE_FAMILIES:
             self._records.append(
-                IntervalRecord(
+                IntervalMetrics(
                     ended_at=ended_at,
                     interval_s=interval_s,
                     runq_us=tuple(runq_us),
@@ -109,7 +109,7 @@ class SignalHistory:
         }
 
 
-def summarize(span_s: float, records: Sequence[IntervalRecord]) -> WindowMetrics:
+def summarize(span_s: float, records: Sequence[IntervalMetrics]) -> WindowMetrics:
     """The module docstring's formulas over ``records``."""
     if not records:
         return WindowMetrics(span_s=span_s)
@@ -150,7 +150,7 @@ def summarize(span_s: float, records: Sequence[IntervalRecord]) -> WindowMetrics
 
 
 def _family_moments(
-    records: Sequence[IntervalRecord], family: str, signal: str
+    records: Sequence[IntervalMetrics], family: str, signal: str
 ) -> tuple[float, float, float]:
     """:func:`_moments` of ``signal`` over the intervals that measured ``family``."""
     measured = [r for r in records if family in r.measured]

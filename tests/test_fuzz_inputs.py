@@ -162,7 +162,7 @@ def test_extender_parser_never_traces_back(argv: list[str]) -> None:
 
 # --- the config loader --------------------------------------------------------------------
 
-SECTIONS = ["engine", "loop", "redis", "kubernetes", "leader_election", "http"]
+SECTIONS = ["cycle", "loop", "redis", "kubernetes", "leader_election", "http"]
 KEYS = [
     *SECTIONS, "profile", "scores", "filters", "Interference", "NodeResourcesFit", "stale_after_s",
     "relax_after_s", "stale_policy", "dry_run", "scheduler_name", "ignore_namespaces", "url",
@@ -223,7 +223,7 @@ PLUGIN_CONFIG = st.lists(
 @FUZZ
 @given(plugin_config=st.one_of(PLUGIN_CONFIG, DOCUMENTS))
 def test_plugin_config_ends_in_a_config_or_config_error(plugin_config: Any) -> None:
-    document = {"engine": {"profile": {"plugin_config": plugin_config}}}
+    document = {"cycle": {"profile": {"plugin_config": plugin_config}}}
     try:
         config = parse_config(document, "fuzz.yaml")
     except ConfigError as exc:

@@ -8,7 +8,7 @@ every later change as ``apply`` events in the order they happened, like list-the
 :class:`BindConflict` when the pod is already bound or gone).
 Events, conditions and binds are recorded for assertions.
 
-Used by the engine tests, the throughput benchmark and ``interference simulate``.
+Used by the cycle tests, the throughput benchmark and ``interference simulate``.
 The builders :func:`node_object` and :func:`pod_object` make well-formed objects.
 
 Size: over 500 lines because it stands in for the API server's list, watch, bind, Event

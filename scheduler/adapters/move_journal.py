@@ -64,7 +64,7 @@ class ConfigMapMoveJournal:
         self.name = name
         self._timeout_s = timeout_s
 
-    def record(self, moved: Moved, departure: Departure | None, keep_s: float) -> None:
+    def add(self, moved: Moved, departure: Departure | None, keep_s: float) -> None:
         for _ in range(WRITE_ATTEMPTS):
             found, resource_version = self._read()
             entries = [e for e in found if _at(e) >= moved.at - keep_s]

@@ -33,7 +33,7 @@ from scheduler.signals.records import MAX_CLOCK_SKEW_S, MAX_INTERVAL_S, MIN_INTE
 ACL_COMMANDS = ("mget", "scan", "zadd", "zrem", "zrange", "hset", "expire", "info", "xrevrange")
 """Every Redis command the scheduler sends (its ACL user needs ``+`` each of them;
 ``xrevrange`` is the rebalancer's read of the nodes' report streams,
-:mod:`scheduler.adapters.pod_reports`); on a Redis Cluster also :data:`CLUSTER_ACL_COMMANDS`."""
+:mod:`scheduler.adapters.node_reports`); on a Redis Cluster also :data:`CLUSTER_ACL_COMMANDS`."""
 CLUSTER_ACL_COMMANDS = CLUSTER_CLIENT_COMMANDS
 """What the scheduler's Cluster client sends as it builds itself (slot map, command
 table); granted only on a Cluster, neither reads nor changes data."""

@@ -16,7 +16,7 @@ histograms, which the scheduler never uses, are never read.
   ``SCAN`` every ``stray_scan_interval_s`` counts them (``reason="unknown_node"``).
 * Freshness follows :mod:`interference.freshness`: a node whose latest record is older
   than 3 of its intervals (at least 5 s), or lacks a core family (degraded), is stale for
-  the engine's stale policy.
+  the cycle's stale policy.
 * Every ``ranking_interval_s`` the cache has the ranking people read rewritten from its
   frame (:mod:`scheduler.adapters.ranking`).
 * Redis unreachable: :meth:`~RedisSignalCache.healthy` turns False (the scheduler runs

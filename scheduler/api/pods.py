@@ -20,7 +20,7 @@ typo.
 
 Fields a pod asks for that standalone mode does not implement (volumes that need binding
 or volume topology, DRA resource claims, …) are listed in
-:attr:`~scheduler.api.objects.PodInfo.unsupported`: the engine refuses such a pod (it stays
+:attr:`~scheduler.api.objects.PodInfo.unsupported`: the cycle refuses such a pod (it stays
 Pending with a ``FailedScheduling`` Event naming the field) rather than place it with a
 constraint ignored.
 

@@ -2,7 +2,7 @@
 
 :class:`ClusterCache` implements :class:`scheduler.cycle.ports.ClusterHandler`. It parses
 every node and pod (a malformed object is logged, counted and skipped — it never stops
-the informer), keeps the :class:`~scheduler.signals.table.NodeTable` the engine reads, and the
+the informer), keeps the :class:`~scheduler.signals.table.NodeTable` the cycle reads, and the
 set of **pending** pods: ``spec.schedulerName`` is ours, no ``spec.nodeName``, not
 terminating, no scheduling gates, not in an ignored namespace.
 

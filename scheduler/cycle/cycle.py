@@ -7,7 +7,7 @@ mode (:class:`scheduler.extender.extender.Extender`: :meth:`SchedulingCycle.filt
 implements these rules.
 
 1. **Signals.** :class:`SignalGate` reads the signal source's health once per decision.
-   In an interference-blind profile (``engine.interference_aware: false``) the plugins
+   In an interference-blind profile (``cycle.interference_aware: false``) the plugins
    that read signals (:attr:`~scheduler.plugins.base.Filter.uses_signals`) are off: the
    pod is judged as kube-scheduler would. While signals are unreadable the scores that
    read them are off and the filters that read them fail closed: a pod with an
@@ -102,7 +102,7 @@ from scheduler.cycle.preemption import (
     preempt,
 )
 from scheduler.cycle.relax import RelaxTracker
-from scheduler.cycle.settings import EngineSettings
+from scheduler.cycle.settings import CycleSettings
 from scheduler.cycle.stage_trace import PREFILTER, StageRecorder
 from scheduler.plugins.base import Code, CycleState, Filter, FilterResult, PodRejection
 from scheduler.plugins.gpu_packing import NAME as GPU_PACKING
@@ -234,7 +234,7 @@ class SchedulingCycle:
 
     def __init__(
         self,
-        settings: EngineSettings,
+        settings: CycleSettings,
         *,
         extender: bool = False,
         seed: int | None = None,
@@ -249,12 +249,12 @@ class SchedulingCycle:
         self.relax = RelaxTracker()
         self._random = random.Random(seed)
 
-    def register_indexes(self, table: NodeTable) -> None:
-        """Register the profile's placed-pod indexes with ``table`` (before its pods arrive,
+    def register_lookups(self, table: NodeTable) -> None:
+        """Register the profile's placed-pod lookups with ``table`` (before its pods arrive,
         so each is kept current pod by pod; one registered late is filled at once)."""
         for plugin in self.profile.filters:
-            if plugin.index is not None:
-                table.index(plugin.name, plugin.index)
+            if plugin.lookup is not None:
+                table.lookup(plugin.name, plugin.lookup)
 
     def profile_for(self, signals_readable: bool) -> ResolvedProfile:
         """The profile to run: without the signal plugins when the settings are
@@ -484,7 +484,7 @@ class SchedulingCycle:
         feasible = int(np.count_nonzero(passed))
         nominated = None if holds is None else holds.node_of(pod.key)
         if nominated is not None and feasible > 1:  # kube's evaluateNominatedNode
-            row = table.index_of(nominated)
+            row = table.row_of(nominated)
             if row is not None and passed[row]:
                 passed = np.zeros(len(table), dtype=np.bool_)
                 passed[row] = True
@@ -608,7 +608,7 @@ class SchedulingCycle:
         fresh = fresh_signals(table, state.now)
         read: dict[str, float] = {}
         for node in nodes:
-            row = table.index_of(node)
+            row = table.row_of(node)
             if row is not None and fresh[row]:
                 read[node] = index.item(row)
         return IndexRead(args.signal_window, read)

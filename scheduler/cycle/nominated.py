@@ -86,7 +86,7 @@ def held_room(table: NodeTable, holds: list[Hold]) -> Iterator[int]:
     placed: list[PodInfo] = []
     try:
         for hold in holds:
-            if table.node_of(hold.pod.key) is None and table.index_of(hold.node) is not None:
+            if table.node_of(hold.pod.key) is None and table.row_of(hold.node) is not None:
                 table.add_pod(hold.pod, hold.node, -float("inf"))
                 placed.append(hold.pod)
         yield len(placed)
@@ -157,7 +157,7 @@ class TableRoom:
 
     def _put_on(self, hold: Hold) -> None:
         table = self.table
-        if table.node_of(hold.pod.key) is None and table.index_of(hold.node) is not None:
+        if table.node_of(hold.pod.key) is None and table.row_of(hold.node) is not None:
             table.add_pod(hold.pod, hold.node, -float("inf"))
             self._placed[hold.pod.key] = hold
 

@@ -1,6 +1,6 @@
 """The scheduler's boundaries: small Protocols that adapters implement (docs/design.md §2, §5).
 
-The engine never talks to Kubernetes or Redis itself. Kubernetes objects cross this
+The cycle never talks to Kubernetes or Redis itself. Kubernetes objects cross this
 boundary as plain JSON dicts exactly as the API server serialises them (camelCase keys),
 never as the client's model classes, which are slow to build for large lists.
 

@@ -379,7 +379,7 @@ def eligible(
         return NEVER
     nominated = inputs.holds.node_of(pod.key)
     if nominated:
-        row = table.index_of(nominated)
+        row = table.row_of(nominated)
         if row is not None and unresolvable(row):
             return None
         for placed in table.pods_on_node(nominated).values():
@@ -450,7 +450,7 @@ def preempt(
         statuses[NOT_HELPFUL] = considered - checked_rows
         return _none(considered, statuses)
     chosen, why = pick_one_node(candidates, inputs.start_time)
-    chosen_row = table.index_of(chosen.node)
+    chosen_row = table.row_of(chosen.node)
     named = forced.get(chosen_row, ()) if chosen_row is not None else ()
     return PreemptionOutcome(
         chosen.node,

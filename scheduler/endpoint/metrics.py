@@ -43,7 +43,7 @@ class SchedulerMetrics:
         )
         self.attempt_duration = Histogram(
             "interference_scheduler_attempt_duration_seconds",
-            "Time from popping a pod to the engine's verdict (filter + score + assume).",
+            "Time from popping a pod to the cycle's verdict (filter + score + assume).",
             ["result"],
             buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 1.0),
             registry=registry,

@@ -49,7 +49,7 @@ from scheduler.adapters.kubernetes import KubernetesCluster
 from scheduler.adapters.kubernetes_settings import make_api_client
 from scheduler.adapters.leader import LeaderElector, default_identity, lease_namespace
 from scheduler.adapters.move_journal import ConfigMapMoveJournal, journal_name
-from scheduler.adapters.pod_reports import RedisPodReports
+from scheduler.adapters.node_reports import RedisNodeReportSource
 from scheduler.adapters.preemption import KubernetesPreemptor, PreemptionMetrics
 from scheduler.adapters.queued_decision_sink import QueuedDecisionSink
 from scheduler.adapters.redis_settings import connect
@@ -162,14 +162,14 @@ class Scheduler:
             on_change=lambda leading: self.metrics.leader.set(1 if leading else 0),
         )
         self.tracer = make_tracer(config.tracing, self.registry)
-        self.pod_reports = RedisPodReports(self.redis, signal_metrics)
+        self.node_reports = RedisNodeReportSource(self.redis, signal_metrics)
         """The agents' reports: the rebalancer's evidence, and the antagonists the opt-in
-        preemption rule reads (engine.preemption.preempt_antagonists)."""
+        preemption rule reads (cycle.preemption.preempt_antagonists)."""
         self.loop = SchedulingLoop(
             self.cluster,
             self.signals,
             self.decisions,
-            config.engine,
+            config.cycle,
             config.loop,
             self.leading,
             self.metrics,
@@ -205,11 +205,11 @@ class Scheduler:
         self.rebalancer = Rebalancer(
             self.loop.cache,
             self.signals,
-            self.pod_reports,
+            self.node_reports,
             KubernetesEvictor(self.api),
             self.cluster,
             self.rebalancing_records,
-            config.engine,
+            config.cycle,
             config.rebalancer,
             config.loop.scheduler_name,
             RebalanceMetrics(self.registry),
@@ -238,7 +238,7 @@ class Scheduler:
         """The antagonists the agents' latest report names on each of ``nodes`` (none
         while Redis cannot be read: the opt-in rule then finds no candidate)."""
         try:
-            found = self.pod_reports.recent(nodes)
+            found = self.node_reports.recent(nodes)
         except REDIS_ERRORS as exc:
             log.warning("cannot read the agents' reports for preemption: %s", exc)
             return {}
@@ -255,15 +255,15 @@ class Scheduler:
             self.loop.baseline.judge(None)
             return
         self.loop.baseline.judge(
-            (good.engine, (good.loop.scheduler_name, good.loop.ignore_namespaces)),
-            (new.engine, (new.loop.scheduler_name, new.loop.ignore_namespaces)),
+            (good.cycle, (good.loop.scheduler_name, good.loop.ignore_namespaces)),
+            (new.cycle, (new.loop.scheduler_name, new.loop.ignore_namespaces)),
         )
 
     def _apply_reload(self, new: SchedulerConfig) -> None:
-        self.loop.update_settings(new.engine, new.loop)
+        self.loop.update_settings(new.cycle, new.loop)
         self.loop_heartbeat.max_silence_s = new.loop.wedged_after_s
         self.rebalancer.update_settings(
-            new.engine, new.rebalancer, new.loop.scheduler_name, records_only=new.loop.dry_run
+            new.cycle, new.rebalancer, new.loop.scheduler_name, records_only=new.loop.dry_run
         )
 
     def report_reachability(self) -> None:

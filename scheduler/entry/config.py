@@ -6,7 +6,7 @@ reload applies it and its meaning (generated from the dataclasses by :func:`refe
 Some keys with their defaults (``tests/scheduler/test_config_reference.py`` checks that
 this parses and that each value shown is the default)::
 
-    engine:            # scheduler.cycle.settings.EngineSettings
+    cycle:             # scheduler.cycle.settings.CycleSettings
       profile:         # scheduler.cycle.settings.Profile (docs/design.md §5.1)
         scores: {Interference: 2, NodeResourcesFit: 1, GpuPacking: 1}
         plugin_config: # each plugin's args, kube-scheduler's pluginConfig shape
@@ -30,16 +30,16 @@ this parses and that each value shown is the default)::
     reload_interval_s: 5
 
 Validation collects every problem, each naming the field and the fix
-(``engine.profile.scores.GpuPacking: must be a number, got 'high'``), of every section at
+(``cycle.profile.scores.GpuPacking: must be a number, got 'high'``), of every section at
 once: a key of the wrong type does not hide a range problem beside it, nor does a
 section's first failed check hide its next (:func:`_construct`); unknown keys and
 plugin names are rejected with a did-you-mean. Types are strict: a quoted number is a string, not a
 number, so a typo cannot silently become a default.
 
 Reload (:mod:`scheduler.entry.config_reload`): the file is polled and a new valid config
-applied; a bad file changes nothing that serves. Only ``engine``, ``loop``,
+applied; a bad file changes nothing that serves. Only ``cycle``, ``loop``,
 ``reload_guard`` and ``reload_interval_s`` apply live (``interference-scheduler
-extender``: ``engine`` only); changes to the other sections are logged as needing a
+extender``: ``cycle`` only); changes to the other sections are logged as needing a
 restart.
 
 Simulator policies (``interference simulate --policy A.yaml``) are files of this format.
@@ -65,7 +65,7 @@ from scheduler.adapters.kubernetes_settings import KubernetesSettings
 from scheduler.adapters.leader import LeaderElectionSettings
 from scheduler.adapters.redis_settings import RedisSettings
 from scheduler.adapters.tracing import TracingSettings
-from scheduler.cycle.settings import EngineSettings
+from scheduler.cycle.settings import CycleSettings
 from scheduler.endpoint.http import ExtenderSettings, HttpSettings
 from scheduler.entry.config_reference import render
 from scheduler.entry.reload_guard import ReloadGuardSettings
@@ -75,19 +75,19 @@ from scheduler.standalone.loop import LoopSettings
 
 log = logging.getLogger(__name__)
 
-LIVE_SECTIONS = ("engine", "loop", "rebalancer", "reload_guard", "reload_interval_s")
+LIVE_SECTIONS = ("cycle", "loop", "rebalancer", "reload_guard", "reload_interval_s")
 """Sections (and top-level keys) a reload applies without a restart (the extender mode
-applies ``engine`` only: it has no scheduling loop; ``reload_guard`` applies to the
+applies ``cycle`` only: it has no scheduling loop; ``reload_guard`` applies to the
 reloads after the one that changed it)."""
 REPLACED_KEYS = {
-    "engine.weights": "engine.profile.scores, keyed by plugin name, e.g. "
+    "cycle.weights": "cycle.profile.scores, keyed by plugin name, e.g. "
     "{Interference: 2, NodeResourcesFit: 1, GpuPacking: 1} (docs/design.md §5.1)",
     **{
-        f"engine.{key}": f"the Interference plugin's args: engine.profile.plugin_config:"
+        f"cycle.{key}": f"the Interference plugin's args: cycle.profile.plugin_config:"
         f" [{{name: Interference, args: {{{key}: …}}}}] (docs/design.md §5.1)"
         for key in ("stale_policy", "signal_window", "risk_k", "recent_load_weight")
     },
-    "engine.gpu_resource": "the GpuPacking plugin's args: engine.profile.plugin_config:"
+    "cycle.gpu_resource": "the GpuPacking plugin's args: cycle.profile.plugin_config:"
     " [{name: GpuPacking, args: {resource: …}}] (docs/design.md §5.1)",
 }
 """Keys of earlier versions → what replaced them (named in the error instead of a guess)."""
@@ -123,7 +123,7 @@ class ConfigError(SettingsError):
 class SchedulerConfig:
     """Everything the scheduler process is configured with."""
 
-    engine: EngineSettings = field(default_factory=EngineSettings)
+    cycle: CycleSettings = field(default_factory=CycleSettings)
     loop: LoopSettings = field(default_factory=LoopSettings)
     redis: RedisSettings = field(default_factory=RedisSettings)
     kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
@@ -402,7 +402,7 @@ every problem of a file is reported at once.
 **applies**: `live` — the running scheduler applies a change within `reload_interval_s`
 of the file changing (a ConfigMap edit reaches the pod within about a minute);
 `restart` — the change is logged as needing a restart and applies at the next start. In
-extender mode (`interference-scheduler extender`) only `engine` applies live. An invalid
+extender mode (`interference-scheduler extender`) only `cycle` applies live. An invalid
 file changes nothing that serves and never makes a replica unready: the last valid
 configuration keeps serving, and a `Warning InvalidConfiguration` Event on the ConfigMap,
 `interference_scheduler_config_rejected` and the log say why. After a valid reload the

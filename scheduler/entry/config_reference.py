@@ -36,7 +36,7 @@ class Key:
     """One key of the configuration file."""
 
     path: str
-    """Dotted path, e.g. ``engine.profile.scores``."""
+    """Dotted path, e.g. ``cycle.profile.scores``."""
     type: str
     """The YAML type the loader accepts, in words."""
     default: str
@@ -216,14 +216,14 @@ def render(
         if section.keys:
             out += [*_table(section.keys, lambda key: key.path), ""]
     for plugin, args in plugin_args.items():
-        head = f"engine.profile.plugin_config[{plugin}].args"
+        head = f"cycle.profile.plugin_config[{plugin}].args"
         out += [f"## `{head}`", "", f"{_where(args)}: {class_doc(args)}", ""]
-        for section in sections(args, args(), ("engine",), f"{head}.", top="engine"):
+        for section in sections(args, args(), ("cycle",), f"{head}.", top="cycle"):
             count += len(section.keys)
             out += [*_table(section.keys, lambda key: key.path), ""]
         out += [
             "```yaml",
-            "engine:",
+            "cycle:",
             "  profile:",
             "    plugin_config:",
             f"      - name: {plugin}",

@@ -132,7 +132,7 @@ class ExtenderProcess:
             self.cache,
             self.signals,
             self.decisions,
-            config.engine,
+            config.cycle,
             self.metrics,
             self.extender_metrics,
             tracer=self.tracer,
@@ -143,7 +143,7 @@ class ExtenderProcess:
             ConfigReload(
                 config_path,
                 config,
-                lambda new: self.extender.update_settings(new.engine),
+                lambda new: self.extender.update_settings(new.cycle),
                 self.metrics,
                 lambda kind, reason, note: self.cluster.record_object_event(
                     "ConfigMap", *config_map, kind, reason, "Reload", note

@@ -22,7 +22,7 @@ case-insensitively; requests are read the same way, answers use the Go names:
   yet: kube-scheduler fails the attempt with it and retries);
 * prioritize answer, ``HostPriorityList``: ``[{"Host": name, "Score": 0..10}]``.
 
-Filters: the engine's profile (``engine.profile``), in its order, less the plugins
+Filters: the cycle's profile (``cycle.profile``), in its order, less the plugins
 marked not :attr:`~scheduler.plugins.base.FilterPlugin.in_extender` (PodTopologySpread,
 InterPodAffinity, VolumeBinding: kube-scheduler's own plugins judge them, with volume
 binding and preemption standalone lacks), the relaxable Interference filter last. So GPU
@@ -35,7 +35,7 @@ A rejection is ``FailedAndUnresolvableNodes`` when any of the node's reasons has
 status ``UnschedulableAndUnresolvable`` (:attr:`~scheduler.plugins.base.Filter.statuses`),
 else ``FailedNodes`` (preemption may help).
 
-Scores: the profile's score plugins and weights (``engine.profile.scores``) less those
+Scores: the profile's score plugins and weights (``cycle.profile.scores``) less those
 kube-scheduler scores itself (PodTopologySpread, NodeAffinity, InterPodAffinity), mapped
 to kube-scheduler's extender range::
 
@@ -114,7 +114,7 @@ from scheduler.cycle.cache import ClusterCache
 from scheduler.cycle.cycle import SchedulingCycle, unresolvable
 from scheduler.cycle.messages import failed_scheduling_message
 from scheduler.cycle.ports import DecisionSink, DecisionTracer, NoTracer, SignalSource
-from scheduler.cycle.settings import EngineSettings
+from scheduler.cycle.settings import CycleSettings
 from scheduler.cycle.signal_gate import SignalGate
 from scheduler.cycle.stage_trace import Attributes, StageRecorder
 from scheduler.endpoint.http import REFUSALS, PostRoute
@@ -360,7 +360,7 @@ class Extender:
         cache: ClusterCache,
         signals: SignalSource,
         decisions: DecisionSink,
-        settings: EngineSettings,
+        settings: CycleSettings,
         metrics: SchedulerMetrics,
         extender_metrics: ExtenderMetrics,
         *,
@@ -373,7 +373,7 @@ class Extender:
         self._decisions = decisions
         self._settings = settings
         self._cycle = SchedulingCycle(settings, extender=True)
-        self._cycle.register_indexes(cache.table)
+        self._cycle.register_lookups(cache.table)
         self._signal_gate = SignalGate(signals, metrics, "answering")
         self._metrics = metrics
         self._extender_metrics = extender_metrics
@@ -397,14 +397,14 @@ class Extender:
             )
         )
 
-    def update_settings(self, settings: EngineSettings) -> None:
-        """Apply a reloaded ``engine`` section (between two requests)."""
+    def update_settings(self, settings: CycleSettings) -> None:
+        """Apply a reloaded ``cycle`` section (between two requests)."""
         with self._cache.lock:
             if settings != self._settings:
                 relax = self._cycle.relax  # pods keep their waiting time across a reload
                 self._cycle = SchedulingCycle(settings, extender=True)
                 self._cycle.relax = relax
-                self._cycle.register_indexes(self._cache.table)
+                self._cycle.register_lookups(self._cache.table)
             self._settings = settings
 
     def routes(self) -> dict[str, PostRoute]:
@@ -755,7 +755,7 @@ class Extender:
         args: ExtenderArgs,
         verdict: FilterVerdict,
         now: float,
-        settings: EngineSettings,
+        settings: CycleSettings,
         trace_id: str = "",
     ) -> Decision:
         if verdict.passed:

@@ -29,7 +29,7 @@ What a plugin declares (kube-scheduler's framework, in its words):
   the cluster events that can make a pod this filter rejected schedulable; the queue
   retries such a pod early only on those.
 - **State** of its own across decisions: an index of placed pods registered with the
-  table (:meth:`scheduler.signals.table.NodeTable.index`, add/remove hooks) and values in the
+  table (:meth:`scheduler.signals.table.NodeTable.lookup`, add/remove hooks) and values in the
   table's caches (:meth:`~scheduler.signals.table.NodeTable.cached`, scopes named for what
   empties them) — never module state.
 
@@ -49,7 +49,7 @@ from numpy.typing import NDArray
 from scheduler.api.events import EventInterest
 from scheduler.api.objects import PodInfo
 from scheduler.signals.frame import COLUMNS_BY_NAME
-from scheduler.signals.table import NodeTable, PlacedPodIndex
+from scheduler.signals.table import NodeTable, PlacedPodLookup
 
 
 @dataclass(slots=True)
@@ -218,9 +218,9 @@ class Filter:
     in extender mode kube-scheduler has run its own PreFilters."""
     args: type | None = None
     """The dataclass of this plugin's args (``pluginConfig``), ``None`` when it has none."""
-    index: Callable[[], PlacedPodIndex] | None = None
+    index: Callable[[], PlacedPodLookup] | None = None
     """Builds the plugin's index of placed pods, registered with the table under the
-    plugin's name before pods arrive (:meth:`scheduler.signals.table.NodeTable.index`), so it is
+    plugin's name before pods arrive (:meth:`scheduler.signals.table.NodeTable.lookup`), so it is
     kept current as pods are placed rather than built at the first decision."""
 
     def __post_init__(self) -> None:

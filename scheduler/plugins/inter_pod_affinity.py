@@ -53,7 +53,7 @@ from numpy.typing import NDArray
 from scheduler.api.events import Action, EventInterest
 from scheduler.api.objects import HOSTNAME_LABEL, AntiAffinityTerm, PodInfo, WeightedTerm
 from scheduler.api.selectors import LabelSelector
-from scheduler.api.term_index import TermIndex
+from scheduler.api.term_lookup import TermLookup
 from scheduler.plugins.base import (
     Code,
     Filter,
@@ -81,9 +81,9 @@ class PlacedTerms:
     negated weights), each filed so a pod only meets the terms that could match it."""
 
     def __init__(self) -> None:
-        self.anti_affinity = TermIndex[AntiAffinityTerm](_same_term)
-        self.affinity = TermIndex[AntiAffinityTerm](_same_term)
-        self.preferred = TermIndex[WeightedTerm](_weighted_term)
+        self.anti_affinity = TermLookup[AntiAffinityTerm](_same_term)
+        self.affinity = TermLookup[AntiAffinityTerm](_same_term)
+        self.preferred = TermLookup[WeightedTerm](_weighted_term)
 
     def add(self, pod: PodInfo, node: str) -> None:
         for term in pod.anti_affinity:
@@ -117,7 +117,7 @@ def inter_pod_affinity_filter(table: NodeTable, pod: PodInfo) -> FilterResult | 
     namespace_labels = table.namespaces.labels(pod.namespace)
     existing = [
         (term, nodes)
-        for term, nodes in table.index(NAME, PlacedTerms).anti_affinity.candidates(
+        for term, nodes in table.lookup(NAME, PlacedTerms).anti_affinity.candidates(
             pod.namespace, pod.labels
         )
         if term.matches(pod.namespace, pod.labels, namespace_labels)
@@ -160,7 +160,7 @@ def inter_pod_affinity_score(
             counts = table.matching_per_node(resolved(table, weighted.term))
             add(weighted.term.topology_key)[:] += sign * weighted.weight * counts
     namespace_labels = table.namespaces.labels(pod.namespace)
-    terms = table.index(NAME, PlacedTerms)
+    terms = table.lookup(NAME, PlacedTerms)
     placed: list[tuple[AntiAffinityTerm, int, Mapping[str, int]]] = [
         (term, HARD_POD_AFFINITY_WEIGHT, nodes)
         for term, nodes in terms.affinity.candidates(pod.namespace, pod.labels)
@@ -173,7 +173,7 @@ def inter_pod_affinity_score(
         if term.matches(pod.namespace, pod.labels, namespace_labels):
             per_node = add(term.topology_key)
             for node, count in nodes.items():
-                row = table.index_of(node)
+                row = table.row_of(node)
                 if row is not None:
                     per_node[row] += weight * count
     if not weights:
@@ -241,7 +241,7 @@ def _all_of(terms: list[AntiAffinityTerm | None]) -> AntiAffinityTerm | None:
 def _rows(table: NodeTable, nodes: Iterable[str]) -> NDArray[np.bool_]:
     """A node mask of ``nodes`` (names the table does not know are left out)."""
     mask = np.zeros(len(table), dtype=np.bool_)
-    rows = [row for row in (table.index_of(node) for node in nodes) if row is not None]
+    rows = [row for row in (table.row_of(node) for node in nodes) if row is not None]
     mask[rows] = True
     return mask
 
@@ -309,7 +309,7 @@ FILTER = Filter(
     status=Code.UNSCHEDULABLE,  # anti-affinity conflicts go away with the pods causing them
     statuses={AFFINITY_RULES: Code.UNSCHEDULABLE_AND_UNRESOLVABLE},
     in_extender=False,  # kube-scheduler runs its own InterPodAffinity before asking
-    index=PlacedTerms,
+    lookup=PlacedTerms,
 )
 SCORE = Score(
     name=NAME,

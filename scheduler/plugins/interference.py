@@ -116,16 +116,16 @@ class InterferenceArgs:
 
 
 def interference_filter(
-    table: NodeTable, pod: PodInfo, settings: InterferenceArgs, now: float
+    table: NodeTable, pod: PodInfo, args: InterferenceArgs, now: float
 ) -> FilterResult | None:
     """Nodes acceptable under the stale policy and the pod's interference tolerance;
     ``None`` when neither applies to the pod."""
-    reject_stale = settings.stale_policy == "reject"
+    reject_stale = args.stale_policy == "reject"
     tolerance = pod.tolerance
     if tolerance is None and not reject_stale:
         return None
     fresh = fresh_signals(table, now)
-    window = table.windows[settings.signal_window]
+    window = table.windows[args.signal_window]
     columns: list[NDArray[np.bool_]] = []
     reasons: list[str] = []
     measurements: list[Callable[[int], str]] = []
@@ -138,7 +138,7 @@ def interference_filter(
             (tolerance.max_runq_p99_us, window.runq_p99_us, RUNQ_EXCEEDED),
             (
                 tolerance.max_reclaim_stall_ms_per_s,
-                reclaim_risk(table, settings),
+                reclaim_risk(table, args),
                 RECLAIM_EXCEEDED,
             ),
             (tolerance.max_index, None, INDEX_EXCEEDED),
@@ -147,7 +147,7 @@ def interference_filter(
         for bound, values, reason in bounds:
             if bound is None:
                 continue
-            measured = effective_index(table, settings) if values is None else values
+            measured = effective_index(table, args) if values is None else values
             columns.append(fresh & (measured > bound))
             reasons.append(reason)
             measurements.append(_versus(measured, bound, units[reason]))
@@ -174,7 +174,7 @@ def refused_for_runq(reasons: Iterable[str]) -> bool:
 def runq_check(
     table: NodeTable,
     pod: PodInfo,
-    settings: InterferenceArgs,
+    args: InterferenceArgs,
     now: float,
     nodes: Iterable[str],
     nearest_among: NDArray[np.bool_] | None = None,
@@ -187,9 +187,9 @@ def runq_check(
     if tolerance is None or tolerance.max_runq_p99_us is None:
         return None
     bound = tolerance.max_runq_p99_us
-    measured = table.windows[settings.signal_window].runq_p99_us
+    measured = table.windows[args.signal_window].runq_p99_us
     fresh = fresh_signals(table, now)
-    rows = [row for row in map(table.index_of, nodes) if row is not None]
+    rows = [row for row in map(table.row_of, nodes) if row is not None]
     nearest = ""
     if nearest_among is not None:
         above = nearest_among & fresh & (measured > bound)
@@ -203,7 +203,7 @@ def runq_check(
         for row in rows
         if fresh[row] and np.isfinite(value := measured.item(row))
     }
-    return RunqCheck(bound, settings.signal_window, values, nearest)
+    return RunqCheck(bound, args.signal_window, values, nearest)
 
 
 def _versus(measured: NDArray[np.float64], bound: float, unit: str) -> Callable[[int], str]:
@@ -255,11 +255,11 @@ def fresh_signals(table: NodeTable, now: float) -> NDArray[np.bool_]:
     return ~_staleness(table, now)[3]
 
 
-def risk_index(table: NodeTable, settings: InterferenceArgs) -> NDArray[np.float64]:
+def risk_index(table: NodeTable, args: InterferenceArgs) -> NDArray[np.float64]:
     """``risk`` of the module formula, capped at 100. Callers must not modify the result."""
-    window = table.windows[settings.signal_window]
-    k = settings.risk_k
-    key = ("risk_index", settings.signal_window, k)
+    window = table.windows[args.signal_window]
+    k = args.risk_k
+    key = ("risk_index", args.signal_window, k)
     return table.derived(key, _risk, _risk_at, window.index_mean, window.index_stddev, k)
 
 
@@ -274,22 +274,22 @@ def _risk_at(row: int, mean: NDArray[np.float64], stddev: NDArray[np.float64], k
     return min(mean.item(row) + k * stddev.item(row), 100.0)
 
 
-def reclaim_risk(table: NodeTable, settings: InterferenceArgs) -> NDArray[np.float64]:
-    """``reclaim_mean[w] + risk_k · reclaim_stddev[w]`` (ms/s) of the engine's window."""
-    window = table.windows[settings.signal_window]
-    risk: NDArray[np.float64] = window.reclaim_mean + settings.risk_k * window.reclaim_stddev
+def reclaim_risk(table: NodeTable, args: InterferenceArgs) -> NDArray[np.float64]:
+    """``reclaim_mean[w] + risk_k · reclaim_stddev[w]`` (ms/s) of the cycle's window."""
+    window = table.windows[args.signal_window]
+    risk: NDArray[np.float64] = window.reclaim_mean + args.risk_k * window.reclaim_stddev
     return risk
 
 
-def effective_index(table: NodeTable, settings: InterferenceArgs) -> NDArray[np.float64]:
+def effective_index(table: NodeTable, args: InterferenceArgs) -> NDArray[np.float64]:
     """``index`` of the module formula: the risk plus load placed since the report.
 
     Callers must not modify the result.
     """
-    weight = settings.recent_load_weight
+    weight = args.recent_load_weight
     inverse_cpu = table.inverse_allocatable(CPU)
-    risk = risk_index(table, settings)
-    key = ("effective_index", weight, settings.signal_window, settings.risk_k)
+    risk = risk_index(table, args)
+    key = ("effective_index", weight, args.signal_window, args.risk_k)
     return table.derived(key, _index, _index_at, table.recent_cpu_m, inverse_cpu, weight, risk)
 
 
@@ -317,13 +317,13 @@ def _index_at(
     return min(recent.item(row) * inverse_cpu.item(row) * weight + risk.item(row), 100.0)
 
 
-def fresh_quietness(table: NodeTable, settings: InterferenceArgs) -> NDArray[np.float64]:
+def fresh_quietness(table: NodeTable, args: InterferenceArgs) -> NDArray[np.float64]:
     """``quietness`` of the module formula for every node, as if its signals were usable.
 
     Callers must not modify the result.
     """
-    index = effective_index(table, settings)
-    key = ("quietness", settings.recent_load_weight, settings.signal_window, settings.risk_k)
+    index = effective_index(table, args)
+    key = ("quietness", args.recent_load_weight, args.signal_window, args.risk_k)
     return table.derived(key, _quiet, _quiet_at, index)
 
 
@@ -335,16 +335,16 @@ def _quiet_at(row: int, index: NDArray[np.float64]) -> float:
     return 100.0 - index.item(row)
 
 
-def quietness(table: NodeTable, settings: InterferenceArgs, now: float) -> NDArray[np.float64]:
+def quietness(table: NodeTable, args: InterferenceArgs, now: float) -> NDArray[np.float64]:
     """0–100 per node, higher is quieter (see the module formula).
 
     Callers must not modify the result (it may be the cached column itself).
     """
-    score = fresh_quietness(table, settings)
+    score = fresh_quietness(table, args)
     stale = stale_rows(table, now)
     if len(stale) == 0:
         return score
-    value = NEUTRAL_SCORE if settings.stale_policy == "neutral" else 0.0
+    value = NEUTRAL_SCORE if args.stale_policy == "neutral" else 0.0
     if len(stale) == len(score):  # every report stale (an outage): one constant column
         key = (NAME, "stale_score", value)
         return table.cached("signals", key, _constant, score, value)
@@ -367,12 +367,12 @@ def _filter(state: CycleState) -> FilterResult | None:
 
 
 def unreadable_signals_filter(
-    table: NodeTable, pod: PodInfo, settings: InterferenceArgs
+    table: NodeTable, pod: PodInfo, args: InterferenceArgs
 ) -> FilterResult | None:
     """Failing closed while no signal can be read: every node refused for a pod this
     filter would judge by signals (a tolerance, or ``stale_policy: reject``); ``None`` for
     the others."""
-    if pod.tolerance is None and settings.stale_policy != "reject":
+    if pod.tolerance is None and args.stale_policy != "reject":
         return None
     return FilterResult(NAME, np.zeros(len(table), dtype=np.bool_), (SIGNALS_UNREADABLE,))
 

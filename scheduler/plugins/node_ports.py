@@ -4,7 +4,7 @@
 ports conflict when protocol and port are equal and either binds ``0.0.0.0`` or both bind
 the same address. Reason: ``node(s) didn't have free ports for the requested pod ports``.
 
-The ports placed pods hold are this plugin's own index (:class:`HostPortIndex`), kept
+The ports placed pods hold are this plugin's own index (:class:`HostPortLookup`), kept
 current by the table's placed-pod hooks.
 """
 
@@ -17,7 +17,7 @@ import numpy as np
 
 from scheduler.api.events import Action, EventInterest
 from scheduler.api.objects import HostPort, PodInfo
-from scheduler.api.term_index import decrement
+from scheduler.api.term_lookup import decrement
 from scheduler.plugins.base import Code, Filter, FilterResult, filter_by_table_and_pod
 from scheduler.signals.table import NodeTable
 
@@ -25,7 +25,7 @@ NAME = "NodePorts"
 PORTS_TAKEN = "node(s) didn't have free ports for the requested pod ports"
 
 
-class HostPortIndex:
+class HostPortLookup:
     """Host ports in use: (protocol, port) → node → the placed pods' ports there."""
 
     def __init__(self) -> None:
@@ -53,11 +53,11 @@ def node_ports(table: NodeTable, pod: PodInfo) -> FilterResult | None:
     """Nodes where none of the pod's host ports is already taken; ``None`` without any."""
     if not pod.host_ports:
         return None
-    in_use = table.index(NAME, HostPortIndex)
+    in_use = table.lookup(NAME, HostPortLookup)
     passed = np.ones(len(table), dtype=np.bool_)
     for wanted in pod.host_ports:
         for node, used in in_use.users(wanted.protocol, wanted.port).items():
-            row = table.index_of(node)
+            row = table.row_of(node)
             if row is not None and any(wanted.conflicts(u) for u in used):
                 passed[row] = False
     return FilterResult(NAME, passed, (PORTS_TAKEN,))
@@ -69,5 +69,5 @@ FILTER = Filter(
     filter=filter_by_table_and_pod(node_ports),
     events=(EventInterest("Pod", Action.DELETE), EventInterest("Node", Action.ADD)),
     status=Code.UNSCHEDULABLE,  # the pods holding the ports can be evicted
-    index=HostPortIndex,
+    lookup=HostPortLookup,
 )

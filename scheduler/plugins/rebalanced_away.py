@@ -58,7 +58,7 @@ class Departure:
     reason: str
 
 
-class DepartureIndex:
+class DepartureLookup:
     """Departures by workload UID (the plugin's index; placed pods do not change it)."""
 
     def __init__(self) -> None:
@@ -90,7 +90,7 @@ class DepartureIndex:
 
 
 def rebalanced_away(
-    state: CycleState, departures: DepartureIndex, args: RebalancedAwayArgs
+    state: CycleState, departures: DepartureLookup, args: RebalancedAwayArgs
 ) -> FilterResult | None:
     """Nodes the pod's workload did not leave within ``avoid_for_s``; ``None`` when none."""
     controller = state.pod.controller
@@ -100,7 +100,7 @@ def rebalanced_away(
         d for d in departures.of(controller.uid).values() if state.now - d.at < args.avoid_for_s
     ]
     table = state.table
-    rows = [(row, d) for d in recent if (row := table.index_of(d.node)) is not None]
+    rows = [(row, d) for d in recent if (row := table.row_of(d.node)) is not None]
     if not rows:
         return None
     passed = np.ones(len(table), dtype=np.bool_)
@@ -122,7 +122,7 @@ def _measured(why: dict[int, Departure], now: float) -> Callable[[int, int], str
 def _filter(state: CycleState) -> FilterResult | None:
     if state.pod.controller is None:  # most decisions: nothing to look up
         return None
-    departures = state.table.index(NAME, DepartureIndex)
+    departures = state.table.lookup(NAME, DepartureLookup)
     return rebalanced_away(state, departures, state.args_of(NAME, RebalancedAwayArgs))
 
 
@@ -135,5 +135,5 @@ FILTER = Filter(
     relaxable=False,
     in_extender=False,
     args=RebalancedAwayArgs,
-    index=DepartureIndex,
+    lookup=DepartureLookup,
 )

@@ -228,7 +228,7 @@ def _over_attach_limits(table: NodeTable, bound: tuple[BoundClaim, ...]) -> NDAr
         return exceeded
     drivers = set(new.values())
     for csi_node in table.volumes.csi_nodes():
-        row = table.index_of(csi_node.name)
+        row = table.row_of(csi_node.name)
         if row is None or drivers.isdisjoint(csi_node.limits):
             continue
         attached = table.volumes.attached(csi_node.name)

@@ -1,7 +1,7 @@
 """Which of the agents' reports the rebalancer takes rows from: the signal reader's checks.
 
 The rebalancer reads each node's report stream for the per-interval rows of its pods
-(:mod:`scheduler.adapters.pod_reports`); those reports are as untrusted as the scheduling
+(:mod:`scheduler.adapters.node_reports`); those reports are as untrusted as the scheduling
 records the signal reader decodes (:mod:`scheduler.signals.records`), and are held to the
 same rules, each defined once:
 

@@ -1,5 +1,5 @@
 """What the rebalancer reads and acts through (:mod:`scheduler.rebalancing.rebalancer`); the
-adapters implement them (``scheduler.adapters.eviction``, ``pod_reports``, ``move_journal``) and
+adapters implement them (``scheduler.adapters.eviction``, ``node_reports``, ``move_journal``) and
 tests fake them."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class Evictor(Protocol):
         Raises :class:`~scheduler.cycle.ports.ClusterError` for any other failure."""
 
 
-class PodReports(Protocol):
+class NodeReportSource(Protocol):
     """The agents' recent reports (their per-pod rows), per node."""
 
     def recent(self, nodes: Sequence[str]) -> dict[str, list[NodeReport]]:
@@ -49,7 +49,7 @@ class PodReports(Protocol):
 class MoveJournal(Protocol):
     """Where the leader keeps its moves, so the next leader keeps their guard rails."""
 
-    def record(self, moved: Moved, departure: Departure | None, keep_s: float) -> None:
+    def add(self, moved: Moved, departure: Departure | None, keep_s: float) -> None:
         """Add ``moved`` (with its departure when the pod was evicted) and forget the
         moves older than ``keep_s`` before it."""
 

@@ -62,10 +62,10 @@ from scheduler.cycle.ports import (
     PodRef,
     SignalSource,
 )
-from scheduler.cycle.settings import EngineSettings
+from scheduler.cycle.settings import CycleSettings
 from scheduler.cycle.stage_trace import Attributes, StageRecorder
 from scheduler.plugins.rebalanced_away import NAME as REBALANCED_AWAY
-from scheduler.plugins.rebalanced_away import Departure, DepartureIndex, RebalancedAwayArgs
+from scheduler.plugins.rebalanced_away import Departure, DepartureLookup, RebalancedAwayArgs
 from scheduler.rebalancing.evictable import REFUSALS, Refusal, refusal
 from scheduler.rebalancing.evidence import REPORT_REFUSALS, AgentClocks, report_refusal
 from scheduler.rebalancing.ports import (
@@ -74,7 +74,7 @@ from scheduler.rebalancing.ports import (
     EvictionStatus,
     Evictor,
     MoveJournal,
-    PodReports,
+    NodeReportSource,
 )
 from scheduler.rebalancing.rebalance import (
     HOLD_REASONS,
@@ -216,11 +216,11 @@ class Rebalancer:
         self,
         cache: ClusterCache,
         signals: SignalSource,
-        reports: PodReports,
+        reports: NodeReportSource,
         evictor: Evictor,
         events: EventRecorder,
         rebalancing_records: DecisionSink,
-        engine_settings: EngineSettings,
+        cycle_settings: CycleSettings,
         settings: RebalancerSettings,
         scheduler_name: str,
         metrics: RebalanceMetrics,
@@ -254,8 +254,8 @@ class Rebalancer:
         self._clock = clock
         self.settings = settings
         self.scheduler_name = scheduler_name
-        self._engine_settings = engine_settings
-        self._cycle = SchedulingCycle(engine_settings)
+        self._cycle_settings = cycle_settings
+        self._cycle = SchedulingCycle(cycle_settings)
         """Its own cycle: a check of a running pod must leave no relax memory behind for
         the scheduling loop (a StatefulSet's replacement has the same name)."""
         self._histories: dict[str, PodHistory] = {}
@@ -275,28 +275,28 @@ class Rebalancer:
         self._held: dict[str, str] = {}
         """Victim UID → the hold reason already counted in this streak."""
         with cache.lock:
-            cache.table.index(TOLERANT_PODS, TolerantPods)
+            cache.table.lookup(TOLERANT_PODS, TolerantPods)
 
     def update_settings(
         self,
-        engine_settings: EngineSettings,
+        cycle_settings: CycleSettings,
         settings: RebalancerSettings,
         scheduler_name: str,
         records_only: bool = False,
     ) -> None:
         """Apply a reloaded configuration (between two steps)."""
         self.records_only = records_only
-        if engine_settings != self._engine_settings:
-            self._cycle = SchedulingCycle(engine_settings)
-            self._engine_settings = engine_settings
+        if cycle_settings != self._cycle_settings:
+            self._cycle = SchedulingCycle(cycle_settings)
+            self._cycle_settings = cycle_settings
         self.settings = settings
         self.scheduler_name = scheduler_name
 
     @property
-    def departures(self) -> DepartureIndex:
+    def departures(self) -> DepartureLookup:
         """The RebalancedAway filter's record of who left which node."""
         with self._cache.lock:
-            return self._cache.table.index(REBALANCED_AWAY, DepartureIndex)
+            return self._cache.table.lookup(REBALANCED_AWAY, DepartureLookup)
 
     # ---- running -------------------------------------------------------------------------
 
@@ -326,7 +326,7 @@ class Rebalancer:
         self._metrics.looks.inc()
         name = self.scheduler_name
         with self._cache.lock:
-            tolerant = self._cache.table.index(TOLERANT_PODS, TolerantPods).pods()
+            tolerant = self._cache.table.lookup(TOLERANT_PODS, TolerantPods).pods()
         pods = [p for p in tolerant if eligible(p, settings, name) is None]
         uids = {p.uid for p in pods}
         for uid in list(self._histories):
@@ -353,7 +353,7 @@ class Rebalancer:
             fresh_for = stale_after_s(1.0) + settings.interval_s
             for pod in pods:
                 history = self._histories.get(pod.uid)
-                row = table.index_of(pod.node_name)
+                row = table.row_of(pod.node_name)
                 # the node's own record must be fresh: rows of an expired agent are no evidence
                 fresh = readable and row is not None and bool(table.fresh_until[row] >= now)
                 own = (
@@ -442,7 +442,7 @@ class Rebalancer:
         """The cycle over every node but the pod's own, as if it were pending now."""
         with self._cache.lock:
             table = self._cache.table
-            row = table.index_of(pod.node_name)
+            row = table.row_of(pod.node_name)
             if row is None or len(table) < 2:
                 return None
             readable = self._signals.healthy()
@@ -535,7 +535,7 @@ class Rebalancer:
             )
             departure = Departure(controller.uid, workload, pod.node_name, now, why)
             with self._cache.lock:
-                departures = self._cache.table.index(REBALANCED_AWAY, DepartureIndex)
+                departures = self._cache.table.lookup(REBALANCED_AWAY, DepartureLookup)
                 departures.record(departure, now - self._avoid_for_s())
             self._events.record_event(ref, "Warning", "InterferenceEvicted", message)
         log.info("%s %s", pod.key, message)
@@ -597,7 +597,7 @@ class Rebalancer:
         if not len(self._reservations):
             return
         with self._cache.lock:
-            placed = self._cache.table.index(TOLERANT_PODS, TolerantPods).pods()
+            placed = self._cache.table.lookup(TOLERANT_PODS, TolerantPods).pods()
             done = self._reservations.settle(self._cache.holds, placed, now)
         for made, why in done:
             log.info("room on %s for a replacement of %s: %s", made.node, made.workload_uid, why)
@@ -619,7 +619,7 @@ class Rebalancer:
         if self._journal is None or self.records_only:  # records only: nothing to keep
             return
         try:
-            self._journal.record(moved, departure, self._keep_s())
+            self._journal.add(moved, departure, self._keep_s())
         except Exception as exc:  # the move happened; only a later leader would miss it
             log.warning("could not journal the move of a %s pod: %s", moved.namespace, exc)
 
@@ -634,7 +634,7 @@ class Rebalancer:
             return False
         avoid_for = self._avoid_for_s()
         with self._cache.lock:
-            departures = self._cache.table.index(REBALANCED_AWAY, DepartureIndex)
+            departures = self._cache.table.lookup(REBALANCED_AWAY, DepartureLookup)
             for moved, departure in sorted(moves, key=lambda m: m[0].at):
                 self._ledger.note(moved)
                 if moved.helped or moved.unhelpful:

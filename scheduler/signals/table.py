@@ -28,7 +28,7 @@ allocatable changed (:attr:`NodeTable.load_generation`).
 
 Size: over 500 lines because every column and every per-node structure moves together
 when a row moves (a removed node's row takes the last one), so the row layout stays in one
-class; the caches, label columns, namespaces, term indexes and the plugins' own indexes
+class; the caches, label columns, namespaces, term lookups and the plugins' own indexes
 live elsewhere.
 """
 
@@ -51,7 +51,7 @@ from scheduler.api.objects import (
     PodInfo,
 )
 from scheduler.api.quantity import CPU, EPHEMERAL_STORAGE, MEMORY, PODS
-from scheduler.api.term_index import MatchCounts, discard, positive_candidates
+from scheduler.api.term_lookup import MatchCounts, discard, positive_candidates
 from scheduler.api.volumes import VolumeCatalog
 from scheduler.signals.frame import (
     LATEST_WINDOW,
@@ -86,9 +86,9 @@ class _PlacedPod:
     node: str
 
 
-class PlacedPodIndex(Protocol):
+class PlacedPodLookup(Protocol):
     """What a plugin keeps about placed pods across decisions (ports in use, affinity
-    terms…), kept current by the table's add/remove hooks (:meth:`NodeTable.index`)."""
+    terms…), kept current by the table's add/remove hooks (:meth:`NodeTable.lookup`)."""
 
     def add(self, pod: PodInfo, node: str) -> None:
         """``pod`` was placed on ``node`` (a node the table may not know yet)."""
@@ -97,7 +97,7 @@ class PlacedPodIndex(Protocol):
         """``pod``, added on ``node`` before, is gone from it."""
 
 
-IndexT = TypeVar("IndexT", bound=PlacedPodIndex)
+LookupT = TypeVar("LookupT", bound=PlacedPodLookup)
 
 
 class NodeTable:
@@ -150,7 +150,7 @@ class NodeTable:
         self.namespaces = NamespaceCatalog()
         """The Namespaces' labels (namespace selectors of pod affinity terms)."""
         self._match_counts = MatchCounts()
-        self._indexes: dict[str, PlacedPodIndex] = {"volumes": self.volumes}
+        self._indexes: dict[str, PlacedPodLookup] = {"volumes": self.volumes}
         """Indexes of placed pods registered by plugins (:meth:`index`), by name."""
         self._recent: dict[str, dict[str, tuple[float, int]]] = {}
         self._frame = SignalFrame.empty()
@@ -165,7 +165,7 @@ class NodeTable:
     def __len__(self) -> int:
         return self._count
 
-    def index_of(self, name: str) -> int | None:
+    def row_of(self, name: str) -> int | None:
         """Row of node ``name``, ``None`` when unknown."""
         return self._index.get(name)
 
@@ -509,18 +509,18 @@ class NodeTable:
             if term.matches(pod.namespace, pod.labels):
                 yield pod
 
-    def index(self, name: str, build: Callable[[], IndexT]) -> IndexT:
-        """The placed-pod index registered under ``name`` (a plugin's name), built by
+    def index(self, name: str, build: Callable[[], LookupT]) -> LookupT:
+        """The placed-pod lookup registered under ``name`` (a plugin's name), built by
         ``build()`` and filled with every placed pod the first time it is asked for; from
-        then on the table calls its :meth:`PlacedPodIndex.add` and
-        :meth:`~PlacedPodIndex.remove` as pods are placed and removed."""
+        then on the table calls its :meth:`PlacedPodLookup.add` and
+        :meth:`~PlacedPodLookup.remove` as pods are placed and removed."""
         found = self._indexes.get(name)
         if found is None:
             found = build()
             for placed in self._pods.values():
                 found.add(placed.pod, placed.node)
             self._indexes[name] = found
-        return cast(IndexT, found)
+        return cast(LookupT, found)
 
     # ---- internals ---------------------------------------------------------------------
 
@@ -580,10 +580,10 @@ class NodeTable:
     def _frame_rows_of(self, frame: SignalFrame) -> NDArray[np.intp]:
         """Frame row of each table row (-1 where the frame lacks the node)."""
         cached = self._frame_rows
-        if cached is not None and cached[0] is frame.index and cached[1] == self.generation:
+        if cached is not None and cached[0] is frame.rows and cached[1] == self.generation:
             return cached[2]
-        rows = np.fromiter(map(frame.index.get, self.names, repeat(-1)), np.intp, self._count)
-        self._frame_rows = (frame.index, self.generation, rows)
+        rows = np.fromiter(map(frame.rows.get, self.names, repeat(-1)), np.intp, self._count)
+        self._frame_rows = (frame.rows, self.generation, rows)
         return rows
 
     def _signals_updated_at(self, name: str) -> float:

@@ -7,7 +7,7 @@ the pod in the cache and hands the bind to the :class:`~scheduler.standalone.bin
 ``PodScheduled`` condition follow kube-scheduler:
 
 * bound → ``Normal Scheduled "Successfully assigned ns/pod to node"``;
-* no node → ``Warning FailedScheduling`` with the engine's message
+* no node → ``Warning FailedScheduling`` with the cycle's message
   ("0/12 nodes are available: …"), ``PodScheduled=False/Unschedulable``, backoff;
 * no node, but the PostFilter found one where evicting pods of lower priority makes room
   → as above, plus the room held there at once and, on a preemption thread (never a
@@ -15,7 +15,7 @@ the pod in the cache and hands the bind to the :class:`~scheduler.standalone.bin
   (:class:`~scheduler.cycle.ports.Preemptor`; the pod is not attempted again until those calls
   are done);
 * the bind failed → ``Warning FailedScheduling "Binding rejected: …"``, backoff;
-* a pod asking for a field the engine does not implement is refused like a pod that fits
+* a pod asking for a field the cycle does not implement is refused like a pod that fits
   nowhere: ``Warning FailedScheduling`` naming the field, ``PodScheduled=False``, backoff;
 * a pod of ours that does not parse → ``Warning FailedScheduling`` with the parse error
   and ``PodScheduled=False`` (once per version of the pod; a change parses it again).
@@ -66,7 +66,7 @@ from scheduler.cycle.ports import (
 )
 from scheduler.cycle.preemption import PreemptionInputs, PreemptionOutcome
 from scheduler.cycle.queue import QueueState, SchedulingQueue
-from scheduler.cycle.settings import EngineSettings
+from scheduler.cycle.settings import CycleSettings
 from scheduler.cycle.signal_gate import SignalGate
 from scheduler.cycle.stage_trace import BIND, Attributes, StageRecorder
 from scheduler.endpoint.metrics import SchedulerMetrics
@@ -85,7 +85,7 @@ _WARNED_PODS = 16384
 
 @dataclass(frozen=True, slots=True)
 class LoopSettings:
-    """How the scheduling loop runs (the engine's own settings are separate)."""
+    """How the scheduling loop runs (the cycle's own settings are separate)."""
 
     scheduler_name: str = DEFAULT_SCHEDULER_NAME
     """Pods with this ``spec.schedulerName`` are ours; every other pod is left alone."""
@@ -142,7 +142,7 @@ class SchedulingLoop:
         cluster: Cluster,
         signals: SignalSource,
         decisions: DecisionSink,
-        engine_settings: EngineSettings,
+        cycle_settings: CycleSettings,
         loop_settings: LoopSettings,
         leading: threading.Event,
         metrics: SchedulerMetrics,
@@ -162,7 +162,7 @@ class SchedulingLoop:
         self._preemptor = preemptor
         """Acts on the PostFilter's preemptions; ``None``: standalone does not preempt."""
         self._antagonists = antagonists
-        """Nodes → the antagonists the agents name there (``engine.preemption.
+        """Nodes → the antagonists the agents name there (``cycle.preemption.
         preempt_antagonists``; scheduler.cycle.preemption.antagonists_in)."""
         self._on_attempt = on_attempt
         self._decisions = decisions
@@ -175,9 +175,9 @@ class SchedulingLoop:
         self._bind_traces: dict[str, _TracedBind] = {}
         """Traced attempts whose bind is in flight: their trace is handed to the tracer,
         bind included, when the bind's outcome comes."""
-        self._engine_settings = engine_settings
+        self._cycle_settings = cycle_settings
         self._loop_settings = loop_settings
-        self._cycle = SchedulingCycle(engine_settings, seed=seed)
+        self._cycle = SchedulingCycle(cycle_settings, seed=seed)
         self._signal_gate = SignalGate(signals, metrics, "scheduling")
         self.baseline = ReloadBaseline(seed)
         """The last good configuration, while a reload is judged."""
@@ -190,7 +190,7 @@ class SchedulingLoop:
             loop_settings.ignore_namespaces,
             clock=clock,
         )
-        self._cycle.register_indexes(self.cache.table)
+        self._cycle.register_lookups(self.cache.table)
         self._room = TableRoom(self.cache.table)
         """The held room, kept placed on the table between decisions (scheduler.cycle.nominated)."""
         self._binder = Binder(
@@ -219,25 +219,25 @@ class SchedulingLoop:
     # ---- settings --------------------------------------------------------------------
 
     @property
-    def engine_settings(self) -> EngineSettings:
-        return self._engine_settings
+    def cycle_settings(self) -> CycleSettings:
+        return self._cycle_settings
 
     @property
     def loop_settings(self) -> LoopSettings:
         return self._loop_settings
 
-    def update_settings(self, engine_settings: EngineSettings, loop_settings: LoopSettings) -> None:
+    def update_settings(self, cycle_settings: CycleSettings, loop_settings: LoopSettings) -> None:
         """Apply a reloaded configuration without restarting.
 
         The swap happens under the cache lock, i.e. between two scheduling attempts.
         """
         with self.cache.lock:
-            if engine_settings != self._engine_settings:
+            if cycle_settings != self._cycle_settings:
                 relax = self._cycle.relax  # pods keep their waiting time across a reload
-                self._cycle = SchedulingCycle(engine_settings, seed=self._seed)
+                self._cycle = SchedulingCycle(cycle_settings, seed=self._seed)
                 self._cycle.relax = relax
-                self._cycle.register_indexes(self.cache.table)
-                self._engine_settings = engine_settings
+                self._cycle.register_lookups(self.cache.table)
+                self._cycle_settings = cycle_settings
             old = self._loop_settings
             self._loop_settings = loop_settings
             if (old.scheduler_name, old.ignore_namespaces) != (

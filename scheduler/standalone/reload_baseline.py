@@ -3,9 +3,9 @@
 left Pending, and which pods would it attempt that the new one no longer does.
 
 * **Pending anyway** — a pod the new configuration finds no node for is run through a
-  cycle of the last good ``engine`` settings on the same table, under the same cache lock
+  cycle of the last good ``cycle`` settings on the same table, under the same cache lock
   (so on the same cluster state). No node there either: the pod is Pending for a reason
-  the reload did not touch. When the reload left ``engine`` as it was there is nothing to
+  the reload did not touch. When the reload left ``cycle`` as it was there is nothing to
   ask: every Pending pod is Pending anyway. The extra cycle runs only for pods left
   Pending, only while a reload is watched, and keeps its own relax notes (the loop's are
   not touched).
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from scheduler.api.objects import PodInfo
 from scheduler.cycle.cache import ClusterCache
 from scheduler.cycle.cycle import SchedulingCycle
-from scheduler.cycle.settings import EngineSettings
+from scheduler.cycle.settings import CycleSettings
 from scheduler.signals.table import NodeTable
 
 Chosen = tuple[str, tuple[str, ...]]
@@ -32,7 +32,7 @@ Chosen = tuple[str, tuple[str, ...]]
 @dataclass(frozen=True, slots=True)
 class _Judging:
     cycle: SchedulingCycle | None
-    """The last good engine's cycle; ``None`` when the reload left the engine as it was."""
+    """The last good cycle's cycle; ``None`` when the reload left the cycle as it was."""
     chosen: Chosen | None
     """The last good configuration's choice of pods when it differs; else ``None``."""
 
@@ -51,16 +51,16 @@ class ReloadBaseline:
 
     def judge(
         self,
-        before: tuple[EngineSettings, Chosen] | None,
-        after: tuple[EngineSettings, Chosen] | None = None,
+        before: tuple[CycleSettings, Chosen] | None,
+        after: tuple[CycleSettings, Chosen] | None = None,
     ) -> None:
-        """Judge a reload from ``before`` (the last good engine settings and choice of
+        """Judge a reload from ``before`` (the last good cycle settings and choice of
         pods) to ``after`` (the reloaded ones); ``before=None``: the judging is over."""
         if before is None or after is None:
             self._judging = None
             return
-        (engine, chosen), (new_engine, new_chosen) = before, after
-        cycle = None if engine == new_engine else SchedulingCycle(engine, seed=self._seed)
+        (cycle, chosen), (new_cycle, new_chosen) = before, after
+        cycle = None if cycle == new_cycle else SchedulingCycle(cycle, seed=self._seed)
         self._judging = _Judging(cycle, chosen if chosen != new_chosen else None)
 
     def pending_anyway(
@@ -71,7 +71,7 @@ class ReloadBaseline:
         judging = self._judging
         if judging is None or judging.cycle is None:
             return True
-        judging.cycle.register_indexes(table)  # once per plugin name: the table keeps them
+        judging.cycle.register_lookups(table)  # once per plugin name: the table keeps them
         found = judging.cycle.schedule(pod, table, now, signals_readable=signals_readable)
         return found.node is None
 

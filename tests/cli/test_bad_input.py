@@ -272,12 +272,12 @@ def test_a_mistyped_dry_run_never_binds(
 @pytest.mark.parametrize(
     ("config", "message"),
     [
-        ("engine:\n  profile: {scores: {Interference: 500}}\n", "allowed: 0–100"),
-        ("engine:\n  profile: {scores: {NodeResourcesFit: -1}}\n", "allowed: 0–100"),
-        ("engine:\n  relax_after_s: -5\n", "relax_after_s: -5.0 is out of range; allowed: > 0"),
+        ("cycle:\n  profile: {scores: {Interference: 500}}\n", "allowed: 0–100"),
+        ("cycle:\n  profile: {scores: {NodeResourcesFit: -1}}\n", "allowed: 0–100"),
+        ("cycle:\n  relax_after_s: -5\n", "relax_after_s: -5.0 is out of range; allowed: > 0"),
         ("reload_interval_s: 0\n", "reload_interval_s: 0.0 is out of range; allowed: > 0"),
-        ("engine:\n  stale_after_s: -1\n", "stale_after_s"),
-        ("engine: [1, 2]\n", "engine: must be a mapping"),
+        ("cycle:\n  stale_after_s: -1\n", "stale_after_s"),
+        ("cycle: [1, 2]\n", "cycle: must be a mapping"),
         ("\x00\x01", "not valid YAML"),
     ],
 )

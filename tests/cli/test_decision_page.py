@@ -1,5 +1,5 @@
 """The picture of a decision (issue 19, item 2): the page drawn from real decision records
-(a real :class:`SchedulingCycle` over a small table, so the funnel is the engine's),
+(a real :class:`SchedulingCycle` over a small table, so the funnel is the cycle's),
 opened in a real headless Chromium — a screenshot kept as a test artefact, the DOM dumped
 and the funnel's numbers read back and compared with the record — and served by the
 scheduler's HTTP port at ``/decisions/NS/POD``.
@@ -44,7 +44,7 @@ from scheduler.adapters.redis_settings import RedisSettings, connect
 from scheduler.adapters.signal_metrics import SignalMetrics
 from scheduler.api.pods import parse_pod
 from scheduler.cycle.cycle import SchedulingCycle
-from scheduler.cycle.settings import EngineSettings
+from scheduler.cycle.settings import CycleSettings
 from scheduler.endpoint.http import HealthServer, HttpSettings, Status
 from tests.builders import node_obj, pod_obj, table_of
 from tests.cli.test_explain_tolerance import picky_decision
@@ -80,7 +80,7 @@ def decision_for(pod: dict[str, object], trace_id: str = "") -> Decision:
         ]
     )
     parsed = parse_pod(pod)
-    result = SchedulingCycle(EngineSettings(), seed=0).schedule(parsed, table, NOW)
+    result = SchedulingCycle(CycleSettings(), seed=0).schedule(parsed, table, NOW)
     decision = Decision(
         namespace=parsed.namespace,
         pod=parsed.name,

@@ -19,7 +19,7 @@ from scheduler.api.objects import ANNOTATION_MAX_RUNQ_P99_US
 from scheduler.api.pods import parse_pod
 from scheduler.cycle.cycle import SchedulingCycle
 from scheduler.cycle.ports import NodeSignals
-from scheduler.cycle.settings import EngineSettings, Profile
+from scheduler.cycle.settings import CycleSettings, Profile
 from tests.builders import node_obj, pod_obj, table_of
 from tests.cli.test_query import _cli
 from tests.conftest import RedisServer
@@ -58,7 +58,7 @@ def picky_decision(
             annotations={ANNOTATION_MAX_RUNQ_P99_US: "500"},
         )
     )
-    cycle = SchedulingCycle(EngineSettings(profile=profile or Profile()), seed=0)
+    cycle = SchedulingCycle(CycleSettings(profile=profile or Profile()), seed=0)
     if waited_s:
         cycle.schedule(pod, table, now - waited_s)
     result = cycle.schedule(pod, table, now)

@@ -3,7 +3,7 @@ one, both real ``interference-agent`` processes publishing to a real redis-serve
 
 The broken agent publishes all zeros; it must not look like the quietest node: it is not
 ready (``/readyz`` 503), ``interference top --all`` and ``node`` show it ``degraded``,
-and the scheduler's signal cache and engine treat it exactly like a stale node and leave
+and the scheduler's signal cache and cycle treat it exactly like a stale node and leave
 it out of the ranking the scheduler writes. On SIGTERM both agents delete their own
 keys, and the scheduler's ranking drops the nodes once their last records are stale."""
 
@@ -112,7 +112,7 @@ def test_a_broken_agent_is_not_ready_degraded_and_stale_to_the_scheduler(
     assert client.hget(keys.node_key("broken-node"), "measured") == ""
     assert client.hget(keys.node_key("broken-node"), "interference_index") == "0"
 
-    # The scheduler: the signal cache and the engine treat it as stale.
+    # The scheduler: the signal cache and the cycle treat it as stale.
     cache = follower(redis_server)
     assert cache.poll_once() == 2  # both records are well-formed and accepted
     now = time.time()
@@ -127,8 +127,8 @@ def test_a_broken_agent_is_not_ready_degraded_and_stale_to_the_scheduler(
     table = table_of([node_obj("broken-node"), node_obj("healthy-node")])
     table.set_signals(frame)
     assert stale_rows(table, now).tolist() == [0]
-    engine = SchedulingCycle(interference_settings(stale_policy="reject"), seed=1)
-    result = engine.schedule(parse_pod(pod_obj("web-0")), table, now)
+    cycle = SchedulingCycle(interference_settings(stale_policy="reject"), seed=1)
+    result = cycle.schedule(parse_pod(pod_obj("web-0")), table, now)
     assert result.node == "healthy-node", result.message
     for policy, score in (("neutral", 50.0), ("avoid", 0.0)):
         as_stale = quietness(table, InterferenceArgs(stale_policy=policy), now)  # type: ignore[arg-type]
@@ -212,7 +212,7 @@ def test_a_redis_outage_keeps_tolerant_pods_pending_and_places_the_others(
         tolerant = {ANNOTATION_MAX_RUNQ_P99_US: "500"}
         harness.cluster.add_pod(pod_obj("latency", requests={"cpu": "1"}, annotations=tolerant))
         harness.cluster.add_pod(pod_obj("batch", requests={"cpu": "1"}))
-        assert harness.cycle() == 2
+        assert harness.step() == 2
         assert harness.cluster.node_of("default", "batch") in ("n1", "n2")
         assert harness.cluster.node_of("default", "latency") is None
         message = harness.decisions.last("latency").message

@@ -44,7 +44,7 @@ DATA = ROOT / "tests" / "data"
 DEMO_ARRIVALS = ROOT / "deploy" / "demo" / "arrivals.yaml"
 AWARE = ROOT / "deploy" / "demo" / "policies" / "interference-aware.yaml"
 LENIENT = """\
-engine:
+cycle:
   profile:
     scores: {Interference: 2.0, NodeResourcesFit: 1.0, GpuPacking: 1.0}
     plugin_config:

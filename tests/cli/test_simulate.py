@@ -26,7 +26,7 @@ from interference_cli.store import CliError
 from interference_cli.trace import load_trace, write_trace
 from scheduler.api.nodes import parse_node
 from scheduler.api.pods import parse_pod
-from scheduler.cycle.settings import EngineSettings, Profile
+from scheduler.cycle.settings import CycleSettings, Profile
 from scheduler.plugins.registry import REGISTRY
 from scheduler.signals.table import NodeTable
 from tests.builders import node_obj, pod_obj
@@ -58,7 +58,7 @@ def test_acceptance_aware_default_policy_beats_least_allocated_on_the_trace() ->
     # the embedded default policy: it runs exactly as the defaults (its file spells
     # Interference's default args out, so its profile holds them where the default's
     # plugin_config is empty)
-    default = EngineSettings()
+    default = CycleSettings()
     assert dataclasses.replace(aware_policy.settings, profile=default.profile) == default
     assert REGISTRY.resolve(aware_policy.settings.profile) == REGISTRY.resolve(default.profile)
     aware = simulate(reports, workload, aware_policy)
@@ -78,12 +78,12 @@ def test_blind_policy_ignores_tolerance_even_with_interference_weight(tmp_path: 
     # Blindness is the explicit switch, not an inference from weight 0: a blind policy
     # that keeps its interference weight still places the pod on the only (noisy) node.
     policy = tmp_path / "blind-weighted.yaml"
-    policy.write_text("engine: {interference_aware: false, profile: {scores: {Interference: 2}}}\n")
+    policy.write_text("cycle: {interference_aware: false, profile: {scores: {Interference: 2}}}\n")
     noisy = [_report("n", float(t), 50_000) for t in range(6)]
     blind = simulate(noisy, _workload("1000"), load_policy(policy))
     assert (blind.placed, blind.violations) == (1, 1)
     zero_weight_aware = Policy(
-        "aware", EngineSettings(profile=Profile(scores=(("Interference", 0.0),)))
+        "aware", CycleSettings(profile=Profile(scores=(("Interference", 0.0),)))
     )
     assert simulate(noisy, _workload("1000"), zero_weight_aware).placed == 0
 
@@ -140,11 +140,11 @@ def _workload(tolerance_us: str | None, horizon_s: float = 3.0) -> Workload:
 def test_violation_is_judged_on_the_windows_after_placement(
     after: list[int], tolerance: str | None, violations: int
 ) -> None:
-    # One node, quiet until the placement at t=1.5 (so even the blind engine picks it).
+    # One node, quiet until the placement at t=1.5 (so even the blind cycle picks it).
     reports = [_report("n", 0.0, 100), _report("n", 1.0, 100)]
     reports += [_report("n", 2.0 + i, v) for i, v in enumerate(after)]
     reports.append(_report("n", 10.0, 99999))  # beyond the horizon: ignored
-    blind = Policy("blind", EngineSettings(interference_aware=False))
+    blind = Policy("blind", CycleSettings(interference_aware=False))
     result = simulate(reports, _workload(tolerance), blind)
     assert result.placed == 1
     assert result.violations == violations
@@ -247,11 +247,11 @@ def test_bad_policy_is_one_line_and_exit_1(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     policy = tmp_path / "bad.yaml"
-    policy.write_text("engine: {profile: {scores: {Interference: high}}}\n")
+    policy.write_text("cycle: {profile: {scores: {Interference: high}}}\n")
     args = ["simulate", "--trace", str(TRACE), "--pods", str(ARRIVALS), "--policy", str(policy)]
     assert main(args) == 1
     err = capsys.readouterr().err
-    assert "engine.profile.scores.Interference" in err and err.startswith("interference: ")
+    assert "cycle.profile.scores.Interference" in err and err.startswith("interference: ")
     assert err.count("\n") == 1
 
 
@@ -259,7 +259,7 @@ def test_unschedulable_pod_is_retried_with_backoff_until_a_node_fits() -> None:
     # The only node is too noisy when the pod arrives (t=1.5) and quiet from t=4 on.
     noisy, quiet = [0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0, 8.0]
     reports = [_report("n", t, 50_000) for t in noisy] + [_report("n", t, 100) for t in quiet]
-    aware = Policy("aware", EngineSettings())
+    aware = Policy("aware", CycleSettings())
     result = simulate(reports, _workload("1000"), aware)
     assert (result.placed, result.unschedulable, result.violations) == (1, 0, 0)
     assert 4.0 <= result.placements[0][0] <= 4.0 + 4.0  # placed after the backoff once quiet
@@ -274,7 +274,7 @@ BURSTY_ARRIVALS = ROOT / "tests" / "data" / "bursty-arrivals.yaml"
 def test_bursty_trace_windowed_policy_avoids_the_antagonist_in_its_quiet_seconds() -> None:
     """Recorded by bench/onoff_antagonist.py on the real kernel: node-a's stress-ng is on
     5 s, off 5 s. Per second, node-a looks quieter than node-b in its off seconds; over
-    the 10 s window it does not. Same recording, same engine, only the window differs."""
+    the 10 s window it does not. Same recording, same cycle, only the window differs."""
     reports = load_trace(BURSTY_TRACE)
     workload = load_workload(BURSTY_ARRIVALS)
     aware = load_policy(AWARE)

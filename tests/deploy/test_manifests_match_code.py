@@ -111,7 +111,7 @@ def mounted_file(workload: Obj, path: str) -> str:
 
 def images_built_by_make(tmp_path: Path) -> dict[str, str]:
     """Dockerfile (repo-relative) → image tag, from the ``docker build`` calls ``make images``
-    makes, recorded by a docker CLI that only writes its arguments down (no engine here;
+    makes, recorded by a docker CLI that only writes its arguments down (no Docker daemon here;
     ``make e2e-cluster`` runs the real builds)."""
     calls = tmp_path / "docker-calls"
     fake = tmp_path / "docker"

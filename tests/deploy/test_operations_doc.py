@@ -6,7 +6,7 @@ Redis (tests/deploy/conftest.py) filled by the real agent publisher and decision
 an ``ACL SETUSER`` for an external Redis, run against a plain redis-server and compared
 with the bundled ACL; a ``kubectl kustomize`` render; the Secret generator, run with a
 recording kubectl; the offline ``interference simulate --explain``. Everything else must be
-a command that needs a cluster, a registry or a Docker engine — a new command of any other
+a command that needs a cluster, a registry or a Docker daemon — a new command of any other
 sort fails the test until it is exercised.
 """
 
@@ -63,7 +63,7 @@ NEEDS_CLUSTER = re.compile(
     r"|REDIS_USERNAME=\S+ REDIS_PASSWORD_FILE=\S+ REDIS_CA_FILE=\S+ interference top "
     r"--redis-url rediss://localhost:6379/0$)"
 )
-"""Commands that need a cluster, a registry, a Docker engine or Kubernetes binaries (the
+"""Commands that need a cluster, a registry, a Docker daemon or Kubernetes binaries (the
 Install section's are run by ``make e2e-cluster``, the test commands are the suite; the
 scheduler's ``/config`` pages through a port-forward by tests/e2e/test_config_rollback.py)."""
 REDIS_EXEC = re.compile(

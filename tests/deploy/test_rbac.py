@@ -56,7 +56,7 @@ from scheduler.cycle.ports import (
     PodRef,
     Preemption,
 )
-from scheduler.cycle.settings import EngineSettings
+from scheduler.cycle.settings import CycleSettings
 from scheduler.endpoint.metrics import SchedulerMetrics
 from scheduler.entry.config import parse_config
 from scheduler.entry.extender_cli import ExtenderProcess
@@ -244,7 +244,7 @@ def exercise_scheduler(emulator: EmulatorThread, lease_namespace: str) -> None:
                 evictor.evict(PodRef("shop", "pending-a"), dry_run)
         journal = ConfigMapMoveJournal(api, lease_namespace, journal_name("interference-scheduler"))
         for at in (1.0, 2.0):  # its journal: created, then updated
-            journal.record(Moved(at, "gpu-node-1", "shop", "rs-web"), None, keep_s=600)
+            journal.add(Moved(at, "gpu-node-1", "shop", "rs-web"), None, keep_s=600)
         assert [m.at for m, _ in journal.since(0)] == [1.0, 2.0]
         wait_until(lambda: elector.renewals >= 3 and leading.is_set(), "a renewed lease")
     finally:
@@ -274,7 +274,7 @@ def exercise_dry_run_scheduler(emulator: EmulatorThread, lease_namespace: str) -
         KubernetesCluster(api),
         MemorySignals(),
         decisions,
-        EngineSettings(),
+        CycleSettings(),
         LoopSettings(dry_run=True),
         leading,
         SchedulerMetrics(CollectorRegistry()),

@@ -35,7 +35,7 @@ from interference.signals import GpuDevice, NodeMetrics, NodeReport, PodMetrics
 from interference_cli.store import CliError, Store
 from node_agent.publisher import PublisherSettings, RedisPublisher
 from scheduler.adapters.decision_sink import RedisDecisionSink
-from scheduler.adapters.pod_reports import RedisPodReports
+from scheduler.adapters.node_reports import RedisNodeReportSource
 from scheduler.adapters.redis_settings import ACL_COMMANDS, RedisSettings, connect
 from scheduler.adapters.redis_signals import RedisSignalCache
 from scheduler.adapters.signal_metrics import SignalMetrics
@@ -409,7 +409,7 @@ def exercise_scheduler_store(
     assert cache.poll_once() == len(nodes)
     assert cache.write_ranking()
     cache.count_strays()
-    assert set(RedisPodReports(client).recent(nodes)) <= set(nodes)  # the rebalancer's read
+    assert set(RedisNodeReportSource(client).recent(nodes)) <= set(nodes)  # the rebalancer's read
     RedisDecisionSink(client, settings, metrics).write(
         Decision("shop", "api-2", "scheduled", nodes[-1], "assigned", NOW)
     )

@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry
 from interference import keys
 from interference.signals import PodMetrics
 from scheduler.adapters.decision_sink import RedisDecisionSink
-from scheduler.adapters.pod_reports import RedisPodReports
+from scheduler.adapters.node_reports import RedisNodeReportSource
 from scheduler.adapters.redis_settings import RedisSettings, connect
 from scheduler.adapters.signal_metrics import SignalMetrics
 from tests.deploy.conftest import DeployedRedis
@@ -228,7 +228,7 @@ def test_a_stream_of_huge_entries_is_cut_for_its_reader_and_the_others_still_rea
         settings, connection = scheduler_connection(limited_redis)
         registry = CollectorRegistry()
         metrics = SignalMetrics(registry)
-        reader = RedisPodReports(connection, metrics)  # type: ignore[arg-type]
+        reader = RedisNodeReportSource(connection, metrics)  # type: ignore[arg-type]
         nodes = ["bad", "good"] + [f"quiet-{i}" for i in range(40)]
         for _ in range(3):  # the rebalancer's looks
             found = reader.recent(nodes)
@@ -262,7 +262,7 @@ def test_a_report_that_would_decode_into_a_gibibyte_is_refused_unread(
     settings, connection = scheduler_connection(limited_redis)
     registry = CollectorRegistry()
     metrics = SignalMetrics(registry)
-    reader = RedisPodReports(connection, metrics)  # type: ignore[arg-type]
+    reader = RedisNodeReportSource(connection, metrics)  # type: ignore[arg-type]
     started = time.perf_counter()
     assert reader.recent(["bad"]) == {}
     assert time.perf_counter() - started < 2  # one entry refused unread, not ten decoded

@@ -97,7 +97,7 @@ def signal_keys(admin: redis.Redis[str]) -> dict[str, bytes | None]:
 
 
 def decision(i: int) -> Decision:
-    """A decision record the size the engine writes (record_top_k = 5 candidates scored, as
+    """A decision record the size the cycle writes (record_top_k = 5 candidates scored, as
     many rejected, counts per reason): about 3 KiB in Redis."""
     scored = [
         CandidateVerdict(

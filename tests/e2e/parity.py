@@ -1,4 +1,4 @@
-"""What the parity tests share: the real kube-scheduler on the test apiserver, our engine
+"""What the parity tests share: the real kube-scheduler on the test apiserver, our cycle
 deciding for the same pod over the objects read back from the API server, and what
 kube-scheduler decided as the pod shows it."""
 
@@ -18,7 +18,7 @@ from scheduler.cycle.cache import ClusterCache
 from scheduler.cycle.cycle import SchedulingCycle
 from scheduler.cycle.ports import INFORMED_KINDS, ObjectKind
 from scheduler.cycle.queue import SchedulingQueue
-from scheduler.cycle.settings import EngineSettings
+from scheduler.cycle.settings import CycleSettings
 from scheduler.endpoint.metrics import SchedulerMetrics
 from scheduler.signals.table import NodeTable
 from tests.e2e.control_plane import Assets, terminate
@@ -109,9 +109,9 @@ def cluster_table(kube: Kube) -> NodeTable:
 
 
 def decide(table: NodeTable, pod: Obj) -> tuple[str, str]:
-    """Our engine's node (or :data:`PENDING`) for ``pod`` and its ``FailedScheduling``
+    """Our cycle's node (or :data:`PENDING`) for ``pod`` and its ``FailedScheduling``
     message (empty when placed); interference signals play no part."""
-    result = SchedulingCycle(EngineSettings(interference_aware=False), seed=0).schedule(
+    result = SchedulingCycle(CycleSettings(interference_aware=False), seed=0).schedule(
         parse_pod(pod), table, 0.0
     )
     return result.node or PENDING, "" if result.node else result.message

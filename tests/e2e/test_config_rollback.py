@@ -110,12 +110,12 @@ def test_a_typo_keeps_serving_and_a_reload_that_leaves_pods_pending_is_rolled_ba
     wait_for(lambda: bound(kube, ["before"]), "a pod bound under the good configuration")
 
     # A typo: nothing changes, the replica stays ready, an Event and a metric say so.
-    rewrite(config_path, {**good, "engine": {"relax_after_s": "soon"}})
+    rewrite(config_path, {**good, "cycle": {"relax_after_s": "soon"}})
     invalid = wait_for(
         lambda: named(kube, CONFIG_MAP, "InvalidConfiguration"), "the InvalidConfiguration Event"
     )
     assert invalid[0]["type"] == "Warning"
-    assert "engine.relax_after_s: must be a number, got 'soon'" in invalid[0]["note"]
+    assert "cycle.relax_after_s: must be a number, got 'soon'" in invalid[0]["note"]
     code, body = get(scheduler.http_port, "/readyz")
     assert code == 200 and "the configuration file is invalid" in body, body
     metrics = scheduler.metrics()
@@ -125,7 +125,7 @@ def test_a_typo_keeps_serving_and_a_reload_that_leaves_pods_pending_is_rolled_ba
     wait_for(lambda: bound(kube, ["during-typo"]), "a pod bound while the typo is on disk")
 
     # A valid file whose filters reject every node: pods stay Pending, then a roll back.
-    rewrite(config_path, {**good, "engine": REJECT_EVERY_NODE})
+    rewrite(config_path, {**good, "cycle": REJECT_EVERY_NODE})
     wait_for(lambda: "ConfigReloaded" in reasons(kube, CONFIG_MAP), "the bad file applied")
     pending = [f"after-{i}" for i in range(4)]
     for name in pending:
@@ -188,14 +188,12 @@ def test_an_extender_stays_ready_through_a_config_typo(
     extender = SchedulerProcess("extender-0", popen, log_path, port)
     try:
         wait_for(lambda: get(port, "/readyz") == (200, "ok (extender)\n"), "the extender ready")
-        rewrite(
-            config_path, {**config, "engine": {"profile": {"scores": {"Interference": "high"}}}}
-        )
+        rewrite(config_path, {**config, "cycle": {"profile": {"scores": {"Interference": "high"}}}})
         invalid = wait_for(
             lambda: named(kube, CONFIG_MAP + "-extender", "InvalidConfiguration"),
             "the extender's InvalidConfiguration Event",
         )
-        assert "engine.profile.scores.Interference: must be a number" in invalid[0]["note"]
+        assert "cycle.profile.scores.Interference: must be a number" in invalid[0]["note"]
         code, body = get(port, "/readyz")
         assert code == 200 and body.startswith("ok (extender); the configuration file is invalid")
         metrics = extender.metrics()

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 from scheduler.adapters.kubernetes import KubernetesCluster
 from scheduler.adapters.kubernetes_settings import make_api_client
 from scheduler.cycle.ports import PodRef
-from scheduler.cycle.settings import EngineSettings
+from scheduler.cycle.settings import CycleSettings
 from scheduler.endpoint.metrics import SchedulerMetrics
 from scheduler.standalone.loop import LoopSettings, SchedulingLoop
 from tests.e2e.kube import BindingWatch, Kube, wait_for
@@ -75,7 +75,7 @@ def test_pod_deleted_or_bound_elsewhere_before_binding(
         cluster,
         MemorySignals(),
         MemoryDecisions(),
-        EngineSettings(),
+        CycleSettings(),
         LoopSettings(scheduler_name=SCHEDULER),
         leading,
         metrics,

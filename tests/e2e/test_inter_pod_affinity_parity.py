@@ -2,7 +2,7 @@
 
 Each case has three nodes, one per zone (zone values unique to the case), pods already
 bound to them, and an incoming pod that selects the case's nodes. kube-scheduler (default
-plugins, a profile of its own) schedules the incoming pod; our engine decides for the same
+plugins, a profile of its own) schedules the incoming pod; our cycle decides for the same
 pod over the same objects read back from the API server — so what the API server does to
 them counts too: ``matchLabelKeys`` merged into the label selector at creation, the
 ``kubernetes.io/metadata.name`` label on every namespace. Every case is built so that one

@@ -211,13 +211,13 @@ def scene(request: pytest.FixtureRequest, kube: Kube, redis_url: str) -> Iterato
 
 def scheduler_for(
     scene: Scene, schedulers: list[SchedulerProcess], kubeconfig: Path, redis_url: str,
-    workdir: Path, engine: dict[str, object] | None = None,
+    workdir: Path, cycle: dict[str, object] | None = None,
 ) -> SchedulerProcess:  # fmt: skip
     """The real scheduler process for the scene's pods; relaxing tolerances is pushed far
     out so no test sees a pod placed (or preempting) without its interference filter."""
     scheduler = start_scheduler(
         schedulers, workdir, kubeconfig, redis_url, scene.namespace,
-        extra={"engine": {"relax_after_s": 3600, **(engine or {})}},
+        extra={"cycle": {"relax_after_s": 3600, **(cycle or {})}},
     )  # fmt: skip
     wait_for(scheduler.leading, "the scheduler to lead")
     reports = "interference_scheduler_signal_age_seconds_count"
@@ -389,7 +389,7 @@ def test_opt_in_antagonists_of_lower_priority_are_preempted_to_quiet_a_node(
     scene: Scene, schedulers: list[SchedulerProcess], scheduler_kubeconfig: Path,
     redis_url: str, tmp_path: Path,
 ) -> None:  # fmt: skip
-    """``engine.preemption.preempt_antagonists``: the only node has room, but its agent
+    """``cycle.preemption.preempt_antagonists``: the only node has room, but its agent
     reports it noisy beyond the pod's tolerance and names one pod as the culprit of a
     neighbour's waits. The culprit has a lower priority than the pod: it is preempted
     (DisruptionTarget, Preempted Event), the node turns quiet and the pod is bound there.
@@ -400,7 +400,7 @@ def test_opt_in_antagonists_of_lower_priority_are_preempted_to_quiet_a_node(
     scene.pod("hog", "1", node=node, grace_s=30)
     scene.antagonists[node] = ("steady", "hog")
     scheduler_for(scene, schedulers, scheduler_kubeconfig, redis_url, tmp_path,
-                  engine={"preemption": {"preempt_antagonists": True}})  # fmt: skip
+                  cycle={"preemption": {"preempt_antagonists": True}})  # fmt: skip
 
     scene.pod("picky", "1", priority_class=high,
               annotations={"interference.io/max-runq-p99-us": "500"})  # fmt: skip

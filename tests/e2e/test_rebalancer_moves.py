@@ -300,9 +300,9 @@ def test_a_replacement_that_lost_its_room_is_never_relaxed_back(
     with nodes_reporting(moves, {"n1": "8", "q": "8"}):
         left, quiet = moves.nodes
         # the room is held 1 s; the relax rule would drop relaxable filters after 2 s
-        engine = {"relax_after_s": 2}
+        cycle = {"relax_after_s": 2}
         moves.scheduler = start(moves, schedulers, scheduler_kubeconfig, tmp_path,
-                                extra={"engine": engine}, reserve_for_s=1)  # fmt: skip
+                                extra={"cycle": cycle}, reserve_for_s=1)  # fmt: skip
         place(moves, "one", left, moves.stateful_set)
         open_all(moves)
         moves.deleting = False  # the evicted pod lingers: its replacement comes late
@@ -392,7 +392,7 @@ def test_a_workload_noisy_wherever_it_goes_moves_at_most_its_budget(
         avoid = {"profile": {"plugin_config": [{"name": "RebalancedAway",
                                                 "args": {"avoid_for_s": 4}}]}}  # fmt: skip
         moves.scheduler = start(moves, schedulers, scheduler_kubeconfig, tmp_path,
-                                extra={"engine": avoid}, cooldown_s=4, max_moves_per_workload=2,
+                                extra={"cycle": avoid}, cooldown_s=4, max_moves_per_workload=2,
                                 move_budget_window_s=600)  # fmt: skip
         place(moves, "web", a, lambda app: moves.replica_set(app, 1))
         open_all(moves)

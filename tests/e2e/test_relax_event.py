@@ -1,5 +1,5 @@
 """A pod kept Pending only by its interference tolerance is relaxed after
-``engine.relax_after_s`` and bound; the decision is a Warning ``InterferenceRelaxed`` Event
+``cycle.relax_after_s`` and bound; the decision is a Warning ``InterferenceRelaxed`` Event
 on the real apiserver (not only a metric)."""
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def test_relaxed_placement_is_an_event(
     tmp_path: Path,
 ) -> None:
     scheduler = start_scheduler(schedulers, tmp_path, scheduler_kubeconfig, redis_url, SCHEDULER,
-                                extra={"engine": {"relax_after_s": 3}})  # fmt: skip
+                                extra={"cycle": {"relax_after_s": 3}})  # fmt: skip
     reports = "interference_scheduler_signal_age_seconds_count"
     wait_for(lambda: scheduler.metrics().get(reports, 0) >= 2 * len(NODES),
              "the scheduler to receive both nodes' reports")  # fmt: skip

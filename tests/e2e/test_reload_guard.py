@@ -147,10 +147,10 @@ def test_pods_waiting_on_unbound_claims_do_not_roll_back_a_reload(
     wait_for(lambda: bound(kube, placed), "the pods without claims bound")
     wait_for(lambda: metric(scheduler, "confirmed") == 1, "the reload kept", timeout_s=60)
 
-    # A reload that changes the engine too: the claim pods are asked of the last good
+    # A reload that changes the cycle too: the claim pods are asked of the last good
     # configuration, which leaves them Pending as well.
     rewrite(path, {**good, "rebalancer": {"mode": "enforce"},
-                   "engine": {"profile": {"scores": {"Interference": 3}}}})  # fmt: skip
+                   "cycle": {"profile": {"scores": {"Interference": 3}}}})  # fmt: skip
     wait_for(
         lambda: len(config_events(kube, config_map, "ConfigReloaded")) == 2, "the second reload"
     )
@@ -217,7 +217,7 @@ def test_too_few_pods_neither_keep_nor_reject_a_reload(
         schedulers, tmp_path, scheduler_kubeconfig, redis_url, name, guard
     )
     wait_for(scheduler.leading, "the scheduler to lead")
-    rewrite(path, {**good, "engine": REJECT_EVERY_NODE})
+    rewrite(path, {**good, "cycle": REJECT_EVERY_NODE})
     wait_for(lambda: config_events(kube, config_map, "ConfigReloaded"), "the bad file applied")
     pods = ["few-0", "few-1"]
     for pod in pods:
@@ -259,8 +259,8 @@ def test_the_standby_follows_the_leaders_roll_back_and_serves_the_good_file_afte
     assert not standby.leading()
 
     reloaded_at = time.monotonic()
-    rewrite(leader_path, {**leader_good, "engine": REJECT_EVERY_NODE})
-    rewrite(standby_path, {**standby_good, "engine": REJECT_EVERY_NODE})
+    rewrite(leader_path, {**leader_good, "cycle": REJECT_EVERY_NODE})
+    rewrite(standby_path, {**standby_good, "cycle": REJECT_EVERY_NODE})
     wait_for(
         lambda: metric(leader, "applied") == 1 and metric(standby, "applied") == 1,
         "both replicas applied the bad file",

@@ -2,7 +2,7 @@
 
 Each case has three nodes, one per zone (values unique to the case), and an incoming pod
 that selects the case's nodes and uses claims made for it. kube-scheduler (default
-plugins, a profile of its own) schedules the incoming pod; our engine decides for the same
+plugins, a profile of its own) schedules the incoming pod; our cycle decides for the same
 pod over the same objects read back from the API server. Both must choose the same node,
 or both leave the pod pending with the same ``FailedScheduling`` reasons (kube-scheduler's
 message goes on with what its PostFilter plugins say: preemption, DRA). No PV controller

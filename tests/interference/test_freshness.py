@@ -75,6 +75,6 @@ def test_a_family_whose_probe_lost_map_entries_is_not_measured(
     state: str,
 ) -> None:
     """The one rule: a family with lost BPF map entries is left out of ``measured``, so
-    lost run-queue entries make a fresh report degraded (the engine's stale policy)."""
+    lost run-queue entries make a fresh report degraded (the cycle's stale policy)."""
     assert freshness.complete_families(measured, lost_entries) == complete, case
     assert freshness.node_state(1000.0, 1.0, complete, 1000.0) == state, case

@@ -11,7 +11,7 @@ from interference import hist
 from interference.signals import SIGNAL_FAMILIES, NodeMetrics
 from node_agent.agent import Agent
 from node_agent.health import AgentMetrics
-from node_agent.history import IntervalRecord, SignalHistory, summarize
+from node_agent.history import IntervalMetrics, SignalHistory, summarize
 from node_agent.pods import StaticPodDirectory
 from node_agent.settings import AgentSettings
 
@@ -32,8 +32,8 @@ def slots(**counts: int) -> list[int]:
     return buckets
 
 
-def record(index: float, interval_s: float = 1.0, runq: list[int] | None = None) -> IntervalRecord:
-    return IntervalRecord(
+def record(index: float, interval_s: float = 1.0, runq: list[int] | None = None) -> IntervalMetrics:
+    return IntervalMetrics(
         0.0, interval_s, tuple(runq or []), index / 100, index / 10, index,
         measured=frozenset(SIGNAL_FAMILIES),
     )  # fmt: skip
@@ -54,7 +54,7 @@ ON_OFF = [record(95.0)] * 5 + [record(3.0)] * 5
     ],
 )  # fmt: skip
 def test_index_moments(
-    case: str, records: list[IntervalRecord], mean: float, peak: float, stddev: float
+    case: str, records: list[IntervalMetrics], mean: float, peak: float, stddev: float
 ) -> None:
     window = summarize(10.0, records)
     assert window.intervals == len(records), case

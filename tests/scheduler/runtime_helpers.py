@@ -1,6 +1,6 @@
 """In-memory SignalSource and DecisionSink, and a harness driving the real SchedulingLoop.
 
-The harness runs the real loop, cache, queue, engine and binder threads over an
+The harness runs the real loop, cache, queue, cycle and binder threads over an
 :class:`InMemoryCluster`; only time is driven by hand (one fake clock for wall and
 monotonic time), and the informer is synced explicitly so every step is deterministic.
 """
@@ -16,7 +16,7 @@ from interference.decision import Decision
 from interference.signals import SIGNAL_FAMILIES, NodeMetrics
 from scheduler.adapters.memory import InMemoryCluster, InMemoryInformer
 from scheduler.cycle.ports import DecisionTracer, NodeSignals, SignalSource
-from scheduler.cycle.settings import EngineSettings
+from scheduler.cycle.settings import CycleSettings
 from scheduler.cycle.stage_trace import Attributes, StageRecorder
 from scheduler.endpoint.metrics import SchedulerMetrics
 from scheduler.standalone.loop import LoopSettings, SchedulingLoop
@@ -100,7 +100,7 @@ class LoopHarness:
 
     def __init__(
         self,
-        engine: EngineSettings | None = None,
+        cycle: CycleSettings | None = None,
         loop: LoopSettings | None = None,
         cluster: InMemoryCluster | None = None,
         leading: bool = True,
@@ -123,7 +123,7 @@ class LoopHarness:
             self.cluster,
             signals or self.signals,
             self.decisions,
-            engine or EngineSettings(),
+            cycle or CycleSettings(),
             loop or LoopSettings(bind_workers=4),
             self.leading,
             self.metrics,
@@ -136,7 +136,7 @@ class LoopHarness:
         )
         self.informer: InMemoryInformer = self.cluster.informer(self.loop.cache)
 
-    def cycle(self) -> int:
+    def step(self) -> int:
         """Sync the cache, attempt every ready pod once, finish all writes, sync again."""
         self.informer.sync()
         attempted = schedule_pending(self.loop)

@@ -16,7 +16,7 @@ from interference.signals import SIGNAL_FAMILIES
 from scheduler.cycle.cache import ClusterCache
 from scheduler.cycle.ports import INFORMED_KINDS, NodeSignals
 from scheduler.cycle.queue import SchedulingQueue
-from scheduler.cycle.settings import EngineSettings
+from scheduler.cycle.settings import CycleSettings
 from scheduler.endpoint.http import ExtenderEndpoint, ExtenderSettings
 from scheduler.endpoint.metrics import SchedulerMetrics
 from scheduler.extender.extender import Extender, ExtenderMetrics
@@ -71,7 +71,7 @@ class ServedExtender:
             cache,
             _Signals(self.names),
             MemoryDecisions(),
-            EngineSettings(),
+            CycleSettings(),
             metrics,
             ExtenderMetrics(self.registry),
             clock=FakeClock(),

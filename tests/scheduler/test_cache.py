@@ -55,7 +55,7 @@ class Harness:
         self.informer.sync()
 
     def cpu_requested(self, node: str) -> int:
-        row = self.table.index_of(node)
+        row = self.table.row_of(node)
         assert row is not None, f"{node} is not in the table"
         cpu = self.table.resource_row("cpu")
         assert cpu is not None
@@ -252,7 +252,7 @@ def test_deleting_an_object_that_became_malformed_removes_its_last_good_version(
     h.cluster.add_node(broken_node)
     h.cluster.delete_node("n2")
     h.sync()
-    assert h.table.index_of("n2") is None
+    assert h.table.row_of("n2") is None
     h.cache.apply("Pod", "DELETED", {"metadata": {}})  # no name at all: counted, skipped
     assert h.malformed("Pod") == 2
 
@@ -284,7 +284,7 @@ def test_relist_removes_what_disappeared(h: Harness) -> None:
     h.cache.replace("Node", [h.cluster.get_node("n1")])  # type: ignore[list-item]
     h.cache.replace("Pod", [h.cluster.get_pod("default", "stay")])  # type: ignore[list-item]
     assert h.cpu_requested("n1") == 1000
-    assert h.table.index_of("n2") is None
+    assert h.table.row_of("n2") is None
     assert h.cache.pending_pod("default/pending-vanish") is None
     assert h.queue.state("default/pending-vanish") is None
     assert h.cache.synced()
@@ -674,7 +674,7 @@ def test_the_objects_a_cache_keeps_hold_no_reference_cycles(
             node = f"gpu-{i % 3}" if i % 2 else None
             h.cluster.add_pod(_pod_with_every_field_parsed(f"p{i}", node))
         h.sync()
-        assert h.table.index_of("gpu-0") is not None
+        assert h.table.row_of("gpu-0") is not None
         assert h.cache.pending_pod("default/p0") is not None
         for i in range(0, 20, 2):
             h.cluster.bind(PodRef("default", f"p{i}"), "gpu-1")
@@ -685,7 +685,7 @@ def test_the_objects_a_cache_keeps_hold_no_reference_cycles(
         for i in range(3):
             h.cluster.delete_node(f"gpu-{i}")
         h.sync()
-        assert h.table.index_of("gpu-0") is None
+        assert h.table.row_of("gpu-0") is None
         assert (gc.collect() > 0) is cycle_per_parse
     finally:
         gc.enable()

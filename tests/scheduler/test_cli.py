@@ -281,10 +281,10 @@ def test_invalid_config_exits_2_naming_the_field(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "bad.yaml"
-    path.write_text("engine:\n  profile:\n    scores:\n      GpuPacking: high\n")
+    path.write_text("cycle:\n  profile:\n    scores:\n      GpuPacking: high\n")
     assert main(["--config", str(path)]) == 2
     err = capsys.readouterr().err
-    assert "engine.profile.scores.GpuPacking: must be a number, got 'high'" in err
+    assert "cycle.profile.scores.GpuPacking: must be a number, got 'high'" in err
 
 
 def test_missing_kubeconfig_exits_2_with_the_fix(

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.cycle.settings import EngineSettings, Profile
+from scheduler.cycle.settings import CycleSettings, Profile
 from scheduler.entry.config import (
     ConfigError,
     SchedulerConfig,
@@ -20,7 +20,7 @@ from scheduler.plugins.interference import InterferenceArgs
 from scheduler.plugins.registry import REGISTRY
 
 FULL = """
-engine:
+cycle:
   profile:
     scores: {Interference: 3, NodeResourcesFit: 1.5, GpuPacking: 0}
     plugin_config:
@@ -47,9 +47,9 @@ reload_interval_s: 2
 """
 
 
-def interference_args(engine: EngineSettings) -> InterferenceArgs:
-    """The Interference plugin's args in ``engine``'s profile (its defaults when unset)."""
-    found = dict(engine.profile.plugin_config).get("Interference", InterferenceArgs())
+def interference_args(cycle: CycleSettings) -> InterferenceArgs:
+    """The Interference plugin's args in ``cycle``'s profile (its defaults when unset)."""
+    found = dict(cycle.profile.plugin_config).get("Interference", InterferenceArgs())
     assert isinstance(found, InterferenceArgs)
     return found
 
@@ -62,15 +62,15 @@ def write(tmp_path: Path, text: str, name: str = "config.yaml") -> str:
 
 def test_loads_every_section(tmp_path: Path) -> None:
     config = load_config(write(tmp_path, FULL))
-    assert config.engine.profile == Profile(
+    assert config.cycle.profile == Profile(
         scores=(("Interference", 3.0), ("NodeResourcesFit", 1.5), ("GpuPacking", 0.0)),
         plugin_config=(
             ("Interference", InterferenceArgs(stale_policy="avoid", signal_window="60s")),
             ("GpuPacking", GpuPackingArgs(resource="example.com/gpu")),
         ),
     )
-    assert interference_args(config.engine).stale_policy == "avoid"
-    assert interference_args(config.engine).signal_window == "60s"
+    assert interference_args(config.cycle).stale_policy == "avoid"
+    assert interference_args(config.cycle).signal_window == "60s"
     assert config.loop.scheduler_name == "my-scheduler"
     assert config.loop.dry_run is True
     assert config.loop.ignore_namespaces == ("kube-system", "monitoring")
@@ -91,96 +91,96 @@ def test_empty_file_means_defaults(tmp_path: Path, text: str) -> None:
     ("document", "expected"),
     [
         pytest.param(
-            {"engine": {"profile": {"scores": {"GpuPacking": "high"}}}},
-            "engine.profile.scores.GpuPacking: must be a number, got 'high'",
+            {"cycle": {"profile": {"scores": {"GpuPacking": "high"}}}},
+            "cycle.profile.scores.GpuPacking: must be a number, got 'high'",
             id="string-for-number",
         ),
         pytest.param(
-            {"engine": {"profile": {"scores": {"GpuPacking": -1}}}},
-            "engine.profile.scores.GpuPacking: -1.0 is out of range; allowed: 0–100",
+            {"cycle": {"profile": {"scores": {"GpuPacking": -1}}}},
+            "cycle.profile.scores.GpuPacking: -1.0 is out of range; allowed: 0–100",
             id="negative-weight",
         ),
         pytest.param(
-            {"engine": {"porfile": {}}},
-            "engine.porfile: unknown key; did you mean 'profile'?",
+            {"cycle": {"porfile": {}}},
+            "cycle.porfile: unknown key; did you mean 'profile'?",
             id="typo-did-you-mean",
         ),
         pytest.param(
-            {"engine": {"profile": {"scores": {"Interferance": 1}}}},
-            "engine.profile.scores.Interferance: unknown plugin; did you mean 'Interference'?",
+            {"cycle": {"profile": {"scores": {"Interferance": 1}}}},
+            "cycle.profile.scores.Interferance: unknown plugin; did you mean 'Interference'?",
             id="unknown-score-plugin-did-you-mean",
         ),
         pytest.param(
-            {"engine": {"profile": {"scores": {"NodeAffinity": 101}}}},
-            "engine.profile.scores.NodeAffinity: 101.0 is out of range; allowed: 0–100",
+            {"cycle": {"profile": {"scores": {"NodeAffinity": 101}}}},
+            "cycle.profile.scores.NodeAffinity: 101.0 is out of range; allowed: 0–100",
             id="weight-above-100",
         ),
         pytest.param(
-            {"engine": {"profile": {"filters": ["NodeReady", "NodeAfinity"]}}},
-            "engine.profile.filters: 'NodeAfinity': unknown plugin; did you mean 'NodeAffinity'?",
+            {"cycle": {"profile": {"filters": ["NodeReady", "NodeAfinity"]}}},
+            "cycle.profile.filters: 'NodeAfinity': unknown plugin; did you mean 'NodeAffinity'?",
             id="unknown-filter-plugin-did-you-mean",
         ),
         pytest.param(
             {
-                "engine": {
+                "cycle": {
                     "profile": {
                         "filters": ["PodTopologySpread", *(p.name for p in REGISTRY.filters)]
                     }
                 }
             },
-            "engine.profile.filters: 'PodTopologySpread' reads the result of 'NodeAffinity', "
+            "cycle.profile.filters: 'PodTopologySpread' reads the result of 'NodeAffinity', "
             "'TaintToleration': list it after them",
             id="a-filter-runs-after-those-it-reads",
         ),
         pytest.param(
-            {"engine": {"weights": {"interference": 2}}},
-            "engine.weights: replaced by engine.profile.scores, keyed by plugin name",
+            {"cycle": {"weights": {"interference": 2}}},
+            "cycle.weights: replaced by cycle.profile.scores, keyed by plugin name",
             id="weights-of-earlier-versions-name-their-replacement",
         ),
         pytest.param(
             {"enigne": {}},
-            "enigne: unknown key; did you mean 'engine'?",
+            "enigne: unknown key; did you mean 'cycle'?",
             id="typo-section",
         ),
         pytest.param(
-            {"engine": {"stale_policy": "reject"}},
-            "engine.stale_policy: replaced by the Interference plugin's args: "
-            "engine.profile.plugin_config: [{name: Interference, args: {stale_policy: …}}]",
+            {"cycle": {"stale_policy": "reject"}},
+            "cycle.stale_policy: replaced by the Interference plugin's args: "
+            "cycle.profile.plugin_config: [{name: Interference, args: {stale_policy: …}}]",
             id="stale-policy-of-earlier-versions-names-its-replacement",
         ),
         pytest.param(
-            {"engine": {"signal_window": "60s"}},
-            "engine.signal_window: replaced by the Interference plugin's args: "
-            "engine.profile.plugin_config: [{name: Interference, args: {signal_window: …}}]",
+            {"cycle": {"signal_window": "60s"}},
+            "cycle.signal_window: replaced by the Interference plugin's args: "
+            "cycle.profile.plugin_config: [{name: Interference, args: {signal_window: …}}]",
             id="signal-window-of-earlier-versions-names-its-replacement",
         ),
         pytest.param(
-            {"engine": {"risk_k": 2}},
-            "engine.risk_k: replaced by the Interference plugin's args: "
-            "engine.profile.plugin_config: [{name: Interference, args: {risk_k: …}}]",
+            {"cycle": {"risk_k": 2}},
+            "cycle.risk_k: replaced by the Interference plugin's args: "
+            "cycle.profile.plugin_config: [{name: Interference, args: {risk_k: …}}]",
             id="risk-k-of-earlier-versions-names-its-replacement",
         ),
         pytest.param(
-            {"engine": {"recent_load_weight": 50}},
-            "engine.recent_load_weight: replaced by the Interference plugin's args: "
-            "engine.profile.plugin_config: [{name: Interference, args: {recent_load_weight: …}}]",
+            {"cycle": {"recent_load_weight": 50}},
+            "cycle.recent_load_weight: replaced by the Interference plugin's args: "
+            "cycle.profile.plugin_config: [{name: Interference, args: {recent_load_weight: …}}]",
             id="recent-load-weight-of-earlier-versions-names-its-replacement",
         ),
         pytest.param(
-            {"engine": {"gpu_resource": "example.com/gpu"}},
-            "engine.gpu_resource: replaced by the GpuPacking plugin's args: "
-            "engine.profile.plugin_config: [{name: GpuPacking, args: {resource: …}}]",
+            {"cycle": {"gpu_resource": "example.com/gpu"}},
+            "cycle.gpu_resource: replaced by the GpuPacking plugin's args: "
+            "cycle.profile.plugin_config: [{name: GpuPacking, args: {resource: …}}]",
             id="gpu-resource-of-earlier-versions-names-its-replacement",
         ),
         pytest.param(
-            {"engine": {"profile": {"plugin_config": [{"name": "Interferance", "args": {}}]}}},
-            "engine.profile.plugin_config[0].name: 'Interferance' is not a plugin with args; "
+            {"cycle": {"profile": {"plugin_config": [{"name": "Interferance", "args": {}}]}}},
+            "cycle.profile.plugin_config[0].name: 'Interferance' is not a plugin with args; "
             "did you mean 'Interference'?",
             id="unknown-plugin-in-plugin-config-did-you-mean",
         ),
         pytest.param(
             {
-                "engine": {
+                "cycle": {
                     "profile": {
                         "plugin_config": [
                             {"name": "Interference", "args": {"stale_policy": "ignore"}}
@@ -188,7 +188,7 @@ def test_empty_file_means_defaults(tmp_path: Path, text: str) -> None:
                     }
                 }
             },
-            "engine.profile.plugin_config[0].args.stale_policy: must be one of neutral, "
+            "cycle.profile.plugin_config[0].args.stale_policy: must be one of neutral, "
             "avoid, reject, got 'ignore'",
             id="bad-literal-in-plugin-args",
         ),
@@ -248,8 +248,8 @@ def test_errors_name_the_field_and_the_fix(document: dict[str, Any], expected: s
 
 def test_a_filter_left_out_of_the_list_runs_at_its_default_place() -> None:
     every = REGISTRY.filter_names
-    without_last = parse_config({"engine": {"profile": {"filters": list(every[:-1])}}})
-    assert without_last.engine.profile.filters == every  # Interference still runs, last
+    without_last = parse_config({"cycle": {"profile": {"filters": list(every[:-1])}}})
+    assert without_last.cycle.profile.filters == every  # Interference still runs, last
 
     # NodeResourcesFit moved before NodePorts, VolumeBinding left out: it runs right after
     # NodeResourcesFit, its predecessor in the default order
@@ -257,20 +257,20 @@ def test_a_filter_left_out_of_the_list_runs_at_its_default_place() -> None:
     at = listed.index("NodePorts")
     listed[at], listed[at + 1] = listed[at + 1], listed[at]
     assert listed[at : at + 2] == ["NodeResourcesFit", "NodePorts"]
-    config = parse_config({"engine": {"profile": {"filters": listed}}})
+    config = parse_config({"cycle": {"profile": {"filters": listed}}})
     expected = [*listed[: at + 1], "VolumeBinding", *listed[at + 1 :]]
-    assert config.engine.profile.filters == tuple(expected)
+    assert config.cycle.profile.filters == tuple(expected)
 
     # a filter with no predecessor in the list runs first
-    first = parse_config({"engine": {"profile": {"filters": ["NodeUnschedulable"]}}})
-    assert first.engine.profile.filters == every
+    first = parse_config({"cycle": {"profile": {"filters": ["NodeUnschedulable"]}}})
+    assert first.cycle.profile.filters == every
 
 
 def test_every_problem_is_reported_at_once() -> None:
     with pytest.raises(ConfigError) as caught:
         parse_config(
             {
-                "engine": {
+                "cycle": {
                     "profile": {
                         "scores": {"GpuPacking": "x"},
                         "plugin_config": [{"name": "Interference", "args": {"stale_policy": "no"}}],
@@ -287,7 +287,7 @@ loop:
   bind_workers: 0
   max_writes_in_flight: 0
   dry_run: maybe
-engine:
+cycle:
   relax_after_s: -1
   record_top_k: -2
 http:
@@ -305,8 +305,8 @@ def test_every_problem_of_every_section_is_reported_at_once(tmp_path: Path) -> N
         load_config(write(tmp_path, BAD_EVERYWHERE))
     fields = sorted(problem.split(":", 1)[0] for problem in caught.value.problems)
     assert fields == [
-        "engine.record_top_k",
-        "engine.relax_after_s",
+        "cycle.record_top_k",
+        "cycle.relax_after_s",
         "http.host",
         "http.port",
         "loop.bind_workers",
@@ -330,9 +330,9 @@ def test_overrides_report_every_problem() -> None:
 
 def test_yaml_syntax_errors_say_where(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"not valid YAML at line 3, column \d+"):
-        load_config(write(tmp_path, "engine:\n  profile: {a: 1\nloop: [\n"))
+        load_config(write(tmp_path, "cycle:\n  profile: {a: 1\nloop: [\n"))
     with pytest.raises(ConfigError, match="top level must be a mapping of sections, got a list"):
-        load_config(write(tmp_path, "- engine\n"))
+        load_config(write(tmp_path, "- cycle\n"))
     with pytest.raises(ConfigError, match="cannot read the file"):
         load_config(str(tmp_path / "missing.yaml"))
 

@@ -38,8 +38,8 @@ def every_key() -> list[str]:
         k.path for s in sections(SchedulerConfig, SchedulerConfig(), LIVE_SECTIONS) for k in s.keys
     ]
     for plugin, args in REGISTRY.args_types().items():
-        head = f"engine.profile.plugin_config[{plugin}].args."
-        keys += [k.path for s in sections(args, args(), (), head, top="engine") for k in s.keys]
+        head = f"cycle.profile.plugin_config[{plugin}].args."
+        keys += [k.path for s in sections(args, args(), (), head, top="cycle") for k in s.keys]
     return keys
 
 
@@ -74,12 +74,12 @@ def test_live_and_restart_follow_the_reload_rules() -> None:
         for s in sections(SchedulerConfig, SchedulerConfig(), LIVE_SECTIONS)
         for k in s.keys
     }
-    assert by_path["engine.profile.scores"] and by_path["loop.dry_run"]
+    assert by_path["cycle.profile.scores"] and by_path["loop.dry_run"]
     assert by_path["reload_interval_s"]
     assert not by_path["redis.url"] and not by_path["http.port"]
     assert not by_path["leader_election.lease_duration_s"]
     text = DOC.read_text()
-    assert "| `engine.profile.plugin_config[Interference].args.stale_policy` |" in text
+    assert "| `cycle.profile.plugin_config[Interference].args.stale_policy` |" in text
     row = next(line for line in text.splitlines() if "args.stale_policy` |" in line)
     assert "| live |" in row
 
@@ -134,7 +134,7 @@ def docstring_example() -> dict[str, object]:
 def test_the_docstring_example_parses() -> None:
     example = docstring_example()
     assert set(example) <= {f.name for f in dataclasses.fields(SchedulerConfig)}
-    assert {"engine", "loop", "redis"} <= set(example)
+    assert {"cycle", "loop", "redis"} <= set(example)
     parse_config(example, "scheduler/entry/config.py docstring")
 
 
@@ -151,9 +151,9 @@ def test_the_docstring_example_shows_defaults_only() -> None:
         for s in sections(SchedulerConfig, defaults, LIVE_SECTIONS)
         for k in s.keys
     }
-    ours.pop("engine.profile.plugin_config")
-    theirs.pop("engine.profile.plugin_config")
+    ours.pop("cycle.profile.plugin_config")
+    theirs.pop("cycle.profile.plugin_config")
     assert ours == theirs
     kinds = REGISTRY.args_types()
-    for name, args in parsed.engine.profile.plugin_config:
+    for name, args in parsed.cycle.profile.plugin_config:
         assert args == kinds[name](), name

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from scheduler.cycle.settings import EngineSettings
+from scheduler.cycle.settings import CycleSettings
 from scheduler.endpoint.metrics import SchedulerMetrics
 from scheduler.entry.config import SchedulerConfig, load_config
 from scheduler.entry.config_reload import ConfigReload, ConfigWatcher, config_map_ref
@@ -23,8 +23,8 @@ from scheduler.entry.reload_guard import ReloadGuard, Verdict
 from scheduler.plugins.interference import InterferenceArgs
 
 
-def interference_args(engine: EngineSettings) -> InterferenceArgs:
-    found = dict(engine.profile.plugin_config).get("Interference", InterferenceArgs())
+def interference_args(cycle: CycleSettings) -> InterferenceArgs:
+    found = dict(cycle.profile.plugin_config).get("Interference", InterferenceArgs())
     assert isinstance(found, InterferenceArgs)
     return found
 
@@ -44,7 +44,7 @@ def rewrite(path: str, text: str) -> None:
 
 def stale_policy_yaml(policy: str, guard: str = "") -> str:
     return (
-        "engine:\n  profile:\n    plugin_config:\n      - name: Interference\n"
+        "cycle:\n  profile:\n    plugin_config:\n      - name: Interference\n"
         f"        args: {{stale_policy: {policy}}}\n" + guard
     )
 
@@ -63,13 +63,13 @@ def test_reload_applies_a_valid_change_and_keeps_the_old_config_on_a_bad_one(
 
     rewrite(path, stale_policy_yaml("reject"))
     assert watcher.check()
-    assert [interference_args(c.engine).stale_policy for c in applied] == ["reject"]
+    assert [interference_args(c.cycle).stale_policy for c in applied] == ["reject"]
 
     caplog.set_level(logging.ERROR, logger="scheduler.entry.config_reload")
     rewrite(path, stale_policy_yaml("sometimes"))
     assert not watcher.check()
-    assert interference_args(watcher.current.engine).stale_policy == "reject"  # kept
-    assert "engine.profile.plugin_config[0].args.stale_policy: must be one of" in watcher.error
+    assert interference_args(watcher.current.cycle).stale_policy == "reject"  # kept
+    assert "cycle.profile.plugin_config[0].args.stale_policy: must be one of" in watcher.error
     assert invalid == [watcher.error] and watcher.file_rejected
     assert any(
         "still serving the last valid configuration" in r.getMessage() for r in caplog.records
@@ -81,7 +81,7 @@ def test_reload_applies_a_valid_change_and_keeps_the_old_config_on_a_bad_one(
     rewrite(path, stale_policy_yaml("avoid"))
     assert watcher.check()
     assert watcher.error == "" and not watcher.file_rejected
-    assert [interference_args(c.engine).stale_policy for c in applied] == ["reject", "avoid"]
+    assert [interference_args(c.cycle).stale_policy for c in applied] == ["reject", "avoid"]
 
 
 def test_restart_only_sections_are_flagged(
@@ -202,7 +202,7 @@ def test_a_reload_leaving_pods_pending_is_rolled_back(tmp_path: Path) -> None:
     verdicts = h.run_for(40, total=10, pending=5)
     assert verdicts[0] is Verdict.WARN and verdicts[30] is Verdict.ROLL_BACK
     assert not h.guard.watching
-    assert [interference_args(c.engine).stale_policy for c in h.applied] == ["reject", "neutral"]
+    assert [interference_args(c.cycle).stale_policy for c in h.applied] == ["reject", "neutral"]
     assert h.reasons() == ["ConfigReloaded", "PendingRateHigh", "ConfigRolledBack"]
     note = h.events[-1][2]
     assert "Pending rate 50 % (5 of 10 pods" in note.replace("%", " %")
@@ -231,7 +231,7 @@ def test_dry_run_says_it_would_roll_back_and_changes_nothing(tmp_path: Path) -> 
     h.run_for(40, total=10, pending=1)  # 10 %: no warning, a roll back
     assert h.reasons() == ["ConfigReloaded", "WouldRollBack"]
     assert "nothing changed" in h.events[-1][2]
-    assert [interference_args(c.engine).stale_policy for c in h.applied] == ["reject"]
+    assert [interference_args(c.cycle).stale_policy for c in h.applied] == ["reject"]
     assert h.metric("interference_scheduler_config_reloads_total", result="would_roll_back") == 1
     assert h.metric("interference_scheduler_config_rejected") == 0
     assert h.route("/config/rejected")[0] == 404
@@ -256,7 +256,7 @@ def test_a_kept_reload_is_the_next_roll_backs_target(tmp_path: Path) -> None:
     rewrite(h.path, stale_policy_yaml("reject", FAST_GUARD))
     h.reload.watcher.check()
     h.run_for(40, total=10, pending=10)
-    assert [interference_args(c.engine).stale_policy for c in h.applied] == [
+    assert [interference_args(c.cycle).stale_policy for c in h.applied] == [
         "avoid",
         "reject",
         "avoid",
@@ -293,15 +293,15 @@ def test_an_event_that_cannot_be_written_leaves_the_reload_standing(
 
 def test_the_thread_reloads_without_restart(tmp_path: Path) -> None:
     risk_k = (
-        "reload_interval_s: 0.05\nengine:\n  profile:\n    plugin_config:\n"
+        "reload_interval_s: 0.05\ncycle:\n  profile:\n    plugin_config:\n"
         "      - {{name: Interference, args: {{risk_k: {}}}}}\n"
     )
     path = write(tmp_path, risk_k.format(1))
-    applied: list[EngineSettings] = []
+    applied: list[CycleSettings] = []
     reload = ConfigReload(
         path,
         load_config(path),
-        lambda c: applied.append(c.engine),
+        lambda c: applied.append(c.cycle),
         SchedulerMetrics(CollectorRegistry()),
         lambda *_: None,
     )
@@ -411,7 +411,7 @@ def test_the_standby_follows_the_leaders_verdict(
     assert standby_verdicts.count(leader_verdict) == 1  # it followed, once
     assert leader_verdicts.index(leader_verdict) == standby_verdicts.index(leader_verdict)
     assert standby.reasons() == ["ConfigReloaded"]  # the leader's Events say it
-    served = interference_args(standby.reload.watcher.current.engine).stale_policy
+    served = interference_args(standby.reload.watcher.current.cycle).stale_policy
     assert served == standby_serves
     assert standby.reload.watcher.last_good.config == standby.reload.watcher.current
     assert not standby.guard.watching
@@ -445,8 +445,8 @@ def test_a_replica_started_with_a_rolled_back_file_serves_the_leaders_good_one(
     )
     assert restarted.reload.tick().verdict is Verdict.ROLL_BACK
     watcher = restarted.reload.watcher
-    assert interference_args(watcher.current.engine).stale_policy == "neutral"
-    assert [interference_args(c.engine).stale_policy for c in restarted.applied] == ["neutral"]
+    assert interference_args(watcher.current.cycle).stale_policy == "neutral"
+    assert [interference_args(c.cycle).stale_policy for c in restarted.applied] == ["neutral"]
     assert watcher.rejected is not None and watcher.file_rejected
     assert restarted.reload.tick().verdict is Verdict.IDLE  # once
 

@@ -1,5 +1,5 @@
 """The plugin contract and the one scheduling cycle: a plugin added in the test tree only
-(one file's worth of code plus one registry line), its own placed-pod index, args,
+(one file's worth of code plus one registry line), its own placed-pod lookup, args,
 statuses and events, and standalone and extender modes agreeing through the cycle."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from scheduler.api.pods import parse_pod
 from scheduler.cycle.cache import ClusterCache
 from scheduler.cycle.cycle import SchedulingCycle, _funnel, unresolvable
 from scheduler.cycle.queue import QueueState, SchedulingQueue
-from scheduler.cycle.settings import EngineSettings, Profile
+from scheduler.cycle.settings import CycleSettings, Profile
 from scheduler.endpoint.metrics import SchedulerMetrics
 from scheduler.entry.config import parse_config
 from scheduler.plugins.base import Code, CycleState, Filter, FilterResult
@@ -45,7 +45,7 @@ class RackBudgetArgs:
 
 
 class PodsPerNode:
-    """The test plugin's placed-pod index: pods per node name."""
+    """The test plugin's placed-pod lookup: pods per node name."""
 
     def __init__(self) -> None:
         self.count: dict[str, int] = {}
@@ -60,7 +60,7 @@ class PodsPerNode:
 def _rack_budget(state: CycleState) -> FilterResult:
     table = state.table
     budget = state.args_of(RACK, RackBudgetArgs).max_pods_per_node
-    placed = table.index(RACK, PodsPerNode).count
+    placed = table.lookup(RACK, PodsPerNode).count
     full = np.array([placed.get(name, 0) >= budget for name in table.names], dtype=np.bool_)
     power = table.label_column("power")
     low = power.values.index("low") if "low" in power.values else -2
@@ -99,8 +99,8 @@ LISTED = (
 
 
 def test_a_config_that_lists_filters_keeps_working_when_a_plugin_is_added() -> None:
-    config = parse_config({"engine": {"profile": {"filters": list(LISTED)}}})
-    cycle = SchedulingCycle(config.engine, registry=WITH_RACK)
+    config = parse_config({"cycle": {"profile": {"filters": list(LISTED)}}})
+    cycle = SchedulingCycle(config.cycle, registry=WITH_RACK)
     names = [plugin.name for plugin in cycle.profile.filters]
     # each at its default place (RebalancedAway, too, came after the list was written)
     assert names == [*LISTED[:6], RACK, *LISTED[6:], "RebalancedAway"]
@@ -112,7 +112,7 @@ def test_a_config_that_lists_filters_keeps_working_when_a_plugin_is_added() -> N
     assert result.node == "ok"
     assert result.reason_counts == {OVER_BUDGET: 1, SHORT_OF_POWER: 1}
     assert RACK in result.rejected_by
-    without = SchedulingCycle(config.engine).schedule(parse_pod(pod_obj("new")), table, NOW)
+    without = SchedulingCycle(config.cycle).schedule(parse_pod(pod_obj("new")), table, NOW)
     assert without.feasible == 3  # the default registry does not have it
 
 
@@ -122,7 +122,7 @@ def test_a_plugins_args_come_from_the_profile() -> None:
     roomy = Profile(
         filters=LISTED, plugin_config=(("Interference", REGISTRY.args_types()["Interference"]()),)
     )
-    default = SchedulingCycle(EngineSettings(profile=profile), registry=WITH_RACK)
+    default = SchedulingCycle(CycleSettings(profile=profile), registry=WITH_RACK)
     assert default.schedule(parse_pod(pod_obj("new")), table, NOW).node is None
     resolved = WITH_RACK.resolve(roomy)
     state = CycleState(parse_pod(pod_obj("new")), table, NOW, {**resolved.args})
@@ -133,12 +133,12 @@ def test_a_plugins_args_come_from_the_profile() -> None:
 
 def test_a_placed_pod_index_is_filled_when_first_asked_for_then_kept_by_the_hooks() -> None:
     table = table_of([node_obj("a"), node_obj("b")], [(pod_obj("p0"), "a"), (pod_obj("p1"), "b")])
-    index = table.index(RACK, PodsPerNode)  # registered late: filled from the placed pods
+    index = table.lookup(RACK, PodsPerNode)  # registered late: filled from the placed pods
     assert index.count == {"a": 1, "b": 1}
     table.add_pod(parse_pod(pod_obj("p2")), "a", NOW)
     table.remove_pod(parse_pod(pod_obj("p1")))
     assert index.count == {"a": 2, "b": 0}
-    assert table.index(RACK, PodsPerNode) is index  # one index per name
+    assert table.lookup(RACK, PodsPerNode) is index  # one index per name
 
 
 @pytest.mark.parametrize(
@@ -200,7 +200,7 @@ def test_the_cache_classifies_events_and_the_queue_retries_only_the_pods_they_ma
         NodeTable(), queue, SchedulerMetrics(CollectorRegistry()), "interference-scheduler"
     )
     cache.apply("Node", "ADDED", node_obj("a", cpu="1"))
-    cycle = SchedulingCycle(EngineSettings())
+    cycle = SchedulingCycle(CycleSettings())
     for name, requests, labels in (
         ("big", {"cpu": "2"}, None),
         ("picky", {"cpu": "100m"}, {"disk": "ssd"}),
@@ -241,13 +241,13 @@ def test_standalone_and_extender_modes_agree_through_the_one_cycle(
     table = table_of(nodes)
     pod = parse_pod(pod_obj(requests={"cpu": want}))
     candidates = np.array(offered[: len(cpus)], dtype=np.bool_)
-    standalone = SchedulingCycle(EngineSettings(), seed=1)
-    extender = SchedulingCycle(EngineSettings(), extender=True)
+    standalone = SchedulingCycle(CycleSettings(), seed=1)
+    extender = SchedulingCycle(CycleSettings(), extender=True)
     chosen = standalone.schedule(pod, table, NOW, candidates=candidates)
     filtered = extender.filter(pod, table, NOW, candidates)
     assert chosen.feasible == int(np.count_nonzero(filtered.passed))
     if chosen.node is not None:
-        assert filtered.passed[table.index_of(chosen.node)]
+        assert filtered.passed[table.row_of(chosen.node)]
     assert not (filtered.passed & ~candidates).any()  # never a node it was not offered
     rejected = sum(int(np.count_nonzero(mask)) for _, _, mask in filtered.rejections.failing)
     assert rejected + chosen.feasible == int(np.count_nonzero(candidates))
@@ -270,7 +270,7 @@ def test_the_funnel_and_the_omitted_counts_account_for_every_node(
     ]
     table = table_of(nodes)
     pod = parse_pod(pod_obj(requests={"cpu": want}))
-    result = SchedulingCycle(EngineSettings(record_top_k=top_k), seed=1).schedule(pod, table, NOW)
+    result = SchedulingCycle(CycleSettings(record_top_k=top_k), seed=1).schedule(pod, table, NOW)
     funnel = result.funnel
     assert [stage.name for stage in funnel] == [p.name for p in REGISTRY.filters]
     assert funnel[0].nodes_in == len(cpus)
@@ -298,7 +298,7 @@ def test_the_funnel_is_the_same_whether_built_or_remembered(
 ) -> None:
     """Each filter's candidates in and out follow from the first failures alone, and a
     remembered funnel answers for equal counts only."""
-    profile = REGISTRY.resolve(EngineSettings().profile)
+    profile = REGISTRY.resolve(CycleSettings().profile)
     names = profile.relaxed_names if relax else profile.names
     expected = tuple(zip(names, left[:-1], left[1:], strict=True))
     for _ in range(2):  # built, then remembered

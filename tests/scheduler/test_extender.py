@@ -21,7 +21,7 @@ from scheduler.api.objects import ANNOTATION_MAX_RUNQ_P99_US
 from scheduler.cycle.cache import ClusterCache
 from scheduler.cycle.ports import INFORMED_KINDS
 from scheduler.cycle.queue import SchedulingQueue
-from scheduler.cycle.settings import EngineSettings, Profile
+from scheduler.cycle.settings import CycleSettings, Profile
 from scheduler.endpoint.http import HealthServer, HttpSettings, Status
 from scheduler.endpoint.metrics import SchedulerMetrics
 from scheduler.entry import cli
@@ -57,7 +57,7 @@ class Harness:
 
     def __init__(
         self,
-        settings: EngineSettings | None = None,
+        settings: CycleSettings | None = None,
         pods_listed: bool = True,
         events: PodEvents | None = None,
     ) -> None:
@@ -79,7 +79,7 @@ class Harness:
             self.cache,
             self.signals,
             self.decisions,
-            settings or EngineSettings(),
+            settings or CycleSettings(),
             metrics,
             ExtenderMetrics(self.registry),
             clock=self.clock,
@@ -273,7 +273,7 @@ def test_filter_without_node_cache_answers_node_objects_and_reads_any_key_case()
 
 
 def test_unreadable_signals_fail_closed_for_tolerant_pods_until_relaxed() -> None:
-    harness = Harness(EngineSettings(relax_after_s=30))
+    harness = Harness(CycleSettings(relax_after_s=30))
     harness.signals.is_healthy = False
     _, plain = harness.filter(pod_obj(name="plain"), ["quiet", "noisy"])
     assert plain["NodeNames"] == ["quiet", "noisy"]  # no tolerance: stale_policy neutral
@@ -292,7 +292,7 @@ def test_unreadable_signals_fail_closed_for_tolerant_pods_until_relaxed() -> Non
 
 
 def test_pod_refused_only_by_interference_is_relaxed_after_relax_after_s() -> None:
-    harness = Harness(EngineSettings(relax_after_s=30))
+    harness = Harness(CycleSettings(relax_after_s=30))
     pod = pod_obj(annotations=TOLERANT)
     answers = []
     for seconds in (0, 29, 2):
@@ -328,7 +328,7 @@ def test_pod_refused_only_by_interference_is_relaxed_after_relax_after_s() -> No
     ids=["interference-only", "balance-only", "no-score-plugin"],
 )
 def test_prioritize(profile: Profile, names: list[str], expected: dict[str, int]) -> None:
-    harness = Harness(EngineSettings(profile=profile))
+    harness = Harness(CycleSettings(profile=profile))
     scores = harness.prioritize(pod_obj(requests={"cpu": "500m", "memory": "64Mi"}), names)
     assert scores == expected
 
@@ -360,8 +360,8 @@ def test_prioritize_after_filter_scores_as_without_it_when_nodes_come_and_go(
     pod = pod_obj(requests={"cpu": "500m", "memory": "64Mi"})
     offered = ["quiet", "small", "gpu"]
     after_filter, alone = (
-        Harness(EngineSettings(profile=profile)),
-        Harness(EngineSettings(profile=profile)),
+        Harness(CycleSettings(profile=profile)),
+        Harness(CycleSettings(profile=profile)),
     )
     code, answer = after_filter.filter(pod, offered)
     assert code == 200 and answer["NodeNames"] == offered
@@ -499,7 +499,7 @@ def root_logging() -> Iterator[None]:
         (["extender", "--config"], None, "expected one argument"),
         (
             ["extender"],
-            "engine: {profile: {scores: {Interference: lots}}}",
+            "cycle: {profile: {scores: {Interference: lots}}}",
             "invalid configuration",
         ),
     ],

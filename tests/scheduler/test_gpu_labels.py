@@ -15,7 +15,7 @@ from scheduler.api.objects import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL
 from scheduler.api.pods import parse_pod
 from scheduler.cycle.cycle import GPU_MEMORY_MIB, GPU_MODEL, SchedulingCycle
 from scheduler.cycle.ports import NodeSignals
-from scheduler.cycle.settings import EngineSettings
+from scheduler.cycle.settings import CycleSettings
 from scheduler.plugins.gpu_packing import GpuPackingArgs, gpu_packing_score
 from scheduler.signals.frame import SIGNAL_COLUMNS
 from scheduler.signals.table import NodeTable
@@ -112,14 +112,14 @@ def test_selector_and_affinity_see_node_labels_never_reported_devices(
     spec: dict[str, Any], nodes: set[str]
 ) -> None:
     table = _gpu_nodes()
-    engine = SchedulingCycle(EngineSettings(record_top_k=10))
-    result = engine.schedule(_gpu_pod(**spec), table, NOW)
+    cycle = SchedulingCycle(CycleSettings(record_top_k=10))
+    result = cycle.schedule(_gpu_pod(**spec), table, NOW)
     assert {c.node for c in result.candidates if c.passed} == nodes
 
 
 def test_decision_records_gpu_model_from_labels_for_gpu_pods_only() -> None:
     table = _gpu_nodes()
-    result = SchedulingCycle(EngineSettings(record_top_k=10)).schedule(_gpu_pod(), table, NOW)
+    result = SchedulingCycle(CycleSettings(record_top_k=10)).schedule(_gpu_pod(), table, NOW)
     details = {c.node: c.details for c in result.candidates}
     assert details == {
         "labelled": {GPU_MODEL: "Tesla-T4", GPU_MEMORY_MIB: "15360"},
@@ -127,7 +127,7 @@ def test_decision_records_gpu_model_from_labels_for_gpu_pods_only() -> None:
         "partial": {GPU_MODEL: "NVIDIA-L4"},
         "bare": {},
     }
-    plain = SchedulingCycle(EngineSettings(record_top_k=10)).schedule(
+    plain = SchedulingCycle(CycleSettings(record_top_k=10)).schedule(
         parse_pod(pod_obj()), table, NOW
     )
     assert all(c.details == {} for c in plain.candidates)
@@ -145,12 +145,12 @@ def test_packing_ignores_reported_gpus() -> None:
 def test_a_forged_inventory_never_attracts_a_gpu_pod() -> None:
     table = table_of([node_obj("n", extra={GPU: "1"})])
     pod = _gpu_pod(nodeSelector={GPU_PRODUCT_LABEL: "NVIDIA-A100-SXM4-80GB"})
-    engine = SchedulingCycle(EngineSettings())
+    cycle = SchedulingCycle(CycleSettings())
     generation = table.generation
     _report(table, n=[_device()])
     busier = GpuDevice(0, "GPU-0", A100, 81920.0, 70000.0, 99.0, 4)
     report = NodeReport("n", NOW + 1, 1.0, metrics_with_index(5), gpus=[busier])
     table.set_signals({"n": _signals(report)})
     assert table.generation == generation
-    assert engine.schedule(pod, table, NOW).node is None
+    assert cycle.schedule(pod, table, NOW).node is None
     assert table.node_label(0, GPU_PRODUCT_LABEL) is None

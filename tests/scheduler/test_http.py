@@ -70,10 +70,10 @@ def test_readyz_needs_a_synced_cache_and_stays_ready_on_an_invalid_config(setup:
     assert get(server, "/readyz")[::2] == (200, "ok (follower)\n")
     state.leading = True
     assert get(server, "/readyz")[::2] == (200, "ok (leader)\n")
-    state.config_error = "engine.stale_policy: must be one of neutral, avoid, reject, got 'x'"
+    state.config_error = "cycle.stale_policy: must be one of neutral, avoid, reject, got 'x'"
     code, _, body = get(server, "/readyz")  # a config typo never makes a replica unready
     assert code == 200 and body.startswith("ok (leader); the configuration file is invalid")
-    assert "the last valid configuration serves: engine.stale_policy" in body
+    assert "the last valid configuration serves: cycle.stale_policy" in body
 
 
 def test_healthz_fails_when_a_loop_is_wedged_or_a_thread_died(setup: Setup) -> None:

@@ -36,7 +36,7 @@ def events(h: LoopHarness, name: str) -> list[tuple[str, str, str]]:
 
 def test_pod_is_bound_with_event_and_decision(h: LoopHarness) -> None:
     h.cluster.add_pod(pod_obj("web", requests={"cpu": "1", "memory": "128Mi"}))
-    assert h.cycle() == 1
+    assert h.step() == 1
     node = h.cluster.node_of("default", "web")
     assert node in ("n1", "n2")
     assert events(h, "web") == [
@@ -58,14 +58,14 @@ def test_other_schedulers_pods_are_left_alone(h: LoopHarness) -> None:
             "theirs", requests={"cpu": "100m", "memory": "128Mi"}, schedulerName="default-scheduler"
         )
     )
-    assert h.cycle() == 0
+    assert h.step() == 0
     assert h.cluster.bind_calls == 0
     assert h.cluster.events == []
 
 
 def test_unschedulable_pod_gets_event_condition_backoff_then_fits(h: LoopHarness) -> None:
     h.cluster.add_pod(pod_obj("big", requests={"cpu": "6", "memory": "128Mi"}))
-    assert h.cycle() == 1
+    assert h.step() == 1
     message = "0/2 nodes are available: 2 Insufficient cpu."
     assert events(h, "big") == [("Warning", "FailedScheduling", message)]
     assert h.cluster.pod_condition("default", "big") == {
@@ -78,11 +78,11 @@ def test_unschedulable_pod_gets_event_condition_backoff_then_fits(h: LoopHarness
     assert (decision.result, decision.node, decision.message) == ("unschedulable", "", message)
     assert all(not c.passed and c.reasons == ["Insufficient cpu"] for c in decision.candidates)
     assert h.loop.queue.state("default/big") is QueueState.BACKOFF
-    assert h.cycle() == 0  # still backing off: not retried in a hot loop
+    assert h.step() == 0  # still backing off: not retried in a hot loop
     # A bigger node arrives: a relevant event requeues the pod before its backoff ends.
     h.clock.advance(1.0)
     h.cluster.add_node(node_obj("n3", cpu="8", memory="32Gi"))
-    assert h.cycle() == 1
+    assert h.step() == 1
     assert h.cluster.node_of("default", "big") == "n3"
 
 
@@ -90,7 +90,7 @@ def test_backoff_doubles_between_attempts(h: LoopHarness) -> None:
     h.cluster.add_pod(pod_obj("big", requests={"cpu": "6", "memory": "128Mi"}))
     attempts_at = []
     for _ in range(80):  # 40 s in half-second steps
-        if h.cycle():
+        if h.step():
             attempts_at.append(h.clock.now)
         h.clock.advance(0.5)
     gaps = [b - a for a, b in itertools.pairwise(attempts_at)]
@@ -100,7 +100,7 @@ def test_backoff_doubles_between_attempts(h: LoopHarness) -> None:
 def test_bind_conflict_drops_the_pod(h: LoopHarness) -> None:
     h.cluster.add_pod(pod_obj("raced", requests={"cpu": "1", "memory": "128Mi"}))
     h.cluster.fail_next_binds(BindConflict("pod default/raced is already assigned (409)"))
-    h.cycle()
+    h.step()
     decision = h.decisions.last("raced")
     assert decision.result == "bind_failed"
     assert "409" in decision.message
@@ -112,7 +112,7 @@ def test_bind_conflict_drops_the_pod(h: LoopHarness) -> None:
 def test_bind_error_forgets_and_retries_with_backoff(h: LoopHarness) -> None:
     h.cluster.add_pod(pod_obj("flaky", requests={"cpu": "1", "memory": "128Mi"}))
     h.cluster.fail_next_binds(ApiUnavailable("API server answered 503"))
-    h.cycle()
+    h.step()
     assert h.cluster.node_of("default", "flaky") is None
     assert ("Warning", "FailedScheduling", "Binding rejected: API server answered 503") in events(
         h, "flaky"
@@ -121,7 +121,7 @@ def test_bind_error_forgets_and_retries_with_backoff(h: LoopHarness) -> None:
     assert h.loop.queue.state("default/flaky") is QueueState.BACKOFF
     assert h.loop.cache.placed_node("default/flaky") is None
     h.clock.advance(1.0)
-    assert h.cycle() == 1
+    assert h.step() == 1
     assert h.cluster.node_of("default", "flaky") is not None
     assert h.decisions.last("flaky").result == "scheduled"
 
@@ -131,12 +131,12 @@ def test_follower_schedules_nothing_until_it_leads() -> None:
     try:
         h.cluster.add_node(node_obj("n1", cpu="8", memory="32Gi"))
         h.cluster.add_pod(pod_obj("p", requests={"cpu": "100m", "memory": "128Mi"}))
-        assert h.cycle() == 0
+        assert h.step() == 0
         assert h.cluster.bind_calls == 0
         assert h.decisions.items == []
         assert h.metric("interference_scheduler_leader") == 0
         h.leading.set()
-        assert h.cycle() == 1
+        assert h.step() == 1
         assert h.cluster.node_of("default", "p") == "n1"
         assert h.metric("interference_scheduler_leader") == 1
     finally:
@@ -173,9 +173,9 @@ def test_losing_the_lease_stops_binding_at_once() -> None:
             assert h.loop.queue.state(key) is QueueState.ACTIVE
             assert h.loop.cache.placed_node(key) is None
         assert h.metric("interference_scheduler_bind_errors_total", reason="dropped") == 4
-        assert h.cycle() == 0  # follower: nothing more
+        assert h.step() == 0  # follower: nothing more
         h.leading.set()
-        assert h.cycle() == 4
+        assert h.step() == 4
         assert len(h.cluster.binds) == 5
     finally:
         h.close()
@@ -187,14 +187,14 @@ def test_dry_run_records_decisions_and_touches_nothing() -> None:
         h.cluster.add_node(node_obj("n1", cpu="4", memory="32Gi"))
         h.cluster.add_pod(pod_obj("fits", requests={"cpu": "1", "memory": "128Mi"}))
         h.cluster.add_pod(pod_obj("huge", requests={"cpu": "64", "memory": "128Mi"}))
-        assert h.cycle() == 2
+        assert h.step() == 2
         assert h.cluster.bind_calls == 0
         assert h.cluster.events == []
         assert h.cluster.pod_condition("default", "huge") is None
         fits, huge = h.decisions.last("fits"), h.decisions.last("huge")
         assert (fits.result, fits.node, fits.dry_run) == ("dry_run", "n1", True)
         assert (huge.result, huge.dry_run) == ("unschedulable", True)
-        row = h.loop.cache.table.index_of("n1")
+        row = h.loop.cache.table.row_of("n1")
         cpu = h.loop.cache.table.resource_row("cpu")
         assert row is not None and cpu is not None
         assert h.loop.cache.table.requested[cpu, row] == 0  # nothing assumed
@@ -226,7 +226,7 @@ def test_pod_with_an_unsupported_field_is_refused_not_placed(
     )  # fits anywhere but for the field
     pod["spec"].update(spec)
     h.cluster.add_pod(pod)
-    assert h.cycle() == 1
+    assert h.step() == 1
     assert h.cluster.bind_calls == 0
     assert h.cluster.node_of("default", "refused") is None
     [(kind, reason, message)] = events(h, "refused")
@@ -246,13 +246,13 @@ def test_refused_pod_is_placed_once_the_field_is_removed(h: LoopHarness) -> None
     pod = pod_obj("spread", requests={"cpu": "100m", "memory": "128Mi"})
     pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "gpu-0"}]
     h.cluster.add_pod(pod)
-    h.cycle()
+    h.step()
     assert h.cluster.node_of("default", "spread") is None
     h.cluster.delete_pod("default", "spread")
-    h.cycle()
+    h.step()
     h.cluster.add_pod(pod_obj("spread", requests={"cpu": "100m", "memory": "128Mi"}))
     h.clock.advance(1.0)
-    h.cycle()
+    h.step()
     assert h.cluster.node_of("default", "spread") in ("n1", "n2")
 
 
@@ -262,7 +262,7 @@ def test_unparseable_pod_gets_event_and_condition_and_is_scheduled_once_fixed(
     broken = pod_obj("gated", requests={"cpu": "100m", "memory": "128Mi"})
     broken["spec"]["tolerations"] = [{"key": "gen", "operator": "Gt", "value": "3"}]
     h.cluster.add_pod(broken)
-    h.cycle()
+    h.step()
     [(kind, reason, message)] = events(h, "gated")
     assert (kind, reason) == ("Warning", "FailedScheduling")
     assert "spec.tolerations[0].operator" in message and "'Gt'" in message
@@ -271,12 +271,12 @@ def test_unparseable_pod_gets_event_and_condition_and_is_scheduled_once_fixed(
     assert (condition["status"], condition["reason"]) == ("False", "Unschedulable")
     assert condition["message"] == message
     assert h.decisions.last("gated").message == message
-    h.cycle()
+    h.step()
     assert len(events(h, "gated")) == 1  # reported once per version of the pod
     h.cluster.add_pod(
         pod_obj("gated", requests={"cpu": "100m", "memory": "128Mi"})
     )  # fixed: read again and scheduled
-    h.cycle()
+    h.step()
     assert h.cluster.node_of("default", "gated") in ("n1", "n2")
 
 
@@ -303,7 +303,7 @@ def test_unreadable_signals_fail_closed(
     policy: StalePolicy, tolerance: bool, placed: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING)
-    h = LoopHarness(engine=interference_settings(stale_policy=policy))
+    h = LoopHarness(cycle=interference_settings(stale_policy=policy))
     try:
         for name in ("n1", "n2"):
             h.cluster.add_node(node_obj(name, cpu="4", memory="32Gi"))
@@ -312,7 +312,7 @@ def test_unreadable_signals_fail_closed(
         h.cluster.add_pod(
             pod_obj("p", requests={"cpu": "1", "memory": "128Mi"}, annotations=annotations)
         )
-        assert h.cycle() == 1
+        assert h.step() == 1
         assert h.metric("interference_scheduler_signals_healthy") == 0
         assert h.metric("interference_scheduler_interference_blind_attempts_total") == 1
         assert "interference signals cannot be read" in caplog.text
@@ -329,7 +329,7 @@ def test_unreadable_signals_fail_closed(
         h.clock.advance(30.0)
         for name in ("n1", "n2"):
             h.signals.report(name, h.clock.now - 1, runq_p99_us=100, index=5)
-        h.cycle()
+        h.step()
         assert h.cluster.node_of("default", "p") in ("n1", "n2")
         assert h.metric("interference_scheduler_signals_healthy") == 1
     finally:
@@ -339,7 +339,7 @@ def test_unreadable_signals_fail_closed(
 def test_unreadable_signals_relax_after_waiting() -> None:
     """The relax rule applies to the refusal as to any interference filter's: after
     ``relax_after_s`` the pod is placed interference-blind, with the Event saying so."""
-    h = LoopHarness(engine=interference_settings(relax_after_s=30.0))
+    h = LoopHarness(cycle=interference_settings(relax_after_s=30.0))
     try:
         h.cluster.add_node(node_obj("n1", cpu="4", memory="32Gi"))
         h.signals.is_healthy = False
@@ -357,15 +357,15 @@ def test_unreadable_signals_relax_after_waiting() -> None:
                 annotations={ANNOTATION_MAX_RUNQ_P99_US: "500"},
             )
         )
-        h.cycle()
+        h.step()
         started = h.clock.now
         while h.clock.now < started + 29:
             h.clock.advance(1.0)
-            h.cycle()
+            h.step()
             assert h.cluster.node_of("default", "patient") is None, "relaxed too early"
         for _ in range(15):
             h.clock.advance(1.0)
-            h.cycle()
+            h.step()
         assert h.cluster.node_of("default", "patient") == "n1"
         record = h.decisions.last("patient")
         assert record.result == "scheduled"
@@ -387,14 +387,14 @@ def test_unreadable_signals_relax_after_waiting() -> None:
         h.close()
 
 
-def test_engine_crash_is_contained(h: LoopHarness, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cycle_crash_is_contained(h: LoopHarness, monkeypatch: pytest.MonkeyPatch) -> None:
     h.cluster.add_pod(pod_obj("p", requests={"cpu": "100m", "memory": "128Mi"}))
 
     def explode(*args: object, **kwargs: object) -> None:
-        raise RuntimeError("engine bug")
+        raise RuntimeError("cycle bug")
 
     monkeypatch.setattr(h.loop._cycle, "schedule", explode)
-    assert h.cycle() == 1
+    assert h.step() == 1
     assert h.metric("interference_scheduler_attempts_total", result="error") == 1
     assert h.loop.queue.state("default/p") is QueueState.BACKOFF
     assert h.loop.cache.placed_node("default/p") is None
@@ -404,17 +404,17 @@ def test_update_settings_switches_scheduler_name_and_dry_run(h: LoopHarness) -> 
     h.cluster.add_pod(
         pod_obj("renamed", requests={"cpu": "1", "memory": "128Mi"}, schedulerName="gpu-scheduler")
     )
-    assert h.cycle() == 0
+    assert h.step() == 0
     h.loop.update_settings(
-        h.loop.engine_settings, LoopSettings(scheduler_name="gpu-scheduler", dry_run=True)
+        h.loop.cycle_settings, LoopSettings(scheduler_name="gpu-scheduler", dry_run=True)
     )
-    assert h.cycle() == 1
+    assert h.step() == 1
     assert h.decisions.last("renamed").result == "dry_run"
     h.loop.update_settings(
-        h.loop.engine_settings, LoopSettings(scheduler_name="gpu-scheduler", bind_workers=2)
+        h.loop.cycle_settings, LoopSettings(scheduler_name="gpu-scheduler", bind_workers=2)
     )
     h.clock.advance(1.0)
-    assert h.cycle() == 1
+    assert h.step() == 1
     assert h.cluster.node_of("default", "renamed") is not None
 
 
@@ -466,9 +466,9 @@ def test_an_unknown_annotation_gets_one_warning_event_naming_the_closest_key() -
     h.cluster.add_node(node_obj("n1", cpu="1", memory="32Gi"))
     typo = {"interference.io/max-runq-p99": "500"}  # without -us: no tolerance at all
     h.cluster.add_pod(pod_obj("typo", requests={"cpu": "2", "memory": "128Mi"}, annotations=typo))
-    h.cycle()
+    h.step()
     h.clock.advance(30)  # past the backoff: attempted again, still unschedulable
-    h.cycle()
+    h.step()
     warnings = [e for e in events(h, "typo") if e[1] == "UnknownAnnotation"]
     assert len(warnings) == 1
     assert warnings[0][0] == "Warning"

@@ -22,7 +22,7 @@ from scheduler.api.selectors import LabelSelector, Requirement
 from scheduler.cycle.cache import ClusterCache
 from scheduler.cycle.cycle import SchedulingCycle
 from scheduler.cycle.queue import SchedulingQueue
-from scheduler.cycle.settings import EngineSettings
+from scheduler.cycle.settings import CycleSettings
 from scheduler.endpoint.metrics import SchedulerMetrics
 from scheduler.plugins.inter_pod_affinity import (
     AFFINITY_RULES,
@@ -331,13 +331,13 @@ def test_a_node_failing_several_rules_reports_the_first_in_kube_schedulers_order
     assert result.reasons_for(0) == reasons
 
 
-def test_affinity_failure_reason_in_the_engine_message() -> None:
+def test_affinity_failure_reason_in_the_cycle_message() -> None:
     table = _table([_db("b1")])
-    engine = SchedulingCycle(EngineSettings())
+    cycle = SchedulingCycle(CycleSettings())
     web = parse_pod(_pod("web", affinity=_required(AFFINITY, _term(DB))))
-    assert engine.schedule(web, table, 0.0).node == "b1"
+    assert cycle.schedule(web, table, 0.0).node == "b1"
     lonely = parse_pod(_pod("web2", affinity=_required(AFFINITY, _term(CACHE))))
-    result = engine.schedule(lonely, table, 0.0)
+    result = cycle.schedule(lonely, table, 0.0)
     assert result.node is None
     assert result.message == f"0/4 nodes are available: 4 {AFFINITY_RULES}."
 
@@ -488,10 +488,10 @@ def test_score_normalises_over_feasible_nodes_and_truncates() -> None:
     assert _scores(placed, pod, feasible=["a2", "b1"]) == [0, 0, 100, 0]  # min 1, max 2
 
 
-def test_engine_places_a_pod_by_its_preferred_affinity() -> None:
+def test_cycle_places_a_pod_by_its_preferred_affinity() -> None:
     table = _table([_db("b1")])
     pod = parse_pod(_preferring(_preferred(AFFINITY, (100, _term(DB, HOSTNAME)))))
-    result = SchedulingCycle(EngineSettings(), seed=1).schedule(pod, table, 0.0)
+    result = SchedulingCycle(CycleSettings(), seed=1).schedule(pod, table, 0.0)
     assert result.node == "b1"
     assert result.candidates[0].scores[NAME] == 100
 
@@ -693,7 +693,7 @@ def test_score_matches_kube_schedulers_formula_by_plain_scan(
     raw = [0] * len(table)
 
     def add(key: str, node: str, weight: int) -> None:
-        value = node_labels[table.index_of(node) or 0].get(key)
+        value = node_labels[table.row_of(node) or 0].get(key)
         for row in range(len(table)):
             if value is not None and node_labels[row].get(key) == value:
                 raw[row] += weight

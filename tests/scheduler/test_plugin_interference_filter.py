@@ -92,18 +92,18 @@ def test_reasons_carry_the_measurement_against_the_tolerance() -> None:
 def test_load_placed_since_report_counts_toward_max_index() -> None:
     table = _table(metrics_with_index(30))
     pod = parse_pod(pod_obj(annotations={ANNOTATION_MAX_INDEX: "40"}))
-    settings = InterferenceArgs(recent_load_weight=100.0)
-    assert or_all_pass(interference_filter(table, pod, settings, NOW), table).passed[0]
+    args = InterferenceArgs(recent_load_weight=100.0)
+    assert or_all_pass(interference_filter(table, pod, args, NOW), table).passed[0]
     # 2 of 10 CPUs placed after the report: index 30 + 100·0.2 = 50 > 40
     table.add_pod(parse_pod(pod_obj("burst", requests={"cpu": "2"})), "n", NOW)
-    assert _bare(
-        or_all_pass(interference_filter(table, pod, settings, NOW), table).reasons_for(0)
-    ) == [INDEX_EXCEEDED]
+    assert _bare(or_all_pass(interference_filter(table, pod, args, NOW), table).reasons_for(0)) == [
+        INDEX_EXCEEDED
+    ]
     # a newer report includes that load and replaces the estimate
     table.set_signals(
         {"n": NodeSignals(metrics_with_index(35), updated_at=NOW + 1, measured=SIGNAL_FAMILIES)}
     )
-    assert or_all_pass(interference_filter(table, pod, settings, NOW + 1), table).passed[0]
+    assert or_all_pass(interference_filter(table, pod, args, NOW + 1), table).passed[0]
 
 
 @pytest.mark.parametrize(
@@ -125,21 +125,19 @@ def test_stale_policies(
     policy: StalePolicy, age_s: float, tolerant_passes: bool, plain_passes: bool
 ) -> None:
     table = _table(NodeMetrics(runq_p99_us=5000), age_s=age_s)
-    settings = InterferenceArgs(stale_policy=policy)
+    args = InterferenceArgs(stale_policy=policy)
     tolerant = parse_pod(pod_obj("t", annotations={ANNOTATION_MAX_RUNQ_P99_US: "100"}))
     plain = parse_pod(pod_obj("p"))
     assert (
-        bool(or_all_pass(interference_filter(table, tolerant, settings, NOW), table).passed[0])
+        bool(or_all_pass(interference_filter(table, tolerant, args, NOW), table).passed[0])
         is tolerant_passes
     )
     assert (
-        bool(or_all_pass(interference_filter(table, plain, settings, NOW), table).passed[0])
+        bool(or_all_pass(interference_filter(table, plain, args, NOW), table).passed[0])
         is plain_passes
     )
     if policy == "reject" and age_s > 5:
-        reasons = or_all_pass(interference_filter(table, plain, settings, NOW), table).reasons_for(
-            0
-        )
+        reasons = or_all_pass(interference_filter(table, plain, args, NOW), table).reasons_for(0)
         assert _bare(reasons) == [STALE_SIGNALS]
 
 
@@ -154,10 +152,10 @@ def test_degraded_signals_are_stale(policy: StalePolicy) -> None:
             "stale": NodeSignals(NodeMetrics(), updated_at=NOW - 60, measured=SIGNAL_FAMILIES),
         }
     )
-    settings = InterferenceArgs(stale_policy=policy)
+    args = InterferenceArgs(stale_policy=policy)
     tolerant = parse_pod(pod_obj("t", annotations={ANNOTATION_MAX_RUNQ_P99_US: "100"}))
     broken, stale = or_all_pass(
-        interference_filter(table, tolerant, settings, NOW), table
+        interference_filter(table, tolerant, args, NOW), table
     ).passed.tolist()
     assert broken == stale == (policy != "reject")
 
@@ -166,7 +164,7 @@ def test_degraded_signals_are_stale(policy: StalePolicy) -> None:
     ("window", "passes"),
     [("latest", True), ("10s", False), ("60s", False)],
 )
-def test_tolerances_read_the_engine_s_window(window: SignalWindow, passes: bool) -> None:
+def test_tolerances_read_the_cycle_s_window(window: SignalWindow, passes: bool) -> None:
     """A bursty node in a quiet second: its latest p99 is within the tolerance, its
     windows' merged p99 and its reclaim mean + k·σ are not."""
     bursty = WindowMetrics(
@@ -183,18 +181,17 @@ def test_tolerances_read_the_engine_s_window(window: SignalWindow, passes: bool)
     table.set_signals(
         {"n": NodeSignals(metrics, updated_at=NOW, windows=windows, measured=SIGNAL_FAMILIES)}
     )
-    settings = InterferenceArgs(signal_window=window, risk_k=1.0)
+    args = InterferenceArgs(signal_window=window, risk_k=1.0)
     for annotation, bound in ((ANNOTATION_MAX_RUNQ_P99_US, "500"),
                               (ANNOTATION_MAX_RECLAIM_STALL_MS_PER_S, "2.5")):  # fmt: skip
         pod = parse_pod(pod_obj("t", annotations={annotation: bound}))
         assert (
-            bool(or_all_pass(interference_filter(table, pod, settings, NOW), table).passed[0])
-            is passes
+            bool(or_all_pass(interference_filter(table, pod, args, NOW), table).passed[0]) is passes
         )
 
 
 def test_missing_signals_are_stale() -> None:
     table = table_of([node_obj("n")])
-    settings = InterferenceArgs(stale_policy="reject")
-    result = or_all_pass(interference_filter(table, parse_pod(pod_obj()), settings, NOW), table)
+    args = InterferenceArgs(stale_policy="reject")
+    result = or_all_pass(interference_filter(table, parse_pod(pod_obj()), args, NOW), table)
     assert _bare(result.reasons_for(0)) == [STALE_SIGNALS]

@@ -28,7 +28,7 @@ BURSTY = window_with_index(10.0, 40.0, 30.0)
 
 
 @pytest.mark.parametrize(
-    ("case", "metrics", "windows", "settings", "expected"),
+    ("case", "metrics", "windows", "args", "expected"),
     [
         ("quiet", NodeMetrics(), {}, InterferenceArgs(), 100.0),
         ("index", metrics_with_index(30), {}, InterferenceArgs(), 70.0),
@@ -88,14 +88,14 @@ def test_formula(
     case: str,
     metrics: NodeMetrics,
     windows: dict[str, WindowMetrics],
-    settings: InterferenceArgs,
+    args: InterferenceArgs,
     expected: float,
 ) -> None:
     table = table_of([node_obj("n")])
     table.set_signals(
         {"n": NodeSignals(metrics, updated_at=NOW, windows=windows, measured=SIGNAL_FAMILIES)}
     )
-    assert quietness(table, settings, NOW)[0] == pytest.approx(expected), case
+    assert quietness(table, args, NOW)[0] == pytest.approx(expected), case
 
 
 @pytest.mark.parametrize("window", ["latest", "10s", "60s"])
@@ -127,17 +127,17 @@ def test_recent_load_lowers_score_until_next_report() -> None:
     table.set_signals(
         {"n": NodeSignals(metrics_with_index(20), updated_at=NOW - 1, measured=SIGNAL_FAMILIES)}
     )
-    settings = InterferenceArgs(recent_load_weight=100.0)
+    args = InterferenceArgs(recent_load_weight=100.0)
     table.add_pod(parse_pod(pod_obj("a", requests={"cpu": "2"})), "n", NOW)
-    assert quietness(table, settings, NOW)[0] == pytest.approx(100 - 20 - 25)
+    assert quietness(table, args, NOW)[0] == pytest.approx(100 - 20 - 25)
     table.add_pod(parse_pod(pod_obj("b", requests={"cpu": "2"})), "n", NOW)
-    assert quietness(table, settings, NOW)[0] == pytest.approx(100 - 20 - 50)
+    assert quietness(table, args, NOW)[0] == pytest.approx(100 - 20 - 50)
     table.remove_pod(parse_pod(pod_obj("b")))  # a failed bind is forgotten
-    assert quietness(table, settings, NOW)[0] == pytest.approx(100 - 20 - 25)
+    assert quietness(table, args, NOW)[0] == pytest.approx(100 - 20 - 25)
     table.set_signals(
         {"n": NodeSignals(metrics_with_index(30), updated_at=NOW + 1, measured=SIGNAL_FAMILIES)}
     )
-    assert quietness(table, settings, NOW + 1)[0] == pytest.approx(70)
+    assert quietness(table, args, NOW + 1)[0] == pytest.approx(70)
 
 
 def test_pods_placed_before_the_report_do_not_count() -> None:
@@ -212,7 +212,7 @@ def test_node_absent_from_a_new_snapshot_loses_its_signals() -> None:
     table.set_signals(dict(both))  # same content, new mapping: nothing changes
     assert table.signals_generation == generation
     table.set_signals({"a": both["a"]})
-    assert table.signals_at[table.index_of("b")] == -np.inf
+    assert table.signals_at[table.row_of("b")] == -np.inf
     assert quietness(table, InterferenceArgs(), NOW).tolist() == [90.0, 50.0]
 
 
@@ -224,12 +224,12 @@ def test_signals_turn_stale_as_time_passes() -> None:
             "b": NodeSignals(metrics_with_index(40), updated_at=NOW + 5, measured=SIGNAL_FAMILIES),
         }
     )
-    settings = InterferenceArgs()  # fresh for 5 s after each report (1 s interval)
-    assert quietness(table, settings, NOW + 1).tolist() == [80.0, 60.0]
-    assert quietness(table, settings, NOW + 5).tolist() == [80.0, 60.0]
-    assert quietness(table, settings, NOW + 5.5).tolist() == [50.0, 60.0]
-    assert quietness(table, settings, NOW + 10.5).tolist() == [50.0, 50.0]
-    assert quietness(table, settings, NOW + 2).tolist() == [80.0, 60.0]  # clock skew
+    args = InterferenceArgs()  # fresh for 5 s after each report (1 s interval)
+    assert quietness(table, args, NOW + 1).tolist() == [80.0, 60.0]
+    assert quietness(table, args, NOW + 5).tolist() == [80.0, 60.0]
+    assert quietness(table, args, NOW + 5.5).tolist() == [50.0, 60.0]
+    assert quietness(table, args, NOW + 10.5).tolist() == [50.0, 50.0]
+    assert quietness(table, args, NOW + 2).tolist() == [80.0, 60.0]  # clock skew
 
 
 @pytest.mark.parametrize(
@@ -261,15 +261,15 @@ def test_fresh_signals_and_quietness_by_how_many_reports_are_stale(
             for name, index, age in zip(("a", "b"), (20, 40), ages, strict=True)
         }
     )
-    settings = InterferenceArgs(stale_policy=policy)
+    args = InterferenceArgs(stale_policy=policy)
     assert stale_rows(table, NOW).tolist() == [i for i, f in enumerate(fresh) if not f], case
     mask = fresh_signals(table, NOW)
     assert mask.tolist() == fresh, case
     mask[:] = ~mask  # the caller's own array
     assert fresh_signals(table, NOW).tolist() == fresh, case
-    scores = quietness(table, settings, NOW)
+    scores = quietness(table, args, NOW)
     assert scores.tolist() == expected, case
     if not scores.flags.writeable:  # a cached column: read-only, so it cannot be spoiled
         with pytest.raises(ValueError):
             scores[0] = 1.0
-    assert quietness(table, settings, NOW).tolist() == expected, case
+    assert quietness(table, args, NOW).tolist() == expected, case

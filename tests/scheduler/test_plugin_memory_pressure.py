@@ -14,7 +14,7 @@ from interference.signals import SIGNAL_FAMILIES, NodeMetrics, NodeReport
 from scheduler.api.pods import parse_pod
 from scheduler.cycle.cycle import SchedulingCycle
 from scheduler.cycle.ports import NodeSignals
-from scheduler.cycle.settings import EngineSettings, Profile
+from scheduler.cycle.settings import CycleSettings, Profile
 from scheduler.plugins.memory_pressure import (
     NAME,
     MemoryPressureArgs,
@@ -139,11 +139,11 @@ def test_the_record_carries_avg10_into_its_column() -> None:
 
 
 def _decide(
-    table: NodeTable, settings: EngineSettings | None = None
+    table: NodeTable, settings: CycleSettings | None = None
 ) -> tuple[str | None, dict[str, dict[str, float]]]:
     """The chosen node, and each feasible candidate's scores by node."""
     pod = parse_pod(pod_obj("web", requests={"cpu": "1"}))
-    result = SchedulingCycle(settings or EngineSettings()).schedule(pod, table, NOW)
+    result = SchedulingCycle(settings or CycleSettings()).schedule(pod, table, NOW)
     return result.node, {c.node: c.scores for c in result.candidates if c.passed}
 
 
@@ -167,6 +167,6 @@ def test_a_quiet_cluster_decides_as_without_the_plugin() -> None:
     table = table_of([node_obj("a"), node_obj("b", cpu="16")])
     table.set_signals({"a": _signals(0.0), "b": _signals(0.9)})
     with_plugin = _decide(table)
-    without = _decide(table, EngineSettings(profile=Profile(scores=((NAME, 0.0),))))
+    without = _decide(table, CycleSettings(profile=Profile(scores=((NAME, 0.0),))))
     assert with_plugin == without
     assert all(NAME not in scores for scores in with_plugin[1].values())

@@ -11,7 +11,7 @@ import pytest
 from scheduler.api.pods import parse_pod
 from scheduler.api.reader import ObjectError
 from scheduler.cycle.cycle import SchedulingCycle
-from scheduler.cycle.settings import EngineSettings, Profile
+from scheduler.cycle.settings import CycleSettings, Profile
 from scheduler.plugins.node_affinity import node_affinity_score
 from tests.builders import node_obj, pod_obj, table_of
 
@@ -78,9 +78,9 @@ def test_unparseable_preferred_term_makes_the_pod_unparseable() -> None:
         parse_pod(pod_obj(affinity=_preferred((10, "disk", "In", ["bad value!"]))))
 
 
-def test_engine_prefers_the_preferred_nodes() -> None:
+def test_cycle_prefers_the_preferred_nodes() -> None:
     only = Profile(scores=(("Interference", 0), ("NodeResourcesFit", 0), ("GpuPacking", 0)))
     pod = parse_pod(pod_obj(affinity=_preferred((10, "disk", "In", ["hdd"]))))
-    result = SchedulingCycle(EngineSettings(profile=only)).schedule(pod, table_of(NODES), 0.0)
+    result = SchedulingCycle(CycleSettings(profile=only)).schedule(pod, table_of(NODES), 0.0)
     assert result.node == "hdd-a"
     assert result.candidates[0].scores == {"NodeAffinity": 100.0}

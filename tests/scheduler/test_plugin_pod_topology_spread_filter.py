@@ -1,5 +1,5 @@
 """PodTopologySpread filter (DoNotSchedule): kube-scheduler's skew rules, minDomains,
-node inclusion policies, matchLabelKeys, namespaces, terminating pods; the engine's
+node inclusion policies, matchLabelKeys, namespaces, terminating pods; the cycle's
 message; ScheduleAnyway is no filter."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from scheduler.api.pods import parse_pod
 from scheduler.cycle.cycle import SchedulingCycle
-from scheduler.cycle.settings import EngineSettings
+from scheduler.cycle.settings import CycleSettings
 from scheduler.plugins.node_affinity import node_affinity
 from scheduler.plugins.pod_topology_spread import MISSING_LABEL, SKEW, topology_spread
 from scheduler.plugins.taint_toleration import taint_toleration
@@ -168,17 +168,17 @@ def test_node_taints_policy(policy: dict[str, str], passing: list[str]) -> None:
     assert [n for n in got if n != "a"] == passing
 
 
-def test_missing_topology_label_and_skew_reasons_in_the_engine_message() -> None:
+def test_missing_topology_label_and_skew_reasons_in_the_cycle_message() -> None:
     nodes = [node_obj(name, labels={"zone": zone}) for name, zone in ZONES.items()]
     nodes.append(node_obj("unlabelled"))
     placed = [_placed("a", "w1"), _placed("b", "w2"), _placed("c", "w3"), _placed("a", "w4")]
     table = table_of(nodes, placed)
-    engine = SchedulingCycle(EngineSettings())
+    cycle = SchedulingCycle(CycleSettings())
     pod = parse_pod(_web())
-    result = engine.schedule(pod, table, 0.0)
+    result = cycle.schedule(pod, table, 0.0)
     assert result.node in ("b", "c")
     crowded = parse_pod(_web(maxSkew=1, minDomains=5))  # min is 0: every zone has a pod
-    result = engine.schedule(crowded, table, 0.0)
+    result = cycle.schedule(crowded, table, 0.0)
     assert result.node is None
     assert result.message == (f"0/4 nodes are available: 1 {MISSING_LABEL}, 3 {SKEW}.")
 

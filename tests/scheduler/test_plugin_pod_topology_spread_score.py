@@ -10,7 +10,7 @@ import pytest
 
 from scheduler.api.pods import parse_pod
 from scheduler.cycle.cycle import SchedulingCycle
-from scheduler.cycle.settings import EngineSettings, Profile
+from scheduler.cycle.settings import CycleSettings, Profile
 from scheduler.plugins.node_affinity import node_affinity
 from scheduler.plugins.pod_topology_spread import topology_spread_score
 from scheduler.plugins.taint_toleration import taint_toleration
@@ -102,11 +102,11 @@ def test_pod_topology_spread_score_like_kube_scheduler(
     assert _scores(_nodes(*zones), placed, constraints, infeasible) == expected
 
 
-def test_engine_prefers_the_emptiest_zone_for_schedule_anyway() -> None:
+def test_cycle_prefers_the_emptiest_zone_for_schedule_anyway() -> None:
     table = table_of(_nodes("za", "zb", "zc"), A2_B1)
     only = Profile(scores=(("Interference", 0), ("NodeResourcesFit", 0), ("GpuPacking", 0)))
     pod = parse_pod(pod_obj("new", labels={"app": "web"}, topologySpreadConstraints=_soft()))
     assert pod.unsupported == () and pod.soft_spread
-    result = SchedulingCycle(EngineSettings(profile=only)).schedule(pod, table, 0.0)
+    result = SchedulingCycle(CycleSettings(profile=only)).schedule(pod, table, 0.0)
     assert result.node == "c"
     assert result.candidates[0].scores == {"PodTopologySpread": 100.0}

@@ -8,7 +8,7 @@ import pytest
 
 from scheduler.api.pods import parse_pod
 from scheduler.cycle.cycle import SchedulingCycle
-from scheduler.cycle.settings import EngineSettings
+from scheduler.cycle.settings import CycleSettings
 from scheduler.plugins.taint_toleration import taint_toleration
 from tests.builders import node_obj, pod_obj, table_of
 from tests.scheduler.filters import or_all_pass
@@ -125,6 +125,6 @@ def test_untolerated_taints_count_as_one_reason_like_kube_scheduler_v1_36() -> N
         node_obj("infra", taints=[("dedicated", "infra", "NoExecute")]),
         node_obj("both", taints=[("a", "1", "NoSchedule"), ("b", "2", "NoSchedule")]),
     ]
-    result = SchedulingCycle(EngineSettings()).schedule(parse_pod(pod_obj()), table_of(nodes), 0.0)
+    result = SchedulingCycle(CycleSettings()).schedule(parse_pod(pod_obj()), table_of(nodes), 0.0)
     assert result.message == "0/3 nodes are available: 3 node(s) had untolerated taint(s)."
     assert result.reason_counts == {"node(s) had untolerated taint(s)": 3}

@@ -19,7 +19,7 @@ from scheduler.api.pods import parse_pod
 from scheduler.api.storage import parse_claim, parse_csi_node, parse_storage_class, parse_volume
 from scheduler.cycle.cycle import SchedulingCycle
 from scheduler.cycle.queue import QueueState
-from scheduler.cycle.settings import EngineSettings
+from scheduler.cycle.settings import CycleSettings
 from scheduler.plugins.base import CycleState, PodRejection
 from scheduler.plugins.volume_binding import (
     FILTER,
@@ -302,7 +302,7 @@ def test_claim_problems_reject_the_pod_on_every_node_as_kube_prefilter(
     table = volumes_table(THREE_NODES, objects)
     pod = parse_pod(pod_with(*volumes))
     assert check_claims(pod, table.volumes).rejection == rejection
-    result = SchedulingCycle(EngineSettings()).schedule(pod, table, 0.0)
+    result = SchedulingCycle(CycleSettings()).schedule(pod, table, 0.0)
     assert result.node is None
     assert result.message == f"0/3 nodes are available: {rejection}."
 
@@ -321,13 +321,13 @@ def test_read_write_once_pod_claim_in_use_rejects_every_node_until_its_user_leav
     check = check_claims(pod, table.volumes)
     assert check.rejection is None and check.read_write_once_pod_conflict
     assert verdicts(table, pod_with(pvc_volume("solo"))) == [[RWOP_CONFLICT]] * 3
-    result = SchedulingCycle(EngineSettings()).schedule(pod, table, 0.0)
+    result = SchedulingCycle(CycleSettings()).schedule(pod, table, 0.0)
     assert result.message == (  # a per-node Filter failure, after NodeResourcesFit
         f"0/3 nodes are available: 1 Insufficient cpu, 2 {RWOP_CONFLICT}."
     )
     table.remove_pod(parse_pod(user))
     assert not check_claims(pod, table.volumes).read_write_once_pod_conflict
-    assert SchedulingCycle(EngineSettings()).schedule(pod, table, 0.0).node in ("n1", "n2")
+    assert SchedulingCycle(CycleSettings()).schedule(pod, table, 0.0).node in ("n1", "n2")
 
 
 def test_read_write_once_claim_may_be_shared() -> None:
@@ -345,7 +345,7 @@ def test_read_write_once_claim_may_be_shared() -> None:
 def test_unbound_wait_for_first_consumer_claim_is_refused_naming_claim_and_extender_mode() -> None:
     table = volumes_table(THREE_NODES, [WFFC, claim_object("data", storage_class="local")])
     pod = parse_pod(pod_with(pvc_volume("data")))
-    result = SchedulingCycle(EngineSettings()).schedule(pod, table, 0.0)
+    result = SchedulingCycle(CycleSettings()).schedule(pod, table, 0.0)
     assert result.node is None
     assert result.unsupported == (
         "spec.volumes[0].persistentVolumeClaim (claim data is unbound and its StorageClass "
@@ -364,7 +364,7 @@ def test_pod_with_bound_claim_is_placed_on_the_node_its_pv_allows() -> None:
         ],
     )
     pod = parse_pod(pod_with(pvc_volume("data")))
-    result = SchedulingCycle(EngineSettings(), seed=1).schedule(pod, table, 0.0)
+    result = SchedulingCycle(CycleSettings(), seed=1).schedule(pod, table, 0.0)
     assert result.node == "n3"
     assert result.reason_counts == {NODE_CONFLICT: 2}
 
@@ -378,7 +378,7 @@ def test_failed_scheduling_counts_volume_node_affinity_conflicts() -> None:
         ],
     )
     pod = parse_pod(pod_obj("p", requests={"cpu": "2"}, volumes=[pvc_volume("data")]))
-    result = SchedulingCycle(EngineSettings()).schedule(pod, table, 0.0)
+    result = SchedulingCycle(CycleSettings()).schedule(pod, table, 0.0)
     assert result.message == (
         "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) didn't match PersistentVolume's "
         "node affinity."
@@ -393,7 +393,7 @@ def test_filter_plugin_runs_only_for_pods_with_claims() -> None:
             volume_object("pv-1", node_affinity=[term(HOSTNAME, "In", "n1")]),
         ],
     )
-    settings = EngineSettings()
+    settings = CycleSettings()
     assert FILTER.filter(CycleState(parse_pod(pod_obj()), table, settings, 0.0)) is None
     state = CycleState(parse_pod(pod_with(pvc_volume("data"))), table, settings, 0.0)
     result = FILTER.filter(state)
@@ -406,7 +406,7 @@ def test_prefilter_rejects_or_refuses_the_pod_and_hands_bound_claims_to_the_filt
         THREE_NODES,
         [WFFC, claim_object("wait", storage_class="local"), claim_object("data", volume_name="pv")],
     )
-    settings = EngineSettings()
+    settings = CycleSettings()
     assert FILTER.prefilter is not None
 
     def prefilter(*volumes: dict[str, Any]) -> PodRejection | None:
@@ -492,12 +492,12 @@ def test_pod_waiting_on_a_claim_is_scheduled_once_the_claim_is_bound() -> None:
         pod = pod_obj("db")
         pod["spec"]["volumes"] = [pvc_volume("data")]
         h.cluster.add_pod(pod)
-        assert h.cycle() == 1
+        assert h.step() == 1
         [event] = h.cluster.events_for("default", "db")
         assert (event.type, event.reason) == ("Warning", "FailedScheduling")
         assert "claim data is unbound" in event.message and "extender mode" in event.message
         h.clock.advance(1.0)
-        assert h.cycle() == 1  # refused again: the next backoff is 2 s
+        assert h.step() == 1  # refused again: the next backoff is 2 s
         assert h.loop.queue.state("default/db") is QueueState.BACKOFF
         h.cluster.put(
             "PersistentVolume", volume_object("pv-1", node_affinity=[term(HOSTNAME, "In", "n2")])
@@ -507,7 +507,7 @@ def test_pod_waiting_on_a_claim_is_scheduled_once_the_claim_is_bound() -> None:
             claim_object("data", storage_class="local", volume_name="pv-1"),
         )
         h.clock.advance(1.0)  # the earliest retry after a cluster event, before the backoff
-        assert h.cycle() == 1
+        assert h.step() == 1
         assert h.cluster.node_of("default", "db") == "n2"
     finally:
         h.close()

@@ -13,7 +13,7 @@ from scheduler.api.nodes import parse_node
 from scheduler.api.pods import parse_pod
 from scheduler.cycle.cycle import SchedulingCycle
 from scheduler.cycle.ports import NodeSignals
-from scheduler.cycle.settings import EngineSettings, Profile
+from scheduler.cycle.settings import CycleSettings, Profile
 from scheduler.plugins.base import CycleState, FilterResult
 from scheduler.plugins.node_resources_fit import insufficient_reason
 from scheduler.plugins.registry import REGISTRY
@@ -88,8 +88,8 @@ def test_a_node_counts_only_its_first_failing_filter_in_profile_order(
     filters: tuple[str, ...] | None, reason: str
 ) -> None:
     table = table_of([node_obj("busy", cpu="1")], [(_with_port("holder", cpu="900m"), "busy")])
-    engine = SchedulingCycle(EngineSettings(profile=Profile(filters=filters)))
-    result = engine.schedule(parse_pod(_with_port("new", cpu="500m")), table, NOW)
+    cycle = SchedulingCycle(CycleSettings(profile=Profile(filters=filters)))
+    result = cycle.schedule(parse_pod(_with_port("new", cpu="500m")), table, NOW)
     assert result.node is None
     assert result.reason_counts == {reason: 1}
     assert result.candidates[0].reasons == [reason]
@@ -116,10 +116,10 @@ def test_a_static_filter_after_a_dynamic_one_filters_alike() -> None:
         parse_pod(pod_obj("nowhere", nodeSelector={"zone": "c"})),
     ]
     for pod in pods:
-        default = SchedulingCycle(EngineSettings(), seed=1).schedule(pod, table_of(nodes), NOW)
-        reordered = SchedulingCycle(
-            EngineSettings(profile=Profile(filters=later)), seed=1
-        ).schedule(pod, table_of(nodes), NOW)
+        default = SchedulingCycle(CycleSettings(), seed=1).schedule(pod, table_of(nodes), NOW)
+        reordered = SchedulingCycle(CycleSettings(profile=Profile(filters=later)), seed=1).schedule(
+            pod, table_of(nodes), NOW
+        )
         assert (reordered.node, reordered.feasible) == (default.node, default.feasible)
         assert reordered.reason_counts == default.reason_counts
 
@@ -137,7 +137,7 @@ def test_extender_profile_leaves_kube_schedulers_own_plugins_to_it() -> None:
 
 
 def test_a_zero_weight_leaves_the_score_out_of_the_total_and_the_record() -> None:
-    settings = EngineSettings(profile=Profile(scores=(("GpuPacking", 0.0),)))
+    settings = CycleSettings(profile=Profile(scores=(("GpuPacking", 0.0),)))
     result = SchedulingCycle(settings).schedule(
         parse_pod(pod_obj()), table_of([node_obj("a")]), NOW
     )

@@ -52,7 +52,7 @@ from scheduler.cycle.preemption import (
     eligible,
     preempt,
 )
-from scheduler.cycle.settings import EngineSettings
+from scheduler.cycle.settings import CycleSettings
 from scheduler.signals.table import NodeTable
 from tests.builders import node_obj, pod_obj, table_of
 
@@ -243,7 +243,7 @@ POST_FILTER = [
 def test_post_filter(case: PostFilterCase) -> None:
     table = _table(case.nodes, case.placed)
     inputs = PreemptionInputs(budgets=case.budgets)
-    result = SchedulingCycle(EngineSettings(), seed=1).schedule(
+    result = SchedulingCycle(CycleSettings(), seed=1).schedule(
         parse_pod(case.pod), table, NOW, preemption=inputs
     )
     assert result.node is None
@@ -511,7 +511,7 @@ def test_dry_run_preemption(case: DryRunCase, arithmetic: bool) -> None:
     table = _table([_node(n) for n in case.nodes], case.placed)
     before = {name: dict(table.pods_on_node(name)) for name in table.names}
     free_before = table.free.copy()
-    cycle = SchedulingCycle(EngineSettings(preemption=case.args))
+    cycle = SchedulingCycle(CycleSettings(preemption=case.args))
     cycle._random = _Offsets(case.offsets)
     inputs = PreemptionInputs(
         budgets=case.budgets, start_time=lambda p: case.starts.get(p.name, math.inf)
@@ -686,7 +686,7 @@ def test_select_best_candidate(
     table = _table(
         [_node(n) for n in nodes], [_on(n, _pod(name, prio, req)) for n, name, prio, req in placed]
     )
-    cycle = SchedulingCycle(EngineSettings(), seed=4)
+    cycle = SchedulingCycle(CycleSettings(), seed=4)
     outcome = _dry_run(cycle, table, parse_pod(pod), _start_times(starts), PreemptionArgs())
     assert outcome.node in expected
 
@@ -778,7 +778,7 @@ def test_preempt(
     victims: list[str],
 ) -> None:
     table = _table([_node(n) for n in nodes], [_on(n, p) for n, p in placed])
-    result: CycleResult = SchedulingCycle(EngineSettings(), seed=1).schedule(
+    result: CycleResult = SchedulingCycle(CycleSettings(), seed=1).schedule(
         parse_pod(pod), table, NOW, preemption=PreemptionInputs()
     )
     assert result.node is None and result.preemption is not None
@@ -838,7 +838,7 @@ def test_arithmetic_put_back_agrees_with_the_filters(seed: int) -> None:
     pod = parse_pod(_pod("p", HIGH, {"cpu": "1500m", "memory": "1Gi"}))
     found = {}
     for arithmetic in (True, False):
-        cycle = SchedulingCycle(EngineSettings())
+        cycle = SchedulingCycle(CycleSettings())
         cycle._random = _Offsets([seed])
         outcome = _dry_run(cycle, table, pod, inputs, PreemptionArgs(), arithmetic)
         found[arithmetic] = [

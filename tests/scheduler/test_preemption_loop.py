@@ -22,7 +22,7 @@ from scheduler.cycle.cycle import SchedulingCycle
 from scheduler.cycle.nominated import RoomHolds, TableRoom
 from scheduler.cycle.ports import Preemption
 from scheduler.cycle.preemption import PreemptionArgs, PreemptionInputs
-from scheduler.cycle.settings import EngineSettings
+from scheduler.cycle.settings import CycleSettings
 from scheduler.standalone.loop import LoopSettings
 from tests.builders import node_obj, pod_obj, table_of
 from tests.scheduler.profiles import interference_settings
@@ -55,7 +55,7 @@ def _nominated(h: LoopHarness, name: str) -> str | None:
 
 def test_a_pod_preempts_lower_priority_pods_and_gets_their_room(h: LoopHarness) -> None:
     h.cluster.add_pod(pod_obj("urgent", requests={"cpu": "3"}, priority=HIGH))
-    assert h.cycle() == 1
+    assert h.step() == 1
     [preemption] = h.cluster.preemptions
     assert (preemption.preemptor.name, preemption.node) == ("urgent", "n1")
     assert preemption.scheduler_name == "interference-scheduler"
@@ -93,7 +93,7 @@ def test_a_pod_preempts_lower_priority_pods_and_gets_their_room(h: LoopHarness) 
     assert h.metric("interference_scheduler_preemptions_total", rule="priority") == 1
     # the victims' deletion retries it once its backoff (1 s) is over: to its nominated node
     h.clock.advance(1.0)
-    assert h.cycle() == 1
+    assert h.step() == 1
     assert h.cluster.node_of("default", "urgent") == "n1"
     assert not h.loop.cache.holds.on_node("n1")  # bound: the room is its own now
 
@@ -104,11 +104,11 @@ def test_the_nominated_room_is_held_against_a_pod_of_equal_priority(h: LoopHarne
     h.cluster.add_node(node_obj("n2", cpu="4"))
     h.cluster.add_pod(pod_obj("n2-full", requests={"cpu": "4"}, nodeName="n2", priority=HIGH))
     h.cluster.add_pod(pod_obj("urgent", requests={"cpu": "3"}, priority=HIGH, created_at=START))
-    assert h.cycle() == 1
+    assert h.step() == 1
     assert h.loop.cache.holds.node_of("default/urgent") == "n1"
     h.cluster.add_pod(pod_obj("late", requests={"cpu": "3"}, priority=HIGH, created_at=START - 60))
     h.clock.advance(1.0)
-    h.cycle()
+    h.step()
     assert h.cluster.node_of("default", "late") is None
     assert h.decisions.for_pod("late")[0].message.startswith("0/2 nodes are available: 2 ")
     assert h.cluster.node_of("default", "urgent") == "n1"
@@ -120,19 +120,19 @@ def test_a_preemptor_whose_node_no_longer_fits_is_nominated_again(h: LoopHarness
     for i in range(4):
         h.cluster.add_pod(_low(f"n2-low-{i}", "n2"))
     h.cluster.add_pod(pod_obj("urgent", requests={"cpu": "3"}, priority=HIGH))
-    h.cycle()
+    h.step()
     [first] = h.cluster.preemptions
     taken = first.node
     other = "n2" if taken == "n1" else "n1"
     # before urgent comes back, a pod of higher priority takes the room (another scheduler)
     h.cluster.add_pod(pod_obj("vip", requests={"cpu": "3"}, nodeName=taken, priority=HIGH + 1))
     h.clock.advance(1.0)
-    h.cycle()
+    h.step()
     assert [p.node for p in h.cluster.preemptions] == [taken, other]
     assert _nominated(h, "urgent") == other
     assert h.loop.cache.holds.node_of("default/urgent") == other
     h.clock.advance(2.0)
-    h.cycle()
+    h.step()
     assert h.cluster.node_of("default", "urgent") == other
 
 
@@ -140,7 +140,7 @@ def test_preemption_policy_never_waits_and_preempts_no_one(h: LoopHarness) -> No
     pod = pod_obj("polite", requests={"cpu": "3"}, priority=HIGH)
     pod["spec"]["preemptionPolicy"] = "Never"
     h.cluster.add_pod(pod)
-    h.cycle()
+    h.step()
     assert h.cluster.preemptions == []
     assert len([p for p in h.cluster.pods() if p["spec"].get("nodeName") == "n1"]) == 4
     assert h.decisions.last("polite").message == (
@@ -152,7 +152,7 @@ def test_preemption_policy_never_waits_and_preempts_no_one(h: LoopHarness) -> No
 
 def test_equal_priority_is_never_preempted(h: LoopHarness) -> None:
     h.cluster.add_pod(pod_obj("peer", requests={"cpu": "3"}, priority=LOW))
-    h.cycle()
+    h.step()
     assert h.cluster.preemptions == []
     assert h.decisions.last("peer").preemption is None
 
@@ -168,14 +168,14 @@ def test_a_gpu_pod_preempts_for_nvidia_gpus() -> None:
             pod_obj("batch-b", requests={"nvidia.com/gpu": "4"}, nodeName="g1", priority=LOW)
         )
         h.cluster.add_pod(pod_obj("train", requests={"nvidia.com/gpu": "4"}, priority=HIGH))
-        h.cycle()
+        h.step()
         [preemption] = h.cluster.preemptions
         assert len(preemption.victims) == 1 and preemption.node == "g1"
         assert h.decisions.last("train").message.startswith(
             "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
         )
         h.clock.advance(1.0)
-        h.cycle()
+        h.step()
         assert h.cluster.node_of("default", "train") == "g1"
     finally:
         h.close()
@@ -196,7 +196,7 @@ def test_held_room_keeps_out_pods_of_lower_or_equal_priority(
     holds = RoomHolds()
     holds.hold(parse_pod(pod_obj("nominated", requests={"cpu": "3"}, priority=HIGH)), "n1")
     pod = parse_pod(pod_obj("newcomer", requests={"cpu": "3"}, priority=priority))
-    result = SchedulingCycle(EngineSettings()).schedule(
+    result = SchedulingCycle(CycleSettings()).schedule(
         pod, table, 0.0, preemption=PreemptionInputs(holds=holds)
     )
     assert (result.node == "n1") is takes_the_room
@@ -222,7 +222,7 @@ def test_a_pod_only_a_held_pod_satisfies_does_not_count_on_it() -> None:
         }
     }
     pod = parse_pod(pod_obj("web", requests={"cpu": "1"}, priority=LOW, affinity=affinity))
-    result = SchedulingCycle(EngineSettings()).schedule(
+    result = SchedulingCycle(CycleSettings()).schedule(
         pod, table, 0.0, preemption=PreemptionInputs(holds=holds)
     )
     assert result.node is None
@@ -262,11 +262,11 @@ def _named(named: Mapping[str, Collection[str]]) -> Any:
 
 def test_a_node_the_pods_tolerance_rejects_is_never_a_candidate() -> None:
     """Default (rule off): evicting lower-priority pods does not make a noisy node quiet."""
-    h = LoopHarness(engine=interference_settings(), preempts=True)
+    h = LoopHarness(cycle=interference_settings(), preempts=True)
     try:
         _noisy_cluster(h, LOW)
         h.cluster.add_pod(_low("n1-low", "n1", cpu="3"))  # n1 is also full of low pods
-        h.cycle()
+        h.step()
         assert h.cluster.preemptions == []
         decision = h.decisions.last("picky")
         assert " preemption: 0/2 nodes are available: " in decision.message
@@ -287,12 +287,12 @@ def test_a_node_the_pods_tolerance_rejects_is_never_a_candidate() -> None:
 def test_evicting_named_antagonists_of_lower_priority_makes_the_node_pass(
     rule_on: bool, antagonist_priority: int, preempts: bool
 ) -> None:
-    engine = interference_settings(preemption=PreemptionArgs(preempt_antagonists=rule_on))
+    cycle = interference_settings(preemption=PreemptionArgs(preempt_antagonists=rule_on))
     antagonists = _named({"n1": {"default/noisy"}})
-    h = LoopHarness(engine=engine, preempts=True, antagonists=antagonists)
+    h = LoopHarness(cycle=cycle, preempts=True, antagonists=antagonists)
     try:
         _noisy_cluster(h, antagonist_priority)
-        h.cycle()
+        h.step()
         record = h.decisions.last("picky").preemption
         if not preempts:
             assert h.cluster.preemptions == [] and record is None
@@ -310,13 +310,13 @@ def test_evicting_named_antagonists_of_lower_priority_makes_the_node_pass(
 
 
 def test_system_named_as_an_antagonist_is_never_preemptible() -> None:
-    engine = interference_settings(preemption=PreemptionArgs(preempt_antagonists=True))
+    cycle = interference_settings(preemption=PreemptionArgs(preempt_antagonists=True))
     h = LoopHarness(
-        engine=engine, preempts=True, antagonists=_named({"n1": {"default/noisy", "system"}})
+        cycle=cycle, preempts=True, antagonists=_named({"n1": {"default/noisy", "system"}})
     )
     try:
         _noisy_cluster(h, LOW)
-        h.cycle()
+        h.step()
         assert h.cluster.preemptions == []
     finally:
         h.close()
@@ -326,7 +326,7 @@ def test_the_record_says_who_was_preempted_and_why_in_explain_and_the_page(
     h: LoopHarness,
 ) -> None:
     h.cluster.add_pod(pod_obj("urgent", requests={"cpu": "3"}, priority=HIGH))
-    h.cycle()
+    h.step()
     decision = h.decisions.last("urgent")
     assert parse_decision_hash(decision_hash(decision)) == decision
     record = decision.preemption

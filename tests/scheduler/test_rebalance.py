@@ -16,7 +16,7 @@ from scheduler.plugins.base import CycleState
 from scheduler.plugins.rebalanced_away import (
     LEFT_NODE,
     Departure,
-    DepartureIndex,
+    DepartureLookup,
     RebalancedAwayArgs,
     rebalanced_away,
 )
@@ -306,7 +306,7 @@ def test_rebalanced_away(
     departures: list[Departure], pod: PodInfo, now: float, passed: list[bool] | None
 ) -> None:
     table = three_nodes()
-    index = DepartureIndex()
+    index = DepartureLookup()
     for departure in departures:
         index.record(departure, 0.0)
     state = CycleState(pod, table, now)
@@ -321,7 +321,7 @@ def test_rebalanced_away(
 
 
 def test_departures_older_than_the_window_are_forgotten() -> None:
-    index = DepartureIndex()
+    index = DepartureLookup()
     index.record(Departure("w1", "ReplicaSet/a", "node-a", 100.0, "x"), 0.0)
     index.record(Departure("w2", "ReplicaSet/b", "node-b", 800.0, "x"), 200.0)
     assert [d.workload_uid for d in index.all()] == ["w2"]

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 from interference.decision import Decision
 from interference.signals import NodeMetrics, NodeReport, PodMetrics
 from scheduler.cycle.ports import ClusterError, DecisionTracer, K8sObject, PodRef
-from scheduler.cycle.settings import EngineSettings
+from scheduler.cycle.settings import CycleSettings
 from scheduler.cycle.stage_trace import SELECTION
 from scheduler.entry.cli import prepare
 from scheduler.entry.config import ConfigError, parse_config
@@ -99,7 +99,7 @@ class Journal:
     moves: list[tuple[Moved, Departure | None]] = field(default_factory=list)
     readable: bool = True
 
-    def record(self, moved: Moved, departure: Departure | None, keep_s: float) -> None:
+    def add(self, moved: Moved, departure: Departure | None, keep_s: float) -> None:
         self.moves = [m for m in self.moves if m[0].at >= moved.at - keep_s]
         self.moves.append((moved, departure))
 
@@ -134,7 +134,7 @@ class World:
             self.evictions,
             self.h.cluster,
             rebalancing_records=self.rebalancing_records,
-            engine_settings=EngineSettings(),
+            cycle_settings=CycleSettings(),
             settings=settings,
             scheduler_name="interference-scheduler",
             metrics=RebalanceMetrics(self.registry),
@@ -152,7 +152,7 @@ class World:
         for node in self.h.loop.cache.node_names():
             self.h.signals.report(node, self.h.clock.now, runq_p99_us=100.0)
         self.h.cluster.add_pod(self._pod(name, None, "web", {}))
-        self.h.cycle()
+        self.h.step()
         assert self.h.cluster.node_of("shop", name) == "node-a"
         self.reports.rows.setdefault("node-a", {})[f"shop/{name}"] = NOISY
         return self.h.decisions.last(name, "shop")
@@ -219,7 +219,7 @@ def test_a_sustained_victim_is_evicted_and_its_replacement_avoids_the_node(
          "controller": True}
     ]  # fmt: skip
     w.h.cluster.add_pod(replacement)
-    w.h.cycle()
+    w.h.step()
     assert w.h.cluster.node_of("shop", "web-2") == "node-b"
     record = w.h.decisions.last("web-2", "shop")
     (left,) = [c for c in record.candidates if c.node == "node-a"]
@@ -235,7 +235,7 @@ def test_a_pod_of_another_workload_may_still_go_to_the_node(enforcing: World) ->
     w.step(30)
     w.h.cluster.delete_pod("shop", "web-1")
     w.h.cluster.add_pod(pod_obj("other", "shop"))
-    w.h.cycle()
+    w.h.step()
     assert w.h.cluster.node_of("shop", "other") == "node-a"
 
 
@@ -279,7 +279,7 @@ def test_a_look_writes_a_rebalancing_record_and_keeps_the_placement_record(
     w = World(RebalancerSettings(mode=mode))
     try:
         w.rebalancer.update_settings(
-            EngineSettings(), w.rebalancer.settings, "interference-scheduler", records_only
+            CycleSettings(), w.rebalancer.settings, "interference-scheduler", records_only
         )
         w.evictions.answers.append(EvictionAnswer(answer, "blocked by a budget"))
         placement = w.place_pod("web-1")
@@ -410,7 +410,7 @@ def test_a_dry_run_scheduler_only_records() -> None:
     """``loop.dry_run`` (the dry-run overlay: no Events, no evictions in its RBAC)."""
     w = World(RebalancerSettings(mode="enforce"))
     w.rebalancer.update_settings(
-        EngineSettings(), w.rebalancer.settings, "interference-scheduler", records_only=True
+        CycleSettings(), w.rebalancer.settings, "interference-scheduler", records_only=True
     )
     w.run_pod("web-1", "node-a")
     w.step()

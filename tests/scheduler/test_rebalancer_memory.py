@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from scheduler.api.pods import parse_pod
-from scheduler.cycle.settings import EngineSettings
+from scheduler.cycle.settings import CycleSettings
 from scheduler.rebalancing.rebalance import (
     CLUSTER_LIMIT,
     COOLDOWN,
@@ -241,7 +241,7 @@ def test_a_dry_run_spends_nothing_of_enforce() -> None:
     (held,) = w.step(5)
     assert held.reason.startswith(COOLDOWN)  # type: ignore[attr-defined]
     w.rebalancer.update_settings(
-        EngineSettings(), RebalancerSettings(mode="enforce"), "interference-scheduler"
+        CycleSettings(), RebalancerSettings(mode="enforce"), "interference-scheduler"
     )
     (evicted,) = w.step(5)  # the next look: no new streak, no cool-down of the dry run
     assert evicted.outcome == EVICTED  # type: ignore[attr-defined]

@@ -9,7 +9,7 @@ import pytest
 from interference import keys
 from interference.signals import NodeMetrics, NodeReport, PodMetrics
 from node_agent.publisher import PublisherSettings, RedisPublisher
-from scheduler.adapters.pod_reports import RedisPodReports
+from scheduler.adapters.node_reports import RedisNodeReportSource
 from scheduler.adapters.redis_settings import RedisSettings, connect
 from tests.conftest import RedisServer
 
@@ -31,7 +31,7 @@ def test_every_interval_of_a_nodes_stream_comes_back_with_its_pod_rows(
         publisher.publish(report("node-b", 1011.0))
     finally:
         publisher.close()
-    reports = RedisPodReports(connect(RedisSettings(url=redis_server.url), {}))
+    reports = RedisNodeReportSource(connect(RedisSettings(url=redis_server.url), {}))
     found = reports.recent(["node-a", "node-b", "node-gone"])
     assert set(found) == {"node-a", "node-b"}
     assert sorted(r.ts for r in found["node-a"]) == [1000.0 + s for s in range(2, 12)]
@@ -43,6 +43,6 @@ def test_every_interval_of_a_nodes_stream_comes_back_with_its_pod_rows(
 def test_a_stream_entry_that_does_not_decode_is_left_out(redis_server: RedisServer) -> None:
     client = redis_server.client()
     client.xadd(keys.reports_key("node-a"), {keys.REPORTS_FIELD: "not msgpack"})
-    reports = RedisPodReports(connect(RedisSettings(url=redis_server.url), {}))
+    reports = RedisNodeReportSource(connect(RedisSettings(url=redis_server.url), {}))
     assert reports.recent(["node-a"]) == {}
     assert reports.undecodable == 1

@@ -29,7 +29,7 @@ from scheduler.adapters.redis_signals import RedisSignalCache
 from scheduler.adapters.signal_metrics import BulkHistogram, SignalMetrics
 from scheduler.api.pods import parse_pod
 from scheduler.cycle.cycle import SchedulingCycle
-from scheduler.cycle.settings import EngineSettings
+from scheduler.cycle.settings import CycleSettings
 from tests.builders import node_obj, pod_obj, table_of
 from tests.conftest import RedisServer, free_port
 from tests.scheduler.frames import stale_nodes
@@ -180,7 +180,7 @@ def test_memory_pressure_travels_from_the_agents_record_to_a_decision(
     assert column(cache, "a", "psi_mem_some_avg10") == 35.0
     table = table_of([node_obj("a"), node_obj("b")])  # alike but for the pressure on a
     table.set_signals(cache.snapshot())
-    result = SchedulingCycle(EngineSettings()).schedule(
+    result = SchedulingCycle(CycleSettings()).schedule(
         parse_pod(pod_obj("web", requests={"cpu": "1"})), table, now
     )
     assert result.node == "b"
@@ -295,10 +295,10 @@ def test_a_forged_or_malformed_record_is_ignored_counted_and_scheduling_goes_on(
     )
     lines = [r.getMessage() for r in caplog.records if "ignored" in r.getMessage()]
     assert len(lines) == 1 and f"({reason})" in lines[0] and "node b" in lines[0]
-    # scheduling goes on: the engine decides over the frame
+    # scheduling goes on: the cycle decides over the frame
     table = table_of([node_obj(n) for n in NODES])
     table.set_signals(cache.snapshot())
-    result = SchedulingCycle(EngineSettings()).schedule(parse_pod(pod_obj()), table, now)
+    result = SchedulingCycle(CycleSettings()).schedule(parse_pod(pod_obj()), table, now)
     assert result.node in NODES
 
 
@@ -311,8 +311,8 @@ def test_a_forged_record_for_a_node_without_one_never_looks_quiet(
     assert signals_at(cache, "b") == -math.inf  # no signals: the stale policy applies
     table = table_of([node_obj(n) for n in NODES])
     table.set_signals(cache.snapshot())
-    assert table.signals_at[table.index_of("b")] == -np.inf
-    assert table.fresh_until[table.index_of("b")] == -math.inf
+    assert table.signals_at[table.row_of("b")] == -np.inf
+    assert table.fresh_until[table.row_of("b")] == -math.inf
 
 
 def test_records_of_names_that_are_no_node_are_never_read_but_counted(

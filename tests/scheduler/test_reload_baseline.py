@@ -9,20 +9,20 @@ from collections.abc import Iterator
 
 import pytest
 
-from scheduler.cycle.settings import EngineSettings
+from scheduler.cycle.settings import CycleSettings
 from scheduler.standalone.loop import DEFAULT_SCHEDULER_NAME, LoopSettings
 from tests.builders import node_obj, pod_obj
 from tests.scheduler.profiles import interference_settings
 from tests.scheduler.runtime_helpers import LoopHarness
 
-GOOD = EngineSettings()
+GOOD = CycleSettings()
 REJECT = interference_settings(stale_policy="reject")  # no signals here: every node stale
 OURS = (DEFAULT_SCHEDULER_NAME, ())
 
 
 @pytest.fixture
 def harness() -> Iterator[LoopHarness]:
-    h = LoopHarness(engine=REJECT)
+    h = LoopHarness(cycle=REJECT)
     h.cluster.add_node(node_obj("n1", cpu="4"))
     h.cluster.add_pod(pod_obj("fits", requests={"cpu": "1"}))
     h.cluster.add_pod(pod_obj("huge", requests={"cpu": "64"}))  # fits no node, ever
@@ -35,13 +35,13 @@ def harness() -> Iterator[LoopHarness]:
     ("before", "pod", "anyway"),
     [
         pytest.param(None, "fits", True, id="not judging: nothing to ask"),
-        pytest.param(REJECT, "fits", True, id="the engine unchanged: Pending anyway"),
-        pytest.param(GOOD, "fits", False, id="the last good engine places it: the reload's"),
+        pytest.param(REJECT, "fits", True, id="the cycle unchanged: Pending anyway"),
+        pytest.param(GOOD, "fits", False, id="the last good cycle places it: the reload's"),
         pytest.param(GOOD, "huge", True, id="no node under either: Pending anyway"),
     ],
 )
 def test_pending_anyway(
-    harness: LoopHarness, before: EngineSettings | None, pod: str, anyway: bool
+    harness: LoopHarness, before: CycleSettings | None, pod: str, anyway: bool
 ) -> None:
     loop = harness.loop
     loop.baseline.judge(None if before is None else (before, OURS), (REJECT, OURS))
@@ -57,7 +57,7 @@ def test_the_loop_reports_each_attempt_against_the_last_good_configuration(
     seen: list[tuple[str, bool, bool]] = []
     harness.loop._on_attempt = lambda key, placed, anyway: seen.append((key, placed, anyway))
     harness.loop.baseline.judge((GOOD, OURS), (REJECT, OURS))
-    harness.cycle()
+    harness.step()
     assert sorted(seen) == [("default/fits", False, False), ("default/huge", False, True)]
 
 

@@ -10,7 +10,7 @@ from scheduler.api.objects import PodInfo
 from scheduler.api.pods import parse_pod
 from scheduler.cycle.cycle import SchedulingCycle
 from scheduler.cycle.preemption import PreemptionInputs
-from scheduler.cycle.settings import EngineSettings
+from scheduler.cycle.settings import CycleSettings
 from scheduler.plugins.rebalanced_away import FILTER as REBALANCED_AWAY
 from scheduler.rebalancing.ports import EvictionAnswer, EvictionStatus
 from scheduler.rebalancing.rebalance import NO_BETTER_NODE, RebalancerSettings
@@ -54,7 +54,7 @@ def place(w: World, pod: PodInfo) -> str | None:
     """Where the scheduling loop's cycle (nominated pods holding their room) puts ``pod``."""
     cache = w.h.loop.cache
     with cache.lock:
-        result = SchedulingCycle(EngineSettings()).schedule(
+        result = SchedulingCycle(CycleSettings()).schedule(
             pod, cache.table, w.h.clock.now, preemption=PreemptionInputs(cache.holds)
         )
     return result.node

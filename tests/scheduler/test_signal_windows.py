@@ -1,10 +1,10 @@
 """The windowed policy against an antagonist that is on for 5 s and off for 5 s, on
-synthetic signals through the agent's real history and the scheduler's real engine (the
+synthetic signals through the agent's real history and the scheduler's real scheduling cycle (the
 kernel run of the same experiment is a bench: it needs root, cgroups and stress-ng).
 
 Each second for 2 minutes both nodes report — an interval's run-queue histogram and wait
 ratio, the windows the agent's history makes of them, read by the scheduler through the
-node's scheduling record as from Redis; the engine then places one pod. The per-second
+node's scheduling record as from Redis; the cycle then places one pod. The per-second
 policy (``signal_window: latest``) follows the antagonist's quiet seconds and lands on it
 about half the time; the 10 s and 60 s windows (the p99 of the window's merged histogram,
 the wait ratio's mean + k·σ) avoid it in at least 95 % of decisions."""
@@ -54,7 +54,7 @@ def runq_histogram(tail_us: float) -> list[int]:
 def avoidance(window: SignalWindow, risk_k: float = 1.0) -> float:
     """Share of decisions that did not place the pod on the antagonist's node."""
     table = table_of([node_obj("antagonist"), node_obj("steady")])
-    engine = SchedulingCycle(
+    cycle = SchedulingCycle(
         interference_settings(
             Profile(scores=(("NodeResourcesFit", 0.0), ("GpuPacking", 0.0))),
             signal_window=window,
@@ -78,7 +78,7 @@ def avoidance(window: SignalWindow, risk_k: float = 1.0) -> float:
             windows = histories[node].windows(now)
             snapshot[node] = NodeSignals(metrics, now, measured=("runq",), windows=windows)
         table.set_signals(snapshot)
-        result = engine.schedule(parse_pod(pod_obj(f"latency-{second}")), table, now)
+        result = cycle.schedule(parse_pod(pod_obj(f"latency-{second}")), table, now)
         avoided += result.node == "steady"
     return avoided / DURATION_S
 

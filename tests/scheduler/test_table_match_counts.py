@@ -97,7 +97,7 @@ def test_match_counts_equal_a_recount(ops: list[tuple[str, int, str, str, str, b
             got = table.matching_per_node(term, skip_terminating=flag).tolist()
             want = np.zeros(len(table), dtype=np.int64)
             for pod, on in placed.values():
-                row = table.index_of(on)
+                row = table.row_of(on)
                 matches = term.matches(pod.namespace, pod.labels)
                 if row is not None and matches and not (flag and pod.terminating):
                     want[row] += 1

@@ -117,7 +117,7 @@ def _schedule_three_pods(tracer: OtlpTracer) -> LoopHarness:
     harness.cluster.add_node(node_obj("tainted", cpu="8", unschedulable=True))
     harness.cluster.add_pod(pod_obj("fits", requests={"cpu": "2"}))
     harness.cluster.add_pod(pod_obj("nowhere", requests={"cpu": "16"}))
-    harness.cycle()
+    harness.step()
     harness.close()
     tracer.close()
     return harness

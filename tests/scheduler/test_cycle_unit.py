@@ -1,4 +1,4 @@
-"""The engine over a hand-built node table: choice, tie-break, messages, caching, relax."""
+"""The cycle over a hand-built node table: choice, tie-break, messages, caching, relax."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from scheduler.api.pods import parse_pod
 from scheduler.cycle.cycle import CycleResult, SchedulingCycle
 from scheduler.cycle.ports import NodeSignals
 from scheduler.cycle.preemption import PreemptionInputs
-from scheduler.cycle.settings import EngineSettings, Profile
+from scheduler.cycle.settings import CycleSettings, Profile
 from scheduler.plugins.interference import InterferenceArgs, quietness
 from scheduler.plugins.node_affinity import node_affinity
 from scheduler.plugins.node_resources_fit import least_allocated_score
@@ -46,7 +46,7 @@ def test_issue_example_message_matches_kube_scheduler() -> None:
     nodes += [
         node_obj(f"gpu-{i}", extra={GPU: "8"}, taints=[("k", "v", "NoSchedule")]) for i in range(9)
     ]
-    result = SchedulingCycle(EngineSettings()).schedule(
+    result = SchedulingCycle(CycleSettings()).schedule(
         parse_pod(pod_obj(requests={GPU: "1"})), table_of(nodes), NOW
     )
     assert result.node is None
@@ -71,7 +71,7 @@ def test_each_node_counts_its_first_failing_filter_only() -> None:
             affinity=affinity_terms([("zone", "NotIn", ["b"])]),
         )
     )
-    result = SchedulingCycle(EngineSettings()).schedule(pod, table_of(nodes), NOW)
+    result = SchedulingCycle(CycleSettings()).schedule(pod, table_of(nodes), NOW)
     assert result.message == (
         "0/4 nodes are available: 1 Insufficient cpu, 1 Insufficient memory, "
         "1 node(s) didn't match Pod's node affinity/selector, 1 node(s) were not ready, "
@@ -88,14 +88,14 @@ def test_each_node_counts_its_first_failing_filter_only() -> None:
 
 
 def test_no_nodes() -> None:
-    result = SchedulingCycle(EngineSettings()).schedule(parse_pod(pod_obj()), NodeTable(), NOW)
+    result = SchedulingCycle(CycleSettings()).schedule(parse_pod(pod_obj()), NodeTable(), NOW)
     assert (result.node, result.message) == (None, "no nodes available to schedule pods")
 
 
 def test_highest_total_wins_and_breakdown_is_recorded() -> None:
     table = table_of([node_obj("noisy"), node_obj("quiet"), node_obj("medium")])
     _signals(table, noisy=90, quiet=5, medium=40)
-    settings = EngineSettings(profile=Profile(scores=(("GpuPacking", 0.0),)))
+    settings = CycleSettings(profile=Profile(scores=(("GpuPacking", 0.0),)))
     result = SchedulingCycle(settings, seed=1).schedule(
         parse_pod(pod_obj("p", requests={"cpu": "1"})), table, NOW
     )
@@ -113,7 +113,7 @@ def test_highest_total_wins_and_breakdown_is_recorded() -> None:
 
 def test_record_top_k_limits_candidates() -> None:
     table = table_of([node_obj(f"n{i}") for i in range(20)])
-    result = SchedulingCycle(EngineSettings(record_top_k=3), seed=0).schedule(
+    result = SchedulingCycle(CycleSettings(record_top_k=3), seed=0).schedule(
         parse_pod(pod_obj()), table, NOW
     )
     assert len(result.candidates) == 3 and result.candidates[0].node == result.node
@@ -126,8 +126,8 @@ def test_ties_are_broken_randomly_and_reproducibly() -> None:
     pod = parse_pod(pod_obj())
 
     def choices(seed: int) -> list[str | None]:
-        engine = SchedulingCycle(EngineSettings(), seed=seed)
-        return [engine.schedule(pod, table, NOW).node for _ in range(200)]
+        cycle = SchedulingCycle(CycleSettings(), seed=seed)
+        return [cycle.schedule(pod, table, NOW).node for _ in range(200)]
 
     first = choices(7)
     assert len(Counter(first)) == 8  # every tied node gets picked
@@ -144,8 +144,8 @@ def test_tolerance_blocks_then_relax_schedules() -> None:
         }
     )
     pod = parse_pod(pod_obj(annotations={ANNOTATION_MAX_RUNQ_P99_US: "500"}))
-    engine = SchedulingCycle(EngineSettings(), seed=0)
-    blocked = engine.schedule(pod, table, NOW)
+    cycle = SchedulingCycle(CycleSettings(), seed=0)
+    blocked = cycle.schedule(pod, table, NOW)
     assert blocked.node is None and blocked.blocked_only_by_interference
     at = time.strftime("%H:%M:%S UTC", time.gmtime(NOW + 60))
     assert blocked.message == (
@@ -155,7 +155,7 @@ def test_tolerance_blocks_then_relax_schedules() -> None:
         f"Relaxed to interference-blind in 60 s (at {at}). "
         "Hint: raise interference.io/max-runq-p99-us to at least 2000 µs."
     )
-    relaxed = engine.schedule(pod, table, NOW, relax_interference=True)
+    relaxed = cycle.schedule(pod, table, NOW, relax_interference=True)
     assert relaxed.node in ("a", "b")
 
 
@@ -165,10 +165,10 @@ def test_not_blocked_only_by_interference_when_resources_also_block() -> None:
         {"b": NodeSignals(NodeMetrics(runq_p99_us=2000), updated_at=NOW, measured=SIGNAL_FAMILIES)}
     )
     pod = parse_pod(pod_obj(requests={"cpu": "2"}, annotations={ANNOTATION_MAX_RUNQ_P99_US: "500"}))
-    result = SchedulingCycle(EngineSettings()).schedule(pod, table, NOW)
+    result = SchedulingCycle(CycleSettings()).schedule(pod, table, NOW)
     assert result.node is None and result.blocked_only_by_interference  # b passes without it
     table.upsert_node(parse_node(node_obj("b", cpu="1")))
-    result = SchedulingCycle(EngineSettings()).schedule(pod, table, NOW)
+    result = SchedulingCycle(CycleSettings()).schedule(pod, table, NOW)
     assert result.node is None and not result.blocked_only_by_interference
 
 
@@ -198,11 +198,11 @@ def test_burst_spreads_off_the_quiet_node() -> None:
             ),
         }
     )
-    engine = SchedulingCycle(EngineSettings(), seed=3)
+    cycle = SchedulingCycle(CycleSettings(), seed=3)
     placed: Counter[str] = Counter()
     for i in range(12):
         pod = parse_pod(pod_obj(f"p{i}", requests={"cpu": "500m"}))
-        node = engine.schedule(pod, table, NOW).node
+        node = cycle.schedule(pod, table, NOW).node
         assert node is not None
         table.add_pod(pod, node, NOW)
         placed[node] += 1
@@ -213,29 +213,29 @@ def test_burst_spreads_off_the_quiet_node() -> None:
 def test_signature_cache_follows_label_changes() -> None:
     table = table_of([node_obj("a", labels={"zone": "x"}), node_obj("b", labels={"zone": "y"})])
     pod = parse_pod(pod_obj(nodeSelector={"zone": "x"}))
-    engine = SchedulingCycle(EngineSettings())
-    assert engine.schedule(pod, table, NOW).node == "a"
+    cycle = SchedulingCycle(CycleSettings())
+    assert cycle.schedule(pod, table, NOW).node == "a"
     generation = table.generation
     table.upsert_node(parse_node(node_obj("a", labels={"zone": "y"})))
     table.upsert_node(parse_node(node_obj("b", labels={"zone": "x"})))
     assert table.generation > generation
-    assert engine.schedule(pod, table, NOW).node == "b"
+    assert cycle.schedule(pod, table, NOW).node == "b"
 
 
 def test_allocatable_heartbeat_keeps_cache_but_counts() -> None:
     table = table_of([node_obj("a", cpu="1")])
     pod = parse_pod(pod_obj(requests={"cpu": "2"}))
-    engine = SchedulingCycle(EngineSettings())
-    assert engine.schedule(pod, table, NOW).node is None
+    cycle = SchedulingCycle(CycleSettings())
+    assert cycle.schedule(pod, table, NOW).node is None
     generation = table.generation
     table.upsert_node(parse_node(node_obj("a", cpu="4")))
     assert table.generation == generation
-    assert engine.schedule(pod, table, NOW).node == "a"
+    assert cycle.schedule(pod, table, NOW).node == "a"
 
 
 def test_pod_with_unsupported_field_is_refused_on_every_node() -> None:
     obj: dict[str, Any] = pod_obj(resourceClaims=[{"name": "gpu"}])
-    result = SchedulingCycle(EngineSettings()).schedule(
+    result = SchedulingCycle(CycleSettings()).schedule(
         parse_pod(obj), table_of([node_obj("a")]), NOW
     )
     assert result.node is None and result.feasible == 0
@@ -259,7 +259,7 @@ def _preemption_case(
     if policy is not None:
         spec["preemptionPolicy"] = policy
     pod = parse_pod(pod_obj("urgent", requests={"cpu": "2"}, **spec))
-    return SchedulingCycle(EngineSettings()).schedule(
+    return SchedulingCycle(CycleSettings()).schedule(
         pod, table_of(nodes, [(victim, "busy")]), NOW, preemption=PreemptionInputs()
     )
 
@@ -295,25 +295,25 @@ def test_table_rows_stay_consistent_when_nodes_come_and_go() -> None:
     table.remove_node("a")  # c moves into a's row
     assert sorted(table.names) == ["b", "c"] and len(table) == 2
     table.upsert_node(parse_node(node_obj("d", cpu="4")))
-    engine = SchedulingCycle(EngineSettings())
+    cycle = SchedulingCycle(CycleSettings())
     pod = parse_pod(pod_obj("big", requests={"cpu": "2"}))
-    assert engine.schedule(pod, table, NOW).node == "b"
+    assert cycle.schedule(pod, table, NOW).node == "b"
     table.remove_node("c")
     table.upsert_node(parse_node(node_obj("c", cpu="4")))  # back, with its pod still counted
     table.remove_node("b")
-    result = engine.schedule(pod, table, NOW)
+    result = cycle.schedule(pod, table, NOW)
     assert result.node is None
     assert result.message == "0/2 nodes are available: 2 Insufficient cpu."
 
 
 def test_constraints_cache_is_bounded() -> None:
     table = table_of([node_obj("a", labels={"zone": "x"})])
-    engine = SchedulingCycle(EngineSettings())
+    cycle = SchedulingCycle(CycleSettings())
     for i in range(CACHE_LIMIT + 50):
         pod = parse_pod(pod_obj(f"p{i}", nodeSelector={"zone": "x", "slot": str(i)}))
-        assert engine.schedule(pod, table, NOW).node is None
+        assert cycle.schedule(pod, table, NOW).node is None
     assert 0 < table.caches.size("constraints") <= CACHE_LIMIT
-    assert engine.schedule(parse_pod(pod_obj(nodeSelector={"zone": "x"})), table, NOW).node == "a"
+    assert cycle.schedule(parse_pod(pod_obj(nodeSelector={"zone": "x"})), table, NOW).node == "a"
 
 
 # ---- property tests: the incremental table against a from-scratch recount ------------------
@@ -355,7 +355,7 @@ def test_table_accounting_matches_recount(ops: list[tuple[str, int, str]]) -> No
             nodes.pop(node, None)
     assert sorted(table.names) == sorted(nodes)
     for name, cpus in nodes.items():
-        row = table.index_of(name)
+        row = table.row_of(name)
         assert row is not None
         on_node = [p for p in pods if placed.get(p.key) == name]
         for resource, allocatable in (("cpu", cpus * 1000), (GPU, 2), ("pods", 110)):

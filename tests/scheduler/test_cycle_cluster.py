@@ -1,4 +1,4 @@
-"""Acceptance 2: the engine over an in-memory cluster, through the real scheduling loop.
+"""Acceptance 2: the cycle over an in-memory cluster, through the real scheduling loop.
 
 Latency-sensitive pods avoid the noisy node; GPU pods pack; a burst does not all land on
 the one quiet node; each stale policy behaves as documented; the relax-after-waiting
@@ -22,8 +22,8 @@ from tests.scheduler.runtime_helpers import LoopHarness
 LATENCY_SENSITIVE = {ANNOTATION_MAX_RUNQ_P99_US: "500"}
 
 
-def harness(**engine: object) -> LoopHarness:
-    return LoopHarness(engine=interference_settings(**engine))  # type: ignore[arg-type]
+def harness(**cycle: object) -> LoopHarness:
+    return LoopHarness(cycle=interference_settings(**cycle))  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -62,7 +62,7 @@ def test_latency_sensitive_pod_avoids_the_noisy_node(h: LoopHarness) -> None:
                 created_at=i,
             )
         )
-    h.cycle()
+    h.step()
     bound = {name: h.cluster.node_of("default", f"latency-{name}") for name in range(6)}
     assert None not in bound.values()
     assert "noisy" not in bound.values()
@@ -75,7 +75,7 @@ def test_latency_sensitive_pod_avoids_the_noisy_node(h: LoopHarness) -> None:
     assert record.rejected_by_reason == {RUNQ_EXCEEDED: 1}
     # A pod without a tolerance is free to use the big noisy node (score only).
     h.cluster.add_pod(pod_obj("batch", requests={"cpu": "4", "memory": "128Mi"}))
-    h.cycle()
+    h.step()
     assert h.cluster.node_of("default", "batch") == "noisy"
 
 
@@ -102,7 +102,7 @@ def test_gpu_pods_pack(h: LoopHarness) -> None:
             )
         )
     h.cluster.add_pod(pod_obj("web", requests={"cpu": "1", "memory": "128Mi"}, created_at=10))
-    h.cycle()
+    h.step()
     gpu_nodes = [h.cluster.node_of("default", f"train-{i}") for i in range(4)]
     assert len(set(gpu_nodes)) == 1, f"GPU pods spread out: {gpu_nodes}"
     assert gpu_nodes[0] != "cpu-only"
@@ -115,7 +115,7 @@ def test_gpu_pods_pack(h: LoopHarness) -> None:
             created_at=20,
         )
     )
-    h.cycle()
+    h.step()
     assert h.cluster.node_of("default", "whole-node") not in (None, gpu_nodes[0])
 
 
@@ -130,7 +130,7 @@ def test_burst_does_not_all_land_on_the_one_quiet_node(h: LoopHarness) -> None:
         h.cluster.add_pod(
             pod_obj(f"burst-{i}", requests={"cpu": "1", "memory": "128Mi"}, created_at=i)
         )
-    assert h.cycle() == 20
+    assert h.step() == 20
     counts = placements(h)
     assert sum(counts.values()) == 20
     assert counts["quiet"] < 20, "the whole burst piled onto the quiet node"
@@ -144,7 +144,7 @@ def test_burst_does_not_all_land_on_the_one_quiet_node(h: LoopHarness) -> None:
     h.cluster.add_pod(
         pod_obj("after-report", requests={"cpu": "1", "memory": "128Mi"}, created_at=100)
     )
-    h.cycle()
+    h.step()
     assert h.loop.cache.table.recent_cpu_m.sum() == 0
 
 
@@ -161,7 +161,7 @@ def test_without_recent_load_the_burst_would_pile_up() -> None:
             h.cluster.add_pod(
                 pod_obj(f"burst-{i}", requests={"cpu": "1", "memory": "128Mi"}, created_at=i)
             )
-        h.cycle()
+        h.step()
         assert placements(h) == Counter({"quiet": 20})
     finally:
         h.close()
@@ -204,7 +204,7 @@ def test_stale_policies(
                 annotations={ANNOTATION_MAX_INDEX: "50"},
             )
         )
-        h.cycle()
+        h.step()
         assert h.cluster.node_of("default", "plain") in plain_nodes
         picky = h.cluster.node_of("default", "picky")
         if tolerant_nodes:
@@ -243,7 +243,7 @@ def test_relax_after_waiting_only_for_interference() -> None:
                 h.signals.report(name, h.clock.now - 1, runq_p99_us=4000, index=50)
 
         report()
-        h.cycle()
+        h.step()
         first = h.decisions.last("patient")
         assert first.result == "unschedulable"
         # The Event says what to do: the nearest node against the tolerance, when the pod
@@ -263,7 +263,7 @@ def test_relax_after_waiting_only_for_interference() -> None:
         while h.clock.now < 1_800_000_000.0 + 29:
             h.clock.advance(1.0)
             report()
-            h.cycle()
+            h.step()
             relaxed_events = [
                 e
                 for e in h.cluster.events_for("default", "patient")
@@ -273,7 +273,7 @@ def test_relax_after_waiting_only_for_interference() -> None:
         for _ in range(15):
             h.clock.advance(1.0)
             report()
-            h.cycle()
+            h.step()
         assert h.cluster.node_of("default", "patient") in ("loud-a", "loud-b")
         relaxed_events = [
             e

@@ -47,8 +47,8 @@ REFUSAL_REASONS = ("too_big", "undecodable", "unreadable")
 LOG_INTERVAL_S = 60.0
 
 
-class RedisPodReports:
-    """:class:`scheduler.rebalancing.ports.PodReports` on Redis."""
+class RedisNodeReportSource:
+    """:class:`scheduler.rebalancing.ports.NodeReportSource` on Redis."""
 
     def __init__(self, connection: RedisConnection, metrics: SignalMetrics | None = None) -> None:
         """``metrics``: where refusals are counted (their Prometheus counter); without it

@@ -27,7 +27,7 @@ MATCH_COUNTS_LIMIT = 1024
 """Terms whose per-node counts are kept current at once (then they start over)."""
 
 
-class TermIndex(Generic[H]):
+class TermLookup(Generic[H]):
     """Placed pods' terms, indexed so a pod only meets terms that could match it.
 
     An entry (a term, or something holding one: ``term_of`` finds it) is filed under each
@@ -70,7 +70,7 @@ class TermIndex(Generic[H]):
 
 class MatchCounts:
     """Per-node counts of placed pods matching a term (:meth:`NodeTable.matching_per_node`),
-    updated as pods are added and removed. Entries are filed like :class:`TermIndex`
+    updated as pods are added and removed. Entries are filed like :class:`TermLookup`
     terms, so a pod only meets the entries it could match."""
 
     def __init__(self) -> None:

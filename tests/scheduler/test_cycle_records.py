@@ -1,4 +1,4 @@
-"""Decision-record content of engine results, and the interference-blind switch."""
+"""Decision-record content of cycle results, and the interference-blind switch."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from scheduler.api.objects import ANNOTATION_MAX_RUNQ_P99_US
 from scheduler.api.pods import parse_pod
 from scheduler.cycle.cycle import SchedulingCycle
 from scheduler.cycle.ports import NodeSignals
-from scheduler.cycle.settings import EngineSettings, Profile
+from scheduler.cycle.settings import CycleSettings, Profile
 from scheduler.entry.config import ConfigError, parse_config
 from scheduler.plugins.interference import RUNQ_EXCEEDED, STALE_SIGNALS
 from scheduler.plugins.node_resources_fit import insufficient_reason
@@ -66,7 +66,7 @@ def _cluster() -> NodeTable:
 
 def test_scheduled_pod_records_rejected_nodes_interference_first_and_counts() -> None:
     pod = parse_pod(_latency_pod(requests={"cpu": "1"}))
-    result = SchedulingCycle(EngineSettings(record_top_k=3)).schedule(pod, _cluster(), NOW)
+    result = SchedulingCycle(CycleSettings(record_top_k=3)).schedule(pod, _cluster(), NOW)
     assert result.node == "quiet-a"
     feasible = [c for c in result.candidates if c.passed]
     rejected = [c for c in result.candidates if not c.passed]
@@ -109,7 +109,7 @@ def test_record_top_k_bounds_both_kinds(
     top_k: int, feasible: list[str], rejected: list[str]
 ) -> None:
     pod = parse_pod(_latency_pod(requests={"cpu": "1"}))
-    result = SchedulingCycle(EngineSettings(record_top_k=top_k)).schedule(pod, _cluster(), NOW)
+    result = SchedulingCycle(CycleSettings(record_top_k=top_k)).schedule(pod, _cluster(), NOW)
     assert [c.node for c in result.candidates if c.passed] == feasible
     assert [c.node for c in result.candidates if not c.passed] == rejected
     assert sum(result.reason_counts.values()) == 5
@@ -117,14 +117,14 @@ def test_record_top_k_bounds_both_kinds(
 
 def test_every_node_feasible_records_no_rejections() -> None:
     table = table_of([node_obj("a"), node_obj("b")])
-    result = SchedulingCycle(EngineSettings()).schedule(parse_pod(pod_obj()), table, NOW)
+    result = SchedulingCycle(CycleSettings()).schedule(parse_pod(pod_obj()), table, NOW)
     assert all(c.passed for c in result.candidates)
     assert result.reason_counts == {}
 
 
 def test_unschedulable_pod_lists_interference_rejections_first() -> None:
     pod = parse_pod(_latency_pod("10", requests={"cpu": "1"}))  # every node too noisy
-    result = SchedulingCycle(EngineSettings(record_top_k=2)).schedule(pod, _cluster(), NOW)
+    result = SchedulingCycle(CycleSettings(record_top_k=2)).schedule(pod, _cluster(), NOW)
     assert result.node is None
     assert [c.node for c in result.candidates] == ["quiet-a", "quiet-b"]
     assert result.candidates[0].reasons == [f"{RUNQ_EXCEEDED} (measured 50 µs > tolerance 10 µs)"]
@@ -152,7 +152,7 @@ def test_a_record_keeps_the_runq_p99_the_filter_compared_on_each_candidate() -> 
         "small": 50.0,
     }
     assert result.runq.nearest == "" and "Nearest" not in result.message
-    plain = SchedulingCycle(EngineSettings()).schedule(parse_pod(pod_obj()), _cluster(), NOW)
+    plain = SchedulingCycle(CycleSettings()).schedule(parse_pod(pod_obj()), _cluster(), NOW)
     assert plain.runq is None  # no tolerance: nothing compared
 
 
@@ -160,9 +160,9 @@ def test_an_unschedulable_pod_is_told_the_nearest_node_even_when_the_record_omit
     table = _cluster()
     _runq(table, **{"quiet-a": 80, "quiet-b": 50, "noisy-1": 4000, "noisy-2": 3000})
     pod = parse_pod(_latency_pod("10", requests={"cpu": "1"}))
-    engine = SchedulingCycle(EngineSettings(record_top_k=1, relax_after_s=45.0))
-    engine.schedule(pod, table, NOW - 3)  # it first waited 3 s before
-    result = engine.schedule(pod, table, NOW)
+    cycle = SchedulingCycle(CycleSettings(record_top_k=1, relax_after_s=45.0))
+    cycle.schedule(pod, table, NOW - 3)  # it first waited 3 s before
+    result = cycle.schedule(pod, table, NOW)
     assert [c.node for c in result.candidates] == ["quiet-a"]
     assert result.runq is not None and result.runq.nearest == "quiet-b"
     assert result.runq.measured_us == {"quiet-a": 80.0, "quiet-b": 50.0}
@@ -182,7 +182,7 @@ def test_a_pod_every_other_filter_refuses_as_well_is_told_it_is_never_relaxed() 
     _runq(table, a=900, b=700)
     pod = parse_pod(_latency_pod(requests={"cpu": "4"}))
     profile = Profile(filters=("Interference", "NodeResourcesFit"))
-    result = SchedulingCycle(EngineSettings(profile=profile)).schedule(pod, table, NOW)
+    result = SchedulingCycle(CycleSettings(profile=profile)).schedule(pod, table, NOW)
     assert result.node is None and not result.blocked_only_by_interference
     assert result.runq is not None
     assert (result.runq.nearest, result.runq.relax_at) == ("", None)
@@ -195,7 +195,7 @@ def test_a_pod_every_other_filter_refuses_as_well_is_told_it_is_never_relaxed() 
 
 def test_record_counts_and_details_round_trip_through_the_decision_hash() -> None:
     pod = parse_pod(_latency_pod(requests={"cpu": "1"}))
-    result = SchedulingCycle(EngineSettings()).schedule(pod, _cluster(), NOW)
+    result = SchedulingCycle(CycleSettings()).schedule(pod, _cluster(), NOW)
     decision = Decision(
         "default",
         "p",
@@ -216,7 +216,7 @@ def test_record_counts_and_details_round_trip_through_the_decision_hash() -> Non
 # ---- interference_aware: false ---------------------------------------------------------------
 
 
-def test_blind_engine_ignores_tolerance_stale_reject_and_interference_weight() -> None:
+def test_blind_cycle_ignores_tolerance_stale_reject_and_interference_weight() -> None:
     settings = interference_settings(
         Profile(scores=(("Interference", 50.0),)),
         interference_aware=False,
@@ -238,36 +238,36 @@ def test_blind_engine_ignores_tolerance_stale_reject_and_interference_weight() -
 def test_interference_weight_zero_alone_keeps_tolerance_filters() -> None:
     table = table_of([node_obj("noisy")])
     _runq(table, noisy=50_000)
-    settings = EngineSettings(profile=Profile(scores=(("Interference", 0.0),)))
+    settings = CycleSettings(profile=Profile(scores=(("Interference", 0.0),)))
     result = SchedulingCycle(settings).schedule(parse_pod(_latency_pod()), table, NOW)
     assert result.node is None and result.blocked_only_by_interference
 
 
 @pytest.mark.parametrize(
-    ("engine", "aware", "problem"),
+    ("cycle", "aware", "problem"),
     [
         ({}, True, None),
         ({"interference_aware": False}, False, None),
         ({"interference_aware": True}, True, None),
         ({"interference_aware": "no"}, False, None),  # the six boolean words, any case
-        ({"interference_aware": "off"}, None, "engine.interference_aware: must be true or false"),
+        ({"interference_aware": "off"}, None, "cycle.interference_aware: must be true or false"),
         ({"interference_awre": False}, None, "did you mean 'interference_aware'?"),
     ],
 )
 def test_config_validates_interference_aware(
-    engine: dict[str, Any], aware: bool | None, problem: str | None
+    cycle: dict[str, Any], aware: bool | None, problem: str | None
 ) -> None:
     if problem is None:
-        assert parse_config({"engine": engine}).engine.interference_aware is aware
+        assert parse_config({"cycle": cycle}).cycle.interference_aware is aware
     else:
         with pytest.raises(ConfigError, match=problem):
-            parse_config({"engine": engine})
+            parse_config({"cycle": cycle})
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_tied_candidates_are_recorded_in_table_order_after_the_chosen_node(seed: int) -> None:
     table = table_of([node_obj(f"n{i}") for i in range(8)])  # every node scores the same
-    result = SchedulingCycle(EngineSettings(record_top_k=3), seed=seed).schedule(
+    result = SchedulingCycle(CycleSettings(record_top_k=3), seed=seed).schedule(
         parse_pod(pod_obj()), table, NOW
     )
     recorded = [c.node for c in result.candidates]
