@@ -9,9 +9,10 @@ warden (:mod:`credential_issuer.warden`) runs in its own process. One node, ``ba
 in as its own ACL user (:func:`interference.acl.agent_acl_rules`, what the issuer grants)
 and for ``--seconds`` writes over its caps or at them (``--attack``, see :func:`attack`).
 Meanwhile the scheduler's signal follower
-(:class:`~scheduler.adapters.redis_signals.RedisSignalCache`) polls every node's record
-every 0.5 s and the rebalancer's reader (:class:`~scheduler.adapters.node_reports.RedisNodeReportSource`)
-reads 40 nodes' streams, ``bad`` among them, every 5 s.
+(:class:`~scheduler.adapters.redis_signals.RedisSignalCache`) polls every node's scheduling
+record every 0.5 s and the rebalancer's reader
+(:class:`~scheduler.adapters.node_reports.RedisNodeReportSource`) reads 40 nodes' streams,
+``bad`` among them, every 5 s.
 
 Reported: the most honest nodes without a fresh record at any poll after warm-up, the
 follower's poll p50/p99, the attacker's bytes accepted, whether and when it was cut off,

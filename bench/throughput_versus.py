@@ -76,6 +76,23 @@ FIGURES = {
     "end_to_end_pods_per_cpu_s": "end to end: pods per CPU-second",
 }
 """The driver's JSON key → the label of its row in the human table."""
+FORMER_WORD = "engine"  # vocabulary: former name
+"""The driver's word for the scheduling cycle before it took kube-scheduler's: a base that
+old gets its flags and turns phase in that word, and its figures are read back."""
+
+
+def speaks_former(tree: Path) -> bool:
+    """Whether ``tree``'s driver predates the scheduling cycle's name."""
+    return '"--skip-cycle"' not in (tree / DRIVER).read_text()
+
+
+def to_former(words: list[str]) -> list[str]:
+    return [word.replace("cycle", FORMER_WORD) for word in words]
+
+
+def from_former(text: str) -> str:
+    schedule = f"{FORMER_WORD.capitalize()}.schedule"
+    return text.replace(schedule, "SchedulingCycle.schedule").replace(FORMER_WORD, "cycle")
 
 
 def parse_table(stdout: str) -> dict[str, float]:
@@ -92,6 +109,9 @@ def run_driver(tree: Path, workload: list[str]) -> dict[str, float]:
     """One run of ``tree``'s driver on ``tree``'s code; its figures."""
     driver = tree / DRIVER
     has_json = '"--json"' in driver.read_text()
+    former = speaks_former(tree)
+    if former:
+        workload = to_former(workload)
     argv = [sys.executable, str(driver), *workload, *(["--json"] if has_json else [])]
     done = subprocess.run(
         argv, cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True,
@@ -99,10 +119,11 @@ def run_driver(tree: Path, workload: list[str]) -> dict[str, float]:
     )  # fmt: skip
     if done.returncode:
         raise SystemExit(f"{driver} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    stdout = from_former(done.stdout) if former else done.stdout
     if has_json:
-        figures: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+        figures: dict[str, float] = json.loads(stdout.strip().splitlines()[-1])
         return figures
-    return parse_table(done.stdout)
+    return parse_table(stdout)
 
 
 @dataclass(frozen=True)
@@ -141,9 +162,10 @@ def run_in_turns(
             os.mkfifo(fifos / "go")
             os.mkfifo(fifos / "done")
             outputs[side] = open(fifos / "stdout", "w+b")  # noqa: SIM115 - closed below
-            turns_spec = f"{fifos}:{decisions}:{phase}"
+            said = to_former([phase, *workload]) if speaks_former(tree) else [phase, *workload]
+            turns_spec = f"{fifos}:{decisions}:{said[0]}"
             env = {**os.environ, "PYTHONPATH": str(tree), TURNS_ENV: turns_spec}
-            argv = [sys.executable, str(tree / DRIVER), *workload]
+            argv = [sys.executable, str(tree / DRIVER), *said[1:]]
             drivers[side] = subprocess.Popen(
                 argv, cwd=tree, env=env, stdout=outputs[side], stderr=subprocess.STDOUT
             )

@@ -62,10 +62,10 @@ class SignalHistory:
         if not spans_s or any(not span > 0 for span in spans_s):
             raise ValueError(f"window spans must be > 0 seconds, got {list(spans_s)}")
         self.spans_s = tuple(sorted(spans_s))
-        self._records: deque[IntervalMetrics] = deque()
+        self._intervals: deque[IntervalMetrics] = deque()
 
     def __len__(self) -> int:
-        return len(self._records)
+        return len(self._intervals)
 
     def add(
         self,
@@ -79,7 +79,7 @@ class SignalHistory:
         and forget intervals older than the longest span."""
         measured = tuple(measured)
         if set(measured) >= CORE_FAMILIES:
-            self._records.append(
+            self._intervals.append(
                 IntervalMetrics(
                     ended_at=ended_at,
                     interval_s=interval_s,
@@ -95,39 +95,39 @@ class SignalHistory:
                 )
             )
         horizon = ended_at - self.spans_s[-1]
-        while self._records and self._records[0].ended_at <= horizon:
-            self._records.popleft()
+        while self._intervals and self._intervals[0].ended_at <= horizon:
+            self._intervals.popleft()
 
     def windows(self, now: float) -> dict[str, WindowMetrics]:
         """``{"10s": …, "60s": …}``: each span's summary of the intervals that ended in
         ``(now − span, now]`` (a window with no interval has ``intervals == 0``)."""
         return {
             window_name(span): summarize(
-                span, [r for r in self._records if r.ended_at > now - span]
+                span, [r for r in self._intervals if r.ended_at > now - span]
             )
             for span in self.spans_s
         }
 
 
-def summarize(span_s: float, records: Sequence[IntervalMetrics]) -> WindowMetrics:
-    """The module docstring's formulas over ``records``."""
-    if not records:
+def summarize(span_s: float, intervals: Sequence[IntervalMetrics]) -> WindowMetrics:
+    """The module docstring's formulas over ``intervals``."""
+    if not intervals:
         return WindowMetrics(span_s=span_s)
-    weights = [r.interval_s for r in records]
+    weights = [r.interval_s for r in intervals]
     merged: list[int] = []
-    for record in records:
-        merged = hist.add(merged, record.runq_us)
-    wait = _moments([r.runq_wait_ratio for r in records], weights)
-    reclaim = _family_moments(records, "reclaim", "reclaim_stall_ms_per_s")
-    index = _moments([r.interference_index for r in records], weights)
-    throttled = _family_moments(records, "throttle", "throttled_ms_per_s")
-    psi_cpu = _family_moments(records, "psi", "psi_cpu_some")
-    psi_mem = _family_moments(records, "psi", "psi_mem_some")
-    drops = _family_moments(records, "net", "net_drops_per_s")
+    for interval in intervals:
+        merged = hist.add(merged, interval.runq_us)
+    wait = _moments([r.runq_wait_ratio for r in intervals], weights)
+    reclaim = _family_moments(intervals, "reclaim", "reclaim_stall_ms_per_s")
+    index = _moments([r.interference_index for r in intervals], weights)
+    throttled = _family_moments(intervals, "throttle", "throttled_ms_per_s")
+    psi_cpu = _family_moments(intervals, "psi", "psi_cpu_some")
+    psi_mem = _family_moments(intervals, "psi", "psi_mem_some")
+    drops = _family_moments(intervals, "net", "net_drops_per_s")
     return WindowMetrics(
         span_s=span_s,
         covered_s=round(sum(weights), 6),
-        intervals=len(records),
+        intervals=len(intervals),
         runq_p99_us=hist.percentile(merged, 0.99),
         runq_wait_ratio_mean=wait[0],
         runq_wait_ratio_max=wait[1],
@@ -150,10 +150,10 @@ def summarize(span_s: float, records: Sequence[IntervalMetrics]) -> WindowMetric
 
 
 def _family_moments(
-    records: Sequence[IntervalMetrics], family: str, signal: str
+    intervals: Sequence[IntervalMetrics], family: str, signal: str
 ) -> tuple[float, float, float]:
     """:func:`_moments` of ``signal`` over the intervals that measured ``family``."""
-    measured = [r for r in records if family in r.measured]
+    measured = [r for r in intervals if family in r.measured]
     return _moments([getattr(r, signal) for r in measured], [r.interval_s for r in measured])
 
 

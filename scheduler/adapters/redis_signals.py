@@ -85,7 +85,7 @@ class RedisSignalCache:
         self._lock = threading.Lock()
         self._healthy = False
         self._names: tuple[str, ...] = ()
-        self._index: Mapping[str, int] = MappingProxyType({})
+        self._rows_by_name: Mapping[str, int] = MappingProxyType({})
         self._keys: list[str] = []
         self._ids: NDArray[np.uint64] = np.zeros(0, np.uint64)
         self._columns: dict[str, NDArray[np.float64]] = _empty_columns(0)
@@ -221,7 +221,7 @@ class RedisSignalCache:
                 node = keys.node_from_sched_key(key)
             except ValueError:
                 node = key
-            if node not in self._index:
+            if node not in self._rows_by_name:
                 strays.append(node)
         if strays:
             self._rejected(UNKNOWN_NODE, len(strays), strays[0])
@@ -229,13 +229,17 @@ class RedisSignalCache:
 
     def _follow(self, names: tuple[str, ...]) -> None:
         """Follow ``names`` from now on, keeping what is known of the nodes still there."""
-        old_index, old_columns = self._index, self._columns
+        old_rows_by_name, old_columns = self._rows_by_name, self._columns
         old_measured = self._measured
-        index = {name: row for row, name in enumerate(names)}
+        rows_by_name = {name: row for row, name in enumerate(names)}
         columns = _empty_columns(len(names))
         measured = np.zeros(len(names), np.uint16)
         record_ts = np.full(len(names), -np.inf)
-        kept = [(row, old_index[name]) for name, row in index.items() if name in old_index]
+        kept = [
+            (row, old_rows_by_name[name])
+            for name, row in rows_by_name.items()
+            if name in old_rows_by_name
+        ]
         if kept:
             new_rows, old_rows = (np.array(rows, np.intp) for rows in zip(*kept, strict=True))
             for column in SIGNAL_COLUMNS:
@@ -243,7 +247,7 @@ class RedisSignalCache:
             measured[new_rows] = old_measured[old_rows]
             record_ts[new_rows] = self._record_ts[old_rows]
         self._record_ts = record_ts
-        self._names, self._index = names, MappingProxyType(index)
+        self._names, self._rows_by_name = names, MappingProxyType(rows_by_name)
         self._keys = [keys.sched_key(name) for name in names]
         self._ids = np.fromiter(map(sched_record.node_id, names), np.uint64, len(names))
         self._columns, self._measured = columns, measured
@@ -275,7 +279,7 @@ class RedisSignalCache:
             self._names,
             {column: values.copy() for column, values in self._columns.items()},
             self._measured.copy(),
-            index=self._index,
+            rows=self._rows_by_name,
         )
         with self._lock:
             self._snapshot = frame

@@ -1,10 +1,10 @@
-"""Indexes of placed pods by the affinity terms they carry and the terms they match.
+"""Lookups of placed pods by the affinity terms they carry and the terms they match.
 
 A term (kube-scheduler's ``AffinityTerm``) can only match a pod in one of its namespaces
 that carries one of the values of its first ``In`` requirement, so entries are filed
 under ``(namespace, (key, value))`` pairs (``None``: any) and a pod only meets the
 entries it could match. Used by the node table (per-node counts of pods matching a term,
-for PodTopologySpread and InterPodAffinity) and by InterPodAffinity's own index of placed
+for PodTopologySpread and InterPodAffinity) and by InterPodAffinity's own lookup of placed
 pods' terms.
 """
 
@@ -28,7 +28,7 @@ MATCH_COUNTS_LIMIT = 1024
 
 
 class TermLookup(Generic[H]):
-    """Placed pods' terms, indexed so a pod only meets terms that could match it.
+    """Placed pods' terms, filed so a pod only meets terms that could match it.
 
     An entry (a term, or something holding one: ``term_of`` finds it) is filed under each
     namespace its term considers (``None``: all, or a namespace selector) and under the
@@ -120,7 +120,7 @@ def filing_keys(term: AntiAffinityTerm) -> list[tuple[str | None, tuple[str, str
 
 
 def positive_candidates(
-    selector: LabelSelector, index: Mapping[tuple[str, str], set[str]]
+    selector: LabelSelector, by_label: Mapping[tuple[str, str], set[str]]
 ) -> set[str] | None:
     """Pods that can match ``In`` requirements (intersection of unions); ``None`` if none."""
     result: set[str] | None = None
@@ -128,18 +128,18 @@ def positive_candidates(
         if requirement.operator != "In":
             continue
         matching = set().union(
-            *(index.get((requirement.key, v), set()) for v in requirement.values)
+            *(by_label.get((requirement.key, v), set()) for v in requirement.values)
         )
         result = matching if result is None else result & matching
     return result
 
 
-def discard(index: dict[K, set[V]], key: K, item: V) -> None:
-    members = index.get(key)
+def discard(members_of: dict[K, set[V]], key: K, item: V) -> None:
+    members = members_of.get(key)
     if members is not None:
         members.discard(item)
         if not members:
-            del index[key]
+            del members_of[key]
 
 
 def decrement(counters: dict[K, Counter[V]], key: K, item: V) -> None:

@@ -59,7 +59,7 @@ def weighted_sum(
 
 
 def best_first(values: NDArray[np.float64], k: int) -> list[int]:
-    """Indices of the ``k`` largest values, largest first, ties in index order.
+    """Rows of the ``k`` largest values, largest first, ties in row order.
 
     ``k`` is small (the record's length), so ``k`` arg-max passes beat a partition of every
     node; each found value is masked for the next pass and put back at the end.

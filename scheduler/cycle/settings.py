@@ -1,7 +1,7 @@
 """Settings of the scheduling cycle: its plugin profile and the framework's own rules.
 
 Plain dataclasses with defaults, passed explicitly; the config loader builds them from
-YAML (the ``cycle`` section). A plugin's own settings are its args, set in the profile's
+YAML (the ``cycle`` section). A plugin's own options are its args, set in the profile's
 ``plugin_config`` (kube-scheduler's ``pluginConfig`` shape). Invalid values raise
 :class:`ValueError` naming the field and the accepted range.
 """

@@ -79,7 +79,11 @@ LIVE_SECTIONS = ("cycle", "loop", "rebalancer", "reload_guard", "reload_interval
 """Sections (and top-level keys) a reload applies without a restart (the extender mode
 applies ``cycle`` only: it has no scheduling loop; ``reload_guard`` applies to the
 reloads after the one that changed it)."""
+FORMER_CYCLE_SECTION = "engine"  # vocabulary: former name
+"""The ``cycle`` section's former name: refused, the message naming ``cycle``."""
 REPLACED_KEYS = {
+    FORMER_CYCLE_SECTION: "cycle: the same keys, the scheduling cycle's section "
+    "(docs/design.md, Glossary)",
     "cycle.weights": "cycle.profile.scores, keyed by plugin name, e.g. "
     "{Interference: 2, NodeResourcesFit: 1, GpuPacking: 1} (docs/design.md §5.1)",
     **{
@@ -90,7 +94,8 @@ REPLACED_KEYS = {
     "cycle.gpu_resource": "the GpuPacking plugin's args: cycle.profile.plugin_config:"
     " [{name: GpuPacking, args: {resource: …}}] (docs/design.md §5.1)",
 }
-"""Keys of earlier versions → what replaced them (named in the error instead of a guess)."""
+"""Keys of earlier versions → what replaced them (named in the error instead of a guess). A
+section renamed is refused whole, naming its new key, so its keys are never half read."""
 
 
 class StrictBoolLoader(yaml.SafeLoader):

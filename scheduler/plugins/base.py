@@ -19,7 +19,7 @@ What a plugin declares (kube-scheduler's framework, in its words):
   (:class:`FilterResult`), or ``None`` when the pod asks nothing of the plugin.
   **Score**: 0–100 per node (higher is better), or ``None`` for no preference.
 - **Args** (:attr:`Filter.args`, :attr:`Score.args`): a frozen dataclass of the plugin's
-  settings with defaults, set in the profile's ``pluginConfig`` (kube's shape: a list of
+  options with defaults, set in the profile's ``pluginConfig`` (kube's shape: a list of
   ``{name, args}``) and read with :meth:`CycleState.args_of`.
 - **Status per reason** (:attr:`Filter.status`, :attr:`Filter.statuses`): whether
   evicting pods could undo a rejection (:class:`Code`: kube's ``Unschedulable`` vs
@@ -28,7 +28,7 @@ What a plugin declares (kube-scheduler's framework, in its words):
 - **Events** (:attr:`Filter.events`, kube's ``EventsToRegister`` with ``QueueingHint``\s):
   the cluster events that can make a pod this filter rejected schedulable; the queue
   retries such a pod early only on those.
-- **State** of its own across decisions: an index of placed pods registered with the
+- **State** of its own across decisions: a lookup of placed pods registered with the
   table (:meth:`scheduler.signals.table.NodeTable.lookup`, add/remove hooks) and values in the
   table's caches (:meth:`~scheduler.signals.table.NodeTable.cached`, scopes named for what
   empties them) — never module state.
@@ -67,7 +67,7 @@ class FilterResult:
     explain: Callable[[], Sequence[NDArray[np.bool_]]] | None = None
     """Builds :meth:`reason_columns`; ``None`` means one reason for every failure."""
     measured: Callable[[int, int], str] | None = None
-    """``(reason index, node row)`` → what was measured against what bound, appended to
+    """``(reason's position, node row)`` → what was measured against what bound, appended to
     that reason in decision records (e.g. ``2900 µs measured > 500 µs tolerated``)."""
     _columns: Sequence[NDArray[np.bool_]] | None = field(default=None, repr=False)
 
@@ -102,8 +102,10 @@ class FilterResult:
         measured = self.measured
         return [
             [
-                reason if measured is None else f"{reason} ({measured(index, row)})"
-                for index, (reason, flag) in enumerate(zip(self.reasons, node_flags, strict=True))
+                reason if measured is None else f"{reason} ({measured(position, row)})"
+                for position, (reason, flag) in enumerate(
+                    zip(self.reasons, node_flags, strict=True)
+                )
                 if flag
             ]
             for row, node_flags in zip(rows.tolist(), flags, strict=True)
@@ -218,8 +220,8 @@ class Filter:
     in extender mode kube-scheduler has run its own PreFilters."""
     args: type | None = None
     """The dataclass of this plugin's args (``pluginConfig``), ``None`` when it has none."""
-    index: Callable[[], PlacedPodLookup] | None = None
-    """Builds the plugin's index of placed pods, registered with the table under the
+    lookup: Callable[[], PlacedPodLookup] | None = None
+    """Builds the plugin's lookup of placed pods, registered with the table under the
     plugin's name before pods arrive (:meth:`scheduler.signals.table.NodeTable.lookup`), so it is
     kept current as pods are placed rather than built at the first decision."""
 

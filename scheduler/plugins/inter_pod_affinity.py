@@ -76,7 +76,7 @@ MAX_SCORE = 100
 
 
 class PlacedTerms:
-    """This plugin's index of placed pods' terms: their required anti-affinity terms,
+    """This plugin's lookup of placed pods' terms: their required anti-affinity terms,
     required affinity terms (with a selector) and preferred terms (anti-affinity ones with
     negated weights), each filed so a pod only meets the terms that could match it."""
 

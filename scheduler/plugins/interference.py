@@ -161,7 +161,7 @@ def interference_filter(
         ~failing,
         tuple(reasons),
         lambda: columns,
-        lambda index, row: measurements[index](row),
+        lambda position, row: measurements[position](row),
     )
 
 
@@ -275,7 +275,7 @@ def _risk_at(row: int, mean: NDArray[np.float64], stddev: NDArray[np.float64], k
 
 
 def reclaim_risk(table: NodeTable, args: InterferenceArgs) -> NDArray[np.float64]:
-    """``reclaim_mean[w] + risk_k · reclaim_stddev[w]`` (ms/s) of the cycle's window."""
+    """``reclaim_mean[w] + risk_k · reclaim_stddev[w]`` (ms/s) over the args' ``signal_window``."""
     window = table.windows[args.signal_window]
     risk: NDArray[np.float64] = window.reclaim_mean + args.risk_k * window.reclaim_stddev
     return risk

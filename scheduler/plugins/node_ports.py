@@ -4,7 +4,7 @@
 ports conflict when protocol and port are equal and either binds ``0.0.0.0`` or both bind
 the same address. Reason: ``node(s) didn't have free ports for the requested pod ports``.
 
-The ports placed pods hold are this plugin's own index (:class:`HostPortLookup`), kept
+The ports placed pods hold are this plugin's own lookup (:class:`HostPortLookup`), kept
 current by the table's placed-pod hooks.
 """
 

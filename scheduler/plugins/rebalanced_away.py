@@ -2,7 +2,7 @@
 
 When the rebalancer (:mod:`scheduler.rebalancing.rebalancer`) evicts a pod because of interference,
 it records a :class:`Departure` — workload ``W`` (the pod's controller) left node ``N`` at
-``t`` because … — in this plugin's index. For ``avoid_for_s`` after that, the pods of
+``t`` because … — in this plugin's lookup. For ``avoid_for_s`` after that, the pods of
 ``W`` do not go back to ``N``::
 
     passed[i] = ¬∃ departure d of the pod's controller:
@@ -59,7 +59,7 @@ class Departure:
 
 
 class DepartureLookup:
-    """Departures by workload UID (the plugin's index; placed pods do not change it)."""
+    """Departures by workload UID (the plugin's lookup; placed pods do not change it)."""
 
     def __init__(self) -> None:
         self._by_workload: dict[str, dict[str, Departure]] = {}

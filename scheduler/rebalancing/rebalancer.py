@@ -110,7 +110,7 @@ EVICTION_RESULTS = (EVICTED, WOULD_EVICT, BLOCKED, FAILED)
 
 
 TOLERANT_PODS = "rebalancer.tolerant_pods"
-"""The table index of :class:`TolerantPods`."""
+"""The table lookup of :class:`TolerantPods`."""
 
 
 class TolerantPods:

@@ -151,7 +151,7 @@ class SignalFrame:
     """Signals of ``names[i]`` in row ``i`` of every column (do not modify the arrays)."""
 
     names: tuple[str, ...]
-    index: Mapping[str, int]
+    rows: Mapping[str, int]
     """Row of each name; shared between frames over the same names (the table caches
     its row mapping by this object)."""
     columns: Mapping[str, NDArray[np.float64]]
@@ -172,7 +172,7 @@ class SignalFrame:
         names: tuple[str, ...],
         columns: Mapping[str, NDArray[np.float64]],
         measured: NDArray[np.uint16],
-        index: Mapping[str, int] | None = None,
+        rows: Mapping[str, int] | None = None,
     ) -> SignalFrame:
         """A frame over ``names``; columns left out hold "no signals"."""
         n = len(names)
@@ -183,20 +183,20 @@ class SignalFrame:
         for name, column in full.items():
             if column.shape != (n,):
                 raise ValueError(f"column {name} has shape {column.shape}, expected ({n},)")
-        if index is None:
-            index = MappingProxyType({name: i for i, name in enumerate(names)})
-        return cls(names, index, MappingProxyType(full), measured)
+        if rows is None:
+            rows = MappingProxyType({name: i for i, name in enumerate(names)})
+        return cls(names, rows, MappingProxyType(full), measured)
 
     def row(self, name: str) -> int | None:
         """Row of ``name``, None when the frame does not hold it."""
-        return self.index.get(name)
+        return self.rows.get(name)
 
     def has_record(self, name: str) -> bool:
         """Whether the frame holds a record of ``name``."""
-        row = self.index.get(name)
+        row = self.rows.get(name)
         return row is not None and bool(self.columns["signals_at"][row] > -np.inf)
 
     def families(self, name: str) -> tuple[str, ...]:
         """The families ``name``'s record measured (empty without one)."""
-        row = self.index.get(name)
+        row = self.rows.get(name)
         return families_of(int(self.measured[row])) if row is not None else ()

@@ -35,7 +35,7 @@ ABSENT = -1
 
 @dataclass(frozen=True, slots=True)
 class LabelColumn:
-    """One label key over all nodes: ``codes[i]`` indexes ``values`` or is :data:`ABSENT`."""
+    """One label key over all nodes: ``codes[i]`` is a position in ``values`` or :data:`ABSENT`."""
 
     codes: NDArray[np.int32]
     values: tuple[str, ...]

@@ -28,7 +28,7 @@ allocatable changed (:attr:`NodeTable.load_generation`).
 
 Size: over 500 lines because every column and every per-node structure moves together
 when a row moves (a removed node's row takes the last one), so the row layout stays in one
-class; the caches, label columns, namespaces, term lookups and the plugins' own indexes
+class; the caches, label columns, namespaces, term lookups and the plugins' own lookups
 live elsewhere.
 """
 
@@ -108,7 +108,7 @@ class NodeTable:
         self._count = 0
         self.names: list[str] = []
         """Node name of each row."""
-        self._index: dict[str, int] = {}
+        self._rows: dict[str, int] = {}
         self._nodes: list[NodeInfo] = []
         self._resource_rows: dict[str, int] = {r: i for i, r in enumerate(BASE_RESOURCES)}
         self.volumes = VolumeCatalog()
@@ -150,13 +150,13 @@ class NodeTable:
         self.namespaces = NamespaceCatalog()
         """The Namespaces' labels (namespace selectors of pod affinity terms)."""
         self._match_counts = MatchCounts()
-        self._indexes: dict[str, PlacedPodLookup] = {"volumes": self.volumes}
-        """Indexes of placed pods registered by plugins (:meth:`index`), by name."""
+        self._lookups: dict[str, PlacedPodLookup] = {"volumes": self.volumes}
+        """Lookups of placed pods registered by plugins (:meth:`lookup`), by name."""
         self._recent: dict[str, dict[str, tuple[float, int]]] = {}
         self._frame = SignalFrame.empty()
         self._signals_source: object = None
         self._frame_rows: tuple[object, int, NDArray[np.intp]] | None = None
-        """(frame index, generation, frame row of each table row or -1), reused while
+        """(frame rows, generation, frame row of each table row or -1), reused while
         both stay the same."""
         self._refresh_views()
 
@@ -167,19 +167,19 @@ class NodeTable:
 
     def row_of(self, name: str) -> int | None:
         """Row of node ``name``, ``None`` when unknown."""
-        return self._index.get(name)
+        return self._rows.get(name)
 
     def rows_of(self, names: Iterable[str]) -> NDArray[np.intp]:
         """Row of each node name, -1 for a name the table does not know (one dict lookup
         per name, with no Python call per name: extender requests carry thousands)."""
-        return np.fromiter(map(self._index.get, names, repeat(-1)), np.intp)
+        return np.fromiter(map(self._rows.get, names, repeat(-1)), np.intp)
 
     def node(self, row: int) -> NodeInfo:
         return self._nodes[row]
 
     def upsert_node(self, node: NodeInfo) -> None:
         """Add a node or update it; pods already placed on it by name are counted."""
-        row = self._index.get(node.name)
+        row = self._rows.get(node.name)
         if row is None:
             row = self._append_row(node)
             for pod in self._pods_by_node.get(node.name, {}).values():
@@ -204,7 +204,7 @@ class NodeTable:
 
     def remove_node(self, name: str) -> None:
         """Drop a node's row; its pods stay known and count again if it comes back."""
-        row = self._index.pop(name, None)
+        row = self._rows.pop(name, None)
         if row is None:
             return
         last = self._count - 1
@@ -212,7 +212,7 @@ class NodeTable:
             moved = self.names[last]
             self.names[row] = moved
             self._nodes[row] = self._nodes[last]
-            self._index[moved] = row
+            self._rows[moved] = row
             for matrix in (self._alloc, self._requested, self._free):
                 matrix[:, row] = matrix[:, last]
             for vector in self._vectors.values():
@@ -245,13 +245,13 @@ class NodeTable:
             self._pods_by_label.setdefault(item, set()).add(pod.key)
         self._pods_by_namespace.setdefault(pod.namespace, set()).add(pod.key)
         self._priorities[pod.priority] += 1
-        for index in self._indexes.values():
-            index.add(pod, node)
+        for lookup in self._lookups.values():
+            lookup.add(pod, node)
         for resource in pod.requests:
             self._ensure_resource(resource)
         if added_at is not None and added_at > self._signals_updated_at(node):
             self._recent.setdefault(node, {})[pod.key] = (added_at, pod.requests.get(CPU, 0))
-        row = self._index.get(node)
+        row = self._rows.get(node)
         if row is not None:
             self._account(row, pod, sign=1)
             self._match_counts.update(pod, row, 1)
@@ -272,14 +272,14 @@ class NodeTable:
         self._priorities[pod.priority] -= 1
         if not self._priorities[pod.priority]:
             del self._priorities[pod.priority]
-        for index in self._indexes.values():
-            index.remove(pod, node)
+        for lookup in self._lookups.values():
+            lookup.remove(pod, node)
         recent = self._recent.get(node)
         if recent is not None:
             recent.pop(pod.key, None)
             if not recent:
                 del self._recent[node]
-        row = self._index.get(node)
+        row = self._rows.get(node)
         if row is not None:
             self._account(row, pod, sign=-1)
             self._match_counts.update(pod, row, -1)
@@ -340,7 +340,7 @@ class NodeTable:
         if counts is None:
             counts = np.zeros(self._count, dtype=np.int64)
             for pod in self.pods_matching(term):
-                row = self._index.get(self._pods[pod.key].node)
+                row = self._rows.get(self._pods[pod.key].node)
                 if row is not None and not (skip_terminating and pod.terminating):
                     counts[row] += 1
             self._match_counts.put(key, counts)
@@ -370,7 +370,7 @@ class NodeTable:
 
     def _find_unreadable_pods(self) -> NDArray[np.bool_]:
         mask = np.zeros(self._count, dtype=np.bool_)
-        rows = [self._index.get(node) for node in self._unreadable_pods.values()]
+        rows = [self._rows.get(node) for node in self._unreadable_pods.values()]
         mask[[row for row in rows if row is not None]] = True
         mask.setflags(write=False)
         return mask
@@ -414,9 +414,9 @@ class NodeTable:
         else:
             for changed_row in rows.tolist():
                 self.caches.note_load_change(changed_row)
-        for name in [name for name in self._recent if name in self._index]:
-            if changed[self._index[name]]:
-                self._forget_recent(self._index[name], name)
+        for name in [name for name in self._recent if name in self._rows]:
+            if changed[self._rows[name]]:
+                self._forget_recent(self._rows[name], name)
         self.signals_generation += 1
         self.caches.clear("signals")
 
@@ -495,7 +495,7 @@ class NodeTable:
         return columns
 
     def pods_matching(self, term: AntiAffinityTerm) -> Iterable[PodInfo]:
-        """Placed pods that fall under ``term`` (index lookups first, then a full check)."""
+        """Placed pods that fall under ``term`` (label lookups first, then a full check)."""
         candidates = positive_candidates(term.selector, self._pods_by_label)
         if candidates is None:
             if term.namespaces is None:
@@ -509,17 +509,17 @@ class NodeTable:
             if term.matches(pod.namespace, pod.labels):
                 yield pod
 
-    def index(self, name: str, build: Callable[[], LookupT]) -> LookupT:
+    def lookup(self, name: str, build: Callable[[], LookupT]) -> LookupT:
         """The placed-pod lookup registered under ``name`` (a plugin's name), built by
         ``build()`` and filled with every placed pod the first time it is asked for; from
         then on the table calls its :meth:`PlacedPodLookup.add` and
         :meth:`~PlacedPodLookup.remove` as pods are placed and removed."""
-        found = self._indexes.get(name)
+        found = self._lookups.get(name)
         if found is None:
             found = build()
             for placed in self._pods.values():
                 found.add(placed.pod, placed.node)
-            self._indexes[name] = found
+            self._lookups[name] = found
         return cast(LookupT, found)
 
     # ---- internals ---------------------------------------------------------------------
@@ -531,7 +531,7 @@ class NodeTable:
         self._count += 1
         self.names.append(node.name)
         self._nodes.append(node)
-        self._index[node.name] = row
+        self._rows[node.name] = row
         for name, vector in self._vectors.items():
             vector[row] = -np.inf if name in ("signals_at", "fresh_until") else 0
         self._refresh_views()
@@ -588,7 +588,7 @@ class NodeTable:
 
     def _signals_updated_at(self, name: str) -> float:
         """Unix time of ``name``'s record in the latest frame; -inf without one."""
-        row = self._index.get(name)
+        row = self._rows.get(name)
         if row is not None:
             return float(self._vectors["signals_at"][row])
         frame_row = self._frame.row(name)

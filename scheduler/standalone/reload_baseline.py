@@ -3,7 +3,7 @@
 left Pending, and which pods would it attempt that the new one no longer does.
 
 * **Pending anyway** — a pod the new configuration finds no node for is run through a
-  cycle of the last good ``cycle`` settings on the same table, under the same cache lock
+  scheduling cycle of the last good ``cycle`` settings on the same table, under the same cache lock
   (so on the same cluster state). No node there either: the pod is Pending for a reason
   the reload did not touch. When the reload left ``cycle`` as it was there is nothing to
   ask: every Pending pod is Pending anyway. The extra cycle runs only for pods left
@@ -32,7 +32,8 @@ Chosen = tuple[str, tuple[str, ...]]
 @dataclass(frozen=True, slots=True)
 class _Judging:
     cycle: SchedulingCycle | None
-    """The last good cycle's cycle; ``None`` when the reload left the cycle as it was."""
+    """The cycle of the last good ``cycle`` settings; ``None`` when the reload left them as
+    they were."""
     chosen: Chosen | None
     """The last good configuration's choice of pods when it differs; else ``None``."""
 
@@ -59,8 +60,8 @@ class ReloadBaseline:
         if before is None or after is None:
             self._judging = None
             return
-        (cycle, chosen), (new_cycle, new_chosen) = before, after
-        cycle = None if cycle == new_cycle else SchedulingCycle(cycle, seed=self._seed)
+        (settings, chosen), (new_settings, new_chosen) = before, after
+        cycle = None if settings == new_settings else SchedulingCycle(settings, seed=self._seed)
         self._judging = _Judging(cycle, chosen if chosen != new_chosen else None)
 
     def pending_anyway(

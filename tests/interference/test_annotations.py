@@ -46,7 +46,7 @@ def test_every_annotation_a_program_defines_is_known() -> None:
         (["interference.io/"], ["interference.io/"]),
         (["example.com/x", "sub.interference.io/x", "inference.io/x", "interference/x"], []),
         (["interference.iox/y"], ["interference.iox/y"]),  # a near-miss domain (below)
-        (["interference.io/max-score"], ["interference.io/max-score"]),  # never shipped
+        (["interference.io/max-score"], ["interference.io/max-score"]),  # vocabulary: former name
     ],
 )
 def test_unknown_annotations(keys: list[str], unknown: list[str]) -> None:

@@ -32,32 +32,34 @@ def slots(**counts: int) -> list[int]:
     return buckets
 
 
-def record(index: float, interval_s: float = 1.0, runq: list[int] | None = None) -> IntervalMetrics:
+def interval(
+    index: float, interval_s: float = 1.0, runq: list[int] | None = None
+) -> IntervalMetrics:
     return IntervalMetrics(
         0.0, interval_s, tuple(runq or []), index / 100, index / 10, index,
         measured=frozenset(SIGNAL_FAMILIES),
     )  # fmt: skip
 
 
-ON_OFF = [record(95.0)] * 5 + [record(3.0)] * 5
+ON_OFF = [interval(95.0)] * 5 + [interval(3.0)] * 5
 """An antagonist on for 5 s and off for 5 s."""
 
 
 @pytest.mark.parametrize(
-    ("case", "records", "mean", "peak", "stddev"),
+    ("case", "intervals", "mean", "peak", "stddev"),
     [
         ("no interval", [], 0.0, 0.0, 0.0),
-        ("steady", [record(10.0)] * 10, 10.0, 10.0, 0.0),
+        ("steady", [interval(10.0)] * 10, 10.0, 10.0, 0.0),
         ("on/off antagonist", ON_OFF, 49.0, 95.0, 46.0),
-        ("a longer interval weighs more", [record(0.0, 3.0), record(100.0, 1.0)], 25.0, 100.0,
+        ("a longer interval weighs more", [interval(0.0, 3.0), interval(100.0, 1.0)], 25.0, 100.0,
          math.sqrt(0.75 * 25**2 + 0.25 * 75**2)),
     ],
 )  # fmt: skip
 def test_index_moments(
-    case: str, records: list[IntervalMetrics], mean: float, peak: float, stddev: float
+    case: str, intervals: list[IntervalMetrics], mean: float, peak: float, stddev: float
 ) -> None:
-    window = summarize(10.0, records)
-    assert window.intervals == len(records), case
+    window = summarize(10.0, intervals)
+    assert window.intervals == len(intervals), case
     assert window.index_mean == pytest.approx(mean), case
     assert window.index_max == pytest.approx(peak), case
     assert window.index_stddev == pytest.approx(stddev), case
@@ -153,9 +155,9 @@ def test_p99_comes_from_the_merged_histogram_not_from_per_second_p99s() -> None:
     2 % of the window's wake-ups are slow, so its p99 is slow — while 9 of 10 per-second
     p99s are quiet."""
     quiet, burst = slots(s2=100), slots(s2=80, s11=20)
-    records = [record(0.0, runq=quiet)] * 9 + [record(0.0, runq=burst)]
-    window = summarize(10.0, records)
-    per_second = sorted(hist.percentile(list(r.runq_us), 0.99) for r in records)
+    intervals = [interval(0.0, runq=quiet)] * 9 + [interval(0.0, runq=burst)]
+    window = summarize(10.0, intervals)
+    per_second = sorted(hist.percentile(list(r.runq_us), 0.99) for r in intervals)
     assert per_second[len(per_second) // 2] < 8  # the median second is quiet
     assert 2048 <= window.runq_p99_us <= 4095  # the window's p99 is in the 2–4 ms slot
 

@@ -357,7 +357,7 @@ def test_a_pods_run_queue_p99_per_window_merges_its_intervals_histograms() -> No
             },
             PodTolerance(max_reclaim_stall_ms_per_s=2.5, max_index=40),
         ),
-        ({"interference.io/max-score": "30"}, None),  # not an annotation the agent reads
+        ({"interference.io/max-score": "30"}, None),  # vocabulary: former name
         ({"interference.io/max-index": "101"}, None),  # out of range: the scheduler warns
         ({"interference.io/max-runq-p99-us": "fast"}, None),
         ({"interference.io/max-runq-p99-us": "-1"}, None),

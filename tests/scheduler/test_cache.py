@@ -645,16 +645,16 @@ def test_the_listed_cluster_is_frozen_once_every_kind_is_listed(freeze: bool) ->
     assert gc.get_threshold() == expected
 
 
-@pytest.mark.parametrize("cycle_per_parse", [False, True])
+@pytest.mark.parametrize("reference_cycle_per_parse", [False, True])
 def test_the_objects_a_cache_keeps_hold_no_reference_cycles(
-    cycle_per_parse: bool, monkeypatch: pytest.MonkeyPatch
+    reference_cycle_per_parse: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Frozen objects are freed only by their reference counts (``freeze_listed_heap``):
-    pods and nodes that come, change and go must leave no cycle for the collector to find.
-    Nothing is frozen here, so the collector sees every object the cache made and dropped;
-    the second case plants a cycle per parse to show it would be found."""
+    pods and nodes that come, change and go must leave no reference cycle for the collector
+    to find. Nothing is frozen here, so the collector sees every object the cache made and dropped;
+    the second case plants a reference cycle per parse to show it would be found."""
     h = Harness(freeze_after_list=False)
-    if cycle_per_parse:
+    if reference_cycle_per_parse:
         parse = cache_module.parse_pod
 
         def parse_with_a_cycle(obj: Any) -> PodInfo:
@@ -686,6 +686,6 @@ def test_the_objects_a_cache_keeps_hold_no_reference_cycles(
             h.cluster.delete_node(f"gpu-{i}")
         h.sync()
         assert h.table.row_of("gpu-0") is None
-        assert (gc.collect() > 0) is cycle_per_parse
+        assert (gc.collect() > 0) is reference_cycle_per_parse
     finally:
         gc.enable()

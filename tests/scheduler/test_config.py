@@ -138,8 +138,8 @@ def test_empty_file_means_defaults(tmp_path: Path, text: str) -> None:
             id="weights-of-earlier-versions-name-their-replacement",
         ),
         pytest.param(
-            {"enigne": {}},
-            "enigne: unknown key; did you mean 'cycle'?",
+            {"cylce": {}},
+            "cylce: unknown key; did you mean 'cycle'?",
             id="typo-section",
         ),
         pytest.param(
@@ -244,6 +244,22 @@ def test_errors_name_the_field_and_the_fix(document: dict[str, Any], expected: s
         parse_config(document, "policy.yaml")
     assert any(p.startswith(expected) for p in caught.value.problems), caught.value.problems
     assert str(caught.value).startswith("policy.yaml: invalid configuration:")
+
+
+def test_a_file_with_the_cycle_section_under_its_former_name_is_refused_naming_cycle(
+    tmp_path: Path,
+) -> None:
+    """Refused whole, nothing under it read (no alias: the name never shipped), the new key
+    in the message; the same keys under ``cycle`` read."""
+    former = "engine"  # vocabulary: former name
+    text = f"{former}:\n  relax_after_s: 30\n"
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(tmp_path, text))
+    assert caught.value.problems == [
+        f"{former}: replaced by cycle: the same keys, the scheduling cycle's section"
+        " (docs/design.md, Glossary)"
+    ]
+    assert load_config(write(tmp_path, text.replace(former, "cycle"))).cycle.relax_after_s == 30
 
 
 def test_a_filter_left_out_of_the_list_runs_at_its_default_place() -> None:

@@ -168,7 +168,7 @@ def test_without_recent_load_the_burst_would_pile_up() -> None:
 
 
 def stale_cluster(policy: StalePolicy) -> LoopHarness:
-    """``fresh`` reports a middling score 60 (interference score 40); ``stale`` reported
+    """``fresh`` reports a middling quietness 60 (interference index 40); ``stale`` reported
     a minute ago (older than stale_after_s = 10 s); ``silent`` never reported."""
     h = harness(stale_policy=policy)
     for name in ("fresh", "stale", "silent"):

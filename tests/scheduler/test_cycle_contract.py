@@ -133,12 +133,12 @@ def test_a_plugins_args_come_from_the_profile() -> None:
 
 def test_a_placed_pod_index_is_filled_when_first_asked_for_then_kept_by_the_hooks() -> None:
     table = table_of([node_obj("a"), node_obj("b")], [(pod_obj("p0"), "a"), (pod_obj("p1"), "b")])
-    index = table.lookup(RACK, PodsPerNode)  # registered late: filled from the placed pods
-    assert index.count == {"a": 1, "b": 1}
+    lookup = table.lookup(RACK, PodsPerNode)  # registered late: filled from the placed pods
+    assert lookup.count == {"a": 1, "b": 1}
     table.add_pod(parse_pod(pod_obj("p2")), "a", NOW)
     table.remove_pod(parse_pod(pod_obj("p1")))
-    assert index.count == {"a": 2, "b": 0}
-    assert table.lookup(RACK, PodsPerNode) is index  # one index per name
+    assert lookup.count == {"a": 2, "b": 0}
+    assert table.lookup(RACK, PodsPerNode) is lookup  # one lookup per name
 
 
 @pytest.mark.parametrize(

@@ -553,14 +553,18 @@ def test_the_max_index_annotation_sets_no_warning() -> None:
     assert pod.warnings == ()
 
 
+FORMER_MAX_INDEX = "interference.io/max-score"  # vocabulary: former name
+"""The index annotation's name before the first release; never shipped."""
+
+
 def test_max_score_is_an_unknown_annotation_like_any_other() -> None:
-    """``interference.io/max-score`` was never a released name: it sets no tolerance, is
-    never validated, and gets the warning any unknown key gets."""
-    pod = parse_pod(pod_obj(annotations={"interference.io/max-score": "101"}))
+    """:data:`FORMER_MAX_INDEX` was never a released name: it sets no tolerance, is never
+    validated, and gets the warning any unknown key gets."""
+    pod = parse_pod(pod_obj(annotations={FORMER_MAX_INDEX: "101"}))
     assert pod.tolerance is None
     assert [w.reason for w in pod.warnings] == ["UnknownAnnotation"]
-    assert "interference.io/max-score" in pod.warnings[0].message
-    both = {ANNOTATION_MAX_INDEX: "40", "interference.io/max-score": "40"}
+    assert FORMER_MAX_INDEX in pod.warnings[0].message
+    both = {ANNOTATION_MAX_INDEX: "40", FORMER_MAX_INDEX: "40"}
     assert parse_pod(pod_obj(annotations=both)).tolerance == InterferenceTolerance(max_index=40.0)
 
 
@@ -575,7 +579,7 @@ def test_max_score_is_an_unknown_annotation_like_any_other() -> None:
          "did you mean interference.io/rebalance?"),
         ({"interference.io/whatever": "1"}, ["UnknownAnnotation"],
          "known: interference.io/max-runq-p99-us, "),
-        ({"interference.io/max-score": "40", "interference.io/max-reclaim": "2"},
+        ({FORMER_MAX_INDEX: "40", "interference.io/max-reclaim": "2"},
          ["UnknownAnnotation", "UnknownAnnotation"],
          "did you mean interference.io/max-reclaim-stall-ms-per-s?"),
         ({"interferance.io/max-runq-p99-us": "500"}, ["UnknownAnnotation"],

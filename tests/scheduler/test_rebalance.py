@@ -306,11 +306,11 @@ def test_rebalanced_away(
     departures: list[Departure], pod: PodInfo, now: float, passed: list[bool] | None
 ) -> None:
     table = three_nodes()
-    index = DepartureLookup()
+    departures_of = DepartureLookup()
     for departure in departures:
-        index.record(departure, 0.0)
+        departures_of.record(departure, 0.0)
     state = CycleState(pod, table, now)
-    result = rebalanced_away(state, index, RebalancedAwayArgs(avoid_for_s=600))
+    result = rebalanced_away(state, departures_of, RebalancedAwayArgs(avoid_for_s=600))
     if passed is None:
         assert result is None
         return
@@ -321,7 +321,7 @@ def test_rebalanced_away(
 
 
 def test_departures_older_than_the_window_are_forgotten() -> None:
-    index = DepartureLookup()
-    index.record(Departure("w1", "ReplicaSet/a", "node-a", 100.0, "x"), 0.0)
-    index.record(Departure("w2", "ReplicaSet/b", "node-b", 800.0, "x"), 200.0)
-    assert [d.workload_uid for d in index.all()] == ["w2"]
+    departures_of = DepartureLookup()
+    departures_of.record(Departure("w1", "ReplicaSet/a", "node-a", 100.0, "x"), 0.0)
+    departures_of.record(Departure("w2", "ReplicaSet/b", "node-b", 800.0, "x"), 200.0)
+    assert [d.workload_uid for d in departures_of.all()] == ["w2"]
