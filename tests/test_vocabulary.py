@@ -16,19 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.packages import PACKAGES
+
 REPO = Path(__file__).resolve().parent.parent
 
-PYTHON_PACKAGES = (
-    "interference",
-    "interference_infra",
-    "node_agent",
-    "scheduler",
-    "interference_cli",
-    "interference_demo",
-    "credential_issuer",
-    "bench",
-    "tests",
-)
+PYTHON_PACKAGES = (*PACKAGES, "bench", "tests")
 DOCUMENTS = ("README.md", "docs", "deploy")
 DOCUMENT_SUFFIXES = (".md", ".yaml", ".yml")
 FORMER_NAME_MARK = "# vocabulary: former name"
