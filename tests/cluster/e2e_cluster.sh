@@ -231,6 +231,9 @@ our_shims() { # containerd shims started for our containerd (matched by its sock
     done
     return 0
 }
+mounts_in_state() { # the runtime's mounts under $STATE (not $STATE's own tmpfs: it goes last)
+    awk -v s="$STATE" 'index($2, s) == 1 && $2 != s {print $2}' /proc/self/mounts
+}
 TORN_DOWN=0
 teardown() {
     local status=$?
@@ -285,8 +288,7 @@ teardown() {
     # Network namespaces and mounts the runtime left (pod sandboxes, overlays, tmpfs volumes).
     comm -13 "$STATE/netns.before" <(ip netns list 2>/dev/null | awk '{print $1}' | sort) \
         | grep '^cni-' | while read -r ns; do ip netns delete "$ns"; done
-    awk -v s="$STATE" 'index($2, s) == 1 && $2 != s {print $2}' /proc/self/mounts | sort -r \
-        | while read -r m; do umount -l "$m" 2>/dev/null; done
+    mounts_in_state | sort -r | while read -r m; do umount -l "$m" 2>/dev/null; done
     for bridge in "${BRIDGES[@]}"; do ip link delete "$bridge" 2>/dev/null; done
     [[ -L /var/lib/kubelet/seccomp ]] && rm -f /var/lib/kubelet/seccomp
     runtime_leftovers | sort -r | while read -r path; do rm -rf "$path"; done
@@ -315,7 +317,7 @@ teardown() {
     for name in "${!PIDS[@]}"; do kill -0 "${PIDS[$name]}" 2>/dev/null && leaks+=("process $name (${PIDS[$name]})"); done
     for pid in $(our_shims); do leaks+=("containerd shim $pid"); done
     for cg in $(cgroup_leftovers); do leaks+=("cgroup $cg"); done
-    while read -r m; do leaks+=("mount $m"); done < <(awk -v s="$STATE" 'index($2, s) == 1 && $2 != s {print $2}' /proc/self/mounts)
+    while read -r m; do leaks+=("mount $m"); done < <(mounts_in_state)
     while read -r ns; do leaks+=("netns $ns"); done < <(comm -13 "$STATE/netns.before" <(ip netns list 2>/dev/null | awk '{print $1}' | sort))
     while read -r rule; do leaks+=("firewall: $rule"); done < <(comm -13 "$STATE/firewall.before" <(snapshot_firewall))
     for bridge in "${BRIDGES[@]}"; do ip link show "$bridge" >/dev/null 2>&1 && leaks+=("link $bridge"); done
