@@ -71,7 +71,8 @@ STEP_TIMEOUT_S=${STEP_TIMEOUT_S:-900}
 
 skip() { echo "e2e-cluster: skipped: $*"; exit 0; }
 log() { printf '%s e2e-cluster: %s\n' "$(date -u +%H:%M:%S)" "$*"; }
-fail() { echo "e2e-cluster: FAILED: $*" >&2; exit 1; }
+FAILURE=""
+fail() { FAILURE=$*; echo "e2e-cluster: FAILED: $*" >&2; exit 1; }
 
 # --- preconditions: skip (exit 0) with one line when this machine cannot run it ----------
 [[ $EUID -eq 0 ]] || skip "needs root (kubelet, containerd, cgroups, iptables): run as root"
@@ -235,6 +236,21 @@ mounts_in_state() { # the runtime's mounts under $STATE (not $STATE's own tmpfs:
     awk -v s="$STATE" 'index($2, s) == 1 && $2 != s {print $2}' /proc/self/mounts
 }
 TORN_DOWN=0
+failure_digest() { # a failed run's last words, short enough for the end of a CI log
+    local ns pod
+    echo "--- pods not Running and Ready, or restarted"
+    kubectl get pods -A --no-headers 2>/dev/null \
+        | awk '{ split($3, ready, "/") } $4 != "Running" || ready[1] != ready[2] || $5 != "0"' | head -10
+    echo "--- last warning events"
+    kubectl get events -A --field-selector type=Warning --sort-by=.lastTimestamp --no-headers 2>/dev/null \
+        | tail -8 | cut -c1-220
+    for ns in interference-system interference-agent; do
+        for pod in $(kubectl -n "$ns" get pods -o jsonpath='{.items[*].metadata.name}' 2>/dev/null); do
+            echo "--- $ns/$pod: last lines"
+            kubectl -n "$ns" logs --all-containers --tail=4 "$pod" 2>&1 | cut -c1-220
+        done
+    done
+}
 teardown() {
     local status=$?
     ((TORN_DOWN)) && return
@@ -251,6 +267,7 @@ teardown() {
             kubectl -n "${pod%%/*}" logs --all-containers --prefix "${pod#*/}" \
                 > "$STATE/logs/pod-${pod%%/*}-${pod#*/}.log" 2>&1
         done
+        failure_digest > "$STATE/logs/digest.log" 2>&1
     fi
     stop_pid_named() { [[ -n ${PIDS[$1]:-} ]] && stop_pid "${PIDS[$1]}" "$1"; }
     if [[ -n ${PIDS[port-forward]:-} ]]; then stop_pid_named port-forward; fi
@@ -337,6 +354,9 @@ teardown() {
         mkdir -p "$REPO/.e2e-cluster-logs"
         cp "$STATE"/logs/*.log "$REPO/.e2e-cluster-logs/" 2>/dev/null
         echo "e2e-cluster: logs of the failed run in .e2e-cluster-logs/" >&2
+        # CI shows only the end of the output: what the product's pods said last, then why.
+        [[ -s $STATE/logs/digest.log ]] && cat "$STATE/logs/digest.log" >&2
+        [[ -n $FAILURE ]] && echo "e2e-cluster: FAILED: $FAILURE" >&2
     fi
     if mountpoint -q "$STATE"; then umount "$STATE" 2>/dev/null || umount -l "$STATE"; fi
     rm -rf "$STATE" 2>/dev/null
