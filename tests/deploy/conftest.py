@@ -79,6 +79,10 @@ MOUNTED_REDIS_FILES = "/var/run/secrets/redis/"
 _MOUNT_ROOT = Path(tempfile.mkdtemp(prefix="deploy-mounts-"))
 
 
+def pytest_sessionfinish() -> None:
+    shutil.rmtree(_MOUNT_ROOT, ignore_errors=True)
+
+
 def mounted_here(path: str) -> str:
     """A readable local file standing for the pod's mounted file ``path`` (a placeholder
     text: tests that log in replace these paths with real ones)."""
