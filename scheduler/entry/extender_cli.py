@@ -6,8 +6,8 @@ replica of the extender answers). ``/filter`` and ``/prioritize`` are served on 
 ``extender`` port, over HTTPS requiring kube-scheduler's client certificate, with a body
 limit and a bounded thread pool (``extender`` settings); ``/healthz``, ``/readyz`` and
 ``/metrics`` stay on the ``http`` port for the kubelet and Prometheus
-(:mod:`scheduler.extender.extender` describes the protocol, :mod:`scheduler.endpoint.http`
-the endpoints).
+(:mod:`scheduler.extender.protocol` describes the protocol, :mod:`scheduler.extender.extender`
+the answers, :mod:`scheduler.endpoint.http` the endpoints).
 
 The node and pod view comes from the same informers (list + watch) as standalone mode,
 the signals from the same Redis signal cache, and decision records go to the same
@@ -65,7 +65,8 @@ from scheduler.entry.cli_common import (
 )
 from scheduler.entry.config import ConfigError, SchedulerConfig, with_overrides
 from scheduler.entry.config_reload import ConfigReload, config_map_ref
-from scheduler.extender.extender import Extender, ExtenderMetrics
+from scheduler.extender.extender import Extender
+from scheduler.extender.metrics import ExtenderMetrics
 from scheduler.signals.table import NodeTable
 
 log = logging.getLogger("scheduler")

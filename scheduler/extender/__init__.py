@@ -1,1 +1,2 @@
-"""Extender mode: kube-scheduler's extender protocol, its bounds and warnings."""
+"""Extender mode: kube-scheduler's extender protocol, its two verbs, their metrics, records,
+bounds and warnings."""

@@ -1,26 +1,17 @@
-"""kube-scheduler's HTTP extender protocol: ``POST /filter`` and ``POST /prioritize``.
+"""Extender mode's two verbs, ``filter`` and ``prioritize``, answered by the scheduling cycle.
 
 In extender mode kube-scheduler (a second one, ``schedulerName: interference-scheduler``)
 runs every one of its own plugins — volumes, topology spread, pod affinity, DRA,
 preemption — and binds; it calls this extender for the nodes that passed them. The
 extender runs the same scheduling cycle (:class:`scheduler.cycle.cycle.SchedulingCycle`) over
 the offered nodes, from the same node table, informer cache, Redis signal cache and
-decision records as standalone mode, and never binds.
-
-Protocol (``k8s.io/kube-scheduler/extender/v1``), JSON over HTTP. Its Go structs have no
-JSON tags, so the field names on the wire are the Go names and Go decodes them
-case-insensitively; requests are read the same way, answers use the Go names:
-
-* request (both verbs), ``ExtenderArgs``: ``{"Pod": Pod, "NodeNames": [names]}`` with
-  ``nodeCacheCapable: true`` (recommended: the extender keeps its own node view from
-  the informers), or ``{"Pod": Pod, "Nodes": NodeList}`` without it;
-* filter answer, ``ExtenderFilterResult``: ``NodeNames`` (or ``Nodes``) that pass,
-  ``FailedNodes`` (name → reason; preemption may help: resources, host ports,
-  anti-affinity, a node not yet in our cache), ``FailedAndUnresolvableNodes`` (name →
-  reason; preemption cannot help: readiness, cordon, taints, node affinity, interference)
-  and ``Error`` (the pod cannot be read, or the informers have not listed nodes and pods
-  yet: kube-scheduler fails the attempt with it and retries);
-* prioritize answer, ``HostPriorityList``: ``[{"Host": name, "Score": 0..10}]``.
+decision records as standalone mode, and never binds. :class:`Extender` answers the two
+verbs; the rest of the package: the wire protocol (requests, answers and the mapping of
+scores to kube-scheduler's range) in :mod:`scheduler.extender.protocol`, the metrics in
+:mod:`scheduler.extender.metrics`, which pods may have a decision record in
+:mod:`scheduler.extender.decision_records`, the request bounds in
+:mod:`scheduler.extender.bounds` and the pods' warning Events in
+:mod:`scheduler.extender.pod_warnings`.
 
 Filters: the cycle's profile (``cycle.profile``), in its order, less the plugins
 marked not :attr:`~scheduler.plugins.base.FilterPlugin.in_extender` (PodTopologySpread,
@@ -36,15 +27,11 @@ status ``UnschedulableAndUnresolvable`` (:attr:`~scheduler.plugins.base.Filter.s
 else ``FailedNodes`` (preemption may help).
 
 Scores: the profile's score plugins and weights (``cycle.profile.scores``) less those
-kube-scheduler scores itself (PodTopologySpread, NodeAffinity, InterPodAffinity), mapped
-to kube-scheduler's extender range::
-
-    total[i] = Σ_p weight_p · score_p[i]                  (score_p in 0–100)
-    score[i] = round(MAX_EXTENDER_PRIORITY · total[i] / (100 · Σ_p weight_p))   ∈ 0..10
-
-over the plugins that run (the Interference quietness score only while signals are readable).
-kube-scheduler multiplies it by the extender's ``weight`` and by 100 / 10 and adds it to
-its own plugins' scores.
+kube-scheduler scores itself (PodTopologySpread, NodeAffinity, InterPodAffinity), over the
+plugins that run (the Interference quietness score only while signals are readable), their
+weighted total mapped to kube-scheduler's extender range 0..10 by
+:func:`~scheduler.extender.protocol.extender_scores` (the formula is in
+:mod:`scheduler.extender.protocol`).
 
 The cycle applies, as in standalone mode, the interference-blind fallback while signals
 are unreadable and the relax rule: a pod whose every offered node is refused only by
@@ -54,16 +41,10 @@ Decision records (``intf:decision:{ns}/{pod}``): ``result`` is ``filtered`` (the
 verb's verdicts; some nodes passed), ``unschedulable`` (none passed) or ``prioritized``
 (the scores of the nodes kube-scheduler asked about, the best first, with the rejected
 nodes of the preceding filter call). ``node`` stays empty: kube-scheduler chooses and binds.
-A record is written only for a pod the informers know — pending for this scheduler under
-the same namespace, name and UID, or seen so until its bind just now — so a caller cannot
-make records (and Redis memory) under names it chooses: a request about any other pod is
-answered and records nothing. kube-scheduler may call before our watch has delivered a new
-pod, so such a record is held (at most :data:`UNCONFIRMED_RECORDS`, each for
-:data:`RECORD_CONFIRM_S`) and written once the informer has the pod
-(:meth:`Extender.confirm_records`), else dropped and counted. Our watch can deliver the pod
-and kube-scheduler's bind back to back, so "has the pod" includes a pod seen pending and
-then bound (:meth:`~scheduler.cycle.cache.ClusterCache.vouches_for`): a poll between the two
-events is not needed.
+A record is written only for a pod the informers know, held a while for a pod our watch
+has not delivered yet (:mod:`scheduler.extender.decision_records`,
+:meth:`Extender.confirm_records`): a request about any other pod is answered and records
+nothing.
 
 A pod's warnings (an unknown ``interference.io/`` annotation, naming the closest known key;
 a deprecated one) become Warning Events as in standalone mode, once per pod, written by a
@@ -78,8 +59,9 @@ its annotations' size, the number of node names): one over them is answered an e
 the first logged, so a repeated costly request neither stalls the other callers (the
 filter runs under the cache lock) nor floods the log.
 
-Size: about 800 lines: the protocol's parsing, its two verbs, their records and which pods
-may have one; the rules themselves are the scheduling cycle's.
+Size: about 570 lines, one class: the two verbs with their HTTP routes (parsing, refusals,
+timing) and the filter verdict the prioritize call reuses; the protocol, the metrics and
+the records are modules of their own, the rules are the scheduling cycle's.
 """
 
 from __future__ import annotations
@@ -92,12 +74,10 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import repeat
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from interference.decision import (
     CandidateVerdict,
@@ -108,7 +88,6 @@ from interference.decision import (
     runq_advice,
 )
 from scheduler.api.objects import PodInfo
-from scheduler.api.pods import parse_pod
 from scheduler.api.reader import ObjectError
 from scheduler.cycle.cache import ClusterCache
 from scheduler.cycle.cycle import SchedulingCycle, unresolvable
@@ -117,25 +96,30 @@ from scheduler.cycle.ports import DecisionSink, DecisionTracer, NoTracer, Signal
 from scheduler.cycle.settings import CycleSettings
 from scheduler.cycle.signal_gate import SignalGate
 from scheduler.cycle.stage_trace import Attributes, StageRecorder
-from scheduler.endpoint.http import REFUSALS, PostRoute
+from scheduler.endpoint.http import PostRoute
 from scheduler.endpoint.metrics import SchedulerMetrics
-from scheduler.extender.bounds import TOO_COMPLEX, names_over_bound, pod_over_bounds
-from scheduler.extender.pod_warnings import (
-    WAIT_FOR_INFORMER_S,
-    WAITING_PODS,
-    PodEvents,
-    PodWarningEvents,
+from scheduler.extender.bounds import TOO_COMPLEX
+from scheduler.extender.decision_records import DecisionRecords
+from scheduler.extender.metrics import ExtenderMetrics
+from scheduler.extender.pod_warnings import PodEvents, PodWarningEvents
+from scheduler.extender.protocol import (
+    FILTER_PATH,
+    JSON,
+    PRIORITIZE_PATH,
+    ExtenderArgs,
+    ExtenderRequestError,
+    ExtenderRequestTooCostly,
+    HostPriorities,
+    extender_scores,
+    node_name,
+    parse_args,
+    read_extender_pod,
 )
 from scheduler.plugins.interference import refused_for_runq
 from scheduler.signals.table import NodeTable
 
 log = logging.getLogger(__name__)
 
-MAX_EXTENDER_PRIORITY = 10
-"""kube-scheduler's ``extenderv1.MaxExtenderPriority``: extender scores are 0..10."""
-FILTER_PATH = "/filter"
-PRIORITIZE_PATH = "/prioritize"
-VERBS = ("filter", "prioritize")
 UNKNOWN_NODE = "node(s) not yet in interference-scheduler's node cache"
 NOT_SYNCED = "interference-scheduler is still listing nodes and pods; retry shortly"
 REMEMBERED_FILTER_CALLS = 4096
@@ -143,94 +127,6 @@ REMEMBERED_FILTER_CALLS = 4096
 REMEMBERED_PODS = 1024
 """Parsed pods kept by UID and resourceVersion: prioritize (and a retry) sends the pod
 filter just read."""
-JSON = "application/json"
-UNCONFIRMED_RECORDS = 256
-"""Records held for pods the informer has not delivered yet."""
-RECORD_CONFIRM_S = 10.0
-"""How long such a record waits for its pod before it is dropped."""
-DURATION_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
-"""Request-duration buckets: kube-scheduler's default extender timeout is 5 s."""
-
-
-class ExtenderRequestError(ValueError):
-    """The request is not an ``ExtenderArgs`` object; the message says what is wrong."""
-
-
-class ExtenderRequestTooCostly(ValueError):
-    """The request asks for more than :mod:`scheduler.extender.bounds` allows; the message
-    says what."""
-
-
-class ExtenderMetrics:
-    """Extender-mode metrics (next to :class:`SchedulerMetrics` on one registry)."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.request_duration = Histogram(
-            "interference_scheduler_extender_request_duration_seconds",
-            "Time to answer one extender request, by verb (filter, prioritize).",
-            ["verb"],
-            buckets=DURATION_BUCKETS_S,
-            registry=registry,
-        )
-        self.requests = Counter(
-            "interference_scheduler_extender_requests",
-            "Extender requests by verb and result (ok, error: the answer carried an error"
-            " or was not 200).",
-            ["verb", "result"],
-            registry=registry,
-        )
-        self.filtered_nodes = Counter(
-            "interference_scheduler_extender_filtered_nodes",
-            "Nodes the filter verb answered about, by outcome (passed, failed).",
-            ["outcome"],
-            registry=registry,
-        )
-        self.relaxed = Counter(
-            "interference_scheduler_extender_interference_relaxed",
-            "Filter answers given with interference filters relaxed after the pod waited"
-            " relax_after_s.",
-            registry=registry,
-        )
-        self.refused = Counter(
-            "interference_scheduler_extender_refused",
-            "Connections or requests the extender's HTTPS port refused, by reason (busy: 503"
-            " after waiting for a thread; queue_full: closed; too_large: 413; tls_handshake:"
-            " no or an untrusted client certificate; too_complex: a pod or node list over"
-            " the extender's bounds, answered an error before any scheduling work).",
-            ["reason"],
-            registry=registry,
-        )
-        self.unknown_pod_records = Counter(
-            "interference_scheduler_extender_unknown_pod_records",
-            "Decision records not written because the informers did not know the pod"
-            " (pending here, same namespace, name and UID) within 10 s of the request.",
-            registry=registry,
-        )
-        self.unwritten_pod_warnings = Counter(
-            "interference_scheduler_extender_unwritten_pod_warnings",
-            "Pods whose warning Events (UnknownAnnotation, InvalidAnnotation) were not"
-            f" written: more than {WAITING_PODS} waited, or the informers did not know the pod"
-            f" within {WAIT_FOR_INFORMER_S:g} s.",
-            registry=registry,
-        )
-        for reason in (*REFUSALS, TOO_COMPLEX):
-            self.refused.labels(reason)
-        for verb in VERBS:
-            self.request_duration.labels(verb)
-            for result in ("ok", "error"):
-                self.requests.labels(verb, result)
-        for outcome in ("passed", "failed"):
-            self.filtered_nodes.labels(outcome)
-
-
-@dataclass(frozen=True, slots=True)
-class ExtenderArgs:
-    """A parsed request: the pod and the node names kube-scheduler asks about."""
-
-    pod: PodInfo
-    names: tuple[str, ...]
-    nodes: tuple[Mapping[str, Any], ...] | None
-    """The Node objects when the request carried them (``nodeCacheCapable: false``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,102 +152,6 @@ class FilterVerdict:
     """The index the Interference plugin read on the nodes the record keeps."""
 
 
-def read_extender_pod(obj: Mapping[str, Any]) -> PodInfo:
-    """:func:`parse_pod` without the fields kube-scheduler enforces itself in extender
-    mode (volumes, topology spread, pod affinity: standalone mode refuses or enforces
-    them)."""
-    return dataclasses.replace(parse_pod(obj), unsupported=(), spread=(), soft_spread=())
-
-
-def parse_args(
-    body: bytes,
-    read_pod: Callable[[Mapping[str, Any]], PodInfo] = read_extender_pod,
-    known_nodes: int | None = None,
-) -> ExtenderArgs:
-    """An ``ExtenderArgs`` JSON body → :class:`ExtenderArgs` (the pod read by ``read_pod``).
-
-    :class:`ExtenderRequestError` for a body that is not one; :class:`ObjectError` for
-    a pod the scheduler cannot read; :class:`ExtenderRequestTooCostly` for a pod over
-    :data:`~scheduler.extender.bounds.POD_BOUNDS` or, given the cache's ``known_nodes``,
-    too many node names (checked before the pod is read).
-    """
-    try:
-        data = json.loads(body)
-    except ValueError as exc:
-        raise ExtenderRequestError(f"request body is not JSON: {exc}") from exc
-    except RecursionError as exc:  # arrays or objects nested thousands deep
-        raise ExtenderRequestError("request body is JSON nested too deeply") from exc
-    if not isinstance(data, Mapping):
-        raise ExtenderRequestError("request body must be a JSON object (ExtenderArgs)")
-    fields = {str(key).lower(): value for key, value in data.items()}  # as Go decodes
-    pod_obj = fields.get("pod")
-    if not isinstance(pod_obj, Mapping):
-        raise ExtenderRequestError('ExtenderArgs has no "Pod" object')
-    names_value = fields.get("nodenames")
-    nodes_value = fields.get("nodes")
-    nodes: tuple[Mapping[str, Any], ...] | None = None
-    if names_value is not None:
-        if not isinstance(names_value, list) or not all(map(isinstance, names_value, repeat(str))):
-            raise ExtenderRequestError('"NodeNames" must be a list of node names')
-        names = tuple(names_value)
-    elif nodes_value is not None:
-        items = nodes_value.get("items") if isinstance(nodes_value, Mapping) else None
-        if not isinstance(items, list) or not all(isinstance(n, Mapping) for n in items):
-            raise ExtenderRequestError('"Nodes" must be a NodeList with an "items" list')
-        nodes = tuple(items)
-        names = tuple(_node_name(node) for node in nodes)
-    else:
-        raise ExtenderRequestError(
-            'ExtenderArgs has neither "NodeNames" nor "Nodes"; set nodeCacheCapable: true'
-            " in the extender's configuration"
-        )
-    costly = "" if known_nodes is None else names_over_bound(len(names), known_nodes)
-    costly = costly or pod_over_bounds(pod_obj)
-    if costly:
-        raise ExtenderRequestTooCostly(costly)
-    return ExtenderArgs(read_pod(pod_obj), names, nodes)
-
-
-@dataclass(frozen=True, slots=True)
-class HostPriorities:
-    """The prioritize answer: each offered node's score, 0..10, in the offered order."""
-
-    names: Sequence[str]
-    scores: Sequence[int]
-
-    def json(self) -> bytes:
-        """The ``HostPriorityList`` JSON, ``[{"Host": name, "Score": score}, …]``, built
-        as text: a score is one of eleven suffixes, and the names come escaped from one
-        encoding of the whole list (an escaped name holds no bare ``","``), five times
-        cheaper than encoding a dict per node."""
-        if not self.names:
-            return b"[]"
-        quoted = json.dumps(list(self.names), separators=(",", ":"))[2:-2].split('","')
-        suffixes = map(_SCORE_SUFFIXES.__getitem__, self.scores)
-        return ('[{"Host":"' + ',{"Host":"'.join(map(str.__add__, quoted, suffixes)) + "]").encode()
-
-
-_SCORE_SUFFIXES = tuple(f'","Score":{score}}}' for score in range(MAX_EXTENDER_PRIORITY + 1))
-"""``HostPriorities.json``'s text after a node name, per score."""
-
-
-def _node_name(node: Mapping[str, Any]) -> str:
-    metadata = node.get("metadata")
-    name = metadata.get("name") if isinstance(metadata, Mapping) else None
-    if not isinstance(name, str) or not name:
-        raise ExtenderRequestError('a Node in "Nodes" has no metadata.name')
-    return name
-
-
-def extender_scores(totals: NDArray[np.float64], max_total: float) -> NDArray[np.int64]:
-    """``round(MAX_EXTENDER_PRIORITY · total / max_total)`` clipped to 0..10, per node (0
-    when ``max_total`` is 0: no score plugin runs); halves round to even, as ``round``."""
-    if max_total <= 0:
-        return np.zeros(len(totals), dtype=np.int64)
-    scaled = np.rint(MAX_EXTENDER_PRIORITY * totals / max_total)
-    return np.clip(scaled, 0, MAX_EXTENDER_PRIORITY).astype(np.int64)
-
-
 class Extender:
     """Answers filter and prioritize calls from the cluster cache and the signal cache."""
 
@@ -370,7 +170,6 @@ class Extender:
     ) -> None:
         """``events``: where the pods' warning Events go (none written without it)."""
         self._cache = cache
-        self._decisions = decisions
         self._settings = settings
         self._cycle = SchedulingCycle(settings, extender=True)
         self._cycle.register_lookups(cache.table)
@@ -387,8 +186,9 @@ class Extender:
         """Whether a request over the bounds was refused (and logged) yet."""
         self._logged_bad_request = False
         """Whether a malformed request was logged at warning yet."""
-        self._unconfirmed: OrderedDict[str, tuple[str, Decision, float]] = OrderedDict()
-        """Pod key → (UID, record, deadline) for pods the informer has not delivered yet."""
+        self._records = DecisionRecords(
+            decisions, cache.vouches_for, extender_metrics.unknown_pod_records, clock
+        )
         self._pod_warnings = (
             None
             if events is None
@@ -536,7 +336,7 @@ class Extender:
                 "relaxed": verdict.relaxed,
             }
             self._tracer.finish(recorder, "extender filter", started_ns, attributes)
-        self._record(pod, self._filter_decision(pod, args, verdict, now, settings, trace_id))
+        self._records.write(pod, self._filter_decision(pod, args, verdict, now, settings, trace_id))
         if self._pod_warnings is not None:
             self._pod_warnings.note(pod)
         answer: dict[str, Any] = {
@@ -550,7 +350,7 @@ class Extender:
             answer["Nodes"] = {
                 "apiVersion": "v1",
                 "kind": "NodeList",
-                "items": [node for node in args.nodes if _node_name(node) in keep],
+                "items": [node for node in args.nodes if node_name(node) in keep],
             }
         return answer
 
@@ -615,40 +415,20 @@ class Extender:
                 "offered": len(args.names),
             }
             self._tracer.finish(recorder, "extender prioritize", started_ns, attributes)
-        self._record(pod, decision)
+        self._records.write(pod, decision)
         return priorities
 
-    # ---- decision records ------------------------------------------------------------
+    # ---- decision records and warning Events (threads of their own) -------------------
 
     def confirm_records(self) -> None:
         """Write the held records whose pods the informer now knows; drop (and count) those
-        past :data:`RECORD_CONFIRM_S`."""
-        with self._lock:
-            if not self._unconfirmed:
-                return
-            held = list(self._unconfirmed.items())
-        now = self._clock()
-        for key, (uid, decision, deadline) in held:
-            known = self._cache.vouches_for(key, uid)
-            if not known and now < deadline:
-                continue
-            with self._lock:
-                entry = self._unconfirmed.get(key)
-                if entry is None or entry[1] is not decision:
-                    continue  # a newer record replaced it meanwhile
-                del self._unconfirmed[key]
-            if known:
-                self._decisions.write(decision)
-            else:
-                self._extender_metrics.unknown_pod_records.inc()
+        past :data:`~scheduler.extender.decision_records.RECORD_CONFIRM_S`
+        (:meth:`DecisionRecords.confirm`)."""
+        self._records.confirm()
 
     def run_record_confirmer(self, stop: threading.Event, interval_s: float = 0.25) -> None:
         """:meth:`confirm_records` every ``interval_s`` until ``stop`` is set."""
-        while not stop.wait(interval_s):
-            try:
-                self.confirm_records()
-            except Exception:  # a record is not worth the thread
-                log.exception("confirming held decision records failed")
+        self._records.run(stop, interval_s)
 
     def write_pod_warnings(self) -> int:
         """Write the noted pods' warning Events the informers now vouch for (see
@@ -659,25 +439,6 @@ class Extender:
         """Write the pods' warning Events (:class:`PodWarningEvents`) until ``stop`` is set."""
         if self._pod_warnings is not None:
             self._pod_warnings.run(stop)
-
-    def _record(self, pod: PodInfo, decision: Decision) -> None:
-        """Write ``decision`` now when the informer knows ``pod``; else hold it for
-        :meth:`confirm_records` (the oldest held one dropped and counted when full)."""
-        if self._cache.vouches_for(pod.key, pod.uid):
-            self._decisions.write(decision)
-            return
-        if not pod.uid:
-            self._extender_metrics.unknown_pod_records.inc()
-            return
-        with self._lock:
-            self._unconfirmed.pop(pod.key, None)
-            deadline = self._clock() + RECORD_CONFIRM_S
-            self._unconfirmed[pod.key] = (pod.uid, decision, deadline)
-            dropped = max(0, len(self._unconfirmed) - UNCONFIRMED_RECORDS)
-            for _ in range(dropped):
-                self._unconfirmed.popitem(last=False)
-        if dropped:
-            self._extender_metrics.unknown_pod_records.inc(dropped)
 
     # ---- internals (the first ones run under the cache lock) ---------------------------
 

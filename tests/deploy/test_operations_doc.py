@@ -41,7 +41,7 @@ from scheduler.adapters.redis_signals import RedisSignalCache
 from scheduler.adapters.signal_metrics import SignalMetrics
 from scheduler.adapters.tracing import TracingMetrics
 from scheduler.endpoint.metrics import SchedulerMetrics
-from scheduler.extender.extender import ExtenderMetrics
+from scheduler.extender.metrics import ExtenderMetrics
 from scheduler.rebalancing.rebalancer import RebalanceMetrics
 from tests.conftest import RedisServer
 from tests.deploy.conftest import USERS, DeployedRedis, redis_manifests

@@ -19,7 +19,8 @@ from scheduler.cycle.queue import SchedulingQueue
 from scheduler.cycle.settings import CycleSettings
 from scheduler.endpoint.http import ExtenderEndpoint, ExtenderSettings
 from scheduler.endpoint.metrics import SchedulerMetrics
-from scheduler.extender.extender import Extender, ExtenderMetrics
+from scheduler.extender.extender import Extender
+from scheduler.extender.metrics import ExtenderMetrics
 from scheduler.signals.table import NodeTable
 from tests.indexed_signals import metrics_with_index
 from tests.scheduler.runtime_helpers import START, FakeClock, MemoryDecisions

@@ -19,22 +19,16 @@ from prometheus_client import CollectorRegistry
 
 from scheduler.api.objects import ANNOTATION_MAX_RUNQ_P99_US
 from scheduler.cycle.cache import ClusterCache
-from scheduler.cycle.ports import INFORMED_KINDS
+from scheduler.cycle.ports import INFORMED_KINDS, DecisionSink
 from scheduler.cycle.queue import SchedulingQueue
 from scheduler.cycle.settings import CycleSettings, Profile
 from scheduler.endpoint.http import HealthServer, HttpSettings, Status
 from scheduler.endpoint.metrics import SchedulerMetrics
 from scheduler.entry import cli
-from scheduler.extender.extender import (
-    MAX_EXTENDER_PRIORITY,
-    NOT_SYNCED,
-    UNKNOWN_NODE,
-    Extender,
-    ExtenderMetrics,
-    HostPriorities,
-    extender_scores,
-)
+from scheduler.extender.extender import NOT_SYNCED, UNKNOWN_NODE, Extender
+from scheduler.extender.metrics import ExtenderMetrics
 from scheduler.extender.pod_warnings import PodEvents
+from scheduler.extender.protocol import MAX_EXTENDER_PRIORITY, HostPriorities, extender_scores
 from scheduler.plugins.interference import RUNQ_EXCEEDED, SIGNALS_UNREADABLE
 from scheduler.signals.table import NodeTable
 from tests.builders import node_obj, pod_obj
@@ -60,7 +54,9 @@ class Harness:
         settings: CycleSettings | None = None,
         pods_listed: bool = True,
         events: PodEvents | None = None,
+        decisions: DecisionSink | None = None,
     ) -> None:
+        """``decisions``: where the records go (else :attr:`decisions`, in memory)."""
         self.clock = FakeClock()
         self.signals = MemorySignals()
         self.signals.report("quiet", START - 1, runq_p99_us=50, index=5)
@@ -78,7 +74,7 @@ class Harness:
         self.extender = Extender(
             self.cache,
             self.signals,
-            self.decisions,
+            decisions or self.decisions,
             settings or CycleSettings(),
             metrics,
             ExtenderMetrics(self.registry),

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from scheduler.endpoint.http import EXTENDER_MAX_BODY_BYTES, ExtenderSettings
-from scheduler.extender.extender import RECORD_CONFIRM_S, UNCONFIRMED_RECORDS
+from scheduler.extender.decision_records import RECORD_CONFIRM_S, UNCONFIRMED_RECORDS
 from scheduler.plugins.interference import RUNQ_EXCEEDED
 from tests.builders import pod_obj
 from tests.scheduler.test_extender import TOLERANT, Harness

@@ -15,7 +15,7 @@ from scheduler.adapters.decision_sink import RedisDecisionSink
 from scheduler.adapters.queued_decision_sink import QueuedDecisionSink
 from scheduler.adapters.redis_settings import RedisSettings, connect
 from scheduler.adapters.signal_metrics import SignalMetrics
-from scheduler.extender.extender import RECORD_CONFIRM_S
+from scheduler.extender.decision_records import RECORD_CONFIRM_S
 from tests.builders import pod_obj
 from tests.conftest import running_redis_server
 from tests.scheduler.test_extender import Harness
@@ -47,8 +47,7 @@ def calls_on_a_full_redis(informed: bool) -> tuple[int, int]:
             ),
             settings,
         )
-        harness = Harness()
-        harness.extender._decisions = sink  # the real writer in place of the in-memory one
+        harness = Harness(decisions=sink)  # the real writer in place of the in-memory one
         try:
             for i in range(CALLS):
                 pod = pod_obj(f"{i:03d}-" + "p" * 249)
