@@ -17,13 +17,17 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-# The 25 slowest tests close the report: where the half hour goes.
+# Most tests wait on real processes (an apiserver, Redis, Prometheus, a browser), so two
+# workers share the machine (each its own control plane and Redis; a file's tests stay on
+# one worker for its fixtures); then the tests that measure the kernel run alone
+# (marker `alone`: bpf and the agent's). The slowest of each part close its report.
 test: setup lint
-	$(PY) -m pytest --durations=25
+	$(PY) -m pytest -n 2 --dist loadfile -m "not alone" --durations=15
+	$(PY) -m pytest -m alone --durations=10
 
 # Minutes, not half an hour: no BPF, no real Redis or apiserver, no slow tests, no manifest renders.
 unit: $(STAMP)
-	$(PY) -m pytest -m "not bpf and not e2e and not slow and not redis" --ignore=tests/deploy
+	$(PY) -m pytest -n 2 -m "not bpf and not e2e and not slow and not redis" --ignore=tests/deploy
 
 demo: setup
 	$(PY) -m interference_demo.demo

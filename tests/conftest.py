@@ -8,11 +8,13 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import signal
 import subprocess
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import redis
@@ -107,11 +109,25 @@ def redis_server() -> Iterator[RedisServer]:
         yield server
 
 
+# A background job of a script starts with SIGINT ignored, and its children inherit that:
+# the tests that press Ctrl-C on a program (the demo, ``top --watch``) need it delivered as
+# a terminal delivers it, wherever the suite was started from.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+KERNEL_TESTS = Path(__file__).parent / "node_agent"
+"""The agent's tests: they measure the kernel's scheduling and reclaim, so they run alone."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by the markers added here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip ``bpf`` tests when not root, saying so (CI runs as root, so they run there)."""
-    if os.geteuid() == 0:
-        return
+    """Mark ``alone`` every ``bpf`` test and every test of the agent (``make test`` runs
+    them after the rest, which shares the machine between workers); skip ``bpf`` tests
+    when not root, saying so (CI runs as root, so they run there)."""
     skip = pytest.mark.skip(reason="bpf tests need root")
     for item in items:
-        if "bpf" in item.keywords:
+        if "bpf" in item.keywords or item.path.is_relative_to(KERNEL_TESTS):
+            item.add_marker(pytest.mark.alone)
+        if "bpf" in item.keywords and os.geteuid() != 0:
             item.add_marker(skip)
