@@ -27,15 +27,9 @@ implements these rules.
 5. **Score.** ``total = Σ weightₚ · scoreₚ`` over the profile's score plugins on the
    nodes that passed; the highest total wins, ties broken uniformly at random.
 
-The result carries, for the decision record, the best ``record_top_k`` candidates with
-their score breakdown by plugin (the chosen node first), then up to as many rejected nodes
-with the reasons of their first failing filter — those the last filters (Interference)
-rejected first, so ``interference explain`` shows why a noisy node lost — and the count of
-nodes per reason. Reasons are looked up only for the recorded nodes. For a pod with a
-run-queue tolerance it also carries the p99 the Interference filter compared on the
-recorded nodes and, when no node passed, on the nearest one, with when the relax rule will
-judge the pod interference-blind; the FailedScheduling message then says so and how far
-to raise the tolerance.
+What the result carries for the decision record: :mod:`scheduler.cycle.outcome`. The
+stages as functions of the profile and the state (the PreFilters, the signature cache, the
+scores, the funnel): :mod:`scheduler.cycle.stages`.
 
 6. **Nominated pods** (standalone, :mod:`scheduler.cycle.nominated`): room held for pods of at
    least the pod's priority counts as taken; the filters run with and without it and a
@@ -44,12 +38,16 @@ to raise the tolerance.
    kube-scheduler's DefaultPreemption looks for a node where evicting pods of lower
    priority lets the pod pass every filter, running this cycle's filters on the table
    with those pods removed; the result names the node and the victims, and the message
-   goes on with kube-scheduler's ``preemption: …`` when it finds none.
+   goes on with kube-scheduler's ``preemption: …`` when it finds none. What the dry run
+   may assume of the profile's filters: :mod:`scheduler.cycle.dry_run`.
 
-Size: over 500 lines because the stages share one decision's state (the signature
-cache, the masks, the record), and the PostFilter's dry run runs the same filter stages
-over the held room; the array helpers, the relax memory, the signal gate, the room holds
-and the preemption algorithm are modules of their own.
+Size: over 520 lines because it is one class whose methods share one decision's state
+(the profile run, the cycle state, the relax clock, the random tie-break) and re-enter one
+another: the standalone, extender and rebalancing entry points, the relax rule's second
+decision, and the nominated pods' and the PostFilter's dry runs all run the same Filter
+stage (:meth:`SchedulingCycle._filters`). The result types, the stages' functions of the
+profile and the state, the dry run's assumptions, the array helpers, the relax memory, the
+signal gate, the room holds and the preemption algorithm are modules of their own.
 """
 
 from __future__ import annotations
@@ -60,28 +58,14 @@ import logging
 import random
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
 
-from interference.decision import (
-    CandidateVerdict,
-    FunnelStage,
-    IndexRead,
-    RunqCheck,
-    funnel_of,
-    runq_advice,
-)
+from interference.decision import CandidateVerdict, IndexRead, RunqCheck, runq_advice
 from scheduler.api.objects import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, PodInfo
-from scheduler.cycle.filter_masks import (
-    Rejections,
-    all_of,
-    best_first,
-    merged,
-    rejections,
-    weighted_sum,
-)
+from scheduler.cycle.dry_run import antagonist_rows, node_local, resources_only
+from scheduler.cycle.filter_masks import all_of, best_first, merged, rejections, weighted_sum
 from scheduler.cycle.messages import (
     NO_NODES,
     failed_scheduling_message,
@@ -90,8 +74,8 @@ from scheduler.cycle.messages import (
     scheduled_message,
 )
 from scheduler.cycle.nominated import TableRoom
+from scheduler.cycle.outcome import CycleResult, FilterOutcome
 from scheduler.cycle.preemption import (
-    ANTAGONIST_NODES,
     Fits,
     PreemptionInputs,
     PreemptionOutcome,
@@ -104,7 +88,18 @@ from scheduler.cycle.preemption import (
 from scheduler.cycle.relax import RelaxTracker
 from scheduler.cycle.settings import CycleSettings
 from scheduler.cycle.stage_trace import PREFILTER, StageRecorder
-from scheduler.plugins.base import Code, CycleState, Filter, FilterResult, PodRejection
+from scheduler.cycle.stages import (
+    Filtered,
+    StaticStage,
+    filter_funnel,
+    first_reasons,
+    note_filters,
+    prefilter,
+    run_filter,
+    run_scores,
+    static_stage,
+)
+from scheduler.plugins.base import CycleState, Filter, FilterResult
 from scheduler.plugins.gpu_packing import NAME as GPU_PACKING
 from scheduler.plugins.gpu_packing import GpuPackingArgs
 from scheduler.plugins.interference import NAME as INTERFERENCE
@@ -127,106 +122,6 @@ GPU_MODEL = "gpu_model"
 """Candidate detail: the node's GPU model (``nvidia.com/gpu.product``), for GPU pods."""
 GPU_MEMORY_MIB = "gpu_memory_mib"
 """Candidate detail: memory per GPU in MiB (``nvidia.com/gpu.memory``), for GPU pods."""
-
-FUNNELS_CACHED = 256
-"""Funnels :func:`_funnel` remembers (all forgotten at once beyond that)."""
-_FUNNELS: dict[
-    tuple[tuple[str, ...], int, tuple[tuple[str, int], ...]], tuple[FunnelStage, ...]
-] = {}
-"""(filter names, candidates considered, first failures by filter) → funnel."""
-
-
-@dataclass(slots=True)
-class CycleResult:
-    """The outcome of :meth:`SchedulingCycle.schedule` for one pod (not frozen: one per
-    decision, as :class:`~interference.decision.CandidateVerdict` says why)."""
-
-    node: str | None
-    """Chosen node, ``None`` when no node passed every filter."""
-    candidates: list[CandidateVerdict]
-    """The chosen node and the next best with score breakdowns (none when no node passed),
-    then up to ``record_top_k`` rejected nodes with the reasons of their first failing
-    filter, those rejected by the last filters (Interference) first. For GPU pods each
-    carries the node's GPU model and memory in ``details``."""
-    message: str
-    """``Successfully assigned ns/pod to node`` or kube-scheduler's FailedScheduling text."""
-    blocked_only_by_interference: bool
-    """No node passed, but some would have without the relaxable (interference) filters."""
-    unsupported: tuple[str, ...]
-    """The pod's fields standalone mode does not implement; when any, the pod was refused."""
-    feasible: int
-    """How many nodes passed every filter."""
-    reason_counts: dict[str, int] = field(default_factory=dict)
-    """Filter reason → nodes it rejected, each node counted at its first failing filter
-    (the FailedScheduling histogram; also for scheduled pods)."""
-    rejected_by: frozenset[str] = frozenset()
-    """The plugins that rejected any candidate (or the pod, at PreFilter)."""
-    relaxed_after_s: float | None = None
-    """Seconds the pod had waited when the relaxable filters were dropped, else ``None``."""
-    blind: bool = False
-    """Judged interference-blind (signals unreadable, or a blind profile)."""
-    funnel: tuple[FunnelStage, ...] = ()
-    """Each filter that ran, in order, with the candidates in and out."""
-    omitted: dict[str, int] = field(default_factory=dict)
-    """How many ``feasible`` and ``rejected`` nodes ``candidates`` leaves out."""
-    preemption: PreemptionOutcome | None = None
-    """What the PostFilter decided when no node passed (``None``: it did not run)."""
-    runq: RunqCheck | None = None
-    """The pod's run-queue tolerance as the Interference filter compared it (``None``: no
-    such tolerance, or the filter is not in the profile)."""
-    interference_index: IndexRead | None = None
-    """The index the Interference plugin read on the recorded candidates (``None``: the
-    plugin is not in the profile, or signals were unreadable)."""
-
-
-@dataclass(frozen=True, slots=True)
-class FilterOutcome:
-    """The Filter stage of one cycle over its candidates (:meth:`SchedulingCycle.filter`)."""
-
-    passed: NDArray[np.bool_]
-    """Per table row: a candidate that passed every filter that ran."""
-    rejections: Rejections
-    relaxed_after_s: float | None
-    blind: bool
-    funnel: tuple[FunnelStage, ...] = ()
-    """Each filter that ran, in order, with the candidates in and out."""
-    runq: RunqCheck | None = None
-    """For a pod no candidate passed, with a run-queue tolerance: the nearest node (its p99
-    the only one measured here) and when the relax rule judges the pod interference-blind."""
-
-
-@dataclass(frozen=True, slots=True)
-class _StaticStage:
-    """The profile's leading filters that depend only on the pod's signature and the
-    nodes' constraint fields."""
-
-    passed: NDArray[np.bool_]
-    results: dict[str, FilterResult | None]
-    """By plugin name (``None``: nothing to check for this pod)."""
-    checked: tuple[tuple[Filter, FilterResult], ...]
-    """Those with a reason."""
-    passed_count: int
-    rejections: Rejections
-    """Which nodes these filters reject first, and why (cached with the masks)."""
-    first_failures: dict[str, int]
-    """``rejections.first_failures()``, built once per signature (callers copy it)."""
-    verdicts: dict[tuple[int, bool], list[CandidateVerdict]] = field(default_factory=dict)
-    """Record entries of the first rejected nodes by (how many, with GPU details); they
-    depend only on what the masks depend on, so they are built once per signature."""
-
-
-@dataclass(slots=True)
-class _Filtered:
-    """What the Filter stage found, before records are built (one per decision: not
-    frozen, as :class:`CycleResult`)."""
-
-    passed: NDArray[np.bool_]
-    without_relaxable: NDArray[np.bool_]
-    static: _StaticStage
-    dynamic: tuple[tuple[Filter, FilterResult], ...]
-    """The non-static filters that ran with a reason, in profile order."""
-    undecided: NDArray[np.bool_]
-    """The candidates the static filters passed."""
 
 
 class SchedulingCycle:
@@ -371,9 +266,9 @@ class SchedulingCycle:
         considered = int(np.count_nonzero(candidates))
         relaxed = relaxed_after is not None
         first_failures = found.first_failures()
-        funnel = _funnel(profile, relaxed, considered, first_failures)
+        funnel = filter_funnel(profile, relaxed, considered, first_failures)
         if recorder is not None and stamps is not None:
-            _note_filters(
+            note_filters(
                 recorder, profile, relaxed, considered, first_failures, stamps, found.counts, state
             )
         return FilterOutcome(filtered.passed, found, relaxed_after, blind, funnel, runq)
@@ -419,7 +314,7 @@ class SchedulingCycle:
         node counted feasible (kube-scheduler asks about the nodes that passed)."""
         profile = self.profile_for(signals_readable)
         state = self._state(pod, table, now, profile)
-        return _scores(profile, state, table.everyone(), recorder)
+        return run_scores(profile, state, table.everyone(), recorder)
 
     def fits_for(
         self, pod: PodInfo, table: NodeTable, now: float, *, signals_readable: bool = True
@@ -432,8 +327,8 @@ class SchedulingCycle:
         profile = self.profile_for(signals_readable)
         state = self._state(pod, table, now, profile)
         self._filters(profile, state, None, False)
-        batch = _node_local(profile, state)
-        light = batch and _resources_only(profile, state)
+        batch = node_local(profile, state)
+        light = batch and resources_only(profile, state)
         return self._fits(profile, state, False, None, {}, batch), batch, light
 
     # ---- internals ---------------------------------------------------------------------
@@ -464,7 +359,7 @@ class SchedulingCycle:
         state = self._state(pod, table, now, profile)
         if profile.prefilters:
             started = time.time_ns() if recorder is not None else 0
-            refused = _prefilter(profile, state)
+            refused = prefilter(profile, state)
             if recorder is not None:
                 recorder.note(
                     "PreFilter", PREFILTER, started, {"rejected_by": refused[0]} if refused else {}
@@ -513,9 +408,9 @@ class SchedulingCycle:
             else:
                 rejected += self._rejected(table, static_rejections.failing, details, left)
         considered = len(table) if candidates is None else int(np.count_nonzero(candidates))
-        funnel = _funnel(profile, relax, considered, first_failures)
+        funnel = filter_funnel(profile, relax, considered, first_failures)
         if recorder is not None and stamps is not None:
-            _note_filters(
+            note_filters(
                 recorder, profile, relax, considered, first_failures, stamps, counts, state
             )
         if feasible == 0:
@@ -544,7 +439,7 @@ class SchedulingCycle:
                 ),
                 interference_index=self._index_read(profile, state, (c.node for c in rejected)),
             )
-        scores = _scores(profile, state, passed, recorder)
+        scores = run_scores(profile, state, passed, recorder)
         selecting = time.time_ns() if recorder is not None else 0
         totals = weighted_sum(scores.values(), len(table))
         np.putmask(totals, ~passed, -np.inf)  # infeasible nodes rank last, never chosen
@@ -622,14 +517,14 @@ class SchedulingCycle:
         stamps: list[int] | None,
         room: TableRoom | None,
         second_pass: bool = True,
-    ) -> tuple[_Filtered, CycleState]:
+    ) -> tuple[Filtered, CycleState]:
         """:meth:`_filters` with the held room that counts against the pod on the table
         (``room``), and, unless every filter with anything to check judges a node by its
         own pods (then taking pods away cannot fail a node), again without it: a node
         passes only if it passes both (kube's ``RunFilterPluginsWithNominatedPods``). The
         reasons are those with the room held."""
         first = self._filters(profile, state, candidates, relax, stamps)
-        if room is None or not second_pass or _node_local(profile, state):
+        if room is None or not second_pass or node_local(profile, state):
             return first, state
         for _, result in first.dynamic:
             result.reason_columns()  # the reasons while the room is held
@@ -649,7 +544,7 @@ class SchedulingCycle:
         state: CycleState,
         candidates: NDArray[np.bool_] | None,
         relax: bool,
-        filtered: _Filtered,
+        filtered: Filtered,
         considered: int,
         inputs: PreemptionInputs,
         room: TableRoom | None,
@@ -666,12 +561,12 @@ class SchedulingCycle:
         potential = potential_rows(failing, len(table))
         forced: dict[int, frozenset[str]] = {}
         if args.preempt_antagonists:
-            forced = _antagonist_rows(pod, table, failing, potential, inputs)
+            forced = antagonist_rows(pod, table, failing, potential, inputs)
         why_not = eligible(pod, table, inputs, lambda row: not potential[row])
         if why_not is not None:
             return not_eligible(why_not)
-        batch = _node_local(profile, state)
-        light = batch and _resources_only(profile, state)
+        batch = node_local(profile, state)
+        light = batch and resources_only(profile, state)
         fits = self._fits(profile, state, relax, room, forced, batch)
         return preempt(
             pod,
@@ -717,7 +612,7 @@ class SchedulingCycle:
                 )
                 for row in group:
                     if not found.passed[row]:
-                        failing[row] = _first_reasons(found, row)
+                        failing[row] = first_reasons(found, row)
             return failing
 
         return fits
@@ -729,13 +624,13 @@ class SchedulingCycle:
         candidates: NDArray[np.bool_] | None,
         relax: bool,
         stamps: list[int] | None = None,
-    ) -> _Filtered:
+    ) -> Filtered:
         """Run the profile's filters: the static ones from the signature cache, then the
         others (the relaxable ones skipped with ``relax``); ``stamps`` is set to the
         wall-clock ns of the start, the static ones' end and each later filter's end."""
         if stamps is not None:
             stamps[:] = (time.time_ns(),)
-        static = _static_stage(profile, state)
+        static = static_stage(profile, state)
         state.filtered.update(static.results)
         if stamps is not None:
             stamps.append(time.time_ns())
@@ -761,12 +656,12 @@ class SchedulingCycle:
             passed = without_relaxable
         else:
             passed = all_of(undecided, (result for _, result in dynamic))
-        return _Filtered(passed, without_relaxable, static, tuple(dynamic), undecided)
+        return Filtered(passed, without_relaxable, static, tuple(dynamic), undecided)
 
     def _static_verdicts(
         self,
         table: NodeTable,
-        static: _StaticStage,
+        static: StaticStage,
         count: int,
         details: Details | None,
     ) -> list[CandidateVerdict]:
@@ -860,200 +755,3 @@ class SchedulingCycle:
                 )
             left -= len(recorded)
         return verdicts
-
-
-def unresolvable(plugin: Filter, reasons: Iterable[str]) -> bool:
-    """Whether a node rejected by ``plugin`` for ``reasons`` stays rejected whatever is
-    evicted (any of its reasons is ``UnschedulableAndUnresolvable``, as kube-scheduler)."""
-    return any(plugin.code(reason) is Code.UNSCHEDULABLE_AND_UNRESOLVABLE for reason in reasons)
-
-
-NODE_LOCAL = frozenset(
-    {
-        "NodeReady",
-        "NodeUnschedulable",
-        "TaintToleration",
-        "NodeAffinity",
-        "NodePorts",
-        "NodeResourcesFit",
-        "Interference",
-        "RebalancedAway",
-    }
-)
-"""Filters that judge a node by the node and its own pods alone: the preemption dry run
-may change many nodes at once and check them together."""
-
-
-def _node_local(profile: ResolvedProfile, state: CycleState) -> bool:
-    """Whether every filter with anything to check for this pod is in :data:`NODE_LOCAL`
-    (spread, pod affinity and volume claims look across nodes: one node at a time)."""
-    filtered = state.filtered
-    return all(
-        plugin.name in NODE_LOCAL or filtered.get(plugin.name) is None for plugin in profile.filters
-    )
-
-
-PLACED_PODS_READ = frozenset(
-    {"NodePorts", "NodeResourcesFit", "VolumeBinding", "PodTopologySpread", "InterPodAffinity"}
-)
-"""Filters that read the placed pods themselves (not only the resources they request):
-with anything to check, the dry run moves pods on the table for real."""
-
-
-def _resources_only(profile: ResolvedProfile, state: CycleState) -> bool:
-    """Whether NodeResourcesFit is in the profile and the only filter with anything to
-    check that reads the placed pods (then the dry run only moves their requests and puts
-    them back by NodeResourcesFit's arithmetic: scheduler.cycle.victims)."""
-    filtered = state.filtered
-    return any(plugin.name == "NodeResourcesFit" for plugin in profile.filters) and all(
-        name == "NodeResourcesFit" or filtered.get(name) is None for name in PLACED_PODS_READ
-    )
-
-
-def _first_reasons(found: _Filtered, row: int) -> tuple[str, ...]:
-    """The reasons of the first filter that rejected node ``row``."""
-    for plugin, result in found.static.checked + found.dynamic:
-        if not result.passed[row]:
-            return _reasons_at(result, row) or (plugin.name,)
-    return ("node(s) had no room left by the nominated pods",)
-
-
-def _reasons_at(result: FilterResult, row: int) -> tuple[str, ...]:
-    """The reasons ``result`` rejected node ``row`` for, without measurements (the
-    PostFilter's message counts them across nodes, as kube-scheduler's)."""
-    if len(result.reasons) == 1:
-        return result.reasons
-    columns = result.reason_columns()
-    return tuple(r for r, column in zip(result.reasons, columns, strict=True) if column[row])
-
-
-def _antagonist_rows(
-    pod: PodInfo,
-    table: NodeTable,
-    failing: tuple[tuple[Filter, FilterResult, NDArray[np.bool_]], ...],
-    potential: NDArray[np.bool_],
-    inputs: PreemptionInputs,
-) -> dict[int, frozenset[str]]:
-    """The opt-in antagonist rule: nodes first rejected by a relaxable (interference)
-    filter (the first :data:`ANTAGONIST_NODES`) where every antagonist the agents name is
-    a pod placed there with a lower priority than the pod → those antagonists (victims
-    whatever else fits; :data:`~scheduler.cycle.preemption.SYSTEM` is never one)."""
-    relaxable_first = np.zeros(len(table), dtype=np.bool_)
-    for plugin, _, first in failing:
-        if plugin.relaxable:
-            relaxable_first |= first
-    rows = np.flatnonzero(relaxable_first)[:ANTAGONIST_NODES].tolist()
-    if not rows or inputs.antagonists is None:
-        return {}
-    named_on = inputs.antagonists([table.names[row] for row in rows])
-    found: dict[int, frozenset[str]] = {}
-    for row in rows:
-        named = named_on.get(table.names[row])
-        if not named:
-            continue
-        placed = table.pods_on_node(table.names[row])
-        pods = [placed.get(key) for key in named]
-        if all(p is not None and p.priority < pod.priority for p in pods):
-            found[row] = frozenset(named)
-    return found
-
-
-def run_filter(plugin: Filter, state: CycleState) -> FilterResult | None:
-    """``plugin.filter(state)``, from the table's per-signature cache for a static plugin,
-    recorded in ``state.filtered`` for the filters after it."""
-    if plugin.static:
-        key = (plugin.name, state.pod.signature)
-        result = state.table.cached("constraints", key, plugin.filter, state)
-    else:
-        result = plugin.filter(state)
-    state.filtered[plugin.name] = result
-    return result
-
-
-def _funnel(
-    profile: ResolvedProfile, relax: bool, considered: int, first_failures: dict[str, int]
-) -> tuple[FunnelStage, ...]:
-    """:func:`~interference.decision.funnel_of` the filters that ran.
-
-    Memoised (the stages are immutable): most decisions repeat an earlier one's counts.
-    """
-    names = profile.relaxed_names if relax else profile.names
-    key = (names, considered, tuple(first_failures.items()))
-    found = _FUNNELS.get(key)
-    if found is None:
-        if len(_FUNNELS) >= FUNNELS_CACHED:
-            _FUNNELS.clear()
-        found = _FUNNELS[key] = funnel_of(names, considered, first_failures)
-    return found
-
-
-def _prefilter(profile: ResolvedProfile, state: CycleState) -> tuple[str, PodRejection] | None:
-    """The first pod-wide rejection of the profile's PreFilters, with its plugin's name."""
-    for name, check in profile.prefilters:
-        rejection = check(state)
-        if rejection is not None:
-            return name, rejection
-    return None
-
-
-def _static_stage(profile: ResolvedProfile, state: CycleState) -> _StaticStage:
-    key = ("static", profile.static_names, state.pod.signature)
-    return state.table.cached("constraints", key, _build_static, profile, state)
-
-
-def _build_static(profile: ResolvedProfile, state: CycleState) -> _StaticStage:
-    table = state.table
-    results: dict[str, FilterResult | None] = {}
-    for plugin in profile.filters[: profile.static_prefix]:
-        results[plugin.name] = result = plugin.filter(state)
-        state.filtered[plugin.name] = result  # a later static filter may read it
-    checked = tuple(
-        (plugin, result)
-        for plugin in profile.filters[: profile.static_prefix]
-        if (result := results[plugin.name]) is not None and result.reasons
-    )
-    passed = all_of(table.everyone(), (result for _, result in checked))
-    found = rejections(checked, table.everyone())
-    return _StaticStage(
-        passed, results, checked, int(np.count_nonzero(passed)), found, found.first_failures()
-    )
-
-
-def _scores(
-    profile: ResolvedProfile,
-    state: CycleState,
-    feasible: NDArray[np.bool_],
-    recorder: StageRecorder | None = None,
-) -> dict[str, tuple[float, NDArray[np.float64]]]:
-    scores: dict[str, tuple[float, NDArray[np.float64]]] = {}
-    ended = time.time_ns() if recorder is not None else 0
-    for scorer, weight in profile.scores:
-        score = scorer.score(state, feasible)
-        if score is not None:
-            scores[scorer.name] = (weight, score)
-        if recorder is not None:
-            started, ended = ended, time.time_ns()
-            if score is not None:
-                recorder.note_score(scorer.name, weight, started, ended)
-    return scores
-
-
-def _note_filters(
-    recorder: StageRecorder,
-    profile: ResolvedProfile,
-    relax: bool,
-    considered: int,
-    first_failures: dict[str, int],
-    stamps: list[int],
-    counts: dict[str, int],
-    state: CycleState,
-) -> None:
-    """The Filter stage, raw (:meth:`StageRecorder.note_filters`): what the decision
-    computed anyway, copied where the caller may still change it."""
-    filtered = state.filtered
-    reasons = {name: result.reasons for name in first_failures if (result := filtered[name])}
-    names = profile.relaxed_names if relax else profile.names
-    static_count = len(profile.static_names)
-    recorder.note_filters(
-        names, static_count, considered, dict(first_failures), stamps, dict(counts), reasons
-    )

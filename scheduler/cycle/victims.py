@@ -2,7 +2,7 @@
 and how many of them a node can keep.
 
 When NodeResourcesFit is the only filter whose verdict depends on the placed pods
-(scheduler.cycle.cycle says when), the dry run checks once, with every lower-priority pod gone,
+(scheduler.cycle.dry_run says when), the dry run checks once, with every lower-priority pod gone,
 that the pod passes every filter on a node; after that only the node's free resources
 change as pods are put back, so the rest is NodeResourcesFit's own comparison redone on
 that node's numbers (:func:`reprieve`), the way kube-scheduler runs the filters on one

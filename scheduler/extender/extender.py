@@ -90,7 +90,8 @@ from interference.decision import (
 from scheduler.api.objects import PodInfo
 from scheduler.api.reader import ObjectError
 from scheduler.cycle.cache import ClusterCache
-from scheduler.cycle.cycle import SchedulingCycle, unresolvable
+from scheduler.cycle.cycle import SchedulingCycle
+from scheduler.cycle.dry_run import unresolvable
 from scheduler.cycle.messages import failed_scheduling_message
 from scheduler.cycle.ports import DecisionSink, DecisionTracer, NoTracer, SignalSource
 from scheduler.cycle.settings import CycleSettings

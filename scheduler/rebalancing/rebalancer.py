@@ -52,8 +52,9 @@ from interference.freshness import stale_after_s
 from interference.signals import NodeReport
 from scheduler.api.objects import PodInfo
 from scheduler.cycle.cache import ClusterCache
-from scheduler.cycle.cycle import CycleResult, SchedulingCycle
+from scheduler.cycle.cycle import SchedulingCycle
 from scheduler.cycle.nominated import Hold, held_room
+from scheduler.cycle.outcome import CycleResult
 from scheduler.cycle.ports import (
     ClusterError,
     DecisionSink,

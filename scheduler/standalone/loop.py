@@ -50,9 +50,10 @@ from dataclasses import dataclass
 from interference.decision import CandidateVerdict, Decision, PreemptionRecord
 from scheduler.api.objects import PodInfo, PodWarning
 from scheduler.cycle.cache import ClusterCache, UnparseablePod
-from scheduler.cycle.cycle import CycleResult, SchedulingCycle
+from scheduler.cycle.cycle import SchedulingCycle
 from scheduler.cycle.messages import relaxed_message, scheduled_message, unparseable_message
 from scheduler.cycle.nominated import TableRoom
+from scheduler.cycle.outcome import CycleResult
 from scheduler.cycle.ports import (
     Cluster,
     ClusterError,

@@ -20,9 +20,11 @@ from scheduler.api.nodes import parse_node
 from scheduler.api.objects import PodInfo
 from scheduler.api.pods import parse_pod
 from scheduler.cycle.cache import ClusterCache
-from scheduler.cycle.cycle import SchedulingCycle, _funnel, unresolvable
+from scheduler.cycle.cycle import SchedulingCycle
+from scheduler.cycle.dry_run import unresolvable
 from scheduler.cycle.queue import QueueState, SchedulingQueue
 from scheduler.cycle.settings import CycleSettings, Profile
+from scheduler.cycle.stages import filter_funnel
 from scheduler.endpoint.metrics import SchedulerMetrics
 from scheduler.entry.config import parse_config
 from scheduler.plugins.base import Code, CycleState, Filter, FilterResult
@@ -302,6 +304,6 @@ def test_the_funnel_is_the_same_whether_built_or_remembered(
     names = profile.relaxed_names if relax else profile.names
     expected = tuple(zip(names, left[:-1], left[1:], strict=True))
     for _ in range(2):  # built, then remembered
-        funnel = _funnel(profile, relax, considered, dict(first_failures))
+        funnel = filter_funnel(profile, relax, considered, dict(first_failures))
         assert [tuple(stage) for stage in funnel] == list(expected)
         assert all(isinstance(stage, FunnelStage) for stage in funnel)

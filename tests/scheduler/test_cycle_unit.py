@@ -15,7 +15,8 @@ from interference.signals import SIGNAL_FAMILIES, NodeMetrics
 from scheduler.api.nodes import parse_node
 from scheduler.api.objects import ANNOTATION_MAX_RUNQ_P99_US
 from scheduler.api.pods import parse_pod
-from scheduler.cycle.cycle import CycleResult, SchedulingCycle
+from scheduler.cycle.cycle import SchedulingCycle
+from scheduler.cycle.outcome import CycleResult
 from scheduler.cycle.ports import NodeSignals
 from scheduler.cycle.preemption import PreemptionInputs
 from scheduler.cycle.settings import CycleSettings, Profile

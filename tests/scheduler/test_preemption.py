@@ -40,8 +40,9 @@ from scheduler.api.budgets import DisruptionBudgetInfo
 from scheduler.api.objects import PodInfo
 from scheduler.api.pods import parse_pod
 from scheduler.api.selectors import LabelSelector, Requirement
-from scheduler.cycle.cycle import CycleResult, SchedulingCycle
+from scheduler.cycle.cycle import SchedulingCycle
 from scheduler.cycle.nominated import RoomHolds
+from scheduler.cycle.outcome import CycleResult
 from scheduler.cycle.preemption import (
     NEVER,
     TERMINATING,
