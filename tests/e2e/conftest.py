@@ -44,8 +44,11 @@ def _assets() -> Assets | str:
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Skip every e2e test with the same reason, raised here so ``-ra`` folds them into
-    one line."""
+    one line; fail them under ``CI``, which must run them (a skip there hides a broken
+    set-up)."""
     if isinstance(_assets(), str) and item.get_closest_marker("e2e"):
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the e2e tests: {_assets()}", pytrace=False)
         pytest.skip(str(_assets()))
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import fcntl
 import json
 import os
 import secrets
@@ -79,9 +80,17 @@ def find_assets() -> Assets:
         unpack = SHARED_K8S / "unpack.sh"
         if not unpack.is_file():
             raise AssetsMissing(ENABLE_HINT)
-        done = subprocess.run(
-            ["bash", str(unpack), str(ASSETS_CACHE)], capture_output=True, text=True, timeout=300
-        )
+        # make test's workers each start a control plane: one unpacks, the others wait for
+        # it (unpack.sh writes NAME.tmp and renames it, which two at once would race on).
+        ASSETS_CACHE.mkdir(parents=True, exist_ok=True)
+        with (ASSETS_CACHE / ".unpacking").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            done = subprocess.run(
+                ["bash", str(unpack), str(ASSETS_CACHE)],
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
         if done.returncode != 0:
             raise AssetsMissing(f"{unpack} failed: {done.stderr.strip()[-300:]}; {ENABLE_HINT}")
         directory = ASSETS_CACHE
