@@ -236,19 +236,18 @@ mounts_in_state() { # the runtime's mounts under $STATE (not $STATE's own tmpfs:
     awk -v s="$STATE" 'index($2, s) == 1 && $2 != s {print $2}' /proc/self/mounts
 }
 TORN_DOWN=0
-failure_digest() { # a failed run's last words, short enough for the end of a CI log
-    local ns pod
+failure_digest() { # a failed run's last words from what teardown saved in $STATE/logs,
+    # short enough for the end of a CI log
+    local log
     echo "--- pods not Running and Ready, or restarted"
-    kubectl get pods -A --no-headers 2>/dev/null \
-        | awk '{ split($3, ready, "/") } $4 != "Running" || ready[1] != ready[2] || $5 != "0"' | head -10
+    awk 'NR > 1 { split($3, ready, "/") } NR > 1 && ($4 != "Running" || ready[1] != ready[2] || $5 != "0")' \
+        "$STATE/logs/pods.log" | head -10
     echo "--- last warning events"
-    kubectl get events -A --field-selector type=Warning --sort-by=.lastTimestamp --no-headers 2>/dev/null \
-        | tail -8 | cut -c1-220
-    for ns in interference-system interference-agent; do
-        for pod in $(kubectl -n "$ns" get pods -o jsonpath='{.items[*].metadata.name}' 2>/dev/null); do
-            echo "--- $ns/$pod: last lines"
-            kubectl -n "$ns" logs --all-containers --tail=4 "$pod" 2>&1 | cut -c1-220
-        done
+    awk 'NR > 1 && $3 == "Warning"' "$STATE/logs/events.log" | tail -8 | cut -c1-220
+    for log in "$STATE"/logs/pod-interference-system-*.log "$STATE"/logs/pod-interference-agent-*.log; do
+        [[ -e $log ]] || continue
+        echo "--- ${log##*/}: last lines"
+        tail -n 4 "$log" | cut -c1-220
     done
 }
 teardown() {
