@@ -27,10 +27,6 @@ implements these rules.
 5. **Score.** ``total = Σ weightₚ · scoreₚ`` over the profile's score plugins on the
    nodes that passed; the highest total wins, ties broken uniformly at random.
 
-What the result carries for the decision record: :mod:`scheduler.cycle.outcome`. The
-stages as functions of the profile and the state (the PreFilters, the signature cache, the
-scores, the funnel): :mod:`scheduler.cycle.stages`.
-
 6. **Nominated pods** (standalone, :mod:`scheduler.cycle.nominated`): room held for pods of at
    least the pod's priority counts as taken; the filters run with and without it and a
    node must pass both. A pod whose own nominated node passes goes there.
@@ -41,13 +37,17 @@ scores, the funnel): :mod:`scheduler.cycle.stages`.
    goes on with kube-scheduler's ``preemption: …`` when it finds none. What the dry run
    may assume of the profile's filters: :mod:`scheduler.cycle.dry_run`.
 
-Size: over 520 lines because it is one class whose methods share one decision's state
-(the profile run, the cycle state, the relax clock, the random tie-break) and re-enter one
+What the result carries: :mod:`scheduler.cycle.outcome`; what a record says about each
+candidate: :mod:`scheduler.cycle.verdicts`; what the plugins add to it: their
+:class:`~scheduler.plugins.base.Evidence`; the stages as functions of the profile and the
+state (the PreFilters, the signature cache, the scores, the funnel):
+:mod:`scheduler.cycle.stages`.
+
+Size: about 600 lines, one class, because its methods share one decision's state (the
+profile run, the cycle state, the relax clock, the random tie-break) and re-enter one
 another: the standalone, extender and rebalancing entry points, the relax rule's second
 decision, and the nominated pods' and the PostFilter's dry runs all run the same Filter
-stage (:meth:`SchedulingCycle._filters`). The result types, the stages' functions of the
-profile and the state, the dry run's assumptions, the array helpers, the relax memory, the
-signal gate, the room holds and the preemption algorithm are modules of their own.
+stage (:meth:`SchedulingCycle._filters`).
 """
 
 from __future__ import annotations
@@ -57,15 +57,15 @@ import dataclasses
 import logging
 import random
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 import numpy as np
 from numpy.typing import NDArray
 
-from interference.decision import CandidateVerdict, IndexRead, RunqCheck, runq_advice
-from scheduler.api.objects import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, PodInfo
+from interference.decision import IndexRead, RunqCheck, runq_advice
+from scheduler.api.objects import PodInfo
 from scheduler.cycle.dry_run import antagonist_rows, node_local, resources_only
-from scheduler.cycle.filter_masks import all_of, best_first, merged, rejections, weighted_sum
+from scheduler.cycle.filter_masks import all_of, best_first, rejections, weighted_sum
 from scheduler.cycle.messages import (
     NO_NODES,
     failed_scheduling_message,
@@ -90,7 +90,6 @@ from scheduler.cycle.settings import CycleSettings
 from scheduler.cycle.stage_trace import PREFILTER, StageRecorder
 from scheduler.cycle.stages import (
     Filtered,
-    StaticStage,
     filter_funnel,
     first_reasons,
     note_filters,
@@ -99,29 +98,12 @@ from scheduler.cycle.stages import (
     run_scores,
     static_stage,
 )
+from scheduler.cycle.verdicts import ranked_verdicts, refusals_of
 from scheduler.plugins.base import CycleState, Filter, FilterResult
-from scheduler.plugins.gpu_packing import NAME as GPU_PACKING
-from scheduler.plugins.gpu_packing import GpuPackingArgs
-from scheduler.plugins.interference import NAME as INTERFERENCE
-from scheduler.plugins.interference import (
-    InterferenceArgs,
-    effective_index,
-    fresh_signals,
-    refused_for_runq,
-    runq_check,
-)
 from scheduler.plugins.registry import REGISTRY, Registry, ResolvedProfile
 from scheduler.signals.table import NodeTable
 
 log = logging.getLogger(__name__)
-
-Details = Callable[[int], dict[str, str]]
-"""What a candidate record says about a node (row) besides verdict and scores."""
-
-GPU_MODEL = "gpu_model"
-"""Candidate detail: the node's GPU model (``nvidia.com/gpu.product``), for GPU pods."""
-GPU_MEMORY_MIB = "gpu_memory_mib"
-"""Candidate detail: memory per GPU in MiB (``nvidia.com/gpu.memory``), for GPU pods."""
 
 
 class SchedulingCycle:
@@ -139,8 +121,6 @@ class SchedulingCycle:
         self.profile = registry.resolve(settings.profile, extender=extender)
         self._blind = self.profile.without_signals()
         self._unreadable = self.profile.without_signal_scores()
-        gpu = self.profile.args.get(GPU_PACKING)
-        self._gpu_resource = (gpu if isinstance(gpu, GpuPackingArgs) else GpuPackingArgs()).resource
         self.relax = RelaxTracker()
         self._random = random.Random(seed)
 
@@ -216,7 +196,7 @@ class SchedulingCycle:
         if (
             result.node is None
             and result.runq is not None
-            and refused_for_runq(result.reason_counts)
+            and self.refused_for_runq(result.reason_counts)
         ):
             runq = dataclasses.replace(result.runq, relax_at=relax_at)
             advised = f"{result.message} {runq_advice(runq, now)}"
@@ -282,8 +262,8 @@ class SchedulingCycle:
         *,
         signals_readable: bool = True,
     ) -> RunqCheck | None:
-        """The pod's run-queue tolerance and the p99 the Interference filter compares on
-        ``nodes`` (those a record keeps), under the profile the cycle runs."""
+        """The pod's run-queue tolerance and the p99 compared on ``nodes`` (those a record
+        keeps), under the profile the cycle runs (:attr:`Evidence.runq`)."""
         profile = self.profile_for(signals_readable)
         return self._runq(profile, self._state(pod, table, now, profile), nodes)
 
@@ -296,8 +276,8 @@ class SchedulingCycle:
         *,
         signals_readable: bool = True,
     ) -> IndexRead | None:
-        """The index the Interference plugin reads on ``nodes`` (those a record keeps),
-        under the profile the cycle runs."""
+        """The index read on ``nodes`` (those a record keeps), under the profile the cycle
+        runs (:attr:`Evidence.index_read`)."""
         profile = self.profile_for(signals_readable)
         return self._index_read(profile, self._state(pod, table, now, profile), nodes)
 
@@ -375,7 +355,6 @@ class SchedulingCycle:
         holds = None if preemption is None else preemption.holds
         filtered, state = self._filters_held(profile, state, candidates, relax, stamps, room)
         passed = filtered.passed
-        static = filtered.static
         feasible = int(np.count_nonzero(passed))
         nominated = None if holds is None else holds.node_of(pod.key)
         if nominated is not None and feasible > 1:  # kube's evaluateNominatedNode
@@ -384,29 +363,11 @@ class SchedulingCycle:
                 passed = np.zeros(len(table), dtype=np.bool_)
                 passed[row] = True
                 feasible = 1
-        details = self._details_for(pod, table)
-        if candidates is None:
-            counts = dict(static.rejections.counts)  # the result's own, the cached one stays
-            static_rejections = static.rejections
-            undecided_count = static.passed_count
-            first_failures = dict(static.first_failures)  # its keys: the rejectors
-        else:
-            static_rejections = rejections(static.checked, candidates)
-            counts = dict(static_rejections.counts)
-            undecided_count = int(np.count_nonzero(filtered.undecided))
-            first_failures = static_rejections.first_failures()
-        rejected: list[CandidateVerdict] = []
-        if undecided_count > feasible:
-            dynamic_rejections = rejections(filtered.dynamic, filtered.undecided)
-            counts = merged(counts, dynamic_rejections.counts)
-            first_failures.update(dynamic_rejections.first_failures())
-            rejected = self._rejected(table, dynamic_rejections.failing, details)
-        left = self.settings.record_top_k - len(rejected)
-        if left > 0 and static_rejections.failing:
-            if candidates is None:
-                rejected += self._static_verdicts(table, static, left, details)
-            else:
-                rejected += self._rejected(table, static_rejections.failing, details, left)
+        details_of = profile.evidence.candidate_details
+        details = None if details_of is None else details_of(state)
+        top_k = self.settings.record_top_k
+        refused = refusals_of(table, filtered, candidates, feasible, details, top_k)
+        counts, first_failures, rejected = refused
         considered = len(table) if candidates is None else int(np.count_nonzero(candidates))
         funnel = filter_funnel(profile, relax, considered, first_failures)
         if recorder is not None and stamps is not None:
@@ -443,12 +404,12 @@ class SchedulingCycle:
         selecting = time.time_ns() if recorder is not None else 0
         totals = weighted_sum(scores.values(), len(table))
         np.putmask(totals, ~passed, -np.inf)  # infeasible nodes rank last, never chosen
-        best = best_first(totals, min(max(2, self.settings.record_top_k), feasible))
+        best = best_first(totals, min(max(2, top_k), feasible))
         chosen = best[0]
         if len(best) > 1 and totals[best[1]] == totals[chosen]:
             ties = np.flatnonzero(totals == totals[chosen])
             chosen = int(ties[self._random.randrange(len(ties))])
-        ranked = self._ranked(table, best, chosen, scores, totals, details)
+        ranked = ranked_verdicts(table, best, chosen, scores, totals, details, top_k)
         if recorder is not None:
             top = [(c.node, c.total) for c in ranked]
             recorder.note_selection(selecting, table.names[chosen], feasible, top)
@@ -472,6 +433,12 @@ class SchedulingCycle:
             ),
         )
 
+    def refused_for_runq(self, reasons: Iterable[str]) -> bool:
+        """Whether ``reasons`` include the run-queue tolerance's
+        (:attr:`Evidence.refused_for_runq`; false where no plugin supplies it)."""
+        refused = self.profile.evidence.refused_for_runq
+        return refused is not None and refused(reasons)
+
     def _runq(
         self,
         profile: ResolvedProfile,
@@ -479,34 +446,16 @@ class SchedulingCycle:
         nodes: Iterable[str],
         nearest_among: NDArray[np.bool_] | None = None,
     ) -> RunqCheck | None:
-        """:func:`~scheduler.plugins.interference.runq_check` where the profile runs the
-        Interference filter on readable signals (``None`` elsewhere)."""
-        if state.pod.tolerance is None or not state.signals_readable:
-            return None  # most pods: no lookups
-        if INTERFERENCE not in profile.names:
-            return None
-        args = state.args_of(INTERFERENCE, InterferenceArgs)
-        return runq_check(state.table, state.pod, args, state.now, nodes, nearest_among)
+        """The profile's :attr:`Evidence.runq` (``None`` where none supplies it)."""
+        runq = profile.evidence.runq
+        return None if runq is None else runq(state, nodes, nearest_among)
 
     def _index_read(
         self, profile: ResolvedProfile, state: CycleState, nodes: Iterable[str]
     ) -> IndexRead | None:
-        """For the decision record: the index the Interference plugin reads on ``nodes``
-        (those the record keeps) that have usable signals, so a page can show what decided
-        rather than what an agent published; ``None`` where the profile does not run the
-        plugin or no signal can be read."""
-        if not state.signals_readable or INTERFERENCE not in profile.names:
-            return None
-        args = state.args_of(INTERFERENCE, InterferenceArgs)
-        table = state.table
-        index = effective_index(table, args)
-        fresh = fresh_signals(table, state.now)
-        read: dict[str, float] = {}
-        for node in nodes:
-            row = table.row_of(node)
-            if row is not None and fresh[row]:
-                read[node] = index.item(row)
-        return IndexRead(args.signal_window, read)
+        """The profile's :attr:`Evidence.index_read` (``None`` where none supplies it)."""
+        index_read = profile.evidence.index_read
+        return None if index_read is None else index_read(state, nodes)
 
     def _filters_held(
         self,
@@ -657,101 +606,3 @@ class SchedulingCycle:
         else:
             passed = all_of(undecided, (result for _, result in dynamic))
         return Filtered(passed, without_relaxable, static, tuple(dynamic), undecided)
-
-    def _static_verdicts(
-        self,
-        table: NodeTable,
-        static: StaticStage,
-        count: int,
-        details: Details | None,
-    ) -> list[CandidateVerdict]:
-        """:meth:`_rejected` for the signature-cached filters, built once per signature."""
-        key = (count, details is not None)
-        verdicts = static.verdicts.get(key)
-        if verdicts is None:
-            verdicts = self._rejected(table, static.rejections.failing, details, count)
-            static.verdicts[key] = verdicts
-        return verdicts
-
-    def _details_for(self, pod: PodInfo, table: NodeTable) -> Details | None:
-        """What a candidate record says about a node besides verdict and scores: for GPU
-        pods, the node's GPU model and memory (its labels)."""
-        if pod.requests.get(self._gpu_resource, 0) == 0:
-            return None  # no call per candidate: most pods are not GPU pods
-
-        # labels change only with the table's generation, which empties this scope
-        found: dict[int, dict[str, str]] = table.cached("constraints", "gpu_details", dict)
-
-        def gpu_details(row: int) -> dict[str, str]:
-            cached = found.get(row)
-            if cached is None:
-                labels = ((GPU_MODEL, GPU_PRODUCT_LABEL), (GPU_MEMORY_MIB, GPU_MEMORY_LABEL))
-                values = {name: table.node_label(row, label) for name, label in labels}
-                cached = {name: value for name, value in values.items() if value is not None}
-                found[row] = cached
-            return cached
-
-        return gpu_details
-
-    def _ranked(
-        self,
-        table: NodeTable,
-        best_rows: list[int],
-        chosen: int,
-        scores: dict[str, tuple[float, NDArray[np.float64]]],
-        totals: NDArray[np.float64],
-        details: Details | None,
-    ) -> list[CandidateVerdict]:
-        """The chosen node, then the next best feasible nodes, with their breakdowns."""
-        k = self.settings.record_top_k
-        if chosen == best_rows[0]:
-            rows = best_rows[:k]
-        else:
-            rows = [chosen, *filter(chosen.__ne__, best_rows)][:k]
-        weights = {plugin: weight for plugin, (weight, _) in scores.items()}
-        columns = [(plugin, score) for plugin, (_, score) in scores.items()]
-        names = table.names
-        # a bound score.item(row) per part: 6 µs for five rows, where map() over
-        # np.ndarray.item (fewer instructions, unbound calls) took 12 µs
-        return [
-            CandidateVerdict(
-                names[row],
-                True,
-                [],
-                {plugin: score.item(row) for plugin, score in columns},
-                totals.item(row),
-                details(row) if details is not None else {},
-                weights,
-            )
-            for row in rows
-        ]
-
-    def _rejected(
-        self,
-        table: NodeTable,
-        failing: tuple[tuple[Filter, FilterResult, NDArray[np.bool_]], ...],
-        details: Details | None,
-        count: int | None = None,
-    ) -> list[CandidateVerdict]:
-        """Up to ``count`` (``record_top_k``) rejected nodes with the reasons of their first
-        failing filter, the latest filter first: interference, so a noisy node shows why it
-        lost, then anti-affinity, resources, … readiness. Reasons are looked up for these
-        nodes only."""
-        verdicts: list[CandidateVerdict] = []
-        left = self.settings.record_top_k if count is None else count
-        for _, stage, rejected in reversed(failing):
-            if left <= 0:
-                break
-            recorded = np.flatnonzero(rejected)[:left]
-            reasons = stage.failure_reasons(recorded)
-            for row, why in zip(recorded.tolist(), reasons, strict=True):
-                verdicts.append(
-                    CandidateVerdict(
-                        table.names[row],
-                        False,
-                        why,
-                        details=details(row) if details is not None else {},
-                    )
-                )
-            left -= len(recorded)
-        return verdicts

@@ -116,7 +116,6 @@ from scheduler.extender.protocol import (
     parse_args,
     read_extender_pod,
 )
-from scheduler.plugins.interference import refused_for_runq
 from scheduler.signals.table import NodeTable
 
 log = logging.getLogger(__name__)
@@ -532,7 +531,7 @@ class Extender:
             result = "unschedulable"
             message = failed_scheduling_message(len(args.names), verdict.reason_counts)
             # the reasons carry each node's measurement: "… tolerance (measured 900 µs > …)"
-            if verdict.runq is not None and refused_for_runq(verdict.reason_counts):
+            if verdict.runq is not None and self._cycle.refused_for_runq(verdict.reason_counts):
                 message += " " + runq_advice(verdict.runq, now)
         return Decision(
             namespace=pod.namespace,

@@ -28,6 +28,10 @@ What a plugin declares (kube-scheduler's framework, in its words):
 - **Events** (:attr:`Filter.events`, kube's ``EventsToRegister`` with ``QueueingHint``\s):
   the cluster events that can make a pod this filter rejected schedulable; the queue
   retries such a pod early only on those.
+- **Evidence** (:attr:`Filter.evidence`, :attr:`Score.evidence`; ours, kube-scheduler's
+  records are Events): what the plugin read, for the decision record's own fields (the
+  run-queue check, the index read, a candidate's details), so the cycle fills them
+  without knowing which plugin reads what.
 - **State** of its own across decisions: a lookup of placed pods registered with the
   table (:meth:`scheduler.signals.table.NodeTable.lookup`, add/remove hooks) and values in the
   table's caches (:meth:`~scheduler.signals.table.NodeTable.cached`, scopes named for what
@@ -38,7 +42,7 @@ A plugin must not import adapters, ``redis`` or ``kubernetes`` (import-linter ch
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TypeVar
@@ -46,6 +50,7 @@ from typing import TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
+from interference.decision import IndexRead, RunqCheck
 from scheduler.api.events import EventInterest
 from scheduler.api.objects import PodInfo
 from scheduler.signals.frame import COLUMNS_BY_NAME
@@ -173,6 +178,66 @@ class CycleState:
         return found if isinstance(found, kind) else kind()
 
 
+CandidateDetails = Callable[[int], dict[str, str]]
+"""What a decision record says about a candidate node (its row) besides its verdict and
+scores (:attr:`interference.decision.CandidateVerdict.details`)."""
+
+
+RunqEvidence = Callable[[CycleState, Iterable[str], NDArray[np.bool_] | None], RunqCheck | None]
+"""The signature of :attr:`Evidence.runq`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """What a plugin adds to the decision record besides its verdicts and scores: what it
+    read, so ``interference explain`` and the decision page show what decided rather than
+    what an agent published. Each field fills one record field; at most one plugin of a
+    registry supplies each (:class:`scheduler.plugins.registry.Registry` checks), and the
+    record leaves out a field no plugin of the profile run supplies."""
+
+    runq: RunqEvidence | None = None
+    """``(state, nodes, nearest_among)`` → the pod's run-queue tolerance and the p99 compared
+    on ``nodes`` (the recorded candidates) and, given ``nearest_among`` (for a pod no node
+    passed), the nearest node among them (:attr:`interference.decision.Decision.runq`);
+    ``None`` for a pod without such a tolerance or while signals are unreadable."""
+    refused_for_runq: Callable[[Iterable[str]], bool] | None = None
+    """Whether reasons (as counted, or with a node's measurement after them) include the
+    run-queue tolerance's: the FailedScheduling message then says how far to raise it.
+    Given exactly when :attr:`runq` is."""
+    index_read: Callable[[CycleState, Iterable[str]], IndexRead | None] | None = None
+    """``(state, nodes)`` → the index read on those of ``nodes`` with usable signals
+    (:attr:`interference.decision.Decision.interference_index`)."""
+    candidate_details: Callable[[CycleState], CandidateDetails | None] | None = None
+    """``state`` → what a record says about each candidate of this pod (``None``: nothing,
+    without a call per candidate)."""
+
+    def __post_init__(self) -> None:
+        if (self.runq is None) != (self.refused_for_runq is None):
+            raise ValueError("evidence: runq and refused_for_runq come together")
+
+    def fields(self) -> tuple[str, ...]:
+        """The record fields this evidence supplies."""
+        return tuple(
+            name
+            for name in ("runq", "index_read", "candidate_details")
+            if getattr(self, name) is not None
+        )
+
+    @staticmethod
+    def combined(parts: Iterable[Evidence]) -> Evidence:
+        """One evidence of ``parts``, each field from the first part that supplies it."""
+        parts = tuple(parts)
+        runq = next((part for part in parts if part.runq is not None), None)
+        index_read = next((part.index_read for part in parts if part.index_read), None)
+        details = next((part.candidate_details for part in parts if part.candidate_details), None)
+        return Evidence(
+            runq=None if runq is None else runq.runq,
+            refused_for_runq=None if runq is None else runq.refused_for_runq,
+            index_read=index_read,
+            candidate_details=details,
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class Filter:
     """A filter plugin: which nodes may run the pod, and why the others may not."""
@@ -224,6 +289,8 @@ class Filter:
     """Builds the plugin's lookup of placed pods, registered with the table under the
     plugin's name before pods arrive (:meth:`scheduler.signals.table.NodeTable.lookup`), so it is
     kept current as pods are placed rather than built at the first decision."""
+    evidence: Evidence | None = None
+    """What it adds to the decision record besides its verdicts (``None``: nothing)."""
 
     def __post_init__(self) -> None:
         _check_signals(self, self.signals)
@@ -257,6 +324,8 @@ class Score:
     """Reads the agents' signals: off while they are unreadable (interference-blind)."""
     args: type | None = None
     """The dataclass of this plugin's args, ``None`` when it has none."""
+    evidence: Evidence | None = None
+    """What it adds to the decision record besides its scores (``None``: nothing)."""
 
     def __post_init__(self) -> None:
         _check_signals(self, self.signals)

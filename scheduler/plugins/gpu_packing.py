@@ -11,6 +11,9 @@ With ``g`` the GPU extended resource (``nvidia.com/gpu``) and ``want`` the pod's
 Most-allocated on GPUs leaves whole nodes free for large GPU pods (less fragmentation);
 counting nodes whose GPUs the agent reports keeps other pods off them even before their
 device plugin advertises ``nvidia.com/gpu``.
+
+Evidence: a GPU pod's decision record names each candidate's GPU model and memory per GPU
+(the node's ``nvidia.com/gpu.product`` and ``nvidia.com/gpu.memory`` labels).
 """
 
 from __future__ import annotations
@@ -20,11 +23,15 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from scheduler.api.objects import PodInfo
-from scheduler.plugins.base import CycleState, Score
+from scheduler.api.objects import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, PodInfo
+from scheduler.plugins.base import CandidateDetails, CycleState, Evidence, Score
 from scheduler.signals.table import NodeTable
 
 NAME = "GpuPacking"
+GPU_MODEL = "gpu_model"
+"""Candidate detail: the node's GPU model (``nvidia.com/gpu.product``), for GPU pods."""
+GPU_MEMORY_MIB = "gpu_memory_mib"
+"""Candidate detail: memory per GPU in MiB (``nvidia.com/gpu.memory``), for GPU pods."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +67,28 @@ def _score(state: CycleState, feasible: NDArray[np.bool_]) -> NDArray[np.float64
     return gpu_packing_score(state.table, state.pod, state.args_of(NAME, GpuPackingArgs))
 
 
+def gpu_details(state: CycleState) -> CandidateDetails | None:
+    """For a GPU pod's record: each candidate's GPU model and memory (its labels);
+    ``None`` for other pods."""
+    table = state.table
+    if state.pod.requests.get(state.args_of(NAME, GpuPackingArgs).resource, 0) == 0:
+        return None  # no call per candidate: most pods are not GPU pods
+
+    # labels change only with the table's generation, which empties this scope
+    found: dict[int, dict[str, str]] = table.cached("constraints", "gpu_details", dict)
+
+    def details(row: int) -> dict[str, str]:
+        cached = found.get(row)
+        if cached is None:
+            labels = ((GPU_MODEL, GPU_PRODUCT_LABEL), (GPU_MEMORY_MIB, GPU_MEMORY_LABEL))
+            values = {name: table.node_label(row, label) for name, label in labels}
+            cached = {name: value for name, value in values.items() if value is not None}
+            found[row] = cached
+        return cached
+
+    return details
+
+
 SCORE = Score(
     name=NAME,
     explain="GPU pods: the node's GPUs most allocated after placing the pod; other pods: "
@@ -67,6 +96,7 @@ SCORE = Score(
     score=_score,
     default_weight=1.0,
     args=GpuPackingArgs,
+    evidence=Evidence(candidate_details=gpu_details),
 )
 
 

@@ -45,6 +45,10 @@ report, so a burst spreads out instead of piling onto the one quiet node until t
 report shows their load. Stale, missing or degraded signals score 50 under ``neutral``
 and 0 under ``avoid`` and ``reject`` (``reject`` also filters such nodes out).
 
+Evidence for the decision record: the pod's run-queue tolerance with the p99 compared on
+the recorded nodes (and the nearest node, for a pod no node passed), and the index read on
+them (:class:`~scheduler.plugins.base.Evidence`).
+
 The per-node parts are kept by :meth:`scheduler.signals.table.NodeTable.derived`, so a decision
 after a placement recomputes one row, not the whole column.
 """
@@ -58,11 +62,11 @@ from typing import Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from interference.decision import RunqCheck
+from interference.decision import IndexRead, RunqCheck
 from scheduler.api.events import Action, EventInterest
 from scheduler.api.objects import PodInfo
 from scheduler.api.quantity import CPU
-from scheduler.plugins.base import CycleState, Filter, FilterResult, Score
+from scheduler.plugins.base import CycleState, Evidence, Filter, FilterResult, Score
 from scheduler.signals.table import NodeTable
 
 NAME = "Interference"
@@ -381,6 +385,33 @@ def _score(state: CycleState, feasible: NDArray[np.bool_]) -> NDArray[np.float64
     return quietness(state.table, state.args_of(NAME, InterferenceArgs), state.now)
 
 
+def _runq_evidence(
+    state: CycleState, nodes: Iterable[str], nearest_among: NDArray[np.bool_] | None
+) -> RunqCheck | None:
+    """:func:`runq_check` for the record while signals are readable."""
+    if state.pod.tolerance is None or not state.signals_readable:
+        return None  # most pods: no lookups
+    args = state.args_of(NAME, InterferenceArgs)
+    return runq_check(state.table, state.pod, args, state.now, nodes, nearest_among)
+
+
+def _index_evidence(state: CycleState, nodes: Iterable[str]) -> IndexRead | None:
+    """For the record: the index this plugin reads (:func:`effective_index`) on those of
+    ``nodes`` with usable signals; ``None`` while signals are unreadable."""
+    if not state.signals_readable:
+        return None
+    args = state.args_of(NAME, InterferenceArgs)
+    table = state.table
+    index = effective_index(table, args)
+    fresh = fresh_signals(table, state.now)
+    read: dict[str, float] = {}
+    for node in nodes:
+        row = table.row_of(node)
+        if row is not None and fresh[row]:
+            read[node] = index.item(row)
+    return IndexRead(args.signal_window, read)
+
+
 FILTER = Filter(
     name=NAME,
     explain="the node's interference signals are within the pod's tolerance "
@@ -398,6 +429,9 @@ FILTER = Filter(
         "index_stddev",
     ),
     args=InterferenceArgs,
+    evidence=Evidence(
+        runq=_runq_evidence, refused_for_runq=refused_for_runq, index_read=_index_evidence
+    ),
 )
 SCORE = Score(
     name=NAME,

@@ -39,7 +39,7 @@ from scheduler.plugins import (
     taint_toleration,
     volume_binding,
 )
-from scheduler.plugins.base import CycleState, Filter, PodRejection, Score
+from scheduler.plugins.base import CycleState, Evidence, Filter, PodRejection, Score
 
 MAX_WEIGHT = 100.0
 """Largest weight of a score plugin (weights are relative; 0 disables a plugin)."""
@@ -68,6 +68,8 @@ class ResolvedProfile:
     """The filters' names, in order."""
     relaxed_names: tuple[str, ...]
     """Those of the filters the relax rule keeps (not relaxable), in order."""
+    evidence: Evidence
+    """What its plugins add to the decision record (:class:`Evidence`), filters' first."""
 
     def retry_on(
         self, pod: PodInfo, rejected_by: frozenset[str]
@@ -115,6 +117,15 @@ class Registry:
             raise ValueError(
                 "extender mode runs no PreFilter: a filter with one is not in_extender"
             )
+        supplied: dict[str, str] = {}
+        plugins: tuple[Filter | Score, ...] = (*self.filters, *self.scores)
+        for plugin in plugins:
+            for name in () if plugin.evidence is None else plugin.evidence.fields():
+                if supplied.setdefault(name, plugin.name) != plugin.name:
+                    raise ValueError(
+                        f"evidence {name}: supplied by {supplied[name]} and {plugin.name}; "
+                        "a record field has one source"
+                    )
 
     @property
     def filter_names(self) -> tuple[str, ...]:
@@ -285,7 +296,15 @@ def _resolved(
         tuple((f.name, f.prefilter) for f in filters if f.prefilter is not None),
         tuple(f.name for f in filters),
         tuple(f.name for f in filters if not f.relaxable),
+        Evidence.combined(_evidence_of(filters, scores)),
     )
+
+
+def _evidence_of(
+    filters: tuple[Filter, ...], scores: tuple[tuple[Score, float], ...]
+) -> Iterable[Evidence]:
+    plugins: tuple[Filter | Score, ...] = (*filters, *(score for score, _ in scores))
+    return (plugin.evidence for plugin in plugins if plugin.evidence is not None)
 
 
 def _unknown(name: str, known: Mapping[str, object]) -> str:

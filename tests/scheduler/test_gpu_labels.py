@@ -13,10 +13,15 @@ from interference import sched_record
 from interference.signals import SIGNAL_FAMILIES, GpuDevice, NodeMetrics, NodeReport
 from scheduler.api.objects import GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL
 from scheduler.api.pods import parse_pod
-from scheduler.cycle.cycle import GPU_MEMORY_MIB, GPU_MODEL, SchedulingCycle
+from scheduler.cycle.cycle import SchedulingCycle
 from scheduler.cycle.ports import NodeSignals
 from scheduler.cycle.settings import CycleSettings
-from scheduler.plugins.gpu_packing import GpuPackingArgs, gpu_packing_score
+from scheduler.plugins.gpu_packing import (
+    GPU_MEMORY_MIB,
+    GPU_MODEL,
+    GpuPackingArgs,
+    gpu_packing_score,
+)
 from scheduler.signals.frame import SIGNAL_COLUMNS
 from scheduler.signals.table import NodeTable
 from tests.builders import affinity_terms, node_obj, pod_obj, table_of

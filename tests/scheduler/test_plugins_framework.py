@@ -3,6 +3,7 @@ and the table's cache scopes (kube-scheduler's framework behaviour where it has 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -14,9 +15,10 @@ from scheduler.api.pods import parse_pod
 from scheduler.cycle.cycle import SchedulingCycle
 from scheduler.cycle.ports import NodeSignals
 from scheduler.cycle.settings import CycleSettings, Profile
-from scheduler.plugins.base import CycleState, FilterResult
+from scheduler.plugins import gpu_packing
+from scheduler.plugins.base import CandidateDetails, CycleState, Evidence, FilterResult, Score
 from scheduler.plugins.node_resources_fit import insufficient_reason
-from scheduler.plugins.registry import REGISTRY
+from scheduler.plugins.registry import REGISTRY, Registry
 from scheduler.signals.table import NodeTable
 from scheduler.signals.table_caches import CacheScope
 from tests.builders import container, node_obj, pod_obj, table_of
@@ -144,6 +146,60 @@ def test_a_zero_weight_leaves_the_score_out_of_the_total_and_the_record() -> Non
     chosen = result.candidates[0]
     assert "GpuPacking" not in chosen.scores and "GpuPacking" not in chosen.weights
     assert set(chosen.scores) == {"Interference", "NodeResourcesFit"}
+
+
+@pytest.mark.parametrize(
+    ("profile", "extender", "fields"),
+    [
+        (Profile(), False, ("runq", "index_read", "candidate_details")),
+        (Profile(), True, ("runq", "index_read", "candidate_details")),
+        (Profile(scores=(("GpuPacking", 0.0),)), False, ("runq", "index_read")),
+        (Profile(filters=NODE_FILTERS), False, ("runq", "index_read", "candidate_details")),
+    ],
+    ids=["default", "extender", "no-gpu-packing", "filters-listed"],
+)
+def test_a_profile_records_the_evidence_its_plugins_supply(
+    profile: Profile, extender: bool, fields: tuple[str, ...]
+) -> None:
+    assert REGISTRY.resolve(profile, extender=extender).evidence.fields() == fields
+
+
+def test_an_interference_blind_profile_records_no_signal_evidence() -> None:
+    blind = REGISTRY.resolve(Profile()).without_signals()
+    assert blind.evidence.fields() == ("candidate_details",)
+
+
+def _tagging_score(name: str = "RackTag") -> Score:
+    """A score plugin whose record evidence names each candidate's rack (its row)."""
+
+    def rack(state: CycleState) -> CandidateDetails:
+        return lambda row: {"rack": f"r{row}"}
+
+    return dataclasses.replace(
+        gpu_packing.SCORE, name=name, evidence=Evidence(candidate_details=rack)
+    )
+
+
+def test_a_new_plugins_evidence_reaches_the_record_without_the_cycle_naming_it() -> None:
+    scores = (*(s for s in REGISTRY.scores if s.name != "GpuPacking"), _tagging_score())
+    registry = Registry(REGISTRY.filters, scores)
+    result = SchedulingCycle(CycleSettings(record_top_k=5), registry=registry).schedule(
+        parse_pod(pod_obj()), table_of([node_obj("a"), node_obj("b")]), NOW
+    )
+    assert {c.node: c.details for c in result.candidates} == {
+        "a": {"rack": "r0"},
+        "b": {"rack": "r1"},
+    }
+
+
+def test_a_record_field_has_one_source() -> None:
+    with pytest.raises(ValueError, match="candidate_details: supplied by GpuPacking and RackTag"):
+        Registry(REGISTRY.filters, (*REGISTRY.scores, _tagging_score()))
+
+
+def test_runq_evidence_comes_with_its_refusal_test() -> None:
+    with pytest.raises(ValueError, match="runq and refused_for_runq come together"):
+        Evidence(runq=lambda state, nodes, nearest: None)
 
 
 def test_cycle_state_reads_an_earlier_filters_mask() -> None:
