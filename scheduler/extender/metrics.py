@@ -8,6 +8,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from scheduler.endpoint.http import REFUSALS
 from scheduler.extender.bounds import TOO_COMPLEX
+from scheduler.extender.decision_records import RECORD_CONFIRM_S
 from scheduler.extender.pod_warnings import WAIT_FOR_INFORMER_S, WAITING_PODS
 from scheduler.extender.protocol import VERBS
 
@@ -58,7 +59,8 @@ class ExtenderMetrics:
         self.unknown_pod_records = Counter(
             "interference_scheduler_extender_unknown_pod_records",
             "Decision records not written because the informers did not know the pod"
-            " (pending here, same namespace, name and UID) within 10 s of the request.",
+            f" (pending here, same namespace, name and UID) within {RECORD_CONFIRM_S:g} s of"
+            " the request.",
             registry=registry,
         )
         self.unwritten_pod_warnings = Counter(
