@@ -40,9 +40,11 @@ from scheduler.adapters.signal_metrics import SignalMetrics
 from scheduler.cycle.ports import K8sObject, NodeSignals, PodRef, SignalSource
 from scheduler.endpoint.metrics import SchedulerMetrics
 from scheduler.entry.config import SchedulerConfig
+from scheduler.rebalancing.metrics import RebalanceMetrics
+from scheduler.rebalancing.mover import RebalanceAction
 from scheduler.rebalancing.ports import EvictionAnswer, EvictionStatus
 from scheduler.rebalancing.rebalance import RebalancerSettings
-from scheduler.rebalancing.rebalancer import RebalanceAction, RebalanceMetrics, Rebalancer
+from scheduler.rebalancing.rebalancer import Rebalancer
 from scheduler.standalone.loop import SchedulingLoop
 
 AWARE = "interference-scheduler"

@@ -74,8 +74,9 @@ from scheduler.entry.config_reload import ConfigReload, config_map_ref
 from scheduler.entry.extender_cli import main as extender_main
 from scheduler.entry.reload_guard import ReloadGuard
 from scheduler.entry.reload_verdict import LEASE_VERDICT_ANNOTATION
+from scheduler.rebalancing.metrics import RebalanceMetrics
 from scheduler.rebalancing.rebalance import REBALANCE_MODES
-from scheduler.rebalancing.rebalancer import RebalanceMetrics, Rebalancer
+from scheduler.rebalancing.rebalancer import Rebalancer
 from scheduler.standalone.loop import SchedulingLoop
 
 log = logging.getLogger("scheduler")

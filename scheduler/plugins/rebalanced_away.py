@@ -1,9 +1,9 @@
 """RebalancedAway (ours): keep a workload's replacement pod off the node it was moved from.
 
 When the rebalancer (:mod:`scheduler.rebalancing.rebalancer`) evicts a pod because of interference,
-it records a :class:`Departure` — workload ``W`` (the pod's controller) left node ``N`` at
-``t`` because … — in this plugin's lookup. For ``avoid_for_s`` after that, the pods of
-``W`` do not go back to ``N``::
+its move (:mod:`scheduler.rebalancing.mover`) records a :class:`Departure` — workload ``W``
+(the pod's controller) left node ``N`` at ``t`` because … — in this plugin's lookup. For
+``avoid_for_s`` after that, the pods of ``W`` do not go back to ``N``::
 
     passed[i] = ¬∃ departure d of the pod's controller:
                     d.node = name[i]  ∧  now − d.at < avoid_for_s

@@ -1,6 +1,6 @@
-"""What the rebalancer reads and acts through (:mod:`scheduler.rebalancing.rebalancer`); the
-adapters implement them (``scheduler.adapters.eviction``, ``node_reports``, ``move_journal``) and
-tests fake them."""
+"""What the rebalancer reads (:mod:`scheduler.rebalancing.rebalancer`) and acts through
+(:mod:`scheduler.rebalancing.mover`); the adapters implement them
+(``scheduler.adapters.eviction``, ``node_reports``, ``move_journal``) and tests fake them."""
 
 from __future__ import annotations
 

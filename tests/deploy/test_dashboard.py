@@ -30,7 +30,7 @@ from scheduler.adapters.signal_metrics import SignalMetrics
 from scheduler.adapters.tracing import TracingMetrics
 from scheduler.endpoint.metrics import SchedulerMetrics
 from scheduler.extender.metrics import ExtenderMetrics
-from scheduler.rebalancing.rebalancer import RebalanceMetrics
+from scheduler.rebalancing.metrics import RebalanceMetrics
 from tests.deploy.dashboards import (
     BUILTIN_VARIABLES,
     DATASOURCE,

@@ -42,7 +42,7 @@ from scheduler.adapters.signal_metrics import SignalMetrics
 from scheduler.adapters.tracing import TracingMetrics
 from scheduler.endpoint.metrics import SchedulerMetrics
 from scheduler.extender.metrics import ExtenderMetrics
-from scheduler.rebalancing.rebalancer import RebalanceMetrics
+from scheduler.rebalancing.metrics import RebalanceMetrics
 from tests.conftest import RedisServer
 from tests.deploy.conftest import USERS, DeployedRedis, redis_manifests
 from tests.deploy.manifests import REPO, Obj, kustomizations, pod_templates, render

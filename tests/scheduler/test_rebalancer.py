@@ -20,17 +20,17 @@ from scheduler.cycle.stage_trace import SELECTION
 from scheduler.entry.cli import prepare
 from scheduler.entry.config import ConfigError, parse_config
 from scheduler.plugins.rebalanced_away import LEFT_NODE, Departure
-from scheduler.rebalancing.ports import EvictionAnswer, EvictionStatus
-from scheduler.rebalancing.rebalance import Moved, RebalanceMode, RebalancerSettings
-from scheduler.rebalancing.rebalancer import (
+from scheduler.rebalancing.metrics import (
     BLOCKED,
     EVICTED,
     FAILED,
-    HELD,
     WOULD_EVICT,
     RebalanceMetrics,
-    Rebalancer,
 )
+from scheduler.rebalancing.mover import HELD
+from scheduler.rebalancing.ports import EvictionAnswer, EvictionStatus
+from scheduler.rebalancing.rebalance import Moved, RebalanceMode, RebalancerSettings
+from scheduler.rebalancing.rebalancer import Rebalancer
 from tests.builders import node_obj, pod_obj
 from tests.scheduler.runtime_helpers import KeptTraces, LoopHarness, MemoryDecisions
 

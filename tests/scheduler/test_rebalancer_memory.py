@@ -9,6 +9,8 @@ import pytest
 
 from scheduler.api.pods import parse_pod
 from scheduler.cycle.settings import CycleSettings
+from scheduler.rebalancing.metrics import EVICTED, WOULD_EVICT
+from scheduler.rebalancing.mover import HELD
 from scheduler.rebalancing.rebalance import (
     CLUSTER_LIMIT,
     COOLDOWN,
@@ -20,7 +22,6 @@ from scheduler.rebalancing.rebalance import (
     MoveOutcomes,
     RebalancerSettings,
 )
-from scheduler.rebalancing.rebalancer import EVICTED, HELD, WOULD_EVICT
 from tests.builders import pod_obj
 from tests.scheduler.test_rebalancer import NOISY, QUIET, Journal, World
 

@@ -12,8 +12,9 @@ import pytest
 from interference.signals import NodeReport
 from scheduler.rebalancing.evictable import JOB_POD, LOCAL_STORAGE
 from scheduler.rebalancing.evidence import CLOCK_AHEAD, UNMEASURED
+from scheduler.rebalancing.metrics import EVICTED
+from scheduler.rebalancing.mover import HELD, RebalanceAction
 from scheduler.rebalancing.rebalance import RebalancerSettings
-from scheduler.rebalancing.rebalancer import EVICTED, HELD, RebalanceAction
 from tests.scheduler.test_rebalancer import NOISY, QUIET, World
 
 TOLERANCE = "interference.io/max-runq-p99-us"

@@ -12,9 +12,10 @@ from scheduler.cycle.cycle import SchedulingCycle
 from scheduler.cycle.preemption import PreemptionInputs
 from scheduler.cycle.settings import CycleSettings
 from scheduler.plugins.rebalanced_away import FILTER as REBALANCED_AWAY
+from scheduler.rebalancing.metrics import BLOCKED, EVICTED, WOULD_EVICT
+from scheduler.rebalancing.mover import HELD
 from scheduler.rebalancing.ports import EvictionAnswer, EvictionStatus
 from scheduler.rebalancing.rebalance import NO_BETTER_NODE, RebalancerSettings
-from scheduler.rebalancing.rebalancer import BLOCKED, EVICTED, HELD, WOULD_EVICT
 from scheduler.rebalancing.reservations import REPLACEMENT_SUFFIX
 from tests.builders import node_obj, pod_obj
 from tests.scheduler.test_rebalancer import NOISY, World
