@@ -366,8 +366,9 @@ class SchedulingCycle:
         details_of = profile.evidence.candidate_details
         details = None if details_of is None else details_of(state)
         top_k = self.settings.record_top_k
-        refused = refusals_of(table, filtered, candidates, feasible, details, top_k)
-        counts, first_failures, rejected = refused
+        counts, first_failures, rejected = refusals_of(
+            table, filtered, candidates, feasible, details, top_k
+        )
         considered = len(table) if candidates is None else int(np.count_nonzero(candidates))
         funnel = filter_funnel(profile, relax, considered, first_failures)
         if recorder is not None and stamps is not None:
