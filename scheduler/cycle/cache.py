@@ -13,9 +13,9 @@ forgotten when the bind fails.
 
 In extender mode kube-scheduler binds, and its bind can reach our watch right behind the
 pod's creation: :meth:`ClusterCache.vouches_for` answers for a pod pending here *or*
-bound less than :data:`VOUCHED_AFTER_BIND_S` after our watch saw it pending, so the
-extender's decision records and Events do not depend on which of the two events a poll
-happens to fall between.
+bound a moment after our watch saw it pending (:mod:`scheduler.cycle.recent_binds`), so
+the extender's decision records and Events do not depend on which of the two events a
+poll happens to fall between.
 
 A pod of ours that does not parse (a malformed field, or one this scheduler cannot read,
 such as a ``Gt`` toleration from an alpha feature gate) is not skipped silently: it
@@ -33,87 +33,52 @@ PersistentVolume, StorageClass or CSINode added, changed or deleted. The queue r
 pod early only on the events of the plugins that rejected it; a relist, which the cache
 cannot classify, retries every pod.
 
+Nodes and pods are kept here; namespaces, volume objects and disruption budgets, which
+take no row, in :mod:`scheduler.cycle.stored_objects`; what is read of a raw object
+before and beside its parse, in :mod:`scheduler.cycle.informed_objects`.
+
 Thread-safety: the informer thread calls :meth:`replace`/:meth:`apply`, the scheduling
 thread reads the table and assumes, binder threads forget; all hold :attr:`lock`. The
 scheduling thread holds it across one scheduling cycle and the assume, so the table
 never changes under a decision.
-
-Size: just over 500 lines: the seven informed kinds share one lock and one notion of
-pending, placed and assumed pods, which splitting would spread over modules.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import gc
-import json
 import logging
 import math
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Collection, Mapping
-from datetime import datetime
+from collections.abc import Callable, Collection
 from typing import TypeVar
 
-from scheduler.api.budgets import DisruptionBudgetInfo, parse_disruption_budget
+from scheduler.api.budgets import DisruptionBudgetInfo
 from scheduler.api.events import Action, ClusterEvent
-from scheduler.api.nodes import parse_namespace, parse_node
+from scheduler.api.nodes import parse_node
 from scheduler.api.objects import NodeInfo, PodInfo
-from scheduler.api.pods import parse_pod
 from scheduler.api.reader import ObjectError
-from scheduler.api.storage import parse_claim, parse_csi_node, parse_storage_class, parse_volume
-from scheduler.cycle.nominated import RoomHolds
-from scheduler.cycle.ports import (
-    CLUSTER_SCOPED_KINDS,
-    INFORMED_KINDS,
-    EventType,
-    K8sObject,
-    ObjectKind,
-    PodRef,
+from scheduler.cycle.informed_objects import (
+    PodState,
+    UnparseablePod,
+    chosen,
+    chosen_raw,
+    object_key,
+    parse_pod_state,
+    placed_on,
+    unparseable_pod,
 )
+from scheduler.cycle.listed_heap import freeze_listed_heap
+from scheduler.cycle.nominated import RoomHolds
+from scheduler.cycle.ports import INFORMED_KINDS, EventType, K8sObject, ObjectKind
 from scheduler.cycle.queue import SchedulingQueue
+from scheduler.cycle.recent_binds import RecentBinds
+from scheduler.cycle.stored_objects import STORED_KINDS, StoredObjects
 from scheduler.endpoint.metrics import SchedulerMetrics
 from scheduler.signals.table import NodeTable
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
-
-FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
-VOUCHED_AFTER_BIND_S = 30.0
-"""How long a pod seen pending is still vouched for once seen bound (the extender holds a
-record for a pod our watch has not delivered for 10 s; this outlasts that wait)."""
-VOUCHED_AFTER_BIND_PODS = 65536
-"""At most this many bound pods are remembered (the oldest forgotten first)."""
-"""Pods in these phases no longer use their node's resources."""
-VOLUME_KINDS: frozenset[ObjectKind] = frozenset(
-    {"PersistentVolumeClaim", "PersistentVolume", "StorageClass", "CSINode"}
-)
-"""Kinds the volume filters read (kept in the table's :attr:`~NodeTable.volumes`)."""
-
-
-FULL_COLLECTION_THRESHOLD = 100
-"""Collections of the middle generation between two full collections once the listed
-heap is frozen (CPython's default is 10; see :func:`freeze_listed_heap`)."""
-
-
-def freeze_listed_heap() -> None:
-    """Keep the listed cluster out of the garbage collector's walks (process-wide).
-
-    A listed cluster is a heap of long-lived objects (about 730,000 for 5,000 nodes and
-    60,000 pods) that every full collection walked again: 0.44-0.65 s each, twice per
-    10,000 pods bound. ``gc.freeze`` moves it out of the collector's reach; frozen objects
-    are still freed by their reference counts, and the parsed objects hold no cycles
-    (tested). With nothing long-lived left to weigh against, CPython would then collect
-    fully every 10 middle-generation collections, five times per 10,000 pods (0.07-0.27 s
-    each) and find nothing; :data:`FULL_COLLECTION_THRESHOLD` makes that ten times rarer.
-    In-memory loop, 10,000 pods (bench/scheduler_throughput.py, ``gc.callbacks``): full
-    collections 2 (1.02-1.12 s) → 5 (0.74-0.84 s) with the freeze → 0 with both; longest
-    pause 0.53-0.65 s → 0.23-0.27 s → 3 ms; 907-1,085 → 919-1,382 → 1,479-1,485 pods/s.
-    """
-    gc.freeze()
-    young, middle, _ = gc.get_threshold()
-    gc.set_threshold(young, middle, FULL_COLLECTION_THRESHOLD)
 
 
 class ClusterCache:
@@ -148,11 +113,10 @@ class ClusterCache:
         """Every live pod without ``spec.nodeName``, whoever schedules it."""
         self._pending: dict[str, PodInfo] = {}
         """The unbound pods this scheduler should place (and has not assumed)."""
-        self._bound_from_pending: OrderedDict[str, tuple[str, float]] = OrderedDict()
-        """Pod key → (UID, when the watch showed it bound) for pods that left the pending
-        set by a bind, the oldest first (see :meth:`vouches_for`)."""
+        self._bound_from_pending = RecentBinds(clock)
+        """Pods that left the pending set by a bind (see :meth:`vouches_for`)."""
         self._synced: set[ObjectKind] = set()
-        self._budgets: dict[str, DisruptionBudgetInfo] = {}
+        self._stored = StoredObjects(table, self._parse)
         self.holds = RoomHolds()
         """Room held for pods of ours nominated to a node (``status.nominatedNodeName``,
         or the loop's nomination before the API server has it)."""
@@ -181,23 +145,8 @@ class ClusterCache:
     def replace(self, kind: ObjectKind, objects: list[K8sObject]) -> None:
         """A full (re)list: objects missing from it are deleted."""
         with self.lock:
-            if kind == "Namespace":
-                namespaces = {n.name: n for n in self._parse_each(objects, parse_namespace, kind)}
-                for name in self.table.namespaces.names():
-                    if name not in namespaces:
-                        self.table.namespaces.remove(name)
-                for namespace in namespaces.values():
-                    self.table.namespaces.upsert(namespace)
-            elif kind == "PodDisruptionBudget":
-                budgets = self._parse_each(objects, parse_disruption_budget, kind)
-                self._budgets = {budget.key: budget for budget in budgets}
-            elif kind in VOLUME_KINDS:
-                listed = {_object_key(kind, obj) for obj in objects}
-                for key in self._volume_keys(kind):
-                    if key not in listed:
-                        self._remove_volume_object(kind, key)
-                for obj in objects:
-                    self._upsert_volume_object(kind, obj)
+            if kind in STORED_KINDS:
+                self._stored.replace(kind, objects)
             elif kind == "Node":
                 nodes = {n.name: n for n in self._parse_each(objects, parse_node, kind)}
                 for name in list(self._nodes):
@@ -207,8 +156,8 @@ class ClusterCache:
                     self._upsert_node(node)
             else:
                 held_before = set(self.table.unreadable_pod_keys())
-                pods = {p.pod.key: p for p in self._parse_each(objects, _parse_pod_state, kind)}
-                listed = {_object_key(kind, obj) for obj in objects}
+                pods = {p.pod.key: p for p in self._parse_each(objects, parse_pod_state, kind)}
+                listed = {object_key(kind, obj) for obj in objects}
                 for key in held_before:  # parses now, or gone from the list
                     if key in pods or key not in listed:
                         self.table.release_unreadable_pod(key)
@@ -230,7 +179,7 @@ class ClusterCache:
             if event == "DELETED":
                 # Only the name matters, so even an object that no longer parses is
                 # removed (its last good version must not stay counted).
-                key = _object_key(kind, obj)
+                key = object_key(kind, obj)
                 if key is None:
                     self._metrics.malformed_objects.labels(kind).inc()
                     log.warning("skipping a %s deletion without metadata.name: %.200r", kind, obj)
@@ -239,15 +188,8 @@ class ClusterCache:
                     if deleted is not None:
                         self._delete_node(key)
                         self._queue.cluster_event(ClusterEvent("Node", Action.DELETE, deleted))
-                elif kind == "PodDisruptionBudget":
-                    self._budgets.pop(key, None)
-                elif kind == "Namespace" or kind in VOLUME_KINDS:
-                    removed = (
-                        self.table.namespaces.remove(key)
-                        if kind == "Namespace"
-                        else self._remove_volume_object(kind, key)
-                    )
-                    if removed:
+                elif kind in STORED_KINDS:
+                    if self._stored.delete(kind, key):
                         self._queue.cluster_event(ClusterEvent(kind, Action.DELETE))
                 else:
                     self._forget_unparseable(key)
@@ -263,21 +205,11 @@ class ClusterCache:
                     if action:
                         self._queue.cluster_event(ClusterEvent("Node", action, node))
                 return
-            if kind == "PodDisruptionBudget":  # read at preemption only: no pod waits on it
-                budget = self._parse(obj, parse_disruption_budget, kind)
-                if budget is not None:
-                    self._budgets[budget.key] = budget
-                return
-            if kind in VOLUME_KINDS:  # a claim bound (or a volume changed) may fit a pod now
-                if self._upsert_volume_object(kind, obj):
+            if kind in STORED_KINDS:
+                if self._stored.upsert(kind, obj):
                     self._queue.cluster_event(ClusterEvent(kind, Action.ADD | Action.UPDATE))
                 return
-            if kind == "Namespace":  # its labels decide which pods namespace selectors see
-                namespace = self._parse(obj, parse_namespace, kind)
-                if namespace is not None and self.table.namespaces.upsert(namespace):
-                    self._queue.cluster_event(ClusterEvent(kind, Action.ADD | Action.UPDATE))
-                return
-            state = self._parse(obj, _parse_pod_state, kind)
+            state = self._parse(obj, parse_pod_state, kind)
             if state is not None:
                 self._forget_unparseable(state.pod.key)
                 released = self.table.release_unreadable_pod(state.pod.key)
@@ -310,7 +242,7 @@ class ClusterCache:
         """The PodDisruptionBudgets listed so far (:data:`~scheduler.cycle.ports.PREEMPTION_KINDS`:
         none from an adapter that does not list them)."""
         with self.lock:
-            return list(self._budgets.values())
+            return self._stored.budgets()
 
     def pending_pod(self, key: str) -> PodInfo | None:
         """The latest object of a pending pod, or None when it is no longer pending."""
@@ -319,7 +251,7 @@ class ClusterCache:
 
     def vouches_for(self, key: str, uid: str) -> bool:
         """The informers have the pod ``key`` with this UID pending here, or had it pending
-        until they saw it bound less than :data:`VOUCHED_AFTER_BIND_S` ago. A pod our watch
+        until they saw it bound a moment ago (:class:`RecentBinds`). A pod our watch
         first delivered bound, another pod of that name, or one of another scheduler is
         not vouched for."""
         if not uid:
@@ -328,12 +260,7 @@ class ClusterCache:
             pending = self._pending.get(key)
             if pending is not None:
                 return pending.uid == uid
-            bound = self._bound_from_pending.get(key)
-            return (
-                bound is not None
-                and bound[0] == uid
-                and self._clock() - bound[1] < VOUCHED_AFTER_BIND_S
-            )
+            return self._bound_from_pending.bound_lately(key, uid)
 
     def take_unparseable(self) -> list[UnparseablePod]:
         """Pods of ours that do not parse and were not reported yet (each version once)."""
@@ -395,7 +322,7 @@ class ClusterCache:
             return parse(obj)
         except ObjectError as exc:
             self._metrics.malformed_objects.labels(kind).inc()
-            if kind == "Pod" and (node := _placed_on(obj)):
+            if kind == "Pod" and (node := placed_on(obj)):
                 log.warning(
                     "a pod placed on node %s does not parse, so what it holds there is "
                     "unknown: no pod goes to %s until it parses or is gone (fix or delete "
@@ -404,7 +331,7 @@ class ClusterCache:
                     node,
                     exc,
                 )
-                key = _object_key(kind, obj)
+                key = object_key(kind, obj)
                 if key is not None:
                     self.table.hold_unreadable_pod(key, node)
                 return None
@@ -416,8 +343,8 @@ class ClusterCache:
     def _note_unparseable(self, obj: K8sObject, error: str) -> None:
         """Remember an unbound pod of ours that does not parse, and drop its last good
         version from the pending set (it must not be scheduled as it was)."""
-        pod = _unparseable_pod(obj, error)
-        if pod is None or not self._is_ours_raw(obj):
+        pod = unparseable_pod(obj, error)
+        if pod is None or not chosen_raw(obj, self._scheduler_name, self._ignore_namespaces):
             return
         key = f"{pod.ref.namespace}/{pod.ref.name}"
         if key in self._assumed or key in self._placed:
@@ -433,64 +360,6 @@ class ClusterCache:
         if key is not None:
             self._unparseable.pop(key, None)
             self._unreported.pop(key, None)
-
-    def _is_ours_raw(self, obj: K8sObject) -> bool:
-        """:meth:`_is_pending` on raw JSON, for a pod that does not parse."""
-        metadata = obj.get("metadata")
-        spec = obj.get("spec")
-        if not isinstance(metadata, Mapping) or not isinstance(spec, Mapping):
-            return False
-        namespace = metadata.get("namespace") or "default"
-        return (
-            spec.get("schedulerName") == self._scheduler_name
-            and not spec.get("nodeName")
-            and metadata.get("deletionTimestamp") is None
-            and not spec.get("schedulingGates")
-            and namespace not in self._ignore_namespaces
-        )
-
-    def _upsert_volume_object(self, kind: ObjectKind, obj: K8sObject) -> bool:
-        """Store a claim, PersistentVolume, StorageClass or CSINode; True when it changed. One that
-        no longer parses is dropped (a pod using it waits, as for a missing one)."""
-        volumes = self.table.volumes
-        if kind == "PersistentVolumeClaim":
-            claim = self._parse(obj, parse_claim, kind)
-            if claim is not None:
-                return volumes.upsert_claim(claim)
-        elif kind == "PersistentVolume":
-            volume = self._parse(obj, parse_volume, kind)
-            if volume is not None:
-                return volumes.upsert_volume(volume)
-        elif kind == "StorageClass":
-            storage_class = self._parse(obj, parse_storage_class, kind)
-            if storage_class is not None:
-                return volumes.upsert_storage_class(storage_class)
-        else:
-            csi_node = self._parse(obj, parse_csi_node, kind)
-            if csi_node is not None:
-                return volumes.upsert_csi_node(csi_node)
-        key = _object_key(kind, obj)
-        return key is not None and self._remove_volume_object(kind, key)
-
-    def _remove_volume_object(self, kind: ObjectKind, key: str) -> bool:
-        volumes = self.table.volumes
-        if kind == "PersistentVolumeClaim":
-            return volumes.remove_claim(key)
-        if kind == "PersistentVolume":
-            return volumes.remove_volume(key)
-        if kind == "StorageClass":
-            return volumes.remove_storage_class(key)
-        return volumes.remove_csi_node(key)
-
-    def _volume_keys(self, kind: ObjectKind) -> list[str]:
-        volumes = self.table.volumes
-        if kind == "PersistentVolumeClaim":
-            return volumes.claim_keys()
-        if kind == "PersistentVolume":
-            return volumes.volume_names()
-        if kind == "StorageClass":
-            return volumes.storage_class_names()
-        return volumes.csi_node_names()
 
     def _upsert_node(self, node: NodeInfo) -> Action:
         """Store the node; what changed in the fields the filters read (nothing: a
@@ -517,7 +386,7 @@ class ClusterCache:
         if self._nodes.pop(name, None) is not None:
             self.table.remove_node(name)
 
-    def _upsert_pod(self, state: _PodState) -> Action:
+    def _upsert_pod(self, state: PodState) -> Action:
         """Track the pod; what happened that may let a pending pod fit (nothing: none): it
         freed resources on a node (deleted, finished, scaled down), or a pod not placed
         by our own assume arrived on a node or changed labels there (pod affinity and
@@ -541,7 +410,7 @@ class ClusterCache:
             self._placed_status[key] = (state.start_time, state.preempted)
         was_pending = self._pending.pop(key, None)
         if was_pending is not None and was_pending.uid == pod.uid:
-            self._remember_bound_from_pending(key, pod.uid)
+            self._bound_from_pending.remember(key, pod.uid)
         ours = self._assumed.pop(key, None) is not None
         self._queue.remove(key)
         if state.finished:
@@ -567,17 +436,6 @@ class ClusterCache:
         else:
             self._pending.pop(pod.key, None)
             self._queue.remove(pod.key)
-
-    def _remember_bound_from_pending(self, key: str, uid: str) -> None:
-        now = self._clock()
-        remembered = self._bound_from_pending
-        remembered.pop(key, None)
-        remembered[key] = (uid, now)
-        while remembered:
-            oldest_key, (_, bound_at) = next(iter(remembered.items()))
-            if len(remembered) <= VOUCHED_AFTER_BIND_PODS and now - bound_at < VOUCHED_AFTER_BIND_S:
-                break
-            del remembered[oldest_key]
 
     def _follow_nomination(self, pod: PodInfo, nominated: str) -> None:
         """Hold room as ``status.nominatedNodeName`` says when it changed; else keep the
@@ -614,7 +472,7 @@ class ClusterCache:
         return self._unplace(key)
 
     def _is_pending(self, pod: PodInfo) -> bool:
-        return _chosen(pod, self._scheduler_name, self._ignore_namespaces)
+        return chosen(pod, self._scheduler_name, self._ignore_namespaces)
 
     def unbound_not_ours(
         self, scheduler_name: str, ignore_namespaces: Collection[str]
@@ -629,7 +487,7 @@ class ClusterCache:
                 for key, pod in self._unbound.items()
                 if key not in self._pending
                 and key not in self._assumed
-                and _chosen(pod, scheduler_name, ignored)
+                and chosen(pod, scheduler_name, ignored)
             ]
 
     def _place(self, pod: PodInfo, node: str) -> None:
@@ -647,109 +505,3 @@ class ClusterCache:
             return False
         self.table.remove_pod(pod)
         return True
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class UnparseablePod:
-    """A pod of ours that does not parse: what to report, and which version."""
-
-    ref: PodRef
-    error: str
-    """The parse error (names the pod and the field)."""
-    fingerprint: str
-    """The pod's spec, labels and annotations: a new one is reported again (not a new
-    resourceVersion alone, or the condition we write would be reported in a loop)."""
-
-
-def _unparseable_pod(obj: K8sObject, error: str) -> UnparseablePod | None:
-    metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
-    if not isinstance(metadata, Mapping):
-        return None
-    name, namespace = metadata.get("name"), metadata.get("namespace") or "default"
-    uid = metadata.get("uid") or ""
-    if not all(isinstance(v, str) for v in (name, namespace, uid)) or not name:
-        return None
-    content = [obj.get("spec"), metadata.get("labels"), metadata.get("annotations")]
-    fingerprint = json.dumps(content, sort_keys=True, default=str)
-    return UnparseablePod(PodRef(namespace, name, uid), error, fingerprint)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _PodState:
-    pod: PodInfo
-    finished: bool
-    """``status.phase`` is Succeeded or Failed: the pod no longer uses its node."""
-    nominated: str = ""
-    """``status.nominatedNodeName``."""
-    start_time: float = math.inf
-    """``status.startTime`` (``inf`` when absent or unreadable)."""
-    preempted: bool = False
-    """Deleting, with ``DisruptionTarget`` (reason ``PreemptionByScheduler``) true."""
-
-
-def _placed_on(obj: K8sObject) -> str:
-    """The node of a pod's raw JSON that is bound and still holds it, else ""."""
-    spec = obj.get("spec") if isinstance(obj, Mapping) else None
-    status = obj.get("status") if isinstance(obj, Mapping) else None
-    node = spec.get("nodeName") if isinstance(spec, Mapping) else None
-    phase = status.get("phase") if isinstance(status, Mapping) else None
-    if not isinstance(node, str) or phase in FINISHED_PHASES:
-        return ""
-    return node
-
-
-def _parse_pod_state(obj: K8sObject) -> _PodState:
-    status = obj.get("status") if isinstance(obj, Mapping) else None
-    phase = status.get("phase") if isinstance(status, Mapping) else None
-    pod = parse_pod(obj)
-    if not isinstance(status, Mapping):
-        return _PodState(pod, phase in FINISHED_PHASES)
-    nominated = status.get("nominatedNodeName")
-    preempted = pod.terminating and any(
-        isinstance(c, Mapping)
-        and c.get("type") == "DisruptionTarget"
-        and c.get("status") == "True"
-        and c.get("reason") == "PreemptionByScheduler"
-        for c in status.get("conditions") or ()
-    )
-    return _PodState(
-        pod,
-        phase in FINISHED_PHASES,
-        nominated if isinstance(nominated, str) else "",
-        _unix_time(status.get("startTime")),
-        preempted,
-    )
-
-
-def _unix_time(value: object) -> float:
-    """An RFC 3339 timestamp as Unix time, ``inf`` when absent or unreadable."""
-    if not isinstance(value, str):
-        return math.inf
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return math.inf
-
-
-def _object_key(kind: ObjectKind, obj: K8sObject) -> str | None:
-    """``name`` of a node or ``namespace/name`` of a pod, None when it has no name."""
-    metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
-    name = metadata.get("name") if isinstance(metadata, Mapping) else None
-    if not isinstance(name, str) or not name:
-        return None
-    if kind in CLUSTER_SCOPED_KINDS:
-        return name
-    namespace = metadata.get("namespace") if isinstance(metadata, Mapping) else None
-    return f"{namespace if isinstance(namespace, str) and namespace else 'default'}/{name}"
-
-
-def _chosen(pod: PodInfo, scheduler_name: str, ignore_namespaces: frozenset[str]) -> bool:
-    """Whether ``pod`` is one to place for ``scheduler_name``: unbound, live, ungated and
-    not in an ignored namespace."""
-    return (
-        pod.scheduler_name == scheduler_name
-        and not pod.node_name
-        and not pod.terminating
-        and not pod.scheduling_gates
-        and pod.namespace not in ignore_namespaces
-    )

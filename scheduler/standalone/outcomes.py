@@ -40,7 +40,8 @@ from dataclasses import dataclass
 from interference.decision import CandidateVerdict, Decision, PreemptionRecord
 from scheduler.api.events import ClusterEvent
 from scheduler.api.objects import PodInfo, PodWarning
-from scheduler.cycle.cache import ClusterCache, UnparseablePod
+from scheduler.cycle.cache import ClusterCache
+from scheduler.cycle.informed_objects import UnparseablePod
 from scheduler.cycle.messages import relaxed_message, scheduled_message, unparseable_message
 from scheduler.cycle.outcome import CycleResult
 from scheduler.cycle.ports import (

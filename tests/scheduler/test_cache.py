@@ -19,8 +19,9 @@ from scheduler.adapters.memory import (
 )
 from scheduler.api.objects import PodInfo
 from scheduler.api.pods import parse_pod
-from scheduler.cycle import cache as cache_module
-from scheduler.cycle.cache import FULL_COLLECTION_THRESHOLD, VOUCHED_AFTER_BIND_S, ClusterCache
+from scheduler.cycle import informed_objects, recent_binds
+from scheduler.cycle.cache import ClusterCache
+from scheduler.cycle.listed_heap import FULL_COLLECTION_THRESHOLD
 from scheduler.cycle.ports import PodRef
 from scheduler.cycle.queue import QueueState, SchedulingQueue
 from scheduler.endpoint.metrics import SchedulerMetrics
@@ -544,7 +545,7 @@ def test_a_pod_seen_pending_is_vouched_for_until_a_while_after_its_bind(h: Harne
     assert h.cache.pending_pod("default/web") is None
     assert h.cache.vouches_for("default/web", uid)
     assert not h.cache.vouches_for("default/web", "another-uid")
-    h.now += VOUCHED_AFTER_BIND_S - 0.1
+    h.now += recent_binds.VOUCHED_AFTER_BIND_S - 0.1
     assert h.cache.vouches_for("default/web", uid)
     h.now += 0.2
     assert not h.cache.vouches_for("default/web", uid)
@@ -570,7 +571,7 @@ def test_a_pod_never_pending_here_is_not_vouched_for(h: Harness, pod: dict[str, 
 
 
 def test_remembered_binds_are_bounded(h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cache_module, "VOUCHED_AFTER_BIND_PODS", 3)
+    monkeypatch.setattr(recent_binds, "VOUCHED_AFTER_BIND_PODS", 3)
     uids = {}
     for i in range(5):
         h.cluster.add_pod(pod_obj(f"p{i}"))
@@ -655,14 +656,14 @@ def test_the_objects_a_cache_keeps_hold_no_reference_cycles(
     the second case plants a reference cycle per parse to show it would be found."""
     h = Harness(freeze_after_list=False)
     if reference_cycle_per_parse:
-        parse = cache_module.parse_pod
+        parse = informed_objects.parse_pod
 
         def parse_with_a_cycle(obj: Any) -> PodInfo:
             cycle: list[Any] = []
             cycle.append(cycle)
             return parse(obj)
 
-        monkeypatch.setattr(cache_module, "parse_pod", parse_with_a_cycle)
+        monkeypatch.setattr(informed_objects, "parse_pod", parse_with_a_cycle)
     gc.collect()
     gc.disable()
     try:
