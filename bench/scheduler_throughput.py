@@ -75,7 +75,8 @@ from interference.decision import Decision
 from interference_cli.redis_process import RedisServerError, private_redis_server
 from scheduler.adapters.decision_sink import RedisDecisionSink
 from scheduler.adapters.kubernetes import KubernetesCluster
-from scheduler.adapters.memory import InMemoryCluster, node_object, pod_object
+from scheduler.adapters.memory import InMemoryCluster
+from scheduler.adapters.object_builders import node_object, pod_object
 from scheduler.adapters.queued_decision_sink import QueuedDecisionSink
 from scheduler.adapters.redis_settings import RedisSettings, connect
 from scheduler.adapters.redis_signals import RedisSignalCache

@@ -58,7 +58,7 @@ from interference_cli.store import CliError, split_pod_ref
 from interference_cli.trace import load_trace
 from interference_cli.views import decision_view
 from interference_cli.workload import Arrival, Workload, load_workload
-from scheduler.adapters.memory import node_object
+from scheduler.adapters.object_builders import node_object
 from scheduler.api.nodes import parse_node
 from scheduler.api.objects import PodInfo
 from scheduler.api.pods import parse_pod

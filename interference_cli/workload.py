@@ -21,7 +21,7 @@ from interference.annotations import (
     unknown_annotations,
 )
 from interference_cli.store import CliError
-from scheduler.adapters.memory import pod_object
+from scheduler.adapters.object_builders import pod_object
 
 MAX_ARRIVALS_PER_ENTRY = 100_000
 

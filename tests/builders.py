@@ -2,11 +2,11 @@
 server serialises them, with one set of defaults, and a node table holding them.
 
 Every test builds its Nodes and Pods here (a test file may wrap these in a shorter helper
-of its own, never with a second set of defaults). ``scheduler.adapters.memory``'s
+of its own, never with a second set of defaults). ``scheduler.adapters.object_builders``'s
 ``node_object`` and ``pod_object`` are the simulator's, the demo's and the benchmark's
 builders (a program's, not a test's): only tests/scheduler/test_memory_cluster.py, which
 tests them, calls them. The other kinds (claims, volumes, storage classes, namespaces,
-budgets) are built by ``memory``'s builders, the only ones there are.
+budgets) are built by ``object_builders``, the only builders there are.
 
 Defaults: a Node ``n1`` that is Ready with 4 CPUs, 8 Gi of memory, 110 pods and 100 Gi
 of ephemeral storage; a Pod ``p`` in ``default``, uid ``uid-{namespace}-{name}``, created
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from scheduler.adapters.memory import rfc3339
+from scheduler.adapters.object_builders import rfc3339
 from scheduler.api.nodes import parse_node
 from scheduler.api.pods import parse_pod
 from scheduler.signals.table import NodeTable

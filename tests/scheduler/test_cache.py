@@ -9,9 +9,8 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from scheduler.adapters.memory import (
-    InMemoryCluster,
-    InMemoryInformer,
+from scheduler.adapters.memory import InMemoryCluster, InMemoryInformer
+from scheduler.adapters.object_builders import (
     claim_object,
     csi_node_object,
     storage_class_object,

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from scheduler.adapters.memory import InMemoryCluster, namespace_object, node_object, pod_object
+from scheduler.adapters.memory import InMemoryCluster
+from scheduler.adapters.object_builders import namespace_object, node_object, pod_object
 from scheduler.api.quantity import resource_amount
 from scheduler.cycle.ports import (
     INFORMED_KINDS,

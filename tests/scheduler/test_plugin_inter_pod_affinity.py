@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from numpy.typing import NDArray
 from prometheus_client import CollectorRegistry
 
-from scheduler.adapters.memory import InMemoryCluster, namespace_object
+from scheduler.adapters.memory import InMemoryCluster
+from scheduler.adapters.object_builders import namespace_object
 from scheduler.api.objects import NamespaceInfo, PodInfo
 from scheduler.api.pods import parse_pod
 from scheduler.api.reader import ObjectError

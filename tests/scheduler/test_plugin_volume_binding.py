@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.adapters.memory import (
+from scheduler.adapters.object_builders import (
     claim_object,
     csi_node_object,
     storage_class_object,
