@@ -18,7 +18,7 @@ from typing import Any
 from interference import hist
 from interference.decision import CandidateVerdict, Decision, RunqCheck, raise_to_us, runq_advice
 from interference.signals import PodMetrics
-from interference_cli.store import NodeDetail, NodeRow, PodRecords, PodRow
+from interference_cli.store_model import NodeDetail, NodeRow, PodRecords, PodRow
 from interference_cli.views import TOP_PODS, funnel_line, ranked_culprits
 
 

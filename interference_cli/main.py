@@ -31,9 +31,10 @@ from interference import keys
 from interference.decision import Decision
 from interference.decision_page import render_decision_page
 from interference_cli import json_output, views
+from interference_cli.errors import CliError
 from interference_cli.output_files import write_page
 from interference_cli.plain import plain, text
-from interference_cli.store import CliError, Store, split_pod_ref
+from interference_cli.store import Store, split_pod_ref
 from interference_infra.cliparse import RUNTIME_EXIT, USAGE_EXIT, OneLineParser
 from interference_infra.redis_arguments import check_url
 from interference_infra.redis_client import (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from interference_cli.store import CliError
+from interference_cli.errors import CliError
 
 
 def write_page(path: str, page: str) -> None:

@@ -15,8 +15,9 @@ from rich.text import Text
 
 from interference.annotations import MAX_RUNQ_P99_US
 from interference.signals import WINDOWS_S, window_name
+from interference_cli.errors import CliError
 from interference_cli.plain import text
-from interference_cli.store import CliError, Store
+from interference_cli.store import Store
 from interference_cli.tolerance_recommendation import (
     DEFAULT_MARGIN,
     Recommendation,

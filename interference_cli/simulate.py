@@ -51,10 +51,11 @@ from interference import sched_record
 from interference.decision import Decision, decision_hash
 from interference.index import IndexReferences
 from interference.signals import NodeReport
+from interference_cli.errors import CliError
 from interference_cli.output_files import write_page
 from interference_cli.plain import text
 from interference_cli.replay_signals import RecordReplay, ReplaySignals
-from interference_cli.store import CliError, split_pod_ref
+from interference_cli.store import split_pod_ref
 from interference_cli.trace import load_trace
 from interference_cli.views import decision_view
 from interference_cli.workload import Arrival, Workload, load_workload

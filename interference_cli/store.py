@@ -12,17 +12,15 @@ The viewer's Redis user needs :data:`VIEWER_COMMANDS` on ``intf:*``, reads only.
 ranks (``top`` without a ranking, and ``top --all``, say that they need it).
 
 Every failure the user can fix (Redis unreachable, nothing published yet, unknown node
-or pod, a malformed record) becomes a :class:`CliError` whose message is the one line
-the CLI prints.
-
-Size: about 600 lines: every key the CLI reads, each with its own way of failing.
+or pod, a malformed record) becomes a :class:`~interference_cli.errors.CliError` whose
+message is the one line the CLI prints. What the reads return, and the parse of the
+hashes into it, is :mod:`interference_cli.store_model`.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import redis
@@ -30,16 +28,21 @@ from redis.crc import key_slot
 from redis.exceptions import RedisClusterException
 
 from interference import freshness, keys
-from interference.codec import (
-    PayloadError,
-    decoded_hash,
-    index_history,
-    parse_histogram_field,
-    parse_node_signals,
-    parse_pod_hash,
-)
+from interference.codec import PayloadError, decoded_hash, index_history
 from interference.decision import Decision, parse_decision_hash
-from interference.signals import NodeMetrics, PodMetrics, WindowMetrics
+from interference_cli.errors import CliError
+from interference_cli.store_model import (
+    NodeDetail,
+    NodeRow,
+    PodRecords,
+    PodRow,
+    node_histograms,
+    node_windows,
+    parse_node_row,
+    parse_pod_row,
+    rank_index,
+    split_pod_member,
+)
 from interference_infra.logsetup import mask_credentials
 from interference_infra.redis_client import (
     DEFAULT_SENTINEL_MASTER,
@@ -64,73 +67,6 @@ SCAN_COUNT = 1000
 """``COUNT`` hint of each ``SCAN`` step."""
 STREAM_BATCH = 500
 """Report streams per ``XREAD`` (on a Redis Cluster, per hash slot)."""
-
-
-class CliError(Exception):
-    """A problem the user can act on; the message is printed as one line on stderr."""
-
-
-@dataclass(frozen=True, slots=True)
-class NodeRow:
-    """One node as ``interference top`` shows it."""
-
-    node: str
-    metrics: NodeMetrics | None
-    """None when the node's hash has expired (its agent stopped reporting)."""
-    updated_at: float
-    """Unix time of the node's latest report (0 when unknown)."""
-    interval_s: float
-    pod_count: int
-    state: str
-    """``ok``, ``stale`` (no report within the freshness window, or its hash expired) or
-    ``degraded`` (fresh, but a core signal family was not measured: the scheduler treats
-    it as stale), from :func:`interference.freshness.node_state`."""
-    measured: tuple[str, ...] = ()
-    """Signal families the latest report measured."""
-    scheduler_index: float | None = None
-    """The interference index the scheduler computed from the node's signals (its
-    ranking ``intf:nodes``); None when the scheduler does not rank the node."""
-
-    @property
-    def stale(self) -> bool:
-        """The scheduler does not act on this node's signals (stale or degraded)."""
-        return self.state != "ok"
-
-    def age_s(self, now: float) -> float:
-        """Seconds since the node's latest report."""
-        return max(0.0, now - self.updated_at) if self.updated_at else float("inf")
-
-
-@dataclass(frozen=True, slots=True)
-class PodRow:
-    """One pod's metrics on a node."""
-
-    metrics: PodMetrics
-    updated_at: float
-
-
-@dataclass(frozen=True, slots=True)
-class NodeDetail:
-    """Everything ``interference node NODE`` shows."""
-
-    row: NodeRow
-    histograms: dict[str, list[int]] = field(default_factory=dict)
-    pods: list[PodRow] = field(default_factory=list)
-    disabled_probes: str = ""
-    windows: dict[str, WindowMetrics] = field(default_factory=dict)
-    """The latest report's windowed signals (``10s``, ``60s``)."""
-
-
-@dataclass(frozen=True, slots=True)
-class PodRecords:
-    """What ``interference explain`` shows of one pod: why it was placed where it is, and
-    what the rebalancer last concluded about it; each kept 24 h, so either may be gone."""
-
-    placement: Decision | None
-    """Its placement record (``intf:decision:{ns}/{pod}``)."""
-    rebalancing: Decision | None
-    """Its rebalancing record (``intf:rebalance:decision:{ns}/{pod}``): the rebalancer's
-    latest look, written only when it found a better node for a pod over its tolerance."""
 
 
 class Store:
@@ -287,12 +223,12 @@ class Store:
                 "running with --redis-url pointing here?"
             )
         rows = [
-            self._node_row(name, raw, updated_at.get(name, 0.0), now, index_by_node.get(name))
+            parse_node_row(name, raw, updated_at.get(name, 0.0), now, index_by_node.get(name))
             for name, raw in zip(names, hashes, strict=True)
             if raw or now - updated_at.get(name, 0.0) <= 2 * freshness.MIN_STALE_AFTER_S
         ]
         order = {"ok": 0, "degraded": 1, "stale": 2}
-        rows.sort(key=lambda r: (order[r.state], -_rank_index(r), r.node))
+        rows.sort(key=lambda r: (order[r.state], -rank_index(r), r.node))
         return rows
 
     def _nodes_with_records(self) -> set[str] | None:
@@ -341,21 +277,16 @@ class Store:
                 f"node {node!r} is stale: its last report ({now - float(updated):.0f} s ago) "
                 "has expired; check that its interference-agent is running"
             )
-        row = self._node_row(
+        row = parse_node_row(
             node, raw, float(updated or 0.0), now, None if index is None else float(index)
         )
         data = decoded_hash(raw)
-        histograms = {
-            name.removeprefix("hist_"): _histogram(node, name, value)
-            for name, value in sorted(data.items())
-            if name.startswith("hist_")
-        }
         return NodeDetail(
             row=row,
-            histograms=histograms,
+            histograms=node_histograms(node, data),
             pods=self._pods(node, sorted(_text(m) for m in members)),
             disabled_probes=data.get("disabled_probes", ""),
-            windows=_windows(node, raw),
+            windows=node_windows(node, raw),
         )
 
     def decision(self, namespace: str, pod: str) -> Decision:
@@ -416,7 +347,7 @@ class Store:
             f"pod {namespace}/{name} on node {node!r}",
             lambda: self._redis.hgetall(keys.pod_key(node, namespace, name)),
         )
-        return self._pod_row(raw, f"pod {namespace}/{name}") if raw else None
+        return parse_pod_row(raw, f"pod {namespace}/{name}") if raw else None
 
     def report_streams(self) -> dict[str, str]:
         """Node → key of its report stream: every stream in Redis (``SCAN``) and the
@@ -484,7 +415,7 @@ class Store:
         return entries
 
     def _pods(self, node: str, members: list[str]) -> list[PodRow]:
-        refs = [_split_pod_member(m) for m in members]
+        refs = [split_pod_member(m) for m in members]
 
         def read() -> list[dict[bytes, bytes]]:
             pipe = self._redis.pipeline(transaction=False)
@@ -494,47 +425,10 @@ class Store:
 
         # A pod's hash may expire between the two reads: skip it.
         return [
-            self._pod_row(raw, f"a pod of node {node!r}")
+            parse_pod_row(raw, f"a pod of node {node!r}")
             for raw in self._call(f"the pods of node {node!r}", read)
             if raw
         ]
-
-    def _pod_row(self, raw: dict[bytes, bytes], what: str) -> PodRow:
-        try:
-            metrics, _, updated_at = parse_pod_hash(raw)
-        except PayloadError as exc:
-            raise CliError(f"the hash of {what} is malformed: {exc}") from exc
-        return PodRow(metrics=metrics, updated_at=updated_at)
-
-    def _node_row(
-        self,
-        node: str,
-        raw: dict[bytes, bytes],
-        updated_at: float,
-        now: float,
-        scheduler_index: float | None = None,
-    ) -> NodeRow:
-        if not raw:
-            return NodeRow(
-                node, None, updated_at, 0.0, 0, state="stale", scheduler_index=scheduler_index
-            )
-        try:
-            parsed = parse_node_signals(raw)
-            interval_s = parsed.interval_s if parsed.interval_s is not None else 1.0
-            pod_count = int(decoded_hash(raw).get("pods", "0"))
-        except (PayloadError, ValueError) as exc:
-            raise CliError(f"node hash {keys.node_key(node)} is malformed: {exc}") from exc
-        state = freshness.node_state(parsed.updated_at, interval_s, parsed.measured, now)
-        return NodeRow(
-            node,
-            parsed.metrics,
-            parsed.updated_at,
-            interval_s,
-            pod_count,
-            state=state,
-            measured=parsed.measured,
-            scheduler_index=scheduler_index,
-        )
 
 
 def split_pod_ref(ref: str) -> tuple[str, str]:
@@ -543,26 +437,6 @@ def split_pod_ref(ref: str) -> tuple[str, str]:
     if not sep or not namespace or not name or "/" in name:
         raise CliError(f"expected NAMESPACE/POD (e.g. default/web-0), got {ref!r}")
     return namespace, name
-
-
-def _split_pod_member(member: str) -> tuple[str, str]:
-    # The system bucket and UID-only pods are listed without a namespace (PodMetrics.key).
-    namespace, sep, name = member.partition("/")
-    return (namespace, name) if sep else ("", member)
-
-
-def _histogram(node: str, name: str, value: str) -> list[int]:
-    try:
-        return parse_histogram_field(value)
-    except PayloadError as exc:
-        raise CliError(f"field {name} of node {node!r} is malformed: {exc}") from exc
-
-
-def _windows(node: str, raw: dict[bytes, bytes]) -> dict[str, WindowMetrics]:
-    try:
-        return parse_node_signals(raw).windows
-    except PayloadError as exc:
-        raise CliError(f"node hash {keys.node_key(node)} is malformed: {exc}") from exc
 
 
 REPORTS_SUFFIX = keys.reports_key("").removeprefix(keys.node_key(""))
@@ -580,14 +454,6 @@ def _needs_scan(all_nodes: bool) -> str:
         f"{why} SCAN, which this Redis user may not run; grant it +scan, or name a node: "
         "`interference node NODE`"
     )
-
-
-def _rank_index(row: NodeRow) -> float:
-    """The index a row is ranked by: the scheduler's when it ranks the node, else the
-    agent's own."""
-    if row.scheduler_index is not None:
-        return row.scheduler_index
-    return row.metrics.interference_index if row.metrics else 0.0
 
 
 def _stream_batches(stream_keys: list[str], cluster: bool) -> list[list[str]]:

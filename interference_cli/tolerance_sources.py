@@ -27,7 +27,8 @@ from typing import Any
 from interference import keys
 from interference.codec import PayloadError, decode_report
 from interference.signals import NodeReport
-from interference_cli.store import CliError, Store
+from interference_cli.errors import CliError
+from interference_cli.store import Store
 from interference_cli.tolerance_recommendation import owned_by
 from node_agent.signal_metrics import LATEST, NODE_RUNQ_P99, POD_RUNQ_P99, POD_TOLERANCE_RUNQ_P99
 

@@ -29,7 +29,8 @@ import msgpack
 
 from interference.codec import PayloadError, decode_report
 from interference.signals import NodeReport
-from interference_cli.store import CliError, Store
+from interference_cli.errors import CliError
+from interference_cli.store import Store
 
 TRACE_FORMAT = "interference-trace"
 TRACE_VERSION = 1

@@ -23,7 +23,7 @@ from interference.decision import (
 )
 from interference.signals import WindowMetrics
 from interference_cli.plain import plain, text
-from interference_cli.store import NodeDetail, NodeRow, PodRecords, PodRow
+from interference_cli.store_model import NodeDetail, NodeRow, PodRecords, PodRow
 
 BAR_WIDTH = 40
 """Characters of the longest histogram bar."""

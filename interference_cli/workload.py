@@ -20,7 +20,7 @@ from interference.annotations import (
     unknown_annotation_message,
     unknown_annotations,
 )
-from interference_cli.store import CliError
+from interference_cli.errors import CliError
 from scheduler.adapters.object_builders import pod_object
 
 MAX_ARRIVALS_PER_ENTRY = 100_000

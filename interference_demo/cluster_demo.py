@@ -51,8 +51,8 @@ from rich.table import Table
 from interference import hist
 from interference.signals import PodMetrics
 from interference_cli import views
+from interference_cli.errors import CliError
 from interference_cli.main import store_from_args
-from interference_cli.store import CliError
 from interference_demo.cluster_objects import (
     LATENCY_POD_FILE,
     NAMESPACE,

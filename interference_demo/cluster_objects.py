@@ -19,7 +19,8 @@ from kubernetes.client.exceptions import ApiException
 
 from interference import keys
 from interference.codec import PayloadError, decode_report
-from interference_cli.store import CliError, Store
+from interference_cli.errors import CliError
+from interference_cli.store import Store
 from interference_demo.rebalance_act import TOLERANCE_ANNOTATION, PodRows
 
 DEMO_DIR = Path(__file__).resolve().parent.parent / "deploy" / "demo"

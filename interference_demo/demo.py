@@ -45,7 +45,9 @@ from rich.table import Table
 from interference import hist, keys
 from interference.decision import Decision
 from interference_cli import views
-from interference_cli.store import CliError, NodeRow, Store
+from interference_cli.errors import CliError
+from interference_cli.store import Store
+from interference_cli.store_model import NodeRow
 from interference_demo.lab import LabError, LocalLab
 from interference_demo.local_cluster import LocalCluster, load_manifests, load_nodes
 from interference_demo.rebalance_act import (

@@ -16,7 +16,7 @@ import redis
 
 from interference import keys
 from interference.signals import PodMetrics
-from interference_cli.store import CliError
+from interference_cli.errors import CliError
 from tests.deploy.conftest import DeployedRedis
 from tests.deploy.test_redis_acl import agent_publisher, enrol, report, viewer_store
 

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from interference.codec import encode_report
 from interference.signals import NodeMetrics, NodeReport, PodMetrics
-from interference_cli.store import CliError
+from interference_cli.errors import CliError
 from interference_demo.cluster_demo import AWARE, BLIND, PlacementResult, print_placement
 from interference_demo.cluster_objects import (
     LATENCY_POD_FILE,

@@ -19,9 +19,10 @@ from interference.decision import CandidateVerdict, Decision, FunnelStage, RunqC
 from interference.signals import NodeMetrics, PodMetrics, WindowMetrics
 from interference_cli import main as cli_main
 from interference_cli import views
+from interference_cli.errors import CliError
 from interference_cli.plain import plain
 from interference_cli.simulate import PolicyResult, result_table
-from interference_cli.store import CliError, NodeDetail, NodeRow, PodRecords, PodRow
+from interference_cli.store_model import NodeDetail, NodeRow, PodRecords, PodRow
 
 NASTY = (
     "[link=https://evil.example]",

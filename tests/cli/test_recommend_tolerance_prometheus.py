@@ -14,9 +14,9 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from interference.signals import NodeMetrics, NodeReport, PodMetrics, WindowMetrics
 from interference_cli import tolerance_sources
+from interference_cli.errors import CliError
 from interference_cli.main import main
 from interference_cli.redis_process import free_port
-from interference_cli.store import CliError
 from interference_cli.tolerance_sources import from_prometheus
 from node_agent.signal_metrics import SignalCollector
 from node_agent.tolerances import PodTolerance

@@ -15,8 +15,9 @@ from interference import codec, keys
 from interference.signals import NodeMetrics, NodeReport, PodMetrics
 from interference_cli import store as store_module
 from interference_cli import trace
+from interference_cli.errors import CliError
 from interference_cli.main import main
-from interference_cli.store import CliError, Store
+from interference_cli.store import Store
 from interference_cli.trace import load_trace, record_to_file, write_trace
 from node_agent.publisher import PublisherSettings, RedisPublisher
 from tests.conftest import RedisServer

@@ -11,6 +11,7 @@ import pytest
 from interference.codec import encode_report
 from interference.index import IndexReferences
 from interference.signals import NodeMetrics, NodeReport, PodMetrics
+from interference_cli.errors import CliError
 from interference_cli.main import main
 from interference_cli.replay_signals import RecordReplay
 from interference_cli.simulate import (
@@ -22,7 +23,6 @@ from interference_cli.simulate import (
     load_workload,
     simulate,
 )
-from interference_cli.store import CliError
 from interference_cli.trace import load_trace, write_trace
 from scheduler.api.nodes import parse_node
 from scheduler.api.pods import parse_pod

@@ -32,7 +32,8 @@ from credential_issuer.warden import WARDEN_COMMANDS
 from interference import acl, keys, sched_record
 from interference.decision import Decision
 from interference.signals import GpuDevice, NodeMetrics, NodeReport, PodMetrics
-from interference_cli.store import CliError, Store
+from interference_cli.errors import CliError
+from interference_cli.store import Store
 from node_agent.publisher import PublisherSettings, RedisPublisher
 from scheduler.adapters.decision_sink import RedisDecisionSink
 from scheduler.adapters.node_reports import RedisNodeReportSource
