@@ -54,7 +54,8 @@ from interference.decision import IndexRead, RunqCheck
 from scheduler.api.events import EventInterest
 from scheduler.api.objects import PodInfo
 from scheduler.signals.frame import COLUMNS_BY_NAME
-from scheduler.signals.table import NodeTable, PlacedPodLookup
+from scheduler.signals.placed_pods import PlacedPodLookup
+from scheduler.signals.table import NodeTable
 
 
 @dataclass(slots=True)

@@ -1,10 +1,11 @@
 """Per-node columns built from the Node objects: label codes and taint presence, and the
-signal window columns' shape. Pure functions of the nodes, in row order; the table
-caches them until a node's constraint fields change."""
+signal window columns' shape. Pure functions of the nodes, in row order, and
+:class:`NodeColumnCache`, which the table keeps them in until a node's constraint fields
+or the row layout change."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,3 +78,50 @@ def taint_columns(nodes: Sequence[NodeInfo]) -> TaintColumns:
         for taint in node.taints:
             present[row, vocabulary[taint]] = True
     return TaintColumns(tuple(vocabulary), present)
+
+
+class NodeColumnCache:
+    """The label and taint columns of the table's nodes, built when first asked for and
+    kept until :meth:`clear`."""
+
+    def __init__(self, nodes: Sequence[NodeInfo]) -> None:
+        self._nodes = nodes
+        """The table's nodes in row order (its own list, changed in place)."""
+        self._columns: dict[Hashable, object] = {}
+
+    def clear(self) -> None:
+        """Forget every column (a node's constraint fields or the row layout changed)."""
+        self._columns.clear()
+
+    def label_column(self, key: str, field: bool = False) -> LabelColumn:
+        """:func:`label_column` of the nodes (cached)."""
+        cache_key = ("field" if field else "label", key)
+        cached = self._columns.get(cache_key)
+        if isinstance(cached, LabelColumn):
+            return cached
+        # a key no node carries (a pod may name thousands) costs no pass over the nodes
+        # and no cache entry, so the cache holds only the keys the nodes bring
+        carried = key == "metadata.name" if field else key in self._label_keys()
+        if not carried:
+            return LabelColumn(np.full(len(self._nodes), ABSENT, dtype=np.int32), ())
+        column = label_column(self._nodes, key, field)
+        self._columns[cache_key] = column
+        return column
+
+    def _label_keys(self) -> frozenset[str]:
+        """Every label key some node carries (cached until :meth:`clear`)."""
+        cached = self._columns.get("label_keys")
+        if isinstance(cached, frozenset):
+            return cached
+        keys = frozenset(key for node in self._nodes for key in node.labels)
+        self._columns["label_keys"] = keys
+        return keys
+
+    def taint_columns(self) -> TaintColumns:
+        """:func:`taint_columns` of the nodes (cached)."""
+        cached = self._columns.get("taints")
+        if isinstance(cached, TaintColumns):
+            return cached
+        columns = taint_columns(self._nodes)
+        self._columns["taints"] = columns
+        return columns

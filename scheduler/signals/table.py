@@ -26,19 +26,20 @@ per pod signature, when :attr:`NodeTable.generation` changes; ``allocatable``; `
 and :meth:`NodeTable.derived` columns, refreshed only at the rows whose requests, signals or
 allocatable changed (:attr:`NodeTable.load_generation`).
 
-Size: over 500 lines because every column and every per-node structure moves together
-when a row moves (a removed node's row takes the last one), so the row layout stays in one
-class; the caches, label columns, namespaces, term lookups and the plugins' own lookups
-live elsewhere.
+Every column moves together when a row moves (a removed node's row takes the last one),
+so the row layout is this one class. What is not kept by row lives beside it: the placed
+pods by key, node, label and priority with the plugins' lookups
+(:mod:`scheduler.signals.placed_pods`), the label and taint columns' cache
+(:mod:`scheduler.signals.node_columns`), the scoped caches (:mod:`scheduler.signals.table_caches`),
+the namespaces and the volume objects.
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
-from dataclasses import dataclass, fields
+from collections.abc import Iterable, Mapping
+from dataclasses import fields
 from itertools import repeat
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -50,8 +51,8 @@ from scheduler.api.objects import (
     NodeInfo,
     PodInfo,
 )
-from scheduler.api.quantity import CPU, EPHEMERAL_STORAGE, MEMORY, PODS
-from scheduler.api.term_lookup import MatchCounts, discard, positive_candidates
+from scheduler.api.quantity import CPU
+from scheduler.api.term_lookup import MatchCounts
 from scheduler.api.volumes import VolumeCatalog
 from scheduler.signals.frame import (
     LATEST_WINDOW,
@@ -64,40 +65,14 @@ from scheduler.signals.frame import (
     no_signal_value,
     window_column,
 )
-from scheduler.signals.node_columns import (
-    ABSENT,
-    LabelColumn,
-    TaintColumns,
-    WindowColumns,
-    label_column,
-    taint_columns,
-)
+from scheduler.signals.node_columns import ABSENT, NodeColumnCache, WindowColumns
+from scheduler.signals.placed_pods import PlacedPods
 from scheduler.signals.records import frame_of_signals
+from scheduler.signals.resource_columns import ResourceColumns, widened
 from scheduler.signals.table_caches import CHANGED_ROWS_LIMIT, TableCaches
 
-BASE_RESOURCES = (CPU, MEMORY, EPHEMERAL_STORAGE, PODS)
 if tuple(f.name for f in fields(WindowColumns)) != WINDOW_PARTS:  # pragma: no cover
     raise ImportError("WindowColumns' fields are not scheduler.signals.frame.WINDOW_PARTS")
-
-
-@dataclass(frozen=True, slots=True)
-class _PlacedPod:
-    pod: PodInfo
-    node: str
-
-
-class PlacedPodLookup(Protocol):
-    """What a plugin keeps about placed pods across decisions (ports in use, affinity
-    terms…), kept current by the table's add/remove hooks (:meth:`NodeTable.lookup`)."""
-
-    def add(self, pod: PodInfo, node: str) -> None:
-        """``pod`` was placed on ``node`` (a node the table may not know yet)."""
-
-    def remove(self, pod: PodInfo, node: str) -> None:
-        """``pod``, added on ``node`` before, is gone from it."""
-
-
-LookupT = TypeVar("LookupT", bound=PlacedPodLookup)
 
 
 class NodeTable:
@@ -110,13 +85,12 @@ class NodeTable:
         """Node name of each row."""
         self._rows: dict[str, int] = {}
         self._nodes: list[NodeInfo] = []
-        self._resource_rows: dict[str, int] = {r: i for i, r in enumerate(BASE_RESOURCES)}
         self.volumes = VolumeCatalog()
         """Claims, PersistentVolumes, StorageClasses, and the claims placed pods use."""
-        cap, rows = self._capacity, len(BASE_RESOURCES)
-        self._alloc = np.zeros((rows, cap), dtype=np.int64)
-        self._requested = np.zeros((rows, cap), dtype=np.int64)
-        self._free = np.zeros((rows, cap), dtype=np.int64)
+        cap = self._capacity
+        self._resources = ResourceColumns(cap)
+        """Allocatable, requested and free per resource × node (the public views:
+        :attr:`alloc`, :attr:`requested`, :attr:`free`)."""
         self._vectors: dict[str, NDArray[Any]] = {
             "ready": np.zeros(cap, dtype=np.bool_),
             "unschedulable": np.zeros(cap, dtype=np.bool_),
@@ -137,21 +111,29 @@ class NodeTable:
         named for what empties them."""
         self.derived = self.caches.derived
         """:meth:`TableCaches.derived`: a per-node column refreshed at the changed rows."""
-        self._derived: dict[Hashable, object] = {}
+        self._node_columns = NodeColumnCache(self._nodes)
         """Label and taint columns, rebuilt after a constraint change."""
-        self._pods: dict[str, _PlacedPod] = {}
-        self._unreadable_pods: dict[str, str] = {}
-        """Placed pods (key → node) whose requests, ports, labels or terms do not parse."""
-        self._pods_by_node: dict[str, dict[str, PodInfo]] = {}
-        self._pods_by_label: dict[tuple[str, str], set[str]] = {}
-        self._pods_by_namespace: dict[str, set[str]] = {}
-        self._priorities: Counter[int] = Counter()
-        """Placed pods per priority (tells at once whether a pod could preempt anyone)."""
+        self.label_column = self._node_columns.label_column
+        """:meth:`NodeColumnCache.label_column` of this table's nodes (cached)."""
+        self.taint_columns = self._node_columns.taint_columns
+        """:meth:`NodeColumnCache.taint_columns` of this table's nodes (cached)."""
+        self._placed = PlacedPods({"volumes": self.volumes})
+        self.node_of = self._placed.node_of
+        """:meth:`PlacedPods.node_of`: the node a pod is placed on."""
+        self.pods_on_node = self._placed.on_node
+        """:meth:`PlacedPods.on_node`: the pods placed on a node, by key (read only)."""
+        self.lowest_priority = self._placed.lowest_priority
+        """:meth:`PlacedPods.lowest_priority`: of any placed pod, ``None`` without pods."""
+        self.pods_matching = self._placed.matching
+        """:meth:`PlacedPods.matching`: the placed pods an affinity term matches."""
+        self.lookup = self._placed.lookup
+        """:meth:`PlacedPods.lookup`: a plugin's lookup of the placed pods, kept current as
+        pods are placed and removed."""
+        self.unreadable_pod_keys = self._placed.unreadable_keys
+        """:meth:`PlacedPods.unreadable_keys`: the placed pods held as unreadable."""
         self.namespaces = NamespaceCatalog()
         """The Namespaces' labels (namespace selectors of pod affinity terms)."""
         self._match_counts = MatchCounts()
-        self._lookups: dict[str, PlacedPodLookup] = {"volumes": self.volumes}
-        """Lookups of placed pods registered by plugins (:meth:`lookup`), by name."""
         self._recent: dict[str, dict[str, tuple[float, int]]] = {}
         self._frame = SignalFrame.empty()
         self._signals_source: object = None
@@ -182,7 +164,7 @@ class NodeTable:
         row = self._rows.get(node.name)
         if row is None:
             row = self._append_row(node)
-            for pod in self._pods_by_node.get(node.name, {}).values():
+            for pod in self._placed.on_node(node.name).values():
                 self._account(row, pod, sign=1)
             self._apply_frame_row(row)
             self._bump_generation()
@@ -196,11 +178,8 @@ class NodeTable:
             self._nodes[row] = node
         self._vectors["ready"][row] = node.ready
         self._vectors["unschedulable"][row] = node.unschedulable
-        self._alloc[:, row] = 0
-        for resource, amount in node.allocatable.items():
-            resource_row = self._ensure_resource(resource)  # may reallocate the matrices
-            self._alloc[resource_row, row] = amount
-        self._free[:, row] = self._alloc[:, row] - self._requested[:, row]
+        if self._resources.set_allocatable(row, node.allocatable):
+            self._refresh_views()
 
     def remove_node(self, name: str) -> None:
         """Drop a node's row; its pods stay known and count again if it comes back."""
@@ -213,15 +192,13 @@ class NodeTable:
             self.names[row] = moved
             self._nodes[row] = self._nodes[last]
             self._rows[moved] = row
-            for matrix in (self._alloc, self._requested, self._free):
-                matrix[:, row] = matrix[:, last]
+            self._resources.move_row(row, last)
             for vector in self._vectors.values():
                 vector[row] = vector[last]
         self.names.pop()
         self._nodes.pop()
         self._count = last
-        for matrix in (self._alloc, self._requested, self._free):
-            matrix[:, last] = 0
+        self._resources.clear_row(last)
         self._refresh_views()
         self._bump_generation()
 
@@ -232,23 +209,17 @@ class NodeTable:
 
         ``now`` stamps its load for the interference index until the node reports again.
         """
-        previous = self._pods.get(pod.key)
+        previous = self._placed.get(pod.key)
         added_at: float | None = now
         if previous is not None:
             if previous.node == node:  # a confirmation keeps the original stamp, if any
                 entry = self._recent.get(node, {}).get(pod.key)
                 added_at = entry[0] if entry else None
             self.remove_pod(previous.pod)
-        self._pods[pod.key] = _PlacedPod(pod, node)
-        self._pods_by_node.setdefault(node, {})[pod.key] = pod
-        for item in pod.labels.items():
-            self._pods_by_label.setdefault(item, set()).add(pod.key)
-        self._pods_by_namespace.setdefault(pod.namespace, set()).add(pod.key)
-        self._priorities[pod.priority] += 1
-        for lookup in self._lookups.values():
-            lookup.add(pod, node)
-        for resource in pod.requests:
-            self._ensure_resource(resource)
+        self._placed.add(pod, node)
+        added = [resource for resource in pod.requests if self._resources.ensure(resource)]
+        if added:  # the resource matrices were reallocated
+            self._refresh_views()
         if added_at is not None and added_at > self._signals_updated_at(node):
             self._recent.setdefault(node, {})[pod.key] = (added_at, pod.requests.get(CPU, 0))
         row = self._rows.get(node)
@@ -258,22 +229,10 @@ class NodeTable:
 
     def remove_pod(self, pod: PodInfo) -> None:
         """Forget a pod (deleted, finished, or an assumption that failed to bind)."""
-        placed = self._pods.pop(pod.key, None)
+        placed = self._placed.remove(pod.key)
         if placed is None:
             return
         pod, node = placed.pod, placed.node
-        on_node = self._pods_by_node[node]
-        del on_node[pod.key]
-        if not on_node:
-            del self._pods_by_node[node]
-        for item in pod.labels.items():
-            discard(self._pods_by_label, item, pod.key)
-        discard(self._pods_by_namespace, pod.namespace, pod.key)
-        self._priorities[pod.priority] -= 1
-        if not self._priorities[pod.priority]:
-            del self._priorities[pod.priority]
-        for lookup in self._lookups.values():
-            lookup.remove(pod, node)
         recent = self._recent.get(node)
         if recent is not None:
             recent.pop(pod.key, None)
@@ -284,16 +243,11 @@ class NodeTable:
             self._account(row, pod, sign=-1)
             self._match_counts.update(pod, row, -1)
 
-    def node_of(self, key: str) -> str | None:
-        """The node pod ``key`` is placed on, ``None`` when it is not placed."""
-        placed = self._pods.get(key)
-        return None if placed is None else placed.node
-
     def load_stamp(self, key: str) -> float:
         """When pod ``key``'s load was stamped on its node for the interference index
         (``-inf`` when it is not: the node reported since): :meth:`add_pod` with this
         ``now`` after a :meth:`remove_pod` puts the pod back as it was."""
-        placed = self._pods.get(key)
+        placed = self._placed.get(key)
         entry = None if placed is None else self._recent.get(placed.node, {}).get(key)
         return -float("inf") if entry is None else entry[0]
 
@@ -303,28 +257,9 @@ class NodeTable:
         (``pods``: how many). The preemption dry run's light way to take pods away and put
         them back, for a pod whose filters read nothing else of the placed pods
         (scheduler.cycle.preemption). The caller puts back exactly what it took."""
-        rows = self._resource_rows
-        resource_rows: list[int] = []
-        node_rows: list[int] = []
-        amounts: list[int] = []
-        for row, load in loads.items():
+        for row in loads:
             self.caches.note_load_change(row)
-            for resource, amount in load.items():
-                resource_rows.append(rows[resource])
-                node_rows.append(row)
-                amounts.append(sign * amount)
-        at = (np.array(resource_rows, dtype=np.intp), np.array(node_rows, dtype=np.intp))
-        change = np.array(amounts, dtype=np.int64)
-        np.add.at(self._requested, at, change)
-        np.subtract.at(self._free, at, change)
-
-    def pods_on_node(self, name: str) -> Mapping[str, PodInfo]:
-        """Pods placed on node ``name`` by key (read only)."""
-        return self._pods_by_node.get(name, {})
-
-    def lowest_priority(self) -> int | None:
-        """The lowest priority of any placed pod, ``None`` without pods."""
-        return min(self._priorities) if self._priorities else None
+        self._resources.shift(loads, sign)
 
     def matching_per_node(
         self, term: AntiAffinityTerm, skip_terminating: bool = False
@@ -340,7 +275,7 @@ class NodeTable:
         if counts is None:
             counts = np.zeros(self._count, dtype=np.int64)
             for pod in self.pods_matching(term):
-                row = self._rows.get(self._pods[pod.key].node)
+                row = self._rows.get(self._placed.node_of(pod.key) or "")
                 if row is not None and not (skip_terminating and pod.terminating):
                     counts[row] += 1
             self._match_counts.put(key, counts)
@@ -349,20 +284,15 @@ class NodeTable:
     def hold_unreadable_pod(self, key: str, node: str) -> None:
         """A pod placed on ``node`` that does not parse: what it holds there is unknown,
         so the node takes no pod until it is readable again or gone (fail closed)."""
-        if self._unreadable_pods.get(key) != node:
-            self._unreadable_pods[key] = node
+        if self._placed.hold_unreadable(key, node):
             self._bump_generation()
 
     def release_unreadable_pod(self, key: str) -> bool:
         """The pod parses again, finished or was deleted; True when it was held."""
-        if self._unreadable_pods.pop(key, None) is None:
+        if not self._placed.release_unreadable(key):
             return False
         self._bump_generation()
         return True
-
-    def unreadable_pod_keys(self) -> Collection[str]:
-        """Keys of the placed pods held as unreadable (read only)."""
-        return self._unreadable_pods.keys()
 
     def holds_unreadable_pod(self) -> NDArray[np.bool_]:
         """Nodes holding a pod that does not parse (cached until the next change)."""
@@ -370,7 +300,7 @@ class NodeTable:
 
     def _find_unreadable_pods(self) -> NDArray[np.bool_]:
         mask = np.zeros(self._count, dtype=np.bool_)
-        rows = [self._rows.get(node) for node in self._unreadable_pods.values()]
+        rows = [self._rows.get(node) for node in self._placed.unreadable_nodes()]
         mask[[row for row in rows if row is not None]] = True
         mask.setflags(write=False)
         return mask
@@ -433,7 +363,7 @@ class NodeTable:
 
     def resource_row(self, resource: str) -> int | None:
         """Row of ``resource`` in :attr:`alloc`/:attr:`requested`/:attr:`free`, if known."""
-        return self._resource_rows.get(resource)
+        return self._resources.row(resource)
 
     @property
     def load_generation(self) -> int:
@@ -454,73 +384,12 @@ class NodeTable:
         return self.cached("allocatable", ("inverse", resource), self._inverse, resource)
 
     def _inverse(self, resource: str) -> NDArray[np.float64]:
-        row = self._resource_rows.get(resource)
+        row = self._resources.row(resource)
         capacity = np.zeros(self._count) if row is None else self.alloc[row].astype(np.float64)
         inverse: NDArray[np.float64] = np.divide(
             1.0, capacity, out=np.zeros(self._count), where=capacity > 0
         )
         return inverse
-
-    def label_column(self, key: str, field: bool = False) -> LabelColumn:
-        """:func:`~scheduler.signals.node_columns.label_column` of this table's nodes (cached)."""
-        cache_key = ("field" if field else "label", key)
-        cached = self._derived.get(cache_key)
-        if isinstance(cached, LabelColumn):
-            return cached
-        # a key no node carries (a pod may name thousands) costs no pass over the nodes
-        # and no cache entry, so the cache holds only the keys the nodes bring
-        carried = key == "metadata.name" if field else key in self._label_keys()
-        if not carried:
-            return LabelColumn(np.full(len(self._nodes), ABSENT, dtype=np.int32), ())
-        column = label_column(self._nodes, key, field)
-        self._derived[cache_key] = column
-        return column
-
-    def _label_keys(self) -> frozenset[str]:
-        """Every label key some node carries (cached until a constraint change)."""
-        cached = self._derived.get("label_keys")
-        if isinstance(cached, frozenset):
-            return cached
-        keys = frozenset(key for node in self._nodes for key in node.labels)
-        self._derived["label_keys"] = keys
-        return keys
-
-    def taint_columns(self) -> TaintColumns:
-        """:func:`~scheduler.signals.node_columns.taint_columns` of this table's nodes (cached)."""
-        cached = self._derived.get("taints")
-        if isinstance(cached, TaintColumns):
-            return cached
-        columns = taint_columns(self._nodes)
-        self._derived["taints"] = columns
-        return columns
-
-    def pods_matching(self, term: AntiAffinityTerm) -> Iterable[PodInfo]:
-        """Placed pods that fall under ``term`` (label lookups first, then a full check)."""
-        candidates = positive_candidates(term.selector, self._pods_by_label)
-        if candidates is None:
-            if term.namespaces is None:
-                candidates = set(self._pods)
-            else:
-                candidates = set().union(
-                    *(self._pods_by_namespace.get(ns, set()) for ns in term.namespaces)
-                )
-        for key in candidates:
-            pod = self._pods[key].pod
-            if term.matches(pod.namespace, pod.labels):
-                yield pod
-
-    def lookup(self, name: str, build: Callable[[], LookupT]) -> LookupT:
-        """The placed-pod lookup registered under ``name`` (a plugin's name), built by
-        ``build()`` and filled with every placed pod the first time it is asked for; from
-        then on the table calls its :meth:`PlacedPodLookup.add` and
-        :meth:`~PlacedPodLookup.remove` as pods are placed and removed."""
-        found = self._lookups.get(name)
-        if found is None:
-            found = build()
-            for placed in self._pods.values():
-                found.add(placed.pod, placed.node)
-            self._lookups[name] = found
-        return cast(LookupT, found)
 
     # ---- internals ---------------------------------------------------------------------
 
@@ -538,41 +407,13 @@ class NodeTable:
         return row
 
     def _grow(self, capacity: int) -> None:
-        def widen(array: NDArray[Any]) -> NDArray[Any]:
-            shape = (*array.shape[:-1], capacity)
-            grown = np.zeros(shape, dtype=array.dtype)
-            grown[..., : self._capacity] = array
-            return grown
-
-        self._alloc, self._requested, self._free = (
-            widen(self._alloc),
-            widen(self._requested),
-            widen(self._free),
-        )
-        self._vectors = {name: widen(v) for name, v in self._vectors.items()}
+        self._resources.grow(capacity)
+        self._vectors = {name: widened(v, capacity) for name, v in self._vectors.items()}
         self._capacity = capacity
-
-    def _ensure_resource(self, resource: str) -> int:
-        row = self._resource_rows.get(resource)
-        if row is None:
-            row = len(self._resource_rows)
-            self._resource_rows[resource] = row
-            extra = np.zeros((1, self._capacity), dtype=np.int64)
-            self._alloc = np.vstack([self._alloc, extra])
-            self._requested = np.vstack([self._requested, extra])
-            self._free = np.vstack([self._free, extra])
-            self._refresh_views()
-        return row
 
     def _account(self, row: int, pod: PodInfo, sign: int) -> None:
         self.caches.note_load_change(row)
-        for resource, amount in pod.requests.items():
-            r = self._resource_rows[resource]
-            self._requested[r, row] += sign * amount
-            self._free[r, row] -= sign * amount
-        pods_row = self._resource_rows[PODS]
-        self._requested[pods_row, row] += sign
-        self._free[pods_row, row] -= sign
+        self._resources.account(row, pod.requests, sign)
         self._vectors["nonzero_cpu_m"][row] += sign * pod.nonzero_cpu_m
         self._vectors["nonzero_memory"][row] += sign * pod.nonzero_memory
         self._set_recent_cpu(row, self.names[row])
@@ -623,16 +464,17 @@ class NodeTable:
     def _bump_generation(self) -> None:
         self.generation += 1
         self.caches.clear_all()
-        self._derived.clear()
+        self._node_columns.clear()
         self._match_counts.clear()
 
     def _refresh_views(self) -> None:
         """Point the public columns at the live rows (views share memory with storage)."""
         n = self._count
-        self.alloc: NDArray[np.int64] = self._alloc[:, :n]
+        alloc, requested, free = self._resources.views(n)
+        self.alloc: NDArray[np.int64] = alloc
         """Allocatable per resource row × node."""
-        self.requested: NDArray[np.int64] = self._requested[:, :n]
-        self.free: NDArray[np.int64] = self._free[:, :n]
+        self.requested: NDArray[np.int64] = requested
+        self.free: NDArray[np.int64] = free
         v = self._vectors
         self.ready: NDArray[np.bool_] = v["ready"][:n]
         self.unschedulable: NDArray[np.bool_] = v["unschedulable"][:n]
