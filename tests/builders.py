@@ -5,8 +5,8 @@ Every test builds its Nodes and Pods here (a test file may wrap these in a short
 of its own, never with a second set of defaults). ``scheduler.adapters.object_builders``'s
 ``node_object`` and ``pod_object`` are the simulator's, the demo's and the benchmark's
 builders (a program's, not a test's): only tests/scheduler/test_memory_cluster.py, which
-tests them, calls them. The other kinds (claims, volumes, storage classes, namespaces,
-budgets) are built by ``object_builders``, the only builders there are.
+tests them, calls them. The other kinds (claims, volumes, storage classes, namespaces) are
+built by ``object_builders``, the only builders there are.
 
 Defaults: a Node ``n1`` that is Ready with 4 CPUs, 8 Gi of memory, 110 pods and 100 Gi
 of ephemeral storage; a Pod ``p`` in ``default``, uid ``uid-{namespace}-{name}``, created

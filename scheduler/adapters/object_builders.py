@@ -139,28 +139,6 @@ def pod_object(
     }
 
 
-def budget_object(
-    name: str,
-    *,
-    namespace: str = "default",
-    match_labels: Mapping[str, str],
-    disruptions_allowed: int,
-    disrupted_pods: Iterable[str] = (),
-) -> K8sObject:
-    """A ``policy/v1`` PodDisruptionBudget with its status as the disruption controller
-    sets it."""
-    return {
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
-        "metadata": {"name": name, "namespace": namespace, "uid": f"pdb-{namespace}-{name}"},
-        "spec": {"selector": {"matchLabels": dict(match_labels)}},
-        "status": {
-            "disruptionsAllowed": disruptions_allowed,
-            "disruptedPods": {pod: "2026-01-01T00:00:00Z" for pod in disrupted_pods},
-        },
-    }
-
-
 def namespace_object(name: str, labels: Mapping[str, str] | None = None) -> K8sObject:
     """A Namespace as the API server returns it (with the ``kubernetes.io/metadata.name``
     label the API server sets on every namespace)."""
